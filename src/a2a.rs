@@ -1,0 +1,246 @@
+//! The A2A 1.0 objects peergate reads and writes, in their ProtoJSON shapes.
+//!
+//! Incoming objects are parsed into typed structs (so a duplicated known key is an error, and
+//! unknown keys are ignored as ProtoJSON asks); both the camelCase and the snake_case names are
+//! accepted, and the 0.3 spellings of roles and parts where they are unambiguous. Outgoing
+//! objects always use the 1.0 camelCase names and enum spellings.
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `Role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Role {
+    /// `ROLE_UNSPECIFIED`
+    #[serde(rename = "ROLE_UNSPECIFIED")]
+    Unspecified,
+    /// `ROLE_USER`
+    #[serde(rename = "ROLE_USER")]
+    User,
+    /// `ROLE_AGENT`
+    #[serde(rename = "ROLE_AGENT")]
+    Agent,
+}
+
+impl<'de> Deserialize<'de> for Role {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // ProtoJSON accepts the enum's name or its number; 0.3 used lowercase names.
+        match Value::deserialize(deserializer)? {
+            Value::String(s) => match s.as_str() {
+                "ROLE_USER" | "user" => Ok(Self::User),
+                "ROLE_AGENT" | "agent" => Ok(Self::Agent),
+                "ROLE_UNSPECIFIED" => Ok(Self::Unspecified),
+                _ => Err(de::Error::custom("unknown role")),
+            },
+            Value::Number(n) => match n.as_u64() {
+                Some(0) => Ok(Self::Unspecified),
+                Some(1) => Ok(Self::User),
+                Some(2) => Ok(Self::Agent),
+                _ => Err(de::Error::custom("unknown role")),
+            },
+            _ => Err(de::Error::custom("role must be a string")),
+        }
+    }
+}
+
+/// `TaskState`, as far as peergate produces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskState {
+    /// The model answered.
+    #[serde(rename = "TASK_STATE_COMPLETED")]
+    Completed,
+    /// The model could not answer.
+    #[serde(rename = "TASK_STATE_FAILED")]
+    Failed,
+    /// Refused by policy (owner quotas).
+    #[serde(rename = "TASK_STATE_REJECTED")]
+    Rejected,
+}
+
+impl TaskState {
+    /// The ProtoJSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "TASK_STATE_COMPLETED",
+            Self::Failed => "TASK_STATE_FAILED",
+            Self::Rejected => "TASK_STATE_REJECTED",
+        }
+    }
+}
+
+/// `SendMessageRequest`.
+#[derive(Debug, Deserialize)]
+pub struct SendMessageParams {
+    /// The peer's message.
+    pub message: IncomingMessage,
+    /// `SendMessageConfiguration`.
+    #[serde(default)]
+    pub configuration: Option<SendMessageConfiguration>,
+}
+
+/// `SendMessageConfiguration`; only what peergate honours.
+#[derive(Debug, Default, Deserialize)]
+pub struct SendMessageConfiguration {
+    /// How many history messages the returned task carries.
+    #[serde(default, rename = "historyLength", alias = "history_length")]
+    pub history_length: Option<i64>,
+}
+
+/// A `Message` sent by a peer.
+#[derive(Debug, Deserialize)]
+pub struct IncomingMessage {
+    /// `messageId`
+    #[serde(rename = "messageId", alias = "message_id")]
+    pub message_id: String,
+    /// `contextId`
+    #[serde(default, rename = "contextId", alias = "context_id")]
+    pub context_id: Option<String>,
+    /// `taskId`
+    #[serde(default, rename = "taskId", alias = "task_id")]
+    pub task_id: Option<String>,
+    /// `role`
+    pub role: Role,
+    /// `parts`
+    pub parts: Vec<IncomingPart>,
+}
+
+/// A `Part` sent by a peer: exactly one content member.
+#[derive(Debug, Deserialize)]
+pub struct IncomingPart {
+    /// Text content.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Base64 bytes (ignored).
+    #[serde(default)]
+    pub raw: Option<Value>,
+    /// A URL (ignored).
+    #[serde(default)]
+    pub url: Option<Value>,
+    /// Structured data, passed on as compact JSON text.
+    #[serde(default, deserialize_with = "present")]
+    pub data: Option<Value>,
+    /// 0.3's file part (ignored).
+    #[serde(default)]
+    pub file: Option<Value>,
+}
+
+/// Keeps a present `null` distinguishable from an absent member.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+impl IncomingPart {
+    /// How many content members the part carries; ProtoJSON's oneof allows exactly one.
+    pub fn content_members(&self) -> usize {
+        [
+            self.text.is_some(),
+            self.raw.is_some(),
+            self.url.is_some(),
+            self.data.is_some(),
+            self.file.is_some(),
+        ]
+        .iter()
+        .filter(|present| **present)
+        .count()
+    }
+}
+
+/// `GetTaskRequest`.
+#[derive(Debug, Deserialize)]
+pub struct GetTaskParams {
+    /// Task id.
+    pub id: String,
+    /// How many history messages to return.
+    #[serde(default, rename = "historyLength", alias = "history_length")]
+    pub history_length: Option<i64>,
+}
+
+/// `CancelTaskRequest`.
+#[derive(Debug, Deserialize)]
+pub struct CancelTaskParams {
+    /// Task id.
+    pub id: String,
+}
+
+/// An outgoing `Part`: peergate only ever sends text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TextPart {
+    /// The text.
+    pub text: String,
+}
+
+/// An outgoing `Message`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    /// Unique id.
+    pub message_id: String,
+    /// Conversation.
+    pub context_id: String,
+    /// Task.
+    pub task_id: String,
+    /// Author.
+    pub role: Role,
+    /// Content.
+    pub parts: Vec<TextPart>,
+}
+
+/// `TaskStatus`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskStatus {
+    /// State.
+    pub state: TaskState,
+    /// The agent's message for this state.
+    pub message: Message,
+    /// RFC 3339, milliseconds, UTC.
+    pub timestamp: String,
+}
+
+/// `Artifact`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Artifact {
+    /// Unique within the task.
+    pub artifact_id: String,
+    /// Name.
+    pub name: String,
+    /// Content.
+    pub parts: Vec<TextPart>,
+}
+
+/// `Task`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    /// Server-generated id.
+    pub id: String,
+    /// Conversation.
+    pub context_id: String,
+    /// Current status.
+    pub status: TaskStatus,
+    /// The answer, when there is one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Artifact>,
+    /// The peer's message and the agent's reply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Message>,
+}
+
+impl Task {
+    /// Keeps the `n` most recent history messages (`historyLength` semantics: 0 drops all).
+    pub fn limit_history(&mut self, n: usize) {
+        let len = self.history.len();
+        if n < len {
+            self.history.drain(..len - n);
+        }
+    }
+}
+
+/// Whether a client-chosen `contextId` is acceptable: 1–128 of letters, digits and `._:-`.
+pub fn is_valid_context_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}

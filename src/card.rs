@@ -1,0 +1,73 @@
+//! The public Agent Card, built once from the policy and served as fixed bytes.
+//!
+//! The door's URL comes from `server.public_base_url`, or from the address peergate actually
+//! listens on; never from a request's `Host` header, so a client cannot make the card point
+//! somewhere else.
+
+use crate::policy::Policy;
+use serde_json::{Value, json};
+
+/// The A2A protocol version this door speaks.
+pub const PROTOCOL_VERSION: &str = "1.0";
+
+/// The URL partner agents post JSON-RPC to.
+pub fn door_url(policy: &Policy, listen: std::net::SocketAddr) -> String {
+    let base = match &policy.server.public_base_url {
+        Some(base) => base.clone(),
+        None => format!("http://{listen}"),
+    };
+    format!("{base}{}", policy.server.a2a_path)
+}
+
+/// The public card as JSON.
+pub fn public_card(policy: &Policy, door_url: &str) -> Value {
+    let card = &policy.card;
+    let skills: Vec<Value> = card
+        .skills
+        .iter()
+        .map(|skill| {
+            let mut value = json!({
+                "id": skill.id,
+                "name": skill.name,
+                "description": skill.description,
+                "tags": skill.tags,
+            });
+            if !skill.examples.is_empty() {
+                value["examples"] = json!(skill.examples);
+            }
+            value
+        })
+        .collect();
+    let mut value = json!({
+        "name": card.name,
+        "description": card.description,
+        "version": card.version,
+        "supportedInterfaces": [{
+            "url": door_url,
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": PROTOCOL_VERSION,
+        }],
+        "capabilities": {"streaming": false, "pushNotifications": false},
+        "securitySchemes": {
+            "bearerAuth": {"httpAuthSecurityScheme": {
+                "scheme": "Bearer",
+                "description": "A peer token issued by this gateway's administrator",
+            }},
+        },
+        // SDK clients attach credentials only for schemes listed here.
+        "securityRequirements": [{"schemes": {"bearerAuth": {"list": []}}}],
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": skills,
+    });
+    if let Some(provider) = &card.provider {
+        value["provider"] = json!({"organization": provider.organization, "url": provider.url});
+    }
+    if let Some(url) = &card.documentation_url {
+        value["documentationUrl"] = json!(url);
+    }
+    if let Some(url) = &card.icon_url {
+        value["iconUrl"] = json!(url);
+    }
+    value
+}

@@ -1,0 +1,223 @@
+//! The command line: `serve`, and `peer add|list|revoke` acting on the same store.
+
+use crate::clock::{Clock, SystemClock, rfc3339_millis};
+use crate::policy::Policy;
+use crate::server::{GatewayOptions, start};
+use crate::store::{PeerRecord, Store};
+use crate::token;
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// peergate: a narrow, well-guarded A2A 1.0 door to your model.
+#[derive(Debug, Parser)]
+#[command(name = "peergate", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        /// Policy file [default: policies/default.toml, else the embedded copy].
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// Address to listen on [default: server.listen from the policy].
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Manage partner agents and their tokens.
+    #[command(subcommand)]
+    Peer(PeerCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum PeerCommand {
+    /// Add a peer and print its token, alone, on stdout. The token is shown only this once.
+    Add {
+        /// Name: 1 to 64 of letters, digits and ._-
+        name: String,
+        /// Request quota, as N/min [default: peers.default_rate_per_minute from the policy].
+        #[arg(long, value_name = "N/min", value_parser = parse_rate)]
+        rate: Option<u32>,
+        /// Policy file, for the default quota.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// List peers: name, id, status, limit, created, last used. Never a secret.
+    List {
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Revoke a peer: every token it holds stops working.
+    Revoke {
+        /// The peer's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+}
+
+#[derive(Debug, Args)]
+struct DataDir {
+    /// Data directory holding the SQLite store.
+    #[arg(long = "data", value_name = "DIR", default_value = "data")]
+    dir: PathBuf,
+}
+
+/// A failed command: one line for the operator.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl<E: std::fmt::Display> From<E> for CliError {
+    fn from(e: E) -> Self {
+        Self(e.to_string())
+    }
+}
+
+fn parse_rate(value: &str) -> Result<u32, String> {
+    let reason = || format!("expected N/min with N from 1 to 100000, e.g. 30/min (got {value:?})");
+    let n = value.strip_suffix("/min").ok_or_else(reason)?;
+    let n: u32 = n.parse().map_err(|_| reason())?;
+    if (1..=100_000).contains(&n) {
+        Ok(n)
+    } else {
+        Err(reason())
+    }
+}
+
+fn check_peer_name(name: &str) -> Result<(), CliError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError(format!(
+            "invalid peer name {name:?}: use 1 to 64 of letters, digits and ._-"
+        )))
+    }
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let clock = SystemClock;
+    match cli.command {
+        Command::Serve {
+            policy,
+            listen,
+            data,
+        } => {
+            let (policy, policy_source) = Policy::load(policy.as_deref())?;
+            let gateway = start(GatewayOptions {
+                policy,
+                policy_source,
+                data_dir: data.dir,
+                listen,
+                clock: Arc::new(clock),
+            })
+            .await?;
+            gateway.run_until(shutdown_signal()).await;
+            tracing::info!("peergate stopped");
+            Ok(())
+        }
+        Command::Peer(PeerCommand::Add {
+            name,
+            rate,
+            policy,
+            data,
+        }) => {
+            check_peer_name(&name)?;
+            let rate = match rate {
+                Some(rate) => rate,
+                None => {
+                    Policy::load(policy.as_deref())?
+                        .0
+                        .peers
+                        .default_rate_per_minute
+                }
+            };
+            let store = Store::open(&data.dir).await?;
+            let issued = token::issue().map_err(|e| CliError(format!("no randomness: {e}")))?;
+            let peer = PeerRecord {
+                id: format!("peer_{}", uuid::Uuid::new_v4().simple()),
+                name: name.clone(),
+                status: "active".to_owned(),
+                rate_per_minute: rate,
+                created_at: clock.now_millis(),
+                last_used_at: None,
+            };
+            store
+                .add_peer(&peer, &issued.token_id, &issued.secret_hash)
+                .await?;
+            store.close().await;
+            eprintln!(
+                "added peer {name} ({}, {rate}/min). Its token is on stdout and is not shown again.",
+                peer.id
+            );
+            println!("{}", issued.token);
+            Ok(())
+        }
+        Command::Peer(PeerCommand::List { data }) => {
+            let store = Store::open(&data.dir).await?;
+            let peers = store.list_peers().await?;
+            store.close().await;
+            println!(
+                "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24}",
+                "NAME", "ID", "STATUS", "LIMIT", "CREATED", "LAST USED"
+            );
+            for peer in peers {
+                println!(
+                    "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24}",
+                    peer.name,
+                    peer.id,
+                    peer.status,
+                    format!("{}/min", peer.rate_per_minute),
+                    rfc3339_millis(peer.created_at),
+                    peer.last_used_at
+                        .map_or_else(|| "never".to_owned(), rfc3339_millis),
+                );
+            }
+            Ok(())
+        }
+        Command::Peer(PeerCommand::Revoke { name, data }) => {
+            let store = Store::open(&data.dir).await?;
+            store.revoke_peer(&name, clock.now_millis()).await?;
+            store.close().await;
+            eprintln!(
+                "revoked peer {name}. A running server refuses its tokens within auth.credential_cache_seconds (2 s by default)."
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}

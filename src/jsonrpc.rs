@@ -1,0 +1,380 @@
+//! The JSON-RPC 2.0 envelope of the A2A door.
+//!
+//! [`parse_request`] turns raw bytes into a [`RpcRequest`] or the error to answer with; it never
+//! panics on any input (the `jsonrpc_envelope` fuzz target holds it to that). [`RpcError`] is
+//! the single place where JSON-RPC errors get their code, message and `data`; every error goes
+//! out inside HTTP 200, because the official clients lose the code under any other status.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+/// The largest integer id that survives a round trip through an IEEE double (2^53 − 1).
+pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
+
+/// A request id, echoed with the same JSON type it arrived with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RpcId {
+    /// No id (or `null`): still answered, with `"id": null`.
+    Null,
+    /// A string id.
+    Str(String),
+    /// An integer id within ±(2^53 − 1).
+    Int(i64),
+}
+
+impl RpcId {
+    /// The id as JSON.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::Null => Value::Null,
+            Self::Str(s) => Value::String(s.clone()),
+            Self::Int(n) => Value::from(*n),
+        }
+    }
+}
+
+/// The A2A methods, by their 1.0 names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Method {
+    /// `SendMessage` / `message/send`
+    SendMessage,
+    /// `GetTask` / `tasks/get`
+    GetTask,
+    /// `CancelTask` / `tasks/cancel`
+    CancelTask,
+    /// Streaming, subscription, listing and push-configuration methods peergate does not offer.
+    Unsupported,
+}
+
+impl Method {
+    /// Looks up a method by its 1.0 name or its 0.3 alias; `None` for anything else.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "SendMessage" | "message/send" => Self::SendMessage,
+            "GetTask" | "tasks/get" => Self::GetTask,
+            "CancelTask" | "tasks/cancel" => Self::CancelTask,
+            "SendStreamingMessage"
+            | "message/stream"
+            | "SubscribeToTask"
+            | "tasks/resubscribe"
+            | "ListTasks"
+            | "tasks/list"
+            | "CreateTaskPushNotificationConfig"
+            | "GetTaskPushNotificationConfig"
+            | "ListTaskPushNotificationConfigs"
+            | "DeleteTaskPushNotificationConfig"
+            | "tasks/pushNotificationConfig/set"
+            | "tasks/pushNotificationConfig/get"
+            | "tasks/pushNotificationConfig/list"
+            | "tasks/pushNotificationConfig/delete" => Self::Unsupported,
+            _ => return None,
+        })
+    }
+}
+
+/// A well-formed request.
+#[derive(Debug)]
+pub struct RpcRequest {
+    /// The id to echo.
+    pub id: RpcId,
+    /// The method.
+    pub method: Method,
+    /// The raw `params`, parsed by the method's handler.
+    pub params: Option<Box<RawValue>>,
+}
+
+/// A request that cannot be served, with the id to answer under.
+#[derive(Debug)]
+pub struct RpcFailure {
+    /// The id to echo (`Null` when it could not be read).
+    pub id: RpcId,
+    /// What to answer.
+    pub error: RpcError,
+}
+
+/// Every JSON-RPC error the door answers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RpcError {
+    /// `-32700`: not JSON, or not UTF-8.
+    Parse,
+    /// `-32600`: not a single JSON-RPC 2.0 request object.
+    InvalidRequest(&'static str),
+    /// `-32601`
+    MethodNotFound,
+    /// `-32602`: the params are wrong; names the field.
+    InvalidParams {
+        /// The offending field, dotted from `params`.
+        field: String,
+        /// What is wrong with it.
+        description: String,
+    },
+    /// `-32603`: something failed inside peergate; the detail is only in the log, under this id.
+    Internal {
+        /// Correlates the answer with the log line.
+        request_id: String,
+    },
+    /// `-32001`: no such task for this caller.
+    TaskNotFound,
+    /// `-32002`
+    TaskNotCancelable,
+    /// `-32004`
+    UnsupportedOperation(&'static str),
+    /// `-32005`
+    ContentTypeNotSupported(&'static str),
+    /// `-32000` (implementation-defined): another message of the same context is still being
+    /// answered and did not finish in time.
+    ContextBusy,
+}
+
+impl RpcError {
+    /// The JSON-RPC error code.
+    pub fn code(&self) -> i64 {
+        match self {
+            Self::Parse => -32700,
+            Self::InvalidRequest(_) => -32600,
+            Self::MethodNotFound => -32601,
+            Self::InvalidParams { .. } => -32602,
+            Self::Internal { .. } => -32603,
+            Self::TaskNotFound => -32001,
+            Self::TaskNotCancelable => -32002,
+            Self::UnsupportedOperation(_) => -32004,
+            Self::ContentTypeNotSupported(_) => -32005,
+            Self::ContextBusy => -32000,
+        }
+    }
+
+    /// The `google.rpc.ErrorInfo` reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Parse => "PARSE_ERROR",
+            Self::InvalidRequest(_) => "INVALID_REQUEST",
+            Self::MethodNotFound => "METHOD_NOT_FOUND",
+            Self::InvalidParams { .. } => "INVALID_PARAMS",
+            Self::Internal { .. } => "INTERNAL",
+            Self::TaskNotFound => "TASK_NOT_FOUND",
+            Self::TaskNotCancelable => "TASK_NOT_CANCELABLE",
+            Self::UnsupportedOperation(_) => "UNSUPPORTED_OPERATION",
+            Self::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
+            Self::ContextBusy => "CONTEXT_BUSY",
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Self::Parse => "Invalid JSON payload: the body must be UTF-8 JSON".to_owned(),
+            Self::InvalidRequest(why) => format!("Request payload validation error: {why}"),
+            Self::MethodNotFound => "Method not found".to_owned(),
+            Self::InvalidParams { field, description } => {
+                format!("Invalid parameters: {field}: {description}")
+            }
+            Self::Internal { .. } => "Internal error".to_owned(),
+            Self::TaskNotFound => "Task not found".to_owned(),
+            Self::TaskNotCancelable => {
+                "Task cannot be canceled: peergate answers synchronously, so every task is already final".to_owned()
+            }
+            Self::UnsupportedOperation(why) => format!("Unsupported operation: {why}"),
+            Self::ContentTypeNotSupported(why) => format!("Content type not supported: {why}"),
+            Self::ContextBusy => {
+                "Another message in this contextId is still being answered; retry after it completes".to_owned()
+            }
+        }
+    }
+
+    /// The `error` member: code, message and `data` (an `ErrorInfo`, plus a `BadRequest` naming
+    /// the field for invalid params).
+    pub fn to_json(&self) -> Value {
+        let mut metadata = serde_json::Map::new();
+        if let Self::Internal { request_id } = self {
+            metadata.insert("requestId".to_owned(), Value::String(request_id.clone()));
+        }
+        let mut data = vec![json!({
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": self.reason(),
+            "domain": "a2a-protocol.org",
+            "metadata": metadata,
+        })];
+        if let Self::InvalidParams { field, description } = self {
+            data.push(json!({
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": field, "description": description}],
+            }));
+        }
+        json!({"code": self.code(), "message": self.message(), "data": data})
+    }
+}
+
+/// A success response.
+pub fn success(id: &RpcId, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id.to_json(), "result": result})
+}
+
+/// An error response.
+pub fn failure(id: &RpcId, error: &RpcError) -> Value {
+    json!({"jsonrpc": "2.0", "id": id.to_json(), "error": error.to_json()})
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    jsonrpc: Option<Value>,
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    params: Option<Box<RawValue>>,
+}
+
+/// Reads one JSON-RPC request from a body.
+pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
+    let fail = |id: RpcId, error: RpcError| RpcFailure { id, error };
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        // Batches are refused whole; a valid JSON array is still a batch.
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                Ok(_) => fail(
+                    RpcId::Null,
+                    RpcError::InvalidRequest("batch requests are not supported; send one object"),
+                ),
+                Err(_) => fail(RpcId::Null, RpcError::Parse),
+            },
+        );
+    }
+    let envelope: Envelope = match serde_json::from_slice(body) {
+        Ok(envelope) => envelope,
+        Err(e) if e.is_data() => {
+            return Err(fail(
+                RpcId::Null,
+                RpcError::InvalidRequest(
+                    "the body must be one JSON object with jsonrpc, method and id, each at most once",
+                ),
+            ));
+        }
+        Err(_) => return Err(fail(RpcId::Null, RpcError::Parse)),
+    };
+    let id = match envelope.id {
+        None | Some(Value::Null) => RpcId::Null,
+        Some(Value::String(s)) => RpcId::Str(s),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(i) if (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&i) => RpcId::Int(i),
+            _ => {
+                return Err(fail(
+                    RpcId::Null,
+                    RpcError::InvalidRequest("id must be a string or an integer within ±(2^53−1)"),
+                ));
+            }
+        },
+        Some(_) => {
+            return Err(fail(
+                RpcId::Null,
+                RpcError::InvalidRequest("id must be a string or an integer"),
+            ));
+        }
+    };
+    if envelope.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+        return Err(fail(
+            id,
+            RpcError::InvalidRequest("jsonrpc must be \"2.0\""),
+        ));
+    }
+    let Some(Value::String(method)) = envelope.method else {
+        return Err(fail(
+            id,
+            RpcError::InvalidRequest("method must be a string"),
+        ));
+    };
+    let Some(method) = Method::from_name(&method) else {
+        return Err(fail(id, RpcError::MethodNotFound));
+    };
+    Ok(RpcRequest {
+        id,
+        method,
+        params: envelope.params,
+    })
+}
+
+/// Parses a method's params into `T`, naming what is wrong on failure.
+pub fn parse_params<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Result<T, RpcError> {
+    let Some(raw) = params else {
+        return Err(RpcError::InvalidParams {
+            field: "params".to_owned(),
+            description: "params must be an object".to_owned(),
+        });
+    };
+    if !raw.get().trim_start().starts_with('{') {
+        return Err(RpcError::InvalidParams {
+            field: "params".to_owned(),
+            description: "params must be an object".to_owned(),
+        });
+    }
+    serde_json::from_str(raw.get()).map_err(|e| RpcError::InvalidParams {
+        field: "params".to_owned(),
+        description: describe_serde_error(&e),
+    })
+}
+
+/// serde's message without the position suffix and without echoing long input values.
+fn describe_serde_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let text = text
+        .rsplit_once(" at line ")
+        .map_or(text.as_str(), |(head, _)| head);
+    let mut out: String = text.chars().take(200).collect();
+    if text.chars().count() > 200 {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(body: &[u8]) -> i64 {
+        parse_request(body).unwrap_err().error.code()
+    }
+
+    #[test]
+    fn classifies_bad_envelopes() {
+        assert_eq!(code(b"{"), -32700);
+        assert_eq!(code(b"\xff\xfe"), -32700);
+        assert_eq!(code(b"[]"), -32600);
+        assert_eq!(
+            code(br#"[{"jsonrpc":"2.0","id":1,"method":"GetTask"}]"#),
+            -32600
+        );
+        assert_eq!(code(br#""hello""#), -32600);
+        assert_eq!(
+            code(br#"{"jsonrpc":"1.0","id":1,"method":"GetTask"}"#),
+            -32600
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":1.5,"method":"GetTask"}"#),
+            -32600
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":9007199254740992,"method":"GetTask"}"#),
+            -32600
+        );
+        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":"Nope"}"#), -32601);
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"GetTask"}"#),
+            -32600
+        );
+    }
+
+    #[test]
+    fn keeps_id_type_and_aliases() {
+        let req = parse_request(br#"{"jsonrpc":"2.0","id":"7","method":"tasks/get"}"#).unwrap();
+        assert_eq!(req.id, RpcId::Str("7".into()));
+        assert_eq!(req.method, Method::GetTask);
+        let req = parse_request(br#"{"jsonrpc":"2.0","id":-7,"method":"SendMessage"}"#).unwrap();
+        assert_eq!(req.id, RpcId::Int(-7));
+        let req = parse_request(br#"{"jsonrpc":"2.0","method":"ListTasks"}"#).unwrap();
+        assert_eq!((req.id, req.method), (RpcId::Null, Method::Unsupported));
+    }
+}

@@ -1,0 +1,15 @@
+#![forbid(unsafe_code)]
+#![doc = "peergate: a security-focused edge gateway for A2A 1.0 partner agents."]
+
+pub mod a2a;
+pub mod agent;
+pub mod auth;
+pub mod backend;
+pub mod card;
+pub mod cli;
+pub mod clock;
+pub mod jsonrpc;
+pub mod policy;
+pub mod server;
+pub mod store;
+pub mod token;

@@ -1,0 +1,477 @@
+//! The operator's policy file (TOML).
+//!
+//! Every key is documented in `policies/default.toml`, which is also embedded in the binary so
+//! that `peergate serve` runs with no files at all. Unknown keys are refused, and every error
+//! names the file and the key, so a typo never silently falls back to a default.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The policy shipped in the repository and embedded in the binary.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../policies/default.toml");
+
+/// Where a policy came from, for logs and error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicySource {
+    /// A file the operator named or the default path.
+    File(PathBuf),
+    /// The copy of `policies/default.toml` compiled into the binary.
+    Embedded,
+}
+
+impl std::fmt::Display for PolicySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "{}", path.display()),
+            Self::Embedded => f.write_str("<embedded policies/default.toml>"),
+        }
+    }
+}
+
+/// Why a policy could not be used. Each message is one line naming the source and the key.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("cannot read policy {source_name}: {reason}")]
+    Unreadable {
+        /// The file.
+        source_name: PolicySource,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// The TOML is malformed or has an unknown key or a value of the wrong type.
+    #[error("invalid policy {source_name}{location}: {reason}")]
+    Syntax {
+        /// The file.
+        source_name: PolicySource,
+        /// ` (line N)` when known.
+        location: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A key holds a value outside its allowed range.
+    #[error("invalid policy {source_name}: key `{key}`: {reason}")]
+    Invalid {
+        /// The file.
+        source_name: PolicySource,
+        /// The dotted key.
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The whole policy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// `[server]`
+    pub server: ServerPolicy,
+    /// `[card]`
+    pub card: CardPolicy,
+    /// `[model]`
+    pub model: ModelPolicy,
+    /// `[peers]`
+    #[serde(default)]
+    pub peers: PeersPolicy,
+    /// `[tasks]`
+    #[serde(default)]
+    pub tasks: TasksPolicy,
+    /// `[auth]`
+    #[serde(default)]
+    pub auth: AuthPolicy,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerPolicy {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Public base URL the card advertises; the listen address when absent.
+    #[serde(default)]
+    pub public_base_url: Option<String>,
+    /// Path of the JSON-RPC door.
+    #[serde(default = "default_a2a_path")]
+    pub a2a_path: String,
+    /// Largest request body accepted, in bytes.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+}
+
+fn default_a2a_path() -> String {
+    "/a2a/v1".to_owned()
+}
+fn default_max_body_bytes() -> usize {
+    1024 * 1024
+}
+
+/// `[card]`: what the Agent Card says about this gateway.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CardPolicy {
+    /// Agent name.
+    pub name: String,
+    /// Agent description.
+    pub description: String,
+    /// The agent's own version.
+    pub version: String,
+    /// Documentation URL.
+    #[serde(default)]
+    pub documentation_url: Option<String>,
+    /// Icon URL.
+    #[serde(default)]
+    pub icon_url: Option<String>,
+    /// `[card.provider]`
+    #[serde(default)]
+    pub provider: Option<ProviderPolicy>,
+    /// `[[card.skills]]`
+    pub skills: Vec<SkillPolicy>,
+}
+
+/// `[card.provider]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderPolicy {
+    /// Organisation name.
+    pub organization: String,
+    /// Organisation URL.
+    pub url: String,
+}
+
+/// `[[card.skills]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkillPolicy {
+    /// Skill id.
+    pub id: String,
+    /// Skill name.
+    pub name: String,
+    /// Skill description.
+    pub description: String,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Example prompts.
+    #[serde(default)]
+    pub examples: Vec<String>,
+}
+
+/// `[model]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPolicy {
+    /// Which backend answers.
+    pub backend: BackendKind,
+    /// The operator's base instructions, sent first on every call.
+    pub instructions: String,
+    /// How long one backend call may take, in seconds.
+    #[serde(default = "default_timeout_seconds")]
+    pub timeout_seconds: u64,
+    /// `[model.openai]`, required when `backend = "openai"`.
+    #[serde(default)]
+    pub openai: Option<OpenAiPolicy>,
+}
+
+fn default_timeout_seconds() -> u64 {
+    60
+}
+
+/// The backends peergate can ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The deterministic demonstration backend.
+    Echo,
+    /// An OpenAI-compatible chat-completions server.
+    Openai,
+}
+
+/// `[model.openai]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAiPolicy {
+    /// Base URL ending before `/chat/completions`, e.g. `http://127.0.0.1:8000/v1`.
+    pub base_url: String,
+    /// Model name sent in each request.
+    pub model: String,
+    /// Name of the environment variable holding the API key, if the server needs one.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Upper bound on the answer's tokens, if set.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
+/// `[peers]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeersPolicy {
+    /// Requests per minute for a peer added without `--rate`.
+    #[serde(default = "default_rate_per_minute")]
+    pub default_rate_per_minute: u32,
+}
+
+impl Default for PeersPolicy {
+    fn default() -> Self {
+        Self {
+            default_rate_per_minute: default_rate_per_minute(),
+        }
+    }
+}
+
+fn default_rate_per_minute() -> u32 {
+    30
+}
+
+/// `[tasks]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksPolicy {
+    /// How long a task stays readable with `GetTask`.
+    #[serde(default = "default_retention_hours")]
+    pub retention_hours: u32,
+    /// How many earlier messages of a context go to the model.
+    #[serde(default = "default_context_messages")]
+    pub context_messages: u32,
+    /// Longest message text passed on; longer text is cut and marked.
+    #[serde(default = "default_max_text_bytes")]
+    pub max_text_bytes: usize,
+}
+
+impl Default for TasksPolicy {
+    fn default() -> Self {
+        Self {
+            retention_hours: default_retention_hours(),
+            context_messages: default_context_messages(),
+            max_text_bytes: default_max_text_bytes(),
+        }
+    }
+}
+
+fn default_retention_hours() -> u32 {
+    24
+}
+fn default_context_messages() -> u32 {
+    20
+}
+fn default_max_text_bytes() -> usize {
+    65_536
+}
+
+/// `[auth]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthPolicy {
+    /// How long a verified token is trusted without asking the store again. A revocation made
+    /// with the command line while the server runs takes effect within this time.
+    #[serde(default = "default_credential_cache_seconds")]
+    pub credential_cache_seconds: u64,
+}
+
+impl Default for AuthPolicy {
+    fn default() -> Self {
+        Self {
+            credential_cache_seconds: default_credential_cache_seconds(),
+        }
+    }
+}
+
+fn default_credential_cache_seconds() -> u64 {
+    2
+}
+
+impl Policy {
+    /// Reads `path`, or the default path, falling back to the embedded copy only when no path
+    /// was given and the default file does not exist.
+    pub fn load(path: Option<&Path>) -> Result<(Self, PolicySource), PolicyError> {
+        let (text, source) = match path {
+            Some(path) => (read(path)?, PolicySource::File(path.to_owned())),
+            None => {
+                let default = Path::new("policies/default.toml");
+                if default.exists() {
+                    (read(default)?, PolicySource::File(default.to_owned()))
+                } else {
+                    (EMBEDDED_DEFAULT.to_owned(), PolicySource::Embedded)
+                }
+            }
+        };
+        let policy = Self::parse(&text, &source)?;
+        Ok((policy, source))
+    }
+
+    /// Parses and validates policy text.
+    pub fn parse(text: &str, source: &PolicySource) -> Result<Self, PolicyError> {
+        let policy: Policy = toml::from_str(text).map_err(|e| {
+            let location = e
+                .span()
+                .map(|span| {
+                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    format!(" (line {line})")
+                })
+                .unwrap_or_default();
+            PolicyError::Syntax {
+                source_name: source.clone(),
+                location,
+                reason: e.message().replace('\n', " ").trim().to_owned(),
+            }
+        })?;
+        policy.validate(source)?;
+        Ok(policy)
+    }
+
+    fn validate(&self, source: &PolicySource) -> Result<(), PolicyError> {
+        let invalid = |key: &'static str, reason: &str| PolicyError::Invalid {
+            source_name: source.clone(),
+            key,
+            reason: reason.to_owned(),
+        };
+        let path = &self.server.a2a_path;
+        if !path.starts_with('/') || path.len() < 2 || path.ends_with('/') || path.contains("//") {
+            return Err(invalid(
+                "server.a2a_path",
+                "must start with `/`, not end with `/`, and name a path such as /a2a/v1",
+            ));
+        }
+        if path.starts_with("/.well-known") || path == "/health" {
+            return Err(invalid("server.a2a_path", "collides with a built-in route"));
+        }
+        if let Some(url) = &self.server.public_base_url {
+            if !(url.starts_with("https://") || url.starts_with("http://")) || url.ends_with('/') {
+                return Err(invalid(
+                    "server.public_base_url",
+                    "must be an http(s) URL without a trailing `/`, e.g. https://gateway.example.com",
+                ));
+            }
+        }
+        if !(1024..=64 * 1024 * 1024).contains(&self.server.max_body_bytes) {
+            return Err(invalid(
+                "server.max_body_bytes",
+                "must be between 1024 and 67108864",
+            ));
+        }
+        for (key, value) in [
+            ("card.name", &self.card.name),
+            ("card.description", &self.card.description),
+            ("card.version", &self.card.version),
+        ] {
+            if value.trim().is_empty() {
+                return Err(invalid(key, "must not be empty"));
+            }
+        }
+        if self.card.skills.is_empty() {
+            return Err(invalid("card.skills", "at least one skill is required"));
+        }
+        if self.card.skills.iter().any(|s| {
+            s.id.is_empty() || s.name.is_empty() || s.description.is_empty() || s.tags.is_empty()
+        }) {
+            return Err(invalid(
+                "card.skills",
+                "every skill needs a non-empty id, name, description and tags",
+            ));
+        }
+        if !(1..=600).contains(&self.model.timeout_seconds) {
+            return Err(invalid(
+                "model.timeout_seconds",
+                "must be between 1 and 600",
+            ));
+        }
+        match (self.model.backend, &self.model.openai) {
+            (BackendKind::Openai, None) => {
+                return Err(invalid(
+                    "model.openai",
+                    "backend = \"openai\" needs a [model.openai] table with base_url and model",
+                ));
+            }
+            (BackendKind::Openai, Some(openai)) => {
+                if openai.base_url.starts_with("https://") {
+                    return Err(invalid(
+                        "model.openai.base_url",
+                        "https is not built into this version; reach the model over http on a private network or loopback",
+                    ));
+                }
+                if !openai.base_url.starts_with("http://") || openai.base_url.ends_with('/') {
+                    return Err(invalid(
+                        "model.openai.base_url",
+                        "must be an http URL without a trailing `/`, e.g. http://127.0.0.1:8000/v1",
+                    ));
+                }
+                if openai.model.trim().is_empty() {
+                    return Err(invalid("model.openai.model", "must not be empty"));
+                }
+            }
+            (BackendKind::Echo, _) => {}
+        }
+        if !(1..=100_000).contains(&self.peers.default_rate_per_minute) {
+            return Err(invalid(
+                "peers.default_rate_per_minute",
+                "must be between 1 and 100000",
+            ));
+        }
+        if !(1..=24 * 365).contains(&self.tasks.retention_hours) {
+            return Err(invalid(
+                "tasks.retention_hours",
+                "must be between 1 and 8760",
+            ));
+        }
+        if self.tasks.context_messages > 200 {
+            return Err(invalid("tasks.context_messages", "must be at most 200"));
+        }
+        if !(1024..=1024 * 1024).contains(&self.tasks.max_text_bytes) {
+            return Err(invalid(
+                "tasks.max_text_bytes",
+                "must be between 1024 and 1048576",
+            ));
+        }
+        if self.auth.credential_cache_seconds > 5 {
+            return Err(invalid(
+                "auth.credential_cache_seconds",
+                "must be at most 5, so that a revocation takes effect within seconds",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn read(path: &Path) -> Result<String, PolicyError> {
+    std::fs::read_to_string(path).map_err(|e| PolicyError::Unreadable {
+        source_name: PolicySource::File(path.to_owned()),
+        reason: e.kind().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_valid() {
+        let policy = Policy::parse(EMBEDDED_DEFAULT, &PolicySource::Embedded).unwrap();
+        assert_eq!(policy.model.backend, BackendKind::Echo);
+        assert_eq!(policy.server.a2a_path, "/a2a/v1");
+        assert_eq!(policy.tasks.retention_hours, 24);
+        assert_eq!(policy.tasks.context_messages, 20);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let text = EMBEDDED_DEFAULT.replace("[tasks]", "[tasks]\nretention_hourz = 3");
+        let err = Policy::parse(&text, &PolicySource::File("p.toml".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("p.toml"), "{err}");
+        assert!(err.contains("retention_hourz"), "{err}");
+        assert!(err.contains("line"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_value_names_key() {
+        let text = EMBEDDED_DEFAULT.replace("timeout_seconds = 60", "timeout_seconds = 0");
+        let err = Policy::parse(&text, &PolicySource::File("p.toml".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("model.timeout_seconds"), "{err}");
+    }
+}

@@ -1,0 +1,472 @@
+//! The store of record: peers, their credentials, tasks and conversations, in one SQLite file.
+//!
+//! SQLite runs in WAL mode with one writer connection (so concurrent writers queue instead of
+//! failing with `SQLITE_BUSY`) and a few reader connections. The command line and a running
+//! server open the same file, so `peergate peer revoke` works while the server runs.
+//! Timestamps are INTEGER epoch milliseconds, so the schema ports to PostgreSQL unchanged.
+
+use crate::token::TokenSecretHash;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Row, SqliteConnection};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The SQLite file inside the data directory.
+pub const DATABASE_FILE: &str = "peergate.sqlite3";
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A peer with that name already exists.
+    #[error("a peer named \"{0}\" already exists")]
+    DuplicatePeer(String),
+    /// No peer has that name.
+    #[error("no peer named \"{0}\"")]
+    UnknownPeer(String),
+    /// The data directory could not be prepared.
+    #[error("cannot prepare the data directory: {0}")]
+    DataDir(std::io::ErrorKind),
+    /// The database failed. The detail goes to the log, never to a client.
+    #[error("the store failed")]
+    Database(#[from] sqlx::Error),
+}
+
+/// A peer as the administrator sees it. Never holds a secret.
+#[derive(Debug, Clone)]
+pub struct PeerRecord {
+    /// Stable id.
+    pub id: String,
+    /// Unique name chosen by the administrator.
+    pub name: String,
+    /// `active` or `revoked`.
+    pub status: String,
+    /// Requests per minute.
+    pub rate_per_minute: u32,
+    /// Creation time, epoch ms.
+    pub created_at: i64,
+    /// Last authenticated request, epoch ms (updated at most once a minute).
+    pub last_used_at: Option<i64>,
+}
+
+/// What the authentication layer needs to decide about a token id.
+#[derive(Debug, Clone)]
+pub struct CredentialRecord {
+    /// The peer the credential belongs to.
+    pub peer_id: String,
+    /// That peer's name.
+    pub peer_name: String,
+    /// Hash of the secret.
+    pub secret_hash: TokenSecretHash,
+    /// False once the credential or its peer is revoked.
+    pub active: bool,
+    /// The peer's quota.
+    pub rate_per_minute: u32,
+}
+
+/// One message of a conversation, as the model sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationMessage {
+    /// `user` (the peer) or `agent` (the model).
+    pub role: ConversationRole,
+    /// The text.
+    pub text: String,
+}
+
+/// Who wrote a conversation message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConversationRole {
+    /// The partner agent.
+    Peer,
+    /// The model behind peergate.
+    Agent,
+}
+
+impl ConversationRole {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Peer => "peer",
+            Self::Agent => "agent",
+        }
+    }
+}
+
+/// A finished exchange to persist in one transaction.
+#[derive(Debug)]
+pub struct TaskWrite<'a> {
+    /// Task id.
+    pub task_id: &'a str,
+    /// Owning peer.
+    pub peer_id: &'a str,
+    /// Conversation.
+    pub context_id: &'a str,
+    /// Final state name.
+    pub state: &'a str,
+    /// The task as served, JSON.
+    pub task_json: &'a str,
+    /// Now, epoch ms.
+    pub now: i64,
+    /// When `GetTask` stops finding it, epoch ms.
+    pub expires_at: i64,
+    /// The conversation messages this exchange adds (empty when the backend failed).
+    pub messages: &'a [ConversationMessage],
+}
+
+/// The SQLite store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    writer: SqlitePool,
+    reader: SqlitePool,
+    path: PathBuf,
+}
+
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE peers (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL,
+    rate_per_minute INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    last_used_at INTEGER
+);
+CREATE TABLE credentials (
+    token_id TEXT PRIMARY KEY,
+    peer_id TEXT NOT NULL REFERENCES peers(id),
+    secret_hash BLOB NOT NULL,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+CREATE INDEX credentials_peer ON credentials(peer_id);
+CREATE TABLE tasks (
+    id TEXT PRIMARY KEY,
+    peer_id TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX tasks_expires ON tasks(expires_at);
+CREATE TABLE contexts (
+    peer_id TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (peer_id, context_id)
+);
+CREATE TABLE messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    peer_id TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX messages_context ON messages(peer_id, context_id, seq);
+"#];
+
+impl Store {
+    /// Opens (creating if needed) the store in `data_dir`, and brings its schema up to date.
+    pub async fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        create_private_dir(data_dir).map_err(|e| StoreError::DataDir(e.kind()))?;
+        let path = data_dir.join(DATABASE_FILE);
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5))
+            .foreign_keys(true);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await?;
+        migrate(&writer).await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(Self {
+            writer,
+            reader,
+            path,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Closes every connection; later calls fail.
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+
+    /// Adds a peer and its first credential.
+    pub async fn add_peer(
+        &self,
+        peer: &PeerRecord,
+        token_id: &str,
+        secret_hash: &TokenSecretHash,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO peers (id, name, status, rate_per_minute, created_at) VALUES (?, ?, 'active', ?, ?) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(&peer.id)
+        .bind(&peer.name)
+        .bind(i64::from(peer.rate_per_minute))
+        .bind(peer.created_at)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::DuplicatePeer(peer.name.clone()));
+        }
+        sqlx::query(
+            "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(token_id)
+        .bind(&peer.id)
+        .bind(&secret_hash.0[..])
+        .bind(peer.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every peer, oldest first.
+    pub async fn list_peers(&self) -> Result<Vec<PeerRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, name, status, rate_per_minute, created_at, last_used_at FROM peers ORDER BY created_at, name",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(PeerRecord {
+                    id: row.try_get("id")?,
+                    name: row.try_get("name")?,
+                    status: row.try_get("status")?,
+                    rate_per_minute: u32::try_from(row.try_get::<i64, _>("rate_per_minute")?)
+                        .unwrap_or(u32::MAX),
+                    created_at: row.try_get("created_at")?,
+                    last_used_at: row.try_get("last_used_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Revokes a peer and every credential it holds.
+    pub async fn revoke_peer(&self, name: &str, now: i64) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin().await?;
+        let row = sqlx::query("SELECT id FROM peers WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Err(StoreError::UnknownPeer(name.to_owned()));
+        };
+        let peer_id: String = row.try_get("id")?;
+        sqlx::query("UPDATE peers SET status = 'revoked' WHERE id = ?")
+            .bind(&peer_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE credentials SET revoked_at = ? WHERE peer_id = ? AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(&peer_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The credential with this token id, whatever its state.
+    pub async fn find_credential(
+        &self,
+        token_id: &str,
+    ) -> Result<Option<CredentialRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute \
+             FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = ?",
+        )
+        .bind(token_id)
+        .fetch_optional(&self.reader)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let hash: Vec<u8> = row.try_get("secret_hash")?;
+        let Ok(hash) = <[u8; 32]>::try_from(hash.as_slice()) else {
+            return Ok(None);
+        };
+        let revoked_at: Option<i64> = row.try_get("revoked_at")?;
+        let status: String = row.try_get("status")?;
+        Ok(Some(CredentialRecord {
+            peer_id: row.try_get("peer_id")?,
+            peer_name: row.try_get("name")?,
+            secret_hash: TokenSecretHash(hash),
+            active: revoked_at.is_none() && status == "active",
+            rate_per_minute: u32::try_from(row.try_get::<i64, _>("rate_per_minute")?)
+                .unwrap_or(u32::MAX),
+        }))
+    }
+
+    /// Records that a peer was seen.
+    pub async fn touch_peer(&self, peer_id: &str, now: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET last_used_at = ? WHERE id = ?")
+            .bind(now)
+            .bind(peer_id)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// The last `limit` messages of a peer's context, oldest first.
+    pub async fn context_history(
+        &self,
+        peer_id: &str,
+        context_id: &str,
+        limit: u32,
+    ) -> Result<Vec<ConversationMessage>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT role, body FROM messages WHERE peer_id = ? AND context_id = ? ORDER BY seq DESC LIMIT ?",
+        )
+        .bind(peer_id)
+        .bind(context_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        let mut history = rows
+            .iter()
+            .map(|row| {
+                let role: String = row.try_get("role")?;
+                Ok(ConversationMessage {
+                    role: if role == "agent" {
+                        ConversationRole::Agent
+                    } else {
+                        ConversationRole::Peer
+                    },
+                    text: row.try_get("body")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        history.reverse();
+        Ok(history)
+    }
+
+    /// Persists a finished task and its conversation messages atomically.
+    pub async fn save_exchange(&self, write: &TaskWrite<'_>) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin().await?;
+        insert_task(&mut tx, write).await?;
+        if !write.messages.is_empty() {
+            sqlx::query(
+                "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) VALUES (?, ?, ?, ?) \
+                 ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at",
+            )
+            .bind(write.peer_id)
+            .bind(write.context_id)
+            .bind(write.now)
+            .bind(write.now)
+            .execute(&mut *tx)
+            .await?;
+            for message in write.messages {
+                sqlx::query(
+                    "INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                )
+                .bind(write.peer_id)
+                .bind(write.context_id)
+                .bind(write.task_id)
+                .bind(message.role.as_str())
+                .bind(&message.text)
+                .bind(write.now)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A task of this peer that has not expired, as JSON. Another peer's task is `None`,
+    /// exactly like a task that never existed.
+    pub async fn find_task(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let row =
+            sqlx::query("SELECT body FROM tasks WHERE id = ? AND peer_id = ? AND expires_at > ?")
+                .bind(task_id)
+                .bind(peer_id)
+                .bind(now)
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(row.map(|row| row.try_get("body")).transpose()?)
+    }
+
+    /// Deletes tasks whose retention ended; returns how many.
+    pub async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM tasks WHERE expires_at <= ?")
+            .bind(now)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+async fn insert_task(tx: &mut SqliteConnection, write: &TaskWrite<'_>) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(write.task_id)
+    .bind(write.peer_id)
+    .bind(write.context_id)
+    .bind(write.state)
+    .bind(write.task_json)
+    .bind(write.now)
+    .bind(write.expires_at)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
+    let mut conn = pool.acquire().await?;
+    let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(&mut *conn)
+        .await?;
+    for (index, migration) in MIGRATIONS.iter().enumerate() {
+        let target = i64::try_from(index).unwrap_or(i64::MAX) + 1;
+        if version >= target {
+            continue;
+        }
+        // One transaction per step: a crash mid-migration leaves the previous version intact.
+        let step = format!("BEGIN IMMEDIATE; {migration} PRAGMA user_version = {target}; COMMIT;");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(step))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Creates the directory readable by its owner only (where the platform has modes).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}

@@ -1,0 +1,220 @@
+//! Peer tokens: `pgt_<id>_<secret><crc>`.
+//!
+//! * `pgt_` names the kind of secret, so scanners and log redactors can find leaked tokens;
+//! * `<id>` (12 base62 characters) finds the credential row without revealing anything;
+//! * `<secret>` (32 base62 characters, 190.5 bits from the operating system's CSPRNG);
+//! * `<crc>` (6 base62 characters) is CRC32 of everything before it, so typos and junk are
+//!   refused before the store is asked. The checksum is not a security control.
+//!
+//! The store keeps only [`TokenSecretHash`], a SHA-256 over the id and the secret; the token
+//! itself is shown once, when it is issued.
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// The fixed prefix of every peer token.
+pub const PREFIX: &str = "pgt_";
+const ID_LEN: usize = 12;
+const SECRET_LEN: usize = 32;
+const CRC_LEN: usize = 6;
+/// Length of a well-formed token in bytes.
+pub const TOKEN_LEN: usize = PREFIX.len() + ID_LEN + 1 + SECRET_LEN + CRC_LEN;
+
+const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// Why a presented string is not a peer token. Each case is decided without the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenFormatError {
+    /// Wrong length, prefix, separator or alphabet.
+    #[error("not a peer token")]
+    Malformed,
+    /// Well-formed, but the checksum does not match: a typo or a made-up token.
+    #[error("peer token checksum mismatch")]
+    BadChecksum,
+}
+
+/// A freshly issued token: the only moment the secret exists in full.
+pub struct IssuedToken {
+    /// The full token to hand to the peer, once.
+    pub token: String,
+    /// The public id embedded in the token.
+    pub token_id: String,
+    /// What the store keeps.
+    pub secret_hash: TokenSecretHash,
+}
+
+impl std::fmt::Debug for IssuedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedToken")
+            .field("token_id", &self.token_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A token that passed the format and checksum checks; not yet known to be valid.
+#[derive(Clone, Copy)]
+pub struct ParsedToken<'a> {
+    /// The public id.
+    pub token_id: &'a str,
+    secret: &'a str,
+}
+
+impl std::fmt::Debug for ParsedToken<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParsedToken")
+            .field("token_id", &self.token_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// SHA-256 over a domain label, the token id and the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenSecretHash(pub [u8; 32]);
+
+impl std::fmt::Debug for TokenSecretHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenSecretHash(..)")
+    }
+}
+
+impl TokenSecretHash {
+    fn compute(token_id: &str, secret: &str) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(b"peergate peer token v1\0");
+        hasher.update(token_id.as_bytes());
+        hasher.update(b"\0");
+        hasher.update(secret.as_bytes());
+        Self(hasher.finalize().into())
+    }
+}
+
+impl<'a> ParsedToken<'a> {
+    /// Whether this token's secret hashes to `stored`, compared in constant time.
+    pub fn matches(&self, stored: &TokenSecretHash) -> bool {
+        let presented = TokenSecretHash::compute(self.token_id, self.secret);
+        presented.0.ct_eq(&stored.0).into()
+    }
+}
+
+/// Issues a new token from the operating system's CSPRNG.
+pub fn issue() -> Result<IssuedToken, getrandom::Error> {
+    let token_id = random_base62(ID_LEN)?;
+    let secret = random_base62(SECRET_LEN)?;
+    let body = format!("{PREFIX}{token_id}_{secret}");
+    let token = format!("{body}{}", crc_base62(body.as_bytes()));
+    let secret_hash = TokenSecretHash::compute(&token_id, &secret);
+    Ok(IssuedToken {
+        token,
+        token_id,
+        secret_hash,
+    })
+}
+
+/// Checks shape and checksum; touches nothing else.
+pub fn parse(presented: &str) -> Result<ParsedToken<'_>, TokenFormatError> {
+    // ASCII first: the byte offsets below must fall on character boundaries.
+    if !presented.is_ascii() || presented.len() != TOKEN_LEN || !presented.starts_with(PREFIX) {
+        return Err(TokenFormatError::Malformed);
+    }
+    let rest = &presented[PREFIX.len()..];
+    let (token_id, rest) = rest.split_at(ID_LEN);
+    let Some(rest) = rest.strip_prefix('_') else {
+        return Err(TokenFormatError::Malformed);
+    };
+    let (secret, crc) = rest.split_at(SECRET_LEN);
+    let is_base62 = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !is_base62(token_id) || !is_base62(secret) || !is_base62(crc) {
+        return Err(TokenFormatError::Malformed);
+    }
+    let body = &presented[..presented.len() - CRC_LEN];
+    if crc_base62(body.as_bytes()).as_bytes() != crc.as_bytes() {
+        return Err(TokenFormatError::BadChecksum);
+    }
+    Ok(ParsedToken { token_id, secret })
+}
+
+/// Random base62 text by rejection sampling, so every character is equally likely.
+fn random_base62(len: usize) -> Result<String, getrandom::Error> {
+    let mut out = String::with_capacity(len);
+    let mut buf = [0u8; 64];
+    while out.len() < len {
+        getrandom::fill(&mut buf)?;
+        for &b in &buf {
+            // 248 = 4 * 62: bytes at or above it would favour the first characters.
+            if b < 248 && out.len() < len {
+                out.push(BASE62[usize::from(b % 62)] as char);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn crc_base62(data: &[u8]) -> String {
+    let mut n = u64::from(crc32fast::hash(data));
+    let mut digits = [b'0'; CRC_LEN];
+    for slot in digits.iter_mut().rev() {
+        *slot = BASE62[(n % 62) as usize];
+        n /= 62;
+    }
+    String::from_utf8_lossy(&digits).into_owned()
+}
+
+/// Whether `candidate` looks like a peer token id (for CLI and store look-ups).
+pub fn is_token_id(candidate: &str) -> bool {
+    candidate.len() == ID_LEN && candidate.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issued_token_parses_and_matches_its_hash() {
+        let issued = issue().unwrap();
+        assert_eq!(issued.token.len(), TOKEN_LEN);
+        let parsed = parse(&issued.token).unwrap();
+        assert_eq!(parsed.token_id, issued.token_id);
+        assert!(parsed.matches(&issued.secret_hash));
+    }
+
+    #[test]
+    fn another_tokens_hash_does_not_match() {
+        let a = issue().unwrap();
+        let b = issue().unwrap();
+        assert!(!parse(&a.token).unwrap().matches(&b.secret_hash));
+    }
+
+    #[test]
+    fn a_single_changed_character_fails_the_checksum() {
+        let issued = issue().unwrap();
+        let mut bytes = issued.token.into_bytes();
+        let i = PREFIX.len() + ID_LEN + 5;
+        bytes[i] = if bytes[i] == b'a' { b'b' } else { b'a' };
+        let typo = String::from_utf8(bytes).unwrap();
+        assert_eq!(parse(&typo).unwrap_err(), TokenFormatError::BadChecksum);
+    }
+
+    #[test]
+    fn junk_is_malformed() {
+        for junk in [
+            "",
+            "pgt_",
+            "Bearer",
+            &"x".repeat(TOKEN_LEN),
+            "pgt_ÄÄÄÄÄÄ",
+            &format!("pgt_{}", "é".repeat(25) + "x"),
+        ] {
+            assert_eq!(
+                parse(junk).unwrap_err(),
+                TokenFormatError::Malformed,
+                "{junk}"
+            );
+        }
+    }
+
+    #[test]
+    fn secret_carries_at_least_190_bits() {
+        assert!(SECRET_LEN as f64 * 62f64.log2() >= 190.0);
+    }
+}
