@@ -1,0 +1,640 @@
+//! The A2A door over real HTTP on 127.0.0.1: discovery, authentication, the JSON-RPC rules,
+//! the message and task rules.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+#[tokio::test]
+async fn card_is_public_the_same_on_both_paths_and_ignores_host() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace(
+            "# public_base_url = \"https://gateway.example.com\"",
+            "public_base_url = \"https://gw.example.org\"",
+        )
+    }))
+    .await;
+    let client = reqwest::Client::new();
+    let mut bodies = Vec::new();
+    for path in ["/.well-known/agent-card.json", "/.well-known/agent.json"] {
+        let response = client
+            .get(gw.url(path))
+            .header("host", "evil.example.net")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "application/json");
+        bodies.push(response.text().await.unwrap());
+    }
+    assert_eq!(bodies[0], bodies[1]);
+    assert!(!bodies[0].contains("evil.example.net"));
+    let card: Value = serde_json::from_str(&bodies[0]).unwrap();
+    assert_eq!(card["name"], "peergate");
+    assert_eq!(card["version"], "0.1.0");
+    assert!(card["description"].as_str().is_some_and(|d| !d.is_empty()));
+    assert_eq!(
+        card["supportedInterfaces"],
+        json!([{"url": "https://gw.example.org/a2a/v1", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}])
+    );
+    assert_eq!(card["capabilities"]["streaming"], false);
+    assert_eq!(card["capabilities"]["pushNotifications"], false);
+    assert_eq!(
+        card["securitySchemes"]["bearerAuth"]["httpAuthSecurityScheme"]["scheme"],
+        "Bearer"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn card_falls_back_to_the_listen_address_and_health_answers() {
+    let gw = TestGateway::start().await;
+    let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        card["supportedInterfaces"][0]["url"],
+        format!("http://{}/a2a/v1", gw.addr)
+    );
+    let health = reqwest::get(gw.url("/health")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(
+        health.json::<Value>().await.unwrap(),
+        json!({"status": "healthy"})
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn door_refuses_requests_without_a_valid_token() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}).to_string();
+    let mut typo = token.clone().into_bytes();
+    typo[20] = if typo[20] == b'a' { b'b' } else { b'a' };
+    let typo = String::from_utf8(typo).unwrap();
+    let unknown = peergate::token::issue().unwrap().token;
+    let cases: Vec<(Option<String>, &str)> = vec![
+        (None, "missing_credentials"),
+        (Some("Basic YWxpY2U6cHc=".into()), "malformed_authorization"),
+        (Some("Bearer".into()), "malformed_authorization"),
+        (Some("Bearer not-a-token".into()), "invalid_token"),
+        (Some(format!("Bearer {typo}")), "invalid_token"),
+        (Some(format!("Bearer {unknown}")), "invalid_token"),
+    ];
+    let client = reqwest::Client::new();
+    for (authorization, code) in cases {
+        let mut request = client.post(&gw.door).body(body.clone());
+        if let Some(value) = &authorization {
+            request = request.header("authorization", value);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 401, "{authorization:?}");
+        let challenge = response.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            challenge.starts_with("Bearer realm=\"peergate\""),
+            "{challenge}"
+        );
+        let json: Value = response.json().await.unwrap();
+        assert_eq!(json["error"]["code"], code, "{authorization:?}");
+        assert!(
+            !json.to_string().contains(&token[4..16]),
+            "echoes the token id"
+        );
+    }
+    // Two Authorization headers: neither is accepted, even though one is valid.
+    let response = client
+        .post(&gw.door)
+        .header("authorization", format!("Bearer {token}"))
+        .header("authorization", format!("Bearer {token}"))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    // The valid token alone works.
+    let (status, _) = post_raw(&gw.door, Some(&token), body).await;
+    assert_eq!(status, 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_peer_token_opens_only_the_door() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let response = reqwest::Client::new()
+        .get(gw.url("/admin"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let response = reqwest::Client::new()
+        .get(&gw.door)
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn envelope_errors_are_json_rpc_errors_inside_http_200() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let cases: Vec<(Vec<u8>, i64, Value)> = vec![
+        (b"{not json".to_vec(), -32700, Value::Null),
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}".to_vec(),
+            -32700,
+            Value::Null,
+        ),
+        (
+            br#"[{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}]"#.to_vec(),
+            -32600,
+            Value::Null,
+        ),
+        (br#"{"id":5,"method":"GetTask"}"#.to_vec(), -32600, json!(5)),
+        (
+            br#"{"jsonrpc":"2.0","id":{"a":1},"method":"GetTask"}"#.to_vec(),
+            -32600,
+            Value::Null,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":"s","method":42}"#.to_vec(),
+            -32600,
+            json!("s"),
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":"s","method":"tasks/destroy"}"#.to_vec(),
+            -32601,
+            json!("s"),
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":7,"method":"GetTask","params":[1]}"#.to_vec(),
+            -32602,
+            json!(7),
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":7,"method":"GetTask","params":{"nope":1}}"#.to_vec(),
+            -32602,
+            json!(7),
+        ),
+    ];
+    for (body, code, id) in cases {
+        let (status, response) = post_raw(&gw.door, Some(&token), body.clone()).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            error_code(&response),
+            code,
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+        assert_eq!(response["id"], id, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(response["jsonrpc"], "2.0");
+        assert_eq!(
+            response["error"]["data"][0]["@type"],
+            "type.googleapis.com/google.rpc.ErrorInfo"
+        );
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn ids_are_echoed_with_their_type_and_requests_without_id_are_answered() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    for id in [
+        json!("abc"),
+        json!(42),
+        json!(-1),
+        json!(9_007_199_254_740_991_i64),
+    ] {
+        let response = rpc(
+            &gw.door,
+            &token,
+            json!({"jsonrpc": "2.0", "id": id, "method": "GetTask", "params": {"id": "nope"}}),
+        )
+        .await;
+        assert_eq!(response["id"], id);
+    }
+    let response = rpc(
+        &gw.door,
+        &token,
+        json!({"jsonrpc": "2.0", "method": "SendMessage", "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "no id"}]}}}),
+    )
+    .await;
+    assert_eq!(response["id"], Value::Null);
+    assert_eq!(
+        task_of(&response)["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn method_table_with_aliases() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let sent = send_text(&gw.door, &token, "hello", None).await;
+    let task_id = task_of(&sent)["id"].as_str().unwrap().to_owned();
+    let call = |method: &str, params: Value| {
+        rpc(
+            &gw.door,
+            &token,
+            json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+        )
+    };
+    // 0.3 names work like the 1.0 names.
+    let legacy = call(
+        "message/send",
+        json!({"message": {"kind": "message", "messageId": "m2", "role": "user", "parts": [{"kind": "text", "text": "legacy"}]}}),
+    )
+    .await;
+    assert_eq!(task_of(&legacy)["status"]["state"], "TASK_STATE_COMPLETED");
+    assert!(reply_text(task_of(&legacy)).starts_with("echo: legacy"));
+    let got = call("tasks/get", json!({"id": task_id})).await;
+    assert_eq!(got["result"]["id"], task_id);
+    // Cancel: own task → -32002; unknown → -32001; both names.
+    for method in ["CancelTask", "tasks/cancel"] {
+        assert_eq!(
+            error_code(&call(method, json!({"id": task_id})).await),
+            -32002
+        );
+        assert_eq!(
+            error_code(&call(method, json!({"id": "unknown"})).await),
+            -32001
+        );
+    }
+    for method in [
+        "SendStreamingMessage",
+        "message/stream",
+        "SubscribeToTask",
+        "tasks/resubscribe",
+        "ListTasks",
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+        "tasks/pushNotificationConfig/set",
+    ] {
+        let response = call(method, json!({"id": task_id})).await;
+        assert_eq!(error_code(&response), -32004, "{method}");
+        assert_eq!(
+            response["error"]["data"][0]["reason"],
+            "UNSUPPORTED_OPERATION"
+        );
+        assert_eq!(response["error"]["data"][0]["domain"], "a2a-protocol.org");
+    }
+    assert_eq!(error_code(&call("sendmessage", json!({})).await), -32601);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn trailing_slash_is_the_same_door() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let response = send_text(&format!("{}/", gw.door), &token, "slash", None).await;
+    assert_eq!(
+        task_of(&response)["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn completed_task_has_the_spec_shape() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let response = rpc(
+        &gw.door,
+        &token,
+        json!({"jsonrpc": "2.0", "id": "r1", "method": "SendMessage", "params": {"message": {
+        "messageId": "m-1", "role": "ROLE_USER", "contextId": "ctx.1:a-b_c",
+        "parts": [
+            {"text": "first line"},
+            {"url": "https://example.com/ignored.pdf", "mediaType": "application/pdf"},
+            {"data": {"b": [1, 2], "a": "x"}},
+            {"raw": "aWdub3JlZA==", "filename": "ignored.bin"},
+            {"text": "last line"}
+        ]}}}),
+    )
+    .await;
+    let task = task_of(&response);
+    let task_id = task["id"].as_str().unwrap();
+    assert_eq!(task["contextId"], "ctx.1:a-b_c");
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    let timestamp = task["status"]["timestamp"].as_str().unwrap();
+    assert_eq!(timestamp.len(), 24, "{timestamp}");
+    assert!(timestamp.ends_with('Z'));
+    let reply = &task["status"]["message"];
+    assert_eq!(reply["role"], "ROLE_AGENT");
+    assert_eq!(reply["contextId"], "ctx.1:a-b_c");
+    assert_eq!(reply["taskId"], task_id);
+    assert!(reply["messageId"].as_str().is_some_and(|m| !m.is_empty()));
+    let text = reply_text(task);
+    // Text parts joined by newlines, data as compact JSON, url/raw ignored.
+    assert!(
+        text.starts_with("echo: first line\n{\"a\":\"x\",\"b\":[1,2]}\nlast line\n---"),
+        "{text}"
+    );
+    assert!(!text.contains("ignored"));
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], text.as_str());
+    assert!(task["artifacts"][0]["artifactId"].is_string());
+    let history = task["history"].as_array().unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0]["role"], "ROLE_USER");
+    assert_eq!(history[0]["messageId"], "m-1");
+    assert_eq!(history[1], *reply);
+    // No 0.3 `kind` anywhere.
+    assert!(!response.to_string().contains("\"kind\""));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn message_validation() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let send = |message: Value| {
+        rpc(
+            &gw.door,
+            &token,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}),
+        )
+    };
+    let cases = vec![
+        (
+            json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"url": "https://x"}]}),
+            -32005,
+            "",
+        ),
+        (
+            json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "  "}]}),
+            -32005,
+            "",
+        ),
+        (
+            json!({"messageId": "m", "role": "ROLE_USER", "parts": []}),
+            -32602,
+            "message.parts",
+        ),
+        (
+            json!({"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "x"}]}),
+            -32602,
+            "message.role",
+        ),
+        (
+            json!({"messageId": "", "role": "ROLE_USER", "parts": [{"text": "x"}]}),
+            -32602,
+            "message.messageId",
+        ),
+        (
+            json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x", "data": 1}]}),
+            -32602,
+            "message.parts[0]",
+        ),
+        (
+            json!({"role": "ROLE_USER", "parts": [{"text": "x"}]}),
+            -32602,
+            "messageId",
+        ),
+        (
+            json!({"messageId": "m", "role": "ROLE_USER", "contextId": "", "parts": [{"text": "x"}]}),
+            -32602,
+            "message.contextId",
+        ),
+        (
+            json!({"messageId": "m", "role": "ROLE_USER", "contextId": "a/b", "parts": [{"text": "x"}]}),
+            -32602,
+            "message.contextId",
+        ),
+        (
+            json!({"messageId": "m", "role": "ROLE_USER", "contextId": "x".repeat(129), "parts": [{"text": "x"}]}),
+            -32602,
+            "message.contextId",
+        ),
+        (
+            json!({"messageId": "m", "role": "ROLE_USER", "taskId": "unknown", "parts": [{"text": "x"}]}),
+            -32001,
+            "",
+        ),
+    ];
+    for (message, code, mentions) in cases {
+        let response = send(message.clone()).await;
+        assert_eq!(error_code(&response), code, "{message}");
+        let text = response["error"].to_string();
+        assert!(text.contains(mentions), "{message}: {text}");
+    }
+    // A 128-character contextId is fine.
+    let ok = send(json!({"messageId": "m", "role": "ROLE_USER", "contextId": "c".repeat(128), "parts": [{"text": "x"}]})).await;
+    assert_eq!(task_of(&ok)["contextId"], "c".repeat(128));
+    // Negative historyLength in the configuration.
+    let response = rpc(
+        &gw.door,
+        &token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+        "configuration": {"historyLength": -1}}}),
+    )
+    .await;
+    assert_eq!(error_code(&response), -32602);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn long_text_is_cut_on_a_character_boundary_with_a_marker() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    // 65,535 ASCII bytes then a 3-byte character: the cut must not split it.
+    let text = format!("{}€tail", "a".repeat(65_535));
+    let response = send_text(&gw.door, &token, &text, None).await;
+    let task = task_of(&response);
+    let sent = task["history"][0]["parts"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        sent,
+        format!(
+            "{}\n[peergate: message truncated from {} to 65535 bytes]",
+            "a".repeat(65_535),
+            text.len()
+        )
+    );
+    // Exactly at the limit nothing is cut.
+    let exact = "b".repeat(65_536);
+    let response = send_text(&gw.door, &token, &exact, None).await;
+    assert_eq!(
+        task_of(&response)["history"][0]["parts"][0]["text"],
+        exact.as_str()
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn contexts_continue_with_history_and_belong_to_their_peer() {
+    let gw = TestGateway::start().await;
+    let alice = gw.add_peer("alice");
+    let bob = gw.add_peer("bob");
+    let first = send_text(&gw.door, &alice, "the password is swordfish", None).await;
+    let context = task_of(&first)["contextId"].as_str().unwrap().to_owned();
+    assert_eq!(context.len(), 36, "generated contextId is a UUID");
+    let reply = reply_text(task_of(&first));
+    assert!(reply.contains("history: 0 earlier messages"));
+    assert!(reply.contains("preface: You are answering the partner agent \"alice\""));
+
+    let second = send_text(&gw.door, &alice, "what was it?", Some(&context)).await;
+    assert_eq!(task_of(&second)["contextId"], context.as_str());
+    let reply = reply_text(task_of(&second));
+    assert!(reply.contains("history: 2 earlier messages"), "{reply}");
+    assert!(reply.contains("peer: the password is swordfish"), "{reply}");
+
+    // Bob sends the same contextId: a conversation of his own, nothing of Alice's.
+    let intruder = send_text(&gw.door, &bob, "continue", Some(&context)).await;
+    let reply = reply_text(task_of(&intruder));
+    assert!(reply.contains("history: 0 earlier messages"), "{reply}");
+    assert!(!reply.contains("swordfish"));
+    assert!(reply.contains("partner agent \"bob\""));
+    // And Alice's context is untouched by Bob's message.
+    let third = send_text(&gw.door, &alice, "again", Some(&context)).await;
+    assert!(reply_text(task_of(&third)).contains("history: 4 earlier messages"));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn get_task_shows_only_own_tasks_and_honours_history_length() {
+    let gw = TestGateway::start().await;
+    let alice = gw.add_peer("alice");
+    let bob = gw.add_peer("bob");
+    let sent = send_text(&gw.door, &alice, "mine", None).await;
+    let task = task_of(&sent).clone();
+    let id = task["id"].as_str().unwrap();
+
+    let full = get_task(&gw.door, &alice, id, None).await;
+    assert_eq!(full["result"], task);
+    let none = get_task(&gw.door, &alice, id, Some(0)).await;
+    assert!(none["result"].get("history").is_none(), "{none}");
+    assert_eq!(none["result"]["status"], task["status"]);
+    let one = get_task(&gw.door, &alice, id, Some(1)).await;
+    assert_eq!(one["result"]["history"], json!([task["history"][1]]));
+    let many = get_task(&gw.door, &alice, id, Some(50)).await;
+    assert_eq!(many["result"]["history"], task["history"]);
+    assert_eq!(
+        error_code(&get_task(&gw.door, &alice, id, Some(-1)).await),
+        -32602
+    );
+
+    // Bob asking for Alice's task gets exactly what he gets for a task that never existed.
+    let theirs = get_task(&gw.door, &bob, id, None).await;
+    let nothing = get_task(&gw.door, &bob, "11111111-2222-4333-8444-555555555555", None).await;
+    assert_eq!(error_code(&theirs), -32001);
+    assert_eq!(theirs["error"], nothing["error"]);
+    assert_eq!(theirs["error"]["data"][0]["reason"], "TASK_NOT_FOUND");
+    // Nor can he cancel it or refer to it.
+    let cancel = rpc(
+        &gw.door,
+        &bob,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": id}}),
+    )
+    .await;
+    assert_eq!(error_code(&cancel), -32001);
+    let refer = rpc(
+        &gw.door,
+        &bob,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "taskId": id, "parts": [{"text": "x"}]}}}),
+    )
+    .await;
+    assert_eq!(error_code(&refer), -32001);
+    // Alice referring to her own finished task is told it is terminal.
+    let refer = rpc(
+        &gw.door,
+        &alice,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "taskId": id, "parts": [{"text": "x"}]}}}),
+    )
+    .await;
+    assert_eq!(error_code(&refer), -32004);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn send_message_honours_configuration_history_length() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let response = rpc(
+        &gw.door,
+        &token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+        "configuration": {"historyLength": 0}}}),
+    )
+    .await;
+    assert!(task_of(&response).get("history").is_none());
+    // The stored task still holds the whole history.
+    let id = task_of(&response)["id"].as_str().unwrap();
+    let got = get_task(&gw.door, &token, id, None).await;
+    assert_eq!(got["result"]["history"].as_array().unwrap().len(), 2);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn tasks_expire_after_the_retention_period() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let sent = send_text(&gw.door, &token, "remember me", None).await;
+    let id = task_of(&sent)["id"].as_str().unwrap().to_owned();
+    gw.clock.advance(Duration::from_secs(24 * 3600 - 1));
+    assert_eq!(
+        get_task(&gw.door, &token, &id, None).await["result"]["id"],
+        id.as_str()
+    );
+    gw.clock.advance(Duration::from_secs(1));
+    let expired = get_task(&gw.door, &token, &id, None).await;
+    assert_eq!(error_code(&expired), -32001);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn retention_is_configurable() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace("retention_hours = 24", "retention_hours = 1")
+    }))
+    .await;
+    let token = gw.add_peer("alice");
+    let sent = send_text(&gw.door, &token, "short-lived", None).await;
+    let id = task_of(&sent)["id"].as_str().unwrap().to_owned();
+    gw.clock.advance(Duration::from_secs(3599));
+    assert!(
+        get_task(&gw.door, &token, &id, None)
+            .await
+            .get("result")
+            .is_some()
+    );
+    gw.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        error_code(&get_task(&gw.door, &token, &id, None).await),
+        -32001
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_body_is_refused_before_the_handler() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let body = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{{\"message\":{{\"messageId\":\"m\",\"role\":\"ROLE_USER\",\"parts\":[{{\"text\":\"{}\"}}]}}}}}}",
+        "a".repeat(1024 * 1024)
+    );
+    let (status, _) = post_raw(&gw.door, Some(&token), body).await;
+    assert_eq!(status, 413);
+    gw.stop().await;
+}
