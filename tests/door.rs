@@ -638,3 +638,42 @@ async fn oversized_body_is_refused_before_the_handler() {
     assert_eq!(status, 413);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn malformed_and_bad_checksum_tokens_never_reach_the_store() {
+    use axum::http::{HeaderMap, HeaderValue};
+    use peergate::auth::{AuthError, PeerAuthenticator};
+    let dir = tempfile::tempdir().unwrap();
+    let store = peergate::store::Store::open(dir.path()).await.unwrap();
+    let auth = PeerAuthenticator::new(
+        store.clone(),
+        std::sync::Arc::new(peergate::clock::SystemClock),
+        Duration::from_secs(2),
+    );
+    // With the store closed, any look-up fails as `Unavailable`.
+    store.close().await;
+    let headers = |token: &str| {
+        let mut map = HeaderMap::new();
+        map.insert(
+            "authorization",
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
+        map
+    };
+    let good = peergate::token::issue().unwrap().token;
+    assert_eq!(
+        auth.authenticate(&headers(&good)).await.unwrap_err(),
+        AuthError::Unavailable
+    );
+    let mut typo = good.clone().into_bytes();
+    typo[30] = if typo[30] == b'Z' { b'Y' } else { b'Z' };
+    let typo = String::from_utf8(typo).unwrap();
+    assert_eq!(
+        auth.authenticate(&headers(&typo)).await.unwrap_err(),
+        AuthError::MalformedToken
+    );
+    assert_eq!(
+        auth.authenticate(&headers("pgt_short")).await.unwrap_err(),
+        AuthError::MalformedToken
+    );
+}

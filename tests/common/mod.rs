@@ -287,7 +287,9 @@ impl FakeModel {
 
     /// Waits until a request has arrived (for `Gated`).
     pub async fn wait_for_arrival(&self) {
-        self.state.arrived.notified().await;
+        tokio::time::timeout(Duration::from_secs(30), self.state.arrived.notified())
+            .await
+            .expect("no request reached the model");
     }
 
     /// Lets one gated request answer.
@@ -374,12 +376,18 @@ pub struct ServeProcess {
 impl ServeProcess {
     /// Starts `peergate serve --listen 127.0.0.1:0 <extra>` in `cwd`, and waits for it to listen.
     pub fn start(cwd: &Path, extra: &[&str]) -> Self {
+        Self::start_with_env(cwd, extra, &[])
+    }
+
+    /// Like [`ServeProcess::start`], with extra environment variables for the child only.
+    pub fn start_with_env(cwd: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(bin())
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
             .args(extra)
             .current_dir(cwd)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,217 @@
+//! The command line as a contract, and the `serve` binary across restarts and revocations.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+fn one_line(stderr: &str) -> &str {
+    let trimmed = stderr.trim_end();
+    assert!(!trimmed.contains('\n'), "more than one line: {stderr:?}");
+    assert!(trimmed.starts_with("peergate: "), "{stderr:?}");
+    trimmed
+}
+
+#[test]
+fn peer_add_prints_the_token_alone_and_list_never_shows_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let (code, stdout, stderr) = cli(&["peer", "add", "alice", "--data", data]);
+    assert_eq!(code, 0, "{stderr}");
+    let token = stdout.strip_suffix('\n').expect("token ends the line");
+    assert!(
+        !token.contains('\n'),
+        "stdout holds only the token: {stdout:?}"
+    );
+    assert!(peergate::token::parse(token).is_ok(), "{token}");
+    assert!(stderr.contains("alice"), "{stderr}");
+    assert!(!stderr.contains(token), "the summary repeats the token");
+
+    let (code, _, stderr) = cli(&["peer", "add", "bob", "--rate", "100/min", "--data", data]);
+    assert_eq!(code, 0, "{stderr}");
+
+    let (code, list, _) = cli(&["peer", "list", "--data", data]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 3, "{list}");
+    for column in ["NAME", "ID", "STATUS", "LIMIT", "CREATED", "LAST USED"] {
+        assert!(lines[0].contains(column), "{column} missing: {}", lines[0]);
+    }
+    let alice: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(alice[0], "alice");
+    assert!(alice[1].starts_with("peer_"));
+    assert_eq!(alice[2], "active");
+    assert_eq!(alice[3], "30/min", "default from the policy");
+    assert!(alice[4].ends_with('Z'));
+    assert_eq!(alice[5], "never");
+    assert!(lines[2].contains("100/min"));
+    // Neither the token, its secret part nor its id appear.
+    assert!(!list.contains(token));
+    assert!(!list.contains(&token[17..49]));
+    // Nor does the database file hold the token or its secret.
+    let db = std::fs::read(dir.path().join("peergate.sqlite3")).unwrap();
+    let db = String::from_utf8_lossy(&db);
+    assert!(!db.contains(&token[17..49]), "secret stored in clear");
+}
+
+#[test]
+fn bad_input_exits_non_zero_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    add_peer(dir.path(), "alice");
+
+    let (code, stdout, stderr) = cli(&["peer", "add", "alice", "--data", data]);
+    assert_ne!(code, 0);
+    assert!(stdout.is_empty(), "no token for a refused add");
+    assert!(one_line(&stderr).contains("a peer named \"alice\" already exists"));
+
+    let (code, _, stderr) = cli(&["peer", "revoke", "nobody", "--data", data]);
+    assert_ne!(code, 0);
+    assert!(one_line(&stderr).contains("no peer named \"nobody\""));
+
+    let (code, _, stderr) = cli(&["peer", "add", "carol", "--rate", "5/h", "--data", data]);
+    assert_ne!(code, 0);
+    let line = one_line(&stderr);
+    assert!(line.contains("--rate") && line.contains("N/min"), "{line}");
+
+    let (code, _, stderr) = cli(&["peer", "add", "bad name!", "--data", data]);
+    assert_ne!(code, 0);
+    assert!(one_line(&stderr).contains("invalid peer name"));
+
+    let (code, _, stderr) = cli(&["serve", "--listen", "not-an-address"]);
+    assert_ne!(code, 0);
+    assert!(one_line(&stderr).contains("--listen"));
+
+    let (code, _, stderr) = cli(&[
+        "serve",
+        "--policy",
+        "/nonexistent/policy.toml",
+        "--data",
+        data,
+    ]);
+    assert_ne!(code, 0);
+    let line = one_line(&stderr);
+    assert!(
+        line.contains("/nonexistent/policy.toml") && line.contains("cannot read"),
+        "{line}"
+    );
+
+    let bad = dir.path().join("bad.toml");
+    let text = peergate::policy::EMBEDDED_DEFAULT
+        .replace("context_messages = 20", "context_messages = 9999");
+    std::fs::write(&bad, text).unwrap();
+    let (code, _, stderr) = cli(&["serve", "--policy", bad.to_str().unwrap(), "--data", data]);
+    assert_ne!(code, 0);
+    let line = one_line(&stderr);
+    assert!(
+        line.contains("bad.toml") && line.contains("tasks.context_messages"),
+        "{line}"
+    );
+
+    let text = peergate::policy::EMBEDDED_DEFAULT.replace("[peers]", "[peers]\nsurprise = 1");
+    std::fs::write(&bad, text).unwrap();
+    let (code, _, stderr) = cli(&[
+        "peer",
+        "add",
+        "dave",
+        "--policy",
+        bad.to_str().unwrap(),
+        "--data",
+        data,
+    ]);
+    assert_ne!(code, 0);
+    let line = one_line(&stderr);
+    assert!(
+        line.contains("bad.toml") && line.contains("surprise") && line.contains("line"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn serve_runs_on_the_embedded_defaults_anywhere() {
+    let cwd = tempfile::tempdir().unwrap();
+    let server = ServeProcess::start(cwd.path(), &[]);
+    let card: serde_json::Value = reqwest::get(format!(
+        "http://{}/.well-known/agent-card.json",
+        server.addr
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(card["name"], "peergate");
+    let log = server.log_text();
+    assert!(log.contains("embedded policies/default.toml"), "{log}");
+    assert!(log.contains("DEMONSTRATION backend"), "{log}");
+    assert!(log.contains("listening on http://127.0.0.1:"), "{log}");
+    assert!(log.contains("peergate.sqlite3"), "{log}");
+    assert!(
+        cwd.path().join("data").join("peergate.sqlite3").exists(),
+        "default data dir"
+    );
+}
+
+#[tokio::test]
+async fn answered_tasks_and_conversations_survive_a_kill_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap();
+    let token = add_peer(&data, "alice");
+    let server = ServeProcess::start(dir.path(), &["--data", data_arg]);
+    let first = send_text(&server.door(), &token, "before the crash", None).await;
+    let task = task_of(&first).clone();
+    server.kill();
+
+    let server = ServeProcess::start(dir.path(), &["--data", data_arg]);
+    let got = get_task(&server.door(), &token, task["id"].as_str().unwrap(), None).await;
+    assert_eq!(got["result"], task);
+    let next = send_text(&server.door(), &token, "after", task["contextId"].as_str()).await;
+    let reply = reply_text(task_of(&next));
+    assert!(reply.contains("history: 2 earlier messages"), "{reply}");
+    assert!(reply.contains("peer: before the crash"), "{reply}");
+}
+
+#[tokio::test]
+async fn revoking_from_the_cli_stops_a_token_on_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap();
+    let alice = add_peer(&data, "alice");
+    let bob = add_peer(&data, "bob");
+    let server = ServeProcess::start(dir.path(), &["--data", data_arg]);
+    let probe =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}).to_string();
+    assert_eq!(
+        post_raw(&server.door(), Some(&alice), probe.clone())
+            .await
+            .0,
+        200
+    );
+
+    let (code, _, stderr) = cli(&["peer", "revoke", "alice", "--data", data_arg]);
+    assert_eq!(code, 0, "{stderr}");
+    // The server's credential cache holds a verified token for at most 2 s (the default of
+    // auth.credential_cache_seconds); poll well past that rather than sleep a fixed window.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = post_raw(&server.door(), Some(&alice), probe.clone()).await;
+        if status == 401 {
+            assert_eq!(body["error"]["code"], "invalid_token");
+            break;
+        }
+        assert!(Instant::now() < deadline, "revoked token still accepted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Other peers are unaffected, and the list shows the revocation.
+    assert_eq!(post_raw(&server.door(), Some(&bob), probe).await.0, 200);
+    let (_, list, _) = cli(&["peer", "list", "--data", data_arg]);
+    let alice_line = list.lines().find(|l| l.starts_with("alice")).unwrap();
+    assert!(alice_line.contains("revoked"), "{alice_line}");
+    let bob_line = list.lines().find(|l| l.starts_with("bob")).unwrap();
+    assert!(
+        !bob_line.contains("never"),
+        "last used is recorded: {bob_line}"
+    );
+}

@@ -1,0 +1,273 @@
+//! The openai backend against a real OpenAI-compatible server on 127.0.0.1: what it is sent,
+//! the 20-message window, racing messages in one context, and every way it can fail.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+#[tokio::test]
+async fn model_receives_instructions_preface_history_and_text() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let gw = TestGateway::start_with(model.policy(10)).await;
+    let token = gw.add_peer("acme-agent");
+    let first = send_text(&gw.door, &token, "What is 2+2?", None).await;
+    let task = task_of(&first);
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(reply_text(task), "model says: What is 2+2?");
+    let context = task["contextId"].as_str().unwrap();
+    send_text(&gw.door, &token, "And 3+3?", Some(context)).await;
+
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0]["model"], "test-model");
+    assert_eq!(requests[0]["stream"], false);
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap();
+    assert_eq!(requests[0]["messages"][0]["role"], "system");
+    assert!(
+        system.starts_with("You answer questions from partner agents"),
+        "{system}"
+    );
+    assert!(system.contains("partner agent \"acme-agent\""), "{system}");
+    assert_eq!(
+        requests[0]["messages"][1],
+        json!({"role": "user", "content": "What is 2+2?"})
+    );
+    assert_eq!(requests[0]["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        requests[1]["messages"].as_array().unwrap()[1..],
+        [
+            json!({"role": "user", "content": "What is 2+2?"}),
+            json!({"role": "assistant", "content": "model says: What is 2+2?"}),
+            json!({"role": "user", "content": "And 3+3?"}),
+        ]
+    );
+    // No API key configured: no Authorization header.
+    assert!(model.headers()[0].get("authorization").is_none());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn only_the_last_twenty_messages_go_to_the_model() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let gw = TestGateway::start_with(model.policy(10)).await;
+    let token = gw.add_peer("alice");
+    let context = "window-test";
+    for turn in 1..=12 {
+        let response = send_text(&gw.door, &token, &format!("turn {turn}"), Some(context)).await;
+        assert_eq!(
+            task_of(&response)["status"]["state"],
+            "TASK_STATE_COMPLETED"
+        );
+    }
+    let requests = model.requests();
+    let counts: Vec<usize> = requests
+        .iter()
+        .map(|r| r["messages"].as_array().unwrap().len() - 2)
+        .collect();
+    // History grows by two per turn until it stops at 20.
+    assert_eq!(counts, vec![0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 20]);
+    let last = requests[11]["messages"].as_array().unwrap();
+    // Turn 12 sees turns 2..=11: turn 1 fell out of the window.
+    assert_eq!(last[1], json!({"role": "user", "content": "turn 2"}));
+    assert_eq!(
+        last[20],
+        json!({"role": "assistant", "content": "model says: turn 11"})
+    );
+    assert_eq!(last[21], json!({"role": "user", "content": "turn 12"}));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn api_key_comes_from_the_named_environment_variable() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let var = "PEERGATE_TEST_MODEL_KEY_8c1";
+    let base_url = model.base_url.clone();
+    let policy = policy_with(|p| {
+        p.replace("backend = \"echo\"", "backend = \"openai\"")
+            + &format!(
+                "\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"m\"\napi_key_env = \"{var}\"\n"
+            )
+    });
+    // Named but unset: start-up refuses and names the variable, not a value.
+    let data = tempfile::tempdir().unwrap();
+    let refused = peergate::server::start(peergate::server::GatewayOptions {
+        policy,
+        policy_source: peergate::policy::PolicySource::Embedded,
+        data_dir: data.path().to_owned(),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        clock: std::sync::Arc::new(peergate::clock::SystemClock),
+    })
+    .await;
+    let message = refused.err().expect("start-up must fail").to_string();
+    assert!(message.contains(var), "{message}");
+    assert!(message.contains("model.openai.api_key_env"), "{message}");
+
+    // The binary gets the key through its environment.
+    let dir = tempfile::tempdir().unwrap();
+    let policy_path = dir.path().join("policy.toml");
+    let text = peergate::policy::EMBEDDED_DEFAULT
+        .replace("backend = \"echo\"", "backend = \"openai\"")
+        + &format!(
+            "\n[model.openai]\nbase_url = \"{}\"\nmodel = \"m\"\napi_key_env = \"{var}\"\n",
+            model.base_url
+        );
+    std::fs::write(&policy_path, text).unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, "alice");
+    let server = ServeProcess::start_with_env(
+        dir.path(),
+        &[
+            "--policy",
+            policy_path.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+        ],
+        &[(var, "sk-test-123")],
+    );
+    let response = send_text(&server.door(), &token, "hi", None).await;
+    assert_eq!(
+        task_of(&response)["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let auth = model.headers()[0]["authorization"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(auth, "Bearer sk-test-123");
+    assert!(
+        !server.log_text().contains("sk-test-123"),
+        "the key reached the log"
+    );
+}
+
+async fn failed_task(model: &FakeModel, behaviour: ModelBehaviour, timeout: u64) -> Value {
+    model.set(behaviour);
+    let gw = TestGateway::start_with(model.policy(timeout)).await;
+    let token = gw.add_peer("alice");
+    let response = send_text(&gw.door, &token, "please answer", None).await;
+    let task = task_of(&response).clone();
+    // The failed task is stored and readable like any other.
+    let id = task["id"].as_str().unwrap();
+    assert_eq!(get_task(&gw.door, &token, id, None).await["result"], task);
+    // The failed exchange does not enter the context's history: a retry starts clean.
+    model.set(ModelBehaviour::Answer);
+    let retry = send_text(&gw.door, &token, "retry", task["contextId"].as_str()).await;
+    assert_eq!(task_of(&retry)["status"]["state"], "TASK_STATE_COMPLETED");
+    let last = model.requests().pop().unwrap();
+    assert_eq!(last["messages"].as_array().unwrap().len(), 2, "{last}");
+    gw.stop().await;
+    task
+}
+
+fn assert_failed_cleanly(task: &Value) {
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{task}");
+    let text = reply_text(task);
+    assert!(text.contains("Please retry"), "{text}");
+    assert_eq!(task["status"]["message"]["role"], "ROLE_AGENT");
+    assert!(task.get("artifacts").is_none(), "{task}");
+    let whole = task.to_string();
+    assert!(
+        !whole.contains(UPSTREAM_SECRET),
+        "upstream body leaked: {whole}"
+    );
+    assert!(!whole.contains("127.0.0.1"), "upstream URL leaked: {whole}");
+}
+
+#[tokio::test]
+async fn slow_model_ends_the_task_failed_after_the_timeout() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let task = failed_task(&model, ModelBehaviour::Slow(Duration::from_secs(30)), 1).await;
+    assert_failed_cleanly(&task);
+    assert!(reply_text(&task).contains("did not answer in time"));
+}
+
+#[tokio::test]
+async fn server_error_malformed_empty_and_oversized_answers_fail_the_task() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    for behaviour in [
+        ModelBehaviour::ServerError,
+        ModelBehaviour::Malformed,
+        ModelBehaviour::NoChoices,
+        ModelBehaviour::Oversized,
+    ] {
+        let task = failed_task(&model, behaviour.clone(), 10).await;
+        assert_failed_cleanly(&task);
+        assert!(
+            reply_text(&task).contains("returned an error"),
+            "{behaviour:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unreachable_model_fails_the_task() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let policy = policy_with(|p| {
+        p.replace("backend = \"echo\"", "backend = \"openai\"")
+            + &format!(
+                "\n[model.openai]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\n"
+            )
+    });
+    let gw = TestGateway::start_with(policy).await;
+    let token = gw.add_peer("alice");
+    let response = send_text(&gw.door, &token, "anyone there?", None).await;
+    assert_failed_cleanly(task_of(&response));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn racing_messages_in_one_context_are_answered_in_turn() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(model.policy(20)).await;
+    let token = gw.add_peer("alice");
+    let door = gw.door.clone();
+    let (t1, d1) = (token.clone(), door.clone());
+    let first = tokio::spawn(async move { send_text(&d1, &t1, "first", Some("race")).await });
+    model.wait_for_arrival().await;
+    let (t2, d2) = (token.clone(), door.clone());
+    let second = tokio::spawn(async move { send_text(&d2, &t2, "second", Some("race")).await });
+    // Another context is not held up by the busy one.
+    let (t3, d3) = (token.clone(), door.clone());
+    let other = tokio::spawn(async move { send_text(&d3, &t3, "elsewhere", Some("other")).await });
+    model.wait_for_arrival().await;
+    model.release_one();
+    model.release_one();
+    model.wait_for_arrival().await;
+    model.release_one();
+    let first = first.await.unwrap();
+    let second = second.await.unwrap();
+    other.await.unwrap();
+    assert_eq!(task_of(&first)["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(task_of(&second)["status"]["state"], "TASK_STATE_COMPLETED");
+    let race: Vec<Value> = model
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r["messages"].to_string().contains("first")
+                || r["messages"].to_string().contains("second")
+        })
+        .collect();
+    assert_eq!(race.len(), 2);
+    // The second saw the first's full exchange: they did not interleave.
+    let second_request = &race[1]["messages"];
+    assert_eq!(
+        second_request[1],
+        json!({"role": "user", "content": "first"})
+    );
+    assert_eq!(
+        second_request[2],
+        json!({"role": "assistant", "content": "model says: first"})
+    );
+    assert_eq!(
+        second_request[3],
+        json!({"role": "user", "content": "second"})
+    );
+    gw.stop().await;
+}
