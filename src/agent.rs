@@ -366,15 +366,18 @@ fn failure_text(error: &BackendError) -> String {
     format!("The model behind this gateway could not answer ({why}). Please retry later.")
 }
 
+/// A conversation's key: contexts are namespaced by peer.
+type ContextKey = (String, String);
+
 /// One lock per (peer, context), kept only while someone holds or waits for it.
 #[derive(Default)]
 struct ContextLocks {
-    locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<ContextKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 struct ContextTurn<'a> {
     locks: &'a ContextLocks,
-    key: (String, String),
+    key: ContextKey,
     lock: Arc<tokio::sync::Mutex<()>>,
     guard: Option<OwnedMutexGuard<()>>,
 }

@@ -207,10 +207,10 @@ impl PeerAuthenticator {
     }
 
     async fn credential(&self, token_id: &str) -> Result<Option<Arc<CredentialRecord>>, AuthError> {
-        if let Some(cache) = &self.verified {
-            if let Some(hit) = cache.get(token_id).await {
-                return Ok(Some(hit));
-            }
+        if let Some(cache) = &self.verified
+            && let Some(hit) = cache.get(token_id).await
+        {
+            return Ok(Some(hit));
         }
         let record = self.store.find_credential(token_id).await.map_err(|e| {
             tracing::error!(error = %e, "credential look-up failed");

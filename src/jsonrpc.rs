@@ -9,6 +9,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+/// How deeply `params` may nest; deeper requests are refused before any handler parses them.
+pub const MAX_PARAMS_DEPTH: usize = 64;
+
 /// The largest integer id that survives a round trip through an IEEE double (2^53 − 1).
 pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
 
@@ -290,11 +293,48 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
     let Some(method) = Method::from_name(&method) else {
         return Err(fail(id, RpcError::MethodNotFound));
     };
+    if envelope
+        .params
+        .as_ref()
+        .is_some_and(|p| nesting_depth(p.get()) > MAX_PARAMS_DEPTH)
+    {
+        return Err(fail(
+            id,
+            RpcError::InvalidRequest("params nest deeper than 64 levels"),
+        ));
+    }
     Ok(RpcRequest {
         id,
         method,
         params: envelope.params,
     })
+}
+
+/// The deepest nesting of arrays and objects in syntactically valid JSON text.
+fn nesting_depth(json: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for byte in json.bytes() {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Parses a method's params into `T`, naming what is wrong on failure.
@@ -365,6 +405,12 @@ mod tests {
             code(br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"GetTask"}"#),
             -32600
         );
+    }
+
+    #[test]
+    fn measures_nesting_outside_strings() {
+        assert_eq!(nesting_depth(r#"{"a":[1,{"b":"[[[\"]]"}]}"#), 3);
+        assert_eq!(nesting_depth("1"), 0);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod backend;
 pub mod card;
 pub mod cli;
 pub mod clock;
+pub mod fuzzing;
 pub mod jsonrpc;
 pub mod policy;
 pub mod server;

@@ -337,13 +337,13 @@ impl Policy {
         if path.starts_with("/.well-known") || path == "/health" {
             return Err(invalid("server.a2a_path", "collides with a built-in route"));
         }
-        if let Some(url) = &self.server.public_base_url {
-            if !(url.starts_with("https://") || url.starts_with("http://")) || url.ends_with('/') {
-                return Err(invalid(
-                    "server.public_base_url",
-                    "must be an http(s) URL without a trailing `/`, e.g. https://gateway.example.com",
-                ));
-            }
+        if let Some(url) = &self.server.public_base_url
+            && (!(url.starts_with("https://") || url.starts_with("http://")) || url.ends_with('/'))
+        {
+            return Err(invalid(
+                "server.public_base_url",
+                "must be an http(s) URL without a trailing `/`, e.g. https://gateway.example.com",
+            ));
         }
         if !(1024..=64 * 1024 * 1024).contains(&self.server.max_body_bytes) {
             return Err(invalid(
