@@ -160,11 +160,6 @@ fn crc_base62(data: &[u8]) -> String {
     String::from_utf8_lossy(&digits).into_owned()
 }
 
-/// Whether `candidate` looks like a peer token id (for CLI and store look-ups).
-pub fn is_token_id(candidate: &str) -> bool {
-    candidate.len() == ID_LEN && candidate.bytes().all(|b| b.is_ascii_alphanumeric())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
