@@ -1,0 +1,77 @@
+//! The official JavaScript client (`@a2a-js/sdk`, pinned in `tests/interop/package.json` and its
+//! lockfile) against the real `peergate serve` binary: discover, send, get, follow up, unknown
+//! task.
+//!
+//! Needs Node.js 20 or newer and npm; where `node` is not installed the test says so and does
+//! nothing (the Python SDK test in `tests/python_sdk.rs` always runs).
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+fn node_available() -> bool {
+    Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn official_js_client_discovers_sends_gets_and_follows_up() {
+    if !node_available() {
+        eprintln!(
+            "skipped: node is not installed; the JavaScript SDK interop test needs Node.js 20+"
+        );
+        return;
+    }
+    // Install beside a copy of the script: Node resolves packages from the script's folder.
+    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("a2a-js-client");
+    std::fs::create_dir_all(&work).unwrap();
+    let interop = repo_root().join("tests/interop");
+    let lock = std::fs::read_to_string(interop.join("package-lock.json")).unwrap();
+    for file in ["package.json", "package-lock.json", "a2a_js_client.mjs"] {
+        std::fs::copy(interop.join(file), work.join(file)).unwrap();
+    }
+    let marker = work.join("installed-lock.json");
+    if std::fs::read_to_string(&marker).ok().as_deref() != Some(lock.as_str()) {
+        let output = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&work)
+            .output()
+            .expect("run npm");
+        assert!(
+            output.status.success(),
+            "npm ci failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::write(&marker, lock).unwrap();
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, "js-sdk");
+    let server = ServeProcess::start(dir.path(), &["--data", data.to_str().unwrap()]);
+    let output = Command::new("node")
+        .arg(work.join("a2a_js_client.mjs"))
+        .args([
+            "--base-url",
+            &format!("http://{}", server.addr),
+            "--token",
+            &token,
+        ])
+        .output()
+        .expect("run the JavaScript client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "JavaScript client failed: {}\n{stdout}\nserver log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.log_text()
+    );
+    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON summary");
+    assert_eq!(summary["unknown_task_error_code"], -32001, "{summary}");
+    assert_eq!(summary["followup_same_context"], true, "{summary}");
+    assert_ne!(summary["first_task"], summary["followup_task"], "{summary}");
+}
