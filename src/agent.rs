@@ -7,8 +7,8 @@
 //!
 //! Contexts are namespaced by peer: the same `contextId` sent by two peers names two separate
 //! conversations, so one peer can neither read nor continue another's. Two messages racing in
-//! one context are answered one after the other; the second waits for the first (at most the
-//! backend timeout plus five seconds, then `-32000`).
+//! one context are answered one after the other; the second waits for the first (at most one
+//! and a half times the backend timeout, then `-32000`).
 
 use crate::a2a::{
     self, Artifact, CancelTaskParams, GetTaskParams, Message, Role, SendMessageParams, Task,
@@ -145,7 +145,9 @@ impl Agent {
         }
         let text = truncate_text(text, self.settings.max_text_bytes);
 
-        let wait = self.settings.backend_timeout + Duration::from_secs(5);
+        // Long enough for one message ahead to finish (it is bounded by the backend timeout),
+        // short enough that a queue does not pile up behind a stuck model.
+        let wait = self.settings.backend_timeout.mul_f32(1.5);
         let _turn = self
             .locks
             .acquire(peer.id(), &context_id, wait)

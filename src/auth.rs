@@ -319,6 +319,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::Router;
+    use axum::routing::post;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_route_mounted_without_the_layer_refuses() {
+        let app = Router::new().route(
+            "/a2a",
+            post(|peer: AuthenticatedPeer| async move { peer.name().to_owned() }),
+        );
+        let request = Request::post("/a2a")
+            .header("authorization", "Bearer anything")
+            .body(Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
 
     #[test]
     fn reads_bearer_scheme_case_insensitively() {

@@ -152,7 +152,7 @@ impl RpcError {
     /// The `google.rpc.ErrorInfo` reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::Parse => "PARSE_ERROR",
+            Self::Parse => "JSON_PARSE",
             Self::InvalidRequest(_) => "INVALID_REQUEST",
             Self::MethodNotFound => "METHOD_NOT_FOUND",
             Self::InvalidParams { .. } => "INVALID_PARAMS",
@@ -193,10 +193,17 @@ impl RpcError {
         if let Self::Internal { request_id } = self {
             metadata.insert("requestId".to_owned(), Value::String(request_id.clone()));
         }
+        // A2A's own errors (-32001 and below) belong to the protocol's domain; the others are
+        // JSON-RPC's or peergate's.
+        let domain = if (-32099..=-32001).contains(&self.code()) {
+            "a2a-protocol.org"
+        } else {
+            "peergate"
+        };
         let mut data = vec![json!({
             "@type": "type.googleapis.com/google.rpc.ErrorInfo",
             "reason": self.reason(),
-            "domain": "a2a-protocol.org",
+            "domain": domain,
             "metadata": metadata,
         })];
         if let Self::InvalidParams { field, description } = self {
@@ -234,20 +241,22 @@ struct Envelope {
 /// Reads one JSON-RPC request from a body.
 pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
     let fail = |id: RpcId, error: RpcError| RpcFailure { id, error };
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'[') {
+    // The whole body must be UTF-8, including members the envelope would skip unread.
+    let Ok(body) = std::str::from_utf8(body) else {
+        return Err(fail(RpcId::Null, RpcError::Parse));
+    };
+    let first = body.bytes().find(|b| !b.is_ascii_whitespace());
+    if first == Some(b'[') {
         // Batches are refused whole; a valid JSON array is still a batch.
-        return Err(
-            match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-                Ok(_) => fail(
-                    RpcId::Null,
-                    RpcError::InvalidRequest("batch requests are not supported; send one object"),
-                ),
-                Err(_) => fail(RpcId::Null, RpcError::Parse),
-            },
-        );
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(body) {
+            Ok(_) => fail(
+                RpcId::Null,
+                RpcError::InvalidRequest("batch requests are not supported; send one object"),
+            ),
+            Err(_) => fail(RpcId::Null, RpcError::Parse),
+        });
     }
-    let envelope: Envelope = match serde_json::from_slice(body) {
+    let envelope: Envelope = match serde_json::from_str(body) {
         Ok(envelope) => envelope,
         Err(e) if e.is_data() => {
             return Err(fail(
@@ -382,6 +391,11 @@ mod tests {
     fn classifies_bad_envelopes() {
         assert_eq!(code(b"{"), -32700);
         assert_eq!(code(b"\xff\xfe"), -32700);
+        assert_eq!(
+            code(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"GetTask\",\"x\":\"\xff\"}"),
+            -32700
+        );
+        assert_eq!(code(b"[\"\xff\"]"), -32700);
         assert_eq!(code(b"[]"), -32600);
         assert_eq!(
             code(br#"[{"jsonrpc":"2.0","id":1,"method":"GetTask"}]"#),

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                let _ = e.print();
+                eprintln!("peergate: a subcommand is missing; run `peergate --help`");
                 return ExitCode::from(2);
             }
             // One line: clap's first line names the argument and what is wrong with it.

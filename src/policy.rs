@@ -306,10 +306,7 @@ impl Policy {
         let policy: Policy = toml::from_str(text).map_err(|e| {
             let location = e
                 .span()
-                .map(|span| {
-                    let line = text[..span.start.min(text.len())].lines().count().max(1);
-                    format!(" (line {line})")
-                })
+                .map(|span| describe_location(text, span.start))
                 .unwrap_or_default();
             PolicyError::Syntax {
                 source_name: source.clone(),
@@ -332,6 +329,16 @@ impl Policy {
             return Err(invalid(
                 "server.a2a_path",
                 "must start with `/`, not end with `/`, and name a path such as /a2a/v1",
+            ));
+        }
+        // Plain segments only: axum treats `{`, `}`, `:` and `*` as route syntax.
+        if !path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'~' | b'-'))
+        {
+            return Err(invalid(
+                "server.a2a_path",
+                "may hold only letters, digits and /._~-",
             ));
         }
         if path.starts_with("/.well-known") || path == "/health" {
@@ -391,6 +398,15 @@ impl Policy {
                         "https is not built into this version; reach the model over http on a private network or loopback",
                     ));
                 }
+                // Credentials belong in api_key_env, never in a URL that gets logged.
+                let authority = openai.base_url.trim_start_matches("http://");
+                let authority = authority.split('/').next().unwrap_or_default();
+                if authority.contains('@') {
+                    return Err(invalid(
+                        "model.openai.base_url",
+                        "must not carry credentials; name an environment variable in api_key_env",
+                    ));
+                }
                 if !openai.base_url.starts_with("http://") || openai.base_url.ends_with('/') {
                     return Err(invalid(
                         "model.openai.base_url",
@@ -434,6 +450,35 @@ impl Policy {
     }
 }
 
+/// ` (line N, key `table.key`)` for the byte offset where a TOML error was found.
+fn describe_location(text: &str, offset: usize) -> String {
+    let offset = offset.min(text.len());
+    let line_number = text[..offset].matches('\n').count() + 1;
+    let line = text.lines().nth(line_number - 1).unwrap_or("");
+    let key = line
+        .split_once('=')
+        .map(|(key, _)| key.trim().trim_matches('"'))
+        .filter(|key| !key.is_empty() && !key.starts_with('#') && !key.starts_with('['));
+    let Some(key) = key else {
+        return format!(" (line {line_number})");
+    };
+    // The nearest table header above names the table the key belongs to.
+    let table = text
+        .lines()
+        .take(line_number - 1)
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("[[")
+                .and_then(|l| l.strip_suffix("]]"))
+                .or_else(|| l.strip_prefix('[').and_then(|l| l.strip_suffix(']')))
+        })
+        .last();
+    match table {
+        Some(table) => format!(" (line {line_number}, key `{}.{key}`)", table.trim()),
+        None => format!(" (line {line_number}, key `{key}`)"),
+    }
+}
+
 fn read(path: &Path) -> Result<String, PolicyError> {
     std::fs::read_to_string(path).map_err(|e| PolicyError::Unreadable {
         source_name: PolicySource::File(path.to_owned()),
@@ -464,6 +509,57 @@ mod tests {
         assert!(err.contains("retention_hourz"), "{err}");
         assert!(err.contains("line"), "{err}");
         assert!(!err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn refuses_route_syntax_in_the_door_path_and_credentials_in_urls() {
+        for path in ["/:x", "/a/{id}", "/*rest", "/a b"] {
+            let text = EMBEDDED_DEFAULT
+                .replace("a2a_path = \"/a2a/v1\"", &format!("a2a_path = \"{path}\""));
+            let err = Policy::parse(&text, &PolicySource::Embedded)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("server.a2a_path"), "{path}: {err}");
+        }
+        let text = EMBEDDED_DEFAULT.replace("backend = \"echo\"", "backend = \"openai\"")
+            + "\n[model.openai]\nbase_url = \"http://user:secret@127.0.0.1:8000/v1\"\nmodel = \"m\"\n";
+        let err = Policy::parse(&text, &PolicySource::Embedded)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("model.openai.base_url"), "{err}");
+        assert!(!err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn wrong_types_name_the_key() {
+        for (from, to, key) in [
+            (
+                "retention_hours = 24",
+                "retention_hours = -1",
+                "`tasks.retention_hours`",
+            ),
+            (
+                "max_body_bytes = 1048576",
+                "max_body_bytes = \"big\"",
+                "`server.max_body_bytes`",
+            ),
+            (
+                "listen = \"127.0.0.1:8080\"",
+                "listen = \"x\"",
+                "`server.listen`",
+            ),
+            (
+                "backend = \"echo\"",
+                "backend = \"llama\"",
+                "`model.backend`",
+            ),
+        ] {
+            let text = EMBEDDED_DEFAULT.replace(from, to);
+            let err = Policy::parse(&text, &PolicySource::File("p.toml".into()))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains("p.toml"), "{to}: {err}");
+        }
     }
 
     #[test]

@@ -29,8 +29,8 @@ pub enum StoreError {
     /// The data directory could not be prepared.
     #[error("cannot prepare the data directory: {0}")]
     DataDir(std::io::ErrorKind),
-    /// The database failed. The detail goes to the log, never to a client.
-    #[error("the store failed")]
+    /// The database failed. Shown to the operator and logged; peers only ever see a request id.
+    #[error("the store failed: {0}")]
     Database(#[from] sqlx::Error),
 }
 
@@ -122,6 +122,11 @@ pub struct Store {
     path: PathBuf,
 }
 
+/// Write transactions take the write lock up front, so a transaction that reads before it
+/// writes waits out `busy_timeout` instead of failing when another process (the CLI, a second
+/// server) commits in between.
+const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+
 const MIGRATIONS: &[&str] = &[r#"
 CREATE TABLE peers (
     id TEXT PRIMARY KEY,
@@ -185,6 +190,7 @@ impl Store {
             .connect_with(options.clone())
             .await?;
         migrate(&writer).await?;
+        restrict_to_owner(&path).map_err(|e| StoreError::DataDir(e.kind()))?;
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options.read_only(true))
@@ -214,7 +220,7 @@ impl Store {
         token_id: &str,
         secret_hash: &TokenSecretHash,
     ) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let inserted = sqlx::query(
             "INSERT INTO peers (id, name, status, rate_per_minute, created_at) VALUES (?, ?, 'active', ?, ?) ON CONFLICT (name) DO NOTHING",
         )
@@ -264,7 +270,7 @@ impl Store {
 
     /// Revokes a peer and every credential it holds.
     pub async fn revoke_peer(&self, name: &str, now: i64) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let row = sqlx::query("SELECT id FROM peers WHERE name = ?")
             .bind(name)
             .fetch_optional(&mut *tx)
@@ -365,7 +371,7 @@ impl Store {
 
     /// Persists a finished task and its conversation messages atomically.
     pub async fn save_exchange(&self, write: &TaskWrite<'_>) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         insert_task(&mut tx, write).await?;
         if !write.messages.is_empty() {
             sqlx::query(
@@ -442,6 +448,20 @@ async fn insert_task(tx: &mut SqliteConnection, write: &TaskWrite<'_>) -> Result
 
 async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
     let mut conn = pool.acquire().await?;
+    // The version is read under the write lock, so two processes opening a new data directory
+    // at once migrate it once.
+    sqlx::raw_sql(BEGIN_WRITE).execute(&mut *conn).await?;
+    let outcome = apply_migrations(&mut conn).await;
+    let end = if outcome.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    sqlx::raw_sql(end).execute(&mut *conn).await?;
+    outcome
+}
+
+async fn apply_migrations(conn: &mut SqliteConnection) -> Result<(), StoreError> {
     let version: i64 = sqlx::query_scalar("PRAGMA user_version")
         .fetch_one(&mut *conn)
         .await?;
@@ -450,12 +470,32 @@ async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
         if version >= target {
             continue;
         }
-        // One transaction per step: a crash mid-migration leaves the previous version intact.
-        let step = format!("BEGIN IMMEDIATE; {migration} PRAGMA user_version = {target}; COMMIT;");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(step))
-            .execute(&mut *conn)
-            .await?;
+        sqlx::raw_sql(*migration).execute(&mut *conn).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "PRAGMA user_version = {target}"
+        )))
+        .execute(&mut *conn)
+        .await?;
     }
+    Ok(())
+}
+
+/// Makes the database and its WAL files readable by their owner only, whatever the umask.
+fn restrict_to_owner(database: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for suffix in ["", "-wal", "-shm"] {
+            let mut name = database.as_os_str().to_owned();
+            name.push(suffix);
+            let path = PathBuf::from(name);
+            if path.exists() {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = database;
     Ok(())
 }
 

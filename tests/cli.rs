@@ -49,10 +49,24 @@ fn peer_add_prints_the_token_alone_and_list_never_shows_a_secret() {
     // Neither the token, its secret part nor its id appear.
     assert!(!list.contains(token));
     assert!(!list.contains(&token[17..49]));
-    // Nor does the database file hold the token or its secret.
-    let db = std::fs::read(dir.path().join("peergate.sqlite3")).unwrap();
-    let db = String::from_utf8_lossy(&db);
-    assert!(!db.contains(&token[17..49]), "secret stored in clear");
+    // Nor does any file of the store (the database, its WAL) hold the secret.
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(&token[17..49]),
+            "secret stored in clear"
+        );
+        files += 1;
+    }
+    assert!(files >= 2, "expected the database and its WAL");
+    // The store does hold the peer, so the search above looked in the right place.
+    let mut found_name = false;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        found_name |= String::from_utf8_lossy(&bytes).contains("alice");
+    }
+    assert!(found_name);
 }
 
 #[test]

@@ -45,13 +45,21 @@ async fn card_is_public_the_same_on_both_paths_and_ignores_host() {
         card["securitySchemes"]["bearerAuth"]["httpAuthSecurityScheme"]["scheme"],
         "Bearer"
     );
+    // SDK clients attach credentials only for schemes listed as required.
+    assert_eq!(
+        card["securityRequirements"][0]["schemes"]["bearerAuth"],
+        json!({"list": []})
+    );
     gw.stop().await;
 }
 
 #[tokio::test]
 async fn card_falls_back_to_the_listen_address_and_health_answers() {
     let gw = TestGateway::start().await;
-    let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
+    let card: Value = reqwest::Client::new()
+        .get(gw.url("/.well-known/agent-card.json"))
+        .header("host", "evil.example.net:9999")
+        .send()
         .await
         .unwrap()
         .json()
@@ -326,6 +334,7 @@ async fn completed_task_has_the_spec_shape() {
             {"url": "https://example.com/ignored.pdf", "mediaType": "application/pdf"},
             {"data": {"b": [1, 2], "a": "x"}},
             {"raw": "aWdub3JlZA==", "filename": "ignored.bin"},
+                {"kind": "file", "file": {"uri": "https://example.com/ignored.txt", "mimeType": "text/plain"}},
             {"text": "last line"}
         ]}}}),
     )
@@ -553,6 +562,16 @@ async fn get_task_shows_only_own_tasks_and_honours_history_length() {
     )
     .await;
     assert_eq!(error_code(&refer), -32001);
+    // A taskId with a contextId of another conversation is refused.
+    let mismatch = rpc(&gw.door, &alice, json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "taskId": id, "contextId": "another", "parts": [{"text": "x"}]}}})).await;
+    assert_eq!(error_code(&mismatch), -32602);
+    assert!(
+        mismatch["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("message.contextId")
+    );
     // Alice referring to her own finished task is told it is terminal.
     let refer = rpc(
         &gw.door,
@@ -676,4 +695,133 @@ async fn malformed_and_bad_checksum_tokens_never_reach_the_store() {
         auth.authenticate(&headers("pgt_short")).await.unwrap_err(),
         AuthError::MalformedToken
     );
+}
+
+#[tokio::test]
+async fn unknown_wrong_secret_and_revoked_tokens_get_the_same_answer() {
+    // No credential cache, so a revocation written by the CLI applies to the very next request.
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace(
+            "credential_cache_seconds = 2",
+            "credential_cache_seconds = 0",
+        )
+    }))
+    .await;
+    let alice = gw.add_peer("alice");
+    let bob = gw.add_peer("bob");
+    let probe =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}).to_string();
+    let parsed = peergate::token::parse(&alice).unwrap();
+    let other_secret = &peergate::token::issue().unwrap().token[17..49];
+    let wrong_secret = peergate::token::assemble(parsed.token_id, other_secret);
+    assert!(
+        peergate::token::parse(&wrong_secret).is_ok(),
+        "checksum must pass"
+    );
+    let unknown = peergate::token::issue().unwrap().token;
+
+    assert_eq!(post_raw(&gw.door, Some(&alice), probe.clone()).await.0, 200);
+    let (status, wrong) = post_raw(&gw.door, Some(&wrong_secret), probe.clone()).await;
+    assert_eq!(status, 401, "a wrong secret for a real token id must fail");
+    let (_, unknown) = post_raw(&gw.door, Some(&unknown), probe.clone()).await;
+    let (code, _, stderr) = cli(&[
+        "peer",
+        "revoke",
+        "bob",
+        "--data",
+        gw.data.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (status, revoked) = post_raw(&gw.door, Some(&bob), probe.clone()).await;
+    assert_eq!(status, 401, "revocation applies to the next request");
+    assert_eq!(wrong, unknown);
+    assert_eq!(revoked, unknown);
+    assert_eq!(unknown["error"]["code"], "invalid_token");
+    // Alice is unaffected.
+    assert_eq!(post_raw(&gw.door, Some(&alice), probe).await.0, 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn no_answer_without_persistence_and_internal_errors_reveal_nothing() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let first = send_text(&gw.door, &token, "stored", None).await;
+    let stored_id = task_of(&first)["id"].as_str().unwrap().to_owned();
+    // Break the store from outside: the tasks table disappears under the running server.
+    let database = gw.data.path().join("peergate.sqlite3");
+    let status = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('ALTER TABLE tasks RENAME TO tasks_gone'); c.commit()",
+        ])
+        .arg(&database)
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+    let response = send_text(&gw.door, &token, "cannot be stored", None).await;
+    assert!(
+        response.get("result").is_none(),
+        "answered without persisting: {response}"
+    );
+    assert_eq!(error_code(&response), -32603);
+    assert_eq!(response["error"]["message"], "Internal error");
+    let request_id = response["error"]["data"][0]["metadata"]["requestId"]
+        .as_str()
+        .unwrap();
+    assert_eq!(request_id.len(), 36);
+    let text = response.to_string().to_lowercase();
+    for leak in [
+        "sqlite",
+        "tasks",
+        "insert",
+        "table",
+        "/tmp",
+        "peergate.sqlite3",
+        "sqlx",
+    ] {
+        assert!(!text.contains(leak), "{leak} leaked: {text}");
+    }
+    let _ = stored_id;
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_door_path_is_configurable() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace("a2a_path = \"/a2a/v1\"", "a2a_path = \"/agents/door\"")
+    }))
+    .await;
+    let token = gw.add_peer("alice");
+    let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let door = gw.url("/agents/door");
+    assert_eq!(card["supportedInterfaces"][0]["url"], door.as_str());
+    let response = send_text(&door, &token, "hi", None).await;
+    assert_eq!(
+        task_of(&response)["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let (status, _) = post_raw(&gw.door, Some(&token), "{}").await;
+    assert_eq!(status, 404, "the default path is not served");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_sweeper_removes_expired_tasks_from_the_store() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    send_text(&gw.door, &token, "one", None).await;
+    send_text(&gw.door, &token, "two", None).await;
+    let store = peergate::store::Store::open(gw.data.path()).await.unwrap();
+    let now = peergate::clock::Clock::now_millis(&gw.clock);
+    assert_eq!(store.delete_expired_tasks(now).await.unwrap(), 0);
+    let day = 24 * 3600 * 1000;
+    assert_eq!(store.delete_expired_tasks(now + day).await.unwrap(), 2);
+    store.close().await;
+    gw.stop().await;
 }

@@ -271,3 +271,44 @@ async fn racing_messages_in_one_context_are_answered_in_turn() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_message_that_waits_longer_than_the_backend_timeout_is_refused_busy() {
+    // The model never answers; each call ends at the 1 s timeout. Three messages race in one
+    // context: the first and the next in line each time out at the model, the third waits longer
+    // than the timeout for its turn and is refused without asking the model.
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(model.policy(1)).await;
+    let token = gw.add_peer("alice");
+    let send = |text: &'static str| {
+        let (door, token) = (gw.door.clone(), token.clone());
+        tokio::spawn(async move { send_text(&door, &token, text, Some("busy")).await })
+    };
+    let first = send("one");
+    model.wait_for_arrival().await;
+    let (second, third) = (send("two"), send("three"));
+    let mut outcomes = Vec::new();
+    for handle in [first, second, third] {
+        let response = handle.await.unwrap();
+        outcomes.push(match response.get("result") {
+            Some(_) => task_of(&response)["status"]["state"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+            None => response["error"]["data"][0]["reason"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        });
+    }
+    assert_eq!(outcomes[0], "TASK_STATE_FAILED");
+    let mut rest = outcomes[1..].to_vec();
+    rest.sort();
+    assert_eq!(rest, ["CONTEXT_BUSY", "TASK_STATE_FAILED"], "{outcomes:?}");
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "the refused message never reached the model"
+    );
+    gw.stop().await;
+}

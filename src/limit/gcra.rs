@@ -1,0 +1,231 @@
+//! The generic cell rate algorithm (GCRA): a token bucket without a background timer.
+//!
+//! Each key keeps one number, its theoretical arrival time (TAT). A quota of `n` per `period`
+//! with a burst of `b` admits a request at time `t` when `max(TAT, t) + interval - b·interval`
+//! is not after `t`, where `interval = period / n`. Over any stretch of time `L` a key is
+//! therefore admitted at most `b + L / interval` times, and a refused caller is told exactly
+//! when the next request will pass.
+//!
+//! Time comes in as nanoseconds from a [`Clock`](crate::clock::Clock), so tests move it.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How many requests a key may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Requests per period.
+    pub count: u32,
+    /// The period.
+    pub period: Duration,
+    /// Requests allowed at once from a rested key.
+    pub burst: u32,
+}
+
+impl Quota {
+    /// `count` requests a minute, all of them allowed at once.
+    pub fn per_minute(count: u32) -> Self {
+        Self {
+            count: count.max(1),
+            period: Duration::from_secs(60),
+            burst: count.max(1),
+        }
+    }
+
+    fn interval_nanos(&self) -> i64 {
+        let period = i64::try_from(self.period.as_nanos()).unwrap_or(i64::MAX);
+        (period / i64::from(self.count.max(1))).max(1)
+    }
+
+    fn burst_nanos(&self) -> i64 {
+        self.interval_nanos()
+            .saturating_mul(i64::from(self.burst.max(1)))
+    }
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Admitted.
+    Allowed {
+        /// Requests still allowed right now.
+        remaining: u32,
+        /// Time until the key's budget is whole again.
+        reset: Duration,
+    },
+    /// Refused.
+    Denied {
+        /// Time until one request will be admitted.
+        retry_after: Duration,
+    },
+}
+
+impl Decision {
+    /// Whether the request was admitted.
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Self::Allowed { .. })
+    }
+}
+
+const SHARDS: usize = 16;
+
+/// A GCRA limiter over many keys, with bounded memory.
+///
+/// A key whose TAT has passed holds no information (it behaves exactly like a new key), so such
+/// entries are dropped whenever a shard is full. When a shard is full of live keys, a new key
+/// is refused: under a flood of distinct addresses the limiter fails closed rather than grow.
+#[derive(Debug)]
+pub struct KeyedGcra<K> {
+    shards: Vec<Mutex<HashMap<K, i64>>>,
+    hasher: std::collections::hash_map::RandomState,
+    shard_capacity: usize,
+}
+
+impl<K: Hash + Eq + Clone> KeyedGcra<K> {
+    /// A limiter that tracks at most about `capacity` keys.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+            shard_capacity: capacity.div_ceil(SHARDS).max(1),
+        }
+    }
+
+    /// Counts one request of `key` at `now_nanos` against `quota`.
+    pub fn check(&self, key: &K, quota: Quota, now_nanos: i64) -> Decision {
+        self.check_n(key, quota, now_nanos, 1)
+    }
+
+    /// Whether one request of `key` would be admitted now, without counting it.
+    pub fn peek(&self, key: &K, quota: Quota, now_nanos: i64) -> Decision {
+        self.check_n(key, quota, now_nanos, 0)
+    }
+
+    fn check_n(&self, key: &K, quota: Quota, now: i64, cost: i64) -> Decision {
+        let shard = &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS];
+        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let interval = quota.interval_nanos();
+        let burst = quota.burst_nanos();
+        let tat = map.get(key).copied().unwrap_or(now).max(now);
+        // With cost 0 (peek), ask whether one more request would pass.
+        let new_tat = tat.saturating_add(interval.saturating_mul(cost.max(1)));
+        let allow_at = new_tat.saturating_sub(burst);
+        if now < allow_at {
+            return Decision::Denied {
+                retry_after: nanos(allow_at - now),
+            };
+        }
+        if cost > 0 {
+            if !map.contains_key(key) && map.len() >= self.shard_capacity {
+                map.retain(|_, tat| *tat > now);
+                if map.len() >= self.shard_capacity {
+                    return Decision::Denied {
+                        retry_after: nanos(interval),
+                    };
+                }
+            }
+            map.insert(key.clone(), new_tat);
+        }
+        let used = if cost > 0 { new_tat } else { tat };
+        let remaining = (now.saturating_add(burst).saturating_sub(used)) / interval;
+        Decision::Allowed {
+            remaining: u32::try_from(remaining.max(0)).unwrap_or(u32::MAX),
+            reset: nanos(used - now),
+        }
+    }
+
+    /// Keys currently tracked (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
+    /// Whether no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every key whose budget is whole again.
+    pub fn purge(&self, now_nanos: i64) {
+        for shard in &self.shards {
+            shard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|_, tat| *tat > now_nanos);
+        }
+    }
+}
+
+fn nanos(n: i64) -> Duration {
+    Duration::from_nanos(u64::try_from(n.max(0)).unwrap_or(0))
+}
+
+/// Whole seconds to wait, rounded up and at least one: waiting that long always suffices.
+pub fn retry_after_seconds(wait: Duration) -> u64 {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: i64 = 1_000_000_000;
+
+    #[test]
+    fn admits_the_burst_then_one_per_interval() {
+        let limiter = KeyedGcra::new(100);
+        let quota = Quota::per_minute(30);
+        for i in 0..30 {
+            match limiter.check(&"k", quota, 0) {
+                Decision::Allowed { remaining, .. } => assert_eq!(remaining, 29 - i),
+                d => panic!("request {i}: {d:?}"),
+            }
+        }
+        let Decision::Denied { retry_after } = limiter.check(&"k", quota, 0) else {
+            panic!("31st admitted")
+        };
+        assert_eq!(retry_after, Duration::from_secs(2));
+        assert!(!limiter.check(&"k", quota, 2 * SEC - 1).is_allowed());
+        assert!(limiter.check(&"k", quota, 2 * SEC).is_allowed());
+        assert!(!limiter.check(&"k", quota, 2 * SEC).is_allowed());
+        // Other keys are independent.
+        assert!(limiter.check(&"other", quota, 0).is_allowed());
+    }
+
+    #[test]
+    fn peek_counts_nothing() {
+        let limiter = KeyedGcra::new(100);
+        let quota = Quota::per_minute(1);
+        assert!(limiter.peek(&1, quota, 0).is_allowed());
+        assert!(limiter.peek(&1, quota, 0).is_allowed());
+        assert!(limiter.check(&1, quota, 0).is_allowed());
+        assert!(!limiter.peek(&1, quota, 0).is_allowed());
+    }
+
+    #[test]
+    fn memory_stays_bounded_and_rested_keys_are_forgotten() {
+        let limiter = KeyedGcra::new(64);
+        let quota = Quota::per_minute(10);
+        for key in 0..10_000u32 {
+            limiter.check(&key, quota, 0);
+        }
+        assert!(limiter.len() <= 64 + SHARDS, "{}", limiter.len());
+        // Once their budgets are whole again, new keys take their place.
+        assert!(limiter.check(&99_999, quota, 60 * SEC).is_allowed());
+        limiter.purge(60 * SEC);
+        assert_eq!(limiter.len(), 1);
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(retry_after_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_seconds(Duration::from_millis(2000)), 2);
+        assert_eq!(retry_after_seconds(Duration::from_millis(2001)), 3);
+        assert_eq!(retry_after_seconds(Duration::ZERO), 1);
+    }
+}
