@@ -4,6 +4,7 @@
 //! listens on; never from a request's `Host` header, so a client cannot make the card point
 //! somewhere else.
 
+use crate::auth::Scheme;
 use crate::policy::Policy;
 use serde_json::{Value, json};
 
@@ -48,14 +49,10 @@ pub fn public_card(policy: &Policy, door_url: &str) -> Value {
             "protocolVersion": PROTOCOL_VERSION,
         }],
         "capabilities": {"streaming": false, "pushNotifications": false},
-        "securitySchemes": {
-            "bearerAuth": {"httpAuthSecurityScheme": {
-                "scheme": "Bearer",
-                "description": "A peer token issued by this gateway's administrator",
-            }},
-        },
-        // SDK clients attach credentials only for schemes listed here.
-        "securityRequirements": [{"schemes": {"bearerAuth": {"list": []}}}],
+        "securitySchemes": security_schemes(policy),
+        // Alternatives, one per enabled scheme. SDK clients attach credentials only for schemes
+        // listed here.
+        "securityRequirements": security_requirements(policy),
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain"],
         "skills": skills,
@@ -70,4 +67,47 @@ pub fn public_card(policy: &Policy, door_url: &str) -> Value {
         value["iconUrl"] = json!(url);
     }
     value
+}
+
+fn enabled_schemes(policy: &Policy) -> Vec<Scheme> {
+    policy.auth_schemes().unwrap_or_default()
+}
+
+/// The card's name for a scheme.
+pub fn scheme_key(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::Bearer => "bearerAuth",
+        Scheme::Basic => "basicAuth",
+        _ => "apiKeyAuth",
+    }
+}
+
+fn security_schemes(policy: &Policy) -> Value {
+    let mut schemes = serde_json::Map::new();
+    for scheme in enabled_schemes(policy) {
+        let value = match scheme {
+            Scheme::Bearer => json!({"httpAuthSecurityScheme": {
+                "scheme": "Bearer",
+                "description": "A peer token issued by this gateway's administrator",
+            }}),
+            Scheme::Basic => json!({"httpAuthSecurityScheme": {
+                "scheme": "Basic",
+                "description": "The peer's name and the password its administrator set",
+            }}),
+            _ => json!({"apiKeySecurityScheme": {
+                "location": "header",
+                "name": policy.auth.api_key_header,
+                "description": "An API key issued by this gateway's administrator",
+            }}),
+        };
+        schemes.insert(scheme_key(scheme).to_owned(), value);
+    }
+    Value::Object(schemes)
+}
+
+fn security_requirements(policy: &Policy) -> Value {
+    enabled_schemes(policy)
+        .into_iter()
+        .map(|scheme| json!({"schemes": {scheme_key(scheme): {"list": []}}}))
+        .collect()
 }

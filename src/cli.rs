@@ -1,10 +1,12 @@
 //! The command line: `serve`, and `peer add|list|revoke` acting on the same store.
 
+use crate::auth::password::{MIN_PASSWORD_CHARS, hash_password};
 use crate::clock::{Clock, SystemClock, rfc3339_millis};
+use crate::policy::MAX_RATE_PER_MINUTE;
 use crate::policy::Policy;
 use crate::server::{GatewayOptions, start};
 use crate::store::{PeerRecord, Store};
-use crate::token;
+use crate::token::{self, CredentialKind};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,6 +58,32 @@ enum PeerCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Set a peer's request quota, e.g. `peergate peer limit NAME 100/min`.
+    Limit {
+        /// The peer's name.
+        name: String,
+        /// The new quota, as N/min.
+        #[arg(value_name = "N/min", value_parser = parse_rate)]
+        rate: u32,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Set the password a peer uses with Basic authentication. Read from standard input (one
+    /// line), or asked for when standard input is a terminal; never taken from the command line.
+    Password {
+        /// The peer's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Issue a new API key for a peer and print it, alone, on stdout. Any earlier key of the
+    /// peer stops working.
+    Key {
+        /// The peer's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Revoke a peer: every token it holds stops working.
     Revoke {
         /// The peer's name.
@@ -83,10 +111,14 @@ impl<E: std::fmt::Display> From<E> for CliError {
 }
 
 fn parse_rate(value: &str) -> Result<u32, String> {
-    let reason = || format!("expected N/min with N from 1 to 100000, e.g. 30/min (got {value:?})");
+    let reason = || {
+        format!(
+            "expected N/min with N from 1 to {MAX_RATE_PER_MINUTE}, e.g. 30/min (got {value:?})"
+        )
+    };
     let n = value.strip_suffix("/min").ok_or_else(reason)?;
     let n: u32 = n.parse().map_err(|_| reason())?;
-    if (1..=100_000).contains(&n) {
+    if (1..=MAX_RATE_PER_MINUTE).contains(&n) {
         Ok(n)
     } else {
         Err(reason())
@@ -146,7 +178,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 }
             };
             let store = Store::open(&data.dir).await?;
-            let issued = token::issue().map_err(|e| CliError(format!("no randomness: {e}")))?;
+            let issued = token::issue(CredentialKind::PeerToken)
+                .map_err(|e| CliError(format!("no randomness: {e}")))?;
             let peer = PeerRecord {
                 id: format!("peer_{}", uuid::Uuid::new_v4().simple()),
                 name: name.clone(),
@@ -188,6 +221,50 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
+        Command::Peer(PeerCommand::Limit { name, rate, data }) => {
+            let store = Store::open(&data.dir).await?;
+            store.set_peer_rate(&name, rate).await?;
+            store.close().await;
+            eprintln!(
+                "peer {name} may now make {rate} requests a minute. A running server applies it within auth.credential_cache_seconds (2 s by default)."
+            );
+            Ok(())
+        }
+        Command::Peer(PeerCommand::Password { name, data }) => {
+            let password = read_password(&name)?;
+            if password.chars().count() < MIN_PASSWORD_CHARS {
+                return Err(CliError(format!(
+                    "the password is too short: use at least {MIN_PASSWORD_CHARS} characters"
+                )));
+            }
+            let phc = tokio::task::spawn_blocking(move || hash_password(&password))
+                .await
+                .map_err(|e| CliError(e.to_string()))??;
+            let store = Store::open(&data.dir).await?;
+            store.set_peer_password(&name, &phc).await?;
+            store.close().await;
+            eprintln!("password set for peer {name} (stored as an Argon2id hash).");
+            Ok(())
+        }
+        Command::Peer(PeerCommand::Key { name, data }) => {
+            let store = Store::open(&data.dir).await?;
+            let issued = token::issue(CredentialKind::ApiKey)
+                .map_err(|e| CliError(format!("no randomness: {e}")))?;
+            store
+                .replace_api_key(
+                    &name,
+                    &issued.token_id,
+                    &issued.secret_hash,
+                    clock.now_millis(),
+                )
+                .await?;
+            store.close().await;
+            eprintln!(
+                "issued an API key for peer {name}; any earlier key stopped working. It is on stdout and is not shown again."
+            );
+            println!("{}", issued.token);
+            Ok(())
+        }
         Command::Peer(PeerCommand::Revoke { name, data }) => {
             let store = Store::open(&data.dir).await?;
             store.revoke_peer(&name, clock.now_millis()).await?;
@@ -198,6 +275,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// One line from standard input, or a prompt without echo when it is a terminal.
+fn read_password(name: &str) -> Result<String, CliError> {
+    use std::io::{BufRead, IsTerminal};
+    let line = if std::io::stdin().is_terminal() {
+        rpassword::prompt_password(format!("Password for peer {name}: "))?
+    } else {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        line
+    };
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
 
 async fn shutdown_signal() {

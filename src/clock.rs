@@ -11,6 +11,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since 1970-01-01T00:00:00Z.
     fn now_millis(&self) -> i64;
+
+    /// Nanoseconds since 1970-01-01T00:00:00Z, for rate limiting.
+    fn now_nanos(&self) -> i64 {
+        self.now_millis().saturating_mul(1_000_000)
+    }
 }
 
 /// The operating system's clock.
@@ -22,6 +27,13 @@ impl Clock for SystemClock {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0)
+    }
+
+    fn now_nanos(&self) -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
             .unwrap_or(0)
     }
 }

@@ -82,6 +82,9 @@ pub struct Policy {
     /// `[auth]`
     #[serde(default)]
     pub auth: AuthPolicy,
+    /// `[limits]`
+    #[serde(default)]
+    pub limits: LimitsPolicy,
 }
 
 /// `[server]`
@@ -99,6 +102,9 @@ pub struct ServerPolicy {
     /// Largest request body accepted, in bytes.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
+    /// Proxies whose `X-Forwarded-For` is believed (CIDRs).
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
 }
 
 fn default_a2a_path() -> String {
@@ -264,23 +270,82 @@ fn default_max_text_bytes() -> usize {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthPolicy {
-    /// How long a verified token is trusted without asking the store again. A revocation made
-    /// with the command line while the server runs takes effect within this time.
+    /// Enabled schemes: `bearer`, `basic`, `api_key`.
+    #[serde(default = "default_schemes")]
+    pub schemes: Vec<String>,
+    /// Header carrying API keys.
+    #[serde(default = "default_api_key_header")]
+    pub api_key_header: String,
+    /// How long a verified credential is trusted without asking the store again. A revocation
+    /// made with the command line while the server runs takes effect within this time.
     #[serde(default = "default_credential_cache_seconds")]
     pub credential_cache_seconds: u64,
+    /// Argon2 password verifications allowed at once.
+    #[serde(default = "default_password_checks_at_once")]
+    pub password_checks_at_once: usize,
 }
 
 impl Default for AuthPolicy {
     fn default() -> Self {
         Self {
+            schemes: default_schemes(),
+            api_key_header: default_api_key_header(),
             credential_cache_seconds: default_credential_cache_seconds(),
+            password_checks_at_once: default_password_checks_at_once(),
         }
     }
 }
 
+fn default_schemes() -> Vec<String> {
+    vec!["bearer".to_owned()]
+}
+fn default_api_key_header() -> String {
+    "X-API-Key".to_owned()
+}
 fn default_credential_cache_seconds() -> u64 {
     2
 }
+fn default_password_checks_at_once() -> usize {
+    2
+}
+
+/// `[limits]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsPolicy {
+    /// Requests per minute per client address (IPv6 per /64), on the card and the door.
+    #[serde(default = "default_per_ip_per_minute")]
+    pub per_ip_per_minute: u32,
+    /// Failed authentications per minute per client address.
+    #[serde(default = "default_failed_auth_per_ip_per_minute")]
+    pub failed_auth_per_ip_per_minute: u32,
+    /// Client addresses each limiter tracks at most.
+    #[serde(default = "default_tracked_addresses")]
+    pub tracked_addresses: usize,
+}
+
+impl Default for LimitsPolicy {
+    fn default() -> Self {
+        Self {
+            per_ip_per_minute: default_per_ip_per_minute(),
+            failed_auth_per_ip_per_minute: default_failed_auth_per_ip_per_minute(),
+            tracked_addresses: default_tracked_addresses(),
+        }
+    }
+}
+
+fn default_per_ip_per_minute() -> u32 {
+    120
+}
+fn default_failed_auth_per_ip_per_minute() -> u32 {
+    10
+}
+fn default_tracked_addresses() -> usize {
+    100_000
+}
+
+/// The largest quota accepted anywhere, in requests per minute.
+pub const MAX_RATE_PER_MINUTE: u32 = 1_000_000_000;
 
 impl Policy {
     /// Reads `path`, or the default path, falling back to the embedded copy only when no path
@@ -419,10 +484,57 @@ impl Policy {
             }
             (BackendKind::Echo, _) => {}
         }
-        if !(1..=100_000).contains(&self.peers.default_rate_per_minute) {
+        if !(1..=MAX_RATE_PER_MINUTE).contains(&self.peers.default_rate_per_minute) {
             return Err(invalid(
                 "peers.default_rate_per_minute",
-                "must be between 1 and 100000",
+                "must be between 1 and 1000000000",
+            ));
+        }
+        if self.trusted_proxies().is_err() {
+            return Err(invalid(
+                "server.trusted_proxies",
+                "every entry must be a CIDR range such as 10.0.0.0/8 or 2001:db8::/32",
+            ));
+        }
+        let schemes = self
+            .auth_schemes()
+            .map_err(|reason| invalid("auth.schemes", &reason))?;
+        if schemes.is_empty() {
+            return Err(invalid(
+                "auth.schemes",
+                "at least one of \"bearer\", \"basic\", \"api_key\" must be enabled",
+            ));
+        }
+        match axum::http::HeaderName::from_bytes(self.auth.api_key_header.as_bytes()) {
+            Ok(name) if name != axum::http::header::AUTHORIZATION => {}
+            _ => {
+                return Err(invalid(
+                    "auth.api_key_header",
+                    "must be a valid header name other than Authorization",
+                ));
+            }
+        }
+        if !(1..=64).contains(&self.auth.password_checks_at_once) {
+            return Err(invalid(
+                "auth.password_checks_at_once",
+                "must be between 1 and 64",
+            ));
+        }
+        for (key, value) in [
+            ("limits.per_ip_per_minute", self.limits.per_ip_per_minute),
+            (
+                "limits.failed_auth_per_ip_per_minute",
+                self.limits.failed_auth_per_ip_per_minute,
+            ),
+        ] {
+            if !(1..=MAX_RATE_PER_MINUTE).contains(&value) {
+                return Err(invalid(key, "must be between 1 and 1000000000"));
+            }
+        }
+        if !(16..=10_000_000).contains(&self.limits.tracked_addresses) {
+            return Err(invalid(
+                "limits.tracked_addresses",
+                "must be between 16 and 10000000",
             ));
         }
         if !(1..=24 * 365).contains(&self.tasks.retention_hours) {
@@ -476,6 +588,34 @@ fn describe_location(text: &str, offset: usize) -> String {
     match table {
         Some(table) => format!(" (line {line_number}, key `{}.{key}`)", table.trim()),
         None => format!(" (line {line_number}, key `{key}`)"),
+    }
+}
+
+impl Policy {
+    /// `server.trusted_proxies`, parsed.
+    pub fn trusted_proxies(
+        &self,
+    ) -> Result<Vec<crate::client_addr::Cidr>, crate::client_addr::CidrError> {
+        self.server
+            .trusted_proxies
+            .iter()
+            .map(|s| s.parse())
+            .collect()
+    }
+
+    /// `auth.schemes`, parsed, in order, each once.
+    pub fn auth_schemes(&self) -> Result<Vec<crate::auth::Scheme>, String> {
+        let mut schemes = Vec::new();
+        for name in &self.auth.schemes {
+            let scheme = crate::auth::Scheme::from_policy_name(name).ok_or_else(|| {
+                format!("unknown scheme {name:?}; use \"bearer\", \"basic\" or \"api_key\"")
+            })?;
+            if schemes.contains(&scheme) {
+                return Err(format!("{name:?} is listed twice"));
+            }
+            schemes.push(scheme);
+        }
+        Ok(schemes)
     }
 }
 

@@ -1,10 +1,12 @@
 //! Wiring: the routes, their layers, and the listener.
 
 use crate::agent::{Agent, AgentSettings};
-use crate::auth::{AuthenticatedPeer, BearerAuthLayer, PeerAuthenticator};
+use crate::auth::{AuthLayer, AuthSettings, AuthenticatedPeer, PeerAuthenticator};
 use crate::backend::{Backend, BackendSetupError};
 use crate::card;
+use crate::client_addr::ClientAddrLayer;
 use crate::clock::Clock;
+use crate::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::policy::{Policy, PolicySource};
 use crate::store::{Store, StoreError};
 use axum::body::Bytes;
@@ -46,6 +48,9 @@ pub enum StartError {
     /// The backend could not be set up.
     #[error("{0}")]
     Backend(#[from] BackendSetupError),
+    /// A setting the layers refuse.
+    #[error("{0}")]
+    Config(String),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {reason}")]
     Bind {
@@ -66,6 +71,7 @@ pub struct RunningGateway {
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
     sweeper: tokio::task::JoinHandle<()>,
     store: Store,
+    authenticator: Arc<PeerAuthenticator>,
 }
 
 impl RunningGateway {
@@ -77,6 +83,19 @@ impl RunningGateway {
         let _ = (&mut self.serving).await;
         self.sweeper.abort();
         self.store.close().await;
+    }
+
+    /// How many Argon2 password verifications ran since start-up.
+    pub fn password_verifications(&self) -> u64 {
+        self.authenticator.password_verifications()
+    }
+
+    /// Revokes a peer through this running server: written to the store, and the peer's cached
+    /// credentials dropped, so the very next request is refused.
+    pub async fn revoke_peer(&self, name: &str, now_millis: i64) -> Result<(), StoreError> {
+        let peer_id = self.store.revoke_peer(name, now_millis).await?;
+        self.authenticator.forget_peer(&peer_id);
+        Ok(())
     }
 
     /// Serves until `signal` completes, then shuts down gracefully.
@@ -133,28 +152,52 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         options.clock.clone(),
         settings,
     ));
-    let authenticator = PeerAuthenticator::new(
-        store.clone(),
-        options.clock.clone(),
-        Duration::from_secs(policy.auth.credential_cache_seconds),
+    let config = |e: &dyn std::fmt::Display| StartError::Config(e.to_string());
+    let auth_settings = AuthSettings {
+        schemes: policy.auth_schemes().map_err(|e| config(&e))?,
+        api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
+            .map_err(|e| config(&e))?,
+        cache_ttl: Duration::from_secs(policy.auth.credential_cache_seconds),
+        password_checks_at_once: policy.auth.password_checks_at_once,
+        failed_auth_quota: Quota::per_minute(policy.limits.failed_auth_per_ip_per_minute),
+        tracked_addresses: policy.limits.tracked_addresses,
+    };
+    let authenticator = Arc::new(
+        PeerAuthenticator::new(store.clone(), options.clock.clone(), auth_settings)
+            .map_err(|e| config(&e))?,
     );
+    let per_ip = PerIpLimitLayer::new(
+        Quota::per_minute(policy.limits.per_ip_per_minute),
+        policy.limits.tracked_addresses,
+        options.clock.clone(),
+    )
+    .map_err(|e| config(&e))?;
+    let per_peer = PerPeerLimitLayer::new(policy.limits.tracked_addresses, options.clock.clone())
+        .map_err(|e| config(&e))?;
+    let trusted_proxies = policy.trusted_proxies().map_err(|e| config(&e))?;
     let state = AppState {
         agent,
         card: card_bytes,
     };
     let a2a_path = policy.server.a2a_path.clone();
-    // The door alone carries authentication; the card and /health are public.
+    // Outer to inner (the layer added last runs first): client address, per-IP limit,
+    // authentication, per-peer limit, body limit, handler.
     let door_routes = Router::new()
         .route(&a2a_path, post(door))
         .route(&format!("{a2a_path}/"), post(door))
         .layer(DefaultBodyLimit::disable())
         .layer(RequestBodyLimitLayer::new(policy.server.max_body_bytes))
-        .layer(BearerAuthLayer::new(authenticator));
-    let router = Router::new()
+        .layer(per_peer.clone())
+        .layer(AuthLayer::shared(authenticator.clone()));
+    let guarded = Router::new()
         .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
-        .route("/health", get(health))
         .merge(door_routes)
+        .layer(per_ip.clone())
+        .layer(ClientAddrLayer::new(trusted_proxies));
+    let router = Router::new()
+        .route("/health", get(health))
+        .merge(guarded)
         .fallback(not_found)
         .with_state(state)
         .layer(CatchPanicLayer::custom(panic_response));
@@ -170,7 +213,13 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         })
         .await
     });
-    let sweeper = tokio::spawn(sweep_expired_tasks(store.clone(), options.clock.clone()));
+    let sweeper = tokio::spawn(housekeeping(
+        store.clone(),
+        options.clock.clone(),
+        per_ip,
+        per_peer,
+        authenticator.clone(),
+    ));
     tracing::info!(
         "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
     );
@@ -181,6 +230,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         serving,
         sweeper,
         store,
+        authenticator,
     })
 }
 
@@ -221,11 +271,22 @@ fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
         .into_response()
 }
 
-/// Removes expired tasks once a minute; `GetTask` already hides them before that.
-async fn sweep_expired_tasks(store: Store, clock: Arc<dyn Clock>) {
+/// Once a minute: removes expired tasks (`GetTask` already hides them before that) and lets the
+/// limiters forget addresses and peers whose budgets are whole again.
+async fn housekeeping(
+    store: Store,
+    clock: Arc<dyn Clock>,
+    per_ip: PerIpLimitLayer,
+    per_peer: PerPeerLimitLayer,
+    authenticator: Arc<PeerAuthenticator>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
+        let now = clock.now_nanos();
+        per_ip.limiter().purge(now);
+        per_peer.limiter().purge(now);
+        authenticator.purge();
         match store.delete_expired_tasks(clock.now_millis()).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(removed = n, "expired tasks removed"),

@@ -5,7 +5,7 @@
 //! server open the same file, so `peergate peer revoke` works while the server runs.
 //! Timestamps are INTEGER epoch milliseconds, so the schema ports to PostgreSQL unchanged.
 
-use crate::token::TokenSecretHash;
+use crate::token::{CredentialKind, TokenSecretHash};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -26,6 +26,9 @@ pub enum StoreError {
     /// No peer has that name.
     #[error("no peer named \"{0}\"")]
     UnknownPeer(String),
+    /// The peer was revoked and takes no new credentials.
+    #[error("peer \"{0}\" is revoked")]
+    RevokedPeer(String),
     /// The data directory could not be prepared.
     #[error("cannot prepare the data directory: {0}")]
     DataDir(std::io::ErrorKind),
@@ -61,6 +64,21 @@ pub struct CredentialRecord {
     /// Hash of the secret.
     pub secret_hash: TokenSecretHash,
     /// False once the credential or its peer is revoked.
+    pub active: bool,
+    /// The peer's quota.
+    pub rate_per_minute: u32,
+}
+
+/// What Basic authentication needs to know about a peer name.
+#[derive(Debug, Clone)]
+pub struct PeerLogin {
+    /// The peer.
+    pub peer_id: String,
+    /// Its name.
+    pub peer_name: String,
+    /// Argon2id PHC string, if a password was set.
+    pub password_hash: Option<String>,
+    /// False once revoked.
     pub active: bool,
     /// The peer's quota.
     pub rate_per_minute: u32,
@@ -127,7 +145,8 @@ pub struct Store {
 /// server) commits in between.
 const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE peers (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
@@ -171,7 +190,12 @@ CREATE TABLE messages (
     created_at INTEGER NOT NULL
 );
 CREATE INDEX messages_context ON messages(peer_id, context_id, seq);
-"#];
+"#,
+    r#"
+ALTER TABLE credentials ADD COLUMN kind TEXT NOT NULL DEFAULT 'token';
+ALTER TABLE peers ADD COLUMN password_hash TEXT;
+"#,
+];
 
 impl Store {
     /// Opens (creating if needed) the store in `data_dir`, and brings its schema up to date.
@@ -268,8 +292,8 @@ impl Store {
             .collect()
     }
 
-    /// Revokes a peer and every credential it holds.
-    pub async fn revoke_peer(&self, name: &str, now: i64) -> Result<(), StoreError> {
+    /// Revokes a peer and every credential it holds; returns the peer's id.
+    pub async fn revoke_peer(&self, name: &str, now: i64) -> Result<String, StoreError> {
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let row = sqlx::query("SELECT id FROM peers WHERE name = ?")
             .bind(name)
@@ -291,19 +315,107 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        Ok(peer_id)
+    }
+
+    /// Sets a peer's quota.
+    pub async fn set_peer_rate(&self, name: &str, rate_per_minute: u32) -> Result<(), StoreError> {
+        let done = sqlx::query("UPDATE peers SET rate_per_minute = ? WHERE name = ?")
+            .bind(i64::from(rate_per_minute))
+            .bind(name)
+            .execute(&self.writer)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::UnknownPeer(name.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Sets a peer's Basic password (an Argon2id PHC string).
+    pub async fn set_peer_password(&self, name: &str, phc: &str) -> Result<(), StoreError> {
+        let done = sqlx::query("UPDATE peers SET password_hash = ? WHERE name = ?")
+            .bind(phc)
+            .bind(name)
+            .execute(&self.writer)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::UnknownPeer(name.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// What Basic authentication needs about `name`, if such a peer exists.
+    pub async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, name, password_hash, status, rate_per_minute FROM peers WHERE name = ?",
+        )
+        .bind(name)
+        .fetch_optional(&self.reader)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let status: String = row.try_get("status")?;
+        Ok(Some(PeerLogin {
+            peer_id: row.try_get("id")?,
+            peer_name: row.try_get("name")?,
+            password_hash: row.try_get("password_hash")?,
+            active: status == "active",
+            rate_per_minute: u32::try_from(row.try_get::<i64, _>("rate_per_minute")?)
+                .unwrap_or(u32::MAX),
+        }))
+    }
+
+    /// Gives a peer a new API key, revoking any key it had.
+    pub async fn replace_api_key(
+        &self,
+        name: &str,
+        token_id: &str,
+        secret_hash: &TokenSecretHash,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let row = sqlx::query("SELECT id, status FROM peers WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Err(StoreError::UnknownPeer(name.to_owned()));
+        };
+        if row.try_get::<String, _>("status")? != "active" {
+            return Err(StoreError::RevokedPeer(name.to_owned()));
+        }
+        let peer_id: String = row.try_get("id")?;
+        sqlx::query(
+            "UPDATE credentials SET revoked_at = ? WHERE peer_id = ? AND kind = 'api_key' AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(&peer_id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at, kind) VALUES (?, ?, ?, ?, 'api_key')",
+        )
+        .bind(token_id)
+        .bind(&peer_id)
+        .bind(&secret_hash.0[..])
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
         Ok(())
     }
 
     /// The credential with this token id, whatever its state.
     pub async fn find_credential(
         &self,
+        kind: CredentialKind,
         token_id: &str,
     ) -> Result<Option<CredentialRecord>, StoreError> {
         let row = sqlx::query(
             "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute \
-             FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = ?",
+             FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = ? AND c.kind = ?",
         )
         .bind(token_id)
+        .bind(kind.as_str())
         .fetch_optional(&self.reader)
         .await?;
         let Some(row) = row else { return Ok(None) };

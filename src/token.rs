@@ -1,24 +1,52 @@
-//! Peer tokens: `pgt_<id>_<secret><crc>`.
+//! Machine-generated peer credentials: tokens `pgt_<id>_<secret><crc>` and API keys
+//! `pgk_<id>_<secret><crc>`.
 //!
-//! * `pgt_` names the kind of secret, so scanners and log redactors can find leaked tokens;
+//! * the prefix names the kind of secret, so scanners and log redactors can find leaked ones
+//!   and a key can never be used as a token or the other way round;
 //! * `<id>` (12 base62 characters) finds the credential row without revealing anything;
 //! * `<secret>` (32 base62 characters, 190.5 bits from the operating system's CSPRNG);
 //! * `<crc>` (6 base62 characters) is CRC32 of everything before it, so typos and junk are
 //!   refused before the store is asked. The checksum is not a security control.
 //!
-//! The store keeps only [`TokenSecretHash`], a SHA-256 over the id and the secret; the token
-//! itself is shown once, when it is issued.
+//! The store keeps only [`TokenSecretHash`], a SHA-256 over the kind, the id and the secret; the
+//! credential itself is shown once, when it is issued.
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// The fixed prefix of every peer token.
-pub const PREFIX: &str = "pgt_";
+/// The two kinds of generated credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CredentialKind {
+    /// `Authorization: Bearer pgt_…`
+    PeerToken,
+    /// `X-API-Key: pgk_…` (the header name is configurable)
+    ApiKey,
+}
+
+impl CredentialKind {
+    /// The prefix that starts every credential of this kind.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Self::PeerToken => "pgt_",
+            Self::ApiKey => "pgk_",
+        }
+    }
+
+    /// The name the store uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PeerToken => "token",
+            Self::ApiKey => "api_key",
+        }
+    }
+}
+
+const PREFIX_LEN: usize = 4;
 const ID_LEN: usize = 12;
 const SECRET_LEN: usize = 32;
 const CRC_LEN: usize = 6;
 /// Length of a well-formed token in bytes.
-pub const TOKEN_LEN: usize = PREFIX.len() + ID_LEN + 1 + SECRET_LEN + CRC_LEN;
+pub const TOKEN_LEN: usize = PREFIX_LEN + ID_LEN + 1 + SECRET_LEN + CRC_LEN;
 
 const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
@@ -57,6 +85,7 @@ impl std::fmt::Debug for IssuedToken {
 pub struct ParsedToken<'a> {
     /// The public id.
     pub token_id: &'a str,
+    kind: CredentialKind,
     secret: &'a str,
 }
 
@@ -79,9 +108,11 @@ impl std::fmt::Debug for TokenSecretHash {
 }
 
 impl TokenSecretHash {
-    fn compute(token_id: &str, secret: &str) -> Self {
+    fn compute(kind: CredentialKind, token_id: &str, secret: &str) -> Self {
         let mut hasher = Sha256::new();
-        hasher.update(b"peergate peer token v1\0");
+        hasher.update(b"peergate peer credential v1\0");
+        hasher.update(kind.as_str().as_bytes());
+        hasher.update(b"\0");
         hasher.update(token_id.as_bytes());
         hasher.update(b"\0");
         hasher.update(secret.as_bytes());
@@ -92,17 +123,17 @@ impl TokenSecretHash {
 impl<'a> ParsedToken<'a> {
     /// Whether this token's secret hashes to `stored`, compared in constant time.
     pub fn matches(&self, stored: &TokenSecretHash) -> bool {
-        let presented = TokenSecretHash::compute(self.token_id, self.secret);
+        let presented = TokenSecretHash::compute(self.kind, self.token_id, self.secret);
         presented.0.ct_eq(&stored.0).into()
     }
 }
 
-/// Issues a new token from the operating system's CSPRNG.
-pub fn issue() -> Result<IssuedToken, getrandom::Error> {
+/// Issues a new credential of `kind` from the operating system's CSPRNG.
+pub fn issue(kind: CredentialKind) -> Result<IssuedToken, getrandom::Error> {
     let token_id = random_base62(ID_LEN)?;
     let secret = random_base62(SECRET_LEN)?;
-    let token = assemble(&token_id, &secret);
-    let secret_hash = TokenSecretHash::compute(&token_id, &secret);
+    let token = assemble(kind, &token_id, &secret);
+    let secret_hash = TokenSecretHash::compute(kind, &token_id, &secret);
     Ok(IssuedToken {
         token,
         token_id,
@@ -110,21 +141,24 @@ pub fn issue() -> Result<IssuedToken, getrandom::Error> {
     })
 }
 
-/// Builds the token text for an id and a secret, checksum included. Tools use it to turn parts
-/// into a token; it creates no credential.
-pub fn assemble(token_id: &str, secret: &str) -> String {
-    let body = format!("{PREFIX}{token_id}_{secret}");
+/// Builds the credential text for an id and a secret, checksum included. Tools use it to turn
+/// parts into a credential; it creates nothing in the store.
+pub fn assemble(kind: CredentialKind, token_id: &str, secret: &str) -> String {
+    let body = format!("{}{token_id}_{secret}", kind.prefix());
     let crc = crc_base62(body.as_bytes());
     format!("{body}{crc}")
 }
 
-/// Checks shape and checksum; touches nothing else.
-pub fn parse(presented: &str) -> Result<ParsedToken<'_>, TokenFormatError> {
+/// Checks shape, prefix and checksum for `kind`; touches nothing else.
+pub fn parse(kind: CredentialKind, presented: &str) -> Result<ParsedToken<'_>, TokenFormatError> {
     // ASCII first: the byte offsets below must fall on character boundaries.
-    if !presented.is_ascii() || presented.len() != TOKEN_LEN || !presented.starts_with(PREFIX) {
+    if !presented.is_ascii()
+        || presented.len() != TOKEN_LEN
+        || !presented.starts_with(kind.prefix())
+    {
         return Err(TokenFormatError::Malformed);
     }
-    let rest = &presented[PREFIX.len()..];
+    let rest = &presented[PREFIX_LEN..];
     let (token_id, rest) = rest.split_at(ID_LEN);
     let Some(rest) = rest.strip_prefix('_') else {
         return Err(TokenFormatError::Malformed);
@@ -138,7 +172,11 @@ pub fn parse(presented: &str) -> Result<ParsedToken<'_>, TokenFormatError> {
     if crc_base62(body.as_bytes()).as_bytes() != crc.as_bytes() {
         return Err(TokenFormatError::BadChecksum);
     }
-    Ok(ParsedToken { token_id, secret })
+    Ok(ParsedToken {
+        token_id,
+        kind,
+        secret,
+    })
 }
 
 /// Random base62 text by rejection sampling, so every character is equally likely.
@@ -173,28 +211,35 @@ mod tests {
 
     #[test]
     fn issued_token_parses_and_matches_its_hash() {
-        let issued = issue().unwrap();
+        let issued = issue(CredentialKind::PeerToken).unwrap();
         assert_eq!(issued.token.len(), TOKEN_LEN);
-        let parsed = parse(&issued.token).unwrap();
+        let parsed = parse(CredentialKind::PeerToken, &issued.token).unwrap();
         assert_eq!(parsed.token_id, issued.token_id);
         assert!(parsed.matches(&issued.secret_hash));
     }
 
     #[test]
     fn another_tokens_hash_does_not_match() {
-        let a = issue().unwrap();
-        let b = issue().unwrap();
-        assert!(!parse(&a.token).unwrap().matches(&b.secret_hash));
+        let a = issue(CredentialKind::PeerToken).unwrap();
+        let b = issue(CredentialKind::PeerToken).unwrap();
+        assert!(
+            !parse(CredentialKind::PeerToken, &a.token)
+                .unwrap()
+                .matches(&b.secret_hash)
+        );
     }
 
     #[test]
     fn a_single_changed_character_fails_the_checksum() {
-        let issued = issue().unwrap();
+        let issued = issue(CredentialKind::PeerToken).unwrap();
         let mut bytes = issued.token.into_bytes();
-        let i = PREFIX.len() + ID_LEN + 5;
+        let i = PREFIX_LEN + ID_LEN + 5;
         bytes[i] = if bytes[i] == b'a' { b'b' } else { b'a' };
         let typo = String::from_utf8(bytes).unwrap();
-        assert_eq!(parse(&typo).unwrap_err(), TokenFormatError::BadChecksum);
+        assert_eq!(
+            parse(CredentialKind::PeerToken, &typo).unwrap_err(),
+            TokenFormatError::BadChecksum
+        );
     }
 
     #[test]
@@ -208,11 +253,27 @@ mod tests {
             &format!("pgt_{}", "é".repeat(25) + "x"),
         ] {
             assert_eq!(
-                parse(junk).unwrap_err(),
+                parse(CredentialKind::PeerToken, junk).unwrap_err(),
                 TokenFormatError::Malformed,
                 "{junk}"
             );
         }
+    }
+
+    #[test]
+    fn a_key_is_not_a_token_and_the_other_way_round() {
+        let key = issue(CredentialKind::ApiKey).unwrap();
+        assert!(key.token.starts_with("pgk_"));
+        assert!(parse(CredentialKind::ApiKey, &key.token).is_ok());
+        assert_eq!(
+            parse(CredentialKind::PeerToken, &key.token).unwrap_err(),
+            TokenFormatError::Malformed
+        );
+        // The same id and secret under the other kind hash differently.
+        let parsed = parse(CredentialKind::ApiKey, &key.token).unwrap();
+        let as_token = assemble(CredentialKind::PeerToken, parsed.token_id, parsed.secret);
+        let as_token = parse(CredentialKind::PeerToken, &as_token).unwrap();
+        assert!(!as_token.matches(&key.secret_hash));
     }
 
     #[test]

@@ -24,7 +24,10 @@ fn peer_add_prints_the_token_alone_and_list_never_shows_a_secret() {
         !token.contains('\n'),
         "stdout holds only the token: {stdout:?}"
     );
-    assert!(peergate::token::parse(token).is_ok(), "{token}");
+    assert!(
+        peergate::token::parse(peergate::token::CredentialKind::PeerToken, token).is_ok(),
+        "{token}"
+    );
     assert!(stderr.contains("alice"), "{stderr}");
     assert!(!stderr.contains(token), "the summary repeats the token");
 

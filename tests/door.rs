@@ -87,10 +87,12 @@ async fn door_refuses_requests_without_a_valid_token() {
     let mut typo = token.clone().into_bytes();
     typo[20] = if typo[20] == b'a' { b'b' } else { b'a' };
     let typo = String::from_utf8(typo).unwrap();
-    let unknown = peergate::token::issue().unwrap().token;
+    let unknown = peergate::token::issue(peergate::token::CredentialKind::PeerToken)
+        .unwrap()
+        .token;
     let cases: Vec<(Option<String>, &str)> = vec![
         (None, "missing_credentials"),
-        (Some("Basic YWxpY2U6cHc=".into()), "malformed_authorization"),
+        (Some("Basic YWxpY2U6cHc=".into()), "scheme_not_enabled"),
         (Some("Bearer".into()), "malformed_authorization"),
         (Some("Bearer not-a-token".into()), "invalid_token"),
         (Some(format!("Bearer {typo}")), "invalid_token"),
@@ -661,14 +663,15 @@ async fn oversized_body_is_refused_before_the_handler() {
 #[tokio::test]
 async fn malformed_and_bad_checksum_tokens_never_reach_the_store() {
     use axum::http::{HeaderMap, HeaderValue};
-    use peergate::auth::{AuthError, PeerAuthenticator};
+    use peergate::auth::{AuthError, AuthRefusal, AuthSettings, PeerAuthenticator};
     let dir = tempfile::tempdir().unwrap();
     let store = peergate::store::Store::open(dir.path()).await.unwrap();
     let auth = PeerAuthenticator::new(
         store.clone(),
         std::sync::Arc::new(peergate::clock::SystemClock),
-        Duration::from_secs(2),
-    );
+        AuthSettings::default(),
+    )
+    .unwrap();
     // With the store closed, any look-up fails as `Unavailable`.
     store.close().await;
     let headers = |token: &str| {
@@ -679,21 +682,31 @@ async fn malformed_and_bad_checksum_tokens_never_reach_the_store() {
         );
         map
     };
-    let good = peergate::token::issue().unwrap().token;
+    let client = "192.0.2.1".parse().unwrap();
+    let refusal = |error| AuthRefusal::Unauthenticated(error);
+    let good = peergate::token::issue(peergate::token::CredentialKind::PeerToken)
+        .unwrap()
+        .token;
     assert_eq!(
-        auth.authenticate(&headers(&good)).await.unwrap_err(),
-        AuthError::Unavailable
+        auth.authenticate(&headers(&good), client)
+            .await
+            .unwrap_err(),
+        refusal(AuthError::Unavailable)
     );
     let mut typo = good.clone().into_bytes();
     typo[30] = if typo[30] == b'Z' { b'Y' } else { b'Z' };
     let typo = String::from_utf8(typo).unwrap();
     assert_eq!(
-        auth.authenticate(&headers(&typo)).await.unwrap_err(),
-        AuthError::MalformedToken
+        auth.authenticate(&headers(&typo), client)
+            .await
+            .unwrap_err(),
+        refusal(AuthError::MalformedToken)
     );
     assert_eq!(
-        auth.authenticate(&headers("pgt_short")).await.unwrap_err(),
-        AuthError::MalformedToken
+        auth.authenticate(&headers("pgt_short"), client)
+            .await
+            .unwrap_err(),
+        refusal(AuthError::MalformedToken)
     );
 }
 
@@ -711,14 +724,23 @@ async fn unknown_wrong_secret_and_revoked_tokens_get_the_same_answer() {
     let bob = gw.add_peer("bob");
     let probe =
         json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}).to_string();
-    let parsed = peergate::token::parse(&alice).unwrap();
-    let other_secret = &peergate::token::issue().unwrap().token[17..49];
-    let wrong_secret = peergate::token::assemble(parsed.token_id, other_secret);
+    let parsed =
+        peergate::token::parse(peergate::token::CredentialKind::PeerToken, &alice).unwrap();
+    let other_secret = &peergate::token::issue(peergate::token::CredentialKind::PeerToken)
+        .unwrap()
+        .token[17..49];
+    let wrong_secret = peergate::token::assemble(
+        peergate::token::CredentialKind::PeerToken,
+        parsed.token_id,
+        other_secret,
+    );
     assert!(
-        peergate::token::parse(&wrong_secret).is_ok(),
+        peergate::token::parse(peergate::token::CredentialKind::PeerToken, &wrong_secret).is_ok(),
         "checksum must pass"
     );
-    let unknown = peergate::token::issue().unwrap().token;
+    let unknown = peergate::token::issue(peergate::token::CredentialKind::PeerToken)
+        .unwrap()
+        .token;
 
     assert_eq!(post_raw(&gw.door, Some(&alice), probe.clone()).await.0, 200);
     let (status, wrong) = post_raw(&gw.door, Some(&wrong_secret), probe.clone()).await;

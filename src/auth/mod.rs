@@ -1,0 +1,706 @@
+//! Authentication of partner agents: Bearer peer tokens, Basic (peer name and password) and an
+//! API-key header, whichever the policy enables.
+//!
+//! [`AuthLayer`] sits behind the per-IP limit and in front of the per-peer limit. Its service
+//! decides before anything below runs: a request without exactly one valid credential is
+//! answered 401, with one `WWW-Authenticate` challenge per enabled scheme, and never reaches the
+//! handler. A request that passes carries an [`AuthenticatedPeer`], which only this module can
+//! construct, so a handler that takes one cannot be reached unauthenticated.
+//!
+//! * Two credentials (two `Authorization` headers, or `Authorization` and the API-key header)
+//!   are refused whole: neither is tried.
+//! * Failed attempts count against a per-address budget. Once it is spent, the layer answers 429
+//!   before looking at any credential, so guessing and Argon2 work stay bounded.
+//! * A verified credential is cached for `auth.credential_cache_seconds` (at most 5 s), keyed by
+//!   a SHA-256 of the credential, so the hot path does no store read and no Argon2.
+//!   [`PeerAuthenticator::forget_peer`] drops a peer's entries at once, so a revocation made
+//!   through the running server applies to the very next request; one written by the command
+//!   line reaches a running server within the cache time.
+//!
+//! ```
+//! use axum::{Router, routing::post, body::Body, http::{Request, StatusCode}};
+//! use peergate::auth::{AuthenticatedPeer, AuthLayer, AuthSettings, PeerAuthenticator};
+//! use tower::ServiceExt;
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = peergate::store::Store::open(dir.path()).await.unwrap();
+//! let clock = std::sync::Arc::new(peergate::clock::SystemClock);
+//! let auth = PeerAuthenticator::new(store, clock, AuthSettings::default()).unwrap();
+//! let app = Router::new()
+//!     .route("/a2a", post(|peer: AuthenticatedPeer| async move { peer.name().to_owned() }))
+//!     .layer(AuthLayer::new(auth));
+//! let response = app
+//!     .oneshot(Request::post("/a2a").body(Body::empty()).unwrap())
+//!     .await
+//!     .unwrap();
+//! assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+//! assert!(response.headers()["www-authenticate"].to_str().unwrap().starts_with("Bearer"));
+//! # });
+//! ```
+
+pub mod password;
+
+use crate::client_addr::ClientAddr;
+use crate::clock::Clock;
+use crate::limit::{Decision, KeyedGcra, Limit, Quota, RateLimited};
+use crate::store::Store;
+use crate::token::{self, CredentialKind};
+use axum::body::Body;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use moka::future::Cache;
+use password::PasswordChecker;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tower::{Layer, Service};
+
+/// A peer whose credential was verified for this request. Only this module constructs it.
+#[derive(Debug, Clone)]
+pub struct AuthenticatedPeer {
+    id: Arc<str>,
+    name: Arc<str>,
+    rate_per_minute: u32,
+    scheme: Scheme,
+}
+
+impl AuthenticatedPeer {
+    /// The peer's stable id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// The peer's id, shared.
+    pub fn id_arc(&self) -> Arc<str> {
+        self.id.clone()
+    }
+    /// The peer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The peer's quota in requests per minute.
+    pub fn rate_per_minute(&self) -> u32 {
+        self.rate_per_minute
+    }
+    /// How the peer authenticated.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for AuthenticatedPeer {
+    type Rejection = AuthError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        // Absent only when a route was mounted without the layer: fail closed.
+        parts
+            .extensions
+            .get::<AuthenticatedPeer>()
+            .cloned()
+            .ok_or(AuthError::MissingCredentials)
+    }
+}
+
+/// The authentication schemes peergate knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scheme {
+    /// `Authorization: Bearer <peer token>`
+    Bearer,
+    /// `Authorization: Basic base64(name:password)`
+    Basic,
+    /// `<configured header>: <API key>`
+    ApiKey,
+}
+
+impl Scheme {
+    /// The name used in the policy (`auth.schemes`).
+    pub fn policy_name(self) -> &'static str {
+        match self {
+            Self::Bearer => "bearer",
+            Self::Basic => "basic",
+            Self::ApiKey => "api_key",
+        }
+    }
+
+    /// Parses a policy name.
+    pub fn from_policy_name(name: &str) -> Option<Self> {
+        [Self::Bearer, Self::Basic, Self::ApiKey]
+            .into_iter()
+            .find(|s| s.policy_name() == name)
+    }
+}
+
+/// Why a request was not authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    /// No credential.
+    #[error("no credentials were presented")]
+    MissingCredentials,
+    /// Two `Authorization` headers, two API-key headers, or one of each.
+    #[error("more than one credential was presented; send exactly one")]
+    AmbiguousCredentials,
+    /// An `Authorization` scheme this gateway does not accept.
+    #[error("this authentication scheme is not enabled here")]
+    SchemeNotEnabled,
+    /// Not `<scheme> <credentials>`, or Basic credentials that are not base64 of UTF-8 `name:password`.
+    #[error("the Authorization header is malformed")]
+    MalformedHeader,
+    /// Not a well-formed peer token, or its checksum fails (decided without the store).
+    #[error("the token is not a peer token")]
+    MalformedToken,
+    /// An unknown, wrong or revoked token. One case on purpose: the answer must not tell
+    /// them apart.
+    #[error("the token is not valid")]
+    InvalidToken,
+    /// Wrong name or password, or an unknown, wrong or revoked API key; one case on purpose.
+    #[error("the credentials are not valid")]
+    InvalidCredentials,
+    /// The store could not be asked.
+    #[error("credentials cannot be checked right now")]
+    Unavailable,
+}
+
+impl AuthError {
+    /// The stable code in the JSON body.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::MissingCredentials => "missing_credentials",
+            Self::AmbiguousCredentials => "ambiguous_credentials",
+            Self::SchemeNotEnabled => "scheme_not_enabled",
+            Self::MalformedHeader => "malformed_authorization",
+            Self::MalformedToken | Self::InvalidToken => "invalid_token",
+            Self::InvalidCredentials => "invalid_credentials",
+            Self::Unavailable => "auth_unavailable",
+        }
+    }
+
+    /// The one place an authentication failure becomes a response: 401 with one challenge per
+    /// enabled scheme (503 when the store is away).
+    pub fn response(self, challenges: &[HeaderValue]) -> Response {
+        let status = match self {
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::UNAUTHORIZED,
+        };
+        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        let mut response = (status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        if status == StatusCode::UNAUTHORIZED {
+            for challenge in challenges {
+                headers.append(header::WWW_AUTHENTICATE, challenge.clone());
+            }
+        } else {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        self.response(&[HeaderValue::from_static(r#"Bearer realm="peergate""#)])
+    }
+}
+
+/// A refusal by the authentication layer: bad credentials, or the failed-attempt budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthRefusal {
+    /// The credentials were missing or wrong.
+    #[error(transparent)]
+    Unauthenticated(#[from] AuthError),
+    /// Too many failed attempts from this address.
+    #[error(transparent)]
+    Limited(#[from] RateLimited),
+}
+
+/// How the authentication layer is configured.
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    /// Enabled schemes, in the order challenges are sent.
+    pub schemes: Vec<Scheme>,
+    /// Header that carries API keys.
+    pub api_key_header: HeaderName,
+    /// How long a verified credential is trusted without asking the store again.
+    pub cache_ttl: Duration,
+    /// Argon2 verifications allowed at once.
+    pub password_checks_at_once: usize,
+    /// Failed attempts allowed per client address.
+    pub failed_auth_quota: Quota,
+    /// Addresses tracked by the failed-attempt budget.
+    pub tracked_addresses: usize,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            schemes: vec![Scheme::Bearer],
+            api_key_header: HeaderName::from_static("x-api-key"),
+            cache_ttl: Duration::from_secs(2),
+            password_checks_at_once: 2,
+            failed_auth_quota: Quota::per_minute(10),
+            tracked_addresses: 100_000,
+        }
+    }
+}
+
+/// Why the authenticator could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthConfigError {
+    /// No scheme enabled: nobody could ever get in.
+    #[error("auth.schemes: at least one scheme must be enabled")]
+    NoScheme,
+    /// The API-key header would collide with `Authorization`.
+    #[error("auth.api_key_header: must not be Authorization")]
+    ApiKeyHeader,
+    /// The failed-attempt budget is unusable.
+    #[error("limits.failed_auth_per_ip_per_minute: {0}")]
+    Budget(String),
+    /// The dummy password hash could not be made.
+    #[error("cannot prepare password hashing: {0}")]
+    Hashing(String),
+}
+
+#[derive(Debug)]
+struct VerifiedPeer {
+    id: Arc<str>,
+    name: Arc<str>,
+    rate_per_minute: u32,
+}
+
+/// A credential as presented, before any verification.
+enum Presented<'a> {
+    Bearer(&'a str),
+    Basic(&'a str),
+    ApiKey(&'a str),
+}
+
+impl Presented<'_> {
+    fn scheme(&self) -> Scheme {
+        match self {
+            Self::Bearer(_) => Scheme::Bearer,
+            Self::Basic(_) => Scheme::Basic,
+            Self::ApiKey(_) => Scheme::ApiKey,
+        }
+    }
+
+    /// The cache key: a hash, so no credential is kept in memory longer than the request.
+    fn cache_key(&self) -> [u8; 32] {
+        let (tag, value): (&[u8], &str) = match self {
+            Self::Bearer(v) => (b"bearer\0", v),
+            Self::Basic(v) => (b"basic\0", v),
+            Self::ApiKey(v) => (b"api_key\0", v),
+        };
+        let mut hasher = Sha256::new();
+        hasher.update(tag);
+        hasher.update(value.as_bytes());
+        hasher.finalize().into()
+    }
+}
+
+/// Verifies credentials against the store, with a short-lived cache.
+pub struct PeerAuthenticator {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    settings: AuthSettings,
+    challenges: Vec<HeaderValue>,
+    verified: Option<Cache<[u8; 32], Arc<VerifiedPeer>>>,
+    passwords: PasswordChecker,
+    failures: KeyedGcra<IpAddr>,
+    recently_touched: Cache<Arc<str>, ()>,
+}
+
+impl std::fmt::Debug for PeerAuthenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerAuthenticator")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerAuthenticator {
+    /// An authenticator over `store`; refuses settings that could never work.
+    pub fn new(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        settings: AuthSettings,
+    ) -> Result<Self, AuthConfigError> {
+        if settings.schemes.is_empty() {
+            return Err(AuthConfigError::NoScheme);
+        }
+        if settings.api_key_header == header::AUTHORIZATION {
+            return Err(AuthConfigError::ApiKeyHeader);
+        }
+        crate::limit::check_config(settings.failed_auth_quota, settings.tracked_addresses)
+            .map_err(|e| AuthConfigError::Budget(e.to_string()))?;
+        let challenges = settings
+            .schemes
+            .iter()
+            .filter_map(|scheme| {
+                let text = match scheme {
+                    Scheme::Bearer => r#"Bearer realm="peergate""#.to_owned(),
+                    Scheme::Basic => r#"Basic realm="peergate", charset="UTF-8""#.to_owned(),
+                    Scheme::ApiKey => format!(
+                        r#"ApiKey realm="peergate", header="{}""#,
+                        settings.api_key_header
+                    ),
+                };
+                HeaderValue::from_str(&text).ok()
+            })
+            .collect();
+        let verified = (!settings.cache_ttl.is_zero()).then(|| {
+            Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(settings.cache_ttl)
+                .support_invalidation_closures()
+                .build()
+        });
+        let passwords = if settings.schemes.contains(&Scheme::Basic) {
+            PasswordChecker::new(settings.password_checks_at_once)
+        } else {
+            // Never asked; skip the start-up hash.
+            PasswordChecker::disabled()
+        }
+        .map_err(AuthConfigError::Hashing)?;
+        Ok(Self {
+            failures: KeyedGcra::new(settings.tracked_addresses),
+            store,
+            clock,
+            challenges,
+            verified,
+            passwords,
+            recently_touched: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(60))
+                .build(),
+            settings,
+        })
+    }
+
+    /// The `WWW-Authenticate` challenges, one per enabled scheme.
+    pub fn challenges(&self) -> &[HeaderValue] {
+        &self.challenges
+    }
+
+    /// The enabled schemes.
+    pub fn schemes(&self) -> &[Scheme] {
+        &self.settings.schemes
+    }
+
+    /// How many Argon2 verifications ran since start-up.
+    pub fn password_verifications(&self) -> u64 {
+        self.passwords.verifications()
+    }
+
+    /// Drops every cached credential of a peer, so a change made through this process (a
+    /// revocation, a new quota) applies to the very next request.
+    pub fn forget_peer(&self, peer_id: &str) {
+        if let Some(cache) = &self.verified {
+            let peer_id: Arc<str> = Arc::from(peer_id);
+            let _ = cache.invalidate_entries_if(move |_, v| v.id == peer_id);
+        }
+    }
+
+    /// Drops failure budgets that are whole again (call periodically).
+    pub fn purge(&self) {
+        self.failures.purge(self.clock.now_nanos());
+    }
+
+    /// Authenticates one request from `client`.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+    ) -> Result<AuthenticatedPeer, AuthRefusal> {
+        let presented = self.presented(headers);
+        let presented = match presented {
+            Ok(presented) => presented,
+            Err(AuthError::MissingCredentials) => return Err(AuthError::MissingCredentials.into()),
+            Err(error) => return Err(self.failed(client, error)),
+        };
+        // A spent budget stops everything, the right credential included, before any work.
+        let quota = self.settings.failed_auth_quota;
+        if let Decision::Denied { retry_after } =
+            self.failures.peek(&client, quota, self.clock.now_nanos())
+        {
+            return Err(RateLimited {
+                limit: Limit::FailedAuth,
+                retry_after,
+                quota,
+            }
+            .into());
+        }
+        let key = presented.cache_key();
+        if let Some(cache) = &self.verified
+            && let Some(hit) = cache.get(&key).await
+        {
+            return Ok(self.admit(&hit, presented.scheme()).await);
+        }
+        match self.verify(&presented).await {
+            Ok(peer) => {
+                let peer = Arc::new(peer);
+                if let Some(cache) = &self.verified {
+                    cache.insert(key, peer.clone()).await;
+                }
+                Ok(self.admit(&peer, presented.scheme()).await)
+            }
+            Err(AuthError::Unavailable) => Err(AuthError::Unavailable.into()),
+            Err(error) => Err(self.failed(client, error)),
+        }
+    }
+
+    /// Counts a failed attempt against the address's budget.
+    fn failed(&self, client: IpAddr, error: AuthError) -> AuthRefusal {
+        let _ = self.failures.check(
+            &client,
+            self.settings.failed_auth_quota,
+            self.clock.now_nanos(),
+        );
+        error.into()
+    }
+
+    fn presented<'h>(&self, headers: &'h HeaderMap) -> Result<Presented<'h>, AuthError> {
+        let mut authorization = headers.get_all(header::AUTHORIZATION).iter();
+        let first = authorization.next();
+        if authorization.next().is_some() {
+            return Err(AuthError::AmbiguousCredentials);
+        }
+        let api_key = if self.settings.schemes.contains(&Scheme::ApiKey) {
+            let mut keys = headers.get_all(&self.settings.api_key_header).iter();
+            let key = keys.next();
+            if keys.next().is_some() {
+                return Err(AuthError::AmbiguousCredentials);
+            }
+            key
+        } else {
+            None
+        };
+        match (first, api_key) {
+            (Some(_), Some(_)) => Err(AuthError::AmbiguousCredentials),
+            (None, None) => Err(AuthError::MissingCredentials),
+            (None, Some(key)) => key
+                .to_str()
+                .map(|k| Presented::ApiKey(k.trim()))
+                .map_err(|_| AuthError::InvalidCredentials),
+            (Some(value), None) => {
+                let value = value.to_str().map_err(|_| AuthError::MalformedHeader)?;
+                let (scheme, rest) = value.split_once(' ').ok_or(AuthError::MalformedHeader)?;
+                let credentials = rest.trim_matches(' ');
+                if credentials.is_empty() || credentials.contains(' ') {
+                    return Err(AuthError::MalformedHeader);
+                }
+                let scheme = if scheme.eq_ignore_ascii_case("bearer") {
+                    Scheme::Bearer
+                } else if scheme.eq_ignore_ascii_case("basic") {
+                    Scheme::Basic
+                } else {
+                    return Err(AuthError::SchemeNotEnabled);
+                };
+                if !self.settings.schemes.contains(&scheme) {
+                    return Err(AuthError::SchemeNotEnabled);
+                }
+                Ok(match scheme {
+                    Scheme::Basic => Presented::Basic(credentials),
+                    _ => Presented::Bearer(credentials),
+                })
+            }
+        }
+    }
+
+    async fn verify(&self, presented: &Presented<'_>) -> Result<VerifiedPeer, AuthError> {
+        match presented {
+            Presented::Bearer(token) => self
+                .verify_generated(CredentialKind::PeerToken, token)
+                .await
+                .map_err(|e| match e {
+                    AuthError::InvalidCredentials => AuthError::InvalidToken,
+                    other => other,
+                }),
+            Presented::ApiKey(key) => self
+                .verify_generated(CredentialKind::ApiKey, key)
+                .await
+                .map_err(|e| match e {
+                    AuthError::MalformedToken => AuthError::InvalidCredentials,
+                    other => other,
+                }),
+            Presented::Basic(encoded) => self.verify_basic(encoded).await,
+        }
+    }
+
+    async fn verify_generated(
+        &self,
+        kind: CredentialKind,
+        presented: &str,
+    ) -> Result<VerifiedPeer, AuthError> {
+        let parsed = token::parse(kind, presented).map_err(|_| AuthError::MalformedToken)?;
+        let record = self
+            .store
+            .find_credential(kind, parsed.token_id)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "credential look-up failed");
+                AuthError::Unavailable
+            })?
+            .ok_or(AuthError::InvalidCredentials)?;
+        if !parsed.matches(&record.secret_hash) || !record.active {
+            return Err(AuthError::InvalidCredentials);
+        }
+        Ok(VerifiedPeer {
+            id: record.peer_id.into(),
+            name: record.peer_name.into(),
+            rate_per_minute: record.rate_per_minute,
+        })
+    }
+
+    async fn verify_basic(&self, encoded: &str) -> Result<VerifiedPeer, AuthError> {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|_| AuthError::MalformedHeader)?;
+        let decoded = String::from_utf8(decoded).map_err(|_| AuthError::MalformedHeader)?;
+        let (name, password) = decoded.split_once(':').ok_or(AuthError::MalformedHeader)?;
+        let login = self.store.find_peer_login(name).await.map_err(|e| {
+            tracing::error!(error = %e, "peer look-up failed");
+            AuthError::Unavailable
+        })?;
+        // Unknown names and peers without a password cost one dummy verification.
+        let phc = login.as_ref().and_then(|l| l.password_hash.as_deref());
+        let matched = self.passwords.verify(phc, password).await;
+        match login {
+            Some(login) if matched && login.active => Ok(VerifiedPeer {
+                id: login.peer_id.into(),
+                name: login.peer_name.into(),
+                rate_per_minute: login.rate_per_minute,
+            }),
+            _ => Err(AuthError::InvalidCredentials),
+        }
+    }
+
+    async fn admit(&self, peer: &VerifiedPeer, scheme: Scheme) -> AuthenticatedPeer {
+        self.note_use(&peer.id).await;
+        AuthenticatedPeer {
+            id: peer.id.clone(),
+            name: peer.name.clone(),
+            rate_per_minute: peer.rate_per_minute,
+            scheme,
+        }
+    }
+
+    /// Records "last used" at most once a minute per peer; failure only costs the timestamp.
+    async fn note_use(&self, peer_id: &Arc<str>) {
+        if self.recently_touched.contains_key(peer_id) {
+            return;
+        }
+        self.recently_touched.insert(peer_id.clone(), ()).await;
+        if let Err(e) = self
+            .store
+            .touch_peer(peer_id, self.clock.now_millis())
+            .await
+        {
+            tracing::warn!(error = %e, "could not record last use of a peer");
+        }
+    }
+}
+
+/// Requires one valid credential in front of the wrapped service.
+#[derive(Clone)]
+pub struct AuthLayer {
+    authenticator: Arc<PeerAuthenticator>,
+}
+
+impl AuthLayer {
+    /// A layer that authenticates with `authenticator`.
+    pub fn new(authenticator: PeerAuthenticator) -> Self {
+        Self::shared(Arc::new(authenticator))
+    }
+
+    /// A layer over an authenticator shared with other parts of the gateway.
+    pub fn shared(authenticator: Arc<PeerAuthenticator>) -> Self {
+        Self { authenticator }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Auth {
+            inner,
+            authenticator: self.authenticator.clone(),
+        }
+    }
+}
+
+/// The service made by [`AuthLayer`].
+#[derive(Clone)]
+pub struct Auth<S> {
+    inner: S,
+    authenticator: Arc<PeerAuthenticator>,
+}
+
+impl<S> Service<Request<Body>> for Auth<S>
+where
+    S: Service<Request<Body>, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        // The readied service goes into the future; a fresh clone stays for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let authenticator = self.authenticator.clone();
+        let client = request
+            .extensions()
+            .get::<ClientAddr>()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), ClientAddr::limit_key);
+        Box::pin(async move {
+            match authenticator.authenticate(request.headers(), client).await {
+                Ok(peer) => {
+                    request.extensions_mut().insert(peer);
+                    inner.call(request).await
+                }
+                Err(AuthRefusal::Unauthenticated(error)) => {
+                    Ok(error.response(authenticator.challenges()))
+                }
+                Err(AuthRefusal::Limited(limited)) => Ok(limited.into_response()),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::routing::post;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_route_mounted_without_the_layer_refuses() {
+        let app = Router::new().route(
+            "/a2a",
+            post(|peer: AuthenticatedPeer| async move { peer.name().to_owned() }),
+        );
+        let request = Request::post("/a2a")
+            .header("authorization", "Bearer anything")
+            .body(Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+}

@@ -1,0 +1,125 @@
+//! Requests per client address, before anything else looks at the request.
+//!
+//! Keys on the [`ClientAddr`] the client-address layer decided (IPv6 grouped by /64), so a
+//! spoofed `X-Forwarded-For` from an untrusted peer never changes the key.
+//!
+//! ```
+//! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}, extract::ConnectInfo};
+//! use peergate::{client_addr::ClientAddrLayer, clock::ManualClock, limit::{PerIpLimitLayer, Quota}};
+//! use std::sync::Arc;
+//! use tower::ServiceExt;
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let clock = Arc::new(ManualClock::new(0));
+//! let app = Router::new()
+//!     .route("/", get(|| async { "ok" }))
+//!     .layer(PerIpLimitLayer::new(Quota::per_minute(1), 1000, clock).unwrap())
+//!     .layer(ClientAddrLayer::new(vec![]));
+//! let request = || {
+//!     let mut r = Request::get("/").body(Body::empty()).unwrap();
+//!     r.extensions_mut().insert(ConnectInfo("192.0.2.1:4000".parse::<std::net::SocketAddr>().unwrap()));
+//!     r
+//! };
+//! assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), StatusCode::OK);
+//! let refused = app.oneshot(request()).await.unwrap();
+//! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(refused.headers()["retry-after"], "60");
+//! # });
+//! ```
+
+use super::{KeyedGcra, Limit, LimitConfigError, Quota, RateLimited, check_config};
+use crate::client_addr::ClientAddr;
+use crate::clock::Clock;
+use axum::body::Body;
+use axum::http::Request;
+use axum::response::{IntoResponse, Response};
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+/// Limits requests per client address.
+#[derive(Clone)]
+pub struct PerIpLimitLayer {
+    limiter: Arc<KeyedGcra<IpAddr>>,
+    quota: Quota,
+    clock: Arc<dyn Clock>,
+}
+
+impl PerIpLimitLayer {
+    /// `quota` per address, tracking at most about `capacity` addresses.
+    pub fn new(
+        quota: Quota,
+        capacity: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, LimitConfigError> {
+        check_config(quota, capacity)?;
+        Ok(Self {
+            limiter: Arc::new(KeyedGcra::new(capacity)),
+            quota,
+            clock,
+        })
+    }
+
+    /// The limiter, for periodic purging.
+    pub fn limiter(&self) -> Arc<KeyedGcra<IpAddr>> {
+        self.limiter.clone()
+    }
+}
+
+impl<S> Layer<S> for PerIpLimitLayer {
+    type Service = PerIpLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PerIpLimit {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service made by [`PerIpLimitLayer`].
+#[derive(Clone)]
+pub struct PerIpLimit<S> {
+    inner: S,
+    layer: PerIpLimitLayer,
+}
+
+impl<S> Service<Request<Body>> for PerIpLimit<S>
+where
+    S: Service<Request<Body>, Response = Response> + Send,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        // Without a client address every request shares one key: fail closed, not open.
+        let key = request
+            .extensions()
+            .get::<ClientAddr>()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), ClientAddr::limit_key);
+        let quota = self.layer.quota;
+        match self
+            .layer
+            .limiter
+            .check(&key, quota, self.layer.clock.now_nanos())
+        {
+            super::Decision::Allowed { .. } => Box::pin(self.inner.call(request)),
+            super::Decision::Denied { retry_after } => {
+                let refusal = RateLimited {
+                    limit: Limit::PerIp,
+                    retry_after,
+                    quota,
+                };
+                Box::pin(async move { Ok(refusal.into_response()) })
+            }
+        }
+    }
+}
