@@ -157,6 +157,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         schemes: policy.auth_schemes().map_err(|e| config(&e))?,
         api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
             .map_err(|e| config(&e))?,
+        api_key_header_label: policy.auth.api_key_header.clone(),
         cache_ttl: Duration::from_secs(policy.auth.credential_cache_seconds),
         password_checks_at_once: policy.auth.password_checks_at_once,
         failed_auth_quota: Quota::per_minute(policy.limits.failed_auth_per_ip_per_minute),

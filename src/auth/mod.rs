@@ -229,6 +229,8 @@ pub struct AuthSettings {
     pub schemes: Vec<Scheme>,
     /// Header that carries API keys.
     pub api_key_header: HeaderName,
+    /// The same header as the operator spelled it, for the challenge.
+    pub api_key_header_label: String,
     /// How long a verified credential is trusted without asking the store again.
     pub cache_ttl: Duration,
     /// Argon2 verifications allowed at once.
@@ -244,6 +246,7 @@ impl Default for AuthSettings {
         Self {
             schemes: vec![Scheme::Bearer],
             api_key_header: HeaderName::from_static("x-api-key"),
+            api_key_header_label: "X-API-Key".to_owned(),
             cache_ttl: Duration::from_secs(2),
             password_checks_at_once: 2,
             failed_auth_quota: Quota::per_minute(10),
@@ -351,7 +354,7 @@ impl PeerAuthenticator {
                     Scheme::Basic => r#"Basic realm="peergate", charset="UTF-8""#.to_owned(),
                     Scheme::ApiKey => format!(
                         r#"ApiKey realm="peergate", header="{}""#,
-                        settings.api_key_header
+                        settings.api_key_header_label
                     ),
                 };
                 HeaderValue::from_str(&text).ok()

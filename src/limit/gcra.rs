@@ -7,6 +7,10 @@
 //! when the next request will pass.
 //!
 //! Time comes in as nanoseconds from a [`Clock`](crate::clock::Clock), so tests move it.
+//!
+//! A key's quota may change between calls (an administrator raises a peer's limit). The
+//! requests already counted keep counting as requests: the outstanding debt is rescaled to the
+//! new interval, so raising a quota gives the new headroom at once.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
@@ -78,7 +82,8 @@ const SHARDS: usize = 16;
 /// is refused: under a flood of distinct addresses the limiter fails closed rather than grow.
 #[derive(Debug)]
 pub struct KeyedGcra<K> {
-    shards: Vec<Mutex<HashMap<K, i64>>>,
+    /// Per key: the TAT and the interval it was computed with.
+    shards: Vec<Mutex<HashMap<K, (i64, i64)>>>,
     hasher: std::collections::hash_map::RandomState,
     shard_capacity: usize,
 }
@@ -108,7 +113,16 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
         let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
         let interval = quota.interval_nanos();
         let burst = quota.burst_nanos();
-        let tat = map.get(key).copied().unwrap_or(now).max(now);
+        let tat = match map.get(key).copied() {
+            None => now,
+            Some((tat, _)) if tat <= now => now,
+            Some((tat, old_interval)) if old_interval == interval => tat,
+            // Same number of requests owed, at the new interval.
+            Some((tat, old_interval)) => {
+                let owed = i128::from(tat - now) * i128::from(interval) / i128::from(old_interval);
+                now.saturating_add(i64::try_from(owed).unwrap_or(i64::MAX))
+            }
+        };
         // With cost 0 (peek), ask whether one more request would pass.
         let new_tat = tat.saturating_add(interval.saturating_mul(cost.max(1)));
         let allow_at = new_tat.saturating_sub(burst);
@@ -119,14 +133,14 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
         }
         if cost > 0 {
             if !map.contains_key(key) && map.len() >= self.shard_capacity {
-                map.retain(|_, tat| *tat > now);
+                map.retain(|_, (tat, _)| *tat > now);
                 if map.len() >= self.shard_capacity {
                     return Decision::Denied {
                         retry_after: nanos(interval),
                     };
                 }
             }
-            map.insert(key.clone(), new_tat);
+            map.insert(key.clone(), (new_tat, interval));
         }
         let used = if cost > 0 { new_tat } else { tat };
         let remaining = (now.saturating_add(burst).saturating_sub(used)) / interval;
@@ -155,7 +169,7 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
             shard
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .retain(|_, tat| *tat > now_nanos);
+                .retain(|_, (tat, _)| *tat > now_nanos);
         }
     }
 }
@@ -195,6 +209,23 @@ mod tests {
         assert!(!limiter.check(&"k", quota, 2 * SEC).is_allowed());
         // Other keys are independent.
         assert!(limiter.check(&"other", quota, 0).is_allowed());
+    }
+
+    #[test]
+    fn a_changed_quota_keeps_the_requests_already_counted() {
+        let limiter = KeyedGcra::new(100);
+        assert!(limiter.check(&"k", Quota::per_minute(1), 0).is_allowed());
+        assert!(!limiter.check(&"k", Quota::per_minute(1), 0).is_allowed());
+        let raised = Quota::per_minute(120);
+        for i in 0..119 {
+            assert!(limiter.check(&"k", raised, 0).is_allowed(), "request {i}");
+        }
+        assert!(!limiter.check(&"k", raised, 0).is_allowed());
+        // Lowering it again: 120 owed at 1/min is far beyond the burst of 1.
+        let Decision::Denied { retry_after } = limiter.check(&"k", Quota::per_minute(1), 0) else {
+            panic!("admitted")
+        };
+        assert_eq!(retry_after, Duration::from_secs(120 * 60 - 60 + 60));
     }
 
     #[test]

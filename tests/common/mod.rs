@@ -46,6 +46,30 @@ pub fn cli_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs the CLI with `input` on standard input.
+pub fn cli_with_stdin(args: &[&str], input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run peergate");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Adds a peer through the real CLI and returns its token.
 pub fn add_peer(data: &Path, name: &str) -> String {
     let (code, stdout, stderr) = cli(&["peer", "add", name, "--data", data.to_str().unwrap()]);
@@ -102,6 +126,28 @@ impl TestGateway {
     /// Adds a peer with the real CLI against this gateway's store.
     pub fn add_peer(&self, name: &str) -> String {
         add_peer(self.data.path(), name)
+    }
+
+    /// Runs a CLI command against this gateway's data directory (`--data` is appended).
+    pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let mut args = args.to_vec();
+        args.extend(["--data", self.data.path().to_str().unwrap()]);
+        cli(&args)
+    }
+
+    /// Argon2 verifications so far.
+    pub fn password_verifications(&self) -> u64 {
+        self.running.as_ref().unwrap().password_verifications()
+    }
+
+    /// Revokes a peer through the running server.
+    pub async fn revoke_through_server(&self, name: &str) {
+        self.running
+            .as_ref()
+            .unwrap()
+            .revoke_peer(name, self.clock.now_millis())
+            .await
+            .unwrap();
     }
 
     pub async fn stop(mut self) {
