@@ -18,9 +18,9 @@ use crate::auth::AuthenticatedPeer;
 use crate::backend::{Backend, BackendError, Prompt};
 use crate::clock::{Clock, rfc3339_millis};
 use crate::jsonrpc::{self, Method, RpcError};
-use crate::store::{ConversationMessage, ConversationRole, Store, TaskWrite};
+use crate::store::{ConversationMessage, ConversationRole, Exchange, Store};
+use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -75,8 +75,8 @@ impl Agent {
         }
     }
 
-    /// Answers one JSON-RPC request body; always a JSON-RPC response object.
-    pub async fn handle(&self, peer: &AuthenticatedPeer, body: &[u8]) -> Value {
+    /// Answers one JSON-RPC request body; always the body of a JSON-RPC response object.
+    pub async fn handle(&self, peer: &AuthenticatedPeer, body: &[u8]) -> String {
         let request = match jsonrpc::parse_request(body) {
             Ok(request) => request,
             Err(failure) => return jsonrpc::failure(&failure.id, &failure.error),
@@ -91,7 +91,7 @@ impl Agent {
             )),
         };
         match outcome {
-            Ok(result) => jsonrpc::success(&request.id, result),
+            Ok(result) => jsonrpc::success(&request.id, &result),
             Err(error) => jsonrpc::failure(&request.id, &error),
         }
     }
@@ -100,7 +100,7 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         params: Option<&RawValue>,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Box<RawValue>, RpcError> {
         let params: SendMessageParams = jsonrpc::parse_params(params)?;
         let message = params.message;
         let history_length = params
@@ -136,7 +136,7 @@ impl Agent {
                     "must be 1 to 128 characters of letters, digits and ._:-",
                 ));
             }
-            None => uuid::Uuid::new_v4().to_string(),
+            None => new_id(),
         };
         if let Some(task_id) = &message.task_id {
             return Err(self
@@ -153,11 +153,15 @@ impl Agent {
             .acquire(peer.id(), &context_id, wait)
             .await
             .ok_or(RpcError::ContextBusy)?;
-        let history = self
-            .store
-            .context_history(peer.id(), &context_id, self.settings.context_messages)
-            .await
-            .map_err(internal)?;
+        // A context peergate just named has no history yet: skip the read.
+        let history = if message.context_id.is_none() {
+            Vec::new()
+        } else {
+            self.store
+                .context_history(peer.id(), &context_id, self.settings.context_messages)
+                .await
+                .map_err(internal)?
+        };
         let prompt = Prompt {
             instructions: self.settings.instructions.clone(),
             preface: preface(peer.name()),
@@ -174,7 +178,7 @@ impl Agent {
             Err(_) => Err(BackendError::Timeout),
         };
 
-        let task_id = uuid::Uuid::new_v4().to_string();
+        let task_id = new_id();
         let now = self.clock.now_millis();
         let message_for = |role: Role, message_id: String, text: &str| Message {
             message_id,
@@ -226,25 +230,31 @@ impl Agent {
             artifacts,
             history: vec![user_message, agent_message],
         };
+        // Serialized once: the stored copy is also the answer, unless the peer asked for less
+        // history.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
+        let answer = match history_length {
+            None => format!("{{\"task\":{task_json}}}"),
+            Some(n) => {
+                task.limit_history(n);
+                serde_json::to_string(&json!({"task": task})).map_err(internal)?
+            }
+        };
         let retention = i64::try_from(self.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
         self.store
-            .save_exchange(&TaskWrite {
-                task_id: &task_id,
-                peer_id: peer.id(),
-                context_id: &context_id,
+            .save_exchange(Exchange {
+                task_id: task_id.clone(),
+                peer_id: peer.id().to_owned(),
+                context_id: context_id.clone(),
                 state: state.as_str(),
-                task_json: &task_json,
+                task_json,
                 now,
                 expires_at: now.saturating_add(retention),
-                messages: &exchange,
+                messages: exchange,
             })
             .await
             .map_err(internal)?;
-        if let Some(n) = history_length {
-            task.limit_history(n);
-        }
-        Ok(json!({"task": task}))
+        RawValue::from_string(answer).map_err(internal)
     }
 
     /// A message naming a `taskId`: tasks are final once answered, so it can only fail; how it
@@ -271,38 +281,55 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         params: Option<&RawValue>,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Box<RawValue>, RpcError> {
         let params: GetTaskParams = jsonrpc::parse_params(params)?;
         let history_length = params
             .history_length
             .map(|n| checked_history_length(n, "historyLength"))
             .transpose()?;
-        let mut task = self.load_task(peer, &params.id).await?;
-        if let Some(n) = history_length {
-            task.limit_history(n);
-        }
-        serde_json::to_value(task).map_err(internal)
+        let stored = self.load_task_json(peer, &params.id).await?;
+        let Some(n) = history_length else {
+            // The stored task is served as stored.
+            return RawValue::from_string(stored).map_err(internal);
+        };
+        let mut task: Task = serde_json::from_str(&stored).map_err(internal)?;
+        task.limit_history(n);
+        serde_json::value::to_raw_value(&task).map_err(internal)
     }
 
     async fn cancel_task(
         &self,
         peer: &AuthenticatedPeer,
         params: Option<&RawValue>,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Box<RawValue>, RpcError> {
         let params: CancelTaskParams = jsonrpc::parse_params(params)?;
-        self.load_task(peer, &params.id).await?;
+        self.load_task_json(peer, &params.id).await?;
         Err(RpcError::TaskNotCancelable)
     }
 
     async fn load_task(&self, peer: &AuthenticatedPeer, task_id: &str) -> Result<Task, RpcError> {
-        let stored = self
-            .store
+        let stored = self.load_task_json(peer, task_id).await?;
+        serde_json::from_str(&stored).map_err(internal)
+    }
+
+    /// The caller's own unexpired task as stored, or `TaskNotFound` for anything else.
+    async fn load_task_json(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+    ) -> Result<String, RpcError> {
+        self.store
             .find_task(peer.id(), task_id, self.clock.now_millis())
             .await
             .map_err(internal)?
-            .ok_or(RpcError::TaskNotFound)?;
-        serde_json::from_str(&stored).map_err(internal)
+            .ok_or(RpcError::TaskNotFound)
     }
+}
+
+/// A fresh id for a task or a context: a UUIDv7, random but ordered by time, so the store's
+/// indexes grow at their ends instead of touching a random page per insert.
+fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
 }
 
 fn invalid(field: &str, description: &str) -> RpcError {

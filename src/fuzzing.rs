@@ -19,12 +19,15 @@ pub fn jsonrpc_envelope(data: &[u8]) {
             if let Some(params) = &request.params {
                 assert!(serde_json::from_str::<serde_json::Value>(params.get()).is_ok());
             }
-            let response = jsonrpc::success(&request.id, serde_json::Value::Null);
+            let null = serde_json::value::RawValue::from_string("null".to_owned()).unwrap();
+            let response: serde_json::Value =
+                serde_json::from_str(&jsonrpc::success(&request.id, &null)).unwrap();
             assert_eq!(response["id"], id);
         }
         Err(failure) => {
             assert!(matches!(failure.error.code(), -32700 | -32600 | -32601));
-            let response = jsonrpc::failure(&failure.id, &failure.error);
+            let response: serde_json::Value =
+                serde_json::from_str(&jsonrpc::failure(&failure.id, &failure.error)).unwrap();
             assert_eq!(response["jsonrpc"], "2.0");
         }
     }

@@ -216,14 +216,26 @@ impl RpcError {
     }
 }
 
-/// A success response.
-pub fn success(id: &RpcId, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id.to_json(), "result": result})
+#[derive(serde::Serialize)]
+struct SuccessBody<'a> {
+    jsonrpc: &'static str,
+    id: Value,
+    result: &'a RawValue,
 }
 
-/// An error response.
-pub fn failure(id: &RpcId, error: &RpcError) -> Value {
-    json!({"jsonrpc": "2.0", "id": id.to_json(), "error": error.to_json()})
+/// A success response body around an already serialized result, copied as is.
+pub fn success(id: &RpcId, result: &RawValue) -> String {
+    let body = SuccessBody {
+        jsonrpc: "2.0",
+        id: id.to_json(),
+        result,
+    };
+    serde_json::to_string(&body).unwrap_or_else(|_| failure(id, &RpcError::Parse))
+}
+
+/// An error response body.
+pub fn failure(id: &RpcId, error: &RpcError) -> String {
+    json!({"jsonrpc": "2.0", "id": id.to_json(), "error": error.to_json()}).to_string()
 }
 
 #[derive(Deserialize)]

@@ -236,7 +236,15 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
 }
 
 async fn door(State(state): State<AppState>, peer: AuthenticatedPeer, body: Bytes) -> Response {
-    Json(state.agent.handle(&peer, &body).await).into_response()
+    let answer = state.agent.handle(&peer, &body).await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        answer,
+    )
+        .into_response()
 }
 
 async fn agent_card(State(state): State<AppState>) -> Response {

@@ -9,7 +9,7 @@ use crate::token::{CredentialKind, TokenSecretHash};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Row, SqliteConnection};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -111,26 +111,35 @@ impl ConversationRole {
     }
 }
 
-/// A finished exchange to persist in one transaction.
-#[derive(Debug)]
-pub struct TaskWrite<'a> {
+/// A finished exchange: the task as served and the conversation messages it adds.
+#[derive(Debug, Clone)]
+pub struct Exchange {
     /// Task id.
-    pub task_id: &'a str,
+    pub task_id: String,
     /// Owning peer.
-    pub peer_id: &'a str,
+    pub peer_id: String,
     /// Conversation.
-    pub context_id: &'a str,
+    pub context_id: String,
     /// Final state name.
-    pub state: &'a str,
+    pub state: &'static str,
     /// The task as served, JSON.
-    pub task_json: &'a str,
+    pub task_json: String,
     /// Now, epoch ms.
     pub now: i64,
     /// When `GetTask` stops finding it, epoch ms.
     pub expires_at: i64,
     /// The conversation messages this exchange adds (empty when the backend failed).
-    pub messages: &'a [ConversationMessage],
+    pub messages: Vec<ConversationMessage>,
 }
+
+/// An exchange waiting for the group commit, and who to tell when it is durable.
+struct PendingExchange {
+    exchange: Exchange,
+    done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// Most exchanges committed in one transaction.
+const MAX_BATCH: usize = 256;
 
 /// The SQLite store.
 #[derive(Debug, Clone)]
@@ -138,6 +147,7 @@ pub struct Store {
     writer: SqlitePool,
     reader: SqlitePool,
     path: PathBuf,
+    exchanges: tokio::sync::mpsc::Sender<PendingExchange>,
 }
 
 /// Write transactions take the write lock up front, so a transaction that reads before it
@@ -219,10 +229,13 @@ impl Store {
             .max_connections(4)
             .connect_with(options.read_only(true))
             .await?;
+        let (exchanges, pending) = tokio::sync::mpsc::channel(4 * MAX_BATCH);
+        tokio::spawn(group_commit(writer.clone(), pending));
         Ok(Self {
             writer,
             reader,
             path,
+            exchanges,
         })
     }
 
@@ -481,37 +494,18 @@ impl Store {
         Ok(history)
     }
 
-    /// Persists a finished task and its conversation messages atomically.
-    pub async fn save_exchange(&self, write: &TaskWrite<'_>) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        insert_task(&mut tx, write).await?;
-        if !write.messages.is_empty() {
-            sqlx::query(
-                "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) VALUES (?, ?, ?, ?) \
-                 ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at",
-            )
-            .bind(write.peer_id)
-            .bind(write.context_id)
-            .bind(write.now)
-            .bind(write.now)
-            .execute(&mut *tx)
-            .await?;
-            for message in write.messages {
-                sqlx::query(
-                    "INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                )
-                .bind(write.peer_id)
-                .bind(write.context_id)
-                .bind(write.task_id)
-                .bind(message.role.as_str())
-                .bind(&message.text)
-                .bind(write.now)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(())
+    /// Persists a finished task and its conversation messages, and returns once they are
+    /// committed. Concurrent calls share one transaction (group commit), so one writer keeps up
+    /// with many requests; an exchange is never reported saved before its commit.
+    pub async fn save_exchange(&self, exchange: Exchange) -> Result<(), StoreError> {
+        let (done, committed) = tokio::sync::oneshot::channel();
+        self.exchanges
+            .send(PendingExchange { exchange, done })
+            .await
+            .map_err(|_| StoreError::Database(sqlx::Error::PoolClosed))?;
+        committed
+            .await
+            .map_err(|_| StoreError::Database(sqlx::Error::PoolClosed))?
     }
 
     /// A task of this peer that has not expired, as JSON. Another peer's task is `None`,
@@ -542,19 +536,85 @@ impl Store {
     }
 }
 
-async fn insert_task(tx: &mut SqliteConnection, write: &TaskWrite<'_>) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(write.task_id)
-    .bind(write.peer_id)
-    .bind(write.context_id)
-    .bind(write.state)
-    .bind(write.task_json)
-    .bind(write.now)
-    .bind(write.expires_at)
-    .execute(tx)
-    .await?;
+/// Commits waiting exchanges in batches until every `Store` handle is gone.
+async fn group_commit(pool: SqlitePool, mut pending: tokio::sync::mpsc::Receiver<PendingExchange>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let exchanges: Vec<&Exchange> = batch.iter().map(|p| &p.exchange).collect();
+        match write_exchanges(&pool, &exchanges).await {
+            Ok(()) => {
+                for waiting in batch.drain(..) {
+                    let _ = waiting.done.send(Ok(()));
+                }
+            }
+            Err(error) => {
+                // One exchange must not sink the others: retry each alone.
+                if batch.len() == 1 {
+                    if let Some(waiting) = batch.pop() {
+                        let _ = waiting.done.send(Err(error));
+                    }
+                    continue;
+                }
+                for waiting in batch.drain(..) {
+                    let outcome = write_exchanges(&pool, &[&waiting.exchange]).await;
+                    let _ = waiting.done.send(outcome);
+                }
+            }
+        }
+    }
+}
+
+/// Writes exchanges in one transaction, a few multi-row statements for the whole batch.
+async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(), StoreError> {
+    let mut tx = pool.begin_with(BEGIN_WRITE).await?;
+    let mut tasks = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at) ",
+    );
+    tasks.push_values(exchanges, |mut row, e| {
+        row.push_bind(e.task_id.as_str())
+            .push_bind(e.peer_id.as_str())
+            .push_bind(e.context_id.as_str())
+            .push_bind(e.state)
+            .push_bind(e.task_json.as_str())
+            .push_bind(e.now)
+            .push_bind(e.expires_at);
+    });
+    tasks.build().execute(&mut *tx).await?;
+    let answered: Vec<&&Exchange> = exchanges
+        .iter()
+        .filter(|e| !e.messages.is_empty())
+        .collect();
+    if !answered.is_empty() {
+        let mut contexts = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",
+        );
+        contexts.push_values(&answered, |mut row, e| {
+            row.push_bind(e.peer_id.as_str())
+                .push_bind(e.context_id.as_str())
+                .push_bind(e.now)
+                .push_bind(e.now);
+        });
+        contexts.push(
+            " ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at",
+        );
+        contexts.build().execute(&mut *tx).await?;
+        let messages = answered
+            .iter()
+            .flat_map(|e| e.messages.iter().map(move |m| (*e, m)));
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) ",
+        );
+        insert.push_values(messages, |mut row, (e, m)| {
+            row.push_bind(e.peer_id.as_str())
+                .push_bind(e.context_id.as_str())
+                .push_bind(e.task_id.as_str())
+                .push_bind(m.role.as_str())
+                .push_bind(m.text.as_str())
+                .push_bind(e.now);
+        });
+        insert.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
     Ok(())
 }
 

@@ -11,8 +11,10 @@
 //!   are refused whole: neither is tried.
 //! * Failed attempts count against a per-address budget. Once it is spent, the layer answers 429
 //!   before looking at any credential, so guessing and Argon2 work stay bounded.
-//! * A verified credential is cached for `auth.credential_cache_seconds` (at most 5 s), keyed by
-//!   a SHA-256 of the credential, so the hot path does no store read and no Argon2.
+//! * The verdict on a credential is cached for `auth.credential_cache_seconds` (at most 5 s),
+//!   keyed by a SHA-256 of the credential, so the hot path does no store read and no Argon2,
+//!   and neither does a flood repeating one bad credential. A refused credential stays refused
+//!   for that time even if it becomes valid (a password just set by the administrator).
 //!   [`PeerAuthenticator::forget_peer`] drops a peer's entries at once, so a revocation made
 //!   through the running server applies to the very next request; one written by the command
 //!   line reaches a running server within the cache time.
@@ -316,7 +318,8 @@ pub struct PeerAuthenticator {
     clock: Arc<dyn Clock>,
     settings: AuthSettings,
     challenges: Vec<HeaderValue>,
-    verified: Option<Cache<[u8; 32], Arc<VerifiedPeer>>>,
+    /// Recent verdicts by credential hash: the peer, or `None` for a credential that failed.
+    verified: Option<Cache<[u8; 32], Option<Arc<VerifiedPeer>>>>,
     passwords: PasswordChecker,
     failures: KeyedGcra<IpAddr>,
     recently_touched: Cache<Arc<str>, ()>,
@@ -409,7 +412,8 @@ impl PeerAuthenticator {
     pub fn forget_peer(&self, peer_id: &str) {
         if let Some(cache) = &self.verified {
             let peer_id: Arc<str> = Arc::from(peer_id);
-            let _ = cache.invalidate_entries_if(move |_, v| v.id == peer_id);
+            let _ = cache
+                .invalidate_entries_if(move |_, v| v.as_ref().is_some_and(|v| v.id == peer_id));
         }
     }
 
@@ -443,19 +447,33 @@ impl PeerAuthenticator {
             .into());
         }
         let key = presented.cache_key();
-        if let Some(cache) = &self.verified
-            && let Some(hit) = cache.get(&key).await
-        {
-            return Ok(self.admit(&hit, presented.scheme()).await);
-        }
-        match self.verify(&presented).await {
-            Ok(peer) => {
-                let peer = Arc::new(peer);
+        let cached = match &self.verified {
+            Some(cache) => cache.get(&key).await,
+            None => None,
+        };
+        let verdict = match cached {
+            Some(Some(peer)) => Ok(peer),
+            // The same credential failed moments ago: fail again without the store or Argon2.
+            Some(None) => Err(match presented.scheme() {
+                Scheme::Bearer => AuthError::InvalidToken,
+                _ => AuthError::InvalidCredentials,
+            }),
+            None => {
+                let verdict = self.verify(&presented).await.map(Arc::new);
                 if let Some(cache) = &self.verified {
-                    cache.insert(key, peer.clone()).await;
+                    match &verdict {
+                        Ok(peer) => cache.insert(key, Some(peer.clone())).await,
+                        Err(AuthError::InvalidToken | AuthError::InvalidCredentials) => {
+                            cache.insert(key, None).await;
+                        }
+                        Err(_) => {}
+                    }
                 }
-                Ok(self.admit(&peer, presented.scheme()).await)
+                verdict
             }
+        };
+        match verdict {
+            Ok(peer) => Ok(self.admit(&peer, presented.scheme()).await),
             Err(AuthError::Unavailable) => Err(AuthError::Unavailable.into()),
             Err(error) => Err(self.failed(client, error)),
         }

@@ -16,7 +16,6 @@ pub use per_peer::PerPeerLimitLayer;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use std::time::Duration;
 
 /// Which limit a request ran into.
@@ -57,16 +56,21 @@ pub struct RateLimited {
 impl IntoResponse for RateLimited {
     fn into_response(self) -> Response {
         let seconds = gcra::retry_after_seconds(self.retry_after);
-        let body = json!({"error": {
-            "code": "rate_limited",
-            "limit": self.limit.name(),
-            "message": format!(
-                "too many requests ({} limit of {} per {} s); retry after {seconds} s",
-                self.limit.name(), self.quota.count, self.quota.period.as_secs()
-            ),
-            "retryAfterSeconds": seconds,
-        }});
-        let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+        let name = self.limit.name();
+        let (count, window) = (self.quota.count, self.quota.period.as_secs().max(1));
+        // Written directly: floods of 429 are the hot path of an abusive client.
+        let body = format!(
+            "{{\"error\":{{\"code\":\"rate_limited\",\"limit\":\"{name}\",\"message\":\"too many requests ({name} limit of {count} per {window} s); retry after {seconds} s\",\"retryAfterSeconds\":{seconds}}}}}"
+        );
+        let mut response = (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response();
         let headers = response.headers_mut();
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         insert_rate_limit_headers(headers, self.limit, self.quota, 0, seconds);
@@ -90,10 +94,10 @@ pub fn insert_rate_limit_headers(
         quota.period.as_secs().max(1)
     );
     let state = format!("\"{name}\";r={remaining};t={reset_seconds}");
-    if let Ok(value) = HeaderValue::from_str(&policy) {
+    if let Ok(value) = HeaderValue::try_from(policy) {
         headers.insert("ratelimit-policy", value);
     }
-    if let Ok(value) = HeaderValue::from_str(&state) {
+    if let Ok(value) = HeaderValue::try_from(state) {
         headers.insert("ratelimit", value);
     }
 }

@@ -1,0 +1,11 @@
+-- POSTs the JSON-RPC body in the environment variable BODY (default: a SendMessage) with the
+-- Authorization value in AUTH, if any.
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["A2A-Version"] = "1.0"
+local auth = os.getenv("AUTH")
+if auth and auth ~= "" then
+  wrk.headers["Authorization"] = auth
+end
+wrk.body = os.getenv("BODY") or
+  '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"What are your opening hours on public holidays?"}]}}}'

@@ -1,0 +1,54 @@
+//! The functions every request runs: peer token parse + verify, and the GCRA limiter check.
+//!
+//! `cargo bench --bench hot_paths`
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use peergate::limit::{KeyedGcra, Quota};
+use peergate::token::{self, CredentialKind};
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+
+fn tokens(c: &mut Criterion) {
+    let issued = token::issue(CredentialKind::PeerToken).unwrap();
+    let hash = issued.secret_hash.clone();
+    c.bench_function("token parse + verify", |b| {
+        b.iter(|| {
+            let parsed = token::parse(CredentialKind::PeerToken, black_box(&issued.token)).unwrap();
+            assert!(parsed.matches(&hash));
+        })
+    });
+    let mut typo = issued.token.clone().into_bytes();
+    typo[20] ^= 1;
+    let typo = String::from_utf8(typo).unwrap();
+    c.bench_function("token parse, checksum fails", |b| {
+        b.iter(|| token::parse(CredentialKind::PeerToken, black_box(&typo)).is_err())
+    });
+}
+
+fn limiter(c: &mut Criterion) {
+    let quota = Quota::per_minute(1_000_000_000);
+    let limiter = KeyedGcra::new(100_000);
+    let key = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+    let mut now = 0i64;
+    c.bench_function("limiter check, one key", |b| {
+        b.iter(|| {
+            now += 1_000;
+            black_box(limiter.check(&key, quota, now))
+        })
+    });
+    let limiter = KeyedGcra::new(100_000);
+    let keys: Vec<IpAddr> = (0..10_000u32)
+        .map(|i| IpAddr::V4(Ipv4Addr::from(i)))
+        .collect();
+    let mut i = 0usize;
+    c.bench_function("limiter check, 10k keys", |b| {
+        b.iter(|| {
+            i = (i + 1) % keys.len();
+            now += 1_000;
+            black_box(limiter.check(&keys[i], quota, now))
+        })
+    });
+}
+
+criterion_group!(benches, tokens, limiter);
+criterion_main!(benches);
