@@ -847,3 +847,30 @@ async fn the_sweeper_removes_expired_tasks_from_the_store() {
     store.close().await;
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn concurrent_messages_are_all_committed_and_readable() {
+    let gw = TestGateway::start().await;
+    let (_, token, _) = gw.cli(&["peer", "add", "alice", "--rate", "1000/min"]);
+    let token = token.trim().to_owned();
+    let mut handles = Vec::new();
+    for i in 0..40 {
+        let (door, token) = (gw.door.clone(), token.clone());
+        handles.push(tokio::spawn(async move {
+            send_text(&door, &token, &format!("message {i}"), None).await
+        }));
+    }
+    let mut ids = Vec::new();
+    for handle in handles {
+        let response = handle.await.unwrap();
+        ids.push(task_of(&response)["id"].as_str().unwrap().to_owned());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 40);
+    for id in &ids {
+        let got = get_task(&gw.door, &token, id, None).await;
+        assert_eq!(got["result"]["id"], id.as_str());
+    }
+    gw.stop().await;
+}

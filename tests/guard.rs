@@ -482,3 +482,29 @@ async fn a_revocation_through_the_running_server_applies_to_the_very_next_reques
     assert_eq!(body["error"]["code"], "invalid_token");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_repeated_bad_credential_costs_one_verification() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        all_schemes(p).replace(
+            "failed_auth_per_ip_per_minute = 10",
+            "failed_auth_per_ip_per_minute = 100",
+        )
+    }))
+    .await;
+    gw.add_peer("alice");
+    for _ in 0..5 {
+        let (status, _, body) =
+            call(&gw.door, &[("authorization", &basic("alice", "guess"))]).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (401, Some("invalid_credentials"))
+        );
+    }
+    assert_eq!(gw.password_verifications(), 1, "the refusal is cached");
+    // Each attempt still counts against the failed-attempt budget.
+    let (status, _, _) = call(&gw.door, &[("authorization", &basic("alice", "other"))]).await;
+    assert_eq!(status, 401);
+    assert_eq!(gw.password_verifications(), 2);
+    gw.stop().await;
+}
