@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Load test on 127.0.0.1: a bare axum server as the baseline, then peergate (policies/bench.toml)
-# for the public card, an authenticated SendMessage on the echo backend, floods of bad tokens
-# (401) and a peer over its limit (429). Prints requests/s, p99 and the ratio to the baseline.
+# Load test on 127.0.0.1: a bare axum server as the baseline (POST and GET), then peergate
+# (policies/bench.toml) for the public card, an authenticated SendMessage on the echo backend
+# (checked afterwards against the tasks in the store), floods of bad tokens (401: one revoked
+# token, one failing its checksum, and distinct unknown tokens) and a peer over its limit (429).
+# Prints requests/s, p99 and the ratio to the bare server's run of the same method.
 #
 #   bench/load.sh [SECONDS_PER_RUN] [CONNECTIONS]     (defaults: 10 and 50)
 #
@@ -56,7 +58,10 @@ status() {
 }
 
 results=()
-baseline=""
+baseline_post=""
+baseline_get=""
+distinct_script=""
+requests_done=0
 # run NAME EXPECTED_STATUS URL [AUTH]
 run() {
   local name=$1 expected=$2 url=$3 auth=${4:-}
@@ -66,19 +71,24 @@ run() {
     echo "$name: expected HTTP $expected before the run, got $got" >&2
     exit 1
   fi
-  local out
+  local out script=${distinct_script:-bench/wrk/post.lua}
   if [ "$url" = "${url%/a2a/v1}" ]; then
     out=$(wrk -t1 -c"$connections" -d"${duration}s" --latency "$url")
   else
-    out=$(AUTH="$auth" BODY="$send_body" wrk -t1 -c"$connections" -d"${duration}s" --latency -s bench/wrk/post.lua "$url")
+    out=$(TOKENS="$work/tokens" AUTH="$auth" BODY="$send_body" wrk -t1 -c"$connections" -d"${duration}s" --latency -s "$script" "$url")
   fi
+  distinct_script=""
+  requests_done=$(awk '/requests in/ {print $1}' <<<"$out")
   local rps p99 other
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
   p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
   other=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
-  [ -n "$baseline" ] || baseline=$rps
+  # GETs compare with the bare server's GET, POSTs with its POST.
+  local base=$baseline_post
+  if [ "$url" = "${url%/a2a/v1}" ]; then base=${baseline_get:-$rps}; baseline_get=${baseline_get:-$rps}; fi
+  [ -n "$base" ] || { base=$rps; baseline_post=$rps; }
   local ratio
-  ratio=$(awk -v a="$rps" -v b="$baseline" 'BEGIN {printf "%.0f%%", 100 * a / b}')
+  ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN {printf "%.0f%%", 100 * a / b}')
   results+=("$(printf '%-34s %6s %12s %10s %7s %s' "$name" "$expected" "$rps" "$p99" "$ratio" "${other:+(non-2xx: $other)}")")
 }
 
@@ -88,7 +98,8 @@ echo "wrk -t1 -c$connections -d${duration}s --latency, server and load generator
 "$bare" "127.0.0.1:$bare_port" 2>/dev/null &
 pids+=($!)
 wait_for_port "$bare_port"
-run "bare axum, fixed 200-byte JSON" 200 "http://127.0.0.1:$bare_port/a2a/v1" "none"
+run "bare axum POST, fixed 200-byte JSON" 200 "http://127.0.0.1:$bare_port/a2a/v1" "none"
+run "bare axum GET, fixed 200-byte JSON" 200 "http://127.0.0.1:$bare_port/"
 kill "${pids[0]}"
 
 data="$work/data"
@@ -101,11 +112,36 @@ pids+=($!)
 wait_for_port "$gate_port"
 door="http://127.0.0.1:$gate_port/a2a/v1"
 run "public Agent Card" 200 "http://127.0.0.1:$gate_port/.well-known/agent-card.json"
-run "SendMessage, echo, task persisted" 200 "$door" "Bearer $token"
 run "401 flood: revoked token" 401 "$door" "Bearer $revoked"
 run "401 flood: token failing checksum" 401 "$door" "Bearer ${token%??????}AAAAAA"
+# Checksum-valid tokens that exist nowhere, a new one each request: every one reads the store.
+python3 - "$work/tokens" <<'PY'
+import secrets, sys, zlib
+alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+def b62(n):
+    return "".join(secrets.choice(alphabet) for _ in range(n))
+with open(sys.argv[1], "w") as out:
+    for _ in range(200000):
+        body = "pgt_" + b62(12) + "_" + b62(32)
+        crc, digits = zlib.crc32(body.encode()), ""
+        for _ in range(6):
+            digits = alphabet[crc % 62] + digits
+            crc //= 62
+        out.write(body + digits + "\n")
+PY
+distinct_script=bench/wrk/distinct_tokens.lua
+run "401 flood: distinct unknown tokens" 401 "$door" "Bearer $(head -1 "$work/tokens")"
 status "$door" "Bearer $limited" >/dev/null
 run "429 flood: peer over its limit" 429 "$door" "Bearer $limited"
+# Last: its writes would otherwise compete, as the kernel flushes them, with the runs after it.
+run "SendMessage, echo, task persisted" 200 "$door" "Bearer $token"
+# Every answer counted above must be a completed task in the store, not a JSON-RPC error.
+stored=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM tasks WHERE state = ?", ("TASK_STATE_COMPLETED",)).fetchone()[0])' "$data/peergate.sqlite3")
+echo "SendMessage: wrk counted $requests_done answers; the store holds $stored completed tasks"
+if [ "$stored" -lt "$requests_done" ]; then
+  echo "fewer completed tasks than answers: the run measured failures" >&2
+  exit 1
+fi
 
 printf '\n%-34s %6s %12s %10s %7s\n' "scenario" "status" "requests/s" "p99" "vs bare"
 printf '%s\n' "${results[@]}"

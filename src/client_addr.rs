@@ -173,35 +173,35 @@ where
 }
 
 /// The client address for a request from `socket` carrying `headers`.
+///
+/// Hops are read from the right (the one our proxy appended) leftwards, and reading stops at
+/// the first hop that is not a trusted proxy: what lies further left was written by the client
+/// and is never parsed, so junk there cannot move the key. A malformed hop before that point
+/// makes the header unusable, and the socket address is used.
 pub fn resolve(socket: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> IpAddr {
     let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
     if trusted.is_empty() || !is_trusted(socket) {
         return socket;
     }
-    match forwarded_hops(headers) {
-        Some(hops) => hops
-            .iter()
-            .rev()
-            .copied()
-            .find(|hop| !is_trusted(*hop))
-            // Every hop is a proxy of ours: the left-most is the closest to the client.
-            .or_else(|| hops.first().copied())
-            .unwrap_or(socket),
-        None => socket,
-    }
-}
-
-/// Every `X-Forwarded-For` hop, left to right, across repeated headers; `None` when any part is
-/// not an IP address (a malformed header is not evidence of anything).
-pub fn forwarded_hops(headers: &HeaderMap) -> Option<Vec<IpAddr>> {
-    let mut hops = Vec::new();
+    let mut values = Vec::new();
     for value in headers.get_all("x-forwarded-for") {
-        let value = value.to_str().ok()?;
-        for hop in value.split(',') {
-            hops.push(hop.trim().parse::<IpAddr>().ok()?);
+        match value.to_str() {
+            Ok(value) => values.push(value),
+            Err(_) => return socket,
         }
     }
-    (!hops.is_empty()).then_some(hops)
+    let mut leftmost = None;
+    for hop in values.iter().rev().flat_map(|v| v.rsplit(',')) {
+        let Ok(hop) = hop.trim().parse::<IpAddr>() else {
+            return socket;
+        };
+        if !is_trusted(hop) {
+            return hop;
+        }
+        leftmost = Some(hop);
+    }
+    // Every hop is a proxy of ours: the left-most is the closest to the client.
+    leftmost.unwrap_or(socket)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Time as the gateway sees it.
 //!
-//! Everything that expires (tasks, cached credentials) asks a [`Clock`] instead of the
-//! operating system, so tests can move time forward instead of sleeping.
+//! Everything that expires (tasks, rate-limit budgets, cached credential verdicts) asks a
+//! [`Clock`] instead of the operating system, so tests can move time forward instead of
+//! sleeping.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -90,6 +90,11 @@ impl RunningGateway {
         self.authenticator.password_verifications()
     }
 
+    /// The most Argon2 verifications that ever ran at once.
+    pub fn password_peak_concurrency(&self) -> usize {
+        self.authenticator.password_peak_concurrency()
+    }
+
     /// Revokes a peer through this running server: written to the store, and the peer's cached
     /// credentials dropped, so the very next request is refused.
     pub async fn revoke_peer(&self, name: &str, now_millis: i64) -> Result<(), StoreError> {

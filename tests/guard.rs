@@ -508,3 +508,148 @@ async fn a_repeated_bad_credential_costs_one_verification() {
     assert_eq!(gw.password_verifications(), 2);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn concurrent_guesses_cannot_outrun_the_budget_and_argon2_runs_a_few_at_a_time() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        all_schemes(p).replace(
+            "failed_auth_per_ip_per_minute = 10",
+            "failed_auth_per_ip_per_minute = 6",
+        )
+    }))
+    .await;
+    gw.add_peer("alice");
+    let door = gw.door.clone();
+    let guesses: Vec<_> = (0..30)
+        .map(|i| {
+            let door = door.clone();
+            tokio::spawn(async move {
+                call(
+                    &door,
+                    &[("authorization", &basic("alice", &format!("guess {i}")))],
+                )
+                .await
+                .0
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for guess in guesses {
+        statuses.push(guess.await.unwrap());
+    }
+    let unauthorized = statuses.iter().filter(|s| **s == 401).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!((unauthorized, limited), (6, 24), "{statuses:?}");
+    assert_eq!(
+        gw.password_verifications(),
+        6,
+        "Argon2 ran only within the budget"
+    );
+    let peak = gw.password_peak_concurrency();
+    assert!(
+        (1..=2).contains(&peak),
+        "at most 2 verifications at once, saw {peak}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn forwarding_from_an_untrusted_socket_is_ignored_even_with_proxies_configured() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace("per_ip_per_minute = 120", "per_ip_per_minute = 2")
+            .replace("trusted_proxies = []", "trusted_proxies = [\"10.0.0.0/8\"]")
+    }))
+    .await;
+    assert_eq!(get_card(&gw, Some("203.0.113.1")).await.0, 200);
+    assert_eq!(get_card(&gw, Some("203.0.113.2")).await.0, 200);
+    assert_eq!(get_card(&gw, Some("203.0.113.3")).await.0, 429);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn retry_after_rounds_up_and_waiting_that_long_always_suffices() {
+    let gw = TestGateway::start().await;
+    let (_, token, _) = gw.cli(&["peer", "add", "alice", "--rate", "7/min"]);
+    let auth = bearer(token.trim());
+    for _ in 0..7 {
+        assert_eq!(call(&gw.door, &[("authorization", &auth)]).await.0, 200);
+    }
+    // 60/7 = 8.57 s, rounded up.
+    let (status, headers, body) = call(&gw.door, &[("authorization", &auth)]).await;
+    assert_limited(status, &headers, &body, "per_peer", 9);
+    gw.clock.advance(Duration::from_secs(8));
+    let (status, headers, body) = call(&gw.door, &[("authorization", &auth)]).await;
+    assert_limited(status, &headers, &body, "per_peer", 1);
+    gw.clock.advance(Duration::from_secs(1));
+    assert_eq!(call(&gw.door, &[("authorization", &auth)]).await.0, 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_lowered_quota_applies_without_a_restart() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace(
+            "credential_cache_seconds = 2",
+            "credential_cache_seconds = 0",
+        )
+    }))
+    .await;
+    let (_, token, _) = gw.cli(&["peer", "add", "alice", "--rate", "100/min"]);
+    let auth = bearer(token.trim());
+    for _ in 0..10 {
+        assert_eq!(call(&gw.door, &[("authorization", &auth)]).await.0, 200);
+    }
+    gw.cli(&["peer", "limit", "alice", "5/min"]);
+    // Ten requests are owed at 12 s each: 120 s, of which a 60 s burst is allowed; the next
+    // one passes after 120 + 12 - 60 = 72 s.
+    let (status, headers, body) = call(&gw.door, &[("authorization", &auth)]).await;
+    assert_limited(status, &headers, &body, "per_peer", 72);
+    assert_eq!(
+        header(&headers, "ratelimit-policy"),
+        "\"per_peer\";q=5;w=60"
+    );
+    gw.clock.advance(Duration::from_secs(72));
+    assert_eq!(call(&gw.door, &[("authorization", &auth)]).await.0, 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_cli_revocation_reaches_a_running_server_within_the_cache_time() {
+    let gw = TestGateway::start().await; // credential_cache_seconds = 2
+    let token = gw.add_peer("alice");
+    let auth = bearer(&token);
+    assert_eq!(call(&gw.door, &[("authorization", &auth)]).await.0, 200);
+    let (code, _, _) = gw.cli(&["peer", "revoke", "alice"]);
+    assert_eq!(code, 0);
+    gw.clock.advance(Duration::from_secs(2));
+    let (status, _, body) = call(&gw.door, &[("authorization", &auth)]).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("invalid_token"))
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn basic_alone_is_advertised_and_challenged_alone() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace("schemes = [\"bearer\"]", "schemes = [\"basic\"]")
+    }))
+    .await;
+    let (_, _, card) = get_card(&gw, None).await;
+    assert_eq!(
+        card["securitySchemes"],
+        json!({"basicAuth": {"httpAuthSecurityScheme": {
+            "scheme": "Basic",
+            "description": "The peer's name and the password its administrator set"}}})
+    );
+    assert_eq!(
+        card["securityRequirements"],
+        json!([{"schemes": {"basicAuth": {"list": []}}}])
+    );
+    let (status, headers, _) = call(&gw.door, &[]).await;
+    assert_eq!(status, 401);
+    let challenges: Vec<_> = headers.get_all("www-authenticate").iter().collect();
+    assert_eq!(challenges, ["Basic realm=\"peergate\", charset=\"UTF-8\""]);
+    gw.stop().await;
+}

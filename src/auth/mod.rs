@@ -9,10 +9,11 @@
 //!
 //! * Two credentials (two `Authorization` headers, or `Authorization` and the API-key header)
 //!   are refused whole: neither is tried.
-//! * Failed attempts count against a per-address budget. Once it is spent, the layer answers 429
-//!   before looking at any credential, so guessing and Argon2 work stay bounded.
-//! * The verdict on a credential is cached for `auth.credential_cache_seconds` (at most 5 s),
-//!   keyed by a SHA-256 of the credential, so the hot path does no store read and no Argon2,
+//! * Every attempt that presents a credential is counted against a per-address budget before any
+//!   work and given back when it succeeds. Once the budget is spent, the layer answers 429 before
+//!   looking at any credential, so guessing and Argon2 work stay bounded, concurrent guesses too.
+//! * The verdict on a credential is cached for `auth.credential_cache_seconds` (at most 5 s, by
+//!   the gateway's clock), keyed by a SHA-256 of the credential, so the hot path does no store read and no Argon2,
 //!   and neither does a flood repeating one bad credential. A refused credential stays refused
 //!   for that time even if it becomes valid (a password just set by the administrator).
 //!   [`PeerAuthenticator::forget_peer`] drops a peer's entries at once, so a revocation made
@@ -61,6 +62,7 @@ use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tower::{Layer, Service};
@@ -275,6 +277,14 @@ pub enum AuthConfigError {
     Hashing(String),
 }
 
+/// A verdict and when (by the gateway's clock) it was reached.
+#[derive(Debug, Clone)]
+struct CachedVerdict {
+    /// The peer, or `None` for a credential that was refused.
+    peer: Option<Arc<VerifiedPeer>>,
+    at_millis: i64,
+}
+
 #[derive(Debug)]
 struct VerifiedPeer {
     id: Arc<str>,
@@ -318,8 +328,11 @@ pub struct PeerAuthenticator {
     clock: Arc<dyn Clock>,
     settings: AuthSettings,
     challenges: Vec<HeaderValue>,
-    /// Recent verdicts by credential hash: the peer, or `None` for a credential that failed.
-    verified: Option<Cache<[u8; 32], Option<Arc<VerifiedPeer>>>>,
+    /// Recent verdicts by credential hash.
+    verified: Option<Cache<[u8; 32], CachedVerdict>>,
+    /// Bumped by every `forget_peer`: a verification that started before a revocation must not
+    /// put its (now stale) verdict into the cache.
+    generation: AtomicU64,
     passwords: PasswordChecker,
     failures: KeyedGcra<IpAddr>,
     recently_touched: Cache<Arc<str>, ()>,
@@ -384,6 +397,7 @@ impl PeerAuthenticator {
             challenges,
             verified,
             passwords,
+            generation: AtomicU64::new(0),
             recently_touched: Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(Duration::from_secs(60))
@@ -407,13 +421,21 @@ impl PeerAuthenticator {
         self.passwords.verifications()
     }
 
+    /// The most Argon2 verifications that ever ran at once.
+    pub fn password_peak_concurrency(&self) -> usize {
+        self.passwords.peak_concurrency()
+    }
+
     /// Drops every cached credential of a peer, so a change made through this process (a
-    /// revocation, a new quota) applies to the very next request.
+    /// revocation, a new quota) applies to the very next request, including over verifications
+    /// already under way.
     pub fn forget_peer(&self, peer_id: &str) {
         if let Some(cache) = &self.verified {
+            self.generation.fetch_add(1, Ordering::SeqCst);
             let peer_id: Arc<str> = Arc::from(peer_id);
-            let _ = cache
-                .invalidate_entries_if(move |_, v| v.as_ref().is_some_and(|v| v.id == peer_id));
+            let _ = cache.invalidate_entries_if(move |_, v| {
+                v.peer.as_ref().is_some_and(|p| p.id == peer_id)
+            });
         }
     }
 
@@ -423,70 +445,101 @@ impl PeerAuthenticator {
     }
 
     /// Authenticates one request from `client`.
+    ///
+    /// A credential with a fresh cached verdict is answered from the cache; concurrent requests
+    /// with the same uncached credential share one verification. Every verification, and every
+    /// repeat of a refused or malformed credential, is counted against the client's
+    /// failed-attempt budget *before* any work and given back when it succeeds, so concurrent
+    /// guesses cannot slip past the budget while the first ones are still being verified.
     pub async fn authenticate(
         &self,
         headers: &HeaderMap,
         client: IpAddr,
     ) -> Result<AuthenticatedPeer, AuthRefusal> {
-        let presented = self.presented(headers);
-        let presented = match presented {
+        let presented = match self.presented(headers) {
             Ok(presented) => presented,
             Err(AuthError::MissingCredentials) => return Err(AuthError::MissingCredentials.into()),
-            Err(error) => return Err(self.failed(client, error)),
-        };
-        // A spent budget stops everything, the right credential included, before any work.
-        let quota = self.settings.failed_auth_quota;
-        if let Decision::Denied { retry_after } =
-            self.failures.peek(&client, quota, self.clock.now_nanos())
-        {
-            return Err(RateLimited {
-                limit: Limit::FailedAuth,
-                retry_after,
-                quota,
+            Err(error) => {
+                self.spend_attempt(client)?;
+                return Err(error.into());
             }
-            .into());
-        }
+        };
+        let Some(cache) = &self.verified else {
+            // No cache: every attempt is verified and counted.
+            return match self.verify_counted(&presented, client).await? {
+                Some(peer) => Ok(self.admit(&peer, presented.scheme()).await),
+                None => Err(refused(presented.scheme()).into()),
+            };
+        };
         let key = presented.cache_key();
-        let cached = match &self.verified {
-            Some(cache) => cache.get(&key).await,
-            None => None,
-        };
-        let verdict = match cached {
-            Some(Some(peer)) => Ok(peer),
-            // The same credential failed moments ago: fail again without the store or Argon2.
-            Some(None) => Err(match presented.scheme() {
-                Scheme::Bearer => AuthError::InvalidToken,
-                _ => AuthError::InvalidCredentials,
-            }),
+        if let Some(entry) = cache.get(&key).await
+            && !self.is_fresh(&entry)
+        {
+            cache.invalidate(&key).await;
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        let mut verified_here = false;
+        let entry = cache
+            .try_get_with(key, async {
+                verified_here = true;
+                let peer = self.verify_counted(&presented, client).await?;
+                Ok::<_, AuthRefusal>(CachedVerdict {
+                    peer,
+                    at_millis: self.clock.now_millis(),
+                })
+            })
+            .await
+            .map_err(|e| *e)?;
+        if self.generation.load(Ordering::SeqCst) != generation {
+            // A revocation arrived while this verdict was being reached: keep it out.
+            cache.invalidate(&key).await;
+        }
+        match entry.peer {
+            Some(peer) => Ok(self.admit(&peer, presented.scheme()).await),
             None => {
-                let verdict = self.verify(&presented).await.map(Arc::new);
-                if let Some(cache) = &self.verified {
-                    match &verdict {
-                        Ok(peer) => cache.insert(key, Some(peer.clone())).await,
-                        Err(AuthError::InvalidToken | AuthError::InvalidCredentials) => {
-                            cache.insert(key, None).await;
-                        }
-                        Err(_) => {}
-                    }
+                // A repeat of a refused credential costs an attempt like the first one did.
+                if !verified_here {
+                    self.spend_attempt(client)?;
                 }
-                verdict
+                Err(refused(presented.scheme()).into())
             }
-        };
-        match verdict {
-            Ok(peer) => Ok(self.admit(&peer, presented.scheme()).await),
-            Err(AuthError::Unavailable) => Err(AuthError::Unavailable.into()),
-            Err(error) => Err(self.failed(client, error)),
         }
     }
 
-    /// Counts a failed attempt against the address's budget.
-    fn failed(&self, client: IpAddr, error: AuthError) -> AuthRefusal {
-        let _ = self.failures.check(
-            &client,
-            self.settings.failed_auth_quota,
-            self.clock.now_nanos(),
-        );
-        error.into()
+    /// Counts one attempt against the client's budget; refuses when it is spent.
+    fn spend_attempt(&self, client: IpAddr) -> Result<(), RateLimited> {
+        let quota = self.settings.failed_auth_quota;
+        match self.failures.check(&client, quota, self.clock.now_nanos()) {
+            Decision::Allowed { .. } => Ok(()),
+            Decision::Denied { retry_after } => Err(RateLimited {
+                limit: Limit::FailedAuth,
+                retry_after,
+                quota,
+            }),
+        }
+    }
+
+    /// Spends an attempt, verifies, and gives the attempt back on success. `Ok(None)` is a
+    /// refused credential (a verdict worth caching); errors are not cached.
+    async fn verify_counted(
+        &self,
+        presented: &Presented<'_>,
+        client: IpAddr,
+    ) -> Result<Option<Arc<VerifiedPeer>>, AuthRefusal> {
+        self.spend_attempt(client)?;
+        match self.verify(presented).await {
+            Ok(peer) => {
+                self.failures.refund(&client, self.clock.now_nanos());
+                Ok(Some(Arc::new(peer)))
+            }
+            Err(AuthError::InvalidToken | AuthError::InvalidCredentials) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn is_fresh(&self, entry: &CachedVerdict) -> bool {
+        let ttl = i64::try_from(self.settings.cache_ttl.as_millis()).unwrap_or(i64::MAX);
+        self.clock.now_millis() - entry.at_millis < ttl
     }
 
     fn presented<'h>(&self, headers: &'h HeaderMap) -> Result<Presented<'h>, AuthError> {
@@ -628,6 +681,14 @@ impl PeerAuthenticator {
         {
             tracing::warn!(error = %e, "could not record last use of a peer");
         }
+    }
+}
+
+/// The refusal for a credential that was checked and found wrong (unknown, wrong or revoked).
+fn refused(scheme: Scheme) -> AuthError {
+    match scheme {
+        Scheme::Bearer => AuthError::InvalidToken,
+        _ => AuthError::InvalidCredentials,
     }
 }
 

@@ -7,7 +7,7 @@
 
 use argon2::{Argon2, PasswordHasher, PasswordVerifier};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::Semaphore;
 
 /// Shortest password `peergate peer password` accepts.
@@ -27,6 +27,8 @@ pub struct PasswordChecker {
     permits: Arc<Semaphore>,
     dummy_hash: Arc<str>,
     verifications: Arc<AtomicU64>,
+    running: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
 }
 
 impl PasswordChecker {
@@ -37,6 +39,8 @@ impl PasswordChecker {
             permits: Arc::new(Semaphore::new(at_once.max(1))),
             dummy_hash: dummy.into(),
             verifications: Arc::new(AtomicU64::new(0)),
+            running: Arc::default(),
+            peak: Arc::default(),
         })
     }
 
@@ -46,6 +50,8 @@ impl PasswordChecker {
             permits: Arc::new(Semaphore::new(1)),
             dummy_hash: Arc::from(""),
             verifications: Arc::new(AtomicU64::new(0)),
+            running: Arc::default(),
+            peak: Arc::default(),
         })
     }
 
@@ -60,10 +66,16 @@ impl PasswordChecker {
             None => (self.dummy_hash.to_string(), false),
         };
         let password = password.to_owned();
+        let running = self.running.clone();
+        let peak = self.peak.clone();
         let matched = tokio::task::spawn_blocking(move || {
-            Argon2::default()
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let matched = Argon2::default()
                 .verify_password(password.as_bytes(), hash.as_str())
-                .is_ok()
+                .is_ok();
+            running.fetch_sub(1, Ordering::SeqCst);
+            matched
         })
         .await
         .unwrap_or(false);
@@ -73,6 +85,11 @@ impl PasswordChecker {
     /// How many Argon2 verifications ran since start-up.
     pub fn verifications(&self) -> u64 {
         self.verifications.load(Ordering::Relaxed)
+    }
+
+    /// The most verifications that ever ran at the same moment.
+    pub fn peak_concurrency(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
     }
 }
 
@@ -94,5 +111,16 @@ mod tests {
                 .await
         );
         assert_eq!(checker.verifications(), 3);
+    }
+
+    #[test]
+    fn the_dummy_hash_costs_what_a_real_one_costs() {
+        let checker = PasswordChecker::new(1).unwrap();
+        let real = hash_password("any password at all").unwrap();
+        let params = |phc: &str| phc.split('$').nth(3).map(str::to_owned);
+        // Same algorithm, version and m/t/p parameters: the same work per verification.
+        assert_eq!(params(&checker.dummy_hash), params(&real));
+        assert_eq!(checker.dummy_hash.split('$').nth(1), Some("argon2id"));
+        assert_eq!(params(&real).as_deref(), Some("m=19456,t=2,p=1"));
     }
 }

@@ -75,6 +75,17 @@ impl Decision {
 
 const SHARDS: usize = 16;
 
+/// How often a full shard may be swept for rested keys; between sweeps a new key is refused at
+/// once, so a flood of new keys cannot make every request scan a full shard.
+const SWEEP_EVERY_NANOS: i64 = 1_000_000_000;
+
+#[derive(Debug)]
+struct Shard<K> {
+    /// Per key: the TAT and the interval it was computed with.
+    keys: HashMap<K, (i64, i64)>,
+    last_sweep: i64,
+}
+
 /// A GCRA limiter over many keys, with bounded memory.
 ///
 /// A key whose TAT has passed holds no information (it behaves exactly like a new key), so such
@@ -82,8 +93,7 @@ const SHARDS: usize = 16;
 /// is refused: under a flood of distinct addresses the limiter fails closed rather than grow.
 #[derive(Debug)]
 pub struct KeyedGcra<K> {
-    /// Per key: the TAT and the interval it was computed with.
-    shards: Vec<Mutex<HashMap<K, (i64, i64)>>>,
+    shards: Vec<Mutex<Shard<K>>>,
     hasher: std::collections::hash_map::RandomState,
     shard_capacity: usize,
 }
@@ -92,7 +102,14 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
     /// A limiter that tracks at most about `capacity` keys.
     pub fn new(capacity: usize) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        keys: HashMap::new(),
+                        last_sweep: i64::MIN,
+                    })
+                })
+                .collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             shard_capacity: capacity.div_ceil(SHARDS).max(1),
         }
@@ -108,12 +125,25 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
         self.check_n(key, quota, now_nanos, 0)
     }
 
+    /// Gives back one request counted for `key` (a failed attempt that turned out to succeed).
+    pub fn refund(&self, key: &K, now_nanos: i64) {
+        let mut shard = self.shard(key);
+        if let Some((tat, interval)) = shard.keys.get_mut(key) {
+            *tat = (*tat - *interval).max(now_nanos);
+        }
+    }
+
+    fn shard(&self, key: &K) -> std::sync::MutexGuard<'_, Shard<K>> {
+        self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     fn check_n(&self, key: &K, quota: Quota, now: i64, cost: i64) -> Decision {
-        let shard = &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS];
-        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shard = self.shard(key);
         let interval = quota.interval_nanos();
         let burst = quota.burst_nanos();
-        let tat = match map.get(key).copied() {
+        let tat = match shard.keys.get(key).copied() {
             None => now,
             Some((tat, _)) if tat <= now => now,
             Some((tat, old_interval)) if old_interval == interval => tat,
@@ -132,15 +162,19 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
             };
         }
         if cost > 0 {
-            if !map.contains_key(key) && map.len() >= self.shard_capacity {
-                map.retain(|_, (tat, _)| *tat > now);
-                if map.len() >= self.shard_capacity {
+            if !shard.keys.contains_key(key) && shard.keys.len() >= self.shard_capacity {
+                if now.saturating_sub(shard.last_sweep) >= SWEEP_EVERY_NANOS {
+                    shard.last_sweep = now;
+                    shard.keys.retain(|_, (tat, _)| *tat > now);
+                }
+                if shard.keys.len() >= self.shard_capacity {
+                    // Full of live budgets: refuse rather than grow; the next sweep may free room.
                     return Decision::Denied {
-                        retry_after: nanos(interval),
+                        retry_after: nanos(SWEEP_EVERY_NANOS),
                     };
                 }
             }
-            map.insert(key.clone(), (new_tat, interval));
+            shard.keys.insert(key.clone(), (new_tat, interval));
         }
         let used = if cost > 0 { new_tat } else { tat };
         let remaining = (now.saturating_add(burst).saturating_sub(used)) / interval;
@@ -154,7 +188,7 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).keys.len())
             .sum()
     }
 
@@ -169,6 +203,7 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
             shard
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
+                .keys
                 .retain(|_, (tat, _)| *tat > now_nanos);
         }
     }
@@ -226,6 +261,32 @@ mod tests {
             panic!("admitted")
         };
         assert_eq!(retry_after, Duration::from_secs(120 * 60 - 60 + 60));
+    }
+
+    #[test]
+    fn a_refund_gives_back_one_request() {
+        let limiter = KeyedGcra::new(100);
+        let quota = Quota::per_minute(2);
+        assert!(limiter.check(&"k", quota, 0).is_allowed());
+        assert!(limiter.check(&"k", quota, 0).is_allowed());
+        assert!(!limiter.check(&"k", quota, 0).is_allowed());
+        limiter.refund(&"k", 0);
+        assert!(limiter.check(&"k", quota, 0).is_allowed());
+        assert!(!limiter.check(&"k", quota, 0).is_allowed());
+    }
+
+    #[test]
+    fn a_full_limiter_refuses_new_keys_until_a_sweep_frees_room() {
+        let limiter = KeyedGcra::new(SHARDS);
+        let quota = Quota::per_minute(10);
+        let mut refused = 0;
+        for key in 0..1_000u32 {
+            if !limiter.check(&key, quota, 0).is_allowed() {
+                refused += 1;
+            }
+        }
+        assert!(refused >= 1_000 - SHARDS, "{refused}");
+        assert!(limiter.len() <= SHARDS);
     }
 
     #[test]

@@ -80,6 +80,8 @@ impl IntoResponse for RateLimited {
 
 /// Adds `RateLimit-Policy: "<limit>";q=<count>;w=<window>` and
 /// `RateLimit: "<limit>";r=<remaining>;t=<seconds>` (draft-ietf-httpapi-ratelimit-headers).
+/// Each limit a request passed appends its own item, so an answer from the door lists both the
+/// per-IP and the per-peer budget.
 pub fn insert_rate_limit_headers(
     headers: &mut HeaderMap,
     limit: Limit,
@@ -95,10 +97,10 @@ pub fn insert_rate_limit_headers(
     );
     let state = format!("\"{name}\";r={remaining};t={reset_seconds}");
     if let Ok(value) = HeaderValue::try_from(policy) {
-        headers.insert("ratelimit-policy", value);
+        headers.append("ratelimit-policy", value);
     }
     if let Ok(value) = HeaderValue::try_from(state) {
-        headers.insert("ratelimit", value);
+        headers.append("ratelimit", value);
     }
 }
 

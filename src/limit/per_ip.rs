@@ -1,7 +1,10 @@
 //! Requests per client address, before anything else looks at the request.
 //!
 //! Keys on the [`ClientAddr`] the client-address layer decided (IPv6 grouped by /64), so a
-//! spoofed `X-Forwarded-For` from an untrusted peer never changes the key.
+//! spoofed `X-Forwarded-For` from an untrusted peer never changes the key. Only its 429 answers
+//! carry `RateLimit` headers: adding them to every card and door answer cost about a tenth of
+//! the 429 flood's throughput (BENCHMARKS.md), and the per-peer budget is the one clients pace
+//! themselves by.
 //!
 //! ```
 //! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}, extract::ConnectInfo};

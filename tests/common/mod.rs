@@ -140,6 +140,11 @@ impl TestGateway {
         self.running.as_ref().unwrap().password_verifications()
     }
 
+    /// The most Argon2 verifications that ran at once.
+    pub fn password_peak_concurrency(&self) -> usize {
+        self.running.as_ref().unwrap().password_peak_concurrency()
+    }
+
     /// Revokes a peer through the running server.
     pub async fn revoke_through_server(&self, name: &str) {
         self.running
