@@ -18,7 +18,7 @@ fn tokens(c: &mut Criterion) {
         })
     });
     let mut typo = issued.token.clone().into_bytes();
-    typo[20] ^= 1;
+    typo[20] = if typo[20] == b'a' { b'b' } else { b'a' };
     let typo = String::from_utf8(typo).unwrap();
     c.bench_function("token parse, checksum fails", |b| {
         b.iter(|| token::parse(CredentialKind::PeerToken, black_box(&typo)).is_err())
@@ -50,5 +50,16 @@ fn limiter(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tokens, limiter);
+fn limiter_refusing(c: &mut Criterion) {
+    // A peer far over its quota: every check is a refusal, as in a 429 flood.
+    let quota = Quota::per_minute(1);
+    let limiter = KeyedGcra::new(100_000);
+    let key = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+    limiter.check(&key, quota, 0);
+    c.bench_function("limiter check, refused", |b| {
+        b.iter(|| black_box(limiter.check(&key, quota, 1_000)))
+    });
+}
+
+criterion_group!(benches, tokens, limiter, limiter_refusing);
 criterion_main!(benches);

@@ -290,6 +290,8 @@ struct VerifiedPeer {
     id: Arc<str>,
     name: Arc<str>,
     rate_per_minute: u32,
+    /// Whether "last used" was looked after for this verdict; later hits skip the bookkeeping.
+    noted: std::sync::atomic::AtomicBool,
 }
 
 /// A credential as presented, before any verification.
@@ -472,28 +474,32 @@ impl PeerAuthenticator {
             };
         };
         let key = presented.cache_key();
-        if let Some(entry) = cache.get(&key).await
-            && !self.is_fresh(&entry)
-        {
-            cache.invalidate(&key).await;
-        }
-        let generation = self.generation.load(Ordering::SeqCst);
         let mut verified_here = false;
-        let entry = cache
-            .try_get_with(key, async {
-                verified_here = true;
-                let peer = self.verify_counted(&presented, client).await?;
-                Ok::<_, AuthRefusal>(CachedVerdict {
-                    peer,
-                    at_millis: self.clock.now_millis(),
-                })
-            })
-            .await
-            .map_err(|e| *e)?;
-        if self.generation.load(Ordering::SeqCst) != generation {
-            // A revocation arrived while this verdict was being reached: keep it out.
-            cache.invalidate(&key).await;
-        }
+        let entry = match cache.get(&key).await {
+            Some(entry) if self.is_fresh(&entry) => entry,
+            stale => {
+                if stale.is_some() {
+                    cache.invalidate(&key).await;
+                }
+                let generation = self.generation.load(Ordering::SeqCst);
+                let entry = cache
+                    .try_get_with(key, async {
+                        verified_here = true;
+                        let peer = self.verify_counted(&presented, client).await?;
+                        Ok::<_, AuthRefusal>(CachedVerdict {
+                            peer,
+                            at_millis: self.clock.now_millis(),
+                        })
+                    })
+                    .await
+                    .map_err(|e| *e)?;
+                if self.generation.load(Ordering::SeqCst) != generation {
+                    // A revocation arrived while this verdict was being reached: keep it out.
+                    cache.invalidate(&key).await;
+                }
+                entry
+            }
+        };
         match entry.peer {
             Some(peer) => Ok(self.admit(&peer, presented.scheme()).await),
             None => {
@@ -561,10 +567,15 @@ impl PeerAuthenticator {
         match (first, api_key) {
             (Some(_), Some(_)) => Err(AuthError::AmbiguousCredentials),
             (None, None) => Err(AuthError::MissingCredentials),
-            (None, Some(key)) => key
-                .to_str()
-                .map(|k| Presented::ApiKey(k.trim()))
-                .map_err(|_| AuthError::InvalidCredentials),
+            (None, Some(key)) => {
+                let key = key
+                    .to_str()
+                    .map_err(|_| AuthError::InvalidCredentials)?
+                    .trim();
+                token::parse(CredentialKind::ApiKey, key)
+                    .map_err(|_| AuthError::InvalidCredentials)?;
+                Ok(Presented::ApiKey(key))
+            }
             (Some(value), None) => {
                 let value = value.to_str().map_err(|_| AuthError::MalformedHeader)?;
                 let (scheme, rest) = value.split_once(' ').ok_or(AuthError::MalformedHeader)?;
@@ -584,7 +595,12 @@ impl PeerAuthenticator {
                 }
                 Ok(match scheme {
                     Scheme::Basic => Presented::Basic(credentials),
-                    _ => Presented::Bearer(credentials),
+                    _ => {
+                        // Junk and typos are refused here, before any cache or store.
+                        token::parse(CredentialKind::PeerToken, credentials)
+                            .map_err(|_| AuthError::MalformedToken)?;
+                        Presented::Bearer(credentials)
+                    }
                 })
             }
         }
@@ -632,6 +648,7 @@ impl PeerAuthenticator {
             id: record.peer_id.into(),
             name: record.peer_name.into(),
             rate_per_minute: record.rate_per_minute,
+            noted: Default::default(),
         })
     }
 
@@ -653,13 +670,16 @@ impl PeerAuthenticator {
                 id: login.peer_id.into(),
                 name: login.peer_name.into(),
                 rate_per_minute: login.rate_per_minute,
+                noted: Default::default(),
             }),
             _ => Err(AuthError::InvalidCredentials),
         }
     }
 
     async fn admit(&self, peer: &VerifiedPeer, scheme: Scheme) -> AuthenticatedPeer {
-        self.note_use(&peer.id).await;
+        if !peer.noted.swap(true, Ordering::Relaxed) {
+            self.note_use(&peer.id).await;
+        }
         AuthenticatedPeer {
             id: peer.id.clone(),
             name: peer.name.clone(),

@@ -45,6 +45,11 @@ use tower::{Layer, Service};
 /// Limits requests per client address.
 #[derive(Clone)]
 pub struct PerIpLimitLayer {
+    // One shared allocation: services are cloned per request, so one reference count to bump.
+    shared: Arc<PerIpShared>,
+}
+
+struct PerIpShared {
     limiter: Arc<KeyedGcra<IpAddr>>,
     quota: Quota,
     clock: Arc<dyn Clock>,
@@ -59,15 +64,17 @@ impl PerIpLimitLayer {
     ) -> Result<Self, LimitConfigError> {
         check_config(quota, capacity)?;
         Ok(Self {
-            limiter: Arc::new(KeyedGcra::new(capacity)),
-            quota,
-            clock,
+            shared: Arc::new(PerIpShared {
+                limiter: Arc::new(KeyedGcra::new(capacity)),
+                quota,
+                clock,
+            }),
         })
     }
 
     /// The limiter, for periodic purging.
     pub fn limiter(&self) -> Arc<KeyedGcra<IpAddr>> {
-        self.limiter.clone()
+        self.shared.limiter.clone()
     }
 }
 
@@ -77,7 +84,7 @@ impl<S> Layer<S> for PerIpLimitLayer {
     fn layer(&self, inner: S) -> Self::Service {
         PerIpLimit {
             inner,
-            layer: self.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -86,7 +93,7 @@ impl<S> Layer<S> for PerIpLimitLayer {
 #[derive(Clone)]
 pub struct PerIpLimit<S> {
     inner: S,
-    layer: PerIpLimitLayer,
+    shared: Arc<PerIpShared>,
 }
 
 impl<S> Service<Request<Body>> for PerIpLimit<S>
@@ -108,11 +115,11 @@ where
             .extensions()
             .get::<ClientAddr>()
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), ClientAddr::limit_key);
-        let quota = self.layer.quota;
+        let quota = self.shared.quota;
         match self
-            .layer
+            .shared
             .limiter
-            .check(&key, quota, self.layer.clock.now_nanos())
+            .check(&key, quota, self.shared.clock.now_nanos())
         {
             super::Decision::Allowed { .. } => Box::pin(self.inner.call(request)),
             super::Decision::Denied { retry_after } => {

@@ -19,6 +19,11 @@ use tower::{Layer, Service};
 /// Limits requests per peer.
 #[derive(Clone)]
 pub struct PerPeerLimitLayer {
+    // One shared allocation: services are cloned per request, so one reference count to bump.
+    shared: Arc<PerPeerShared>,
+}
+
+struct PerPeerShared {
     limiter: Arc<KeyedGcra<Arc<str>>>,
     clock: Arc<dyn Clock>,
 }
@@ -28,14 +33,16 @@ impl PerPeerLimitLayer {
     pub fn new(capacity: usize, clock: Arc<dyn Clock>) -> Result<Self, LimitConfigError> {
         check_config(Quota::per_minute(1), capacity)?;
         Ok(Self {
-            limiter: Arc::new(KeyedGcra::new(capacity)),
-            clock,
+            shared: Arc::new(PerPeerShared {
+                limiter: Arc::new(KeyedGcra::new(capacity)),
+                clock,
+            }),
         })
     }
 
     /// The limiter, for periodic purging.
     pub fn limiter(&self) -> Arc<KeyedGcra<Arc<str>>> {
-        self.limiter.clone()
+        self.shared.limiter.clone()
     }
 }
 
@@ -45,7 +52,7 @@ impl<S> Layer<S> for PerPeerLimitLayer {
     fn layer(&self, inner: S) -> Self::Service {
         PerPeerLimit {
             inner,
-            layer: self.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -54,7 +61,7 @@ impl<S> Layer<S> for PerPeerLimitLayer {
 #[derive(Clone)]
 pub struct PerPeerLimit<S> {
     inner: S,
-    layer: PerPeerLimitLayer,
+    shared: Arc<PerPeerShared>,
 }
 
 impl<S> Service<Request<Body>> for PerPeerLimit<S>
@@ -77,9 +84,9 @@ where
         };
         let quota = Quota::per_minute(peer.rate_per_minute());
         let decision =
-            self.layer
+            self.shared
                 .limiter
-                .check(&peer.id_arc(), quota, self.layer.clock.now_nanos());
+                .check(&peer.id_arc(), quota, self.shared.clock.now_nanos());
         match decision {
             super::Decision::Allowed { remaining, reset } => {
                 let future = self.inner.call(request);
