@@ -48,7 +48,7 @@ pub fn public_card(policy: &Policy, door_url: &str) -> Value {
             "protocolBinding": "JSONRPC",
             "protocolVersion": PROTOCOL_VERSION,
         }],
-        "capabilities": {"streaming": false, "pushNotifications": false},
+        "capabilities": capabilities(policy),
         "securitySchemes": security_schemes(policy),
         // Alternatives, one per enabled scheme. SDK clients attach credentials only for schemes
         // listed here.
@@ -110,4 +110,24 @@ fn security_requirements(policy: &Policy) -> Value {
         .into_iter()
         .map(|scheme| json!({"schemes": {scheme_key(scheme): {"list": []}}}))
         .collect()
+}
+
+fn capabilities(policy: &Policy) -> Value {
+    let mut capabilities = json!({"streaming": false, "pushNotifications": false});
+    let extensions: Vec<Value> = policy
+        .card
+        .extensions
+        .iter()
+        .map(|extension| {
+            let mut value = json!({"uri": extension.uri, "required": extension.required});
+            if let Some(description) = &extension.description {
+                value["description"] = json!(description);
+            }
+            value
+        })
+        .collect();
+    if !extensions.is_empty() {
+        capabilities["extensions"] = Value::Array(extensions);
+    }
+    capabilities
 }

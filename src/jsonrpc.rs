@@ -127,6 +127,16 @@ pub enum RpcError {
     UnsupportedOperation(&'static str),
     /// `-32005`
     ContentTypeNotSupported(&'static str),
+    /// `-32008`: a required extension was not activated.
+    ExtensionSupportRequired {
+        /// The required URIs the request did not list.
+        missing: Vec<String>,
+    },
+    /// `-32009`: the requested protocol version is not served here.
+    VersionNotSupported {
+        /// What the request asked for (`""` when it named none).
+        requested: String,
+    },
     /// `-32000` (implementation-defined): another message of the same context is still being
     /// answered and did not finish in time.
     ContextBusy,
@@ -145,6 +155,8 @@ impl RpcError {
             Self::TaskNotCancelable => -32002,
             Self::UnsupportedOperation(_) => -32004,
             Self::ContentTypeNotSupported(_) => -32005,
+            Self::ExtensionSupportRequired { .. } => -32008,
+            Self::VersionNotSupported { .. } => -32009,
             Self::ContextBusy => -32000,
         }
     }
@@ -161,6 +173,8 @@ impl RpcError {
             Self::TaskNotCancelable => "TASK_NOT_CANCELABLE",
             Self::UnsupportedOperation(_) => "UNSUPPORTED_OPERATION",
             Self::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
+            Self::ExtensionSupportRequired { .. } => "EXTENSION_SUPPORT_REQUIRED",
+            Self::VersionNotSupported { .. } => "VERSION_NOT_SUPPORTED",
             Self::ContextBusy => "CONTEXT_BUSY",
         }
     }
@@ -180,6 +194,16 @@ impl RpcError {
             }
             Self::UnsupportedOperation(why) => format!("Unsupported operation: {why}"),
             Self::ContentTypeNotSupported(why) => format!("Content type not supported: {why}"),
+            Self::ExtensionSupportRequired { missing } => format!(
+                "Extension support required: activate {} with the A2A-Extensions header",
+                missing.join(", ")
+            ),
+            Self::VersionNotSupported { requested } if requested.is_empty() => {
+                "Version not supported: send A2A-Version: 1.0".to_owned()
+            }
+            Self::VersionNotSupported { .. } => {
+                "Version not supported: this agent speaks A2A 1.x; send A2A-Version: 1.0".to_owned()
+            }
             Self::ContextBusy => {
                 "Another message in this contextId is still being answered; retry after it completes".to_owned()
             }
@@ -190,8 +214,23 @@ impl RpcError {
     /// the field for invalid params).
     pub fn to_json(&self) -> Value {
         let mut metadata = serde_json::Map::new();
-        if let Self::Internal { request_id } = self {
-            metadata.insert("requestId".to_owned(), Value::String(request_id.clone()));
+        match self {
+            Self::Internal { request_id } => {
+                metadata.insert("requestId".to_owned(), Value::String(request_id.clone()));
+            }
+            Self::ExtensionSupportRequired { missing } => {
+                metadata.insert(
+                    "missingExtensions".to_owned(),
+                    Value::String(missing.join(",")),
+                );
+            }
+            Self::VersionNotSupported { .. } => {
+                metadata.insert(
+                    "supportedVersions".to_owned(),
+                    Value::String("1.0".to_owned()),
+                );
+            }
+            _ => {}
         }
         // A2A's own errors (-32001 and below) belong to the protocol's domain; the others are
         // JSON-RPC's or peergate's.

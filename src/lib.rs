@@ -10,6 +10,7 @@ pub mod cli;
 pub mod client_addr;
 pub mod clock;
 pub mod fuzzing;
+pub mod gate;
 pub mod jsonrpc;
 pub mod limit;
 pub mod policy;

@@ -85,6 +85,9 @@ pub struct Policy {
     /// `[limits]`
     #[serde(default)]
     pub limits: LimitsPolicy,
+    /// `[gate]`
+    #[serde(default)]
+    pub gate: GatePolicy,
 }
 
 /// `[server]`
@@ -135,6 +138,32 @@ pub struct CardPolicy {
     pub provider: Option<ProviderPolicy>,
     /// `[[card.skills]]`
     pub skills: Vec<SkillPolicy>,
+    /// `[[card.extensions]]`
+    #[serde(default)]
+    pub extensions: Vec<ExtensionPolicy>,
+}
+
+/// `[[card.extensions]]`: an A2A extension this agent supports.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtensionPolicy {
+    /// The extension's URI, matched exactly.
+    pub uri: String,
+    /// What it does.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Whether every request must activate it (`A2A-Extensions`).
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// `[gate]`: protocol checks at the door.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatePolicy {
+    /// Refuse requests without an `A2A-Version` (the spec reads a missing one as 0.3).
+    #[serde(default)]
+    pub require_version_header: bool,
 }
 
 /// `[card.provider]`
@@ -442,6 +471,21 @@ impl Policy {
                 "card.skills",
                 "every skill needs a non-empty id, name, description and tags",
             ));
+        }
+        for (i, extension) in self.card.extensions.iter().enumerate() {
+            let uri = extension.uri.as_str();
+            if uri.is_empty() || uri.contains([',', ' ']) || !uri.is_ascii() {
+                return Err(invalid(
+                    "card.extensions",
+                    "every extension needs a URI without commas or spaces",
+                ));
+            }
+            if self.card.extensions[..i].iter().any(|e| e.uri == uri) {
+                return Err(invalid(
+                    "card.extensions",
+                    "an extension URI is listed twice",
+                ));
+            }
         }
         if !(1..=600).contains(&self.model.timeout_seconds) {
             return Err(invalid(

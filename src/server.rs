@@ -6,6 +6,7 @@ use crate::backend::{Backend, BackendSetupError};
 use crate::card;
 use crate::client_addr::ClientAddrLayer;
 use crate::clock::Clock;
+use crate::gate::GateLayer;
 use crate::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::policy::{Policy, PolicySource};
 use crate::store::{Store, StoreError};
@@ -187,11 +188,21 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     };
     let a2a_path = policy.server.a2a_path.clone();
     // Outer to inner (the layer added last runs first): client address, per-IP limit,
-    // authentication, per-peer limit, body limit, handler.
+    // authentication, per-peer limit, body limit, protocol gate, handler.
     let door_routes = Router::new()
         .route(&a2a_path, post(door))
         .route(&format!("{a2a_path}/"), post(door))
         .layer(DefaultBodyLimit::disable())
+        .layer(GateLayer::new(
+            policy.gate.require_version_header,
+            policy
+                .card
+                .extensions
+                .iter()
+                .map(|e| (e.uri.clone(), e.required))
+                .collect(),
+            policy.server.max_body_bytes,
+        ))
         .layer(RequestBodyLimitLayer::new(policy.server.max_body_bytes))
         .layer(per_peer.clone())
         .layer(AuthLayer::shared(authenticator.clone()));
