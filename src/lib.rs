@@ -9,6 +9,7 @@ pub mod card;
 pub mod cli;
 pub mod client_addr;
 pub mod clock;
+pub mod document;
 pub mod fuzzing;
 pub mod gate;
 pub mod jsonrpc;

@@ -6,13 +6,14 @@ use crate::backend::{Backend, BackendSetupError};
 use crate::card;
 use crate::client_addr::ClientAddrLayer;
 use crate::clock::Clock;
+use crate::document::{self, CachedDocument};
 use crate::gate::GateLayer;
 use crate::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::policy::{Policy, PolicySource};
 use crate::store::{Store, StoreError};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -114,7 +115,7 @@ impl RunningGateway {
 #[derive(Clone)]
 struct AppState {
     agent: Arc<Agent>,
-    card: Bytes,
+    card: Arc<CachedDocument>,
 }
 
 /// Opens the store, binds the listener and starts serving.
@@ -136,6 +137,14 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let door_url = card::door_url(&policy, local_addr);
     let card_bytes =
         Bytes::from(serde_json::to_vec(&card::public_card(&policy, &door_url)).unwrap_or_default());
+    let card_changed = store
+        .document_modified_at(
+            "public-card",
+            &document::etag_for(&card_bytes),
+            options.clock.now_millis(),
+        )
+        .await?;
+    let card = CachedDocument::new(card_bytes, card_changed, "public, max-age=60");
 
     tracing::info!(policy = %options.policy_source, "policy loaded");
     tracing::info!(
@@ -184,7 +193,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let trusted_proxies = policy.trusted_proxies().map_err(|e| config(&e))?;
     let state = AppState {
         agent,
-        card: card_bytes,
+        card: Arc::new(card),
     };
     let a2a_path = policy.server.a2a_path.clone();
     // Outer to inner (the layer added last runs first): client address, per-IP limit,
@@ -263,15 +272,8 @@ async fn door(State(state): State<AppState>, peer: AuthenticatedPeer, body: Byte
         .into_response()
 }
 
-async fn agent_card(State(state): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        state.card.clone(),
-    )
-        .into_response()
+async fn agent_card(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    state.card.respond(&headers)
 }
 
 async fn health() -> Json<serde_json::Value> {

@@ -205,6 +205,13 @@ CREATE INDEX messages_context ON messages(peer_id, context_id, seq);
 ALTER TABLE credentials ADD COLUMN kind TEXT NOT NULL DEFAULT 'token';
 ALTER TABLE peers ADD COLUMN password_hash TEXT;
 "#,
+    r#"
+CREATE TABLE documents (
+    name TEXT PRIMARY KEY,
+    etag TEXT NOT NULL,
+    modified_at INTEGER NOT NULL
+);
+"#,
 ];
 
 impl Store {
@@ -524,6 +531,37 @@ impl Store {
                 .fetch_optional(&self.reader)
                 .await?;
         Ok(row.map(|row| row.try_get("body")).transpose()?)
+    }
+
+    /// When the document `name` last changed: the stored time if its entity tag is still
+    /// `etag`, else `now`, recorded for the next start.
+    pub async fn document_modified_at(
+        &self,
+        name: &str,
+        etag: &str,
+        now: i64,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let row = sqlx::query("SELECT etag, modified_at FROM documents WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(row) = row
+            && row.try_get::<String, _>("etag")? == etag
+        {
+            return Ok(row.try_get("modified_at")?);
+        }
+        sqlx::query(
+            "INSERT INTO documents (name, etag, modified_at) VALUES (?, ?, ?) \
+             ON CONFLICT (name) DO UPDATE SET etag = excluded.etag, modified_at = excluded.modified_at",
+        )
+        .bind(name)
+        .bind(etag)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(now)
     }
 
     /// Deletes tasks whose retention ended; returns how many.

@@ -1,0 +1,140 @@
+//! The Agent Card's HTTP caching over real HTTP: ETag, Last-Modified across restarts,
+//! Cache-Control, and 304 answers to If-None-Match and If-Modified-Since.
+
+mod common;
+
+use common::*;
+use peergate::clock::ManualClock;
+use peergate::policy::{Policy, PolicySource};
+use peergate::server::{GatewayOptions, RunningGateway, start};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn start_on(policy: Policy, data: &Path, clock: &ManualClock) -> RunningGateway {
+    start(GatewayOptions {
+        policy,
+        policy_source: PolicySource::Embedded,
+        data_dir: data.to_owned(),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        clock: Arc::new(clock.clone()),
+    })
+    .await
+    .unwrap()
+}
+
+async fn get(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut request = reqwest::Client::new().get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
+fn header(response: &reqwest::Response, name: &str) -> String {
+    response.headers()[name].to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn conditional_requests_get_304_without_a_body() {
+    let gw = TestGateway::start().await;
+    let url = gw.url("/.well-known/agent-card.json");
+    let first = get(&url, &[]).await;
+    assert_eq!(first.status(), 200);
+    let etag = header(&first, "etag");
+    let last_modified = header(&first, "last-modified");
+    assert_eq!(header(&first, "cache-control"), "public, max-age=60");
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"') && !etag.starts_with("W/"),
+        "{etag}"
+    );
+    assert!(last_modified.ends_with(" GMT"), "{last_modified}");
+    let body = first.bytes().await.unwrap();
+    assert_eq!(
+        peergate::document::etag_for(&body),
+        etag,
+        "the tag is over the exact bytes"
+    );
+    // The other path serves the same document.
+    let other = get(&gw.url("/.well-known/agent.json"), &[]).await;
+    assert_eq!(header(&other, "etag"), etag);
+
+    let weak = format!("W/{etag}");
+    let list = format!("\"something-else\", {etag}");
+    for value in [etag.as_str(), weak.as_str(), list.as_str(), "*"] {
+        let response = get(&url, &[("if-none-match", value)]).await;
+        assert_eq!(response.status(), 304, "{value}");
+        assert_eq!(header(&response, "etag"), etag);
+        assert_eq!(header(&response, "cache-control"), "public, max-age=60");
+        assert!(response.bytes().await.unwrap().is_empty());
+    }
+    let response = get(&url, &[("if-none-match", "\"stale\"")]).await;
+    assert_eq!(response.status(), 200);
+
+    let response = get(&url, &[("if-modified-since", &last_modified)]).await;
+    assert_eq!(response.status(), 304);
+    let response = get(
+        &url,
+        &[("if-modified-since", "Sat, 01 Jan 2000 00:00:00 GMT")],
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    // A non-matching If-None-Match wins over a matching If-Modified-Since.
+    let response = get(
+        &url,
+        &[
+            ("if-none-match", "\"stale\""),
+            ("if-modified-since", &last_modified),
+        ],
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn last_modified_survives_a_restart_and_moves_only_when_the_card_changes() {
+    let data = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_800_000_000_000);
+    // A fixed public URL: with port 0 the listen address, and so the card, would change.
+    let fixed = |p: String| {
+        p.replace(
+            "# public_base_url = \"https://gateway.example.com\"",
+            "public_base_url = \"https://gateway.example.com\"",
+        )
+    };
+    let policy = || policy_with(fixed);
+    let gw = start_on(policy(), data.path(), &clock).await;
+    let url = format!("http://{}/.well-known/agent-card.json", gw.local_addr);
+    let first = get(&url, &[]).await;
+    let (etag, modified) = (header(&first, "etag"), header(&first, "last-modified"));
+    assert_eq!(modified, "Fri, 15 Jan 2027 08:00:00 GMT");
+    gw.shutdown().await;
+
+    clock.advance(Duration::from_secs(3600));
+    let gw = start_on(policy(), data.path(), &clock).await;
+    let url = format!("http://{}/.well-known/agent-card.json", gw.local_addr);
+    let again = get(&url, &[]).await;
+    assert_eq!(header(&again, "etag"), etag);
+    assert_eq!(
+        header(&again, "last-modified"),
+        modified,
+        "same card, same date"
+    );
+    gw.shutdown().await;
+
+    clock.advance(Duration::from_secs(3600));
+    let changed = policy_with(|p| fixed(p).replace("version = \"0.1.0\"", "version = \"0.2.0\""));
+    let gw = start_on(changed, data.path(), &clock).await;
+    let url = format!("http://{}/.well-known/agent-card.json", gw.local_addr);
+    let moved = get(&url, &[]).await;
+    assert_ne!(header(&moved, "etag"), etag);
+    assert_eq!(
+        header(&moved, "last-modified"),
+        "Fri, 15 Jan 2027 10:00:00 GMT"
+    );
+    // A client holding the old tag gets the new card.
+    let response = get(&url, &[("if-none-match", &etag)]).await;
+    assert_eq!(response.status(), 200);
+    gw.shutdown().await;
+}
