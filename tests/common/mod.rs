@@ -451,13 +451,18 @@ impl ServeProcess {
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on http://").nth(1) {
-                    let addr: String = rest.chars().take_while(|c| *c != ';').collect();
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(addr);
-                    }
-                }
+                // Logged before the address is handed over, so a test that has the address
+                // also sees the line.
+                let addr = line
+                    .split("listening on http://")
+                    .nth(1)
+                    .map(|rest| rest.chars().take_while(|c| *c != ';').collect::<String>());
                 sink.lock().unwrap().push(line);
+                if let Some(addr) = addr
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr);
+                }
             }
         });
         let addr = rx
