@@ -49,28 +49,7 @@ fn official_js_client_discovers_sends_gets_and_follows_up() {
         std::fs::write(&marker, lock).unwrap();
     }
 
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let token = add_peer(&data, "js-sdk");
-    let server = ServeProcess::start(dir.path(), &["--data", data.to_str().unwrap()]);
-    let output = Command::new("node")
-        .arg(work.join("a2a_js_client.mjs"))
-        .args([
-            "--base-url",
-            &format!("http://{}", server.addr),
-            "--token",
-            &token,
-        ])
-        .output()
-        .expect("run the JavaScript client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "JavaScript client failed: {}\n{stdout}\nserver log:\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        server.log_text()
-    );
-    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON summary");
+    let (summary, _) = run_sdk_client(Path::new("node"), &work.join("a2a_js_client.mjs"), "js-sdk");
     assert_eq!(summary["unknown_task_error_code"], -32001, "{summary}");
     assert_eq!(summary["followup_same_context"], true, "{summary}");
     assert_ne!(summary["first_task"], summary["followup_task"], "{summary}");

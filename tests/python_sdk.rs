@@ -58,30 +58,13 @@ fn python_with_sdk() -> PathBuf {
 #[test]
 fn official_python_client_discovers_sends_gets_and_follows_up() {
     let python = python_with_sdk();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let token = add_peer(&data, "python-sdk");
-    let server = ServeProcess::start(dir.path(), &["--data", data.to_str().unwrap()]);
-    let output = Command::new(&python)
-        .arg(repo_root().join("tests/interop/a2a_python_client.py"))
-        .args([
-            "--base-url",
-            &format!("http://{}", server.addr),
-            "--token",
-            &token,
-        ])
-        .output()
-        .expect("run the Python client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "Python client failed: {stderr}\n{stdout}\nserver log:\n{}",
-        server.log_text()
+    let (summary, door) = run_sdk_client(
+        &python,
+        &repo_root().join("tests/interop/a2a_python_client.py"),
+        "python-sdk",
     );
-    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON summary");
     assert_eq!(summary["card_name"], "peergate");
-    assert_eq!(summary["interface"]["url"], server.door());
+    assert_eq!(summary["interface"]["url"], door);
     assert_eq!(summary["first_state"], "TASK_STATE_COMPLETED");
     assert_eq!(summary["get_task_state"], "TASK_STATE_COMPLETED");
     assert_eq!(summary["followup_same_context"], true);

@@ -501,3 +501,33 @@ impl Drop for ServeProcess {
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// Starts `peergate serve` with a fresh peer, runs an official SDK client
+/// (`program script --base-url … --token …`) against it, and returns the client's JSON summary
+/// and the server's door URL.
+pub fn run_sdk_client(program: &Path, script: &Path, peer: &str) -> (Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, peer);
+    let server = ServeProcess::start(dir.path(), &["--data", data.to_str().unwrap()]);
+    let output = Command::new(program)
+        .arg(script)
+        .args([
+            "--base-url",
+            &format!("http://{}", server.addr),
+            "--token",
+            &token,
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{} failed: {}\n{stdout}\nserver log:\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr),
+        server.log_text()
+    );
+    let summary = serde_json::from_str(stdout.trim()).expect("JSON summary");
+    (summary, server.door())
+}
