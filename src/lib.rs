@@ -13,6 +13,7 @@ pub mod document;
 pub mod fuzzing;
 pub mod gate;
 pub mod jsonrpc;
+pub mod jws;
 pub mod limit;
 pub mod policy;
 pub mod server;

@@ -1,0 +1,228 @@
+//! Signing the Agent Card: JWS `AgentCardSignature` entries over the card's canonical form.
+//!
+//! The payload is the card without `signatures`, cleaned the way the official Python SDK
+//! cleans it (empty strings, arrays, objects and nulls removed, recursively, and the protobuf
+//! non-presence defaults `required: false` and `pkceRequired: false` dropped), then serialized
+//! by RFC 8785 (JCS). The signing input is `BASE64URL(protected) "." BASE64URL(payload)`, a
+//! normal compact JWS whose payload is detached: the verifier rebuilds it from the card.
+//!
+//! peergate serves cards that hold no such empty or default values, so a raw-JCS verifier and
+//! the SDK's verifier compute the same payload (see `a2a-1.0.md` §4 in the design notes).
+
+use base64::Engine as _;
+use ed25519_dalek::Signer as _;
+use hmac::{KeyInit as _, Mac as _};
+use serde_json::{Map, Value, json};
+
+/// The shortest HS256 secret accepted (RFC 7518 §3.2: at least the hash output size).
+pub const MIN_HMAC_SECRET_BYTES: usize = 32;
+
+/// Why a card could not be signed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignError {
+    /// The card is not a JSON object.
+    #[error("the card must be a JSON object")]
+    NotAnObject,
+    /// A number JCS cannot represent (non-finite) or a serialization failure.
+    #[error("the card cannot be canonicalized: {0}")]
+    Canonical(String),
+}
+
+/// A key that signs cards, bound to exactly one algorithm and one `kid`.
+pub enum CardSigningKey {
+    /// HMAC-SHA-256 with a shared secret of at least 32 bytes.
+    Hs256 {
+        /// Key id.
+        kid: String,
+        /// The secret.
+        secret: Vec<u8>,
+    },
+    /// Ed25519.
+    EdDsa {
+        /// Key id.
+        kid: String,
+        /// The private key.
+        key: Box<ed25519_dalek::SigningKey>,
+    },
+}
+
+impl std::fmt::Debug for CardSigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key material.
+        f.debug_struct("CardSigningKey")
+            .field("alg", &self.alg())
+            .field("kid", &self.kid())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CardSigningKey {
+    /// The JOSE algorithm name.
+    pub fn alg(&self) -> &'static str {
+        match self {
+            Self::Hs256 { .. } => "HS256",
+            Self::EdDsa { .. } => "EdDSA",
+        }
+    }
+
+    /// The key id.
+    pub fn kid(&self) -> &str {
+        match self {
+            Self::Hs256 { kid, .. } | Self::EdDsa { kid, .. } => kid,
+        }
+    }
+
+    /// Signs `input` (the JWS signing input) and returns the raw signature.
+    fn sign_raw(&self, input: &[u8]) -> Vec<u8> {
+        match self {
+            Self::Hs256 { secret, .. } => {
+                let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret)
+                    .expect("HMAC accepts keys of any length");
+                mac.update(input);
+                mac.finalize().into_bytes().to_vec()
+            }
+            Self::EdDsa { key, .. } => key.sign(input).to_bytes().to_vec(),
+        }
+    }
+}
+
+fn b64url(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The canonical payload of a card: the bytes every signature covers.
+pub fn canonical_payload(card: &Value) -> Result<String, SignError> {
+    let Value::Object(map) = card else {
+        return Err(SignError::NotAnObject);
+    };
+    let mut map = map.clone();
+    map.remove("signatures");
+    let mut value = Value::Object(map);
+    drop_proto_defaults(&mut value);
+    let value = clean_empty(value).unwrap_or_else(|| json!({}));
+    serde_json_canonicalizer::to_string(&value).map_err(|e| SignError::Canonical(e.to_string()))
+}
+
+/// Removes `""`, `null`, `[]` and `{}` everywhere, and parents that become empty; keeps
+/// `false` and `0`. `None` when the value itself is empty.
+fn clean_empty(value: Value) -> Option<Value> {
+    match value {
+        Value::Null => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::Array(items) => {
+            let items: Vec<Value> = items.into_iter().filter_map(clean_empty).collect();
+            (!items.is_empty()).then_some(Value::Array(items))
+        }
+        Value::Object(map) => {
+            let map: Map<String, Value> = map
+                .into_iter()
+                .filter_map(|(k, v)| clean_empty(v).map(|v| (k, v)))
+                .collect();
+            (!map.is_empty()).then_some(Value::Object(map))
+        }
+        other => Some(other),
+    }
+}
+
+/// The card's plain (non-`optional`) booleans that protobuf omits at their default.
+fn drop_proto_defaults(card: &mut Value) {
+    if let Some(extensions) = card
+        .pointer_mut("/capabilities/extensions")
+        .and_then(Value::as_array_mut)
+    {
+        for extension in extensions.iter_mut().filter_map(Value::as_object_mut) {
+            if extension.get("required") == Some(&Value::Bool(false)) {
+                extension.remove("required");
+            }
+        }
+    }
+    if let Some(schemes) = card
+        .get_mut("securitySchemes")
+        .and_then(Value::as_object_mut)
+    {
+        for scheme in schemes.values_mut() {
+            if let Some(flows) = scheme.pointer_mut("/oauth2SecurityScheme/flows") {
+                for flow in flows
+                    .as_object_mut()
+                    .into_iter()
+                    .flat_map(|f| f.values_mut())
+                {
+                    if let Some(flow) = flow.as_object_mut()
+                        && flow.get("pkceRequired") == Some(&Value::Bool(false))
+                    {
+                        flow.remove("pkceRequired");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The protected header peergate writes: `alg`, `kid`, `typ: "JOSE"`, and `jku` when given,
+/// serialized with sorted keys.
+pub fn protected_header(key: &CardSigningKey, jku: Option<&str>) -> String {
+    let mut header = json!({"alg": key.alg(), "kid": key.kid(), "typ": "JOSE"});
+    if let Some(jku) = jku {
+        header["jku"] = json!(jku);
+    }
+    header.to_string()
+}
+
+/// One `AgentCardSignature` over `payload` with an already encoded protected header.
+pub fn sign_payload(protected_b64: &str, payload: &str, key: &CardSigningKey) -> Value {
+    let input = format!("{protected_b64}.{}", b64url(payload.as_bytes()));
+    json!({"protected": protected_b64, "signature": b64url(&key.sign_raw(input.as_bytes()))})
+}
+
+/// The card with one signature per key in `signatures` (replacing any there were).
+pub fn sign_card(
+    card: &Value,
+    keys: &[CardSigningKey],
+    jku: Option<&str>,
+) -> Result<Value, SignError> {
+    let payload = canonical_payload(card)?;
+    let signatures: Vec<Value> = keys
+        .iter()
+        .map(|key| {
+            sign_payload(
+                &b64url(protected_header(key, jku).as_bytes()),
+                &payload,
+                key,
+            )
+        })
+        .collect();
+    let mut signed = card.clone();
+    if let Value::Object(map) = &mut signed {
+        map.remove("signatures");
+        if !signatures.is_empty() {
+            map.insert("signatures".to_owned(), Value::Array(signatures));
+        }
+    }
+    Ok(signed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cleaning_keeps_false_and_zero_and_drops_empties() {
+        let card = json!({"a": "", "b": [], "c": {}, "d": null, "e": false, "f": 0,
+            "g": {"h": [""], "i": {"j": []}}, "k": ["", "x"], "signatures": [1]});
+        assert_eq!(
+            canonical_payload(&card).unwrap(),
+            r#"{"e":false,"f":0,"k":["x"]}"#
+        );
+    }
+
+    #[test]
+    fn debug_never_shows_key_material() {
+        let key = CardSigningKey::Hs256 {
+            kid: "k".into(),
+            secret: b"very secret bytes, really secret".to_vec(),
+        };
+        let debug = format!("{key:?}");
+        assert!(!debug.contains("secret bytes"), "{debug}");
+    }
+}
