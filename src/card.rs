@@ -108,7 +108,9 @@ fn security_schemes(policy: &Policy) -> Value {
 fn security_requirements(policy: &Policy) -> Value {
     enabled_schemes(policy)
         .into_iter()
-        .map(|scheme| json!({"schemes": {scheme_key(scheme): {"list": []}}}))
+        // A non-empty scope list: SDKs drop empty values before canonicalizing a signed card,
+        // raw-JCS verifiers do not, so the served card holds none.
+        .map(|scheme| json!({"schemes": {scheme_key(scheme): {"list": ["a2a"]}}}))
         .collect()
 }
 
@@ -119,7 +121,11 @@ fn capabilities(policy: &Policy) -> Value {
         .extensions
         .iter()
         .map(|extension| {
-            let mut value = json!({"uri": extension.uri, "required": extension.required});
+            // `required: false` is protobuf's default, which SDKs drop before canonicalizing.
+            let mut value = json!({"uri": extension.uri});
+            if extension.required {
+                value["required"] = json!(true);
+            }
             if let Some(description) = &extension.description {
                 value["description"] = json!(description);
             }

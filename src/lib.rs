@@ -14,6 +14,7 @@ pub mod fuzzing;
 pub mod gate;
 pub mod jsonrpc;
 pub mod jws;
+pub mod keys;
 pub mod limit;
 pub mod policy;
 pub mod server;

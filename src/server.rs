@@ -11,6 +11,7 @@ use crate::gate::GateLayer;
 use crate::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::policy::{Policy, PolicySource};
 use crate::store::{Store, StoreError};
+use crate::{jws, keys};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -116,6 +117,7 @@ impl RunningGateway {
 struct AppState {
     agent: Arc<Agent>,
     card: Arc<CachedDocument>,
+    jwks: Arc<CachedDocument>,
 }
 
 /// Opens the store, binds the listener and starts serving.
@@ -135,8 +137,23 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         reason: e.kind(),
     })?;
     let door_url = card::door_url(&policy, local_addr);
-    let card_bytes =
-        Bytes::from(serde_json::to_vec(&card::public_card(&policy, &door_url)).unwrap_or_default());
+    let config = |e: &dyn std::fmt::Display| StartError::Config(e.to_string());
+    let signing_keys = vec![keys::default_card_key(&options.data_dir).map_err(|e| config(&e))?];
+    let signed_card = jws::sign_card(&card::public_card(&policy, &door_url), &signing_keys, None)
+        .map_err(|e| config(&e))?;
+    let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
+    let jwks_bytes = Bytes::from(keys::jwks(&signing_keys).to_string());
+    let jwks_changed = store
+        .document_modified_at(
+            "jwks",
+            &document::etag_for(&jwks_bytes),
+            options.clock.now_millis(),
+        )
+        .await?;
+    let jwks = CachedDocument::new(jwks_bytes, jwks_changed, "public, max-age=300");
+    for key in &signing_keys {
+        tracing::info!(kid = key.kid(), alg = key.alg(), "the Agent Card is signed");
+    }
     let card_changed = store
         .document_modified_at(
             "public-card",
@@ -167,7 +184,6 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         options.clock.clone(),
         settings,
     ));
-    let config = |e: &dyn std::fmt::Display| StartError::Config(e.to_string());
     let auth_settings = AuthSettings {
         schemes: policy.auth_schemes().map_err(|e| config(&e))?,
         api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
@@ -194,6 +210,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let state = AppState {
         agent,
         card: Arc::new(card),
+        jwks: Arc::new(jwks),
     };
     let a2a_path = policy.server.a2a_path.clone();
     // Outer to inner (the layer added last runs first): client address, per-IP limit,
@@ -218,6 +235,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let guarded = Router::new()
         .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
+        .route("/.well-known/jwks.json", get(jwks_document))
         .merge(door_routes)
         .layer(per_ip.clone())
         .layer(ClientAddrLayer::new(trusted_proxies));
@@ -274,6 +292,10 @@ async fn door(State(state): State<AppState>, peer: AuthenticatedPeer, body: Byte
 
 async fn agent_card(State(state): State<AppState>, headers: HeaderMap) -> Response {
     state.card.respond(&headers)
+}
+
+async fn jwks_document(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    state.jwks.respond(&headers)
 }
 
 async fn health() -> Json<serde_json::Value> {

@@ -1,6 +1,8 @@
 //! The card-signing path against the official SDK's test vectors, byte for byte
 //! (`tests/data/a2a_card_signing_vectors.json`, generated with the Python SDK wheels).
 
+mod common;
+
 use base64::Engine as _;
 use peergate::jws::{self, CardSigningKey};
 use serde_json::Value;
@@ -77,4 +79,112 @@ fn a_signed_card_is_re_signed_over_the_card_without_its_signatures() {
         jws::canonical_payload(&once).unwrap(),
         jws::canonical_payload(&v["card"]).unwrap()
     );
+}
+
+/// Every empty string, array or object, and every null, anywhere in `value`.
+fn empties(value: &Value, path: &str, found: &mut Vec<String>) {
+    match value {
+        Value::Null => found.push(path.to_owned()),
+        Value::String(s) if s.is_empty() => found.push(path.to_owned()),
+        Value::Array(items) => {
+            if items.is_empty() {
+                found.push(path.to_owned());
+            }
+            for (i, item) in items.iter().enumerate() {
+                empties(item, &format!("{path}/{i}"), found);
+            }
+        }
+        Value::Object(map) => {
+            if map.is_empty() {
+                found.push(path.to_owned());
+            }
+            for (key, item) in map {
+                empties(item, &format!("{path}/{key}"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+mod served {
+    use super::*;
+    use crate::common::*;
+
+    #[tokio::test]
+    async fn the_default_card_is_signed_by_a_key_published_in_the_jwks() {
+        use ed25519_dalek::Verifier as _;
+        let gw = TestGateway::start_with(policy_with(|p| {
+            p.replace(
+                "schemes = [\"bearer\"]",
+                "schemes = [\"bearer\", \"basic\", \"api_key\"]",
+            )
+        }))
+        .await;
+        let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut found = Vec::new();
+        empties(&card, "", &mut found);
+        assert!(
+            found.is_empty(),
+            "empty values in the served card: {found:?}"
+        );
+
+        let response = reqwest::get(gw.url("/.well-known/jwks.json"))
+            .await
+            .unwrap();
+        assert_eq!(response.headers()["cache-control"], "public, max-age=300");
+        assert!(response.headers().contains_key("etag"));
+        let jwks: Value = response.json().await.unwrap();
+        let jwk = &jwks["keys"][0];
+        assert_eq!(jwks["keys"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            (jwk["kty"].as_str(), jwk["crv"].as_str()),
+            (Some("OKP"), Some("Ed25519"))
+        );
+        assert!(jwk.get("d").is_none(), "private key published");
+
+        let signature = &card["signatures"][0];
+        let protected = signature["protected"].as_str().unwrap();
+        let header: Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(protected)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(header["alg"], "EdDSA");
+        assert_eq!(header["typ"], "JOSE");
+        assert_eq!(header["kid"], jwk["kid"]);
+
+        // Both verifier generations compute the same payload: the SDK's cleaned form and raw
+        // JCS of the card as served without its signatures.
+        let payload = jws::canonical_payload(&card).unwrap();
+        let mut unsigned = card.clone();
+        unsigned.as_object_mut().unwrap().remove("signatures");
+        assert_eq!(
+            payload,
+            serde_json_canonicalizer::to_string(&unsigned).unwrap()
+        );
+
+        let x = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(jwk["x"].as_str().unwrap())
+            .unwrap();
+        let key = ed25519_dalek::VerifyingKey::from_bytes(&x.try_into().unwrap()).unwrap();
+        let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(signature["signature"].as_str().unwrap())
+            .unwrap();
+        let sig = ed25519_dalek::Signature::from_slice(&sig).unwrap();
+        let input = format!("{protected}.{}", b64url(payload.as_bytes()));
+        key.verify(input.as_bytes(), &sig)
+            .expect("signature verifies");
+        // A changed card does not.
+        unsigned["name"] = Value::String("Someone else".into());
+        let forged = jws::canonical_payload(&unsigned).unwrap();
+        let input = format!("{protected}.{}", b64url(forged.as_bytes()));
+        assert!(key.verify(input.as_bytes(), &sig).is_err());
+        gw.stop().await;
+    }
 }

@@ -106,7 +106,7 @@ async fn required_extensions_must_be_activated_and_activated_ones_are_echoed() {
         card["capabilities"]["extensions"],
         json!([
             {"uri": REQUIRED, "description": "Audit references.", "required": true},
-            {"uri": OPTIONAL, "required": false}
+            {"uri": OPTIONAL}
         ])
     );
     // Missing, or only the optional one, or a near miss: -32008 before the model is asked.

@@ -251,9 +251,9 @@ async fn challenges_and_card_list_every_enabled_scheme() {
     assert_eq!(
         card["securityRequirements"],
         json!([
-            {"schemes": {"bearerAuth": {"list": []}}},
-            {"schemes": {"basicAuth": {"list": []}}},
-            {"schemes": {"apiKeyAuth": {"list": []}}}
+            {"schemes": {"bearerAuth": {"list": ["a2a"]}}},
+            {"schemes": {"basicAuth": {"list": ["a2a"]}}},
+            {"schemes": {"apiKeyAuth": {"list": ["a2a"]}}}
         ])
     );
     gw.stop().await;
@@ -645,7 +645,7 @@ async fn basic_alone_is_advertised_and_challenged_alone() {
     );
     assert_eq!(
         card["securityRequirements"],
-        json!([{"schemes": {"basicAuth": {"list": []}}}])
+        json!([{"schemes": {"basicAuth": {"list": ["a2a"]}}}])
     );
     let (status, headers, _) = call(&gw.door, &[]).await;
     assert_eq!(status, 401);
