@@ -48,6 +48,7 @@ pub struct Agent {
     clock: Arc<dyn Clock>,
     settings: AgentSettings,
     locks: ContextLocks,
+    extended_card: Box<RawValue>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -72,7 +73,14 @@ impl Agent {
             clock,
             settings,
             locks: ContextLocks::default(),
+            extended_card: RawValue::from_string("{}".to_owned()).unwrap_or_default(),
         }
+    }
+
+    /// The extended Agent Card `GetExtendedAgentCard` answers with (signed, as served).
+    pub fn with_extended_card(mut self, card: Box<RawValue>) -> Self {
+        self.extended_card = card;
+        self
     }
 
     /// Answers one JSON-RPC request body; always the body of a JSON-RPC response object.
@@ -86,6 +94,7 @@ impl Agent {
             Method::SendMessage => self.send_message(peer, params).await,
             Method::GetTask => self.get_task(peer, params).await,
             Method::CancelTask => self.cancel_task(peer, params).await,
+            Method::GetExtendedAgentCard => Ok(self.extended_card.clone()),
             _ => Err(RpcError::UnsupportedOperation(
                 "peergate answers each message synchronously; streaming, subscriptions, task listing and push notifications are not offered",
             )),

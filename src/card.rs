@@ -115,7 +115,8 @@ fn security_requirements(policy: &Policy) -> Value {
 }
 
 fn capabilities(policy: &Policy) -> Value {
-    let mut capabilities = json!({"streaming": false, "pushNotifications": false});
+    let mut capabilities =
+        json!({"streaming": false, "pushNotifications": false, "extendedAgentCard": true});
     let extensions: Vec<Value> = policy
         .card
         .extensions
@@ -136,4 +137,27 @@ fn capabilities(policy: &Policy) -> Value {
         capabilities["extensions"] = Value::Array(extensions);
     }
     capabilities
+}
+
+/// The extended card an authenticated peer gets: the public card plus peergate's own `ask`
+/// skill, which also names the gateway's version.
+pub fn extended_card(public: &Value) -> Value {
+    let mut card = public.clone();
+    card.as_object_mut().map(|c| c.remove("signatures"));
+    let ask = json!({
+        "id": "ask",
+        "name": "Ask the model",
+        "description": format!(
+            "Send text (text and data parts); the operator's model answers once, and the task comes back completed. The last messages of the same contextId go with it. Served by peergate {}.",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "tags": ["ask", format!("peergate-{}", env!("CARGO_PKG_VERSION"))],
+        "inputModes": ["text/plain", "application/json"],
+        "outputModes": ["text/plain"],
+    });
+    if let Some(skills) = card.get_mut("skills").and_then(Value::as_array_mut) {
+        skills.retain(|s| s["id"] != "ask");
+        skills.push(ask);
+    }
+    card
 }

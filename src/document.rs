@@ -20,6 +20,7 @@ pub struct CachedDocument {
     last_modified_secs: i64,
     last_modified: HeaderValue,
     cache_control: HeaderValue,
+    vary: Option<HeaderValue>,
 }
 
 impl CachedDocument {
@@ -35,7 +36,14 @@ impl CachedDocument {
             last_modified_secs,
             bytes,
             cache_control: HeaderValue::from_static(cache_control),
+            vary: None,
         }
+    }
+
+    /// Also answers with `Vary: <header>`, for a URL whose document depends on that header.
+    pub fn varying_on(mut self, header: &'static str) -> Self {
+        self.vary = Some(HeaderValue::from_static(header));
+        self
     }
 
     /// The strong entity tag, quoted.
@@ -80,6 +88,9 @@ impl CachedDocument {
         headers.insert(header::ETAG, self.etag.clone());
         headers.insert(header::LAST_MODIFIED, self.last_modified.clone());
         headers.insert(header::CACHE_CONTROL, self.cache_control.clone());
+        if let Some(vary) = &self.vary {
+            headers.insert(header::VARY, vary.clone());
+        }
         response
     }
 }

@@ -11,7 +11,11 @@ pub fn jsonrpc_envelope(data: &[u8]) {
         Ok(request) => {
             assert!(matches!(
                 request.method,
-                Method::SendMessage | Method::GetTask | Method::CancelTask | Method::Unsupported
+                Method::SendMessage
+                    | Method::GetTask
+                    | Method::CancelTask
+                    | Method::GetExtendedAgentCard
+                    | Method::Unsupported
             ));
             let id = request.id.to_json();
             assert!(id.is_null() || id.is_string() || id.is_i64());

@@ -47,6 +47,8 @@ pub enum Method {
     GetTask,
     /// `CancelTask` / `tasks/cancel`
     CancelTask,
+    /// `GetExtendedAgentCard` / `agent/getAuthenticatedExtendedCard`
+    GetExtendedAgentCard,
     /// Streaming, subscription, listing and push-configuration methods peergate does not offer.
     Unsupported,
 }
@@ -58,6 +60,9 @@ impl Method {
             "SendMessage" | "message/send" => Self::SendMessage,
             "GetTask" | "tasks/get" => Self::GetTask,
             "CancelTask" | "tasks/cancel" => Self::CancelTask,
+            "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
+                Self::GetExtendedAgentCard
+            }
             "SendStreamingMessage"
             | "message/stream"
             | "SubscribeToTask"

@@ -1,9 +1,10 @@
 //! Wiring: the routes, their layers, and the listener.
 
 use crate::agent::{Agent, AgentSettings};
-use crate::auth::{AuthLayer, AuthSettings, AuthenticatedPeer, PeerAuthenticator};
+use crate::auth::{AuthLayer, AuthRefusal, AuthSettings, AuthenticatedPeer, PeerAuthenticator};
 use crate::backend::{Backend, BackendSetupError};
 use crate::card;
+use crate::client_addr::ClientAddr;
 use crate::client_addr::ClientAddrLayer;
 use crate::clock::Clock;
 use crate::document::{self, CachedDocument};
@@ -12,6 +13,7 @@ use crate::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::policy::{Policy, PolicySource};
 use crate::store::{Store, StoreError};
 use crate::{jws, keys};
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -20,6 +22,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,7 +120,9 @@ impl RunningGateway {
 struct AppState {
     agent: Arc<Agent>,
     card: Arc<CachedDocument>,
+    extended: Arc<CachedDocument>,
     jwks: Arc<CachedDocument>,
+    authenticator: Arc<PeerAuthenticator>,
 }
 
 /// Opens the store, binds the listener and starts serving.
@@ -139,9 +144,22 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let door_url = card::door_url(&policy, local_addr);
     let config = |e: &dyn std::fmt::Display| StartError::Config(e.to_string());
     let signing_keys = vec![keys::default_card_key(&options.data_dir).map_err(|e| config(&e))?];
-    let signed_card = jws::sign_card(&card::public_card(&policy, &door_url), &signing_keys, None)
-        .map_err(|e| config(&e))?;
+    let public_card = card::public_card(&policy, &door_url);
+    let signed_card = jws::sign_card(&public_card, &signing_keys, None).map_err(|e| config(&e))?;
     let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
+    let signed_extended = jws::sign_card(&card::extended_card(&public_card), &signing_keys, None)
+        .map_err(|e| config(&e))?;
+    let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
+    let extended_bytes = Bytes::from(extended_json.clone());
+    let extended_changed = store
+        .document_modified_at(
+            "extended-card",
+            &document::etag_for(&extended_bytes),
+            options.clock.now_millis(),
+        )
+        .await?;
+    let extended = CachedDocument::new(extended_bytes, extended_changed, "private, max-age=60")
+        .varying_on("Authorization");
     let jwks_bytes = Bytes::from(keys::jwks(&signing_keys).to_string());
     let jwks_changed = store
         .document_modified_at(
@@ -161,7 +179,9 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             options.clock.now_millis(),
         )
         .await?;
-    let card = CachedDocument::new(card_bytes, card_changed, "public, max-age=60");
+    // The same URL serves the extended card to authenticated peers.
+    let card = CachedDocument::new(card_bytes, card_changed, "public, max-age=60")
+        .varying_on("Authorization");
 
     tracing::info!(policy = %options.policy_source, "policy loaded");
     tracing::info!(
@@ -178,12 +198,11 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         max_text_bytes: policy.tasks.max_text_bytes,
         backend_timeout: Duration::from_secs(policy.model.timeout_seconds),
     };
-    let agent = Arc::new(Agent::new(
-        store.clone(),
-        backend,
-        options.clock.clone(),
-        settings,
-    ));
+    let agent = Arc::new(
+        Agent::new(store.clone(), backend, options.clock.clone(), settings).with_extended_card(
+            serde_json::value::RawValue::from_string(extended_json).map_err(|e| config(&e))?,
+        ),
+    );
     let auth_settings = AuthSettings {
         schemes: policy.auth_schemes().map_err(|e| config(&e))?,
         api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
@@ -210,7 +229,9 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let state = AppState {
         agent,
         card: Arc::new(card),
+        extended: Arc::new(extended),
         jwks: Arc::new(jwks),
+        authenticator: authenticator.clone(),
     };
     let a2a_path = policy.server.a2a_path.clone();
     // Outer to inner (the layer added last runs first): client address, per-IP limit,
@@ -290,8 +311,24 @@ async fn door(State(state): State<AppState>, peer: AuthenticatedPeer, body: Byte
         .into_response()
 }
 
-async fn agent_card(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    state.card.respond(&headers)
+/// The public card, or the extended card for a request that carries a valid credential. An
+/// invalid credential is a 401, never a quiet downgrade to the public card.
+async fn agent_card(
+    State(state): State<AppState>,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+) -> Response {
+    if !state.authenticator.carries_credentials(&headers) {
+        return state.card.respond(&headers);
+    }
+    let client = client.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.limit_key());
+    match state.authenticator.authenticate(&headers, client).await {
+        Ok(_) => state.extended.respond(&headers),
+        Err(AuthRefusal::Unauthenticated(error)) => {
+            error.response(state.authenticator.challenges())
+        }
+        Err(AuthRefusal::Limited(limited)) => limited.into_response(),
+    }
 }
 
 async fn jwks_document(State(state): State<AppState>, headers: HeaderMap) -> Response {

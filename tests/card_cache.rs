@@ -138,3 +138,78 @@ async fn last_modified_survives_a_restart_and_moves_only_when_the_card_changes()
     assert_eq!(response.status(), 200);
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn authenticated_peers_get_the_extended_card_and_bad_credentials_a_401() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let url = gw.url("/.well-known/agent-card.json");
+    let public = get(&url, &[]).await;
+    assert_eq!(header(&public, "vary"), "Authorization");
+    assert_eq!(header(&public, "cache-control"), "public, max-age=60");
+    let public_etag = header(&public, "etag");
+    let public: serde_json::Value = public.json().await.unwrap();
+    assert_eq!(public["capabilities"]["extendedAgentCard"], true);
+    assert!(
+        public["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["id"] != "ask")
+    );
+
+    let auth = format!("Bearer {token}");
+    let extended = get(&url, &[("authorization", &auth)]).await;
+    assert_eq!(extended.status(), 200);
+    assert_eq!(header(&extended, "cache-control"), "private, max-age=60");
+    assert_eq!(header(&extended, "vary"), "Authorization");
+    let extended_etag = header(&extended, "etag");
+    assert_ne!(extended_etag, public_etag);
+    let extended: serde_json::Value = extended.json().await.unwrap();
+    let ask = extended["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "ask")
+        .expect("the ask skill")
+        .clone();
+    let version = format!("peergate-{}", env!("CARGO_PKG_VERSION"));
+    assert!(
+        ask["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == version.as_str()),
+        "{ask}"
+    );
+    assert!(extended["signatures"][0]["signature"].is_string());
+    // Conditional requests work on the extended card too.
+    let again = get(
+        &url,
+        &[("authorization", &auth), ("if-none-match", &extended_etag)],
+    )
+    .await;
+    assert_eq!(again.status(), 304);
+    // The same document through JSON-RPC.
+    let response = rpc(
+        &gw.door,
+        &token,
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard"}),
+    )
+    .await;
+    assert_eq!(response["result"], extended);
+
+    // A bad credential is refused, never downgraded to the public card.
+    let bad = get(&url, &[("authorization", "Bearer pgt_not_a_real_token")]).await;
+    assert_eq!(bad.status(), 401);
+    assert!(header(&bad, "www-authenticate").starts_with("Bearer"));
+    let revoked_token = gw.add_peer("bob");
+    gw.revoke_through_server("bob").await;
+    let revoked = get(
+        &url,
+        &[("authorization", &format!("Bearer {revoked_token}"))],
+    )
+    .await;
+    assert_eq!(revoked.status(), 401);
+    gw.stop().await;
+}

@@ -413,6 +413,14 @@ impl PeerAuthenticator {
         &self.challenges
     }
 
+    /// Whether a request carries anything that claims to be a credential: an `Authorization`
+    /// header, or the API-key header when API keys are enabled.
+    pub fn carries_credentials(&self, headers: &HeaderMap) -> bool {
+        headers.contains_key(header::AUTHORIZATION)
+            || (self.settings.schemes.contains(&Scheme::ApiKey)
+                && headers.contains_key(&self.settings.api_key_header))
+    }
+
     /// The enabled schemes.
     pub fn schemes(&self) -> &[Scheme] {
         &self.settings.schemes
