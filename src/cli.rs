@@ -36,6 +36,25 @@ enum Command {
     /// Manage partner agents and their tokens.
     #[command(subcommand)]
     Peer(PeerCommand),
+    /// Manage the keys that sign the Agent Card.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Write a new private key (PKCS#8 PEM, mode 0600) and print its path on stdout.
+    Generate {
+        /// EdDSA (Ed25519) or ES256 (P-256).
+        #[arg(long)]
+        alg: String,
+        /// The key id to use in the policy: 1 to 64 of letters, digits and ._-
+        #[arg(long)]
+        kid: String,
+        /// Where to write it [default: keys/<kid>.pem].
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -219,6 +238,30 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                         .map_or_else(|| "never".to_owned(), rfc3339_millis),
                 );
             }
+            Ok(())
+        }
+        Command::Keys(KeysCommand::Generate { alg, kid, out }) => {
+            let kid_ok = (1..=64).contains(&kid.len())
+                && kid
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            if !kid_ok {
+                return Err(CliError(format!(
+                    "invalid --kid {kid:?}: use 1 to 64 of letters, digits and ._-"
+                )));
+            }
+            let path = out.unwrap_or_else(|| PathBuf::from("keys").join(format!("{kid}.pem")));
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    CliError(format!("cannot create {}: {}", parent.display(), e.kind()))
+                })?;
+            }
+            crate::keys::generate(&alg, &path).map_err(CliError)?;
+            eprintln!(
+                "wrote a {alg} key. Add to the policy:\n[[signing.keys]]\nkid = \"{kid}\"\nalg = \"{alg}\"\nprivate_key_file = \"{}\"",
+                path.display()
+            );
+            println!("{}", path.display());
             Ok(())
         }
         Command::Peer(PeerCommand::Limit { name, rate, data }) => {

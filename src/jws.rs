@@ -45,6 +45,13 @@ pub enum CardSigningKey {
         /// The private key.
         key: Box<ed25519_dalek::SigningKey>,
     },
+    /// ECDSA on P-256 with SHA-256; signatures are the raw 64-byte `r ‖ s`.
+    Es256 {
+        /// Key id.
+        kid: String,
+        /// The private key.
+        key: Box<p256::ecdsa::SigningKey>,
+    },
 }
 
 impl std::fmt::Debug for CardSigningKey {
@@ -63,13 +70,14 @@ impl CardSigningKey {
         match self {
             Self::Hs256 { .. } => "HS256",
             Self::EdDsa { .. } => "EdDSA",
+            Self::Es256 { .. } => "ES256",
         }
     }
 
     /// The key id.
     pub fn kid(&self) -> &str {
         match self {
-            Self::Hs256 { kid, .. } | Self::EdDsa { kid, .. } => kid,
+            Self::Hs256 { kid, .. } | Self::EdDsa { kid, .. } | Self::Es256 { kid, .. } => kid,
         }
     }
 
@@ -83,6 +91,11 @@ impl CardSigningKey {
                 mac.finalize().into_bytes().to_vec()
             }
             Self::EdDsa { key, .. } => key.sign(input).to_bytes().to_vec(),
+            Self::Es256 { key, .. } => {
+                let signature: p256::ecdsa::Signature =
+                    p256::ecdsa::signature::Signer::sign(&**key, input);
+                signature.to_bytes().to_vec()
+            }
         }
     }
 }

@@ -76,6 +76,20 @@ pub fn public_jwk(key: &CardSigningKey) -> Option<Value> {
             "alg": "EdDSA",
             "use": "sig",
         })),
+        CardSigningKey::Es256 { kid, key } => {
+            let point = key.verifying_key().to_sec1_point(false);
+            let bytes = point.as_bytes();
+            // Uncompressed SEC1: 0x04, then x and y, 32 bytes each.
+            Some(json!({
+                "kty": "EC",
+                "crv": "P-256",
+                "x": b64url(&bytes[1..33]),
+                "y": b64url(&bytes[33..65]),
+                "kid": kid,
+                "alg": "ES256",
+                "use": "sig",
+            }))
+        }
         CardSigningKey::Hs256 { .. } => None,
     }
 }
@@ -83,6 +97,165 @@ pub fn public_jwk(key: &CardSigningKey) -> Option<Value> {
 /// The JWKS of the asymmetric keys among `keys`.
 pub fn jwks(keys: &[CardSigningKey]) -> Value {
     json!({"keys": keys.iter().filter_map(public_jwk).collect::<Vec<_>>()})
+}
+
+/// The keys of a policy's `[signing]` table: those that sign now, and every key whose public
+/// half the JWKS publishes (signing keys and retiring keys before their end date).
+pub struct PolicyKeys {
+    /// Keys that sign the card.
+    pub signing: Vec<CardSigningKey>,
+    /// Keys whose public halves are published.
+    pub published: Vec<CardSigningKey>,
+}
+
+/// Loads the keys `policy` names; with none named, the default key of the data directory.
+pub fn load(
+    policy: &crate::policy::SigningPolicy,
+    data_dir: &Path,
+    today: &str,
+) -> Result<PolicyKeys, String> {
+    if policy.keys.is_empty() {
+        let key = default_card_key(data_dir).map_err(|e| e.to_string())?;
+        let published = public_copy(&key);
+        return Ok(PolicyKeys {
+            signing: vec![key],
+            published: published.into_iter().collect(),
+        });
+    }
+    let mut signing = Vec::new();
+    let mut published = Vec::new();
+    for entry in &policy.keys {
+        let key = load_one(entry)?;
+        match entry.retiring_until.as_deref() {
+            // ISO dates compare correctly as text.
+            Some(until) if until.as_bytes() < today.as_bytes() => {}
+            Some(_) => published.extend(public_copy(&key)),
+            None => {
+                published.extend(public_copy(&key));
+                signing.push(key);
+            }
+        }
+    }
+    if signing.is_empty() {
+        return Err(
+            "signing.keys: at least one key must sign (a key without retiring_until)".to_owned(),
+        );
+    }
+    Ok(PolicyKeys { signing, published })
+}
+
+/// A second handle on an asymmetric key, for the JWKS; `None` for a secret.
+fn public_copy(key: &CardSigningKey) -> Option<CardSigningKey> {
+    match key {
+        CardSigningKey::EdDsa { kid, key } => Some(CardSigningKey::EdDsa {
+            kid: kid.clone(),
+            key: key.clone(),
+        }),
+        CardSigningKey::Es256 { kid, key } => Some(CardSigningKey::Es256 {
+            kid: kid.clone(),
+            key: key.clone(),
+        }),
+        CardSigningKey::Hs256 { .. } => None,
+    }
+}
+
+fn load_one(entry: &crate::policy::SigningKeyPolicy) -> Result<CardSigningKey, String> {
+    let kid = entry.kid.clone();
+    let name = |what: &str| format!("signing.keys kid \"{kid}\": {what}");
+    match entry.alg.as_str() {
+        "HS256" => {
+            let encoded = match (&entry.secret_env, &entry.secret_file) {
+                (Some(var), None) => std::env::var(var).map_err(|_| {
+                    name(&format!(
+                        "the environment variable {var} named by secret_env is not set"
+                    ))
+                })?,
+                (None, Some(file)) => std::fs::read_to_string(file)
+                    .map_err(|e| name(&format!("cannot read secret_file: {}", e.kind())))?,
+                _ => return Err(name("HS256 needs exactly one of secret_env or secret_file")),
+            };
+            let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(encoded.trim())
+                .map_err(|_| name("the secret must be base64url without padding"))?;
+            if secret.len() < crate::jws::MIN_HMAC_SECRET_BYTES {
+                return Err(name(&format!(
+                    "the HS256 secret is {} bytes; at least {} are required",
+                    secret.len(),
+                    crate::jws::MIN_HMAC_SECRET_BYTES
+                )));
+            }
+            Ok(CardSigningKey::Hs256 { kid, secret })
+        }
+        "EdDSA" | "ES256" => {
+            let file = entry
+                .private_key_file
+                .as_ref()
+                .ok_or_else(|| name("needs private_key_file"))?;
+            let pem = std::fs::read_to_string(file)
+                .map_err(|e| name(&format!("cannot read private_key_file: {}", e.kind())))?;
+            if entry.alg == "EdDSA" {
+                let key = ed25519_dalek::SigningKey::from_pkcs8_pem(&pem)
+                    .map_err(|_| name("private_key_file is not an Ed25519 PKCS#8 PEM key"))?;
+                Ok(CardSigningKey::EdDsa {
+                    kid,
+                    key: Box::new(key),
+                })
+            } else {
+                let key =
+                    <p256::ecdsa::SigningKey as p256::pkcs8::DecodePrivateKey>::from_pkcs8_pem(
+                        &pem,
+                    )
+                    .map_err(|_| name("private_key_file is not a P-256 PKCS#8 PEM key"))?;
+                Ok(CardSigningKey::Es256 {
+                    kid,
+                    key: Box::new(key),
+                })
+            }
+        }
+        other => Err(name(&format!(
+            "alg {other:?} is not one of \"EdDSA\", \"ES256\", \"HS256\""
+        ))),
+    }
+}
+
+/// Writes a new private key for `alg` ("EdDSA" or "ES256") to `path` (mode 0600, never over an
+/// existing file).
+pub fn generate(alg: &str, path: &Path) -> Result<(), String> {
+    let pem = match alg {
+        "EdDSA" => {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed).map_err(|e| e.to_string())?;
+            ed25519_dalek::SigningKey::from_bytes(&seed)
+                .to_pkcs8_pem(ed25519_dalek::pkcs8::spki::der::pem::LineEnding::LF)
+                .map_err(|e| e.to_string())?
+                .to_string()
+        }
+        "ES256" => {
+            let key = loop {
+                let mut bytes = [0u8; 32];
+                getrandom::fill(&mut bytes).map_err(|e| e.to_string())?;
+                // Rejection sampling: a scalar at or above the group order is refused.
+                if let Ok(key) = p256::ecdsa::SigningKey::from_slice(&bytes) {
+                    break key;
+                }
+            };
+            p256::pkcs8::EncodePrivateKey::to_pkcs8_pem(&key, p256::pkcs8::LineEnding::LF)
+                .map_err(|e| e.to_string())?
+                .to_string()
+        }
+        other => {
+            return Err(format!(
+                "--alg {other:?}: use EdDSA or ES256 (HS256 secrets come from the environment or a file)"
+            ));
+        }
+    };
+    write_private(path, pem.as_bytes()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => format!(
+            "{} already exists; keys are never overwritten",
+            path.display()
+        ),
+        kind => format!("cannot write {}: {kind}", path.display()),
+    })
 }
 
 fn b64url(bytes: &[u8]) -> String {

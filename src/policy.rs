@@ -88,6 +88,43 @@ pub struct Policy {
     /// `[gate]`
     #[serde(default)]
     pub gate: GatePolicy,
+    /// `[signing]`
+    #[serde(default)]
+    pub signing: SigningPolicy,
+}
+
+/// `[signing]`: the keys that sign the Agent Card.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigningPolicy {
+    /// Public URL of the JWKS, written into each signature's protected header as `jku`.
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    /// `[[signing.keys]]`; none means a key generated in the data directory.
+    #[serde(default)]
+    pub keys: Vec<SigningKeyPolicy>,
+}
+
+/// `[[signing.keys]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigningKeyPolicy {
+    /// Key id, 1–64 of letters, digits and `._-`.
+    pub kid: String,
+    /// `EdDSA`, `ES256` or `HS256`.
+    pub alg: String,
+    /// PKCS#8 PEM private key (EdDSA, ES256).
+    #[serde(default)]
+    pub private_key_file: Option<String>,
+    /// Environment variable holding a base64url HS256 secret.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// File holding a base64url HS256 secret.
+    #[serde(default)]
+    pub secret_file: Option<String>,
+    /// `YYYY-MM-DD`: the key no longer signs and stays in the JWKS until that day.
+    #[serde(default)]
+    pub retiring_until: Option<String>,
 }
 
 /// `[server]`
@@ -486,6 +523,42 @@ impl Policy {
                     "an extension URI is listed twice",
                 ));
             }
+        }
+        for (i, key) in self.signing.keys.iter().enumerate() {
+            let kid_ok = (1..=64).contains(&key.kid.len())
+                && key
+                    .kid
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            if !kid_ok {
+                return Err(invalid(
+                    "signing.keys",
+                    "every kid must be 1 to 64 of letters, digits and ._-",
+                ));
+            }
+            if self.signing.keys[..i].iter().any(|k| k.kid == key.kid) {
+                return Err(invalid("signing.keys", "a kid is listed twice"));
+            }
+            if let Some(until) = &key.retiring_until {
+                let b = until.as_bytes();
+                let date_ok = b.len() == 10
+                    && b[4] == b'-'
+                    && b[7] == b'-'
+                    && b.iter()
+                        .enumerate()
+                        .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+                if !date_ok {
+                    return Err(invalid(
+                        "signing.keys",
+                        "retiring_until must be a date such as 2027-01-31",
+                    ));
+                }
+            }
+        }
+        if let Some(url) = &self.signing.jwks_url
+            && !url.starts_with("https://")
+        {
+            return Err(invalid("signing.jwks_url", "must be an https URL"));
         }
         if !(1..=600).contains(&self.model.timeout_seconds) {
             return Err(invalid(

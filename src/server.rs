@@ -143,11 +143,15 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     })?;
     let door_url = card::door_url(&policy, local_addr);
     let config = |e: &dyn std::fmt::Display| StartError::Config(e.to_string());
-    let signing_keys = vec![keys::default_card_key(&options.data_dir).map_err(|e| config(&e))?];
+    let today = crate::clock::rfc3339_millis(options.clock.now_millis())[..10].to_owned();
+    let policy_keys =
+        keys::load(&policy.signing, &options.data_dir, &today).map_err(|e| config(&e))?;
+    let signing_keys = policy_keys.signing;
+    let jku = policy.signing.jwks_url.as_deref();
     let public_card = card::public_card(&policy, &door_url);
-    let signed_card = jws::sign_card(&public_card, &signing_keys, None).map_err(|e| config(&e))?;
+    let signed_card = jws::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
     let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
-    let signed_extended = jws::sign_card(&card::extended_card(&public_card), &signing_keys, None)
+    let signed_extended = jws::sign_card(&card::extended_card(&public_card), &signing_keys, jku)
         .map_err(|e| config(&e))?;
     let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
     let extended_bytes = Bytes::from(extended_json.clone());
@@ -160,7 +164,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         .await?;
     let extended = CachedDocument::new(extended_bytes, extended_changed, "private, max-age=60")
         .varying_on("Authorization");
-    let jwks_bytes = Bytes::from(keys::jwks(&signing_keys).to_string());
+    let jwks_bytes = Bytes::from(keys::jwks(&policy_keys.published).to_string());
     let jwks_changed = store
         .document_modified_at(
             "jwks",
