@@ -105,6 +105,7 @@ impl Backend {
                     ),
                     None => None,
                 };
+                crate::tls::ensure_provider();
                 let client = reqwest::Client::builder()
                     .redirect(reqwest::redirect::Policy::none())
                     .no_proxy()

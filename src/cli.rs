@@ -39,6 +39,28 @@ enum Command {
     /// Manage the keys that sign the Agent Card.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Check Agent Cards.
+    #[command(subcommand)]
+    Card(CardCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum CardCommand {
+    /// Verify a card's signatures with keys you supply; exits 0 and names the kid that verified
+    /// only when at least one signature verifies.
+    Verify {
+        /// The card: an https URL or a file.
+        source: String,
+        /// An HS256 key as KID=BASE64URL (at least 32 bytes).
+        #[arg(long = "secret", value_name = "KID=BASE64URL")]
+        secrets: Vec<String>,
+        /// A JWKS: an https URL or a file.
+        #[arg(long = "jwks", value_name = "FILE|URL")]
+        jwks: Vec<String>,
+        /// DANGEROUS, for tests and local development only: fetch http:// URLs on loopback.
+        #[arg(long)]
+        dangerous_allow_http_loopback: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -240,6 +262,37 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
+        Command::Card(CardCommand::Verify {
+            source,
+            secrets,
+            jwks,
+            dangerous_allow_http_loopback,
+        }) => {
+            let policy = crate::fetch::FetchPolicy {
+                dangerous_allow_http_loopback,
+                ..Default::default()
+            };
+            let mut keys = crate::verify::TrustedKeys::new();
+            for secret in &secrets {
+                keys.add_secret_arg(secret)?;
+            }
+            for source in &jwks {
+                keys.add_jwks(&read_source(source, &policy).await?)?;
+            }
+            if keys.is_empty() {
+                return Err(CliError(
+                    "no keys: give --secret KID=BASE64URL or --jwks FILE|URL".to_owned(),
+                ));
+            }
+            let card = read_source(&source, &policy).await?;
+            let verified = crate::verify::verify_card(&card, &keys)
+                .map_err(|e| CliError(format!("card not verified: {e}")))?;
+            println!(
+                "verified: signature by kid {} ({})",
+                verified.kid, verified.alg
+            );
+            Ok(())
+        }
         Command::Keys(KeysCommand::Generate { alg, kid, out }) => {
             let kid_ok = (1..=64).contains(&kid.len())
                 && kid
@@ -317,6 +370,16 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             );
             Ok(())
         }
+    }
+}
+
+/// A document from a URL (fetched under `policy`) or a file.
+async fn read_source(source: &str, policy: &crate::fetch::FetchPolicy) -> Result<String, CliError> {
+    if source.starts_with("https://") || source.starts_with("http://") {
+        Ok(crate::fetch::fetch_text(source, policy).await?)
+    } else {
+        std::fs::read_to_string(source)
+            .map_err(|e| CliError(format!("cannot read {source}: {}", e.kind())))
     }
 }
 

@@ -127,6 +127,7 @@ struct AppState {
 
 /// Opens the store, binds the listener and starts serving.
 pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError> {
+    crate::tls::ensure_provider();
     let policy = options.policy;
     let backend = Backend::from_policy(&policy.model)?;
     let store = Store::open(&options.data_dir).await?;

@@ -286,6 +286,7 @@ pub struct FakeModel {
 
 impl FakeModel {
     pub async fn start(behaviour: ModelBehaviour) -> Self {
+        peergate::tls::ensure_provider();
         let state = ModelState {
             behaviour: Arc::new(Mutex::new(behaviour)),
             received: Arc::default(),
@@ -432,6 +433,7 @@ impl ServeProcess {
 
     /// Like [`ServeProcess::start`], with extra environment variables for the child only.
     pub fn start_with_env(cwd: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        peergate::tls::ensure_provider();
         let mut child = Command::new(bin())
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])

@@ -1,0 +1,270 @@
+//! Fetching a remote document (a card or a JWKS) without being turned against the network
+//! behind the verifier.
+//!
+//! * `https://` only. Plain `http://` to a loopback address is possible only with the
+//!   dangerously named switch, for tests and local development.
+//! * No redirects, no proxy, credentials in the URL refused, a timeout, and a size cap.
+//! * Every address a name resolves to is checked *after* resolution, in the only resolver the
+//!   client uses: loopback, private, link-local (including cloud metadata at 169.254.169.254),
+//!   shared, documentation, multicast and unspecified addresses are refused, and so are IPv4
+//!   addresses hidden in IPv6. An address written directly in the URL gets the same check.
+//!   Name resolution goes through a [`Lookup`], so tests can control it without ever
+//!   connecting to such an address.
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest document fetched.
+pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
+
+/// Resolves a host name to addresses.
+pub trait Lookup: Send + Sync + 'static {
+    /// All addresses of `host`.
+    fn lookup(
+        &self,
+        host: String,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>;
+}
+
+/// The operating system's resolver.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemLookup;
+
+impl Lookup for SystemLookup {
+    fn lookup(
+        &self,
+        host: String,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>> {
+        Box::pin(async move {
+            Ok(tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .map(|a| a.ip())
+                .collect())
+        })
+    }
+}
+
+/// How documents may be fetched.
+#[derive(Clone)]
+pub struct FetchPolicy {
+    /// DANGEROUS: allow `http://` to loopback addresses (tests, local development).
+    pub dangerous_allow_http_loopback: bool,
+    /// How long a fetch may take.
+    pub timeout: Duration,
+    /// The resolver.
+    pub lookup: Arc<dyn Lookup>,
+}
+
+impl Default for FetchPolicy {
+    fn default() -> Self {
+        Self {
+            dangerous_allow_http_loopback: false,
+            timeout: Duration::from_secs(5),
+            lookup: Arc::new(SystemLookup),
+        }
+    }
+}
+
+/// Why a document was not fetched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot fetch {url}: {reason}")]
+pub struct FetchError {
+    /// The URL, without any query.
+    pub url: String,
+    /// What went wrong.
+    pub reason: String,
+}
+
+/// Whether `ip` may be fetched from: a public unicast address (or loopback, when allowed).
+pub fn is_allowed(ip: IpAddr, allow_loopback: bool) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4_allowed(v4, allow_loopback),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return v4_allowed(v4, allow_loopback);
+            }
+            if v6.is_loopback() {
+                return allow_loopback;
+            }
+            let first = v6.segments()[0];
+            !(v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00 // unique local fc00::/7
+                || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
+                || (first == 0x2001 && v6.segments()[1] == 0x0db8) // documentation
+                || (first == 0x0064 && v6.segments()[1] == 0xff9b) // NAT64 to v4
+                || v6.segments()[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible
+        }
+    }
+}
+
+fn v4_allowed(ip: Ipv4Addr, allow_loopback: bool) -> bool {
+    if ip.is_loopback() {
+        return allow_loopback;
+    }
+    let [a, b, c, _] = ip.octets();
+    !(ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || ip.is_documentation()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b)) // shared address space
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 198 && (b == 18 || b == 19)) // benchmarking
+        || a >= 240)
+}
+
+struct GuardedResolver {
+    lookup: Arc<dyn Lookup>,
+    allow_loopback: bool,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let lookup = self.lookup.clone();
+        let allow_loopback = self.allow_loopback;
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addresses = lookup.lookup(host.clone()).await?;
+            let allowed: Vec<SocketAddr> = addresses
+                .into_iter()
+                .filter(|ip| is_allowed(*ip, allow_loopback))
+                .map(|ip| SocketAddr::new(ip, 0))
+                .collect();
+            if allowed.is_empty() {
+                return Err(format!(
+                    "{host} resolves to no public address (private, loopback, link-local and metadata addresses are refused)"
+                )
+                .into());
+            }
+            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// Fetches a small text document under `policy`.
+pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, FetchError> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| FetchError {
+        url: "<not a URL>".to_owned(),
+        reason: "not a URL".to_owned(),
+    })?;
+    // Shown in errors without credentials or query.
+    let mut shown = parsed.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    let shown = shown.to_string();
+    let fail = |reason: String| FetchError {
+        url: shown.clone(),
+        reason,
+    };
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(fail("credentials in the URL are refused".to_owned()));
+    }
+    let host = parsed
+        .host_str()
+        .ok_or_else(|| fail("no host".to_owned()))?;
+    let literal: Option<IpAddr> = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok();
+    let loopback_http = match parsed.scheme() {
+        "https" => false,
+        "http" if policy.dangerous_allow_http_loopback => true,
+        "http" => {
+            return Err(fail(
+                "only https is fetched (http to loopback needs the dangerous test switch)"
+                    .to_owned(),
+            ));
+        }
+        other => return Err(fail(format!("scheme {other:?} is not fetched"))),
+    };
+    if let Some(ip) = literal {
+        let allowed = if loopback_http {
+            ip.is_loopback() || ip.to_string() == "::1"
+        } else {
+            is_allowed(ip, false)
+        };
+        if !allowed {
+            return Err(fail("the address is not a public one".to_owned()));
+        }
+    } else if loopback_http && host != "localhost" {
+        return Err(fail("http is allowed only to loopback".to_owned()));
+    }
+    crate::tls::ensure_provider();
+    let resolver = GuardedResolver {
+        lookup: policy.lookup.clone(),
+        allow_loopback: loopback_http,
+    };
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .timeout(policy.timeout)
+        .dns_resolver(Arc::new(resolver))
+        .build()
+        .map_err(|e| fail(e.to_string()))?;
+    let mut response = client.get(parsed).send().await.map_err(|e| {
+        // The resolver's refusal is the useful part of the error chain.
+        let mut reason = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(inner) = source {
+            reason = inner.to_string();
+            source = inner.source();
+        }
+        fail(reason)
+    })?;
+    if response.status() != reqwest::StatusCode::OK {
+        return Err(fail(format!("HTTP status {}", response.status().as_u16())));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| fail(e.to_string()))? {
+        if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+            return Err(fail(format!("larger than {MAX_DOCUMENT_BYTES} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_every_non_public_range() {
+        for bad in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "192.0.2.1",
+            "::1",
+            "::",
+            "fc00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "2001:db8::1",
+            "64:ff9b::a9fe:a9fe",
+            "::127.0.0.1",
+        ] {
+            assert!(!is_allowed(bad.parse().unwrap(), false), "{bad}");
+        }
+        for good in ["93.184.216.34", "2606:2800:220:1::1", "1.1.1.1"] {
+            assert!(is_allowed(good.parse().unwrap(), false), "{good}");
+        }
+        assert!(is_allowed("127.0.0.1".parse().unwrap(), true));
+        assert!(!is_allowed("10.0.0.1".parse().unwrap(), true));
+    }
+}

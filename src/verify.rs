@@ -1,0 +1,388 @@
+//! Verifying a signed Agent Card with keys the caller supplies: hard to fool by design.
+//!
+//! * Keys come only from the caller (`--secret KID=…`, a JWKS), each bound to exactly one
+//!   algorithm, and are chosen only by `kid`. A key carried in the signature (`jwk`, `x5c`,
+//!   `x5u`) is never used; `alg` must name the chosen key's own algorithm exactly, so neither
+//!   `none` (in any spelling) nor an HMAC keyed with public-key bytes can pass.
+//! * The protected header must be strict base64url of a JSON object without duplicate members,
+//!   with no `crit` and no `b64`, and must not share a name with the unprotected `header`.
+//! * ES256 signatures are exactly 64 bytes (`r ‖ s`, both in range); EdDSA signatures are
+//!   checked with strict verification; HS256 is compared in constant time.
+//! * The payload is the card as received without `signatures`, canonicalized by RFC 8785
+//!   (raw JCS), and also the form the official Python SDK computes (empty values dropped).
+
+use crate::jws;
+use base64::Engine as _;
+use hmac::{KeyInit as _, Mac as _};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// A key the caller trusts, bound to one algorithm.
+#[derive(Clone)]
+pub enum TrustedKey {
+    /// HS256 with a shared secret of at least 32 bytes.
+    Hs256(Vec<u8>),
+    /// Ed25519.
+    EdDsa(ed25519_dalek::VerifyingKey),
+    /// ECDSA P-256 with SHA-256.
+    Es256(p256::ecdsa::VerifyingKey),
+}
+
+impl TrustedKey {
+    fn alg(&self) -> &'static str {
+        match self {
+            Self::Hs256(_) => "HS256",
+            Self::EdDsa(_) => "EdDSA",
+            Self::Es256(_) => "ES256",
+        }
+    }
+}
+
+/// The keys a verification may use, by `kid`.
+#[derive(Clone, Default)]
+pub struct TrustedKeys {
+    keys: Vec<(String, TrustedKey)>,
+}
+
+/// Why a key or a key set was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct KeyRejected(pub String);
+
+fn b64url_strict(text: &str) -> Option<Vec<u8>> {
+    // Unpadded, URL-safe, no whitespace, no stray trailing bits (RFC 7515 §2).
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()
+}
+
+impl TrustedKeys {
+    /// No keys yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many keys there are.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    fn add(&mut self, kid: &str, key: TrustedKey) -> Result<(), KeyRejected> {
+        if kid.is_empty() {
+            return Err(KeyRejected("a key needs a kid".to_owned()));
+        }
+        if self.keys.iter().any(|(k, _)| k == kid) {
+            return Err(KeyRejected(format!("kid {kid:?} is given twice")));
+        }
+        self.keys.push((kid.to_owned(), key));
+        Ok(())
+    }
+
+    /// Adds an HS256 secret given as `KID=BASE64URL`.
+    pub fn add_secret_arg(&mut self, arg: &str) -> Result<(), KeyRejected> {
+        let (kid, encoded) = arg
+            .split_once('=')
+            .ok_or_else(|| KeyRejected("--secret takes KID=BASE64URL".to_owned()))?;
+        let secret = b64url_strict(encoded).ok_or_else(|| {
+            KeyRejected(format!(
+                "the secret for kid {kid:?} is not unpadded base64url"
+            ))
+        })?;
+        if secret.len() < jws::MIN_HMAC_SECRET_BYTES {
+            return Err(KeyRejected(format!(
+                "the secret for kid {kid:?} is {} bytes; HS256 needs at least {}",
+                secret.len(),
+                jws::MIN_HMAC_SECRET_BYTES
+            )));
+        }
+        self.add(kid, TrustedKey::Hs256(secret))
+    }
+
+    /// Adds every key of a JWKS document. The set is refused whole when it holds private or
+    /// symmetric keys, a duplicate `kid`, or a key whose `alg`, `use` or `key_ops` contradict
+    /// verification with it.
+    pub fn add_jwks(&mut self, text: &str) -> Result<(), KeyRejected> {
+        let set: Value = serde_json::from_str(text)
+            .map_err(|_| KeyRejected("the JWKS is not JSON".to_owned()))?;
+        let keys = set
+            .get("keys")
+            .and_then(Value::as_array)
+            .ok_or_else(|| KeyRejected("the JWKS has no \"keys\" array".to_owned()))?;
+        let mut parsed = Vec::new();
+        for jwk in keys {
+            parsed.push(jwk_key(jwk)?);
+        }
+        for (kid, key) in parsed {
+            self.add(&kid, key)?;
+        }
+        Ok(())
+    }
+
+    fn by_kid(&self, kid: &str) -> Option<&TrustedKey> {
+        self.keys.iter().find(|(k, _)| k == kid).map(|(_, key)| key)
+    }
+}
+
+fn jwk_key(jwk: &Value) -> Result<(String, TrustedKey), KeyRejected> {
+    let field = |name: &str| jwk.get(name).and_then(Value::as_str);
+    let kid = field("kid")
+        .ok_or_else(|| KeyRejected("a JWKS key has no kid".to_owned()))?
+        .to_owned();
+    let reject = |why: &str| KeyRejected(format!("JWKS key {kid:?}: {why}"));
+    if jwk.get("d").is_some() || jwk.get("k").is_some() {
+        return Err(reject("private or symmetric key material in a JWKS"));
+    }
+    if let Some(usage) = jwk.get("use")
+        && usage != "sig"
+    {
+        return Err(reject("\"use\" is not \"sig\""));
+    }
+    if let Some(ops) = jwk.get("key_ops")
+        && !ops
+            .as_array()
+            .is_some_and(|ops| ops.iter().any(|op| op == "verify"))
+    {
+        return Err(reject("\"key_ops\" does not allow verify"));
+    }
+    let (key, alg) = match (field("kty"), field("crv")) {
+        (Some("OKP"), Some("Ed25519")) => {
+            let x = field("x")
+                .and_then(b64url_strict)
+                .and_then(|x| <[u8; 32]>::try_from(x).ok())
+                .ok_or_else(|| reject("bad Ed25519 \"x\""))?;
+            let key = ed25519_dalek::VerifyingKey::from_bytes(&x)
+                .map_err(|_| reject("not an Ed25519 public key"))?;
+            if key.is_weak() {
+                return Err(reject("a small-order Ed25519 key"));
+            }
+            (TrustedKey::EdDsa(key), "EdDSA")
+        }
+        (Some("EC"), Some("P-256")) => {
+            let coordinate = |name: &str| {
+                field(name)
+                    .and_then(b64url_strict)
+                    .filter(|c| c.len() == 32)
+                    .ok_or_else(|| reject(&format!("bad P-256 \"{name}\"")))
+            };
+            let mut point = vec![4u8];
+            point.extend(coordinate("x")?);
+            point.extend(coordinate("y")?);
+            let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(&point)
+                .map_err(|_| reject("not a P-256 point"))?;
+            (TrustedKey::Es256(key), "ES256")
+        }
+        (kty, crv) => {
+            return Err(reject(&format!(
+                "unsupported key type {kty:?}/{crv:?} (Ed25519 and P-256 are)"
+            )));
+        }
+    };
+    if let Some(declared) = field("alg")
+        && declared != alg
+    {
+        return Err(reject(&format!(
+            "\"alg\" {declared:?} does not fit the key"
+        )));
+    }
+    Ok((kid, key))
+}
+
+/// A signature that verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// The key that verified it.
+    pub kid: String,
+    /// Its algorithm.
+    pub alg: String,
+}
+
+/// Why no signature verified.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The document is not a JSON object.
+    #[error("the card is not a JSON object")]
+    NotACard,
+    /// The card has no `signatures`.
+    #[error("the card carries no signatures")]
+    NoSignature,
+    /// Every signature failed; one reason per signature.
+    #[error("no signature verified: {}", .0.join("; "))]
+    NoValidSignature(Vec<String>),
+}
+
+/// Verifies a card as received (its exact text) against `keys`.
+pub fn verify_card(card_text: &str, keys: &TrustedKeys) -> Result<Verified, VerifyError> {
+    let card: Value = serde_json::from_str(card_text).map_err(|_| VerifyError::NotACard)?;
+    let Value::Object(object) = &card else {
+        return Err(VerifyError::NotACard);
+    };
+    let signatures = match object.get("signatures") {
+        Some(Value::Array(list)) if !list.is_empty() => list,
+        _ => return Err(VerifyError::NoSignature),
+    };
+    let mut unsigned = object.clone();
+    unsigned.remove("signatures");
+    let raw = serde_json_canonicalizer::to_string(&Value::Object(unsigned))
+        .map_err(|_| VerifyError::NotACard)?;
+    let sdk = jws::canonical_payload(&card).map_err(|_| VerifyError::NotACard)?;
+    let payloads: Vec<&str> = if raw == sdk {
+        vec![raw.as_str()]
+    } else {
+        vec![raw.as_str(), sdk.as_str()]
+    };
+    let mut reasons = Vec::new();
+    for (i, entry) in signatures.iter().enumerate() {
+        match verify_entry(entry, &payloads, keys) {
+            Ok(verified) => return Ok(verified),
+            Err(reason) => reasons.push(format!("signature {i}: {reason}")),
+        }
+    }
+    Err(VerifyError::NoValidSignature(reasons))
+}
+
+/// Verifies a compact JWS (`header.payload.signature`) with the same rules; used to run
+/// outside test vectors through the same checks.
+pub fn verify_compact(compact: &str, keys: &TrustedKeys) -> Result<Verified, String> {
+    let parts: Vec<&str> = compact.split('.').collect();
+    let [protected, payload, signature] = parts[..] else {
+        return Err("not three dot-separated parts".to_owned());
+    };
+    if protected.is_empty() || signature.is_empty() {
+        return Err("empty header or signature".to_owned());
+    }
+    let payload = b64url_strict(payload).ok_or("payload is not strict base64url")?;
+    let payload = String::from_utf8(payload).map_err(|_| "payload is not UTF-8".to_owned())?;
+    let entry = serde_json::json!({"protected": protected, "signature": signature});
+    verify_entry(&entry, &[payload.as_str()], keys)
+}
+
+fn verify_entry(entry: &Value, payloads: &[&str], keys: &TrustedKeys) -> Result<Verified, String> {
+    let protected = entry
+        .get("protected")
+        .and_then(Value::as_str)
+        .ok_or("no \"protected\" string")?;
+    let signature = entry
+        .get("signature")
+        .and_then(Value::as_str)
+        .ok_or("no \"signature\" string")?;
+    let header_bytes = b64url_strict(protected).ok_or("\"protected\" is not strict base64url")?;
+    let header = parse_unique_object(&header_bytes)?;
+    if header.contains_key("crit") {
+        return Err("\"crit\" is not supported".to_owned());
+    }
+    if header.contains_key("b64") {
+        return Err("\"b64\" (RFC 7797) is not supported".to_owned());
+    }
+    match entry.get("header") {
+        None => {}
+        Some(Value::Object(unprotected)) => {
+            if let Some(name) = unprotected.keys().find(|name| header.contains_key(*name)) {
+                return Err(format!(
+                    "\"{name}\" is in both the protected and the unprotected header"
+                ));
+            }
+            if unprotected.contains_key("crit") || unprotected.contains_key("b64") {
+                return Err("\"crit\"/\"b64\" in the unprotected header".to_owned());
+            }
+        }
+        Some(_) => return Err("\"header\" is not an object".to_owned()),
+    }
+    let alg = header
+        .get("alg")
+        .and_then(Value::as_str)
+        .ok_or("no \"alg\"")?;
+    let kid = header
+        .get("kid")
+        .and_then(Value::as_str)
+        .ok_or("no \"kid\"")?;
+    let key = keys
+        .by_kid(kid)
+        .ok_or_else(|| format!("no key supplied for kid {kid:?}"))?;
+    // The key decides the algorithm; the header only has to agree, exactly.
+    if alg != key.alg() {
+        return Err(format!(
+            "alg {alg:?} does not match the {} key {kid:?}",
+            key.alg()
+        ));
+    }
+    let signature = b64url_strict(signature).ok_or("\"signature\" is not strict base64url")?;
+    for payload in payloads {
+        let input = format!(
+            "{protected}.{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(payload.as_bytes())
+        );
+        if check(key, input.as_bytes(), &signature)? {
+            return Ok(Verified {
+                kid: kid.to_owned(),
+                alg: alg.to_owned(),
+            });
+        }
+    }
+    Err(format!("the {alg} signature by {kid:?} does not verify"))
+}
+
+fn check(key: &TrustedKey, input: &[u8], signature: &[u8]) -> Result<bool, String> {
+    match key {
+        TrustedKey::Hs256(secret) => {
+            let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret)
+                .map_err(|_| "unusable HMAC key".to_owned())?;
+            mac.update(input);
+            Ok(mac.verify_slice(signature).is_ok())
+        }
+        TrustedKey::EdDsa(key) => {
+            let signature = ed25519_dalek::Signature::from_slice(signature)
+                .map_err(|_| "an EdDSA signature must be 64 bytes".to_owned())?;
+            Ok(key.verify_strict(input, &signature).is_ok())
+        }
+        TrustedKey::Es256(key) => {
+            use p256::ecdsa::signature::Verifier as _;
+            if signature.len() != 64 {
+                return Err("an ES256 signature must be exactly 64 bytes (r ‖ s)".to_owned());
+            }
+            let signature = p256::ecdsa::Signature::from_slice(signature)
+                .map_err(|_| "ES256 r or s out of range".to_owned())?;
+            Ok(key.verify(input, &signature).is_ok())
+        }
+    }
+}
+
+/// Parses a JSON object, refusing duplicate member names (which `serde_json::Value` would
+/// silently collapse to the last one).
+fn parse_unique_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
+    struct Unique(Map<String, Value>);
+    impl<'de> serde::Deserialize<'de> for Unique {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Unique;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+                    let mut out = Map::new();
+                    while let Some((key, value)) = map.next_entry::<String, Value>()? {
+                        if out.contains_key(&key) {
+                            return Err(de::Error::custom(format!("duplicate member {key:?}")));
+                        }
+                        out.insert(key, value);
+                    }
+                    Ok(Unique(out))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    serde_json::from_slice::<Unique>(bytes)
+        .map(|u| u.0)
+        .map_err(|e| {
+            let text = e.to_string();
+            let text = text.split(" at line ").next().unwrap_or("").to_owned();
+            format!("the protected header is not a JSON object with unique members ({text})")
+        })
+}
