@@ -232,6 +232,64 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
     String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))
 }
 
+/// Remote JWKS for a long-lived verifier: each URL is fetched once and reused for
+/// [`JwksCache::MAX_AGE`]; a signature naming a `kid` the cached set lacks may trigger one
+/// early refetch per [`JwksCache::COOLDOWN`], so unknown `kid`s cannot make the verifier hammer
+/// the key server.
+pub struct JwksCache {
+    policy: FetchPolicy,
+    clock: Arc<dyn crate::clock::Clock>,
+    entries: tokio::sync::Mutex<std::collections::HashMap<String, CachedJwks>>,
+}
+
+struct CachedJwks {
+    text: String,
+    fetched_at: i64,
+}
+
+impl JwksCache {
+    /// How long a fetched JWKS is used without asking again.
+    pub const MAX_AGE: Duration = Duration::from_secs(600);
+    /// The least time between two fetches of one URL.
+    pub const COOLDOWN: Duration = Duration::from_secs(30);
+
+    /// A cache fetching under `policy`, aging entries by `clock`.
+    pub fn new(policy: FetchPolicy, clock: Arc<dyn crate::clock::Clock>) -> Self {
+        Self {
+            policy,
+            clock,
+            entries: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// The JWKS at `url`, from the cache while it is fresh. With `unknown_kid`, the caller
+    /// found no key for a signature's `kid` in the cached set: refetch early, at most once per
+    /// cooldown. One fetch per URL runs at a time.
+    pub async fn get(&self, url: &str, unknown_kid: bool) -> Result<String, FetchError> {
+        let mut entries = self.entries.lock().await;
+        let now = self.clock.now_millis();
+        let age = |entry: &CachedJwks| {
+            Duration::from_millis(u64::try_from(now - entry.fetched_at).unwrap_or(0))
+        };
+        if let Some(entry) = entries.get(url) {
+            let fresh = age(entry) < Self::MAX_AGE;
+            let cooling = age(entry) < Self::COOLDOWN;
+            if (fresh && !unknown_kid) || cooling {
+                return Ok(entry.text.clone());
+            }
+        }
+        let text = fetch_text(url, &self.policy).await?;
+        entries.insert(
+            url.to_owned(),
+            CachedJwks {
+                text: text.clone(),
+                fetched_at: now,
+            },
+        );
+        Ok(text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -213,3 +213,17 @@ async fn authenticated_peers_get_the_extended_card_and_bad_credentials_a_401() {
     assert_eq!(revoked.status(), 401);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn the_jwks_answers_conditional_requests_too() {
+    let gw = TestGateway::start().await;
+    let url = gw.url("/.well-known/jwks.json");
+    let first = get(&url, &[]).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&first, "cache-control"), "public, max-age=300");
+    let etag = header(&first, "etag");
+    let again = get(&url, &[("if-none-match", &etag)]).await;
+    assert_eq!(again.status(), 304);
+    assert!(again.bytes().await.unwrap().is_empty());
+    gw.stop().await;
+}

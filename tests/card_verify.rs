@@ -548,3 +548,45 @@ async fn remote_fetches_follow_no_redirect_and_stop_at_the_size_cap() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_cooldown() {
+    use axum::routing::get;
+    use peergate::clock::ManualClock;
+    use peergate::fetch::JwksCache;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { r#"{"keys":[]}"# }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let clock = ManualClock::new(0);
+    let policy = FetchPolicy {
+        dangerous_allow_http_loopback: true,
+        ..Default::default()
+    };
+    let cache = JwksCache::new(policy, Arc::new(clock.clone()));
+    cache.get(&url, false).await.unwrap();
+    cache.get(&url, false).await.unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "served from the cache");
+    // An unknown kid within the cooldown: no refetch.
+    clock.advance(std::time::Duration::from_secs(10));
+    cache.get(&url, true).await.unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    // After the cooldown: one refetch, then the cooldown again.
+    clock.advance(std::time::Duration::from_secs(30));
+    cache.get(&url, true).await.unwrap();
+    cache.get(&url, true).await.unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+    // Past the maximum age: refetched even without an unknown kid.
+    clock.advance(JwksCache::MAX_AGE);
+    cache.get(&url, false).await.unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+}
