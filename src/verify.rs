@@ -123,9 +123,77 @@ impl TrustedKeys {
         Ok(())
     }
 
+    /// Adds a key set the caller holds privately, which may carry HS256 secrets (`"kty":"oct"`)
+    /// as well as asymmetric keys (whose private members are ignored). Refused whole when it
+    /// mixes symmetric and asymmetric keys, repeats a `kid`, or holds a key that cannot be used
+    /// for exactly one supported signature algorithm.
+    pub fn add_private_jwks(&mut self, text: &str) -> Result<(), KeyRejected> {
+        let set: Value = serde_json::from_str(text)
+            .map_err(|_| KeyRejected("the key set is not JSON".to_owned()))?;
+        let keys: Vec<Value> = match set.get("keys").and_then(Value::as_array) {
+            Some(keys) => keys.clone(),
+            None if set.is_object() => vec![set.clone()],
+            None => return Err(KeyRejected("the key set is not an object".to_owned())),
+        };
+        let symmetric = keys.iter().filter(|k| k["kty"] == "oct").count();
+        if symmetric != 0 && symmetric != keys.len() {
+            return Err(KeyRejected(
+                "the key set mixes symmetric and asymmetric keys".to_owned(),
+            ));
+        }
+        let mut parsed = Vec::new();
+        for jwk in &keys {
+            if jwk["kty"] == "oct" {
+                parsed.push(secret_jwk(jwk)?);
+            } else {
+                let mut public = jwk.clone();
+                if let Some(object) = public.as_object_mut() {
+                    for private in ["d", "p", "q", "dp", "dq", "qi"] {
+                        object.remove(private);
+                    }
+                }
+                parsed.push(jwk_key(&public)?);
+            }
+        }
+        let mut staged = self.clone();
+        for (kid, key) in parsed {
+            staged.add(&kid, key)?;
+        }
+        *self = staged;
+        Ok(())
+    }
+
     fn by_kid(&self, kid: &str) -> Option<&TrustedKey> {
         self.keys.iter().find(|(k, _)| k == kid).map(|(_, key)| key)
     }
+}
+
+fn secret_jwk(jwk: &Value) -> Result<(String, TrustedKey), KeyRejected> {
+    let kid = jwk
+        .get("kid")
+        .and_then(Value::as_str)
+        .ok_or_else(|| KeyRejected("a key has no kid".to_owned()))?
+        .to_owned();
+    let reject = |why: &str| KeyRejected(format!("key {kid:?}: {why}"));
+    if jwk.get("alg").is_some_and(|alg| alg != "HS256") {
+        return Err(reject("only HS256 secrets are supported"));
+    }
+    if jwk.get("use").is_some_and(|usage| usage != "sig") {
+        return Err(reject("\"use\" is not \"sig\""));
+    }
+    let secret = jwk
+        .get("k")
+        .and_then(Value::as_str)
+        .and_then(b64url_strict)
+        .ok_or_else(|| reject("bad \"k\""))?;
+    if secret.len() < jws::MIN_HMAC_SECRET_BYTES {
+        return Err(reject(&format!(
+            "the secret is {} bytes; HS256 needs at least {}",
+            secret.len(),
+            jws::MIN_HMAC_SECRET_BYTES
+        )));
+    }
+    Ok((kid, TrustedKey::Hs256(secret)))
 }
 
 fn jwk_key(jwk: &Value) -> Result<(String, TrustedKey), KeyRejected> {

@@ -590,3 +590,33 @@ async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_coold
     cache.get(&url, false).await.unwrap();
     assert_eq!(hits.load(Ordering::SeqCst), 3);
 }
+
+/// Wycheproof `json_web_key_test.json`: each group's key set (as a caller would hold it) and
+/// the JWS to verify with it. Documented exceptions: RSA (tcId 5), HS384 (14) and HS512 (15)
+/// are valid there but not algorithms peergate verifies, so they are refused.
+#[test]
+fn wycheproof_key_set_vectors() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/wycheproof/json_web_key_test.json"
+    );
+    let data: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let unsupported = [5, 14, 15];
+    let mut run = 0;
+    for group in data["testGroups"].as_array().unwrap() {
+        let mut keys = TrustedKeys::new();
+        let loaded = keys.add_private_jwks(&group["private"].to_string()).is_ok();
+        for test in group["tests"].as_array().unwrap() {
+            let id = test["tcId"].as_i64().unwrap();
+            let outcome = loaded && verify_compact(test["jws"].as_str().unwrap(), &keys).is_ok();
+            let expected = test["result"] == "valid" && !unsupported.contains(&id);
+            assert_eq!(
+                outcome, expected,
+                "tcId {id} ({}): {}",
+                test["comment"], test["result"]
+            );
+            run += 1;
+        }
+    }
+    assert_eq!(run, 26);
+}
