@@ -162,6 +162,11 @@ async fn serve_runs_on_the_embedded_defaults_anywhere() {
     let log = server.log_text();
     assert!(log.contains("embedded policies/default.toml"), "{log}");
     assert!(log.contains("DEMONSTRATION backend"), "{log}");
+    assert!(
+        log.contains("the Agent Card is signed") && log.contains("kid=ed-"),
+        "the log names the signing kid: {log}"
+    );
+    assert!(cwd.path().join("data").join("card-signing-ed25519.pem").exists());
     assert!(log.contains("listening on http://127.0.0.1:"), "{log}");
     assert!(log.contains("peergate.sqlite3"), "{log}");
     assert!(
