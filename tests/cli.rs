@@ -163,7 +163,7 @@ async fn serve_runs_on_the_embedded_defaults_anywhere() {
     assert!(log.contains("embedded policies/default.toml"), "{log}");
     assert!(log.contains("DEMONSTRATION backend"), "{log}");
     assert!(
-        log.contains("the Agent Card is signed") && log.contains("kid=ed-"),
+        log.contains("the Agent Card is signed") && log.contains("kid=\"ed-"),
         "the log names the signing kid: {log}"
     );
     assert!(cwd.path().join("data").join("card-signing-ed25519.pem").exists());
