@@ -99,24 +99,31 @@ pub fn jwks(keys: &[CardSigningKey]) -> Value {
     json!({"keys": keys.iter().filter_map(public_jwk).collect::<Vec<_>>()})
 }
 
-/// The keys of a policy's `[signing]` table: those that sign now, and every key whose public
-/// half the JWKS publishes (signing keys and retiring keys before their end date).
+/// The keys of a policy's `[signing]` table: those that sign now, and every asymmetric key
+/// with the last day its public half is published (none: while it signs).
 pub struct PolicyKeys {
     /// Keys that sign the card.
     pub signing: Vec<CardSigningKey>,
-    /// Keys whose public halves are published.
-    pub published: Vec<CardSigningKey>,
+    /// Asymmetric keys and their `retiring_until` day.
+    pub published: Vec<(CardSigningKey, Option<String>)>,
+}
+
+/// The JWKS on `today` (`YYYY-MM-DD`): every published key whose day has not passed.
+pub fn jwks_on(published: &[(CardSigningKey, Option<String>)], today: &str) -> Value {
+    let keys: Vec<Value> = published
+        .iter()
+        // ISO dates compare correctly as text.
+        .filter(|(_, until)| until.as_deref().is_none_or(|until| until >= today))
+        .filter_map(|(key, _)| public_jwk(key))
+        .collect();
+    json!({ "keys": keys })
 }
 
 /// Loads the keys `policy` names; with none named, the default key of the data directory.
-pub fn load(
-    policy: &crate::policy::SigningPolicy,
-    data_dir: &Path,
-    today: &str,
-) -> Result<PolicyKeys, String> {
+pub fn load(policy: &crate::policy::SigningPolicy, data_dir: &Path) -> Result<PolicyKeys, String> {
     if policy.keys.is_empty() {
         let key = default_card_key(data_dir).map_err(|e| e.to_string())?;
-        let published = public_copy(&key);
+        let published = public_copy(&key).map(|copy| (copy, None));
         return Ok(PolicyKeys {
             signing: vec![key],
             published: published.into_iter().collect(),
@@ -126,14 +133,11 @@ pub fn load(
     let mut published = Vec::new();
     for entry in &policy.keys {
         let key = load_one(entry)?;
-        match entry.retiring_until.as_deref() {
-            // ISO dates compare correctly as text.
-            Some(until) if until.as_bytes() < today.as_bytes() => {}
-            Some(_) => published.extend(public_copy(&key)),
-            None => {
-                published.extend(public_copy(&key));
-                signing.push(key);
-            }
+        if let Some(copy) = public_copy(&key) {
+            published.push((copy, entry.retiring_until.clone()));
+        }
+        if entry.retiring_until.is_none() {
+            signing.push(key);
         }
     }
     if signing.is_empty() {
@@ -278,6 +282,28 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retiring_key_is_published_through_its_last_day_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = default_card_key(dir.path()).unwrap();
+        let copy = public_copy(&key).unwrap();
+        let published = vec![(key, None), (copy, Some("2027-01-31".to_owned()))];
+        assert_eq!(
+            jwks_on(&published, "2027-01-31")["keys"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            jwks_on(&published, "2027-02-01")["keys"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
 
     #[test]
     fn generated_once_then_reused_and_never_published_privately() {

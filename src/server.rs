@@ -121,7 +121,8 @@ struct AppState {
     agent: Arc<Agent>,
     card: Arc<CachedDocument>,
     extended: Arc<CachedDocument>,
-    jwks: Arc<CachedDocument>,
+    /// Rebuilt when the day changes, so a retiring key leaves on its date.
+    jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
     authenticator: Arc<PeerAuthenticator>,
 }
 
@@ -145,8 +146,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let door_url = card::door_url(&policy, local_addr);
     let config = |e: &dyn std::fmt::Display| StartError::Config(e.to_string());
     let today = crate::clock::rfc3339_millis(options.clock.now_millis())[..10].to_owned();
-    let policy_keys =
-        keys::load(&policy.signing, &options.data_dir, &today).map_err(|e| config(&e))?;
+    let policy_keys = keys::load(&policy.signing, &options.data_dir).map_err(|e| config(&e))?;
     let signing_keys = policy_keys.signing;
     let jku = policy.signing.jwks_url.as_deref();
     let public_card = card::public_card(&policy, &door_url);
@@ -165,15 +165,10 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         .await?;
     let extended = CachedDocument::new(extended_bytes, extended_changed, "private, max-age=60")
         .varying_on("Authorization");
-    let jwks_bytes = Bytes::from(keys::jwks(&policy_keys.published).to_string());
-    let jwks_changed = store
-        .document_modified_at(
-            "jwks",
-            &document::etag_for(&jwks_bytes),
-            options.clock.now_millis(),
-        )
-        .await?;
-    let jwks = CachedDocument::new(jwks_bytes, jwks_changed, "public, max-age=300");
+    let published = Arc::new(policy_keys.published);
+    let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
+        build_jwks(&store, &published, &today, options.clock.now_millis()).await?,
+    )));
     for key in &signing_keys {
         tracing::info!(kid = key.kid(), alg = key.alg(), "the Agent Card is signed");
     }
@@ -235,7 +230,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         agent,
         card: Arc::new(card),
         extended: Arc::new(extended),
-        jwks: Arc::new(jwks),
+        jwks: jwks.clone(),
         authenticator: authenticator.clone(),
     };
     let a2a_path = policy.server.a2a_path.clone();
@@ -289,6 +284,11 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         per_ip,
         per_peer,
         authenticator.clone(),
+        JwksRefresh {
+            published,
+            document: jwks,
+            day: today,
+        },
     ));
     tracing::info!(
         "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
@@ -337,7 +337,22 @@ async fn agent_card(
 }
 
 async fn jwks_document(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    state.jwks.respond(&headers)
+    let document = state.jwks.read().unwrap_or_else(|e| e.into_inner()).clone();
+    document.respond(&headers)
+}
+
+/// The JWKS of `published` on `today`, with its validators.
+async fn build_jwks(
+    store: &Store,
+    published: &[(crate::jws::CardSigningKey, Option<String>)],
+    today: &str,
+    now_millis: i64,
+) -> Result<CachedDocument, StoreError> {
+    let bytes = Bytes::from(keys::jwks_on(published, today).to_string());
+    let changed = store
+        .document_modified_at("jwks", &document::etag_for(&bytes), now_millis)
+        .await?;
+    Ok(CachedDocument::new(bytes, changed, "public, max-age=300"))
 }
 
 async fn health() -> Json<serde_json::Value> {
@@ -364,16 +379,33 @@ fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
 
 /// Once a minute: removes expired tasks (`GetTask` already hides them before that) and lets the
 /// limiters forget addresses and peers whose budgets are whole again.
+struct JwksRefresh {
+    published: Arc<Vec<(crate::jws::CardSigningKey, Option<String>)>>,
+    document: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
+    day: String,
+}
+
 async fn housekeeping(
     store: Store,
     clock: Arc<dyn Clock>,
     per_ip: PerIpLimitLayer,
     per_peer: PerPeerLimitLayer,
     authenticator: Arc<PeerAuthenticator>,
+    mut jwks: JwksRefresh,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
+        let today = crate::clock::rfc3339_millis(clock.now_millis())[..10].to_owned();
+        if today != jwks.day {
+            match build_jwks(&store, &jwks.published, &today, clock.now_millis()).await {
+                Ok(document) => {
+                    *jwks.document.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(document);
+                    jwks.day = today;
+                }
+                Err(e) => tracing::warn!(error = %e, "could not rebuild the JWKS"),
+            }
+        }
         let now = clock.now_nanos();
         per_ip.limiter().purge(now);
         per_peer.limiter().purge(now);

@@ -166,7 +166,12 @@ async fn serve_runs_on_the_embedded_defaults_anywhere() {
         log.contains("the Agent Card is signed") && log.contains("kid=\"ed-"),
         "the log names the signing kid: {log}"
     );
-    assert!(cwd.path().join("data").join("card-signing-ed25519.pem").exists());
+    assert!(
+        cwd.path()
+            .join("data")
+            .join("card-signing-ed25519.pem")
+            .exists()
+    );
     assert!(log.contains("listening on http://127.0.0.1:"), "{log}");
     assert!(log.contains("peergate.sqlite3"), "{log}");
     assert!(
