@@ -40,9 +40,9 @@ impl CachedDocument {
         }
     }
 
-    /// Also answers with `Vary: <header>`, for a URL whose document depends on that header.
-    pub fn varying_on(mut self, header: &'static str) -> Self {
-        self.vary = Some(HeaderValue::from_static(header));
+    /// Also answers with `Vary: <headers>`, for a URL whose document depends on them.
+    pub fn varying_on(mut self, headers: &str) -> Self {
+        self.vary = HeaderValue::from_str(headers).ok();
         self
     }
 

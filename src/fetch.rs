@@ -94,6 +94,8 @@ pub fn is_allowed(ip: IpAddr, allow_loopback: bool) -> bool {
                 || v6.is_multicast()
                 || (first & 0xfe00) == 0xfc00 // unique local fc00::/7
                 || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
+                || (first & 0xffc0) == 0xfec0 // deprecated site-local fec0::/10
+                || first == 0x2002 // 6to4, which embeds an IPv4 address
                 || (first == 0x2001 && v6.segments()[1] == 0x0db8) // documentation
                 || (first == 0x0064 && v6.segments()[1] == 0xff9b) // NAT64 to v4
                 || v6.segments()[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible
@@ -316,6 +318,8 @@ mod tests {
             "2001:db8::1",
             "64:ff9b::a9fe:a9fe",
             "::127.0.0.1",
+            "fec0::1",
+            "2002:7f00:1::1",
         ] {
             assert!(!is_allowed(bad.parse().unwrap(), false), "{bad}");
         }

@@ -109,12 +109,47 @@ pub fn canonical_payload(card: &Value) -> Result<String, SignError> {
     let Value::Object(map) = card else {
         return Err(SignError::NotAnObject);
     };
+    if has_unsafe_integer(card) {
+        return Err(SignError::Canonical(
+            "an integer beyond 2^53 - 1 would be rounded".to_owned(),
+        ));
+    }
     let mut map = map.clone();
     map.remove("signatures");
     let mut value = Value::Object(map);
     drop_proto_defaults(&mut value);
     let value = clean_empty(value).unwrap_or_else(|| json!({}));
     serde_json_canonicalizer::to_string(&value).map_err(|e| SignError::Canonical(e.to_string()))
+}
+
+fn has_unsafe_integer(value: &Value) -> bool {
+    const MAX: u64 = (1 << 53) - 1;
+    match value {
+        Value::Number(n) => {
+            n.as_u64().is_some_and(|v| v > MAX)
+                || n.as_i64().is_some_and(|v| v.unsigned_abs() > MAX)
+        }
+        Value::Array(items) => items.iter().any(has_unsafe_integer),
+        Value::Object(map) => map.values().any(has_unsafe_integer),
+        _ => false,
+    }
+}
+
+/// Whether `card` holds a value the SDKs drop before canonicalizing (an empty string, array or
+/// object, a null, or a protobuf default): such a card would verify differently in different
+/// clients.
+pub fn holds_droppable_values(card: &Value) -> bool {
+    let mut unsigned = card.clone();
+    if let Value::Object(map) = &mut unsigned {
+        map.remove("signatures");
+    }
+    match (
+        canonical_payload(&unsigned),
+        serde_json_canonicalizer::to_string(&unsigned),
+    ) {
+        (Ok(sdk), Ok(raw)) => sdk != raw,
+        _ => true,
+    }
 }
 
 /// Removes `""`, `null`, `[]` and `{}` everywhere, and parents that become empty; keeps

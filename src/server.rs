@@ -150,6 +150,23 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let signing_keys = policy_keys.signing;
     let jku = policy.signing.jwks_url.as_deref();
     let public_card = card::public_card(&policy, &door_url);
+    // Fail closed: a card holding values the SDKs drop would verify in some clients only.
+    if jws::holds_droppable_values(&public_card) {
+        return Err(StartError::Config(
+            "the Agent Card would hold an empty value (check the [card] keys: no empty strings or lists)"
+                .to_owned(),
+        ));
+    }
+    // The card URL answers differently to requests carrying credentials.
+    let vary = if policy
+        .auth_schemes()
+        .unwrap_or_default()
+        .contains(&crate::auth::Scheme::ApiKey)
+    {
+        format!("Authorization, {}", policy.auth.api_key_header)
+    } else {
+        "Authorization".to_owned()
+    };
     let signed_card = jws::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
     let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
     let signed_extended = jws::sign_card(&card::extended_card(&public_card), &signing_keys, jku)
@@ -164,7 +181,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         )
         .await?;
     let extended = CachedDocument::new(extended_bytes, extended_changed, "private, max-age=60")
-        .varying_on("Authorization");
+        .varying_on(&vary);
     let published = Arc::new(policy_keys.published);
     let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
         build_jwks(&store, &published, &today, options.clock.now_millis()).await?,
@@ -180,8 +197,8 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         )
         .await?;
     // The same URL serves the extended card to authenticated peers.
-    let card = CachedDocument::new(card_bytes, card_changed, "public, max-age=60")
-        .varying_on("Authorization");
+    let card =
+        CachedDocument::new(card_bytes, card_changed, "public, max-age=60").varying_on(&vary);
 
     tracing::info!(policy = %options.policy_source, "policy loaded");
     tracing::info!(

@@ -107,19 +107,18 @@ impl TrustedKeys {
     /// symmetric keys, a duplicate `kid`, or a key whose `alg`, `use` or `key_ops` contradict
     /// verification with it.
     pub fn add_jwks(&mut self, text: &str) -> Result<(), KeyRejected> {
-        let set: Value = serde_json::from_str(text)
-            .map_err(|_| KeyRejected("the JWKS is not JSON".to_owned()))?;
+        let set = parse_strict(text)
+            .map_err(|why| KeyRejected(format!("the JWKS is not strict JSON: {why}")))?;
         let keys = set
             .get("keys")
             .and_then(Value::as_array)
             .ok_or_else(|| KeyRejected("the JWKS has no \"keys\" array".to_owned()))?;
-        let mut parsed = Vec::new();
+        let mut staged = self.clone();
         for jwk in keys {
-            parsed.push(jwk_key(jwk)?);
+            let (kid, key) = jwk_key(jwk)?;
+            staged.add(&kid, key)?;
         }
-        for (kid, key) in parsed {
-            self.add(&kid, key)?;
-        }
+        *self = staged;
         Ok(())
     }
 
@@ -128,8 +127,8 @@ impl TrustedKeys {
     /// mixes symmetric and asymmetric keys, repeats a `kid`, or holds a key that cannot be used
     /// for exactly one supported signature algorithm.
     pub fn add_private_jwks(&mut self, text: &str) -> Result<(), KeyRejected> {
-        let set: Value = serde_json::from_str(text)
-            .map_err(|_| KeyRejected("the key set is not JSON".to_owned()))?;
+        let set = parse_strict(text)
+            .map_err(|why| KeyRejected(format!("the key set is not strict JSON: {why}")))?;
         let keys: Vec<Value> = match set.get("keys").and_then(Value::as_array) {
             Some(keys) => keys.clone(),
             None if set.is_object() => vec![set.clone()],
@@ -276,6 +275,10 @@ pub enum VerifyError {
     /// The document is not a JSON object.
     #[error("the card is not a JSON object")]
     NotACard,
+    /// The card is JSON two readers could read differently (duplicate members, integers that
+    /// canonicalization would round).
+    #[error("the card is ambiguous JSON: {0}")]
+    Malformed(String),
     /// The card has no `signatures`.
     #[error("the card carries no signatures")]
     NoSignature,
@@ -286,7 +289,7 @@ pub enum VerifyError {
 
 /// Verifies a card as received (its exact text) against `keys`.
 pub fn verify_card(card_text: &str, keys: &TrustedKeys) -> Result<Verified, VerifyError> {
-    let card: Value = serde_json::from_str(card_text).map_err(|_| VerifyError::NotACard)?;
+    let card = parse_strict(card_text).map_err(VerifyError::Malformed)?;
     let Value::Object(object) = &card else {
         return Err(VerifyError::NotACard);
     };
@@ -419,6 +422,80 @@ fn check(key: &TrustedKey, input: &[u8], signature: &[u8]) -> Result<bool, Strin
         }
     }
 }
+
+/// Parses JSON refusing duplicate member names in every object, at any depth, and integers
+/// beyond ±(2^53 − 1), which RFC 8785 can only write rounded (two different cards would share
+/// one payload).
+pub fn parse_strict(text: &str) -> Result<Value, String> {
+    struct Strict(Value);
+    impl<'de> serde::Deserialize<'de> for Strict {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(StrictVisitor).map(Strict)
+        }
+    }
+    struct StrictVisitor;
+    impl<'de> Visitor<'de> for StrictVisitor {
+        type Value = Value;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+            if v.unsigned_abs() > MAX_SAFE_INTEGER {
+                return Err(E::custom("an integer beyond 2^53 - 1"));
+            }
+            Ok(Value::from(v))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+            if v > MAX_SAFE_INTEGER {
+                return Err(E::custom("an integer beyond 2^53 - 1"));
+            }
+            Ok(Value::from(v))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+            serde_json::Number::from_f64(v)
+                .map(Value::Number)
+                .ok_or_else(|| E::custom("a number JSON cannot hold"))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
+        }
+        fn visit_string<E>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(Strict(item)) = seq.next_element()? {
+                items.push(item);
+            }
+            Ok(Value::Array(items))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut out = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if out.contains_key(&key) {
+                    return Err(de::Error::custom(format!("duplicate member {key:?}")));
+                }
+                let Strict(value) = map.next_value()?;
+                out.insert(key, value);
+            }
+            Ok(Value::Object(out))
+        }
+    }
+    serde_json::from_str::<Strict>(text)
+        .map(|s| s.0)
+        .map_err(|e| {
+            let text = e.to_string();
+            text.split(" at line ").next().unwrap_or("").to_owned()
+        })
+}
+
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// Parses a JSON object, refusing duplicate member names (which `serde_json::Value` would
 /// silently collapse to the last one).

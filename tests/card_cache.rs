@@ -227,3 +227,35 @@ async fn the_jwks_answers_conditional_requests_too() {
     assert!(again.bytes().await.unwrap().is_empty());
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn the_card_varies_on_the_api_key_header_when_keys_are_enabled() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace(
+            "schemes = [\"bearer\"]",
+            "schemes = [\"bearer\", \"api_key\"]",
+        )
+    }))
+    .await;
+    let response = get(&gw.url("/.well-known/agent-card.json"), &[]).await;
+    assert_eq!(header(&response, "vary"), "Authorization, X-API-Key");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_card_that_would_hold_empty_values_stops_start_up() {
+    let data = tempfile::tempdir().unwrap();
+    let policy =
+        policy_with(|p| p.replace("tags = [\"question-answering\", \"text\"]", "tags = [\"\"]"));
+    let clock = ManualClock::new(0);
+    let result = start(GatewayOptions {
+        policy,
+        policy_source: PolicySource::Embedded,
+        data_dir: data.path().to_owned(),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        clock: Arc::new(clock),
+    })
+    .await;
+    let message = result.err().expect("start-up must fail").to_string();
+    assert!(message.contains("empty value"), "{message}");
+}

@@ -620,3 +620,107 @@ fn wycheproof_key_set_vectors() {
     }
     assert_eq!(run, 26);
 }
+
+#[test]
+fn ambiguous_cards_header_variants_and_the_raw_jcs_path() {
+    use ed25519_dalek::Signer as _;
+    let (card, key, jwks) = signed_card();
+    let keys = keys_from(&jwks);
+    let ed = |input: &[u8]| key.sign(input).to_bytes().to_vec();
+    let refused = |text: String, why: &str| {
+        let error = verify_card(&text, &keys).unwrap_err().to_string();
+        assert!(error.contains(why), "expected {why:?} in {error:?}");
+    };
+    // Duplicate members anywhere in the card: two readers could see two different cards.
+    let text = card.to_string();
+    let duplicated = text.replacen(
+        "{\"capabilities\"",
+        "{\"name\":\"Evil\",\"capabilities\"",
+        1,
+    );
+    assert!(duplicated.contains("\"name\":\"Evil\"") && duplicated.contains("\"name\":\"Agent\""));
+    refused(duplicated, "duplicate member");
+    // Integers canonicalization would round.
+    let mut big = card.clone();
+    big["capabilities"]["extensions"] = json!([{"uri": "u", "params": {"n": 9007199254740993u64}}]);
+    refused(big.to_string(), "2^53");
+    // Header variants: alg spellings, missing members, header shapes, key-carrying members.
+    for header in [
+        r#"{"alg":"nOnE","kid":"ed-1"}"#,
+        r#"{"alg":"EDDSA","kid":"ed-1"}"#,
+        r#"{"alg":"Ed25519","kid":"ed-1"}"#,
+    ] {
+        refused(resign(&card, header, ed), "does not match");
+    }
+    refused(resign(&card, r#"{"kid":"ed-1"}"#, ed), "no \"alg\"");
+    refused(resign(&card, r#"{"alg":"EdDSA"}"#, ed), "no \"kid\"");
+    refused(resign(&card, r#"["EdDSA"]"#, ed), "not a JSON object");
+    let good = resign(&card, r#"{"alg":"EdDSA","kid":"ed-1"}"#, ed);
+    let mut shaped: Value = serde_json::from_str(&good).unwrap();
+    shaped["signatures"][0]["header"] = json!("x");
+    refused(shaped.to_string(), "not an object");
+    shaped["signatures"][0]["header"] = json!({"crit": ["x"]});
+    refused(shaped.to_string(), "unprotected header");
+    // x5c, x5u and jku name other keys; they are never used (and never fetched).
+    let attacker = ed25519_dalek::SigningKey::from_bytes(&[2u8; 32]);
+    for header in [
+        r#"{"alg":"EdDSA","kid":"ed-1","x5u":"https://evil.example/cert.pem"}"#,
+        r#"{"alg":"EdDSA","kid":"ed-1","x5c":["MIIB"]}"#,
+        r#"{"alg":"EdDSA","kid":"ed-1","jku":"https://evil.example/jwks.json"}"#,
+    ] {
+        refused(
+            resign(&card, header, |i| attacker.sign(i).to_bytes().to_vec()),
+            "does not verify",
+        );
+        // The same headers are harmless on a signature by the trusted key.
+        assert!(
+            verify_card(&resign(&card, header, ed), &keys).is_ok(),
+            "{header}"
+        );
+    }
+    // A card signed over its raw JCS (holding an empty value the SDK form would drop).
+    let mut raw_card = card.clone();
+    raw_card.as_object_mut().unwrap().remove("signatures");
+    raw_card["iconUrl"] = json!("");
+    let protected = b64(br#"{"alg":"EdDSA","kid":"ed-1"}"#);
+    let payload = serde_json_canonicalizer::to_string(&raw_card).unwrap();
+    assert_ne!(payload, jws::canonical_payload(&raw_card).unwrap());
+    let signature = ed(format!("{protected}.{}", b64(payload.as_bytes())).as_bytes());
+    raw_card["signatures"] = json!([{"protected": protected, "signature": b64(&signature)}]);
+    assert!(verify_card(&raw_card.to_string(), &keys).is_ok());
+}
+
+#[test]
+fn a_jwks_with_duplicate_members_or_a_repeated_kid_adds_nothing() {
+    let x = b64(&[0x11; 32]);
+    let mut keys = TrustedKeys::new();
+    let duplicate_member =
+        format!(r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"a","x":"{x}","x":"{x}"}}]}}"#);
+    assert!(
+        keys.add_jwks(&duplicate_member)
+            .unwrap_err()
+            .to_string()
+            .contains("duplicate")
+    );
+    let repeated = json!({"keys": [
+        {"kty": "OKP", "crv": "Ed25519", "kid": "a", "x": x},
+        {"kty": "OKP", "crv": "Ed25519", "kid": "a", "x": x}]});
+    assert!(keys.add_jwks(&repeated.to_string()).is_err());
+    assert!(keys.is_empty(), "refused whole");
+}
+
+#[tokio::test]
+async fn address_literals_in_every_spelling_are_checked() {
+    let policy = FetchPolicy::default();
+    for url in [
+        "https://2130706433/jwks.json",
+        "https://0x7f.1/jwks.json",
+        "https://0177.0.0.1/jwks.json",
+        "https://[::ffff:7f00:1]/jwks.json",
+        "https://0.0.0.0/jwks.json",
+        "https://[fe80::1]/jwks.json",
+    ] {
+        let error = fetch_text(url, &policy).await.unwrap_err();
+        assert!(error.reason.contains("not a public one"), "{url}: {error}");
+    }
+}
