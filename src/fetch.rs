@@ -245,7 +245,9 @@ pub struct JwksCache {
 }
 
 struct CachedJwks {
-    text: String,
+    /// The last answer, a failure included: a key server that is down is not asked again
+    /// before the cooldown either.
+    outcome: Result<String, FetchError>,
     fetched_at: i64,
 }
 
@@ -266,29 +268,26 @@ impl JwksCache {
 
     /// The JWKS at `url`, from the cache while it is fresh. With `unknown_kid`, the caller
     /// found no key for a signature's `kid` in the cached set: refetch early, at most once per
-    /// cooldown. One fetch per URL runs at a time.
+    /// cooldown. One fetch runs at a time.
     pub async fn get(&self, url: &str, unknown_kid: bool) -> Result<String, FetchError> {
         let mut entries = self.entries.lock().await;
         let now = self.clock.now_millis();
-        let age = |entry: &CachedJwks| {
-            Duration::from_millis(u64::try_from(now - entry.fetched_at).unwrap_or(0))
-        };
         if let Some(entry) = entries.get(url) {
-            let fresh = age(entry) < Self::MAX_AGE;
-            let cooling = age(entry) < Self::COOLDOWN;
-            if (fresh && !unknown_kid) || cooling {
-                return Ok(entry.text.clone());
+            let age = Duration::from_millis(u64::try_from(now - entry.fetched_at).unwrap_or(0));
+            let fresh = entry.outcome.is_ok() && age < Self::MAX_AGE && !unknown_kid;
+            if fresh || age < Self::COOLDOWN {
+                return entry.outcome.clone();
             }
         }
-        let text = fetch_text(url, &self.policy).await?;
+        let outcome = fetch_text(url, &self.policy).await;
         entries.insert(
             url.to_owned(),
             CachedJwks {
-                text: text.clone(),
+                outcome: outcome.clone(),
                 fetched_at: now,
             },
         );
-        Ok(text)
+        outcome
     }
 }
 

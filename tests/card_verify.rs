@@ -556,14 +556,24 @@ async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_coold
     use peergate::fetch::JwksCache;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let hits = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
-    let app = axum::Router::new().route(
-        "/jwks.json",
-        get(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { r#"{"keys":[]}"# }
-        }),
-    );
+    let failing = failures.clone();
+    let app = axum::Router::new()
+        .route(
+            "/jwks.json",
+            get(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { r#"{"keys":[]}"# }
+            }),
+        )
+        .route(
+            "/missing",
+            get(move || {
+                failing.fetch_add(1, Ordering::SeqCst);
+                async { axum::http::StatusCode::SERVICE_UNAVAILABLE }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -589,6 +599,15 @@ async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_coold
     clock.advance(JwksCache::MAX_AGE);
     cache.get(&url, false).await.unwrap();
     assert_eq!(hits.load(Ordering::SeqCst), 3);
+    // A failing key server is not asked again within the cooldown either.
+    let down = format!("{}/missing", url.trim_end_matches("/jwks.json"));
+    assert!(cache.get(&down, false).await.is_err());
+    assert!(cache.get(&down, true).await.is_err());
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        3,
+        "the failing URL was asked once"
+    );
 }
 
 /// Wycheproof `json_web_key_test.json`: each group's key set (as a caller would hold it) and
