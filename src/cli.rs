@@ -294,11 +294,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Keys(KeysCommand::Generate { alg, kid, out }) => {
-            let kid_ok = (1..=64).contains(&kid.len())
-                && kid
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-            if !kid_ok {
+            if !crate::keys::is_valid_kid(&kid) {
                 return Err(CliError(format!(
                     "invalid --kid {kid:?}: use 1 to 64 of letters, digits and ._-"
                 )));

@@ -11,6 +11,14 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
+/// Whether `kid` is an acceptable key id: 1 to 64 of letters, digits and `._-`.
+pub fn is_valid_kid(kid: &str) -> bool {
+    (1..=64).contains(&kid.len())
+        && kid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// The file, inside the data directory, that holds the generated default key.
 pub const DEFAULT_KEY_FILE: &str = "card-signing-ed25519.pem";
 

@@ -525,12 +525,7 @@ impl Policy {
             }
         }
         for (i, key) in self.signing.keys.iter().enumerate() {
-            let kid_ok = (1..=64).contains(&key.kid.len())
-                && key
-                    .kid
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-            if !kid_ok {
+            if !crate::keys::is_valid_kid(&key.kid) {
                 return Err(invalid(
                     "signing.keys",
                     "every kid must be 1 to 64 of letters, digits and ._-",

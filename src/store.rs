@@ -315,14 +315,7 @@ impl Store {
     /// Revokes a peer and every credential it holds; returns the peer's id.
     pub async fn revoke_peer(&self, name: &str, now: i64) -> Result<String, StoreError> {
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        let row = sqlx::query("SELECT id FROM peers WHERE name = ?")
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Err(StoreError::UnknownPeer(name.to_owned()));
-        };
-        let peer_id: String = row.try_get("id")?;
+        let (peer_id, _) = peer_by_name(&mut tx, name).await?;
         sqlx::query("UPDATE peers SET status = 'revoked' WHERE id = ?")
             .bind(&peer_id)
             .execute(&mut *tx)
@@ -393,17 +386,10 @@ impl Store {
         now: i64,
     ) -> Result<(), StoreError> {
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        let row = sqlx::query("SELECT id, status FROM peers WHERE name = ?")
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Err(StoreError::UnknownPeer(name.to_owned()));
-        };
-        if row.try_get::<String, _>("status")? != "active" {
+        let (peer_id, active) = peer_by_name(&mut tx, name).await?;
+        if !active {
             return Err(StoreError::RevokedPeer(name.to_owned()));
         }
-        let peer_id: String = row.try_get("id")?;
         sqlx::query(
             "UPDATE credentials SET revoked_at = ? WHERE peer_id = ? AND kind = 'api_key' AND revoked_at IS NULL",
         )
@@ -572,6 +558,17 @@ impl Store {
             .await?;
         Ok(done.rows_affected())
     }
+}
+
+/// The id of the peer named `name` and whether it is active, inside a write transaction.
+async fn peer_by_name(tx: &mut SqliteConnection, name: &str) -> Result<(String, bool), StoreError> {
+    let row = sqlx::query("SELECT id, status FROM peers WHERE name = ?")
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::UnknownPeer(name.to_owned()))?;
+    let status: String = row.try_get("status")?;
+    Ok((row.try_get("id")?, status == "active"))
 }
 
 /// Commits waiting exchanges in batches until every `Store` handle is gone.
