@@ -572,7 +572,7 @@ impl Policy {
                 if openai.base_url.starts_with("https://") {
                     return Err(invalid(
                         "model.openai.base_url",
-                        "https is not built into this version; reach the model over http on a private network or loopback",
+                        "https to the model is not supported yet; reach the model over http on a private network or loopback",
                     ));
                 }
                 // Credentials belong in api_key_env, never in a URL that gets logged.
