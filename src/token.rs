@@ -121,6 +121,11 @@ impl TokenSecretHash {
 }
 
 impl<'a> ParsedToken<'a> {
+    /// The secret part, for tools that rebuild a token from its parts (never log it).
+    pub fn secret(&self) -> &'a str {
+        self.secret
+    }
+
     /// Whether this token's secret hashes to `stored`, compared in constant time.
     pub fn matches(&self, stored: &TokenSecretHash) -> bool {
         let presented = TokenSecretHash::compute(self.kind, self.token_id, self.secret);

@@ -661,11 +661,8 @@ impl PeerAuthenticator {
     }
 
     async fn verify_basic(&self, encoded: &str) -> Result<VerifiedPeer, AuthError> {
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map_err(|_| AuthError::MalformedHeader)?;
-        let decoded = String::from_utf8(decoded).map_err(|_| AuthError::MalformedHeader)?;
-        let (name, password) = decoded.split_once(':').ok_or(AuthError::MalformedHeader)?;
+        let (name, password) = parse_basic(encoded)?;
+        let (name, password) = (name.as_str(), password.as_str());
         let login = self.store.find_peer_login(name).await.map_err(|e| {
             tracing::error!(error = %e, "peer look-up failed");
             AuthError::Unavailable
@@ -710,6 +707,17 @@ impl PeerAuthenticator {
             tracing::warn!(error = %e, "could not record last use of a peer");
         }
     }
+}
+
+/// The peer name and password of Basic credentials (RFC 7617): standard base64 of UTF-8
+/// `name:password`, split at the first colon. Anything else is a malformed header.
+pub fn parse_basic(encoded: &str) -> Result<(String, String), AuthError> {
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|_| AuthError::MalformedHeader)?;
+    let decoded = String::from_utf8(decoded).map_err(|_| AuthError::MalformedHeader)?;
+    let (name, password) = decoded.split_once(':').ok_or(AuthError::MalformedHeader)?;
+    Ok((name.to_owned(), password.to_owned()))
 }
 
 /// The refusal for a credential that was checked and found wrong (unknown, wrong or revoked).
