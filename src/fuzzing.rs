@@ -51,7 +51,8 @@ pub fn card_verifier(data: &[u8]) {
             &base64::engine::general_purpose::URL_SAFE_NO_PAD,
             ed.verifying_key().as_bytes(),
         );
-        let jwks = format!(r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"ed-1","x":"{x}"}}]}}"#);
+        let jwks =
+            format!(r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"ed-1","x":"{x}"}}]}}"#);
         keys.add_jwks(&jwks).expect("fixed JWKS");
         keys.add_secret_arg("hs-1=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
             .expect("fixed secret");
@@ -79,7 +80,10 @@ pub fn jcs(data: &[u8]) {
         return;
     };
     let again: serde_json::Value = serde_json::from_str(&canonical).expect("JCS output is JSON");
-    assert_eq!(crate::jws::canonical_payload(&again).expect("canonical again"), canonical);
+    assert_eq!(
+        crate::jws::canonical_payload(&again).expect("canonical again"),
+        canonical
+    );
 }
 
 /// Token parsing never panics, and a token that parses is rebuilt exactly from its parts.
@@ -89,7 +93,10 @@ pub fn token_parse(data: &[u8]) {
     };
     for kind in [CredentialKind::PeerToken, CredentialKind::ApiKey] {
         if let Ok(parsed) = token::parse(kind, text) {
-            assert_eq!(token::assemble(kind, parsed.token_id, parsed.secret()), text);
+            assert_eq!(
+                token::assemble(kind, parsed.token_id, parsed.secret()),
+                text
+            );
         }
     }
 }
@@ -107,7 +114,10 @@ pub fn forwarded_for(data: &[u8]) {
     let trusted = ["10.0.0.0/8".parse().expect("literal")];
     let client = crate::client_addr::resolve(socket, &headers, &trusted);
     let text = String::from_utf8_lossy(data);
-    let hops: Vec<IpAddr> = text.split(',').filter_map(|h| h.trim().parse().ok()).collect();
+    let hops: Vec<IpAddr> = text
+        .split(',')
+        .filter_map(|h| h.trim().parse().ok())
+        .collect();
     assert!(client == socket || hops.contains(&client));
 }
 

@@ -111,7 +111,7 @@ pub fn canonical_payload(card: &Value) -> Result<String, SignError> {
     };
     if has_unsafe_integer(card) {
         return Err(SignError::Canonical(
-            "an integer beyond 2^53 - 1 would be rounded".to_owned(),
+            "an integer a double cannot hold exactly would be rounded".to_owned(),
         ));
     }
     let mut map = map.clone();
@@ -123,16 +123,23 @@ pub fn canonical_payload(card: &Value) -> Result<String, SignError> {
 }
 
 fn has_unsafe_integer(value: &Value) -> bool {
-    const MAX: u64 = (1 << 53) - 1;
     match value {
         Value::Number(n) => {
-            n.as_u64().is_some_and(|v| v > MAX)
-                || n.as_i64().is_some_and(|v| v.unsigned_abs() > MAX)
+            n.as_u64().is_some_and(|v| !exact_as_double(i128::from(v)))
+                || n.as_i64().is_some_and(|v| !exact_as_double(i128::from(v)))
         }
         Value::Array(items) => items.iter().any(has_unsafe_integer),
         Value::Object(map) => map.values().any(has_unsafe_integer),
         _ => false,
     }
+}
+
+/// Whether an integer survives the trip through an IEEE double that RFC 8785 makes every
+/// number take (`9007199254740993` does not; `10000000000000000000` does).
+pub fn exact_as_double(v: i128) -> bool {
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+    let back = (v as f64) as i128;
+    back == v
 }
 
 /// Whether `card` holds a value the SDKs drop before canonicalizing (an empty string, array or

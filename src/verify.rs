@@ -423,9 +423,9 @@ fn check(key: &TrustedKey, input: &[u8], signature: &[u8]) -> Result<bool, Strin
     }
 }
 
-/// Parses JSON refusing duplicate member names in every object, at any depth, and integers
-/// beyond ±(2^53 − 1), which RFC 8785 can only write rounded (two different cards would share
-/// one payload).
+/// Parses JSON refusing duplicate member names in every object, at any depth, and integers a
+/// double cannot hold exactly, which RFC 8785 can only write rounded (two different cards would
+/// share one payload).
 pub fn parse_strict(text: &str) -> Result<Value, String> {
     struct Strict(Value);
     impl<'de> serde::Deserialize<'de> for Strict {
@@ -443,14 +443,14 @@ pub fn parse_strict(text: &str) -> Result<Value, String> {
             Ok(Value::Bool(v))
         }
         fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-            if v.unsigned_abs() > MAX_SAFE_INTEGER {
-                return Err(E::custom("an integer beyond 2^53 - 1"));
+            if !crate::jws::exact_as_double(i128::from(v)) {
+                return Err(E::custom("an integer a double cannot hold exactly"));
             }
             Ok(Value::from(v))
         }
         fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-            if v > MAX_SAFE_INTEGER {
-                return Err(E::custom("an integer beyond 2^53 - 1"));
+            if !crate::jws::exact_as_double(i128::from(v)) {
+                return Err(E::custom("an integer a double cannot hold exactly"));
             }
             Ok(Value::from(v))
         }
@@ -494,8 +494,6 @@ pub fn parse_strict(text: &str) -> Result<Value, String> {
             text.split(" at line ").next().unwrap_or("").to_owned()
         })
 }
-
-const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// Parses a JSON object, refusing duplicate member names (which `serde_json::Value` would
 /// silently collapse to the last one).

@@ -662,7 +662,17 @@ fn ambiguous_cards_header_variants_and_the_raw_jcs_path() {
     // Integers canonicalization would round.
     let mut big = card.clone();
     big["capabilities"]["extensions"] = json!([{"uri": "u", "params": {"n": 9007199254740993u64}}]);
-    refused(big.to_string(), "2^53");
+    refused(big.to_string(), "cannot hold exactly");
+    // A large integer a double holds exactly is fine (JCS writes 1e19 that way too).
+    let mut exact = card.clone();
+    exact["capabilities"]["extensions"] =
+        json!([{"uri": "u", "params": {"n": 10000000000000000000u64}}]);
+    assert!(
+        !verify_card(&exact.to_string(), &keys)
+            .unwrap_err()
+            .to_string()
+            .contains("cannot hold")
+    );
     // Header variants: alg spellings, missing members, header shapes, key-carrying members.
     for header in [
         r#"{"alg":"nOnE","kid":"ed-1"}"#,
