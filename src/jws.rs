@@ -134,12 +134,13 @@ fn has_unsafe_integer(value: &Value) -> bool {
     }
 }
 
-/// Whether an integer survives the trip through an IEEE double that RFC 8785 makes every
-/// number take (`9007199254740993` does not; `10000000000000000000` does).
+/// Whether an integer keeps its own spelling through RFC 8785, which writes every number as
+/// the shortest form of the nearest IEEE double: `9007199254740993` becomes
+/// `9007199254740992` (two cards, one payload: refused), while `10000000000000000000` stays.
 pub fn exact_as_double(v: i128) -> bool {
-    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
-    let back = (v as f64) as i128;
-    back == v
+    #[allow(clippy::cast_precision_loss)]
+    let nearest = v as f64;
+    serde_json_canonicalizer::to_string(&nearest).is_ok_and(|text| text == v.to_string())
 }
 
 /// Whether `card` holds a value the SDKs drop before canonicalizing (an empty string, array or
