@@ -320,13 +320,7 @@ impl Store {
             .bind(&peer_id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
-            "UPDATE credentials SET revoked_at = ? WHERE peer_id = ? AND revoked_at IS NULL",
-        )
-        .bind(now)
-        .bind(&peer_id)
-        .execute(&mut *tx)
-        .await?;
+        revoke_credentials(&mut tx, &peer_id, None, now).await?;
         tx.commit().await?;
         Ok(peer_id)
     }
@@ -390,13 +384,7 @@ impl Store {
         if !active {
             return Err(StoreError::RevokedPeer(name.to_owned()));
         }
-        sqlx::query(
-            "UPDATE credentials SET revoked_at = ? WHERE peer_id = ? AND kind = 'api_key' AND revoked_at IS NULL",
-        )
-        .bind(now)
-        .bind(&peer_id)
-        .execute(&mut *tx)
-        .await?;
+        revoke_credentials(&mut tx, &peer_id, Some(CredentialKind::ApiKey), now).await?;
         sqlx::query(
             "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at, kind) VALUES (?, ?, ?, ?, 'api_key')",
         )
@@ -558,6 +546,26 @@ impl Store {
             .await?;
         Ok(done.rows_affected())
     }
+}
+
+/// Marks a peer's live credentials (of one kind, or all) revoked; the rows stay for audits.
+async fn revoke_credentials(
+    tx: &mut SqliteConnection,
+    peer_id: &str,
+    kind: Option<CredentialKind>,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE credentials SET revoked_at = ? \
+         WHERE peer_id = ? AND revoked_at IS NULL AND (? IS NULL OR kind = ?)",
+    )
+    .bind(now)
+    .bind(peer_id)
+    .bind(kind.map(CredentialKind::as_str))
+    .bind(kind.map(CredentialKind::as_str))
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// The id of the peer named `name` and whether it is active, inside a write transaction.

@@ -713,13 +713,7 @@ async fn malformed_and_bad_checksum_tokens_never_reach_the_store() {
 #[tokio::test]
 async fn unknown_wrong_secret_and_revoked_tokens_get_the_same_answer() {
     // No credential cache, so a revocation written by the CLI applies to the very next request.
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace(
-            "credential_cache_seconds = 2",
-            "credential_cache_seconds = 0",
-        )
-    }))
-    .await;
+    let gw = TestGateway::start_with(policy_with(without_credential_cache)).await;
     let alice = gw.add_peer("alice");
     let bob = gw.add_peer("bob");
     let probe =

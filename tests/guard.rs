@@ -110,11 +110,7 @@ async fn per_peer_limit_counts_exactly_and_retry_after_is_honest() {
 #[tokio::test]
 async fn a_new_quota_applies_without_a_restart() {
     let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace(
-            "credential_cache_seconds = 2",
-            "credential_cache_seconds = 0",
-        )
-        .replace("per_ip_per_minute = 120", "per_ip_per_minute = 1000")
+        without_credential_cache(p).replace("per_ip_per_minute = 120", "per_ip_per_minute = 1000")
     }))
     .await;
     let (_, token, _) = gw.cli(&["peer", "add", "alice", "--rate", "1/min"]);
@@ -394,15 +390,13 @@ async fn failed_attempt_budget_stops_argon2_work_and_the_cache_keeps_it_off_the_
 #[tokio::test]
 async fn api_keys_work_alone_and_a_new_key_retires_the_old() {
     let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("schemes = [\"bearer\"]", "schemes = [\"api_key\"]")
-            .replace(
-                "api_key_header = \"X-API-Key\"",
-                "api_key_header = \"X-Partner-Key\"",
-            )
-            .replace(
-                "credential_cache_seconds = 2",
-                "credential_cache_seconds = 0",
-            )
+        without_credential_cache(
+            p.replace("schemes = [\"bearer\"]", "schemes = [\"api_key\"]")
+                .replace(
+                    "api_key_header = \"X-API-Key\"",
+                    "api_key_header = \"X-Partner-Key\"",
+                ),
+        )
     }))
     .await;
     let token = gw.add_peer("alice");
@@ -587,13 +581,7 @@ async fn retry_after_rounds_up_and_waiting_that_long_always_suffices() {
 
 #[tokio::test]
 async fn a_lowered_quota_applies_without_a_restart() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace(
-            "credential_cache_seconds = 2",
-            "credential_cache_seconds = 0",
-        )
-    }))
-    .await;
+    let gw = TestGateway::start_with(policy_with(without_credential_cache)).await;
     let (_, token, _) = gw.cli(&["peer", "add", "alice", "--rate", "100/min"]);
     let auth = bearer(token.trim());
     for _ in 0..10 {

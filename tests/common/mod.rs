@@ -82,6 +82,15 @@ pub fn policy_with(edit: impl FnOnce(String) -> String) -> Policy {
     Policy::parse(&edit(EMBEDDED_DEFAULT.to_owned()), &PolicySource::Embedded).expect("policy")
 }
 
+/// Policy text with the credential cache off, so changes written by the CLI apply to the very
+/// next request.
+pub fn without_credential_cache(policy: String) -> String {
+    policy.replace(
+        "credential_cache_seconds = 2",
+        "credential_cache_seconds = 0",
+    )
+}
+
 /// A gateway running inside the test process.
 pub struct TestGateway {
     pub addr: SocketAddr,
