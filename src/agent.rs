@@ -16,12 +16,15 @@ use crate::a2a::{
 };
 use crate::auth::AuthenticatedPeer;
 use crate::backend::{Backend, BackendError, Prompt};
+use crate::budget::Budgets;
 use crate::clock::{Clock, rfc3339_millis};
 use crate::jsonrpc::{self, Method, RpcError};
-use crate::store::{ConversationMessage, ConversationRole, Exchange, Store};
+use crate::metrics::{FinalState, Metrics};
+use crate::store::{AuditEntry, ConversationMessage, ConversationRole, Exchange, Store};
 use serde_json::json;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
@@ -45,6 +48,8 @@ pub struct AgentSettings {
 pub struct Agent {
     store: Store,
     backend: Backend,
+    budgets: Arc<Budgets>,
+    metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     settings: AgentSettings,
     locks: ContextLocks,
@@ -60,16 +65,20 @@ impl std::fmt::Debug for Agent {
 }
 
 impl Agent {
-    /// An agent over `store` answering with `backend`.
+    /// An agent over `store` answering with `backend`, within the owners' `budgets`.
     pub fn new(
         store: Store,
         backend: Backend,
+        budgets: Arc<Budgets>,
+        metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
         settings: AgentSettings,
     ) -> Self {
         Self {
             store,
             backend,
+            budgets,
+            metrics,
             clock,
             settings,
             locks: ContextLocks::default(),
@@ -83,15 +92,21 @@ impl Agent {
         self
     }
 
-    /// Answers one JSON-RPC request body; always the body of a JSON-RPC response object.
-    pub async fn handle(&self, peer: &AuthenticatedPeer, body: &[u8]) -> String {
+    /// Answers one JSON-RPC request body from `client`; always the body of a JSON-RPC response
+    /// object.
+    pub async fn handle(
+        &self,
+        peer: &AuthenticatedPeer,
+        client: Option<IpAddr>,
+        body: &[u8],
+    ) -> String {
         let request = match jsonrpc::parse_request(body) {
             Ok(request) => request,
             Err(failure) => return jsonrpc::failure(&failure.id, &failure.error),
         };
         let params = request.params.as_deref();
         let outcome = match request.method {
-            Method::SendMessage => self.send_message(peer, params).await,
+            Method::SendMessage => self.send_message(peer, client, params).await,
             Method::GetTask => self.get_task(peer, params).await,
             Method::CancelTask => self.cancel_task(peer, params).await,
             Method::GetExtendedAgentCard => Ok(self.extended_card.clone()),
@@ -108,6 +123,7 @@ impl Agent {
     async fn send_message(
         &self,
         peer: &AuthenticatedPeer,
+        client: Option<IpAddr>,
         params: Option<&RawValue>,
     ) -> Result<Box<RawValue>, RpcError> {
         let params: SendMessageParams = jsonrpc::parse_params(params)?;
@@ -154,37 +170,89 @@ impl Agent {
         }
         let text = truncate_text(text, self.settings.max_text_bytes);
 
-        // Long enough for one message ahead to finish (it is bounded by the backend timeout),
-        // short enough that a queue does not pile up behind a stuck model.
-        let wait = self.settings.backend_timeout.mul_f32(1.5);
-        let _turn = self
-            .locks
-            .acquire(peer.id(), &context_id, wait)
+        // The turn runs as the peer's owner: their switch and budget decide before the model
+        // is asked.
+        let refusal = self
+            .budgets
+            .check(peer.owner_id())
             .await
-            .ok_or(RpcError::ContextBusy)?;
-        // A context peergate just named has no history yet: skip the read.
-        let history = if message.context_id.is_none() {
-            Vec::new()
+            .map_err(internal)?
+            .err();
+        let mut _turn = None;
+        let mut usage = None;
+        let mut audit = None;
+        let (state, reply, exchange) = if let Some(refusal) = refusal {
+            audit = Some(AuditEntry {
+                at: self.clock.now_millis(),
+                actor: format!("peer:{}", peer.name()),
+                action: "peer.refused_by_quota".to_owned(),
+                target: format!("peer:{}", peer.name()),
+                outcome: format!("refused: {}", refusal.reason()),
+                client: client.map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
+                detail: refusal.to_string(),
+                owner_id: Some(peer.owner_id().to_owned()),
+            });
+            (TaskState::Rejected, refusal.to_string(), Vec::new())
         } else {
-            self.store
-                .context_history(peer.id(), &context_id, self.settings.context_messages)
-                .await
-                .map_err(internal)?
-        };
-        let prompt = Prompt {
-            instructions: self.settings.instructions.clone(),
-            preface: preface(peer.name()),
-            history,
-            text,
-        };
-        let answer = match tokio::time::timeout(
-            self.settings.backend_timeout,
-            self.backend.complete(&prompt),
-        )
-        .await
-        {
-            Ok(answer) => answer,
-            Err(_) => Err(BackendError::Timeout),
+            // Long enough for one message ahead to finish (it is bounded by the backend
+            // timeout), short enough that a queue does not pile up behind a stuck model.
+            let wait = self.settings.backend_timeout.mul_f32(1.5);
+            _turn = Some(
+                self.locks
+                    .acquire(peer.id(), &context_id, wait)
+                    .await
+                    .ok_or(RpcError::ContextBusy)?,
+            );
+            // A context peergate just named has no history yet: skip the read.
+            let history = if message.context_id.is_none() {
+                Vec::new()
+            } else {
+                self.store
+                    .context_history(peer.id(), &context_id, self.settings.context_messages)
+                    .await
+                    .map_err(internal)?
+            };
+            let prompt = Prompt {
+                instructions: self.settings.instructions.clone(),
+                preface: preface(peer.name()),
+                history,
+                text: text.clone(),
+            };
+            let started = std::time::Instant::now();
+            let answer = match tokio::time::timeout(
+                self.settings.backend_timeout,
+                self.backend.complete(&prompt),
+            )
+            .await
+            {
+                Ok(answer) => answer,
+                Err(_) => Err(BackendError::Timeout),
+            };
+            self.metrics.backend_latency(started.elapsed());
+            match answer {
+                Ok(completion) => {
+                    let tokens = completion
+                        .usage
+                        .prompt_tokens
+                        .saturating_add(completion.usage.completion_tokens);
+                    usage = Some(self.budgets.record(peer.owner_id(), tokens));
+                    let exchange = vec![
+                        ConversationMessage {
+                            role: ConversationRole::Peer,
+                            text: text.clone(),
+                        },
+                        ConversationMessage {
+                            role: ConversationRole::Agent,
+                            text: completion.text.clone(),
+                        },
+                    ];
+                    (TaskState::Completed, completion.text, exchange)
+                }
+                Err(error) => {
+                    tracing::warn!(peer = %peer.name(), error = %error, "backend gave no answer");
+                    (TaskState::Failed, failure_text(&error), Vec::new())
+                }
+            }
         };
 
         let task_id = new_id();
@@ -198,27 +266,7 @@ impl Agent {
                 text: text.to_owned(),
             }],
         };
-        let user_message = message_for(Role::User, message.message_id.clone(), &prompt.text);
-        let (state, reply, exchange) = match &answer {
-            Ok(completion) => (
-                TaskState::Completed,
-                completion.text.clone(),
-                vec![
-                    ConversationMessage {
-                        role: ConversationRole::Peer,
-                        text: prompt.text.clone(),
-                    },
-                    ConversationMessage {
-                        role: ConversationRole::Agent,
-                        text: completion.text.clone(),
-                    },
-                ],
-            ),
-            Err(error) => {
-                tracing::warn!(task_id = %task_id, peer = %peer.name(), error = %error, "backend gave no answer");
-                (TaskState::Failed, failure_text(error), Vec::new())
-            }
-        };
+        let user_message = message_for(Role::User, message.message_id.clone(), &text);
         let agent_message = message_for(Role::Agent, uuid::Uuid::new_v4().to_string(), &reply);
         let artifacts = match state {
             TaskState::Completed => vec![Artifact {
@@ -260,9 +308,16 @@ impl Agent {
                 now,
                 expires_at: now.saturating_add(retention),
                 messages: exchange,
+                usage,
+                audit,
             })
             .await
             .map_err(internal)?;
+        self.metrics.task_finished(match state {
+            TaskState::Completed => FinalState::Completed,
+            TaskState::Rejected => FinalState::Rejected,
+            _ => FinalState::Failed,
+        });
         RawValue::from_string(answer).map_err(internal)
     }
 

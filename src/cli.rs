@@ -1,12 +1,12 @@
-//! The command line: `serve`, and `peer add|list|revoke` acting on the same store.
+//! The command line: `serve`; `peer`, `admin` and `audit` acting on the same store through the
+//! same account service as the admin API.
 
-use crate::auth::password::{MIN_PASSWORD_CHARS, hash_password};
-use crate::clock::{Clock, SystemClock, rfc3339_millis};
+use crate::admin::{AccountDefaults, AccountService, BudgetChange, Caller, NewPeer};
+use crate::clock::{Clock, SystemClock, parse_rfc3339, rfc3339_millis};
 use crate::policy::MAX_RATE_PER_MINUTE;
 use crate::policy::Policy;
 use crate::server::{GatewayOptions, start};
-use crate::store::{PeerRecord, Store};
-use crate::token::{self, CredentialKind};
+use crate::store::Store;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,12 +30,27 @@ enum Command {
         /// Address to listen on [default: server.listen from the policy].
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
+        /// Address of the admin API [default: server.admin_listen from the policy].
+        #[arg(long, value_name = "ADDR")]
+        admin_listen: Option<SocketAddr>,
         #[command(flatten)]
         data: DataDir,
     },
     /// Manage partner agents and their tokens.
     #[command(subcommand)]
     Peer(PeerCommand),
+    /// Manage administrators: the owners of peers, their budgets and their admin API access.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Print the audit log: who changed what, refused logins and quota refusals.
+    Audit {
+        /// Only records from this time on: RFC 3339 (2026-11-30T08:00:00Z), a date, or an age
+        /// such as 30m, 24h or 7d.
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Manage the keys that sign the Agent Card.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -80,22 +95,103 @@ enum KeysCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Add an administrator. The password is read from standard input (one line), or asked for
+    /// when standard input is a terminal; never taken from the command line.
+    Add {
+        /// Name (also the Basic login): 1 to 64 of letters, digits and ._-
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// List administrators, their status and budgets. Never a secret.
+    List {
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Disable an administrator: no more sign-ins, their tokens stop, their peers' messages are
+    /// refused.
+    Disable {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Set an administrator's password (read like `admin add`).
+    Password {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Issue an administrator token for the admin API and print it, alone, on stdout. It is
+    /// shown only this once.
+    Token {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Set an administrator's model switch and token budgets.
+    Budget {
+        /// The administrator's name.
+        name: String,
+        /// Allow or forbid the model for this administrator's peers.
+        #[arg(long, value_parser = ["allow", "forbid"])]
+        model: Option<String>,
+        /// Tokens per UTC day.
+        #[arg(long, value_name = "N")]
+        tokens_per_day: Option<u64>,
+        /// Tokens per UTC month, or `default` for the policy's.
+        #[arg(long, value_name = "N|default")]
+        tokens_per_month: Option<String>,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Print the admin API's OpenAPI document (the same the admin listener serves).
+    Openapi,
+}
+
+#[derive(Debug, Subcommand)]
 enum PeerCommand {
     /// Add a peer and print its token, alone, on stdout. The token is shown only this once.
     Add {
         /// Name: 1 to 64 of letters, digits and ._-
         name: String,
+        /// The administrator the peer acts for [default: peers.default_owner from the policy].
+        #[arg(long, value_name = "NAME")]
+        owner: Option<String>,
         /// Request quota, as N/min [default: peers.default_rate_per_minute from the policy].
         #[arg(long, value_name = "N/min", value_parser = parse_rate)]
         rate: Option<u32>,
-        /// Policy file, for the default quota.
+        /// Policy file, for the defaults.
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
         #[command(flatten)]
         data: DataDir,
     },
-    /// List peers: name, id, status, limit, created, last used. Never a secret.
+    /// List peers: name, owner, status, limit, created, last used, expiry. Never a secret.
     List {
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Set when a peer stops being let in (RFC 3339 or a date), or `never`.
+    Expire {
+        /// The peer's name.
+        name: String,
+        /// RFC 3339 (2027-01-31T00:00:00Z), a date, or `never`.
+        when: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Issue a new token for a peer and print it, alone, on stdout. The old token stops at
+    /// once, or after the grace period.
+    Rotate {
+        /// The peer's name.
+        name: String,
+        /// Seconds the old token keeps working (at most 30 days).
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        grace: u64,
         #[command(flatten)]
         data: DataDir,
     },
@@ -166,19 +262,38 @@ fn parse_rate(value: &str) -> Result<u32, String> {
     }
 }
 
-fn check_peer_name(name: &str) -> Result<(), CliError> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(CliError(format!(
-            "invalid peer name {name:?}: use 1 to 64 of letters, digits and ._-"
-        )))
+/// The account service over the store in `data`, with the defaults of `policy`.
+async fn accounts(data: &DataDir, policy: Option<&Policy>) -> Result<AccountService, CliError> {
+    let store = Store::open(&data.dir).await?;
+    let defaults = AccountDefaults {
+        default_owner: policy.and_then(|p| p.peers.default_owner.clone()),
+        rate_per_minute: policy.map_or(30, |p| p.peers.default_rate_per_minute),
+    };
+    Ok(AccountService::new(store, Arc::new(SystemClock), defaults))
+}
+
+/// A time given on the command line: RFC 3339, a date, or an age (`30m`, `24h`, `7d`).
+fn parse_when(text: &str, now: i64) -> Result<i64, CliError> {
+    if let Some(at) = parse_rfc3339(text) {
+        return Ok(at);
+    }
+    let unit = match text.chars().last() {
+        Some('m') => 60_000,
+        Some('h') => 3_600_000,
+        Some('d') => 86_400_000,
+        _ => 0,
+    };
+    let amount = text[..text.len().saturating_sub(1)].parse::<i64>().ok();
+    match amount {
+        Some(n) if unit > 0 && n >= 0 => Ok(now - n.saturating_mul(unit)),
+        _ => Err(CliError(format!(
+            "cannot read the time {text:?}: use RFC 3339 (2026-11-30T08:00:00Z), a date (2026-11-30) or an age (30m, 24h, 7d)"
+        ))),
     }
 }
+
+const CACHE_NOTE: &str =
+    "A running server applies it within auth.credential_cache_seconds (2 s by default).";
 
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
@@ -187,6 +302,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve {
             policy,
             listen,
+            admin_listen,
             data,
         } => {
             let (policy, policy_source) = Policy::load(policy.as_deref())?;
@@ -195,6 +311,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 policy_source,
                 data_dir: data.dir,
                 listen,
+                admin_listen,
                 clock: Arc::new(clock),
             })
             .await?;
@@ -204,59 +321,53 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Peer(PeerCommand::Add {
             name,
+            owner,
             rate,
             policy,
             data,
         }) => {
-            check_peer_name(&name)?;
-            let rate = match rate {
-                Some(rate) => rate,
-                None => {
-                    Policy::load(policy.as_deref())?
-                        .0
-                        .peers
-                        .default_rate_per_minute
-                }
-            };
-            let store = Store::open(&data.dir).await?;
-            let issued = token::issue(CredentialKind::PeerToken)
-                .map_err(|e| CliError(format!("no randomness: {e}")))?;
-            let peer = PeerRecord {
-                id: format!("peer_{}", uuid::Uuid::new_v4().simple()),
-                name: name.clone(),
-                status: "active".to_owned(),
-                rate_per_minute: rate,
-                created_at: clock.now_millis(),
-                last_used_at: None,
-            };
-            store
-                .add_peer(&peer, &issued.token_id, &issued.secret_hash)
-                .await?;
-            store.close().await;
+            let policy = Policy::load(policy.as_deref())?.0;
+            let accounts = accounts(&data, Some(&policy)).await?;
+            let created = accounts
+                .create_peer(
+                    &Caller::operator(),
+                    NewPeer {
+                        name: name.clone(),
+                        owner,
+                        rate_per_minute: rate,
+                        expires_at: None,
+                    },
+                )
+                .await;
+            accounts.store().close().await;
+            let created = created?;
             eprintln!(
-                "added peer {name} ({}, {rate}/min). Its token is on stdout and is not shown again.",
-                peer.id
+                "added peer {name} ({}, owned by {}, {}/min). Its token is on stdout and is not shown again.",
+                created.peer.id, created.peer.owner_name, created.peer.rate_per_minute
             );
-            println!("{}", issued.token);
+            println!("{}", created.token);
             Ok(())
         }
         Command::Peer(PeerCommand::List { data }) => {
-            let store = Store::open(&data.dir).await?;
-            let peers = store.list_peers().await?;
-            store.close().await;
+            let accounts = accounts(&data, None).await?;
+            let peers = accounts.list_peers(&Caller::operator()).await;
+            accounts.store().close().await;
             println!(
-                "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24}",
-                "NAME", "ID", "STATUS", "LIMIT", "CREATED", "LAST USED"
+                "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
+                "NAME", "ID", "STATUS", "LIMIT", "CREATED", "LAST USED", "OWNER", "EXPIRES"
             );
-            for peer in peers {
+            for peer in peers? {
                 println!(
-                    "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24}",
+                    "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
                     peer.name,
                     peer.id,
                     peer.status,
                     format!("{}/min", peer.rate_per_minute),
                     rfc3339_millis(peer.created_at),
                     peer.last_used_at
+                        .map_or_else(|| "never".to_owned(), rfc3339_millis),
+                    peer.owner_name,
+                    peer.expires_at
                         .map_or_else(|| "never".to_owned(), rfc3339_millis),
                 );
             }
@@ -314,56 +425,229 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Peer(PeerCommand::Limit { name, rate, data }) => {
-            let store = Store::open(&data.dir).await?;
-            store.set_peer_rate(&name, rate).await?;
-            store.close().await;
-            eprintln!(
-                "peer {name} may now make {rate} requests a minute. A running server applies it within auth.credential_cache_seconds (2 s by default)."
-            );
+            let accounts = accounts(&data, None).await?;
+            let done = accounts.set_limit(&Caller::operator(), &name, rate).await;
+            accounts.store().close().await;
+            done?;
+            eprintln!("peer {name} may now make {rate} requests a minute. {CACHE_NOTE}");
+            Ok(())
+        }
+        Command::Peer(PeerCommand::Expire { name, when, data }) => {
+            let at = if when == "never" {
+                None
+            } else {
+                Some(parse_rfc3339(&when).ok_or_else(|| {
+                    CliError(format!(
+                        "cannot read {when:?}: use RFC 3339 (2027-01-31T00:00:00Z), a date, or never"
+                    ))
+                })?)
+            };
+            let accounts = accounts(&data, None).await?;
+            let done = accounts.set_expiry(&Caller::operator(), &name, at).await;
+            accounts.store().close().await;
+            done?;
+            match at {
+                Some(at) => eprintln!(
+                    "peer {name} expires at {}. {CACHE_NOTE}",
+                    rfc3339_millis(at)
+                ),
+                None => eprintln!("peer {name} no longer expires."),
+            }
             Ok(())
         }
         Command::Peer(PeerCommand::Password { name, data }) => {
-            let password = read_password(&name)?;
-            if password.chars().count() < MIN_PASSWORD_CHARS {
-                return Err(CliError(format!(
-                    "the password is too short: use at least {MIN_PASSWORD_CHARS} characters"
-                )));
-            }
-            let phc = tokio::task::spawn_blocking(move || hash_password(&password))
-                .await
-                .map_err(|e| CliError(e.to_string()))??;
-            let store = Store::open(&data.dir).await?;
-            store.set_peer_password(&name, &phc).await?;
-            store.close().await;
+            let password = read_password(&format!("peer {name}"))?;
+            let accounts = accounts(&data, None).await?;
+            let done = accounts
+                .set_peer_password(&Caller::operator(), &name, password)
+                .await;
+            accounts.store().close().await;
+            done?;
             eprintln!("password set for peer {name} (stored as an Argon2id hash).");
             Ok(())
         }
         Command::Peer(PeerCommand::Key { name, data }) => {
-            let store = Store::open(&data.dir).await?;
-            let issued = token::issue(CredentialKind::ApiKey)
-                .map_err(|e| CliError(format!("no randomness: {e}")))?;
-            store
-                .replace_api_key(
-                    &name,
-                    &issued.token_id,
-                    &issued.secret_hash,
-                    clock.now_millis(),
-                )
-                .await?;
-            store.close().await;
+            let accounts = accounts(&data, None).await?;
+            let key = accounts.issue_api_key(&Caller::operator(), &name).await;
+            accounts.store().close().await;
+            let key = key?;
             eprintln!(
                 "issued an API key for peer {name}; any earlier key stopped working. It is on stdout and is not shown again."
             );
-            println!("{}", issued.token);
+            println!("{key}");
+            Ok(())
+        }
+        Command::Peer(PeerCommand::Rotate { name, grace, data }) => {
+            let accounts = accounts(&data, None).await?;
+            let rotated = accounts.rotate(&Caller::operator(), &name, grace).await;
+            accounts.store().close().await;
+            let rotated = rotated?;
+            match rotated.previous_valid_until {
+                Some(until) => eprintln!(
+                    "issued a new token for peer {name}; the old one works until {}. The new token is on stdout and is not shown again.",
+                    rfc3339_millis(until)
+                ),
+                None => eprintln!(
+                    "issued a new token for peer {name}; the old one stopped. {CACHE_NOTE} The new token is on stdout and is not shown again."
+                ),
+            }
+            println!("{}", rotated.token);
             Ok(())
         }
         Command::Peer(PeerCommand::Revoke { name, data }) => {
-            let store = Store::open(&data.dir).await?;
-            store.revoke_peer(&name, clock.now_millis()).await?;
-            store.close().await;
+            let accounts = accounts(&data, None).await?;
+            let done = accounts.revoke(&Caller::operator(), &name).await;
+            accounts.store().close().await;
+            done?;
+            eprintln!("revoked peer {name}. {CACHE_NOTE}");
+            Ok(())
+        }
+        Command::Admin(command) => run_admin(command).await,
+        Command::Audit { since, data } => {
+            let since = since
+                .map(|s| parse_when(&s, clock.now_millis()))
+                .transpose()?
+                .unwrap_or(i64::MIN);
+            let accounts = accounts(&data, None).await?;
+            let records = accounts.audit(&Caller::operator(), since).await;
+            accounts.store().close().await;
+            for record in records? {
+                let e = record.entry;
+                println!(
+                    "{}  {:<20} {:<22} {:<24} {:<40} {:<16} {}",
+                    rfc3339_millis(e.at),
+                    e.actor,
+                    e.action,
+                    e.target,
+                    e.outcome,
+                    e.client,
+                    e.detail
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
+    let operator = Caller::operator();
+    match command {
+        AdminCommand::Add { name, data } => {
+            let password = read_password(&format!("administrator {name}"))?;
+            let accounts = accounts(&data, None).await?;
+            let added = accounts.add_admin(&operator, &name, Some(password)).await;
+            accounts.store().close().await;
+            let added = added?;
             eprintln!(
-                "revoked peer {name}. A running server refuses its tokens within auth.credential_cache_seconds (2 s by default)."
+                "added administrator {name} ({}); password stored as an Argon2id hash.",
+                added.id
             );
+            Ok(())
+        }
+        AdminCommand::List { data } => {
+            let accounts = accounts(&data, None).await?;
+            let admins = accounts.list_admins().await;
+            accounts.store().close().await;
+            println!(
+                "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16}  {:<24}",
+                "NAME", "STATUS", "PASSWORD", "MODEL", "TOKENS/DAY", "TOKENS/MONTH", "CREATED"
+            );
+            let show = |n: Option<u64>| n.map_or_else(|| "default".to_owned(), |n| n.to_string());
+            for admin in admins? {
+                println!(
+                    "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16}  {:<24}",
+                    admin.name,
+                    admin.status,
+                    if admin.has_password { "set" } else { "none" },
+                    if admin.model_allowed {
+                        "allowed"
+                    } else {
+                        "forbidden"
+                    },
+                    show(admin.tokens_per_day),
+                    show(admin.tokens_per_month),
+                    rfc3339_millis(admin.created_at),
+                );
+            }
+            Ok(())
+        }
+        AdminCommand::Disable { name, data } => {
+            let accounts = accounts(&data, None).await?;
+            let done = accounts.disable_admin(&operator, &name).await;
+            accounts.store().close().await;
+            done?;
+            eprintln!(
+                "disabled administrator {name}: no more sign-ins, their tokens stopped, their peers' messages are refused. {CACHE_NOTE}"
+            );
+            Ok(())
+        }
+        AdminCommand::Password { name, data } => {
+            let password = read_password(&format!("administrator {name}"))?;
+            let accounts = accounts(&data, None).await?;
+            let done = accounts
+                .set_admin_password(&operator, &name, password)
+                .await;
+            accounts.store().close().await;
+            done?;
+            eprintln!("password set for administrator {name} (stored as an Argon2id hash).");
+            Ok(())
+        }
+        AdminCommand::Token { name, data } => {
+            let accounts = accounts(&data, None).await?;
+            let token = accounts.issue_admin_token(&operator, &name).await;
+            accounts.store().close().await;
+            let token = token?;
+            eprintln!(
+                "issued an admin API token for {name}. It is on stdout and is not shown again."
+            );
+            println!("{token}");
+            Ok(())
+        }
+        AdminCommand::Budget {
+            name,
+            model,
+            tokens_per_day,
+            tokens_per_month,
+            data,
+        } => {
+            let tokens_per_month = match tokens_per_month.as_deref() {
+                None => None,
+                Some("default") => Some(None),
+                Some(n) => Some(Some(n.parse::<u64>().map_err(|_| {
+                    CliError(format!(
+                        "--tokens-per-month: expected a number of tokens or `default` (got {n:?})"
+                    ))
+                })?)),
+            };
+            let change = BudgetChange {
+                model_allowed: model.map(|m| m == "allow"),
+                tokens_per_day,
+                tokens_per_month,
+            };
+            let accounts = accounts(&data, None).await?;
+            let admin = accounts.set_budget(&operator, &name, change).await;
+            accounts.store().close().await;
+            let admin = admin?;
+            let show = |n: Option<u64>| {
+                n.map_or_else(|| "the policy's default".to_owned(), |n| n.to_string())
+            };
+            eprintln!(
+                "administrator {name}: model {}, tokens per day {}, per month {}. {CACHE_NOTE}",
+                if admin.model_allowed {
+                    "allowed"
+                } else {
+                    "forbidden"
+                },
+                show(admin.tokens_per_day),
+                show(admin.tokens_per_month)
+            );
+            Ok(())
+        }
+        AdminCommand::Openapi => {
+            let document = crate::admin::api::openapi()
+                .to_pretty_json()
+                .map_err(|e| CliError(e.to_string()))?;
+            println!("{document}");
             Ok(())
         }
     }
@@ -380,10 +664,10 @@ async fn read_source(source: &str, policy: &crate::fetch::FetchPolicy) -> Result
 }
 
 /// One line from standard input, or a prompt without echo when it is a terminal.
-fn read_password(name: &str) -> Result<String, CliError> {
+fn read_password(whose: &str) -> Result<String, CliError> {
     use std::io::{BufRead, IsTerminal};
     let line = if std::io::stdin().is_terminal() {
-        rpassword::prompt_password(format!("Password for peer {name}: "))?
+        rpassword::prompt_password(format!("Password for {whose}: "))?
     } else {
         let mut line = String::new();
         std::io::stdin().lock().read_line(&mut line)?;

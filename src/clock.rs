@@ -96,6 +96,66 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (the inverse of `civil_from_days`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year - era * 400;
+    let mp = (i64::from(month) + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses `YYYY-MM-DD` (midnight UTC) or `YYYY-MM-DDTHH:MM:SS[.fff]Z` into epoch milliseconds.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let digits = text.get(range)?;
+        digits
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| digits.parse().ok())?
+    };
+    let b = text.as_bytes();
+    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let month = u32::try_from(month).ok().filter(|m| (1..=12).contains(m))?;
+    let day = u32::try_from(day).ok().filter(|d| (1..=31).contains(d))?;
+    let days = days_from_civil(year, month, day);
+    // A day past the month's end (2026-02-30) would roll over: refuse it.
+    if civil_from_days(days) != (year, month, day) {
+        return None;
+    }
+    let mut millis = days * 86_400_000;
+    if b.len() == 10 {
+        return Some(millis);
+    }
+    let rest = &text[10..];
+    let rest = rest.strip_prefix('T').or_else(|| rest.strip_prefix('t'))?;
+    let rest = rest.strip_suffix('Z').or_else(|| rest.strip_suffix('z'))?;
+    let (clock, fraction) = rest.split_once('.').unwrap_or((rest, ""));
+    let parts: Vec<&str> = clock.split(':').collect();
+    let [h, m, sec] = parts.as_slice() else {
+        return None;
+    };
+    let field = |t: &str, max: i64| -> Option<i64> {
+        (t.len() == 2 && t.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| t.parse().ok())?
+            .filter(|v| *v <= max)
+    };
+    millis += field(h, 23)? * 3_600_000 + field(m, 59)? * 60_000 + field(sec, 59)? * 1000;
+    if !fraction.is_empty() {
+        if fraction.len() > 9 || !fraction.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        let ms: String = fraction.chars().chain("000".chars()).take(3).collect();
+        millis += ms.parse::<i64>().ok()?;
+    }
+    Some(millis)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +168,24 @@ mod tests {
             rfc3339_millis(1_798_761_599_999),
             "2026-12-31T23:59:59.999Z"
         );
+    }
+
+    #[test]
+    fn parses_what_it_formats() {
+        for millis in [0, 1_795_996_800_123, 951_782_400_000, -86_400_000] {
+            assert_eq!(parse_rfc3339(&rfc3339_millis(millis)), Some(millis));
+        }
+        assert_eq!(parse_rfc3339("2026-11-30"), Some(1_795_996_800_000));
+        for bad in [
+            "2026-02-30",
+            "2026-13-01",
+            "2026-11-30T24:00:00Z",
+            "2026-11-30T10:00:00",
+            "30/11/2026",
+            "2026-11-30T10:00:00+01:00",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
     }
 
     #[test]

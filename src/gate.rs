@@ -31,6 +31,8 @@
 //! ```
 
 use crate::jsonrpc::{self, RpcError, RpcId};
+use crate::metrics::Rejection;
+use axum::Extension;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, header};
 use axum::response::{IntoResponse, Response};
@@ -196,11 +198,16 @@ where
                         Err(_) => RpcId::Null,
                     };
                     let body = jsonrpc::failure(&id, &refusal);
+                    let reason = match refusal {
+                        RpcError::ExtensionSupportRequired { .. } => "extension_required",
+                        _ => "version_not_supported",
+                    };
                     Ok((
                         [(
                             header::CONTENT_TYPE,
                             HeaderValue::from_static("application/json"),
                         )],
+                        Extension(Rejection(reason)),
                         body,
                     )
                         .into_response())

@@ -2,9 +2,11 @@
 #![doc = "peergate: a security-focused edge gateway for A2A 1.0 partner agents."]
 
 pub mod a2a;
+pub mod admin;
 pub mod agent;
 pub mod auth;
 pub mod backend;
+pub mod budget;
 pub mod card;
 pub mod cli;
 pub mod client_addr;
@@ -17,6 +19,7 @@ pub mod jsonrpc;
 pub mod jws;
 pub mod keys;
 pub mod limit;
+pub mod metrics;
 pub mod policy;
 pub mod server;
 pub mod store;

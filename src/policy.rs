@@ -91,6 +91,9 @@ pub struct Policy {
     /// `[signing]`
     #[serde(default)]
     pub signing: SigningPolicy,
+    /// `[budgets]`
+    #[serde(default)]
+    pub budgets: BudgetsPolicy,
 }
 
 /// `[signing]`: the keys that sign the Agent Card.
@@ -145,6 +148,13 @@ pub struct ServerPolicy {
     /// Proxies whose `X-Forwarded-For` is believed (CIDRs).
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+    /// Address of the admin API's own listener (loopback).
+    #[serde(default = "default_admin_listen")]
+    pub admin_listen: SocketAddr,
+}
+
+fn default_admin_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8081))
 }
 
 fn default_a2a_path() -> String {
@@ -283,14 +293,43 @@ pub struct PeersPolicy {
     /// Requests per minute for a peer added without `--rate`.
     #[serde(default = "default_rate_per_minute")]
     pub default_rate_per_minute: u32,
+    /// Owner of peers added on the command line without `--owner`.
+    #[serde(default)]
+    pub default_owner: Option<String>,
 }
 
 impl Default for PeersPolicy {
     fn default() -> Self {
         Self {
             default_rate_per_minute: default_rate_per_minute(),
+            default_owner: None,
         }
     }
+}
+
+/// `[budgets]`: model budgets of administrators who have none of their own.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetsPolicy {
+    /// Tokens per UTC day.
+    #[serde(default = "default_tokens_per_day")]
+    pub tokens_per_day: u64,
+    /// Tokens per UTC month; months are not budgeted when absent.
+    #[serde(default)]
+    pub tokens_per_month: Option<u64>,
+}
+
+impl Default for BudgetsPolicy {
+    fn default() -> Self {
+        Self {
+            tokens_per_day: default_tokens_per_day(),
+            tokens_per_month: None,
+        }
+    }
+}
+
+fn default_tokens_per_day() -> u64 {
+    1_000_000
 }
 
 fn default_rate_per_minute() -> u32 {
@@ -481,6 +520,36 @@ impl Policy {
             return Err(invalid(
                 "server.public_base_url",
                 "must be an http(s) URL without a trailing `/`, e.g. https://gateway.example.com",
+            ));
+        }
+        if !self.server.admin_listen.ip().is_loopback() {
+            return Err(invalid(
+                "server.admin_listen",
+                "must be a loopback address: the admin API takes passwords and has no TLS of its own (put a TLS proxy on this host in front of it)",
+            ));
+        }
+        if self.server.admin_listen.port() != 0
+            && self.server.admin_listen.port() == self.server.listen.port()
+            && (self.server.listen.ip().is_unspecified()
+                || self.server.listen.ip() == self.server.admin_listen.ip())
+        {
+            return Err(invalid(
+                "server.admin_listen",
+                "must not be the door's address: the admin API has its own port",
+            ));
+        }
+        if let Some(owner) = &self.peers.default_owner
+            && crate::admin::service::check_name("", owner).is_err()
+        {
+            return Err(invalid(
+                "peers.default_owner",
+                "must be 1 to 64 of letters, digits and ._-",
+            ));
+        }
+        if self.budgets.tokens_per_day == 0 || self.budgets.tokens_per_month == Some(0) {
+            return Err(invalid(
+                "budgets",
+                "a budget must be at least 1 token (forbid the model per administrator with `peergate admin budget NAME --model forbid`)",
             ));
         }
         if !(1024..=64 * 1024 * 1024).contains(&self.server.max_body_bytes) {

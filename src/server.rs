@@ -1,8 +1,11 @@
 //! Wiring: the routes, their layers, and the listener.
 
+use crate::admin::api::AdminState;
+use crate::admin::{AccountDefaults, AccountService, AdminAuthenticator, ChangeListener};
 use crate::agent::{Agent, AgentSettings};
 use crate::auth::{AuthLayer, AuthRefusal, AuthSettings, AuthenticatedPeer, PeerAuthenticator};
 use crate::backend::{Backend, BackendSetupError};
+use crate::budget::{BudgetDefaults, Budgets};
 use crate::card;
 use crate::client_addr::ClientAddr;
 use crate::client_addr::ClientAddrLayer;
@@ -10,6 +13,7 @@ use crate::clock::Clock;
 use crate::document::{self, CachedDocument};
 use crate::gate::GateLayer;
 use crate::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
+use crate::metrics::{Metrics, MetricsLayer};
 use crate::policy::{Policy, PolicySource};
 use crate::store::{Store, StoreError};
 use crate::{jws, keys};
@@ -26,7 +30,6 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 
@@ -40,6 +43,8 @@ pub struct GatewayOptions {
     pub data_dir: PathBuf,
     /// Overrides `server.listen`.
     pub listen: Option<SocketAddr>,
+    /// Overrides `server.admin_listen`.
+    pub admin_listen: Option<SocketAddr>,
     /// The clock; tests pass a manual one.
     pub clock: Arc<dyn Clock>,
 }
@@ -73,8 +78,12 @@ pub struct RunningGateway {
     pub local_addr: SocketAddr,
     /// The door's URL as the card advertises it.
     pub door_url: String,
-    shutdown: Option<oneshot::Sender<()>>,
+    /// The admin API's bound address.
+    pub admin_addr: SocketAddr,
+    shutdown: Option<tokio::sync::watch::Sender<bool>>,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    admin_serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    accounts: AccountService,
     sweeper: tokio::task::JoinHandle<()>,
     store: Store,
     authenticator: Arc<PeerAuthenticator>,
@@ -84,9 +93,10 @@ impl RunningGateway {
     /// Stops accepting, lets in-flight requests finish, and closes the store.
     pub async fn shutdown(mut self) {
         if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
+            let _ = tx.send(true);
         }
         let _ = (&mut self.serving).await;
+        let _ = (&mut self.admin_serving).await;
         self.sweeper.abort();
         self.store.close().await;
     }
@@ -101,12 +111,10 @@ impl RunningGateway {
         self.authenticator.password_peak_concurrency()
     }
 
-    /// Revokes a peer through this running server: written to the store, and the peer's cached
-    /// credentials dropped, so the very next request is refused.
-    pub async fn revoke_peer(&self, name: &str, now_millis: i64) -> Result<(), StoreError> {
-        let peer_id = self.store.revoke_peer(name, now_millis).await?;
-        self.authenticator.forget_peer(&peer_id);
-        Ok(())
+    /// The account service of this running server: changes made through it drop what the
+    /// server cached, so they apply to the very next request.
+    pub fn accounts(&self) -> &AccountService {
+        &self.accounts
     }
 
     /// Serves until `signal` completes, then shuts down gracefully.
@@ -141,6 +149,17 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         })?;
     let local_addr = listener.local_addr().map_err(|e| StartError::Bind {
         addr,
+        reason: e.kind(),
+    })?;
+    let admin_bind = options.admin_listen.unwrap_or(policy.server.admin_listen);
+    let admin_listener = tokio::net::TcpListener::bind(admin_bind)
+        .await
+        .map_err(|e| StartError::Bind {
+            addr: admin_bind,
+            reason: e.kind(),
+        })?;
+    let admin_addr = admin_listener.local_addr().map_err(|e| StartError::Bind {
+        addr: admin_bind,
         reason: e.kind(),
     })?;
     let door_url = card::door_url(&policy, local_addr);
@@ -215,8 +234,27 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         max_text_bytes: policy.tasks.max_text_bytes,
         backend_timeout: Duration::from_secs(policy.model.timeout_seconds),
     };
+    let metrics = Arc::new(Metrics::default());
+    let cache_ttl = Duration::from_secs(policy.auth.credential_cache_seconds);
+    let budgets = Arc::new(Budgets::new(
+        store.clone(),
+        options.clock.clone(),
+        BudgetDefaults {
+            tokens_per_day: policy.budgets.tokens_per_day,
+            tokens_per_month: policy.budgets.tokens_per_month,
+        },
+        cache_ttl,
+    ));
     let agent = Arc::new(
-        Agent::new(store.clone(), backend, options.clock.clone(), settings).with_extended_card(
+        Agent::new(
+            store.clone(),
+            backend,
+            budgets.clone(),
+            metrics.clone(),
+            options.clock.clone(),
+            settings,
+        )
+        .with_extended_card(
             serde_json::value::RawValue::from_string(extended_json).map_err(|e| config(&e))?,
         ),
     );
@@ -225,7 +263,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
             .map_err(|e| config(&e))?,
         api_key_header_label: policy.auth.api_key_header.clone(),
-        cache_ttl: Duration::from_secs(policy.auth.credential_cache_seconds),
+        cache_ttl,
         password_checks_at_once: policy.auth.password_checks_at_once,
         failed_auth_quota: Quota::per_minute(policy.limits.failed_auth_per_ip_per_minute),
         tracked_addresses: policy.limits.tracked_addresses,
@@ -282,47 +320,118 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         .merge(guarded)
         .fallback(not_found)
         .with_state(state)
-        .layer(CatchPanicLayer::custom(panic_response));
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(MetricsLayer::new(metrics.clone(), &a2a_path));
 
-    let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-    let serving = tokio::spawn(async move {
+    let accounts = AccountService::new(
+        store.clone(),
+        options.clock.clone(),
+        AccountDefaults {
+            default_owner: policy.peers.default_owner.clone(),
+            rate_per_minute: policy.peers.default_rate_per_minute,
+        },
+    )
+    .with_listener(Arc::new(ForgetOnChange {
+        authenticator: authenticator.clone(),
+        budgets: budgets.clone(),
+    }));
+    let admin_authenticator = Arc::new(
+        AdminAuthenticator::new(
+            accounts.clone(),
+            options.clock.clone(),
+            policy.limits.failed_auth_per_ip_per_minute,
+        )
+        .map_err(StartError::Config)?,
+    );
+    let admin_router = crate::admin::api::router(
+        AdminState::new(
+            accounts.clone(),
+            budgets.clone(),
+            metrics,
+            options.clock.clone(),
+        ),
+        admin_authenticator,
+    )
+    .layer(CatchPanicLayer::custom(panic_response));
+
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let serving = tokio::spawn(
         axum::serve(
             listener,
             router.into_make_service_with_connect_info::<SocketAddr>(),
         )
-        .with_graceful_shutdown(async move {
-            let _ = shutdown_rx.await;
-        })
-        .await
-    });
+        .with_graceful_shutdown(stopped(shutdown_rx.clone()))
+        .into_future(),
+    );
+    let admin_serving = tokio::spawn(
+        axum::serve(
+            admin_listener,
+            admin_router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stopped(shutdown_rx))
+        .into_future(),
+    );
     let sweeper = tokio::spawn(housekeeping(
         store.clone(),
         options.clock.clone(),
         per_ip,
         per_peer,
         authenticator.clone(),
+        budgets,
         JwksRefresh {
             published,
             document: jwks,
             day: today,
         },
     ));
+    tracing::info!("admin API on http://{admin_addr} (OpenAPI at /openapi.json)");
     tracing::info!(
         "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
     );
     Ok(RunningGateway {
         local_addr,
         door_url,
+        admin_addr,
         shutdown: Some(shutdown_tx),
         serving,
+        admin_serving,
+        accounts,
         sweeper,
         store,
         authenticator,
     })
 }
 
-async fn door(State(state): State<AppState>, peer: AuthenticatedPeer, body: Bytes) -> Response {
-    let answer = state.agent.handle(&peer, &body).await;
+/// Drops what the running gateway cached about a peer or an administrator when the account
+/// service changes it.
+struct ForgetOnChange {
+    authenticator: Arc<PeerAuthenticator>,
+    budgets: Arc<Budgets>,
+}
+
+impl ChangeListener for ForgetOnChange {
+    fn peer_changed(&self, peer_id: &str) {
+        self.authenticator.forget_peer(peer_id);
+    }
+
+    fn admin_changed(&self, admin_id: &str) {
+        self.budgets.forget(admin_id);
+    }
+}
+
+async fn door(
+    State(state): State<AppState>,
+    peer: AuthenticatedPeer,
+    client: Option<Extension<ClientAddr>>,
+    body: Bytes,
+) -> Response {
+    let answer = state
+        .agent
+        .handle(&peer, client.map(|c| c.0.ip()), &body)
+        .await;
     (
         [(
             header::CONTENT_TYPE,
@@ -408,6 +517,7 @@ async fn housekeeping(
     per_ip: PerIpLimitLayer,
     per_peer: PerPeerLimitLayer,
     authenticator: Arc<PeerAuthenticator>,
+    budgets: Arc<Budgets>,
     mut jwks: JwksRefresh,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
@@ -427,6 +537,7 @@ async fn housekeeping(
         per_ip.limiter().purge(now);
         per_peer.limiter().purge(now);
         authenticator.purge();
+        budgets.purge();
         match store.delete_expired_tasks(clock.now_millis()).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(removed = n, "expired tasks removed"),

@@ -5,6 +5,13 @@
 //! server open the same file, so `peergate peer revoke` works while the server runs.
 //! Timestamps are INTEGER epoch milliseconds, so the schema ports to PostgreSQL unchanged.
 
+mod accounts;
+
+pub use accounts::{
+    AdminLogin, AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary,
+    PeerUsage, WriteTx,
+};
+
 use crate::token::{CredentialKind, TokenSecretHash};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -29,6 +36,9 @@ pub enum StoreError {
     /// The peer was revoked and takes no new credentials.
     #[error("peer \"{0}\" is revoked")]
     RevokedPeer(String),
+    /// An administrator with that name already exists.
+    #[error("an administrator named \"{0}\" already exists")]
+    DuplicateAdmin(String),
     /// The data directory could not be prepared.
     #[error("cannot prepare the data directory: {0}")]
     DataDir(std::io::ErrorKind),
@@ -52,6 +62,12 @@ pub struct PeerRecord {
     pub created_at: i64,
     /// Last authenticated request, epoch ms (updated at most once a minute).
     pub last_used_at: Option<i64>,
+    /// The administrator the peer acts for.
+    pub owner_id: String,
+    /// That administrator's name.
+    pub owner_name: String,
+    /// When the peer stops being let in, epoch ms; `None` for never.
+    pub expires_at: Option<i64>,
 }
 
 /// What the authentication layer needs to decide about a token id.
@@ -67,6 +83,11 @@ pub struct CredentialRecord {
     pub active: bool,
     /// The peer's quota.
     pub rate_per_minute: u32,
+    /// The administrator the peer acts for.
+    pub owner_id: String,
+    /// When the credential stops working (a rotation's grace period or the peer's expiry,
+    /// whichever comes first), epoch ms.
+    pub valid_until: Option<i64>,
 }
 
 /// What Basic authentication needs to know about a peer name.
@@ -82,6 +103,10 @@ pub struct PeerLogin {
     pub active: bool,
     /// The peer's quota.
     pub rate_per_minute: u32,
+    /// The administrator the peer acts for.
+    pub owner_id: String,
+    /// When the peer expires, epoch ms.
+    pub valid_until: Option<i64>,
 }
 
 /// One message of a conversation, as the model sees it.
@@ -130,6 +155,21 @@ pub struct Exchange {
     pub expires_at: i64,
     /// The conversation messages this exchange adds (empty when the backend failed).
     pub messages: Vec<ConversationMessage>,
+    /// Model tokens spent, counted against the owner's budget.
+    pub usage: Option<ExchangeUsage>,
+    /// A record for the audit log (a refusal by quota).
+    pub audit: Option<AuditEntry>,
+}
+
+/// Tokens an exchange spent on the model, for the owner's usage.
+#[derive(Debug, Clone)]
+pub struct ExchangeUsage {
+    /// The administrator charged.
+    pub owner_id: String,
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    /// Tokens read and written.
+    pub tokens: u64,
 }
 
 /// An exchange waiting for the group commit, and who to tell when it is durable.
@@ -212,6 +252,59 @@ CREATE TABLE documents (
     modified_at INTEGER NOT NULL
 );
 "#,
+    r#"
+CREATE TABLE admins (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    password_hash TEXT,
+    status TEXT NOT NULL,
+    model_allowed INTEGER NOT NULL DEFAULT 1,
+    tokens_per_day INTEGER,
+    tokens_per_month INTEGER,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE admin_tokens (
+    token_id TEXT PRIMARY KEY,
+    admin_id TEXT NOT NULL REFERENCES admins(id),
+    secret_hash BLOB NOT NULL,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+ALTER TABLE peers ADD COLUMN owner_id TEXT REFERENCES admins(id);
+ALTER TABLE peers ADD COLUMN expires_at INTEGER;
+ALTER TABLE credentials ADD COLUMN expires_at INTEGER;
+CREATE INDEX peers_owner ON peers(owner_id);
+-- Peers from before administrators existed go to an administrator named "operator", who has
+-- no password until `peergate admin password operator`.
+INSERT INTO admins (id, name, status, created_at)
+    SELECT 'adm_operator', 'operator', 'active', CAST(strftime('%s', 'now') AS INTEGER) * 1000
+    WHERE EXISTS (SELECT 1 FROM peers);
+UPDATE peers SET owner_id = 'adm_operator' WHERE owner_id IS NULL;
+CREATE TABLE usage (
+    admin_id TEXT NOT NULL,
+    peer_id TEXT NOT NULL,
+    day TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    requests INTEGER NOT NULL,
+    PRIMARY KEY (admin_id, day, peer_id)
+);
+CREATE TABLE audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    target TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    client TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    owner_id TEXT
+);
+CREATE INDEX audit_at ON audit(at);
+CREATE TRIGGER audit_keeps_rows BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER audit_keeps_deletions_out BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+"#,
 ];
 
 impl Store {
@@ -257,104 +350,22 @@ impl Store {
         self.reader.close().await;
     }
 
-    /// Adds a peer and its first credential.
-    pub async fn add_peer(
-        &self,
-        peer: &PeerRecord,
-        token_id: &str,
-        secret_hash: &TokenSecretHash,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        let inserted = sqlx::query(
-            "INSERT INTO peers (id, name, status, rate_per_minute, created_at) VALUES (?, ?, 'active', ?, ?) ON CONFLICT (name) DO NOTHING",
-        )
-        .bind(&peer.id)
-        .bind(&peer.name)
-        .bind(i64::from(peer.rate_per_minute))
-        .bind(peer.created_at)
-        .execute(&mut *tx)
-        .await?;
-        if inserted.rows_affected() == 0 {
-            return Err(StoreError::DuplicatePeer(peer.name.clone()));
-        }
-        sqlx::query(
-            "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at) VALUES (?, ?, ?, ?)",
-        )
-        .bind(token_id)
-        .bind(&peer.id)
-        .bind(&secret_hash.0[..])
-        .bind(peer.created_at)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Every peer, oldest first.
-    pub async fn list_peers(&self) -> Result<Vec<PeerRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, name, status, rate_per_minute, created_at, last_used_at FROM peers ORDER BY created_at, name",
-        )
+    /// Every peer (of one administrator, or all), oldest first.
+    pub async fn list_peers(&self, owner_id: Option<&str>) -> Result<Vec<PeerRecord>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{PEER_COLUMNS} WHERE (? IS NULL OR p.owner_id = ?) ORDER BY p.created_at, p.name"
+        )))
+        .bind(owner_id)
+        .bind(owner_id)
         .fetch_all(&self.reader)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(PeerRecord {
-                    id: row.try_get("id")?,
-                    name: row.try_get("name")?,
-                    status: row.try_get("status")?,
-                    rate_per_minute: u32::try_from(row.try_get::<i64, _>("rate_per_minute")?)
-                        .unwrap_or(u32::MAX),
-                    created_at: row.try_get("created_at")?,
-                    last_used_at: row.try_get("last_used_at")?,
-                })
-            })
-            .collect()
-    }
-
-    /// Revokes a peer and every credential it holds; returns the peer's id.
-    pub async fn revoke_peer(&self, name: &str, now: i64) -> Result<String, StoreError> {
-        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        let (peer_id, _) = peer_by_name(&mut tx, name).await?;
-        sqlx::query("UPDATE peers SET status = 'revoked' WHERE id = ?")
-            .bind(&peer_id)
-            .execute(&mut *tx)
-            .await?;
-        revoke_credentials(&mut tx, &peer_id, None, now).await?;
-        tx.commit().await?;
-        Ok(peer_id)
-    }
-
-    /// Sets a peer's quota.
-    pub async fn set_peer_rate(&self, name: &str, rate_per_minute: u32) -> Result<(), StoreError> {
-        let done = sqlx::query("UPDATE peers SET rate_per_minute = ? WHERE name = ?")
-            .bind(i64::from(rate_per_minute))
-            .bind(name)
-            .execute(&self.writer)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::UnknownPeer(name.to_owned()));
-        }
-        Ok(())
-    }
-
-    /// Sets a peer's Basic password (an Argon2id PHC string).
-    pub async fn set_peer_password(&self, name: &str, phc: &str) -> Result<(), StoreError> {
-        let done = sqlx::query("UPDATE peers SET password_hash = ? WHERE name = ?")
-            .bind(phc)
-            .bind(name)
-            .execute(&self.writer)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::UnknownPeer(name.to_owned()));
-        }
-        Ok(())
+        rows.iter().map(peer_record).collect()
     }
 
     /// What Basic authentication needs about `name`, if such a peer exists.
     pub async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
         let row = sqlx::query(
-            "SELECT id, name, password_hash, status, rate_per_minute FROM peers WHERE name = ?",
+            "SELECT id, name, password_hash, status, rate_per_minute, owner_id, expires_at FROM peers WHERE name = ?",
         )
         .bind(name)
         .fetch_optional(&self.reader)
@@ -366,36 +377,10 @@ impl Store {
             peer_name: row.try_get("name")?,
             password_hash: row.try_get("password_hash")?,
             active: status == "active",
-            rate_per_minute: u32::try_from(row.try_get::<i64, _>("rate_per_minute")?)
-                .unwrap_or(u32::MAX),
+            rate_per_minute: rate(&row)?,
+            owner_id: row.try_get("owner_id")?,
+            valid_until: row.try_get("expires_at")?,
         }))
-    }
-
-    /// Gives a peer a new API key, revoking any key it had.
-    pub async fn replace_api_key(
-        &self,
-        name: &str,
-        token_id: &str,
-        secret_hash: &TokenSecretHash,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        let (peer_id, active) = peer_by_name(&mut tx, name).await?;
-        if !active {
-            return Err(StoreError::RevokedPeer(name.to_owned()));
-        }
-        revoke_credentials(&mut tx, &peer_id, Some(CredentialKind::ApiKey), now).await?;
-        sqlx::query(
-            "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at, kind) VALUES (?, ?, ?, ?, 'api_key')",
-        )
-        .bind(token_id)
-        .bind(&peer_id)
-        .bind(&secret_hash.0[..])
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
     }
 
     /// The credential with this token id, whatever its state.
@@ -405,7 +390,8 @@ impl Store {
         token_id: &str,
     ) -> Result<Option<CredentialRecord>, StoreError> {
         let row = sqlx::query(
-            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute \
+            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, \
+             p.owner_id, min(coalesce(c.expires_at, p.expires_at), coalesce(p.expires_at, c.expires_at)) AS valid_until \
              FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = ? AND c.kind = ?",
         )
         .bind(token_id)
@@ -424,8 +410,9 @@ impl Store {
             peer_name: row.try_get("name")?,
             secret_hash: TokenSecretHash(hash),
             active: revoked_at.is_none() && status == "active",
-            rate_per_minute: u32::try_from(row.try_get::<i64, _>("rate_per_minute")?)
-                .unwrap_or(u32::MAX),
+            rate_per_minute: rate(&row)?,
+            owner_id: row.try_get("owner_id")?,
+            valid_until: row.try_get("valid_until")?,
         }))
     }
 
@@ -548,35 +535,27 @@ impl Store {
     }
 }
 
-/// Marks a peer's live credentials (of one kind, or all) revoked; the rows stay for audits.
-async fn revoke_credentials(
-    tx: &mut SqliteConnection,
-    peer_id: &str,
-    kind: Option<CredentialKind>,
-    now: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE credentials SET revoked_at = ? \
-         WHERE peer_id = ? AND revoked_at IS NULL AND (? IS NULL OR kind = ?)",
-    )
-    .bind(now)
-    .bind(peer_id)
-    .bind(kind.map(CredentialKind::as_str))
-    .bind(kind.map(CredentialKind::as_str))
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+/// The columns of a [`PeerRecord`], from `peers p` joined with its owner `a`.
+const PEER_COLUMNS: &str = "SELECT p.id, p.name, p.status, p.rate_per_minute, p.created_at, \
+     p.last_used_at, p.owner_id, a.name AS owner_name, p.expires_at \
+     FROM peers p JOIN admins a ON a.id = p.owner_id";
+
+fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> {
+    Ok(PeerRecord {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        status: row.try_get("status")?,
+        rate_per_minute: rate(row)?,
+        created_at: row.try_get("created_at")?,
+        last_used_at: row.try_get("last_used_at")?,
+        owner_id: row.try_get("owner_id")?,
+        owner_name: row.try_get("owner_name")?,
+        expires_at: row.try_get("expires_at")?,
+    })
 }
 
-/// The id of the peer named `name` and whether it is active, inside a write transaction.
-async fn peer_by_name(tx: &mut SqliteConnection, name: &str) -> Result<(String, bool), StoreError> {
-    let row = sqlx::query("SELECT id, status FROM peers WHERE name = ?")
-        .bind(name)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| StoreError::UnknownPeer(name.to_owned()))?;
-    let status: String = row.try_get("status")?;
-    Ok((row.try_get("id")?, status == "active"))
+fn rate(row: &sqlx::sqlite::SqliteRow) -> Result<u32, StoreError> {
+    Ok(u32::try_from(row.try_get::<i64, _>("rate_per_minute")?).unwrap_or(u32::MAX))
 }
 
 /// Commits waiting exchanges in batches until every `Store` handle is gone.
@@ -656,6 +635,24 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
                 .push_bind(e.now);
         });
         insert.build().execute(&mut *tx).await?;
+    }
+    for e in exchanges {
+        if let Some(usage) = &e.usage {
+            sqlx::query(
+                "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) VALUES (?, ?, ?, ?, 1) \
+                 ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
+                 SET tokens = tokens + excluded.tokens, requests = requests + 1",
+            )
+            .bind(&usage.owner_id)
+            .bind(&e.peer_id)
+            .bind(&usage.day)
+            .bind(i64::try_from(usage.tokens).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await?;
+        }
+        if let Some(entry) = &e.audit {
+            accounts::insert_audit(&mut tx, entry).await?;
+        }
     }
     tx.commit().await?;
     Ok(())

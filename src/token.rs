@@ -1,5 +1,5 @@
-//! Machine-generated peer credentials: tokens `pgt_<id>_<secret><crc>` and API keys
-//! `pgk_<id>_<secret><crc>`.
+//! Machine-generated credentials: peer tokens `pgt_<id>_<secret><crc>`, peer API keys
+//! `pgk_<id>_<secret><crc>` and administrator tokens `pga_<id>_<secret><crc>`.
 //!
 //! * the prefix names the kind of secret, so scanners and log redactors can find leaked ones
 //!   and a key can never be used as a token or the other way round;
@@ -14,13 +14,15 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// The two kinds of generated credential.
+/// The kinds of generated credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CredentialKind {
     /// `Authorization: Bearer pgt_…`
     PeerToken,
     /// `X-API-Key: pgk_…` (the header name is configurable)
     ApiKey,
+    /// `Authorization: Bearer pga_…` on the admin API only.
+    AdminToken,
 }
 
 impl CredentialKind {
@@ -29,6 +31,7 @@ impl CredentialKind {
         match self {
             Self::PeerToken => "pgt_",
             Self::ApiKey => "pgk_",
+            Self::AdminToken => "pga_",
         }
     }
 
@@ -37,6 +40,7 @@ impl CredentialKind {
         match self {
             Self::PeerToken => "token",
             Self::ApiKey => "api_key",
+            Self::AdminToken => "admin_token",
         }
     }
 }

@@ -17,6 +17,7 @@ async fn start_on(policy: Policy, data: &Path, clock: &ManualClock) -> RunningGa
         policy_source: PolicySource::Embedded,
         data_dir: data.to_owned(),
         listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         clock: Arc::new(clock.clone()),
     })
     .await
@@ -253,6 +254,7 @@ async fn a_card_that_would_hold_empty_values_stops_start_up() {
         policy_source: PolicySource::Embedded,
         data_dir: data.path().to_owned(),
         listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         clock: Arc::new(clock),
     })
     .await;

@@ -185,6 +185,7 @@ async fn start_error(extra: String) -> String {
         policy_source: peergate::policy::PolicySource::Embedded,
         data_dir: data.path().to_owned(),
         listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         clock: std::sync::Arc::new(peergate::clock::SystemClock),
     })
     .await;

@@ -97,6 +97,7 @@ async fn api_key_comes_from_the_named_environment_variable() {
         policy_source: peergate::policy::PolicySource::Embedded,
         data_dir: data.path().to_owned(),
         listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         clock: std::sync::Arc::new(peergate::clock::SystemClock),
     })
     .await;

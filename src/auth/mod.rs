@@ -72,6 +72,7 @@ use tower::{Layer, Service};
 pub struct AuthenticatedPeer {
     id: Arc<str>,
     name: Arc<str>,
+    owner_id: Arc<str>,
     rate_per_minute: u32,
     scheme: Scheme,
 }
@@ -88,6 +89,10 @@ impl AuthenticatedPeer {
     /// The peer's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+    /// The administrator the peer acts for: its turns count against their budget.
+    pub fn owner_id(&self) -> &str {
+        &self.owner_id
     }
     /// The peer's quota in requests per minute.
     pub fn rate_per_minute(&self) -> u32 {
@@ -196,13 +201,18 @@ impl AuthError {
         };
         let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
         let mut response = (status, axum::Json(body)).into_response();
-        let headers = response.headers_mut();
         if status == StatusCode::UNAUTHORIZED {
+            response
+                .extensions_mut()
+                .insert(crate::metrics::Rejection("unauthenticated"));
+            let headers = response.headers_mut();
             for challenge in challenges {
                 headers.append(header::WWW_AUTHENTICATE, challenge.clone());
             }
         } else {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }
@@ -289,7 +299,11 @@ struct CachedVerdict {
 struct VerifiedPeer {
     id: Arc<str>,
     name: Arc<str>,
+    owner_id: Arc<str>,
     rate_per_minute: u32,
+    /// When the credential stops working (expiry, or the end of a rotation's grace), epoch ms;
+    /// checked on every request, cached verdicts included.
+    valid_until: Option<i64>,
     /// Whether "last used" was looked after for this verdict; later hits skip the bookkeeping.
     noted: std::sync::atomic::AtomicBool,
 }
@@ -477,8 +491,10 @@ impl PeerAuthenticator {
         let Some(cache) = &self.verified else {
             // No cache: every attempt is verified and counted.
             return match self.verify_counted(&presented, client).await? {
-                Some(peer) => Ok(self.admit(&peer, presented.scheme()).await),
-                None => Err(refused(presented.scheme()).into()),
+                Some(peer) if self.still_valid(&peer) => {
+                    Ok(self.admit(&peer, presented.scheme()).await)
+                }
+                _ => Err(refused(presented.scheme()).into()),
             };
         };
         let key = presented.cache_key();
@@ -509,7 +525,14 @@ impl PeerAuthenticator {
             }
         };
         match entry.peer {
-            Some(peer) => Ok(self.admit(&peer, presented.scheme()).await),
+            Some(peer) if self.still_valid(&peer) => {
+                Ok(self.admit(&peer, presented.scheme()).await)
+            }
+            Some(_) => {
+                // Expired while cached: a refusal like any other from now on.
+                cache.invalidate(&key).await;
+                Err(refused(presented.scheme()).into())
+            }
             None => {
                 // A repeat of a refused credential costs an attempt like the first one did.
                 if !verified_here {
@@ -549,6 +572,11 @@ impl PeerAuthenticator {
             Err(AuthError::InvalidToken | AuthError::InvalidCredentials) => Ok(None),
             Err(error) => Err(error.into()),
         }
+    }
+
+    fn still_valid(&self, peer: &VerifiedPeer) -> bool {
+        peer.valid_until
+            .is_none_or(|until| self.clock.now_millis() < until)
     }
 
     fn is_fresh(&self, entry: &CachedVerdict) -> bool {
@@ -655,7 +683,9 @@ impl PeerAuthenticator {
         Ok(VerifiedPeer {
             id: record.peer_id.into(),
             name: record.peer_name.into(),
+            owner_id: record.owner_id.into(),
             rate_per_minute: record.rate_per_minute,
+            valid_until: record.valid_until,
             noted: Default::default(),
         })
     }
@@ -674,7 +704,9 @@ impl PeerAuthenticator {
             Some(login) if matched && login.active => Ok(VerifiedPeer {
                 id: login.peer_id.into(),
                 name: login.peer_name.into(),
+                owner_id: login.owner_id.into(),
                 rate_per_minute: login.rate_per_minute,
+                valid_until: login.valid_until,
                 noted: Default::default(),
             }),
             _ => Err(AuthError::InvalidCredentials),
@@ -688,6 +720,7 @@ impl PeerAuthenticator {
         AuthenticatedPeer {
             id: peer.id.clone(),
             name: peer.name.clone(),
+            owner_id: peer.owner_id.clone(),
             rate_per_minute: peer.rate_per_minute,
             scheme,
         }

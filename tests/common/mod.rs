@@ -94,6 +94,8 @@ pub fn without_credential_cache(policy: String) -> String {
 /// A gateway running inside the test process.
 pub struct TestGateway {
     pub addr: SocketAddr,
+    /// The admin API's base URL.
+    pub admin: String,
     pub door: String,
     pub data: TempDir,
     pub clock: ManualClock,
@@ -115,12 +117,14 @@ impl TestGateway {
             policy_source: PolicySource::Embedded,
             data_dir: data.path().to_owned(),
             listen: Some("127.0.0.1:0".parse().unwrap()),
+            admin_listen: Some("127.0.0.1:0".parse().unwrap()),
             clock: Arc::new(clock.clone()),
         })
         .await
         .expect("gateway starts");
         Self {
             addr: running.local_addr,
+            admin: format!("http://{}", running.admin_addr),
             door: format!("http://{}/a2a/v1", running.local_addr),
             data,
             clock,
@@ -159,7 +163,8 @@ impl TestGateway {
         self.running
             .as_ref()
             .unwrap()
-            .revoke_peer(name, self.clock.now_millis())
+            .accounts()
+            .revoke(&peergate::admin::Caller::operator(), name)
             .await
             .unwrap();
     }
@@ -431,6 +436,8 @@ async fn chat(
 pub struct ServeProcess {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The admin API's address.
+    pub admin_addr: SocketAddr,
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -445,7 +452,7 @@ impl ServeProcess {
         peergate::tls::ensure_provider();
         let mut child = Command::new(bin())
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             .args(extra)
             .current_dir(cwd)
             .env("RUST_LOG", "info")
@@ -461,27 +468,37 @@ impl ServeProcess {
         let sink = log.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
+            let mut admin_addr = None;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 // Logged before the address is handed over, so a test that has the address
                 // also sees the line.
-                let addr = line
-                    .split("listening on http://")
-                    .nth(1)
-                    .map(|rest| rest.chars().take_while(|c| *c != ';').collect::<String>());
+                let address_after = |marker: &str| {
+                    line.split(marker).nth(1).map(|rest| {
+                        rest.chars()
+                            .take_while(|c| !matches!(c, ';' | ' '))
+                            .collect::<String>()
+                    })
+                };
+                let admin = address_after("admin API on http://");
+                let addr = address_after("listening on http://");
                 sink.lock().unwrap().push(line);
+                if let Some(admin) = admin {
+                    admin_addr = Some(admin);
+                }
                 if let Some(addr) = addr
                     && let Some(tx) = tx.take()
                 {
-                    let _ = tx.send(addr);
+                    let _ = tx.send((addr, admin_addr.take().unwrap_or_default()));
                 }
             }
         });
-        let addr = rx
+        let (addr, admin_addr) = rx
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|_| panic!("peergate did not start: {:?}", log.lock().unwrap()));
         Self {
             child,
             addr: addr.parse().unwrap(),
+            admin_addr: admin_addr.parse().expect("admin API address in the log"),
             log,
         }
     }

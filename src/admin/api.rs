@@ -1,0 +1,792 @@
+//! The admin API: JSON over HTTP on its own listener (loopback by default), for administrators
+//! only. Every route but `/openapi.json` sits behind [`AdminAuthLayer`]; every handler calls the
+//! [`AccountService`], so the API and the command line follow the same rules.
+//!
+//! The OpenAPI document is generated from these handlers' annotations by the same router that
+//! serves them, so a route cannot exist without its documentation or the other way round;
+//! `openapi.json` in the repository is that document, and a test keeps them equal.
+
+use super::auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin};
+use super::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
+use crate::budget::{Budgets, day_and_month};
+use crate::clock::{Clock, parse_rfc3339, rfc3339_millis};
+use crate::metrics::{Metrics, MetricsLayer};
+use crate::store::{AuditRecord, PeerRecord};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, OnceLock};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+/// What the admin API's handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    service: AccountService,
+    budgets: Arc<Budgets>,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    openapi_json: Arc<OnceLock<String>>,
+}
+
+impl AdminState {
+    /// The state for the admin routes.
+    pub fn new(
+        service: AccountService,
+        budgets: Arc<Budgets>,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            service,
+            budgets,
+            metrics,
+            clock,
+            openapi_json: Arc::default(),
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "peergate admin API",
+        description = "Administrators manage their partner agents (peers), read their conversations, usage and audit trail. Authenticate with HTTP Basic (administrator name and password) or an administrator token (`peergate admin token NAME`) as a Bearer token. Peer credentials open nothing here."
+    ),
+    modifiers(&SecuritySchemes),
+    security(("basic" = []), ("adminToken" = [])),
+    tags((name = "peers"), (name = "conversations"), (name = "account"), (name = "operations"))
+)]
+struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "basic",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)),
+        );
+        components.add_security_scheme(
+            "adminToken",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+/// The routes behind the administrator check.
+fn guarded_routes() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_peers, create_peer))
+        .routes(routes!(show_peer))
+        .routes(routes!(set_limit))
+        .routes(routes!(set_expiry))
+        .routes(routes!(set_password))
+        .routes(routes!(issue_api_key))
+        .routes(routes!(rotate))
+        .routes(routes!(revoke))
+        .routes(routes!(list_conversations))
+        .routes(routes!(read_conversation, delete_conversation))
+        .routes(routes!(usage))
+        .routes(routes!(audit))
+        .routes(routes!(prometheus_metrics))
+}
+
+/// The routes anyone on the admin listener may read.
+fn public_routes() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new().routes(routes!(openapi_document))
+}
+
+/// The OpenAPI document of the admin API, generated from the routes that serve it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(guarded_routes())
+        .merge(public_routes())
+        .into_openapi()
+}
+
+/// The admin routes: authenticated, counted in the state's metrics.
+pub fn router(state: AdminState, authenticator: Arc<AdminAuthenticator>) -> Router {
+    let _ = state
+        .openapi_json
+        .set(openapi().to_pretty_json().unwrap_or_default());
+    let metrics = state.metrics.clone();
+    let (router, _) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(guarded_routes().layer(AdminAuthLayer::new(authenticator)))
+        .merge(public_routes())
+        .split_for_parts();
+    router
+        .fallback(not_found)
+        .with_state(state)
+        .layer(MetricsLayer::admin(metrics))
+}
+
+// ---- errors: the one place a failure becomes a response ----
+
+/// A failed admin request.
+#[derive(Debug)]
+enum ApiError {
+    Service(ServiceError),
+    Body(String),
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        Self::Service(e)
+    }
+}
+
+/// The error body of every failed admin request.
+#[derive(Serialize, ToSchema)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Serialize, ToSchema)]
+struct ErrorDetail {
+    /// A stable code: `invalid`, `not_found`, `conflict`, `forbidden`, `internal`, …
+    code: String,
+    /// What was wrong, in one sentence.
+    message: String,
+    /// For internal errors: the id the log shows with the detail.
+    #[serde(rename = "requestId", skip_serializing_if = "Option::is_none")]
+    request_id: Option<String>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, message, request_id) = match self {
+            Self::Body(message) => (StatusCode::BAD_REQUEST, "invalid_body", message, None),
+            Self::Service(error) => match error {
+                ServiceError::Invalid { .. } => {
+                    (StatusCode::BAD_REQUEST, "invalid", error.to_string(), None)
+                }
+                ServiceError::NotFound(_) => {
+                    (StatusCode::NOT_FOUND, "not_found", error.to_string(), None)
+                }
+                ServiceError::Conflict(_) => {
+                    (StatusCode::CONFLICT, "conflict", error.to_string(), None)
+                }
+                ServiceError::Forbidden(_) => {
+                    (StatusCode::FORBIDDEN, "forbidden", error.to_string(), None)
+                }
+                other => {
+                    let request_id = uuid::Uuid::new_v4().to_string();
+                    tracing::error!(request_id = %request_id, error = %other, "admin request failed");
+                    (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        "internal error".to_owned(),
+                        Some(request_id),
+                    )
+                }
+            },
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message,
+                request_id,
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// Parses a JSON body strictly, naming what was wrong without echoing any value.
+fn parse_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        let text = e.to_string();
+        let message = if e.is_data()
+            && (text.starts_with("unknown field") || text.starts_with("missing field"))
+        {
+            // Field names only: `unknown field `x`, expected one of …`.
+            text.split(" at line").next().unwrap_or("").to_owned()
+        } else if e.is_data() {
+            format!(
+                "a value has the wrong type or range (line {}, column {})",
+                e.line(),
+                e.column()
+            )
+        } else {
+            format!(
+                "the body is not valid JSON (line {}, column {})",
+                e.line(),
+                e.column()
+            )
+        };
+        ApiError::Body(message)
+    })
+}
+
+fn caller(admin: &AuthenticatedAdmin) -> Caller {
+    Caller {
+        actor: Actor::Admin {
+            id: admin.id().to_owned(),
+            name: admin.name().to_owned(),
+        },
+        client: admin.client().to_string(),
+    }
+}
+
+async fn not_found() -> Response {
+    ApiError::Service(ServiceError::NotFound("no such route".to_owned())).into_response()
+}
+
+// ---- peers ----
+
+/// A peer as its owner sees it. Never holds a secret.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct PeerView {
+    name: String,
+    id: String,
+    /// `active` or `revoked`.
+    status: String,
+    /// The owning administrator.
+    owner: String,
+    rate_per_minute: u32,
+    created_at: String,
+    last_used_at: Option<String>,
+    expires_at: Option<String>,
+}
+
+impl From<PeerRecord> for PeerView {
+    fn from(p: PeerRecord) -> Self {
+        Self {
+            name: p.name,
+            id: p.id,
+            status: p.status,
+            owner: p.owner_name,
+            rate_per_minute: p.rate_per_minute,
+            created_at: rfc3339_millis(p.created_at),
+            last_used_at: p.last_used_at.map(rfc3339_millis),
+            expires_at: p.expires_at.map(rfc3339_millis),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+struct PeerList {
+    peers: Vec<PeerView>,
+}
+
+/// A new peer.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreatePeerRequest {
+    /// 1 to 64 of letters, digits and `._-`; unique across the gateway.
+    name: String,
+    /// Requests per minute; the policy's default when absent.
+    #[serde(default)]
+    rate_per_minute: Option<u32>,
+    /// RFC 3339 (`2027-01-31T00:00:00Z`) or a date; never expires when absent.
+    #[serde(default)]
+    expires_at: Option<String>,
+}
+
+/// A created peer and its token. The token is in this response and nowhere else, ever.
+#[derive(Serialize, ToSchema)]
+struct CreatedPeerView {
+    peer: PeerView,
+    token: String,
+}
+
+fn parse_time(field: &'static str, text: &str) -> Result<i64, ApiError> {
+    parse_rfc3339(text).ok_or_else(|| {
+        ApiError::Service(ServiceError::Invalid {
+            field,
+            reason: "use RFC 3339 in UTC, e.g. 2027-01-31T00:00:00Z, or a date".to_owned(),
+        })
+    })
+}
+
+#[utoipa::path(get, path = "/v1/peers", tag = "peers",
+    responses((status = 200, description = "The caller's peers", body = PeerList)))]
+async fn list_peers(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+) -> Result<Json<PeerList>, ApiError> {
+    let peers = state.service.list_peers(&caller(&admin)).await?;
+    Ok(Json(PeerList {
+        peers: peers.into_iter().map(PeerView::from).collect(),
+    }))
+}
+
+#[utoipa::path(post, path = "/v1/peers", tag = "peers",
+    request_body = CreatePeerRequest,
+    responses(
+        (status = 201, description = "Created; the token is shown only here", body = CreatedPeerView),
+        (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn create_peer(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    body: Bytes,
+) -> Result<(StatusCode, Json<CreatedPeerView>), ApiError> {
+    let request: CreatePeerRequest = parse_body(&body)?;
+    let expires_at = request
+        .expires_at
+        .as_deref()
+        .map(|t| parse_time("expiresAt", t))
+        .transpose()?;
+    let created = state
+        .service
+        .create_peer(
+            &caller(&admin),
+            NewPeer {
+                name: request.name,
+                owner: None,
+                rate_per_minute: request.rate_per_minute,
+                expires_at,
+            },
+        )
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedPeerView {
+            peer: created.peer.into(),
+            token: created.token,
+        }),
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/peers/{name}", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    responses((status = 200, body = PeerView), (status = 404, body = ErrorBody)))]
+async fn show_peer(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+) -> Result<Json<PeerView>, ApiError> {
+    Ok(Json(
+        state
+            .service
+            .show_peer(&caller(&admin), &name)
+            .await?
+            .into(),
+    ))
+}
+
+/// A new quota.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LimitRequest {
+    /// Requests per minute.
+    rate_per_minute: u32,
+}
+
+#[utoipa::path(put, path = "/v1/peers/{name}/limit", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = LimitRequest,
+    responses((status = 200, body = PeerView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn set_limit(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<PeerView>, ApiError> {
+    let request: LimitRequest = parse_body(&body)?;
+    let caller = caller(&admin);
+    state
+        .service
+        .set_limit(&caller, &name, request.rate_per_minute)
+        .await?;
+    Ok(Json(state.service.show_peer(&caller, &name).await?.into()))
+}
+
+/// A new expiry.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ExpiryRequest {
+    /// RFC 3339 or a date; `null` for never.
+    expires_at: Option<String>,
+}
+
+#[utoipa::path(put, path = "/v1/peers/{name}/expiry", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = ExpiryRequest,
+    responses((status = 200, body = PeerView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn set_expiry(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<PeerView>, ApiError> {
+    let request: ExpiryRequest = parse_body(&body)?;
+    let at = request
+        .expires_at
+        .as_deref()
+        .map(|t| parse_time("expiresAt", t))
+        .transpose()?;
+    let caller = caller(&admin);
+    state.service.set_expiry(&caller, &name, at).await?;
+    Ok(Json(state.service.show_peer(&caller, &name).await?.into()))
+}
+
+/// A Basic password for the peer.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PasswordRequest {
+    /// At least 12 characters; stored as an Argon2id hash.
+    password: String,
+}
+
+#[utoipa::path(put, path = "/v1/peers/{name}/password", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = PasswordRequest,
+    responses((status = 204, description = "Set"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn set_password(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let request: PasswordRequest = parse_body(&body)?;
+    state
+        .service
+        .set_peer_password(&caller(&admin), &name, request.password)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A new API key, shown only here.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ApiKeyView {
+    api_key: String,
+}
+
+#[utoipa::path(post, path = "/v1/peers/{name}/api-key", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    responses((status = 200, description = "Issued; earlier keys stopped", body = ApiKeyView), (status = 404, body = ErrorBody)))]
+async fn issue_api_key(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+) -> Result<Json<ApiKeyView>, ApiError> {
+    let api_key = state.service.issue_api_key(&caller(&admin), &name).await?;
+    Ok(Json(ApiKeyView { api_key }))
+}
+
+/// How to rotate.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RotateRequest {
+    /// How long the old token keeps working, in seconds (0, the default, stops it at once;
+    /// at most 30 days).
+    #[serde(default)]
+    grace_seconds: u64,
+}
+
+/// A rotated token.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct RotatedView {
+    /// The new token; shown only here.
+    token: String,
+    /// Until when the old token works; `null` when it stopped at once.
+    previous_token_valid_until: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/peers/{name}/rotate", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = RotateRequest,
+    responses((status = 200, body = RotatedView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn rotate(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<RotatedView>, ApiError> {
+    let request: RotateRequest = parse_body(&body)?;
+    let rotated = state
+        .service
+        .rotate(&caller(&admin), &name, request.grace_seconds)
+        .await?;
+    Ok(Json(RotatedView {
+        token: rotated.token,
+        previous_token_valid_until: rotated.previous_valid_until.map(rfc3339_millis),
+    }))
+}
+
+#[utoipa::path(post, path = "/v1/peers/{name}/revoke", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    responses((status = 200, body = PeerView), (status = 404, body = ErrorBody)))]
+async fn revoke(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+) -> Result<Json<PeerView>, ApiError> {
+    let caller = caller(&admin);
+    state.service.revoke(&caller, &name).await?;
+    Ok(Json(state.service.show_peer(&caller, &name).await?.into()))
+}
+
+// ---- conversations ----
+
+/// A conversation as listed.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ConversationSummaryView {
+    peer: String,
+    context_id: String,
+    created_at: String,
+    updated_at: String,
+    messages: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+struct ConversationList {
+    conversations: Vec<ConversationSummaryView>,
+}
+
+#[utoipa::path(get, path = "/v1/conversations", tag = "conversations",
+    responses((status = 200, description = "Conversations of the caller's peers, latest first", body = ConversationList)))]
+async fn list_conversations(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+) -> Result<Json<ConversationList>, ApiError> {
+    let list = state.service.conversations(&caller(&admin)).await?;
+    Ok(Json(ConversationList {
+        conversations: list
+            .into_iter()
+            .map(|c| ConversationSummaryView {
+                peer: c.peer_name,
+                context_id: c.context_id,
+                created_at: rfc3339_millis(c.created_at),
+                updated_at: rfc3339_millis(c.updated_at),
+                messages: c.messages,
+            })
+            .collect(),
+    }))
+}
+
+/// One message of a conversation.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ConversationMessageView {
+    /// `peer` or `agent`.
+    role: String,
+    text: String,
+    task_id: String,
+    at: String,
+}
+
+/// A whole conversation.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ConversationView {
+    peer: String,
+    context_id: String,
+    messages: Vec<ConversationMessageView>,
+}
+
+#[utoipa::path(get, path = "/v1/conversations/{peer}/{context_id}", tag = "conversations",
+    params(("peer" = String, Path, description = "The peer's name"), ("context_id" = String, Path, description = "The conversation's contextId")),
+    responses((status = 200, body = ConversationView), (status = 404, body = ErrorBody)))]
+async fn read_conversation(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path((peer, context_id)): Path<(String, String)>,
+) -> Result<Json<ConversationView>, ApiError> {
+    let messages = state
+        .service
+        .conversation(&caller(&admin), &peer, &context_id)
+        .await?;
+    Ok(Json(ConversationView {
+        peer,
+        context_id,
+        messages: messages
+            .into_iter()
+            .map(|m| ConversationMessageView {
+                role: m.role,
+                text: m.text,
+                task_id: m.task_id,
+                at: rfc3339_millis(m.at),
+            })
+            .collect(),
+    }))
+}
+
+#[utoipa::path(delete, path = "/v1/conversations/{peer}/{context_id}", tag = "conversations",
+    params(("peer" = String, Path, description = "The peer's name"), ("context_id" = String, Path, description = "The conversation's contextId")),
+    responses((status = 204, description = "Deleted, with the tasks that held its text"), (status = 404, body = ErrorBody)))]
+async fn delete_conversation(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path((peer, context_id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    state
+        .service
+        .delete_conversation(&caller(&admin), &peer, &context_id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- account ----
+
+/// Tokens one peer spent.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct PeerUsageView {
+    peer: String,
+    tokens: u64,
+    requests: u64,
+}
+
+/// The caller's model budget and what their peers spent.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct UsageView {
+    administrator: String,
+    model_allowed: bool,
+    /// The UTC day, `YYYY-MM-DD`.
+    day: String,
+    tokens_today: u64,
+    tokens_per_day: u64,
+    /// The UTC month, `YYYY-MM`.
+    month: String,
+    tokens_this_month: u64,
+    /// `null` when months are not budgeted.
+    tokens_per_month: Option<u64>,
+    /// Today's spending per peer.
+    peers_today: Vec<PeerUsageView>,
+}
+
+#[utoipa::path(get, path = "/v1/usage", tag = "account",
+    responses((status = 200, body = UsageView)))]
+async fn usage(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+) -> Result<Json<UsageView>, ApiError> {
+    let caller = caller(&admin);
+    let (day, month) = day_and_month(state.clock.now_millis());
+    let (tokens_today, peers) = state.service.usage(&caller, admin.id(), &day).await?;
+    let (tokens_this_month, _) = state.service.usage(&caller, admin.id(), &month).await?;
+    let budget = state
+        .budgets
+        .budget(admin.id())
+        .await
+        .map_err(ServiceError::from)?;
+    Ok(Json(UsageView {
+        administrator: admin.name().to_owned(),
+        model_allowed: budget.model_allowed,
+        day,
+        tokens_today,
+        tokens_per_day: budget.tokens_per_day,
+        month,
+        tokens_this_month,
+        tokens_per_month: budget.tokens_per_month,
+        peers_today: peers
+            .into_iter()
+            .map(|p| PeerUsageView {
+                peer: p.peer_name,
+                tokens: p.tokens,
+                requests: p.requests,
+            })
+            .collect(),
+    }))
+}
+
+/// One audit record.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct AuditView {
+    seq: i64,
+    at: String,
+    actor: String,
+    action: String,
+    target: String,
+    outcome: String,
+    client: String,
+    detail: String,
+}
+
+impl From<AuditRecord> for AuditView {
+    fn from(r: AuditRecord) -> Self {
+        Self {
+            seq: r.seq,
+            at: rfc3339_millis(r.entry.at),
+            actor: r.entry.actor,
+            action: r.entry.action,
+            target: r.entry.target,
+            outcome: r.entry.outcome,
+            client: r.entry.client,
+            detail: r.entry.detail,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+struct AuditList {
+    records: Vec<AuditView>,
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct AuditQuery {
+    /// RFC 3339 or a date; the whole log when absent.
+    since: Option<String>,
+}
+
+#[utoipa::path(get, path = "/v1/audit", tag = "account",
+    params(AuditQuery),
+    responses((status = 200, description = "Audit records of the caller's account, oldest first", body = AuditList), (status = 400, body = ErrorBody)))]
+async fn audit(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Query(query): Query<AuditQuery>,
+) -> Result<Json<AuditList>, ApiError> {
+    let since = query
+        .since
+        .as_deref()
+        .map(|t| parse_time("since", t))
+        .transpose()?
+        .unwrap_or(i64::MIN);
+    let records = state.service.audit(&caller(&admin), since).await?;
+    Ok(Json(AuditList {
+        records: records.into_iter().map(AuditView::from).collect(),
+    }))
+}
+
+// ---- operations ----
+
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String)))]
+async fn prometheus_metrics(
+    State(state): State<AdminState>,
+    _admin: AuthenticatedAdmin,
+) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()),
+    responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
+async fn openapi_document(State(state): State<AdminState>) -> Response {
+    let body = state.openapi_json.get().cloned().unwrap_or_default();
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,369 @@
+//! Who may use the admin API: an administrator, by Basic name and password or by an
+//! administrator token (`Authorization: Bearer pga_…`). Nothing else opens it; a peer token or
+//! API key is refused by its prefix before any look-up.
+//!
+//! [`AdminAuthLayer`] decides before the handler runs and puts an [`AuthenticatedAdmin`] in the
+//! request, which only this module can construct. Failed sign-ins are counted per client
+//! address against the same kind of budget as the door's (spent before verifying, given back on
+//! success) and each one is written to the audit log until the budget is spent; after that the
+//! answer is 429 and nothing is written, so a flood cannot grow the log without bound.
+//!
+//! ```
+//! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}};
+//! use peergate::admin::{AccountDefaults, AccountService, AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin};
+//! use std::sync::Arc;
+//! use tower::ServiceExt;
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = peergate::store::Store::open(dir.path()).await.unwrap();
+//! let clock = Arc::new(peergate::clock::SystemClock);
+//! let defaults = AccountDefaults { default_owner: None, rate_per_minute: 30 };
+//! let service = AccountService::new(store, clock.clone(), defaults);
+//! let auth = AdminAuthenticator::new(service, clock, 10).unwrap();
+//! let app = Router::new()
+//!     .route("/v1/me", get(|admin: AuthenticatedAdmin| async move { admin.name().to_owned() }))
+//!     .layer(AdminAuthLayer::new(Arc::new(auth)));
+//! let request = Request::get("/v1/me")
+//!     .header("authorization", "Bearer pgt_notanadmintoken")
+//!     .body(Body::empty())
+//!     .unwrap();
+//! let response = app.oneshot(request).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+//! # });
+//! ```
+
+use super::service::AccountService;
+use crate::auth::parse_basic;
+use crate::auth::password::PasswordChecker;
+use crate::client_addr::ClientAddr;
+use crate::clock::Clock;
+use crate::limit::{Decision, KeyedGcra, Limit, Quota, RateLimited};
+use crate::metrics::Rejection;
+use crate::token::{self, CredentialKind};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+/// An administrator whose credentials were verified for this request. Only this module
+/// constructs it.
+#[derive(Debug, Clone)]
+pub struct AuthenticatedAdmin {
+    id: String,
+    name: String,
+    client: IpAddr,
+}
+
+impl AuthenticatedAdmin {
+    /// The administrator's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// Their name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The address the request came from.
+    pub fn client(&self) -> IpAddr {
+        self.client
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for AuthenticatedAdmin {
+    type Rejection = AdminAuthError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        // Absent only when a route was mounted without the layer: fail closed.
+        parts
+            .extensions
+            .get::<AuthenticatedAdmin>()
+            .cloned()
+            .ok_or(AdminAuthError::MissingCredentials)
+    }
+}
+
+/// Why a request to the admin API was not authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminAuthError {
+    /// No `Authorization` header.
+    #[error("the admin API needs an administrator's Basic credentials or administrator token")]
+    MissingCredentials,
+    /// Not Basic or Bearer, more than one header, or undecodable.
+    #[error("the Authorization header is malformed")]
+    MalformedHeader,
+    /// A peer token or API key: those open the A2A door and nothing else.
+    #[error("a peer credential opens nothing on the admin API")]
+    PeerCredential,
+    /// Wrong name, password or token, or a disabled administrator; one case on purpose.
+    #[error("the administrator credentials are not valid")]
+    InvalidCredentials,
+    /// The store could not be asked.
+    #[error("credentials cannot be checked right now")]
+    Unavailable,
+}
+
+impl AdminAuthError {
+    fn code(self) -> &'static str {
+        match self {
+            Self::MissingCredentials => "missing_credentials",
+            Self::MalformedHeader => "malformed_authorization",
+            Self::PeerCredential => "peer_credential",
+            Self::InvalidCredentials => "invalid_credentials",
+            Self::Unavailable => "auth_unavailable",
+        }
+    }
+}
+
+impl IntoResponse for AdminAuthError {
+    fn into_response(self) -> Response {
+        let status = match self {
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::UNAUTHORIZED,
+        };
+        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .extensions_mut()
+                .insert(Rejection("admin_unauthenticated"));
+            let headers = response.headers_mut();
+            headers.append(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Basic realm="peergate admin", charset="UTF-8""#),
+            );
+            headers.append(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="peergate admin""#),
+            );
+        }
+        response
+    }
+}
+
+/// A refusal: bad credentials, or too many failed attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    Unauthenticated(AdminAuthError),
+    Limited(RateLimited),
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Unauthenticated(error) => error.into_response(),
+            Self::Limited(limited) => limited.into_response(),
+        }
+    }
+}
+
+/// Verifies administrator credentials.
+pub struct AdminAuthenticator {
+    service: AccountService,
+    clock: Arc<dyn Clock>,
+    passwords: PasswordChecker,
+    failures: KeyedGcra<IpAddr>,
+    quota: Quota,
+}
+
+impl std::fmt::Debug for AdminAuthenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminAuthenticator").finish_non_exhaustive()
+    }
+}
+
+impl AdminAuthenticator {
+    /// Allows `failed_per_minute` failed sign-ins per client address.
+    pub fn new(
+        service: AccountService,
+        clock: Arc<dyn Clock>,
+        failed_per_minute: u32,
+    ) -> Result<Self, String> {
+        let quota = Quota::per_minute(failed_per_minute);
+        crate::limit::check_config(quota, 10_000).map_err(|e| e.to_string())?;
+        Ok(Self {
+            service,
+            clock,
+            passwords: PasswordChecker::new(1)?,
+            failures: KeyedGcra::new(10_000),
+            quota,
+        })
+    }
+
+    fn spend_attempt(&self, client: IpAddr) -> Result<(), Refusal> {
+        match self
+            .failures
+            .check(&client, self.quota, self.clock.now_nanos())
+        {
+            Decision::Allowed { .. } => Ok(()),
+            Decision::Denied { retry_after } => Err(Refusal::Limited(RateLimited {
+                limit: Limit::FailedAuth,
+                retry_after,
+                quota: self.quota,
+            })),
+        }
+    }
+
+    async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+    ) -> Result<AuthenticatedAdmin, Refusal> {
+        let mut values = headers.get_all(header::AUTHORIZATION).iter();
+        let Some(value) = values.next() else {
+            return Err(Refusal::Unauthenticated(AdminAuthError::MissingCredentials));
+        };
+        self.spend_attempt(client)?;
+        let many = values.next().is_some();
+        let outcome = if many {
+            Err((AdminAuthError::MalformedHeader, None))
+        } else {
+            self.verify(value).await
+        };
+        match outcome {
+            Ok(admin) => {
+                self.failures.refund(&client, self.clock.now_nanos());
+                Ok(AuthenticatedAdmin {
+                    id: admin.0,
+                    name: admin.1,
+                    client,
+                })
+            }
+            Err((error, name)) => {
+                if error != AdminAuthError::Unavailable {
+                    self.service
+                        .record_failed_login(&client.to_string(), name.as_deref(), error.code())
+                        .await;
+                }
+                Err(Refusal::Unauthenticated(error))
+            }
+        }
+    }
+
+    /// The administrator's (id, name), or the error and the name that was tried.
+    async fn verify(
+        &self,
+        value: &HeaderValue,
+    ) -> Result<(String, String), (AdminAuthError, Option<String>)> {
+        let malformed = (AdminAuthError::MalformedHeader, None);
+        let value = value.to_str().map_err(|_| malformed.clone())?;
+        let (scheme, credentials) = value.split_once(' ').ok_or(malformed.clone())?;
+        let credentials = credentials.trim_matches(' ');
+        let store = self.service.store();
+        let unavailable = |e: crate::store::StoreError| {
+            tracing::error!(error = %e, "administrator look-up failed");
+            (AdminAuthError::Unavailable, None)
+        };
+        if scheme.eq_ignore_ascii_case("bearer") {
+            if credentials.starts_with(CredentialKind::PeerToken.prefix())
+                || credentials.starts_with(CredentialKind::ApiKey.prefix())
+            {
+                return Err((AdminAuthError::PeerCredential, None));
+            }
+            let invalid = (AdminAuthError::InvalidCredentials, None);
+            let parsed = token::parse(CredentialKind::AdminToken, credentials)
+                .map_err(|_| invalid.clone())?;
+            let (admin, hash) = store
+                .find_admin_token(parsed.token_id)
+                .await
+                .map_err(unavailable)?
+                .ok_or(invalid.clone())?;
+            if !parsed.matches(&hash) || !admin.active {
+                return Err((AdminAuthError::InvalidCredentials, Some(admin.name)));
+            }
+            Ok((admin.id, admin.name))
+        } else if scheme.eq_ignore_ascii_case("basic") {
+            let (name, password) = parse_basic(credentials).map_err(|_| malformed.clone())?;
+            let login = store.find_admin_login(&name).await.map_err(unavailable)?;
+            // Unknown names and administrators without a password cost one dummy verification.
+            let phc = login.as_ref().and_then(|l| l.password_hash.as_deref());
+            let matched = self.passwords.verify(phc, &password).await;
+            match login {
+                Some(login) if matched && login.active => Ok((login.id, login.name)),
+                _ => Err((AdminAuthError::InvalidCredentials, Some(name))),
+            }
+        } else {
+            Err(malformed)
+        }
+    }
+}
+
+/// Requires an administrator in front of the wrapped service.
+#[derive(Clone, Debug)]
+pub struct AdminAuthLayer {
+    authenticator: Arc<AdminAuthenticator>,
+}
+
+impl AdminAuthLayer {
+    /// A layer that authenticates with `authenticator`.
+    pub fn new(authenticator: Arc<AdminAuthenticator>) -> Self {
+        Self { authenticator }
+    }
+}
+
+impl<S> Layer<S> for AdminAuthLayer {
+    type Service = AdminAuth<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AdminAuth {
+            inner,
+            authenticator: self.authenticator.clone(),
+        }
+    }
+}
+
+/// The service made by [`AdminAuthLayer`].
+#[derive(Clone, Debug)]
+pub struct AdminAuth<S> {
+    inner: S,
+    authenticator: Arc<AdminAuthenticator>,
+}
+
+impl<S> Service<Request<Body>> for AdminAuth<S>
+where
+    S: Service<Request<Body>, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let authenticator = self.authenticator.clone();
+        // The admin listener has no proxies in front: the socket's address is the client.
+        let client = request
+            .extensions()
+            .get::<ClientAddr>()
+            .map(ClientAddr::limit_key)
+            .or_else(|| {
+                request
+                    .extensions()
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map(|c| c.0.ip())
+            })
+            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        Box::pin(async move {
+            match authenticator.authenticate(request.headers(), client).await {
+                Ok(admin) => {
+                    request.extensions_mut().insert(admin);
+                    inner.call(request).await
+                }
+                Err(refusal) => Ok(refusal.into_response()),
+            }
+        })
+    }
+}

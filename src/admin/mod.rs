@@ -1,0 +1,16 @@
+//! Administrators: the people who register peers, own their conversations, carry their model
+//! budgets, and answer for every change in the audit log.
+//!
+//! * [`service`]: the rules, shared by the command line and the API;
+//! * [`auth`]: who may use the admin API;
+//! * [`api`]: the admin API's routes and its OpenAPI document.
+
+pub mod api;
+pub mod auth;
+pub mod service;
+
+pub use auth::{AdminAuthError, AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin};
+pub use service::{
+    AccountDefaults, AccountService, Actor, BudgetChange, Caller, ChangeListener, NewPeer,
+    ServiceError,
+};

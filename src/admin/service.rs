@@ -1,0 +1,1040 @@
+//! The one place the rules about administrators and their peers live. The command line and the
+//! admin API both call [`AccountService`]; neither writes to the store on its own.
+//!
+//! Every change is written together with its audit record in one transaction. A refused change
+//! (another administrator's peer, a bad value) leaves an audit record of the refusal instead.
+//! Audit records are built from names, ids and numbers only, never from a secret.
+
+use crate::auth::password::{MIN_PASSWORD_CHARS, hash_password};
+use crate::clock::{Clock, rfc3339_millis};
+use crate::policy::MAX_RATE_PER_MINUTE;
+use crate::store::{
+    AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerRecord,
+    PeerUsage, Store, StoreError, WriteTx,
+};
+use crate::token::{self, CredentialKind};
+use std::sync::Arc;
+
+/// Longest grace period a rotation may give the old token: 30 days.
+pub const MAX_GRACE_SECONDS: u64 = 30 * 24 * 3600;
+
+/// Who asks, and from where.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The actor.
+    pub actor: Actor,
+    /// The client address, or `local` for the command line.
+    pub client: String,
+}
+
+impl Caller {
+    /// The operator at the command line (who holds the store itself, so may act on any
+    /// administrator's peers).
+    pub fn operator() -> Self {
+        Self {
+            actor: Actor::Operator,
+            client: "local".to_owned(),
+        }
+    }
+}
+
+/// Who acts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Actor {
+    /// The command line, acting with the store's own authority.
+    Operator,
+    /// A signed-in administrator, who may act on their own peers only.
+    Admin {
+        /// The administrator's id.
+        id: String,
+        /// Their name.
+        name: String,
+    },
+}
+
+impl Actor {
+    fn label(&self) -> String {
+        match self {
+            Self::Operator => "operator".to_owned(),
+            Self::Admin { name, .. } => format!("admin:{name}"),
+        }
+    }
+
+    fn admin_id(&self) -> Option<&str> {
+        match self {
+            Self::Operator => None,
+            Self::Admin { id, .. } => Some(id),
+        }
+    }
+}
+
+/// Why a request to the service failed. Each case is answered the same way by the command line
+/// and the API (which maps it to a status in one place).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// A value is not acceptable.
+    #[error("invalid {field}: {reason}")]
+    Invalid {
+        /// Which value.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// No such thing, or not the caller's to see (the two are answered alike on purpose).
+    #[error("{0}")]
+    NotFound(String),
+    /// A name is already taken.
+    #[error("{0}")]
+    Conflict(String),
+    /// The caller may not do this at all.
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// The store failed; the detail is logged, not shown.
+    #[error("the store failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl ServiceError {
+    fn outcome(&self) -> String {
+        match self {
+            Self::NotFound(_) | Self::Forbidden(_) => format!("denied: {self}"),
+            _ => format!("refused: {self}"),
+        }
+    }
+}
+
+fn store_conflict(error: StoreError) -> ServiceError {
+    match error {
+        StoreError::DuplicatePeer(_) | StoreError::DuplicateAdmin(_) => {
+            ServiceError::Conflict(error.to_string())
+        }
+        other => ServiceError::Store(other),
+    }
+}
+
+/// What the policy says about new peers and administrators.
+#[derive(Debug, Clone)]
+pub struct AccountDefaults {
+    /// Owner of peers added on the command line without `--owner`.
+    pub default_owner: Option<String>,
+    /// Quota of peers added without one.
+    pub rate_per_minute: u32,
+}
+
+/// Called after a change, so the running gateway drops what it cached about a peer or an
+/// administrator and the change applies to the next request.
+pub trait ChangeListener: Send + Sync {
+    /// A peer's credentials, quota or expiry changed.
+    fn peer_changed(&self, peer_id: &str);
+    /// An administrator's budget or status changed.
+    fn admin_changed(&self, admin_id: &str);
+}
+
+/// A peer as created: its record and its token, which exists nowhere else.
+#[derive(Debug)]
+pub struct CreatedPeer {
+    /// The peer.
+    pub peer: PeerRecord,
+    /// The token; shown once.
+    pub token: String,
+}
+
+/// A new peer.
+#[derive(Debug, Clone, Default)]
+pub struct NewPeer {
+    /// Its name.
+    pub name: String,
+    /// Its owner (the command line only; an administrator owns what they create).
+    pub owner: Option<String>,
+    /// Its quota; the policy's default when absent.
+    pub rate_per_minute: Option<u32>,
+    /// When it stops being let in, epoch ms.
+    pub expires_at: Option<i64>,
+}
+
+/// A change to an administrator's budget; absent fields stay as they are.
+#[derive(Debug, Clone, Default)]
+pub struct BudgetChange {
+    /// Allow or forbid the model.
+    pub model_allowed: Option<bool>,
+    /// Tokens per UTC day.
+    pub tokens_per_day: Option<u64>,
+    /// Tokens per UTC month; `Some(None)` goes back to the policy's default.
+    pub tokens_per_month: Option<Option<u64>>,
+}
+
+/// A rotation's result.
+#[derive(Debug)]
+pub struct Rotated {
+    /// The peer.
+    pub peer: PeerRecord,
+    /// The new token; shown once.
+    pub token: String,
+    /// Until when the old token still works (epoch ms); `None` when it stopped at once.
+    pub previous_valid_until: Option<i64>,
+}
+
+/// Administrators, peers, credentials, conversations and the audit log, under one set of rules.
+#[derive(Clone)]
+pub struct AccountService {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    defaults: AccountDefaults,
+    listener: Option<Arc<dyn ChangeListener>>,
+}
+
+impl std::fmt::Debug for AccountService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccountService")
+            .field("defaults", &self.defaults)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks a name for a peer or an administrator: 1 to 64 of letters, digits and `._-`.
+pub fn check_name(field: &'static str, name: &str) -> Result<(), ServiceError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ServiceError::Invalid {
+            field,
+            reason: "use 1 to 64 of letters, digits and ._-".to_owned(),
+        })
+    }
+}
+
+fn check_rate(rate: u32) -> Result<(), ServiceError> {
+    if (1..=MAX_RATE_PER_MINUTE).contains(&rate) {
+        Ok(())
+    } else {
+        Err(ServiceError::Invalid {
+            field: "rate",
+            reason: format!("must be from 1 to {MAX_RATE_PER_MINUTE} requests a minute"),
+        })
+    }
+}
+
+async fn hashed_password(password: String) -> Result<String, ServiceError> {
+    if password.chars().count() < MIN_PASSWORD_CHARS {
+        return Err(ServiceError::Invalid {
+            field: "password",
+            reason: format!("too short: use at least {MIN_PASSWORD_CHARS} characters"),
+        });
+    }
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| ServiceError::Invalid {
+            field: "password",
+            reason: e.to_string(),
+        })?
+        .map_err(|reason| ServiceError::Invalid {
+            field: "password",
+            reason,
+        })
+}
+
+fn issue(kind: CredentialKind) -> Result<token::IssuedToken, ServiceError> {
+    token::issue(kind).map_err(|_| ServiceError::Forbidden("no randomness is available"))
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+impl AccountService {
+    /// A service over `store`.
+    pub fn new(store: Store, clock: Arc<dyn Clock>, defaults: AccountDefaults) -> Self {
+        Self {
+            store,
+            clock,
+            defaults,
+            listener: None,
+        }
+    }
+
+    /// Tells `listener` about every change (the running gateway's caches).
+    pub fn with_listener(mut self, listener: Arc<dyn ChangeListener>) -> Self {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn entry(
+        &self,
+        caller: &Caller,
+        action: &str,
+        target: &str,
+        outcome: &str,
+        detail: String,
+        owner_id: Option<&str>,
+    ) -> AuditEntry {
+        AuditEntry {
+            at: self.clock.now_millis(),
+            actor: caller.actor.label(),
+            action: action.to_owned(),
+            target: target.to_owned(),
+            outcome: outcome.to_owned(),
+            client: caller.client.clone(),
+            detail,
+            owner_id: owner_id.map(str::to_owned),
+        }
+    }
+
+    /// Runs `work`; when it fails for any reason but the store, records the refusal.
+    async fn audited<T>(
+        &self,
+        caller: &Caller,
+        action: &str,
+        target: &str,
+        work: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ServiceError> {
+        let outcome = work.await;
+        if let Err(error) = &outcome
+            && !matches!(error, ServiceError::Store(_))
+        {
+            let entry = self.entry(
+                caller,
+                action,
+                target,
+                &error.outcome(),
+                String::new(),
+                caller.actor.admin_id(),
+            );
+            if let Err(e) = self.store.append_audit(&entry).await {
+                tracing::error!(error = %e, "could not write an audit record");
+            }
+        }
+        outcome
+    }
+
+    /// The peer `name` if the caller may act on it. Another administrator's peer is answered
+    /// exactly like a peer that does not exist.
+    async fn owned_peer(
+        &self,
+        tx: &mut WriteTx,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<PeerRecord, ServiceError> {
+        let peer = tx.peer(name).await?;
+        match (peer, caller.actor.admin_id()) {
+            (Some(peer), None) => Ok(peer),
+            (Some(peer), Some(admin)) if peer.owner_id == admin => Ok(peer),
+            _ => Err(ServiceError::NotFound(format!("no peer named \"{name}\""))),
+        }
+    }
+
+    fn peer_changed(&self, peer_id: &str) {
+        if let Some(listener) = &self.listener {
+            listener.peer_changed(peer_id);
+        }
+    }
+
+    fn admin_changed(&self, admin_id: &str) {
+        if let Some(listener) = &self.listener {
+            listener.admin_changed(admin_id);
+        }
+    }
+
+    fn operator_only(caller: &Caller) -> Result<(), ServiceError> {
+        match caller.actor {
+            Actor::Operator => Ok(()),
+            _ => Err(ServiceError::Forbidden(
+                "administrators are managed on the command line",
+            )),
+        }
+    }
+
+    // ---- administrators ----
+
+    /// Adds an administrator with a password (`None` makes one that cannot sign in with
+    /// Basic until a password is set).
+    pub async fn add_admin(
+        &self,
+        caller: &Caller,
+        name: &str,
+        password: Option<String>,
+    ) -> Result<AdminRecord, ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(caller, "admin.created", &target, async {
+            Self::operator_only(caller)?;
+            check_name("administrator name", name)?;
+            let phc = match password {
+                Some(password) => Some(hashed_password(password).await?),
+                None => None,
+            };
+            let admin = AdminRecord {
+                id: new_id("adm"),
+                name: name.to_owned(),
+                status: "active".to_owned(),
+                has_password: phc.is_some(),
+                model_allowed: true,
+                tokens_per_day: None,
+                tokens_per_month: None,
+                created_at: self.clock.now_millis(),
+            };
+            let mut tx = self.store.begin_write().await?;
+            tx.insert_admin(&admin, phc.as_deref())
+                .await
+                .map_err(store_conflict)?;
+            let detail = if admin.has_password {
+                "with a password"
+            } else {
+                "without a password"
+            };
+            tx.audit(&self.entry(
+                caller,
+                "admin.created",
+                &target,
+                "ok",
+                detail.to_owned(),
+                Some(&admin.id),
+            ))
+            .await?;
+            tx.commit().await?;
+            Ok(admin)
+        })
+        .await
+    }
+
+    /// Every administrator.
+    pub async fn list_admins(&self) -> Result<Vec<AdminRecord>, ServiceError> {
+        Ok(self.store.list_admins().await?)
+    }
+
+    async fn existing_admin(tx: &mut WriteTx, name: &str) -> Result<AdminRecord, ServiceError> {
+        tx.admin(name)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("no administrator named \"{name}\"")))
+    }
+
+    /// Disables an administrator: they can no longer sign in, their administrator tokens stop,
+    /// and their peers' turns are refused.
+    pub async fn disable_admin(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(caller, "admin.disabled", &target, async {
+            Self::operator_only(caller)?;
+            let mut tx = self.store.begin_write().await?;
+            let admin = Self::existing_admin(&mut tx, name).await?;
+            tx.disable_admin(&admin.id, self.clock.now_millis()).await?;
+            tx.audit(&self.entry(
+                caller,
+                "admin.disabled",
+                &target,
+                "ok",
+                String::new(),
+                Some(&admin.id),
+            ))
+            .await?;
+            tx.commit().await?;
+            self.admin_changed(&admin.id);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sets an administrator's password.
+    pub async fn set_admin_password(
+        &self,
+        caller: &Caller,
+        name: &str,
+        password: String,
+    ) -> Result<(), ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(caller, "admin.password_set", &target, async {
+            Self::operator_only(caller)?;
+            let phc = hashed_password(password).await?;
+            let mut tx = self.store.begin_write().await?;
+            let admin = Self::existing_admin(&mut tx, name).await?;
+            tx.set_admin_password(&admin.id, &phc).await?;
+            tx.audit(&self.entry(
+                caller,
+                "admin.password_set",
+                &target,
+                "ok",
+                String::new(),
+                Some(&admin.id),
+            ))
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Issues an administrator token (for the admin API); returns it, once.
+    pub async fn issue_admin_token(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<String, ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(caller, "admin.token_issued", &target, async {
+            Self::operator_only(caller)?;
+            let issued = issue(CredentialKind::AdminToken)?;
+            let mut tx = self.store.begin_write().await?;
+            let admin = Self::existing_admin(&mut tx, name).await?;
+            if admin.status != "active" {
+                return Err(ServiceError::Invalid {
+                    field: "administrator",
+                    reason: format!("\"{name}\" is disabled"),
+                });
+            }
+            tx.insert_admin_token(
+                &admin.id,
+                &issued.token_id,
+                &issued.secret_hash,
+                self.clock.now_millis(),
+            )
+            .await?;
+            tx.audit(&self.entry(
+                caller,
+                "admin.token_issued",
+                &target,
+                "ok",
+                format!("token id {}", issued.token_id),
+                Some(&admin.id),
+            ))
+            .await?;
+            tx.commit().await?;
+            Ok(issued.token)
+        })
+        .await
+    }
+
+    /// Changes an administrator's model switch or budgets.
+    pub async fn set_budget(
+        &self,
+        caller: &Caller,
+        name: &str,
+        change: BudgetChange,
+    ) -> Result<AdminRecord, ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(caller, "admin.budget_changed", &target, async {
+            Self::operator_only(caller)?;
+            if change.tokens_per_day == Some(0) || change.tokens_per_month == Some(Some(0)) {
+                return Err(ServiceError::Invalid {
+                    field: "budget",
+                    reason: "a budget must be at least 1 token; forbid the model to stop it"
+                        .to_owned(),
+                });
+            }
+            let mut tx = self.store.begin_write().await?;
+            let mut admin = Self::existing_admin(&mut tx, name).await?;
+            if let Some(allowed) = change.model_allowed {
+                admin.model_allowed = allowed;
+            }
+            if let Some(per_day) = change.tokens_per_day {
+                admin.tokens_per_day = Some(per_day);
+            }
+            if let Some(per_month) = change.tokens_per_month {
+                admin.tokens_per_month = per_month;
+            }
+            tx.set_admin_budget(
+                &admin.id,
+                admin.model_allowed,
+                admin.tokens_per_day,
+                admin.tokens_per_month,
+            )
+            .await?;
+            let show =
+                |n: Option<u64>| n.map_or_else(|| "policy default".to_owned(), |n| n.to_string());
+            tx.audit(&self.entry(
+                caller,
+                "admin.budget_changed",
+                &target,
+                "ok",
+                format!(
+                    "model {}, tokens per day {}, per month {}",
+                    if admin.model_allowed {
+                        "allowed"
+                    } else {
+                        "forbidden"
+                    },
+                    show(admin.tokens_per_day),
+                    show(admin.tokens_per_month)
+                ),
+                Some(&admin.id),
+            ))
+            .await?;
+            tx.commit().await?;
+            self.admin_changed(&admin.id);
+            Ok(admin)
+        })
+        .await
+    }
+
+    /// Records a failed sign-in to the admin API. The name is recorded only when such an
+    /// administrator exists, so a password typed into the name field is never written down.
+    pub async fn record_failed_login(&self, client: &str, name: Option<&str>, why: &str) {
+        let known = match name {
+            Some(name) => self.store.find_admin_login(name).await.ok().flatten(),
+            None => None,
+        };
+        let caller = Caller {
+            actor: Actor::Operator,
+            client: client.to_owned(),
+        };
+        let mut entry = self.entry(
+            &caller,
+            "admin.login_failed",
+            &known.as_ref().map_or_else(
+                || "admin:(unknown)".to_owned(),
+                |a| format!("admin:{}", a.name),
+            ),
+            &format!("denied: {why}"),
+            String::new(),
+            known.as_ref().map(|a| a.id.as_str()),
+        );
+        entry.actor = "anonymous".to_owned();
+        if let Err(e) = self.store.append_audit(&entry).await {
+            tracing::error!(error = %e, "could not write an audit record");
+        }
+    }
+
+    // ---- peers ----
+
+    /// Creates a peer and its first token.
+    pub async fn create_peer(
+        &self,
+        caller: &Caller,
+        new: NewPeer,
+    ) -> Result<CreatedPeer, ServiceError> {
+        let target = format!("peer:{}", new.name);
+        self.audited(caller, "peer.created", &target, async {
+            check_name("peer name", &new.name)?;
+            let rate = new.rate_per_minute.unwrap_or(self.defaults.rate_per_minute);
+            check_rate(rate)?;
+            let now = self.clock.now_millis();
+            if new.expires_at.is_some_and(|at| at <= now) {
+                return Err(ServiceError::Invalid {
+                    field: "expiry",
+                    reason: "must be in the future".to_owned(),
+                });
+            }
+            let issued = issue(CredentialKind::PeerToken)?;
+            let mut tx = self.store.begin_write().await?;
+            let owner = match (&caller.actor, &new.owner) {
+                (Actor::Admin { id, name }, None) => (id.clone(), name.clone()),
+                (Actor::Admin { name, .. }, Some(owner)) if owner == name => {
+                    (tx_admin_id(&mut tx, owner).await?, owner.clone())
+                }
+                (Actor::Admin { .. }, Some(_)) => {
+                    return Err(ServiceError::Forbidden(
+                        "an administrator can only create peers they own",
+                    ));
+                }
+                (Actor::Operator, owner) => {
+                    self.operator_owner(&mut tx, caller, owner.as_deref())
+                        .await?
+                }
+            };
+            let peer = PeerRecord {
+                id: new_id("peer"),
+                name: new.name.clone(),
+                status: "active".to_owned(),
+                rate_per_minute: rate,
+                created_at: now,
+                last_used_at: None,
+                owner_id: owner.0,
+                owner_name: owner.1,
+                expires_at: new.expires_at,
+            };
+            tx.insert_peer(&peer).await.map_err(store_conflict)?;
+            tx.insert_credential(
+                &peer.id,
+                CredentialKind::PeerToken,
+                &issued.token_id,
+                &issued.secret_hash,
+                now,
+            )
+            .await?;
+            tx.audit(&self.entry(
+                caller,
+                "peer.created",
+                &target,
+                "ok",
+                format!("owner {}, rate {rate}/min", peer.owner_name),
+                Some(&peer.owner_id),
+            ))
+            .await?;
+            tx.audit(&self.entry(
+                caller,
+                "credential.issued",
+                &target,
+                "ok",
+                format!("token id {}", issued.token_id),
+                Some(&peer.owner_id),
+            ))
+            .await?;
+            tx.commit().await?;
+            Ok(CreatedPeer {
+                peer,
+                token: issued.token,
+            })
+        })
+        .await
+    }
+
+    /// The owner of a peer the operator adds: the one named, or the policy's default owner,
+    /// who is created (without a password) the first time, for a single-operator setup.
+    async fn operator_owner(
+        &self,
+        tx: &mut WriteTx,
+        caller: &Caller,
+        named: Option<&str>,
+    ) -> Result<(String, String), ServiceError> {
+        if let Some(name) = named {
+            return Ok((tx_admin_id(tx, name).await?, name.to_owned()));
+        }
+        let Some(name) = self.defaults.default_owner.as_deref() else {
+            return Err(ServiceError::Invalid {
+                field: "owner",
+                reason: "name the owning administrator with --owner NAME (or set peers.default_owner in the policy)".to_owned(),
+            });
+        };
+        if let Some(admin) = tx.admin(name).await? {
+            return Ok((admin.id, admin.name));
+        }
+        let admin = AdminRecord {
+            id: new_id("adm"),
+            name: name.to_owned(),
+            status: "active".to_owned(),
+            has_password: false,
+            model_allowed: true,
+            tokens_per_day: None,
+            tokens_per_month: None,
+            created_at: self.clock.now_millis(),
+        };
+        tx.insert_admin(&admin, None)
+            .await
+            .map_err(store_conflict)?;
+        tx.audit(&self.entry(
+            caller,
+            "admin.created",
+            &format!("admin:{name}"),
+            "ok",
+            "the policy's default owner, without a password".to_owned(),
+            Some(&admin.id),
+        ))
+        .await?;
+        Ok((admin.id, admin.name))
+    }
+
+    /// The caller's peers (every peer for the operator).
+    pub async fn list_peers(&self, caller: &Caller) -> Result<Vec<PeerRecord>, ServiceError> {
+        Ok(self.store.list_peers(caller.actor.admin_id()).await?)
+    }
+
+    /// One of the caller's peers.
+    pub async fn show_peer(&self, caller: &Caller, name: &str) -> Result<PeerRecord, ServiceError> {
+        match self.store.find_peer(name).await? {
+            Some(peer)
+                if caller
+                    .actor
+                    .admin_id()
+                    .is_none_or(|admin| admin == peer.owner_id) =>
+            {
+                Ok(peer)
+            }
+            _ => Err(ServiceError::NotFound(format!("no peer named \"{name}\""))),
+        }
+    }
+
+    /// Starts a change to a peer the caller may act on: the write transaction and the peer.
+    async fn begin_change(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(WriteTx, PeerRecord), ServiceError> {
+        let mut tx = self.store.begin_write().await?;
+        let peer = self.owned_peer(&mut tx, caller, name).await?;
+        Ok((tx, peer))
+    }
+
+    /// Ends a change with its audit record, commits both, and tells the running gateway.
+    async fn finish_change(
+        &self,
+        mut tx: WriteTx,
+        caller: &Caller,
+        action: &str,
+        peer: &PeerRecord,
+        detail: String,
+    ) -> Result<(), ServiceError> {
+        let target = format!("peer:{}", peer.name);
+        tx.audit(&self.entry(caller, action, &target, "ok", detail, Some(&peer.owner_id)))
+            .await?;
+        tx.commit().await?;
+        self.peer_changed(&peer.id);
+        Ok(())
+    }
+
+    /// Sets a peer's quota.
+    pub async fn set_limit(
+        &self,
+        caller: &Caller,
+        name: &str,
+        rate: u32,
+    ) -> Result<(), ServiceError> {
+        let action = "peer.limit_changed";
+        self.audited(caller, action, &format!("peer:{name}"), async {
+            check_rate(rate)?;
+            let (mut tx, peer) = self.begin_change(caller, name).await?;
+            tx.set_peer_rate(&peer.id, rate).await?;
+            let detail = format!("rate {} -> {rate}/min", peer.rate_per_minute);
+            self.finish_change(tx, caller, action, &peer, detail).await
+        })
+        .await
+    }
+
+    /// Sets (or with `None` clears) a peer's expiry, epoch ms.
+    pub async fn set_expiry(
+        &self,
+        caller: &Caller,
+        name: &str,
+        expires_at: Option<i64>,
+    ) -> Result<(), ServiceError> {
+        let action = "peer.expiry_changed";
+        self.audited(caller, action, &format!("peer:{name}"), async {
+            if expires_at.is_some_and(|at| at <= self.clock.now_millis()) {
+                return Err(ServiceError::Invalid {
+                    field: "expiry",
+                    reason: "must be in the future (revoke the peer to stop it now)".to_owned(),
+                });
+            }
+            let (mut tx, peer) = self.begin_change(caller, name).await?;
+            tx.set_peer_expiry(&peer.id, expires_at).await?;
+            let show = |at: Option<i64>| at.map_or_else(|| "never".to_owned(), rfc3339_millis);
+            let detail = format!("expiry {} -> {}", show(peer.expires_at), show(expires_at));
+            self.finish_change(tx, caller, action, &peer, detail).await
+        })
+        .await
+    }
+
+    /// Sets the password a peer uses with Basic authentication.
+    pub async fn set_peer_password(
+        &self,
+        caller: &Caller,
+        name: &str,
+        password: String,
+    ) -> Result<(), ServiceError> {
+        let action = "credential.issued";
+        self.audited(caller, action, &format!("peer:{name}"), async {
+            let phc = hashed_password(password).await?;
+            let (mut tx, peer) = self.begin_change(caller, name).await?;
+            tx.set_peer_password(&peer.id, &phc).await?;
+            self.finish_change(tx, caller, action, &peer, "password set".to_owned())
+                .await
+        })
+        .await
+    }
+
+    /// Issues a new API key for a peer (any earlier key stops); returns it, once.
+    pub async fn issue_api_key(&self, caller: &Caller, name: &str) -> Result<String, ServiceError> {
+        let action = "credential.issued";
+        self.audited(caller, action, &format!("peer:{name}"), async {
+            let (mut tx, peer) = self.begin_change(caller, name).await?;
+            let peer = active(peer)?;
+            let issued = issue(CredentialKind::ApiKey)?;
+            let now = self.clock.now_millis();
+            tx.revoke_credentials(&peer.id, Some(CredentialKind::ApiKey), now)
+                .await?;
+            tx.insert_credential(
+                &peer.id,
+                CredentialKind::ApiKey,
+                &issued.token_id,
+                &issued.secret_hash,
+                now,
+            )
+            .await?;
+            let detail = format!("API key id {}; earlier keys revoked", issued.token_id);
+            self.finish_change(tx, caller, action, &peer, detail)
+                .await?;
+            Ok(issued.token)
+        })
+        .await
+    }
+
+    /// Gives a peer a new token. The old ones stop at once (`grace_seconds` 0) or when the
+    /// grace period ends.
+    pub async fn rotate(
+        &self,
+        caller: &Caller,
+        name: &str,
+        grace_seconds: u64,
+    ) -> Result<Rotated, ServiceError> {
+        let action = "credential.rotated";
+        self.audited(caller, action, &format!("peer:{name}"), async {
+            if grace_seconds > MAX_GRACE_SECONDS {
+                return Err(ServiceError::Invalid {
+                    field: "grace",
+                    reason: format!("at most {MAX_GRACE_SECONDS} seconds (30 days)"),
+                });
+            }
+            let (mut tx, peer) = self.begin_change(caller, name).await?;
+            let peer = active(peer)?;
+            let issued = issue(CredentialKind::PeerToken)?;
+            let now = self.clock.now_millis();
+            let previous_valid_until = if grace_seconds == 0 {
+                tx.revoke_credentials(&peer.id, Some(CredentialKind::PeerToken), now)
+                    .await?;
+                None
+            } else {
+                // At most 30 days of milliseconds: no overflow.
+                let until = now + i64::try_from(grace_seconds * 1000).unwrap_or(i64::MAX / 2);
+                tx.expire_credentials(&peer.id, CredentialKind::PeerToken, until)
+                    .await?;
+                Some(until)
+            };
+            tx.insert_credential(
+                &peer.id,
+                CredentialKind::PeerToken,
+                &issued.token_id,
+                &issued.secret_hash,
+                now,
+            )
+            .await?;
+            let detail = format!(
+                "new token id {}; old tokens {}",
+                issued.token_id,
+                previous_valid_until.map_or_else(
+                    || "revoked at once".to_owned(),
+                    |until| format!("work until {}", rfc3339_millis(until))
+                )
+            );
+            self.finish_change(tx, caller, action, &peer, detail)
+                .await?;
+            Ok(Rotated {
+                peer,
+                token: issued.token,
+                previous_valid_until,
+            })
+        })
+        .await
+    }
+
+    /// Revokes a peer: every credential it holds stops working.
+    pub async fn revoke(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {
+        let action = "credential.revoked";
+        self.audited(caller, action, &format!("peer:{name}"), async {
+            let (mut tx, peer) = self.begin_change(caller, name).await?;
+            tx.revoke_peer(&peer.id, self.clock.now_millis()).await?;
+            let detail = "peer revoked with all its credentials".to_owned();
+            self.finish_change(tx, caller, action, &peer, detail).await
+        })
+        .await
+    }
+
+    // ---- conversations, usage, audit ----
+
+    fn account(caller: &Caller) -> Result<&str, ServiceError> {
+        caller.actor.admin_id().ok_or(ServiceError::Forbidden(
+            "conversations belong to an administrator's account; sign in as one",
+        ))
+    }
+
+    /// The conversations of the caller's peers.
+    pub async fn conversations(
+        &self,
+        caller: &Caller,
+    ) -> Result<Vec<ConversationSummary>, ServiceError> {
+        Ok(self.store.conversations(Self::account(caller)?).await?)
+    }
+
+    /// One conversation of one of the caller's peers.
+    pub async fn conversation(
+        &self,
+        caller: &Caller,
+        peer: &str,
+        context_id: &str,
+    ) -> Result<Vec<ConversationEntry>, ServiceError> {
+        Self::account(caller)?;
+        let peer = self.show_peer(caller, peer).await?;
+        self.store
+            .conversation(&peer.id, context_id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound("no such conversation".to_owned()))
+    }
+
+    /// Deletes one conversation of one of the caller's peers, with the tasks that held its text.
+    pub async fn delete_conversation(
+        &self,
+        caller: &Caller,
+        peer: &str,
+        context_id: &str,
+    ) -> Result<(), ServiceError> {
+        let action = "conversation.deleted";
+        self.audited(caller, action, &format!("peer:{peer}"), async {
+            Self::account(caller)?;
+            let (mut tx, record) = self.begin_change(caller, peer).await?;
+            if !tx.delete_conversation(&record.id, context_id).await? {
+                return Err(ServiceError::NotFound("no such conversation".to_owned()));
+            }
+            let detail = format!("context {context_id}");
+            self.finish_change(tx, caller, action, &record, detail)
+                .await
+        })
+        .await
+    }
+
+    /// Tokens spent by the caller's peers on `day` and in its month, per peer.
+    pub async fn usage(
+        &self,
+        caller: &Caller,
+        admin_id: &str,
+        period: &str,
+    ) -> Result<(u64, Vec<PeerUsage>), ServiceError> {
+        if caller.actor.admin_id().is_some_and(|me| me != admin_id) {
+            return Err(ServiceError::Forbidden("usage of another administrator"));
+        }
+        let total = self.store.tokens_spent(admin_id, period).await?;
+        let peers = self.store.usage_by_peer(admin_id, period).await?;
+        Ok((total, peers))
+    }
+
+    /// Audit records since `since` (epoch ms): the caller's own account, or all for the
+    /// operator.
+    pub async fn audit(
+        &self,
+        caller: &Caller,
+        since: i64,
+    ) -> Result<Vec<AuditRecord>, ServiceError> {
+        Ok(self
+            .store
+            .audit_since(since, caller.actor.admin_id())
+            .await?)
+    }
+}
+
+fn active(peer: PeerRecord) -> Result<PeerRecord, ServiceError> {
+    if peer.status == "active" {
+        Ok(peer)
+    } else {
+        Err(ServiceError::Invalid {
+            field: "peer",
+            reason: format!("\"{}\" is revoked", peer.name),
+        })
+    }
+}
+
+async fn tx_admin_id(tx: &mut WriteTx, name: &str) -> Result<String, ServiceError> {
+    match tx.admin(name).await? {
+        Some(admin) if admin.status == "active" => Ok(admin.id),
+        Some(_) => Err(ServiceError::Invalid {
+            field: "owner",
+            reason: format!("administrator \"{name}\" is disabled"),
+        }),
+        None => Err(ServiceError::NotFound(format!(
+            "no administrator named \"{name}\""
+        ))),
+    }
+}

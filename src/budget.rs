@@ -1,0 +1,256 @@
+//! Model budgets: each administrator's switch and token allowance, checked before the model is
+//! asked.
+//!
+//! A peer's turn runs as its owning administrator. Before the backend is called, [`Budgets`]
+//! answers whether that administrator may use the model now: not disabled, the model allowed,
+//! and the tokens spent this UTC day (and, when a monthly budget is set, this UTC month) below
+//! the budget. Spending is counted from the usage the backend reports.
+//!
+//! The hot path reads no store: the settings are cached for `auth.credential_cache_seconds` (by
+//! the gateway's clock, and dropped at once when the admin API changes them), and the tokens
+//! spent are kept in memory, seeded from the store the first time an administrator is seen each
+//! day. Requests already in flight when a budget runs out still finish, so a budget can be
+//! overshot by what those requests spend.
+
+use crate::clock::{Clock, rfc3339_millis};
+use crate::store::{ExchangeUsage, Store, StoreError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Budgets for administrators who have none of their own (the policy's `[budgets]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetDefaults {
+    /// Tokens per UTC day.
+    pub tokens_per_day: u64,
+    /// Tokens per UTC month, if months are budgeted.
+    pub tokens_per_month: Option<u64>,
+}
+
+/// One administrator's effective budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// False for a disabled administrator.
+    pub owner_active: bool,
+    /// The switch that allows or forbids the model.
+    pub model_allowed: bool,
+    /// Tokens per UTC day.
+    pub tokens_per_day: u64,
+    /// Tokens per UTC month.
+    pub tokens_per_month: Option<u64>,
+}
+
+/// Why a turn was refused. Each says why in one sentence, which the peer reads in the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BudgetRefusal {
+    /// The owning administrator was disabled.
+    #[error(
+        "The administrator responsible for this peer is disabled, so the model cannot be used."
+    )]
+    OwnerDisabled,
+    /// The owning administrator may not use the model.
+    #[error("The administrator responsible for this peer is not allowed to use the model.")]
+    ModelForbidden,
+    /// Today's tokens are spent.
+    #[error("The daily model budget of {0} tokens is spent; it renews at 00:00 UTC.")]
+    DailyBudgetSpent(u64),
+    /// This month's tokens are spent.
+    #[error(
+        "The monthly model budget of {0} tokens is spent; it renews on the first day of next month (UTC)."
+    )]
+    MonthlyBudgetSpent(u64),
+}
+
+impl BudgetRefusal {
+    /// A short stable name, for the audit log and metrics.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::OwnerDisabled => "owner_disabled",
+            Self::ModelForbidden => "model_forbidden",
+            Self::DailyBudgetSpent(_) => "daily_budget_spent",
+            Self::MonthlyBudgetSpent(_) => "monthly_budget_spent",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct CachedBudget {
+    budget: Budget,
+    at_millis: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Spent {
+    day: String,
+    day_tokens: u64,
+    month_tokens: u64,
+}
+
+/// The budgets of every administrator, as the running gateway sees them.
+pub struct Budgets {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    defaults: BudgetDefaults,
+    ttl_millis: i64,
+    settings: Mutex<HashMap<String, CachedBudget>>,
+    spent: Mutex<HashMap<String, Spent>>,
+}
+
+impl std::fmt::Debug for Budgets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budgets")
+            .field("defaults", &self.defaults)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The UTC day (`YYYY-MM-DD`) and month (`YYYY-MM`) of an instant.
+pub fn day_and_month(millis: i64) -> (String, String) {
+    let day = rfc3339_millis(millis)[..10].to_owned();
+    let month = day[..7].to_owned();
+    (day, month)
+}
+
+impl Budgets {
+    /// Budgets over `store`; settings are trusted for `cache` before being read again.
+    pub fn new(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        defaults: BudgetDefaults,
+        cache: Duration,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            defaults,
+            ttl_millis: i64::try_from(cache.as_millis()).unwrap_or(i64::MAX),
+            settings: Mutex::default(),
+            spent: Mutex::default(),
+        }
+    }
+
+    /// Whether `owner_id` may use the model now.
+    pub async fn check(&self, owner_id: &str) -> Result<Result<(), BudgetRefusal>, StoreError> {
+        let budget = self.budget(owner_id).await?;
+        if !budget.owner_active {
+            return Ok(Err(BudgetRefusal::OwnerDisabled));
+        }
+        if !budget.model_allowed {
+            return Ok(Err(BudgetRefusal::ModelForbidden));
+        }
+        let spent = self.spent(owner_id).await?;
+        if spent.day_tokens >= budget.tokens_per_day {
+            return Ok(Err(BudgetRefusal::DailyBudgetSpent(budget.tokens_per_day)));
+        }
+        if let Some(per_month) = budget.tokens_per_month
+            && spent.month_tokens >= per_month
+        {
+            return Ok(Err(BudgetRefusal::MonthlyBudgetSpent(per_month)));
+        }
+        Ok(Ok(()))
+    }
+
+    /// Counts `tokens` against `owner_id` and returns what the store must record.
+    pub fn record(&self, owner_id: &str, tokens: u64) -> ExchangeUsage {
+        let (day, _) = day_and_month(self.clock.now_millis());
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = spent.get_mut(owner_id)
+            && entry.day == day
+        {
+            entry.day_tokens = entry.day_tokens.saturating_add(tokens);
+            entry.month_tokens = entry.month_tokens.saturating_add(tokens);
+        }
+        ExchangeUsage {
+            owner_id: owner_id.to_owned(),
+            day,
+            tokens,
+        }
+    }
+
+    /// Drops the cached settings of an administrator, so a change applies to the next request.
+    pub fn forget(&self, owner_id: &str) {
+        self.settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(owner_id);
+    }
+
+    /// Forgets everything cached (call periodically to bound memory).
+    pub fn purge(&self) {
+        let (day, _) = day_and_month(self.clock.now_millis());
+        self.spent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, s| s.day == day);
+        let now = self.clock.now_millis();
+        self.settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, c| now - c.at_millis < self.ttl_millis);
+    }
+
+    /// The effective budget of `owner_id` (cached).
+    pub async fn budget(&self, owner_id: &str) -> Result<Budget, StoreError> {
+        let now = self.clock.now_millis();
+        if let Some(cached) = self
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(owner_id)
+            && now - cached.at_millis < self.ttl_millis
+        {
+            return Ok(cached.budget);
+        }
+        let budget = match self.store.find_admin_by_id(owner_id).await? {
+            Some(admin) => Budget {
+                owner_active: admin.status == "active",
+                model_allowed: admin.model_allowed,
+                tokens_per_day: admin.tokens_per_day.unwrap_or(self.defaults.tokens_per_day),
+                tokens_per_month: admin.tokens_per_month.or(self.defaults.tokens_per_month),
+            },
+            // A peer whose owner is gone acts for nobody.
+            None => Budget {
+                owner_active: false,
+                model_allowed: false,
+                tokens_per_day: 0,
+                tokens_per_month: None,
+            },
+        };
+        self.settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                owner_id.to_owned(),
+                CachedBudget {
+                    budget,
+                    at_millis: now,
+                },
+            );
+        Ok(budget)
+    }
+
+    async fn spent(&self, owner_id: &str) -> Result<Spent, StoreError> {
+        let (day, month) = day_and_month(self.clock.now_millis());
+        if let Some(spent) = self
+            .spent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(owner_id)
+            .filter(|s| s.day == day)
+        {
+            return Ok(spent.clone());
+        }
+        // First sight today: the store knows what earlier processes and days spent.
+        let fresh = Spent {
+            day_tokens: self.store.tokens_spent(owner_id, &day).await?,
+            month_tokens: self.store.tokens_spent(owner_id, &month).await?,
+            day,
+        };
+        self.spent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(owner_id.to_owned(), fresh.clone());
+        Ok(fresh)
+    }
+}

@@ -1,0 +1,286 @@
+//! Counters for `/metrics` on the admin listener, in the Prometheus text format.
+//!
+//! Every label comes from a fixed list (routes, status codes, refusal reasons, task states), so
+//! no request can add a label value: no peer name, secret or message text ever reaches a label,
+//! and the series count is bounded. Counting is a few relaxed atomic additions per request.
+//!
+//! The layers that refuse a request say why by putting a [`Rejection`] in the response's
+//! extensions; [`MetricsLayer`], outermost, counts the request by route and status and the
+//! refusal by reason.
+//!
+//! ```
+//! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}};
+//! use peergate::metrics::{Metrics, MetricsLayer};
+//! use std::sync::Arc;
+//! use tower::ServiceExt;
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let metrics = Arc::new(Metrics::default());
+//! let app = Router::new()
+//!     .route("/health", get(|| async { "ok" }))
+//!     .layer(MetricsLayer::new(metrics.clone(), "/a2a/v1"));
+//! let response = app.oneshot(Request::get("/health").body(Body::empty()).unwrap()).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::OK);
+//! assert!(metrics.render().contains(r#"peergate_requests_total{route="health",status="200"} 1"#));
+//! # });
+//! ```
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::response::Response;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tower::{Layer, Service};
+
+/// The routes requests are counted under.
+const ROUTES: [&str; 6] = ["door", "card", "jwks", "health", "admin", "other"];
+/// The statuses counted by name; anything else is `other`.
+const STATUSES: [u16; 17] = [
+    200, 201, 204, 304, 400, 401, 403, 404, 405, 408, 409, 413, 415, 429, 500, 503, 504,
+];
+/// Why requests were refused before reaching the agent.
+const REASONS: [&str; 8] = [
+    "unauthenticated",
+    "per_ip",
+    "failed_auth",
+    "per_peer",
+    "version_not_supported",
+    "extension_required",
+    "body_too_large",
+    "admin_unauthenticated",
+];
+/// Final task states.
+const STATES: [&str; 3] = ["completed", "failed", "rejected"];
+/// Backend latency buckets, in seconds.
+const BUCKETS: [f64; 13] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Why a layer refused a request; put in the response's extensions for [`MetricsLayer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejection(pub &'static str);
+
+/// A final task state, for [`Metrics::task_finished`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FinalState {
+    /// `TASK_STATE_COMPLETED`
+    Completed,
+    /// `TASK_STATE_FAILED`
+    Failed,
+    /// `TASK_STATE_REJECTED`
+    Rejected,
+}
+
+/// The gateway's counters.
+#[derive(Debug)]
+pub struct Metrics {
+    requests: [[AtomicU64; STATUSES.len() + 1]; ROUTES.len()],
+    rejections: [AtomicU64; REASONS.len()],
+    tasks: [AtomicU64; STATES.len()],
+    latency_buckets: [AtomicU64; BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_micros: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            rejections: std::array::from_fn(|_| AtomicU64::new(0)),
+            tasks: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency_count: AtomicU64::new(0),
+            latency_sum_micros: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    fn count_request(&self, route: usize, status: StatusCode) {
+        let status = STATUSES
+            .iter()
+            .position(|s| *s == status.as_u16())
+            .unwrap_or(STATUSES.len());
+        self.requests[route][status].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a refusal; reasons outside the fixed list are not counted.
+    pub fn rejected(&self, reason: &str) {
+        if let Some(i) = REASONS.iter().position(|r| *r == reason) {
+            self.rejections[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a task that reached its final state.
+    pub fn task_finished(&self, state: FinalState) {
+        let i = match state {
+            FinalState::Completed => 0,
+            FinalState::Failed => 1,
+            FinalState::Rejected => 2,
+        };
+        self.tasks[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records how long one backend call took (answered or not).
+    pub fn backend_latency(&self, took: Duration) {
+        let seconds = took.as_secs_f64();
+        for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
+            if seconds <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_micros.fetch_add(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        out.push_str("# HELP peergate_requests_total HTTP requests answered, by route and status.\n# TYPE peergate_requests_total counter\n");
+        for (route, row) in ROUTES.iter().zip(&self.requests) {
+            for (i, count) in row.iter().enumerate() {
+                let n = load(count);
+                if n == 0 {
+                    continue;
+                }
+                let status = STATUSES.get(i).map_or("other".to_owned(), u16::to_string);
+                let _ = writeln!(
+                    out,
+                    "peergate_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                );
+            }
+        }
+        out.push_str("# HELP peergate_rejections_total Requests refused before the agent, by reason.\n# TYPE peergate_rejections_total counter\n");
+        for (reason, count) in REASONS.iter().zip(&self.rejections) {
+            let _ = writeln!(
+                out,
+                "peergate_rejections_total{{reason=\"{reason}\"}} {}",
+                load(count)
+            );
+        }
+        out.push_str("# HELP peergate_tasks_total Tasks by final state.\n# TYPE peergate_tasks_total counter\n");
+        for (state, count) in STATES.iter().zip(&self.tasks) {
+            let _ = writeln!(
+                out,
+                "peergate_tasks_total{{state=\"{state}\"}} {}",
+                load(count)
+            );
+        }
+        out.push_str("# HELP peergate_backend_latency_seconds Time the model took per call.\n# TYPE peergate_backend_latency_seconds histogram\n");
+        for (bound, count) in BUCKETS.iter().zip(&self.latency_buckets) {
+            let _ = writeln!(
+                out,
+                "peergate_backend_latency_seconds_bucket{{le=\"{bound}\"}} {}",
+                load(count)
+            );
+        }
+        let count = load(&self.latency_count);
+        let _ = writeln!(
+            out,
+            "peergate_backend_latency_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            out,
+            "peergate_backend_latency_seconds_sum {}",
+            load(&self.latency_sum_micros) as f64 / 1e6
+        );
+        let _ = writeln!(out, "peergate_backend_latency_seconds_count {count}");
+        out
+    }
+}
+
+/// Counts every request by route and status, and refusals by reason.
+#[derive(Debug, Clone)]
+pub struct MetricsLayer {
+    metrics: Arc<Metrics>,
+    /// The door's path on the gateway's listener; `None` on the admin listener.
+    door_path: Option<Arc<str>>,
+}
+
+impl MetricsLayer {
+    /// Counts into `metrics`; `door_path` is the A2A door's path.
+    pub fn new(metrics: Arc<Metrics>, door_path: &str) -> Self {
+        Self {
+            metrics,
+            door_path: Some(Arc::from(door_path.trim_end_matches('/'))),
+        }
+    }
+
+    /// Counts every request as the admin API's.
+    pub fn admin(metrics: Arc<Metrics>) -> Self {
+        Self {
+            metrics,
+            door_path: None,
+        }
+    }
+
+    fn route(&self, path: &str) -> usize {
+        let Some(door_path) = &self.door_path else {
+            return 4;
+        };
+        match path {
+            "/.well-known/agent-card.json" | "/.well-known/agent.json" => 1,
+            "/.well-known/jwks.json" => 2,
+            "/health" => 3,
+            p if p.trim_end_matches('/') == &**door_path => 0,
+            _ => 5,
+        }
+    }
+}
+
+impl<S> Layer<S> for MetricsLayer {
+    type Service = MetricsService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        MetricsService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service made by [`MetricsLayer`].
+#[derive(Debug, Clone)]
+pub struct MetricsService<S> {
+    inner: S,
+    layer: MetricsLayer,
+}
+
+impl<S> Service<Request<Body>> for MetricsService<S>
+where
+    S: Service<Request<Body>, Response = Response> + Send,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let route = self.layer.route(request.uri().path());
+        let metrics = self.layer.metrics.clone();
+        let future = self.inner.call(request);
+        Box::pin(async move {
+            let response = future.await?;
+            metrics.count_request(route, response.status());
+            if let Some(Rejection(reason)) = response.extensions().get::<Rejection>() {
+                metrics.rejected(reason);
+            } else if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                metrics.rejected("body_too_large");
+            }
+            Ok(response)
+        })
+    }
+}
