@@ -1,0 +1,1007 @@
+//! Administrators over HTTP: the admin API on its own listener, ownership, budgets turning tasks
+//! REJECTED, conversations, rotation, the audit log, `/metrics` and the OpenAPI document.
+
+mod common;
+
+use common::*;
+use peergate::clock::{Clock, parse_rfc3339, rfc3339_millis};
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+const PASSWORD_A: &str = "ada's admin password 1";
+const PASSWORD_B: &str = "bob's admin password 22";
+
+/// How a test signs in to the admin API.
+#[derive(Clone)]
+enum Credentials {
+    Basic(String, String),
+    Bearer(String),
+    None,
+}
+
+#[derive(Clone)]
+struct AdminClient {
+    base: String,
+    credentials: Credentials,
+}
+
+impl AdminClient {
+    fn basic(gw: &TestGateway, name: &str, password: &str) -> Self {
+        Self {
+            base: gw.admin.clone(),
+            credentials: Credentials::Basic(name.to_owned(), password.to_owned()),
+        }
+    }
+
+    fn bearer(base: &str, token: &str) -> Self {
+        Self {
+            base: base.to_owned(),
+            credentials: Credentials::Bearer(token.to_owned()),
+        }
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = reqwest::Client::new().request(method, format!("{}{path}", self.base));
+        request = match &self.credentials {
+            Credentials::Basic(name, password) => request.basic_auth(name, Some(password)),
+            Credentials::Bearer(token) => request.bearer_auth(token),
+            Credentials::None => request,
+        };
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request.send().await.expect("admin request");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(Method::GET, path, None).await
+    }
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(Method::POST, path, Some(body)).await
+    }
+    async fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(Method::PUT, path, Some(body)).await
+    }
+    async fn delete(&self, path: &str) -> (u16, Value) {
+        self.call(Method::DELETE, path, None).await
+    }
+
+    /// Creates a peer; returns its token.
+    async fn create_peer(&self, name: &str) -> String {
+        let (status, body) = self.post("/v1/peers", json!({"name": name})).await;
+        assert_eq!(status, 201, "{body}");
+        body["token"].as_str().unwrap().to_owned()
+    }
+
+    /// The audit records of the caller's account.
+    async fn audit(&self) -> Vec<Value> {
+        let (status, body) = self.get("/v1/audit").await;
+        assert_eq!(status, 200, "{body}");
+        body["records"].as_array().unwrap().clone()
+    }
+}
+
+/// `peergate admin add NAME` with the password on standard input.
+fn add_admin(data: &Path, name: &str, password: &str) {
+    let (code, _, stderr) = cli_with_stdin(
+        &["admin", "add", name, "--data", data.to_str().unwrap()],
+        &format!("{password}\n"),
+    );
+    assert_eq!(code, 0, "admin add failed: {stderr}");
+}
+
+/// A gateway with administrators `ada` and `bob`.
+async fn gateway_with_admins(
+    policy: peergate::policy::Policy,
+) -> (TestGateway, AdminClient, AdminClient) {
+    let gw = TestGateway::start_with(policy).await;
+    add_admin(gw.data.path(), "ada", PASSWORD_A);
+    add_admin(gw.data.path(), "bob", PASSWORD_B);
+    let ada = AdminClient::basic(&gw, "ada", PASSWORD_A);
+    let bob = AdminClient::basic(&gw, "bob", PASSWORD_B);
+    (gw, ada, bob)
+}
+
+/// The one audit record with this action and target, most recent first.
+fn find_record<'a>(records: &'a [Value], action: &str, target: &str) -> &'a Value {
+    records
+        .iter()
+        .rev()
+        .find(|r| r["action"] == action && r["target"] == target)
+        .unwrap_or_else(|| panic!("no {action} record for {target} in {records:#?}"))
+}
+
+fn task_state(response: &Value) -> String {
+    task_of(response)["status"]["state"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Milliseconds from `now` to one second past the next UTC midnight.
+fn to_next_day(now: i64) -> Duration {
+    let day = 86_400_000;
+    Duration::from_millis(u64::try_from(day - now.rem_euclid(day) + 1000).unwrap())
+}
+
+/// Milliseconds from `now` to one second into the next UTC month.
+fn to_next_month(now: i64) -> Duration {
+    let today = rfc3339_millis(now);
+    let (year, month): (i64, u32) = (today[..4].parse().unwrap(), today[5..7].parse().unwrap());
+    let (year, month) = if month == 12 {
+        (year + 1, 1)
+    } else {
+        (year, month + 1)
+    };
+    let start = parse_rfc3339(&format!("{year:04}-{month:02}-01")).unwrap();
+    Duration::from_millis(u64::try_from(start - now + 1000).unwrap())
+}
+
+#[tokio::test]
+async fn a_spent_budget_rejects_tasks_without_asking_the_model_until_the_day_renews() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let (gw, ada, _) = gateway_with_admins(model.policy(5)).await;
+    let token = ada.create_peer("ada-agent").await;
+    // Each answer of the fake model reports 18 tokens: 40 a day allows three answers.
+    let (code, _, stderr) = gw.cli(&["admin", "budget", "ada", "--tokens-per-day", "40"]);
+    assert_eq!(code, 0, "{stderr}");
+    // The CLI wrote to the store; the running server reads budgets again after the cache time.
+    gw.clock.advance(Duration::from_secs(3));
+
+    for _ in 0..3 {
+        let response = send_text(&gw.door, &token, "hello", None).await;
+        assert_eq!(task_state(&response), "TASK_STATE_COMPLETED", "{response}");
+    }
+    assert_eq!(model.requests().len(), 3);
+    let rejected = send_text(&gw.door, &token, "one more", None).await;
+    let task = task_of(&rejected);
+    assert_eq!(task["status"]["state"], "TASK_STATE_REJECTED", "{rejected}");
+    let why = reply_text(task);
+    assert!(
+        why.contains("daily model budget of 40 tokens is spent"),
+        "{why}"
+    );
+    assert_eq!(why.matches(". ").count() + 1, 1, "one sentence: {why}");
+    assert_eq!(model.requests().len(), 3, "the model was not asked");
+    // The rejected task is stored like any other.
+    let id = task["id"].as_str().unwrap();
+    let stored = get_task(&gw.door, &token, id, None).await;
+    assert_eq!(stored["result"]["status"]["state"], "TASK_STATE_REJECTED");
+
+    // Usage is visible to the administrator, per peer.
+    let (status, usage) = ada.get("/v1/usage").await;
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["tokensToday"], 54);
+    assert_eq!(usage["tokensPerDay"], 40);
+    assert_eq!(usage["peersToday"][0]["peer"], "ada-agent");
+    assert_eq!(usage["peersToday"][0]["requests"], 3);
+    // The refusal is in the owner's audit log.
+    let records = ada.audit().await;
+    let refusal = find_record(&records, "peer.refused_by_quota", "peer:ada-agent");
+    assert_eq!(refusal["outcome"], "refused: daily_budget_spent");
+    assert_eq!(refusal["actor"], "peer:ada-agent");
+    assert_eq!(refusal["client"], "127.0.0.1");
+
+    // Past midnight UTC the budget renews.
+    gw.clock.advance(to_next_day(gw.clock.now_millis()));
+    let response = send_text(&gw.door, &token, "a new day", None).await;
+    assert_eq!(task_state(&response), "TASK_STATE_COMPLETED", "{response}");
+    assert_eq!(model.requests().len(), 4);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_monthly_budget_outlasts_the_day_and_renews_with_the_month() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let (gw, ada, _) = gateway_with_admins(model.policy(5)).await;
+    let token = ada.create_peer("ada-agent").await;
+    let (code, _, stderr) = gw.cli(&["admin", "budget", "ada", "--tokens-per-month", "30"]);
+    assert_eq!(code, 0, "{stderr}");
+    gw.clock.advance(Duration::from_secs(3));
+    for _ in 0..2 {
+        let response = send_text(&gw.door, &token, "hello", None).await;
+        assert_eq!(task_state(&response), "TASK_STATE_COMPLETED", "{response}");
+    }
+    let rejected = send_text(&gw.door, &token, "more", None).await;
+    assert!(reply_text(task_of(&rejected)).contains("monthly model budget of 30 tokens"));
+    // A new day is not enough when the month's budget is spent, unless the month changed too.
+    let now = gw.clock.now_millis();
+    if to_next_day(now) < to_next_month(now) {
+        gw.clock.advance(to_next_day(now));
+        let still = send_text(&gw.door, &token, "next day", None).await;
+        assert_eq!(task_state(&still), "TASK_STATE_REJECTED", "{still}");
+    }
+    gw.clock.advance(to_next_month(gw.clock.now_millis()));
+    let renewed = send_text(&gw.door, &token, "next month", None).await;
+    assert_eq!(task_state(&renewed), "TASK_STATE_COMPLETED", "{renewed}");
+    assert_eq!(model.requests().len(), 3);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_forbidden_model_or_a_disabled_owner_rejects_every_task() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let (gw, ada, bob) = gateway_with_admins(model.policy(5)).await;
+    let ada_token = ada.create_peer("ada-agent").await;
+    let bob_token = bob.create_peer("bob-agent").await;
+    let (code, _, stderr) = gw.cli(&["admin", "budget", "ada", "--model", "forbid"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = gw.cli(&["admin", "disable", "bob"]);
+    assert_eq!(code, 0, "{stderr}");
+    gw.clock.advance(Duration::from_secs(3));
+
+    let refused = send_text(&gw.door, &ada_token, "hi", None).await;
+    assert_eq!(task_state(&refused), "TASK_STATE_REJECTED");
+    assert_eq!(
+        reply_text(task_of(&refused)),
+        "The administrator responsible for this peer is not allowed to use the model."
+    );
+    let refused = send_text(&gw.door, &bob_token, "hi", None).await;
+    assert_eq!(task_state(&refused), "TASK_STATE_REJECTED");
+    assert!(reply_text(task_of(&refused)).contains("is disabled"));
+    assert!(model.requests().is_empty(), "the model was never asked");
+    // A disabled administrator cannot sign in either.
+    let (status, body) = bob.get("/v1/peers").await;
+    assert_eq!(status, 401, "{body}");
+
+    let (code, _, stderr) = gw.cli(&["admin", "budget", "ada", "--model", "allow"]);
+    assert_eq!(code, 0, "{stderr}");
+    gw.clock.advance(Duration::from_secs(3));
+    let answered = send_text(&gw.door, &ada_token, "hi again", None).await;
+    assert_eq!(task_state(&answered), "TASK_STATE_COMPLETED");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_echo_backend_reports_an_estimate_that_counts_against_the_budget() {
+    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let token = ada.create_peer("ada-agent").await;
+    let response = send_text(&gw.door, &token, "count me", None).await;
+    assert_eq!(task_state(&response), "TASK_STATE_COMPLETED");
+    let (_, usage) = ada.get("/v1/usage").await;
+    let spent = usage["tokensToday"].as_u64().unwrap();
+    // About four bytes a token over the instructions, preface, text and answer.
+    let answer = reply_text(task_of(&response));
+    assert!(spent > (answer.len() as u64) / 4, "{usage}");
+    assert!(spent < 1000, "{usage}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn conversations_are_visible_to_their_owner_only_and_can_be_deleted() {
+    let (gw, ada, bob) = gateway_with_admins(policy_with(|p| p)).await;
+    let token = ada.create_peer("ada-agent").await;
+    let bob_token = bob.create_peer("bob-agent").await;
+    let first = send_text(&gw.door, &token, "first question", Some("ctx-1")).await;
+    send_text(&gw.door, &token, "second question", Some("ctx-1")).await;
+    send_text(&gw.door, &bob_token, "bob's own", Some("ctx-1")).await;
+
+    let (status, list) = ada.get("/v1/conversations").await;
+    assert_eq!(status, 200, "{list}");
+    let conversations = list["conversations"].as_array().unwrap();
+    assert_eq!(conversations.len(), 1, "{list}");
+    assert_eq!(conversations[0]["peer"], "ada-agent");
+    assert_eq!(conversations[0]["contextId"], "ctx-1");
+    assert_eq!(conversations[0]["messages"], 4);
+    assert!(
+        conversations[0]["createdAt"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z')
+    );
+
+    let (status, conversation) = ada.get("/v1/conversations/ada-agent/ctx-1").await;
+    assert_eq!(status, 200, "{conversation}");
+    let messages = conversation["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4);
+    assert_eq!(messages[0]["role"], "peer");
+    assert_eq!(messages[0]["text"], "first question");
+    assert_eq!(messages[1]["role"], "agent");
+    assert!(
+        messages[1]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("echo: first question")
+    );
+    assert_eq!(messages[0]["taskId"], task_of(&first)["id"]);
+
+    // Bob sees only his own, and Ada's is "not found" to him, read or delete.
+    let (_, list) = bob.get("/v1/conversations").await;
+    let theirs = list["conversations"].as_array().unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(theirs[0]["peer"], "bob-agent");
+    let (status, body) = bob.get("/v1/conversations/ada-agent/ctx-1").await;
+    assert_eq!(status, 404, "{body}");
+    let (status, _) = bob.delete("/v1/conversations/ada-agent/ctx-1").await;
+    assert_eq!(status, 404);
+    let (status, _) = ada.get("/v1/conversations/ada-agent/ctx-1").await;
+    assert_eq!(status, 200, "Bob's attempt deleted nothing");
+
+    // Ada deletes it: its text is gone, from the conversation and from the tasks.
+    let (status, body) = ada.delete("/v1/conversations/ada-agent/ctx-1").await;
+    assert_eq!(status, 204, "{body}");
+    let (status, _) = ada.get("/v1/conversations/ada-agent/ctx-1").await;
+    assert_eq!(status, 404);
+    let task_id = task_of(&first)["id"].as_str().unwrap();
+    let gone = get_task(&gw.door, &token, task_id, None).await;
+    assert_eq!(error_code(&gone), -32001, "{gone}");
+    let records = ada.audit().await;
+    let record = find_record(&records, "conversation.deleted", "peer:ada-agent");
+    assert_eq!(record["detail"], "context ctx-1");
+    // Bob's conversation with the same contextId is untouched.
+    let (status, _) = bob.get("/v1/conversations/bob-agent/ctx-1").await;
+    assert_eq!(status, 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn every_api_action_works_and_leaves_its_audit_record() {
+    let (gw, ada, _) = gateway_with_admins(policy_with(|p| {
+        p.replace(
+            "schemes = [\"bearer\"]",
+            "schemes = [\"bearer\", \"basic\", \"api_key\"]",
+        )
+    }))
+    .await;
+    // Create: the token is in the response, and works.
+    let (status, created) = ada
+        .post(
+            "/v1/peers",
+            json!({"name": "partner", "ratePerMinute": 45, "expiresAt": "2099-01-01"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let token = created["token"].as_str().unwrap().to_owned();
+    assert_eq!(created["peer"]["owner"], "ada");
+    assert_eq!(created["peer"]["ratePerMinute"], 45);
+    assert_eq!(created["peer"]["expiresAt"], "2099-01-01T00:00:00.000Z");
+    assert!(created["peer"].get("token").is_none());
+    assert_eq!(
+        task_state(&send_text(&gw.door, &token, "hi", None).await),
+        "TASK_STATE_COMPLETED"
+    );
+    // List and show never carry a secret.
+    let (status, list) = ada.get("/v1/peers").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["peers"].as_array().unwrap().len(), 1);
+    assert!(!list.to_string().contains(&token));
+    let (status, shown) = ada.get("/v1/peers/partner").await;
+    assert_eq!(status, 200);
+    assert_eq!(shown["name"], "partner");
+    assert!(!shown.to_string().contains(&token));
+
+    let (status, body) = ada
+        .put("/v1/peers/partner/limit", json!({"ratePerMinute": 7}))
+        .await;
+    assert_eq!(
+        (status, body["ratePerMinute"].clone()),
+        (200, json!(7)),
+        "{body}"
+    );
+    let (status, body) = ada
+        .put("/v1/peers/partner/expiry", json!({"expiresAt": null}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["expiresAt"].is_null());
+    let (status, body) = ada
+        .put(
+            "/v1/peers/partner/password",
+            json!({"password": "partner password 123"}),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let (status, body) = ada.post("/v1/peers/partner/api-key", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let api_key = body["apiKey"].as_str().unwrap().to_owned();
+    assert!(api_key.starts_with("pgk_"));
+    let (status, body) = post_with(&gw.door, &[("x-api-key", &api_key)]).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = ada
+        .post("/v1/peers/partner/rotate", json!({"graceSeconds": 0}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = ada.post("/v1/peers/partner/revoke", json!({})).await;
+    assert_eq!(
+        (status, body["status"].clone()),
+        (200, json!("revoked")),
+        "{body}"
+    );
+
+    // Bad input is named without echoing it.
+    let (status, body) = ada
+        .put(
+            "/v1/peers/partner/limit",
+            json!({"ratePerMinute": "s3cr3t-value"}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(!body.to_string().contains("s3cr3t-value"), "{body}");
+    let (status, body) = ada
+        .post("/v1/peers", json!({"name": "x", "colour": 1}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `colour`")
+    );
+    let (status, body) = ada.post("/v1/peers", json!({"name": "partner"})).await;
+    assert_eq!(status, 409, "{body}");
+
+    let records = ada.audit().await;
+    let succeeded: Vec<Value> = records
+        .iter()
+        .filter(|r| r["outcome"] == "ok")
+        .cloned()
+        .collect();
+    for (action, detail) in [
+        ("peer.created", "owner ada, rate 45/min"),
+        ("peer.limit_changed", "rate 45 -> 7/min"),
+        (
+            "peer.expiry_changed",
+            "expiry 2099-01-01T00:00:00.000Z -> never",
+        ),
+        ("credential.rotated", ""),
+        (
+            "credential.revoked",
+            "peer revoked with all its credentials",
+        ),
+    ] {
+        let record = find_record(&succeeded, action, "peer:partner");
+        assert_eq!(record["actor"], "admin:ada", "{record}");
+        assert_eq!(record["outcome"], "ok", "{record}");
+        assert_eq!(record["client"], "127.0.0.1", "{record}");
+        assert!(record["at"].as_str().unwrap().ends_with('Z'));
+        assert!(
+            record["detail"].as_str().unwrap().starts_with(detail),
+            "{record}"
+        );
+    }
+    let issued: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["action"] == "credential.issued")
+        .collect();
+    assert_eq!(issued.len(), 3, "token, password, API key: {issued:#?}");
+    let conflict = find_record(&records, "peer.created", "peer:partner");
+    assert_eq!(
+        conflict["outcome"],
+        "refused: a peer named \"partner\" already exists"
+    );
+    // The operator's log (the CLI) shows the same records.
+    let (code, printed, _) = gw.cli(&["audit"]);
+    assert_eq!(code, 0);
+    assert!(printed.contains("admin:ada") && printed.contains("credential.rotated"));
+    gw.stop().await;
+}
+
+/// A `GetTask` probe with extra headers and no bearer token.
+async fn post_with(url: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("a2a-version", "1.0");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let probe = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}});
+    let response = request.body(probe.to_string()).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn rotation_stops_the_old_token_at_once_or_after_the_grace_period() {
+    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let first = ada.create_peer("partner").await;
+    let probe = |token: String| {
+        let door = gw.door.clone();
+        async move {
+            let probe =
+                json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}});
+            post_raw(&door, Some(&token), probe.to_string()).await.0
+        }
+    };
+    assert_eq!(probe(first.clone()).await, 200);
+
+    // No grace: the very next request with the old token is refused, though it was cached.
+    let (status, rotated) = ada.post("/v1/peers/partner/rotate", json!({})).await;
+    assert_eq!(status, 200, "{rotated}");
+    assert!(rotated["previousTokenValidUntil"].is_null());
+    let second = rotated["token"].as_str().unwrap().to_owned();
+    assert_ne!(second, first);
+    assert_eq!(probe(first.clone()).await, 401);
+    assert_eq!(probe(second.clone()).await, 200);
+
+    // With a grace period both work until it ends, by the gateway's clock.
+    let (status, rotated) = ada
+        .post("/v1/peers/partner/rotate", json!({"graceSeconds": 3600}))
+        .await;
+    assert_eq!(status, 200, "{rotated}");
+    let third = rotated["token"].as_str().unwrap().to_owned();
+    let until = parse_rfc3339(rotated["previousTokenValidUntil"].as_str().unwrap()).unwrap();
+    assert_eq!(until, gw.clock.now_millis() + 3_600_000);
+    assert_eq!(probe(second.clone()).await, 200);
+    assert_eq!(probe(third.clone()).await, 200);
+    gw.clock.advance(Duration::from_secs(3599));
+    assert_eq!(
+        probe(second.clone()).await,
+        200,
+        "still inside the grace period"
+    );
+    gw.clock.advance(Duration::from_secs(2));
+    assert_eq!(probe(second.clone()).await, 401, "the grace period ended");
+    assert_eq!(probe(third.clone()).await, 200);
+    let records = ada.audit().await;
+    let record = find_record(&records, "credential.rotated", "peer:partner");
+    assert!(
+        record["detail"]
+            .as_str()
+            .unwrap()
+            .contains("old tokens work until"),
+        "{record}"
+    );
+
+    // The grace period is bounded, and the CLI rotates the same way.
+    let (status, body) = ada
+        .post(
+            "/v1/peers/partner/rotate",
+            json!({"graceSeconds": 31 * 86400}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let (code, stdout, stderr) = gw.cli(&["peer", "rotate", "partner"]);
+    assert_eq!(code, 0, "{stderr}");
+    let fourth = stdout.trim().to_owned();
+    assert_eq!(probe(fourth).await, 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_administrator_cannot_see_or_touch_another_administrators_peers() {
+    let (gw, ada, bob) = gateway_with_admins(policy_with(|p| p)).await;
+    let token = ada.create_peer("ada-agent").await;
+    let (_, before) = ada.get("/v1/peers/ada-agent").await;
+
+    let (_, list) = bob.get("/v1/peers").await;
+    assert_eq!(list["peers"], json!([]));
+    let attempts: Vec<(Method, &str, Option<Value>)> = vec![
+        (Method::GET, "/v1/peers/ada-agent", None),
+        (
+            Method::PUT,
+            "/v1/peers/ada-agent/limit",
+            Some(json!({"ratePerMinute": 1})),
+        ),
+        (
+            Method::PUT,
+            "/v1/peers/ada-agent/expiry",
+            Some(json!({"expiresAt": "2099-01-01"})),
+        ),
+        (
+            Method::PUT,
+            "/v1/peers/ada-agent/password",
+            Some(json!({"password": "bob sets a password"})),
+        ),
+        (Method::POST, "/v1/peers/ada-agent/api-key", None),
+        (Method::POST, "/v1/peers/ada-agent/rotate", None),
+        (Method::POST, "/v1/peers/ada-agent/revoke", None),
+    ];
+    for (method, path, body) in attempts {
+        let (status, answer) = bob.call(method.clone(), path, body).await;
+        assert_eq!(status, 404, "{method} {path}: {answer}");
+        assert_eq!(answer["error"]["message"], "no peer named \"ada-agent\"");
+    }
+    // Nothing changed, and Ada's peer still works with its token.
+    let (_, after) = ada.get("/v1/peers/ada-agent").await;
+    assert_eq!(before, after);
+    assert_eq!(
+        task_state(&send_text(&gw.door, &token, "still mine", None).await),
+        "TASK_STATE_COMPLETED"
+    );
+    // Bob cannot create a peer in Ada's name either.
+    let (status, _) = bob
+        .post("/v1/peers", json!({"name": "sneaky", "owner": "ada"}))
+        .await;
+    assert_eq!(status, 400, "no owner field in the API");
+    // Each refusal is in Bob's audit log, none in Ada's.
+    let bob_records = bob.audit().await;
+    let denied: Vec<&Value> = bob_records
+        .iter()
+        .filter(|r| r["target"] == "peer:ada-agent")
+        .collect();
+    assert_eq!(denied.len(), 6, "{bob_records:#?}");
+    assert!(
+        denied
+            .iter()
+            .all(|r| r["outcome"].as_str().unwrap().starts_with("denied: "))
+    );
+    assert!(
+        ada.audit()
+            .await
+            .iter()
+            .all(|r| !r["actor"].as_str().unwrap().contains("bob"))
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn peer_credentials_and_bad_logins_open_nothing_on_the_admin_api() {
+    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let token = ada.create_peer("partner").await;
+    let (status, body) = AdminClient::bearer(&gw.admin, &token)
+        .get("/v1/peers")
+        .await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["code"], "peer_credential");
+    let (status, body) = ada.post("/v1/peers/partner/api-key", json!({})).await;
+    assert_eq!(status, 200);
+    let key = body["apiKey"].as_str().unwrap();
+    let (status, body) = AdminClient::bearer(&gw.admin, key).get("/v1/peers").await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (401, json!("peer_credential"))
+    );
+    let (status, _) = AdminClient {
+        base: gw.admin.clone(),
+        credentials: Credentials::None,
+    }
+    .get("/v1/peers")
+    .await;
+    assert_eq!(status, 401);
+    let (status, _) = AdminClient::basic(&gw, "ada", "not ada's password")
+        .get("/v1/peers")
+        .await;
+    assert_eq!(status, 401);
+    // The door's port does not serve the admin API.
+    let (status, _) = AdminClient {
+        base: format!("http://{}", gw.addr),
+        credentials: Credentials::Basic("ada".into(), PASSWORD_A.into()),
+    }
+    .get("/v1/peers")
+    .await;
+    assert_eq!(status, 404);
+
+    // An administrator token works, until its administrator is disabled.
+    let (code, admin_token, stderr) = gw.cli(&["admin", "token", "ada"]);
+    assert_eq!(code, 0, "{stderr}");
+    let admin_token = admin_token.trim();
+    assert!(admin_token.starts_with("pga_"));
+    let by_token = AdminClient::bearer(&gw.admin, admin_token);
+    let (status, body) = by_token.get("/v1/peers").await;
+    assert_eq!(status, 200, "{body}");
+    // It opens nothing on the door.
+    let probe = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}});
+    assert_eq!(
+        post_raw(&gw.door, Some(admin_token), probe.to_string())
+            .await
+            .0,
+        401
+    );
+
+    let records = ada.audit().await;
+    let failed: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["action"] == "admin.login_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "the wrong password for ada: {records:#?}");
+    assert_eq!(failed[0]["outcome"], "denied: invalid_credentials");
+    assert_eq!(failed[0]["client"], "127.0.0.1");
+    let (code, printed, _) = gw.cli(&["audit", "--since", "1h"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        printed.matches("admin.login_failed").count(),
+        3,
+        "two peer credentials and one wrong password; no credentials at all is not a login: {printed}"
+    );
+
+    let (code, _, _) = gw.cli(&["admin", "disable", "ada"]);
+    assert_eq!(code, 0);
+    let (status, _) = by_token.get("/v1/peers").await;
+    assert_eq!(status, 401);
+    gw.stop().await;
+}
+
+/// A counter's value in a Prometheus exposition, 0 when absent.
+fn counter(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0, |v| v.parse().unwrap())
+}
+
+#[tokio::test]
+async fn metrics_move_with_traffic_and_hold_no_secret_or_text() {
+    let (gw, ada, _) = gateway_with_admins(policy_with(|p| {
+        p.replace(
+            "default_rate_per_minute = 30",
+            "default_rate_per_minute = 2",
+        )
+    }))
+    .await;
+    let token = ada.create_peer("metered-peer").await;
+    let scrape = || async {
+        let (status, body) = ada.get("/metrics").await;
+        assert_eq!(status, 200);
+        body.as_str().unwrap().to_owned()
+    };
+    let before = scrape().await;
+
+    let answered = send_text(&gw.door, &token, "secret message text", None).await;
+    assert_eq!(task_state(&answered), "TASK_STATE_COMPLETED");
+    assert_eq!(post_raw(&gw.door, Some("pgt_wrong"), "{}").await.0, 401);
+    let version = reqwest::Client::new()
+        .post(&gw.door)
+        .bearer_auth(&token)
+        .header("a2a-version", "0.3")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(version.status(), 200);
+    // The third request within the minute trips the per-peer limit of 2/min.
+    assert_eq!(post_raw(&gw.door, Some(&token), "{}").await.0, 429);
+    let (status, _) = AdminClient {
+        base: gw.admin.clone(),
+        credentials: Credentials::None,
+    }
+    .get("/metrics")
+    .await;
+    assert_eq!(status, 401, "metrics need an administrator");
+
+    let after = scrape().await;
+    let moved = |series: &str| counter(&after, series) - counter(&before, series);
+    assert_eq!(
+        moved(r#"peergate_requests_total{route="door",status="200"}"#),
+        2,
+        "{after}"
+    );
+    assert_eq!(
+        moved(r#"peergate_requests_total{route="door",status="401"}"#),
+        1
+    );
+    assert_eq!(
+        moved(r#"peergate_requests_total{route="door",status="429"}"#),
+        1
+    );
+    assert_eq!(
+        moved(r#"peergate_rejections_total{reason="unauthenticated"}"#),
+        1
+    );
+    assert_eq!(moved(r#"peergate_rejections_total{reason="per_peer"}"#), 1);
+    assert_eq!(
+        moved(r#"peergate_rejections_total{reason="version_not_supported"}"#),
+        1
+    );
+    assert_eq!(moved(r#"peergate_tasks_total{state="completed"}"#), 1);
+    assert_eq!(moved("peergate_backend_latency_seconds_count"), 1);
+    assert!(moved(r#"peergate_requests_total{route="admin",status="200"}"#) >= 1);
+    assert!(moved(r#"peergate_requests_total{route="admin",status="401"}"#) >= 1);
+    for forbidden in [token.as_str(), "metered-peer", "secret message text", "ada"] {
+        assert!(!after.contains(forbidden), "{forbidden} in /metrics");
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
+    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let committed = std::fs::read_to_string(repo_root().join("openapi.json")).unwrap();
+    let (code, printed, _) = cli(&["admin", "openapi"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        printed.trim_end(),
+        committed.trim_end(),
+        "openapi.json is stale: run `cargo run -- admin openapi > openapi.json`"
+    );
+    // Served without credentials, equal to the committed document.
+    let served: Value = reqwest::get(format!("{}/openapi.json", gw.admin))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let document: Value = serde_json::from_str(&committed).unwrap();
+    assert_eq!(served, document);
+
+    // Every documented operation is routed (an unrouted one answers "no such route").
+    let (_, unrouted) = ada.get("/v1/nothing-here").await;
+    assert_eq!(unrouted["error"]["message"], "no such route");
+    let mut operations = 0;
+    for (path, item) in document["paths"].as_object().unwrap() {
+        let concrete = path
+            .replace("{name}", "nobody")
+            .replace("{peer}", "nobody")
+            .replace("{context_id}", "ctx");
+        for method in item.as_object().unwrap().keys() {
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let (status, body) = ada.call(method.clone(), &concrete, Some(json!({}))).await;
+            assert_ne!(status, 405, "{method} {path} is documented but not routed");
+            assert_ne!(body["error"]["message"], "no such route", "{method} {path}");
+            operations += 1;
+        }
+    }
+    assert_eq!(operations, 16, "{document:#}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn no_secret_reaches_the_log_or_the_audit_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        peergate::policy::EMBEDDED_DEFAULT.replace(
+            "schemes = [\"bearer\"]",
+            "schemes = [\"bearer\", \"basic\", \"api_key\"]",
+        ),
+    )
+    .unwrap();
+    let admin_password = "operator password never logged";
+    let peer_password = "peer password never logged";
+    let api_peer_password = "api peer password never logged";
+    let mut secrets: Vec<String> = vec![
+        admin_password.into(),
+        peer_password.into(),
+        api_peer_password.into(),
+    ];
+
+    // The command line.
+    add_admin(&data, "ops", admin_password);
+    let (code, token, stderr) = cli(&["peer", "add", "p1", "--owner", "ops", "--data", data_arg]);
+    assert_eq!(code, 0, "{stderr}");
+    let token = token.trim().to_owned();
+    let (code, key, _) = cli(&["peer", "key", "p1", "--data", data_arg]);
+    assert_eq!(code, 0);
+    let key = key.trim().to_owned();
+    let (code, _, _) = cli_with_stdin(
+        &["peer", "password", "p1", "--data", data_arg],
+        &format!("{peer_password}\n"),
+    );
+    assert_eq!(code, 0);
+    let (code, admin_token, _) = cli(&["admin", "token", "ops", "--data", data_arg]);
+    assert_eq!(code, 0);
+    let admin_token = admin_token.trim().to_owned();
+    secrets.extend([token.clone(), key.clone(), admin_token.clone()]);
+
+    let server = ServeProcess::start_with_env(
+        dir.path(),
+        &["--data", data_arg, "--policy", policy.to_str().unwrap()],
+        &[("RUST_LOG", "debug")],
+    );
+    let base = format!("http://{}", server.admin_addr);
+    let ops = AdminClient {
+        base: base.clone(),
+        credentials: Credentials::Basic("ops".into(), admin_password.into()),
+    };
+    // The API: every kind of credential issued, and failed sign-ins of every kind.
+    let created = ops.create_peer("p2").await;
+    let (_, rotated) = ops
+        .post("/v1/peers/p2/rotate", json!({"graceSeconds": 60}))
+        .await;
+    let rotated = rotated["token"].as_str().unwrap().to_owned();
+    let (_, api_key) = ops.post("/v1/peers/p2/api-key", json!({})).await;
+    let api_key = api_key["apiKey"].as_str().unwrap().to_owned();
+    let (status, _) = ops
+        .put(
+            "/v1/peers/p2/password",
+            json!({"password": api_peer_password}),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let wrong_password = "a wrong guess at the password";
+    let password_as_name = "typed-the-password-as-the-name";
+    secrets.extend([
+        created,
+        rotated.clone(),
+        api_key.clone(),
+        wrong_password.into(),
+        password_as_name.into(),
+    ]);
+    for credentials in [
+        Credentials::Basic("ops".into(), wrong_password.into()),
+        Credentials::Basic(password_as_name.into(), wrong_password.into()),
+        Credentials::Bearer(token.clone()),
+        Credentials::Bearer(format!("{}x", &admin_token[..admin_token.len() - 1])),
+    ] {
+        let client = AdminClient {
+            base: base.clone(),
+            credentials,
+        };
+        assert_eq!(client.get("/v1/peers").await.0, 401);
+    }
+    assert_eq!(
+        AdminClient::bearer(&base, &admin_token)
+            .get("/v1/peers")
+            .await
+            .0,
+        200
+    );
+    // The door, with each credential and a wrong one.
+    let probe = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}});
+    for token in [&token, &rotated] {
+        assert_eq!(
+            post_raw(&server.door(), Some(token), probe.to_string())
+                .await
+                .0,
+            200
+        );
+    }
+    assert_eq!(
+        post_with(&server.door(), &[("x-api-key", &api_key)])
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        post_with(&server.door(), &[("x-api-key", &key)]).await.0,
+        200
+    );
+    let basic = format!("Basic {}", base64_encode(&format!("p1:{peer_password}")));
+    assert_eq!(
+        post_with(&server.door(), &[("authorization", &basic)])
+            .await
+            .0,
+        200
+    );
+    let wrong = format!("Basic {}", base64_encode(&format!("p1:{wrong_password}")));
+    assert_eq!(
+        post_with(&server.door(), &[("authorization", &wrong)])
+            .await
+            .0,
+        401
+    );
+
+    let (code, audit, _) = cli(&["audit", "--data", data_arg]);
+    assert_eq!(code, 0);
+    for action in [
+        "admin.created",
+        "peer.created",
+        "credential.issued",
+        "credential.rotated",
+        "admin.login_failed",
+        "admin.token_issued",
+    ] {
+        assert!(audit.contains(action), "{action} missing from:\n{audit}");
+    }
+    let log = server.log_text();
+    assert!(log.contains("admin API on http://"), "{log}");
+    server.kill();
+    // Everything the store holds, the WAL included, byte for byte.
+    let mut stored = Vec::new();
+    for entry in std::fs::read_dir(&data).unwrap() {
+        stored.extend(std::fs::read(entry.unwrap().path()).unwrap_or_default());
+    }
+    let stored = String::from_utf8_lossy(&stored);
+    for secret in &secrets {
+        assert!(!log.contains(secret.as_str()), "the log holds {secret}");
+        assert!(
+            !audit.contains(secret.as_str()),
+            "the audit log holds {secret}"
+        );
+        assert!(
+            !stored.contains(secret.as_str()),
+            "the store holds {secret}"
+        );
+    }
+}
+
+fn base64_encode(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
