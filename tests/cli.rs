@@ -251,3 +251,147 @@ async fn revoking_from_the_cli_stops_a_token_on_a_running_server() {
     let last_used = bob_line.split_whitespace().nth(5).unwrap();
     assert_ne!(last_used, "never", "last used is recorded: {bob_line}");
 }
+
+#[test]
+fn administrators_are_added_listed_and_disabled_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let (code, _, stderr) = cli_with_stdin(&["admin", "add", "ops", "--data", data], "short\n");
+    assert_ne!(code, 0);
+    assert!(stderr.contains("too short"), "{stderr}");
+    let (code, stdout, stderr) = cli_with_stdin(
+        &["admin", "add", "ops", "--data", data],
+        "a long enough admin password\n",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.is_empty(), "nothing on stdout: {stdout}");
+    let (code, _, stderr) = cli_with_stdin(
+        &["admin", "add", "ops", "--data", data],
+        "another long enough password\n",
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("already exists"), "{stderr}");
+    let (code, _, stderr) = cli_with_stdin(
+        &["admin", "add", "bad name", "--data", data],
+        "a long enough admin password\n",
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("invalid administrator name"), "{stderr}");
+
+    // Peers need an owner that exists and is active.
+    let (code, _, stderr) = cli(&["peer", "add", "p1", "--owner", "nobody", "--data", data]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("no administrator named \"nobody\""),
+        "{stderr}"
+    );
+    let (code, _, stderr) = cli(&["peer", "add", "p1", "--owner", "ops", "--data", data]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("owned by ops"), "{stderr}");
+
+    let (code, _, stderr) = cli(&[
+        "admin",
+        "budget",
+        "ops",
+        "--tokens-per-day",
+        "5000",
+        "--model",
+        "forbid",
+        "--data",
+        data,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, list, _) = cli(&["admin", "list", "--data", data]);
+    assert_eq!(code, 0);
+    let ops: Vec<&str> = list.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        &ops[..6],
+        ["ops", "active", "set", "forbidden", "5000", "default"],
+        "{list}"
+    );
+    assert!(!list.contains("argon2"), "no hash in the list: {list}");
+
+    let (code, _, stderr) = cli(&["admin", "disable", "ops", "--data", data]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_, list, _) = cli(&["admin", "list", "--data", data]);
+    assert!(list.lines().nth(1).unwrap().contains("disabled"), "{list}");
+    let (code, _, stderr) = cli(&["peer", "add", "p2", "--owner", "ops", "--data", data]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("is disabled"), "{stderr}");
+    let (code, _, stderr) = cli(&["admin", "token", "ops", "--data", data]);
+    assert_ne!(code, 0, "a disabled administrator gets no token");
+    assert!(stderr.contains("disabled"), "{stderr}");
+
+    // Every step is in the audit log, which `--since` filters.
+    let (code, audit, _) = cli(&["audit", "--data", data]);
+    assert_eq!(code, 0);
+    for action in [
+        "admin.created",
+        "peer.created",
+        "credential.issued",
+        "admin.budget_changed",
+        "admin.disabled",
+    ] {
+        assert!(audit.contains(action), "{action} missing:\n{audit}");
+    }
+    assert!(
+        audit.contains("refused: a"),
+        "the refused duplicate is recorded:\n{audit}"
+    );
+    let (code, future, _) = cli(&["audit", "--since", "2999-01-01", "--data", data]);
+    assert_eq!(code, 0);
+    assert!(future.is_empty(), "{future}");
+    let (code, _, stderr) = cli(&["audit", "--since", "yesterday", "--data", data]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("cannot read the time"), "{stderr}");
+}
+
+#[test]
+fn without_a_default_owner_peer_add_needs_an_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        peergate::policy::EMBEDDED_DEFAULT.replace("default_owner = \"operator\"\n", ""),
+    )
+    .unwrap();
+    let (code, _, stderr) = cli(&[
+        "peer",
+        "add",
+        "p1",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--owner NAME"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_audit_log_refuses_updates_and_deletions_in_the_store_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    add_peer(dir.path(), "p1");
+    let url = format!(
+        "sqlite://{}",
+        dir.path().join(peergate::store::DATABASE_FILE).display()
+    );
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert!(before >= 2, "created and issued");
+    for statement in ["DELETE FROM audit", "UPDATE audit SET outcome = 'ok'"] {
+        let error = sqlx::query(statement).execute(&mut db).await.unwrap_err();
+        assert!(error.to_string().contains("append-only"), "{error}");
+    }
+    let after: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(before, after);
+}
