@@ -16,6 +16,7 @@ duration=${1:-10}
 connections=${2:-50}
 bare_port=18090
 gate_port=18091
+admin_port=18092
 
 if ! command -v wrk >/dev/null; then
   echo "wrk is needed: apt-get install wrk" >&2
@@ -107,7 +108,7 @@ token=$("$peergate" peer add bench --rate 1000000000/min --data "$data" 2>/dev/n
 limited=$("$peergate" peer add limited --rate 1/min --data "$data" 2>/dev/null)
 revoked=$("$peergate" peer add revoked --data "$data" 2>/dev/null)
 "$peergate" peer revoke revoked --data "$data" 2>/dev/null
-"$peergate" serve --policy policies/bench.toml --listen "127.0.0.1:$gate_port" --data "$data" 2>"$work/peergate.log" &
+"$peergate" serve --policy policies/bench.toml --listen "127.0.0.1:$gate_port" --admin-listen "127.0.0.1:$admin_port" --data "$data" 2>"$work/peergate.log" &
 pids+=($!)
 wait_for_port "$gate_port"
 door="http://127.0.0.1:$gate_port/a2a/v1"

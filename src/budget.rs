@@ -80,12 +80,16 @@ struct CachedBudget {
     at_millis: i64,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Spent {
-    day: String,
+    /// Days since the epoch (UTC), compared on the hot path instead of formatted dates.
+    day_index: i64,
+    day: Arc<str>,
     day_tokens: u64,
     month_tokens: u64,
 }
+
+const DAY_MILLIS: i64 = 86_400_000;
 
 /// The budgets of every administrator, as the running gateway sees them.
 pub struct Budgets {
@@ -139,12 +143,12 @@ impl Budgets {
         if !budget.model_allowed {
             return Ok(Err(BudgetRefusal::ModelForbidden));
         }
-        let spent = self.spent(owner_id).await?;
-        if spent.day_tokens >= budget.tokens_per_day {
+        let (day_tokens, month_tokens) = self.spent(owner_id).await?;
+        if day_tokens >= budget.tokens_per_day {
             return Ok(Err(BudgetRefusal::DailyBudgetSpent(budget.tokens_per_day)));
         }
         if let Some(per_month) = budget.tokens_per_month
-            && spent.month_tokens >= per_month
+            && month_tokens >= per_month
         {
             return Ok(Err(BudgetRefusal::MonthlyBudgetSpent(per_month)));
         }
@@ -153,14 +157,18 @@ impl Budgets {
 
     /// Counts `tokens` against `owner_id` and returns what the store must record.
     pub fn record(&self, owner_id: &str, tokens: u64) -> ExchangeUsage {
-        let (day, _) = day_and_month(self.clock.now_millis());
+        let now = self.clock.now_millis();
+        let today = now.div_euclid(DAY_MILLIS);
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = spent.get_mut(owner_id)
-            && entry.day == day
-        {
-            entry.day_tokens = entry.day_tokens.saturating_add(tokens);
-            entry.month_tokens = entry.month_tokens.saturating_add(tokens);
-        }
+        let day = match spent.get_mut(owner_id) {
+            Some(entry) if entry.day_index == today => {
+                entry.day_tokens = entry.day_tokens.saturating_add(tokens);
+                entry.month_tokens = entry.month_tokens.saturating_add(tokens);
+                entry.day.clone()
+            }
+            // Midnight passed during the turn: the next check reloads from the store.
+            _ => Arc::from(day_and_month(now).0),
+        };
         ExchangeUsage {
             owner_id: owner_id.to_owned(),
             day,
@@ -178,11 +186,11 @@ impl Budgets {
 
     /// Forgets everything cached (call periodically to bound memory).
     pub fn purge(&self) {
-        let (day, _) = day_and_month(self.clock.now_millis());
+        let today = self.clock.now_millis().div_euclid(DAY_MILLIS);
         self.spent
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, s| s.day == day);
+            .retain(|_, s| s.day_index == today);
         let now = self.clock.now_millis();
         self.settings
             .lock()
@@ -230,27 +238,32 @@ impl Budgets {
         Ok(budget)
     }
 
-    async fn spent(&self, owner_id: &str) -> Result<Spent, StoreError> {
-        let (day, month) = day_and_month(self.clock.now_millis());
+    /// Tokens spent today and this month: (day, month).
+    async fn spent(&self, owner_id: &str) -> Result<(u64, u64), StoreError> {
+        let now = self.clock.now_millis();
+        let today = now.div_euclid(DAY_MILLIS);
         if let Some(spent) = self
             .spent
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(owner_id)
-            .filter(|s| s.day == day)
+            .filter(|s| s.day_index == today)
         {
-            return Ok(spent.clone());
+            return Ok((spent.day_tokens, spent.month_tokens));
         }
         // First sight today: the store knows what earlier processes and days spent.
+        let (day, month) = day_and_month(now);
         let fresh = Spent {
+            day_index: today,
             day_tokens: self.store.tokens_spent(owner_id, &day).await?,
             month_tokens: self.store.tokens_spent(owner_id, &month).await?,
-            day,
+            day: Arc::from(day),
         };
+        let totals = (fresh.day_tokens, fresh.month_tokens);
         self.spent
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(owner_id.to_owned(), fresh.clone());
-        Ok(fresh)
+            .insert(owner_id.to_owned(), fresh);
+        Ok(totals)
     }
 }

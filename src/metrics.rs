@@ -4,9 +4,10 @@
 //! no request can add a label value: no peer name, secret or message text ever reaches a label,
 //! and the series count is bounded. Counting is a few relaxed atomic additions per request.
 //!
-//! The layers that refuse a request say why by putting a [`Rejection`] in the response's
-//! extensions; [`MetricsLayer`], outermost, counts the request by route and status and the
-//! refusal by reason.
+//! [`MetricsLayer`], outermost, counts each request by route and status, and each refusal by
+//! reason: a 401 is `unauthenticated`, a 413 `body_too_large`, a 429 the limit its
+//! `RateLimit-Policy` names; a layer that refuses with another status (the protocol gate's
+//! JSON-RPC errors) puts a [`Rejection`] in the response's extensions.
 //!
 //! ```
 //! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}};
@@ -38,6 +39,8 @@ use tower::{Layer, Service};
 
 /// The routes requests are counted under.
 const ROUTES: [&str; 6] = ["door", "card", "jwks", "health", "admin", "other"];
+/// The index of `admin` in [`ROUTES`].
+const ADMIN_ROUTE: usize = 4;
 /// The statuses counted by name; anything else is `other`.
 const STATUSES: [u16; 17] = [
     200, 201, 204, 304, 400, 401, 403, 404, 405, 408, 409, 413, 415, 429, 500, 503, 504,
@@ -225,7 +228,7 @@ impl MetricsLayer {
 
     fn route(&self, path: &str) -> usize {
         let Some(door_path) = &self.door_path else {
-            return 4;
+            return ADMIN_ROUTE;
         };
         match path {
             "/.well-known/agent-card.json" | "/.well-known/agent.json" => 1,
@@ -257,30 +260,63 @@ pub struct MetricsService<S> {
 
 impl<S> Service<Request<Body>> for MetricsService<S>
 where
-    S: Service<Request<Body>, Response = Response> + Send,
-    S::Future: Send + 'static,
+    S: Service<Request<Body>, Response = Response>,
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+    type Future = MetricsFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let route = self.layer.route(request.uri().path());
-        let metrics = self.layer.metrics.clone();
-        let future = self.inner.call(request);
-        Box::pin(async move {
-            let response = future.await?;
-            metrics.count_request(route, response.status());
-            if let Some(Rejection(reason)) = response.extensions().get::<Rejection>() {
-                metrics.rejected(reason);
-            } else if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                metrics.rejected("body_too_large");
-            }
-            Ok(response)
-        })
+        MetricsFuture {
+            route: self.layer.route(request.uri().path()),
+            metrics: self.layer.metrics.clone(),
+            inner: self.inner.call(request),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`MetricsService`]: counts the response when it is ready. Not
+    /// boxed, because it wraps every request, the cheapest refusals included.
+    pub struct MetricsFuture<F> {
+        #[pin]
+        inner: F,
+        metrics: Arc<Metrics>,
+        route: usize,
+    }
+}
+
+impl<F, E> Future for MetricsFuture<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.inner.poll(cx))?;
+        let status = response.status();
+        this.metrics.count_request(*this.route, status);
+        // Refusals are told apart by what they already carry, so the cheapest answers (floods
+        // of 401 and 429) pay for no extra allocation.
+        let reason = match status {
+            StatusCode::UNAUTHORIZED if *this.route == ADMIN_ROUTE => Some("admin_unauthenticated"),
+            StatusCode::UNAUTHORIZED => Some("unauthenticated"),
+            StatusCode::PAYLOAD_TOO_LARGE => Some("body_too_large"),
+            StatusCode::TOO_MANY_REQUESTS => response
+                .headers()
+                .get("ratelimit-policy")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split('"').nth(1)),
+            _ => response.extensions().get::<Rejection>().map(|r| r.0),
+        };
+        if let Some(reason) = reason {
+            this.metrics.rejected(reason);
+        }
+        Poll::Ready(Ok(response))
     }
 }

@@ -167,7 +167,7 @@ pub struct ExchangeUsage {
     /// The administrator charged.
     pub owner_id: String,
     /// The UTC day, `YYYY-MM-DD`.
-    pub day: String,
+    pub day: std::sync::Arc<str>,
     /// Tokens read and written.
     pub tokens: u64,
 }
@@ -636,23 +636,40 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
         });
         insert.build().execute(&mut *tx).await?;
     }
+    // One upsert for the batch's usage, summed per (owner, peer, day).
+    let mut usage: std::collections::HashMap<(&str, &str, &str), (u64, u64)> =
+        std::collections::HashMap::new();
     for e in exchanges {
-        if let Some(usage) = &e.usage {
-            sqlx::query(
-                "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) VALUES (?, ?, ?, ?, 1) \
-                 ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
-                 SET tokens = tokens + excluded.tokens, requests = requests + 1",
-            )
-            .bind(&usage.owner_id)
-            .bind(&e.peer_id)
-            .bind(&usage.day)
-            .bind(i64::try_from(usage.tokens).unwrap_or(i64::MAX))
-            .execute(&mut *tx)
-            .await?;
+        if let Some(spent) = &e.usage {
+            let entry = usage
+                .entry((spent.owner_id.as_str(), e.peer_id.as_str(), &*spent.day))
+                .or_default();
+            entry.0 = entry.0.saturating_add(spent.tokens);
+            entry.1 += 1;
         }
-        if let Some(entry) = &e.audit {
-            accounts::insert_audit(&mut tx, entry).await?;
-        }
+    }
+    if !usage.is_empty() {
+        let mut upsert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) ",
+        );
+        upsert.push_values(
+            &usage,
+            |mut row, ((owner, peer, day), (tokens, requests))| {
+                row.push_bind(*owner)
+                    .push_bind(*peer)
+                    .push_bind(*day)
+                    .push_bind(i64::try_from(*tokens).unwrap_or(i64::MAX))
+                    .push_bind(i64::try_from(*requests).unwrap_or(i64::MAX));
+            },
+        );
+        upsert.push(
+            " ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
+             SET tokens = tokens + excluded.tokens, requests = requests + excluded.requests",
+        );
+        upsert.build().execute(&mut *tx).await?;
+    }
+    for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
+        accounts::insert_audit(&mut tx, entry).await?;
     }
     tx.commit().await?;
     Ok(())

@@ -1005,3 +1005,43 @@ fn base64_encode(text: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(text)
 }
+
+#[tokio::test]
+async fn a_peer_stops_at_its_expiry_by_the_gateway_clock() {
+    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let in_an_hour = rfc3339_millis(gw.clock.now_millis() + 3_600_000);
+    let (status, created) = ada
+        .post(
+            "/v1/peers",
+            json!({"name": "temp", "expiresAt": in_an_hour}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let token = created["token"].as_str().unwrap().to_owned();
+    let probe =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}).to_string();
+    assert_eq!(post_raw(&gw.door, Some(&token), probe.clone()).await.0, 200);
+    gw.clock.advance(Duration::from_secs(3599));
+    assert_eq!(post_raw(&gw.door, Some(&token), probe.clone()).await.0, 200);
+    gw.clock.advance(Duration::from_secs(2));
+    let (status, body) = post_raw(&gw.door, Some(&token), probe.clone()).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_token");
+    // Moving the expiry applies to the next request; a past expiry is refused.
+    let (status, _) = ada
+        .put("/v1/peers/temp/expiry", json!({"expiresAt": null}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(post_raw(&gw.door, Some(&token), probe).await.0, 200);
+    let (status, body) = ada
+        .put("/v1/peers/temp/expiry", json!({"expiresAt": "2001-01-01"}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("must be in the future")
+    );
+    gw.stop().await;
+}

@@ -38,7 +38,6 @@ use crate::auth::password::PasswordChecker;
 use crate::client_addr::ClientAddr;
 use crate::clock::Clock;
 use crate::limit::{Decision, KeyedGcra, Limit, Quota, RateLimited};
-use crate::metrics::Rejection;
 use crate::token::{self, CredentialKind};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, FromRequestParts};
@@ -132,9 +131,6 @@ impl IntoResponse for AdminAuthError {
         let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
-            response
-                .extensions_mut()
-                .insert(Rejection("admin_unauthenticated"));
             let headers = response.headers_mut();
             headers.append(
                 header::WWW_AUTHENTICATE,

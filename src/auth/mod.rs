@@ -16,6 +16,8 @@
 //!   the gateway's clock), keyed by a SHA-256 of the credential, so the hot path does no store read and no Argon2,
 //!   and neither does a flood repeating one bad credential. A refused credential stays refused
 //!   for that time even if it becomes valid (a password just set by the administrator).
+//!   A credential past its expiry (the peer's, or the end of a rotation's grace period) is refused
+//!   on every request by the gateway's clock, cached or not, and costs an attempt like a wrong one.
 //!   [`PeerAuthenticator::forget_peer`] drops a peer's entries at once, so a revocation made
 //!   through the running server applies to the very next request; one written by the command
 //!   line reaches a running server within the cache time.
@@ -202,9 +204,6 @@ impl AuthError {
         let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
-            response
-                .extensions_mut()
-                .insert(crate::metrics::Rejection("unauthenticated"));
             let headers = response.headers_mut();
             for challenge in challenges {
                 headers.append(header::WWW_AUTHENTICATE, challenge.clone());
@@ -528,12 +527,9 @@ impl PeerAuthenticator {
             Some(peer) if self.still_valid(&peer) => {
                 Ok(self.admit(&peer, presented.scheme()).await)
             }
-            Some(_) => {
-                // Expired while cached: a refusal like any other from now on.
-                cache.invalidate(&key).await;
-                Err(refused(presented.scheme()).into())
-            }
-            None => {
+            // Expired (possibly while cached): refused like a wrong credential, and a repeat
+            // costs an attempt like one.
+            Some(_) | None => {
                 // A repeat of a refused credential costs an attempt like the first one did.
                 if !verified_here {
                     self.spend_attempt(client)?;
@@ -566,7 +562,11 @@ impl PeerAuthenticator {
         self.spend_attempt(client)?;
         match self.verify(presented).await {
             Ok(peer) => {
-                self.failures.refund(&client, self.clock.now_nanos());
+                // An expired credential is kept with its peer (so a change to that peer drops
+                // it from the cache) but is no success: its attempt stays spent.
+                if !self.expired(peer.valid_until) {
+                    self.failures.refund(&client, self.clock.now_nanos());
+                }
                 Ok(Some(Arc::new(peer)))
             }
             Err(AuthError::InvalidToken | AuthError::InvalidCredentials) => Ok(None),
@@ -574,9 +574,14 @@ impl PeerAuthenticator {
         }
     }
 
+    /// Whether a credential that ends at `valid_until` has ended by the gateway's clock.
+    fn expired(&self, valid_until: Option<i64>) -> bool {
+        valid_until.is_some_and(|until| self.clock.now_millis() >= until)
+    }
+
+    /// Whether a verified peer is still valid now: a cached verdict can outlive an expiry.
     fn still_valid(&self, peer: &VerifiedPeer) -> bool {
-        peer.valid_until
-            .is_none_or(|until| self.clock.now_millis() < until)
+        !self.expired(peer.valid_until)
     }
 
     fn is_fresh(&self, entry: &CachedVerdict) -> bool {

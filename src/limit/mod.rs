@@ -88,9 +88,6 @@ impl IntoResponse for RateLimited {
             body,
         )
             .into_response();
-        response
-            .extensions_mut()
-            .insert(crate::metrics::Rejection(name));
         let headers = response.headers_mut();
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         insert_rate_limit_headers(headers, self.limit, self.quota, 0, seconds);
