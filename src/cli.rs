@@ -292,6 +292,21 @@ fn parse_when(text: &str, now: i64) -> Result<i64, CliError> {
     }
 }
 
+/// Every administrator with the tokens their peers spent today (UTC).
+async fn admins_with_usage(
+    accounts: &AccountService,
+) -> Result<Vec<(crate::store::AdminRecord, u64)>, CliError> {
+    let (today, _) = crate::budget::day_and_month(SystemClock.now_millis());
+    let mut listed = Vec::new();
+    for admin in accounts.list_admins().await? {
+        let (spent, _) = accounts
+            .usage(&Caller::operator(), &admin.id, &today)
+            .await?;
+        listed.push((admin, spent));
+    }
+    Ok(listed)
+}
+
 const CACHE_NOTE: &str =
     "A running server applies it within auth.credential_cache_seconds (2 s by default).";
 
@@ -546,16 +561,23 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
         }
         AdminCommand::List { data } => {
             let accounts = accounts(&data, None).await?;
-            let admins = accounts.list_admins().await;
+            let listed = admins_with_usage(&accounts).await;
             accounts.store().close().await;
             println!(
-                "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16}  {:<24}",
-                "NAME", "STATUS", "PASSWORD", "MODEL", "TOKENS/DAY", "TOKENS/MONTH", "CREATED"
+                "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16} {:>12}  {:<24}",
+                "NAME",
+                "STATUS",
+                "PASSWORD",
+                "MODEL",
+                "TOKENS/DAY",
+                "TOKENS/MONTH",
+                "USED TODAY",
+                "CREATED"
             );
             let show = |n: Option<u64>| n.map_or_else(|| "default".to_owned(), |n| n.to_string());
-            for admin in admins? {
+            for (admin, today) in listed? {
                 println!(
-                    "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16}  {:<24}",
+                    "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16} {:>12}  {:<24}",
                     admin.name,
                     admin.status,
                     if admin.has_password { "set" } else { "none" },
@@ -566,6 +588,7 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
                     },
                     show(admin.tokens_per_day),
                     show(admin.tokens_per_month),
+                    today,
                     rfc3339_millis(admin.created_at),
                 );
             }

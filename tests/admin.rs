@@ -185,6 +185,10 @@ async fn a_spent_budget_rejects_tasks_without_asking_the_model_until_the_day_ren
     assert_eq!(usage["tokensPerDay"], 40);
     assert_eq!(usage["peersToday"][0]["peer"], "ada-agent");
     assert_eq!(usage["peersToday"][0]["requests"], 3);
+    // The operator sees it too.
+    let (_, list, _) = gw.cli(&["admin", "list"]);
+    let line = list.lines().find(|l| l.starts_with("ada ")).unwrap();
+    assert_eq!(line.split_whitespace().nth(6), Some("54"), "{list}");
     // The refusal is in the owner's audit log.
     let records = ada.audit().await;
     let refusal = find_record(&records, "peer.refused_by_quota", "peer:ada-agent");
