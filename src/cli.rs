@@ -651,18 +651,9 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
             let admin = accounts.set_budget(&operator, &name, change).await;
             accounts.store().close().await;
             let admin = admin?;
-            let show = |n: Option<u64>| {
-                n.map_or_else(|| "the policy's default".to_owned(), |n| n.to_string())
-            };
             eprintln!(
-                "administrator {name}: model {}, tokens per day {}, per month {}. {CACHE_NOTE}",
-                if admin.model_allowed {
-                    "allowed"
-                } else {
-                    "forbidden"
-                },
-                show(admin.tokens_per_day),
-                show(admin.tokens_per_month)
+                "administrator {name}: {}. {CACHE_NOTE}",
+                crate::admin::service::describe_budget(&admin)
             );
             Ok(())
         }

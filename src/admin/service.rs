@@ -290,6 +290,23 @@ impl AccountService {
         }
     }
 
+    /// Writes the audit record of a change that succeeded into its transaction, and commits
+    /// both.
+    async fn commit_with_audit(
+        &self,
+        mut tx: WriteTx,
+        caller: &Caller,
+        action: &str,
+        target: &str,
+        detail: String,
+        owner_id: Option<&str>,
+    ) -> Result<(), ServiceError> {
+        tx.audit(&self.entry(caller, action, target, "ok", detail, owner_id))
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Runs `work`; when it fails for any reason but the store, records the refusal.
     async fn audited<T>(
         &self,
@@ -391,16 +408,15 @@ impl AccountService {
             } else {
                 "without a password"
             };
-            tx.audit(&self.entry(
+            self.commit_with_audit(
+                tx,
                 caller,
                 "admin.created",
                 &target,
-                "ok",
                 detail.to_owned(),
                 Some(&admin.id),
-            ))
+            )
             .await?;
-            tx.commit().await?;
             Ok(admin)
         })
         .await
@@ -426,16 +442,15 @@ impl AccountService {
             let mut tx = self.store.begin_write().await?;
             let admin = Self::existing_admin(&mut tx, name).await?;
             tx.disable_admin(&admin.id, self.clock.now_millis()).await?;
-            tx.audit(&self.entry(
+            self.commit_with_audit(
+                tx,
                 caller,
                 "admin.disabled",
                 &target,
-                "ok",
                 String::new(),
                 Some(&admin.id),
-            ))
+            )
             .await?;
-            tx.commit().await?;
             self.admin_changed(&admin.id);
             Ok(())
         })
@@ -456,16 +471,15 @@ impl AccountService {
             let mut tx = self.store.begin_write().await?;
             let admin = Self::existing_admin(&mut tx, name).await?;
             tx.set_admin_password(&admin.id, &phc).await?;
-            tx.audit(&self.entry(
+            self.commit_with_audit(
+                tx,
                 caller,
                 "admin.password_set",
                 &target,
-                "ok",
                 String::new(),
                 Some(&admin.id),
-            ))
+            )
             .await?;
-            tx.commit().await?;
             Ok(())
         })
         .await
@@ -496,16 +510,15 @@ impl AccountService {
                 self.clock.now_millis(),
             )
             .await?;
-            tx.audit(&self.entry(
+            self.commit_with_audit(
+                tx,
                 caller,
                 "admin.token_issued",
                 &target,
-                "ok",
                 format!("token id {}", issued.token_id),
                 Some(&admin.id),
-            ))
+            )
             .await?;
-            tx.commit().await?;
             Ok(issued.token)
         })
         .await
@@ -546,27 +559,15 @@ impl AccountService {
                 admin.tokens_per_month,
             )
             .await?;
-            let show =
-                |n: Option<u64>| n.map_or_else(|| "policy default".to_owned(), |n| n.to_string());
-            tx.audit(&self.entry(
+            self.commit_with_audit(
+                tx,
                 caller,
                 "admin.budget_changed",
                 &target,
-                "ok",
-                format!(
-                    "model {}, tokens per day {}, per month {}",
-                    if admin.model_allowed {
-                        "allowed"
-                    } else {
-                        "forbidden"
-                    },
-                    show(admin.tokens_per_day),
-                    show(admin.tokens_per_month)
-                ),
+                describe_budget(&admin),
                 Some(&admin.id),
-            ))
+            )
             .await?;
-            tx.commit().await?;
             self.admin_changed(&admin.id);
             Ok(admin)
         })
@@ -764,16 +765,15 @@ impl AccountService {
     /// Ends a change with its audit record, commits both, and tells the running gateway.
     async fn finish_change(
         &self,
-        mut tx: WriteTx,
+        tx: WriteTx,
         caller: &Caller,
         action: &str,
         peer: &PeerRecord,
         detail: String,
     ) -> Result<(), ServiceError> {
         let target = format!("peer:{}", peer.name);
-        tx.audit(&self.entry(caller, action, &target, "ok", detail, Some(&peer.owner_id)))
+        self.commit_with_audit(tx, caller, action, &target, detail, Some(&peer.owner_id))
             .await?;
-        tx.commit().await?;
         self.peer_changed(&peer.id);
         Ok(())
     }
@@ -1013,6 +1013,22 @@ impl AccountService {
             .audit_since(since, caller.actor.admin_id())
             .await?)
     }
+}
+
+/// An administrator's model switch and budgets, in words (for the audit log and the operator).
+pub fn describe_budget(admin: &AdminRecord) -> String {
+    let show =
+        |n: Option<u64>| n.map_or_else(|| "the policy's default".to_owned(), |n| n.to_string());
+    format!(
+        "model {}, tokens per day {}, per month {}",
+        if admin.model_allowed {
+            "allowed"
+        } else {
+            "forbidden"
+        },
+        show(admin.tokens_per_day),
+        show(admin.tokens_per_month)
+    )
 }
 
 fn active(peer: PeerRecord) -> Result<PeerRecord, ServiceError> {
