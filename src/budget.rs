@@ -7,9 +7,11 @@
 //! the budget. Spending is counted from the usage the backend reports.
 //!
 //! The hot path reads no store: the settings are cached for `auth.credential_cache_seconds` (by
-//! the gateway's clock, and dropped at once when the admin API changes them), and the tokens
-//! spent are kept in memory, seeded from the store the first time an administrator is seen each
-//! day. Requests already in flight when a budget runs out still finish, so a budget can be
+//! the gateway's clock, and dropped at once when changed through the running gateway's account
+//! service; the command line's changes arrive within the cache time), and the tokens spent are
+//! kept in memory, seeded from the store the first time an administrator is seen each day.
+//! Requests already in flight when a budget runs out still finish, and so do those in flight at
+//! midnight UTC (their tokens are stored but may miss the new day's seed), so a budget can be
 //! overshot by what those requests spend.
 
 use crate::clock::{Clock, rfc3339_millis};
@@ -259,11 +261,18 @@ impl Budgets {
             month_tokens: self.store.tokens_spent(owner_id, &month).await?,
             day: Arc::from(day),
         };
-        let totals = (fresh.day_tokens, fresh.month_tokens);
-        self.spent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(owner_id.to_owned(), fresh);
-        Ok(totals)
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        // A concurrent first request may have seeded today's entry (and counted into it) while
+        // this one read the store: keep that one.
+        let entry = match spent.entry(owner_id.to_owned()) {
+            std::collections::hash_map::Entry::Occupied(mut held) => {
+                if held.get().day_index != today {
+                    held.insert(fresh);
+                }
+                held.into_mut()
+            }
+            std::collections::hash_map::Entry::Vacant(empty) => empty.insert(fresh),
+        };
+        Ok((entry.day_tokens, entry.month_tokens))
     }
 }

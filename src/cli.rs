@@ -117,6 +117,21 @@ enum AdminCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Enable a disabled administrator again (their old tokens stay revoked).
+    Enable {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Revoke every admin API token of an administrator (after a leak); their password and
+    /// peers stay.
+    RevokeTokens {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Set an administrator's password (read like `admin add`).
     Password {
         /// The administrator's name.
@@ -247,19 +262,16 @@ impl<E: std::fmt::Display> From<E> for CliError {
     }
 }
 
+/// Reads `N/min`; whether N is in range is the account service's rule.
 fn parse_rate(value: &str) -> Result<u32, String> {
-    let reason = || {
-        format!(
-            "expected N/min with N from 1 to {MAX_RATE_PER_MINUTE}, e.g. 30/min (got {value:?})"
-        )
-    };
-    let n = value.strip_suffix("/min").ok_or_else(reason)?;
-    let n: u32 = n.parse().map_err(|_| reason())?;
-    if (1..=MAX_RATE_PER_MINUTE).contains(&n) {
-        Ok(n)
-    } else {
-        Err(reason())
-    }
+    value
+        .strip_suffix("/min")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "expected N/min with N from 1 to {MAX_RATE_PER_MINUTE}, e.g. 30/min (got {value:?})"
+            )
+        })
 }
 
 /// The account service over the store in `data`, with the defaults of `policy`.
@@ -267,7 +279,10 @@ async fn accounts(data: &DataDir, policy: Option<&Policy>) -> Result<AccountServ
     let store = Store::open(&data.dir).await?;
     let defaults = AccountDefaults {
         default_owner: policy.and_then(|p| p.peers.default_owner.clone()),
-        rate_per_minute: policy.map_or(30, |p| p.peers.default_rate_per_minute),
+        rate_per_minute: policy.map_or_else(
+            || crate::policy::PeersPolicy::default().default_rate_per_minute,
+            |p| p.peers.default_rate_per_minute,
+        ),
     };
     Ok(AccountService::new(store, Arc::new(SystemClock), defaults))
 }
@@ -277,15 +292,14 @@ fn parse_when(text: &str, now: i64) -> Result<i64, CliError> {
     if let Some(at) = parse_rfc3339(text) {
         return Ok(at);
     }
-    let unit = match text.chars().last() {
-        Some('m') => 60_000,
-        Some('h') => 3_600_000,
-        Some('d') => 86_400_000,
-        _ => 0,
-    };
-    let amount = text[..text.len().saturating_sub(1)].parse::<i64>().ok();
-    match amount {
-        Some(n) if unit > 0 && n >= 0 => Ok(now - n.saturating_mul(unit)),
+    let age = [("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)]
+        .into_iter()
+        .find_map(|(suffix, unit)| {
+            let n: i64 = text.strip_suffix(suffix)?.parse().ok()?;
+            (n >= 0).then(|| n.saturating_mul(unit))
+        });
+    match age {
+        Some(age) => Ok(now.saturating_sub(age)),
         _ => Err(CliError(format!(
             "cannot read the time {text:?}: use RFC 3339 (2026-11-30T08:00:00Z), a date (2026-11-30) or an age (30m, 24h, 7d)"
         ))),
@@ -601,6 +615,24 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
             done?;
             eprintln!(
                 "disabled administrator {name}: no more sign-ins, their tokens stopped, their peers' messages are refused. {CACHE_NOTE}"
+            );
+            Ok(())
+        }
+        AdminCommand::Enable { name, data } => {
+            let accounts = accounts(&data, None).await?;
+            let done = accounts.enable_admin(&operator, &name).await;
+            accounts.store().close().await;
+            done?;
+            eprintln!("enabled administrator {name}. {CACHE_NOTE}");
+            Ok(())
+        }
+        AdminCommand::RevokeTokens { name, data } => {
+            let accounts = accounts(&data, None).await?;
+            let done = accounts.revoke_admin_tokens(&operator, &name).await;
+            accounts.store().close().await;
+            done?;
+            eprintln!(
+                "revoked every admin API token of {name}; the next request with one is refused."
             );
             Ok(())
         }

@@ -153,6 +153,23 @@ pub struct ServerPolicy {
     pub admin_listen: SocketAddr,
 }
 
+/// The admin API's address must be loopback and not the door's: it takes passwords and has no
+/// TLS of its own. Checked on the policy and again on the addresses actually bound.
+pub fn check_admin_listen(admin: SocketAddr, door: SocketAddr) -> Result<(), &'static str> {
+    if !admin.ip().is_loopback() {
+        return Err(
+            "must be a loopback address: the admin API takes passwords and has no TLS of its own (put a TLS proxy on this host in front of it)",
+        );
+    }
+    if admin.port() != 0
+        && admin.port() == door.port()
+        && (door.ip().is_unspecified() || door.ip() == admin.ip())
+    {
+        return Err("must not be the door's address: the admin API has its own port");
+    }
+    Ok(())
+}
+
 fn default_admin_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8081))
 }
@@ -522,21 +539,8 @@ impl Policy {
                 "must be an http(s) URL without a trailing `/`, e.g. https://gateway.example.com",
             ));
         }
-        if !self.server.admin_listen.ip().is_loopback() {
-            return Err(invalid(
-                "server.admin_listen",
-                "must be a loopback address: the admin API takes passwords and has no TLS of its own (put a TLS proxy on this host in front of it)",
-            ));
-        }
-        if self.server.admin_listen.port() != 0
-            && self.server.admin_listen.port() == self.server.listen.port()
-            && (self.server.listen.ip().is_unspecified()
-                || self.server.listen.ip() == self.server.admin_listen.ip())
-        {
-            return Err(invalid(
-                "server.admin_listen",
-                "must not be the door's address: the admin API has its own port",
-            ));
+        if let Err(reason) = check_admin_listen(self.server.admin_listen, self.server.listen) {
+            return Err(invalid("server.admin_listen", reason));
         }
         if let Some(owner) = &self.peers.default_owner
             && crate::admin::service::check_name("", owner).is_err()

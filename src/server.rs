@@ -152,6 +152,10 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         reason: e.kind(),
     })?;
     let admin_bind = options.admin_listen.unwrap_or(policy.server.admin_listen);
+    // The command line may override the policy's address: the same rule applies.
+    crate::policy::check_admin_listen(admin_bind, addr).map_err(|reason| {
+        StartError::Config(format!("--admin-listen / server.admin_listen {reason}"))
+    })?;
     let admin_listener = tokio::net::TcpListener::bind(admin_bind)
         .await
         .map_err(|e| StartError::Bind {

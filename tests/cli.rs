@@ -335,7 +335,7 @@ fn administrators_are_added_listed_and_disabled_from_the_command_line() {
         assert!(audit.contains(action), "{action} missing:\n{audit}");
     }
     assert!(
-        audit.contains("refused: a"),
+        audit.contains("refused: an administrator named \"ops\" already exists"),
         "the refused duplicate is recorded:\n{audit}"
     );
     let (code, future, _) = cli(&["audit", "--since", "2999-01-01", "--data", data]);
@@ -394,4 +394,201 @@ async fn the_audit_log_refuses_updates_and_deletions_in_the_store_itself() {
         .await
         .unwrap();
     assert_eq!(before, after);
+}
+
+#[test]
+fn the_admin_api_never_listens_beyond_loopback_or_on_the_door() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (admin, why) in [
+        ("0.0.0.0:0", "must be a loopback address"),
+        ("127.0.0.1:18555", "must not be the door's address"),
+    ] {
+        let out = std::process::Command::new(bin())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:18555",
+                "--admin-listen",
+                admin,
+            ])
+            .args(["--data", data.to_str().unwrap()])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{admin} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("admin_listen") && stderr.contains(why),
+            "{stderr}"
+        );
+    }
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        peergate::policy::EMBEDDED_DEFAULT.replace(
+            "admin_listen = \"127.0.0.1:8081\"",
+            "admin_listen = \"[::]:8081\"",
+        ),
+    )
+    .unwrap();
+    let (code, _, stderr) = cli(&["serve", "--policy", policy.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("server.admin_listen") && stderr.contains("loopback"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_disabled_default_owner_takes_no_new_peers_until_enabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    add_peer(dir.path(), "first");
+    let (code, _, stderr) = cli(&["admin", "disable", "operator", "--data", data]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = cli(&["peer", "add", "second", "--data", data]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("\"operator\" is disabled"), "{stderr}");
+    let (code, _, stderr) = cli(&["admin", "enable", "operator", "--data", data]);
+    assert_eq!(code, 0, "{stderr}");
+    add_peer(dir.path(), "second");
+    let (_, audit, _) = cli(&["audit", "--data", data]);
+    assert!(audit.contains("admin.enabled"), "{audit}");
+}
+
+#[tokio::test]
+async fn revoking_admin_tokens_stops_them_at_the_next_request() {
+    let gw = TestGateway::start().await;
+    let data = gw.data.path().to_str().unwrap();
+    let (code, _, stderr) = cli_with_stdin(
+        &["admin", "add", "ops", "--data", data],
+        "a long enough admin password\n",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let (_, token, _) = gw.cli(&["admin", "token", "ops"]);
+    let token = token.trim().to_owned();
+    let list = || async {
+        reqwest::Client::new()
+            .get(format!("{}/v1/peers", gw.admin))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(list().await, 200);
+    let (code, _, stderr) = gw.cli(&["admin", "revoke-tokens", "ops"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(list().await, 401);
+    // The password still works.
+    let status = reqwest::Client::new()
+        .get(format!("{}/v1/peers", gw.admin))
+        .basic_auth("ops", Some("a long enough admin password"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_bad_admin_logins_is_throttled_and_leaves_one_record_a_minute() {
+    let gw = TestGateway::start().await;
+    let client = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for _ in 0..25 {
+        let status = client
+            .get(format!("{}/v1/peers", gw.admin))
+            .basic_auth("nobody", Some("guess"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        statuses.push(status);
+    }
+    // The default budget allows 10 failed attempts a minute per address.
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 401).count(),
+        10,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        15,
+        "{statuses:?}"
+    );
+    let (_, audit, _) = gw.cli(&["audit"]);
+    assert_eq!(audit.matches("admin.login_failed").count(), 11, "{audit}");
+    assert_eq!(audit.matches("throttled").count(), 1, "{audit}");
+    gw.stop().await;
+}
+
+/// The schema of a store written before administrators existed (user_version 3).
+const VERSION_3_SCHEMA: &str = r#"
+CREATE TABLE peers (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, status TEXT NOT NULL,
+    rate_per_minute INTEGER NOT NULL, created_at INTEGER NOT NULL, last_used_at INTEGER,
+    password_hash TEXT);
+CREATE TABLE credentials (token_id TEXT PRIMARY KEY, peer_id TEXT NOT NULL REFERENCES peers(id),
+    secret_hash BLOB NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER,
+    kind TEXT NOT NULL DEFAULT 'token');
+CREATE TABLE tasks (id TEXT PRIMARY KEY, peer_id TEXT NOT NULL, context_id TEXT NOT NULL,
+    state TEXT NOT NULL, body TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL);
+CREATE TABLE contexts (peer_id TEXT NOT NULL, context_id TEXT NOT NULL, created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL, PRIMARY KEY (peer_id, context_id));
+CREATE TABLE messages (seq INTEGER PRIMARY KEY AUTOINCREMENT, peer_id TEXT NOT NULL,
+    context_id TEXT NOT NULL, task_id TEXT NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL,
+    created_at INTEGER NOT NULL);
+CREATE TABLE documents (name TEXT PRIMARY KEY, etag TEXT NOT NULL, modified_at INTEGER NOT NULL);
+INSERT INTO peers (id, name, status, rate_per_minute, created_at) VALUES ('peer_old', 'old-peer', 'active', 30, 1);
+INSERT INTO contexts VALUES ('peer_old', 'ctx-old', 1, 2);
+INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) VALUES ('peer_old', 'ctx-old', 't1', 'peer', 'from before', 1);
+PRAGMA user_version = 3;
+"#;
+
+#[tokio::test]
+async fn a_store_from_before_administrators_gives_its_peers_to_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(peergate::store::DATABASE_FILE);
+    let url = format!("sqlite://{}?mode=rwc", file.display());
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::raw_sql(VERSION_3_SCHEMA)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    drop(db);
+    let data = dir.path().to_str().unwrap();
+    let (code, list, stderr) = cli(&["peer", "list", "--data", data]);
+    assert_eq!(code, 0, "{stderr}");
+    let old: Vec<&str> = list.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!((old[0], old[6]), ("old-peer", "operator"), "{list}");
+    let (_, admins, _) = cli(&["admin", "list", "--data", data]);
+    let operator: Vec<&str> = admins.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&operator[..3], ["operator", "active", "none"], "{admins}");
+    // Its conversation is in operator's account.
+    let (code, _, _) = cli_with_stdin(
+        &["admin", "password", "operator", "--data", data],
+        "operator's new password\n",
+    );
+    assert_eq!(code, 0);
+    let gw_dir = dir.path().to_owned();
+    let server = ServeProcess::start(&gw_dir, &["--data", data]);
+    let conversations: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{}/v1/conversations", server.admin_addr))
+        .basic_auth("operator", Some("operator's new password"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        conversations["conversations"][0]["contextId"], "ctx-old",
+        "{conversations}"
+    );
 }

@@ -408,8 +408,15 @@ async fn set_limit(
 #[derive(Deserialize, Default, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ExpiryRequest {
-    /// RFC 3339 or a date; `null` for never.
-    expires_at: Option<String>,
+    /// RFC 3339 or a date; `null` for never. Required: a missing field is not "never".
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, required = true)]
+    expires_at: Option<Option<String>>,
+}
+
+/// Tells a member given as `null` (`Some(None)`) from a missing one (`None`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 #[utoipa::path(put, path = "/v1/peers/{name}/expiry", tag = "peers",
@@ -423,8 +430,12 @@ async fn set_expiry(
     body: Bytes,
 ) -> Result<Json<PeerView>, ApiError> {
     let request: ExpiryRequest = parse_body(&body)?;
-    let at = request
-        .expires_at
+    let Some(expires_at) = request.expires_at else {
+        return Err(ApiError::Body(
+            "missing field `expiresAt` (use null for never)".to_owned(),
+        ));
+    };
+    let at = expires_at
         .as_deref()
         .map(|t| parse_time("expiresAt", t))
         .transpose()?;

@@ -4,9 +4,12 @@
 //!
 //! [`AdminAuthLayer`] decides before the handler runs and puts an [`AuthenticatedAdmin`] in the
 //! request, which only this module can construct. Failed sign-ins are counted per client
-//! address against the same kind of budget as the door's (spent before verifying, given back on
-//! success) and each one is written to the audit log until the budget is spent; after that the
-//! answer is 429 and nothing is written, so a flood cannot grow the log without bound.
+//! address against a budget of their own with the door's quota (spent before verifying, given
+//! back on success), and each one is written to the audit log until the budget is spent; after
+//! that the answer is 429 and one record a minute per address says so, so a flood leaves a trace
+//! without growing the log without bound. On a loopback listener every tunnelled or proxied
+//! client shares one address, so a local flood can hold every administrator's sign-ins at 429 for
+//! its duration; the command line keeps working.
 //!
 //! ```
 //! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}};
@@ -168,6 +171,9 @@ pub struct AdminAuthenticator {
     passwords: PasswordChecker,
     failures: KeyedGcra<IpAddr>,
     quota: Quota,
+    /// One audit record a minute per address for sign-ins refused by the budget, so a flood
+    /// leaves a trace without growing the log.
+    throttle_notes: KeyedGcra<IpAddr>,
 }
 
 impl std::fmt::Debug for AdminAuthenticator {
@@ -191,6 +197,7 @@ impl AdminAuthenticator {
             passwords: PasswordChecker::new(1)?,
             failures: KeyedGcra::new(10_000),
             quota,
+            throttle_notes: KeyedGcra::new(10_000),
         })
     }
 
@@ -217,7 +224,17 @@ impl AdminAuthenticator {
         let Some(value) = values.next() else {
             return Err(Refusal::Unauthenticated(AdminAuthError::MissingCredentials));
         };
-        self.spend_attempt(client)?;
+        if let Err(refusal) = self.spend_attempt(client) {
+            let note =
+                self.throttle_notes
+                    .check(&client, Quota::per_minute(1), self.clock.now_nanos());
+            if note.is_allowed() {
+                self.service
+                    .record_failed_login(&client.to_string(), None, "throttled: failed-attempt budget spent; further refusals this minute are not recorded")
+                    .await;
+            }
+            return Err(refusal);
+        }
         let many = values.next().is_some();
         let outcome = if many {
             Err((AdminAuthError::MalformedHeader, None))

@@ -94,6 +94,9 @@ pub enum ServiceError {
     /// The store failed; the detail is logged, not shown.
     #[error("the store failed: {0}")]
     Store(#[from] StoreError),
+    /// Something below the service failed (randomness, the hashing thread); logged, not shown.
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl ServiceError {
@@ -229,18 +232,32 @@ async fn hashed_password(password: String) -> Result<String, ServiceError> {
     }
     tokio::task::spawn_blocking(move || hash_password(&password))
         .await
-        .map_err(|e| ServiceError::Invalid {
-            field: "password",
-            reason: e.to_string(),
-        })?
-        .map_err(|reason| ServiceError::Invalid {
-            field: "password",
-            reason,
-        })
+        .map_err(|e| ServiceError::Internal(format!("password hashing failed: {e}")))?
+        .map_err(|e| ServiceError::Internal(format!("password hashing failed: {e}")))
 }
 
 fn issue(kind: CredentialKind) -> Result<token::IssuedToken, ServiceError> {
-    token::issue(kind).map_err(|_| ServiceError::Forbidden("no randomness is available"))
+    token::issue(kind).map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))
+}
+
+/// Refuses an expiry that is not in the future.
+fn check_future(expires_at: Option<i64>, now: i64) -> Result<(), ServiceError> {
+    if expires_at.is_some_and(|at| at <= now) {
+        return Err(ServiceError::Invalid {
+            field: "expiry",
+            reason: "must be in the future (revoke the peer to stop it now)".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether `caller` may act on a peer owned by `owner_id`: the operator on every peer, an
+/// administrator on their own. The one ownership rule; every peer operation asks it.
+fn may_act_on(caller: &Caller, owner_id: &str) -> bool {
+    caller
+        .actor
+        .admin_id()
+        .is_none_or(|admin| admin == owner_id)
 }
 
 fn new_id(prefix: &str) -> String {
@@ -317,7 +334,7 @@ impl AccountService {
     ) -> Result<T, ServiceError> {
         let outcome = work.await;
         if let Err(error) = &outcome
-            && !matches!(error, ServiceError::Store(_))
+            && !matches!(error, ServiceError::Store(_) | ServiceError::Internal(_))
         {
             let entry = self.entry(
                 caller,
@@ -342,10 +359,8 @@ impl AccountService {
         caller: &Caller,
         name: &str,
     ) -> Result<PeerRecord, ServiceError> {
-        let peer = tx.peer(name).await?;
-        match (peer, caller.actor.admin_id()) {
-            (Some(peer), None) => Ok(peer),
-            (Some(peer), Some(admin)) if peer.owner_id == admin => Ok(peer),
+        match tx.peer(name).await? {
+            Some(peer) if may_act_on(caller, &peer.owner_id) => Ok(peer),
             _ => Err(ServiceError::NotFound(format!("no peer named \"{name}\""))),
         }
     }
@@ -453,6 +468,56 @@ impl AccountService {
             .await?;
             self.admin_changed(&admin.id);
             Ok(())
+        })
+        .await
+    }
+
+    /// Enables a disabled administrator again (their old tokens stay revoked).
+    pub async fn enable_admin(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(caller, "admin.enabled", &target, async {
+            Self::operator_only(caller)?;
+            let mut tx = self.store.begin_write().await?;
+            let admin = Self::existing_admin(&mut tx, name).await?;
+            tx.set_admin_status(&admin.id, "active").await?;
+            self.commit_with_audit(
+                tx,
+                caller,
+                "admin.enabled",
+                &target,
+                String::new(),
+                Some(&admin.id),
+            )
+            .await?;
+            self.admin_changed(&admin.id);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Revokes every administrator token of an administrator (after a leak), leaving their
+    /// password and their peers alone.
+    pub async fn revoke_admin_tokens(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(), ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(caller, "admin.tokens_revoked", &target, async {
+            Self::operator_only(caller)?;
+            let mut tx = self.store.begin_write().await?;
+            let admin = Self::existing_admin(&mut tx, name).await?;
+            tx.revoke_admin_tokens(&admin.id, self.clock.now_millis())
+                .await?;
+            self.commit_with_audit(
+                tx,
+                caller,
+                "admin.tokens_revoked",
+                &target,
+                String::new(),
+                Some(&admin.id),
+            )
+            .await
         })
         .await
     }
@@ -616,12 +681,7 @@ impl AccountService {
             let rate = new.rate_per_minute.unwrap_or(self.defaults.rate_per_minute);
             check_rate(rate)?;
             let now = self.clock.now_millis();
-            if new.expires_at.is_some_and(|at| at <= now) {
-                return Err(ServiceError::Invalid {
-                    field: "expiry",
-                    reason: "must be in the future".to_owned(),
-                });
-            }
+            check_future(new.expires_at, now)?;
             let issued = issue(CredentialKind::PeerToken)?;
             let mut tx = self.store.begin_write().await?;
             let owner = match (&caller.actor, &new.owner) {
@@ -703,8 +763,9 @@ impl AccountService {
                 reason: "name the owning administrator with --owner NAME (or set peers.default_owner in the policy)".to_owned(),
             });
         };
-        if let Some(admin) = tx.admin(name).await? {
-            return Ok((admin.id, admin.name));
+        if tx.admin(name).await?.is_some() {
+            // Exists: the same rule as a named owner (it must be active).
+            return Ok((tx_admin_id(tx, name).await?, name.to_owned()));
         }
         let admin = AdminRecord {
             id: new_id("adm"),
@@ -736,17 +797,20 @@ impl AccountService {
         Ok(self.store.list_peers(caller.actor.admin_id()).await?)
     }
 
-    /// One of the caller's peers.
+    /// One of the caller's peers. Asking for another administrator's peer is audited.
     pub async fn show_peer(&self, caller: &Caller, name: &str) -> Result<PeerRecord, ServiceError> {
+        self.audited(
+            caller,
+            "peer.read",
+            &format!("peer:{name}"),
+            self.readable_peer(caller, name),
+        )
+        .await
+    }
+
+    async fn readable_peer(&self, caller: &Caller, name: &str) -> Result<PeerRecord, ServiceError> {
         match self.store.find_peer(name).await? {
-            Some(peer)
-                if caller
-                    .actor
-                    .admin_id()
-                    .is_none_or(|admin| admin == peer.owner_id) =>
-            {
-                Ok(peer)
-            }
+            Some(peer) if may_act_on(caller, &peer.owner_id) => Ok(peer),
             _ => Err(ServiceError::NotFound(format!("no peer named \"{name}\""))),
         }
     }
@@ -805,12 +869,7 @@ impl AccountService {
     ) -> Result<(), ServiceError> {
         let action = "peer.expiry_changed";
         self.audited(caller, action, &format!("peer:{name}"), async {
-            if expires_at.is_some_and(|at| at <= self.clock.now_millis()) {
-                return Err(ServiceError::Invalid {
-                    field: "expiry",
-                    reason: "must be in the future (revoke the peer to stop it now)".to_owned(),
-                });
-            }
+            check_future(expires_at, self.clock.now_millis())?;
             let (mut tx, peer) = self.begin_change(caller, name).await?;
             tx.set_peer_expiry(&peer.id, expires_at).await?;
             let show = |at: Option<i64>| at.map_or_else(|| "never".to_owned(), rfc3339_millis);
@@ -950,19 +1009,27 @@ impl AccountService {
         Ok(self.store.conversations(Self::account(caller)?).await?)
     }
 
-    /// One conversation of one of the caller's peers.
+    /// One conversation of one of the caller's peers. Asking for another's is audited.
     pub async fn conversation(
         &self,
         caller: &Caller,
         peer: &str,
         context_id: &str,
     ) -> Result<Vec<ConversationEntry>, ServiceError> {
-        Self::account(caller)?;
-        let peer = self.show_peer(caller, peer).await?;
-        self.store
-            .conversation(&peer.id, context_id)
-            .await?
-            .ok_or_else(|| ServiceError::NotFound("no such conversation".to_owned()))
+        self.audited(
+            caller,
+            "conversation.read",
+            &format!("peer:{peer}"),
+            async {
+                Self::account(caller)?;
+                let peer = self.readable_peer(caller, peer).await?;
+                self.store
+                    .conversation(&peer.id, context_id)
+                    .await?
+                    .ok_or_else(|| ServiceError::NotFound("no such conversation".to_owned()))
+            },
+        )
+        .await
     }
 
     /// Deletes one conversation of one of the caller's peers, with the tasks that held its text.
@@ -1035,10 +1102,10 @@ fn active(peer: PeerRecord) -> Result<PeerRecord, ServiceError> {
     if peer.status == "active" {
         Ok(peer)
     } else {
-        Err(ServiceError::Invalid {
-            field: "peer",
-            reason: format!("\"{}\" is revoked", peer.name),
-        })
+        Err(ServiceError::Conflict(format!(
+            "peer \"{}\" is revoked and takes no new credentials",
+            peer.name
+        )))
     }
 }
 

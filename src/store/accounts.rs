@@ -438,10 +438,30 @@ impl WriteTx {
 
     /// Disables an administrator and revokes their administrator tokens.
     pub async fn disable_admin(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE admins SET status = 'disabled' WHERE id = ?")
+        self.set_admin_status(admin_id, "disabled").await?;
+        self.revoke_admin_tokens(admin_id, now).await
+    }
+
+    /// Sets an administrator's status (`active` or `disabled`).
+    pub async fn set_admin_status(
+        &mut self,
+        admin_id: &str,
+        status: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE admins SET status = ? WHERE id = ?")
+            .bind(status)
             .bind(admin_id)
             .execute(&mut *self.tx)
             .await?;
+        Ok(())
+    }
+
+    /// Revokes every live administrator token of an administrator.
+    pub async fn revoke_admin_tokens(
+        &mut self,
+        admin_id: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE admin_tokens SET revoked_at = ? WHERE admin_id = ? AND revoked_at IS NULL",
         )
