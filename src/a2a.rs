@@ -47,6 +47,10 @@ impl<'de> Deserialize<'de> for Role {
 /// `TaskState`, as far as peergate produces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskState {
+    /// Stored, the model being asked (only ever seen after a crash turned it `Failed`, or by
+    /// a concurrent `GetTask`).
+    #[serde(rename = "TASK_STATE_WORKING")]
+    Working,
     /// The model answered.
     #[serde(rename = "TASK_STATE_COMPLETED")]
     Completed,
@@ -62,6 +66,7 @@ impl TaskState {
     /// The ProtoJSON name.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Working => "TASK_STATE_WORKING",
             Self::Completed => "TASK_STATE_COMPLETED",
             Self::Failed => "TASK_STATE_FAILED",
             Self::Rejected => "TASK_STATE_REJECTED",

@@ -178,6 +178,33 @@ impl Agent {
             .await
             .map_err(internal)?
             .err();
+        let task_id = new_id();
+        let retention = i64::try_from(self.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
+        let exchange_for = |state: TaskState, task_json: String| {
+            let now = self.clock.now_millis();
+            Exchange {
+                task_id: task_id.clone(),
+                peer_id: peer.id().to_owned(),
+                context_id: context_id.clone(),
+                state: state.as_str(),
+                task_json,
+                now,
+                expires_at: now.saturating_add(retention),
+                messages: Vec::new(),
+                usage: None,
+                audit: None,
+            }
+        };
+        let task_for = |state: TaskState, reply: &str| {
+            self.task(
+                &task_id,
+                &context_id,
+                &message.message_id,
+                &text,
+                state,
+                reply,
+            )
+        };
         let mut _turn = None;
         let mut usage = None;
         let mut audit = None;
@@ -203,6 +230,15 @@ impl Agent {
                     .await
                     .ok_or(RpcError::ContextBusy)?,
             );
+            // Stored before the model is asked: a store that cannot take it refuses the message
+            // with nothing spent, and a crash from here on leaves a task that reads as failed
+            // (interrupted) after the restart instead of one that never existed.
+            let working = task_for(TaskState::Working, WORKING_TEXT);
+            let working_json = serde_json::to_string(&working).map_err(internal)?;
+            self.store
+                .save_exchange(exchange_for(TaskState::Working, working_json))
+                .await
+                .map_err(store_unavailable)?;
             // A context peergate just named has no history yet: skip the read.
             let history = if message.context_id.is_none() {
                 Vec::new()
@@ -249,44 +285,13 @@ impl Agent {
                     (TaskState::Completed, completion.text, exchange)
                 }
                 Err(error) => {
-                    tracing::warn!(peer = %peer.name(), error = %error, "backend gave no answer");
+                    tracing::warn!(task_id = %task_id, peer = %peer.name(), error = %error, "backend gave no answer");
                     (TaskState::Failed, failure_text(&error), Vec::new())
                 }
             }
         };
 
-        let task_id = new_id();
-        let now = self.clock.now_millis();
-        let message_for = |role: Role, message_id: String, text: &str| Message {
-            message_id,
-            context_id: context_id.clone(),
-            task_id: task_id.clone(),
-            role,
-            parts: vec![TextPart {
-                text: text.to_owned(),
-            }],
-        };
-        let user_message = message_for(Role::User, message.message_id.clone(), &text);
-        let agent_message = message_for(Role::Agent, uuid::Uuid::new_v4().to_string(), &reply);
-        let artifacts = match state {
-            TaskState::Completed => vec![Artifact {
-                artifact_id: uuid::Uuid::new_v4().to_string(),
-                name: "answer".to_owned(),
-                parts: agent_message.parts.clone(),
-            }],
-            _ => Vec::new(),
-        };
-        let mut task = Task {
-            id: task_id.clone(),
-            context_id: context_id.clone(),
-            status: TaskStatus {
-                state,
-                message: agent_message.clone(),
-                timestamp: rfc3339_millis(now),
-            },
-            artifacts,
-            history: vec![user_message, agent_message],
-        };
+        let mut task = task_for(state, &reply);
         // Serialized once: the stored copy is also the answer, unless the peer asked for less
         // history.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
@@ -297,28 +302,88 @@ impl Agent {
                 serde_json::to_string(&json!({"task": task})).map_err(internal)?
             }
         };
-        let retention = i64::try_from(self.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
-        self.store
-            .save_exchange(Exchange {
-                task_id: task_id.clone(),
-                peer_id: peer.id().to_owned(),
-                context_id: context_id.clone(),
-                state: state.as_str(),
-                task_json,
-                now,
-                expires_at: now.saturating_add(retention),
-                messages: exchange,
-                usage,
-                audit,
-            })
-            .await
-            .map_err(internal)?;
+        let mut finished = exchange_for(state, task_json);
+        finished.messages = exchange;
+        finished.usage = usage;
+        finished.audit = audit;
+        self.store.save_exchange(finished).await.map_err(internal)?;
         self.metrics.task_finished(match state {
             TaskState::Completed => FinalState::Completed,
             TaskState::Rejected => FinalState::Rejected,
             _ => FinalState::Failed,
         });
         RawValue::from_string(answer).map_err(internal)
+    }
+
+    /// Marks every task a crash left working as failed (interrupted), so a peer that asks for it
+    /// learns what happened instead of "not found". Call at start-up, before serving; returns
+    /// how many there were.
+    pub async fn fail_interrupted_tasks(&self) -> Result<usize, crate::store::StoreError> {
+        let working = self.store.working_tasks().await?;
+        for (id, body) in &working {
+            let Ok(mut task) = serde_json::from_str::<Task>(body) else {
+                tracing::error!(task_id = %id, "an interrupted task could not be read");
+                continue;
+            };
+            task.status.state = TaskState::Failed;
+            task.status.timestamp = rfc3339_millis(self.clock.now_millis());
+            task.status.message.parts = vec![TextPart {
+                text: INTERRUPTED_TEXT.to_owned(),
+            }];
+            if let Some(last) = task.history.last_mut()
+                && last.role == Role::Agent
+            {
+                *last = task.status.message.clone();
+            }
+            let body = serde_json::to_string(&task).unwrap_or_else(|_| body.clone());
+            self.store
+                .finish_working_task(id, TaskState::Failed.as_str(), &body)
+                .await?;
+        }
+        Ok(working.len())
+    }
+
+    /// The task for one message: the peer's text and the agent's reply in its history, and the
+    /// reply as an artifact when the model answered.
+    fn task(
+        &self,
+        task_id: &str,
+        context_id: &str,
+        message_id: &str,
+        text: &str,
+        state: TaskState,
+        reply: &str,
+    ) -> Task {
+        let message_for = |role: Role, message_id: String, text: &str| Message {
+            message_id,
+            context_id: context_id.to_owned(),
+            task_id: task_id.to_owned(),
+            role,
+            parts: vec![TextPart {
+                text: text.to_owned(),
+            }],
+        };
+        let user_message = message_for(Role::User, message_id.to_owned(), text);
+        let agent_message = message_for(Role::Agent, uuid::Uuid::new_v4().to_string(), reply);
+        let artifacts = match state {
+            TaskState::Completed => vec![Artifact {
+                artifact_id: uuid::Uuid::new_v4().to_string(),
+                name: "answer".to_owned(),
+                parts: agent_message.parts.clone(),
+            }],
+            _ => Vec::new(),
+        };
+        Task {
+            id: task_id.to_owned(),
+            context_id: context_id.to_owned(),
+            status: TaskStatus {
+                state,
+                message: agent_message.clone(),
+                timestamp: rfc3339_millis(self.clock.now_millis()),
+            },
+            artifacts,
+            history: vec![user_message, agent_message],
+        }
     }
 
     /// A message naming a `taskId`: tasks are final once answered, so it can only fail; how it
@@ -405,6 +470,20 @@ fn invalid(field: &str, description: &str) -> RpcError {
 
 fn checked_history_length(n: i64, field: &str) -> Result<usize, RpcError> {
     usize::try_from(n).map_err(|_| invalid(field, "must not be negative"))
+}
+
+/// The agent's message of a task whose model call is under way.
+const WORKING_TEXT: &str = "The model is being asked.";
+
+/// The agent's message of a task that was under way when peergate stopped.
+pub const INTERRUPTED_TEXT: &str =
+    "The gateway stopped before the model answered (interrupted); send the message again.";
+
+/// The store could not take the task before the model call: logged under a request id.
+fn store_unavailable(error: impl std::fmt::Display) -> RpcError {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    tracing::error!(request_id = %request_id, error = %error, "cannot record a task; the model was not asked");
+    RpcError::StoreUnavailable { request_id }
 }
 
 /// Logs the detail under a fresh request id and answers with that id only.

@@ -124,6 +124,11 @@ pub enum RpcError {
         /// Correlates the answer with the log line.
         request_id: String,
     },
+    /// `-32603` too, but said: the store cannot record the task, so the model was not asked.
+    StoreUnavailable {
+        /// Correlates the answer with the log line.
+        request_id: String,
+    },
     /// `-32001`: no such task for this caller.
     TaskNotFound,
     /// `-32002`
@@ -155,7 +160,7 @@ impl RpcError {
             Self::InvalidRequest(_) => -32600,
             Self::MethodNotFound => -32601,
             Self::InvalidParams { .. } => -32602,
-            Self::Internal { .. } => -32603,
+            Self::Internal { .. } | Self::StoreUnavailable { .. } => -32603,
             Self::TaskNotFound => -32001,
             Self::TaskNotCancelable => -32002,
             Self::UnsupportedOperation(_) => -32004,
@@ -174,6 +179,7 @@ impl RpcError {
             Self::MethodNotFound => "METHOD_NOT_FOUND",
             Self::InvalidParams { .. } => "INVALID_PARAMS",
             Self::Internal { .. } => "INTERNAL",
+            Self::StoreUnavailable { .. } => "STORE_UNAVAILABLE",
             Self::TaskNotFound => "TASK_NOT_FOUND",
             Self::TaskNotCancelable => "TASK_NOT_CANCELABLE",
             Self::UnsupportedOperation(_) => "UNSUPPORTED_OPERATION",
@@ -193,6 +199,9 @@ impl RpcError {
                 format!("Invalid parameters: {field}: {description}")
             }
             Self::Internal { .. } => "Internal error".to_owned(),
+            Self::StoreUnavailable { .. } => {
+                "Internal error: the gateway cannot store this message right now, so the model was not asked; retry later".to_owned()
+            }
             Self::TaskNotFound => "Task not found".to_owned(),
             Self::TaskNotCancelable => {
                 "Task cannot be canceled: peergate answers synchronously, so every task is already final".to_owned()
@@ -220,7 +229,7 @@ impl RpcError {
     pub fn to_json(&self) -> Value {
         let mut metadata = serde_json::Map::new();
         match self {
-            Self::Internal { request_id } => {
+            Self::Internal { request_id } | Self::StoreUnavailable { request_id } => {
                 metadata.insert("requestId".to_owned(), Value::String(request_id.clone()));
             }
             Self::ExtensionSupportRequired { missing } => {
@@ -312,6 +321,13 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
             Err(_) => fail(RpcId::Null, RpcError::Parse),
         });
     }
+    // Every string decoded (a lone surrogate anywhere is a parse error, as in the envelope) and
+    // every object checked for repeated member names, params included.
+    let duplicated = match serde_json::from_str::<StrictJson>(body) {
+        Ok(_) => false,
+        Err(e) if e.is_data() => true,
+        Err(_) => return Err(fail(RpcId::Null, RpcError::Parse)),
+    };
     let envelope: Envelope = match serde_json::from_str(body) {
         Ok(envelope) => envelope,
         Err(e) if e.is_data() => {
@@ -343,6 +359,14 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
             ));
         }
     };
+    if duplicated {
+        return Err(fail(
+            id,
+            RpcError::InvalidRequest(
+                "a member name is repeated in an object; each may appear once",
+            ),
+        ));
+    }
     if envelope.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
         return Err(fail(
             id,
@@ -373,6 +397,58 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
         method,
         params: envelope.params,
     })
+}
+
+/// Any JSON value, read strictly: every string is decoded (so lone surrogates fail) and an
+/// object that repeats a member name fails with a data error. Holds nothing.
+struct StrictJson;
+
+impl<'de> Deserialize<'de> for StrictJson {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = StrictJson;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<StrictJson, E> {
+        Ok(StrictJson)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<StrictJson, E> {
+        Ok(StrictJson)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<StrictJson, E> {
+        Ok(StrictJson)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<StrictJson, E> {
+        Ok(StrictJson)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<StrictJson, E> {
+        Ok(StrictJson)
+    }
+    fn visit_unit<E>(self) -> Result<StrictJson, E> {
+        Ok(StrictJson)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<StrictJson, A::Error> {
+        while seq.next_element::<StrictJson>()?.is_some() {}
+        Ok(StrictJson)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<StrictJson, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if !seen.insert(key) {
+                return Err(serde::de::Error::custom("repeated member name"));
+            }
+            map.next_value::<StrictJson>()?;
+        }
+        Ok(StrictJson)
+    }
 }
 
 /// The deepest nesting of arrays and objects in syntactically valid JSON text.
@@ -474,6 +550,40 @@ mod tests {
         assert_eq!(
             code(br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"GetTask"}"#),
             -32600
+        );
+    }
+    #[test]
+    fn repeated_member_names_anywhere_are_refused_and_the_id_still_echoed() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":7,"method":"GetTask","params":{"id":"a","id":"b"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"SendMessage","params":{"message":{"parts":[{"data":{"k":1,"k":2}}]}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"GetTask","params":{"metadata":{"x":[{"a":1,"a":1}]}}}"#,
+        ] {
+            let failure = parse_request(body.as_bytes()).unwrap_err();
+            assert_eq!(failure.error.code(), -32600, "{body}");
+            assert_eq!(failure.id, RpcId::Int(7), "{body}");
+        }
+        // The same name in different objects is fine.
+        assert!(
+            parse_request(
+                br#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"a","m":{"id":"b"}}}"#
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn lone_surrogates_are_parse_errors_wherever_they_are() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"\ud800"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"\udc00":1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","x":["\ud83d"]}"#,
+        ] {
+            assert_eq!(code(body.as_bytes()), -32700, "{body}");
+        }
+        // A proper pair is text.
+        assert!(
+            parse_request(br#"{"jsonrpc":"2.0","id":"\ud83d\ude00","method":"GetTask"}"#).is_ok()
         );
     }
 

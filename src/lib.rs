@@ -2,6 +2,7 @@
 #![doc = "peergate: a security-focused edge gateway for A2A 1.0 partner agents."]
 
 pub mod a2a;
+pub mod accept;
 pub mod admin;
 pub mod agent;
 pub mod auth;

@@ -88,6 +88,7 @@ pub struct Metrics {
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
+    connections_refused: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -99,6 +100,7 @@ impl Default for Metrics {
             latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_count: AtomicU64::new(0),
             latency_sum_micros: AtomicU64::new(0),
+            connections_refused: AtomicU64::new(0),
         }
     }
 }
@@ -117,6 +119,11 @@ impl Metrics {
         if let Some(i) = REASONS.iter().position(|r| *r == reason) {
             self.rejections[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts a connection closed unread because the connection cap was reached.
+    pub fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a task that reached its final state.
@@ -197,6 +204,12 @@ impl Metrics {
             load(&self.latency_sum_micros) as f64 / 1e6
         );
         let _ = writeln!(out, "peergate_backend_latency_seconds_count {count}");
+        out.push_str("# HELP peergate_connections_refused_total Connections closed unread at the connection cap.\n# TYPE peergate_connections_refused_total counter\n");
+        let _ = writeln!(
+            out,
+            "peergate_connections_refused_total {}",
+            load(&self.connections_refused)
+        );
         out
     }
 }

@@ -151,6 +151,31 @@ pub struct ServerPolicy {
     /// Address of the admin API's own listener (loopback).
     #[serde(default = "default_admin_listen")]
     pub admin_listen: SocketAddr,
+    /// Seconds a client may take to send a request's head.
+    #[serde(default = "default_header_read_timeout_seconds")]
+    pub header_read_timeout_seconds: u64,
+    /// Connections open at once, per listener.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Seconds one request may take, start to answer.
+    #[serde(default = "default_request_timeout_seconds")]
+    pub request_timeout_seconds: u64,
+    /// Seconds requests in flight get to finish after SIGTERM.
+    #[serde(default = "default_shutdown_grace_seconds")]
+    pub shutdown_grace_seconds: u64,
+}
+
+fn default_header_read_timeout_seconds() -> u64 {
+    10
+}
+fn default_max_connections() -> usize {
+    1024
+}
+fn default_request_timeout_seconds() -> u64 {
+    200
+}
+fn default_shutdown_grace_seconds() -> u64 {
+    30
 }
 
 /// The admin API's address must be loopback and not the door's: it takes passwords and has no
@@ -537,6 +562,34 @@ impl Policy {
             return Err(invalid(
                 "server.public_base_url",
                 "must be an http(s) URL without a trailing `/`, e.g. https://gateway.example.com",
+            ));
+        }
+        if !(1..=300).contains(&self.server.header_read_timeout_seconds) {
+            return Err(invalid(
+                "server.header_read_timeout_seconds",
+                "must be between 1 and 300",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.server.max_connections) {
+            return Err(invalid(
+                "server.max_connections",
+                "must be between 1 and 1000000",
+            ));
+        }
+        if self.server.shutdown_grace_seconds > 3600 {
+            return Err(invalid(
+                "server.shutdown_grace_seconds",
+                "must be at most 3600",
+            ));
+        }
+        // A message may wait for the one ahead in its context (1.5 × the model's timeout) and then
+        // take the model's whole timeout itself: the request timeout must leave room for both.
+        if self.server.request_timeout_seconds * 2 <= self.model.timeout_seconds * 5
+            || self.server.request_timeout_seconds > 3600
+        {
+            return Err(invalid(
+                "server.request_timeout_seconds",
+                "must be more than 2.5 × model.timeout_seconds (a message may wait for the one ahead of it, then for the model) and at most 3600",
             ));
         }
         if let Err(reason) = check_admin_listen(self.server.admin_listen, self.server.listen) {

@@ -1,5 +1,6 @@
 //! Wiring: the routes, their layers, and the listener.
 
+use crate::accept::ConnectionLimits;
 use crate::admin::api::AdminState;
 use crate::admin::{AccountDefaults, AccountService, AdminAuthenticator, ChangeListener};
 use crate::agent::{Agent, AgentSettings};
@@ -32,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
 
 /// Everything needed to start a gateway.
 pub struct GatewayOptions {
@@ -262,6 +264,13 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             serde_json::value::RawValue::from_string(extended_json).map_err(|e| config(&e))?,
         ),
     );
+    match agent.fail_interrupted_tasks().await? {
+        0 => {}
+        n => tracing::warn!(
+            tasks = n,
+            "tasks interrupted by the last stop are now failed (interrupted)"
+        ),
+    }
     let auth_settings = AuthSettings {
         schemes: policy.auth_schemes().map_err(|e| config(&e))?,
         api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
@@ -293,6 +302,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         authenticator: authenticator.clone(),
     };
     let a2a_path = policy.server.a2a_path.clone();
+    let request_timeout = Duration::from_secs(policy.server.request_timeout_seconds);
     // Outer to inner (the layer added last runs first): client address, per-IP limit,
     // authentication, per-peer limit, body limit, protocol gate, handler.
     let door_routes = Router::new()
@@ -325,6 +335,10 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         .fallback(not_found)
         .with_state(state)
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            request_timeout,
+        ))
         .layer(MetricsLayer::new(metrics.clone(), &a2a_path));
 
     let accounts = AccountService::new(
@@ -351,33 +365,37 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         AdminState::new(
             accounts.clone(),
             budgets.clone(),
-            metrics,
+            metrics.clone(),
             options.clock.clone(),
         ),
         admin_authenticator,
     )
-    .layer(CatchPanicLayer::custom(panic_response));
+    .layer(CatchPanicLayer::custom(panic_response))
+    .layer(TimeoutLayer::with_status_code(
+        StatusCode::REQUEST_TIMEOUT,
+        request_timeout,
+    ));
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
+    let limits = ConnectionLimits {
+        header_read_timeout: Duration::from_secs(policy.server.header_read_timeout_seconds),
+        max_connections: policy.server.max_connections,
+        shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
     };
-    let serving = tokio::spawn(
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(stopped(shutdown_rx.clone()))
-        .into_future(),
-    );
-    let admin_serving = tokio::spawn(
-        axum::serve(
-            admin_listener,
-            admin_router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(stopped(shutdown_rx))
-        .into_future(),
-    );
+    let serving = tokio::spawn(crate::accept::serve(
+        listener,
+        router,
+        limits,
+        shutdown_rx.clone(),
+        metrics.clone(),
+    ));
+    let admin_serving = tokio::spawn(crate::accept::serve(
+        admin_listener,
+        admin_router,
+        limits,
+        shutdown_rx,
+        metrics.clone(),
+    ));
     let sweeper = tokio::spawn(housekeeping(
         store.clone(),
         options.clock.clone(),
@@ -432,10 +450,15 @@ async fn door(
     client: Option<Extension<ClientAddr>>,
     body: Bytes,
 ) -> Response {
-    let answer = state
-        .agent
-        .handle(&peer, client.map(|c| c.0.ip()), &body)
-        .await;
+    // The turn runs in a task of its own: a client that hangs up (or a request timeout) must
+    // not cut it between storing the task and storing its answer.
+    let agent = state.agent.clone();
+    let client = client.map(|c| c.0.ip());
+    let turn = tokio::spawn(async move { agent.handle(&peer, client, &body).await });
+    let answer = match turn.await {
+        Ok(answer) => answer,
+        Err(_) => return panic_response(Box::new("the turn panicked")),
+    };
     (
         [(
             header::CONTENT_TYPE,

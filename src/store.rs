@@ -525,6 +525,35 @@ impl Store {
         Ok(now)
     }
 
+    /// Tasks still marked working: (id, body). After a restart these are the ones a crash
+    /// interrupted.
+    pub async fn working_tasks(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query("SELECT id, body FROM tasks WHERE state = 'TASK_STATE_WORKING'")
+            .fetch_all(&self.writer)
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("id")?, row.try_get("body")?)))
+            .collect()
+    }
+
+    /// Replaces a working task with its final state, if it is still working.
+    pub async fn finish_working_task(
+        &self,
+        id: &str,
+        state: &str,
+        body: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE tasks SET state = ?, body = ? WHERE id = ? AND state = 'TASK_STATE_WORKING'",
+        )
+        .bind(state)
+        .bind(body)
+        .bind(id)
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
     /// Deletes tasks whose retention ended; returns how many.
     pub async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
         let done = sqlx::query("DELETE FROM tasks WHERE expires_at <= ?")
@@ -601,6 +630,11 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
             .push_bind(e.now)
             .push_bind(e.expires_at);
     });
+    // A finished task replaces the working copy stored before the model was asked.
+    tasks.push(
+        " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
+         expires_at = excluded.expires_at",
+    );
     tasks.build().execute(&mut *tx).await?;
     let answered: Vec<&&Exchange> = exchanges
         .iter()

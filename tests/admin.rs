@@ -933,7 +933,8 @@ async fn no_secret_reaches_the_log_or_the_audit_store() {
             base: base.clone(),
             credentials,
         };
-        assert_eq!(client.get("/v1/peers").await.0, 401);
+        let (status, body) = client.get("/v1/peers").await;
+        assert_eq!(status, 401, "{body}\n{}", server.log_text());
     }
     assert_eq!(
         AdminClient::bearer(&base, &admin_token)

@@ -760,28 +760,38 @@ async fn unknown_wrong_secret_and_revoked_tokens_get_the_same_answer() {
 
 #[tokio::test]
 async fn no_answer_without_persistence_and_internal_errors_reveal_nothing() {
-    let gw = TestGateway::start().await;
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let gw = TestGateway::start_with(model.policy(5)).await;
     let token = gw.add_peer("alice");
     let first = send_text(&gw.door, &token, "stored", None).await;
     let stored_id = task_of(&first)["id"].as_str().unwrap().to_owned();
+    assert_eq!(model.requests().len(), 1);
     // Break the store from outside: the tasks table disappears under the running server.
     let database = gw.data.path().join("peergate.sqlite3");
-    let status = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('ALTER TABLE tasks RENAME TO tasks_gone'); c.commit()",
-        ])
-        .arg(&database)
-        .status()
-        .expect("python3 runs");
-    assert!(status.success());
+    let sql = |statement: &str| {
+        let status = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()",
+            ])
+            .arg(&database)
+            .arg(statement)
+            .status()
+            .expect("python3 runs");
+        assert!(status.success());
+    };
+    sql("ALTER TABLE tasks RENAME TO tasks_gone");
     let response = send_text(&gw.door, &token, "cannot be stored", None).await;
     assert!(
         response.get("result").is_none(),
         "answered without persisting: {response}"
     );
     assert_eq!(error_code(&response), -32603);
-    assert_eq!(response["error"]["message"], "Internal error");
+    assert_eq!(
+        response["error"]["message"],
+        "Internal error: the gateway cannot store this message right now, so the model was not asked; retry later"
+    );
+    assert_eq!(model.requests().len(), 1, "the model was not asked");
     let request_id = response["error"]["data"][0]["metadata"]["requestId"]
         .as_str()
         .unwrap();
@@ -798,7 +808,15 @@ async fn no_answer_without_persistence_and_internal_errors_reveal_nothing() {
     ] {
         assert!(!text.contains(leak), "{leak} leaked: {text}");
     }
-    let _ = stored_id;
+    // Once the store recovers, what it held is readable and new messages are answered.
+    sql("ALTER TABLE tasks_gone RENAME TO tasks");
+    let stored = get_task(&gw.door, &token, &stored_id, None).await;
+    assert_eq!(
+        stored["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{stored}"
+    );
+    let again = send_text(&gw.door, &token, "stored again", None).await;
+    assert_eq!(task_of(&again)["status"]["state"], "TASK_STATE_COMPLETED");
     gw.stop().await;
 }
 
