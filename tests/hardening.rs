@@ -1,0 +1,401 @@
+//! Hostile clients and failing parts: slow and excess connections, chunked and slow bodies, a
+//! model server that truncates, resets or hangs, SIGKILL mid-request and SIGTERM.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Reads until the server closes the connection (or `limit` passes); returns what it sent, and
+/// whether it closed.
+fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while Instant::now() < deadline {
+        match stream.read(&mut buffer) {
+            Ok(0) => return (String::from_utf8_lossy(&received).into_owned(), true),
+            Ok(n) => received.extend_from_slice(&buffer[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return (String::from_utf8_lossy(&received).into_owned(), true),
+        }
+    }
+    (String::from_utf8_lossy(&received).into_owned(), false)
+}
+
+#[tokio::test]
+async fn a_client_that_goes_silent_mid_request_line_is_dropped_while_others_are_served() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace(
+            "header_read_timeout_seconds = 10",
+            "header_read_timeout_seconds = 1",
+        )
+    }))
+    .await;
+    let mut silent = TcpStream::connect(gw.addr).unwrap();
+    silent.write_all(b"POST /a2a/v1 HT").unwrap();
+    // Others are served meanwhile.
+    for _ in 0..3 {
+        let health = reqwest::get(gw.url("/health")).await.unwrap();
+        assert_eq!(health.status(), 200);
+    }
+    let addr = gw.addr;
+    let (_, closed) = tokio::task::spawn_blocking(move || {
+        let _ = addr;
+        read_until_closed(&mut silent, Duration::from_secs(15))
+    })
+    .await
+    .unwrap();
+    assert!(closed, "the silent client is still connected");
+    // A client that completes its head in time is unaffected.
+    let health = reqwest::get(gw.url("/health")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_unread_until_one_frees() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace("max_connections = 1024", "max_connections = 3")
+    }))
+    .await;
+    let held: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(gw.addr).unwrap())
+        .collect();
+    // Give the server a moment to accept them all, then the fourth is refused.
+    let addr = gw.addr;
+    let refused = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut extra = TcpStream::connect(addr).unwrap();
+            let _ = extra.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+            let (answer, closed) = read_until_closed(&mut extra, Duration::from_secs(2));
+            if closed && answer.is_empty() {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(refused, "a fourth connection was served");
+    drop(held);
+    // Once the held connections close, requests are served again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(response) = reqwest::get(gw.url("/health")).await
+            && response.status() == 200
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still refused after the cap freed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gw.stop().await;
+}
+
+/// Sends `head` and then `body` in pieces on a raw connection; returns the status line.
+async fn raw_exchange(addr: std::net::SocketAddr, head: String, body: Vec<Vec<u8>>) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    for piece in body {
+        // The server may answer and close before the body is through.
+        if stream.write_all(&piece).await.is_err() {
+            break;
+        }
+    }
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_chunked_body_over_the_limit_is_refused_with_413() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let head = format!(
+        "POST /a2a/v1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    let chunk = |data: &[u8]| {
+        let mut piece = format!("{:x}\r\n", data.len()).into_bytes();
+        piece.extend_from_slice(data);
+        piece.extend_from_slice(b"\r\n");
+        piece
+    };
+    let mut pieces = vec![chunk(
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"GetTask\",\"params\":{\"id\":\"",
+    )];
+    for _ in 0..(1024 + 16) {
+        pieces.push(chunk(&[b'a'; 1024]));
+    }
+    pieces.push(chunk(b"\"}}"));
+    pieces.push(b"0\r\n\r\n".to_vec());
+    let status = raw_exchange(gw.addr, head.clone(), pieces).await;
+    assert!(status.starts_with("HTTP/1.1 413"), "{status}");
+    // The same framing under the limit is served.
+    let small = vec![
+        chunk(br#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#),
+        b"0\r\n\r\n".to_vec(),
+    ];
+    let status = raw_exchange(gw.addr, head, small).await;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_that_never_finishes_is_cut_by_the_request_timeout() {
+    let gw = TestGateway::start_with(policy_with(|p| {
+        p.replace("timeout_seconds = 60", "timeout_seconds = 1")
+            .replace(
+                "request_timeout_seconds = 200",
+                "request_timeout_seconds = 3",
+            )
+    }))
+    .await;
+    let token = gw.add_peer("alice");
+    let head = format!(
+        "POST /a2a/v1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 200\r\nConnection: close\r\n\r\n"
+    );
+    // Ten bytes of the promised 200, then silence.
+    let status = raw_exchange(gw.addr, head, vec![b"{\"jsonrpc\"".to_vec()]).await;
+    assert!(status.starts_with("HTTP/1.1 408"), "{status}");
+    gw.stop().await;
+}
+
+/// A model server on loopback that misbehaves at the HTTP level: reads a request, then does
+/// `behaviour` to the connection.
+#[derive(Clone, Copy, Debug)]
+enum RawModel {
+    /// Promises 4,096 bytes, sends a JSON prefix, and closes.
+    Truncated,
+    /// Sends part of the body, then resets the connection (RST).
+    ResetMidBody,
+    /// Reads the request and never answers.
+    Hang,
+}
+
+async fn start_raw_model(behaviour: RawModel) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 65536];
+                let _ = stream.read(&mut buffer).await;
+                match behaviour {
+                    RawModel::Truncated => {
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{\"choices\":[{\"message\":{\"content\":\"half")
+                            .await;
+                    }
+                    RawModel::ResetMidBody => {
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"choices\":[{\"m\r\n")
+                            .await;
+                        let _ = stream.set_linger(Some(Duration::ZERO));
+                    }
+                    RawModel::Hang => {
+                        tokio::time::sleep(Duration::from_secs(600)).await;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+#[tokio::test]
+async fn a_model_that_truncates_resets_or_hangs_ends_the_task_failed_within_its_timeout() {
+    for behaviour in [RawModel::Truncated, RawModel::ResetMidBody, RawModel::Hang] {
+        let base_url = start_raw_model(behaviour).await;
+        let gw = TestGateway::start_with(policy_with(|p| {
+            p.replace("backend = \"echo\"", "backend = \"openai\"")
+                .replace("timeout_seconds = 60", "timeout_seconds = 2")
+                + &format!("\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"m\"\n")
+        }))
+        .await;
+        let token = gw.add_peer("alice");
+        let started = Instant::now();
+        let response = send_text(&gw.door, &token, "hello", None).await;
+        let took = started.elapsed();
+        let task = task_of(&response);
+        assert_eq!(
+            task["status"]["state"], "TASK_STATE_FAILED",
+            "{behaviour:?}: {response}"
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "{behaviour:?} took {took:?}, past the 2 s timeout plus one second"
+        );
+        let text = response.to_string();
+        assert!(
+            !text.contains("half") && !text.contains("127.0.0.1"),
+            "{text}"
+        );
+        // The gateway is still whole: it answers the next request.
+        let health = reqwest::get(gw.url("/health")).await.unwrap();
+        assert_eq!(health.status(), 200);
+        gw.stop().await;
+    }
+}
+
+/// A policy file for `peergate serve` using the model at `base_url`.
+fn policy_file(dir: &Path, base_url: &str, timeout: u64) -> String {
+    let path = dir.join("policy.toml");
+    std::fs::write(
+        &path,
+        peergate::policy::EMBEDDED_DEFAULT
+            .replace("backend = \"echo\"", "backend = \"openai\"")
+            .replace(
+                "timeout_seconds = 60",
+                &format!("timeout_seconds = {timeout}"),
+            )
+            + &format!("\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"m\"\n"),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+async fn sqlite(data: &Path) -> sqlx::SqliteConnection {
+    let url = format!(
+        "sqlite://{}",
+        data.join(peergate::store::DATABASE_FILE).display()
+    );
+    <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn killed_mid_request_the_task_reads_failed_interrupted_after_the_restart() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap().to_owned();
+    let policy = policy_file(dir.path(), &model.base_url, 30);
+    let token = add_peer(&data, "alice");
+    let server = ServeProcess::start(dir.path(), &["--data", &data_arg, "--policy", &policy]);
+    let door = server.door();
+    let pending = {
+        let token = token.clone();
+        tokio::spawn(async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+                "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "never answered"}]}}});
+            reqwest::Client::new()
+                .post(&door)
+                .bearer_auth(&token)
+                .body(body.to_string())
+                .send()
+                .await
+        })
+    };
+    model.wait_for_arrival().await;
+    // The task is in the store while the model is being asked.
+    let mut db = sqlite(&data).await;
+    let (task_id, state): (String, String) = sqlx::query_as("SELECT id, state FROM tasks")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(state, "TASK_STATE_WORKING");
+    drop(db);
+    server.kill();
+    assert!(
+        pending.await.unwrap().is_err(),
+        "the killed server answered"
+    );
+
+    let server = ServeProcess::start(dir.path(), &["--data", &data_arg, "--policy", &policy]);
+    let task = get_task(&server.door(), &token, &task_id, None).await;
+    assert_eq!(
+        task["result"]["status"]["state"], "TASK_STATE_FAILED",
+        "{task}"
+    );
+    let text = task["result"]["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains("interrupted"), "{text}");
+    assert_eq!(
+        task["result"]["history"][0]["parts"][0]["text"],
+        "never answered"
+    );
+    assert!(
+        server.log_text().contains("interrupted"),
+        "the start-up says so"
+    );
+    drop(server);
+    let mut db = sqlite(&data).await;
+    let check: String = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+#[tokio::test]
+async fn sigterm_finishes_requests_in_flight_refuses_new_connections_and_exits_zero() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap().to_owned();
+    let policy = policy_file(dir.path(), &model.base_url, 30);
+    let token = add_peer(&data, "alice");
+    let mut server = ServeProcess::start(dir.path(), &["--data", &data_arg, "--policy", &policy]);
+    let door = server.door();
+    let in_flight = {
+        let token = token.clone();
+        tokio::spawn(async move { send_text(&door, &token, "finish me", None).await })
+    };
+    model.wait_for_arrival().await;
+    let pid = server.child.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // New connections are refused once the listener is closed.
+    let addr = server.addr;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_ok() {
+        assert!(Instant::now() < deadline, "still accepting after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The request in flight is answered.
+    model.release_one();
+    let answered: Value = in_flight.await.unwrap();
+    assert_eq!(
+        task_of(&answered)["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{answered}"
+    );
+    let exit = tokio::task::spawn_blocking(move || {
+        let status = server.child.wait().unwrap();
+        (status, server)
+    })
+    .await
+    .unwrap();
+    assert_eq!(exit.0.code(), Some(0), "{}", exit.1.log_text());
+}
