@@ -216,7 +216,7 @@ async fn start_raw_model(behaviour: RawModel) -> String {
                         let _ = stream
                             .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"choices\":[{\"m\r\n")
                             .await;
-                        let _ = stream.set_linger(Some(Duration::ZERO));
+                        let _ = stream.set_zero_linger();
                     }
                     RawModel::Hang => {
                         tokio::time::sleep(Duration::from_secs(600)).await;
