@@ -399,3 +399,79 @@ async fn sigterm_finishes_requests_in_flight_refuses_new_connections_and_exits_z
     .unwrap();
     assert_eq!(exit.0.code(), Some(0), "{}", exit.1.log_text());
 }
+
+#[tokio::test]
+async fn a_client_that_hangs_up_still_gets_its_task_finished() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(model.policy(30)).await;
+    let token = gw.add_peer("alice");
+    let door = gw.door.clone();
+    let hung_up = tokio::spawn(async move {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "answer after I leave"}]}}});
+        reqwest::Client::new()
+            .post(&door)
+            .bearer_auth(&token)
+            .timeout(Duration::from_millis(500))
+            .body(body.to_string())
+            .send()
+            .await
+    });
+    model.wait_for_arrival().await;
+    assert!(hung_up.await.unwrap().is_err(), "the client gave up");
+    model.release_one();
+    let mut db = sqlite(gw.data.path()).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let state: String = sqlx::query_scalar("SELECT state FROM tasks")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        if state == "TASK_STATE_COMPLETED" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the task stayed {state}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_internal_error_carries_a_request_id_that_the_log_shows_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap().to_owned();
+    let token = add_peer(&data, "alice");
+    let server = ServeProcess::start(dir.path(), &["--data", &data_arg]);
+    let mut db = sqlite(&data).await;
+    sqlx::query("ALTER TABLE tasks RENAME TO tasks_gone")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let response = send_text(&server.door(), &token, "hello", None).await;
+    assert_eq!(error_code(&response), -32603, "{response}");
+    let request_id = response["error"]["data"][0]["metadata"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = response.to_string();
+    for leak in [
+        data_arg.as_str(),
+        "sqlite",
+        "SQL",
+        "tasks_gone",
+        "peergate::",
+        "sqlx",
+        &token,
+    ] {
+        assert!(!text.contains(leak), "{leak} in {text}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.log_text().contains(&request_id) {
+        assert!(
+            Instant::now() < deadline,
+            "the log never named {request_id}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
