@@ -304,7 +304,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let a2a_path = policy.server.a2a_path.clone();
     let request_timeout = Duration::from_secs(policy.server.request_timeout_seconds);
     // Outer to inner (the layer added last runs first): client address, per-IP limit,
-    // authentication, per-peer limit, body limit, protocol gate, handler.
+    // authentication, per-peer limit, request timeout, body limit, protocol gate, handler.
     let door_routes = Router::new()
         .route(&a2a_path, post(door))
         .route(&format!("{a2a_path}/"), post(door))
@@ -320,6 +320,12 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             policy.server.max_body_bytes,
         ))
         .layer(RequestBodyLimitLayer::new(policy.server.max_body_bytes))
+        // Only requests that got this far read a body or wait for the model; the card and the
+        // refusals in front are answered from memory, so their floods pay for no timer.
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            request_timeout,
+        ))
         .layer(per_peer.clone())
         .layer(AuthLayer::shared(authenticator.clone()));
     let guarded = Router::new()
@@ -335,10 +341,6 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         .fallback(not_found)
         .with_state(state)
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            request_timeout,
-        ))
         .layer(MetricsLayer::new(metrics.clone(), &a2a_path));
 
     let accounts = AccountService::new(
