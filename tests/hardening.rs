@@ -475,3 +475,59 @@ async fn an_internal_error_carries_a_request_id_that_the_log_shows_and_nothing_e
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap().to_owned();
+    let policy = policy_file(dir.path(), &model.base_url, 30);
+    let token = add_peer(&data, "alice");
+    let args = ["--data", data_arg.as_str(), "--policy", policy.as_str()];
+    let server = ServeProcess::start(dir.path(), &args);
+    let first = send_text(
+        &server.door(),
+        &token,
+        "stored before the disk filled",
+        None,
+    )
+    .await;
+    let first_id = task_of(&first)["id"].as_str().unwrap().to_owned();
+    drop(server);
+
+    // The same store on a "disk" that holds 2 MiB per file: writes past it fail with EFBIG
+    // (SIGXFSZ ignored), which SQLite reports as a full disk.
+    let server =
+        ServeProcess::start_in_shell(dir.path(), "trap '' XFSZ; ulimit -f 2048;", &args, &[]);
+    let big = "x".repeat(60_000);
+    let mut refused = None;
+    for _ in 0..200 {
+        let asked_before = model.requests().len();
+        let response = send_text(&server.door(), &token, &big, None).await;
+        if response.get("error").is_some() {
+            let message = response["error"]["message"].as_str().unwrap().to_owned();
+            if message.contains("the model was not asked") {
+                refused = Some((message, asked_before, model.requests().len()));
+                break;
+            }
+        }
+    }
+    let (message, asked_before, asked_after) = refused.expect("the disk never filled");
+    assert_eq!(asked_before, asked_after, "the model was asked: {message}");
+    assert!(
+        !message.contains("sqlite") && !message.contains(&data_arg),
+        "{message}"
+    );
+    drop(server);
+
+    // With room again, everything that was stored is readable, and new messages are answered.
+    let server = ServeProcess::start(dir.path(), &args);
+    let stored = get_task(&server.door(), &token, &first_id, None).await;
+    assert_eq!(
+        stored["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{stored}"
+    );
+    let again = send_text(&server.door(), &token, "after", None).await;
+    assert_eq!(task_of(&again)["status"]["state"], "TASK_STATE_COMPLETED");
+}

@@ -449,8 +449,17 @@ impl ServeProcess {
 
     /// Like [`ServeProcess::start`], with extra environment variables for the child only.
     pub fn start_with_env(cwd: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_in_shell(cwd, "", extra, env)
+    }
+
+    /// Like [`ServeProcess::start_with_env`], with `setup` run by bash in the same process
+    /// first (e.g. `ulimit -f 2048;`); the server then replaces the shell.
+    pub fn start_in_shell(cwd: &Path, setup: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         peergate::tls::ensure_provider();
-        let mut child = Command::new(bin())
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(format!("{setup} exec \"$0\" \"$@\""))
+            .arg(bin())
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             .args(extra)
