@@ -290,15 +290,47 @@ async fn sqlite(data: &Path) -> sqlx::SqliteConnection {
         .unwrap()
 }
 
+/// `peergate serve` in a child process over a fresh data directory with one peer, using
+/// `model`; returns what the test needs to restart it on the same store.
+struct ServedStore {
+    dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    data_arg: String,
+    policy: String,
+    token: String,
+}
+
+impl ServedStore {
+    fn new(model: &FakeModel) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let data_arg = data.to_str().unwrap().to_owned();
+        let policy = policy_file(dir.path(), &model.base_url, 30);
+        let token = add_peer(&data, "alice");
+        Self {
+            dir,
+            data,
+            data_arg,
+            policy,
+            token,
+        }
+    }
+
+    fn args(&self) -> [&str; 4] {
+        ["--data", &self.data_arg, "--policy", &self.policy]
+    }
+
+    fn serve(&self) -> ServeProcess {
+        ServeProcess::start(self.dir.path(), &self.args())
+    }
+}
+
 #[tokio::test]
 async fn killed_mid_request_the_task_reads_failed_interrupted_after_the_restart() {
     let model = FakeModel::start(ModelBehaviour::Gated).await;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let data_arg = data.to_str().unwrap().to_owned();
-    let policy = policy_file(dir.path(), &model.base_url, 30);
-    let token = add_peer(&data, "alice");
-    let server = ServeProcess::start(dir.path(), &["--data", &data_arg, "--policy", &policy]);
+    let store = ServedStore::new(&model);
+    let (data, token) = (store.data.clone(), store.token.clone());
+    let server = store.serve();
     let door = server.door();
     let pending = {
         let token = token.clone();
@@ -328,7 +360,7 @@ async fn killed_mid_request_the_task_reads_failed_interrupted_after_the_restart(
         "the killed server answered"
     );
 
-    let server = ServeProcess::start(dir.path(), &["--data", &data_arg, "--policy", &policy]);
+    let server = store.serve();
     let task = get_task(&server.door(), &token, &task_id, None).await;
     assert_eq!(
         task["result"]["status"]["state"], "TASK_STATE_FAILED",
@@ -358,12 +390,9 @@ async fn killed_mid_request_the_task_reads_failed_interrupted_after_the_restart(
 #[tokio::test]
 async fn sigterm_finishes_requests_in_flight_refuses_new_connections_and_exits_zero() {
     let model = FakeModel::start(ModelBehaviour::Gated).await;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let data_arg = data.to_str().unwrap().to_owned();
-    let policy = policy_file(dir.path(), &model.base_url, 30);
-    let token = add_peer(&data, "alice");
-    let mut server = ServeProcess::start(dir.path(), &["--data", &data_arg, "--policy", &policy]);
+    let store = ServedStore::new(&model);
+    let token = store.token.clone();
+    let mut server = store.serve();
     let door = server.door();
     let in_flight = {
         let token = token.clone();
@@ -479,13 +508,9 @@ async fn an_internal_error_carries_a_request_id_that_the_log_shows_and_nothing_e
 #[tokio::test]
 async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored() {
     let model = FakeModel::start(ModelBehaviour::Answer).await;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let data_arg = data.to_str().unwrap().to_owned();
-    let policy = policy_file(dir.path(), &model.base_url, 30);
-    let token = add_peer(&data, "alice");
-    let args = ["--data", data_arg.as_str(), "--policy", policy.as_str()];
-    let server = ServeProcess::start(dir.path(), &args);
+    let store = ServedStore::new(&model);
+    let token = store.token.clone();
+    let server = store.serve();
     let first = send_text(
         &server.door(),
         &token,
@@ -498,8 +523,12 @@ async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored
 
     // The same store on a "disk" that holds 2 MiB per file: writes past it fail with EFBIG
     // (SIGXFSZ ignored), which SQLite reports as a full disk.
-    let server =
-        ServeProcess::start_in_shell(dir.path(), "trap '' XFSZ; ulimit -f 2048;", &args, &[]);
+    let server = ServeProcess::start_in_shell(
+        store.dir.path(),
+        "trap '' XFSZ; ulimit -f 2048;",
+        &store.args(),
+        &[],
+    );
     let big = "x".repeat(60_000);
     let mut refused = None;
     for _ in 0..200 {
@@ -516,13 +545,13 @@ async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored
     let (message, asked_before, asked_after) = refused.expect("the disk never filled");
     assert_eq!(asked_before, asked_after, "the model was asked: {message}");
     assert!(
-        !message.contains("sqlite") && !message.contains(&data_arg),
+        !message.contains("sqlite") && !message.contains(&store.data_arg),
         "{message}"
     );
     drop(server);
 
     // With room again, everything that was stored is readable, and new messages are answered.
-    let server = ServeProcess::start(dir.path(), &args);
+    let server = store.serve();
     let stored = get_task(&server.door(), &token, &first_id, None).await;
     assert_eq!(
         stored["result"]["status"]["state"], "TASK_STATE_COMPLETED",
