@@ -274,6 +274,19 @@ fn parse_rate(value: &str) -> Result<u32, String> {
         })
 }
 
+/// Runs `work` on the account service over the store in `data`, and closes the store whatever
+/// the outcome.
+async fn on_store<T>(
+    data: &DataDir,
+    policy: Option<&Policy>,
+    work: impl AsyncFnOnce(&AccountService) -> Result<T, crate::admin::ServiceError>,
+) -> Result<T, CliError> {
+    let accounts = accounts(data, policy).await?;
+    let outcome = work(&accounts).await;
+    accounts.store().close().await;
+    Ok(outcome?)
+}
+
 /// The account service over the store in `data`, with the defaults of `policy`.
 async fn accounts(data: &DataDir, policy: Option<&Policy>) -> Result<AccountService, CliError> {
     let store = Store::open(&data.dir).await?;
@@ -309,7 +322,7 @@ fn parse_when(text: &str, now: i64) -> Result<i64, CliError> {
 /// Every administrator with the tokens their peers spent today (UTC).
 async fn admins_with_usage(
     accounts: &AccountService,
-) -> Result<Vec<(crate::store::AdminRecord, u64)>, CliError> {
+) -> Result<Vec<(crate::store::AdminRecord, u64)>, crate::admin::ServiceError> {
     let (today, _) = crate::budget::day_and_month(SystemClock.now_millis());
     let mut listed = Vec::new();
     for admin in accounts.list_admins().await? {
@@ -356,20 +369,20 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             data,
         }) => {
             let policy = Policy::load(policy.as_deref())?.0;
-            let accounts = accounts(&data, Some(&policy)).await?;
-            let created = accounts
-                .create_peer(
-                    &Caller::operator(),
-                    NewPeer {
-                        name: name.clone(),
-                        owner,
-                        rate_per_minute: rate,
-                        expires_at: None,
-                    },
-                )
-                .await;
-            accounts.store().close().await;
-            let created = created?;
+            let created = on_store(&data, Some(&policy), async |accounts| {
+                accounts
+                    .create_peer(
+                        &Caller::operator(),
+                        NewPeer {
+                            name: name.clone(),
+                            owner,
+                            rate_per_minute: rate,
+                            expires_at: None,
+                        },
+                    )
+                    .await
+            })
+            .await?;
             eprintln!(
                 "added peer {name} ({}, owned by {}, {}/min). Its token is on stdout and is not shown again.",
                 created.peer.id, created.peer.owner_name, created.peer.rate_per_minute
@@ -378,14 +391,15 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Peer(PeerCommand::List { data }) => {
-            let accounts = accounts(&data, None).await?;
-            let peers = accounts.list_peers(&Caller::operator()).await;
-            accounts.store().close().await;
+            let peers = on_store(&data, None, async |accounts| {
+                accounts.list_peers(&Caller::operator()).await
+            })
+            .await?;
             println!(
                 "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
                 "NAME", "ID", "STATUS", "LIMIT", "CREATED", "LAST USED", "OWNER", "EXPIRES"
             );
-            for peer in peers? {
+            for peer in peers {
                 println!(
                     "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
                     peer.name,
@@ -454,10 +468,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Peer(PeerCommand::Limit { name, rate, data }) => {
-            let accounts = accounts(&data, None).await?;
-            let done = accounts.set_limit(&Caller::operator(), &name, rate).await;
-            accounts.store().close().await;
-            done?;
+            on_store(&data, None, async |accounts| {
+                accounts.set_limit(&Caller::operator(), &name, rate).await
+            })
+            .await?;
             eprintln!("peer {name} may now make {rate} requests a minute. {CACHE_NOTE}");
             Ok(())
         }
@@ -471,10 +485,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     ))
                 })?)
             };
-            let accounts = accounts(&data, None).await?;
-            let done = accounts.set_expiry(&Caller::operator(), &name, at).await;
-            accounts.store().close().await;
-            done?;
+            on_store(&data, None, async |accounts| {
+                accounts.set_expiry(&Caller::operator(), &name, at).await
+            })
+            .await?;
             match at {
                 Some(at) => eprintln!(
                     "peer {name} expires at {}. {CACHE_NOTE}",
@@ -486,20 +500,20 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Peer(PeerCommand::Password { name, data }) => {
             let password = read_password(&format!("peer {name}"))?;
-            let accounts = accounts(&data, None).await?;
-            let done = accounts
-                .set_peer_password(&Caller::operator(), &name, password)
-                .await;
-            accounts.store().close().await;
-            done?;
+            on_store(&data, None, async |accounts| {
+                accounts
+                    .set_peer_password(&Caller::operator(), &name, password)
+                    .await
+            })
+            .await?;
             eprintln!("password set for peer {name} (stored as an Argon2id hash).");
             Ok(())
         }
         Command::Peer(PeerCommand::Key { name, data }) => {
-            let accounts = accounts(&data, None).await?;
-            let key = accounts.issue_api_key(&Caller::operator(), &name).await;
-            accounts.store().close().await;
-            let key = key?;
+            let key = on_store(&data, None, async |accounts| {
+                accounts.issue_api_key(&Caller::operator(), &name).await
+            })
+            .await?;
             eprintln!(
                 "issued an API key for peer {name}; any earlier key stopped working. It is on stdout and is not shown again."
             );
@@ -507,10 +521,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Peer(PeerCommand::Rotate { name, grace, data }) => {
-            let accounts = accounts(&data, None).await?;
-            let rotated = accounts.rotate(&Caller::operator(), &name, grace).await;
-            accounts.store().close().await;
-            let rotated = rotated?;
+            let rotated = on_store(&data, None, async |accounts| {
+                accounts.rotate(&Caller::operator(), &name, grace).await
+            })
+            .await?;
             match rotated.previous_valid_until {
                 Some(until) => eprintln!(
                     "issued a new token for peer {name}; the old one works until {}. The new token is on stdout and is not shown again.",
@@ -524,10 +538,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Peer(PeerCommand::Revoke { name, data }) => {
-            let accounts = accounts(&data, None).await?;
-            let done = accounts.revoke(&Caller::operator(), &name).await;
-            accounts.store().close().await;
-            done?;
+            on_store(&data, None, async |accounts| {
+                accounts.revoke(&Caller::operator(), &name).await
+            })
+            .await?;
             eprintln!("revoked peer {name}. {CACHE_NOTE}");
             Ok(())
         }
@@ -537,10 +551,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 .map(|s| parse_when(&s, clock.now_millis()))
                 .transpose()?
                 .unwrap_or(i64::MIN);
-            let accounts = accounts(&data, None).await?;
-            let records = accounts.audit(&Caller::operator(), since).await;
-            accounts.store().close().await;
-            for record in records? {
+            let records = on_store(&data, None, async |accounts| {
+                accounts.audit(&Caller::operator(), since).await
+            })
+            .await?;
+            for record in records {
                 let e = record.entry;
                 println!(
                     "{}  {:<20} {:<22} {:<24} {:<40} {:<16} {}",
@@ -563,10 +578,10 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
     match command {
         AdminCommand::Add { name, data } => {
             let password = read_password(&format!("administrator {name}"))?;
-            let accounts = accounts(&data, None).await?;
-            let added = accounts.add_admin(&operator, &name, Some(password)).await;
-            accounts.store().close().await;
-            let added = added?;
+            let added = on_store(&data, None, async |accounts| {
+                accounts.add_admin(&operator, &name, Some(password)).await
+            })
+            .await?;
             eprintln!(
                 "added administrator {name} ({}); password stored as an Argon2id hash.",
                 added.id
@@ -574,9 +589,7 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
             Ok(())
         }
         AdminCommand::List { data } => {
-            let accounts = accounts(&data, None).await?;
-            let listed = admins_with_usage(&accounts).await;
-            accounts.store().close().await;
+            let listed = on_store(&data, None, admins_with_usage).await?;
             println!(
                 "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16} {:>12}  {:<24}",
                 "NAME",
@@ -589,7 +602,7 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
                 "CREATED"
             );
             let show = |n: Option<u64>| n.map_or_else(|| "default".to_owned(), |n| n.to_string());
-            for (admin, today) in listed? {
+            for (admin, today) in listed {
                 println!(
                     "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16} {:>12}  {:<24}",
                     admin.name,
@@ -609,28 +622,28 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
             Ok(())
         }
         AdminCommand::Disable { name, data } => {
-            let accounts = accounts(&data, None).await?;
-            let done = accounts.disable_admin(&operator, &name).await;
-            accounts.store().close().await;
-            done?;
+            on_store(&data, None, async |accounts| {
+                accounts.disable_admin(&operator, &name).await
+            })
+            .await?;
             eprintln!(
                 "disabled administrator {name}: no more sign-ins, their tokens stopped, their peers' messages are refused. {CACHE_NOTE}"
             );
             Ok(())
         }
         AdminCommand::Enable { name, data } => {
-            let accounts = accounts(&data, None).await?;
-            let done = accounts.enable_admin(&operator, &name).await;
-            accounts.store().close().await;
-            done?;
+            on_store(&data, None, async |accounts| {
+                accounts.enable_admin(&operator, &name).await
+            })
+            .await?;
             eprintln!("enabled administrator {name}. {CACHE_NOTE}");
             Ok(())
         }
         AdminCommand::RevokeTokens { name, data } => {
-            let accounts = accounts(&data, None).await?;
-            let done = accounts.revoke_admin_tokens(&operator, &name).await;
-            accounts.store().close().await;
-            done?;
+            on_store(&data, None, async |accounts| {
+                accounts.revoke_admin_tokens(&operator, &name).await
+            })
+            .await?;
             eprintln!(
                 "revoked every admin API token of {name}; the next request with one is refused."
             );
@@ -638,20 +651,20 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
         }
         AdminCommand::Password { name, data } => {
             let password = read_password(&format!("administrator {name}"))?;
-            let accounts = accounts(&data, None).await?;
-            let done = accounts
-                .set_admin_password(&operator, &name, password)
-                .await;
-            accounts.store().close().await;
-            done?;
+            on_store(&data, None, async |accounts| {
+                accounts
+                    .set_admin_password(&operator, &name, password)
+                    .await
+            })
+            .await?;
             eprintln!("password set for administrator {name} (stored as an Argon2id hash).");
             Ok(())
         }
         AdminCommand::Token { name, data } => {
-            let accounts = accounts(&data, None).await?;
-            let token = accounts.issue_admin_token(&operator, &name).await;
-            accounts.store().close().await;
-            let token = token?;
+            let token = on_store(&data, None, async |accounts| {
+                accounts.issue_admin_token(&operator, &name).await
+            })
+            .await?;
             eprintln!(
                 "issued an admin API token for {name}. It is on stdout and is not shown again."
             );
@@ -679,10 +692,10 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
                 tokens_per_day,
                 tokens_per_month,
             };
-            let accounts = accounts(&data, None).await?;
-            let admin = accounts.set_budget(&operator, &name, change).await;
-            accounts.store().close().await;
-            let admin = admin?;
+            let admin = on_store(&data, None, async |accounts| {
+                accounts.set_budget(&operator, &name, change).await
+            })
+            .await?;
             eprintln!(
                 "administrator {name}: {}. {CACHE_NOTE}",
                 crate::admin::service::describe_budget(&admin)

@@ -442,6 +442,19 @@ impl AccountService {
         Ok(self.store.list_admins().await?)
     }
 
+    /// Starts a change to an administrator (the operator's alone): the write transaction and
+    /// the administrator.
+    async fn begin_admin_change(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(WriteTx, AdminRecord), ServiceError> {
+        Self::operator_only(caller)?;
+        let mut tx = self.store.begin_write().await?;
+        let admin = Self::existing_admin(&mut tx, name).await?;
+        Ok((tx, admin))
+    }
+
     async fn existing_admin(tx: &mut WriteTx, name: &str) -> Result<AdminRecord, ServiceError> {
         tx.admin(name)
             .await?
@@ -453,9 +466,7 @@ impl AccountService {
     pub async fn disable_admin(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {
         let target = format!("admin:{name}");
         self.audited(caller, "admin.disabled", &target, async {
-            Self::operator_only(caller)?;
-            let mut tx = self.store.begin_write().await?;
-            let admin = Self::existing_admin(&mut tx, name).await?;
+            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
             tx.disable_admin(&admin.id, self.clock.now_millis()).await?;
             self.commit_with_audit(
                 tx,
@@ -476,9 +487,7 @@ impl AccountService {
     pub async fn enable_admin(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {
         let target = format!("admin:{name}");
         self.audited(caller, "admin.enabled", &target, async {
-            Self::operator_only(caller)?;
-            let mut tx = self.store.begin_write().await?;
-            let admin = Self::existing_admin(&mut tx, name).await?;
+            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
             tx.set_admin_status(&admin.id, "active").await?;
             self.commit_with_audit(
                 tx,
@@ -504,9 +513,7 @@ impl AccountService {
     ) -> Result<(), ServiceError> {
         let target = format!("admin:{name}");
         self.audited(caller, "admin.tokens_revoked", &target, async {
-            Self::operator_only(caller)?;
-            let mut tx = self.store.begin_write().await?;
-            let admin = Self::existing_admin(&mut tx, name).await?;
+            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
             tx.revoke_admin_tokens(&admin.id, self.clock.now_millis())
                 .await?;
             self.commit_with_audit(
@@ -533,8 +540,7 @@ impl AccountService {
         self.audited(caller, "admin.password_set", &target, async {
             Self::operator_only(caller)?;
             let phc = hashed_password(password).await?;
-            let mut tx = self.store.begin_write().await?;
-            let admin = Self::existing_admin(&mut tx, name).await?;
+            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
             tx.set_admin_password(&admin.id, &phc).await?;
             self.commit_with_audit(
                 tx,
@@ -560,8 +566,7 @@ impl AccountService {
         self.audited(caller, "admin.token_issued", &target, async {
             Self::operator_only(caller)?;
             let issued = issue(CredentialKind::AdminToken)?;
-            let mut tx = self.store.begin_write().await?;
-            let admin = Self::existing_admin(&mut tx, name).await?;
+            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
             if admin.status != "active" {
                 return Err(ServiceError::Invalid {
                     field: "administrator",
@@ -606,8 +611,7 @@ impl AccountService {
                         .to_owned(),
                 });
             }
-            let mut tx = self.store.begin_write().await?;
-            let mut admin = Self::existing_admin(&mut tx, name).await?;
+            let (mut tx, mut admin) = self.begin_admin_change(caller, name).await?;
             if let Some(allowed) = change.model_allowed {
                 admin.model_allowed = allowed;
             }
