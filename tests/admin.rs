@@ -112,6 +112,16 @@ async fn gateway_with_admins(
     (gw, ada, bob)
 }
 
+/// `peergate admin budget ada ARGS`, then the clock moved past the budget cache, so the running
+/// server reads what the command line wrote.
+fn set_ada_budget(gw: &TestGateway, args: &[&str]) {
+    let mut command = vec!["admin", "budget", "ada"];
+    command.extend_from_slice(args);
+    let (code, _, stderr) = gw.cli(&command);
+    assert_eq!(code, 0, "{stderr}");
+    gw.clock.advance(Duration::from_secs(3));
+}
+
 /// The one audit record with this action and target, most recent first.
 fn find_record<'a>(records: &'a [Value], action: &str, target: &str) -> &'a Value {
     records
@@ -153,10 +163,7 @@ async fn a_spent_budget_rejects_tasks_without_asking_the_model_until_the_day_ren
     let (gw, ada, _) = gateway_with_admins(model.policy(5)).await;
     let token = ada.create_peer("ada-agent").await;
     // Each answer of the fake model reports 18 tokens: 40 a day allows three answers.
-    let (code, _, stderr) = gw.cli(&["admin", "budget", "ada", "--tokens-per-day", "40"]);
-    assert_eq!(code, 0, "{stderr}");
-    // The CLI wrote to the store; the running server reads budgets again after the cache time.
-    gw.clock.advance(Duration::from_secs(3));
+    set_ada_budget(&gw, &["--tokens-per-day", "40"]);
 
     for _ in 0..3 {
         let response = send_text(&gw.door, &token, "hello", None).await;
@@ -209,9 +216,7 @@ async fn a_monthly_budget_outlasts_the_day_and_renews_with_the_month() {
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let (gw, ada, _) = gateway_with_admins(model.policy(5)).await;
     let token = ada.create_peer("ada-agent").await;
-    let (code, _, stderr) = gw.cli(&["admin", "budget", "ada", "--tokens-per-month", "30"]);
-    assert_eq!(code, 0, "{stderr}");
-    gw.clock.advance(Duration::from_secs(3));
+    set_ada_budget(&gw, &["--tokens-per-month", "30"]);
     for _ in 0..2 {
         let response = send_text(&gw.door, &token, "hello", None).await;
         assert_eq!(task_state(&response), "TASK_STATE_COMPLETED", "{response}");

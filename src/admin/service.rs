@@ -455,6 +455,22 @@ impl AccountService {
         Ok((tx, admin))
     }
 
+    /// Ends a change to an administrator with its audit record, and tells the running gateway.
+    async fn finish_admin_change(
+        &self,
+        tx: WriteTx,
+        caller: &Caller,
+        action: &str,
+        target: &str,
+        detail: String,
+        admin_id: &str,
+    ) -> Result<(), ServiceError> {
+        self.commit_with_audit(tx, caller, action, target, detail, Some(admin_id))
+            .await?;
+        self.admin_changed(admin_id);
+        Ok(())
+    }
+
     async fn existing_admin(tx: &mut WriteTx, name: &str) -> Result<AdminRecord, ServiceError> {
         tx.admin(name)
             .await?
@@ -468,17 +484,15 @@ impl AccountService {
         self.audited(caller, "admin.disabled", &target, async {
             let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
             tx.disable_admin(&admin.id, self.clock.now_millis()).await?;
-            self.commit_with_audit(
+            self.finish_admin_change(
                 tx,
                 caller,
                 "admin.disabled",
                 &target,
                 String::new(),
-                Some(&admin.id),
+                &admin.id,
             )
-            .await?;
-            self.admin_changed(&admin.id);
-            Ok(())
+            .await
         })
         .await
     }
@@ -489,17 +503,15 @@ impl AccountService {
         self.audited(caller, "admin.enabled", &target, async {
             let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
             tx.set_admin_status(&admin.id, "active").await?;
-            self.commit_with_audit(
+            self.finish_admin_change(
                 tx,
                 caller,
                 "admin.enabled",
                 &target,
                 String::new(),
-                Some(&admin.id),
+                &admin.id,
             )
-            .await?;
-            self.admin_changed(&admin.id);
-            Ok(())
+            .await
         })
         .await
     }
@@ -628,16 +640,16 @@ impl AccountService {
                 admin.tokens_per_month,
             )
             .await?;
-            self.commit_with_audit(
+            let detail = describe_budget(&admin);
+            self.finish_admin_change(
                 tx,
                 caller,
                 "admin.budget_changed",
                 &target,
-                describe_budget(&admin),
-                Some(&admin.id),
+                detail,
+                &admin.id,
             )
             .await?;
-            self.admin_changed(&admin.id);
             Ok(admin)
         })
         .await
