@@ -315,11 +315,15 @@ impl Agent {
         RawValue::from_string(answer).map_err(internal)
     }
 
-    /// Marks every task a crash left working as failed (interrupted), so a peer that asks for it
-    /// learns what happened instead of "not found". Call at start-up, before serving; returns
-    /// how many there were.
-    pub async fn fail_interrupted_tasks(&self) -> Result<usize, crate::store::StoreError> {
-        let working = self.store.working_tasks().await?;
+    /// Marks tasks left working as failed (interrupted), so a peer that asks for one learns what
+    /// happened instead of "not found" or a turn that never ends: all of them at start-up
+    /// (`None`, before serving), or those created before `created_before` (epoch ms) while
+    /// serving. Returns how many there were.
+    pub async fn fail_interrupted_tasks(
+        &self,
+        created_before: Option<i64>,
+    ) -> Result<usize, crate::store::StoreError> {
+        let working = self.store.working_tasks(created_before).await?;
         for (id, body) in &working {
             let Ok(mut task) = serde_json::from_str::<Task>(body) else {
                 tracing::error!(task_id = %id, "an interrupted task could not be read");
@@ -599,6 +603,71 @@ mod tests {
         let cut = truncate_text(text, 5);
         assert!(cut.starts_with("éé\n[peergate: message truncated from 20 to 4 bytes]"));
         assert_eq!(truncate_text("short".into(), 5), "short");
+    }
+
+    #[tokio::test]
+    async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).await.unwrap();
+        let clock = crate::clock::ManualClock::new(1_800_000_000_000);
+        let clock: Arc<dyn Clock> = Arc::new(clock);
+        let budgets = Arc::new(Budgets::new(
+            store.clone(),
+            clock.clone(),
+            crate::budget::BudgetDefaults {
+                tokens_per_day: 1,
+                tokens_per_month: None,
+            },
+            Duration::from_secs(2),
+        ));
+        let agent = Agent::new(
+            store.clone(),
+            Backend::Echo,
+            budgets,
+            Arc::new(Metrics::default()),
+            clock.clone(),
+            AgentSettings {
+                instructions: String::new(),
+                task_retention: Duration::from_secs(3600),
+                context_messages: 20,
+                max_text_bytes: 1000,
+                backend_timeout: Duration::from_secs(1),
+            },
+        );
+        let task = agent.task("t1", "c1", "m1", "hello", TaskState::Working, WORKING_TEXT);
+        let now = clock.now_millis();
+        store
+            .save_exchange(Exchange {
+                task_id: "t1".into(),
+                peer_id: "p1".into(),
+                context_id: "c1".into(),
+                state: TaskState::Working.as_str(),
+                task_json: serde_json::to_string(&task).unwrap(),
+                now,
+                expires_at: now + 3_600_000,
+                messages: Vec::new(),
+                usage: None,
+                audit: None,
+            })
+            .await
+            .unwrap();
+        // Still within its turn: left alone.
+        assert_eq!(agent.fail_interrupted_tasks(Some(now)).await.unwrap(), 0);
+        assert_eq!(
+            agent.fail_interrupted_tasks(Some(now + 1)).await.unwrap(),
+            1
+        );
+        let stored: Task =
+            serde_json::from_str(&store.find_task("p1", "t1", now).await.unwrap().unwrap())
+                .unwrap();
+        assert_eq!(stored.status.state, TaskState::Failed);
+        assert_eq!(stored.status.message.parts[0].text, INTERRUPTED_TEXT);
+        assert_eq!(stored.history[0].parts[0].text, "hello");
+        assert_eq!(
+            agent.fail_interrupted_tasks(None).await.unwrap(),
+            0,
+            "once only"
+        );
     }
 
     #[tokio::test]

@@ -264,7 +264,9 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             serde_json::value::RawValue::from_string(extended_json).map_err(|e| config(&e))?,
         ),
     );
-    match agent.fail_interrupted_tasks().await? {
+    let agent_for_sweeps = agent.clone();
+    // No turn is in flight before serving: every working task was interrupted.
+    match agent.fail_interrupted_tasks(None).await? {
         0 => {}
         n => tracing::warn!(
             tasks = n,
@@ -401,10 +403,14 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let sweeper = tokio::spawn(housekeeping(
         store.clone(),
         options.clock.clone(),
-        per_ip,
-        per_peer,
-        authenticator.clone(),
-        budgets,
+        Caches {
+            per_ip,
+            per_peer,
+            authenticator: authenticator.clone(),
+            budgets,
+        },
+        agent_for_sweeps,
+        request_timeout,
         JwksRefresh {
             published,
             document: jwks,
@@ -540,13 +546,29 @@ struct JwksRefresh {
     day: String,
 }
 
-async fn housekeeping(
-    store: Store,
-    clock: Arc<dyn Clock>,
+/// What the gateway keeps in memory about clients and owners, bounded and purged periodically.
+struct Caches {
     per_ip: PerIpLimitLayer,
     per_peer: PerPeerLimitLayer,
     authenticator: Arc<PeerAuthenticator>,
     budgets: Arc<Budgets>,
+}
+
+impl Caches {
+    fn purge(&self, now_nanos: i64) {
+        self.per_ip.limiter().purge(now_nanos);
+        self.per_peer.limiter().purge(now_nanos);
+        self.authenticator.purge();
+        self.budgets.purge();
+    }
+}
+
+async fn housekeeping(
+    store: Store,
+    clock: Arc<dyn Clock>,
+    caches: Caches,
+    agent: Arc<Agent>,
+    request_timeout: Duration,
     mut jwks: JwksRefresh,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
@@ -562,11 +584,19 @@ async fn housekeeping(
                 Err(e) => tracing::warn!(error = %e, "could not rebuild the JWKS"),
             }
         }
-        let now = clock.now_nanos();
-        per_ip.limiter().purge(now);
-        per_peer.limiter().purge(now);
-        authenticator.purge();
-        budgets.purge();
+        caches.purge(clock.now_nanos());
+        // A task still working past the request timeout lost its turn (its answer could not be
+        // stored): say so instead of leaving it working until the next start.
+        let cutoff =
+            clock.now_millis() - i64::try_from(request_timeout.as_millis()).unwrap_or(i64::MAX / 2);
+        match agent.fail_interrupted_tasks(Some(cutoff)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                tasks = n,
+                "tasks that lost their turn are now failed (interrupted)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "could not fail interrupted tasks"),
+        }
         match store.delete_expired_tasks(clock.now_millis()).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(removed = n, "expired tasks removed"),

@@ -525,12 +525,19 @@ impl Store {
         Ok(now)
     }
 
-    /// Tasks still marked working: (id, body). After a restart these are the ones a crash
-    /// interrupted.
-    pub async fn working_tasks(&self) -> Result<Vec<(String, String)>, StoreError> {
-        let rows = sqlx::query("SELECT id, body FROM tasks WHERE state = 'TASK_STATE_WORKING'")
-            .fetch_all(&self.writer)
-            .await?;
+    /// Tasks still marked working (created before `created_before`, if given): (id, body).
+    /// After a restart these are the ones a crash interrupted.
+    pub async fn working_tasks(
+        &self,
+        created_before: Option<i64>,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, body FROM tasks WHERE state = 'TASK_STATE_WORKING' AND (? IS NULL OR created_at < ?)",
+        )
+        .bind(created_before)
+        .bind(created_before)
+        .fetch_all(&self.writer)
+        .await?;
         rows.iter()
             .map(|row| Ok((row.try_get("id")?, row.try_get("body")?)))
             .collect()
