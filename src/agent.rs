@@ -206,6 +206,7 @@ impl Agent {
             )
         };
         let mut _turn = None;
+        let mut unfinished: Option<UnfinishedTask> = None;
         let mut usage = None;
         let mut audit = None;
         let (state, reply, exchange) = if let Some(refusal) = refusal {
@@ -235,10 +236,20 @@ impl Agent {
             // (interrupted) after the restart instead of one that never existed.
             let working = task_for(TaskState::Working, WORKING_TEXT);
             let working_json = serde_json::to_string(&working).map_err(internal)?;
+            // Ready before the task is stored: whatever ends this turn early from here on (an
+            // error, a panic, the future dropped) turns the stored task failed instead of
+            // leaving it working.
+            let failed_json = serde_json::to_string(&task_for(TaskState::Failed, UNFINISHED_TEXT))
+                .map_err(internal)?;
             self.store
                 .save_exchange(exchange_for(TaskState::Working, working_json))
                 .await
                 .map_err(store_unavailable)?;
+            unfinished = Some(UnfinishedTask {
+                store: self.store.clone(),
+                task_id: task_id.clone(),
+                failed_json,
+            });
             // A context peergate just named has no history yet: skip the read.
             let history = if message.context_id.is_none() {
                 Vec::new()
@@ -307,6 +318,9 @@ impl Agent {
         finished.usage = usage;
         finished.audit = audit;
         self.store.save_exchange(finished).await.map_err(internal)?;
+        if let Some(mut stored) = unfinished {
+            stored.finished();
+        }
         self.metrics.task_finished(match state {
             TaskState::Completed => FinalState::Completed,
             TaskState::Rejected => FinalState::Rejected,
@@ -405,6 +419,11 @@ impl Agent {
         if context_id.is_some_and(|c| c != task.context_id) {
             return invalid("message.contextId", "does not match the task's contextId");
         }
+        if task.status.state == TaskState::Working {
+            return RpcError::UnsupportedOperation(
+                "the task is still being answered; wait for its answer, then send a new message without taskId (and with the same contextId)",
+            );
+        }
         RpcError::UnsupportedOperation(
             "the task is already in a terminal state; send a new message without taskId (and with the same contextId) to continue the conversation",
         )
@@ -478,6 +497,49 @@ fn checked_history_length(n: i64, field: &str) -> Result<usize, RpcError> {
 
 /// The agent's message of a task whose model call is under way.
 const WORKING_TEXT: &str = "The model is being asked.";
+
+/// The agent's message of a task whose turn ended without an answer being stored.
+const UNFINISHED_TEXT: &str =
+    "The gateway could not finish this task (an internal error); send the message again.";
+
+/// A task stored as working whose turn is not over: dropped before [`UnfinishedTask::finished`]
+/// (an error, a panic, the turn's future dropped), it marks the stored task failed.
+struct UnfinishedTask {
+    store: Store,
+    task_id: String,
+    failed_json: String,
+}
+
+impl UnfinishedTask {
+    /// The final state is stored: nothing left to do.
+    fn finished(&mut self) {
+        self.task_id.clear();
+    }
+}
+
+impl Drop for UnfinishedTask {
+    fn drop(&mut self) {
+        if self.task_id.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, id, body) = (
+            self.store.clone(),
+            std::mem::take(&mut self.task_id),
+            std::mem::take(&mut self.failed_json),
+        );
+        runtime.spawn(async move {
+            if let Err(e) = store
+                .finish_working_task(&id, TaskState::Failed.as_str(), &body)
+                .await
+            {
+                tracing::error!(task_id = %id, error = %e, "an unfinished task stays working until the next sweep");
+            }
+        });
+    }
+}
 
 /// The agent's message of a task that was under way when peergate stopped.
 pub const INTERRUPTED_TEXT: &str =

@@ -584,7 +584,8 @@ impl Policy {
         }
         // A message may wait for the one ahead in its context (1.5 × the model's timeout) and then
         // take the model's whole timeout itself: the request timeout must leave room for both.
-        if self.server.request_timeout_seconds * 2 <= self.model.timeout_seconds * 5
+        if self.server.request_timeout_seconds.saturating_mul(2)
+            <= self.model.timeout_seconds.saturating_mul(5)
             || self.server.request_timeout_seconds > 3600
         {
             return Err(invalid(

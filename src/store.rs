@@ -637,10 +637,11 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
             .push_bind(e.now)
             .push_bind(e.expires_at);
     });
-    // A finished task replaces the working copy stored before the model was asked.
+    // A finished task replaces the working copy stored before the model was asked, unless a
+    // sweep already called that copy failed (a peer may have read it so).
     tasks.push(
         " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
-         expires_at = excluded.expires_at",
+         expires_at = excluded.expires_at WHERE tasks.state = 'TASK_STATE_WORKING'",
     );
     tasks.build().execute(&mut *tx).await?;
     let answered: Vec<&&Exchange> = exchanges

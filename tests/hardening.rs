@@ -550,8 +550,16 @@ async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored
     );
     drop(server);
 
-    // With room again, everything that was stored is readable, and new messages are answered.
+    // With room again, everything that was stored is readable, nothing is left working, and new
+    // messages are answered.
     let server = store.serve();
+    let mut db = sqlite(&store.data).await;
+    let working: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM tasks WHERE state = 'TASK_STATE_WORKING'")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+    assert_eq!(working, 0);
     let stored = get_task(&server.door(), &token, &first_id, None).await;
     assert_eq!(
         stored["result"]["status"]["state"], "TASK_STATE_COMPLETED",
@@ -559,4 +567,40 @@ async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored
     );
     let again = send_text(&server.door(), &token, "after", None).await;
     assert_eq!(task_of(&again)["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
+#[tokio::test]
+async fn a_turn_whose_answer_cannot_be_stored_leaves_its_task_failed_not_working() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(model.policy(30)).await;
+    let token = gw.add_peer("alice");
+    let door = gw.door.clone();
+    let turn = {
+        let token = token.clone();
+        tokio::spawn(async move { send_text(&door, &token, "answered, never stored", None).await })
+    };
+    model.wait_for_arrival().await;
+    // The conversation can no longer be written; the task row still can.
+    let mut db = sqlite(gw.data.path()).await;
+    sqlx::query("ALTER TABLE messages RENAME TO messages_gone")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    model.release_one();
+    let response = turn.await.unwrap();
+    assert_eq!(error_code(&response), -32603, "{response}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (state, body): (String, String) = sqlx::query_as("SELECT state, body FROM tasks")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        if state == "TASK_STATE_FAILED" {
+            assert!(body.contains("could not finish this task"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the task stayed {state}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.stop().await;
 }
