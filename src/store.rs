@@ -319,14 +319,18 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
+        // A local file cannot drop a connection behind our back: no liveness ping (one more
+        // round trip to SQLite's worker thread) before each use.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
         migrate(&writer).await?;
         restrict_to_owner(&path).map_err(|e| StoreError::DataDir(e.kind()))?;
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await?;
         let (exchanges, pending) = tokio::sync::mpsc::channel(4 * MAX_BATCH);
