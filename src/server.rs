@@ -328,6 +328,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,
         ))
+        .layer(axum::middleware::map_response(explain_timeout))
         .layer(per_peer.clone())
         .layer(AuthLayer::shared(authenticator.clone()));
     let guarded = Router::new()
@@ -378,7 +379,8 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     .layer(TimeoutLayer::with_status_code(
         StatusCode::REQUEST_TIMEOUT,
         request_timeout,
-    ));
+    ))
+    .layer(axum::middleware::map_response(explain_timeout));
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let limits = ConnectionLimits {
@@ -514,6 +516,15 @@ async fn build_jwks(
         .document_modified_at("jwks", &document::etag_for(&bytes), now_millis)
         .await?;
     Ok(CachedDocument::new(bytes, changed, "public, max-age=300"))
+}
+
+/// The request timeout answers with an empty body; this says what happened.
+async fn explain_timeout(response: Response) -> Response {
+    if response.status() != StatusCode::REQUEST_TIMEOUT {
+        return response;
+    }
+    let body = json!({"error": {"code": "request_timeout", "message": "the request was not completed within server.request_timeout_seconds (a body sent too slowly, or a turn that took too long); a turn already asking the model still stores its task"}});
+    (StatusCode::REQUEST_TIMEOUT, Json(body)).into_response()
 }
 
 async fn health() -> Json<serde_json::Value> {

@@ -111,7 +111,8 @@ async fn connections_past_the_cap_are_closed_unread_until_one_frees() {
     gw.stop().await;
 }
 
-/// Sends `head` and then `body` in pieces on a raw connection; returns the status line.
+/// Sends `head` and then `body` in pieces on a raw connection; returns the whole answer, status
+/// line first.
 async fn raw_exchange(addr: std::net::SocketAddr, head: String, body: Vec<Vec<u8>>) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(head.as_bytes()).await.unwrap();
@@ -123,11 +124,7 @@ async fn raw_exchange(addr: std::net::SocketAddr, head: String, body: Vec<Vec<u8
     }
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut answer)).await;
-    String::from_utf8_lossy(&answer)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_owned()
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 #[tokio::test]
@@ -180,6 +177,7 @@ async fn a_body_that_never_finishes_is_cut_by_the_request_timeout() {
     // Ten bytes of the promised 200, then silence.
     let status = raw_exchange(gw.addr, head, vec![b"{\"jsonrpc\"".to_vec()]).await;
     assert!(status.starts_with("HTTP/1.1 408"), "{status}");
+    assert!(status.contains("\"code\":\"request_timeout\""), "{status}");
     gw.stop().await;
 }
 
