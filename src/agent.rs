@@ -20,7 +20,7 @@ use crate::budget::Budgets;
 use crate::clock::{Clock, rfc3339_millis};
 use crate::jsonrpc::{self, Method, RpcError};
 use crate::metrics::{FinalState, Metrics};
-use crate::store::{AuditEntry, ConversationMessage, ConversationRole, Exchange, Store};
+use crate::store::{AuditEntry, ConversationMessage, ConversationRole, Exchange, TaskStore};
 use serde_json::json;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
@@ -46,7 +46,7 @@ pub struct AgentSettings {
 
 /// The A2A agent.
 pub struct Agent {
-    store: Store,
+    store: Arc<dyn TaskStore>,
     backend: Backend,
     budgets: Arc<Budgets>,
     metrics: Arc<Metrics>,
@@ -67,7 +67,7 @@ impl std::fmt::Debug for Agent {
 impl Agent {
     /// An agent over `store` answering with `backend`, within the owners' `budgets`.
     pub fn new(
-        store: Store,
+        store: Arc<dyn TaskStore>,
         backend: Backend,
         budgets: Arc<Budgets>,
         metrics: Arc<Metrics>,
@@ -505,7 +505,7 @@ const UNFINISHED_TEXT: &str =
 /// A task stored as working whose turn is not over: dropped before [`UnfinishedTask::finished`]
 /// (an error, a panic, the turn's future dropped), it marks the stored task failed.
 struct UnfinishedTask {
-    store: Store,
+    store: Arc<dyn TaskStore>,
     task_id: String,
     failed_json: String,
 }
@@ -670,11 +670,11 @@ mod tests {
     #[tokio::test]
     async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).await.unwrap();
+        let store = crate::store::Store::open(dir.path()).await.unwrap();
         let clock = crate::clock::ManualClock::new(1_800_000_000_000);
         let clock: Arc<dyn Clock> = Arc::new(clock);
         let budgets = Arc::new(Budgets::new(
-            store.clone(),
+            store.usage(),
             clock.clone(),
             crate::budget::BudgetDefaults {
                 tokens_per_day: 1,
@@ -683,7 +683,7 @@ mod tests {
             Duration::from_secs(2),
         ));
         let agent = Agent::new(
-            store.clone(),
+            store.tasks(),
             Backend::Echo,
             budgets,
             Arc::new(Metrics::default()),
@@ -699,6 +699,7 @@ mod tests {
         let task = agent.task("t1", "c1", "m1", "hello", TaskState::Working, WORKING_TEXT);
         let now = clock.now_millis();
         store
+            .tasks()
             .save_exchange(Exchange {
                 task_id: "t1".into(),
                 peer_id: "p1".into(),
@@ -719,9 +720,15 @@ mod tests {
             agent.fail_interrupted_tasks(Some(now + 1)).await.unwrap(),
             1
         );
-        let stored: Task =
-            serde_json::from_str(&store.find_task("p1", "t1", now).await.unwrap().unwrap())
-                .unwrap();
+        let stored: Task = serde_json::from_str(
+            &store
+                .tasks()
+                .find_task("p1", "t1", now)
+                .await
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(stored.status.state, TaskState::Failed);
         assert_eq!(stored.status.message.parts[0].text, INTERRUPTED_TEXT);
         assert_eq!(stored.history[0].parts[0].text, "hello");

@@ -15,7 +15,7 @@
 //! overshot by what those requests spend.
 
 use crate::clock::{Clock, rfc3339_millis};
-use crate::store::{ExchangeUsage, Store, StoreError};
+use crate::store::{ExchangeUsage, StoreError, UsageStore};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -95,7 +95,7 @@ const DAY_MILLIS: i64 = 86_400_000;
 
 /// The budgets of every administrator, as the running gateway sees them.
 pub struct Budgets {
-    store: Store,
+    store: Arc<dyn UsageStore>,
     clock: Arc<dyn Clock>,
     defaults: BudgetDefaults,
     ttl_millis: i64,
@@ -121,7 +121,7 @@ pub fn day_and_month(millis: i64) -> (String, String) {
 impl Budgets {
     /// Budgets over `store`; settings are trusted for `cache` before being read again.
     pub fn new(
-        store: Store,
+        store: Arc<dyn UsageStore>,
         clock: Arc<dyn Clock>,
         defaults: BudgetDefaults,
         cache: Duration,

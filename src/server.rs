@@ -199,6 +199,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
     let extended_bytes = Bytes::from(extended_json.clone());
     let extended_changed = store
+        .documents()
         .document_modified_at(
             "extended-card",
             &document::etag_for(&extended_bytes),
@@ -215,6 +216,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         tracing::info!(kid = key.kid(), alg = key.alg(), "the Agent Card is signed");
     }
     let card_changed = store
+        .documents()
         .document_modified_at(
             "public-card",
             &document::etag_for(&card_bytes),
@@ -228,7 +230,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     tracing::info!(policy = %options.policy_source, "policy loaded");
     tracing::info!(
         data_dir = %options.data_dir.display(),
-        database = %store.path().display(),
+        store = %store.describe(),
         "store opened"
     );
     tracing::info!("model backend: {}", backend.describe());
@@ -243,7 +245,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let metrics = Arc::new(Metrics::default());
     let cache_ttl = Duration::from_secs(policy.auth.credential_cache_seconds);
     let budgets = Arc::new(Budgets::new(
-        store.clone(),
+        store.usage(),
         options.clock.clone(),
         BudgetDefaults {
             tokens_per_day: policy.budgets.tokens_per_day,
@@ -253,7 +255,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     ));
     let agent = Arc::new(
         Agent::new(
-            store.clone(),
+            store.tasks(),
             backend,
             budgets.clone(),
             metrics.clone(),
@@ -284,7 +286,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         tracked_addresses: policy.limits.tracked_addresses,
     };
     let authenticator = Arc::new(
-        PeerAuthenticator::new(store.clone(), options.clock.clone(), auth_settings)
+        PeerAuthenticator::new(store.credentials(), options.clock.clone(), auth_settings)
             .map_err(|e| config(&e))?,
     );
     let per_ip = PerIpLimitLayer::new(
@@ -513,6 +515,7 @@ async fn build_jwks(
 ) -> Result<CachedDocument, StoreError> {
     let bytes = Bytes::from(keys::jwks_on(published, today).to_string());
     let changed = store
+        .documents()
         .document_modified_at("jwks", &document::etag_for(&bytes), now_millis)
         .await?;
     Ok(CachedDocument::new(bytes, changed, "public, max-age=300"))
@@ -608,7 +611,7 @@ async fn housekeeping(
             ),
             Err(e) => tracing::warn!(error = %e, "could not fail interrupted tasks"),
         }
-        match store.delete_expired_tasks(clock.now_millis()).await {
+        match store.tasks().delete_expired_tasks(clock.now_millis()).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(removed = n, "expired tasks removed"),
             Err(e) => tracing::warn!(error = %e, "could not remove expired tasks"),

@@ -375,7 +375,9 @@ async fn the_audit_log_refuses_updates_and_deletions_in_the_store_itself() {
     add_peer(dir.path(), "p1");
     let url = format!(
         "sqlite://{}",
-        dir.path().join(peergate::store::DATABASE_FILE).display()
+        dir.path()
+            .join(peergate::store::sqlite::DATABASE_FILE)
+            .display()
     );
     let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
         .await
@@ -552,7 +554,7 @@ PRAGMA user_version = 3;
 #[tokio::test]
 async fn a_store_from_before_administrators_gives_its_peers_to_operator() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join(peergate::store::DATABASE_FILE);
+    let file = dir.path().join(peergate::store::sqlite::DATABASE_FILE);
     let url = format!("sqlite://{}?mode=rwc", file.display());
     let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
         .await

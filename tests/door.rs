@@ -667,7 +667,7 @@ async fn malformed_and_bad_checksum_tokens_never_reach_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = peergate::store::Store::open(dir.path()).await.unwrap();
     let auth = PeerAuthenticator::new(
-        store.clone(),
+        store.credentials(),
         std::sync::Arc::new(peergate::clock::SystemClock),
         AuthSettings::default(),
     )
@@ -853,9 +853,12 @@ async fn the_sweeper_removes_expired_tasks_from_the_store() {
     send_text(&gw.door, &token, "two", None).await;
     let store = peergate::store::Store::open(gw.data.path()).await.unwrap();
     let now = peergate::clock::Clock::now_millis(&gw.clock);
-    assert_eq!(store.delete_expired_tasks(now).await.unwrap(), 0);
+    assert_eq!(store.tasks().delete_expired_tasks(now).await.unwrap(), 0);
     let day = 24 * 3600 * 1000;
-    assert_eq!(store.delete_expired_tasks(now + day).await.unwrap(), 2);
+    assert_eq!(
+        store.tasks().delete_expired_tasks(now + day).await.unwrap(),
+        2
+    );
     store.close().await;
     gw.stop().await;
 }

@@ -281,7 +281,7 @@ fn policy_file(dir: &Path, base_url: &str, timeout: u64) -> String {
 async fn sqlite(data: &Path) -> sqlx::SqliteConnection {
     let url = format!(
         "sqlite://{}",
-        data.join(peergate::store::DATABASE_FILE).display()
+        data.join(peergate::store::sqlite::DATABASE_FILE).display()
     );
     <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
         .await

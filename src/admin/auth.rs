@@ -270,7 +270,7 @@ impl AdminAuthenticator {
         let value = value.to_str().map_err(|_| malformed.clone())?;
         let (scheme, credentials) = value.split_once(' ').ok_or(malformed.clone())?;
         let credentials = credentials.trim_matches(' ');
-        let store = self.service.store();
+        let store = self.service.store().credentials();
         let unavailable = |e: crate::store::StoreError| {
             tracing::error!(error = %e, "administrator look-up failed");
             (AdminAuthError::Unavailable, None)

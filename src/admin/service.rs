@@ -10,9 +10,12 @@ use crate::clock::{Clock, rfc3339_millis};
 use crate::policy::MAX_RATE_PER_MINUTE;
 use crate::store::{
     AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerRecord,
-    PeerUsage, Store, StoreError, WriteTx,
+    PeerUsage, Store, StoreError,
 };
 use crate::token::{self, CredentialKind};
+
+/// One account change under way.
+type WriteTx = crate::store::AccountChange;
 use std::sync::Arc;
 
 /// Longest grace period a rotation may give the old token: 30 days.
@@ -344,7 +347,7 @@ impl AccountService {
                 String::new(),
                 caller.actor.admin_id(),
             );
-            if let Err(e) = self.store.append_audit(&entry).await {
+            if let Err(e) = self.store.accounts().append_audit(&entry).await {
                 tracing::error!(error = %e, "could not write an audit record");
             }
         }
@@ -414,7 +417,7 @@ impl AccountService {
                 tokens_per_month: None,
                 created_at: self.clock.now_millis(),
             };
-            let mut tx = self.store.begin_write().await?;
+            let mut tx = self.store.accounts().begin_change().await?;
             tx.insert_admin(&admin, phc.as_deref())
                 .await
                 .map_err(store_conflict)?;
@@ -439,7 +442,7 @@ impl AccountService {
 
     /// Every administrator.
     pub async fn list_admins(&self) -> Result<Vec<AdminRecord>, ServiceError> {
-        Ok(self.store.list_admins().await?)
+        Ok(self.store.accounts().list_admins().await?)
     }
 
     /// Starts a change to an administrator (the operator's alone): the write transaction and
@@ -450,7 +453,7 @@ impl AccountService {
         name: &str,
     ) -> Result<(WriteTx, AdminRecord), ServiceError> {
         Self::operator_only(caller)?;
-        let mut tx = self.store.begin_write().await?;
+        let mut tx = self.store.accounts().begin_change().await?;
         let admin = Self::existing_admin(&mut tx, name).await?;
         Ok((tx, admin))
     }
@@ -659,7 +662,13 @@ impl AccountService {
     /// administrator exists, so a password typed into the name field is never written down.
     pub async fn record_failed_login(&self, client: &str, name: Option<&str>, why: &str) {
         let known = match name {
-            Some(name) => self.store.find_admin_login(name).await.ok().flatten(),
+            Some(name) => self
+                .store
+                .credentials()
+                .find_admin_login(name)
+                .await
+                .ok()
+                .flatten(),
             None => None,
         };
         let caller = Caller {
@@ -678,7 +687,7 @@ impl AccountService {
             known.as_ref().map(|a| a.id.as_str()),
         );
         entry.actor = "anonymous".to_owned();
-        if let Err(e) = self.store.append_audit(&entry).await {
+        if let Err(e) = self.store.accounts().append_audit(&entry).await {
             tracing::error!(error = %e, "could not write an audit record");
         }
     }
@@ -699,7 +708,7 @@ impl AccountService {
             let now = self.clock.now_millis();
             check_future(new.expires_at, now)?;
             let issued = issue(CredentialKind::PeerToken)?;
-            let mut tx = self.store.begin_write().await?;
+            let mut tx = self.store.accounts().begin_change().await?;
             let owner = match (&caller.actor, &new.owner) {
                 (Actor::Admin { id, name }, None) => (id.clone(), name.clone()),
                 (Actor::Admin { name, .. }, Some(owner)) if owner == name => {
@@ -810,7 +819,11 @@ impl AccountService {
 
     /// The caller's peers (every peer for the operator).
     pub async fn list_peers(&self, caller: &Caller) -> Result<Vec<PeerRecord>, ServiceError> {
-        Ok(self.store.list_peers(caller.actor.admin_id()).await?)
+        Ok(self
+            .store
+            .accounts()
+            .list_peers(caller.actor.admin_id())
+            .await?)
     }
 
     /// One of the caller's peers. Asking for another administrator's peer is audited.
@@ -825,7 +838,7 @@ impl AccountService {
     }
 
     async fn readable_peer(&self, caller: &Caller, name: &str) -> Result<PeerRecord, ServiceError> {
-        match self.store.find_peer(name).await? {
+        match self.store.accounts().find_peer(name).await? {
             Some(peer) if may_act_on(caller, &peer.owner_id) => Ok(peer),
             _ => Err(ServiceError::NotFound(format!("no peer named \"{name}\""))),
         }
@@ -837,7 +850,7 @@ impl AccountService {
         caller: &Caller,
         name: &str,
     ) -> Result<(WriteTx, PeerRecord), ServiceError> {
-        let mut tx = self.store.begin_write().await?;
+        let mut tx = self.store.accounts().begin_change().await?;
         let peer = self.owned_peer(&mut tx, caller, name).await?;
         Ok((tx, peer))
     }
@@ -1022,7 +1035,11 @@ impl AccountService {
         &self,
         caller: &Caller,
     ) -> Result<Vec<ConversationSummary>, ServiceError> {
-        Ok(self.store.conversations(Self::account(caller)?).await?)
+        Ok(self
+            .store
+            .conversations()
+            .conversations(Self::account(caller)?)
+            .await?)
     }
 
     /// One conversation of one of the caller's peers. Asking for another's is audited.
@@ -1040,6 +1057,7 @@ impl AccountService {
                 Self::account(caller)?;
                 let peer = self.readable_peer(caller, peer).await?;
                 self.store
+                    .conversations()
                     .conversation(&peer.id, context_id)
                     .await?
                     .ok_or_else(|| ServiceError::NotFound("no such conversation".to_owned()))
@@ -1079,8 +1097,8 @@ impl AccountService {
         if caller.actor.admin_id().is_some_and(|me| me != admin_id) {
             return Err(ServiceError::Forbidden("usage of another administrator"));
         }
-        let total = self.store.tokens_spent(admin_id, period).await?;
-        let peers = self.store.usage_by_peer(admin_id, period).await?;
+        let total = self.store.usage().tokens_spent(admin_id, period).await?;
+        let peers = self.store.usage().usage_by_peer(admin_id, period).await?;
         Ok((total, peers))
     }
 
@@ -1093,6 +1111,7 @@ impl AccountService {
     ) -> Result<Vec<AuditRecord>, ServiceError> {
         Ok(self
             .store
+            .accounts()
             .audit_since(since, caller.actor.admin_id())
             .await?)
     }

@@ -30,7 +30,7 @@
 //! let dir = tempfile::tempdir().unwrap();
 //! let store = peergate::store::Store::open(dir.path()).await.unwrap();
 //! let clock = std::sync::Arc::new(peergate::clock::SystemClock);
-//! let auth = PeerAuthenticator::new(store, clock, AuthSettings::default()).unwrap();
+//! let auth = PeerAuthenticator::new(store.credentials(), clock, AuthSettings::default()).unwrap();
 //! let app = Router::new()
 //!     .route("/a2a", post(|peer: AuthenticatedPeer| async move { peer.name().to_owned() }))
 //!     .layer(AuthLayer::new(auth));
@@ -48,7 +48,7 @@ pub mod password;
 use crate::client_addr::ClientAddr;
 use crate::clock::Clock;
 use crate::limit::{Decision, KeyedGcra, Limit, Quota, RateLimited};
-use crate::store::Store;
+use crate::store::CredentialStore;
 use crate::token::{self, CredentialKind};
 use axum::body::Body;
 use axum::extract::FromRequestParts;
@@ -339,7 +339,7 @@ impl Presented<'_> {
 
 /// Verifies credentials against the store, with a short-lived cache.
 pub struct PeerAuthenticator {
-    store: Store,
+    store: Arc<dyn CredentialStore>,
     clock: Arc<dyn Clock>,
     settings: AuthSettings,
     challenges: Vec<HeaderValue>,
@@ -364,7 +364,7 @@ impl std::fmt::Debug for PeerAuthenticator {
 impl PeerAuthenticator {
     /// An authenticator over `store`; refuses settings that could never work.
     pub fn new(
-        store: Store,
+        store: Arc<dyn CredentialStore>,
         clock: Arc<dyn Clock>,
         settings: AuthSettings,
     ) -> Result<Self, AuthConfigError> {
@@ -731,19 +731,14 @@ impl PeerAuthenticator {
         }
     }
 
-    /// Records "last used" at most once a minute per peer; failure only costs the timestamp.
+    /// Notes "last used" at most once a minute per peer. The store writes it later, off
+    /// this path; a failure costs only the timestamp.
     async fn note_use(&self, peer_id: &Arc<str>) {
         if self.recently_touched.contains_key(peer_id) {
             return;
         }
         self.recently_touched.insert(peer_id.clone(), ()).await;
-        if let Err(e) = self
-            .store
-            .touch_peer(peer_id, self.clock.now_millis())
-            .await
-        {
-            tracing::warn!(error = %e, "could not record last use of a peer");
-        }
+        self.store.record_peer_use(peer_id, self.clock.now_millis());
     }
 }
 

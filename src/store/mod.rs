@@ -1,0 +1,389 @@
+//! The store of record, as seams shaped by the code that uses them.
+//!
+//! Each consumer sees only the trait it needs:
+//!
+//! | seam | used by |
+//! |---|---|
+//! | [`CredentialStore`] | the authentication layers (peer and administrator logins) |
+//! | [`TaskStore`] | the agent's turn, `GetTask`, the start-up and housekeeping sweeps |
+//! | [`ConversationStore`] | administrators reading their peers' conversations |
+//! | [`UsageStore`] | budgets and the usage report |
+//! | [`AccountStore`] | the account service: every change with its audit record, in one transaction |
+//! | [`DocumentStore`] | the served documents' `Last-Modified` across restarts |
+//!
+//! The records they exchange ([`records`]) are plain data, the same for every engine. The one
+//! engine today is SQLite ([`sqlite`]); nothing outside this module names the database crate,
+//! so a second engine is a new module that implements these traits, not edits to their users.
+//! Card-signing keys are files named by the policy, not rows, so no seam holds them.
+
+pub mod records;
+pub mod sqlite;
+
+pub use records::{
+    AdminLogin, AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationMessage,
+    ConversationRole, ConversationSummary, CredentialRecord, Exchange, ExchangeUsage, PeerLogin,
+    PeerRecord, PeerUsage,
+};
+
+use crate::token::{CredentialKind, TokenSecretHash};
+use async_trait::async_trait;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A peer with that name already exists.
+    #[error("a peer named \"{0}\" already exists")]
+    DuplicatePeer(String),
+    /// No peer has that name.
+    #[error("no peer named \"{0}\"")]
+    UnknownPeer(String),
+    /// The peer was revoked and takes no new credentials.
+    #[error("peer \"{0}\" is revoked")]
+    RevokedPeer(String),
+    /// An administrator with that name already exists.
+    #[error("an administrator named \"{0}\" already exists")]
+    DuplicateAdmin(String),
+    /// The data directory could not be prepared.
+    #[error("cannot prepare the data directory: {0}")]
+    DataDir(std::io::ErrorKind),
+    /// The schema could not be brought up to date (a store from a newer release, or a
+    /// migration that failed). Nothing was changed.
+    #[error("cannot bring the store's schema up to date: {0}")]
+    Schema(String),
+    /// The engine failed. Shown to the operator and logged; peers only ever see a request id.
+    #[error("the store failed: {0}")]
+    Engine(Box<dyn std::error::Error + Send + Sync>),
+    /// The store was closed.
+    #[error("the store is closed")]
+    Closed,
+}
+
+/// What the authentication layers read: credentials by token id, logins by name. Reads only,
+/// plus last-use bookkeeping that never makes a request wait.
+#[async_trait]
+pub trait CredentialStore: Send + Sync + std::fmt::Debug {
+    /// The peer credential with this token id, whatever its state.
+    async fn find_credential(
+        &self,
+        kind: CredentialKind,
+        token_id: &str,
+    ) -> Result<Option<CredentialRecord>, StoreError>;
+
+    /// What Basic authentication needs about `name`, if such a peer exists.
+    async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError>;
+
+    /// What signing in to the admin API as `name` needs.
+    async fn find_admin_login(&self, name: &str) -> Result<Option<AdminLogin>, StoreError>;
+
+    /// The administrator token with this id: its administrator (active only if the token is
+    /// live too) and the secret's hash.
+    async fn find_admin_token(
+        &self,
+        token_id: &str,
+    ) -> Result<Option<(AdminLogin, TokenSecretHash)>, StoreError>;
+
+    /// Notes that a peer was seen at `now` (epoch ms). Returns at once: the engine writes it
+    /// later, batched, and a failure costs only the timestamp.
+    fn record_peer_use(&self, peer_id: &str, now: i64);
+}
+
+/// The agent's tasks and the history of its contexts.
+#[async_trait]
+pub trait TaskStore: Send + Sync + std::fmt::Debug {
+    /// The last `limit` messages of a peer's context, oldest first.
+    async fn context_history(
+        &self,
+        peer_id: &str,
+        context_id: &str,
+        limit: u32,
+    ) -> Result<Vec<ConversationMessage>, StoreError>;
+
+    /// Persists a task (working, or final with the conversation messages it adds) and returns
+    /// once it is durable. Never reports an exchange saved before its commit.
+    async fn save_exchange(&self, exchange: Exchange) -> Result<(), StoreError>;
+
+    /// A task of this peer that has not expired, as JSON. Another peer's task is `None`,
+    /// exactly like a task that never existed.
+    async fn find_task(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError>;
+
+    /// Tasks still marked working (created before `created_before`, if given): (id, body).
+    async fn working_tasks(
+        &self,
+        created_before: Option<i64>,
+    ) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// Replaces a working task with its final state, if it is still working.
+    async fn finish_working_task(
+        &self,
+        id: &str,
+        state: &str,
+        body: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Deletes tasks whose retention ended; returns how many.
+    async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError>;
+}
+
+/// Conversations as their owning administrator reads them.
+#[async_trait]
+pub trait ConversationStore: Send + Sync + std::fmt::Debug {
+    /// The conversations of an administrator's peers, most recent first.
+    async fn conversations(&self, owner_id: &str) -> Result<Vec<ConversationSummary>, StoreError>;
+
+    /// Every message of one conversation, oldest first; `None` when there is no such one.
+    async fn conversation(
+        &self,
+        peer_id: &str,
+        context_id: &str,
+    ) -> Result<Option<Vec<ConversationEntry>>, StoreError>;
+}
+
+/// Tokens spent, for budgets and the usage report.
+#[async_trait]
+pub trait UsageStore: Send + Sync + std::fmt::Debug {
+    /// The administrator with this id (their switch and budgets).
+    async fn find_admin_by_id(&self, id: &str) -> Result<Option<AdminRecord>, StoreError>;
+
+    /// Tokens an administrator spent on days starting with `period` (`YYYY-MM-DD` for a day,
+    /// `YYYY-MM` for a month).
+    async fn tokens_spent(&self, admin_id: &str, period: &str) -> Result<u64, StoreError>;
+
+    /// Tokens and requests per peer of an administrator in `period`.
+    async fn usage_by_peer(
+        &self,
+        admin_id: &str,
+        period: &str,
+    ) -> Result<Vec<PeerUsage>, StoreError>;
+}
+
+/// Administrators, peers and the audit log, as the account service changes and lists them.
+#[async_trait]
+pub trait AccountStore: Send + Sync + std::fmt::Debug {
+    /// Starts a change: reads inside it see the state it will commit over, and no other
+    /// change interleaves until it commits or is dropped.
+    async fn begin_change(&self) -> Result<AccountChange, StoreError>;
+
+    /// Appends one audit record on its own (for refusals, whose change was rolled back).
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
+
+    /// Every administrator, oldest first.
+    async fn list_admins(&self) -> Result<Vec<AdminRecord>, StoreError>;
+
+    /// Every peer (of one administrator, or all), oldest first.
+    async fn list_peers(&self, owner_id: Option<&str>) -> Result<Vec<PeerRecord>, StoreError>;
+
+    /// The peer named `name`.
+    async fn find_peer(&self, name: &str) -> Result<Option<PeerRecord>, StoreError>;
+
+    /// Audit records at or after `since` (of one administrator's account, or all), oldest
+    /// first.
+    async fn audit_since(
+        &self,
+        since: i64,
+        owner_id: Option<&str>,
+    ) -> Result<Vec<AuditRecord>, StoreError>;
+}
+
+/// One change to accounts, committed with its audit record or not at all. Dropped without
+/// [`AccountChanges::commit`], it rolls back.
+pub type AccountChange = Box<dyn AccountChanges>;
+
+/// What one account change can do. Reads see the change's own writes.
+#[async_trait]
+pub trait AccountChanges: Send + std::fmt::Debug {
+    /// Commits everything written through this change.
+    async fn commit(self: Box<Self>) -> Result<(), StoreError>;
+    /// Appends an audit record.
+    async fn audit(&mut self, entry: &AuditEntry) -> Result<(), StoreError>;
+    /// The administrator named `name`.
+    async fn admin(&mut self, name: &str) -> Result<Option<AdminRecord>, StoreError>;
+    /// The peer named `name`.
+    async fn peer(&mut self, name: &str) -> Result<Option<PeerRecord>, StoreError>;
+    /// Adds an administrator; a taken name is [`StoreError::DuplicateAdmin`].
+    async fn insert_admin(
+        &mut self,
+        admin: &AdminRecord,
+        password_hash: Option<&str>,
+    ) -> Result<(), StoreError>;
+    /// Sets an administrator's status (`active` or `disabled`).
+    async fn set_admin_status(&mut self, admin_id: &str, status: &str) -> Result<(), StoreError>;
+    /// Revokes every live administrator token of an administrator.
+    async fn revoke_admin_tokens(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError>;
+    /// Sets an administrator's model switch and budgets.
+    async fn set_admin_budget(
+        &mut self,
+        admin_id: &str,
+        model_allowed: bool,
+        tokens_per_day: Option<u64>,
+        tokens_per_month: Option<u64>,
+    ) -> Result<(), StoreError>;
+    /// Sets an administrator's password (an Argon2id PHC string).
+    async fn set_admin_password(&mut self, admin_id: &str, phc: &str) -> Result<(), StoreError>;
+    /// Adds an administrator token.
+    async fn insert_admin_token(
+        &mut self,
+        admin_id: &str,
+        token_id: &str,
+        secret_hash: &TokenSecretHash,
+        now: i64,
+    ) -> Result<(), StoreError>;
+    /// Adds a peer (without credentials); a taken name is [`StoreError::DuplicatePeer`].
+    async fn insert_peer(&mut self, peer: &PeerRecord) -> Result<(), StoreError>;
+    /// Adds a credential to a peer.
+    async fn insert_credential(
+        &mut self,
+        peer_id: &str,
+        kind: CredentialKind,
+        token_id: &str,
+        secret_hash: &TokenSecretHash,
+        now: i64,
+    ) -> Result<(), StoreError>;
+    /// Revokes a peer's live credentials (of one kind, or all) now; the rows stay for audits.
+    async fn revoke_credentials(
+        &mut self,
+        peer_id: &str,
+        kind: Option<CredentialKind>,
+        now: i64,
+    ) -> Result<(), StoreError>;
+    /// Lets a peer's live credentials of `kind` work until `until` (a rotation's grace
+    /// period), or less where they already end sooner.
+    async fn expire_credentials(
+        &mut self,
+        peer_id: &str,
+        kind: CredentialKind,
+        until: i64,
+    ) -> Result<(), StoreError>;
+    /// Marks a peer revoked, with every credential it holds.
+    async fn revoke_peer(&mut self, peer_id: &str, now: i64) -> Result<(), StoreError>;
+    /// Sets a peer's quota.
+    async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError>;
+    /// Sets or clears a peer's expiry.
+    async fn set_peer_expiry(
+        &mut self,
+        peer_id: &str,
+        expires_at: Option<i64>,
+    ) -> Result<(), StoreError>;
+    /// Sets a peer's Basic password (an Argon2id PHC string).
+    async fn set_peer_password(&mut self, peer_id: &str, phc: &str) -> Result<(), StoreError>;
+    /// Deletes a conversation: its messages, and the tasks that carried its text. Returns
+    /// whether it existed.
+    async fn delete_conversation(
+        &mut self,
+        peer_id: &str,
+        context_id: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Disables an administrator and revokes their administrator tokens.
+    async fn disable_admin(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError> {
+        self.set_admin_status(admin_id, "disabled").await?;
+        self.revoke_admin_tokens(admin_id, now).await
+    }
+}
+
+/// The served documents' modification times, kept across restarts.
+#[async_trait]
+pub trait DocumentStore: Send + Sync + std::fmt::Debug {
+    /// When the document `name` last changed: the stored time if its entity tag is still
+    /// `etag`, else `now`, recorded for the next start.
+    async fn document_modified_at(
+        &self,
+        name: &str,
+        etag: &str,
+        now: i64,
+    ) -> Result<i64, StoreError>;
+}
+
+/// What every engine also does: say what it is, and close.
+#[async_trait]
+pub trait StoreEngine: Send + Sync + std::fmt::Debug {
+    /// For the log: the engine and where its data is (never a password).
+    fn describe(&self) -> String;
+    /// Writes what is pending and closes every connection; later calls fail.
+    async fn close(&self);
+}
+
+/// One opened store, handed out seam by seam.
+#[derive(Debug, Clone)]
+pub struct Store {
+    credentials: Arc<dyn CredentialStore>,
+    tasks: Arc<dyn TaskStore>,
+    conversations: Arc<dyn ConversationStore>,
+    usage: Arc<dyn UsageStore>,
+    accounts: Arc<dyn AccountStore>,
+    documents: Arc<dyn DocumentStore>,
+    engine: Arc<dyn StoreEngine>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the embedded SQLite store in `data_dir`, and brings its
+    /// schema up to date.
+    pub async fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        Ok(Self::from_engine(Arc::new(
+            sqlite::SqliteStore::open(data_dir).await?,
+        )))
+    }
+
+    /// Hands out one engine's seams.
+    pub fn from_engine<E>(engine: Arc<E>) -> Self
+    where
+        E: CredentialStore
+            + TaskStore
+            + ConversationStore
+            + UsageStore
+            + AccountStore
+            + DocumentStore
+            + StoreEngine
+            + 'static,
+    {
+        Self {
+            credentials: engine.clone(),
+            tasks: engine.clone(),
+            conversations: engine.clone(),
+            usage: engine.clone(),
+            accounts: engine.clone(),
+            documents: engine.clone(),
+            engine,
+        }
+    }
+
+    /// Credentials and logins.
+    pub fn credentials(&self) -> Arc<dyn CredentialStore> {
+        self.credentials.clone()
+    }
+    /// Tasks and context histories.
+    pub fn tasks(&self) -> Arc<dyn TaskStore> {
+        self.tasks.clone()
+    }
+    /// Conversations for their owners.
+    pub fn conversations(&self) -> &dyn ConversationStore {
+        &*self.conversations
+    }
+    /// Usage and budgets.
+    pub fn usage(&self) -> Arc<dyn UsageStore> {
+        self.usage.clone()
+    }
+    /// Account changes and listings.
+    pub fn accounts(&self) -> &dyn AccountStore {
+        &*self.accounts
+    }
+    /// Documents' modification times.
+    pub fn documents(&self) -> &dyn DocumentStore {
+        &*self.documents
+    }
+    /// The engine underneath, for the log.
+    pub fn describe(&self) -> String {
+        self.engine.describe()
+    }
+    /// Writes what is pending and closes every connection; later calls fail.
+    pub async fn close(&self) {
+        self.engine.close().await;
+    }
+}

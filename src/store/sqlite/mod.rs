@@ -1,0 +1,490 @@
+//! The embedded engine: every seam in one SQLite file.
+//!
+//! SQLite runs in WAL mode with one writer connection (so concurrent writers queue instead of
+//! failing with `SQLITE_BUSY`) and a few reader connections. The command line and a running
+//! server open the same file, so `peergate peer revoke` works while the server runs.
+//!
+//! The schema is the versioned `.sql` files in `migrations/`, embedded and run by
+//! `sqlx::migrate!`. They are SQLite's own dialect (`AUTOINCREMENT`, `RAISE(ABORT)` triggers,
+//! `strftime`); another engine has migrations of its own. Stores written before the files
+//! existed kept their version in `PRAGMA user_version`; opening one adopts that version once,
+//! so it upgrades in place.
+
+mod accounts;
+mod tasks;
+
+use super::{
+    AdminLogin, ConversationEntry, ConversationStore, ConversationSummary, CredentialRecord,
+    CredentialStore, DocumentStore, PeerLogin, PeerUsage, StoreEngine, StoreError, UsageStore,
+};
+use crate::token::{CredentialKind, TokenSecretHash};
+use async_trait::async_trait;
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Connection, Row, SqliteConnection};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The SQLite file inside the data directory.
+pub const DATABASE_FILE: &str = "peergate.sqlite3";
+
+/// The schema, versioned.
+static MIGRATOR: Migrator = sqlx::migrate!("src/store/sqlite/migrations");
+
+/// Write transactions take the write lock up front, so a transaction that reads before it
+/// writes waits out `busy_timeout` instead of failing when another process (the CLI, a second
+/// server) commits in between.
+const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        match error {
+            sqlx::Error::PoolClosed => Self::Closed,
+            other => Self::Engine(Box::new(other)),
+        }
+    }
+}
+
+/// The SQLite engine.
+#[derive(Debug)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+    path: PathBuf,
+    exchanges: tokio::sync::mpsc::Sender<tasks::PendingExchange>,
+    uses: tokio::sync::mpsc::Sender<(Box<str>, i64)>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `data_dir`, and brings its schema up to date.
+    pub async fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        create_private_dir(data_dir).map_err(|e| StoreError::DataDir(e.kind()))?;
+        let path = data_dir.join(DATABASE_FILE);
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5))
+            .foreign_keys(true);
+        migrate(&path, &options).await?;
+        restrict_to_owner(&path).map_err(|e| StoreError::DataDir(e.kind()))?;
+        // A local file cannot drop a connection behind our back: no liveness ping (one more
+        // round trip to SQLite's worker thread) before each use.
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .test_before_acquire(false)
+            .connect_with(options.read_only(true))
+            .await?;
+        let (exchanges, pending) = tokio::sync::mpsc::channel(4 * tasks::MAX_BATCH);
+        tokio::spawn(tasks::group_commit(writer.clone(), pending));
+        let (uses, seen) = tokio::sync::mpsc::channel(LAST_USE_BACKLOG);
+        tokio::spawn(write_last_uses(writer.clone(), seen));
+        Ok(Self {
+            writer,
+            reader,
+            path,
+            exchanges,
+            uses,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Brings the schema up to date, once even when several processes open a new data directory
+/// at the same moment: an exclusive lock on the database file (`flock`, which SQLite's own
+/// `fcntl` locks do not see) is held for the whole migration.
+async fn migrate(path: &Path, options: &SqliteConnectOptions) -> Result<(), StoreError> {
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| StoreError::DataDir(e.kind()))?;
+    let lock = tokio::task::spawn_blocking(move || lock.lock().map(|()| lock))
+        .await
+        .map_err(|_| StoreError::DataDir(std::io::ErrorKind::Other))?
+        .map_err(|e| StoreError::DataDir(e.kind()))?;
+    let mut conn = SqliteConnection::connect_with(options).await?;
+    let outcome = adopt_user_version(&mut conn).await;
+    let outcome = match outcome {
+        Ok(()) => MIGRATOR
+            .run_direct(None, &mut conn, false)
+            .await
+            .map_err(schema_error),
+        Err(e) => Err(e),
+    };
+    conn.close().await?;
+    drop(lock);
+    outcome
+}
+
+/// A store from before the migration files kept its version in `PRAGMA user_version`: marks
+/// those migrations applied (without running them again), once.
+async fn adopt_user_version(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    let tracked: Option<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(&mut *conn)
+        .await?;
+    if tracked.is_some() || version == 0 {
+        return Ok(());
+    }
+    if !MIGRATOR.version_exists(version) {
+        return Err(StoreError::Schema(format!(
+            "schema version {version} is not one this release knows"
+        )));
+    }
+    MIGRATOR
+        .run_direct(Some(version), conn, true)
+        .await
+        .map_err(schema_error)
+}
+
+fn schema_error(error: sqlx::migrate::MigrateError) -> StoreError {
+    StoreError::Schema(error.to_string())
+}
+
+/// Most last-use notes waiting for the writer; past that, notes are dropped (they cost only a
+/// timestamp, and the next minute brings another).
+const LAST_USE_BACKLOG: usize = 1024;
+
+/// Writes last-use notes in batches, one transaction each, off every request's path.
+async fn write_last_uses(pool: SqlitePool, mut seen: tokio::sync::mpsc::Receiver<(Box<str>, i64)>) {
+    let mut batch = Vec::with_capacity(64);
+    while seen.recv_many(&mut batch, 64).await > 0 {
+        let outcome: Result<(), sqlx::Error> = async {
+            let mut tx = pool.begin_with(BEGIN_WRITE).await?;
+            for (peer_id, now) in batch.drain(..) {
+                sqlx::query(
+                    "UPDATE peers SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?",
+                )
+                .bind(now)
+                .bind(&*peer_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await
+        }
+        .await;
+        batch.clear();
+        if let Err(e) = outcome {
+            tracing::warn!(error = %e, "could not record last use of peers");
+        }
+    }
+}
+
+#[async_trait]
+impl StoreEngine for SqliteStore {
+    fn describe(&self) -> String {
+        format!("sqlite ({})", self.path.display())
+    }
+
+    async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+}
+
+#[async_trait]
+impl CredentialStore for SqliteStore {
+    async fn find_credential(
+        &self,
+        kind: CredentialKind,
+        token_id: &str,
+    ) -> Result<Option<CredentialRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, \
+             p.owner_id, min(coalesce(c.expires_at, p.expires_at), coalesce(p.expires_at, c.expires_at)) AS valid_until \
+             FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = ? AND c.kind = ?",
+        )
+        .bind(token_id)
+        .bind(kind.as_str())
+        .fetch_optional(&self.reader)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let Some(hash) = secret_hash(&row)? else {
+            return Ok(None);
+        };
+        let revoked_at: Option<i64> = row.try_get("revoked_at")?;
+        let status: String = row.try_get("status")?;
+        Ok(Some(CredentialRecord {
+            peer_id: row.try_get("peer_id")?,
+            peer_name: row.try_get("name")?,
+            secret_hash: hash,
+            active: revoked_at.is_none() && status == "active",
+            rate_per_minute: rate(&row)?,
+            owner_id: row.try_get("owner_id")?,
+            valid_until: row.try_get("valid_until")?,
+        }))
+    }
+
+    async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, name, password_hash, status, rate_per_minute, owner_id, expires_at FROM peers WHERE name = ?",
+        )
+        .bind(name)
+        .fetch_optional(&self.reader)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let status: String = row.try_get("status")?;
+        Ok(Some(PeerLogin {
+            peer_id: row.try_get("id")?,
+            peer_name: row.try_get("name")?,
+            password_hash: row.try_get("password_hash")?,
+            active: status == "active",
+            rate_per_minute: rate(&row)?,
+            owner_id: row.try_get("owner_id")?,
+            valid_until: row.try_get("expires_at")?,
+        }))
+    }
+
+    async fn find_admin_login(&self, name: &str) -> Result<Option<AdminLogin>, StoreError> {
+        let row = sqlx::query("SELECT id, name, password_hash, status FROM admins WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.reader)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(AdminLogin {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            password_hash: row.try_get("password_hash")?,
+            active: row.try_get::<String, _>("status")? == "active",
+        }))
+    }
+
+    async fn find_admin_token(
+        &self,
+        token_id: &str,
+    ) -> Result<Option<(AdminLogin, TokenSecretHash)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT a.id, a.name, a.status, t.secret_hash, t.revoked_at FROM admin_tokens t \
+             JOIN admins a ON a.id = t.admin_id WHERE t.token_id = ?",
+        )
+        .bind(token_id)
+        .fetch_optional(&self.reader)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let Some(hash) = secret_hash(&row)? else {
+            return Ok(None);
+        };
+        let revoked: Option<i64> = row.try_get("revoked_at")?;
+        Ok(Some((
+            AdminLogin {
+                id: row.try_get("id")?,
+                name: row.try_get("name")?,
+                password_hash: None,
+                active: revoked.is_none() && row.try_get::<String, _>("status")? == "active",
+            },
+            hash,
+        )))
+    }
+
+    fn record_peer_use(&self, peer_id: &str, now: i64) {
+        // Full or closed: the timestamp waits for the next note.
+        let _ = self.uses.try_send((peer_id.into(), now));
+    }
+}
+
+#[async_trait]
+impl ConversationStore for SqliteStore {
+    async fn conversations(&self, owner_id: &str) -> Result<Vec<ConversationSummary>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT p.name, c.context_id, c.created_at, c.updated_at, \
+             (SELECT COUNT(*) FROM messages m WHERE m.peer_id = c.peer_id AND m.context_id = c.context_id) AS messages \
+             FROM contexts c JOIN peers p ON p.id = c.peer_id WHERE p.owner_id = ? \
+             ORDER BY c.updated_at DESC, c.context_id",
+        )
+        .bind(owner_id)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ConversationSummary {
+                    peer_name: row.try_get("name")?,
+                    context_id: row.try_get("context_id")?,
+                    created_at: row.try_get("created_at")?,
+                    updated_at: row.try_get("updated_at")?,
+                    messages: row.try_get("messages")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn conversation(
+        &self,
+        peer_id: &str,
+        context_id: &str,
+    ) -> Result<Option<Vec<ConversationEntry>>, StoreError> {
+        let exists = sqlx::query("SELECT 1 FROM contexts WHERE peer_id = ? AND context_id = ?")
+            .bind(peer_id)
+            .bind(context_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let rows = sqlx::query(
+            "SELECT role, body, task_id, created_at FROM messages \
+             WHERE peer_id = ? AND context_id = ? ORDER BY seq",
+        )
+        .bind(peer_id)
+        .bind(context_id)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ConversationEntry {
+                    role: row.try_get("role")?,
+                    text: row.try_get("body")?,
+                    task_id: row.try_get("task_id")?,
+                    at: row.try_get("created_at")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+            .map(Some)
+    }
+}
+
+#[async_trait]
+impl UsageStore for SqliteStore {
+    async fn find_admin_by_id(&self, id: &str) -> Result<Option<super::AdminRecord>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{} WHERE id = ?",
+            accounts::ADMIN_COLUMNS
+        )))
+        .bind(id)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(accounts::admin_record).transpose()
+    }
+
+    async fn tokens_spent(&self, admin_id: &str, period: &str) -> Result<u64, StoreError> {
+        let total: Option<i64> = sqlx::query_scalar(
+            "SELECT SUM(tokens) FROM usage WHERE admin_id = ? AND substr(day, 1, length(?)) = ?",
+        )
+        .bind(admin_id)
+        .bind(period)
+        .bind(period)
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(u64::try_from(total.unwrap_or(0)).unwrap_or(0))
+    }
+
+    async fn usage_by_peer(
+        &self,
+        admin_id: &str,
+        period: &str,
+    ) -> Result<Vec<PeerUsage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT p.name, SUM(u.tokens) AS tokens, SUM(u.requests) AS requests FROM usage u \
+             JOIN peers p ON p.id = u.peer_id \
+             WHERE u.admin_id = ? AND substr(u.day, 1, length(?)) = ? GROUP BY p.name ORDER BY p.name",
+        )
+        .bind(admin_id)
+        .bind(period)
+        .bind(period)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(PeerUsage {
+                    peer_name: row.try_get("name")?,
+                    tokens: u64::try_from(row.try_get::<i64, _>("tokens")?).unwrap_or(0),
+                    requests: u64::try_from(row.try_get::<i64, _>("requests")?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl DocumentStore for SqliteStore {
+    async fn document_modified_at(
+        &self,
+        name: &str,
+        etag: &str,
+        now: i64,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let row = sqlx::query("SELECT etag, modified_at FROM documents WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(row) = row
+            && row.try_get::<String, _>("etag")? == etag
+        {
+            return Ok(row.try_get("modified_at")?);
+        }
+        sqlx::query(
+            "INSERT INTO documents (name, etag, modified_at) VALUES (?, ?, ?) \
+             ON CONFLICT (name) DO UPDATE SET etag = excluded.etag, modified_at = excluded.modified_at",
+        )
+        .bind(name)
+        .bind(etag)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(now)
+    }
+}
+
+/// A stored secret hash; `None` for a row whose hash has the wrong length (never matches).
+fn secret_hash(row: &SqliteRow) -> Result<Option<TokenSecretHash>, StoreError> {
+    let hash: Vec<u8> = row.try_get("secret_hash")?;
+    Ok(<[u8; 32]>::try_from(hash.as_slice())
+        .ok()
+        .map(TokenSecretHash))
+}
+
+fn rate(row: &SqliteRow) -> Result<u32, StoreError> {
+    Ok(u32::try_from(row.try_get::<i64, _>("rate_per_minute")?).unwrap_or(u32::MAX))
+}
+
+/// Makes the database and its WAL files readable by their owner only, whatever the umask.
+fn restrict_to_owner(database: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for suffix in ["", "-wal", "-shm"] {
+            let mut name = database.as_os_str().to_owned();
+            name.push(suffix);
+            let path = PathBuf::from(name);
+            if path.exists() {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = database;
+    Ok(())
+}
+
+/// Creates the directory readable by its owner only (where the platform has modes).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}

@@ -1,0 +1,325 @@
+//! Tasks and context histories in SQLite, and the group commit that keeps one writer ahead of
+//! many turns.
+
+use super::{BEGIN_WRITE, SqliteStore};
+use crate::store::{ConversationMessage, ConversationRole, Exchange, StoreError, TaskStore};
+use async_trait::async_trait;
+use sqlx::sqlite::SqlitePool;
+use sqlx::{QueryBuilder, Row, Sqlite};
+use std::collections::HashMap;
+
+/// An exchange waiting for the group commit, and who to tell when it is durable.
+pub(super) struct PendingExchange {
+    exchange: Exchange,
+    done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// Most exchanges committed in one transaction.
+pub(super) const MAX_BATCH: usize = 256;
+
+#[async_trait]
+impl TaskStore for SqliteStore {
+    async fn context_history(
+        &self,
+        peer_id: &str,
+        context_id: &str,
+        limit: u32,
+    ) -> Result<Vec<ConversationMessage>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT role, body FROM messages WHERE peer_id = ? AND context_id = ? ORDER BY seq DESC LIMIT ?",
+        )
+        .bind(peer_id)
+        .bind(context_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        let mut history = rows
+            .iter()
+            .map(|row| {
+                let role: String = row.try_get("role")?;
+                Ok(ConversationMessage {
+                    role: if role == ConversationRole::Agent.as_str() {
+                        ConversationRole::Agent
+                    } else {
+                        ConversationRole::Peer
+                    },
+                    text: row.try_get("body")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        history.reverse();
+        Ok(history)
+    }
+
+    /// Concurrent calls share one transaction (group commit), so one writer keeps up with many
+    /// requests.
+    async fn save_exchange(&self, exchange: Exchange) -> Result<(), StoreError> {
+        let (done, committed) = tokio::sync::oneshot::channel();
+        self.exchanges
+            .send(PendingExchange { exchange, done })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        committed.await.map_err(|_| StoreError::Closed)?
+    }
+
+    async fn find_task(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let row =
+            sqlx::query("SELECT body FROM tasks WHERE id = ? AND peer_id = ? AND expires_at > ?")
+                .bind(task_id)
+                .bind(peer_id)
+                .bind(now)
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(row.map(|row| row.try_get("body")).transpose()?)
+    }
+
+    async fn working_tasks(
+        &self,
+        created_before: Option<i64>,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, body FROM tasks WHERE state = 'TASK_STATE_WORKING' AND (? IS NULL OR created_at < ?)",
+        )
+        .bind(created_before)
+        .bind(created_before)
+        .fetch_all(&self.writer)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("id")?, row.try_get("body")?)))
+            .collect()
+    }
+
+    async fn finish_working_task(
+        &self,
+        id: &str,
+        state: &str,
+        body: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE tasks SET state = ?, body = ? WHERE id = ? AND state = 'TASK_STATE_WORKING'",
+        )
+        .bind(state)
+        .bind(body)
+        .bind(id)
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM tasks WHERE expires_at <= ?")
+            .bind(now)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// Commits waiting exchanges in batches until every handle is gone.
+pub(super) async fn group_commit(
+    pool: SqlitePool,
+    mut pending: tokio::sync::mpsc::Receiver<PendingExchange>,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let exchanges: Vec<&Exchange> = batch.iter().map(|p| &p.exchange).collect();
+        match write_exchanges(&pool, &exchanges).await {
+            Ok(()) => {
+                for waiting in batch.drain(..) {
+                    let _ = waiting.done.send(Ok(()));
+                }
+            }
+            Err(error) => {
+                // One exchange must not sink the others: retry each alone.
+                if batch.len() == 1 {
+                    if let Some(waiting) = batch.pop() {
+                        let _ = waiting.done.send(Err(error));
+                    }
+                    continue;
+                }
+                for waiting in batch.drain(..) {
+                    let outcome = write_exchanges(&pool, &[&waiting.exchange]).await;
+                    let _ = waiting.done.send(outcome);
+                }
+            }
+        }
+    }
+}
+
+/// What one batch writes, shaped so that every multi-row upsert touches each row once:
+///
+/// - **one row per task**: a later exchange of the same task in the batch replaces an earlier
+///   one (a working copy and its final state);
+/// - **one row per context**: the batch's latest time for each (peer, context);
+/// - **usage pre-aggregated**: tokens and requests summed per (owner, peer, day).
+///
+/// SQLite would accept repeated keys in one `INSERT … ON CONFLICT`, but an engine that
+/// refuses to touch a row twice in one statement (PostgreSQL) would not, so the rule is kept
+/// here for every engine that shares this shape.
+#[derive(Default)]
+struct Batch<'a> {
+    tasks: Vec<&'a Exchange>,
+    contexts: HashMap<(&'a str, &'a str), i64>,
+    messages: Vec<(&'a Exchange, &'a ConversationMessage)>,
+    usage: HashMap<(&'a str, &'a str, &'a str), (u64, u64)>,
+}
+
+impl<'a> Batch<'a> {
+    fn of(exchanges: &[&'a Exchange]) -> Self {
+        let mut batch = Self::default();
+        let mut task_index: HashMap<&str, usize> = HashMap::new();
+        for &e in exchanges {
+            match task_index.get(e.task_id.as_str()) {
+                Some(&i) => batch.tasks[i] = e,
+                None => {
+                    task_index.insert(&e.task_id, batch.tasks.len());
+                    batch.tasks.push(e);
+                }
+            }
+            if !e.messages.is_empty() {
+                let at = batch
+                    .contexts
+                    .entry((&e.peer_id, &e.context_id))
+                    .or_insert(e.now);
+                *at = (*at).max(e.now);
+                batch.messages.extend(e.messages.iter().map(|m| (e, m)));
+            }
+            if let Some(spent) = &e.usage {
+                let entry = batch
+                    .usage
+                    .entry((&spent.owner_id, &e.peer_id, &spent.day))
+                    .or_default();
+                entry.0 = entry.0.saturating_add(spent.tokens);
+                entry.1 += 1;
+            }
+        }
+        batch
+    }
+}
+
+/// Writes exchanges in one transaction, a few multi-row statements for the whole batch.
+async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(), StoreError> {
+    let batch = Batch::of(exchanges);
+    let mut tx = pool.begin_with(BEGIN_WRITE).await?;
+    let mut tasks = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at) ",
+    );
+    tasks.push_values(&batch.tasks, |mut row, e| {
+        row.push_bind(e.task_id.as_str())
+            .push_bind(e.peer_id.as_str())
+            .push_bind(e.context_id.as_str())
+            .push_bind(e.state)
+            .push_bind(e.task_json.as_str())
+            .push_bind(e.now)
+            .push_bind(e.expires_at);
+    });
+    // A finished task replaces the working copy stored before the model was asked, unless a
+    // sweep already called that copy failed (a peer may have read it so).
+    tasks.push(
+        " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
+         expires_at = excluded.expires_at WHERE tasks.state = 'TASK_STATE_WORKING'",
+    );
+    tasks.build().execute(&mut *tx).await?;
+    if !batch.contexts.is_empty() {
+        let mut contexts = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",
+        );
+        contexts.push_values(&batch.contexts, |mut row, ((peer, context), at)| {
+            row.push_bind(*peer)
+                .push_bind(*context)
+                .push_bind(*at)
+                .push_bind(*at);
+        });
+        contexts.push(
+            " ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at",
+        );
+        contexts.build().execute(&mut *tx).await?;
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) ",
+        );
+        insert.push_values(&batch.messages, |mut row, (e, m)| {
+            row.push_bind(e.peer_id.as_str())
+                .push_bind(e.context_id.as_str())
+                .push_bind(e.task_id.as_str())
+                .push_bind(m.role.as_str())
+                .push_bind(m.text.as_str())
+                .push_bind(e.now);
+        });
+        insert.build().execute(&mut *tx).await?;
+    }
+    if !batch.usage.is_empty() {
+        let mut upsert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) ",
+        );
+        upsert.push_values(
+            &batch.usage,
+            |mut row, ((owner, peer, day), (tokens, requests))| {
+                row.push_bind(*owner)
+                    .push_bind(*peer)
+                    .push_bind(*day)
+                    .push_bind(i64::try_from(*tokens).unwrap_or(i64::MAX))
+                    .push_bind(i64::try_from(*requests).unwrap_or(i64::MAX));
+            },
+        );
+        upsert.push(
+            " ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
+             SET tokens = tokens + excluded.tokens, requests = requests + excluded.requests",
+        );
+        upsert.build().execute(&mut *tx).await?;
+    }
+    for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
+        super::accounts::insert_audit(&mut tx, entry).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exchange(task: &str, context: &str, now: i64, tokens: Option<u64>) -> Exchange {
+        Exchange {
+            task_id: task.into(),
+            peer_id: "p".into(),
+            context_id: context.into(),
+            state: "TASK_STATE_COMPLETED",
+            task_json: "{}".into(),
+            now,
+            expires_at: now + 1,
+            messages: vec![ConversationMessage {
+                role: ConversationRole::Peer,
+                text: "hi".into(),
+            }],
+            usage: tokens.map(|tokens| crate::store::ExchangeUsage {
+                owner_id: "a".into(),
+                day: "2026-11-30".into(),
+                tokens,
+            }),
+            audit: None,
+        }
+    }
+
+    #[test]
+    fn a_batch_touches_each_task_context_and_usage_row_once() {
+        let first = exchange("t1", "c", 10, Some(3));
+        let second = exchange("t2", "c", 20, Some(4));
+        let again = exchange("t1", "c", 30, None);
+        let batch = Batch::of(&[&first, &second, &again]);
+        assert_eq!(batch.tasks.len(), 2);
+        assert_eq!(batch.tasks[0].now, 30, "the later copy of t1 wins");
+        assert_eq!(batch.contexts.len(), 1);
+        assert_eq!(batch.contexts[&("p", "c")], 30);
+        assert_eq!(batch.messages.len(), 3);
+        assert_eq!(batch.usage.len(), 1);
+        assert_eq!(batch.usage[&("a", "p", "2026-11-30")], (7, 2));
+    }
+}

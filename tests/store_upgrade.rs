@@ -1,0 +1,160 @@
+//! A store written by an earlier release upgrades in place.
+//!
+//! `tests/data/stores/release-0.1-schema-4.sqlite3` was written by peergate 0.1 (schema
+//! version 4, kept in `PRAGMA user_version`, before the migrations were `.sql` files): two
+//! administrators, two peers with a token, a password and an API key, two answered messages
+//! in one context, usage and audit records. Each test works on a copy.
+
+mod common;
+
+use common::*;
+use peergate::store::Store;
+use peergate::store::sqlite::DATABASE_FILE;
+use peergate::token::{self, CredentialKind};
+use serde_json::json;
+
+const FIXTURE: &str = "tests/data/stores/release-0.1-schema-4.sqlite3";
+/// Alice's token, issued by that release into the fixture (valid only there).
+const ALICE_TOKEN: &str = "pgt_3judfRvyQh59_gckPdcu12wEVpcgmmISuPGZXGv7GhDNc0IPsDP";
+const FIRST_TASK: &str = "01a22cbb-67bd-776e-b81f-ddbe2ef25869";
+
+fn copy_of_fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(repo_root().join(FIXTURE), dir.path().join(DATABASE_FILE)).unwrap();
+    dir
+}
+
+async fn applied_migrations(dir: &std::path::Path) -> Vec<(i64, bool)> {
+    let url = format!("sqlite://{}", dir.join(DATABASE_FILE).display());
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+        .fetch_all(&mut db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_store_from_release_0_1_opens_with_everything_it_held() {
+    let dir = copy_of_fixture();
+    let store = Store::open(dir.path()).await.expect("the old store opens");
+    assert_eq!(
+        applied_migrations(dir.path()).await,
+        [(1, true), (2, true), (3, true), (4, true)],
+        "the old version is adopted, not run again"
+    );
+
+    let peers = store.accounts().list_peers(None).await.unwrap();
+    let names: Vec<(&str, &str)> = peers
+        .iter()
+        .map(|p| (p.name.as_str(), p.owner_name.as_str()))
+        .collect();
+    assert_eq!(names, [("alice", "operator"), ("bob", "ops")]);
+    let alice = &peers[0];
+
+    let parsed = token::parse(CredentialKind::PeerToken, ALICE_TOKEN).unwrap();
+    let credential = store
+        .credentials()
+        .find_credential(CredentialKind::PeerToken, parsed.token_id)
+        .await
+        .unwrap()
+        .expect("alice's token is still there");
+    assert!(credential.active && parsed.matches(&credential.secret_hash));
+    let login = store.credentials().find_peer_login("alice").await.unwrap();
+    assert!(login.unwrap().password_hash.is_some());
+    let ops = store.credentials().find_admin_login("ops").await.unwrap();
+    assert!(ops.unwrap().password_hash.is_some());
+
+    // The task is read as it was stored (at a time inside its retention).
+    let created = i64::from_str_radix(&FIRST_TASK.replace('-', "")[..12], 16).unwrap();
+    let task = store
+        .tasks()
+        .find_task(&alice.id, FIRST_TASK, created)
+        .await
+        .unwrap()
+        .expect("the answered task survives the upgrade");
+    assert!(task.contains("TASK_STATE_COMPLETED"), "{task}");
+    let history = store
+        .tasks()
+        .context_history(&alice.id, "ctx-1", 20)
+        .await
+        .unwrap();
+    assert_eq!(history.len(), 4);
+
+    let conversations = store
+        .conversations()
+        .conversations(&alice.owner_id)
+        .await
+        .unwrap();
+    assert_eq!(conversations.len(), 1);
+    assert_eq!(conversations[0].messages, 4);
+    let spent = store
+        .usage()
+        .tokens_spent(&alice.owner_id, "2026-11")
+        .await
+        .unwrap();
+    assert_eq!(spent, 380);
+    let audit = store.accounts().audit_since(0, None).await.unwrap();
+    assert_eq!(audit.len(), 12);
+    store.close().await;
+
+    // A second open finds nothing to do.
+    let again = Store::open(dir.path()).await.unwrap();
+    assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
+    again.close().await;
+    assert_eq!(applied_migrations(dir.path()).await.len(), 4);
+}
+
+#[tokio::test]
+async fn a_gateway_on_an_upgraded_store_answers_the_old_token_in_the_old_context() {
+    let dir = copy_of_fixture();
+    let data = dir.path().to_str().unwrap();
+    let server = ServeProcess::start(dir.path(), &["--data", data]);
+    let answer = rpc(
+        &server.door(),
+        ALICE_TOKEN,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": "m3", "contextId": "ctx-1", "role": "ROLE_USER",
+            "parts": [{"text": "still there?"}]}}}),
+    )
+    .await;
+    assert_eq!(
+        task_of(&answer)["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{answer}"
+    );
+    drop(server);
+    let store = Store::open(dir.path()).await.unwrap();
+    let alice = store.accounts().find_peer("alice").await.unwrap().unwrap();
+    let history = store
+        .tasks()
+        .context_history(&alice.id, "ctx-1", 20)
+        .await
+        .unwrap();
+    assert_eq!(history.len(), 6, "the new turn joined the old conversation");
+}
+
+#[tokio::test]
+async fn a_store_from_a_newer_release_is_refused_unchanged() {
+    let dir = copy_of_fixture();
+    Store::open(dir.path()).await.unwrap().close().await;
+    let url = format!("sqlite://{}", dir.path().join(DATABASE_FILE).display());
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99, 'from the future', TRUE, x'00', 0)",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    drop(db);
+    let error = Store::open(dir.path()).await.unwrap_err().to_string();
+    assert!(
+        error.starts_with("cannot bring the store's schema up to date"),
+        "{error}"
+    );
+    assert!(error.contains("99"), "{error}");
+}
