@@ -20,14 +20,17 @@ use crate::budget::Budgets;
 use crate::clock::{Clock, rfc3339_millis};
 use crate::jsonrpc::{self, Method, RpcError};
 use crate::metrics::{FinalState, Metrics};
-use crate::store::{AuditEntry, ConversationMessage, ConversationRole, Exchange, TaskStore};
+use crate::shared::events::{LocalTaskEvents, TaskEvent, TaskEvents};
+use crate::shared::ownership::{SingleInstance, TaskOwnership};
+use crate::shared::turns::{LocalTurnLocks, TurnLocks};
+use crate::store::{
+    AuditEntry, ConversationMessage, ConversationRole, Exchange, TaskStore, WorkingTask,
+};
 use serde_json::json;
 use serde_json::value::RawValue;
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::OwnedMutexGuard;
 
 /// What the agent needs from the policy.
 #[derive(Debug, Clone)]
@@ -52,8 +55,30 @@ pub struct Agent {
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     settings: AgentSettings,
-    locks: ContextLocks,
+    shared: SharedState,
     extended_card: Box<RawValue>,
+}
+
+/// The agent's seams to state that several instances would share.
+#[derive(Debug, Clone)]
+pub struct SharedState {
+    /// One turn at a time per context.
+    pub turns: Arc<dyn TurnLocks>,
+    /// Where a task's changes are heard.
+    pub events: Arc<dyn TaskEvents>,
+    /// Which instance answers which working task.
+    pub ownership: Arc<dyn TaskOwnership>,
+}
+
+impl Default for SharedState {
+    /// The in-process engines: one instance.
+    fn default() -> Self {
+        Self {
+            turns: Arc::new(LocalTurnLocks::default()),
+            events: Arc::new(LocalTaskEvents::default()),
+            ownership: Arc::new(SingleInstance::default()),
+        }
+    }
 }
 
 impl std::fmt::Debug for Agent {
@@ -81,9 +106,21 @@ impl Agent {
             metrics,
             clock,
             settings,
-            locks: ContextLocks::default(),
+            shared: SharedState::default(),
             extended_card: RawValue::from_string("{}".to_owned()).unwrap_or_default(),
         }
+    }
+
+    /// Shares turns, task events and ownership through `shared` instead of the in-process
+    /// engines.
+    pub fn with_shared_state(mut self, shared: SharedState) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// Where this agent's task events are heard.
+    pub fn task_events(&self) -> Arc<dyn TaskEvents> {
+        self.shared.events.clone()
     }
 
     /// The extended Agent Card `GetExtendedAgentCard` answers with (signed, as served).
@@ -180,6 +217,7 @@ impl Agent {
             .err();
         let task_id = new_id();
         let retention = i64::try_from(self.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
+        let instance: Arc<str> = self.shared.ownership.instance().into();
         let exchange_for = |state: TaskState, task_json: String| {
             let now = self.clock.now_millis();
             Exchange {
@@ -193,6 +231,7 @@ impl Agent {
                 messages: Vec::new(),
                 usage: None,
                 audit: None,
+                instance: Some(instance.clone()),
             }
         };
         let task_for = |state: TaskState, reply: &str| {
@@ -226,8 +265,9 @@ impl Agent {
             // timeout), short enough that a queue does not pile up behind a stuck model.
             let wait = self.settings.backend_timeout.mul_f32(1.5);
             _turn = Some(
-                self.locks
-                    .acquire(peer.id(), &context_id, wait)
+                self.shared
+                    .turns
+                    .begin_turn(peer.id(), &context_id, wait)
                     .await
                     .ok_or(RpcError::ContextBusy)?,
             );
@@ -241,10 +281,12 @@ impl Agent {
             // leaving it working.
             let failed_json = serde_json::to_string(&task_for(TaskState::Failed, UNFINISHED_TEXT))
                 .map_err(internal)?;
+            let heard = self.event(peer, &task_id, TaskState::Working, &working_json);
             self.store
                 .save_exchange(exchange_for(TaskState::Working, working_json))
                 .await
                 .map_err(store_unavailable)?;
+            self.announce(heard);
             unfinished = Some(UnfinishedTask {
                 store: self.store.clone(),
                 task_id: task_id.clone(),
@@ -313,11 +355,13 @@ impl Agent {
                 serde_json::to_string(&json!({"task": task})).map_err(internal)?
             }
         };
+        let heard = self.event(peer, &task_id, state, &task_json);
         let mut finished = exchange_for(state, task_json);
         finished.messages = exchange;
         finished.usage = usage;
         finished.audit = audit;
         self.store.save_exchange(finished).await.map_err(internal)?;
+        self.announce(heard);
         if let Some(mut stored) = unfinished {
             stored.finished();
         }
@@ -338,7 +382,15 @@ impl Agent {
         created_before: Option<i64>,
     ) -> Result<usize, crate::store::StoreError> {
         let working = self.store.working_tasks(created_before).await?;
-        for (id, body) in &working {
+        let mut failed = 0;
+        for WorkingTask { id, body, instance } in &working {
+            // Another live instance is still answering it.
+            if let Some(instance) = instance
+                && instance != self.shared.ownership.instance()
+                && self.shared.ownership.is_live(instance).await
+            {
+                continue;
+            }
             let Ok(mut task) = serde_json::from_str::<Task>(body) else {
                 tracing::error!(task_id = %id, "an interrupted task could not be read");
                 continue;
@@ -357,8 +409,32 @@ impl Agent {
             self.store
                 .finish_working_task(id, TaskState::Failed.as_str(), &body)
                 .await?;
+            failed += 1;
         }
-        Ok(working.len())
+        Ok(failed)
+    }
+
+    /// The event for a stored state of a task, if anyone may be listening.
+    fn event(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+        state: TaskState,
+        task_json: &str,
+    ) -> Option<TaskEvent> {
+        self.shared.events.listening().then(|| TaskEvent {
+            peer_id: peer.id_arc(),
+            task_id: task_id.into(),
+            state: state.as_str(),
+            task_json: task_json.into(),
+        })
+    }
+
+    /// Publishes an event once its state is durable.
+    fn announce(&self, event: Option<TaskEvent>) {
+        if let Some(event) = event {
+            self.shared.events.publish(event);
+        }
     }
 
     /// The task for one message: the peer's text and the agent's reply in its history, and the
@@ -604,57 +680,6 @@ fn failure_text(error: &BackendError) -> String {
     format!("The model behind this gateway could not answer ({why}). Please retry later.")
 }
 
-/// A conversation's key: contexts are namespaced by peer.
-type ContextKey = (String, String);
-
-/// One lock per (peer, context), kept only while someone holds or waits for it.
-#[derive(Default)]
-struct ContextLocks {
-    locks: Mutex<HashMap<ContextKey, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-struct ContextTurn<'a> {
-    locks: &'a ContextLocks,
-    key: ContextKey,
-    lock: Arc<tokio::sync::Mutex<()>>,
-    guard: Option<OwnedMutexGuard<()>>,
-}
-
-impl ContextLocks {
-    async fn acquire(
-        &self,
-        peer_id: &str,
-        context_id: &str,
-        wait: Duration,
-    ) -> Option<ContextTurn<'_>> {
-        let key = (peer_id.to_owned(), context_id.to_owned());
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-            locks.entry(key.clone()).or_default().clone()
-        };
-        let mut turn = ContextTurn {
-            locks: self,
-            key,
-            lock: lock.clone(),
-            guard: None,
-        };
-        // On timeout `turn` drops here and tidies the map like a finished turn.
-        turn.guard = Some(tokio::time::timeout(wait, lock.lock_owned()).await.ok()?);
-        Some(turn)
-    }
-}
-
-impl Drop for ContextTurn<'_> {
-    fn drop(&mut self) {
-        self.guard.take();
-        let mut locks = self.locks.locks.lock().unwrap_or_else(|e| e.into_inner());
-        // Two references left (the map's and ours): nobody else holds or waits for it.
-        if Arc::strong_count(&self.lock) == 2 {
-            locks.remove(&self.key);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -711,6 +736,7 @@ mod tests {
                 messages: Vec::new(),
                 usage: None,
                 audit: None,
+                instance: None,
             })
             .await
             .unwrap();
@@ -739,27 +765,158 @@ mod tests {
         );
     }
 
+    /// Records what the agent publishes.
+    #[derive(Debug, Default)]
+    struct Heard(std::sync::Mutex<Vec<(String, &'static str)>>);
+
+    impl TaskEvents for Heard {
+        fn listening(&self) -> bool {
+            true
+        }
+        fn publish(&self, event: TaskEvent) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((event.task_id.to_string(), event.state));
+        }
+        fn subscribe(&self, _: &str, _: &str) -> crate::shared::events::TaskSubscription {
+            unreachable!("the agent only publishes")
+        }
+    }
+
+    /// Says one other instance is alive.
+    #[derive(Debug)]
+    struct OneOtherLive;
+
+    #[async_trait::async_trait]
+    impl TaskOwnership for OneOtherLive {
+        fn instance(&self) -> &str {
+            "ins_me"
+        }
+        async fn is_live(&self, instance: &str) -> bool {
+            matches!(instance, "ins_me" | "ins_live")
+        }
+    }
+
+    async fn agent_over(store: &crate::store::Store, shared: SharedState) -> Agent {
+        let clock: Arc<dyn Clock> = Arc::new(crate::clock::ManualClock::new(1_800_000_000_000));
+        let budgets = Arc::new(Budgets::new(
+            store.usage(),
+            clock.clone(),
+            crate::budget::BudgetDefaults {
+                tokens_per_day: 1_000_000,
+                tokens_per_month: None,
+            },
+            Duration::from_secs(2),
+        ));
+        Agent::new(
+            store.tasks(),
+            Backend::Echo,
+            budgets,
+            Arc::new(Metrics::default()),
+            clock,
+            AgentSettings {
+                instructions: String::new(),
+                task_retention: Duration::from_secs(3600),
+                context_messages: 20,
+                max_text_bytes: 1000,
+                backend_timeout: Duration::from_secs(1),
+            },
+        )
+        .with_shared_state(shared)
+    }
+
     #[tokio::test]
-    async fn context_locks_are_removed_when_free() {
-        let locks = ContextLocks::default();
-        {
-            let _turn = locks
-                .acquire("p", "c", Duration::from_secs(1))
+    async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path()).await.unwrap();
+        let heard = Arc::new(Heard::default());
+        let shared = SharedState {
+            events: heard.clone(),
+            ..SharedState::default()
+        };
+        let agent = agent_over(&store, shared).await;
+        let mut change = store.accounts().begin_change().await.unwrap();
+        let owner = crate::store::AdminRecord {
+            id: "adm_1".into(),
+            name: "owner".into(),
+            status: "active".into(),
+            has_password: false,
+            model_allowed: true,
+            tokens_per_day: None,
+            tokens_per_month: None,
+            created_at: 1,
+        };
+        change.insert_admin(&owner, None).await.unwrap();
+        change.commit().await.unwrap();
+        let peer = AuthenticatedPeer::for_tests("peer_1", "adm_1");
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}}}"#;
+        let answer: serde_json::Value =
+            serde_json::from_str(&agent.handle(&peer, None, body).await).unwrap();
+        let task_id = answer["result"]["task"]["id"].as_str().unwrap().to_owned();
+        let heard = heard.0.lock().unwrap().clone();
+        assert_eq!(
+            heard,
+            [
+                (task_id.clone(), "TASK_STATE_WORKING"),
+                (task_id.clone(), "TASK_STATE_COMPLETED")
+            ]
+        );
+        let stored = store
+            .tasks()
+            .find_task("peer_1", &task_id, 1_800_000_000_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(stored.contains("TASK_STATE_COMPLETED"));
+    }
+
+    #[tokio::test]
+    async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path()).await.unwrap();
+        let shared = SharedState {
+            ownership: Arc::new(OneOtherLive),
+            ..SharedState::default()
+        };
+        let agent = agent_over(&store, shared).await;
+        for (task, instance) in [
+            ("t_gone", Some("ins_gone")),
+            ("t_live", Some("ins_live")),
+            ("t_old", None),
+        ] {
+            let working = agent.task(task, "c1", "m1", "hello", TaskState::Working, WORKING_TEXT);
+            store
+                .tasks()
+                .save_exchange(Exchange {
+                    task_id: task.into(),
+                    peer_id: "p1".into(),
+                    context_id: "c1".into(),
+                    state: TaskState::Working.as_str(),
+                    task_json: serde_json::to_string(&working).unwrap(),
+                    now: 1,
+                    expires_at: i64::MAX,
+                    messages: Vec::new(),
+                    usage: None,
+                    audit: None,
+                    instance: instance.map(Arc::from),
+                })
                 .await
                 .unwrap();
-            assert!(
-                locks
-                    .acquire("p", "c", Duration::from_millis(10))
-                    .await
-                    .is_none()
-            );
-            assert!(
-                locks
-                    .acquire("p", "other", Duration::from_millis(10))
-                    .await
-                    .is_some()
-            );
         }
-        assert!(locks.locks.lock().unwrap().is_empty());
+        assert_eq!(agent.fail_interrupted_tasks(None).await.unwrap(), 2);
+        let left: Vec<String> = store
+            .tasks()
+            .working_tasks(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(
+            left,
+            ["t_live"],
+            "another live instance is still answering it"
+        );
     }
 }

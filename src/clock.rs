@@ -13,8 +13,10 @@ pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since 1970-01-01T00:00:00Z.
     fn now_millis(&self) -> i64;
 
-    /// Nanoseconds since 1970-01-01T00:00:00Z, for rate limiting.
-    fn now_nanos(&self) -> i64 {
+    /// Nanoseconds on a clock that never goes back (not the wall clock: a step of the system
+    /// time must not refill or drain every rate-limit budget), for rate limiting. Only
+    /// differences between two readings mean anything.
+    fn monotonic_nanos(&self) -> i64 {
         self.now_millis().saturating_mul(1_000_000)
     }
 }
@@ -31,11 +33,13 @@ impl Clock for SystemClock {
             .unwrap_or(0)
     }
 
-    fn now_nanos(&self) -> i64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-            .unwrap_or(0)
+    fn monotonic_nanos(&self) -> i64 {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        // Offset by a day so that "long ago" (a key never seen) stays far below any reading.
+        let since_start = START.get_or_init(std::time::Instant::now).elapsed();
+        i64::try_from(since_start.as_nanos())
+            .unwrap_or(i64::MAX)
+            .saturating_add(86_400_000_000_000)
     }
 }
 

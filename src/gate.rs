@@ -30,8 +30,8 @@
 //! # });
 //! ```
 
+use crate::http::refusal::RefusalReason;
 use crate::jsonrpc::{self, RpcError, RpcId};
-use crate::metrics::Rejection;
 use axum::Extension;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, header};
@@ -207,7 +207,7 @@ where
                             header::CONTENT_TYPE,
                             HeaderValue::from_static("application/json"),
                         )],
-                        Extension(Rejection(reason)),
+                        Extension(RefusalReason(reason)),
                         body,
                     )
                         .into_response())

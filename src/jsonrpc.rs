@@ -153,41 +153,33 @@ pub enum RpcError {
 }
 
 impl RpcError {
+    /// The one table of JSON-RPC errors: (code, `google.rpc.ErrorInfo` reason).
+    fn entry(&self) -> (i64, &'static str) {
+        match self {
+            Self::Parse => (-32700, "JSON_PARSE"),
+            Self::InvalidRequest(_) => (-32600, "INVALID_REQUEST"),
+            Self::MethodNotFound => (-32601, "METHOD_NOT_FOUND"),
+            Self::InvalidParams { .. } => (-32602, "INVALID_PARAMS"),
+            Self::Internal { .. } => (-32603, "INTERNAL"),
+            Self::StoreUnavailable { .. } => (-32603, "STORE_UNAVAILABLE"),
+            Self::TaskNotFound => (-32001, "TASK_NOT_FOUND"),
+            Self::TaskNotCancelable => (-32002, "TASK_NOT_CANCELABLE"),
+            Self::UnsupportedOperation(_) => (-32004, "UNSUPPORTED_OPERATION"),
+            Self::ContentTypeNotSupported(_) => (-32005, "CONTENT_TYPE_NOT_SUPPORTED"),
+            Self::ExtensionSupportRequired { .. } => (-32008, "EXTENSION_SUPPORT_REQUIRED"),
+            Self::VersionNotSupported { .. } => (-32009, "VERSION_NOT_SUPPORTED"),
+            Self::ContextBusy => (-32000, "CONTEXT_BUSY"),
+        }
+    }
+
     /// The JSON-RPC error code.
     pub fn code(&self) -> i64 {
-        match self {
-            Self::Parse => -32700,
-            Self::InvalidRequest(_) => -32600,
-            Self::MethodNotFound => -32601,
-            Self::InvalidParams { .. } => -32602,
-            Self::Internal { .. } | Self::StoreUnavailable { .. } => -32603,
-            Self::TaskNotFound => -32001,
-            Self::TaskNotCancelable => -32002,
-            Self::UnsupportedOperation(_) => -32004,
-            Self::ContentTypeNotSupported(_) => -32005,
-            Self::ExtensionSupportRequired { .. } => -32008,
-            Self::VersionNotSupported { .. } => -32009,
-            Self::ContextBusy => -32000,
-        }
+        self.entry().0
     }
 
     /// The `google.rpc.ErrorInfo` reason.
     pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Parse => "JSON_PARSE",
-            Self::InvalidRequest(_) => "INVALID_REQUEST",
-            Self::MethodNotFound => "METHOD_NOT_FOUND",
-            Self::InvalidParams { .. } => "INVALID_PARAMS",
-            Self::Internal { .. } => "INTERNAL",
-            Self::StoreUnavailable { .. } => "STORE_UNAVAILABLE",
-            Self::TaskNotFound => "TASK_NOT_FOUND",
-            Self::TaskNotCancelable => "TASK_NOT_CANCELABLE",
-            Self::UnsupportedOperation(_) => "UNSUPPORTED_OPERATION",
-            Self::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
-            Self::ExtensionSupportRequired { .. } => "EXTENSION_SUPPORT_REQUIRED",
-            Self::VersionNotSupported { .. } => "VERSION_NOT_SUPPORTED",
-            Self::ContextBusy => "CONTEXT_BUSY",
-        }
+        self.entry().1
     }
 
     fn message(&self) -> String {

@@ -5,9 +5,9 @@
 //! and the series count is bounded. Counting is a few relaxed atomic additions per request.
 //!
 //! [`MetricsLayer`], outermost, counts each request by route and status, and each refusal by
-//! reason: a 401 is `unauthenticated`, a 413 `body_too_large`, a 429 the limit its
-//! `RateLimit-Policy` names; a layer that refuses with another status (the protocol gate's
-//! JSON-RPC errors) puts a [`Rejection`] in the response's extensions.
+//! the [`RefusalReason`] its answer carries: the refusal map puts it there (a 401 is
+//! `unauthenticated`, a 413 `body_too_large`, a 429 the limit that tripped), and so does the
+//! protocol gate for its JSON-RPC errors. No header text is parsed.
 //!
 //! ```
 //! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}};
@@ -25,6 +25,7 @@
 //! # });
 //! ```
 
+use crate::http::refusal::RefusalReason;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
@@ -62,10 +63,6 @@ const STATES: [&str; 3] = ["completed", "failed", "rejected"];
 const BUCKETS: [f64; 13] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
-
-/// Why a layer refused a request; put in the response's extensions for [`MetricsLayer`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rejection(pub &'static str);
 
 /// A final task state, for [`Metrics::task_finished`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,20 +311,8 @@ where
         let response = std::task::ready!(this.inner.poll(cx))?;
         let status = response.status();
         this.metrics.count_request(*this.route, status);
-        // Refusals are told apart by what they already carry, so the cheapest answers (floods
-        // of 401 and 429) pay for no extra allocation.
-        let reason = match status {
-            StatusCode::UNAUTHORIZED if *this.route == ADMIN_ROUTE => Some("admin_unauthenticated"),
-            StatusCode::UNAUTHORIZED => Some("unauthenticated"),
-            StatusCode::PAYLOAD_TOO_LARGE => Some("body_too_large"),
-            StatusCode::TOO_MANY_REQUESTS => response
-                .headers()
-                .get("ratelimit-policy")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split('"').nth(1)),
-            _ => response.extensions().get::<Rejection>().map(|r| r.0),
-        };
-        if let Some(reason) = reason {
+        // The refusal map typed the reason; reading it costs one extension look-up.
+        if let Some(RefusalReason(reason)) = response.extensions().get::<RefusalReason>() {
             this.metrics.rejected(reason);
         }
         Poll::Ready(Ok(response))

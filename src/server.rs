@@ -2,7 +2,7 @@
 
 use crate::accept::ConnectionLimits;
 use crate::admin::api::AdminState;
-use crate::admin::{AccountDefaults, AccountService, AdminAuthenticator, ChangeListener};
+use crate::admin::{AccountDefaults, AccountService, AdminAuthenticator};
 use crate::agent::{Agent, AgentSettings};
 use crate::auth::{AuthLayer, AuthRefusal, AuthSettings, AuthenticatedPeer, PeerAuthenticator};
 use crate::backend::{Backend, BackendSetupError};
@@ -13,9 +13,11 @@ use crate::client_addr::ClientAddrLayer;
 use crate::clock::Clock;
 use crate::document::{self, CachedDocument};
 use crate::gate::GateLayer;
+use crate::http::refusal::{self, Refusal};
 use crate::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::metrics::{Metrics, MetricsLayer};
 use crate::policy::{Policy, PolicySource};
+use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
 use crate::store::{Store, StoreError};
 use crate::{jws, keys};
 use axum::Extension;
@@ -330,7 +332,9 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,
         ))
-        .layer(axum::middleware::map_response(explain_timeout))
+        .layer(axum::middleware::map_response(
+            refusal::explain_layer_refusals,
+        ))
         .layer(per_peer.clone())
         .layer(AuthLayer::shared(authenticator.clone()));
     let guarded = Router::new()
@@ -348,6 +352,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(MetricsLayer::new(metrics.clone(), &a2a_path));
 
+    let changes: Arc<dyn ChangeNotifier> = Arc::new(LocalChanges::default());
     let accounts = AccountService::new(
         store.clone(),
         options.clock.clone(),
@@ -356,7 +361,8 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             rate_per_minute: policy.peers.default_rate_per_minute,
         },
     )
-    .with_listener(Arc::new(ForgetOnChange {
+    .with_changes(changes.clone());
+    changes.subscribe(Arc::new(ForgetOnChange {
         authenticator: authenticator.clone(),
         budgets: budgets.clone(),
     }));
@@ -382,7 +388,9 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         StatusCode::REQUEST_TIMEOUT,
         request_timeout,
     ))
-    .layer(axum::middleware::map_response(explain_timeout));
+    .layer(axum::middleware::map_response(
+        refusal::explain_layer_refusals,
+    ));
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let limits = ConnectionLimits {
@@ -447,12 +455,11 @@ struct ForgetOnChange {
 }
 
 impl ChangeListener for ForgetOnChange {
-    fn peer_changed(&self, peer_id: &str) {
-        self.authenticator.forget_peer(peer_id);
-    }
-
-    fn admin_changed(&self, admin_id: &str) {
-        self.budgets.forget(admin_id);
+    fn changed(&self, change: &Change) {
+        match change {
+            Change::Peer(peer_id) => self.authenticator.forget_peer(peer_id),
+            Change::Admin(admin_id) => self.budgets.forget(admin_id),
+        }
     }
 }
 
@@ -494,9 +501,9 @@ async fn agent_card(
     let client = client.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.limit_key());
     match state.authenticator.authenticate(&headers, client).await {
         Ok(_) => state.extended.respond(&headers),
-        Err(AuthRefusal::Unauthenticated(error)) => {
-            error.response(state.authenticator.challenges())
-        }
+        Err(AuthRefusal::Unauthenticated(error)) => error
+            .refusal(state.authenticator.challenges())
+            .into_response(),
         Err(AuthRefusal::Limited(limited)) => limited.into_response(),
     }
 }
@@ -521,35 +528,16 @@ async fn build_jwks(
     Ok(CachedDocument::new(bytes, changed, "public, max-age=300"))
 }
 
-/// The request timeout answers with an empty body; this says what happened.
-async fn explain_timeout(response: Response) -> Response {
-    if response.status() != StatusCode::REQUEST_TIMEOUT {
-        return response;
-    }
-    let body = json!({"error": {"code": "request_timeout", "message": "the request was not completed within server.request_timeout_seconds (a body sent too slowly, or a turn that took too long); a turn already asking the model still stores its task"}});
-    (StatusCode::REQUEST_TIMEOUT, Json(body)).into_response()
-}
-
 async fn health() -> Json<serde_json::Value> {
     Json(json!({"status": "healthy"}))
 }
 
 async fn not_found() -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(json!({"error": {"code": "not_found", "message": "no such route"}})),
-    )
-        .into_response()
+    Refusal::NoRoute.into_response()
 }
 
 fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let request_id = uuid::Uuid::new_v4().to_string();
-    tracing::error!(request_id = %request_id, "a request handler panicked");
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        Json(json!({"error": {"code": "internal", "message": "internal error", "requestId": request_id}})),
-    )
-        .into_response()
+    Refusal::internal(&"a panic", "a request handler panicked").into_response()
 }
 
 /// Once a minute: removes expired tasks (`GetTask` already hides them before that) and lets the
@@ -569,9 +557,9 @@ struct Caches {
 }
 
 impl Caches {
-    fn purge(&self, now_nanos: i64) {
-        self.per_ip.limiter().purge(now_nanos);
-        self.per_peer.limiter().purge(now_nanos);
+    fn purge(&self) {
+        self.per_ip.limiter().forget_rested();
+        self.per_peer.limiter().forget_rested();
         self.authenticator.purge();
         self.budgets.purge();
     }
@@ -598,7 +586,7 @@ async fn housekeeping(
                 Err(e) => tracing::warn!(error = %e, "could not rebuild the JWKS"),
             }
         }
-        caches.purge(clock.now_nanos());
+        caches.purge();
         // A task still working past the request timeout lost its turn (its answer could not be
         // stored): say so instead of leaving it working until the next start.
         let cutoff =

@@ -114,6 +114,13 @@ async fn door_refuses_requests_without_a_valid_token() {
             challenge.starts_with("Bearer realm=\"peergate\""),
             "{challenge}"
         );
+        // RFC 6750 §3.1: a token that was presented and refused is named invalid_token in the
+        // challenge too; a request without one gets no error attribute.
+        assert_eq!(
+            challenge.ends_with(r#", error="invalid_token""#),
+            code == "invalid_token",
+            "{authorization:?}: {challenge}"
+        );
         let json: Value = response.json().await.unwrap();
         assert_eq!(json["error"]["code"], code, "{authorization:?}");
         assert!(
@@ -655,8 +662,10 @@ async fn oversized_body_is_refused_before_the_handler() {
         "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{{\"message\":{{\"messageId\":\"m\",\"role\":\"ROLE_USER\",\"parts\":[{{\"text\":\"{}\"}}]}}}}}}",
         "a".repeat(1024 * 1024)
     );
-    let (status, _) = post_raw(&gw.door, Some(&token), body).await;
+    let (status, answer) = post_raw(&gw.door, Some(&token), body).await;
     assert_eq!(status, 413);
+    // The same JSON shape as every other refusal, not the body-limit layer's plain text.
+    assert_eq!(answer["error"]["code"], "body_too_large", "{answer}");
     gw.stop().await;
 }
 

@@ -10,6 +10,7 @@ use super::auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin};
 use super::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
 use crate::budget::{Budgets, day_and_month};
 use crate::clock::{Clock, parse_rfc3339, rfc3339_millis};
+use crate::http::refusal::Refusal;
 use crate::metrics::{Metrics, MetricsLayer};
 use crate::store::{AuditRecord, PeerRecord};
 use axum::body::Bytes;
@@ -143,13 +144,16 @@ impl From<ServiceError> for ApiError {
     }
 }
 
+// Built by the refusal map (`crate::http::refusal`); this type only documents it.
 /// The error body of every failed admin request.
 #[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
 struct ErrorBody {
     error: ErrorDetail,
 }
 
 #[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
 struct ErrorDetail {
     /// A stable code: `invalid`, `not_found`, `conflict`, `forbidden`, `internal`, …
     code: String,
@@ -162,41 +166,23 @@ struct ErrorDetail {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, code, message, request_id) = match self {
-            Self::Body(message) => (StatusCode::BAD_REQUEST, "invalid_body", message, None),
-            Self::Service(error) => match error {
-                ServiceError::Invalid { .. } => {
-                    (StatusCode::BAD_REQUEST, "invalid", error.to_string(), None)
-                }
-                ServiceError::NotFound(_) => {
-                    (StatusCode::NOT_FOUND, "not_found", error.to_string(), None)
-                }
-                ServiceError::Conflict(_) => {
-                    (StatusCode::CONFLICT, "conflict", error.to_string(), None)
-                }
-                ServiceError::Forbidden(_) => {
-                    (StatusCode::FORBIDDEN, "forbidden", error.to_string(), None)
-                }
-                other => {
-                    let request_id = uuid::Uuid::new_v4().to_string();
-                    tracing::error!(request_id = %request_id, error = %other, "admin request failed");
-                    (
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "internal",
-                        "internal error".to_owned(),
-                        Some(request_id),
-                    )
-                }
-            },
-        };
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code: code.to_owned(),
+        let refusal = match self {
+            Self::Body(message) => Refusal::Invalid {
+                code: "invalid_body",
                 message,
-                request_id,
+            },
+            Self::Service(error) => match error {
+                ServiceError::Invalid { .. } => Refusal::Invalid {
+                    code: "invalid",
+                    message: error.to_string(),
+                },
+                ServiceError::NotFound(_) => Refusal::NotFound(error.to_string()),
+                ServiceError::Conflict(_) => Refusal::Conflict(error.to_string()),
+                ServiceError::Forbidden(_) => Refusal::Forbidden(error.to_string()),
+                other => Refusal::internal(&other, "admin request failed"),
             },
         };
-        (status, Json(body)).into_response()
+        refusal.into_response()
     }
 }
 

@@ -40,14 +40,15 @@ use crate::auth::parse_basic;
 use crate::auth::password::PasswordChecker;
 use crate::client_addr::ClientAddr;
 use crate::clock::Clock;
+use crate::http::refusal::Refusal as HttpRefusal;
 use crate::limit::{Decision, KeyedGcra, Limit, Quota, RateLimited};
+use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
 use crate::token::{self, CredentialKind};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Request, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
@@ -114,7 +115,8 @@ pub enum AdminAuthError {
 }
 
 impl AdminAuthError {
-    fn code(self) -> &'static str {
+    /// The stable code in the JSON body.
+    pub fn code(self) -> &'static str {
         match self {
             Self::MissingCredentials => "missing_credentials",
             Self::MalformedHeader => "malformed_authorization",
@@ -127,24 +129,7 @@ impl AdminAuthError {
 
 impl IntoResponse for AdminAuthError {
     fn into_response(self) -> Response {
-        let status = match self {
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::UNAUTHORIZED,
-        };
-        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
-        let mut response = (status, axum::Json(body)).into_response();
-        if status == StatusCode::UNAUTHORIZED {
-            let headers = response.headers_mut();
-            headers.append(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(r#"Basic realm="peergate admin", charset="UTF-8""#),
-            );
-            headers.append(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(r#"Bearer realm="peergate admin""#),
-            );
-        }
-        response
+        HttpRefusal::AdminUnauthenticated(self).into_response()
     }
 }
 
@@ -159,7 +144,7 @@ impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         match self {
             Self::Unauthenticated(error) => error.into_response(),
-            Self::Limited(limited) => limited.into_response(),
+            Self::Limited(limited) => HttpRefusal::RateLimited(limited).into_response(),
         }
     }
 }
@@ -169,7 +154,7 @@ pub struct AdminAuthenticator {
     service: AccountService,
     clock: Arc<dyn Clock>,
     passwords: PasswordChecker,
-    failures: KeyedGcra<IpAddr>,
+    failures: LocalLimiter<IpAddr>,
     quota: Quota,
     /// One audit record a minute per address for sign-ins refused by the budget, so a flood
     /// leaves a trace without growing the log.
@@ -193,19 +178,16 @@ impl AdminAuthenticator {
         crate::limit::check_config(quota, 10_000).map_err(|e| e.to_string())?;
         Ok(Self {
             service,
-            clock,
+            clock: clock.clone(),
             passwords: PasswordChecker::new(1)?,
-            failures: KeyedGcra::new(10_000),
+            failures: LocalLimiter::new(10_000, clock.clone()),
             quota,
             throttle_notes: KeyedGcra::new(10_000),
         })
     }
 
-    fn spend_attempt(&self, client: IpAddr) -> Result<(), Refusal> {
-        match self
-            .failures
-            .check(&client, self.quota, self.clock.now_nanos())
-        {
+    async fn spend_attempt(&self, client: IpAddr) -> Result<(), Refusal> {
+        match self.failures.check(&client, self.quota).await {
             Decision::Allowed { .. } => Ok(()),
             Decision::Denied { retry_after } => Err(Refusal::Limited(RateLimited {
                 limit: Limit::FailedAuth,
@@ -224,10 +206,12 @@ impl AdminAuthenticator {
         let Some(value) = values.next() else {
             return Err(Refusal::Unauthenticated(AdminAuthError::MissingCredentials));
         };
-        if let Err(refusal) = self.spend_attempt(client) {
-            let note =
-                self.throttle_notes
-                    .check(&client, Quota::per_minute(1), self.clock.now_nanos());
+        if let Err(refusal) = self.spend_attempt(client).await {
+            let note = self.throttle_notes.check(
+                &client,
+                Quota::per_minute(1),
+                self.clock.monotonic_nanos(),
+            );
             if note.is_allowed() {
                 self.service
                     .record_failed_login(&client.to_string(), None, "throttled: failed-attempt budget spent; further refusals this minute are not recorded")
@@ -243,7 +227,7 @@ impl AdminAuthenticator {
         };
         match outcome {
             Ok(admin) => {
-                self.failures.refund(&client, self.clock.now_nanos());
+                self.failures.refund(&client);
                 Ok(AuthenticatedAdmin {
                     id: admin.0,
                     name: admin.1,

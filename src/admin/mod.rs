@@ -11,6 +11,5 @@ pub mod service;
 
 pub use auth::{AdminAuthError, AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin};
 pub use service::{
-    AccountDefaults, AccountService, Actor, BudgetChange, Caller, ChangeListener, NewPeer,
-    ServiceError,
+    AccountDefaults, AccountService, Actor, BudgetChange, Caller, NewPeer, ServiceError,
 };

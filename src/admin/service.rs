@@ -8,6 +8,7 @@
 use crate::auth::password::{MIN_PASSWORD_CHARS, hash_password};
 use crate::clock::{Clock, rfc3339_millis};
 use crate::policy::MAX_RATE_PER_MINUTE;
+use crate::shared::changes::{Change, ChangeNotifier};
 use crate::store::{
     AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerRecord,
     PeerUsage, Store, StoreError,
@@ -129,15 +130,6 @@ pub struct AccountDefaults {
     pub rate_per_minute: u32,
 }
 
-/// Called after a change, so the running gateway drops what it cached about a peer or an
-/// administrator and the change applies to the next request.
-pub trait ChangeListener: Send + Sync {
-    /// A peer's credentials, quota or expiry changed.
-    fn peer_changed(&self, peer_id: &str);
-    /// An administrator's budget or status changed.
-    fn admin_changed(&self, admin_id: &str);
-}
-
 /// A peer as created: its record and its token, which exists nowhere else.
 #[derive(Debug)]
 pub struct CreatedPeer {
@@ -188,7 +180,7 @@ pub struct AccountService {
     store: Store,
     clock: Arc<dyn Clock>,
     defaults: AccountDefaults,
-    listener: Option<Arc<dyn ChangeListener>>,
+    changes: Option<Arc<dyn ChangeNotifier>>,
 }
 
 impl std::fmt::Debug for AccountService {
@@ -274,13 +266,13 @@ impl AccountService {
             store,
             clock,
             defaults,
-            listener: None,
+            changes: None,
         }
     }
 
-    /// Tells `listener` about every change (the running gateway's caches).
-    pub fn with_listener(mut self, listener: Arc<dyn ChangeListener>) -> Self {
-        self.listener = Some(listener);
+    /// Publishes every change through `changes` (to the running gateway's caches).
+    pub fn with_changes(mut self, changes: Arc<dyn ChangeNotifier>) -> Self {
+        self.changes = Some(changes);
         self
     }
 
@@ -369,14 +361,14 @@ impl AccountService {
     }
 
     fn peer_changed(&self, peer_id: &str) {
-        if let Some(listener) = &self.listener {
-            listener.peer_changed(peer_id);
+        if let Some(changes) = &self.changes {
+            changes.publish(Change::Peer(peer_id.to_owned()));
         }
     }
 
     fn admin_changed(&self, admin_id: &str) {
-        if let Some(listener) = &self.listener {
-            listener.admin_changed(admin_id);
+        if let Some(changes) = &self.changes {
+            changes.publish(Change::Admin(admin_id.to_owned()));
         }
     }
 

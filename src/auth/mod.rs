@@ -47,18 +47,19 @@ pub mod password;
 
 use crate::client_addr::ClientAddr;
 use crate::clock::Clock;
-use crate::limit::{Decision, KeyedGcra, Limit, Quota, RateLimited};
+use crate::http::refusal::{Challenges, Refusal};
+use crate::limit::{Decision, Limit, Quota, RateLimited};
+use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
 use crate::store::CredentialStore;
 use crate::token::{self, CredentialKind};
 use axum::body::Body;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, Request, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use moka::future::Cache;
 use password::PasswordChecker;
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
@@ -103,6 +104,18 @@ impl AuthenticatedPeer {
     /// How the peer authenticated.
     pub fn scheme(&self) -> Scheme {
         self.scheme
+    }
+
+    /// A peer for the crate's own unit tests, which have no layer in front.
+    #[cfg(test)]
+    pub(crate) fn for_tests(id: &str, owner_id: &str) -> Self {
+        Self {
+            id: id.into(),
+            name: id.into(),
+            owner_id: owner_id.into(),
+            rate_per_minute: 60,
+            scheme: Scheme::Bearer,
+        }
     }
 }
 
@@ -194,34 +207,24 @@ impl AuthError {
         }
     }
 
-    /// The one place an authentication failure becomes a response: 401 with one challenge per
-    /// enabled scheme (503 when the store is away).
-    pub fn response(self, challenges: &[HeaderValue]) -> Response {
-        let status = match self {
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::UNAUTHORIZED,
-        };
-        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
-        let mut response = (status, axum::Json(body)).into_response();
-        if status == StatusCode::UNAUTHORIZED {
-            let headers = response.headers_mut();
-            for challenge in challenges {
-                headers.append(header::WWW_AUTHENTICATE, challenge.clone());
-            }
-        } else {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    /// The refusal that answers this failure with the listener's `challenges`.
+    pub fn refusal(self, challenges: &Challenges) -> Refusal {
+        Refusal::Unauthenticated {
+            error: self,
+            challenges: challenges.clone(),
         }
-        response
     }
 }
 
 impl IntoResponse for AuthError {
+    /// Only where a handler asks for a peer without the layer in front: Bearer alone.
     fn into_response(self) -> Response {
-        self.response(&[HeaderValue::from_static(r#"Bearer realm="peergate""#)])
+        self.refusal(&Challenges::new([BEARER_CHALLENGE.to_owned()]))
+            .into_response()
     }
 }
+
+const BEARER_CHALLENGE: &str = r#"Bearer realm="peergate""#;
 
 /// A refusal by the authentication layer: bad credentials, or the failed-attempt budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -342,14 +345,14 @@ pub struct PeerAuthenticator {
     store: Arc<dyn CredentialStore>,
     clock: Arc<dyn Clock>,
     settings: AuthSettings,
-    challenges: Vec<HeaderValue>,
+    challenges: Challenges,
     /// Recent verdicts by credential hash.
     verified: Option<Cache<[u8; 32], CachedVerdict>>,
     /// Bumped by every `forget_peer`: a verification that started before a revocation must not
     /// put its (now stale) verdict into the cache.
     generation: AtomicU64,
     passwords: PasswordChecker,
-    failures: KeyedGcra<IpAddr>,
+    failures: Arc<dyn RateLimiter<IpAddr>>,
     recently_touched: Cache<Arc<str>, ()>,
 }
 
@@ -376,21 +379,14 @@ impl PeerAuthenticator {
         }
         crate::limit::check_config(settings.failed_auth_quota, settings.tracked_addresses)
             .map_err(|e| AuthConfigError::Budget(e.to_string()))?;
-        let challenges = settings
-            .schemes
-            .iter()
-            .filter_map(|scheme| {
-                let text = match scheme {
-                    Scheme::Bearer => r#"Bearer realm="peergate""#.to_owned(),
-                    Scheme::Basic => r#"Basic realm="peergate", charset="UTF-8""#.to_owned(),
-                    Scheme::ApiKey => format!(
-                        r#"ApiKey realm="peergate", header="{}""#,
-                        settings.api_key_header_label
-                    ),
-                };
-                HeaderValue::from_str(&text).ok()
-            })
-            .collect();
+        let challenges = Challenges::new(settings.schemes.iter().map(|scheme| match scheme {
+            Scheme::Bearer => BEARER_CHALLENGE.to_owned(),
+            Scheme::Basic => r#"Basic realm="peergate", charset="UTF-8""#.to_owned(),
+            Scheme::ApiKey => format!(
+                r#"ApiKey realm="peergate", header="{}""#,
+                settings.api_key_header_label
+            ),
+        }));
         let verified = (!settings.cache_ttl.is_zero()).then(|| {
             Cache::builder()
                 .max_capacity(100_000)
@@ -406,7 +402,7 @@ impl PeerAuthenticator {
         }
         .map_err(AuthConfigError::Hashing)?;
         Ok(Self {
-            failures: KeyedGcra::new(settings.tracked_addresses),
+            failures: Arc::new(LocalLimiter::new(settings.tracked_addresses, clock.clone())),
             store,
             clock,
             challenges,
@@ -422,7 +418,7 @@ impl PeerAuthenticator {
     }
 
     /// The `WWW-Authenticate` challenges, one per enabled scheme.
-    pub fn challenges(&self) -> &[HeaderValue] {
+    pub fn challenges(&self) -> &Challenges {
         &self.challenges
     }
 
@@ -464,7 +460,7 @@ impl PeerAuthenticator {
 
     /// Drops failure budgets that are whole again (call periodically).
     pub fn purge(&self) {
-        self.failures.purge(self.clock.now_nanos());
+        self.failures.forget_rested();
     }
 
     /// Authenticates one request from `client`.
@@ -483,7 +479,7 @@ impl PeerAuthenticator {
             Ok(presented) => presented,
             Err(AuthError::MissingCredentials) => return Err(AuthError::MissingCredentials.into()),
             Err(error) => {
-                self.spend_attempt(client)?;
+                self.spend_attempt(client).await?;
                 return Err(error.into());
             }
         };
@@ -532,7 +528,7 @@ impl PeerAuthenticator {
             Some(_) | None => {
                 // A repeat of a refused credential costs an attempt like the first one did.
                 if !verified_here {
-                    self.spend_attempt(client)?;
+                    self.spend_attempt(client).await?;
                 }
                 Err(refused(presented.scheme()).into())
             }
@@ -540,9 +536,9 @@ impl PeerAuthenticator {
     }
 
     /// Counts one attempt against the client's budget; refuses when it is spent.
-    fn spend_attempt(&self, client: IpAddr) -> Result<(), RateLimited> {
+    async fn spend_attempt(&self, client: IpAddr) -> Result<(), RateLimited> {
         let quota = self.settings.failed_auth_quota;
-        match self.failures.check(&client, quota, self.clock.now_nanos()) {
+        match self.failures.check(&client, quota).await {
             Decision::Allowed { .. } => Ok(()),
             Decision::Denied { retry_after } => Err(RateLimited {
                 limit: Limit::FailedAuth,
@@ -559,13 +555,13 @@ impl PeerAuthenticator {
         presented: &Presented<'_>,
         client: IpAddr,
     ) -> Result<Option<Arc<VerifiedPeer>>, AuthRefusal> {
-        self.spend_attempt(client)?;
+        self.spend_attempt(client).await?;
         match self.verify(presented).await {
             Ok(peer) => {
                 // An expired credential is kept with its peer (so a change to that peer drops
                 // it from the cache) but is no success: its attempt stays spent.
                 if !self.expired(peer.valid_until) {
-                    self.failures.refund(&client, self.clock.now_nanos());
+                    self.failures.refund(&client);
                 }
                 Ok(Some(Arc::new(peer)))
             }
@@ -826,9 +822,11 @@ where
                     inner.call(request).await
                 }
                 Err(AuthRefusal::Unauthenticated(error)) => {
-                    Ok(error.response(authenticator.challenges()))
+                    Ok(error.refusal(authenticator.challenges()).into_response())
                 }
-                Err(AuthRefusal::Limited(limited)) => Ok(limited.into_response()),
+                Err(AuthRefusal::Limited(limited)) => {
+                    Ok(Refusal::RateLimited(limited).into_response())
+                }
             }
         })
     }
@@ -852,6 +850,6 @@ mod tests {
             .body(Body::empty())
             .unwrap();
         let response = app.oneshot(request).await.unwrap();
-        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.status(), axum::http::StatusCode::UNAUTHORIZED);
     }
 }

@@ -115,21 +115,21 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
         }
     }
 
-    /// Counts one request of `key` at `now_nanos` against `quota`.
-    pub fn check(&self, key: &K, quota: Quota, now_nanos: i64) -> Decision {
-        self.check_n(key, quota, now_nanos, 1)
+    /// Counts one request of `key` at `monotonic_nanos` against `quota`.
+    pub fn check(&self, key: &K, quota: Quota, monotonic_nanos: i64) -> Decision {
+        self.check_n(key, quota, monotonic_nanos, 1)
     }
 
     /// Whether one request of `key` would be admitted now, without counting it.
-    pub fn peek(&self, key: &K, quota: Quota, now_nanos: i64) -> Decision {
-        self.check_n(key, quota, now_nanos, 0)
+    pub fn peek(&self, key: &K, quota: Quota, monotonic_nanos: i64) -> Decision {
+        self.check_n(key, quota, monotonic_nanos, 0)
     }
 
     /// Gives back one request counted for `key` (a failed attempt that turned out to succeed).
-    pub fn refund(&self, key: &K, now_nanos: i64) {
+    pub fn refund(&self, key: &K, monotonic_nanos: i64) {
         let mut shard = self.shard(key);
         if let Some((tat, interval)) = shard.keys.get_mut(key) {
-            *tat = (*tat - *interval).max(now_nanos);
+            *tat = (*tat - *interval).max(monotonic_nanos);
         }
     }
 
@@ -198,13 +198,13 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
     }
 
     /// Drops every key whose budget is whole again.
-    pub fn purge(&self, now_nanos: i64) {
+    pub fn purge(&self, monotonic_nanos: i64) {
         for shard in &self.shards {
             shard
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .keys
-                .retain(|_, (tat, _)| *tat > now_nanos);
+                .retain(|_, (tat, _)| *tat > monotonic_nanos);
         }
     }
 }

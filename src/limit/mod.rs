@@ -1,20 +1,22 @@
 //! Rate limits: GCRA per client address, per peer, and a budget of failed authentications
 //! per client address.
 //!
-//! Every refusal is a [`RateLimited`] naming the [`Limit`] that tripped; it becomes the only
-//! 429 response shape: an integer `Retry-After` of at least one second, rounded up from the real
-//! wait (so a retry after that many seconds passes), the `RateLimit-Policy` and `RateLimit`
-//! headers of the IETF httpapi draft, and a small JSON body.
+//! Every refusal is a [`RateLimited`] naming the [`Limit`] that tripped; the refusal map
+//! ([`crate::http::refusal`]) turns it into the only 429 shape: an integer `Retry-After` of at
+//! least one second, rounded up from the real wait (so a retry after that many seconds passes),
+//! the `RateLimit-Policy` and `RateLimit` headers of the IETF httpapi draft, and a small JSON
+//! body.
 
 pub mod gcra;
 pub mod per_ip;
 pub mod per_peer;
 
-pub use gcra::{Decision, KeyedGcra, Quota};
+pub use gcra::{Decision, KeyedGcra, Quota, retry_after_seconds};
 pub use per_ip::PerIpLimitLayer;
 pub use per_peer::PerPeerLimitLayer;
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use crate::http::refusal::Refusal;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 
@@ -55,43 +57,7 @@ pub struct RateLimited {
 
 impl IntoResponse for RateLimited {
     fn into_response(self) -> Response {
-        let seconds = gcra::retry_after_seconds(self.retry_after);
-        let name = self.limit.name();
-        let (count, window) = (self.quota.count, self.quota.period.as_secs().max(1));
-        // Assembled by hand: floods of 429 are the hot path of an abusive client.
-        let (seconds_text, count_text, window_text) =
-            (seconds.to_string(), count.to_string(), window.to_string());
-        let mut body = String::with_capacity(192);
-        for piece in [
-            "{\"error\":{\"code\":\"rate_limited\",\"limit\":\"",
-            name,
-            "\",\"message\":\"too many requests (",
-            name,
-            " limit of ",
-            &count_text,
-            " per ",
-            &window_text,
-            " s); retry after ",
-            &seconds_text,
-            " s\",\"retryAfterSeconds\":",
-            &seconds_text,
-            "}}",
-        ] {
-            body.push_str(piece);
-        }
-        let mut response = (
-            StatusCode::TOO_MANY_REQUESTS,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            body,
-        )
-            .into_response();
-        let headers = response.headers_mut();
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        insert_rate_limit_headers(headers, self.limit, self.quota, 0, seconds);
-        response
+        Refusal::RateLimited(self).into_response()
     }
 }
 

@@ -29,9 +29,10 @@
 //! # });
 //! ```
 
-use super::{KeyedGcra, Limit, LimitConfigError, Quota, RateLimited, check_config};
+use super::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};
 use crate::client_addr::ClientAddr;
 use crate::clock::Clock;
+use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use axum::body::Body;
 use axum::http::Request;
 use axum::response::{IntoResponse, Response};
@@ -50,9 +51,8 @@ pub struct PerIpLimitLayer {
 }
 
 struct PerIpShared {
-    limiter: Arc<KeyedGcra<IpAddr>>,
+    limiter: Arc<dyn RateLimiter<IpAddr>>,
     quota: Quota,
-    clock: Arc<dyn Clock>,
 }
 
 impl PerIpLimitLayer {
@@ -63,17 +63,21 @@ impl PerIpLimitLayer {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, LimitConfigError> {
         check_config(quota, capacity)?;
-        Ok(Self {
-            shared: Arc::new(PerIpShared {
-                limiter: Arc::new(KeyedGcra::new(capacity)),
-                quota,
-                clock,
-            }),
-        })
+        Ok(Self::with_limiter(
+            quota,
+            Arc::new(LocalLimiter::new(capacity, clock)),
+        ))
+    }
+
+    /// `quota` per address, counted by `limiter` (an engine shared by several instances).
+    pub fn with_limiter(quota: Quota, limiter: Arc<dyn RateLimiter<IpAddr>>) -> Self {
+        Self {
+            shared: Arc::new(PerIpShared { limiter, quota }),
+        }
     }
 
     /// The limiter, for periodic purging.
-    pub fn limiter(&self) -> Arc<KeyedGcra<IpAddr>> {
+    pub fn limiter(&self) -> Arc<dyn RateLimiter<IpAddr>> {
         self.shared.limiter.clone()
     }
 }
@@ -98,7 +102,7 @@ pub struct PerIpLimit<S> {
 
 impl<S> Service<Request<Body>> for PerIpLimit<S>
 where
-    S: Service<Request<Body>, Response = Response> + Send,
+    S: Service<Request<Body>, Response = Response> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
     type Response = Response;
@@ -116,19 +120,29 @@ where
             .get::<ClientAddr>()
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), ClientAddr::limit_key);
         let quota = self.shared.quota;
-        match self
-            .shared
-            .limiter
-            .check(&key, quota, self.shared.clock.now_nanos())
-        {
-            super::Decision::Allowed { .. } => Box::pin(self.inner.call(request)),
-            super::Decision::Denied { retry_after } => {
-                let refusal = RateLimited {
-                    limit: Limit::PerIp,
-                    retry_after,
-                    quota,
-                };
+        let refused = move |retry_after| RateLimited {
+            limit: Limit::PerIp,
+            retry_after,
+            quota,
+        };
+        match self.shared.limiter.check(&key, quota) {
+            LimitCheck::Ready(Decision::Allowed { .. }) => Box::pin(self.inner.call(request)),
+            LimitCheck::Ready(Decision::Denied { retry_after }) => {
+                let refusal = refused(retry_after);
                 Box::pin(async move { Ok(refusal.into_response()) })
+            }
+            LimitCheck::Pending(decision) => {
+                // The readied service goes into the future; a fresh clone stays for the next call.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                Box::pin(async move {
+                    match decision.await {
+                        Decision::Allowed { .. } => inner.call(request).await,
+                        Decision::Denied { retry_after } => {
+                            Ok(refused(retry_after).into_response())
+                        }
+                    }
+                })
             }
         }
     }

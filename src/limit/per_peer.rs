@@ -4,9 +4,10 @@
 //! with the peer's credential, so `peergate peer limit` takes effect without a restart (within
 //! the credential cache time). Every answer that passes carries the peer's `RateLimit` headers.
 
-use super::{KeyedGcra, Limit, LimitConfigError, Quota, RateLimited, check_config};
+use super::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};
 use crate::auth::{AuthError, AuthenticatedPeer};
 use crate::clock::Clock;
+use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use axum::body::Body;
 use axum::http::Request;
 use axum::response::{IntoResponse, Response};
@@ -24,24 +25,27 @@ pub struct PerPeerLimitLayer {
 }
 
 struct PerPeerShared {
-    limiter: Arc<KeyedGcra<Arc<str>>>,
-    clock: Arc<dyn Clock>,
+    limiter: Arc<dyn RateLimiter<Arc<str>>>,
 }
 
 impl PerPeerLimitLayer {
     /// Tracks at most about `capacity` peers.
     pub fn new(capacity: usize, clock: Arc<dyn Clock>) -> Result<Self, LimitConfigError> {
         check_config(Quota::per_minute(1), capacity)?;
-        Ok(Self {
-            shared: Arc::new(PerPeerShared {
-                limiter: Arc::new(KeyedGcra::new(capacity)),
-                clock,
-            }),
-        })
+        Ok(Self::with_limiter(Arc::new(LocalLimiter::new(
+            capacity, clock,
+        ))))
+    }
+
+    /// Counts with `limiter` (an engine shared by several instances).
+    pub fn with_limiter(limiter: Arc<dyn RateLimiter<Arc<str>>>) -> Self {
+        Self {
+            shared: Arc::new(PerPeerShared { limiter }),
+        }
     }
 
     /// The limiter, for periodic purging.
-    pub fn limiter(&self) -> Arc<KeyedGcra<Arc<str>>> {
+    pub fn limiter(&self) -> Arc<dyn RateLimiter<Arc<str>>> {
         self.shared.limiter.clone()
     }
 }
@@ -66,7 +70,7 @@ pub struct PerPeerLimit<S> {
 
 impl<S> Service<Request<Body>> for PerPeerLimit<S>
 where
-    S: Service<Request<Body>, Response = Response> + Send,
+    S: Service<Request<Body>, Response = Response> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
     type Response = Response;
@@ -83,33 +87,55 @@ where
             return Box::pin(async { Ok(AuthError::MissingCredentials.into_response()) });
         };
         let quota = Quota::per_minute(peer.rate_per_minute());
-        let decision =
-            self.shared
-                .limiter
-                .check(&peer.id_arc(), quota, self.shared.clock.now_nanos());
-        match decision {
-            super::Decision::Allowed { remaining, reset } => {
-                let future = self.inner.call(request);
-                Box::pin(async move {
-                    let mut response = future.await?;
-                    super::insert_rate_limit_headers(
-                        response.headers_mut(),
-                        Limit::PerPeer,
-                        quota,
-                        remaining,
-                        reset.as_secs() + u64::from(reset.subsec_nanos() > 0),
-                    );
-                    Ok(response)
-                })
+        let decision = match self.shared.limiter.check(&peer.id_arc(), quota) {
+            LimitCheck::Ready(decision) => decision,
+            LimitCheck::Pending(decision) => {
+                // The readied service goes into the future; a fresh clone stays for the next call.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                return Box::pin(async move {
+                    let decision = decision.await;
+                    answer(decision, quota, move || inner.call(request)).await
+                });
             }
-            super::Decision::Denied { retry_after } => {
-                let refusal = RateLimited {
-                    limit: Limit::PerPeer,
-                    retry_after,
+        };
+        let inner = &mut self.inner;
+        Box::pin(answer(decision, quota, move || inner.call(request)))
+    }
+}
+
+/// Calls the inner service when admitted (adding the `RateLimit` headers to its answer), or
+/// answers the refusal.
+fn answer<F, E>(
+    decision: Decision,
+    quota: Quota,
+    call: impl FnOnce() -> F,
+) -> impl Future<Output = Result<Response, E>> + Send + 'static
+where
+    F: Future<Output = Result<Response, E>> + Send + 'static,
+{
+    let admitted = match decision {
+        Decision::Allowed { remaining, reset } => Ok((call(), remaining, reset)),
+        Decision::Denied { retry_after } => Err(RateLimited {
+            limit: Limit::PerPeer,
+            retry_after,
+            quota,
+        }),
+    };
+    async move {
+        match admitted {
+            Ok((future, remaining, reset)) => {
+                let mut response = future.await?;
+                super::insert_rate_limit_headers(
+                    response.headers_mut(),
+                    Limit::PerPeer,
                     quota,
-                };
-                Box::pin(async move { Ok(refusal.into_response()) })
+                    remaining,
+                    reset.as_secs() + u64::from(reset.subsec_nanos() > 0),
+                );
+                Ok(response)
             }
+            Err(refusal) => Ok(refusal.into_response()),
         }
     }
 }

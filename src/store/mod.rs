@@ -22,7 +22,7 @@ pub mod sqlite;
 pub use records::{
     AdminLogin, AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationMessage,
     ConversationRole, ConversationSummary, CredentialRecord, Exchange, ExchangeUsage, PeerLogin,
-    PeerRecord, PeerUsage,
+    PeerRecord, PeerUsage, WorkingTask,
 };
 
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -114,11 +114,11 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
         now: i64,
     ) -> Result<Option<String>, StoreError>;
 
-    /// Tasks still marked working (created before `created_before`, if given): (id, body).
+    /// Tasks still marked working (created before `created_before`, if given).
     async fn working_tasks(
         &self,
         created_before: Option<i64>,
-    ) -> Result<Vec<(String, String)>, StoreError>;
+    ) -> Result<Vec<WorkingTask>, StoreError>;
 
     /// Replaces a working task with its final state, if it is still working.
     async fn finish_working_task(

@@ -118,6 +118,19 @@ pub struct Exchange {
     pub usage: Option<ExchangeUsage>,
     /// A record for the audit log (a refusal by quota).
     pub audit: Option<AuditEntry>,
+    /// The instance answering the task (see [`crate::shared::ownership`]).
+    pub instance: Option<std::sync::Arc<str>>,
+}
+
+/// A task still marked working.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkingTask {
+    /// Its id.
+    pub id: String,
+    /// The task as stored, JSON.
+    pub body: String,
+    /// The instance that was answering it (`None` before instances were recorded).
+    pub instance: Option<String>,
 }
 
 /// Tokens an exchange spent on the model, for the owner's usage.

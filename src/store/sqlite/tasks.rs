@@ -2,7 +2,9 @@
 //! many turns.
 
 use super::{BEGIN_WRITE, SqliteStore};
-use crate::store::{ConversationMessage, ConversationRole, Exchange, StoreError, TaskStore};
+use crate::store::{
+    ConversationMessage, ConversationRole, Exchange, StoreError, TaskStore, WorkingTask,
+};
 use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{QueryBuilder, Row, Sqlite};
@@ -84,16 +86,22 @@ impl TaskStore for SqliteStore {
     async fn working_tasks(
         &self,
         created_before: Option<i64>,
-    ) -> Result<Vec<(String, String)>, StoreError> {
+    ) -> Result<Vec<WorkingTask>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, body FROM tasks WHERE state = 'TASK_STATE_WORKING' AND (? IS NULL OR created_at < ?)",
+            "SELECT id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND (? IS NULL OR created_at < ?)",
         )
         .bind(created_before)
         .bind(created_before)
         .fetch_all(&self.writer)
         .await?;
         rows.iter()
-            .map(|row| Ok((row.try_get("id")?, row.try_get("body")?)))
+            .map(|row| {
+                Ok(WorkingTask {
+                    id: row.try_get("id")?,
+                    body: row.try_get("body")?,
+                    instance: row.try_get("instance")?,
+                })
+            })
             .collect()
     }
 
@@ -210,7 +218,7 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
     let batch = Batch::of(exchanges);
     let mut tx = pool.begin_with(BEGIN_WRITE).await?;
     let mut tasks = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at) ",
+        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance) ",
     );
     tasks.push_values(&batch.tasks, |mut row, e| {
         row.push_bind(e.task_id.as_str())
@@ -219,7 +227,8 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
             .push_bind(e.state)
             .push_bind(e.task_json.as_str())
             .push_bind(e.now)
-            .push_bind(e.expires_at);
+            .push_bind(e.expires_at)
+            .push_bind(e.instance.as_deref());
     });
     // A finished task replaces the working copy stored before the model was asked, unless a
     // sweep already called that copy failed (a peer may have read it so).
@@ -305,6 +314,7 @@ mod tests {
                 tokens,
             }),
             audit: None,
+            instance: None,
         }
     }
 

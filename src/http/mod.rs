@@ -1,0 +1,3 @@
+//! What the gateway says over HTTP that is not an agent's answer.
+
+pub mod refusal;

@@ -1,0 +1,389 @@
+//! The one place a refusal becomes an HTTP answer.
+//!
+//! Layers and handlers say *why* they refuse with a [`Refusal`]; only [`Refusal::into_response`]
+//! decides the status, the headers (`Retry-After`, `RateLimit-*`, `WWW-Authenticate`) and the
+//! JSON body `{"error": {"code", "message", …}}`. So no two routes answer the same failure
+//! differently, no answer carries a path, a secret, an upstream body or a type name (messages
+//! are fixed sentences, internal failures a request id), and metrics read the reason from the
+//! [`RefusalReason`] the answer carries instead of parsing its headers.
+//!
+//! ```
+//! use axum::http::StatusCode;
+//! use axum::response::IntoResponse;
+//! use peergate::http::refusal::{Refusal, RefusalReason};
+//!
+//! let response = Refusal::BodyTooLarge.into_response();
+//! assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+//! assert_eq!(response.extensions().get::<RefusalReason>(), Some(&RefusalReason("body_too_large")));
+//! ```
+
+use crate::admin::AdminAuthError;
+use crate::auth::AuthError;
+use crate::limit::{RateLimited, insert_rate_limit_headers, retry_after_seconds};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
+/// Why the gateway refused a request, for the metrics: a fixed label, never a name or a value
+/// from the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusalReason(pub &'static str);
+
+/// The `WWW-Authenticate` challenges of one listener, one per enabled scheme. A Bearer
+/// challenge answering a token that was presented and refused carries `error="invalid_token"`
+/// (RFC 6750 §3.1); both forms are built once.
+#[derive(Debug, Clone)]
+pub struct Challenges {
+    plain: Arc<[HeaderValue]>,
+    invalid_token: Arc<[HeaderValue]>,
+}
+
+impl Challenges {
+    /// Challenges from their texts (`Bearer realm="…"`, `Basic realm="…"`, …).
+    pub fn new<I: IntoIterator<Item = String>>(texts: I) -> Self {
+        let texts: Vec<String> = texts.into_iter().collect();
+        let build = |invalid: bool| -> Arc<[HeaderValue]> {
+            texts
+                .iter()
+                .filter_map(|text| {
+                    let text = if invalid && text.starts_with("Bearer ") {
+                        format!(r#"{text}, error="invalid_token""#)
+                    } else {
+                        text.clone()
+                    };
+                    HeaderValue::try_from(text).ok()
+                })
+                .collect()
+        };
+        Self {
+            plain: build(false),
+            invalid_token: build(true),
+        }
+    }
+
+    /// The challenges as sent when no credential was refused.
+    pub fn plain(&self) -> &[HeaderValue] {
+        &self.plain
+    }
+}
+
+/// Every way the gateway refuses a request over HTTP. JSON-RPC errors inside a 200 answer are
+/// the protocol's, not these: see [`crate::jsonrpc::RpcError`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The door's credentials were missing or wrong (401), or could not be checked (503).
+    #[error("{error}")]
+    Unauthenticated {
+        /// What was wrong.
+        #[source]
+        error: AuthError,
+        /// The listener's challenges.
+        challenges: Challenges,
+    },
+    /// The admin API's credentials were missing or wrong (401), or could not be checked (503).
+    #[error(transparent)]
+    AdminUnauthenticated(AdminAuthError),
+    /// A rate limit tripped (429).
+    #[error(transparent)]
+    RateLimited(RateLimited),
+    /// The body is larger than `server.max_body_bytes` (413).
+    #[error("the request body is larger than server.max_body_bytes")]
+    BodyTooLarge,
+    /// The request did not finish within `server.request_timeout_seconds` (408).
+    #[error(
+        "the request was not completed within server.request_timeout_seconds (a body sent too slowly, or a turn that took too long); a turn already asking the model still stores its task"
+    )]
+    RequestTimeout,
+    /// No route has this path (404).
+    #[error("no such route")]
+    NoRoute,
+    /// The request's content is wrong (400); `code` is stable, the message one sentence.
+    #[error("{message}")]
+    Invalid {
+        /// A stable code, e.g. `invalid_body`.
+        code: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// No such thing for this caller (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The change conflicts with what exists (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The caller may not do this (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Something failed inside the gateway (500); the detail is only in the log, under this id.
+    #[error("internal error")]
+    Internal {
+        /// Correlates the answer with the log line.
+        request_id: String,
+    },
+}
+
+impl Refusal {
+    /// An internal failure: logs `detail` under a new request id, which the answer names.
+    pub fn internal(detail: &dyn std::fmt::Display, context: &'static str) -> Self {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        tracing::error!(request_id = %request_id, error = %detail, "{context}");
+        Self::Internal { request_id }
+    }
+
+    /// The status code.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Unauthenticated {
+                error: AuthError::Unavailable,
+                ..
+            }
+            | Self::AdminUnauthenticated(AdminAuthError::Unavailable) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::Unauthenticated { .. } | Self::AdminUnauthenticated(_) => {
+                StatusCode::UNAUTHORIZED
+            }
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::NoRoute | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Invalid { .. } => StatusCode::BAD_REQUEST,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable `code` of the JSON body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthenticated { error, .. } => error.code(),
+            Self::AdminUnauthenticated(error) => error.code(),
+            Self::RateLimited(_) => "rate_limited",
+            Self::BodyTooLarge => "body_too_large",
+            Self::RequestTimeout => "request_timeout",
+            Self::NoRoute | Self::NotFound(_) => "not_found",
+            Self::Invalid { code, .. } => code,
+            Self::Conflict(_) => "conflict",
+            Self::Forbidden(_) => "forbidden",
+            Self::Internal { .. } => "internal",
+        }
+    }
+
+    /// The label `/metrics` counts this refusal under, if it counts it.
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            Self::Unauthenticated { .. } => Some("unauthenticated"),
+            Self::AdminUnauthenticated(_) => Some("admin_unauthenticated"),
+            Self::RateLimited(limited) => Some(limited.limit.name()),
+            Self::BodyTooLarge => Some("body_too_large"),
+            _ => None,
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = match &self {
+            Self::RateLimited(limited) => rate_limited_body(limited),
+            Self::Internal { request_id } => {
+                error_body(self.code(), "internal error", &[("requestId", request_id)])
+            }
+            other => error_body(other.code(), &other.to_string(), &[]),
+        };
+        let mut response = (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response();
+        let headers = response.headers_mut();
+        match &self {
+            Self::RateLimited(limited) => {
+                let seconds = retry_after_seconds(limited.retry_after);
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                insert_rate_limit_headers(headers, limited.limit, limited.quota, 0, seconds);
+            }
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            Self::Unauthenticated { error, challenges } => {
+                let refused_token =
+                    matches!(error, AuthError::InvalidToken | AuthError::MalformedToken);
+                let list = if refused_token {
+                    &challenges.invalid_token
+                } else {
+                    &challenges.plain
+                };
+                append_challenges(headers, list);
+            }
+            Self::AdminUnauthenticated(_) => append_challenges(headers, &ADMIN_CHALLENGES),
+            _ => {}
+        }
+        if let Some(reason) = self.reason() {
+            response.extensions_mut().insert(RefusalReason(reason));
+        }
+        response
+    }
+}
+
+/// The admin API's challenges: Basic (name and password) and Bearer (an administrator token).
+static ADMIN_CHALLENGES: [HeaderValue; 2] = [
+    HeaderValue::from_static(r#"Basic realm="peergate admin", charset="UTF-8""#),
+    HeaderValue::from_static(r#"Bearer realm="peergate admin""#),
+];
+
+fn append_challenges(headers: &mut HeaderMap, challenges: &[HeaderValue]) {
+    for challenge in challenges {
+        headers.append(header::WWW_AUTHENTICATE, challenge.clone());
+    }
+}
+
+/// `{"error":{"code":…,"message":…, extra…}}`.
+fn error_body(code: &str, message: &str, extra: &[(&str, &str)]) -> String {
+    let mut detail = serde_json::Map::with_capacity(2 + extra.len());
+    detail.insert("code".into(), code.into());
+    detail.insert("message".into(), message.into());
+    for (name, value) in extra {
+        detail.insert((*name).into(), (*value).into());
+    }
+    serde_json::json!({ "error": detail }).to_string()
+}
+
+/// The 429 body, assembled by hand: floods of 429 are the hot path of an abusive client.
+fn rate_limited_body(limited: &RateLimited) -> String {
+    let seconds = retry_after_seconds(limited.retry_after).to_string();
+    let name = limited.limit.name();
+    let count = limited.quota.count.to_string();
+    let window = limited.quota.period.as_secs().max(1).to_string();
+    let mut body = String::with_capacity(192);
+    for piece in [
+        "{\"error\":{\"code\":\"rate_limited\",\"limit\":\"",
+        name,
+        "\",\"message\":\"too many requests (",
+        name,
+        " limit of ",
+        &count,
+        " per ",
+        &window,
+        " s); retry after ",
+        &seconds,
+        " s\",\"retryAfterSeconds\":",
+        &seconds,
+        "}}",
+    ] {
+        body.push_str(piece);
+    }
+    body
+}
+
+/// Turns a 408 or 413 that a tower-http layer produced (with its own plain body) into the
+/// refusal's answer, so those statuses look like every other refusal.
+pub async fn explain_layer_refusals(response: Response) -> Response {
+    match response.status() {
+        StatusCode::REQUEST_TIMEOUT => Refusal::RequestTimeout.into_response(),
+        StatusCode::PAYLOAD_TOO_LARGE if response.extensions().get::<RefusalReason>().is_none() => {
+            Refusal::BodyTooLarge.into_response()
+        }
+        _ => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::{Limit, Quota};
+    use std::time::Duration;
+
+    fn challenges() -> Challenges {
+        Challenges::new([
+            r#"Bearer realm="peergate""#.to_owned(),
+            r#"Basic realm="peergate", charset="UTF-8""#.to_owned(),
+        ])
+    }
+
+    fn www_authenticate(response: &Response) -> Vec<&str> {
+        response
+            .headers()
+            .get_all(header::WWW_AUTHENTICATE)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_refused_bearer_token_is_told_invalid_token_per_rfc_6750() {
+        let refused = Refusal::Unauthenticated {
+            error: AuthError::InvalidToken,
+            challenges: challenges(),
+        }
+        .into_response();
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            www_authenticate(&refused),
+            [
+                r#"Bearer realm="peergate", error="invalid_token""#,
+                r#"Basic realm="peergate", charset="UTF-8""#
+            ]
+        );
+        let missing = Refusal::Unauthenticated {
+            error: AuthError::MissingCredentials,
+            challenges: challenges(),
+        }
+        .into_response();
+        assert_eq!(
+            www_authenticate(&missing)[0],
+            r#"Bearer realm="peergate""#,
+            "no error attribute when nothing was presented (RFC 6750 §3.1)"
+        );
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_asked_is_503_with_retry_after_and_no_challenge() {
+        let response = Refusal::Unauthenticated {
+            error: AuthError::Unavailable,
+            challenges: challenges(),
+        }
+        .into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        assert!(www_authenticate(&response).is_empty());
+    }
+
+    #[test]
+    fn a_429_names_its_limit_in_body_headers_and_reason() {
+        let response = Refusal::RateLimited(RateLimited {
+            limit: Limit::PerPeer,
+            retry_after: Duration::from_millis(1_500),
+            quota: Quota::per_minute(30),
+        })
+        .into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(
+            response.headers()["ratelimit-policy"],
+            r#""per_peer";q=30;w=60"#
+        );
+        assert_eq!(
+            response.extensions().get::<RefusalReason>(),
+            Some(&RefusalReason("per_peer"))
+        );
+    }
+
+    #[tokio::test]
+    async fn layer_refusals_get_the_json_body() {
+        let plain = (StatusCode::PAYLOAD_TOO_LARGE, "length limit exceeded").into_response();
+        let explained = explain_layer_refusals(plain).await;
+        assert_eq!(explained.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let body = axum::body::to_bytes(explained.into_body(), 1024)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], "body_too_large");
+    }
+}

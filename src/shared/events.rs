@@ -1,0 +1,128 @@
+//! Task events: a task changed, and whoever waits on it hears it.
+//!
+//! The agent publishes each stored state of a task (working, then final) after it is durable,
+//! so a subscriber that hears an event can read the task. The in-process engine is one
+//! broadcast channel; an engine for several instances fans events out through Redis, so a
+//! subscriber on one instance hears a task answered on another. Streaming, subscriptions and
+//! push notifications stand on this seam.
+
+use std::sync::Arc;
+use tokio::sync::broadcast;
+
+/// One stored state of a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskEvent {
+    /// The peer that owns the task (events never cross peers).
+    pub peer_id: Arc<str>,
+    /// The task.
+    pub task_id: Arc<str>,
+    /// Its state, e.g. `TASK_STATE_WORKING`.
+    pub state: &'static str,
+    /// The task as stored, JSON.
+    pub task_json: Arc<str>,
+}
+
+/// Carries task events to whoever waits on them.
+pub trait TaskEvents: Send + Sync + std::fmt::Debug {
+    /// Whether anyone may be listening; publishers skip building events when nobody is.
+    fn listening(&self) -> bool;
+    /// Tells the task's subscribers.
+    fn publish(&self, event: TaskEvent);
+    /// Events of one task of one peer, from now on.
+    fn subscribe(&self, peer_id: &str, task_id: &str) -> TaskSubscription;
+}
+
+/// The events of one task, as they come.
+#[derive(Debug)]
+pub struct TaskSubscription {
+    events: broadcast::Receiver<TaskEvent>,
+    peer_id: Arc<str>,
+    task_id: Arc<str>,
+}
+
+impl TaskSubscription {
+    /// Reads `events`, keeping only those of `task_id` of `peer_id`.
+    pub fn new(events: broadcast::Receiver<TaskEvent>, peer_id: &str, task_id: &str) -> Self {
+        Self {
+            events,
+            peer_id: peer_id.into(),
+            task_id: task_id.into(),
+        }
+    }
+
+    /// The next event of the task; `None` once no more can come. A subscriber that fell
+    /// behind skips what it missed (the task itself is in the store).
+    pub async fn next(&mut self) -> Option<TaskEvent> {
+        loop {
+            match self.events.recv().await {
+                Ok(event) if event.task_id == self.task_id && event.peer_id == self.peer_id => {
+                    return Some(event);
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// The in-process engine: one broadcast channel for every task.
+#[derive(Debug)]
+pub struct LocalTaskEvents {
+    sender: broadcast::Sender<TaskEvent>,
+}
+
+impl Default for LocalTaskEvents {
+    fn default() -> Self {
+        Self {
+            sender: broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl TaskEvents for LocalTaskEvents {
+    fn listening(&self) -> bool {
+        self.sender.receiver_count() > 0
+    }
+
+    fn publish(&self, event: TaskEvent) {
+        // No receiver is no error: nobody waits on this task.
+        let _ = self.sender.send(event);
+    }
+
+    fn subscribe(&self, peer_id: &str, task_id: &str) -> TaskSubscription {
+        TaskSubscription::new(self.sender.subscribe(), peer_id, task_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(peer: &str, task: &str, state: &'static str) -> TaskEvent {
+        TaskEvent {
+            peer_id: peer.into(),
+            task_id: task.into(),
+            state,
+            task_json: "{}".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_hears_its_task_of_its_peer_only() {
+        let events = LocalTaskEvents::default();
+        assert!(!events.listening(), "nobody subscribed yet");
+        let mut subscription = events.subscribe("alice", "t1");
+        assert!(events.listening());
+        events.publish(event("alice", "t2", "TASK_STATE_WORKING"));
+        events.publish(event("bob", "t1", "TASK_STATE_WORKING"));
+        events.publish(event("alice", "t1", "TASK_STATE_WORKING"));
+        events.publish(event("alice", "t1", "TASK_STATE_COMPLETED"));
+        assert_eq!(
+            subscription.next().await.unwrap().state,
+            "TASK_STATE_WORKING"
+        );
+        let last = subscription.next().await.unwrap();
+        assert_eq!((&*last.peer_id, &*last.task_id), ("alice", "t1"));
+        assert_eq!(last.state, "TASK_STATE_COMPLETED");
+    }
+}

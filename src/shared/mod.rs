@@ -1,0 +1,16 @@
+//! State that several gateway instances would share, each behind a seam with its in-process
+//! engine. Nothing outside these engines knows whether there is one instance or ten.
+//!
+//! | seam | used by | in process |
+//! |---|---|---|
+//! | [`rate_limit::RateLimiter`] | per-IP, per-peer and failed-authentication limits | GCRA on the monotonic clock |
+//! | [`turns::TurnLocks`] | the agent: one turn at a time per (peer, context) | a mutex per context |
+//! | [`changes::ChangeNotifier`] | caches of peers and administrators (credentials, budgets) | direct calls |
+//! | [`events::TaskEvents`] | whoever waits on a task (streaming, subscriptions, push) | a broadcast channel |
+//! | [`ownership::TaskOwnership`] | start-up and housekeeping sweeps of working tasks | this process only |
+
+pub mod changes;
+pub mod events;
+pub mod ownership;
+pub mod rate_limit;
+pub mod turns;
