@@ -3,7 +3,7 @@
 //! `cargo bench --bench hot_paths`
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use peergate::limit::{KeyedGcra, Quota};
+use peergate::layers::limit::{KeyedGcra, Quota};
 use peergate::token::{self, CredentialKind};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};

@@ -1,7 +1,7 @@
 //! Entry points shared by the `fuzz/` targets and the stable test that replays their corpora,
 //! so both hold the code to the same properties.
 
-use crate::jsonrpc::{self, Method};
+use crate::a2a::jsonrpc::{self, Method};
 use crate::token::{self, CredentialKind};
 use std::net::IpAddr;
 
@@ -43,9 +43,9 @@ pub fn jsonrpc_envelope(data: &[u8]) {
 /// panics, and accepts only cards that parse strictly and name a trusted `kid`.
 pub fn card_verifier(data: &[u8]) {
     use std::sync::OnceLock;
-    static KEYS: OnceLock<crate::verify::TrustedKeys> = OnceLock::new();
+    static KEYS: OnceLock<crate::jose::verify::TrustedKeys> = OnceLock::new();
     let keys = KEYS.get_or_init(|| {
-        let mut keys = crate::verify::TrustedKeys::new();
+        let mut keys = crate::jose::verify::TrustedKeys::new();
         let ed = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
         let x = base64::Engine::encode(
             &base64::engine::general_purpose::URL_SAFE_NO_PAD,
@@ -61,8 +61,8 @@ pub fn card_verifier(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(verified) = crate::verify::verify_card(text, keys) {
-        assert!(crate::verify::parse_strict(text).is_ok());
+    if let Ok(verified) = crate::jose::verify::verify_card(text, keys) {
+        assert!(crate::jose::verify::parse_strict(text).is_ok());
         assert!(verified.kid == "ed-1" || verified.kid == "hs-1");
     }
 }
@@ -73,15 +73,15 @@ pub fn jcs(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(value) = crate::verify::parse_strict(text) else {
+    let Ok(value) = crate::jose::verify::parse_strict(text) else {
         return;
     };
-    let Ok(canonical) = crate::jws::canonical_payload(&value) else {
+    let Ok(canonical) = crate::jose::sign::canonical_payload(&value) else {
         return;
     };
     let again: serde_json::Value = serde_json::from_str(&canonical).expect("JCS output is JSON");
     assert_eq!(
-        crate::jws::canonical_payload(&again).expect("canonical again"),
+        crate::jose::sign::canonical_payload(&again).expect("canonical again"),
         canonical
     );
 }
@@ -112,7 +112,7 @@ pub fn forwarded_for(data: &[u8]) {
     headers.insert("x-forwarded-for", value);
     let socket: IpAddr = "10.0.0.1".parse().expect("literal");
     let trusted = ["10.0.0.0/8".parse().expect("literal")];
-    let client = crate::client_addr::resolve(socket, &headers, &trusted);
+    let client = crate::layers::client_addr::resolve(socket, &headers, &trusted);
     let text = String::from_utf8_lossy(data);
     let hops: Vec<IpAddr> = text
         .split(',')
@@ -126,7 +126,7 @@ pub fn basic_header(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok((name, password)) = crate::auth::parse_basic(text) {
+    if let Ok((name, password)) = crate::layers::auth::parse_basic(text) {
         assert!(!name.contains(':'));
         let _ = password;
     }

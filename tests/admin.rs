@@ -102,7 +102,7 @@ fn add_admin(data: &Path, name: &str, password: &str) {
 
 /// A gateway with administrators `ada` and `bob`.
 async fn gateway_with_admins(
-    policy: peergate::policy::Policy,
+    policy: peergate::config::Policy,
 ) -> (TestGateway, AdminClient, AdminClient) {
     let gw = TestGateway::start_with(policy).await;
     add_admin(gw.data.path(), "ada", PASSWORD_A);
@@ -861,7 +861,7 @@ async fn no_secret_reaches_the_log_or_the_audit_store() {
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        peergate::policy::EMBEDDED_DEFAULT.replace(
+        peergate::config::EMBEDDED_DEFAULT.replace(
             "schemes = [\"bearer\"]",
             "schemes = [\"bearer\", \"basic\", \"api_key\"]",
         ),

@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use peergate::clock::ManualClock;
-use peergate::policy::{Policy, PolicySource};
-use peergate::server::{GatewayOptions, RunningGateway, start};
+use peergate::config::{Policy, PolicySource};
+use peergate::http::server::{GatewayOptions, RunningGateway, start};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +52,7 @@ async fn conditional_requests_get_304_without_a_body() {
     assert!(last_modified.ends_with(" GMT"), "{last_modified}");
     let body = first.bytes().await.unwrap();
     assert_eq!(
-        peergate::document::etag_for(&body),
+        peergate::http::document::etag_for(&body),
         etag,
         "the tag is over the exact bytes"
     );

@@ -120,7 +120,7 @@ async fn every_signing_key_adds_a_signature_and_the_jwks_follows_rotation() {
         );
     }
 
-    let payload = peergate::jws::canonical_payload(&card).unwrap();
+    let payload = peergate::jose::sign::canonical_payload(&card).unwrap();
     let signatures = card["signatures"].as_array().unwrap();
     let mut kids = Vec::new();
     for signature in signatures {
@@ -180,9 +180,9 @@ async fn every_signing_key_adds_a_signature_and_the_jwks_follows_rotation() {
 
 async fn start_error(extra: String) -> String {
     let data = tempfile::tempdir().unwrap();
-    let result = peergate::server::start(peergate::server::GatewayOptions {
+    let result = peergate::http::server::start(peergate::http::server::GatewayOptions {
         policy: policy_with(|p| without_signing(p) + &extra),
-        policy_source: peergate::policy::PolicySource::Embedded,
+        policy_source: peergate::config::PolicySource::Embedded,
         data_dir: data.path().to_owned(),
         listen: Some("127.0.0.1:0".parse().unwrap()),
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),

@@ -4,7 +4,7 @@
 mod common;
 
 use base64::Engine as _;
-use peergate::jws::{self, CardSigningKey};
+use peergate::jose::sign::{self, CardSigningKey};
 use serde_json::Value;
 
 fn vectors() -> Value {
@@ -33,12 +33,12 @@ fn ed25519_vector_matches_byte_for_byte() {
         kid: v["kid"].as_str().unwrap().to_owned(),
         key: Box::new(key),
     };
-    let payload = jws::canonical_payload(&v["card"]).unwrap();
+    let payload = sign::canonical_payload(&v["card"]).unwrap();
     assert_eq!(payload, v["canonical_payload"]);
-    let header = jws::protected_header(&key, v["jku"].as_str());
+    let header = sign::protected_header(&key, v["jku"].as_str());
     assert_eq!(header, v["protected_json"]);
     assert_eq!(b64url(header.as_bytes()), v["protected"]);
-    let signed = jws::sign_card(&v["card"], &[key], v["jku"].as_str()).unwrap();
+    let signed = sign::sign_card(&v["card"], &[key], v["jku"].as_str()).unwrap();
     assert_eq!(signed["signatures"][0]["protected"], v["protected"]);
     assert_eq!(signed["signatures"][0]["signature"], v["signature"]);
     // Signing leaves the card itself alone.
@@ -54,14 +54,14 @@ fn hs256_vector_matches_byte_for_byte() {
         kid: "key-1".to_owned(),
         secret: v["secret_utf8"].as_str().unwrap().as_bytes().to_vec(),
     };
-    let payload = jws::canonical_payload(&v["card"]).unwrap();
+    let payload = sign::canonical_payload(&v["card"]).unwrap();
     assert_eq!(payload, v["canonical_payload"]);
     // The SDK's header carries "jku": null; sign under exactly that header.
     assert_eq!(
         b64url(v["protected_json"].as_str().unwrap().as_bytes()),
         v["protected"]
     );
-    let signature = jws::sign_payload(v["protected"].as_str().unwrap(), &payload, &key);
+    let signature = sign::sign_payload(v["protected"].as_str().unwrap(), &payload, &key);
     assert_eq!(signature["signature"], v["signature"]);
 }
 
@@ -72,12 +72,12 @@ fn a_signed_card_is_re_signed_over_the_card_without_its_signatures() {
         kid: "key-1".to_owned(),
         secret: vec![7; 32],
     };
-    let once = jws::sign_card(&v["card"], &[key()], None).unwrap();
-    let twice = jws::sign_card(&once, &[key()], None).unwrap();
+    let once = sign::sign_card(&v["card"], &[key()], None).unwrap();
+    let twice = sign::sign_card(&once, &[key()], None).unwrap();
     assert_eq!(once, twice);
     assert_eq!(
-        jws::canonical_payload(&once).unwrap(),
-        jws::canonical_payload(&v["card"]).unwrap()
+        sign::canonical_payload(&once).unwrap(),
+        sign::canonical_payload(&v["card"]).unwrap()
     );
 }
 
@@ -161,7 +161,7 @@ mod served {
 
         // Both verifier generations compute the same payload: the SDK's cleaned form and raw
         // JCS of the card as served without its signatures.
-        let payload = jws::canonical_payload(&card).unwrap();
+        let payload = sign::canonical_payload(&card).unwrap();
         let mut unsigned = card.clone();
         unsigned.as_object_mut().unwrap().remove("signatures");
         assert_eq!(
@@ -182,7 +182,7 @@ mod served {
             .expect("signature verifies");
         // A changed card does not.
         unsigned["name"] = Value::String("Someone else".into());
-        let forged = jws::canonical_payload(&unsigned).unwrap();
+        let forged = sign::canonical_payload(&unsigned).unwrap();
         let input = format!("{protected}.{}", b64url(forged.as_bytes()));
         assert!(key.verify(input.as_bytes(), &sig).is_err());
         gw.stop().await;

@@ -5,9 +5,9 @@ mod common;
 
 use base64::Engine as _;
 use common::*;
-use peergate::fetch::{FetchPolicy, Lookup, fetch_text};
-use peergate::jws::{self, CardSigningKey};
-use peergate::verify::{TrustedKeys, verify_card, verify_compact};
+use peergate::jose::fetch::{FetchPolicy, Lookup, fetch_text};
+use peergate::jose::sign::{self, CardSigningKey};
+use peergate::jose::verify::{TrustedKeys, verify_card, verify_compact};
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -115,7 +115,7 @@ fn signed_card() -> (Value, ed25519_dalek::SigningKey, String) {
         kid: "ed-1".into(),
         key: Box::new(key.clone()),
     };
-    let signed = jws::sign_card(&card, &[signing], None).unwrap();
+    let signed = sign::sign_card(&card, &[signing], None).unwrap();
     let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "ed-1",
         "x": b64(key.verifying_key().as_bytes())}]})
     .to_string();
@@ -131,7 +131,7 @@ fn keys_from(jwks: &str) -> TrustedKeys {
 /// The card with its signature replaced by one over `header` (raw JSON text) signed by `sign`.
 fn resign(card: &Value, header: &str, sign: impl Fn(&[u8]) -> Vec<u8>) -> String {
     let protected = b64(header.as_bytes());
-    let payload = jws::canonical_payload(card).unwrap();
+    let payload = sign::canonical_payload(card).unwrap();
     let input = format!("{protected}.{}", b64(payload.as_bytes()));
     let mut card = card.clone();
     card["signatures"] =
@@ -317,7 +317,7 @@ fn the_python_sdk_canonical_form_is_accepted_too() {
         kid: "ed-1".into(),
         key: Box::new(key.clone()),
     };
-    let signed = jws::sign_card(&card, &[signing], None).unwrap();
+    let signed = sign::sign_card(&card, &[signing], None).unwrap();
     let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "ed-1",
         "x": b64(key.verifying_key().as_bytes())}]})
     .to_string();
@@ -553,7 +553,7 @@ async fn remote_fetches_follow_no_redirect_and_stop_at_the_size_cap() {
 async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_cooldown() {
     use axum::routing::get;
     use peergate::clock::ManualClock;
-    use peergate::fetch::JwksCache;
+    use peergate::jose::fetch::JwksCache;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let hits = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(AtomicUsize::new(0));
@@ -713,7 +713,7 @@ fn ambiguous_cards_header_variants_and_the_raw_jcs_path() {
     raw_card["iconUrl"] = json!("");
     let protected = b64(br#"{"alg":"EdDSA","kid":"ed-1"}"#);
     let payload = serde_json_canonicalizer::to_string(&raw_card).unwrap();
-    assert_ne!(payload, jws::canonical_payload(&raw_card).unwrap());
+    assert_ne!(payload, sign::canonical_payload(&raw_card).unwrap());
     let signature = ed(format!("{protected}.{}", b64(payload.as_bytes())).as_bytes());
     raw_card["signatures"] = json!([{"protected": protected, "signature": b64(&signature)}]);
     assert!(verify_card(&raw_card.to_string(), &keys).is_ok());

@@ -672,7 +672,7 @@ async fn oversized_body_is_refused_before_the_handler() {
 #[tokio::test]
 async fn malformed_and_bad_checksum_tokens_never_reach_the_store() {
     use axum::http::{HeaderMap, HeaderValue};
-    use peergate::auth::{AuthError, AuthRefusal, AuthSettings, PeerAuthenticator};
+    use peergate::layers::auth::{AuthError, AuthRefusal, AuthSettings, PeerAuthenticator};
     let dir = tempfile::tempdir().unwrap();
     let store = peergate::store::Store::open(dir.path()).await.unwrap();
     let auth = PeerAuthenticator::new(

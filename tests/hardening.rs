@@ -266,7 +266,7 @@ fn policy_file(dir: &Path, base_url: &str, timeout: u64) -> String {
     let path = dir.join("policy.toml");
     std::fs::write(
         &path,
-        peergate::policy::EMBEDDED_DEFAULT
+        peergate::config::EMBEDDED_DEFAULT
             .replace("backend = \"echo\"", "backend = \"openai\"")
             .replace(
                 "timeout_seconds = 60",

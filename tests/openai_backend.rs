@@ -92,9 +92,9 @@ async fn api_key_comes_from_the_named_environment_variable() {
     });
     // Named but unset: start-up refuses and names the variable, not a value.
     let data = tempfile::tempdir().unwrap();
-    let refused = peergate::server::start(peergate::server::GatewayOptions {
+    let refused = peergate::http::server::start(peergate::http::server::GatewayOptions {
         policy,
-        policy_source: peergate::policy::PolicySource::Embedded,
+        policy_source: peergate::config::PolicySource::Embedded,
         data_dir: data.path().to_owned(),
         listen: Some("127.0.0.1:0".parse().unwrap()),
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),
@@ -108,7 +108,7 @@ async fn api_key_comes_from_the_named_environment_variable() {
     // The binary gets the key through its environment.
     let dir = tempfile::tempdir().unwrap();
     let policy_path = dir.path().join("policy.toml");
-    let text = peergate::policy::EMBEDDED_DEFAULT
+    let text = peergate::config::EMBEDDED_DEFAULT
         .replace("backend = \"echo\"", "backend = \"openai\"")
         + &format!(
             "\n[model.openai]\nbase_url = \"{}\"\nmodel = \"m\"\napi_key_env = \"{var}\"\n",

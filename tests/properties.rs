@@ -1,8 +1,8 @@
 //! Invariants checked over generated inputs (proptest): canonicalization is idempotent, a
 //! credential survives format and parse, and the limiter never admits more than its budget.
 
-use peergate::jws;
-use peergate::limit::{Decision, KeyedGcra, Quota};
+use peergate::jose::sign;
+use peergate::layers::limit::{Decision, KeyedGcra, Quota};
 use peergate::token::{self, CredentialKind};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -30,9 +30,9 @@ proptest! {
     #[test]
     fn canonicalization_is_idempotent(fields in prop::collection::btree_map("[a-zA-Z]{1,6}", json_value(), 0..8)) {
         let card = Value::Object(fields.into_iter().collect());
-        let once = jws::canonical_payload(&card).unwrap();
+        let once = sign::canonical_payload(&card).unwrap();
         let parsed: Value = serde_json::from_str(&once).unwrap();
-        prop_assert_eq!(jws::canonical_payload(&parsed).unwrap(), once);
+        prop_assert_eq!(sign::canonical_payload(&parsed).unwrap(), once);
     }
 
     #[test]

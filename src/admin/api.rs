@@ -8,10 +8,10 @@
 
 use super::auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin};
 use super::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
-use crate::budget::{Budgets, day_and_month};
+use crate::admin::budget::{Budgets, day_and_month};
 use crate::clock::{Clock, parse_rfc3339, rfc3339_millis};
 use crate::http::refusal::Refusal;
-use crate::metrics::{Metrics, MetricsLayer};
+use crate::layers::metrics::{Metrics, MetricsLayer};
 use crate::store::{AuditRecord, PeerRecord};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};

@@ -36,12 +36,12 @@
 //! ```
 
 use super::service::AccountService;
-use crate::auth::parse_basic;
-use crate::auth::password::PasswordChecker;
-use crate::client_addr::ClientAddr;
 use crate::clock::Clock;
 use crate::http::refusal::Refusal as HttpRefusal;
-use crate::limit::{Decision, KeyedGcra, Limit, Quota, RateLimited};
+use crate::layers::auth::parse_basic;
+use crate::layers::auth::password::PasswordChecker;
+use crate::layers::client_addr::ClientAddr;
+use crate::layers::limit::{Decision, KeyedGcra, Limit, Quota, RateLimited};
 use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
 use crate::token::{self, CredentialKind};
 use axum::body::Body;
@@ -175,7 +175,7 @@ impl AdminAuthenticator {
         failed_per_minute: u32,
     ) -> Result<Self, String> {
         let quota = Quota::per_minute(failed_per_minute);
-        crate::limit::check_config(quota, 10_000).map_err(|e| e.to_string())?;
+        crate::layers::limit::check_config(quota, 10_000).map_err(|e| e.to_string())?;
         Ok(Self {
             service,
             clock: clock.clone(),

@@ -2,11 +2,13 @@
 //! budgets, and answer for every change in the audit log.
 //!
 //! * [`service`]: the rules, shared by the command line and the API;
+//! * [`budget`]: each administrator's model budget, checked before the model is asked;
 //! * [`auth`]: who may use the admin API;
 //! * [`api`]: the admin API's routes and its OpenAPI document.
 
 pub mod api;
 pub mod auth;
+pub mod budget;
 pub mod service;
 
 pub use auth::{AdminAuthError, AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin};

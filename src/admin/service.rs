@@ -5,9 +5,9 @@
 //! (another administrator's peer, a bad value) leaves an audit record of the refusal instead.
 //! Audit records are built from names, ids and numbers only, never from a secret.
 
-use crate::auth::password::{MIN_PASSWORD_CHARS, hash_password};
 use crate::clock::{Clock, rfc3339_millis};
-use crate::policy::MAX_RATE_PER_MINUTE;
+use crate::config::MAX_RATE_PER_MINUTE;
+use crate::layers::auth::password::{MIN_PASSWORD_CHARS, hash_password};
 use crate::shared::changes::{Change, ChangeNotifier};
 use crate::store::{
     AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerRecord,

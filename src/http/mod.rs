@@ -1,3 +1,8 @@
-//! What the gateway says over HTTP that is not an agent's answer.
+//! The HTTP side: the accept loop, the router and its wiring, the one refusal map, the cached
+//! documents, and TLS for the connections peergate makes.
 
+pub mod accept;
+pub mod document;
 pub mod refusal;
+pub mod server;
+pub mod tls;

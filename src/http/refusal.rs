@@ -18,8 +18,8 @@
 //! ```
 
 use crate::admin::AdminAuthError;
-use crate::auth::AuthError;
-use crate::limit::{RateLimited, insert_rate_limit_headers, retry_after_seconds};
+use crate::layers::auth::AuthError;
+use crate::layers::limit::{RateLimited, insert_rate_limit_headers, retry_after_seconds};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
@@ -68,7 +68,7 @@ impl Challenges {
 }
 
 /// Every way the gateway refuses a request over HTTP. JSON-RPC errors inside a 200 answer are
-/// the protocol's, not these: see [`crate::jsonrpc::RpcError`].
+/// the protocol's, not these: see [`crate::a2a::jsonrpc::RpcError`].
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {
@@ -297,7 +297,7 @@ pub async fn explain_layer_refusals(response: Response) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::{Limit, Quota};
+    use crate::layers::limit::{Limit, Quota};
     use std::time::Duration;
 
     fn challenges() -> Challenges {

@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use peergate::clock::{Clock, ManualClock, SystemClock};
-use peergate::policy::{EMBEDDED_DEFAULT, Policy, PolicySource};
-use peergate::server::{GatewayOptions, RunningGateway, start};
+use peergate::config::{EMBEDDED_DEFAULT, Policy, PolicySource};
+use peergate::http::server::{GatewayOptions, RunningGateway, start};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -300,7 +300,7 @@ pub struct FakeModel {
 
 impl FakeModel {
     pub async fn start(behaviour: ModelBehaviour) -> Self {
-        peergate::tls::ensure_provider();
+        peergate::http::tls::ensure_provider();
         let state = ModelState {
             behaviour: Arc::new(Mutex::new(behaviour)),
             received: Arc::default(),
@@ -455,7 +455,7 @@ impl ServeProcess {
     /// Like [`ServeProcess::start_with_env`], with `setup` run by bash in the same process
     /// first (e.g. `ulimit -f 2048;`); the server then replaces the shell.
     pub fn start_in_shell(cwd: &Path, setup: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        peergate::tls::ensure_provider();
+        peergate::http::tls::ensure_provider();
         let mut child = Command::new("bash")
             .arg("-c")
             .arg(format!("{setup} exec \"$0\" \"$@\""))

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use axum::{Router, routing::post, body::Body, http::{Request, StatusCode}};
-//! use peergate::gate::GateLayer;
+//! use peergate::layers::gate::GateLayer;
 //! use tower::ServiceExt;
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let app = Router::new()
@@ -30,8 +30,8 @@
 //! # });
 //! ```
 
+use crate::a2a::jsonrpc::{self, RpcError, RpcId};
 use crate::http::refusal::RefusalReason;
-use crate::jsonrpc::{self, RpcError, RpcId};
 use axum::Extension;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, header};

@@ -3,9 +3,9 @@
 
 use crate::admin::{AccountDefaults, AccountService, BudgetChange, Caller, NewPeer};
 use crate::clock::{Clock, SystemClock, parse_rfc3339, rfc3339_millis};
-use crate::policy::MAX_RATE_PER_MINUTE;
-use crate::policy::Policy;
-use crate::server::{GatewayOptions, start};
+use crate::config::MAX_RATE_PER_MINUTE;
+use crate::config::Policy;
+use crate::http::server::{GatewayOptions, start};
 use crate::store::Store;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -293,7 +293,7 @@ async fn accounts(data: &DataDir, policy: Option<&Policy>) -> Result<AccountServ
     let defaults = AccountDefaults {
         default_owner: policy.and_then(|p| p.peers.default_owner.clone()),
         rate_per_minute: policy.map_or_else(
-            || crate::policy::PeersPolicy::default().default_rate_per_minute,
+            || crate::config::PeersPolicy::default().default_rate_per_minute,
             |p| p.peers.default_rate_per_minute,
         ),
     };
@@ -323,7 +323,7 @@ fn parse_when(text: &str, now: i64) -> Result<i64, CliError> {
 async fn admins_with_usage(
     accounts: &AccountService,
 ) -> Result<Vec<(crate::store::AdminRecord, u64)>, crate::admin::ServiceError> {
-    let (today, _) = crate::budget::day_and_month(SystemClock.now_millis());
+    let (today, _) = crate::admin::budget::day_and_month(SystemClock.now_millis());
     let mut listed = Vec::new();
     for admin in accounts.list_admins().await? {
         let (spent, _) = accounts
@@ -422,11 +422,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             jwks,
             dangerous_allow_http_loopback,
         }) => {
-            let policy = crate::fetch::FetchPolicy {
+            let policy = crate::jose::fetch::FetchPolicy {
                 dangerous_allow_http_loopback,
                 ..Default::default()
             };
-            let mut keys = crate::verify::TrustedKeys::new();
+            let mut keys = crate::jose::verify::TrustedKeys::new();
             for secret in &secrets {
                 keys.add_secret_arg(secret)?;
             }
@@ -439,7 +439,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 ));
             }
             let card = read_source(&source, &policy).await?;
-            let verified = crate::verify::verify_card(&card, &keys)
+            let verified = crate::jose::verify::verify_card(&card, &keys)
                 .map_err(|e| CliError(format!("card not verified: {e}")))?;
             println!(
                 "verified: signature by kid {} ({})",
@@ -448,7 +448,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Keys(KeysCommand::Generate { alg, kid, out }) => {
-            if !crate::keys::is_valid_kid(&kid) {
+            if !crate::jose::keys::is_valid_kid(&kid) {
                 return Err(CliError(format!(
                     "invalid --kid {kid:?}: use 1 to 64 of letters, digits and ._-"
                 )));
@@ -459,7 +459,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     CliError(format!("cannot create {}: {}", parent.display(), e.kind()))
                 })?;
             }
-            crate::keys::generate(&alg, &path).map_err(CliError)?;
+            crate::jose::keys::generate(&alg, &path).map_err(CliError)?;
             eprintln!(
                 "wrote a {alg} key. Add to the policy:\n[[signing.keys]]\nkid = \"{kid}\"\nalg = \"{alg}\"\nprivate_key_file = \"{}\"",
                 path.display()
@@ -713,9 +713,12 @@ async fn run_admin(command: AdminCommand) -> Result<(), CliError> {
 }
 
 /// A document from a URL (fetched under `policy`) or a file.
-async fn read_source(source: &str, policy: &crate::fetch::FetchPolicy) -> Result<String, CliError> {
+async fn read_source(
+    source: &str,
+    policy: &crate::jose::fetch::FetchPolicy,
+) -> Result<String, CliError> {
     if source.starts_with("https://") || source.starts_with("http://") {
-        Ok(crate::fetch::fetch_text(source, policy).await?)
+        Ok(crate::jose::fetch::fetch_text(source, policy).await?)
     } else {
         std::fs::read_to_string(source)
             .map_err(|e| CliError(format!("cannot read {source}: {}", e.kind())))

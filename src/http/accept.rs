@@ -12,7 +12,7 @@
 //!
 //! The request timeout and the body limit are tower layers inside (see `server.rs`).
 
-use crate::metrics::Metrics;
+use crate::layers::metrics::Metrics;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};

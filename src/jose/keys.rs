@@ -4,7 +4,7 @@
 //! directory (PKCS#8 PEM, mode 0600) and every later start reuses it, so the default card is
 //! signed, and verifiable against `/.well-known/jwks.json`, from the first run.
 
-use crate::jws::CardSigningKey;
+use crate::jose::sign::CardSigningKey;
 use base64::Engine as _;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
 use serde_json::{Value, json};
@@ -128,7 +128,7 @@ pub fn jwks_on(published: &[(CardSigningKey, Option<String>)], today: &str) -> V
 }
 
 /// Loads the keys `policy` names; with none named, the default key of the data directory.
-pub fn load(policy: &crate::policy::SigningPolicy, data_dir: &Path) -> Result<PolicyKeys, String> {
+pub fn load(policy: &crate::config::SigningPolicy, data_dir: &Path) -> Result<PolicyKeys, String> {
     if policy.keys.is_empty() {
         let key = default_card_key(data_dir).map_err(|e| e.to_string())?;
         let published = public_copy(&key).map(|copy| (copy, None));
@@ -171,7 +171,7 @@ fn public_copy(key: &CardSigningKey) -> Option<CardSigningKey> {
     }
 }
 
-fn load_one(entry: &crate::policy::SigningKeyPolicy) -> Result<CardSigningKey, String> {
+fn load_one(entry: &crate::config::SigningKeyPolicy) -> Result<CardSigningKey, String> {
     let kid = entry.kid.clone();
     let name = |what: &str| format!("signing.keys kid \"{kid}\": {what}");
     match entry.alg.as_str() {
@@ -189,11 +189,11 @@ fn load_one(entry: &crate::policy::SigningKeyPolicy) -> Result<CardSigningKey, S
             let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD
                 .decode(encoded.trim())
                 .map_err(|_| name("the secret must be base64url without padding"))?;
-            if secret.len() < crate::jws::MIN_HMAC_SECRET_BYTES {
+            if secret.len() < crate::jose::sign::MIN_HMAC_SECRET_BYTES {
                 return Err(name(&format!(
                     "the HS256 secret is {} bytes; at least {} are required",
                     secret.len(),
-                    crate::jws::MIN_HMAC_SECRET_BYTES
+                    crate::jose::sign::MIN_HMAC_SECRET_BYTES
                 )));
             }
             Ok(CardSigningKey::Hs256 { kid, secret })

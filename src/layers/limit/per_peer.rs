@@ -5,8 +5,8 @@
 //! the credential cache time). Every answer that passes carries the peer's `RateLimit` headers.
 
 use super::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};
-use crate::auth::{AuthError, AuthenticatedPeer};
 use crate::clock::Clock;
+use crate::layers::auth::{AuthError, AuthenticatedPeer};
 use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use axum::body::Body;
 use axum::http::Request;

@@ -1,25 +1,27 @@
 //! Wiring: the routes, their layers, and the listener.
 
-use crate::accept::ConnectionLimits;
+use crate::a2a::agent::{Agent, AgentSettings};
+use crate::a2a::card;
 use crate::admin::api::AdminState;
+use crate::admin::budget::{BudgetDefaults, Budgets};
 use crate::admin::{AccountDefaults, AccountService, AdminAuthenticator};
-use crate::agent::{Agent, AgentSettings};
-use crate::auth::{AuthLayer, AuthRefusal, AuthSettings, AuthenticatedPeer, PeerAuthenticator};
 use crate::backend::{Backend, BackendSetupError};
-use crate::budget::{BudgetDefaults, Budgets};
-use crate::card;
-use crate::client_addr::ClientAddr;
-use crate::client_addr::ClientAddrLayer;
 use crate::clock::Clock;
-use crate::document::{self, CachedDocument};
-use crate::gate::GateLayer;
+use crate::config::{Policy, PolicySource};
+use crate::http::accept::ConnectionLimits;
+use crate::http::document::{self, CachedDocument};
 use crate::http::refusal::{self, Refusal};
-use crate::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
-use crate::metrics::{Metrics, MetricsLayer};
-use crate::policy::{Policy, PolicySource};
+use crate::jose::{keys, sign};
+use crate::layers::auth::{
+    AuthLayer, AuthRefusal, AuthSettings, AuthenticatedPeer, PeerAuthenticator,
+};
+use crate::layers::client_addr::ClientAddr;
+use crate::layers::client_addr::ClientAddrLayer;
+use crate::layers::gate::GateLayer;
+use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
+use crate::layers::metrics::{Metrics, MetricsLayer};
 use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
 use crate::store::{Store, StoreError};
-use crate::{jws, keys};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -140,7 +142,7 @@ struct AppState {
 
 /// Opens the store, binds the listener and starts serving.
 pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError> {
-    crate::tls::ensure_provider();
+    crate::http::tls::ensure_provider();
     let policy = options.policy;
     let backend = Backend::from_policy(&policy.model)?;
     let store = Store::open(&options.data_dir).await?;
@@ -157,7 +159,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     })?;
     let admin_bind = options.admin_listen.unwrap_or(policy.server.admin_listen);
     // The command line may override the policy's address: the same rule applies.
-    crate::policy::check_admin_listen(admin_bind, addr).map_err(|reason| {
+    crate::config::check_admin_listen(admin_bind, addr).map_err(|reason| {
         StartError::Config(format!("--admin-listen / server.admin_listen {reason}"))
     })?;
     let admin_listener = tokio::net::TcpListener::bind(admin_bind)
@@ -178,7 +180,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let jku = policy.signing.jwks_url.as_deref();
     let public_card = card::public_card(&policy, &door_url);
     // Fail closed: a card holding values the SDKs drop would verify in some clients only.
-    if jws::holds_droppable_values(&public_card) {
+    if sign::holds_droppable_values(&public_card) {
         return Err(StartError::Config(
             "the Agent Card would hold an empty value (check the [card] keys: no empty strings or lists)"
                 .to_owned(),
@@ -188,15 +190,15 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let vary = if policy
         .auth_schemes()
         .unwrap_or_default()
-        .contains(&crate::auth::Scheme::ApiKey)
+        .contains(&crate::layers::auth::Scheme::ApiKey)
     {
         format!("Authorization, {}", policy.auth.api_key_header)
     } else {
         "Authorization".to_owned()
     };
-    let signed_card = jws::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
+    let signed_card = sign::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
     let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
-    let signed_extended = jws::sign_card(&card::extended_card(&public_card), &signing_keys, jku)
+    let signed_extended = sign::sign_card(&card::extended_card(&public_card), &signing_keys, jku)
         .map_err(|e| config(&e))?;
     let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
     let extended_bytes = Bytes::from(extended_json.clone());
@@ -398,14 +400,14 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         max_connections: policy.server.max_connections,
         shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
     };
-    let serving = tokio::spawn(crate::accept::serve(
+    let serving = tokio::spawn(crate::http::accept::serve(
         listener,
         router,
         limits,
         shutdown_rx.clone(),
         metrics.clone(),
     ));
-    let admin_serving = tokio::spawn(crate::accept::serve(
+    let admin_serving = tokio::spawn(crate::http::accept::serve(
         admin_listener,
         admin_router,
         limits,
@@ -516,7 +518,7 @@ async fn jwks_document(State(state): State<AppState>, headers: HeaderMap) -> Res
 /// The JWKS of `published` on `today`, with its validators.
 async fn build_jwks(
     store: &Store,
-    published: &[(crate::jws::CardSigningKey, Option<String>)],
+    published: &[(crate::jose::sign::CardSigningKey, Option<String>)],
     today: &str,
     now_millis: i64,
 ) -> Result<CachedDocument, StoreError> {
@@ -543,7 +545,7 @@ fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
 /// Once a minute: removes expired tasks (`GetTask` already hides them before that) and lets the
 /// limiters forget addresses and peers whose budgets are whole again.
 struct JwksRefresh {
-    published: Arc<Vec<(crate::jws::CardSigningKey, Option<String>)>>,
+    published: Arc<Vec<(crate::jose::sign::CardSigningKey, Option<String>)>>,
     document: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
     day: String,
 }

@@ -10,16 +10,16 @@
 //! one context are answered one after the other; the second waits for the first (at most one
 //! and a half times the backend timeout, then `-32000`).
 
-use crate::a2a::{
-    self, Artifact, CancelTaskParams, GetTaskParams, Message, Role, SendMessageParams, Task,
+use crate::a2a::jsonrpc::{self, Method, RpcError};
+use crate::a2a::types::{
+    self as a2a, Artifact, CancelTaskParams, GetTaskParams, Message, Role, SendMessageParams, Task,
     TaskState, TaskStatus, TextPart,
 };
-use crate::auth::AuthenticatedPeer;
+use crate::admin::budget::Budgets;
 use crate::backend::{Backend, BackendError, Prompt};
-use crate::budget::Budgets;
 use crate::clock::{Clock, rfc3339_millis};
-use crate::jsonrpc::{self, Method, RpcError};
-use crate::metrics::{FinalState, Metrics};
+use crate::layers::auth::AuthenticatedPeer;
+use crate::layers::metrics::{FinalState, Metrics};
 use crate::shared::events::{LocalTaskEvents, TaskEvent, TaskEvents};
 use crate::shared::ownership::{SingleInstance, TaskOwnership};
 use crate::shared::turns::{LocalTurnLocks, TurnLocks};
@@ -701,7 +701,7 @@ mod tests {
         let budgets = Arc::new(Budgets::new(
             store.usage(),
             clock.clone(),
-            crate::budget::BudgetDefaults {
+            crate::admin::budget::BudgetDefaults {
                 tokens_per_day: 1,
                 tokens_per_month: None,
             },
@@ -803,7 +803,7 @@ mod tests {
         let budgets = Arc::new(Budgets::new(
             store.usage(),
             clock.clone(),
-            crate::budget::BudgetDefaults {
+            crate::admin::budget::BudgetDefaults {
                 tokens_per_day: 1_000_000,
                 tokens_per_month: None,
             },

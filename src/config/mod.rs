@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// The policy shipped in the repository and embedded in the binary.
-pub const EMBEDDED_DEFAULT: &str = include_str!("../policies/default.toml");
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../policies/default.toml");
 
 /// Where a policy came from, for logs and error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -652,7 +652,7 @@ impl Policy {
             }
         }
         for (i, key) in self.signing.keys.iter().enumerate() {
-            if !crate::keys::is_valid_kid(&key.kid) {
+            if !crate::jose::keys::is_valid_kid(&key.kid) {
                 return Err(invalid(
                     "signing.keys",
                     "every kid must be 1 to 64 of letters, digits and ._-",
@@ -834,7 +834,7 @@ impl Policy {
     /// `server.trusted_proxies`, parsed.
     pub fn trusted_proxies(
         &self,
-    ) -> Result<Vec<crate::client_addr::Cidr>, crate::client_addr::CidrError> {
+    ) -> Result<Vec<crate::layers::client_addr::Cidr>, crate::layers::client_addr::CidrError> {
         self.server
             .trusted_proxies
             .iter()
@@ -843,10 +843,10 @@ impl Policy {
     }
 
     /// `auth.schemes`, parsed, in order, each once.
-    pub fn auth_schemes(&self) -> Result<Vec<crate::auth::Scheme>, String> {
+    pub fn auth_schemes(&self) -> Result<Vec<crate::layers::auth::Scheme>, String> {
         let mut schemes = Vec::new();
         for name in &self.auth.schemes {
-            let scheme = crate::auth::Scheme::from_policy_name(name).ok_or_else(|| {
+            let scheme = crate::layers::auth::Scheme::from_policy_name(name).ok_or_else(|| {
                 format!("unknown scheme {name:?}; use \"bearer\", \"basic\" or \"api_key\"")
             })?;
             if schemes.contains(&scheme) {

@@ -11,7 +11,7 @@
 //! * The payload is the card as received without `signatures`, canonicalized by RFC 8785
 //!   (raw JCS), and also the form the official Python SDK computes (empty values dropped).
 
-use crate::jws;
+use crate::jose::sign;
 use base64::Engine as _;
 use hmac::{KeyInit as _, Mac as _};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -93,11 +93,11 @@ impl TrustedKeys {
                 "the secret for kid {kid:?} is not unpadded base64url"
             ))
         })?;
-        if secret.len() < jws::MIN_HMAC_SECRET_BYTES {
+        if secret.len() < sign::MIN_HMAC_SECRET_BYTES {
             return Err(KeyRejected(format!(
                 "the secret for kid {kid:?} is {} bytes; HS256 needs at least {}",
                 secret.len(),
-                jws::MIN_HMAC_SECRET_BYTES
+                sign::MIN_HMAC_SECRET_BYTES
             )));
         }
         self.add(kid, TrustedKey::Hs256(secret))
@@ -185,11 +185,11 @@ fn secret_jwk(jwk: &Value) -> Result<(String, TrustedKey), KeyRejected> {
         .and_then(Value::as_str)
         .and_then(b64url_strict)
         .ok_or_else(|| reject("bad \"k\""))?;
-    if secret.len() < jws::MIN_HMAC_SECRET_BYTES {
+    if secret.len() < sign::MIN_HMAC_SECRET_BYTES {
         return Err(reject(&format!(
             "the secret is {} bytes; HS256 needs at least {}",
             secret.len(),
-            jws::MIN_HMAC_SECRET_BYTES
+            sign::MIN_HMAC_SECRET_BYTES
         )));
     }
     Ok((kid, TrustedKey::Hs256(secret)))
@@ -301,7 +301,7 @@ pub fn verify_card(card_text: &str, keys: &TrustedKeys) -> Result<Verified, Veri
     unsigned.remove("signatures");
     let raw = serde_json_canonicalizer::to_string(&Value::Object(unsigned))
         .map_err(|_| VerifyError::NotACard)?;
-    let sdk = jws::canonical_payload(&card).map_err(|_| VerifyError::NotACard)?;
+    let sdk = sign::canonical_payload(&card).map_err(|_| VerifyError::NotACard)?;
     let payloads: Vec<&str> = if raw == sdk {
         vec![raw.as_str()]
     } else {
@@ -443,13 +443,13 @@ pub fn parse_strict(text: &str) -> Result<Value, String> {
             Ok(Value::Bool(v))
         }
         fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-            if !crate::jws::exact_as_double(i128::from(v)) {
+            if !crate::jose::sign::exact_as_double(i128::from(v)) {
                 return Err(E::custom("an integer a double cannot hold exactly"));
             }
             Ok(Value::from(v))
         }
         fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-            if !crate::jws::exact_as_double(i128::from(v)) {
+            if !crate::jose::sign::exact_as_double(i128::from(v)) {
                 return Err(E::custom("an integer a double cannot hold exactly"));
             }
             Ok(Value::from(v))

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}, extract::ConnectInfo};
-//! use peergate::client_addr::{ClientAddr, ClientAddrLayer, Cidr};
+//! use peergate::layers::client_addr::{ClientAddr, ClientAddrLayer, Cidr};
 //! use tower::ServiceExt;
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let layer = ClientAddrLayer::new(vec!["10.0.0.0/8".parse::<Cidr>().unwrap()]);

@@ -199,7 +199,7 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
     } else if loopback_http && host != "localhost" {
         return Err(fail("http is allowed only to loopback".to_owned()));
     }
-    crate::tls::ensure_provider();
+    crate::http::tls::ensure_provider();
     let resolver = GuardedResolver {
         lookup: policy.lookup.clone(),
         allow_loopback: loopback_http,

@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use axum::{Router, routing::post, body::Body, http::{Request, StatusCode}};
-//! use peergate::auth::{AuthenticatedPeer, AuthLayer, AuthSettings, PeerAuthenticator};
+//! use peergate::layers::auth::{AuthenticatedPeer, AuthLayer, AuthSettings, PeerAuthenticator};
 //! use tower::ServiceExt;
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let dir = tempfile::tempdir().unwrap();
@@ -45,10 +45,10 @@
 
 pub mod password;
 
-use crate::client_addr::ClientAddr;
 use crate::clock::Clock;
 use crate::http::refusal::{Challenges, Refusal};
-use crate::limit::{Decision, Limit, Quota, RateLimited};
+use crate::layers::client_addr::ClientAddr;
+use crate::layers::limit::{Decision, Limit, Quota, RateLimited};
 use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
 use crate::store::CredentialStore;
 use crate::token::{self, CredentialKind};
@@ -377,7 +377,7 @@ impl PeerAuthenticator {
         if settings.api_key_header == header::AUTHORIZATION {
             return Err(AuthConfigError::ApiKeyHeader);
         }
-        crate::limit::check_config(settings.failed_auth_quota, settings.tracked_addresses)
+        crate::layers::limit::check_config(settings.failed_auth_quota, settings.tracked_addresses)
             .map_err(|e| AuthConfigError::Budget(e.to_string()))?;
         let challenges = Challenges::new(settings.schemes.iter().map(|scheme| match scheme {
             Scheme::Bearer => BEARER_CHALLENGE.to_owned(),

@@ -4,8 +4,8 @@
 //! listens on; never from a request's `Host` header, so a client cannot make the card point
 //! somewhere else.
 
-use crate::auth::Scheme;
-use crate::policy::Policy;
+use crate::config::Policy;
+use crate::layers::auth::Scheme;
 use serde_json::{Value, json};
 
 /// The A2A protocol version this door speaks.

@@ -5,7 +5,7 @@
 //! [`BackendError`]. Nothing a backend returns on failure reaches the peer: the agent turns every
 //! error into a short `TASK_STATE_FAILED` message.
 
-use crate::policy::{BackendKind, ModelPolicy};
+use crate::config::{BackendKind, ModelPolicy};
 use crate::store::{ConversationMessage, ConversationRole};
 use serde::Deserialize;
 use serde_json::json;
@@ -105,7 +105,7 @@ impl Backend {
                     ),
                     None => None,
                 };
-                crate::tls::ensure_provider();
+                crate::http::tls::ensure_provider();
                 let client = reqwest::Client::builder()
                     .redirect(reqwest::redirect::Policy::none())
                     .no_proxy()

@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}};
-//! use peergate::metrics::{Metrics, MetricsLayer};
+//! use peergate::layers::metrics::{Metrics, MetricsLayer};
 //! use std::sync::Arc;
 //! use tower::ServiceExt;
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {

@@ -8,7 +8,8 @@
 //!
 //! ```
 //! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}, extract::ConnectInfo};
-//! use peergate::{client_addr::ClientAddrLayer, clock::ManualClock, limit::{PerIpLimitLayer, Quota}};
+//! use peergate::clock::ManualClock;
+//! use peergate::layers::{client_addr::ClientAddrLayer, limit::{PerIpLimitLayer, Quota}};
 //! use std::sync::Arc;
 //! use tower::ServiceExt;
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -30,8 +31,8 @@
 //! ```
 
 use super::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};
-use crate::client_addr::ClientAddr;
 use crate::clock::Clock;
+use crate::layers::client_addr::ClientAddr;
 use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use axum::body::Body;
 use axum::http::Request;

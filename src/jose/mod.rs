@@ -1,0 +1,7 @@
+//! JOSE for the Agent Card: signing, the signing keys and their JWKS, verification, fetching
+//! remote cards and key sets.
+
+pub mod fetch;
+pub mod keys;
+pub mod sign;
+pub mod verify;
