@@ -16,7 +16,7 @@ use crate::a2a::types::{
     TaskState, TaskStatus, TextPart,
 };
 use crate::admin::budget::Budgets;
-use crate::backend::{Backend, BackendError, Prompt};
+use crate::backend::{BackendError, ModelBackend, Prompt};
 use crate::clock::{Clock, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::metrics::{FinalState, Metrics};
@@ -50,7 +50,7 @@ pub struct AgentSettings {
 /// The A2A agent.
 pub struct Agent {
     store: Arc<dyn TaskStore>,
-    backend: Backend,
+    backend: Arc<dyn ModelBackend>,
     budgets: Arc<Budgets>,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
@@ -93,7 +93,7 @@ impl Agent {
     /// An agent over `store` answering with `backend`, within the owners' `budgets`.
     pub fn new(
         store: Arc<dyn TaskStore>,
-        backend: Backend,
+        backend: Arc<dyn ModelBackend>,
         budgets: Arc<Budgets>,
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
@@ -709,7 +709,7 @@ mod tests {
         ));
         let agent = Agent::new(
             store.tasks(),
-            Backend::Echo,
+            Arc::new(crate::backend::echo::Echo),
             budgets,
             Arc::new(Metrics::default()),
             clock.clone(),
@@ -811,7 +811,7 @@ mod tests {
         ));
         Agent::new(
             store.tasks(),
-            Backend::Echo,
+            Arc::new(crate::backend::echo::Echo),
             budgets,
             Arc::new(Metrics::default()),
             clock,

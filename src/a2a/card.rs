@@ -78,7 +78,7 @@ pub fn scheme_key(scheme: Scheme) -> &'static str {
     match scheme {
         Scheme::Bearer => "bearerAuth",
         Scheme::Basic => "basicAuth",
-        _ => "apiKeyAuth",
+        Scheme::ApiKey => "apiKeyAuth",
     }
 }
 
@@ -94,7 +94,7 @@ fn security_schemes(policy: &Policy) -> Value {
                 "scheme": "Basic",
                 "description": "The peer's name and the password its administrator set",
             }}),
-            _ => json!({"apiKeySecurityScheme": {
+            Scheme::ApiKey => json!({"apiKeySecurityScheme": {
                 "location": "header",
                 "name": policy.auth.api_key_header,
                 "description": "An API key issued by this gateway's administrator",

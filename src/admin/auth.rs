@@ -22,7 +22,8 @@
 //! let clock = Arc::new(peergate::clock::SystemClock);
 //! let defaults = AccountDefaults { default_owner: None, rate_per_minute: 30 };
 //! let service = AccountService::new(store, clock.clone(), defaults);
-//! let auth = AdminAuthenticator::new(service, clock, 10).unwrap();
+//! let passwords = peergate::layers::auth::password::PasswordChecker::new(1).unwrap();
+//! let auth = AdminAuthenticator::new(service, clock, 10, 1000, passwords).unwrap();
 //! let app = Router::new()
 //!     .route("/v1/me", get(|admin: AuthenticatedAdmin| async move { admin.name().to_owned() }))
 //!     .layer(AdminAuthLayer::new(Arc::new(auth)));
@@ -38,16 +39,21 @@
 use super::service::AccountService;
 use crate::clock::Clock;
 use crate::http::refusal::Refusal as HttpRefusal;
-use crate::layers::auth::parse_basic;
+use crate::layers::auth::basic::{Basic, Login, Logins};
+use crate::layers::auth::generated::{Carrier, GeneratedCredential, TokenRecord, TokenRecords};
 use crate::layers::auth::password::PasswordChecker;
+use crate::layers::auth::scheme::{CredentialScheme, Failure, Presented};
+use crate::layers::auth::{AuthError, FailedAttempts};
 use crate::layers::client_addr::ClientAddr;
-use crate::layers::limit::{Decision, KeyedGcra, Limit, Quota, RateLimited};
+use crate::layers::limit::{Quota, RateLimited};
 use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
-use crate::token::{self, CredentialKind};
+use crate::store::{CredentialStore, StoreError};
+use crate::token::CredentialKind;
+use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Request, header};
+use axum::http::{HeaderMap, Request, header};
 use axum::response::{IntoResponse, Response};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -152,13 +158,13 @@ impl IntoResponse for Refusal {
 /// Verifies administrator credentials.
 pub struct AdminAuthenticator {
     service: AccountService,
-    clock: Arc<dyn Clock>,
-    passwords: PasswordChecker,
-    failures: LocalLimiter<IpAddr>,
-    quota: Quota,
+    failures: FailedAttempts,
+    /// Basic (name and password) and Bearer (an administrator token), on the door's scheme
+    /// seam and Argon2 pool.
+    schemes: Vec<Box<dyn CredentialScheme<AdminIdentity>>>,
     /// One audit record a minute per address for sign-ins refused by the budget, so a flood
     /// leaves a trace without growing the log.
-    throttle_notes: KeyedGcra<IpAddr>,
+    throttle_notes: LocalLimiter<IpAddr>,
 }
 
 impl std::fmt::Debug for AdminAuthenticator {
@@ -167,34 +173,100 @@ impl std::fmt::Debug for AdminAuthenticator {
     }
 }
 
+/// An administrator as a scheme verifies them: (id, name).
+#[derive(Debug, Clone)]
+struct AdminIdentity(String, String);
+
+/// The realm of the admin API's challenges.
+const ADMIN_REALM: &str = "peergate admin";
+
+struct AdminLogins(Arc<dyn CredentialStore>);
+
+#[async_trait]
+impl Logins<AdminIdentity> for AdminLogins {
+    async fn login(&self, name: &str) -> Result<Option<Login<AdminIdentity>>, StoreError> {
+        Ok(self.0.find_admin_login(name).await?.map(|login| Login {
+            password_hash: login.password_hash,
+            active: login.active,
+            who: AdminIdentity(login.id, login.name),
+        }))
+    }
+}
+
+struct AdminTokens(Arc<dyn CredentialStore>);
+
+#[async_trait]
+impl TokenRecords<AdminIdentity> for AdminTokens {
+    async fn record(
+        &self,
+        token_id: &str,
+    ) -> Result<Option<TokenRecord<AdminIdentity>>, StoreError> {
+        Ok(self
+            .0
+            .find_admin_token(token_id)
+            .await?
+            .map(|(admin, secret_hash)| TokenRecord {
+                name: admin.name.clone(),
+                secret_hash,
+                active: admin.active,
+                who: AdminIdentity(admin.id, admin.name),
+            }))
+    }
+}
+
+/// How the admin API reads an authentication failure.
+fn admin_error(error: AuthError) -> AdminAuthError {
+    match error {
+        AuthError::MissingCredentials => AdminAuthError::MissingCredentials,
+        AuthError::ForeignCredential => AdminAuthError::PeerCredential,
+        AuthError::Unavailable => AdminAuthError::Unavailable,
+        AuthError::MalformedToken | AuthError::InvalidToken | AuthError::InvalidCredentials => {
+            AdminAuthError::InvalidCredentials
+        }
+        // Two headers, an unknown scheme word, undecodable Basic: one answer.
+        _ => AdminAuthError::MalformedHeader,
+    }
+}
+
 impl AdminAuthenticator {
-    /// Allows `failed_per_minute` failed sign-ins per client address.
+    /// Allows `failed_per_minute` failed sign-ins per client address (tracking at most
+    /// `tracked_addresses`), checking passwords with the gateway's one Argon2 pool.
     pub fn new(
         service: AccountService,
         clock: Arc<dyn Clock>,
         failed_per_minute: u32,
+        tracked_addresses: usize,
+        passwords: PasswordChecker,
     ) -> Result<Self, String> {
-        let quota = Quota::per_minute(failed_per_minute);
-        crate::layers::limit::check_config(quota, 10_000).map_err(|e| e.to_string())?;
+        let failures = FailedAttempts::new(
+            Quota::per_minute(failed_per_minute),
+            tracked_addresses,
+            clock.clone(),
+        )
+        .map_err(|e| e.to_string())?;
+        let store = service.store().credentials();
+        let schemes: Vec<Box<dyn CredentialScheme<AdminIdentity>>> = vec![
+            Box::new(Basic::new(
+                Arc::new(AdminLogins(store.clone())),
+                passwords,
+                ADMIN_REALM,
+            )),
+            Box::new(
+                GeneratedCredential::new(
+                    CredentialKind::AdminToken,
+                    Carrier::Bearer,
+                    Arc::new(AdminTokens(store)),
+                    ADMIN_REALM,
+                )
+                .refusing_foreign(&[CredentialKind::PeerToken, CredentialKind::ApiKey]),
+            ),
+        ];
         Ok(Self {
             service,
-            clock: clock.clone(),
-            passwords: PasswordChecker::new(1)?,
-            failures: LocalLimiter::new(10_000, clock.clone()),
-            quota,
-            throttle_notes: KeyedGcra::new(10_000),
+            throttle_notes: LocalLimiter::new(tracked_addresses, clock),
+            failures,
+            schemes,
         })
-    }
-
-    async fn spend_attempt(&self, client: IpAddr) -> Result<(), Refusal> {
-        match self.failures.check(&client, self.quota).await {
-            Decision::Allowed { .. } => Ok(()),
-            Decision::Denied { retry_after } => Err(Refusal::Limited(RateLimited {
-                limit: Limit::FailedAuth,
-                retry_after,
-                quota: self.quota,
-            })),
-        }
     }
 
     async fn authenticate(
@@ -202,42 +274,33 @@ impl AdminAuthenticator {
         headers: &HeaderMap,
         client: IpAddr,
     ) -> Result<AuthenticatedAdmin, Refusal> {
-        let mut values = headers.get_all(header::AUTHORIZATION).iter();
-        let Some(value) = values.next() else {
+        if !headers.contains_key(header::AUTHORIZATION) {
             return Err(Refusal::Unauthenticated(AdminAuthError::MissingCredentials));
-        };
-        if let Err(refusal) = self.spend_attempt(client).await {
-            let note = self.throttle_notes.check(
-                &client,
-                Quota::per_minute(1),
-                self.clock.monotonic_nanos(),
-            );
-            if note.is_allowed() {
+        }
+        // Every sign-in attempt is counted before any work, and given back when it succeeds.
+        if let Err(limited) = self.failures.spend(client).await {
+            let note = self.throttle_notes.check(&client, Quota::per_minute(1));
+            if note.ready().is_some_and(|d| d.is_allowed()) {
                 self.service
                     .record_failed_login(&client.to_string(), None, "throttled: failed-attempt budget spent; further refusals this minute are not recorded")
                     .await;
             }
-            return Err(refusal);
+            return Err(Refusal::Limited(limited));
         }
-        let many = values.next().is_some();
-        let outcome = if many {
-            Err((AdminAuthError::MalformedHeader, None))
-        } else {
-            self.verify(value).await
-        };
-        match outcome {
-            Ok(admin) => {
-                self.failures.refund(&client);
-                Ok(AuthenticatedAdmin {
-                    id: admin.0,
-                    name: admin.1,
-                    client,
-                })
+        match self.verify(headers).await {
+            Ok(AdminIdentity(id, name)) => {
+                self.failures.refund(client);
+                Ok(AuthenticatedAdmin { id, name, client })
             }
-            Err((error, name)) => {
+            Err(failure) => {
+                let error = admin_error(failure.error);
                 if error != AdminAuthError::Unavailable {
                     self.service
-                        .record_failed_login(&client.to_string(), name.as_deref(), error.code())
+                        .record_failed_login(
+                            &client.to_string(),
+                            failure.name.as_deref(),
+                            error.code(),
+                        )
                         .await;
                 }
                 Err(Refusal::Unauthenticated(error))
@@ -245,51 +308,17 @@ impl AdminAuthenticator {
         }
     }
 
-    /// The administrator's (id, name), or the error and the name that was tried.
-    async fn verify(
-        &self,
-        value: &HeaderValue,
-    ) -> Result<(String, String), (AdminAuthError, Option<String>)> {
-        let malformed = (AdminAuthError::MalformedHeader, None);
-        let value = value.to_str().map_err(|_| malformed.clone())?;
-        let (scheme, credentials) = value.split_once(' ').ok_or(malformed.clone())?;
-        let credentials = credentials.trim_matches(' ');
-        let store = self.service.store().credentials();
-        let unavailable = |e: crate::store::StoreError| {
-            tracing::error!(error = %e, "administrator look-up failed");
-            (AdminAuthError::Unavailable, None)
-        };
-        if scheme.eq_ignore_ascii_case("bearer") {
-            if credentials.starts_with(CredentialKind::PeerToken.prefix())
-                || credentials.starts_with(CredentialKind::ApiKey.prefix())
-            {
-                return Err((AdminAuthError::PeerCredential, None));
-            }
-            let invalid = (AdminAuthError::InvalidCredentials, None);
-            let parsed = token::parse(CredentialKind::AdminToken, credentials)
-                .map_err(|_| invalid.clone())?;
-            let (admin, hash) = store
-                .find_admin_token(parsed.token_id)
-                .await
-                .map_err(unavailable)?
-                .ok_or(invalid.clone())?;
-            if !parsed.matches(&hash) || !admin.active {
-                return Err((AdminAuthError::InvalidCredentials, Some(admin.name)));
-            }
-            Ok((admin.id, admin.name))
-        } else if scheme.eq_ignore_ascii_case("basic") {
-            let (name, password) = parse_basic(credentials).map_err(|_| malformed.clone())?;
-            let login = store.find_admin_login(&name).await.map_err(unavailable)?;
-            // Unknown names and administrators without a password cost one dummy verification.
-            let phc = login.as_ref().and_then(|l| l.password_hash.as_deref());
-            let matched = self.passwords.verify(phc, &password).await;
-            match login {
-                Some(login) if matched && login.active => Ok((login.id, login.name)),
-                _ => Err((AdminAuthError::InvalidCredentials, Some(name))),
-            }
-        } else {
-            Err(malformed)
-        }
+    /// The administrator the request's one credential names.
+    async fn verify(&self, headers: &HeaderMap) -> Result<AdminIdentity, Failure> {
+        let presented =
+            Presented::from_headers(headers, None)?.ok_or(AuthError::MissingCredentials)?;
+        let scheme = self
+            .schemes
+            .iter()
+            .find(|s| s.claims(&presented))
+            .ok_or(AuthError::MalformedHeader)?;
+        scheme.precheck(presented.credentials())?;
+        scheme.verify(presented.credentials()).await
     }
 }
 

@@ -5,7 +5,7 @@ use crate::a2a::card;
 use crate::admin::api::AdminState;
 use crate::admin::budget::{BudgetDefaults, Budgets};
 use crate::admin::{AccountDefaults, AccountService, AdminAuthenticator};
-use crate::backend::{Backend, BackendSetupError};
+use crate::backend::BackendSetupError;
 use crate::clock::Clock;
 use crate::config::{Policy, PolicySource};
 use crate::http::accept::ConnectionLimits;
@@ -13,7 +13,7 @@ use crate::http::document::{self, CachedDocument};
 use crate::http::refusal::{self, Refusal};
 use crate::jose::{keys, sign};
 use crate::layers::auth::{
-    AuthLayer, AuthRefusal, AuthSettings, AuthenticatedPeer, PeerAuthenticator,
+    AuthLayer, AuthMode, AuthSettings, AuthenticatedPeer, PeerAuthenticator,
 };
 use crate::layers::client_addr::ClientAddr;
 use crate::layers::client_addr::ClientAddrLayer;
@@ -31,7 +31,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use std::net::SocketAddr;
-use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,14 +136,13 @@ struct AppState {
     extended: Arc<CachedDocument>,
     /// Rebuilt when the day changes, so a retiring key leaves on its date.
     jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
-    authenticator: Arc<PeerAuthenticator>,
 }
 
 /// Opens the store, binds the listener and starts serving.
 pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError> {
     crate::http::tls::ensure_provider();
     let policy = options.policy;
-    let backend = Backend::from_policy(&policy.model)?;
+    let backend = crate::backend::from_policy(&policy.model)?;
     let store = Store::open(&options.data_dir).await?;
     let addr = options.listen.unwrap_or(policy.server.listen);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -307,7 +305,6 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         card: Arc::new(card),
         extended: Arc::new(extended),
         jwks: jwks.clone(),
-        authenticator: authenticator.clone(),
     };
     let a2a_path = policy.server.a2a_path.clone();
     let request_timeout = Duration::from_secs(policy.server.request_timeout_seconds);
@@ -339,9 +336,14 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         ))
         .layer(per_peer.clone())
         .layer(AuthLayer::shared(authenticator.clone()));
-    let guarded = Router::new()
+    // A credential on the card URL is checked by the same layer as on the door: a valid peer
+    // gets the extended card, an invalid credential a 401.
+    let card_routes = Router::new()
         .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
+        .layer(AuthLayer::shared(authenticator.clone()).mode(AuthMode::Optional));
+    let guarded = Router::new()
+        .merge(card_routes)
         .route("/.well-known/jwks.json", get(jwks_document))
         .merge(door_routes)
         .layer(per_ip.clone())
@@ -373,6 +375,8 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             accounts.clone(),
             options.clock.clone(),
             policy.limits.failed_auth_per_ip_per_minute,
+            policy.limits.tracked_addresses,
+            authenticator.passwords().clone(),
         )
         .map_err(StartError::Config)?,
     );
@@ -494,19 +498,12 @@ async fn door(
 /// invalid credential is a 401, never a quiet downgrade to the public card.
 async fn agent_card(
     State(state): State<AppState>,
-    client: Option<Extension<ClientAddr>>,
+    peer: Option<Extension<AuthenticatedPeer>>,
     headers: HeaderMap,
 ) -> Response {
-    if !state.authenticator.carries_credentials(&headers) {
-        return state.card.respond(&headers);
-    }
-    let client = client.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.limit_key());
-    match state.authenticator.authenticate(&headers, client).await {
-        Ok(_) => state.extended.respond(&headers),
-        Err(AuthRefusal::Unauthenticated(error)) => error
-            .refusal(state.authenticator.challenges())
-            .into_response(),
-        Err(AuthRefusal::Limited(limited)) => limited.into_response(),
+    match peer {
+        Some(_) => state.extended.respond(&headers),
+        None => state.card.respond(&headers),
     }
 }
 

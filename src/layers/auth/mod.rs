@@ -43,23 +43,32 @@
 //! # });
 //! ```
 
+pub mod attempts;
+pub mod basic;
+pub mod generated;
 pub mod password;
+pub mod scheme;
+
+pub use attempts::FailedAttempts;
+pub use basic::parse_basic;
 
 use crate::clock::Clock;
 use crate::http::refusal::{Challenges, Refusal};
 use crate::layers::client_addr::ClientAddr;
-use crate::layers::limit::{Decision, Limit, Quota, RateLimited};
-use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
-use crate::store::CredentialStore;
-use crate::token::{self, CredentialKind};
+use crate::layers::limit::{Quota, RateLimited};
+use crate::store::{CredentialStore, StoreError};
+use crate::token::CredentialKind;
+use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, Request, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
+use basic::{Basic, Login, Logins};
+use generated::{Carrier, GeneratedCredential, TokenRecord, TokenRecords};
 use moka::future::Cache;
 use password::PasswordChecker;
+use scheme::{CredentialScheme, Presented};
 use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
@@ -188,6 +197,9 @@ pub enum AuthError {
     /// Wrong name or password, or an unknown, wrong or revoked API key; one case on purpose.
     #[error("the credentials are not valid")]
     InvalidCredentials,
+    /// A credential of a kind this listener never takes (a peer's token on the admin API).
+    #[error("a peer credential opens nothing here")]
+    ForeignCredential,
     /// The store could not be asked.
     #[error("credentials cannot be checked right now")]
     Unavailable,
@@ -203,6 +215,7 @@ impl AuthError {
             Self::MalformedHeader => "malformed_authorization",
             Self::MalformedToken | Self::InvalidToken => "invalid_token",
             Self::InvalidCredentials => "invalid_credentials",
+            Self::ForeignCredential => "peer_credential",
             Self::Unavailable => "auth_unavailable",
         }
     }
@@ -310,34 +323,39 @@ struct VerifiedPeer {
     noted: std::sync::atomic::AtomicBool,
 }
 
-/// A credential as presented, before any verification.
-enum Presented<'a> {
-    Bearer(&'a str),
-    Basic(&'a str),
-    ApiKey(&'a str),
-}
-
-impl Presented<'_> {
-    fn scheme(&self) -> Scheme {
-        match self {
-            Self::Bearer(_) => Scheme::Bearer,
-            Self::Basic(_) => Scheme::Basic,
-            Self::ApiKey(_) => Scheme::ApiKey,
+impl VerifiedPeer {
+    fn new(
+        id: String,
+        name: String,
+        owner_id: String,
+        rate_per_minute: u32,
+        valid_until: Option<i64>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            owner_id: owner_id.into(),
+            rate_per_minute,
+            valid_until,
+            noted: Default::default(),
         }
     }
+}
 
-    /// The cache key: a hash, so no credential is kept in memory longer than the request.
-    fn cache_key(&self) -> [u8; 32] {
-        let (tag, value): (&[u8], &str) = match self {
-            Self::Bearer(v) => (b"bearer\0", v),
-            Self::Basic(v) => (b"basic\0", v),
-            Self::ApiKey(v) => (b"api_key\0", v),
-        };
-        let mut hasher = Sha256::new();
-        hasher.update(tag);
-        hasher.update(value.as_bytes());
-        hasher.finalize().into()
-    }
+/// The cache key of a presented credential: a hash, so no credential is kept in memory longer
+/// than the request.
+fn cache_key(scheme: Scheme, credentials: &str) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(scheme.policy_name().as_bytes());
+    hasher.update(b"\0");
+    hasher.update(credentials.as_bytes());
+    hasher.finalize().into()
+}
+
+/// A credential the request presented, claimed by one enabled scheme and past its precheck.
+struct Claimed<'h> {
+    scheme: usize,
+    credentials: &'h str,
 }
 
 /// Verifies credentials against the store, with a short-lived cache.
@@ -352,8 +370,107 @@ pub struct PeerAuthenticator {
     /// put its (now stale) verdict into the cache.
     generation: AtomicU64,
     passwords: PasswordChecker,
-    failures: Arc<dyn RateLimiter<IpAddr>>,
+    failures: FailedAttempts,
+    /// The enabled schemes, in the order their challenges are sent.
+    schemes: Vec<(Scheme, Box<dyn CredentialScheme<VerifiedPeer>>)>,
+    /// The API-key header, when API keys are enabled.
+    key_header: Option<HeaderName>,
     recently_touched: Cache<Arc<str>, ()>,
+}
+
+/// The realm of the door's challenges.
+const REALM: &str = "peergate";
+
+/// Peers' credentials of one kind, as the generated-credential scheme reads them.
+struct PeerTokens {
+    store: Arc<dyn CredentialStore>,
+    kind: CredentialKind,
+}
+
+#[async_trait]
+impl TokenRecords<VerifiedPeer> for PeerTokens {
+    async fn record(
+        &self,
+        token_id: &str,
+    ) -> Result<Option<TokenRecord<VerifiedPeer>>, StoreError> {
+        Ok(self
+            .store
+            .find_credential(self.kind, token_id)
+            .await?
+            .map(|record| TokenRecord {
+                name: record.peer_name.clone(),
+                secret_hash: record.secret_hash,
+                active: record.active,
+                who: VerifiedPeer::new(
+                    record.peer_id,
+                    record.peer_name,
+                    record.owner_id,
+                    record.rate_per_minute,
+                    record.valid_until,
+                ),
+            }))
+    }
+}
+
+/// Peers' Basic logins.
+struct PeerLogins {
+    store: Arc<dyn CredentialStore>,
+}
+
+#[async_trait]
+impl Logins<VerifiedPeer> for PeerLogins {
+    async fn login(&self, name: &str) -> Result<Option<Login<VerifiedPeer>>, StoreError> {
+        Ok(self.store.find_peer_login(name).await?.map(|login| Login {
+            password_hash: login.password_hash,
+            active: login.active,
+            who: VerifiedPeer::new(
+                login.peer_id,
+                login.peer_name,
+                login.owner_id,
+                login.rate_per_minute,
+                login.valid_until,
+            ),
+        }))
+    }
+}
+
+/// The one place the door's schemes are registered: a new scheme is a new module and an arm
+/// here.
+fn door_scheme(
+    scheme: Scheme,
+    store: &Arc<dyn CredentialStore>,
+    passwords: &PasswordChecker,
+    settings: &AuthSettings,
+) -> Box<dyn CredentialScheme<VerifiedPeer>> {
+    let tokens = |kind| -> Arc<dyn TokenRecords<VerifiedPeer>> {
+        Arc::new(PeerTokens {
+            store: store.clone(),
+            kind,
+        })
+    };
+    match scheme {
+        Scheme::Bearer => Box::new(GeneratedCredential::new(
+            CredentialKind::PeerToken,
+            Carrier::Bearer,
+            tokens(CredentialKind::PeerToken),
+            REALM,
+        )),
+        Scheme::Basic => Box::new(Basic::new(
+            Arc::new(PeerLogins {
+                store: store.clone(),
+            }),
+            passwords.clone(),
+            REALM,
+        )),
+        Scheme::ApiKey => Box::new(GeneratedCredential::new(
+            CredentialKind::ApiKey,
+            Carrier::Header {
+                label: settings.api_key_header_label.clone(),
+            },
+            tokens(CredentialKind::ApiKey),
+            REALM,
+        )),
+    }
 }
 
 impl std::fmt::Debug for PeerAuthenticator {
@@ -377,16 +494,25 @@ impl PeerAuthenticator {
         if settings.api_key_header == header::AUTHORIZATION {
             return Err(AuthConfigError::ApiKeyHeader);
         }
-        crate::layers::limit::check_config(settings.failed_auth_quota, settings.tracked_addresses)
-            .map_err(|e| AuthConfigError::Budget(e.to_string()))?;
-        let challenges = Challenges::new(settings.schemes.iter().map(|scheme| match scheme {
-            Scheme::Bearer => BEARER_CHALLENGE.to_owned(),
-            Scheme::Basic => r#"Basic realm="peergate", charset="UTF-8""#.to_owned(),
-            Scheme::ApiKey => format!(
-                r#"ApiKey realm="peergate", header="{}""#,
-                settings.api_key_header_label
-            ),
-        }));
+        let failures = FailedAttempts::new(
+            settings.failed_auth_quota,
+            settings.tracked_addresses,
+            clock.clone(),
+        )
+        .map_err(|e| AuthConfigError::Budget(e.to_string()))?;
+        // Made even without Basic on the door: the admin API shares this one pool.
+        let passwords = PasswordChecker::new(settings.password_checks_at_once)
+            .map_err(AuthConfigError::Hashing)?;
+        let schemes: Vec<_> = settings
+            .schemes
+            .iter()
+            .map(|&scheme| (scheme, door_scheme(scheme, &store, &passwords, &settings)))
+            .collect();
+        let challenges = Challenges::new(schemes.iter().map(|(_, s)| s.challenge()));
+        let key_header = settings
+            .schemes
+            .contains(&Scheme::ApiKey)
+            .then(|| settings.api_key_header.clone());
         let verified = (!settings.cache_ttl.is_zero()).then(|| {
             Cache::builder()
                 .max_capacity(100_000)
@@ -394,15 +520,10 @@ impl PeerAuthenticator {
                 .support_invalidation_closures()
                 .build()
         });
-        let passwords = if settings.schemes.contains(&Scheme::Basic) {
-            PasswordChecker::new(settings.password_checks_at_once)
-        } else {
-            // Never asked; skip the start-up hash.
-            PasswordChecker::disabled()
-        }
-        .map_err(AuthConfigError::Hashing)?;
         Ok(Self {
-            failures: Arc::new(LocalLimiter::new(settings.tracked_addresses, clock.clone())),
+            failures,
+            schemes,
+            key_header,
             store,
             clock,
             challenges,
@@ -426,8 +547,15 @@ impl PeerAuthenticator {
     /// header, or the API-key header when API keys are enabled.
     pub fn carries_credentials(&self, headers: &HeaderMap) -> bool {
         headers.contains_key(header::AUTHORIZATION)
-            || (self.settings.schemes.contains(&Scheme::ApiKey)
-                && headers.contains_key(&self.settings.api_key_header))
+            || self
+                .key_header
+                .as_ref()
+                .is_some_and(|name| headers.contains_key(name))
+    }
+
+    /// The one Argon2 pool, shared with the admin API.
+    pub fn passwords(&self) -> &PasswordChecker {
+        &self.passwords
     }
 
     /// The enabled schemes.
@@ -475,7 +603,7 @@ impl PeerAuthenticator {
         headers: &HeaderMap,
         client: IpAddr,
     ) -> Result<AuthenticatedPeer, AuthRefusal> {
-        let presented = match self.presented(headers) {
+        let presented = match self.claimed(headers) {
             Ok(presented) => presented,
             Err(AuthError::MissingCredentials) => return Err(AuthError::MissingCredentials.into()),
             Err(error) => {
@@ -487,12 +615,12 @@ impl PeerAuthenticator {
             // No cache: every attempt is verified and counted.
             return match self.verify_counted(&presented, client).await? {
                 Some(peer) if self.still_valid(&peer) => {
-                    Ok(self.admit(&peer, presented.scheme()).await)
+                    Ok(self.admit(&peer, self.schemes[presented.scheme].0).await)
                 }
-                _ => Err(refused(presented.scheme()).into()),
+                _ => Err(self.refused(&presented).into()),
             };
         };
-        let key = presented.cache_key();
+        let key = cache_key(self.schemes[presented.scheme].0, presented.credentials);
         let mut verified_here = false;
         let entry = match cache.get(&key).await {
             Some(entry) if self.is_fresh(&entry) => entry,
@@ -521,7 +649,7 @@ impl PeerAuthenticator {
         };
         match entry.peer {
             Some(peer) if self.still_valid(&peer) => {
-                Ok(self.admit(&peer, presented.scheme()).await)
+                Ok(self.admit(&peer, self.schemes[presented.scheme].0).await)
             }
             // Expired (possibly while cached): refused like a wrong credential, and a repeat
             // costs an attempt like one.
@@ -530,29 +658,21 @@ impl PeerAuthenticator {
                 if !verified_here {
                     self.spend_attempt(client).await?;
                 }
-                Err(refused(presented.scheme()).into())
+                Err(self.refused(&presented).into())
             }
         }
     }
 
     /// Counts one attempt against the client's budget; refuses when it is spent.
     async fn spend_attempt(&self, client: IpAddr) -> Result<(), RateLimited> {
-        let quota = self.settings.failed_auth_quota;
-        match self.failures.check(&client, quota).await {
-            Decision::Allowed { .. } => Ok(()),
-            Decision::Denied { retry_after } => Err(RateLimited {
-                limit: Limit::FailedAuth,
-                retry_after,
-                quota,
-            }),
-        }
+        self.failures.spend(client).await
     }
 
     /// Spends an attempt, verifies, and gives the attempt back on success. `Ok(None)` is a
     /// refused credential (a verdict worth caching); errors are not cached.
     async fn verify_counted(
         &self,
-        presented: &Presented<'_>,
+        presented: &Claimed<'_>,
         client: IpAddr,
     ) -> Result<Option<Arc<VerifiedPeer>>, AuthRefusal> {
         self.spend_attempt(client).await?;
@@ -561,7 +681,7 @@ impl PeerAuthenticator {
                 // An expired credential is kept with its peer (so a change to that peer drops
                 // it from the cache) but is no success: its attempt stays spent.
                 if !self.expired(peer.valid_until) {
-                    self.failures.refund(&client);
+                    self.failures.refund(client);
                 }
                 Ok(Some(Arc::new(peer)))
             }
@@ -585,133 +705,36 @@ impl PeerAuthenticator {
         self.clock.now_millis() - entry.at_millis < ttl
     }
 
-    fn presented<'h>(&self, headers: &'h HeaderMap) -> Result<Presented<'h>, AuthError> {
-        let mut authorization = headers.get_all(header::AUTHORIZATION).iter();
-        let first = authorization.next();
-        if authorization.next().is_some() {
-            return Err(AuthError::AmbiguousCredentials);
-        }
-        let api_key = if self.settings.schemes.contains(&Scheme::ApiKey) {
-            let mut keys = headers.get_all(&self.settings.api_key_header).iter();
-            let key = keys.next();
-            if keys.next().is_some() {
-                return Err(AuthError::AmbiguousCredentials);
-            }
-            key
-        } else {
-            None
-        };
-        match (first, api_key) {
-            (Some(_), Some(_)) => Err(AuthError::AmbiguousCredentials),
-            (None, None) => Err(AuthError::MissingCredentials),
-            (None, Some(key)) => {
-                let key = key
-                    .to_str()
-                    .map_err(|_| AuthError::InvalidCredentials)?
-                    .trim();
-                token::parse(CredentialKind::ApiKey, key)
-                    .map_err(|_| AuthError::InvalidCredentials)?;
-                Ok(Presented::ApiKey(key))
-            }
-            (Some(value), None) => {
-                let value = value.to_str().map_err(|_| AuthError::MalformedHeader)?;
-                let (scheme, rest) = value.split_once(' ').ok_or(AuthError::MalformedHeader)?;
-                let credentials = rest.trim_matches(' ');
-                if credentials.is_empty() || credentials.contains(' ') {
-                    return Err(AuthError::MalformedHeader);
-                }
-                let scheme = if scheme.eq_ignore_ascii_case("bearer") {
-                    Scheme::Bearer
-                } else if scheme.eq_ignore_ascii_case("basic") {
-                    Scheme::Basic
-                } else {
-                    return Err(AuthError::SchemeNotEnabled);
-                };
-                if !self.settings.schemes.contains(&scheme) {
-                    return Err(AuthError::SchemeNotEnabled);
-                }
-                Ok(match scheme {
-                    Scheme::Basic => Presented::Basic(credentials),
-                    _ => {
-                        // Junk and typos are refused here, before any cache or store.
-                        token::parse(CredentialKind::PeerToken, credentials)
-                            .map_err(|_| AuthError::MalformedToken)?;
-                        Presented::Bearer(credentials)
-                    }
-                })
-            }
-        }
-    }
-
-    async fn verify(&self, presented: &Presented<'_>) -> Result<VerifiedPeer, AuthError> {
-        match presented {
-            Presented::Bearer(token) => self
-                .verify_generated(CredentialKind::PeerToken, token)
-                .await
-                .map_err(|e| match e {
-                    AuthError::InvalidCredentials => AuthError::InvalidToken,
-                    other => other,
-                }),
-            Presented::ApiKey(key) => self
-                .verify_generated(CredentialKind::ApiKey, key)
-                .await
-                .map_err(|e| match e {
-                    AuthError::MalformedToken => AuthError::InvalidCredentials,
-                    other => other,
-                }),
-            Presented::Basic(encoded) => self.verify_basic(encoded).await,
-        }
-    }
-
-    async fn verify_generated(
-        &self,
-        kind: CredentialKind,
-        presented: &str,
-    ) -> Result<VerifiedPeer, AuthError> {
-        let parsed = token::parse(kind, presented).map_err(|_| AuthError::MalformedToken)?;
-        let record = self
-            .store
-            .find_credential(kind, parsed.token_id)
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "credential look-up failed");
-                AuthError::Unavailable
-            })?
-            .ok_or(AuthError::InvalidCredentials)?;
-        if !parsed.matches(&record.secret_hash) || !record.active {
-            return Err(AuthError::InvalidCredentials);
-        }
-        Ok(VerifiedPeer {
-            id: record.peer_id.into(),
-            name: record.peer_name.into(),
-            owner_id: record.owner_id.into(),
-            rate_per_minute: record.rate_per_minute,
-            valid_until: record.valid_until,
-            noted: Default::default(),
+    /// The request's one credential, claimed by an enabled scheme and past its precheck.
+    fn claimed<'h>(&self, headers: &'h HeaderMap) -> Result<Claimed<'h>, AuthError> {
+        let presented = Presented::from_headers(headers, self.key_header.as_ref())?
+            .ok_or(AuthError::MissingCredentials)?;
+        let scheme = self
+            .schemes
+            .iter()
+            .position(|(_, s)| s.claims(&presented))
+            .ok_or(AuthError::SchemeNotEnabled)?;
+        let credentials = presented.credentials();
+        // Junk and typos are refused here, before any cache or store.
+        self.schemes[scheme].1.precheck(credentials)?;
+        Ok(Claimed {
+            scheme,
+            credentials,
         })
     }
 
-    async fn verify_basic(&self, encoded: &str) -> Result<VerifiedPeer, AuthError> {
-        let (name, password) = parse_basic(encoded)?;
-        let (name, password) = (name.as_str(), password.as_str());
-        let login = self.store.find_peer_login(name).await.map_err(|e| {
-            tracing::error!(error = %e, "peer look-up failed");
-            AuthError::Unavailable
-        })?;
-        // Unknown names and peers without a password cost one dummy verification.
-        let phc = login.as_ref().and_then(|l| l.password_hash.as_deref());
-        let matched = self.passwords.verify(phc, password).await;
-        match login {
-            Some(login) if matched && login.active => Ok(VerifiedPeer {
-                id: login.peer_id.into(),
-                name: login.peer_name.into(),
-                owner_id: login.owner_id.into(),
-                rate_per_minute: login.rate_per_minute,
-                valid_until: login.valid_until,
-                noted: Default::default(),
-            }),
-            _ => Err(AuthError::InvalidCredentials),
-        }
+    async fn verify(&self, presented: &Claimed<'_>) -> Result<VerifiedPeer, AuthError> {
+        self.schemes[presented.scheme]
+            .1
+            .verify(presented.credentials)
+            .await
+            .map_err(|failure| failure.error)
+    }
+
+    /// The refusal for a credential that was checked and found wrong (unknown, wrong or
+    /// revoked).
+    fn refused(&self, presented: &Claimed<'_>) -> AuthError {
+        self.schemes[presented.scheme].1.refused()
     }
 
     async fn admit(&self, peer: &VerifiedPeer, scheme: Scheme) -> AuthenticatedPeer {
@@ -738,40 +761,42 @@ impl PeerAuthenticator {
     }
 }
 
-/// The peer name and password of Basic credentials (RFC 7617): standard base64 of UTF-8
-/// `name:password`, split at the first colon. Anything else is a malformed header.
-pub fn parse_basic(encoded: &str) -> Result<(String, String), AuthError> {
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .map_err(|_| AuthError::MalformedHeader)?;
-    let decoded = String::from_utf8(decoded).map_err(|_| AuthError::MalformedHeader)?;
-    let (name, password) = decoded.split_once(':').ok_or(AuthError::MalformedHeader)?;
-    Ok((name.to_owned(), password.to_owned()))
+/// Whether a request must authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// No valid credential, no entry (the A2A door).
+    Required,
+    /// A request without any credential passes as anonymous; one that presents a credential
+    /// must present a valid one (the card routes: a valid peer gets the extended card, an
+    /// invalid credential is a 401, never a quiet downgrade to the public card).
+    Optional,
 }
 
-/// The refusal for a credential that was checked and found wrong (unknown, wrong or revoked).
-fn refused(scheme: Scheme) -> AuthError {
-    match scheme {
-        Scheme::Bearer => AuthError::InvalidToken,
-        _ => AuthError::InvalidCredentials,
-    }
-}
-
-/// Requires one valid credential in front of the wrapped service.
+/// Authenticates in front of the wrapped service, in one [`AuthMode`].
 #[derive(Clone)]
 pub struct AuthLayer {
     authenticator: Arc<PeerAuthenticator>,
+    mode: AuthMode,
 }
 
 impl AuthLayer {
-    /// A layer that authenticates with `authenticator`.
+    /// A layer that requires a valid credential, checked by `authenticator`.
     pub fn new(authenticator: PeerAuthenticator) -> Self {
         Self::shared(Arc::new(authenticator))
     }
 
     /// A layer over an authenticator shared with other parts of the gateway.
     pub fn shared(authenticator: Arc<PeerAuthenticator>) -> Self {
-        Self { authenticator }
+        Self {
+            authenticator,
+            mode: AuthMode::Required,
+        }
+    }
+
+    /// The same layer in `mode`.
+    pub fn mode(mut self, mode: AuthMode) -> Self {
+        self.mode = mode;
+        self
     }
 }
 
@@ -782,6 +807,7 @@ impl<S> Layer<S> for AuthLayer {
         Auth {
             inner,
             authenticator: self.authenticator.clone(),
+            mode: self.mode,
         }
     }
 }
@@ -791,6 +817,7 @@ impl<S> Layer<S> for AuthLayer {
 pub struct Auth<S> {
     inner: S,
     authenticator: Arc<PeerAuthenticator>,
+    mode: AuthMode,
 }
 
 impl<S> Service<Request<Body>> for Auth<S>
@@ -807,6 +834,11 @@ where
     }
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        if self.mode == AuthMode::Optional
+            && !self.authenticator.carries_credentials(request.headers())
+        {
+            return Box::pin(self.inner.call(request));
+        }
         // The readied service goes into the future; a fresh clone stays for the next call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);

@@ -1,0 +1,54 @@
+//! The failed-attempt budget per client address, one implementation for the door and the admin
+//! API: every attempt that presents a credential is counted before any work and given back when
+//! it succeeds, so guessing (and the Argon2 work it causes) stays bounded, concurrent guesses
+//! too. It tracks at most `limits.tracked_addresses` addresses and refuses new ones past that.
+
+use crate::clock::Clock;
+use crate::layers::limit::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};
+use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Failed attempts per client address.
+#[derive(Debug, Clone)]
+pub struct FailedAttempts {
+    limiter: Arc<dyn RateLimiter<IpAddr>>,
+    quota: Quota,
+}
+
+impl FailedAttempts {
+    /// `quota` attempts per address, tracking at most about `tracked_addresses` addresses.
+    pub fn new(
+        quota: Quota,
+        tracked_addresses: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, LimitConfigError> {
+        check_config(quota, tracked_addresses)?;
+        Ok(Self {
+            limiter: Arc::new(LocalLimiter::new(tracked_addresses, clock)),
+            quota,
+        })
+    }
+
+    /// Counts one attempt from `client`; refuses when its budget is spent.
+    pub async fn spend(&self, client: IpAddr) -> Result<(), RateLimited> {
+        match self.limiter.check(&client, self.quota).await {
+            Decision::Allowed { .. } => Ok(()),
+            Decision::Denied { retry_after } => Err(RateLimited {
+                limit: Limit::FailedAuth,
+                retry_after,
+                quota: self.quota,
+            }),
+        }
+    }
+
+    /// Gives back the attempt of a credential that turned out valid.
+    pub fn refund(&self, client: IpAddr) {
+        self.limiter.refund(&client);
+    }
+
+    /// Forgets addresses whose budget is whole again.
+    pub fn forget_rested(&self) {
+        self.limiter.forget_rested();
+    }
+}

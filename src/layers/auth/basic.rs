@@ -1,0 +1,98 @@
+//! HTTP Basic (RFC 7617): a name and a password a person chose, checked with Argon2id.
+//!
+//! The one Basic parser and the one Argon2 pool ([`PasswordChecker`]) serve peers on the door
+//! and administrators on the admin API; only where logins come from differs ([`Logins`]). A
+//! name without a password, or no such name, costs one dummy verification, so the answer's
+//! timing does not tell which names exist.
+
+use super::AuthError;
+use super::password::PasswordChecker;
+use super::scheme::{CredentialScheme, Failure, Presented};
+use crate::store::StoreError;
+use async_trait::async_trait;
+use base64::Engine as _;
+use std::sync::Arc;
+
+/// The peer name and password of Basic credentials: standard base64 of UTF-8 `name:password`,
+/// split at the first colon. Anything else is a malformed header.
+pub fn parse_basic(encoded: &str) -> Result<(String, String), AuthError> {
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|_| AuthError::MalformedHeader)?;
+    let decoded = String::from_utf8(decoded).map_err(|_| AuthError::MalformedHeader)?;
+    let (name, password) = decoded.split_once(':').ok_or(AuthError::MalformedHeader)?;
+    Ok((name.to_owned(), password.to_owned()))
+}
+
+/// A login as Basic needs it.
+#[derive(Debug, Clone)]
+pub struct Login<Who> {
+    /// Who signs in.
+    pub who: Who,
+    /// Argon2id PHC string, if a password was set.
+    pub password_hash: Option<String>,
+    /// False once revoked or disabled.
+    pub active: bool,
+}
+
+/// Where logins come from (peers for the door, administrators for the admin API).
+#[async_trait]
+pub trait Logins<Who>: Send + Sync {
+    /// The login named `name`, if any.
+    async fn login(&self, name: &str) -> Result<Option<Login<Who>>, StoreError>;
+}
+
+/// The Basic scheme over one source of logins.
+pub struct Basic<Who> {
+    logins: Arc<dyn Logins<Who>>,
+    passwords: PasswordChecker,
+    realm: &'static str,
+}
+
+impl<Who> Basic<Who> {
+    /// Basic in `realm`, checking passwords with the shared pool.
+    pub fn new(
+        logins: Arc<dyn Logins<Who>>,
+        passwords: PasswordChecker,
+        realm: &'static str,
+    ) -> Self {
+        Self {
+            logins,
+            passwords,
+            realm,
+        }
+    }
+}
+
+#[async_trait]
+impl<Who: Send + Sync + 'static> CredentialScheme<Who> for Basic<Who> {
+    fn challenge(&self) -> String {
+        format!(r#"Basic realm="{}", charset="UTF-8""#, self.realm)
+    }
+
+    fn claims(&self, presented: &Presented<'_>) -> bool {
+        matches!(presented, Presented::Authorization { scheme, .. } if scheme.eq_ignore_ascii_case("basic"))
+    }
+
+    fn precheck(&self, _credentials: &str) -> Result<(), AuthError> {
+        // Decoding is cheap but belongs to verification: a bad encoding is a refused attempt.
+        Ok(())
+    }
+
+    async fn verify(&self, credentials: &str) -> Result<Who, Failure> {
+        let (name, password) = parse_basic(credentials)?;
+        let login = self.logins.login(&name).await.map_err(|e| {
+            tracing::error!(error = %e, "login look-up failed");
+            AuthError::Unavailable
+        })?;
+        let phc = login.as_ref().and_then(|l| l.password_hash.as_deref());
+        let matched = self.passwords.verify(phc, &password).await;
+        match login {
+            Some(login) if matched && login.active => Ok(login.who),
+            _ => Err(Failure {
+                error: AuthError::InvalidCredentials,
+                name: Some(name),
+            }),
+        }
+    }
+}
