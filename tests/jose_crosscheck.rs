@@ -10,6 +10,7 @@
 //!   a change shows). `cargo test --test jose_crosscheck -- --nocapture` prints the table.
 //! * Where the two Ed25519 checks do differ: a small-order key, which Wycheproof's file does
 //!   not exercise. peergate refuses it; jsonwebtoken accepts one signature for every message.
+//! * A 31-byte Ed25519 key: peergate refuses it; jsonwebtoken panics when verifying with it.
 
 use base64::Engine as _;
 use jsonwebtoken::crypto::CryptoProvider;
@@ -374,4 +375,28 @@ fn the_mirrored_ed25519_check_agrees_with_verify_compact() {
             expected
         );
     }
+}
+
+/// A JWKS entry whose Ed25519 `x` is 31 bytes: peergate refuses the key when it is added;
+/// jsonwebtoken 12.0.0 reads it, then panics on the first verification (it slices `[..32]`
+/// without a length check, `src/crypto/rust_crypto/eddsa.rs`). For a verifier fed remote key
+/// sets that is a panic an outsider can trigger. If this starts failing, jsonwebtoken fixed it:
+/// update the decision record.
+#[test]
+fn a_short_ed25519_key_is_refused_by_peergate_and_panics_jsonwebtoken() {
+    jwt_provider();
+    let jwk = json!({"kty": "OKP", "crv": "Ed25519", "kid": "short", "x": b64url(&[9u8; 31])});
+    let refused = TrustedKeys::new()
+        .add_jwks(&json!({"keys": [jwk.clone()]}).to_string())
+        .unwrap_err();
+    assert!(refused.0.contains("bad Ed25519"), "{refused}");
+    let jwk: Jwk = serde_json::from_value(jwk).unwrap();
+    let key = DecodingKey::from_jwk(&jwk).expect("jsonwebtoken reads the key");
+    let outcome = std::panic::catch_unwind(|| {
+        jsonwebtoken::crypto::verify(&b64url(&[0u8; 64]), b"card", &key, Algorithm::EdDSA)
+    });
+    assert!(
+        outcome.is_err(),
+        "jsonwebtoken no longer panics: {outcome:?}"
+    );
 }
