@@ -73,91 +73,40 @@ impl Clock for ManualClock {
 /// Formats epoch milliseconds as RFC 3339 UTC with millisecond precision,
 /// the form the A2A spec asks for (`2025-10-28T10:30:00.000Z`).
 pub fn rfc3339_millis(epoch_millis: i64) -> String {
-    let secs = epoch_millis.div_euclid(1000);
-    let millis = epoch_millis.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let secs_of_day = secs.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        secs_of_day / 3600,
-        (secs_of_day / 60) % 60,
-        secs_of_day % 60
-    )
+    match jiff::Timestamp::from_millisecond(epoch_millis) {
+        Ok(at) => at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        // Outside years -9999..=9999: no store or clock here produces such a time.
+        Err(_) => "9999-12-31T23:59:59.999Z".to_owned(),
+    }
 }
 
-/// Days since the epoch to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (the inverse of `civil_from_days`).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year - era * 400;
-    let mp = (i64::from(month) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// The UTC day of epoch milliseconds, `YYYY-MM-DD`.
+pub fn utc_day(epoch_millis: i64) -> String {
+    rfc3339_millis(epoch_millis)[..10].to_owned()
 }
 
 /// Parses `YYYY-MM-DD` (midnight UTC) or `YYYY-MM-DDTHH:MM:SS[.fff]Z` into epoch milliseconds.
+/// Nothing looser: no other offset, no missing seconds, no space for the `T`.
 pub fn parse_rfc3339(text: &str) -> Option<i64> {
-    let number = |range: std::ops::Range<usize>| -> Option<i64> {
-        let digits = text.get(range)?;
-        digits
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| digits.parse().ok())?
-    };
     let b = text.as_bytes();
-    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
-        return None;
-    }
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    let month = u32::try_from(month).ok().filter(|m| (1..=12).contains(m))?;
-    let day = u32::try_from(day).ok().filter(|d| (1..=31).contains(d))?;
-    let days = days_from_civil(year, month, day);
-    // A day past the month's end (2026-02-30) would roll over: refuse it.
-    if civil_from_days(days) != (year, month, day) {
-        return None;
-    }
-    let mut millis = days * 86_400_000;
     if b.len() == 10 {
-        return Some(millis);
+        let date: jiff::civil::Date = text.parse().ok()?;
+        let midnight = jiff::tz::TimeZone::UTC
+            .to_timestamp(date.to_datetime(jiff::civil::Time::midnight()))
+            .ok()?;
+        return Some(midnight.as_millisecond());
     }
-    let rest = &text[10..];
-    let rest = rest.strip_prefix('T').or_else(|| rest.strip_prefix('t'))?;
-    let rest = rest.strip_suffix('Z').or_else(|| rest.strip_suffix('z'))?;
-    let (clock, fraction) = rest.split_once('.').unwrap_or((rest, ""));
-    let parts: Vec<&str> = clock.split(':').collect();
-    let [h, m, sec] = parts.as_slice() else {
+    let shaped = b.len() >= 20
+        && matches!(b[10], b'T' | b't')
+        && b[13] == b':'
+        && b[16] == b':'
+        && matches!(b[b.len() - 1], b'Z' | b'z')
+        && (b.len() == 20 || b[19] == b'.');
+    if !shaped {
         return None;
-    };
-    let field = |t: &str, max: i64| -> Option<i64> {
-        (t.len() == 2 && t.bytes().all(|c| c.is_ascii_digit()))
-            .then(|| t.parse().ok())?
-            .filter(|v| *v <= max)
-    };
-    millis += field(h, 23)? * 3_600_000 + field(m, 59)? * 60_000 + field(sec, 59)? * 1000;
-    if !fraction.is_empty() {
-        if fraction.len() > 9 || !fraction.bytes().all(|c| c.is_ascii_digit()) {
-            return None;
-        }
-        let ms: String = fraction.chars().chain("000".chars()).take(3).collect();
-        millis += ms.parse::<i64>().ok()?;
     }
-    Some(millis)
+    let at: jiff::Timestamp = text.parse().ok()?;
+    Some(at.as_millisecond())
 }
 
 #[cfg(test)]

@@ -187,25 +187,18 @@ fn every_card_peergate_signs_verifies_under_jsonwebtoken() {
     );
 }
 
-/// peergate's Ed25519 rules for a raw (message, signature, key), as `src/jose/verify.rs` applies
-/// them. The key goes through the public `TrustedKeys::add_jwks`, so its checks are the real
-/// ones (32 bytes of strict base64url, a valid point, no small-order key: `jwk_key`). The
-/// signature check mirrors the `TrustedKey::EdDsa` arm of the private fn `check`: exactly 64
-/// bytes, then `ed25519_dalek::VerifyingKey::verify_strict` (`jwk_key` and `check` are lines
-/// 219–231 and 409–413 of `src/jose/verify.rs` as of this test). It is mirrored because
-/// peergate's public verifiers only take JWS signing inputs, not arbitrary messages;
-/// `the_mirrored_ed25519_check_agrees_with_verify_compact` checks the mirror against them.
+/// peergate's Ed25519 rules for a raw (message, signature, key): the key goes through the
+/// public `TrustedKeys::add_jwks` (32 bytes of strict base64url, a valid point, no small-order
+/// key) and the signature through `TrustedKeys::verify_raw`, the same check a card's signature
+/// gets (exactly 64 bytes, then `verify_strict`).
 fn peergate_accepts(public_key: &[u8], message: &[u8], signature: &[u8]) -> bool {
     let jwks =
         json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "w", "x": b64url(public_key)}]});
-    if TrustedKeys::new().add_jwks(&jwks.to_string()).is_err() {
+    let mut keys = TrustedKeys::new();
+    if keys.add_jwks(&jwks.to_string()).is_err() {
         return false;
     }
-    let key = ed25519_dalek::VerifyingKey::from_bytes(public_key.try_into().unwrap()).unwrap();
-    let Ok(signature) = ed25519_dalek::Signature::from_slice(signature) else {
-        return false;
-    };
-    key.verify_strict(message, &signature).is_ok()
+    keys.verify_raw("w", message, signature).unwrap_or(false)
 }
 
 /// jsonwebtoken's EdDSA verification of a raw (message, signature, key), through its public
@@ -327,12 +320,12 @@ fn a_small_order_key_is_where_the_two_ed25519_checks_differ() {
     assert!(key.verify_strict(b"any card", &signature).is_err());
 }
 
-/// The mirrored check in `peergate_accepts` gives the same answers as peergate's public
+/// `TrustedKeys::verify_raw`, which `peergate_accepts` uses, gives the same answers as peergate's public
 /// `verify_compact` wherever both apply (messages that are JWS signing inputs): a good
 /// signature, one with a flipped bit, one with `S + L` (the same signature, malleated), one cut
 /// short.
 #[test]
-fn the_mirrored_ed25519_check_agrees_with_verify_compact() {
+fn raw_verification_agrees_with_verify_compact() {
     use ed25519_dalek::Signer as _;
     let signing = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
     let public = signing.verifying_key().to_bytes();

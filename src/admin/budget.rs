@@ -113,7 +113,7 @@ impl std::fmt::Debug for Budgets {
 
 /// The UTC day (`YYYY-MM-DD`) and month (`YYYY-MM`) of an instant.
 pub fn day_and_month(millis: i64) -> (String, String) {
-    let day = rfc3339_millis(millis)[..10].to_owned();
+    let day = crate::clock::utc_day(millis);
     let month = day[..7].to_owned();
     (day, month)
 }

@@ -172,7 +172,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     })?;
     let door_url = card::door_url(&policy, local_addr);
     let config = |e: &dyn std::fmt::Display| StartError::Config(e.to_string());
-    let today = crate::clock::rfc3339_millis(options.clock.now_millis())[..10].to_owned();
+    let today = crate::clock::utc_day(options.clock.now_millis());
     let policy_keys = keys::load(&policy.signing, &options.data_dir).map_err(|e| config(&e))?;
     let signing_keys = policy_keys.signing;
     let jku = policy.signing.jwks_url.as_deref();
@@ -575,7 +575,7 @@ async fn housekeeping(
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
-        let today = crate::clock::rfc3339_millis(clock.now_millis())[..10].to_owned();
+        let today = crate::clock::utc_day(clock.now_millis());
         if today != jwks.day {
             match build_jwks(&store, &jwks.published, &today, clock.now_millis()).await {
                 Ok(document) => {

@@ -26,6 +26,7 @@
 
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Request};
+use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Arc;
@@ -58,12 +59,10 @@ impl ClientAddr {
     }
 }
 
-/// An address range such as `10.0.0.0/8` or `2001:db8::/32`.
+/// An address range such as `10.0.0.0/8` or `2001:db8::/32` (a bare address is its own
+/// range).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(IpNet);
 
 /// A range that is not `ADDRESS/PREFIX` with a prefix that fits the address family.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,20 +73,13 @@ impl FromStr for Cidr {
     type Err = CidrError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (addr, prefix) = match s.split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix)),
-            None => (s, None),
-        };
-        let network: IpAddr = addr.parse().map_err(|_| CidrError)?;
-        let max = if network.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(p) => p.parse::<u8>().map_err(|_| CidrError)?,
-            None => max,
-        };
-        if prefix > max {
-            return Err(CidrError);
+        if s.contains('/') {
+            s.parse::<IpNet>().map(Self).map_err(|_| CidrError)
+        } else {
+            s.parse::<IpAddr>()
+                .map(|addr| Self(IpNet::from(addr)))
+                .map_err(|_| CidrError)
         }
-        Ok(Self { network, prefix })
     }
 }
 
@@ -98,21 +90,7 @@ impl Cidr {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
         };
-        match (self.network, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
+        self.0.contains(&ip)
     }
 }
 
