@@ -14,7 +14,7 @@
 //! midnight UTC (their tokens are stored but may miss the new day's seed), so a budget can be
 //! overshot by what those requests spend.
 
-use crate::clock::{Clock, rfc3339_millis};
+use crate::clock::Clock;
 use crate::store::{ExchangeUsage, StoreError, UsageStore};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
