@@ -70,7 +70,7 @@ pub fn public_card(policy: &Policy, door_url: &str) -> Value {
 }
 
 fn enabled_schemes(policy: &Policy) -> Vec<Scheme> {
-    policy.auth_schemes().unwrap_or_default()
+    policy.auth_schemes().to_vec()
 }
 
 /// The card's name for a scheme.

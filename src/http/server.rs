@@ -187,7 +187,6 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     // The card URL answers differently to requests carrying credentials.
     let vary = if policy
         .auth_schemes()
-        .unwrap_or_default()
         .contains(&crate::layers::auth::Scheme::ApiKey)
     {
         format!("Authorization, {}", policy.auth.api_key_header)
@@ -278,7 +277,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         ),
     }
     let auth_settings = AuthSettings {
-        schemes: policy.auth_schemes().map_err(|e| config(&e))?,
+        schemes: policy.auth_schemes().to_vec(),
         api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
             .map_err(|e| config(&e))?,
         api_key_header_label: policy.auth.api_key_header.clone(),
@@ -299,7 +298,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     .map_err(|e| config(&e))?;
     let per_peer = PerPeerLimitLayer::new(policy.limits.tracked_addresses, options.clock.clone())
         .map_err(|e| config(&e))?;
-    let trusted_proxies = policy.trusted_proxies().map_err(|e| config(&e))?;
+    let trusted_proxies = policy.trusted_proxies().to_vec();
     let state = AppState {
         agent,
         card: Arc::new(card),

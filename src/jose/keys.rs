@@ -5,6 +5,7 @@
 //! signed, and verifiable against `/.well-known/jwks.json`, from the first run.
 
 use crate::jose::sign::CardSigningKey;
+use crate::jose::sign::JwsAlgorithm;
 use base64::Engine as _;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
 use serde_json::{Value, json};
@@ -174,8 +175,16 @@ fn public_copy(key: &CardSigningKey) -> Option<CardSigningKey> {
 fn load_one(entry: &crate::config::SigningKeyPolicy) -> Result<CardSigningKey, String> {
     let kid = entry.kid.clone();
     let name = |what: &str| format!("signing.keys kid \"{kid}\": {what}");
-    match entry.alg.as_str() {
-        "HS256" => {
+    let private_pem = || -> Result<String, String> {
+        let file = entry
+            .private_key_file
+            .as_ref()
+            .ok_or_else(|| name("needs private_key_file"))?;
+        std::fs::read_to_string(file)
+            .map_err(|e| name(&format!("cannot read private_key_file: {}", e.kind())))
+    };
+    match entry.alg {
+        JwsAlgorithm::Hs256 => {
             let encoded = match (&entry.secret_env, &entry.secret_file) {
                 (Some(var), None) => std::env::var(var).map_err(|_| {
                     name(&format!(
@@ -198,35 +207,24 @@ fn load_one(entry: &crate::config::SigningKeyPolicy) -> Result<CardSigningKey, S
             }
             Ok(CardSigningKey::Hs256 { kid, secret })
         }
-        "EdDSA" | "ES256" => {
-            let file = entry
-                .private_key_file
-                .as_ref()
-                .ok_or_else(|| name("needs private_key_file"))?;
-            let pem = std::fs::read_to_string(file)
-                .map_err(|e| name(&format!("cannot read private_key_file: {}", e.kind())))?;
-            if entry.alg == "EdDSA" {
-                let key = ed25519_dalek::SigningKey::from_pkcs8_pem(&pem)
-                    .map_err(|_| name("private_key_file is not an Ed25519 PKCS#8 PEM key"))?;
-                Ok(CardSigningKey::EdDsa {
-                    kid,
-                    key: Box::new(key),
-                })
-            } else {
-                let key =
-                    <p256::ecdsa::SigningKey as p256::pkcs8::DecodePrivateKey>::from_pkcs8_pem(
-                        &pem,
-                    )
-                    .map_err(|_| name("private_key_file is not a P-256 PKCS#8 PEM key"))?;
-                Ok(CardSigningKey::Es256 {
-                    kid,
-                    key: Box::new(key),
-                })
-            }
+        JwsAlgorithm::EdDsa => {
+            let key = ed25519_dalek::SigningKey::from_pkcs8_pem(&private_pem()?)
+                .map_err(|_| name("private_key_file is not an Ed25519 PKCS#8 PEM key"))?;
+            Ok(CardSigningKey::EdDsa {
+                kid,
+                key: Box::new(key),
+            })
         }
-        other => Err(name(&format!(
-            "alg {other:?} is not one of \"EdDSA\", \"ES256\", \"HS256\""
-        ))),
+        JwsAlgorithm::Es256 => {
+            let key = <p256::ecdsa::SigningKey as p256::pkcs8::DecodePrivateKey>::from_pkcs8_pem(
+                &private_pem()?,
+            )
+            .map_err(|_| name("private_key_file is not a P-256 PKCS#8 PEM key"))?;
+            Ok(CardSigningKey::Es256 {
+                kid,
+                key: Box::new(key),
+            })
+        }
     }
 }
 

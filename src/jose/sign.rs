@@ -17,6 +17,45 @@ use serde_json::{Map, Value, json};
 /// The shortest HS256 secret accepted (RFC 7518 §3.2: at least the hash output size).
 pub const MIN_HMAC_SECRET_BYTES: usize = 32;
 
+/// The JWS algorithms peergate signs and verifies cards with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[non_exhaustive]
+pub enum JwsAlgorithm {
+    /// Ed25519 (RFC 8037).
+    #[serde(rename = "EdDSA")]
+    EdDsa,
+    /// ECDSA on P-256 with SHA-256.
+    #[serde(rename = "ES256")]
+    Es256,
+    /// HMAC with SHA-256.
+    #[serde(rename = "HS256")]
+    Hs256,
+}
+
+impl JwsAlgorithm {
+    /// The JOSE name (`alg`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EdDsa => "EdDSA",
+            Self::Es256 => "ES256",
+            Self::Hs256 => "HS256",
+        }
+    }
+
+    /// The algorithm named `name`, exactly as JOSE spells it.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::EdDsa, Self::Es256, Self::Hs256]
+            .into_iter()
+            .find(|alg| alg.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for JwsAlgorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a card could not be signed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

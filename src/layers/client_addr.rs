@@ -83,6 +83,14 @@ impl FromStr for Cidr {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Cidr {
+    /// From the policy: parsed once, when it loads.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl Cidr {
     /// Whether `ip` lies in this range (IPv4-mapped IPv6 addresses count as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {

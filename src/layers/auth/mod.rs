@@ -141,8 +141,9 @@ impl<S: Send + Sync> FromRequestParts<S> for AuthenticatedPeer {
     }
 }
 
-/// The authentication schemes peergate knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The authentication schemes peergate knows, as the policy names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Scheme {
     /// `Authorization: Bearer <peer token>`

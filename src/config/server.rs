@@ -1,0 +1,148 @@
+//! `[server]`: where the gateway listens and how long it waits.
+
+use super::{Invalid, invalid};
+use crate::layers::client_addr::Cidr;
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+/// `[server]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerPolicy {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Public base URL the card advertises; the listen address when absent.
+    #[serde(default)]
+    pub public_base_url: Option<String>,
+    /// Path of the JSON-RPC door.
+    #[serde(default = "default_a2a_path")]
+    pub a2a_path: String,
+    /// Largest request body accepted, in bytes.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    #[serde(default)]
+    pub trusted_proxies: Vec<Cidr>,
+    /// Address of the admin API's own listener (loopback).
+    #[serde(default = "default_admin_listen")]
+    pub admin_listen: SocketAddr,
+    /// Seconds a client may take to send a request's head.
+    #[serde(default = "default_header_read_timeout_seconds")]
+    pub header_read_timeout_seconds: u64,
+    /// Connections open at once, per listener.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Seconds one request may take, start to answer.
+    #[serde(default = "default_request_timeout_seconds")]
+    pub request_timeout_seconds: u64,
+    /// Seconds requests in flight get to finish after SIGTERM.
+    #[serde(default = "default_shutdown_grace_seconds")]
+    pub shutdown_grace_seconds: u64,
+}
+
+fn default_header_read_timeout_seconds() -> u64 {
+    10
+}
+fn default_max_connections() -> usize {
+    1024
+}
+fn default_request_timeout_seconds() -> u64 {
+    200
+}
+fn default_shutdown_grace_seconds() -> u64 {
+    30
+}
+
+/// The admin API's address must be loopback and not the door's: it takes passwords and has no
+/// TLS of its own. Checked on the policy and again on the addresses actually bound.
+pub fn check_admin_listen(admin: SocketAddr, door: SocketAddr) -> Result<(), &'static str> {
+    if !admin.ip().is_loopback() {
+        return Err(
+            "must be a loopback address: the admin API takes passwords and has no TLS of its own (put a TLS proxy on this host in front of it)",
+        );
+    }
+    if admin.port() != 0
+        && admin.port() == door.port()
+        && (door.ip().is_unspecified() || door.ip() == admin.ip())
+    {
+        return Err("must not be the door's address: the admin API has its own port");
+    }
+    Ok(())
+}
+
+fn default_admin_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8081))
+}
+
+fn default_a2a_path() -> String {
+    "/a2a/v1".to_owned()
+}
+fn default_max_body_bytes() -> usize {
+    1024 * 1024
+}
+
+impl ServerPolicy {
+    pub(super) fn validate(&self) -> Result<(), Invalid> {
+        self.validate_a2a_path()?;
+        if let Some(url) = &self.public_base_url
+            && (!(url.starts_with("https://") || url.starts_with("http://")) || url.ends_with('/'))
+        {
+            return Err(invalid(
+                "server.public_base_url",
+                "must be an http(s) URL without a trailing `/`, e.g. https://gateway.example.com",
+            ));
+        }
+        if !(1..=300).contains(&self.header_read_timeout_seconds) {
+            return Err(invalid(
+                "server.header_read_timeout_seconds",
+                "must be between 1 and 300",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return Err(invalid(
+                "server.max_connections",
+                "must be between 1 and 1000000",
+            ));
+        }
+        if self.shutdown_grace_seconds > 3600 {
+            return Err(invalid(
+                "server.shutdown_grace_seconds",
+                "must be at most 3600",
+            ));
+        }
+        if let Err(reason) = check_admin_listen(self.admin_listen, self.listen) {
+            return Err(invalid("server.admin_listen", reason));
+        }
+        if !(1024..=64 * 1024 * 1024).contains(&self.max_body_bytes) {
+            return Err(invalid(
+                "server.max_body_bytes",
+                "must be between 1024 and 67108864",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_a2a_path(&self) -> Result<(), Invalid> {
+        let path = &self.a2a_path;
+        if !path.starts_with('/') || path.len() < 2 || path.ends_with('/') || path.contains("//") {
+            return Err(invalid(
+                "server.a2a_path",
+                "must start with `/`, not end with `/`, and name a path such as /a2a/v1",
+            ));
+        }
+        // Plain segments only: axum treats `{`, `}`, `:` and `*` as route syntax.
+        if !path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'~' | b'-'))
+        {
+            return Err(invalid(
+                "server.a2a_path",
+                "may hold only letters, digits and /._~-",
+            ));
+        }
+        if path.starts_with("/.well-known") || path == "/health" {
+            return Err(invalid("server.a2a_path", "collides with a built-in route"));
+        }
+        Ok(())
+    }
+}
