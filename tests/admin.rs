@@ -273,7 +273,7 @@ async fn a_forbidden_model_or_a_disabled_owner_rejects_every_task() {
 
 #[tokio::test]
 async fn the_echo_backend_reports_an_estimate_that_counts_against_the_budget() {
-    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
     let token = ada.create_peer("ada-agent").await;
     let short = send_text(&gw.door, &token, "count me", None).await;
     assert_eq!(task_state(&short), "TASK_STATE_COMPLETED");
@@ -295,7 +295,7 @@ async fn the_echo_backend_reports_an_estimate_that_counts_against_the_budget() {
 
 #[tokio::test]
 async fn conversations_are_visible_to_their_owner_only_and_can_be_deleted() {
-    let (gw, ada, bob) = gateway_with_admins(policy_with(|p| p)).await;
+    let (gw, ada, bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
     let token = ada.create_peer("ada-agent").await;
     let bob_token = bob.create_peer("bob-agent").await;
     let first = send_text(&gw.door, &token, "first question", Some("ctx-1")).await;
@@ -362,12 +362,11 @@ async fn conversations_are_visible_to_their_owner_only_and_can_be_deleted() {
 
 #[tokio::test]
 async fn every_api_action_works_and_leaves_its_audit_record() {
-    let (gw, ada, _) = gateway_with_admins(policy_with(|p| {
-        p.replace(
-            "schemes = [\"bearer\"]",
-            "schemes = [\"bearer\", \"basic\", \"api_key\"]",
-        )
-    }))
+    let (gw, ada, _) = gateway_with_admins(
+        PolicyEdit::default()
+            .set("auth.schemes", ["bearer", "basic", "api_key"])
+            .policy(),
+    )
     .await;
     // Create: the token is in the response, and works.
     let (status, created) = ada
@@ -518,7 +517,7 @@ async fn post_with(url: &str, headers: &[(&str, &str)]) -> (u16, Value) {
 
 #[tokio::test]
 async fn rotation_stops_the_old_token_at_once_or_after_the_grace_period() {
-    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
     let first = ada.create_peer("partner").await;
     let probe = |token: String| {
         let door = gw.door.clone();
@@ -585,7 +584,7 @@ async fn rotation_stops_the_old_token_at_once_or_after_the_grace_period() {
 
 #[tokio::test]
 async fn an_administrator_cannot_see_or_touch_another_administrators_peers() {
-    let (gw, ada, bob) = gateway_with_admins(policy_with(|p| p)).await;
+    let (gw, ada, bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
     let token = ada.create_peer("ada-agent").await;
     let (_, before) = ada.get("/v1/peers/ada-agent").await;
 
@@ -652,7 +651,7 @@ async fn an_administrator_cannot_see_or_touch_another_administrators_peers() {
 
 #[tokio::test]
 async fn peer_credentials_and_bad_logins_open_nothing_on_the_admin_api() {
-    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
     let token = ada.create_peer("partner").await;
     let (status, body) = AdminClient::bearer(&gw.admin, &token)
         .get("/v1/peers")
@@ -737,12 +736,11 @@ fn counter(metrics: &str, series: &str) -> u64 {
 
 #[tokio::test]
 async fn metrics_move_with_traffic_and_hold_no_secret_or_text() {
-    let (gw, ada, _) = gateway_with_admins(policy_with(|p| {
-        p.replace(
-            "default_rate_per_minute = 30",
-            "default_rate_per_minute = 2",
-        )
-    }))
+    let (gw, ada, _) = gateway_with_admins(
+        PolicyEdit::default()
+            .set("peers.default_rate_per_minute", 2)
+            .policy(),
+    )
     .await;
     let token = ada.create_peer("metered-peer").await;
     let scrape = || async {
@@ -813,7 +811,7 @@ async fn metrics_move_with_traffic_and_hold_no_secret_or_text() {
 
 #[tokio::test]
 async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
-    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
     let committed = std::fs::read_to_string(repo_root().join("openapi.json")).unwrap();
     let (code, printed, _) = cli(&["admin", "openapi"]);
     assert_eq!(code, 0);
@@ -861,10 +859,9 @@ async fn no_secret_reaches_the_log_or_the_audit_store() {
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        peergate::config::EMBEDDED_DEFAULT.replace(
-            "schemes = [\"bearer\"]",
-            "schemes = [\"bearer\", \"basic\", \"api_key\"]",
-        ),
+        PolicyEdit::default()
+            .set("auth.schemes", ["bearer", "basic", "api_key"])
+            .text(),
     )
     .unwrap();
     let admin_password = "operator password never logged";
@@ -1025,7 +1022,7 @@ fn base64_encode(text: &str) -> String {
 
 #[tokio::test]
 async fn a_peer_stops_at_its_expiry_by_the_gateway_clock() {
-    let (gw, ada, _) = gateway_with_admins(policy_with(|p| p)).await;
+    let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
     let in_an_hour = rfc3339_millis(gw.clock.now_millis() + 3_600_000);
     let (status, created) = ada
         .post(

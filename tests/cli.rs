@@ -126,8 +126,9 @@ fn bad_input_exits_non_zero_with_one_line() {
     );
 
     let bad = dir.path().join("bad.toml");
-    let text = peergate::config::EMBEDDED_DEFAULT
-        .replace("context_messages = 20", "context_messages = 9999");
+    let text = PolicyEdit::default()
+        .set("tasks.context_messages", 9999)
+        .text();
     std::fs::write(&bad, text).unwrap();
     let (code, _, stderr) = cli(&["serve", "--policy", bad.to_str().unwrap(), "--data", data]);
     assert_ne!(code, 0);
@@ -137,7 +138,7 @@ fn bad_input_exits_non_zero_with_one_line() {
         "{line}"
     );
 
-    let text = peergate::config::EMBEDDED_DEFAULT.replace("[peers]", "[peers]\nsurprise = 1");
+    let text = PolicyEdit::default().insert("peers.surprise", 1).text();
     std::fs::write(&bad, text).unwrap();
     let (code, _, stderr) = cli(&[
         "peer",
@@ -353,7 +354,7 @@ fn without_a_default_owner_peer_add_needs_an_owner() {
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        peergate::config::EMBEDDED_DEFAULT.replace("default_owner = \"operator\"\n", ""),
+        PolicyEdit::default().remove("peers.default_owner").text(),
     )
     .unwrap();
     let (code, _, stderr) = cli(&[
@@ -428,10 +429,9 @@ fn the_admin_api_never_listens_beyond_loopback_or_on_the_door() {
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        peergate::config::EMBEDDED_DEFAULT.replace(
-            "admin_listen = \"127.0.0.1:8081\"",
-            "admin_listen = \"[::]:8081\"",
-        ),
+        PolicyEdit::default()
+            .set("server.admin_listen", "[::]:8081")
+            .text(),
     )
     .unwrap();
     let (code, _, stderr) = cli(&["serve", "--policy", policy.to_str().unwrap()]);

@@ -9,12 +9,11 @@ use std::time::Duration;
 
 #[tokio::test]
 async fn card_is_public_the_same_on_both_paths_and_ignores_host() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace(
-            "# public_base_url = \"https://gateway.example.com\"",
-            "public_base_url = \"https://gw.example.org\"",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .insert("server.public_base_url", "https://gw.example.org")
+            .policy(),
+    )
     .await;
     let client = reqwest::Client::new();
     let mut bodies = Vec::new();
@@ -632,9 +631,11 @@ async fn tasks_expire_after_the_retention_period() {
 
 #[tokio::test]
 async fn retention_is_configurable() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("retention_hours = 24", "retention_hours = 1")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("tasks.retention_hours", 1)
+            .policy(),
+    )
     .await;
     let token = gw.add_peer("alice");
     let sent = send_text(&gw.door, &token, "short-lived", None).await;
@@ -722,7 +723,8 @@ async fn malformed_and_bad_checksum_tokens_never_reach_the_store() {
 #[tokio::test]
 async fn unknown_wrong_secret_and_revoked_tokens_get_the_same_answer() {
     // No credential cache, so a revocation written by the CLI applies to the very next request.
-    let gw = TestGateway::start_with(policy_with(without_credential_cache)).await;
+    let gw =
+        TestGateway::start_with(PolicyEdit::default().without_credential_cache().policy()).await;
     let alice = gw.add_peer("alice");
     let bob = gw.add_peer("bob");
     let probe =
@@ -831,9 +833,11 @@ async fn no_answer_without_persistence_and_internal_errors_reveal_nothing() {
 
 #[tokio::test]
 async fn the_door_path_is_configurable() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("a2a_path = \"/a2a/v1\"", "a2a_path = \"/agents/door\"")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("server.a2a_path", "/agents/door")
+            .policy(),
+    )
     .await;
     let token = gw.add_peer("alice");
     let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))

@@ -37,12 +37,11 @@ fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, bool) 
 
 #[tokio::test]
 async fn a_client_that_goes_silent_mid_request_line_is_dropped_while_others_are_served() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace(
-            "header_read_timeout_seconds = 10",
-            "header_read_timeout_seconds = 1",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("server.header_read_timeout_seconds", 1)
+            .policy(),
+    )
     .await;
     let mut silent = TcpStream::connect(gw.addr).unwrap();
     silent.write_all(b"POST /a2a/v1 HT").unwrap();
@@ -67,9 +66,11 @@ async fn a_client_that_goes_silent_mid_request_line_is_dropped_while_others_are_
 
 #[tokio::test]
 async fn connections_past_the_cap_are_closed_unread_until_one_frees() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("max_connections = 1024", "max_connections = 3")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("server.max_connections", 3)
+            .policy(),
+    )
     .await;
     let held: Vec<TcpStream> = (0..3)
         .map(|_| TcpStream::connect(gw.addr).unwrap())
@@ -162,13 +163,12 @@ async fn a_chunked_body_over_the_limit_is_refused_with_413() {
 
 #[tokio::test]
 async fn a_body_that_never_finishes_is_cut_by_the_request_timeout() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("timeout_seconds = 60", "timeout_seconds = 1")
-            .replace(
-                "request_timeout_seconds = 200",
-                "request_timeout_seconds = 3",
-            )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("model.timeout_seconds", 1)
+            .set("server.request_timeout_seconds", 3)
+            .policy(),
+    )
     .await;
     let token = gw.add_peer("alice");
     let head = format!(
@@ -230,11 +230,12 @@ async fn start_raw_model(behaviour: RawModel) -> String {
 async fn a_model_that_truncates_resets_or_hangs_ends_the_task_failed_within_its_timeout() {
     for behaviour in [RawModel::Truncated, RawModel::ResetMidBody, RawModel::Hang] {
         let base_url = start_raw_model(behaviour).await;
-        let gw = TestGateway::start_with(policy_with(|p| {
-            p.replace("backend = \"echo\"", "backend = \"openai\"")
-                .replace("timeout_seconds = 60", "timeout_seconds = 2")
-                + &format!("\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"m\"\n")
-        }))
+        let gw = TestGateway::start_with(
+            PolicyEdit::default()
+                .openai(&base_url, "m")
+                .set("model.timeout_seconds", 2)
+                .policy(),
+        )
         .await;
         let token = gw.add_peer("alice");
         let started = Instant::now();
@@ -266,13 +267,10 @@ fn policy_file(dir: &Path, base_url: &str, timeout: u64) -> String {
     let path = dir.join("policy.toml");
     std::fs::write(
         &path,
-        peergate::config::EMBEDDED_DEFAULT
-            .replace("backend = \"echo\"", "backend = \"openai\"")
-            .replace(
-                "timeout_seconds = 60",
-                &format!("timeout_seconds = {timeout}"),
-            )
-            + &format!("\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"m\"\n"),
+        PolicyEdit::default()
+            .openai(base_url, "m")
+            .set("model.timeout_seconds", timeout)
+            .text(),
     )
     .unwrap();
     path.to_str().unwrap().to_owned()

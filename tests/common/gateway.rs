@@ -1,7 +1,7 @@
 //! A real peergate on 127.0.0.1, running inside the test process.
 
 use super::cli::{add_peer, cli};
-use super::policy::policy_with;
+use super::policy::PolicyEdit;
 use peergate::clock::{Clock, ManualClock, SystemClock};
 use peergate::config::{Policy, PolicySource};
 use peergate::http::server::{GatewayOptions, RunningGateway, start};
@@ -23,7 +23,7 @@ pub struct TestGateway {
 impl TestGateway {
     /// Starts on the default policy (echo backend).
     pub async fn start() -> Self {
-        Self::start_with(policy_with(|p| p)).await
+        Self::start_with(PolicyEdit::default().policy()).await
     }
 
     /// Starts with `policy` on a fresh data directory, port 0 and a manual clock.

@@ -1,6 +1,6 @@
 //! Shared test support: a real peergate on 127.0.0.1 (in this process, or the built binary in
-//! a child process), the real CLI, and a real OpenAI-compatible model server on loopback that
-//! records what it receives.
+//! a child process), the real CLI, a real OpenAI-compatible model server on loopback that
+//! records what it receives, and policies edited as TOML.
 //!
 //! Every test binary includes this module and uses only part of it, so unused items and
 //! re-exports are expected.

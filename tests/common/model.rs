@@ -1,7 +1,7 @@
 //! A real HTTP server on loopback speaking the OpenAI chat-completions API, which records what
 //! it receives and answers as a test tells it to.
 
-use super::policy::policy_with;
+use super::policy::PolicyEdit;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -117,15 +117,10 @@ impl FakeModel {
 
     /// A policy using this server as the openai backend.
     pub fn policy(&self, timeout_seconds: u64) -> Policy {
-        let base_url = self.base_url.clone();
-        policy_with(move |p| {
-            p.replace("backend = \"echo\"", "backend = \"openai\"")
-                .replace(
-                    "timeout_seconds = 60",
-                    &format!("timeout_seconds = {timeout_seconds}"),
-                )
-                + &format!("\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n")
-        })
+        PolicyEdit::default()
+            .openai(&self.base_url, "test-model")
+            .set("model.timeout_seconds", timeout_seconds)
+            .policy()
     }
 }
 
