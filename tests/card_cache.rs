@@ -5,23 +5,16 @@ mod common;
 
 use common::*;
 use peergate::clock::ManualClock;
-use peergate::config::{Policy, PolicySource};
-use peergate::http::server::{GatewayOptions, RunningGateway, start};
+use peergate::config::Policy;
+use peergate::http::server::{RunningGateway, start};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 async fn start_on(policy: Policy, data: &Path, clock: &ManualClock) -> RunningGateway {
-    start(GatewayOptions {
-        policy,
-        policy_source: PolicySource::Embedded,
-        data_dir: data.to_owned(),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        clock: Arc::new(clock.clone()),
-    })
-    .await
-    .unwrap()
+    start(gateway_options(policy, data, Arc::new(clock.clone())))
+        .await
+        .unwrap()
 }
 
 async fn get(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
@@ -245,15 +238,7 @@ async fn a_card_that_would_hold_empty_values_stops_start_up() {
         .set("card.skills.0.tags", [""])
         .policy();
     let clock = ManualClock::new(0);
-    let result = start(GatewayOptions {
-        policy,
-        policy_source: PolicySource::Embedded,
-        data_dir: data.path().to_owned(),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        clock: Arc::new(clock),
-    })
-    .await;
+    let result = start(gateway_options(policy, data.path(), Arc::new(clock))).await;
     let message = result.err().expect("start-up must fail").to_string();
     assert!(message.contains("empty value"), "{message}");
 }

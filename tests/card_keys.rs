@@ -216,14 +216,11 @@ async fn start_error(key: &[(&str, toml_edit::Value)]) -> String {
     let policy = PolicyEdit::default()
         .push_table("signing.keys", key)
         .policy();
-    let result = peergate::http::server::start(peergate::http::server::GatewayOptions {
+    let result = peergate::http::server::start(gateway_options(
         policy,
-        policy_source: peergate::config::PolicySource::Embedded,
-        data_dir: data.path().to_owned(),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        clock: std::sync::Arc::new(peergate::clock::SystemClock),
-    })
+        data.path(),
+        std::sync::Arc::new(peergate::clock::SystemClock),
+    ))
     .await;
     result.err().expect("start-up must fail").to_string()
 }

@@ -273,21 +273,15 @@ async fn basic_accepts_the_right_password_and_refuses_everything_else_with_401()
     )
     .await;
     gw.add_peer("alice");
-    let data = gw.data.path().to_str().unwrap();
-    let (code, _, stderr) =
-        cli_with_stdin(&["peer", "password", "alice", "--data", data], "short\n");
+    let (code, _, stderr) = gw.cli_with_stdin(&["peer", "password", "alice"], "short\n");
     assert_ne!(code, 0);
     assert!(stderr.contains("too short"), "{stderr}");
-    let (code, stdout, stderr) = cli_with_stdin(
-        &["peer", "password", "alice", "--data", data],
-        "a long enough password\n",
-    );
+    let (code, stdout, stderr) =
+        gw.cli_with_stdin(&["peer", "password", "alice"], "a long enough password\n");
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.is_empty());
-    let (code, _, stderr) = cli_with_stdin(
-        &["peer", "password", "nobody", "--data", data],
-        "a long enough password\n",
-    );
+    let (code, _, stderr) =
+        gw.cli_with_stdin(&["peer", "password", "nobody"], "a long enough password\n");
     assert_ne!(code, 0);
     assert!(stderr.contains("no peer named \"nobody\""), "{stderr}");
 
@@ -336,11 +330,7 @@ async fn failed_attempt_budget_stops_argon2_work_and_the_cache_keeps_it_off_the_
     )
     .await;
     gw.add_peer("alice");
-    let data = gw.data.path().to_str().unwrap();
-    cli_with_stdin(
-        &["peer", "password", "alice", "--data", data],
-        "a long enough password\n",
-    );
+    gw.cli_with_stdin(&["peer", "password", "alice"], "a long enough password\n");
     let good = basic("alice", "a long enough password");
 
     assert_eq!(

@@ -276,6 +276,8 @@ fn policy_file(dir: &Path, base_url: &str, timeout: u64) -> String {
     path.to_str().unwrap().to_owned()
 }
 
+/// A connection to the SQLite file under `data`, for tests that read or break it from outside
+/// (each checks `skip_unless_sqlite` first).
 async fn sqlite(data: &Path) -> sqlx::SqliteConnection {
     let url = format!(
         "sqlite://{}",
@@ -312,17 +314,20 @@ impl ServedStore {
         }
     }
 
-    fn args(&self) -> [&str; 4] {
-        ["--data", &self.data_arg, "--policy", &self.policy]
+    fn args(&self) -> [&str; 2] {
+        ["--policy", &self.policy]
     }
 
     fn serve(&self) -> ServeProcess {
-        ServeProcess::start(self.dir.path(), &self.args())
+        ServeProcess::start_with(self.dir.path(), &self.data, &self.args(), &[])
     }
 }
 
 #[tokio::test]
 async fn killed_mid_request_the_task_reads_failed_interrupted_after_the_restart() {
+    if skip_unless_sqlite("the task is read from the SQLite file") {
+        return;
+    }
     let model = FakeModel::start(ModelBehaviour::Gated).await;
     let store = ServedStore::new(&model);
     let (data, token) = (store.data.clone(), store.token.clone());
@@ -427,6 +432,9 @@ async fn sigterm_finishes_requests_in_flight_refuses_new_connections_and_exits_z
 
 #[tokio::test]
 async fn a_client_that_hangs_up_still_gets_its_task_finished() {
+    if skip_unless_sqlite("the task is read from the SQLite file") {
+        return;
+    }
     let model = FakeModel::start(ModelBehaviour::Gated).await;
     let gw = TestGateway::start_with(model.policy(30)).await;
     let token = gw.add_peer("alice");
@@ -463,11 +471,14 @@ async fn a_client_that_hangs_up_still_gets_its_task_finished() {
 
 #[tokio::test]
 async fn an_internal_error_carries_a_request_id_that_the_log_shows_and_nothing_else() {
+    if skip_unless_sqlite("the store is broken through its SQLite file") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data_arg = data.to_str().unwrap().to_owned();
     let token = add_peer(&data, "alice");
-    let server = ServeProcess::start(dir.path(), &["--data", &data_arg]);
+    let server = ServeProcess::start(dir.path(), &data);
     let mut db = sqlite(&data).await;
     sqlx::query("ALTER TABLE tasks RENAME TO tasks_gone")
         .execute(&mut db)
@@ -503,6 +514,9 @@ async fn an_internal_error_carries_a_request_id_that_the_log_shows_and_nothing_e
 
 #[tokio::test]
 async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored() {
+    if skip_unless_sqlite("the full disk is a size limit on SQLite's files") {
+        return;
+    }
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let store = ServedStore::new(&model);
     let token = store.token.clone();
@@ -522,6 +536,7 @@ async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored
     let server = ServeProcess::start_in_shell(
         store.dir.path(),
         "trap '' XFSZ; ulimit -f 2048;",
+        &store.data,
         &store.args(),
         &[],
     );
@@ -567,6 +582,9 @@ async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored
 
 #[tokio::test]
 async fn a_turn_whose_answer_cannot_be_stored_leaves_its_task_failed_not_working() {
+    if skip_unless_sqlite("the store is broken through its SQLite file") {
+        return;
+    }
     let model = FakeModel::start(ModelBehaviour::Gated).await;
     let gw = TestGateway::start_with(model.policy(30)).await;
     let token = gw.add_peer("alice");

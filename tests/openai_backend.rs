@@ -88,14 +88,11 @@ async fn api_key_comes_from_the_named_environment_variable() {
         .insert("model.openai.api_key_env", var);
     // Named but unset: start-up refuses and names the variable, not a value.
     let data = tempfile::tempdir().unwrap();
-    let refused = peergate::http::server::start(peergate::http::server::GatewayOptions {
-        policy: policy.policy(),
-        policy_source: peergate::config::PolicySource::Embedded,
-        data_dir: data.path().to_owned(),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        clock: std::sync::Arc::new(peergate::clock::SystemClock),
-    })
+    let refused = peergate::http::server::start(gateway_options(
+        policy.policy(),
+        data.path(),
+        std::sync::Arc::new(peergate::clock::SystemClock),
+    ))
     .await;
     let message = refused.err().expect("start-up must fail").to_string();
     assert!(message.contains(var), "{message}");
@@ -107,14 +104,10 @@ async fn api_key_comes_from_the_named_environment_variable() {
     std::fs::write(&policy_path, policy.text()).unwrap();
     let data = dir.path().join("data");
     let token = add_peer(&data, "alice");
-    let server = ServeProcess::start_with_env(
+    let server = ServeProcess::start_with(
         dir.path(),
-        &[
-            "--policy",
-            policy_path.to_str().unwrap(),
-            "--data",
-            data.to_str().unwrap(),
-        ],
+        &data,
+        &["--policy", policy_path.to_str().unwrap()],
         &[(var, "sk-test-123")],
     );
     let response = send_text(&server.door(), &token, "hi", None).await;

@@ -1,5 +1,6 @@
 //! The shared test support keeps the promises the suites rely on: a policy edit that names a
-//! key the policy does not have fails instead of leaving the default in place.
+//! key the policy does not have fails instead of leaving the default in place, and the store
+//! engine is one the suites know.
 
 mod common;
 
@@ -84,4 +85,17 @@ fn insert_adds_only_what_is_not_there() {
     let text = format!("{policy:?}");
     assert!(text.contains("http://127.0.0.1:9/v1"), "{text}");
     assert!(text.contains("https://example.com/x"), "{text}");
+}
+
+#[test]
+fn the_store_engine_is_sqlite_by_default_and_an_unknown_one_is_refused() {
+    assert_eq!(TestStore::named(None), TestStore::Sqlite);
+    assert_eq!(TestStore::named(Some("sqlite")), TestStore::Sqlite);
+    let message = panic_of(|| {
+        TestStore::named(Some("mysql"));
+    });
+    assert!(
+        message.contains("mysql") && message.contains("sqlite"),
+        "{message}"
+    );
 }

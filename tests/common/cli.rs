@@ -1,5 +1,6 @@
 //! Running the built `peergate` binary as a command.
 
+use super::store::store_args;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -15,7 +16,7 @@ pub fn repo_root() -> PathBuf {
 
 /// Runs the CLI; returns (status code, stdout, stderr).
 pub fn cli(args: &[&str]) -> (i32, String, String) {
-    cli_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
+    cli_in(&repo_root(), args)
 }
 
 /// Runs the CLI in `cwd`.
@@ -31,6 +32,14 @@ pub fn cli_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Runs the CLI on the store under `data` (the suite's engine).
+pub fn cli_on(data: &Path, args: &[&str]) -> (i32, String, String) {
+    let store = store_args(data);
+    let mut args = args.to_vec();
+    args.extend(store.iter().map(String::as_str));
+    cli(&args)
 }
 
 /// Runs the CLI with `input` on standard input.
@@ -57,9 +66,17 @@ pub fn cli_with_stdin(args: &[&str], input: &str) -> (i32, String, String) {
     )
 }
 
-/// Adds a peer through the real CLI and returns its token.
+/// Runs the CLI on the store under `data` with `input` on standard input.
+pub fn cli_with_stdin_on(data: &Path, args: &[&str], input: &str) -> (i32, String, String) {
+    let store = store_args(data);
+    let mut args = args.to_vec();
+    args.extend(store.iter().map(String::as_str));
+    cli_with_stdin(&args, input)
+}
+
+/// Adds a peer through the real CLI to the store under `data` and returns its token.
 pub fn add_peer(data: &Path, name: &str) -> String {
-    let (code, stdout, stderr) = cli(&["peer", "add", name, "--data", data.to_str().unwrap()]);
+    let (code, stdout, stderr) = cli_on(data, &["peer", "add", name]);
     assert_eq!(code, 0, "peer add failed: {stderr}");
     stdout.trim_end_matches('\n').to_owned()
 }

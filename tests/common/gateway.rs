@@ -1,13 +1,28 @@
 //! A real peergate on 127.0.0.1, running inside the test process.
 
-use super::cli::{add_peer, cli};
+use super::cli::{add_peer, cli_on, cli_with_stdin_on};
 use super::policy::PolicyEdit;
+use super::store::TestStore;
 use peergate::clock::{Clock, ManualClock, SystemClock};
 use peergate::config::{Policy, PolicySource};
 use peergate::http::server::{GatewayOptions, RunningGateway, start};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use tempfile::TempDir;
+
+/// Options for a gateway on `policy` with its state under `data` (in the suite's store
+/// engine), listening on port 0 on loopback, on `clock`.
+pub fn gateway_options(policy: Policy, data: &Path, clock: Arc<dyn Clock>) -> GatewayOptions {
+    GatewayOptions {
+        policy,
+        policy_source: PolicySource::Embedded,
+        data_dir: TestStore::from_env().data_dir(data),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        clock,
+    }
+}
 
 /// A gateway running inside the test process.
 pub struct TestGateway {
@@ -15,6 +30,7 @@ pub struct TestGateway {
     /// The admin API's base URL.
     pub admin: String,
     pub door: String,
+    /// The data directory; the store is in it or derived from it (see `store.rs`).
     pub data: TempDir,
     pub clock: ManualClock,
     running: Option<RunningGateway>,
@@ -26,18 +42,15 @@ impl TestGateway {
         Self::start_with(PolicyEdit::default().policy()).await
     }
 
-    /// Starts with `policy` on a fresh data directory, port 0 and a manual clock.
+    /// Starts with `policy` on a fresh store, port 0 and a manual clock.
     pub async fn start_with(policy: Policy) -> Self {
         let data = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(SystemClock.now_millis());
-        let running = start(GatewayOptions {
+        let running = start(gateway_options(
             policy,
-            policy_source: PolicySource::Embedded,
-            data_dir: data.path().to_owned(),
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-            admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-            clock: Arc::new(clock.clone()),
-        })
+            data.path(),
+            Arc::new(clock.clone()),
+        ))
         .await
         .expect("gateway starts");
         Self {
@@ -59,11 +72,14 @@ impl TestGateway {
         add_peer(self.data.path(), name)
     }
 
-    /// Runs a CLI command against this gateway's data directory (`--data` is appended).
+    /// Runs a CLI command against this gateway's store.
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let mut args = args.to_vec();
-        args.extend(["--data", self.data.path().to_str().unwrap()]);
-        cli(&args)
+        cli_on(self.data.path(), args)
+    }
+
+    /// Runs a CLI command against this gateway's store with `input` on standard input.
+    pub fn cli_with_stdin(&self, args: &[&str], input: &str) -> (i32, String, String) {
+        cli_with_stdin_on(self.data.path(), args, input)
     }
 
     /// Argon2 verifications so far.

@@ -1,6 +1,6 @@
 //! Shared test support: a real peergate on 127.0.0.1 (in this process, or the built binary in
 //! a child process), the real CLI, a real OpenAI-compatible model server on loopback that
-//! records what it receives, and policies edited as TOML.
+//! records what it receives, policies edited as TOML, and the store engine the suites run on.
 //!
 //! Every test binary includes this module and uses only part of it, so unused items and
 //! re-exports are expected.
@@ -13,6 +13,7 @@ mod policy;
 mod process;
 mod rpc;
 mod sdk;
+mod store;
 
 #[allow(unused_imports)]
-pub use self::{cli::*, gateway::*, model::*, policy::*, process::*, rpc::*, sdk::*};
+pub use self::{cli::*, gateway::*, model::*, policy::*, process::*, rpc::*, sdk::*, store::*};

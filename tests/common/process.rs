@@ -1,6 +1,7 @@
 //! The `peergate serve` binary in a child process.
 
 use super::cli::bin;
+use super::store::store_args;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -18,19 +19,40 @@ pub struct ServeProcess {
 }
 
 impl ServeProcess {
-    /// Starts `peergate serve --listen 127.0.0.1:0 <extra>` in `cwd`, and waits for it to listen.
-    pub fn start(cwd: &Path, extra: &[&str]) -> Self {
-        Self::start_with_env(cwd, extra, &[])
+    /// Starts `peergate serve --listen 127.0.0.1:0` in `cwd` on the store under `data` (the
+    /// suite's engine), and waits for it to listen.
+    pub fn start(cwd: &Path, data: &Path) -> Self {
+        Self::start_with(cwd, data, &[], &[])
     }
 
-    /// Like [`ServeProcess::start`], with extra environment variables for the child only.
-    pub fn start_with_env(cwd: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        Self::start_in_shell(cwd, "", extra, env)
+    /// Like [`ServeProcess::start`], with more arguments and environment variables for the
+    /// child only.
+    pub fn start_with(cwd: &Path, data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_in_shell(cwd, "", data, extra, env)
     }
 
-    /// Like [`ServeProcess::start_with_env`], with `setup` run by bash in the same process
-    /// first (e.g. `ulimit -f 2048;`); the server then replaces the shell.
-    pub fn start_in_shell(cwd: &Path, setup: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
+    /// Like [`ServeProcess::start_with`], with `setup` run by bash in the same process first
+    /// (e.g. `ulimit -f 2048;`); the server then replaces the shell.
+    pub fn start_in_shell(
+        cwd: &Path,
+        setup: &str,
+        data: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let store = store_args(data);
+        let mut args: Vec<&str> = store.iter().map(String::as_str).collect();
+        args.extend(extra);
+        Self::spawn(cwd, setup, &args, env)
+    }
+
+    /// Starts `peergate serve` with no store arguments at all: the default data directory under
+    /// `cwd`, whatever engine the suite runs on.
+    pub fn start_on_defaults(cwd: &Path) -> Self {
+        Self::spawn(cwd, "", &[], &[])
+    }
+
+    fn spawn(cwd: &Path, setup: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         peergate::http::tls::ensure_provider();
         let mut child = Command::new("bash")
             .arg("-c")

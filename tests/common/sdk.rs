@@ -13,7 +13,7 @@ pub fn run_sdk_client(program: &Path, script: &Path, peer: &str) -> (Value, Stri
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let token = add_peer(&data, peer);
-    let server = ServeProcess::start(dir.path(), &["--data", data.to_str().unwrap()]);
+    let server = ServeProcess::start(dir.path(), &data);
     let output = Command::new(program)
         .arg(script)
         .args([
