@@ -5,23 +5,16 @@ mod common;
 
 use common::*;
 use peergate::clock::ManualClock;
-use peergate::config::{Policy, PolicySource};
-use peergate::http::server::{GatewayOptions, RunningGateway, start};
+use peergate::config::Policy;
+use peergate::http::server::{RunningGateway, start};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 async fn start_on(policy: Policy, data: &Path, clock: &ManualClock) -> RunningGateway {
-    start(GatewayOptions {
-        policy,
-        policy_source: PolicySource::Embedded,
-        data_dir: data.to_owned(),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        clock: Arc::new(clock.clone()),
-    })
-    .await
-    .unwrap()
+    start(gateway_options(policy, data, Arc::new(clock.clone())))
+        .await
+        .unwrap()
 }
 
 async fn get(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
@@ -98,13 +91,9 @@ async fn last_modified_survives_a_restart_and_moves_only_when_the_card_changes()
     let data = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1_800_000_000_000);
     // A fixed public URL: with port 0 the listen address, and so the card, would change.
-    let fixed = |p: String| {
-        p.replace(
-            "# public_base_url = \"https://gateway.example.com\"",
-            "public_base_url = \"https://gateway.example.com\"",
-        )
-    };
-    let policy = || policy_with(fixed);
+    let fixed =
+        || PolicyEdit::default().insert("server.public_base_url", "https://gateway.example.com");
+    let policy = || fixed().policy();
     let gw = start_on(policy(), data.path(), &clock).await;
     let url = format!("http://{}/.well-known/agent-card.json", gw.local_addr);
     let first = get(&url, &[]).await;
@@ -125,7 +114,7 @@ async fn last_modified_survives_a_restart_and_moves_only_when_the_card_changes()
     gw.shutdown().await;
 
     clock.advance(Duration::from_secs(3600));
-    let changed = policy_with(|p| fixed(p).replace("version = \"0.1.0\"", "version = \"0.2.0\""));
+    let changed = fixed().set("card.version", "0.2.0").policy();
     let gw = start_on(changed, data.path(), &clock).await;
     let url = format!("http://{}/.well-known/agent-card.json", gw.local_addr);
     let moved = get(&url, &[]).await;
@@ -231,12 +220,11 @@ async fn the_jwks_answers_conditional_requests_too() {
 
 #[tokio::test]
 async fn the_card_varies_on_the_api_key_header_when_keys_are_enabled() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace(
-            "schemes = [\"bearer\"]",
-            "schemes = [\"bearer\", \"api_key\"]",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("auth.schemes", ["bearer", "api_key"])
+            .policy(),
+    )
     .await;
     let response = get(&gw.url("/.well-known/agent-card.json"), &[]).await;
     assert_eq!(header(&response, "vary"), "Authorization, X-API-Key");
@@ -246,18 +234,11 @@ async fn the_card_varies_on_the_api_key_header_when_keys_are_enabled() {
 #[tokio::test]
 async fn a_card_that_would_hold_empty_values_stops_start_up() {
     let data = tempfile::tempdir().unwrap();
-    let policy =
-        policy_with(|p| p.replace("tags = [\"question-answering\", \"text\"]", "tags = [\"\"]"));
+    let policy = PolicyEdit::default()
+        .set("card.skills.0.tags", [""])
+        .policy();
     let clock = ManualClock::new(0);
-    let result = start(GatewayOptions {
-        policy,
-        policy_source: PolicySource::Embedded,
-        data_dir: data.path().to_owned(),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        clock: Arc::new(clock),
-    })
-    .await;
+    let result = start(gateway_options(policy, data.path(), Arc::new(clock))).await;
     let message = result.err().expect("start-up must fail").to_string();
     assert!(message.contains("empty value"), "{message}");
 }

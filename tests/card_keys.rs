@@ -18,11 +18,6 @@ fn unb64(text: &str) -> Vec<u8> {
         .unwrap()
 }
 
-/// The default policy without its (commented-out) `[signing]` table, which comes last.
-fn without_signing(policy: String) -> String {
-    policy.split("\n[signing]\n").next().unwrap().to_owned()
-}
-
 fn generate(dir: &Path, alg: &str, kid: &str) -> String {
     let out = dir.join(format!("{kid}.pem"));
     let (code, stdout, stderr) = cli(&[
@@ -68,22 +63,60 @@ fn generated_keys_are_private_files_never_overwritten() {
     );
 }
 
-fn keys_policy(dir: &Path, hs_secret: &[u8]) -> String {
+fn keys_policy(dir: &Path, hs_secret: &[u8]) -> PolicyEdit {
     let ed = generate(dir, "EdDSA", "ed-now");
     let ec = generate(dir, "ES256", "ec-now");
     let old = generate(dir, "EdDSA", "ed-retiring");
     let gone = generate(dir, "EdDSA", "ed-gone");
     let secret_file = dir.join("hs.secret");
     std::fs::write(&secret_file, b64(hs_secret)).unwrap();
-    format!(
-        "\n[signing]\njwks_url = \"https://gw.example.org/.well-known/jwks.json\"\n\
-         [[signing.keys]]\nkid = \"ed-now\"\nalg = \"EdDSA\"\nprivate_key_file = \"{ed}\"\n\
-         [[signing.keys]]\nkid = \"ec-now\"\nalg = \"ES256\"\nprivate_key_file = \"{ec}\"\n\
-         [[signing.keys]]\nkid = \"hs-now\"\nalg = \"HS256\"\nsecret_file = \"{}\"\n\
-         [[signing.keys]]\nkid = \"ed-retiring\"\nalg = \"EdDSA\"\nprivate_key_file = \"{old}\"\nretiring_until = \"2999-01-01\"\n\
-         [[signing.keys]]\nkid = \"ed-gone\"\nalg = \"EdDSA\"\nprivate_key_file = \"{gone}\"\nretiring_until = \"2000-01-01\"\n",
-        secret_file.display()
-    )
+    PolicyEdit::default()
+        .insert(
+            "signing.jwks_url",
+            "https://gw.example.org/.well-known/jwks.json",
+        )
+        .push_table(
+            "signing.keys",
+            &[
+                ("kid", "ed-now".into()),
+                ("alg", "EdDSA".into()),
+                ("private_key_file", ed.into()),
+            ],
+        )
+        .push_table(
+            "signing.keys",
+            &[
+                ("kid", "ec-now".into()),
+                ("alg", "ES256".into()),
+                ("private_key_file", ec.into()),
+            ],
+        )
+        .push_table(
+            "signing.keys",
+            &[
+                ("kid", "hs-now".into()),
+                ("alg", "HS256".into()),
+                ("secret_file", secret_file.to_str().unwrap().into()),
+            ],
+        )
+        .push_table(
+            "signing.keys",
+            &[
+                ("kid", "ed-retiring".into()),
+                ("alg", "EdDSA".into()),
+                ("private_key_file", old.into()),
+                ("retiring_until", "2999-01-01".into()),
+            ],
+        )
+        .push_table(
+            "signing.keys",
+            &[
+                ("kid", "ed-gone".into()),
+                ("alg", "EdDSA".into()),
+                ("private_key_file", gone.into()),
+                ("retiring_until", "2000-01-01".into()),
+            ],
+        )
 }
 
 #[tokio::test]
@@ -92,8 +125,7 @@ async fn every_signing_key_adds_a_signature_and_the_jwks_follows_rotation() {
     use hmac::{KeyInit as _, Mac as _};
     let dir = tempfile::tempdir().unwrap();
     let secret = [42u8; 32];
-    let extra = keys_policy(dir.path(), &secret);
-    let gw = TestGateway::start_with(policy_with(|p| without_signing(p) + &extra)).await;
+    let gw = TestGateway::start_with(keys_policy(dir.path(), &secret).policy()).await;
     let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
         .await
         .unwrap()
@@ -178,16 +210,17 @@ async fn every_signing_key_adds_a_signature_and_the_jwks_follows_rotation() {
     gw.stop().await;
 }
 
-async fn start_error(extra: String) -> String {
+/// Why start-up fails with `key` as the only signing key.
+async fn start_error(key: &[(&str, toml_edit::Value)]) -> String {
     let data = tempfile::tempdir().unwrap();
-    let result = peergate::http::server::start(peergate::http::server::GatewayOptions {
-        policy: policy_with(|p| without_signing(p) + &extra),
-        policy_source: peergate::config::PolicySource::Embedded,
-        data_dir: data.path().to_owned(),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        clock: std::sync::Arc::new(peergate::clock::SystemClock),
-    })
+    let policy = PolicyEdit::default()
+        .push_table("signing.keys", key)
+        .policy();
+    let result = peergate::http::server::start(gateway_options(
+        policy,
+        data.path(),
+        std::sync::Arc::new(peergate::clock::SystemClock),
+    ))
     .await;
     result.err().expect("start-up must fail").to_string()
 }
@@ -197,10 +230,11 @@ async fn weak_or_missing_keys_stop_start_up_naming_the_kid() {
     let dir = tempfile::tempdir().unwrap();
     let short = dir.path().join("short.secret");
     std::fs::write(&short, b64(b"sixteen byte key")).unwrap();
-    let message = start_error(format!(
-        "\n[signing]\n[[signing.keys]]\nkid = \"weak\"\nalg = \"HS256\"\nsecret_file = \"{}\"\n",
-        short.display()
-    ))
+    let message = start_error(&[
+        ("kid", "weak".into()),
+        ("alg", "HS256".into()),
+        ("secret_file", short.to_str().unwrap().into()),
+    ])
     .await;
     assert!(
         message.contains("kid \"weak\"") && message.contains("16 bytes"),
@@ -208,10 +242,11 @@ async fn weak_or_missing_keys_stop_start_up_naming_the_kid() {
     );
     assert!(!message.contains("sixteen"), "{message}");
 
-    let message = start_error(
-        "\n[signing]\n[[signing.keys]]\nkid = \"env\"\nalg = \"HS256\"\nsecret_env = \"PEERGATE_TEST_UNSET_CARD_SECRET\"\n"
-            .to_owned(),
-    )
+    let message = start_error(&[
+        ("kid", "env".into()),
+        ("alg", "HS256".into()),
+        ("secret_env", "PEERGATE_TEST_UNSET_CARD_SECRET".into()),
+    ])
     .await;
     assert!(
         message.contains("PEERGATE_TEST_UNSET_CARD_SECRET"),
@@ -219,9 +254,12 @@ async fn weak_or_missing_keys_stop_start_up_naming_the_kid() {
     );
 
     let key = generate(dir.path(), "EdDSA", "only-retiring");
-    let message = start_error(format!(
-        "\n[signing]\n[[signing.keys]]\nkid = \"only-retiring\"\nalg = \"EdDSA\"\nprivate_key_file = \"{key}\"\nretiring_until = \"2999-01-01\"\n"
-    ))
+    let message = start_error(&[
+        ("kid", "only-retiring".into()),
+        ("alg", "EdDSA".into()),
+        ("private_key_file", key.into()),
+        ("retiring_until", "2999-01-01".into()),
+    ])
     .await;
     assert!(message.contains("at least one key must sign"), "{message}");
 }

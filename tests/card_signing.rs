@@ -113,12 +113,11 @@ mod served {
     #[tokio::test]
     async fn the_default_card_is_signed_by_a_key_published_in_the_jwks() {
         use ed25519_dalek::Verifier as _;
-        let gw = TestGateway::start_with(policy_with(|p| {
-            p.replace(
-                "schemes = [\"bearer\"]",
-                "schemes = [\"bearer\", \"basic\", \"api_key\"]",
-            )
-        }))
+        let gw = TestGateway::start_with(
+            PolicyEdit::default()
+                .set("auth.schemes", ["bearer", "basic", "api_key"])
+                .policy(),
+        )
         .await;
         let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
             .await

@@ -54,13 +54,18 @@ async fn an_hs256_card_verifies_with_the_secret_and_fails_with_another() {
     let secret = [9u8; 32];
     let secret_file = dir.path().join("card.secret");
     std::fs::write(&secret_file, b64(&secret)).unwrap();
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.split("\n[signing]\n").next().unwrap().to_owned()
-            + &format!(
-                "\n[signing]\n[[signing.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret_file = \"{}\"\n",
-                secret_file.display()
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .push_table(
+                "signing.keys",
+                &[
+                    ("kid", "hs-1".into()),
+                    ("alg", "HS256".into()),
+                    ("secret_file", secret_file.to_str().unwrap().into()),
+                ],
             )
-    }))
+            .policy(),
+    )
     .await;
     let card = reqwest::get(gw.url("/.well-known/agent-card.json"))
         .await

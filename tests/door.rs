@@ -9,12 +9,11 @@ use std::time::Duration;
 
 #[tokio::test]
 async fn card_is_public_the_same_on_both_paths_and_ignores_host() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace(
-            "# public_base_url = \"https://gateway.example.com\"",
-            "public_base_url = \"https://gw.example.org\"",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .insert("server.public_base_url", "https://gw.example.org")
+            .policy(),
+    )
     .await;
     let client = reqwest::Client::new();
     let mut bodies = Vec::new();
@@ -632,9 +631,11 @@ async fn tasks_expire_after_the_retention_period() {
 
 #[tokio::test]
 async fn retention_is_configurable() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("retention_hours = 24", "retention_hours = 1")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("tasks.retention_hours", 1)
+            .policy(),
+    )
     .await;
     let token = gw.add_peer("alice");
     let sent = send_text(&gw.door, &token, "short-lived", None).await;
@@ -722,7 +723,8 @@ async fn malformed_and_bad_checksum_tokens_never_reach_the_store() {
 #[tokio::test]
 async fn unknown_wrong_secret_and_revoked_tokens_get_the_same_answer() {
     // No credential cache, so a revocation written by the CLI applies to the very next request.
-    let gw = TestGateway::start_with(policy_with(without_credential_cache)).await;
+    let gw =
+        TestGateway::start_with(PolicyEdit::default().without_credential_cache().policy()).await;
     let alice = gw.add_peer("alice");
     let bob = gw.add_peer("bob");
     let probe =
@@ -749,13 +751,7 @@ async fn unknown_wrong_secret_and_revoked_tokens_get_the_same_answer() {
     let (status, wrong) = post_raw(&gw.door, Some(&wrong_secret), probe.clone()).await;
     assert_eq!(status, 401, "a wrong secret for a real token id must fail");
     let (_, unknown) = post_raw(&gw.door, Some(&unknown), probe.clone()).await;
-    let (code, _, stderr) = cli(&[
-        "peer",
-        "revoke",
-        "bob",
-        "--data",
-        gw.data.path().to_str().unwrap(),
-    ]);
+    let (code, _, stderr) = gw.cli(&["peer", "revoke", "bob"]);
     assert_eq!(code, 0, "{stderr}");
     let (status, revoked) = post_raw(&gw.door, Some(&bob), probe.clone()).await;
     assert_eq!(status, 401, "revocation applies to the next request");
@@ -769,6 +765,9 @@ async fn unknown_wrong_secret_and_revoked_tokens_get_the_same_answer() {
 
 #[tokio::test]
 async fn no_answer_without_persistence_and_internal_errors_reveal_nothing() {
+    if skip_unless_sqlite("the store is broken through its SQLite file") {
+        return;
+    }
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let gw = TestGateway::start_with(model.policy(5)).await;
     let token = gw.add_peer("alice");
@@ -831,9 +830,11 @@ async fn no_answer_without_persistence_and_internal_errors_reveal_nothing() {
 
 #[tokio::test]
 async fn the_door_path_is_configurable() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("a2a_path = \"/a2a/v1\"", "a2a_path = \"/agents/door\"")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("server.a2a_path", "/agents/door")
+            .policy(),
+    )
     .await;
     let token = gw.add_peer("alice");
     let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
@@ -860,7 +861,7 @@ async fn the_sweeper_removes_expired_tasks_from_the_store() {
     let token = gw.add_peer("alice");
     send_text(&gw.door, &token, "one", None).await;
     send_text(&gw.door, &token, "two", None).await;
-    let store = peergate::store::Store::open(gw.data.path()).await.unwrap();
+    let store = TestStore::from_env().open(gw.data.path()).await;
     let now = peergate::clock::Clock::now_millis(&gw.clock);
     assert_eq!(store.tasks().delete_expired_tasks(now).await.unwrap(), 0);
     let day = 24 * 3600 * 1000;

@@ -8,13 +8,17 @@ use serde_json::{Value, json};
 const REQUIRED: &str = "https://example.com/ext/audit/v1";
 const OPTIONAL: &str = "https://example.com/ext/trace/v1";
 
-fn with_extensions(p: String) -> String {
-    p.replace(
-        "[model]\n# Which backend answers",
-        &format!(
-            "[[card.extensions]]\nuri = \"{REQUIRED}\"\ndescription = \"Audit references.\"\nrequired = true\n\n[[card.extensions]]\nuri = \"{OPTIONAL}\"\n\n[model]\n# Which backend answers"
-        ),
-    )
+fn with_extensions(policy: PolicyEdit) -> PolicyEdit {
+    policy
+        .push_table(
+            "card.extensions",
+            &[
+                ("uri", REQUIRED.into()),
+                ("description", "Audit references.".into()),
+                ("required", true.into()),
+            ],
+        )
+        .push_table("card.extensions", &[("uri", OPTIONAL.into())])
 }
 
 async fn send(
@@ -70,12 +74,11 @@ async fn versions_other_than_1_x_are_refused_with_32009() {
 
 #[tokio::test]
 async fn strict_mode_refuses_a_missing_version() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace(
-            "require_version_header = false",
-            "require_version_header = true",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("gate.require_version_header", true)
+            .policy(),
+    )
     .await;
     let token = gw.add_peer("alice");
     let (_, _, body) = send(&gw.door, &token, &[]).await;
@@ -89,11 +92,9 @@ async fn strict_mode_refuses_a_missing_version() {
 #[tokio::test]
 async fn required_extensions_must_be_activated_and_activated_ones_are_echoed() {
     let model = FakeModel::start(ModelBehaviour::Answer).await;
-    let base_url = model.base_url.clone();
-    let policy = policy_with(move |p| {
-        with_extensions(p).replace("backend = \"echo\"", "backend = \"openai\"")
-            + &format!("\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"m\"\n")
-    });
+    let policy = with_extensions(PolicyEdit::default())
+        .openai(&model.base_url, "m")
+        .policy();
     let gw = TestGateway::start_with(policy).await;
     let token = gw.add_peer("alice");
     let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))

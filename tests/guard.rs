@@ -109,9 +109,12 @@ async fn per_peer_limit_counts_exactly_and_retry_after_is_honest() {
 
 #[tokio::test]
 async fn a_new_quota_applies_without_a_restart() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        without_credential_cache(p).replace("per_ip_per_minute = 120", "per_ip_per_minute = 1000")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .without_credential_cache()
+            .set("limits.per_ip_per_minute", 1000)
+            .policy(),
+    )
     .await;
     let (_, token, _) = gw.cli(&["peer", "add", "alice", "--rate", "1/min"]);
     let auth = bearer(token.trim());
@@ -131,9 +134,11 @@ async fn a_new_quota_applies_without_a_restart() {
 
 #[tokio::test]
 async fn per_ip_limit_covers_card_and_door_and_ignores_spoofed_forwarding() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("per_ip_per_minute = 120", "per_ip_per_minute = 4")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("limits.per_ip_per_minute", 4)
+            .policy(),
+    )
     .await;
     let token = gw.add_peer("alice");
     assert_eq!(get_card(&gw, None).await.0, 200);
@@ -173,13 +178,12 @@ async fn per_ip_limit_covers_card_and_door_and_ignores_spoofed_forwarding() {
 
 #[tokio::test]
 async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("per_ip_per_minute = 120", "per_ip_per_minute = 2")
-            .replace(
-                "trusted_proxies = []",
-                "trusted_proxies = [\"127.0.0.1/32\", \"10.0.0.0/8\"]",
-            )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("limits.per_ip_per_minute", 2)
+            .set("server.trusted_proxies", ["127.0.0.1/32", "10.0.0.0/8"])
+            .policy(),
+    )
     .await;
     for _ in 0..2 {
         assert_eq!(get_card(&gw, Some("203.0.113.1")).await.0, 200);
@@ -205,16 +209,13 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
     gw.stop().await;
 }
 
-fn all_schemes(p: String) -> String {
-    p.replace(
-        "schemes = [\"bearer\"]",
-        "schemes = [\"bearer\", \"basic\", \"api_key\"]",
-    )
+fn all_schemes() -> PolicyEdit {
+    PolicyEdit::default().set("auth.schemes", ["bearer", "basic", "api_key"])
 }
 
 #[tokio::test]
 async fn challenges_and_card_list_every_enabled_scheme() {
-    let gw = TestGateway::start_with(policy_with(all_schemes)).await;
+    let gw = TestGateway::start_with(all_schemes().policy()).await;
     let (status, headers, body) = call(&gw.door, &[]).await;
     assert_eq!(status, 401);
     assert_eq!(body["error"]["code"], "missing_credentials");
@@ -265,29 +266,22 @@ async fn challenges_and_card_list_every_enabled_scheme() {
 
 #[tokio::test]
 async fn basic_accepts_the_right_password_and_refuses_everything_else_with_401() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        all_schemes(p).replace(
-            "failed_auth_per_ip_per_minute = 10",
-            "failed_auth_per_ip_per_minute = 100",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        all_schemes()
+            .set("limits.failed_auth_per_ip_per_minute", 100)
+            .policy(),
+    )
     .await;
     gw.add_peer("alice");
-    let data = gw.data.path().to_str().unwrap();
-    let (code, _, stderr) =
-        cli_with_stdin(&["peer", "password", "alice", "--data", data], "short\n");
+    let (code, _, stderr) = gw.cli_with_stdin(&["peer", "password", "alice"], "short\n");
     assert_ne!(code, 0);
     assert!(stderr.contains("too short"), "{stderr}");
-    let (code, stdout, stderr) = cli_with_stdin(
-        &["peer", "password", "alice", "--data", data],
-        "a long enough password\n",
-    );
+    let (code, stdout, stderr) =
+        gw.cli_with_stdin(&["peer", "password", "alice"], "a long enough password\n");
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.is_empty());
-    let (code, _, stderr) = cli_with_stdin(
-        &["peer", "password", "nobody", "--data", data],
-        "a long enough password\n",
-    );
+    let (code, _, stderr) =
+        gw.cli_with_stdin(&["peer", "password", "nobody"], "a long enough password\n");
     assert_ne!(code, 0);
     assert!(stderr.contains("no peer named \"nobody\""), "{stderr}");
 
@@ -329,19 +323,14 @@ async fn basic_accepts_the_right_password_and_refuses_everything_else_with_401()
 
 #[tokio::test]
 async fn failed_attempt_budget_stops_argon2_work_and_the_cache_keeps_it_off_the_hot_path() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        all_schemes(p).replace(
-            "failed_auth_per_ip_per_minute = 10",
-            "failed_auth_per_ip_per_minute = 3",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        all_schemes()
+            .set("limits.failed_auth_per_ip_per_minute", 3)
+            .policy(),
+    )
     .await;
     gw.add_peer("alice");
-    let data = gw.data.path().to_str().unwrap();
-    cli_with_stdin(
-        &["peer", "password", "alice", "--data", data],
-        "a long enough password\n",
-    );
+    gw.cli_with_stdin(&["peer", "password", "alice"], "a long enough password\n");
     let good = basic("alice", "a long enough password");
 
     assert_eq!(
@@ -389,15 +378,13 @@ async fn failed_attempt_budget_stops_argon2_work_and_the_cache_keeps_it_off_the_
 
 #[tokio::test]
 async fn api_keys_work_alone_and_a_new_key_retires_the_old() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        without_credential_cache(
-            p.replace("schemes = [\"bearer\"]", "schemes = [\"api_key\"]")
-                .replace(
-                    "api_key_header = \"X-API-Key\"",
-                    "api_key_header = \"X-Partner-Key\"",
-                ),
-        )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("auth.schemes", ["api_key"])
+            .set("auth.api_key_header", "X-Partner-Key")
+            .without_credential_cache()
+            .policy(),
+    )
     .await;
     let token = gw.add_peer("alice");
     let (code, key, stderr) = gw.cli(&["peer", "key", "alice"]);
@@ -431,7 +418,7 @@ async fn api_keys_work_alone_and_a_new_key_retires_the_old() {
 
 #[tokio::test]
 async fn two_credentials_are_refused_and_neither_is_accepted() {
-    let gw = TestGateway::start_with(policy_with(all_schemes)).await;
+    let gw = TestGateway::start_with(all_schemes().policy()).await;
     let token = gw.add_peer("alice");
     let (_, key, _) = gw.cli(&["peer", "key", "alice"]);
     let key = key.trim();
@@ -479,12 +466,11 @@ async fn a_revocation_through_the_running_server_applies_to_the_very_next_reques
 
 #[tokio::test]
 async fn a_repeated_bad_credential_costs_one_verification() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        all_schemes(p).replace(
-            "failed_auth_per_ip_per_minute = 10",
-            "failed_auth_per_ip_per_minute = 100",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        all_schemes()
+            .set("limits.failed_auth_per_ip_per_minute", 100)
+            .policy(),
+    )
     .await;
     gw.add_peer("alice");
     for _ in 0..5 {
@@ -505,12 +491,11 @@ async fn a_repeated_bad_credential_costs_one_verification() {
 
 #[tokio::test]
 async fn concurrent_guesses_cannot_outrun_the_budget_and_argon2_runs_a_few_at_a_time() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        all_schemes(p).replace(
-            "failed_auth_per_ip_per_minute = 10",
-            "failed_auth_per_ip_per_minute = 6",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        all_schemes()
+            .set("limits.failed_auth_per_ip_per_minute", 6)
+            .policy(),
+    )
     .await;
     gw.add_peer("alice");
     let door = gw.door.clone();
@@ -549,10 +534,12 @@ async fn concurrent_guesses_cannot_outrun_the_budget_and_argon2_runs_a_few_at_a_
 
 #[tokio::test]
 async fn forwarding_from_an_untrusted_socket_is_ignored_even_with_proxies_configured() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("per_ip_per_minute = 120", "per_ip_per_minute = 2")
-            .replace("trusted_proxies = []", "trusted_proxies = [\"10.0.0.0/8\"]")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("limits.per_ip_per_minute", 2)
+            .set("server.trusted_proxies", ["10.0.0.0/8"])
+            .policy(),
+    )
     .await;
     assert_eq!(get_card(&gw, Some("203.0.113.1")).await.0, 200);
     assert_eq!(get_card(&gw, Some("203.0.113.2")).await.0, 200);
@@ -581,7 +568,8 @@ async fn retry_after_rounds_up_and_waiting_that_long_always_suffices() {
 
 #[tokio::test]
 async fn a_lowered_quota_applies_without_a_restart() {
-    let gw = TestGateway::start_with(policy_with(without_credential_cache)).await;
+    let gw =
+        TestGateway::start_with(PolicyEdit::default().without_credential_cache().policy()).await;
     let (_, token, _) = gw.cli(&["peer", "add", "alice", "--rate", "100/min"]);
     let auth = bearer(token.trim());
     for _ in 0..10 {
@@ -620,9 +608,11 @@ async fn a_cli_revocation_reaches_a_running_server_within_the_cache_time() {
 
 #[tokio::test]
 async fn basic_alone_is_advertised_and_challenged_alone() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("schemes = [\"bearer\"]", "schemes = [\"basic\"]")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("auth.schemes", ["basic"])
+            .policy(),
+    )
     .await;
     let (_, _, card) = get_card(&gw, None).await;
     assert_eq!(

@@ -37,12 +37,11 @@ fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, bool) 
 
 #[tokio::test]
 async fn a_client_that_goes_silent_mid_request_line_is_dropped_while_others_are_served() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace(
-            "header_read_timeout_seconds = 10",
-            "header_read_timeout_seconds = 1",
-        )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("server.header_read_timeout_seconds", 1)
+            .policy(),
+    )
     .await;
     let mut silent = TcpStream::connect(gw.addr).unwrap();
     silent.write_all(b"POST /a2a/v1 HT").unwrap();
@@ -67,9 +66,11 @@ async fn a_client_that_goes_silent_mid_request_line_is_dropped_while_others_are_
 
 #[tokio::test]
 async fn connections_past_the_cap_are_closed_unread_until_one_frees() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("max_connections = 1024", "max_connections = 3")
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("server.max_connections", 3)
+            .policy(),
+    )
     .await;
     let held: Vec<TcpStream> = (0..3)
         .map(|_| TcpStream::connect(gw.addr).unwrap())
@@ -162,13 +163,12 @@ async fn a_chunked_body_over_the_limit_is_refused_with_413() {
 
 #[tokio::test]
 async fn a_body_that_never_finishes_is_cut_by_the_request_timeout() {
-    let gw = TestGateway::start_with(policy_with(|p| {
-        p.replace("timeout_seconds = 60", "timeout_seconds = 1")
-            .replace(
-                "request_timeout_seconds = 200",
-                "request_timeout_seconds = 3",
-            )
-    }))
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("model.timeout_seconds", 1)
+            .set("server.request_timeout_seconds", 3)
+            .policy(),
+    )
     .await;
     let token = gw.add_peer("alice");
     let head = format!(
@@ -230,11 +230,12 @@ async fn start_raw_model(behaviour: RawModel) -> String {
 async fn a_model_that_truncates_resets_or_hangs_ends_the_task_failed_within_its_timeout() {
     for behaviour in [RawModel::Truncated, RawModel::ResetMidBody, RawModel::Hang] {
         let base_url = start_raw_model(behaviour).await;
-        let gw = TestGateway::start_with(policy_with(|p| {
-            p.replace("backend = \"echo\"", "backend = \"openai\"")
-                .replace("timeout_seconds = 60", "timeout_seconds = 2")
-                + &format!("\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"m\"\n")
-        }))
+        let gw = TestGateway::start_with(
+            PolicyEdit::default()
+                .openai(&base_url, "m")
+                .set("model.timeout_seconds", 2)
+                .policy(),
+        )
         .await;
         let token = gw.add_peer("alice");
         let started = Instant::now();
@@ -266,18 +267,17 @@ fn policy_file(dir: &Path, base_url: &str, timeout: u64) -> String {
     let path = dir.join("policy.toml");
     std::fs::write(
         &path,
-        peergate::config::EMBEDDED_DEFAULT
-            .replace("backend = \"echo\"", "backend = \"openai\"")
-            .replace(
-                "timeout_seconds = 60",
-                &format!("timeout_seconds = {timeout}"),
-            )
-            + &format!("\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"m\"\n"),
+        PolicyEdit::default()
+            .openai(base_url, "m")
+            .set("model.timeout_seconds", timeout)
+            .text(),
     )
     .unwrap();
     path.to_str().unwrap().to_owned()
 }
 
+/// A connection to the SQLite file under `data`, for tests that read or break it from outside
+/// (each checks `skip_unless_sqlite` first).
 async fn sqlite(data: &Path) -> sqlx::SqliteConnection {
     let url = format!(
         "sqlite://{}",
@@ -314,17 +314,20 @@ impl ServedStore {
         }
     }
 
-    fn args(&self) -> [&str; 4] {
-        ["--data", &self.data_arg, "--policy", &self.policy]
+    fn args(&self) -> [&str; 2] {
+        ["--policy", &self.policy]
     }
 
     fn serve(&self) -> ServeProcess {
-        ServeProcess::start(self.dir.path(), &self.args())
+        ServeProcess::start_with(self.dir.path(), &self.data, &self.args(), &[])
     }
 }
 
 #[tokio::test]
 async fn killed_mid_request_the_task_reads_failed_interrupted_after_the_restart() {
+    if skip_unless_sqlite("the task is read from the SQLite file") {
+        return;
+    }
     let model = FakeModel::start(ModelBehaviour::Gated).await;
     let store = ServedStore::new(&model);
     let (data, token) = (store.data.clone(), store.token.clone());
@@ -429,6 +432,9 @@ async fn sigterm_finishes_requests_in_flight_refuses_new_connections_and_exits_z
 
 #[tokio::test]
 async fn a_client_that_hangs_up_still_gets_its_task_finished() {
+    if skip_unless_sqlite("the task is read from the SQLite file") {
+        return;
+    }
     let model = FakeModel::start(ModelBehaviour::Gated).await;
     let gw = TestGateway::start_with(model.policy(30)).await;
     let token = gw.add_peer("alice");
@@ -465,11 +471,14 @@ async fn a_client_that_hangs_up_still_gets_its_task_finished() {
 
 #[tokio::test]
 async fn an_internal_error_carries_a_request_id_that_the_log_shows_and_nothing_else() {
+    if skip_unless_sqlite("the store is broken through its SQLite file") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data_arg = data.to_str().unwrap().to_owned();
     let token = add_peer(&data, "alice");
-    let server = ServeProcess::start(dir.path(), &["--data", &data_arg]);
+    let server = ServeProcess::start(dir.path(), &data);
     let mut db = sqlite(&data).await;
     sqlx::query("ALTER TABLE tasks RENAME TO tasks_gone")
         .execute(&mut db)
@@ -505,6 +514,9 @@ async fn an_internal_error_carries_a_request_id_that_the_log_shows_and_nothing_e
 
 #[tokio::test]
 async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored() {
+    if skip_unless_sqlite("the full disk is a size limit on SQLite's files") {
+        return;
+    }
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let store = ServedStore::new(&model);
     let token = store.token.clone();
@@ -524,6 +536,7 @@ async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored
     let server = ServeProcess::start_in_shell(
         store.dir.path(),
         "trap '' XFSZ; ulimit -f 2048;",
+        &store.data,
         &store.args(),
         &[],
     );
@@ -569,6 +582,9 @@ async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored
 
 #[tokio::test]
 async fn a_turn_whose_answer_cannot_be_stored_leaves_its_task_failed_not_working() {
+    if skip_unless_sqlite("the store is broken through its SQLite file") {
+        return;
+    }
     let model = FakeModel::start(ModelBehaviour::Gated).await;
     let gw = TestGateway::start_with(model.policy(30)).await;
     let token = gw.add_peer("alice");

@@ -83,23 +83,16 @@ async fn only_the_last_twenty_messages_go_to_the_model() {
 async fn api_key_comes_from_the_named_environment_variable() {
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let var = "PEERGATE_TEST_MODEL_KEY_8c1";
-    let base_url = model.base_url.clone();
-    let policy = policy_with(|p| {
-        p.replace("backend = \"echo\"", "backend = \"openai\"")
-            + &format!(
-                "\n[model.openai]\nbase_url = \"{base_url}\"\nmodel = \"m\"\napi_key_env = \"{var}\"\n"
-            )
-    });
+    let policy = PolicyEdit::default()
+        .openai(&model.base_url, "m")
+        .insert("model.openai.api_key_env", var);
     // Named but unset: start-up refuses and names the variable, not a value.
     let data = tempfile::tempdir().unwrap();
-    let refused = peergate::http::server::start(peergate::http::server::GatewayOptions {
-        policy,
-        policy_source: peergate::config::PolicySource::Embedded,
-        data_dir: data.path().to_owned(),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        clock: std::sync::Arc::new(peergate::clock::SystemClock),
-    })
+    let refused = peergate::http::server::start(gateway_options(
+        policy.policy(),
+        data.path(),
+        std::sync::Arc::new(peergate::clock::SystemClock),
+    ))
     .await;
     let message = refused.err().expect("start-up must fail").to_string();
     assert!(message.contains(var), "{message}");
@@ -108,23 +101,13 @@ async fn api_key_comes_from_the_named_environment_variable() {
     // The binary gets the key through its environment.
     let dir = tempfile::tempdir().unwrap();
     let policy_path = dir.path().join("policy.toml");
-    let text = peergate::config::EMBEDDED_DEFAULT
-        .replace("backend = \"echo\"", "backend = \"openai\"")
-        + &format!(
-            "\n[model.openai]\nbase_url = \"{}\"\nmodel = \"m\"\napi_key_env = \"{var}\"\n",
-            model.base_url
-        );
-    std::fs::write(&policy_path, text).unwrap();
+    std::fs::write(&policy_path, policy.text()).unwrap();
     let data = dir.path().join("data");
     let token = add_peer(&data, "alice");
-    let server = ServeProcess::start_with_env(
+    let server = ServeProcess::start_with(
         dir.path(),
-        &[
-            "--policy",
-            policy_path.to_str().unwrap(),
-            "--data",
-            data.to_str().unwrap(),
-        ],
+        &data,
+        &["--policy", policy_path.to_str().unwrap()],
         &[(var, "sk-test-123")],
     );
     let response = send_text(&server.door(), &token, "hi", None).await;
@@ -210,12 +193,9 @@ async fn unreachable_model_fails_the_task() {
         .local_addr()
         .unwrap()
         .port();
-    let policy = policy_with(|p| {
-        p.replace("backend = \"echo\"", "backend = \"openai\"")
-            + &format!(
-                "\n[model.openai]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\n"
-            )
-    });
+    let policy = PolicyEdit::default()
+        .openai(&format!("http://127.0.0.1:{port}/v1"), "m")
+        .policy();
     let gw = TestGateway::start_with(policy).await;
     let token = gw.add_peer("alice");
     let response = send_text(&gw.door, &token, "anyone there?", None).await;

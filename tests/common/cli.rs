@@ -1,0 +1,82 @@
+//! Running the built `peergate` binary as a command.
+
+use super::store::store_args;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The built `peergate` binary.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_peergate")
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs the CLI; returns (status code, stdout, stderr).
+pub fn cli(args: &[&str]) -> (i32, String, String) {
+    cli_in(&repo_root(), args)
+}
+
+/// Runs the CLI in `cwd`.
+pub fn cli_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin())
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run peergate");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs the CLI on the store under `data` (the suite's engine).
+pub fn cli_on(data: &Path, args: &[&str]) -> (i32, String, String) {
+    let store = store_args(data);
+    let mut args = args.to_vec();
+    args.extend(store.iter().map(String::as_str));
+    cli(&args)
+}
+
+/// Runs the CLI with `input` on standard input.
+pub fn cli_with_stdin(args: &[&str], input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run peergate");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs the CLI on the store under `data` with `input` on standard input.
+pub fn cli_with_stdin_on(data: &Path, args: &[&str], input: &str) -> (i32, String, String) {
+    let store = store_args(data);
+    let mut args = args.to_vec();
+    args.extend(store.iter().map(String::as_str));
+    cli_with_stdin(&args, input)
+}
+
+/// Adds a peer through the real CLI to the store under `data` and returns its token.
+pub fn add_peer(data: &Path, name: &str) -> String {
+    let (code, stdout, stderr) = cli_on(data, &["peer", "add", name]);
+    assert_eq!(code, 0, "peer add failed: {stderr}");
+    stdout.trim_end_matches('\n').to_owned()
+}

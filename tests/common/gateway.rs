@@ -1,0 +1,111 @@
+//! A real peergate on 127.0.0.1, running inside the test process.
+
+use super::cli::{add_peer, cli_on, cli_with_stdin_on};
+use super::policy::PolicyEdit;
+use super::store::TestStore;
+use peergate::clock::{Clock, ManualClock, SystemClock};
+use peergate::config::{Policy, PolicySource};
+use peergate::http::server::{GatewayOptions, RunningGateway, start};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use tempfile::TempDir;
+
+/// Options for a gateway on `policy` with its state under `data` (in the suite's store
+/// engine), listening on port 0 on loopback, on `clock`.
+pub fn gateway_options(policy: Policy, data: &Path, clock: Arc<dyn Clock>) -> GatewayOptions {
+    GatewayOptions {
+        policy,
+        policy_source: PolicySource::Embedded,
+        data_dir: TestStore::from_env().data_dir(data),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        clock,
+    }
+}
+
+/// A gateway running inside the test process.
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    /// The admin API's base URL.
+    pub admin: String,
+    pub door: String,
+    /// The data directory; the store is in it or derived from it (see `store.rs`).
+    pub data: TempDir,
+    pub clock: ManualClock,
+    running: Option<RunningGateway>,
+}
+
+impl TestGateway {
+    /// Starts on the default policy (echo backend).
+    pub async fn start() -> Self {
+        Self::start_with(PolicyEdit::default().policy()).await
+    }
+
+    /// Starts with `policy` on a fresh store, port 0 and a manual clock.
+    pub async fn start_with(policy: Policy) -> Self {
+        let data = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(SystemClock.now_millis());
+        let running = start(gateway_options(
+            policy,
+            data.path(),
+            Arc::new(clock.clone()),
+        ))
+        .await
+        .expect("gateway starts");
+        Self {
+            addr: running.local_addr,
+            admin: format!("http://{}", running.admin_addr),
+            door: format!("http://{}/a2a/v1", running.local_addr),
+            data,
+            clock,
+            running: Some(running),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Adds a peer with the real CLI against this gateway's store.
+    pub fn add_peer(&self, name: &str) -> String {
+        add_peer(self.data.path(), name)
+    }
+
+    /// Runs a CLI command against this gateway's store.
+    pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        cli_on(self.data.path(), args)
+    }
+
+    /// Runs a CLI command against this gateway's store with `input` on standard input.
+    pub fn cli_with_stdin(&self, args: &[&str], input: &str) -> (i32, String, String) {
+        cli_with_stdin_on(self.data.path(), args, input)
+    }
+
+    /// Argon2 verifications so far.
+    pub fn password_verifications(&self) -> u64 {
+        self.running.as_ref().unwrap().password_verifications()
+    }
+
+    /// The most Argon2 verifications that ran at once.
+    pub fn password_peak_concurrency(&self) -> usize {
+        self.running.as_ref().unwrap().password_peak_concurrency()
+    }
+
+    /// Revokes a peer through the running server.
+    pub async fn revoke_through_server(&self, name: &str) {
+        self.running
+            .as_ref()
+            .unwrap()
+            .accounts()
+            .revoke(&peergate::admin::Caller::operator(), name)
+            .await
+            .unwrap();
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The `peergate serve` binary in a child process.
+
+use super::cli::bin;
+use super::store::store_args;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The `peergate serve` binary in a child process.
+pub struct ServeProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+    /// The admin API's address.
+    pub admin_addr: SocketAddr,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl ServeProcess {
+    /// Starts `peergate serve --listen 127.0.0.1:0` in `cwd` on the store under `data` (the
+    /// suite's engine), and waits for it to listen.
+    pub fn start(cwd: &Path, data: &Path) -> Self {
+        Self::start_with(cwd, data, &[], &[])
+    }
+
+    /// Like [`ServeProcess::start`], with more arguments and environment variables for the
+    /// child only.
+    pub fn start_with(cwd: &Path, data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_in_shell(cwd, "", data, extra, env)
+    }
+
+    /// Like [`ServeProcess::start_with`], with `setup` run by bash in the same process first
+    /// (e.g. `ulimit -f 2048;`); the server then replaces the shell.
+    pub fn start_in_shell(
+        cwd: &Path,
+        setup: &str,
+        data: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let store = store_args(data);
+        let mut args: Vec<&str> = store.iter().map(String::as_str).collect();
+        args.extend(extra);
+        Self::spawn(cwd, setup, &args, env)
+    }
+
+    /// Starts `peergate serve` with no store arguments at all: the default data directory under
+    /// `cwd`, whatever engine the suite runs on.
+    pub fn start_on_defaults(cwd: &Path) -> Self {
+        Self::spawn(cwd, "", &[], &[])
+    }
+
+    fn spawn(cwd: &Path, setup: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        peergate::http::tls::ensure_provider();
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(format!("{setup} exec \"$0\" \"$@\""))
+            .arg(bin())
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args(extra)
+            .current_dir(cwd)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn peergate serve");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            let mut admin_addr = None;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                // Logged before the address is handed over, so a test that has the address
+                // also sees the line.
+                let address_after = |marker: &str| {
+                    line.split(marker).nth(1).map(|rest| {
+                        rest.chars()
+                            .take_while(|c| !matches!(c, ';' | ' '))
+                            .collect::<String>()
+                    })
+                };
+                let admin = address_after("admin API on http://");
+                let addr = address_after("listening on http://");
+                sink.lock().unwrap().push(line);
+                if let Some(admin) = admin {
+                    admin_addr = Some(admin);
+                }
+                if let Some(addr) = addr
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send((addr, admin_addr.take().unwrap_or_default()));
+                }
+            }
+        });
+        let (addr, admin_addr) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("peergate did not start: {:?}", log.lock().unwrap()));
+        Self {
+            child,
+            addr: addr.parse().unwrap(),
+            admin_addr: admin_addr.parse().expect("admin API address in the log"),
+            log,
+        }
+    }
+
+    pub fn door(&self) -> String {
+        format!("http://{}/a2a/v1", self.addr)
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// SIGKILL: nothing gets a chance to flush.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,88 @@
+//! JSON-RPC over HTTP to the A2A door, and reading its answers.
+
+use serde_json::{Value, json};
+
+/// Posts raw bytes to `url` with an optional bearer token; returns (status, body as JSON).
+pub async fn post_raw(
+    url: &str,
+    token: Option<&str>,
+    body: impl Into<reqwest::Body>,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("a2a-version", "1.0")
+        .body(body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.expect("request");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// A JSON-RPC call that must come back as HTTP 200; returns the response object.
+pub async fn rpc(url: &str, token: &str, request: Value) -> Value {
+    let (status, body) = post_raw(url, Some(token), request.to_string()).await;
+    assert_eq!(status, 200, "HTTP status for {request}: {body}");
+    body
+}
+
+/// `SendMessage` with text parts; returns the response object.
+pub async fn send_text(url: &str, token: &str, text: &str, context_id: Option<&str>) -> Value {
+    let mut message = json!({
+        "messageId": uuid::Uuid::new_v4().to_string(),
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+    });
+    if let Some(context_id) = context_id {
+        message["contextId"] = json!(context_id);
+    }
+    rpc(
+        url,
+        token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}),
+    )
+    .await
+}
+
+/// The task of a successful `SendMessage` response.
+pub fn task_of(response: &Value) -> &Value {
+    response
+        .pointer("/result/task")
+        .unwrap_or_else(|| panic!("no task in {response}"))
+}
+
+/// The text of the agent's reply in a task.
+pub fn reply_text(task: &Value) -> String {
+    task.pointer("/status/message/parts/0/text")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no reply text in {task}"))
+        .to_owned()
+}
+
+/// `GetTask`.
+pub async fn get_task(url: &str, token: &str, id: &str, history_length: Option<i64>) -> Value {
+    let mut params = json!({"id": id});
+    if let Some(n) = history_length {
+        params["historyLength"] = json!(n);
+    }
+    rpc(
+        url,
+        token,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": params}),
+    )
+    .await
+}
+
+/// The error code of a JSON-RPC response.
+pub fn error_code(response: &Value) -> i64 {
+    response
+        .pointer("/error/code")
+        .and_then(Value::as_i64)
+        .unwrap_or_else(|| panic!("no error in {response}"))
+}

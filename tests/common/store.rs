@@ -1,0 +1,96 @@
+//! The store engine the suites run against, chosen by `PEERGATE_TEST_STORE`.
+//!
+//! Every gateway a test starts (in process, as a child process, or the CLI) gets its store from
+//! here, given the test's data directory; an engine that keeps its state elsewhere derives it
+//! from that directory, so each test still has a store of its own. Adding an engine changes
+//! only this file.
+
+use std::path::{Path, PathBuf};
+
+/// The environment variable that names the engine.
+pub const STORE_VARIABLE: &str = "PEERGATE_TEST_STORE";
+
+/// A store engine the suites can run against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestStore {
+    /// SQLite, in a file in the data directory (the default).
+    Sqlite,
+}
+
+impl TestStore {
+    /// Every engine, by the name `PEERGATE_TEST_STORE` takes.
+    pub const ALL: [(&'static str, TestStore); 1] = [("sqlite", TestStore::Sqlite)];
+
+    /// The engine named by `PEERGATE_TEST_STORE` (SQLite when unset); panics on a name it does
+    /// not know.
+    pub fn from_env() -> Self {
+        match std::env::var(STORE_VARIABLE) {
+            Err(std::env::VarError::NotPresent) => Self::named(None),
+            Err(e) => panic!("{STORE_VARIABLE}: {e}"),
+            Ok(name) => Self::named(Some(&name)),
+        }
+    }
+
+    /// The engine called `name` (SQLite for none); panics on a name it does not know.
+    pub fn named(name: Option<&str>) -> Self {
+        let Some(name) = name else {
+            return Self::Sqlite;
+        };
+        Self::ALL
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, engine)| *engine)
+            .unwrap_or_else(|| {
+                let known: Vec<&str> = Self::ALL.iter().map(|(known, _)| *known).collect();
+                panic!("{STORE_VARIABLE}={name:?} names no store engine; known: {known:?}")
+            })
+    }
+
+    /// The engine's name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, engine)| *engine == self)
+            .map(|(name, _)| *name)
+            .unwrap()
+    }
+
+    /// The data directory an in-process gateway gets in `GatewayOptions`.
+    pub fn data_dir(self, data: &Path) -> PathBuf {
+        match self {
+            Self::Sqlite => data.to_owned(),
+        }
+    }
+
+    /// The command-line arguments that give a peergate command this engine's store.
+    pub fn args(self, data: &Path) -> Vec<String> {
+        match self {
+            Self::Sqlite => vec!["--data".into(), data.to_str().unwrap().into()],
+        }
+    }
+
+    /// Opens the store directly, as the gateway would.
+    pub async fn open(self, data: &Path) -> peergate::store::Store {
+        match self {
+            Self::Sqlite => peergate::store::Store::open(&self.data_dir(data))
+                .await
+                .expect("the store opens"),
+        }
+    }
+}
+
+/// The command-line arguments for the store under `data`, in the suite's engine.
+pub fn store_args(data: &Path) -> Vec<String> {
+    TestStore::from_env().args(data)
+}
+
+/// For a test (or part of one) that reads or breaks SQLite's files itself: false under SQLite;
+/// under another engine it says what is skipped and why, and returns true.
+pub fn skip_unless_sqlite(why: &str) -> bool {
+    let engine = TestStore::from_env();
+    let skip = engine != TestStore::Sqlite;
+    if skip {
+        eprintln!("skipped on the {} store: {why}", engine.name());
+    }
+    skip
+}
