@@ -116,10 +116,7 @@ fn signed_card() -> (Value, ed25519_dalek::SigningKey, String) {
         "supportedInterfaces": [{"url": "https://a.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
         "capabilities": {"streaming": false}, "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"], "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]});
-    let signing = CardSigningKey::EdDsa {
-        kid: "ed-1".into(),
-        key: Box::new(key.clone()),
-    };
+    let signing = CardSigningKey::ed25519("ed-1", key.clone());
     let signed = sign::sign_card(&card, &[signing], None).unwrap();
     let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "ed-1",
         "x": b64(key.verifying_key().as_bytes())}]})
@@ -318,10 +315,7 @@ fn the_python_sdk_canonical_form_is_accepted_too() {
     let (mut card, _, _) = signed_card();
     card.as_object_mut().unwrap().remove("signatures");
     card["documentationUrl"] = json!("");
-    let signing = CardSigningKey::EdDsa {
-        kid: "ed-1".into(),
-        key: Box::new(key.clone()),
-    };
+    let signing = CardSigningKey::ed25519("ed-1", key.clone());
     let signed = sign::sign_card(&card, &[signing], None).unwrap();
     let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "ed-1",
         "x": b64(key.verifying_key().as_bytes())}]})

@@ -17,7 +17,7 @@ use jsonwebtoken::crypto::CryptoProvider;
 use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, DecodingKey};
 use peergate::jose::keys;
-use peergate::jose::sign::{self, CardSigningKey};
+use peergate::jose::sign::{self, CardSigningKey, JwsAlgorithm};
 use peergate::jose::verify::{TrustedKeys, verify_card};
 use serde_json::{Value, json};
 
@@ -82,28 +82,25 @@ fn card() -> Value {
 /// One key per algorithm peergate signs with, fixed so that a rerun signs the same bytes.
 fn signing_keys() -> Vec<CardSigningKey> {
     vec![
-        CardSigningKey::EdDsa {
-            kid: "ed-1".to_owned(),
-            key: Box::new(ed25519_dalek::SigningKey::from_bytes(&[7u8; 32])),
-        },
-        CardSigningKey::Es256 {
-            kid: "es-1".to_owned(),
-            key: Box::new(p256::ecdsa::SigningKey::from_slice(&[3u8; 32]).unwrap()),
-        },
-        CardSigningKey::Hs256 {
-            kid: "hs-1".to_owned(),
-            secret: vec![0x5a; 32],
-        },
+        CardSigningKey::ed25519("ed-1", ed25519_dalek::SigningKey::from_bytes(&[7u8; 32])),
+        CardSigningKey::p256(
+            "es-1",
+            p256::ecdsa::SigningKey::from_slice(&[3u8; 32]).unwrap(),
+        ),
+        CardSigningKey::hs256("hs-1", HS256_SECRET.to_vec()),
     ]
 }
+
+/// The shared secret of the HS256 key.
+const HS256_SECRET: [u8; 32] = [0x5a; 32];
 
 /// jsonwebtoken's key for the card key: the public JWK peergate publishes (read by
 /// jsonwebtoken's own `Jwk` type), or the shared secret for HS256.
 fn decoding_key(key: &CardSigningKey) -> DecodingKey {
-    match key {
-        CardSigningKey::Hs256 { secret, .. } => DecodingKey::from_secret(secret).unwrap(),
-        asymmetric => {
-            let jwk: Jwk = serde_json::from_value(keys::public_jwk(asymmetric).unwrap()).unwrap();
+    match key.public_jwk() {
+        None => DecodingKey::from_secret(&HS256_SECRET).unwrap(),
+        Some(public) => {
+            let jwk: Jwk = serde_json::from_value(public).unwrap();
             DecodingKey::from_jwk(&jwk).unwrap()
         }
     }
@@ -148,10 +145,11 @@ fn every_card_peergate_signs_verifies_under_jsonwebtoken() {
         assert_eq!(header["kid"], key.kid());
         // jsonwebtoken reads the algorithm name itself.
         let alg: Algorithm = header["alg"].as_str().unwrap().parse().unwrap();
-        let expected = match key {
-            CardSigningKey::EdDsa { .. } => Algorithm::EdDSA,
-            CardSigningKey::Es256 { .. } => Algorithm::ES256,
-            CardSigningKey::Hs256 { .. } => Algorithm::HS256,
+        let expected = match key.algorithm() {
+            JwsAlgorithm::EdDsa => Algorithm::EdDSA,
+            JwsAlgorithm::Es256 => Algorithm::ES256,
+            JwsAlgorithm::Hs256 => Algorithm::HS256,
+            other => panic!("no jsonwebtoken algorithm for {other}"),
         };
         assert_eq!(alg, expected);
         let decoding = decoding_key(key);

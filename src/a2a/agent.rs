@@ -252,7 +252,7 @@ impl Agent {
             audit = Some(AuditEntry {
                 at: self.clock.now_millis(),
                 actor: format!("peer:{}", peer.name()),
-                action: "peer.refused_by_quota".to_owned(),
+                action: crate::store::AuditAction::PeerRefusedByQuota,
                 target: format!("peer:{}", peer.name()),
                 outcome: format!("refused: {}", refusal.reason()),
                 client: client.map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
@@ -840,7 +840,7 @@ mod tests {
         let owner = crate::store::AdminRecord {
             id: "adm_1".into(),
             name: "owner".into(),
-            status: "active".into(),
+            status: crate::store::AdminStatus::Active,
             has_password: false,
             model_allowed: true,
             tokens_per_day: None,

@@ -214,7 +214,7 @@ impl Budgets {
         }
         let budget = match self.store.find_admin_by_id(owner_id).await? {
             Some(admin) => Budget {
-                owner_active: admin.status == "active",
+                owner_active: admin.status == crate::store::AdminStatus::Active,
                 model_allowed: admin.model_allowed,
                 tokens_per_day: admin.tokens_per_day.unwrap_or(self.defaults.tokens_per_day),
                 tokens_per_month: admin.tokens_per_month.or(self.defaults.tokens_per_month),

@@ -9,6 +9,7 @@ use crate::clock::{Clock, rfc3339_millis};
 use crate::config::MAX_RATE_PER_MINUTE;
 use crate::layers::auth::password::{MIN_PASSWORD_CHARS, hash_password};
 use crate::shared::changes::{Change, ChangeNotifier};
+use crate::store::records::{AdminStatus, AuditAction, PeerStatus};
 use crate::store::{
     AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerRecord,
     PeerUsage, Store, StoreError,
@@ -128,6 +129,24 @@ pub struct AccountDefaults {
     pub default_owner: Option<String>,
     /// Quota of peers added without one.
     pub rate_per_minute: u32,
+}
+
+/// One audited operation: who does what to which target. Its audit record is written once:
+/// with the change it commits, or as a refusal.
+struct Operation<'c> {
+    caller: &'c Caller,
+    action: AuditAction,
+    target: String,
+}
+
+impl<'c> Operation<'c> {
+    fn new(caller: &'c Caller, action: AuditAction, target: impl Into<String>) -> Self {
+        Self {
+            caller,
+            action,
+            target: target.into(),
+        }
+    }
 }
 
 /// A peer as created: its record and its token, which exists nowhere else.
@@ -284,7 +303,7 @@ impl AccountService {
     fn entry(
         &self,
         caller: &Caller,
-        action: &str,
+        action: AuditAction,
         target: &str,
         outcome: &str,
         detail: String,
@@ -293,7 +312,7 @@ impl AccountService {
         AuditEntry {
             at: self.clock.now_millis(),
             actor: caller.actor.label(),
-            action: action.to_owned(),
+            action,
             target: target.to_owned(),
             outcome: outcome.to_owned(),
             client: caller.client.clone(),
@@ -302,42 +321,40 @@ impl AccountService {
         }
     }
 
-    /// Writes the audit record of a change that succeeded into its transaction, and commits
-    /// both.
+    /// Writes the audit record of an operation that succeeded into its transaction, and
+    /// commits both.
     async fn commit_with_audit(
         &self,
         mut tx: WriteTx,
-        caller: &Caller,
-        action: &str,
-        target: &str,
+        op: &Operation<'_>,
         detail: String,
         owner_id: Option<&str>,
     ) -> Result<(), ServiceError> {
-        tx.audit(&self.entry(caller, action, target, "ok", detail, owner_id))
+        tx.audit(&self.entry(op.caller, op.action, &op.target, "ok", detail, owner_id))
             .await?;
         tx.commit().await?;
         Ok(())
     }
 
-    /// Runs `work`; when it fails for any reason but the store, records the refusal.
+    /// The one skeleton of every audited operation: runs `work`, which commits its change with
+    /// the operation's audit record (see [`Self::commit_with_audit`]); when it fails for any
+    /// reason but the store, records the refusal instead. The action is named once, here.
     async fn audited<T>(
         &self,
-        caller: &Caller,
-        action: &str,
-        target: &str,
-        work: impl Future<Output = Result<T, ServiceError>>,
+        op: Operation<'_>,
+        work: impl AsyncFnOnce(&Operation<'_>) -> Result<T, ServiceError>,
     ) -> Result<T, ServiceError> {
-        let outcome = work.await;
+        let outcome = work(&op).await;
         if let Err(error) = &outcome
             && !matches!(error, ServiceError::Store(_) | ServiceError::Internal(_))
         {
             let entry = self.entry(
-                caller,
-                action,
-                target,
+                op.caller,
+                op.action,
+                &op.target,
                 &error.outcome(),
                 String::new(),
-                caller.actor.admin_id(),
+                op.caller.actor.admin_id(),
             );
             if let Err(e) = self.store.accounts().append_audit(&entry).await {
                 tracing::error!(error = %e, "could not write an audit record");
@@ -392,43 +409,39 @@ impl AccountService {
         password: Option<String>,
     ) -> Result<AdminRecord, ServiceError> {
         let target = format!("admin:{name}");
-        self.audited(caller, "admin.created", &target, async {
-            Self::operator_only(caller)?;
-            check_name("administrator name", name)?;
-            let phc = match password {
-                Some(password) => Some(hashed_password(password).await?),
-                None => None,
-            };
-            let admin = AdminRecord {
-                id: new_id("adm"),
-                name: name.to_owned(),
-                status: "active".to_owned(),
-                has_password: phc.is_some(),
-                model_allowed: true,
-                tokens_per_day: None,
-                tokens_per_month: None,
-                created_at: self.clock.now_millis(),
-            };
-            let mut tx = self.store.accounts().begin_change().await?;
-            tx.insert_admin(&admin, phc.as_deref())
-                .await
-                .map_err(store_conflict)?;
-            let detail = if admin.has_password {
-                "with a password"
-            } else {
-                "without a password"
-            };
-            self.commit_with_audit(
-                tx,
-                caller,
-                "admin.created",
-                &target,
-                detail.to_owned(),
-                Some(&admin.id),
-            )
-            .await?;
-            Ok(admin)
-        })
+        self.audited(
+            Operation::new(caller, AuditAction::AdminCreated, &target),
+            async |op| {
+                Self::operator_only(caller)?;
+                check_name("administrator name", name)?;
+                let phc = match password {
+                    Some(password) => Some(hashed_password(password).await?),
+                    None => None,
+                };
+                let admin = AdminRecord {
+                    id: new_id("adm"),
+                    name: name.to_owned(),
+                    status: AdminStatus::Active,
+                    has_password: phc.is_some(),
+                    model_allowed: true,
+                    tokens_per_day: None,
+                    tokens_per_month: None,
+                    created_at: self.clock.now_millis(),
+                };
+                let mut tx = self.store.accounts().begin_change().await?;
+                tx.insert_admin(&admin, phc.as_deref())
+                    .await
+                    .map_err(store_conflict)?;
+                let detail = if admin.has_password {
+                    "with a password"
+                } else {
+                    "without a password"
+                };
+                self.commit_with_audit(tx, op, detail.to_owned(), Some(&admin.id))
+                    .await?;
+                Ok(admin)
+            },
+        )
         .await
     }
 
@@ -454,13 +467,11 @@ impl AccountService {
     async fn finish_admin_change(
         &self,
         tx: WriteTx,
-        caller: &Caller,
-        action: &str,
-        target: &str,
+        op: &Operation<'_>,
         detail: String,
         admin_id: &str,
     ) -> Result<(), ServiceError> {
-        self.commit_with_audit(tx, caller, action, target, detail, Some(admin_id))
+        self.commit_with_audit(tx, op, detail, Some(admin_id))
             .await?;
         self.admin_changed(admin_id);
         Ok(())
@@ -476,38 +487,30 @@ impl AccountService {
     /// and their peers' turns are refused.
     pub async fn disable_admin(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {
         let target = format!("admin:{name}");
-        self.audited(caller, "admin.disabled", &target, async {
-            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
-            tx.disable_admin(&admin.id, self.clock.now_millis()).await?;
-            self.finish_admin_change(
-                tx,
-                caller,
-                "admin.disabled",
-                &target,
-                String::new(),
-                &admin.id,
-            )
-            .await
-        })
+        self.audited(
+            Operation::new(caller, AuditAction::AdminDisabled, &target),
+            async |op| {
+                let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
+                tx.disable_admin(&admin.id, self.clock.now_millis()).await?;
+                self.finish_admin_change(tx, op, String::new(), &admin.id)
+                    .await
+            },
+        )
         .await
     }
 
     /// Enables a disabled administrator again (their old tokens stay revoked).
     pub async fn enable_admin(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {
         let target = format!("admin:{name}");
-        self.audited(caller, "admin.enabled", &target, async {
-            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
-            tx.set_admin_status(&admin.id, "active").await?;
-            self.finish_admin_change(
-                tx,
-                caller,
-                "admin.enabled",
-                &target,
-                String::new(),
-                &admin.id,
-            )
-            .await
-        })
+        self.audited(
+            Operation::new(caller, AuditAction::AdminEnabled, &target),
+            async |op| {
+                let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
+                tx.set_admin_status(&admin.id, AdminStatus::Active).await?;
+                self.finish_admin_change(tx, op, String::new(), &admin.id)
+                    .await
+            },
+        )
         .await
     }
 
@@ -519,20 +522,16 @@ impl AccountService {
         name: &str,
     ) -> Result<(), ServiceError> {
         let target = format!("admin:{name}");
-        self.audited(caller, "admin.tokens_revoked", &target, async {
-            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
-            tx.revoke_admin_tokens(&admin.id, self.clock.now_millis())
-                .await?;
-            self.commit_with_audit(
-                tx,
-                caller,
-                "admin.tokens_revoked",
-                &target,
-                String::new(),
-                Some(&admin.id),
-            )
-            .await
-        })
+        self.audited(
+            Operation::new(caller, AuditAction::AdminTokensRevoked, &target),
+            async |op| {
+                let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
+                tx.revoke_admin_tokens(&admin.id, self.clock.now_millis())
+                    .await?;
+                self.commit_with_audit(tx, op, String::new(), Some(&admin.id))
+                    .await
+            },
+        )
         .await
     }
 
@@ -544,22 +543,18 @@ impl AccountService {
         password: String,
     ) -> Result<(), ServiceError> {
         let target = format!("admin:{name}");
-        self.audited(caller, "admin.password_set", &target, async {
-            Self::operator_only(caller)?;
-            let phc = hashed_password(password).await?;
-            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
-            tx.set_admin_password(&admin.id, &phc).await?;
-            self.commit_with_audit(
-                tx,
-                caller,
-                "admin.password_set",
-                &target,
-                String::new(),
-                Some(&admin.id),
-            )
-            .await?;
-            Ok(())
-        })
+        self.audited(
+            Operation::new(caller, AuditAction::AdminPasswordSet, &target),
+            async |op| {
+                Self::operator_only(caller)?;
+                let phc = hashed_password(password).await?;
+                let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
+                tx.set_admin_password(&admin.id, &phc).await?;
+                self.commit_with_audit(tx, op, String::new(), Some(&admin.id))
+                    .await?;
+                Ok(())
+            },
+        )
         .await
     }
 
@@ -570,34 +565,35 @@ impl AccountService {
         name: &str,
     ) -> Result<String, ServiceError> {
         let target = format!("admin:{name}");
-        self.audited(caller, "admin.token_issued", &target, async {
-            Self::operator_only(caller)?;
-            let issued = issue(CredentialKind::AdminToken)?;
-            let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
-            if admin.status != "active" {
-                return Err(ServiceError::Invalid {
-                    field: "administrator",
-                    reason: format!("\"{name}\" is disabled"),
-                });
-            }
-            tx.insert_admin_token(
-                &admin.id,
-                &issued.token_id,
-                &issued.secret_hash,
-                self.clock.now_millis(),
-            )
-            .await?;
-            self.commit_with_audit(
-                tx,
-                caller,
-                "admin.token_issued",
-                &target,
-                format!("token id {}", issued.token_id),
-                Some(&admin.id),
-            )
-            .await?;
-            Ok(issued.token)
-        })
+        self.audited(
+            Operation::new(caller, AuditAction::AdminTokenIssued, &target),
+            async |op| {
+                Self::operator_only(caller)?;
+                let issued = issue(CredentialKind::AdminToken)?;
+                let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
+                if admin.status != AdminStatus::Active {
+                    return Err(ServiceError::Invalid {
+                        field: "administrator",
+                        reason: format!("\"{name}\" is disabled"),
+                    });
+                }
+                tx.insert_admin_token(
+                    &admin.id,
+                    &issued.token_id,
+                    &issued.secret_hash,
+                    self.clock.now_millis(),
+                )
+                .await?;
+                self.commit_with_audit(
+                    tx,
+                    op,
+                    format!("token id {}", issued.token_id),
+                    Some(&admin.id),
+                )
+                .await?;
+                Ok(issued.token)
+            },
+        )
         .await
     }
 
@@ -609,44 +605,39 @@ impl AccountService {
         change: BudgetChange,
     ) -> Result<AdminRecord, ServiceError> {
         let target = format!("admin:{name}");
-        self.audited(caller, "admin.budget_changed", &target, async {
-            Self::operator_only(caller)?;
-            if change.tokens_per_day == Some(0) || change.tokens_per_month == Some(Some(0)) {
-                return Err(ServiceError::Invalid {
-                    field: "budget",
-                    reason: "a budget must be at least 1 token; forbid the model to stop it"
-                        .to_owned(),
-                });
-            }
-            let (mut tx, mut admin) = self.begin_admin_change(caller, name).await?;
-            if let Some(allowed) = change.model_allowed {
-                admin.model_allowed = allowed;
-            }
-            if let Some(per_day) = change.tokens_per_day {
-                admin.tokens_per_day = Some(per_day);
-            }
-            if let Some(per_month) = change.tokens_per_month {
-                admin.tokens_per_month = per_month;
-            }
-            tx.set_admin_budget(
-                &admin.id,
-                admin.model_allowed,
-                admin.tokens_per_day,
-                admin.tokens_per_month,
-            )
-            .await?;
-            let detail = describe_budget(&admin);
-            self.finish_admin_change(
-                tx,
-                caller,
-                "admin.budget_changed",
-                &target,
-                detail,
-                &admin.id,
-            )
-            .await?;
-            Ok(admin)
-        })
+        self.audited(
+            Operation::new(caller, AuditAction::AdminBudgetChanged, &target),
+            async |op| {
+                Self::operator_only(caller)?;
+                if change.tokens_per_day == Some(0) || change.tokens_per_month == Some(Some(0)) {
+                    return Err(ServiceError::Invalid {
+                        field: "budget",
+                        reason: "a budget must be at least 1 token; forbid the model to stop it"
+                            .to_owned(),
+                    });
+                }
+                let (mut tx, mut admin) = self.begin_admin_change(caller, name).await?;
+                if let Some(allowed) = change.model_allowed {
+                    admin.model_allowed = allowed;
+                }
+                if let Some(per_day) = change.tokens_per_day {
+                    admin.tokens_per_day = Some(per_day);
+                }
+                if let Some(per_month) = change.tokens_per_month {
+                    admin.tokens_per_month = per_month;
+                }
+                tx.set_admin_budget(
+                    &admin.id,
+                    admin.model_allowed,
+                    admin.tokens_per_day,
+                    admin.tokens_per_month,
+                )
+                .await?;
+                let detail = describe_budget(&admin);
+                self.finish_admin_change(tx, op, detail, &admin.id).await?;
+                Ok(admin)
+            },
+        )
         .await
     }
 
@@ -669,7 +660,7 @@ impl AccountService {
         };
         let mut entry = self.entry(
             &caller,
-            "admin.login_failed",
+            AuditAction::AdminLoginFailed,
             &known.as_ref().map_or_else(
                 || "admin:(unknown)".to_owned(),
                 |a| format!("admin:{}", a.name),
@@ -693,73 +684,76 @@ impl AccountService {
         new: NewPeer,
     ) -> Result<CreatedPeer, ServiceError> {
         let target = format!("peer:{}", new.name);
-        self.audited(caller, "peer.created", &target, async {
-            check_name("peer name", &new.name)?;
-            let rate = new.rate_per_minute.unwrap_or(self.defaults.rate_per_minute);
-            check_rate(rate)?;
-            let now = self.clock.now_millis();
-            check_future(new.expires_at, now)?;
-            let issued = issue(CredentialKind::PeerToken)?;
-            let mut tx = self.store.accounts().begin_change().await?;
-            let owner = match (&caller.actor, &new.owner) {
-                (Actor::Admin { id, name }, None) => (id.clone(), name.clone()),
-                (Actor::Admin { name, .. }, Some(owner)) if owner == name => {
-                    (tx_admin_id(&mut tx, owner).await?, owner.clone())
-                }
-                (Actor::Admin { .. }, Some(_)) => {
-                    return Err(ServiceError::Forbidden(
-                        "an administrator can only create peers they own",
-                    ));
-                }
-                (Actor::Operator, owner) => {
-                    self.operator_owner(&mut tx, caller, owner.as_deref())
-                        .await?
-                }
-            };
-            let peer = PeerRecord {
-                id: new_id("peer"),
-                name: new.name.clone(),
-                status: "active".to_owned(),
-                rate_per_minute: rate,
-                created_at: now,
-                last_used_at: None,
-                owner_id: owner.0,
-                owner_name: owner.1,
-                expires_at: new.expires_at,
-            };
-            tx.insert_peer(&peer).await.map_err(store_conflict)?;
-            tx.insert_credential(
-                &peer.id,
-                CredentialKind::PeerToken,
-                &issued.token_id,
-                &issued.secret_hash,
-                now,
-            )
-            .await?;
-            tx.audit(&self.entry(
-                caller,
-                "peer.created",
-                &target,
-                "ok",
-                format!("owner {}, rate {rate}/min", peer.owner_name),
-                Some(&peer.owner_id),
-            ))
-            .await?;
-            tx.audit(&self.entry(
-                caller,
-                "credential.issued",
-                &target,
-                "ok",
-                format!("token id {}", issued.token_id),
-                Some(&peer.owner_id),
-            ))
-            .await?;
-            tx.commit().await?;
-            Ok(CreatedPeer {
-                peer,
-                token: issued.token,
-            })
-        })
+        self.audited(
+            Operation::new(caller, AuditAction::PeerCreated, &target),
+            async |op| {
+                check_name("peer name", &new.name)?;
+                let rate = new.rate_per_minute.unwrap_or(self.defaults.rate_per_minute);
+                check_rate(rate)?;
+                let now = self.clock.now_millis();
+                check_future(new.expires_at, now)?;
+                let issued = issue(CredentialKind::PeerToken)?;
+                let mut tx = self.store.accounts().begin_change().await?;
+                let owner = match (&caller.actor, &new.owner) {
+                    (Actor::Admin { id, name }, None) => (id.clone(), name.clone()),
+                    (Actor::Admin { name, .. }, Some(owner)) if owner == name => {
+                        (tx_admin_id(&mut tx, owner).await?, owner.clone())
+                    }
+                    (Actor::Admin { .. }, Some(_)) => {
+                        return Err(ServiceError::Forbidden(
+                            "an administrator can only create peers they own",
+                        ));
+                    }
+                    (Actor::Operator, owner) => {
+                        self.operator_owner(&mut tx, caller, owner.as_deref())
+                            .await?
+                    }
+                };
+                let peer = PeerRecord {
+                    id: new_id("peer"),
+                    name: new.name.clone(),
+                    status: PeerStatus::Active,
+                    rate_per_minute: rate,
+                    created_at: now,
+                    last_used_at: None,
+                    owner_id: owner.0,
+                    owner_name: owner.1,
+                    expires_at: new.expires_at,
+                };
+                tx.insert_peer(&peer).await.map_err(store_conflict)?;
+                tx.insert_credential(
+                    &peer.id,
+                    CredentialKind::PeerToken,
+                    &issued.token_id,
+                    &issued.secret_hash,
+                    now,
+                )
+                .await?;
+                tx.audit(&self.entry(
+                    op.caller,
+                    op.action,
+                    &op.target,
+                    "ok",
+                    format!("owner {}, rate {rate}/min", peer.owner_name),
+                    Some(&peer.owner_id),
+                ))
+                .await?;
+                tx.audit(&self.entry(
+                    caller,
+                    AuditAction::CredentialIssued,
+                    &target,
+                    "ok",
+                    format!("token id {}", issued.token_id),
+                    Some(&peer.owner_id),
+                ))
+                .await?;
+                tx.commit().await?;
+                Ok(CreatedPeer {
+                    peer,
+                    token: issued.token,
+                })
+            },
+        )
         .await
     }
 
@@ -787,7 +781,7 @@ impl AccountService {
         let admin = AdminRecord {
             id: new_id("adm"),
             name: name.to_owned(),
-            status: "active".to_owned(),
+            status: AdminStatus::Active,
             has_password: false,
             model_allowed: true,
             tokens_per_day: None,
@@ -799,7 +793,7 @@ impl AccountService {
             .map_err(store_conflict)?;
         tx.audit(&self.entry(
             caller,
-            "admin.created",
+            AuditAction::AdminCreated,
             &format!("admin:{name}"),
             "ok",
             "the policy's default owner, without a password".to_owned(),
@@ -820,13 +814,9 @@ impl AccountService {
 
     /// One of the caller's peers. Asking for another administrator's peer is audited.
     pub async fn show_peer(&self, caller: &Caller, name: &str) -> Result<PeerRecord, ServiceError> {
-        self.audited(
-            caller,
-            "peer.read",
-            &format!("peer:{name}"),
-            self.readable_peer(caller, name),
-        )
-        .await
+        let op = Operation::new(caller, AuditAction::PeerRead, format!("peer:{name}"));
+        self.audited(op, async |_| self.readable_peer(caller, name).await)
+            .await
     }
 
     async fn readable_peer(&self, caller: &Caller, name: &str) -> Result<PeerRecord, ServiceError> {
@@ -851,13 +841,11 @@ impl AccountService {
     async fn finish_change(
         &self,
         tx: WriteTx,
-        caller: &Caller,
-        action: &str,
+        op: &Operation<'_>,
         peer: &PeerRecord,
         detail: String,
     ) -> Result<(), ServiceError> {
-        let target = format!("peer:{}", peer.name);
-        self.commit_with_audit(tx, caller, action, &target, detail, Some(&peer.owner_id))
+        self.commit_with_audit(tx, op, detail, Some(&peer.owner_id))
             .await?;
         self.peer_changed(&peer.id);
         Ok(())
@@ -870,14 +858,20 @@ impl AccountService {
         name: &str,
         rate: u32,
     ) -> Result<(), ServiceError> {
-        let action = "peer.limit_changed";
-        self.audited(caller, action, &format!("peer:{name}"), async {
-            check_rate(rate)?;
-            let (mut tx, peer) = self.begin_change(caller, name).await?;
-            tx.set_peer_rate(&peer.id, rate).await?;
-            let detail = format!("rate {} -> {rate}/min", peer.rate_per_minute);
-            self.finish_change(tx, caller, action, &peer, detail).await
-        })
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::PeerLimitChanged,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                check_rate(rate)?;
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                tx.set_peer_rate(&peer.id, rate).await?;
+                let detail = format!("rate {} -> {rate}/min", peer.rate_per_minute);
+                self.finish_change(tx, op, &peer, detail).await
+            },
+        )
         .await
     }
 
@@ -888,15 +882,21 @@ impl AccountService {
         name: &str,
         expires_at: Option<i64>,
     ) -> Result<(), ServiceError> {
-        let action = "peer.expiry_changed";
-        self.audited(caller, action, &format!("peer:{name}"), async {
-            check_future(expires_at, self.clock.now_millis())?;
-            let (mut tx, peer) = self.begin_change(caller, name).await?;
-            tx.set_peer_expiry(&peer.id, expires_at).await?;
-            let show = |at: Option<i64>| at.map_or_else(|| "never".to_owned(), rfc3339_millis);
-            let detail = format!("expiry {} -> {}", show(peer.expires_at), show(expires_at));
-            self.finish_change(tx, caller, action, &peer, detail).await
-        })
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::PeerExpiryChanged,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                check_future(expires_at, self.clock.now_millis())?;
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                tx.set_peer_expiry(&peer.id, expires_at).await?;
+                let show = |at: Option<i64>| at.map_or_else(|| "never".to_owned(), rfc3339_millis);
+                let detail = format!("expiry {} -> {}", show(peer.expires_at), show(expires_at));
+                self.finish_change(tx, op, &peer, detail).await
+            },
+        )
         .await
     }
 
@@ -907,40 +907,51 @@ impl AccountService {
         name: &str,
         password: String,
     ) -> Result<(), ServiceError> {
-        let action = "credential.issued";
-        self.audited(caller, action, &format!("peer:{name}"), async {
-            let phc = hashed_password(password).await?;
-            let (mut tx, peer) = self.begin_change(caller, name).await?;
-            tx.set_peer_password(&peer.id, &phc).await?;
-            self.finish_change(tx, caller, action, &peer, "password set".to_owned())
-                .await
-        })
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::CredentialIssued,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                let phc = hashed_password(password).await?;
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                tx.set_peer_password(&peer.id, &phc).await?;
+                self.finish_change(tx, op, &peer, "password set".to_owned())
+                    .await
+            },
+        )
         .await
     }
 
     /// Issues a new API key for a peer (any earlier key stops); returns it, once.
     pub async fn issue_api_key(&self, caller: &Caller, name: &str) -> Result<String, ServiceError> {
-        let action = "credential.issued";
-        self.audited(caller, action, &format!("peer:{name}"), async {
-            let (mut tx, peer) = self.begin_change(caller, name).await?;
-            let peer = active(peer)?;
-            let issued = issue(CredentialKind::ApiKey)?;
-            let now = self.clock.now_millis();
-            tx.revoke_credentials(&peer.id, Some(CredentialKind::ApiKey), now)
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::CredentialIssued,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                let peer = active(peer)?;
+                let issued = issue(CredentialKind::ApiKey)?;
+                let now = self.clock.now_millis();
+                tx.revoke_credentials(&peer.id, Some(CredentialKind::ApiKey), now)
+                    .await?;
+                tx.insert_credential(
+                    &peer.id,
+                    CredentialKind::ApiKey,
+                    &issued.token_id,
+                    &issued.secret_hash,
+                    now,
+                )
                 .await?;
-            tx.insert_credential(
-                &peer.id,
-                CredentialKind::ApiKey,
-                &issued.token_id,
-                &issued.secret_hash,
-                now,
-            )
-            .await?;
-            let detail = format!("API key id {}; earlier keys revoked", issued.token_id);
-            self.finish_change(tx, caller, action, &peer, detail)
-                .await?;
-            Ok(issued.token)
-        })
+                let detail = format!("API key id {}; earlier keys revoked", issued.token_id);
+                self.finish_change(tx, op, &peer, detail).await?;
+                Ok(issued.token)
+            },
+        )
         .await
     }
 
@@ -952,65 +963,76 @@ impl AccountService {
         name: &str,
         grace_seconds: u64,
     ) -> Result<Rotated, ServiceError> {
-        let action = "credential.rotated";
-        self.audited(caller, action, &format!("peer:{name}"), async {
-            if grace_seconds > MAX_GRACE_SECONDS {
-                return Err(ServiceError::Invalid {
-                    field: "grace",
-                    reason: format!("at most {MAX_GRACE_SECONDS} seconds (30 days)"),
-                });
-            }
-            let (mut tx, peer) = self.begin_change(caller, name).await?;
-            let peer = active(peer)?;
-            let issued = issue(CredentialKind::PeerToken)?;
-            let now = self.clock.now_millis();
-            let previous_valid_until = if grace_seconds == 0 {
-                tx.revoke_credentials(&peer.id, Some(CredentialKind::PeerToken), now)
-                    .await?;
-                None
-            } else {
-                // At most 30 days of milliseconds: no overflow.
-                let until = now + i64::try_from(grace_seconds * 1000).unwrap_or(i64::MAX / 2);
-                tx.expire_credentials(&peer.id, CredentialKind::PeerToken, until)
-                    .await?;
-                Some(until)
-            };
-            tx.insert_credential(
-                &peer.id,
-                CredentialKind::PeerToken,
-                &issued.token_id,
-                &issued.secret_hash,
-                now,
-            )
-            .await?;
-            let detail = format!(
-                "new token id {}; old tokens {}",
-                issued.token_id,
-                previous_valid_until.map_or_else(
-                    || "revoked at once".to_owned(),
-                    |until| format!("work until {}", rfc3339_millis(until))
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::CredentialRotated,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                if grace_seconds > MAX_GRACE_SECONDS {
+                    return Err(ServiceError::Invalid {
+                        field: "grace",
+                        reason: format!("at most {MAX_GRACE_SECONDS} seconds (30 days)"),
+                    });
+                }
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                let peer = active(peer)?;
+                let issued = issue(CredentialKind::PeerToken)?;
+                let now = self.clock.now_millis();
+                let previous_valid_until = if grace_seconds == 0 {
+                    tx.revoke_credentials(&peer.id, Some(CredentialKind::PeerToken), now)
+                        .await?;
+                    None
+                } else {
+                    // At most 30 days of milliseconds: no overflow.
+                    let until = now + i64::try_from(grace_seconds * 1000).unwrap_or(i64::MAX / 2);
+                    tx.expire_credentials(&peer.id, CredentialKind::PeerToken, until)
+                        .await?;
+                    Some(until)
+                };
+                tx.insert_credential(
+                    &peer.id,
+                    CredentialKind::PeerToken,
+                    &issued.token_id,
+                    &issued.secret_hash,
+                    now,
                 )
-            );
-            self.finish_change(tx, caller, action, &peer, detail)
                 .await?;
-            Ok(Rotated {
-                peer,
-                token: issued.token,
-                previous_valid_until,
-            })
-        })
+                let detail = format!(
+                    "new token id {}; old tokens {}",
+                    issued.token_id,
+                    previous_valid_until.map_or_else(
+                        || "revoked at once".to_owned(),
+                        |until| format!("work until {}", rfc3339_millis(until))
+                    )
+                );
+                self.finish_change(tx, op, &peer, detail).await?;
+                Ok(Rotated {
+                    peer,
+                    token: issued.token,
+                    previous_valid_until,
+                })
+            },
+        )
         .await
     }
 
     /// Revokes a peer: every credential it holds stops working.
     pub async fn revoke(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {
-        let action = "credential.revoked";
-        self.audited(caller, action, &format!("peer:{name}"), async {
-            let (mut tx, peer) = self.begin_change(caller, name).await?;
-            tx.revoke_peer(&peer.id, self.clock.now_millis()).await?;
-            let detail = "peer revoked with all its credentials".to_owned();
-            self.finish_change(tx, caller, action, &peer, detail).await
-        })
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::CredentialRevoked,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                tx.revoke_peer(&peer.id, self.clock.now_millis()).await?;
+                let detail = "peer revoked with all its credentials".to_owned();
+                self.finish_change(tx, op, &peer, detail).await
+            },
+        )
         .await
     }
 
@@ -1041,20 +1063,20 @@ impl AccountService {
         peer: &str,
         context_id: &str,
     ) -> Result<Vec<ConversationEntry>, ServiceError> {
-        self.audited(
+        let op = Operation::new(
             caller,
-            "conversation.read",
-            &format!("peer:{peer}"),
-            async {
-                Self::account(caller)?;
-                let peer = self.readable_peer(caller, peer).await?;
-                self.store
-                    .conversations()
-                    .conversation(&peer.id, context_id)
-                    .await?
-                    .ok_or_else(|| ServiceError::NotFound("no such conversation".to_owned()))
-            },
-        )
+            AuditAction::ConversationRead,
+            format!("peer:{peer}"),
+        );
+        self.audited(op, async |_| {
+            Self::account(caller)?;
+            let peer = self.readable_peer(caller, peer).await?;
+            self.store
+                .conversations()
+                .conversation(&peer.id, context_id)
+                .await?
+                .ok_or_else(|| ServiceError::NotFound("no such conversation".to_owned()))
+        })
         .await
     }
 
@@ -1065,17 +1087,22 @@ impl AccountService {
         peer: &str,
         context_id: &str,
     ) -> Result<(), ServiceError> {
-        let action = "conversation.deleted";
-        self.audited(caller, action, &format!("peer:{peer}"), async {
-            Self::account(caller)?;
-            let (mut tx, record) = self.begin_change(caller, peer).await?;
-            if !tx.delete_conversation(&record.id, context_id).await? {
-                return Err(ServiceError::NotFound("no such conversation".to_owned()));
-            }
-            let detail = format!("context {context_id}");
-            self.finish_change(tx, caller, action, &record, detail)
-                .await
-        })
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::ConversationDeleted,
+                format!("peer:{peer}"),
+            ),
+            async |op| {
+                Self::account(caller)?;
+                let (mut tx, record) = self.begin_change(caller, peer).await?;
+                if !tx.delete_conversation(&record.id, context_id).await? {
+                    return Err(ServiceError::NotFound("no such conversation".to_owned()));
+                }
+                let detail = format!("context {context_id}");
+                self.finish_change(tx, op, &record, detail).await
+            },
+        )
         .await
     }
 
@@ -1126,7 +1153,7 @@ pub fn describe_budget(admin: &AdminRecord) -> String {
 }
 
 fn active(peer: PeerRecord) -> Result<PeerRecord, ServiceError> {
-    if peer.status == "active" {
+    if peer.status == PeerStatus::Active {
         Ok(peer)
     } else {
         Err(ServiceError::Conflict(format!(
@@ -1138,7 +1165,7 @@ fn active(peer: PeerRecord) -> Result<PeerRecord, ServiceError> {
 
 async fn tx_admin_id(tx: &mut WriteTx, name: &str) -> Result<String, ServiceError> {
     match tx.admin(name).await? {
-        Some(admin) if admin.status == "active" => Ok(admin.id),
+        Some(admin) if admin.status == AdminStatus::Active => Ok(admin.id),
         Some(_) => Err(ServiceError::Invalid {
             field: "owner",
             reason: format!("administrator \"{name}\" is disabled"),

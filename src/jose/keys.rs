@@ -59,10 +59,7 @@ pub fn default_card_key(data_dir: &Path) -> Result<CardSigningKey, KeyError> {
         key
     };
     let kid = thumbprint_kid(&key.verifying_key());
-    Ok(CardSigningKey::EdDsa {
-        kid,
-        key: Box::new(key),
-    })
+    Ok(CardSigningKey::ed25519(kid, key))
 }
 
 /// A `kid` derived from the key itself: `ed-` and the start of its RFC 7638 thumbprint.
@@ -74,38 +71,9 @@ pub fn thumbprint_kid(key: &ed25519_dalek::VerifyingKey) -> String {
     format!("ed-{}", &thumbprint[..16])
 }
 
-/// The public JWK of an asymmetric key; `None` for a symmetric key, which is never published.
-pub fn public_jwk(key: &CardSigningKey) -> Option<Value> {
-    match key {
-        CardSigningKey::EdDsa { kid, key } => Some(json!({
-            "kty": "OKP",
-            "crv": "Ed25519",
-            "x": b64url(key.verifying_key().as_bytes()),
-            "kid": kid,
-            "alg": "EdDSA",
-            "use": "sig",
-        })),
-        CardSigningKey::Es256 { kid, key } => {
-            let point = key.verifying_key().to_sec1_point(false);
-            let bytes = point.as_bytes();
-            // Uncompressed SEC1: 0x04, then x and y, 32 bytes each.
-            Some(json!({
-                "kty": "EC",
-                "crv": "P-256",
-                "x": b64url(&bytes[1..33]),
-                "y": b64url(&bytes[33..65]),
-                "kid": kid,
-                "alg": "ES256",
-                "use": "sig",
-            }))
-        }
-        CardSigningKey::Hs256 { .. } => None,
-    }
-}
-
 /// The JWKS of the asymmetric keys among `keys`.
 pub fn jwks(keys: &[CardSigningKey]) -> Value {
-    json!({"keys": keys.iter().filter_map(public_jwk).collect::<Vec<_>>()})
+    json!({"keys": keys.iter().filter_map(CardSigningKey::public_jwk).collect::<Vec<_>>()})
 }
 
 /// The keys of a policy's `[signing]` table: those that sign now, and every asymmetric key
@@ -113,17 +81,26 @@ pub fn jwks(keys: &[CardSigningKey]) -> Value {
 pub struct PolicyKeys {
     /// Keys that sign the card.
     pub signing: Vec<CardSigningKey>,
-    /// Asymmetric keys and their `retiring_until` day.
-    pub published: Vec<(CardSigningKey, Option<String>)>,
+    /// The public halves of the asymmetric keys, each with its `retiring_until` day.
+    pub published: Vec<PublishedKey>,
+}
+
+/// A public key in the JWKS, until its day (none: while it signs).
+#[derive(Debug, Clone)]
+pub struct PublishedKey {
+    /// The public JWK.
+    pub jwk: Value,
+    /// The last day it is published, `YYYY-MM-DD`.
+    pub until: Option<String>,
 }
 
 /// The JWKS on `today` (`YYYY-MM-DD`): every published key whose day has not passed.
-pub fn jwks_on(published: &[(CardSigningKey, Option<String>)], today: &str) -> Value {
+pub fn jwks_on(published: &[PublishedKey], today: &str) -> Value {
     let keys: Vec<Value> = published
         .iter()
         // ISO dates compare correctly as text.
-        .filter(|(_, until)| until.as_deref().is_none_or(|until| until >= today))
-        .filter_map(|(key, _)| public_jwk(key))
+        .filter(|key| key.until.as_deref().is_none_or(|until| until >= today))
+        .map(|key| key.jwk.clone())
         .collect();
     json!({ "keys": keys })
 }
@@ -132,7 +109,9 @@ pub fn jwks_on(published: &[(CardSigningKey, Option<String>)], today: &str) -> V
 pub fn load(policy: &crate::config::SigningPolicy, data_dir: &Path) -> Result<PolicyKeys, String> {
     if policy.keys.is_empty() {
         let key = default_card_key(data_dir).map_err(|e| e.to_string())?;
-        let published = public_copy(&key).map(|copy| (copy, None));
+        let published = key
+            .public_jwk()
+            .map(|jwk| PublishedKey { jwk, until: None });
         return Ok(PolicyKeys {
             signing: vec![key],
             published: published.into_iter().collect(),
@@ -142,8 +121,11 @@ pub fn load(policy: &crate::config::SigningPolicy, data_dir: &Path) -> Result<Po
     let mut published = Vec::new();
     for entry in &policy.keys {
         let key = load_one(entry)?;
-        if let Some(copy) = public_copy(&key) {
-            published.push((copy, entry.retiring_until.clone()));
+        if let Some(jwk) = key.public_jwk() {
+            published.push(PublishedKey {
+                jwk,
+                until: entry.retiring_until.clone(),
+            });
         }
         if entry.retiring_until.is_none() {
             signing.push(key);
@@ -155,21 +137,6 @@ pub fn load(policy: &crate::config::SigningPolicy, data_dir: &Path) -> Result<Po
         );
     }
     Ok(PolicyKeys { signing, published })
-}
-
-/// A second handle on an asymmetric key, for the JWKS; `None` for a secret.
-fn public_copy(key: &CardSigningKey) -> Option<CardSigningKey> {
-    match key {
-        CardSigningKey::EdDsa { kid, key } => Some(CardSigningKey::EdDsa {
-            kid: kid.clone(),
-            key: key.clone(),
-        }),
-        CardSigningKey::Es256 { kid, key } => Some(CardSigningKey::Es256 {
-            kid: kid.clone(),
-            key: key.clone(),
-        }),
-        CardSigningKey::Hs256 { .. } => None,
-    }
 }
 
 fn load_one(entry: &crate::config::SigningKeyPolicy) -> Result<CardSigningKey, String> {
@@ -205,25 +172,19 @@ fn load_one(entry: &crate::config::SigningKeyPolicy) -> Result<CardSigningKey, S
                     crate::jose::sign::MIN_HMAC_SECRET_BYTES
                 )));
             }
-            Ok(CardSigningKey::Hs256 { kid, secret })
+            Ok(CardSigningKey::hs256(kid, secret))
         }
         JwsAlgorithm::EdDsa => {
             let key = ed25519_dalek::SigningKey::from_pkcs8_pem(&private_pem()?)
                 .map_err(|_| name("private_key_file is not an Ed25519 PKCS#8 PEM key"))?;
-            Ok(CardSigningKey::EdDsa {
-                kid,
-                key: Box::new(key),
-            })
+            Ok(CardSigningKey::ed25519(kid, key))
         }
         JwsAlgorithm::Es256 => {
             let key = <p256::ecdsa::SigningKey as p256::pkcs8::DecodePrivateKey>::from_pkcs8_pem(
                 &private_pem()?,
             )
             .map_err(|_| name("private_key_file is not a P-256 PKCS#8 PEM key"))?;
-            Ok(CardSigningKey::Es256 {
-                kid,
-                key: Box::new(key),
-            })
+            Ok(CardSigningKey::p256(kid, key))
         }
     }
 }
@@ -293,8 +254,17 @@ mod tests {
     fn a_retiring_key_is_published_through_its_last_day_only() {
         let dir = tempfile::tempdir().unwrap();
         let key = default_card_key(dir.path()).unwrap();
-        let copy = public_copy(&key).unwrap();
-        let published = vec![(key, None), (copy, Some("2027-01-31".to_owned()))];
+        let jwk = key.public_jwk().unwrap();
+        let published = vec![
+            PublishedKey {
+                jwk: jwk.clone(),
+                until: None,
+            },
+            PublishedKey {
+                jwk,
+                until: Some("2027-01-31".to_owned()),
+            },
+        ];
         assert_eq!(
             jwks_on(&published, "2027-01-31")["keys"]
                 .as_array()
@@ -327,13 +297,7 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
-        let set = jwks(&[
-            first,
-            CardSigningKey::Hs256 {
-                kid: "shared".into(),
-                secret: vec![1; 32],
-            },
-        ]);
+        let set = jwks(&[first, CardSigningKey::hs256("shared", vec![1; 32])]);
         let keys = set["keys"].as_array().unwrap();
         assert_eq!(keys.len(), 1, "symmetric keys are never published");
         assert!(keys[0].get("d").is_none(), "no private part");

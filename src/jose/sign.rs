@@ -68,30 +68,22 @@ pub enum SignError {
     Canonical(String),
 }
 
-/// A key that signs cards, bound to exactly one algorithm and one `kid`.
-pub enum CardSigningKey {
-    /// HMAC-SHA-256 with a shared secret of at least 32 bytes.
-    Hs256 {
-        /// Key id.
-        kid: String,
-        /// The secret.
-        secret: Vec<u8>,
-    },
-    /// Ed25519.
-    EdDsa {
-        /// Key id.
-        kid: String,
-        /// The private key.
-        key: Box<ed25519_dalek::SigningKey>,
-    },
-    /// ECDSA on P-256 with SHA-256; signatures are the raw 64-byte `r ‖ s`.
-    Es256 {
-        /// Key id.
-        kid: String,
-        /// The private key.
-        key: Box<p256::ecdsa::SigningKey>,
-    },
+/// Something that signs cards: one algorithm, one `kid`. A new kind of key (another curve, a
+/// key held in an HSM) is a new implementation of this trait, not new arms in every match.
+pub trait CardSigner: Send + Sync {
+    /// The algorithm, fixed for the key's life: a key never signs under another (so an
+    /// attacker cannot ask for an HMAC over a public key, the classic algorithm confusion).
+    fn algorithm(&self) -> JwsAlgorithm;
+    /// The key id.
+    fn kid(&self) -> &str;
+    /// The raw signature over `input` (the JWS signing input).
+    fn sign(&self, input: &[u8]) -> Vec<u8>;
+    /// The public JWK to publish; `None` for a shared secret, which is never published.
+    fn public_jwk(&self) -> Option<Value>;
 }
+
+/// A card-signing key (any [`CardSigner`]).
+pub struct CardSigningKey(Box<dyn CardSigner>);
 
 impl std::fmt::Debug for CardSigningKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -104,38 +96,141 @@ impl std::fmt::Debug for CardSigningKey {
 }
 
 impl CardSigningKey {
+    /// A key from any signer.
+    pub fn new(signer: impl CardSigner + 'static) -> Self {
+        Self(Box::new(signer))
+    }
+
+    /// HMAC-SHA-256 with a shared secret (the loader refuses fewer than 32 bytes).
+    pub fn hs256(kid: impl Into<String>, secret: Vec<u8>) -> Self {
+        Self::new(HmacKey {
+            kid: kid.into(),
+            secret,
+        })
+    }
+
+    /// Ed25519.
+    pub fn ed25519(kid: impl Into<String>, key: ed25519_dalek::SigningKey) -> Self {
+        Self::new(Ed25519Key {
+            kid: kid.into(),
+            key,
+        })
+    }
+
+    /// ECDSA on P-256 with SHA-256; signatures are the raw 64-byte `r ‖ s`.
+    pub fn p256(kid: impl Into<String>, key: p256::ecdsa::SigningKey) -> Self {
+        Self::new(P256Key {
+            kid: kid.into(),
+            key,
+        })
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> JwsAlgorithm {
+        self.0.algorithm()
+    }
+
     /// The JOSE algorithm name.
     pub fn alg(&self) -> &'static str {
-        match self {
-            Self::Hs256 { .. } => "HS256",
-            Self::EdDsa { .. } => "EdDSA",
-            Self::Es256 { .. } => "ES256",
-        }
+        self.0.algorithm().as_str()
     }
 
     /// The key id.
     pub fn kid(&self) -> &str {
-        match self {
-            Self::Hs256 { kid, .. } | Self::EdDsa { kid, .. } | Self::Es256 { kid, .. } => kid,
-        }
+        self.0.kid()
+    }
+
+    /// The public JWK, for an asymmetric key.
+    pub fn public_jwk(&self) -> Option<Value> {
+        self.0.public_jwk()
     }
 
     /// Signs `input` (the JWS signing input) and returns the raw signature.
     fn sign_raw(&self, input: &[u8]) -> Vec<u8> {
-        match self {
-            Self::Hs256 { secret, .. } => {
-                let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret)
-                    .expect("HMAC accepts keys of any length");
-                mac.update(input);
-                mac.finalize().into_bytes().to_vec()
-            }
-            Self::EdDsa { key, .. } => key.sign(input).to_bytes().to_vec(),
-            Self::Es256 { key, .. } => {
-                let signature: p256::ecdsa::Signature =
-                    p256::ecdsa::signature::Signer::sign(&**key, input);
-                signature.to_bytes().to_vec()
-            }
-        }
+        self.0.sign(input)
+    }
+}
+
+struct HmacKey {
+    kid: String,
+    secret: Vec<u8>,
+}
+
+impl CardSigner for HmacKey {
+    fn algorithm(&self) -> JwsAlgorithm {
+        JwsAlgorithm::Hs256
+    }
+    fn kid(&self) -> &str {
+        &self.kid
+    }
+    fn sign(&self, input: &[u8]) -> Vec<u8> {
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.secret)
+            .expect("HMAC accepts keys of any length");
+        mac.update(input);
+        mac.finalize().into_bytes().to_vec()
+    }
+    fn public_jwk(&self) -> Option<Value> {
+        None
+    }
+}
+
+struct Ed25519Key {
+    kid: String,
+    key: ed25519_dalek::SigningKey,
+}
+
+impl CardSigner for Ed25519Key {
+    fn algorithm(&self) -> JwsAlgorithm {
+        JwsAlgorithm::EdDsa
+    }
+    fn kid(&self) -> &str {
+        &self.kid
+    }
+    fn sign(&self, input: &[u8]) -> Vec<u8> {
+        self.key.sign(input).to_bytes().to_vec()
+    }
+    fn public_jwk(&self) -> Option<Value> {
+        Some(json!({
+            "kty": "OKP",
+            "crv": "Ed25519",
+            "x": b64url(self.key.verifying_key().as_bytes()),
+            "kid": self.kid,
+            "alg": "EdDSA",
+            "use": "sig",
+        }))
+    }
+}
+
+struct P256Key {
+    kid: String,
+    key: p256::ecdsa::SigningKey,
+}
+
+impl CardSigner for P256Key {
+    fn algorithm(&self) -> JwsAlgorithm {
+        JwsAlgorithm::Es256
+    }
+    fn kid(&self) -> &str {
+        &self.kid
+    }
+    fn sign(&self, input: &[u8]) -> Vec<u8> {
+        let signature: p256::ecdsa::Signature =
+            p256::ecdsa::signature::Signer::sign(&self.key, input);
+        signature.to_bytes().to_vec()
+    }
+    fn public_jwk(&self) -> Option<Value> {
+        let point = self.key.verifying_key().to_sec1_point(false);
+        let bytes = point.as_bytes();
+        // Uncompressed SEC1: 0x04, then x and y, 32 bytes each.
+        Some(json!({
+            "kty": "EC",
+            "crv": "P-256",
+            "x": b64url(&bytes[1..33]),
+            "y": b64url(&bytes[33..65]),
+            "kid": self.kid,
+            "alg": "ES256",
+            "use": "sig",
+        }))
     }
 }
 
@@ -313,10 +408,7 @@ mod tests {
 
     #[test]
     fn debug_never_shows_key_material() {
-        let key = CardSigningKey::Hs256 {
-            kid: "k".into(),
-            secret: b"very secret bytes, really secret".to_vec(),
-        };
+        let key = CardSigningKey::hs256("k", b"very secret bytes, really secret".to_vec());
         let debug = format!("{key:?}");
         assert!(!debug.contains("secret bytes"), "{debug}");
     }

@@ -20,9 +20,9 @@ pub mod records;
 pub mod sqlite;
 
 pub use records::{
-    AdminLogin, AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationMessage,
-    ConversationRole, ConversationSummary, CredentialRecord, Exchange, ExchangeUsage, PeerLogin,
-    PeerRecord, PeerUsage, WorkingTask,
+    AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationEntry,
+    ConversationMessage, ConversationRole, ConversationSummary, CredentialRecord, Exchange,
+    ExchangeUsage, PeerLogin, PeerRecord, PeerStatus, PeerUsage, WorkingTask,
 };
 
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -214,7 +214,11 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         password_hash: Option<&str>,
     ) -> Result<(), StoreError>;
     /// Sets an administrator's status (`active` or `disabled`).
-    async fn set_admin_status(&mut self, admin_id: &str, status: &str) -> Result<(), StoreError>;
+    async fn set_admin_status(
+        &mut self,
+        admin_id: &str,
+        status: AdminStatus,
+    ) -> Result<(), StoreError>;
     /// Revokes every live administrator token of an administrator.
     async fn revoke_admin_tokens(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError>;
     /// Sets an administrator's model switch and budgets.
@@ -283,7 +287,8 @@ pub trait AccountChanges: Send + std::fmt::Debug {
 
     /// Disables an administrator and revokes their administrator tokens.
     async fn disable_admin(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError> {
-        self.set_admin_status(admin_id, "disabled").await?;
+        self.set_admin_status(admin_id, AdminStatus::Disabled)
+            .await?;
         self.revoke_admin_tokens(admin_id, now).await
     }
 }

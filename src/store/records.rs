@@ -12,8 +12,8 @@ pub struct PeerRecord {
     pub id: String,
     /// Unique name chosen by the administrator.
     pub name: String,
-    /// `active` or `revoked`.
-    pub status: String,
+    /// Whether it is let in.
+    pub status: PeerStatus,
     /// Requests per minute.
     pub rate_per_minute: u32,
     /// Creation time, epoch ms.
@@ -151,8 +151,8 @@ pub struct AdminRecord {
     pub id: String,
     /// Unique name, also the Basic login.
     pub name: String,
-    /// `active` or `disabled`.
-    pub status: String,
+    /// Whether they may sign in.
+    pub status: AdminStatus,
     /// Whether a password is set (the hash itself never leaves the store).
     pub has_password: bool,
     /// Whether this administrator's peers may use the model at all.
@@ -186,8 +186,8 @@ pub struct AuditEntry {
     pub at: i64,
     /// Who: `admin:NAME`, `operator` (the command line) or `peer:NAME`.
     pub actor: String,
-    /// What, e.g. `peer.created` or `credential.rotated`.
-    pub action: String,
+    /// What happened.
+    pub action: AuditAction,
     /// On what, e.g. `peer:alice` or `admin:ops`.
     pub target: String,
     /// `ok`, or `denied: …` / `refused: …` / `failed: …`.
@@ -247,3 +247,152 @@ pub struct PeerUsage {
     /// Answered requests.
     pub requests: u64,
 }
+
+/// What an audit record says happened. Its name (`peer.created`, …) is what the log, the
+/// command line and the API show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AuditAction {
+    /// An administrator was added.
+    AdminCreated,
+    /// An administrator was disabled.
+    AdminDisabled,
+    /// An administrator was enabled again.
+    AdminEnabled,
+    /// An administrator's API tokens were revoked.
+    AdminTokensRevoked,
+    /// An administrator's password was set.
+    AdminPasswordSet,
+    /// An administrator token was issued.
+    AdminTokenIssued,
+    /// An administrator's model switch or budgets changed.
+    AdminBudgetChanged,
+    /// A sign-in to the admin API failed.
+    AdminLoginFailed,
+    /// A peer was created.
+    PeerCreated,
+    /// A peer was read by someone who does not own it (refused).
+    PeerRead,
+    /// A peer's quota changed.
+    PeerLimitChanged,
+    /// A peer's expiry changed.
+    PeerExpiryChanged,
+    /// A peer's message was refused by its owner's budget.
+    PeerRefusedByQuota,
+    /// A credential (token, key or password) was issued.
+    CredentialIssued,
+    /// A peer's token was rotated.
+    CredentialRotated,
+    /// A peer's credentials were revoked.
+    CredentialRevoked,
+    /// A conversation was read by someone who does not own it (refused).
+    ConversationRead,
+    /// A conversation was deleted.
+    ConversationDeleted,
+}
+
+impl AuditAction {
+    const ALL: [Self; 18] = [
+        Self::AdminCreated,
+        Self::AdminDisabled,
+        Self::AdminEnabled,
+        Self::AdminTokensRevoked,
+        Self::AdminPasswordSet,
+        Self::AdminTokenIssued,
+        Self::AdminBudgetChanged,
+        Self::AdminLoginFailed,
+        Self::PeerCreated,
+        Self::PeerRead,
+        Self::PeerLimitChanged,
+        Self::PeerExpiryChanged,
+        Self::PeerRefusedByQuota,
+        Self::CredentialIssued,
+        Self::CredentialRotated,
+        Self::CredentialRevoked,
+        Self::ConversationRead,
+        Self::ConversationDeleted,
+    ];
+
+    /// The stored and shown name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AdminCreated => "admin.created",
+            Self::AdminDisabled => "admin.disabled",
+            Self::AdminEnabled => "admin.enabled",
+            Self::AdminTokensRevoked => "admin.tokens_revoked",
+            Self::AdminPasswordSet => "admin.password_set",
+            Self::AdminTokenIssued => "admin.token_issued",
+            Self::AdminBudgetChanged => "admin.budget_changed",
+            Self::AdminLoginFailed => "admin.login_failed",
+            Self::PeerCreated => "peer.created",
+            Self::PeerRead => "peer.read",
+            Self::PeerLimitChanged => "peer.limit_changed",
+            Self::PeerExpiryChanged => "peer.expiry_changed",
+            Self::PeerRefusedByQuota => "peer.refused_by_quota",
+            Self::CredentialIssued => "credential.issued",
+            Self::CredentialRotated => "credential.rotated",
+            Self::CredentialRevoked => "credential.revoked",
+            Self::ConversationRead => "conversation.read",
+            Self::ConversationDeleted => "conversation.deleted",
+        }
+    }
+
+    /// The action with this name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a peer is let in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerStatus {
+    /// Its credentials work (until they expire).
+    Active,
+    /// Revoked for good: no credential works and none can be issued.
+    Revoked,
+}
+
+/// Whether an administrator may sign in and their peers be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AdminStatus {
+    /// Signs in; their peers are answered within budget.
+    Active,
+    /// No sign-in, tokens revoked, their peers' messages rejected.
+    Disabled,
+}
+
+macro_rules! status_names {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// The stored and shown name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name),+
+                }
+            }
+
+            /// The status with this name.
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name {
+                    $($name => Some(Self::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+status_names!(PeerStatus { Active => "active", Revoked => "revoked" });
+status_names!(AdminStatus { Active => "active", Disabled => "disabled" });

@@ -10,6 +10,7 @@ use crate::store::{
     AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerRecord,
     StoreError,
 };
+use crate::store::{AdminStatus, AuditAction, PeerStatus};
 use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
 use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
@@ -26,7 +27,7 @@ pub(super) fn admin_record(row: &sqlx::sqlite::SqliteRow) -> Result<AdminRecord,
     Ok(AdminRecord {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
-        status: row.try_get("status")?,
+        status: super::named(row, "status", AdminStatus::from_name)?,
         has_password: row.try_get("has_password")?,
         model_allowed: row.try_get("model_allowed")?,
         tokens_per_day: count("tokens_per_day")?,
@@ -41,7 +42,7 @@ fn audit_record(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError
         entry: AuditEntry {
             at: row.try_get("at")?,
             actor: row.try_get("actor")?,
-            action: row.try_get("action")?,
+            action: super::named(row, "action", AuditAction::from_name)?,
             target: row.try_get("target")?,
             outcome: row.try_get("outcome")?,
             client: row.try_get("client")?,
@@ -64,7 +65,7 @@ fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> 
     Ok(PeerRecord {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
-        status: row.try_get("status")?,
+        status: super::named(row, "status", PeerStatus::from_name)?,
         rate_per_minute: super::rate(row)?,
         created_at: row.try_get("created_at")?,
         last_used_at: row.try_get("last_used_at")?,
@@ -190,7 +191,7 @@ impl AccountChanges for SqliteAccountChange {
         .bind(&admin.id)
         .bind(&admin.name)
         .bind(password_hash)
-        .bind(&admin.status)
+        .bind(admin.status.as_str())
         .bind(admin.model_allowed)
         .bind(admin.tokens_per_day.map(signed))
         .bind(admin.tokens_per_month.map(signed))
@@ -203,9 +204,13 @@ impl AccountChanges for SqliteAccountChange {
         Ok(())
     }
 
-    async fn set_admin_status(&mut self, admin_id: &str, status: &str) -> Result<(), StoreError> {
+    async fn set_admin_status(
+        &mut self,
+        admin_id: &str,
+        status: AdminStatus,
+    ) -> Result<(), StoreError> {
         sqlx::query("UPDATE admins SET status = ? WHERE id = ?")
-            .bind(status)
+            .bind(status.as_str())
             .bind(admin_id)
             .execute(&mut *self.tx)
             .await?;
@@ -411,7 +416,7 @@ pub(super) async fn insert_audit(
     )
     .bind(entry.at)
     .bind(&entry.actor)
-    .bind(&entry.action)
+    .bind(entry.action.as_str())
     .bind(&entry.target)
     .bind(&entry.outcome)
     .bind(&entry.client)

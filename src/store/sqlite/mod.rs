@@ -454,6 +454,13 @@ fn secret_hash(row: &SqliteRow) -> Result<Option<TokenSecretHash>, StoreError> {
         .map(TokenSecretHash))
 }
 
+/// A column holding one of a type's names (a status, an audit action); anything else is a
+/// store this release cannot read.
+fn named<T>(row: &SqliteRow, column: &str, parse: fn(&str) -> Option<T>) -> Result<T, StoreError> {
+    let text: String = row.try_get(column)?;
+    parse(&text).ok_or_else(|| StoreError::Schema(format!("unknown {column} {text:?}")))
+}
+
 fn rate(row: &SqliteRow) -> Result<u32, StoreError> {
     Ok(u32::try_from(row.try_get::<i64, _>("rate_per_minute")?).unwrap_or(u32::MAX))
 }
