@@ -170,43 +170,21 @@ impl Agent {
             .and_then(|c| c.history_length)
             .map(|n| checked_history_length(n, "configuration.historyLength"))
             .transpose()?;
-        if message.role != Role::User {
-            return Err(invalid("message.role", "must be ROLE_USER"));
-        }
-        if message.message_id.trim().is_empty() {
-            return Err(invalid("message.messageId", "must not be empty"));
-        }
-        if message.parts.is_empty() {
-            return Err(invalid("message.parts", "must hold at least one part"));
-        }
-        if let Some(i) = message.parts.iter().position(|p| p.content_members() != 1) {
-            return Err(RpcError::InvalidParams {
-                field: format!("message.parts[{i}]"),
-                description: "must carry exactly one of text, raw, url or data".to_owned(),
-            });
-        }
-        let Some(text) = message_text(&message.parts) else {
-            return Err(RpcError::ContentTypeNotSupported(
-                "the message carries no text: send at least one non-empty text or data part",
-            ));
-        };
-        let context_id = match &message.context_id {
-            Some(id) if a2a::is_valid_context_id(id) => id.clone(),
-            Some(_) => {
-                return Err(invalid(
-                    "message.contextId",
-                    "must be 1 to 128 characters of letters, digits and ._:-",
-                ));
-            }
-            None => new_id(),
-        };
+        let (text, context_id) = incoming(&message)?;
         if let Some(task_id) = &message.task_id {
             return Err(self
                 .refer_to_task(peer, task_id, message.context_id.as_deref())
                 .await);
         }
-        let text = truncate_text(text, self.settings.max_text_bytes);
-
+        let turn = TurnPlan {
+            agent: self,
+            peer,
+            task_id: new_id(),
+            context_id: context_id.unwrap_or_else(new_id),
+            message_id: &message.message_id,
+            text: truncate_text(text, self.settings.max_text_bytes),
+            instance: self.shared.ownership.instance().into(),
+        };
         // The turn runs as the peer's owner: their switch and budget decide before the model
         // is asked.
         let refusal = self
@@ -215,41 +193,40 @@ impl Agent {
             .await
             .map_err(internal)?
             .err();
-        let task_id = new_id();
-        let retention = i64::try_from(self.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
-        let instance: Arc<str> = self.shared.ownership.instance().into();
-        let exchange_for = |state: TaskState, task_json: String| {
-            let now = self.clock.now_millis();
-            Exchange {
-                task_id: task_id.clone(),
-                peer_id: peer.id().to_owned(),
-                context_id: context_id.clone(),
-                state: state.as_str(),
-                task_json,
-                now,
-                expires_at: now.saturating_add(retention),
-                messages: Vec::new(),
-                usage: None,
-                audit: None,
-                instance: Some(instance.clone()),
+        let (outcome, _held, unfinished) = match refusal {
+            Some(refusal) => (self.refused_by_quota(peer, client, &refusal), None, None),
+            None => {
+                // Long enough for one message ahead to finish (it is bounded by the backend
+                // timeout), short enough that a queue does not pile up behind a stuck model.
+                let wait = self.settings.backend_timeout.mul_f32(1.5);
+                let held = self
+                    .shared
+                    .turns
+                    .begin_turn(peer.id(), &turn.context_id, wait)
+                    .await
+                    .ok_or(RpcError::ContextBusy)?;
+                let fresh_context = message.context_id.is_none();
+                let (outcome, unfinished) = self.ask_model(&turn, fresh_context).await?;
+                (outcome, Some(held), Some(unfinished))
             }
         };
-        let task_for = |state: TaskState, reply: &str| {
-            self.task(
-                &task_id,
-                &context_id,
-                &message.message_id,
-                &text,
-                state,
-                reply,
-            )
-        };
-        let mut _turn = None;
-        let mut unfinished: Option<UnfinishedTask> = None;
-        let mut usage = None;
-        let mut audit = None;
-        let (state, reply, exchange) = if let Some(refusal) = refusal {
-            audit = Some(AuditEntry {
+        self.finish(&turn, outcome, history_length, unfinished)
+            .await
+    }
+
+    /// A message refused by its owner's budget: a rejected task and an audit record.
+    fn refused_by_quota(
+        &self,
+        peer: &AuthenticatedPeer,
+        client: Option<IpAddr>,
+        refusal: &crate::admin::budget::BudgetRefusal,
+    ) -> Outcome {
+        Outcome {
+            state: TaskState::Rejected,
+            reply: refusal.to_string(),
+            messages: Vec::new(),
+            usage: None,
+            audit: Some(AuditEntry {
                 at: self.clock.now_millis(),
                 actor: format!("peer:{}", peer.name()),
                 action: crate::store::AuditAction::PeerRefusedByQuota,
@@ -258,93 +235,114 @@ impl Agent {
                 client: client.map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
                 detail: refusal.to_string(),
                 owner_id: Some(peer.owner_id().to_owned()),
-            });
-            (TaskState::Rejected, refusal.to_string(), Vec::new())
-        } else {
-            // Long enough for one message ahead to finish (it is bounded by the backend
-            // timeout), short enough that a queue does not pile up behind a stuck model.
-            let wait = self.settings.backend_timeout.mul_f32(1.5);
-            _turn = Some(
-                self.shared
-                    .turns
-                    .begin_turn(peer.id(), &context_id, wait)
-                    .await
-                    .ok_or(RpcError::ContextBusy)?,
-            );
-            // Stored before the model is asked: a store that cannot take it refuses the message
-            // with nothing spent, and a crash from here on leaves a task that reads as failed
-            // (interrupted) after the restart instead of one that never existed.
-            let working = task_for(TaskState::Working, WORKING_TEXT);
-            let working_json = serde_json::to_string(&working).map_err(internal)?;
-            // Ready before the task is stored: whatever ends this turn early from here on (an
-            // error, a panic, the future dropped) turns the stored task failed instead of
-            // leaving it working.
-            let failed_json = serde_json::to_string(&task_for(TaskState::Failed, UNFINISHED_TEXT))
-                .map_err(internal)?;
-            let heard = self.event(peer, &task_id, TaskState::Working, &working_json);
-            self.store
-                .save_exchange(exchange_for(TaskState::Working, working_json))
-                .await
-                .map_err(store_unavailable)?;
-            self.announce(heard);
-            unfinished = Some(UnfinishedTask {
-                store: self.store.clone(),
-                task_id: task_id.clone(),
-                failed_json,
-            });
-            // A context peergate just named has no history yet: skip the read.
-            let history = if message.context_id.is_none() {
-                Vec::new()
-            } else {
-                self.store
-                    .context_history(peer.id(), &context_id, self.settings.context_messages)
-                    .await
-                    .map_err(internal)?
-            };
-            let prompt = Prompt {
-                instructions: self.settings.instructions.clone(),
-                preface: preface(peer.name()),
-                history,
-                text: text.clone(),
-            };
-            let started = std::time::Instant::now();
-            let answer = match tokio::time::timeout(
-                self.settings.backend_timeout,
-                self.backend.complete(&prompt),
-            )
+            }),
+        }
+    }
+
+    /// Stores the task as working, asks the model once (within the one backend timeout), and
+    /// says what it answered. The returned guard fails the stored task if the turn ends before
+    /// its final state is stored.
+    async fn ask_model(
+        &self,
+        turn: &TurnPlan<'_>,
+        fresh_context: bool,
+    ) -> Result<(Outcome, UnfinishedTask), RpcError> {
+        let peer = turn.peer;
+        // Stored before the model is asked: a store that cannot take it refuses the message
+        // with nothing spent, and a crash from here on leaves a task that reads as failed
+        // (interrupted) after the restart instead of one that never existed.
+        let working = turn.task(TaskState::Working, WORKING_TEXT);
+        let working_json = serde_json::to_string(&working).map_err(internal)?;
+        // Ready before the task is stored: whatever ends this turn early from here on (an
+        // error, a panic, the future dropped) turns the stored task failed instead of leaving
+        // it working.
+        let failed_json = serde_json::to_string(&turn.task(TaskState::Failed, UNFINISHED_TEXT))
+            .map_err(internal)?;
+        let heard = self.event(peer, &turn.task_id, TaskState::Working, &working_json);
+        self.store
+            .save_exchange(turn.exchange(TaskState::Working, working_json))
             .await
-            {
-                Ok(answer) => answer,
-                Err(_) => Err(BackendError::Timeout),
-            };
-            self.metrics.backend_latency(started.elapsed());
-            match answer {
-                Ok(completion) => {
-                    let tokens = completion
-                        .usage
-                        .prompt_tokens
-                        .saturating_add(completion.usage.completion_tokens);
-                    usage = Some(self.budgets.record(peer.owner_id(), tokens));
-                    let exchange = vec![
+            .map_err(store_unavailable)?;
+        self.announce(heard);
+        let unfinished = UnfinishedTask {
+            store: self.store.clone(),
+            task_id: turn.task_id.clone(),
+            failed_json,
+        };
+        // A context peergate just named has no history yet: skip the read.
+        let history = if fresh_context {
+            Vec::new()
+        } else {
+            self.store
+                .context_history(peer.id(), &turn.context_id, self.settings.context_messages)
+                .await
+                .map_err(internal)?
+        };
+        let prompt = Prompt {
+            instructions: self.settings.instructions.clone(),
+            preface: preface(peer.name()),
+            history,
+            text: turn.text.clone(),
+        };
+        let started = std::time::Instant::now();
+        let answer = match tokio::time::timeout(
+            self.settings.backend_timeout,
+            self.backend.complete(&prompt),
+        )
+        .await
+        {
+            Ok(answer) => answer,
+            Err(_) => Err(BackendError::Timeout),
+        };
+        self.metrics.backend_latency(started.elapsed());
+        let outcome = match answer {
+            Ok(completion) => {
+                let tokens = completion
+                    .usage
+                    .prompt_tokens
+                    .saturating_add(completion.usage.completion_tokens);
+                Outcome {
+                    state: TaskState::Completed,
+                    messages: vec![
                         ConversationMessage {
                             role: ConversationRole::Peer,
-                            text: text.clone(),
+                            text: turn.text.clone(),
                         },
                         ConversationMessage {
                             role: ConversationRole::Agent,
                             text: completion.text.clone(),
                         },
-                    ];
-                    (TaskState::Completed, completion.text, exchange)
+                    ],
+                    reply: completion.text,
+                    usage: Some(self.budgets.record(peer.owner_id(), tokens)),
+                    audit: None,
                 }
-                Err(error) => {
-                    tracing::warn!(task_id = %task_id, peer = %peer.name(), error = %error, "backend gave no answer");
-                    (TaskState::Failed, failure_text(&error), Vec::new())
+            }
+            Err(error) => {
+                tracing::warn!(task_id = %turn.task_id, peer = %peer.name(), error = %error, "backend gave no answer");
+                Outcome {
+                    state: TaskState::Failed,
+                    reply: failure_text(&error),
+                    messages: Vec::new(),
+                    usage: None,
+                    audit: None,
                 }
             }
         };
+        Ok((outcome, unfinished))
+    }
 
-        let mut task = task_for(state, &reply);
+    /// Stores the task's final state with what the turn adds (messages, usage, an audit record),
+    /// then answers it.
+    async fn finish(
+        &self,
+        turn: &TurnPlan<'_>,
+        outcome: Outcome,
+        history_length: Option<usize>,
+        unfinished: Option<UnfinishedTask>,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let state = outcome.state;
+        let mut task = turn.task(state, &outcome.reply);
         // Serialized once: the stored copy is also the answer, unless the peer asked for less
         // history.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
@@ -355,11 +353,11 @@ impl Agent {
                 serde_json::to_string(&json!({"task": task})).map_err(internal)?
             }
         };
-        let heard = self.event(peer, &task_id, state, &task_json);
-        let mut finished = exchange_for(state, task_json);
-        finished.messages = exchange;
-        finished.usage = usage;
-        finished.audit = audit;
+        let heard = self.event(turn.peer, &turn.task_id, state, &task_json);
+        let mut finished = turn.exchange(state, task_json);
+        finished.messages = outcome.messages;
+        finished.usage = outcome.usage;
+        finished.audit = outcome.audit;
         self.store.save_exchange(finished).await.map_err(internal)?;
         self.announce(heard);
         if let Some(mut stored) = unfinished {
@@ -577,6 +575,96 @@ const WORKING_TEXT: &str = "The model is being asked.";
 /// The agent's message of a task whose turn ended without an answer being stored.
 const UNFINISHED_TEXT: &str =
     "The gateway could not finish this task (an internal error); send the message again.";
+
+/// One message's turn: what every stored copy of its task shares.
+struct TurnPlan<'a> {
+    agent: &'a Agent,
+    peer: &'a AuthenticatedPeer,
+    task_id: String,
+    context_id: String,
+    message_id: &'a str,
+    text: String,
+    instance: Arc<str>,
+}
+
+impl TurnPlan<'_> {
+    /// The task in `state` with the agent's `reply`.
+    fn task(&self, state: TaskState, reply: &str) -> Task {
+        self.agent.task(
+            &self.task_id,
+            &self.context_id,
+            self.message_id,
+            &self.text,
+            state,
+            reply,
+        )
+    }
+
+    /// The task as the store keeps it; what the turn adds is filled in by the caller.
+    fn exchange(&self, state: TaskState, task_json: String) -> Exchange {
+        let retention =
+            i64::try_from(self.agent.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
+        let now = self.agent.clock.now_millis();
+        Exchange {
+            task_id: self.task_id.clone(),
+            peer_id: self.peer.id().to_owned(),
+            context_id: self.context_id.clone(),
+            state: state.as_str(),
+            task_json,
+            now,
+            expires_at: now.saturating_add(retention),
+            messages: Vec::new(),
+            usage: None,
+            audit: None,
+            instance: Some(self.instance.clone()),
+        }
+    }
+}
+
+/// What a turn ended with.
+struct Outcome {
+    state: TaskState,
+    reply: String,
+    /// The conversation messages it adds (none unless the model answered).
+    messages: Vec<ConversationMessage>,
+    usage: Option<crate::store::ExchangeUsage>,
+    audit: Option<AuditEntry>,
+}
+
+/// The checked text of an incoming message and its `contextId` (`None`: a new context).
+fn incoming(message: &a2a::IncomingMessage) -> Result<(String, Option<String>), RpcError> {
+    if message.role != Role::User {
+        return Err(invalid("message.role", "must be ROLE_USER"));
+    }
+    if message.message_id.trim().is_empty() {
+        return Err(invalid("message.messageId", "must not be empty"));
+    }
+    if message.parts.is_empty() {
+        return Err(invalid("message.parts", "must hold at least one part"));
+    }
+    if let Some(i) = message.parts.iter().position(|p| p.content_members() != 1) {
+        return Err(RpcError::InvalidParams {
+            field: format!("message.parts[{i}]"),
+            description: "must carry exactly one of text, raw, url or data".to_owned(),
+        });
+    }
+    let Some(text) = message_text(&message.parts) else {
+        return Err(RpcError::ContentTypeNotSupported(
+            "the message carries no text: send at least one non-empty text or data part",
+        ));
+    };
+    let context_id = match &message.context_id {
+        Some(id) if a2a::is_valid_context_id(id) => Some(id.clone()),
+        Some(_) => {
+            return Err(invalid(
+                "message.contextId",
+                "must be 1 to 128 characters of letters, digits and ._:-",
+            ));
+        }
+        None => None,
+    };
+    Ok((text, context_id))
+}
 
 /// A task stored as working whose turn is not over: dropped before [`UnfinishedTask::finished`]
 /// (an error, a panic, the turn's future dropped), it marks the stored task failed.

@@ -5,6 +5,7 @@
 //! the single place where JSON-RPC errors get their code, message and `data`; every error goes
 //! out inside HTTP 200, because the official clients lose the code under any other status.
 
+use crate::jose::json::StrictError;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -315,10 +316,10 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
     }
     // Every string decoded (a lone surrogate anywhere is a parse error, as in the envelope) and
     // every object checked for repeated member names, params included.
-    let duplicated = match serde_json::from_str::<StrictJson>(body) {
-        Ok(_) => false,
-        Err(e) if e.is_data() => true,
-        Err(_) => return Err(fail(RpcId::Null, RpcError::Parse)),
+    let duplicated = match crate::jose::json::check(body) {
+        Ok(()) => false,
+        Err(StrictError::Syntax(_)) => return Err(fail(RpcId::Null, RpcError::Parse)),
+        Err(_) => true,
     };
     let envelope: Envelope = match serde_json::from_str(body) {
         Ok(envelope) => envelope,
@@ -389,58 +390,6 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
         method,
         params: envelope.params,
     })
-}
-
-/// Any JSON value, read strictly: every string is decoded (so lone surrogates fail) and an
-/// object that repeats a member name fails with a data error. Holds nothing.
-struct StrictJson;
-
-impl<'de> Deserialize<'de> for StrictJson {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(StrictVisitor)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> serde::de::Visitor<'de> for StrictVisitor {
-    type Value = StrictJson;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<StrictJson, E> {
-        Ok(StrictJson)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<StrictJson, E> {
-        Ok(StrictJson)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<StrictJson, E> {
-        Ok(StrictJson)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<StrictJson, E> {
-        Ok(StrictJson)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<StrictJson, E> {
-        Ok(StrictJson)
-    }
-    fn visit_unit<E>(self) -> Result<StrictJson, E> {
-        Ok(StrictJson)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<StrictJson, A::Error> {
-        while seq.next_element::<StrictJson>()?.is_some() {}
-        Ok(StrictJson)
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<StrictJson, A::Error> {
-        let mut seen = std::collections::HashSet::new();
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if !seen.insert(key) {
-                return Err(serde::de::Error::custom("repeated member name"));
-            }
-            map.next_value::<StrictJson>()?;
-        }
-        Ok(StrictJson)
-    }
 }
 
 /// The deepest nesting of arrays and objects in syntactically valid JSON text.

@@ -52,6 +52,11 @@ impl AdminState {
             openapi_json: Arc::default(),
         }
     }
+
+    /// The account service the routes call.
+    pub fn accounts(&self) -> &AccountService {
+        &self.service
+    }
 }
 
 #[derive(OpenApi)]
@@ -252,7 +257,7 @@ impl From<PeerRecord> for PeerView {
         Self {
             name: p.name,
             id: p.id,
-            status: p.status,
+            status: p.status.to_string(),
             owner: p.owner_name,
             rate_per_minute: p.rate_per_minute,
             created_at: rfc3339_millis(p.created_at),
@@ -715,7 +720,7 @@ impl From<AuditRecord> for AuditView {
             seq: r.seq,
             at: rfc3339_millis(r.entry.at),
             actor: r.entry.actor,
-            action: r.entry.action,
+            action: r.entry.action.to_string(),
             target: r.entry.target,
             outcome: r.entry.outcome,
             client: r.entry.client,

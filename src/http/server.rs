@@ -13,7 +13,7 @@ use crate::http::document::{self, CachedDocument};
 use crate::http::refusal::{self, Refusal};
 use crate::jose::{keys, sign};
 use crate::layers::auth::{
-    AuthLayer, AuthMode, AuthSettings, AuthenticatedPeer, PeerAuthenticator,
+    AuthLayer, AuthMode, AuthSettings, AuthenticatedPeer, PeerAuthenticator, Scheme,
 };
 use crate::layers::client_addr::ClientAddr;
 use crate::layers::client_addr::ClientAddrLayer;
@@ -141,93 +141,12 @@ struct AppState {
 /// Opens the store, binds the listener and starts serving.
 pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError> {
     crate::http::tls::ensure_provider();
-    let policy = options.policy;
+    let policy = &options.policy;
     let backend = crate::backend::from_policy(&policy.model)?;
     let store = Store::open(&options.data_dir).await?;
-    let addr = options.listen.unwrap_or(policy.server.listen);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| StartError::Bind {
-            addr,
-            reason: e.kind(),
-        })?;
-    let local_addr = listener.local_addr().map_err(|e| StartError::Bind {
-        addr,
-        reason: e.kind(),
-    })?;
-    let admin_bind = options.admin_listen.unwrap_or(policy.server.admin_listen);
-    // The command line may override the policy's address: the same rule applies.
-    crate::config::check_admin_listen(admin_bind, addr).map_err(|reason| {
-        StartError::Config(format!("--admin-listen / server.admin_listen {reason}"))
-    })?;
-    let admin_listener = tokio::net::TcpListener::bind(admin_bind)
-        .await
-        .map_err(|e| StartError::Bind {
-            addr: admin_bind,
-            reason: e.kind(),
-        })?;
-    let admin_addr = admin_listener.local_addr().map_err(|e| StartError::Bind {
-        addr: admin_bind,
-        reason: e.kind(),
-    })?;
-    let door_url = card::door_url(&policy, local_addr);
-    let config = |e: &dyn std::fmt::Display| StartError::Config(e.to_string());
-    let today = crate::clock::utc_day(options.clock.now_millis());
-    let policy_keys = keys::load(&policy.signing, &options.data_dir).map_err(|e| config(&e))?;
-    let signing_keys = policy_keys.signing;
-    let jku = policy.signing.jwks_url.as_deref();
-    let public_card = card::public_card(&policy, &door_url);
-    // Fail closed: a card holding values the SDKs drop would verify in some clients only.
-    if sign::holds_droppable_values(&public_card) {
-        return Err(StartError::Config(
-            "the Agent Card would hold an empty value (check the [card] keys: no empty strings or lists)"
-                .to_owned(),
-        ));
-    }
-    // The card URL answers differently to requests carrying credentials.
-    let vary = if policy
-        .auth_schemes()
-        .contains(&crate::layers::auth::Scheme::ApiKey)
-    {
-        format!("Authorization, {}", policy.auth.api_key_header)
-    } else {
-        "Authorization".to_owned()
-    };
-    let signed_card = sign::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
-    let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
-    let signed_extended = sign::sign_card(&card::extended_card(&public_card), &signing_keys, jku)
-        .map_err(|e| config(&e))?;
-    let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
-    let extended_bytes = Bytes::from(extended_json.clone());
-    let extended_changed = store
-        .documents()
-        .document_modified_at(
-            "extended-card",
-            &document::etag_for(&extended_bytes),
-            options.clock.now_millis(),
-        )
-        .await?;
-    let extended = CachedDocument::new(extended_bytes, extended_changed, "private, max-age=60")
-        .varying_on(&vary);
-    let published = Arc::new(policy_keys.published);
-    let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
-        build_jwks(&store, &published, &today, options.clock.now_millis()).await?,
-    )));
-    for key in &signing_keys {
-        tracing::info!(kid = key.kid(), alg = key.alg(), "the Agent Card is signed");
-    }
-    let card_changed = store
-        .documents()
-        .document_modified_at(
-            "public-card",
-            &document::etag_for(&card_bytes),
-            options.clock.now_millis(),
-        )
-        .await?;
-    // The same URL serves the extended card to authenticated peers.
-    let card =
-        CachedDocument::new(card_bytes, card_changed, "public, max-age=60").varying_on(&vary);
-
+    let listeners = Listeners::bind(&options).await?;
+    let door_url = card::door_url(policy, listeners.local_addr);
+    let documents = Documents::build(&options, &store, &door_url).await?;
     tracing::info!(policy = %options.policy_source, "policy loaded");
     tracing::info!(
         data_dir = %options.data_dir.display(),
@@ -236,13 +155,6 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     );
     tracing::info!("model backend: {}", backend.describe());
 
-    let settings = AgentSettings {
-        instructions: policy.model.instructions.clone(),
-        task_retention: Duration::from_secs(u64::from(policy.tasks.retention_hours) * 3600),
-        context_messages: policy.tasks.context_messages,
-        max_text_bytes: policy.tasks.max_text_bytes,
-        backend_timeout: Duration::from_secs(policy.model.timeout_seconds),
-    };
     let metrics = Arc::new(Metrics::default());
     let cache_ttl = Duration::from_secs(policy.auth.credential_cache_seconds);
     let budgets = Arc::new(Budgets::new(
@@ -261,13 +173,13 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             budgets.clone(),
             metrics.clone(),
             options.clock.clone(),
-            settings,
+            agent_settings(policy),
         )
         .with_extended_card(
-            serde_json::value::RawValue::from_string(extended_json).map_err(|e| config(&e))?,
+            serde_json::value::RawValue::from_string(documents.extended_json.clone())
+                .map_err(|e| config(&e))?,
         ),
     );
-    let agent_for_sweeps = agent.clone();
     // No turn is in flight before serving: every working task was interrupted.
     match agent.fail_interrupted_tasks(None).await? {
         0 => {}
@@ -276,7 +188,268 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             "tasks interrupted by the last stop are now failed (interrupted)"
         ),
     }
-    let auth_settings = AuthSettings {
+    let authenticator = Arc::new(
+        PeerAuthenticator::new(
+            store.credentials(),
+            options.clock.clone(),
+            auth_settings(policy, cache_ttl)?,
+        )
+        .map_err(|e| config(&e))?,
+    );
+    let guards = Guards {
+        per_ip: PerIpLimitLayer::new(
+            Quota::per_minute(policy.limits.per_ip_per_minute),
+            policy.limits.tracked_addresses,
+            options.clock.clone(),
+        )
+        .map_err(|e| config(&e))?,
+        per_peer: PerPeerLimitLayer::new(policy.limits.tracked_addresses, options.clock.clone())
+            .map_err(|e| config(&e))?,
+        authenticator: authenticator.clone(),
+    };
+    let state = AppState {
+        agent: agent.clone(),
+        card: Arc::new(documents.card),
+        extended: Arc::new(documents.extended),
+        jwks: documents.jwks.clone(),
+    };
+    let router = door_router(policy, state, &guards, metrics.clone());
+
+    let accounts = account_service(&options, &store, &authenticator, &budgets);
+    let admin_router = admin_router(
+        &options,
+        AdminState::new(
+            accounts.clone(),
+            budgets.clone(),
+            metrics.clone(),
+            options.clock.clone(),
+        ),
+        &authenticator,
+    )?;
+
+    let (local_addr, admin_addr) = (listeners.local_addr, listeners.admin_addr);
+    let (shutdown_tx, serving, admin_serving) =
+        listeners.serve(policy, router, admin_router, &metrics);
+    let sweeper = tokio::spawn(housekeeping(
+        store.clone(),
+        options.clock.clone(),
+        Caches {
+            per_ip: guards.per_ip,
+            per_peer: guards.per_peer,
+            authenticator: authenticator.clone(),
+            budgets,
+        },
+        agent,
+        Duration::from_secs(policy.server.request_timeout_seconds),
+        documents.refresh,
+    ));
+    tracing::info!("admin API on http://{admin_addr} (OpenAPI at /openapi.json)");
+    tracing::info!(
+        "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
+    );
+    Ok(RunningGateway {
+        local_addr,
+        door_url,
+        admin_addr,
+        shutdown: Some(shutdown_tx),
+        serving,
+        admin_serving,
+        accounts,
+        sweeper,
+        store,
+        authenticator,
+    })
+}
+
+fn config(e: &dyn std::fmt::Display) -> StartError {
+    StartError::Config(e.to_string())
+}
+
+/// An accept loop, running.
+type Serving = tokio::task::JoinHandle<std::io::Result<()>>;
+
+/// The door's and the admin API's listeners, bound.
+struct Listeners {
+    door: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+    local_addr: SocketAddr,
+    admin_addr: SocketAddr,
+}
+
+impl Listeners {
+    async fn bind(options: &GatewayOptions) -> Result<Self, StartError> {
+        let policy = &options.policy;
+        let addr = options.listen.unwrap_or(policy.server.listen);
+        let admin_bind = options.admin_listen.unwrap_or(policy.server.admin_listen);
+        // The command line may override the policy's address: the same rule applies.
+        crate::config::check_admin_listen(admin_bind, addr).map_err(|reason| {
+            StartError::Config(format!("--admin-listen / server.admin_listen {reason}"))
+        })?;
+        let (door, local_addr) = bind(addr).await?;
+        let (admin, admin_addr) = bind(admin_bind).await?;
+        Ok(Self {
+            door,
+            admin,
+            local_addr,
+            admin_addr,
+        })
+    }
+}
+
+impl Listeners {
+    /// Starts both accept loops; they drain when the returned sender says so.
+    fn serve(
+        self,
+        policy: &Policy,
+        router: Router,
+        admin_router: Router,
+        metrics: &Arc<Metrics>,
+    ) -> (tokio::sync::watch::Sender<bool>, Serving, Serving) {
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(policy.server.header_read_timeout_seconds),
+            max_connections: policy.server.max_connections,
+            shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
+        };
+        let serving = tokio::spawn(crate::http::accept::serve(
+            self.door,
+            router,
+            limits,
+            shutdown_rx.clone(),
+            metrics.clone(),
+        ));
+        let admin_serving = tokio::spawn(crate::http::accept::serve(
+            self.admin,
+            admin_router,
+            limits,
+            shutdown_rx,
+            metrics.clone(),
+        ));
+        (shutdown_tx, serving, admin_serving)
+    }
+}
+
+/// The account service, publishing its changes to the caches of this gateway.
+fn account_service(
+    options: &GatewayOptions,
+    store: &Store,
+    authenticator: &Arc<PeerAuthenticator>,
+    budgets: &Arc<Budgets>,
+) -> AccountService {
+    let changes: Arc<dyn ChangeNotifier> = Arc::new(LocalChanges::default());
+    changes.subscribe(Arc::new(ForgetOnChange {
+        authenticator: authenticator.clone(),
+        budgets: budgets.clone(),
+    }));
+    AccountService::new(
+        store.clone(),
+        options.clock.clone(),
+        AccountDefaults {
+            default_owner: options.policy.peers.default_owner.clone(),
+            rate_per_minute: options.policy.peers.default_rate_per_minute,
+        },
+    )
+    .with_changes(changes)
+}
+
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), StartError> {
+    let fail = |e: std::io::Error| StartError::Bind {
+        addr,
+        reason: e.kind(),
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(fail)?;
+    let local = listener.local_addr().map_err(fail)?;
+    Ok((listener, local))
+}
+
+/// The documents served from memory: the signed cards and the key set.
+struct Documents {
+    card: CachedDocument,
+    extended: CachedDocument,
+    /// The extended card, signed, for `GetExtendedAgentCard`.
+    extended_json: String,
+    jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
+    /// What housekeeping needs to rebuild the key set when a day passes.
+    refresh: JwksRefresh,
+}
+
+impl Documents {
+    async fn build(
+        options: &GatewayOptions,
+        store: &Store,
+        door_url: &str,
+    ) -> Result<Self, StartError> {
+        let policy = &options.policy;
+        let now = options.clock.now_millis();
+        let today = crate::clock::utc_day(now);
+        let policy_keys = keys::load(&policy.signing, &options.data_dir).map_err(|e| config(&e))?;
+        let signing_keys = policy_keys.signing;
+        let jku = policy.signing.jwks_url.as_deref();
+        let public_card = card::public_card(policy, door_url);
+        // Fail closed: a card holding values the SDKs drop would verify in some clients only.
+        if sign::holds_droppable_values(&public_card) {
+            return Err(StartError::Config(
+                "the Agent Card would hold an empty value (check the [card] keys: no empty strings or lists)"
+                    .to_owned(),
+            ));
+        }
+        // The card URL answers differently to requests carrying credentials.
+        let vary = if policy.auth_schemes().contains(&Scheme::ApiKey) {
+            format!("Authorization, {}", policy.auth.api_key_header)
+        } else {
+            "Authorization".to_owned()
+        };
+        let signed_card =
+            sign::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
+        let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
+        let signed_extended =
+            sign::sign_card(&card::extended_card(&public_card), &signing_keys, jku)
+                .map_err(|e| config(&e))?;
+        let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
+        let extended_bytes = Bytes::from(extended_json.clone());
+        let documents = store.documents();
+        let extended_changed = documents
+            .document_modified_at("extended-card", &document::etag_for(&extended_bytes), now)
+            .await?;
+        let published = Arc::new(policy_keys.published);
+        let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
+            build_jwks(store, &published, &today, now).await?,
+        )));
+        for key in &signing_keys {
+            tracing::info!(kid = key.kid(), alg = key.alg(), "the Agent Card is signed");
+        }
+        let card_changed = documents
+            .document_modified_at("public-card", &document::etag_for(&card_bytes), now)
+            .await?;
+        Ok(Self {
+            // The same URL serves the extended card to authenticated peers.
+            card: CachedDocument::new(card_bytes, card_changed, "public, max-age=60")
+                .varying_on(&vary),
+            extended: CachedDocument::new(extended_bytes, extended_changed, "private, max-age=60")
+                .varying_on(&vary),
+            extended_json,
+            jwks: jwks.clone(),
+            refresh: JwksRefresh {
+                published,
+                document: jwks,
+                day: today,
+            },
+        })
+    }
+}
+
+fn agent_settings(policy: &Policy) -> AgentSettings {
+    AgentSettings {
+        instructions: policy.model.instructions.clone(),
+        task_retention: Duration::from_secs(u64::from(policy.tasks.retention_hours) * 3600),
+        context_messages: policy.tasks.context_messages,
+        max_text_bytes: policy.tasks.max_text_bytes,
+        backend_timeout: Duration::from_secs(policy.model.timeout_seconds),
+    }
+}
+
+fn auth_settings(policy: &Policy, cache_ttl: Duration) -> Result<AuthSettings, StartError> {
+    Ok(AuthSettings {
         schemes: policy.auth_schemes().to_vec(),
         api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
             .map_err(|e| config(&e))?,
@@ -285,26 +458,18 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         password_checks_at_once: policy.auth.password_checks_at_once,
         failed_auth_quota: Quota::per_minute(policy.limits.failed_auth_per_ip_per_minute),
         tracked_addresses: policy.limits.tracked_addresses,
-    };
-    let authenticator = Arc::new(
-        PeerAuthenticator::new(store.credentials(), options.clock.clone(), auth_settings)
-            .map_err(|e| config(&e))?,
-    );
-    let per_ip = PerIpLimitLayer::new(
-        Quota::per_minute(policy.limits.per_ip_per_minute),
-        policy.limits.tracked_addresses,
-        options.clock.clone(),
-    )
-    .map_err(|e| config(&e))?;
-    let per_peer = PerPeerLimitLayer::new(policy.limits.tracked_addresses, options.clock.clone())
-        .map_err(|e| config(&e))?;
-    let trusted_proxies = policy.trusted_proxies().to_vec();
-    let state = AppState {
-        agent,
-        card: Arc::new(card),
-        extended: Arc::new(extended),
-        jwks: jwks.clone(),
-    };
+    })
+}
+
+/// The guard layers the door's routes share with housekeeping.
+struct Guards {
+    per_ip: PerIpLimitLayer,
+    per_peer: PerPeerLimitLayer,
+    authenticator: Arc<PeerAuthenticator>,
+}
+
+/// The door's listener: the card routes, the A2A door and `/health`, behind their layers.
+fn door_router(policy: &Policy, state: AppState, guards: &Guards, metrics: Arc<Metrics>) -> Router {
     let a2a_path = policy.server.a2a_path.clone();
     let request_timeout = Duration::from_secs(policy.server.request_timeout_seconds);
     // Outer to inner (the layer added last runs first): client address, per-IP limit,
@@ -333,45 +498,40 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         .layer(axum::middleware::map_response(
             refusal::explain_layer_refusals,
         ))
-        .layer(per_peer.clone())
-        .layer(AuthLayer::shared(authenticator.clone()));
+        .layer(guards.per_peer.clone())
+        .layer(AuthLayer::shared(guards.authenticator.clone()));
     // A credential on the card URL is checked by the same layer as on the door: a valid peer
     // gets the extended card, an invalid credential a 401.
     let card_routes = Router::new()
         .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
-        .layer(AuthLayer::shared(authenticator.clone()).mode(AuthMode::Optional));
+        .layer(AuthLayer::shared(guards.authenticator.clone()).mode(AuthMode::Optional));
     let guarded = Router::new()
         .merge(card_routes)
         .route("/.well-known/jwks.json", get(jwks_document))
         .merge(door_routes)
-        .layer(per_ip.clone())
-        .layer(ClientAddrLayer::new(trusted_proxies));
-    let router = Router::new()
+        .layer(guards.per_ip.clone())
+        .layer(ClientAddrLayer::new(policy.trusted_proxies().to_vec()));
+    Router::new()
         .route("/health", get(health))
         .merge(guarded)
         .fallback(not_found)
         .with_state(state)
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(MetricsLayer::new(metrics.clone(), &a2a_path));
+        .layer(MetricsLayer::new(metrics, &a2a_path))
+}
 
-    let changes: Arc<dyn ChangeNotifier> = Arc::new(LocalChanges::default());
-    let accounts = AccountService::new(
-        store.clone(),
-        options.clock.clone(),
-        AccountDefaults {
-            default_owner: policy.peers.default_owner.clone(),
-            rate_per_minute: policy.peers.default_rate_per_minute,
-        },
-    )
-    .with_changes(changes.clone());
-    changes.subscribe(Arc::new(ForgetOnChange {
-        authenticator: authenticator.clone(),
-        budgets: budgets.clone(),
-    }));
+/// The admin API's listener: its routes behind administrator authentication (sharing the
+/// door's Argon2 pool), the panic catcher and the request timeout.
+fn admin_router(
+    options: &GatewayOptions,
+    state: AdminState,
+    authenticator: &PeerAuthenticator,
+) -> Result<Router, StartError> {
+    let policy = &options.policy;
     let admin_authenticator = Arc::new(
         AdminAuthenticator::new(
-            accounts.clone(),
+            state.accounts().clone(),
             options.clock.clone(),
             policy.limits.failed_auth_per_ip_per_minute,
             policy.limits.tracked_addresses,
@@ -379,77 +539,15 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         )
         .map_err(StartError::Config)?,
     );
-    let admin_router = crate::admin::api::router(
-        AdminState::new(
-            accounts.clone(),
-            budgets.clone(),
-            metrics.clone(),
-            options.clock.clone(),
-        ),
-        admin_authenticator,
-    )
-    .layer(CatchPanicLayer::custom(panic_response))
-    .layer(TimeoutLayer::with_status_code(
-        StatusCode::REQUEST_TIMEOUT,
-        request_timeout,
-    ))
-    .layer(axum::middleware::map_response(
-        refusal::explain_layer_refusals,
-    ));
-
-    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let limits = ConnectionLimits {
-        header_read_timeout: Duration::from_secs(policy.server.header_read_timeout_seconds),
-        max_connections: policy.server.max_connections,
-        shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
-    };
-    let serving = tokio::spawn(crate::http::accept::serve(
-        listener,
-        router,
-        limits,
-        shutdown_rx.clone(),
-        metrics.clone(),
-    ));
-    let admin_serving = tokio::spawn(crate::http::accept::serve(
-        admin_listener,
-        admin_router,
-        limits,
-        shutdown_rx,
-        metrics.clone(),
-    ));
-    let sweeper = tokio::spawn(housekeeping(
-        store.clone(),
-        options.clock.clone(),
-        Caches {
-            per_ip,
-            per_peer,
-            authenticator: authenticator.clone(),
-            budgets,
-        },
-        agent_for_sweeps,
-        request_timeout,
-        JwksRefresh {
-            published,
-            document: jwks,
-            day: today,
-        },
-    ));
-    tracing::info!("admin API on http://{admin_addr} (OpenAPI at /openapi.json)");
-    tracing::info!(
-        "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
-    );
-    Ok(RunningGateway {
-        local_addr,
-        door_url,
-        admin_addr,
-        shutdown: Some(shutdown_tx),
-        serving,
-        admin_serving,
-        accounts,
-        sweeper,
-        store,
-        authenticator,
-    })
+    Ok(crate::admin::api::router(state, admin_authenticator)
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(policy.server.request_timeout_seconds),
+        ))
+        .layer(axum::middleware::map_response(
+            refusal::explain_layer_refusals,
+        )))
 }
 
 /// Drops what the running gateway cached about a peer or an administrator when the account
@@ -514,7 +612,7 @@ async fn jwks_document(State(state): State<AppState>, headers: HeaderMap) -> Res
 /// The JWKS of `published` on `today`, with its validators.
 async fn build_jwks(
     store: &Store,
-    published: &[(crate::jose::sign::CardSigningKey, Option<String>)],
+    published: &[keys::PublishedKey],
     today: &str,
     now_millis: i64,
 ) -> Result<CachedDocument, StoreError> {
@@ -541,7 +639,7 @@ fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
 /// Once a minute: removes expired tasks (`GetTask` already hides them before that) and lets the
 /// limiters forget addresses and peers whose budgets are whole again.
 struct JwksRefresh {
-    published: Arc<Vec<(crate::jose::sign::CardSigningKey, Option<String>)>>,
+    published: Arc<Vec<keys::PublishedKey>>,
     document: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
     day: String,
 }

@@ -2,6 +2,7 @@
 //! remote cards and key sets.
 
 pub mod fetch;
+pub mod json;
 pub mod keys;
 pub mod sign;
 pub mod verify;

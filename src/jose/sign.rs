@@ -52,7 +52,7 @@ impl JwsAlgorithm {
 
 impl std::fmt::Display for JwsAlgorithm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

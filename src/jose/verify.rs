@@ -11,10 +11,10 @@
 //! * The payload is the card as received without `signatures`, canonicalized by RFC 8785
 //!   (raw JCS), and also the form the official Python SDK computes (empty values dropped).
 
+use crate::jose::json::{self, Integers};
 use crate::jose::sign;
 use base64::Engine as _;
 use hmac::{KeyInit as _, Mac as _};
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// A key the caller trusts, bound to one algorithm.
@@ -438,105 +438,11 @@ fn check(key: &TrustedKey, input: &[u8], signature: &[u8]) -> Result<bool, Strin
 /// double cannot hold exactly, which RFC 8785 can only write rounded (two different cards would
 /// share one payload).
 pub fn parse_strict(text: &str) -> Result<Value, String> {
-    struct Strict(Value);
-    impl<'de> serde::Deserialize<'de> for Strict {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_any(StrictVisitor).map(Strict)
-        }
-    }
-    struct StrictVisitor;
-    impl<'de> Visitor<'de> for StrictVisitor {
-        type Value = Value;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("JSON")
-        }
-        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-            Ok(Value::Bool(v))
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-            if !crate::jose::sign::exact_as_double(i128::from(v)) {
-                return Err(E::custom("an integer a double cannot hold exactly"));
-            }
-            Ok(Value::from(v))
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-            if !crate::jose::sign::exact_as_double(i128::from(v)) {
-                return Err(E::custom("an integer a double cannot hold exactly"));
-            }
-            Ok(Value::from(v))
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-            serde_json::Number::from_f64(v)
-                .map(Value::Number)
-                .ok_or_else(|| E::custom("a number JSON cannot hold"))
-        }
-        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-            Ok(Value::String(v.to_owned()))
-        }
-        fn visit_string<E>(self, v: String) -> Result<Value, E> {
-            Ok(Value::String(v))
-        }
-        fn visit_unit<E>(self) -> Result<Value, E> {
-            Ok(Value::Null)
-        }
-        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-            let mut items = Vec::new();
-            while let Some(Strict(item)) = seq.next_element()? {
-                items.push(item);
-            }
-            Ok(Value::Array(items))
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-            let mut out = Map::new();
-            while let Some(key) = map.next_key::<String>()? {
-                if out.contains_key(&key) {
-                    return Err(de::Error::custom(format!("duplicate member {key:?}")));
-                }
-                let Strict(value) = map.next_value()?;
-                out.insert(key, value);
-            }
-            Ok(Value::Object(out))
-        }
-    }
-    serde_json::from_str::<Strict>(text)
-        .map(|s| s.0)
-        .map_err(|e| {
-            let text = e.to_string();
-            text.split(" at line ").next().unwrap_or("").to_owned()
-        })
+    json::parse(text, Integers::ExactInDouble).map_err(|e| e.to_string())
 }
 
-/// Parses a JSON object, refusing duplicate member names (which `serde_json::Value` would
-/// silently collapse to the last one).
+/// Parses a JWS protected header: a JSON object naming each member once, at every depth.
 fn parse_unique_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
-    struct Unique(Map<String, Value>);
-    impl<'de> serde::Deserialize<'de> for Unique {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = Unique;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("a JSON object")
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
-                    let mut out = Map::new();
-                    while let Some((key, value)) = map.next_entry::<String, Value>()? {
-                        if out.contains_key(&key) {
-                            return Err(de::Error::custom(format!("duplicate member {key:?}")));
-                        }
-                        out.insert(key, value);
-                    }
-                    Ok(Unique(out))
-                }
-            }
-            d.deserialize_map(V)
-        }
-    }
-    serde_json::from_slice::<Unique>(bytes)
-        .map(|u| u.0)
-        .map_err(|e| {
-            let text = e.to_string();
-            let text = text.split(" at line ").next().unwrap_or("").to_owned();
-            format!("the protected header is not a JSON object with unique members ({text})")
-        })
+    json::parse_object(bytes, Integers::Any)
+        .map_err(|e| format!("the protected header is not a JSON object with unique members ({e})"))
 }

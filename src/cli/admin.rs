@@ -1,0 +1,222 @@
+//! `peergate admin …`: administrators, their budgets and their admin API access.
+
+use super::{CACHE_NOTE, CliError, DataDir, admins_with_usage, on_store, read_password};
+use crate::admin::{BudgetChange, Caller};
+use crate::clock::rfc3339_millis;
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub(super) enum AdminCommand {
+    /// Add an administrator. The password is read from standard input (one line), or asked for
+    /// when standard input is a terminal; never taken from the command line.
+    Add {
+        /// Name (also the Basic login): 1 to 64 of letters, digits and ._-
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// List administrators, their status and budgets. Never a secret.
+    List {
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Disable an administrator: no more sign-ins, their tokens stop, their peers' messages are
+    /// refused.
+    Disable {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Enable a disabled administrator again (their old tokens stay revoked).
+    Enable {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Revoke every admin API token of an administrator (after a leak); their password and
+    /// peers stay.
+    RevokeTokens {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Set an administrator's password (read like `admin add`).
+    Password {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Issue an administrator token for the admin API and print it, alone, on stdout. It is
+    /// shown only this once.
+    Token {
+        /// The administrator's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Set an administrator's model switch and token budgets.
+    Budget {
+        /// The administrator's name.
+        name: String,
+        /// Allow or forbid the model for this administrator's peers.
+        #[arg(long, value_parser = ["allow", "forbid"])]
+        model: Option<String>,
+        /// Tokens per UTC day.
+        #[arg(long, value_name = "N")]
+        tokens_per_day: Option<u64>,
+        /// Tokens per UTC month, or `default` for the policy's.
+        #[arg(long, value_name = "N|default")]
+        tokens_per_month: Option<String>,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Print the admin API's OpenAPI document (the same the admin listener serves).
+    Openapi,
+}
+
+pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
+    let operator = Caller::operator();
+    match command {
+        AdminCommand::Add { name, data } => {
+            let password = read_password(&format!("administrator {name}"))?;
+            let added = on_store(&data, None, async |accounts| {
+                accounts.add_admin(&operator, &name, Some(password)).await
+            })
+            .await?;
+            eprintln!(
+                "added administrator {name} ({}); password stored as an Argon2id hash.",
+                added.id
+            );
+            Ok(())
+        }
+        AdminCommand::List { data } => {
+            print_admins(on_store(&data, None, admins_with_usage).await?);
+            Ok(())
+        }
+        AdminCommand::Disable { name, data } => {
+            on_store(&data, None, async |accounts| {
+                accounts.disable_admin(&operator, &name).await
+            })
+            .await?;
+            eprintln!(
+                "disabled administrator {name}: no more sign-ins, their tokens stopped, their peers' messages are refused. {CACHE_NOTE}"
+            );
+            Ok(())
+        }
+        AdminCommand::Enable { name, data } => {
+            on_store(&data, None, async |accounts| {
+                accounts.enable_admin(&operator, &name).await
+            })
+            .await?;
+            eprintln!("enabled administrator {name}. {CACHE_NOTE}");
+            Ok(())
+        }
+        AdminCommand::RevokeTokens { name, data } => {
+            on_store(&data, None, async |accounts| {
+                accounts.revoke_admin_tokens(&operator, &name).await
+            })
+            .await?;
+            eprintln!(
+                "revoked every admin API token of {name}; the next request with one is refused."
+            );
+            Ok(())
+        }
+        AdminCommand::Password { name, data } => {
+            let password = read_password(&format!("administrator {name}"))?;
+            on_store(&data, None, async |accounts| {
+                accounts
+                    .set_admin_password(&operator, &name, password)
+                    .await
+            })
+            .await?;
+            eprintln!("password set for administrator {name} (stored as an Argon2id hash).");
+            Ok(())
+        }
+        AdminCommand::Token { name, data } => {
+            let token = on_store(&data, None, async |accounts| {
+                accounts.issue_admin_token(&operator, &name).await
+            })
+            .await?;
+            eprintln!(
+                "issued an admin API token for {name}. It is on stdout and is not shown again."
+            );
+            println!("{token}");
+            Ok(())
+        }
+        AdminCommand::Budget {
+            name,
+            model,
+            tokens_per_day,
+            tokens_per_month,
+            data,
+        } => {
+            let tokens_per_month = match tokens_per_month.as_deref() {
+                None => None,
+                Some("default") => Some(None),
+                Some(n) => Some(Some(n.parse::<u64>().map_err(|_| {
+                    CliError(format!(
+                        "--tokens-per-month: expected a number of tokens or `default` (got {n:?})"
+                    ))
+                })?)),
+            };
+            let change = BudgetChange {
+                model_allowed: model.map(|m| m == "allow"),
+                tokens_per_day,
+                tokens_per_month,
+            };
+            let admin = on_store(&data, None, async |accounts| {
+                accounts.set_budget(&operator, &name, change).await
+            })
+            .await?;
+            eprintln!(
+                "administrator {name}: {}. {CACHE_NOTE}",
+                crate::admin::service::describe_budget(&admin)
+            );
+            Ok(())
+        }
+        AdminCommand::Openapi => {
+            let document = crate::admin::api::openapi()
+                .to_pretty_json()
+                .map_err(|e| CliError(e.to_string()))?;
+            println!("{document}");
+            Ok(())
+        }
+    }
+}
+
+/// The administrator table: never a secret.
+fn print_admins(listed: Vec<(crate::store::AdminRecord, u64)>) {
+    println!(
+        "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16} {:>12}  {:<24}",
+        "NAME",
+        "STATUS",
+        "PASSWORD",
+        "MODEL",
+        "TOKENS/DAY",
+        "TOKENS/MONTH",
+        "USED TODAY",
+        "CREATED"
+    );
+    let show = |n: Option<u64>| n.map_or_else(|| "default".to_owned(), |n| n.to_string());
+    for (admin, today) in listed {
+        println!(
+            "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16} {:>12}  {:<24}",
+            admin.name,
+            admin.status,
+            if admin.has_password { "set" } else { "none" },
+            if admin.model_allowed {
+                "allowed"
+            } else {
+                "forbidden"
+            },
+            show(admin.tokens_per_day),
+            show(admin.tokens_per_month),
+            today,
+            rfc3339_millis(admin.created_at),
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! `peergate peer …`: partner agents, their credentials and limits.
+
+use super::{CACHE_NOTE, CliError, DataDir, on_store, parse_rate, read_password};
+use crate::admin::{Caller, NewPeer};
+use crate::clock::{parse_rfc3339, rfc3339_millis};
+use crate::config::Policy;
+use clap::Subcommand;
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub(super) enum PeerCommand {
+    /// Add a peer and print its token, alone, on stdout. The token is shown only this once.
+    Add {
+        /// Name: 1 to 64 of letters, digits and ._-
+        name: String,
+        /// The administrator the peer acts for [default: peers.default_owner from the policy].
+        #[arg(long, value_name = "NAME")]
+        owner: Option<String>,
+        /// Request quota, as N/min [default: peers.default_rate_per_minute from the policy].
+        #[arg(long, value_name = "N/min", value_parser = parse_rate)]
+        rate: Option<u32>,
+        /// Policy file, for the defaults.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// List peers: name, owner, status, limit, created, last used, expiry. Never a secret.
+    List {
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Set when a peer stops being let in (RFC 3339 or a date), or `never`.
+    Expire {
+        /// The peer's name.
+        name: String,
+        /// RFC 3339 (2027-01-31T00:00:00Z), a date, or `never`.
+        when: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Issue a new token for a peer and print it, alone, on stdout. The old token stops at
+    /// once, or after the grace period.
+    Rotate {
+        /// The peer's name.
+        name: String,
+        /// Seconds the old token keeps working (at most 30 days).
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        grace: u64,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Set a peer's request quota, e.g. `peergate peer limit NAME 100/min`.
+    Limit {
+        /// The peer's name.
+        name: String,
+        /// The new quota, as N/min.
+        #[arg(value_name = "N/min", value_parser = parse_rate)]
+        rate: u32,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Set the password a peer uses with Basic authentication. Read from standard input (one
+    /// line), or asked for when standard input is a terminal; never taken from the command line.
+    Password {
+        /// The peer's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Issue a new API key for a peer and print it, alone, on stdout. Any earlier key of the
+    /// peer stops working.
+    Key {
+        /// The peer's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Revoke a peer: every token it holds stops working.
+    Revoke {
+        /// The peer's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+}
+
+pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
+    match command {
+        PeerCommand::Add {
+            name,
+            owner,
+            rate,
+            policy,
+            data,
+        } => {
+            let policy = Policy::load(policy.as_deref())?.0;
+            let created = on_store(&data, Some(&policy), async |accounts| {
+                accounts
+                    .create_peer(
+                        &Caller::operator(),
+                        NewPeer {
+                            name: name.clone(),
+                            owner,
+                            rate_per_minute: rate,
+                            expires_at: None,
+                        },
+                    )
+                    .await
+            })
+            .await?;
+            eprintln!(
+                "added peer {name} ({}, owned by {}, {}/min). Its token is on stdout and is not shown again.",
+                created.peer.id, created.peer.owner_name, created.peer.rate_per_minute
+            );
+            println!("{}", created.token);
+            Ok(())
+        }
+        PeerCommand::List { data } => {
+            let peers = on_store(&data, None, async |accounts| {
+                accounts.list_peers(&Caller::operator()).await
+            })
+            .await?;
+            print_peers(peers);
+            Ok(())
+        }
+        PeerCommand::Limit { name, rate, data } => {
+            on_store(&data, None, async |accounts| {
+                accounts.set_limit(&Caller::operator(), &name, rate).await
+            })
+            .await?;
+            eprintln!("peer {name} may now make {rate} requests a minute. {CACHE_NOTE}");
+            Ok(())
+        }
+        PeerCommand::Expire { name, when, data } => {
+            let at = if when == "never" {
+                None
+            } else {
+                Some(parse_rfc3339(&when).ok_or_else(|| {
+                    CliError(format!(
+                        "cannot read {when:?}: use RFC 3339 (2027-01-31T00:00:00Z), a date, or never"
+                    ))
+                })?)
+            };
+            on_store(&data, None, async |accounts| {
+                accounts.set_expiry(&Caller::operator(), &name, at).await
+            })
+            .await?;
+            match at {
+                Some(at) => eprintln!(
+                    "peer {name} expires at {}. {CACHE_NOTE}",
+                    rfc3339_millis(at)
+                ),
+                None => eprintln!("peer {name} no longer expires."),
+            }
+            Ok(())
+        }
+        PeerCommand::Password { name, data } => {
+            let password = read_password(&format!("peer {name}"))?;
+            on_store(&data, None, async |accounts| {
+                accounts
+                    .set_peer_password(&Caller::operator(), &name, password)
+                    .await
+            })
+            .await?;
+            eprintln!("password set for peer {name} (stored as an Argon2id hash).");
+            Ok(())
+        }
+        PeerCommand::Key { name, data } => {
+            let key = on_store(&data, None, async |accounts| {
+                accounts.issue_api_key(&Caller::operator(), &name).await
+            })
+            .await?;
+            eprintln!(
+                "issued an API key for peer {name}; any earlier key stopped working. It is on stdout and is not shown again."
+            );
+            println!("{key}");
+            Ok(())
+        }
+        PeerCommand::Rotate { name, grace, data } => {
+            let rotated = on_store(&data, None, async |accounts| {
+                accounts.rotate(&Caller::operator(), &name, grace).await
+            })
+            .await?;
+            match rotated.previous_valid_until {
+                Some(until) => eprintln!(
+                    "issued a new token for peer {name}; the old one works until {}. The new token is on stdout and is not shown again.",
+                    rfc3339_millis(until)
+                ),
+                None => eprintln!(
+                    "issued a new token for peer {name}; the old one stopped. {CACHE_NOTE} The new token is on stdout and is not shown again."
+                ),
+            }
+            println!("{}", rotated.token);
+            Ok(())
+        }
+        PeerCommand::Revoke { name, data } => {
+            on_store(&data, None, async |accounts| {
+                accounts.revoke(&Caller::operator(), &name).await
+            })
+            .await?;
+            eprintln!("revoked peer {name}. {CACHE_NOTE}");
+            Ok(())
+        }
+    }
+}
+
+/// The peer table: never a secret.
+fn print_peers(peers: Vec<crate::store::PeerRecord>) {
+    println!(
+        "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
+        "NAME", "ID", "STATUS", "LIMIT", "CREATED", "LAST USED", "OWNER", "EXPIRES"
+    );
+    for peer in peers {
+        println!(
+            "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
+            peer.name,
+            peer.id,
+            peer.status,
+            format!("{}/min", peer.rate_per_minute),
+            rfc3339_millis(peer.created_at),
+            peer.last_used_at
+                .map_or_else(|| "never".to_owned(), rfc3339_millis),
+            peer.owner_name,
+            peer.expires_at
+                .map_or_else(|| "never".to_owned(), rfc3339_millis),
+        );
+    }
+}
