@@ -1063,3 +1063,16 @@ async fn a_peer_stops_at_its_expiry_by_the_gateway_clock() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn the_admin_api_and_the_door_share_one_argon2_pool() {
+    // The door's policy enables no Basic: the pool is the gateway's, not the door scheme's.
+    let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    let before = gw.password_verifications();
+    assert_eq!(ada.get("/v1/peers").await.0, 200);
+    let wrong = AdminClient::basic(&gw, "ada", "not the password at all");
+    assert_eq!(wrong.get("/v1/peers").await.0, 401);
+    // One verification each, counted by the one pool both listeners use.
+    assert_eq!(gw.password_verifications(), before + 2);
+    gw.stop().await;
+}

@@ -99,7 +99,9 @@ pub struct Budgets {
     clock: Arc<dyn Clock>,
     defaults: BudgetDefaults,
     ttl_millis: i64,
-    settings: Mutex<HashMap<String, CachedBudget>>,
+    /// Settings by administrator, bounded in number; fresh for `ttl_millis` by the gateway's
+    /// clock (so tests move time), and dropped by the cache itself some time after.
+    settings: moka::sync::Cache<String, CachedBudget>,
     spent: Mutex<HashMap<String, Spent>>,
 }
 
@@ -131,7 +133,10 @@ impl Budgets {
             clock,
             defaults,
             ttl_millis: i64::try_from(cache.as_millis()).unwrap_or(i64::MAX),
-            settings: Mutex::default(),
+            settings: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(cache.max(Duration::from_secs(1)))
+                .build(),
             spent: Mutex::default(),
         }
     }
@@ -180,10 +185,7 @@ impl Budgets {
 
     /// Drops the cached settings of an administrator, so a change applies to the next request.
     pub fn forget(&self, owner_id: &str) {
-        self.settings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(owner_id);
+        self.settings.invalidate(owner_id);
     }
 
     /// Forgets everything cached (call periodically to bound memory).
@@ -193,21 +195,13 @@ impl Budgets {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|_, s| s.day_index == today);
-        let now = self.clock.now_millis();
-        self.settings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, c| now - c.at_millis < self.ttl_millis);
+        self.settings.run_pending_tasks();
     }
 
     /// The effective budget of `owner_id` (cached).
     pub async fn budget(&self, owner_id: &str) -> Result<Budget, StoreError> {
         let now = self.clock.now_millis();
-        if let Some(cached) = self
-            .settings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(owner_id)
+        if let Some(cached) = self.settings.get(owner_id)
             && now - cached.at_millis < self.ttl_millis
         {
             return Ok(cached.budget);
@@ -227,16 +221,13 @@ impl Budgets {
                 tokens_per_month: None,
             },
         };
-        self.settings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                owner_id.to_owned(),
-                CachedBudget {
-                    budget,
-                    at_millis: now,
-                },
-            );
+        self.settings.insert(
+            owner_id.to_owned(),
+            CachedBudget {
+                budget,
+                at_millis: now,
+            },
+        );
         Ok(budget)
     }
 

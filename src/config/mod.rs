@@ -336,4 +336,49 @@ mod tests {
             .to_string();
         assert!(err.contains("model.timeout_seconds"), "{err}");
     }
+
+    #[test]
+    fn domain_words_are_parsed_when_the_policy_loads_and_bad_ones_name_their_key() {
+        let policy = Policy::parse(
+            &EMBEDDED_DEFAULT
+                .replace(
+                    "schemes = [\"bearer\"]",
+                    "schemes = [\"bearer\", \"api_key\"]",
+                )
+                .replace("trusted_proxies = []", "trusted_proxies = [\"10.0.0.0/8\"]"),
+            &PolicySource::Embedded,
+        )
+        .unwrap();
+        assert_eq!(policy.auth_schemes(), [Scheme::Bearer, Scheme::ApiKey]);
+        assert!(policy.trusted_proxies()[0].contains("10.1.2.3".parse().unwrap()));
+        for (from, to, key) in [
+            (
+                "schemes = [\"bearer\"]",
+                "schemes = [\"digest\"]",
+                "auth.schemes",
+            ),
+            (
+                "schemes = [\"bearer\"]",
+                "schemes = [\"bearer\", \"bearer\"]",
+                "auth.schemes",
+            ),
+            (
+                "trusted_proxies = []",
+                "trusted_proxies = [\"10.0.0.0/33\"]",
+                "server.trusted_proxies",
+            ),
+        ] {
+            let err = Policy::parse(&EMBEDDED_DEFAULT.replace(from, to), &PolicySource::Embedded)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{to}: {err}");
+        }
+        let with_key = format!(
+            "{EMBEDDED_DEFAULT}\n[[signing.keys]]\nkid = \"k\"\nalg = \"RS256\"\nsecret_env = \"X\"\n"
+        );
+        let err = Policy::parse(&with_key, &PolicySource::Embedded)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("alg") && err.contains("RS256"), "{err}");
+    }
 }
