@@ -1,4 +1,5 @@
-//! The functions every request runs: peer token parse + verify, and the GCRA limiter check.
+//! The functions every request runs: peer token parse + verify, the GCRA limiter check (direct,
+//! and through the rate-limit seam), building a refusal, and a task event nobody listens to.
 //!
 //! `cargo bench --bench hot_paths`
 
@@ -61,5 +62,39 @@ fn limiter_refusing(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tokens, limiter, limiter_refusing);
+fn seams(c: &mut Criterion) {
+    use peergate::clock::ManualClock;
+    use peergate::shared::events::{LocalTaskEvents, TaskEvents};
+    use peergate::shared::rate_limit::{LocalLimiter, RateLimiter};
+    use std::sync::Arc;
+    let quota = Quota::per_minute(1_000_000_000);
+    let clock = ManualClock::new(0);
+    let limiter: Arc<dyn RateLimiter<IpAddr>> =
+        Arc::new(LocalLimiter::new(100_000, Arc::new(clock.clone())));
+    let key = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+    c.bench_function("limiter check through the seam, one key", |b| {
+        b.iter(|| {
+            clock.advance(std::time::Duration::from_millis(1));
+            black_box(limiter.check(&key, quota).ready())
+        })
+    });
+    let refusal = peergate::layers::limit::RateLimited {
+        limit: peergate::layers::limit::Limit::PerPeer,
+        retry_after: std::time::Duration::from_millis(1_500),
+        quota: Quota::per_minute(30),
+    };
+    c.bench_function("429 answer from the refusal map", |b| {
+        b.iter(|| {
+            black_box(axum::response::IntoResponse::into_response(black_box(
+                refusal,
+            )))
+        })
+    });
+    let events = LocalTaskEvents::default();
+    c.bench_function("task event check, nobody listening", |b| {
+        b.iter(|| black_box(events.listening()))
+    });
+}
+
+criterion_group!(benches, tokens, limiter, limiter_refusing, seams);
 criterion_main!(benches);

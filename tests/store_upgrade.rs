@@ -171,3 +171,56 @@ async fn a_store_from_a_newer_release_is_refused_unchanged() {
     );
     assert!(error.contains("99"), "{error}");
 }
+
+#[tokio::test]
+async fn an_adoption_cut_short_is_finished_by_the_next_open() {
+    if skip_unless_sqlite("it writes the SQLite file of an earlier release") {
+        return;
+    }
+    // The row an adoption writes for version 1, taken from one that completed.
+    let done = copy_of_fixture();
+    Store::open(done.path()).await.unwrap().close().await;
+    let connect = |dir: &std::path::Path| {
+        let url = format!("sqlite://{}", dir.join(DATABASE_FILE).display());
+        async move {
+            <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+                .await
+                .unwrap()
+        }
+    };
+    let (description, checksum): (String, Vec<u8>) =
+        sqlx::query_as("SELECT description, checksum FROM _sqlx_migrations WHERE version = 1")
+            .fetch_one(&mut connect(done.path()).await)
+            .await
+            .unwrap();
+    // As if a process died after adopting version 1 of the old store's 4.
+    let dir = copy_of_fixture();
+    let mut db = connect(dir.path()).await;
+    sqlx::raw_sql(
+        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
+         checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (1, ?, TRUE, ?, -1)",
+    )
+    .bind(description)
+    .bind(checksum)
+    .execute(&mut db)
+    .await
+    .unwrap();
+    drop(db);
+    let store = Store::open(dir.path())
+        .await
+        .expect("the next open finishes the adoption instead of re-running old migrations");
+    assert_eq!(store.accounts().list_peers(None).await.unwrap().len(), 2);
+    store.close().await;
+    assert_eq!(
+        applied_migrations(dir.path()).await,
+        [(1, false), (2, false), (3, false), (4, false), (5, true)]
+    );
+}

@@ -60,11 +60,6 @@ impl Challenges {
             invalid_token: build(true),
         }
     }
-
-    /// The challenges as sent when no credential was refused.
-    pub fn plain(&self) -> &[HeaderValue] {
-        &self.plain
-    }
 }
 
 /// Every way the gateway refuses a request over HTTP. JSON-RPC errors inside a 200 answer are
@@ -87,8 +82,9 @@ pub enum Refusal {
     /// A rate limit tripped (429).
     #[error(transparent)]
     RateLimited(RateLimited),
-    /// The body is larger than `server.max_body_bytes` (413).
-    #[error("the request body is larger than server.max_body_bytes")]
+    /// The body is larger than the route accepts (413; the door's limit is
+    /// `server.max_body_bytes`).
+    #[error("the request body is larger than this route accepts")]
     BodyTooLarge,
     /// The request did not finish within `server.request_timeout_seconds` (408).
     #[error(
@@ -174,6 +170,12 @@ impl Refusal {
     /// The label `/metrics` counts this refusal under, if it counts it.
     pub fn reason(&self) -> Option<&'static str> {
         match self {
+            // A store that cannot be asked is no verdict on the credential.
+            Self::Unauthenticated {
+                error: AuthError::Unavailable,
+                ..
+            }
+            | Self::AdminUnauthenticated(AdminAuthError::Unavailable) => None,
             Self::Unauthenticated { .. } => Some("unauthenticated"),
             Self::AdminUnauthenticated(_) => Some("admin_unauthenticated"),
             Self::RateLimited(limited) => Some(limited.limit.name()),

@@ -41,13 +41,6 @@ impl JwsAlgorithm {
             Self::Hs256 => "HS256",
         }
     }
-
-    /// The algorithm named `name`, exactly as JOSE spells it.
-    pub fn from_name(name: &str) -> Option<Self> {
-        [Self::EdDsa, Self::Es256, Self::Hs256]
-            .into_iter()
-            .find(|alg| alg.as_str() == name)
-    }
 }
 
 impl std::fmt::Display for JwsAlgorithm {

@@ -1,7 +1,9 @@
 //! Task events: a task changed, and whoever waits on it hears it.
 //!
-//! The agent publishes each stored state of a task (working, then final) after it is durable,
-//! so a subscriber that hears an event can read the task. The in-process engine is one
+//! The agent's turn publishes each state it stores (working, then final) after it is durable,
+//! so a subscriber that hears an event can read the task. The sweeps that fail interrupted
+//! tasks do not publish yet: nothing subscribes before streaming and subscriptions exist, and
+//! they will add it with their first subscriber. The in-process engine is one
 //! broadcast channel; an engine for several instances fans events out through Redis, so a
 //! subscriber on one instance hears a task answered on another. Streaming, subscriptions and
 //! push notifications stand on this seam.

@@ -50,7 +50,8 @@ pub enum StoreError {
     #[error("cannot prepare the data directory: {0}")]
     DataDir(std::io::ErrorKind),
     /// The schema could not be brought up to date (a store from a newer release, or a
-    /// migration that failed). Nothing was changed.
+    /// migration that failed). Migrations that completed before the failure stay applied;
+    /// the one that failed was rolled back.
     #[error("cannot bring the store's schema up to date: {0}")]
     Schema(String),
     /// The engine failed. Shown to the operator and logged; peers only ever see a request id.

@@ -163,13 +163,6 @@ impl Scheme {
             Self::ApiKey => "api_key",
         }
     }
-
-    /// Parses a policy name.
-    pub fn from_policy_name(name: &str) -> Option<Self> {
-        [Self::Bearer, Self::Basic, Self::ApiKey]
-            .into_iter()
-            .find(|s| s.policy_name() == name)
-    }
 }
 
 /// Why a request was not authenticated.

@@ -44,17 +44,6 @@ impl PasswordChecker {
         })
     }
 
-    /// A checker for a gateway without Basic authentication: it never hashes anything.
-    pub fn disabled() -> Result<Self, String> {
-        Ok(Self {
-            permits: Arc::new(Semaphore::new(1)),
-            dummy_hash: Arc::from(""),
-            verifications: Arc::new(AtomicU64::new(0)),
-            running: Arc::default(),
-            peak: Arc::default(),
-        })
-    }
-
     /// Whether `password` matches `phc`; with no hash, runs the same work and says no.
     pub async fn verify(&self, phc: Option<&str>, password: &str) -> bool {
         let Ok(_permit) = self.permits.acquire().await else {

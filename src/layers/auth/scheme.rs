@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use axum::http::{HeaderMap, HeaderName, header};
 
 /// A credential as presented, before any scheme looked at it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Presented<'h> {
     /// `Authorization: <scheme> <credentials>`.
     Authorization {
@@ -23,6 +23,16 @@ pub enum Presented<'h> {
     },
     /// A credential in a header of its own (an API key).
     Header(&'h str),
+}
+
+impl std::fmt::Debug for Presented<'_> {
+    /// Names the carrier, never the credential.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Authorization { scheme, .. } => write!(f, "Authorization({scheme} …)"),
+            Self::Header(_) => f.write_str("Header(…)"),
+        }
+    }
 }
 
 impl<'h> Presented<'h> {
@@ -82,12 +92,21 @@ impl<'h> Presented<'h> {
 
 /// Why a verification failed, and the name it was made for when one was given (the admin API
 /// audits failed sign-ins by name; the door never shows it).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Failure {
     /// What was wrong.
     pub error: AuthError,
     /// The login name tried, if any.
     pub name: Option<String>,
+}
+
+impl std::fmt::Debug for Failure {
+    /// Without the name: a password typed into the name field must not reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Failure")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
 }
 
 impl From<AuthError> for Failure {

@@ -48,14 +48,26 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+/// Where last-use notes (peer id, epoch ms) go.
+type LastUses = tokio::sync::mpsc::Sender<(Box<str>, i64)>;
+
 /// The SQLite engine.
-#[derive(Debug)]
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     path: PathBuf,
     exchanges: tokio::sync::mpsc::Sender<tasks::PendingExchange>,
-    uses: tokio::sync::mpsc::Sender<(Box<str>, i64)>,
+    /// Last-use notes for their writer; taken (closing the channel) when the store closes.
+    uses: std::sync::Mutex<Option<LastUses>>,
+    uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SqliteStore {
@@ -87,13 +99,14 @@ impl SqliteStore {
         let (exchanges, pending) = tokio::sync::mpsc::channel(4 * tasks::MAX_BATCH);
         tokio::spawn(tasks::group_commit(writer.clone(), pending));
         let (uses, seen) = tokio::sync::mpsc::channel(LAST_USE_BACKLOG);
-        tokio::spawn(write_last_uses(writer.clone(), seen));
+        let uses_writer = tokio::spawn(write_last_uses(writer.clone(), seen));
         Ok(Self {
             writer,
             reader,
             path,
             exchanges,
-            uses,
+            uses: std::sync::Mutex::new(Some(uses)),
+            uses_writer: std::sync::Mutex::new(Some(uses_writer)),
         })
     }
 
@@ -103,47 +116,66 @@ impl SqliteStore {
     }
 }
 
+/// How long opening a store waits for another process's migration.
+const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(30);
+
 /// Brings the schema up to date, once even when several processes open a new data directory
-/// at the same moment: an exclusive lock on the database file (`flock`, which SQLite's own
-/// `fcntl` locks do not see) is held for the whole migration.
+/// at the same moment: an exclusive lock on a sibling file (`peergate.sqlite3.lock`) is held
+/// for the whole migration. Never on the database file itself: closing any descriptor of that
+/// file would drop the POSIX locks SQLite holds on it.
 async fn migrate(path: &Path, options: &SqliteConnectOptions) -> Result<(), StoreError> {
-    let lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| StoreError::DataDir(e.kind()))?;
-    let lock = tokio::task::spawn_blocking(move || lock.lock().map(|()| lock))
-        .await
-        .map_err(|_| StoreError::DataDir(std::io::ErrorKind::Other))?
-        .map_err(|e| StoreError::DataDir(e.kind()))?;
+    let lock = lock_for_migration(path).await?;
     let mut conn = SqliteConnection::connect_with(options).await?;
-    let outcome = adopt_user_version(&mut conn).await;
-    let outcome = match outcome {
-        Ok(()) => MIGRATOR
+    let outcome = async {
+        adopt_user_version(&mut conn).await?;
+        MIGRATOR
             .run_direct(None, &mut conn, false)
             .await
-            .map_err(schema_error),
-        Err(e) => Err(e),
-    };
+            .map_err(schema_error)?;
+        record_user_version(&mut conn).await
+    }
+    .await;
     conn.close().await?;
     drop(lock);
     outcome
 }
 
+async fn lock_for_migration(database: &Path) -> Result<std::fs::File, StoreError> {
+    let mut name = database.as_os_str().to_owned();
+    name.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(PathBuf::from(name))
+        .map_err(|e| StoreError::DataDir(e.kind()))?;
+    let deadline = std::time::Instant::now() + MIGRATION_LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Schema(format!(
+                    "another process has been bringing this store up to date for {} s",
+                    MIGRATION_LOCK_WAIT.as_secs()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::DataDir(e.kind())),
+        }
+    }
+}
+
 /// A store from before the migration files kept its version in `PRAGMA user_version`: marks
-/// those migrations applied (without running them again), once.
+/// those migrations applied without running them again. In one write transaction, and only
+/// the rows that are missing, so an adoption cut short is finished by the next open.
 async fn adopt_user_version(conn: &mut SqliteConnection) -> Result<(), StoreError> {
-    let tracked: Option<String> = sqlx::query_scalar(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
-    )
-    .fetch_optional(&mut *conn)
-    .await?;
     let version: i64 = sqlx::query_scalar("PRAGMA user_version")
         .fetch_one(&mut *conn)
         .await?;
-    if tracked.is_some() || version == 0 {
+    if version == 0 {
         return Ok(());
     }
     if !MIGRATOR.version_exists(version) {
@@ -151,10 +183,30 @@ async fn adopt_user_version(conn: &mut SqliteConnection) -> Result<(), StoreErro
             "schema version {version} is not one this release knows"
         )));
     }
-    MIGRATOR
-        .run_direct(Some(version), conn, true)
+    sqlx::raw_sql(BEGIN_WRITE).execute(&mut *conn).await?;
+    let outcome = MIGRATOR
+        .run_direct(Some(version), &mut *conn, true)
         .await
-        .map_err(schema_error)
+        .map_err(schema_error);
+    let end = if outcome.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    sqlx::raw_sql(end).execute(&mut *conn).await?;
+    outcome
+}
+
+/// Keeps `PRAGMA user_version` at the newest migration applied, as releases before the
+/// migration files read it.
+async fn record_user_version(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    let newest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "PRAGMA user_version = {newest}"
+    )))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 fn schema_error(error: sqlx::migrate::MigrateError) -> StoreError {
@@ -197,6 +249,16 @@ impl StoreEngine for SqliteStore {
     }
 
     async fn close(&self) {
+        // The last-use notes still queued are written first (bounded: a note is a timestamp).
+        drop(self.uses.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let writer = self
+            .uses_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(writer) = writer {
+            let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+        }
         self.writer.close().await;
         self.reader.close().await;
     }
@@ -297,8 +359,11 @@ impl CredentialStore for SqliteStore {
     }
 
     fn record_peer_use(&self, peer_id: &str, now: i64) {
-        // Full or closed: the timestamp waits for the next note.
-        let _ = self.uses.try_send((peer_id.into(), now));
+        let uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(uses) = uses.as_ref() {
+            // Full or closed: the timestamp waits for the next note.
+            let _ = uses.try_send((peer_id.into(), now));
+        }
     }
 }
 

@@ -174,8 +174,10 @@ pub(super) async fn group_commit(
 /// here for every engine that shares this shape.
 #[derive(Default)]
 struct Batch<'a> {
-    tasks: Vec<&'a Exchange>,
-    contexts: HashMap<(&'a str, &'a str), i64>,
+    /// Each task's latest copy, with the time its first copy was made.
+    tasks: Vec<(&'a Exchange, i64)>,
+    /// Each context's first and latest time.
+    contexts: HashMap<(&'a str, &'a str), (i64, i64)>,
     messages: Vec<(&'a Exchange, &'a ConversationMessage)>,
     usage: HashMap<(&'a str, &'a str, &'a str), (u64, u64)>,
 }
@@ -186,18 +188,19 @@ impl<'a> Batch<'a> {
         let mut task_index: HashMap<&str, usize> = HashMap::new();
         for &e in exchanges {
             match task_index.get(e.task_id.as_str()) {
-                Some(&i) => batch.tasks[i] = e,
+                Some(&i) => batch.tasks[i].0 = e,
                 None => {
                     task_index.insert(&e.task_id, batch.tasks.len());
-                    batch.tasks.push(e);
+                    batch.tasks.push((e, e.now));
                 }
             }
             if !e.messages.is_empty() {
-                let at = batch
+                let (first, last) = batch
                     .contexts
                     .entry((&e.peer_id, &e.context_id))
-                    .or_insert(e.now);
-                *at = (*at).max(e.now);
+                    .or_insert((e.now, e.now));
+                *first = (*first).min(e.now);
+                *last = (*last).max(e.now);
                 batch.messages.extend(e.messages.iter().map(|m| (e, m)));
             }
             if let Some(spent) = &e.usage {
@@ -220,13 +223,13 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
     let mut tasks = QueryBuilder::<Sqlite>::new(
         "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance) ",
     );
-    tasks.push_values(&batch.tasks, |mut row, e| {
+    tasks.push_values(&batch.tasks, |mut row, (e, created_at)| {
         row.push_bind(e.task_id.as_str())
             .push_bind(e.peer_id.as_str())
             .push_bind(e.context_id.as_str())
             .push_bind(e.state)
             .push_bind(e.task_json.as_str())
-            .push_bind(e.now)
+            .push_bind(*created_at)
             .push_bind(e.expires_at)
             .push_bind(e.instance.as_deref());
     });
@@ -241,12 +244,15 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
         let mut contexts = QueryBuilder::<Sqlite>::new(
             "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",
         );
-        contexts.push_values(&batch.contexts, |mut row, ((peer, context), at)| {
-            row.push_bind(*peer)
-                .push_bind(*context)
-                .push_bind(*at)
-                .push_bind(*at);
-        });
+        contexts.push_values(
+            &batch.contexts,
+            |mut row, ((peer, context), (first, last))| {
+                row.push_bind(*peer)
+                    .push_bind(*context)
+                    .push_bind(*first)
+                    .push_bind(*last);
+            },
+        );
         contexts.push(
             " ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at",
         );
@@ -325,9 +331,10 @@ mod tests {
         let again = exchange("t1", "c", 30, None);
         let batch = Batch::of(&[&first, &second, &again]);
         assert_eq!(batch.tasks.len(), 2);
-        assert_eq!(batch.tasks[0].now, 30, "the later copy of t1 wins");
+        assert_eq!(batch.tasks[0].0.now, 30, "the later copy of t1 wins");
+        assert_eq!(batch.tasks[0].1, 10, "created when its first copy was");
         assert_eq!(batch.contexts.len(), 1);
-        assert_eq!(batch.contexts[&("p", "c")], 30);
+        assert_eq!(batch.contexts[&("p", "c")], (10, 30));
         assert_eq!(batch.messages.len(), 3);
         assert_eq!(batch.usage.len(), 1);
         assert_eq!(batch.usage[&("a", "p", "2026-11-30")], (7, 2));
