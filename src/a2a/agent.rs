@@ -784,33 +784,9 @@ mod tests {
     async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(dir.path()).await.unwrap();
-        let clock = crate::clock::ManualClock::new(1_800_000_000_000);
-        let clock: Arc<dyn Clock> = Arc::new(clock);
-        let budgets = Arc::new(Budgets::new(
-            store.usage(),
-            clock.clone(),
-            crate::admin::budget::BudgetDefaults {
-                tokens_per_day: 1,
-                tokens_per_month: None,
-            },
-            Duration::from_secs(2),
-        ));
-        let agent = Agent::new(
-            store.tasks(),
-            Arc::new(crate::backend::echo::Echo),
-            budgets,
-            Arc::new(Metrics::default()),
-            clock.clone(),
-            AgentSettings {
-                instructions: String::new(),
-                task_retention: Duration::from_secs(3600),
-                context_messages: 20,
-                max_text_bytes: 1000,
-                backend_timeout: Duration::from_secs(1),
-            },
-        );
+        let agent = agent_over(&store, SharedState::default()).await;
         let task = agent.task("t1", "c1", "m1", "hello", TaskState::Working, WORKING_TEXT);
-        let now = clock.now_millis();
+        let now = agent.clock.now_millis();
         store
             .tasks()
             .save_exchange(Exchange {
