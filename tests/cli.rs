@@ -589,3 +589,67 @@ async fn a_store_from_before_administrators_gives_its_peers_to_operator() {
         "{conversations}"
     );
 }
+
+#[test]
+fn a_second_server_on_a_served_data_directory_refuses_and_names_the_first() {
+    if skip_unless_sqlite("one process per SQLite file is the embedded engine's rule") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = ServeProcess::start(dir.path(), &data);
+    let data_arg = data.to_str().unwrap();
+    // A second server on the same data directory must stop at once, naming the first.
+    let mut second = std::process::Command::new(bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--data", data_arg])
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("a second server kept running on a served data directory");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pid {}", first.child.id())),
+        "names the process holding the store: {stderr}"
+    );
+    // The command line keeps working beside the running server, and the first still serves.
+    let (code, _, stderr) = cli_on(&data, &["peer", "add", "alice"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, list, _) = cli_on(&data, &["peer", "list"]);
+    assert_eq!(code, 0);
+    assert!(list.contains("alice"), "{list}");
+    let mut health = std::net::TcpStream::connect(first.addr).unwrap();
+    std::io::Write::write_all(
+        &mut health,
+        b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut health, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Once the first is gone (even killed), the directory can be served again.
+    first.kill();
+    let again = ServeProcess::start(dir.path(), &data);
+    again.kill();
+}

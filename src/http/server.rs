@@ -144,6 +144,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let policy = &options.policy;
     let backend = crate::backend::from_policy(&policy.model)?;
     let store = Store::open(&options.data_dir).await?;
+    store.claim_for_serving().await?;
     let listeners = Listeners::bind(&options).await?;
     let door_url = card::door_url(policy, listeners.local_addr);
     let documents = Documents::build(&options, &store, &door_url).await?;

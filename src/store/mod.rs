@@ -60,6 +60,14 @@ pub enum StoreError {
     /// The store was closed.
     #[error("the store is closed")]
     Closed,
+    /// Another running gateway already serves this store, and the engine cannot be shared.
+    #[error(
+        "this store is already served by another peergate process ({holder}); stop it first, or give this one another --data directory (the command line works beside a running server)"
+    )]
+    Served {
+        /// The process holding it, as it wrote itself down (`pid N`).
+        holder: String,
+    },
 }
 
 /// What the authentication layers read: credentials by token id, logins by name. Reads only,
@@ -312,6 +320,10 @@ pub trait DocumentStore: Send + Sync + std::fmt::Debug {
 pub trait StoreEngine: Send + Sync + std::fmt::Debug {
     /// For the log: the engine and where its data is (never a password).
     fn describe(&self) -> String;
+    /// Claims the store for this running gateway until it closes. An engine that one process
+    /// must own alone refuses a second claim, naming the holder; one built for several
+    /// instances accepts every claim.
+    async fn claim_for_serving(&self) -> Result<(), StoreError>;
     /// Writes what is pending and closes every connection; later calls fail.
     async fn close(&self);
 }
@@ -387,6 +399,10 @@ impl Store {
     /// The engine underneath, for the log.
     pub fn describe(&self) -> String {
         self.engine.describe()
+    }
+    /// Claims the store for this running gateway (see [`StoreEngine::claim_for_serving`]).
+    pub async fn claim_for_serving(&self) -> Result<(), StoreError> {
+        self.engine.claim_for_serving().await
     }
     /// Writes what is pending and closes every connection; later calls fail.
     pub async fn close(&self) {

@@ -60,6 +60,9 @@ pub struct SqliteStore {
     /// Last-use notes for their writer; taken (closing the channel) when the store closes.
     uses: std::sync::Mutex<Option<LastUses>>,
     uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Held while a gateway serves this file: SQLite's working-task sweep and the in-memory
+    /// limits and budgets assume one serving process.
+    serving: std::sync::Mutex<Option<std::fs::File>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -107,6 +110,7 @@ impl SqliteStore {
             exchanges,
             uses: std::sync::Mutex::new(Some(uses)),
             uses_writer: std::sync::Mutex::new(Some(uses_writer)),
+            serving: std::sync::Mutex::new(None),
         })
     }
 
@@ -248,7 +252,53 @@ impl StoreEngine for SqliteStore {
         format!("sqlite ({})", self.path.display())
     }
 
+    async fn claim_for_serving(&self) -> Result<(), StoreError> {
+        use std::io::{Read as _, Seek as _, Write as _};
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".serving");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(PathBuf::from(name))
+            .map_err(|e| StoreError::DataDir(e.kind()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                // Only what this code writes is shown: `pid` and digits.
+                let holder = if holder.strip_prefix("pid ").is_some_and(|n| {
+                    !n.is_empty() && n.len() <= 10 && n.bytes().all(|b| b.is_ascii_digit())
+                }) {
+                    holder.to_owned()
+                } else {
+                    "pid unknown".to_owned()
+                };
+                return Err(StoreError::Served { holder });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::DataDir(e.kind())),
+        }
+        // The lock, not the text, is what holds: a process that dies releases it with its
+        // descriptors, whatever the file still says.
+        let written = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| write!(file, "pid {}", std::process::id()));
+        written.map_err(|e| StoreError::DataDir(e.kind()))?;
+        *self.serving.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+        Ok(())
+    }
+
     async fn close(&self) {
+        drop(
+            self.serving
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         // The last-use notes still queued are written first (bounded: a note is a timestamp).
         drop(self.uses.lock().unwrap_or_else(|e| e.into_inner()).take());
         let writer = self
