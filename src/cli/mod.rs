@@ -70,9 +70,29 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct DataDir {
-    /// Data directory holding the SQLite store.
+    /// Data directory holding the SQLite store (and the default card-signing key).
     #[arg(long = "data", value_name = "DIR", default_value = "data")]
     dir: PathBuf,
+    /// A PostgreSQL store shared by several instances instead of the SQLite one:
+    /// postgres://user:password@host:port/database. Prefer the environment variable, so the
+    /// password is in no file and no process listing.
+    #[arg(
+        long = "store",
+        value_name = "URL",
+        env = "PEERGATE_STORE_URL",
+        hide_env_values = true
+    )]
+    store: Option<String>,
+}
+
+impl DataDir {
+    /// Where the store is.
+    fn location(&self) -> crate::store::StoreLocation {
+        match &self.store {
+            Some(url) => crate::store::StoreLocation::Postgres(url.clone()),
+            None => crate::store::StoreLocation::Embedded(self.dir.clone()),
+        }
+    }
 }
 
 /// A failed command: one line for the operator.
@@ -112,7 +132,7 @@ async fn on_store<T>(
 
 /// The account service over the store in `data`, with the defaults of `policy`.
 async fn accounts(data: &DataDir, policy: Option<&Policy>) -> Result<AccountService, CliError> {
-    let store = Store::open(&data.dir).await?;
+    let store = Store::open_at(&data.location()).await?;
     let defaults = AccountDefaults {
         default_owner: policy.and_then(|p| p.peers.default_owner.clone()),
         rate_per_minute: policy.map_or_else(
@@ -175,6 +195,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 policy,
                 policy_source,
                 data_dir: data.dir,
+                store_url: data.store,
                 listen,
                 admin_listen,
                 clock: Arc::new(clock),

@@ -21,7 +21,7 @@ use crate::layers::gate::GateLayer;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::layers::metrics::{Metrics, MetricsLayer};
 use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreLocation};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -44,14 +44,26 @@ pub struct GatewayOptions {
     pub policy: Policy,
     /// Where it came from.
     pub policy_source: PolicySource,
-    /// The data directory.
+    /// The data directory (the embedded store, and the default card-signing key).
     pub data_dir: PathBuf,
+    /// A PostgreSQL store instead of the embedded one (`--store`, `PEERGATE_STORE_URL`).
+    pub store_url: Option<String>,
     /// Overrides `server.listen`.
     pub listen: Option<SocketAddr>,
     /// Overrides `server.admin_listen`.
     pub admin_listen: Option<SocketAddr>,
     /// The clock; tests pass a manual one.
     pub clock: Arc<dyn Clock>,
+}
+
+impl GatewayOptions {
+    /// Where the store is.
+    pub fn store_location(&self) -> StoreLocation {
+        match &self.store_url {
+            Some(url) => StoreLocation::Postgres(url.clone()),
+            None => StoreLocation::Embedded(self.data_dir.clone()),
+        }
+    }
 }
 
 /// Why the gateway did not start.
@@ -143,7 +155,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     crate::http::tls::ensure_provider();
     let policy = &options.policy;
     let backend = crate::backend::from_policy(&policy.model)?;
-    let store = Store::open(&options.data_dir).await?;
+    let store = Store::open_at(&options.store_location()).await?;
     store.claim_for_serving().await?;
     let listeners = Listeners::bind(&options).await?;
     let door_url = card::door_url(policy, listeners.local_addr);

@@ -16,6 +16,8 @@
 //! so a second engine is a new module that implements these traits, not edits to their users.
 //! Card-signing keys are files named by the policy, not rows, so no seam holds them.
 
+pub(crate) mod batch;
+pub mod postgres;
 pub mod records;
 pub mod sqlite;
 
@@ -340,6 +342,25 @@ pub struct Store {
     engine: Arc<dyn StoreEngine>,
 }
 
+/// Where the store of record is: the engine is chosen once, by this.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// The embedded SQLite file in a data directory (one serving process).
+    Embedded(std::path::PathBuf),
+    /// A PostgreSQL database shared by several instances, by URL (it may hold a password).
+    Postgres(String),
+}
+
+impl std::fmt::Debug for StoreLocation {
+    /// Never the URL: it may hold a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Embedded(dir) => f.debug_tuple("Embedded").field(dir).finish(),
+            Self::Postgres(_) => f.write_str("Postgres(…)"),
+        }
+    }
+}
+
 impl Store {
     /// Opens (creating if needed) the embedded SQLite store in `data_dir`, and brings its
     /// schema up to date.
@@ -347,6 +368,16 @@ impl Store {
         Ok(Self::from_engine(Arc::new(
             sqlite::SqliteStore::open(data_dir).await?,
         )))
+    }
+
+    /// Opens the store at `location` with the engine it names.
+    pub async fn open_at(location: &StoreLocation) -> Result<Self, StoreError> {
+        match location {
+            StoreLocation::Embedded(dir) => Self::open(dir).await,
+            StoreLocation::Postgres(url) => Ok(Self::from_engine(Arc::new(
+                postgres::PostgresStore::open(url).await?,
+            ))),
+        }
     }
 
     /// Hands out one engine's seams.
@@ -407,5 +438,16 @@ impl Store {
     /// Writes what is pending and closes every connection; later calls fail.
     pub async fn close(&self) {
         self.engine.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_location_never_shows_its_url() {
+        let location = StoreLocation::Postgres("postgres://app:s3cret@db:5432/peergate".into());
+        assert!(!format!("{location:?}").contains("s3cret"));
     }
 }

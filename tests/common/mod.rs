@@ -10,6 +10,7 @@ mod cli;
 mod gateway;
 mod model;
 mod policy;
+pub mod postgres;
 mod process;
 mod rpc;
 mod sdk;

@@ -15,11 +15,17 @@ pub const STORE_VARIABLE: &str = "PEERGATE_TEST_STORE";
 pub enum TestStore {
     /// SQLite, in a file in the data directory (the default).
     Sqlite,
+    /// PostgreSQL: a database of its own per data directory, in this test binary's throwaway
+    /// cluster (the data directory still holds files such as the card key).
+    Postgres,
 }
 
 impl TestStore {
     /// Every engine, by the name `PEERGATE_TEST_STORE` takes.
-    pub const ALL: [(&'static str, TestStore); 1] = [("sqlite", TestStore::Sqlite)];
+    pub const ALL: [(&'static str, TestStore); 2] = [
+        ("sqlite", TestStore::Sqlite),
+        ("postgres", TestStore::Postgres),
+    ];
 
     /// The engine named by `PEERGATE_TEST_STORE` (SQLite when unset); panics on a name it does
     /// not know.
@@ -57,8 +63,14 @@ impl TestStore {
 
     /// The data directory an in-process gateway gets in `GatewayOptions`.
     pub fn data_dir(self, data: &Path) -> PathBuf {
+        data.to_owned()
+    }
+
+    /// The store URL an in-process gateway gets in `GatewayOptions` (none: the embedded one).
+    pub fn store_url(self, data: &Path) -> Option<String> {
         match self {
-            Self::Sqlite => data.to_owned(),
+            Self::Sqlite => None,
+            Self::Postgres => Some(postgres_url(data)),
         }
     }
 
@@ -66,6 +78,12 @@ impl TestStore {
     pub fn args(self, data: &Path) -> Vec<String> {
         match self {
             Self::Sqlite => vec!["--data".into(), data.to_str().unwrap().into()],
+            Self::Postgres => vec![
+                "--data".into(),
+                data.to_str().unwrap().into(),
+                "--store".into(),
+                postgres_url(data),
+            ],
         }
     }
 
@@ -75,6 +93,11 @@ impl TestStore {
             Self::Sqlite => peergate::store::Store::open(&self.data_dir(data))
                 .await
                 .expect("the store opens"),
+            Self::Postgres => peergate::store::Store::open_at(
+                &peergate::store::StoreLocation::Postgres(postgres_url(data)),
+            )
+            .await
+            .expect("the store opens"),
         }
     }
 }
@@ -93,4 +116,11 @@ pub fn skip_unless_sqlite(why: &str) -> bool {
         eprintln!("skipped on the {} store: {why}", engine.name());
     }
     skip
+}
+
+/// The PostgreSQL database of the test whose data directory is `data`.
+fn postgres_url(data: &Path) -> String {
+    super::postgres::cluster()
+        .expect("PEERGATE_TEST_STORE=postgres needs PostgreSQL installed")
+        .database_for(data)
 }

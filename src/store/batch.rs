@@ -1,0 +1,105 @@
+//! The group commit's shape, shared by every engine: what one batch of exchanges writes.
+
+use crate::store::{ConversationMessage, Exchange};
+use std::collections::HashMap;
+
+/// What one batch writes, shaped so that every multi-row upsert touches each row once:
+///
+/// - **one row per task**: a later exchange of the same task in the batch replaces an earlier
+///   one (a working copy and its final state);
+/// - **one row per context**: the batch's latest time for each (peer, context);
+/// - **usage pre-aggregated**: tokens and requests summed per (owner, peer, day).
+///
+/// SQLite would accept repeated keys in one `INSERT … ON CONFLICT`; PostgreSQL refuses to
+/// touch a row twice in one statement. Both engines write from this shape.
+#[derive(Default)]
+pub(crate) struct Batch<'a> {
+    /// Each task's latest copy, with the time its first copy was made.
+    pub(crate) tasks: Vec<(&'a Exchange, i64)>,
+    /// Each context's first and latest time.
+    pub(crate) contexts: HashMap<(&'a str, &'a str), (i64, i64)>,
+    /// Every conversation message the batch adds, with its exchange.
+    pub(crate) messages: Vec<(&'a Exchange, &'a ConversationMessage)>,
+    /// Tokens and requests per (owner, peer, day).
+    pub(crate) usage: HashMap<(&'a str, &'a str, &'a str), (u64, u64)>,
+}
+
+impl<'a> Batch<'a> {
+    /// The rows a batch of exchanges writes.
+    pub(crate) fn of(exchanges: &[&'a Exchange]) -> Self {
+        let mut batch = Self::default();
+        let mut task_index: HashMap<&str, usize> = HashMap::new();
+        for &e in exchanges {
+            match task_index.get(e.task_id.as_str()) {
+                Some(&i) => batch.tasks[i].0 = e,
+                None => {
+                    task_index.insert(&e.task_id, batch.tasks.len());
+                    batch.tasks.push((e, e.now));
+                }
+            }
+            if !e.messages.is_empty() {
+                let (first, last) = batch
+                    .contexts
+                    .entry((&e.peer_id, &e.context_id))
+                    .or_insert((e.now, e.now));
+                *first = (*first).min(e.now);
+                *last = (*last).max(e.now);
+                batch.messages.extend(e.messages.iter().map(|m| (e, m)));
+            }
+            if let Some(spent) = &e.usage {
+                let entry = batch
+                    .usage
+                    .entry((&spent.owner_id, &e.peer_id, &spent.day))
+                    .or_default();
+                entry.0 = entry.0.saturating_add(spent.tokens);
+                entry.1 += 1;
+            }
+        }
+        batch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ConversationRole;
+
+    fn exchange(task: &str, context: &str, now: i64, tokens: Option<u64>) -> Exchange {
+        Exchange {
+            task_id: task.into(),
+            peer_id: "p".into(),
+            context_id: context.into(),
+            state: "TASK_STATE_COMPLETED",
+            task_json: "{}".into(),
+            now,
+            expires_at: now + 1,
+            messages: vec![ConversationMessage {
+                role: ConversationRole::Peer,
+                text: "hi".into(),
+            }],
+            usage: tokens.map(|tokens| crate::store::ExchangeUsage {
+                owner_id: "a".into(),
+                day: "2026-11-30".into(),
+                tokens,
+            }),
+            audit: None,
+            instance: None,
+        }
+    }
+
+    #[test]
+    fn a_batch_touches_each_task_context_and_usage_row_once() {
+        let first = exchange("t1", "c", 10, Some(3));
+        let second = exchange("t2", "c", 20, Some(4));
+        let again = exchange("t1", "c", 30, None);
+        let batch = Batch::of(&[&first, &second, &again]);
+        assert_eq!(batch.tasks.len(), 2);
+        assert_eq!(batch.tasks[0].0.now, 30, "the later copy of t1 wins");
+        assert_eq!(batch.tasks[0].1, 10, "created when its first copy was");
+        assert_eq!(batch.contexts.len(), 1);
+        assert_eq!(batch.contexts[&("p", "c")], (10, 30));
+        assert_eq!(batch.messages.len(), 3);
+        assert_eq!(batch.usage.len(), 1);
+        assert_eq!(batch.usage[&("a", "p", "2026-11-30")], (7, 2));
+    }
+}

@@ -1,0 +1,448 @@
+//! Administrators, peers, credentials and the audit log in PostgreSQL.
+//!
+//! A change is one transaction, so a change and its audit record are committed together or not
+//! at all. Its reads take row locks (`FOR UPDATE`), so two instances changing the same peer or
+//! administrator take turns instead of both acting on what they read. The audit table refuses
+//! `UPDATE`, `DELETE` and `TRUNCATE` in the database itself (triggers).
+
+use super::PostgresStore;
+use crate::store::{
+    AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerRecord,
+    StoreError,
+};
+use crate::store::{AdminStatus, AuditAction, PeerStatus};
+use crate::token::{CredentialKind, TokenSecretHash};
+use async_trait::async_trait;
+use sqlx::{PgConnection, Postgres, Row, Transaction};
+
+pub(super) const ADMIN_COLUMNS: &str = "SELECT id, name, status, password_hash IS NOT NULL AS has_password, \
+     model_allowed, tokens_per_day, tokens_per_month, created_at FROM admins";
+
+pub(super) fn admin_record(row: &sqlx::postgres::PgRow) -> Result<AdminRecord, StoreError> {
+    let count = |column: &str| -> Result<Option<u64>, StoreError> {
+        Ok(row
+            .try_get::<Option<i64>, _>(column)?
+            .map(|n| u64::try_from(n).unwrap_or(0)))
+    };
+    Ok(AdminRecord {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        status: super::named(row, "status", AdminStatus::from_name)?,
+        has_password: row.try_get("has_password")?,
+        model_allowed: row.try_get("model_allowed")?,
+        tokens_per_day: count("tokens_per_day")?,
+        tokens_per_month: count("tokens_per_month")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn audit_record(row: &sqlx::postgres::PgRow) -> Result<AuditRecord, StoreError> {
+    Ok(AuditRecord {
+        seq: row.try_get("seq")?,
+        entry: AuditEntry {
+            at: row.try_get("at")?,
+            actor: row.try_get("actor")?,
+            action: super::named(row, "action", AuditAction::from_name)?,
+            target: row.try_get("target")?,
+            outcome: row.try_get("outcome")?,
+            client: row.try_get("client")?,
+            detail: row.try_get("detail")?,
+            owner_id: row.try_get("owner_id")?,
+        },
+    })
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The columns of a [`PeerRecord`], from `peers p` joined with its owner `a`.
+pub(super) const PEER_COLUMNS: &str = "SELECT p.id, p.name, p.status, p.rate_per_minute, p.created_at, \
+     p.last_used_at, p.owner_id, a.name AS owner_name, p.expires_at \
+     FROM peers p JOIN admins a ON a.id = p.owner_id";
+
+fn peer_record(row: &sqlx::postgres::PgRow) -> Result<PeerRecord, StoreError> {
+    Ok(PeerRecord {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        status: super::named(row, "status", PeerStatus::from_name)?,
+        rate_per_minute: super::rate(row)?,
+        created_at: row.try_get("created_at")?,
+        last_used_at: row.try_get("last_used_at")?,
+        owner_id: row.try_get("owner_id")?,
+        owner_name: row.try_get("owner_name")?,
+        expires_at: row.try_get("expires_at")?,
+    })
+}
+
+#[async_trait]
+impl AccountStore for PostgresStore {
+    async fn begin_change(&self) -> Result<AccountChange, StoreError> {
+        Ok(Box::new(PostgresAccountChange {
+            tx: self.pool.begin().await?,
+        }))
+    }
+
+    async fn list_peers(&self, owner_id: Option<&str>) -> Result<Vec<PeerRecord>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{PEER_COLUMNS} WHERE ($1::TEXT IS NULL OR p.owner_id = $2) ORDER BY p.created_at, p.name"
+        )))
+        .bind(owner_id)
+        .bind(owner_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(peer_record).collect()
+    }
+
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        let mut tx = self.begin_change().await?;
+        tx.audit(entry).await?;
+        tx.commit().await
+    }
+
+    async fn list_admins(&self) -> Result<Vec<AdminRecord>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{ADMIN_COLUMNS} ORDER BY created_at, name"
+        )))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(admin_record).collect()
+    }
+
+    async fn find_peer(&self, name: &str) -> Result<Option<PeerRecord>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{PEER_COLUMNS} WHERE p.name = $1"
+        )))
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(peer_record).transpose()
+    }
+
+    async fn audit_since(
+        &self,
+        since: i64,
+        owner_id: Option<&str>,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, at, actor, action, target, outcome, client, detail, owner_id FROM audit \
+             WHERE at >= $1 AND ($2::TEXT IS NULL OR owner_id = $3) ORDER BY seq",
+        )
+        .bind(since)
+        .bind(owner_id)
+        .bind(owner_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(audit_record).collect()
+    }
+}
+
+/// One write transaction. Dropped without `commit`, it rolls back.
+struct PostgresAccountChange {
+    tx: Transaction<'static, Postgres>,
+}
+
+impl std::fmt::Debug for PostgresAccountChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PostgresAccountChange")
+    }
+}
+
+#[async_trait]
+impl AccountChanges for PostgresAccountChange {
+    async fn commit(self: Box<Self>) -> Result<(), StoreError> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+
+    async fn audit(&mut self, entry: &AuditEntry) -> Result<(), StoreError> {
+        insert_audit(&mut self.tx, entry).await
+    }
+
+    async fn admin(&mut self, name: &str) -> Result<Option<AdminRecord>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{ADMIN_COLUMNS} WHERE name = $1 FOR UPDATE"
+        )))
+        .bind(name)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        row.as_ref().map(admin_record).transpose()
+    }
+
+    async fn peer(&mut self, name: &str) -> Result<Option<PeerRecord>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{PEER_COLUMNS} WHERE p.name = $1 FOR UPDATE OF p"
+        )))
+        .bind(name)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        row.as_ref().map(peer_record).transpose()
+    }
+
+    async fn insert_admin(
+        &mut self,
+        admin: &AdminRecord,
+        password_hash: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO admins (id, name, password_hash, status, model_allowed, tokens_per_day, tokens_per_month, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(&admin.id)
+        .bind(&admin.name)
+        .bind(password_hash)
+        .bind(admin.status.as_str())
+        .bind(admin.model_allowed)
+        .bind(admin.tokens_per_day.map(signed))
+        .bind(admin.tokens_per_month.map(signed))
+        .bind(admin.created_at)
+        .execute(&mut *self.tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::DuplicateAdmin(admin.name.clone()));
+        }
+        Ok(())
+    }
+
+    async fn set_admin_status(
+        &mut self,
+        admin_id: &str,
+        status: AdminStatus,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE admins SET status = $1 WHERE id = $2")
+            .bind(status.as_str())
+            .bind(admin_id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn revoke_admin_tokens(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE admin_tokens SET revoked_at = $1 WHERE admin_id = $2 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(admin_id)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn set_admin_budget(
+        &mut self,
+        admin_id: &str,
+        model_allowed: bool,
+        tokens_per_day: Option<u64>,
+        tokens_per_month: Option<u64>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE admins SET model_allowed = $1, tokens_per_day = $2, tokens_per_month = $3 WHERE id = $4",
+        )
+        .bind(model_allowed)
+        .bind(tokens_per_day.map(signed))
+        .bind(tokens_per_month.map(signed))
+        .bind(admin_id)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn set_admin_password(&mut self, admin_id: &str, phc: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE admins SET password_hash = $1 WHERE id = $2")
+            .bind(phc)
+            .bind(admin_id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_admin_token(
+        &mut self,
+        admin_id: &str,
+        token_id: &str,
+        secret_hash: &TokenSecretHash,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO admin_tokens (token_id, admin_id, secret_hash, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(token_id)
+        .bind(admin_id)
+        .bind(&secret_hash.0[..])
+        .bind(now)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_peer(&mut self, peer: &PeerRecord) -> Result<(), StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id, expires_at) \
+             VALUES ($1, $2, 'active', $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(&peer.id)
+        .bind(&peer.name)
+        .bind(i64::from(peer.rate_per_minute))
+        .bind(peer.created_at)
+        .bind(&peer.owner_id)
+        .bind(peer.expires_at)
+        .execute(&mut *self.tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::DuplicatePeer(peer.name.clone()));
+        }
+        Ok(())
+    }
+
+    async fn insert_credential(
+        &mut self,
+        peer_id: &str,
+        kind: CredentialKind,
+        token_id: &str,
+        secret_hash: &TokenSecretHash,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at, kind) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(token_id)
+        .bind(peer_id)
+        .bind(&secret_hash.0[..])
+        .bind(now)
+        .bind(kind.as_str())
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn revoke_credentials(
+        &mut self,
+        peer_id: &str,
+        kind: Option<CredentialKind>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        revoke_credentials(&mut self.tx, peer_id, kind, now).await
+    }
+
+    async fn expire_credentials(
+        &mut self,
+        peer_id: &str,
+        kind: CredentialKind,
+        until: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE credentials SET expires_at = LEAST(coalesce(expires_at, $1), $2) \
+             WHERE peer_id = $3 AND kind = $4 AND revoked_at IS NULL",
+        )
+        .bind(until)
+        .bind(until)
+        .bind(peer_id)
+        .bind(kind.as_str())
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn revoke_peer(&mut self, peer_id: &str, now: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET status = 'revoked' WHERE id = $1")
+            .bind(peer_id)
+            .execute(&mut *self.tx)
+            .await?;
+        revoke_credentials(&mut self.tx, peer_id, None, now).await
+    }
+
+    async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET rate_per_minute = $1 WHERE id = $2")
+            .bind(i64::from(rate))
+            .bind(peer_id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_peer_expiry(
+        &mut self,
+        peer_id: &str,
+        expires_at: Option<i64>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET expires_at = $1 WHERE id = $2")
+            .bind(expires_at)
+            .bind(peer_id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_peer_password(&mut self, peer_id: &str, phc: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET password_hash = $1 WHERE id = $2")
+            .bind(phc)
+            .bind(peer_id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_conversation(
+        &mut self,
+        peer_id: &str,
+        context_id: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM contexts WHERE peer_id = $1 AND context_id = $2")
+            .bind(peer_id)
+            .bind(context_id)
+            .execute(&mut *self.tx)
+            .await?;
+        for table in ["messages", "tasks"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE peer_id = $1 AND context_id = $2"
+            )))
+            .bind(peer_id)
+            .bind(context_id)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+/// Appends an audit record inside a transaction.
+pub(super) async fn insert_audit(
+    tx: &mut PgConnection,
+    entry: &AuditEntry,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO audit (at, actor, action, target, outcome, client, detail, owner_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(entry.at)
+    .bind(&entry.actor)
+    .bind(entry.action.as_str())
+    .bind(&entry.target)
+    .bind(&entry.outcome)
+    .bind(&entry.client)
+    .bind(&entry.detail)
+    .bind(&entry.owner_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Marks a peer's live credentials (of one kind, or all) revoked; the rows stay for audits.
+async fn revoke_credentials(
+    tx: &mut PgConnection,
+    peer_id: &str,
+    kind: Option<CredentialKind>,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE credentials SET revoked_at = $1 \
+         WHERE peer_id = $2 AND revoked_at IS NULL AND ($3::TEXT IS NULL OR kind = $4)",
+    )
+    .bind(now)
+    .bind(peer_id)
+    .bind(kind.map(CredentialKind::as_str))
+    .bind(kind.map(CredentialKind::as_str))
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}

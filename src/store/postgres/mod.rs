@@ -1,0 +1,432 @@
+//! The engine for several instances: every seam in one PostgreSQL database.
+//!
+//! One pool serves reads and writes. The schema is this engine's own `.sql` migrations, run by
+//! `sqlx::migrate!` under PostgreSQL's advisory lock, so instances starting together migrate
+//! once. Account changes lock the rows they read (`FOR UPDATE`); exchanges share one
+//! transaction per batch in the same shape as SQLite's ([`crate::store::batch`]).
+
+mod accounts;
+mod tasks;
+
+use super::{
+    AdminLogin, ConversationEntry, ConversationStore, ConversationSummary, CredentialRecord,
+    CredentialStore, DocumentStore, PeerLogin, PeerUsage, StoreEngine, StoreError, UsageStore,
+};
+use crate::token::{CredentialKind, TokenSecretHash};
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The schema, versioned.
+static MIGRATOR: Migrator = sqlx::migrate!("src/store/postgres/migrations");
+
+/// Where last-use notes (peer id, epoch ms) go.
+type LastUses = tokio::sync::mpsc::Sender<(Box<str>, i64)>;
+
+/// The PostgreSQL engine.
+pub struct PostgresStore {
+    pool: PgPool,
+    /// Host, port and database, for the log; never the password.
+    location: String,
+    exchanges: tokio::sync::mpsc::Sender<tasks::PendingExchange>,
+    uses: std::sync::Mutex<Option<LastUses>>,
+    uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The connection holding the serving lock, while a gateway serves this database.
+    serving: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
+}
+
+/// The advisory lock a serving gateway holds (an arbitrary constant of this application).
+const SERVING_LOCK: i64 = 0x7065_6572_6761_7465; // "peergate"
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user:password@host:port/database`) and brings the schema
+    /// up to date. A refusal names what was wrong, never the password.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)
+            .map(|options| {
+                // PostgreSQL's notices ("already exists, skipping") are not the operator's news.
+                options.options([("client_min_messages", "warning")])
+            })
+            .map_err(|_| {
+            StoreError::Schema(
+                "the store URL is not a PostgreSQL URL (postgres://user:password@host:port/database)"
+                    .to_owned(),
+            )
+        })?;
+        let location = format!(
+            "{}:{}/{}",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or("postgres")
+        );
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await?;
+        MIGRATOR
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Schema(e.to_string()))?;
+        let (exchanges, pending) = tokio::sync::mpsc::channel(4 * tasks::MAX_BATCH);
+        tokio::spawn(tasks::group_commit(pool.clone(), pending));
+        let (uses, seen) = tokio::sync::mpsc::channel(LAST_USE_BACKLOG);
+        let uses_writer = tokio::spawn(write_last_uses(pool.clone(), seen));
+        Ok(Self {
+            pool,
+            location,
+            exchanges,
+            uses: std::sync::Mutex::new(Some(uses)),
+            uses_writer: std::sync::Mutex::new(Some(uses_writer)),
+            serving: tokio::sync::Mutex::new(None),
+        })
+    }
+}
+
+/// Most last-use notes waiting for the writer; past that, notes are dropped (they cost only a
+/// timestamp, and the next minute brings another).
+const LAST_USE_BACKLOG: usize = 1024;
+
+/// Writes last-use notes in batches, one transaction each, off every request's path.
+async fn write_last_uses(pool: PgPool, mut seen: tokio::sync::mpsc::Receiver<(Box<str>, i64)>) {
+    let mut batch = Vec::with_capacity(64);
+    while seen.recv_many(&mut batch, 64).await > 0 {
+        let outcome: Result<(), sqlx::Error> = async {
+            let mut tx = pool.begin().await?;
+            for (peer_id, now) in batch.drain(..) {
+                sqlx::query(
+                    "UPDATE peers SET last_used_at = GREATEST(last_used_at, $1) WHERE id = $2",
+                )
+                .bind(now)
+                .bind(&*peer_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await
+        }
+        .await;
+        batch.clear();
+        if let Err(e) = outcome {
+            tracing::warn!(error = %e, "could not record last use of peers");
+        }
+    }
+}
+
+#[async_trait]
+impl StoreEngine for PostgresStore {
+    fn describe(&self) -> String {
+        format!("postgresql ({})", self.location)
+    }
+
+    async fn claim_for_serving(&self) -> Result<(), StoreError> {
+        // Until instances hold leases on their working tasks, a second instance would fail the
+        // first one's turns at its start: one serving instance per database, held by an
+        // advisory lock on a connection of its own (released if the process dies).
+        let mut conn = self.pool.acquire().await?.detach();
+        let claimed: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(SERVING_LOCK)
+            .fetch_one(&mut conn)
+            .await?;
+        if !claimed {
+            return Err(StoreError::Served {
+                holder: "another peergate instance".to_owned(),
+            });
+        }
+        *self.serving.lock().await = Some(conn);
+        Ok(())
+    }
+
+    async fn close(&self) {
+        if let Some(conn) = self.serving.lock().await.take() {
+            let _ = sqlx::Connection::close(conn).await;
+        }
+        // The last-use notes still queued are written first (bounded: a note is a timestamp).
+        drop(self.uses.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let writer = self
+            .uses_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(writer) = writer {
+            let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+        }
+        self.pool.close().await;
+    }
+}
+
+#[async_trait]
+impl CredentialStore for PostgresStore {
+    async fn find_credential(
+        &self,
+        kind: CredentialKind,
+        token_id: &str,
+    ) -> Result<Option<CredentialRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, \
+             p.owner_id, LEAST(c.expires_at, p.expires_at) AS valid_until \
+             FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = $1 AND c.kind = $2",
+        )
+        .bind(token_id)
+        .bind(kind.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let Some(hash) = secret_hash(&row)? else {
+            return Ok(None);
+        };
+        let revoked_at: Option<i64> = row.try_get("revoked_at")?;
+        let status: String = row.try_get("status")?;
+        Ok(Some(CredentialRecord {
+            peer_id: row.try_get("peer_id")?,
+            peer_name: row.try_get("name")?,
+            secret_hash: hash,
+            active: revoked_at.is_none() && status == "active",
+            rate_per_minute: rate(&row)?,
+            owner_id: row.try_get("owner_id")?,
+            valid_until: row.try_get("valid_until")?,
+        }))
+    }
+
+    async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, name, password_hash, status, rate_per_minute, owner_id, expires_at FROM peers WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let status: String = row.try_get("status")?;
+        Ok(Some(PeerLogin {
+            peer_id: row.try_get("id")?,
+            peer_name: row.try_get("name")?,
+            password_hash: row.try_get("password_hash")?,
+            active: status == "active",
+            rate_per_minute: rate(&row)?,
+            owner_id: row.try_get("owner_id")?,
+            valid_until: row.try_get("expires_at")?,
+        }))
+    }
+
+    async fn find_admin_login(&self, name: &str) -> Result<Option<AdminLogin>, StoreError> {
+        let row = sqlx::query("SELECT id, name, password_hash, status FROM admins WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(AdminLogin {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            password_hash: row.try_get("password_hash")?,
+            active: row.try_get::<String, _>("status")? == "active",
+        }))
+    }
+
+    async fn find_admin_token(
+        &self,
+        token_id: &str,
+    ) -> Result<Option<(AdminLogin, TokenSecretHash)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT a.id, a.name, a.status, t.secret_hash, t.revoked_at FROM admin_tokens t \
+             JOIN admins a ON a.id = t.admin_id WHERE t.token_id = $1",
+        )
+        .bind(token_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let Some(hash) = secret_hash(&row)? else {
+            return Ok(None);
+        };
+        let revoked: Option<i64> = row.try_get("revoked_at")?;
+        Ok(Some((
+            AdminLogin {
+                id: row.try_get("id")?,
+                name: row.try_get("name")?,
+                password_hash: None,
+                active: revoked.is_none() && row.try_get::<String, _>("status")? == "active",
+            },
+            hash,
+        )))
+    }
+
+    fn record_peer_use(&self, peer_id: &str, now: i64) {
+        let uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(uses) = uses.as_ref() {
+            // Full or closed: the timestamp waits for the next note.
+            let _ = uses.try_send((peer_id.into(), now));
+        }
+    }
+}
+
+#[async_trait]
+impl ConversationStore for PostgresStore {
+    async fn conversations(&self, owner_id: &str) -> Result<Vec<ConversationSummary>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT p.name, c.context_id, c.created_at, c.updated_at, \
+             (SELECT COUNT(*) FROM messages m WHERE m.peer_id = c.peer_id AND m.context_id = c.context_id) AS messages \
+             FROM contexts c JOIN peers p ON p.id = c.peer_id WHERE p.owner_id = $1 \
+             ORDER BY c.updated_at DESC, c.context_id",
+        )
+        .bind(owner_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ConversationSummary {
+                    peer_name: row.try_get("name")?,
+                    context_id: row.try_get("context_id")?,
+                    created_at: row.try_get("created_at")?,
+                    updated_at: row.try_get("updated_at")?,
+                    messages: row.try_get("messages")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn conversation(
+        &self,
+        peer_id: &str,
+        context_id: &str,
+    ) -> Result<Option<Vec<ConversationEntry>>, StoreError> {
+        let exists = sqlx::query("SELECT 1 FROM contexts WHERE peer_id = $1 AND context_id = $2")
+            .bind(peer_id)
+            .bind(context_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let rows = sqlx::query(
+            "SELECT role, body, task_id, created_at FROM messages \
+             WHERE peer_id = $1 AND context_id = $2 ORDER BY seq",
+        )
+        .bind(peer_id)
+        .bind(context_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ConversationEntry {
+                    role: row.try_get("role")?,
+                    text: row.try_get("body")?,
+                    task_id: row.try_get("task_id")?,
+                    at: row.try_get("created_at")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+            .map(Some)
+    }
+}
+
+#[async_trait]
+impl UsageStore for PostgresStore {
+    async fn find_admin_by_id(&self, id: &str) -> Result<Option<super::AdminRecord>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{} WHERE id = $1",
+            accounts::ADMIN_COLUMNS
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(accounts::admin_record).transpose()
+    }
+
+    async fn tokens_spent(&self, admin_id: &str, period: &str) -> Result<u64, StoreError> {
+        let total: Option<i64> = sqlx::query_scalar(
+            "SELECT SUM(tokens)::BIGINT FROM usage WHERE admin_id = $1 AND left(day, length($2)) = $3",
+        )
+        .bind(admin_id)
+        .bind(period)
+        .bind(period)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u64::try_from(total.unwrap_or(0)).unwrap_or(0))
+    }
+
+    async fn usage_by_peer(
+        &self,
+        admin_id: &str,
+        period: &str,
+    ) -> Result<Vec<PeerUsage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT p.name, SUM(u.tokens)::BIGINT AS tokens, SUM(u.requests)::BIGINT AS requests FROM usage u \
+             JOIN peers p ON p.id = u.peer_id \
+             WHERE u.admin_id = $1 AND left(u.day, length($2)) = $3 GROUP BY p.name ORDER BY p.name",
+        )
+        .bind(admin_id)
+        .bind(period)
+        .bind(period)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(PeerUsage {
+                    peer_name: row.try_get("name")?,
+                    tokens: u64::try_from(row.try_get::<i64, _>("tokens")?).unwrap_or(0),
+                    requests: u64::try_from(row.try_get::<i64, _>("requests")?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl DocumentStore for PostgresStore {
+    async fn document_modified_at(
+        &self,
+        name: &str,
+        etag: &str,
+        now: i64,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query("SELECT etag, modified_at FROM documents WHERE name = $1 FOR UPDATE")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(row) = row
+            && row.try_get::<String, _>("etag")? == etag
+        {
+            return Ok(row.try_get("modified_at")?);
+        }
+        sqlx::query(
+            "INSERT INTO documents (name, etag, modified_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET etag = excluded.etag, modified_at = excluded.modified_at",
+        )
+        .bind(name)
+        .bind(etag)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(now)
+    }
+}
+
+/// A stored secret hash; `None` for a row whose hash has the wrong length (never matches).
+fn secret_hash(row: &PgRow) -> Result<Option<TokenSecretHash>, StoreError> {
+    let hash: Vec<u8> = row.try_get("secret_hash")?;
+    Ok(<[u8; 32]>::try_from(hash.as_slice())
+        .ok()
+        .map(TokenSecretHash))
+}
+
+/// A column holding one of a type's names (a status, an audit action); anything else is a
+/// store this release cannot read.
+fn named<T>(row: &PgRow, column: &str, parse: fn(&str) -> Option<T>) -> Result<T, StoreError> {
+    let text: String = row.try_get(column)?;
+    parse(&text).ok_or_else(|| StoreError::Schema(format!("unknown {column} {text:?}")))
+}
+
+fn rate(row: &PgRow) -> Result<u32, StoreError> {
+    Ok(u32::try_from(row.try_get::<i64, _>("rate_per_minute")?).unwrap_or(u32::MAX))
+}

@@ -1,0 +1,245 @@
+//! Tasks and context histories in PostgreSQL, and the group commit that shares one
+//! transaction among many turns.
+
+use super::PostgresStore;
+use crate::store::batch::Batch;
+use crate::store::{
+    ConversationMessage, ConversationRole, Exchange, StoreError, TaskStore, WorkingTask,
+};
+use async_trait::async_trait;
+use sqlx::postgres::PgPool;
+use sqlx::{Postgres, QueryBuilder, Row};
+
+/// An exchange waiting for the group commit, and who to tell when it is durable.
+pub(super) struct PendingExchange {
+    exchange: Exchange,
+    done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// Most exchanges committed in one transaction.
+pub(super) const MAX_BATCH: usize = 256;
+
+#[async_trait]
+impl TaskStore for PostgresStore {
+    async fn context_history(
+        &self,
+        peer_id: &str,
+        context_id: &str,
+        limit: u32,
+    ) -> Result<Vec<ConversationMessage>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT role, body FROM messages WHERE peer_id = $1 AND context_id = $2 ORDER BY seq DESC LIMIT $3",
+        )
+        .bind(peer_id)
+        .bind(context_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut history = rows
+            .iter()
+            .map(|row| {
+                let role: String = row.try_get("role")?;
+                Ok(ConversationMessage {
+                    role: if role == ConversationRole::Agent.as_str() {
+                        ConversationRole::Agent
+                    } else {
+                        ConversationRole::Peer
+                    },
+                    text: row.try_get("body")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        history.reverse();
+        Ok(history)
+    }
+
+    /// Concurrent calls share one transaction (group commit), so one writer keeps up with many
+    /// requests.
+    async fn save_exchange(&self, exchange: Exchange) -> Result<(), StoreError> {
+        let (done, committed) = tokio::sync::oneshot::channel();
+        self.exchanges
+            .send(PendingExchange { exchange, done })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        committed.await.map_err(|_| StoreError::Closed)?
+    }
+
+    async fn find_task(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query(
+            "SELECT body FROM tasks WHERE id = $1 AND peer_id = $2 AND expires_at > $3",
+        )
+        .bind(task_id)
+        .bind(peer_id)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|row| row.try_get("body")).transpose()?)
+    }
+
+    async fn working_tasks(
+        &self,
+        created_before: Option<i64>,
+    ) -> Result<Vec<WorkingTask>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND ($1::BIGINT IS NULL OR created_at < $2)",
+        )
+        .bind(created_before)
+        .bind(created_before)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(WorkingTask {
+                    id: row.try_get("id")?,
+                    body: row.try_get("body")?,
+                    instance: row.try_get("instance")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn finish_working_task(
+        &self,
+        id: &str,
+        state: &str,
+        body: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE tasks SET state = $1, body = $2 WHERE id = $3 AND state = 'TASK_STATE_WORKING'",
+        )
+        .bind(state)
+        .bind(body)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM tasks WHERE expires_at <= $1")
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// Commits waiting exchanges in batches until every handle is gone.
+pub(super) async fn group_commit(
+    pool: PgPool,
+    mut pending: tokio::sync::mpsc::Receiver<PendingExchange>,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let exchanges: Vec<&Exchange> = batch.iter().map(|p| &p.exchange).collect();
+        match write_exchanges(&pool, &exchanges).await {
+            Ok(()) => {
+                for waiting in batch.drain(..) {
+                    let _ = waiting.done.send(Ok(()));
+                }
+            }
+            Err(error) => {
+                // One exchange must not sink the others: retry each alone.
+                if batch.len() == 1 {
+                    if let Some(waiting) = batch.pop() {
+                        let _ = waiting.done.send(Err(error));
+                    }
+                    continue;
+                }
+                for waiting in batch.drain(..) {
+                    let outcome = write_exchanges(&pool, &[&waiting.exchange]).await;
+                    let _ = waiting.done.send(outcome);
+                }
+            }
+        }
+    }
+}
+
+/// Writes exchanges in one transaction, a few multi-row statements for the whole batch.
+async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), StoreError> {
+    let batch = Batch::of(exchanges);
+    let mut tx = pool.begin().await?;
+    let mut tasks = QueryBuilder::<Postgres>::new(
+        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance) ",
+    );
+    tasks.push_values(&batch.tasks, |mut row, (e, created_at)| {
+        row.push_bind(e.task_id.as_str())
+            .push_bind(e.peer_id.as_str())
+            .push_bind(e.context_id.as_str())
+            .push_bind(e.state)
+            .push_bind(e.task_json.as_str())
+            .push_bind(*created_at)
+            .push_bind(e.expires_at)
+            .push_bind(e.instance.as_deref());
+    });
+    // A finished task replaces the working copy stored before the model was asked, unless a
+    // sweep already called that copy failed (a peer may have read it so).
+    tasks.push(
+        " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
+         expires_at = excluded.expires_at WHERE tasks.state = 'TASK_STATE_WORKING'",
+    );
+    tasks.build().execute(&mut *tx).await?;
+    if !batch.contexts.is_empty() {
+        let mut contexts = QueryBuilder::<Postgres>::new(
+            "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",
+        );
+        contexts.push_values(
+            &batch.contexts,
+            |mut row, ((peer, context), (first, last))| {
+                row.push_bind(*peer)
+                    .push_bind(*context)
+                    .push_bind(*first)
+                    .push_bind(*last);
+            },
+        );
+        contexts.push(
+            " ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at",
+        );
+        contexts.build().execute(&mut *tx).await?;
+        let mut insert = QueryBuilder::<Postgres>::new(
+            "INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) ",
+        );
+        insert.push_values(&batch.messages, |mut row, (e, m)| {
+            row.push_bind(e.peer_id.as_str())
+                .push_bind(e.context_id.as_str())
+                .push_bind(e.task_id.as_str())
+                .push_bind(m.role.as_str())
+                .push_bind(m.text.as_str())
+                .push_bind(e.now);
+        });
+        insert.build().execute(&mut *tx).await?;
+    }
+    if !batch.usage.is_empty() {
+        let mut upsert = QueryBuilder::<Postgres>::new(
+            "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) ",
+        );
+        upsert.push_values(
+            &batch.usage,
+            |mut row, ((owner, peer, day), (tokens, requests))| {
+                row.push_bind(*owner)
+                    .push_bind(*peer)
+                    .push_bind(*day)
+                    .push_bind(i64::try_from(*tokens).unwrap_or(i64::MAX))
+                    .push_bind(i64::try_from(*requests).unwrap_or(i64::MAX));
+            },
+        );
+        upsert.push(
+            " ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
+             SET tokens = usage.tokens + excluded.tokens, requests = usage.requests + excluded.requests",
+        );
+        upsert.build().execute(&mut *tx).await?;
+    }
+    for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
+        super::accounts::insert_audit(&mut tx, entry).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

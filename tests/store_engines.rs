@@ -1,0 +1,390 @@
+//! The store seams behave the same on every engine: each check runs against the embedded SQLite
+//! store and against PostgreSQL (a throwaway cluster of this test binary; skipped loudly when
+//! PostgreSQL is not installed, failing under CI).
+
+mod common;
+
+use common::*;
+use peergate::store::{
+    AdminRecord, AdminStatus, AuditAction, AuditEntry, ConversationMessage, ConversationRole,
+    Exchange, ExchangeUsage, PeerRecord, PeerStatus, Store, StoreLocation,
+};
+use peergate::token::{self, CredentialKind};
+use std::sync::Arc;
+
+/// Every engine this machine can run, each with a fresh store.
+async fn engines() -> Vec<(&'static str, Store, tempfile::TempDir)> {
+    let mut stores = Vec::new();
+    let dir = tempfile::tempdir().unwrap();
+    stores.push(("sqlite", Store::open(dir.path()).await.unwrap(), dir));
+    if let Some(cluster) = postgres::cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = cluster.database_for(dir.path());
+        let store = Store::open_at(&StoreLocation::Postgres(url))
+            .await
+            .expect("the PostgreSQL store opens");
+        stores.push(("postgres", store, dir));
+    }
+    stores
+}
+
+fn admin(id: &str, name: &str) -> AdminRecord {
+    AdminRecord {
+        id: id.into(),
+        name: name.into(),
+        status: AdminStatus::Active,
+        has_password: false,
+        model_allowed: true,
+        tokens_per_day: Some(500),
+        tokens_per_month: None,
+        created_at: 1,
+    }
+}
+
+fn peer(id: &str, name: &str, owner: &str) -> PeerRecord {
+    PeerRecord {
+        id: id.into(),
+        name: name.into(),
+        status: PeerStatus::Active,
+        rate_per_minute: 30,
+        created_at: 2,
+        last_used_at: None,
+        owner_id: owner.into(),
+        owner_name: String::new(),
+        expires_at: Some(10_000),
+    }
+}
+
+fn entry(action: AuditAction) -> AuditEntry {
+    AuditEntry {
+        at: 5,
+        actor: "operator".into(),
+        action,
+        target: "peer:alice".into(),
+        outcome: "ok".into(),
+        client: "local".into(),
+        detail: String::new(),
+        owner_id: Some("adm_1".into()),
+    }
+}
+
+#[tokio::test]
+async fn accounts_credentials_and_the_audit_log_on_every_engine() {
+    for (engine, store, _dir) in engines().await {
+        let mut change = store.accounts().begin_change().await.unwrap();
+        change
+            .insert_admin(&admin("adm_1", "ada"), Some("phc"))
+            .await
+            .unwrap();
+        change
+            .insert_peer(&peer("peer_1", "alice", "adm_1"))
+            .await
+            .unwrap();
+        let issued = token::issue(CredentialKind::PeerToken).unwrap();
+        change
+            .insert_credential(
+                "peer_1",
+                CredentialKind::PeerToken,
+                &issued.token_id,
+                &issued.secret_hash,
+                3,
+            )
+            .await
+            .unwrap();
+        change
+            .audit(&entry(AuditAction::PeerCreated))
+            .await
+            .unwrap();
+        change.commit().await.unwrap();
+
+        // A taken name is refused by name, and a change dropped without commit leaves nothing.
+        let mut change = store.accounts().begin_change().await.unwrap();
+        let duplicate = change.insert_peer(&peer("peer_2", "alice", "adm_1")).await;
+        assert!(
+            matches!(
+                duplicate,
+                Err(peergate::store::StoreError::DuplicatePeer(_))
+            ),
+            "{engine}: {duplicate:?}"
+        );
+        change.audit(&entry(AuditAction::PeerRead)).await.unwrap();
+        drop(change);
+
+        let peers = store.accounts().list_peers(Some("adm_1")).await.unwrap();
+        assert_eq!(peers.len(), 1, "{engine}");
+        assert_eq!(
+            (peers[0].owner_name.as_str(), peers[0].status),
+            ("ada", PeerStatus::Active)
+        );
+        let parsed = token::parse(CredentialKind::PeerToken, &issued.token).unwrap();
+        let found = store
+            .credentials()
+            .find_credential(CredentialKind::PeerToken, parsed.token_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            found.active && parsed.matches(&found.secret_hash),
+            "{engine}"
+        );
+        assert_eq!(
+            found.valid_until,
+            Some(10_000),
+            "{engine}: the peer's expiry"
+        );
+
+        // A grace period shorter than the peer's expiry wins; revocation ends it.
+        let mut change = store.accounts().begin_change().await.unwrap();
+        change
+            .expire_credentials("peer_1", CredentialKind::PeerToken, 7_000)
+            .await
+            .unwrap();
+        change.commit().await.unwrap();
+        let found = store
+            .credentials()
+            .find_credential(CredentialKind::PeerToken, parsed.token_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.valid_until, Some(7_000), "{engine}");
+        let mut change = store.accounts().begin_change().await.unwrap();
+        change.revoke_peer("peer_1", 8).await.unwrap();
+        change.commit().await.unwrap();
+        let found = store
+            .credentials()
+            .find_credential(CredentialKind::PeerToken, parsed.token_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!found.active, "{engine}");
+
+        let audit = store.accounts().audit_since(0, None).await.unwrap();
+        let actions: Vec<AuditAction> = audit.iter().map(|r| r.entry.action).collect();
+        assert_eq!(
+            actions,
+            [AuditAction::PeerCreated],
+            "{engine}: rolled back with its change"
+        );
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
+    for (engine, store, _dir) in engines().await {
+        let mut change = store.accounts().begin_change().await.unwrap();
+        change
+            .insert_admin(&admin("adm_1", "ada"), None)
+            .await
+            .unwrap();
+        change
+            .insert_peer(&peer("peer_1", "alice", "adm_1"))
+            .await
+            .unwrap();
+        change.commit().await.unwrap();
+        let exchange = |task: &str, state: &'static str, now: i64, text: &str| Exchange {
+            task_id: task.into(),
+            peer_id: "peer_1".into(),
+            context_id: "ctx".into(),
+            state,
+            task_json: format!("{{\"id\":\"{task}\",\"state\":\"{state}\"}}"),
+            now,
+            expires_at: now + 1_000,
+            messages: if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![
+                    ConversationMessage {
+                        role: ConversationRole::Peer,
+                        text: text.into(),
+                    },
+                    ConversationMessage {
+                        role: ConversationRole::Agent,
+                        text: format!("re: {text}"),
+                    },
+                ]
+            },
+            usage: (!text.is_empty()).then(|| ExchangeUsage {
+                owner_id: "adm_1".into(),
+                day: Arc::from("2026-11-30"),
+                tokens: 40,
+            }),
+            audit: None,
+            instance: Some(Arc::from("ins_a")),
+        };
+        let tasks = store.tasks();
+        // Concurrent turns share one batch: two contexts' worth of rows, one usage row.
+        let (a, b, c) = tokio::join!(
+            tasks.save_exchange(exchange("t1", "TASK_STATE_COMPLETED", 100, "one")),
+            tasks.save_exchange(exchange("t2", "TASK_STATE_COMPLETED", 101, "two")),
+            tasks.save_exchange(exchange("t3", "TASK_STATE_WORKING", 102, "")),
+        );
+        a.unwrap();
+        b.unwrap();
+        c.unwrap();
+        let history = tasks.context_history("peer_1", "ctx", 3).await.unwrap();
+        assert_eq!(history.len(), 3, "{engine}: the last three, oldest first");
+        assert_eq!(history[2].role, ConversationRole::Agent, "{engine}");
+        assert_eq!(
+            store
+                .usage()
+                .tokens_spent("adm_1", "2026-11")
+                .await
+                .unwrap(),
+            80,
+            "{engine}"
+        );
+        let by_peer = store
+            .usage()
+            .usage_by_peer("adm_1", "2026-11-30")
+            .await
+            .unwrap();
+        assert_eq!(
+            (by_peer[0].tokens, by_peer[0].requests),
+            (80, 2),
+            "{engine}"
+        );
+        let conversations = store.conversations().conversations("adm_1").await.unwrap();
+        assert_eq!(conversations[0].messages, 4, "{engine}");
+
+        // Another peer reads nothing; a working task is found by the sweep with its instance.
+        assert!(
+            tasks
+                .find_task("peer_2", "t1", 100)
+                .await
+                .unwrap()
+                .is_none(),
+            "{engine}"
+        );
+        assert!(
+            tasks
+                .find_task("peer_1", "t1", 100)
+                .await
+                .unwrap()
+                .is_some(),
+            "{engine}"
+        );
+        let working = tasks.working_tasks(None).await.unwrap();
+        assert_eq!(working.len(), 1, "{engine}");
+        assert_eq!(working[0].instance.as_deref(), Some("ins_a"), "{engine}");
+        tasks
+            .finish_working_task("t3", "TASK_STATE_FAILED", "{}")
+            .await
+            .unwrap();
+        assert!(
+            tasks.working_tasks(None).await.unwrap().is_empty(),
+            "{engine}"
+        );
+        // A final copy never turns a swept task back.
+        tasks
+            .save_exchange(exchange("t3", "TASK_STATE_COMPLETED", 103, ""))
+            .await
+            .unwrap();
+        let t3 = tasks.find_task("peer_1", "t3", 103).await.unwrap().unwrap();
+        assert_eq!(t3, "{}", "{engine}");
+        assert_eq!(
+            tasks.delete_expired_tasks(10_000).await.unwrap(),
+            3,
+            "{engine}"
+        );
+
+        // Documents keep their first modification time while their entity tag holds.
+        let documents = store.documents();
+        assert_eq!(
+            documents
+                .document_modified_at("card", "\"a\"", 1)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            documents
+                .document_modified_at("card", "\"a\"", 2)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            documents
+                .document_modified_at("card", "\"b\"", 3)
+                .await
+                .unwrap(),
+            3
+        );
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn one_gateway_serves_a_store_at_a_time_on_every_engine() {
+    let mut locations = vec![(
+        "sqlite",
+        StoreLocation::Embedded(tempfile::tempdir().unwrap().keep()),
+    )];
+    if let Some(cluster) = postgres::cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        locations.push((
+            "postgres",
+            StoreLocation::Postgres(cluster.database_for(dir.path())),
+        ));
+    }
+    for (engine, location) in locations {
+        let first = Store::open_at(&location).await.unwrap();
+        let second = Store::open_at(&location).await.unwrap();
+        first.claim_for_serving().await.unwrap();
+        let refused = second.claim_for_serving().await;
+        assert!(
+            matches!(refused, Err(peergate::store::StoreError::Served { .. })),
+            "{engine}: {refused:?}"
+        );
+        // The command line's reads and writes work beside the serving gateway.
+        assert!(second.accounts().list_peers(None).await.is_ok(), "{engine}");
+        first.close().await;
+        second
+            .claim_for_serving()
+            .await
+            .unwrap_or_else(|e| panic!("{engine}: free once the first closed: {e}"));
+        second.close().await;
+        if let StoreLocation::Embedded(dir) = location {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_audit_log_is_append_only_in_postgresql_too() {
+    let Some(cluster) = postgres::cluster() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = cluster.database_for(dir.path());
+    let store = Store::open_at(&StoreLocation::Postgres(url.clone()))
+        .await
+        .unwrap();
+    store
+        .accounts()
+        .append_audit(&entry(AuditAction::PeerCreated))
+        .await
+        .unwrap();
+    let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    for statement in [
+        "UPDATE audit SET outcome = 'rewritten'",
+        "DELETE FROM audit",
+        "TRUNCATE audit",
+    ] {
+        let refused = sqlx::raw_sql(statement).execute(&mut db).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("append-only")),
+            "{statement}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        store.accounts().audit_since(0, None).await.unwrap().len(),
+        1
+    );
+    store.close().await;
+}
