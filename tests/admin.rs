@@ -928,7 +928,12 @@ async fn no_secret_reaches_the_log_or_the_audit_store() {
         Credentials::Basic("ops".into(), wrong_password.into()),
         Credentials::Basic(password_as_name.into(), wrong_password.into()),
         Credentials::Bearer(token.clone()),
-        Credentials::Bearer(format!("{}x", &admin_token[..admin_token.len() - 1])),
+        // The token with its last character changed (to another one: a token can end in x).
+        Credentials::Bearer(format!(
+            "{}{}",
+            &admin_token[..admin_token.len() - 1],
+            if admin_token.ends_with('x') { 'y' } else { 'x' }
+        )),
     ] {
         let client = AdminClient {
             base: base.clone(),
