@@ -121,6 +121,6 @@ pub fn skip_unless_sqlite(why: &str) -> bool {
 /// The PostgreSQL database of the test whose data directory is `data`.
 fn postgres_url(data: &Path) -> String {
     super::postgres::cluster()
-        .expect("PEERGATE_TEST_STORE=postgres needs PostgreSQL installed")
+        .expect("PEERGATE_TEST_STORE=postgres needs Debian's postgresql package (apt-get install postgresql)")
         .database_for(data)
 }
