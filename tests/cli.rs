@@ -653,3 +653,59 @@ fn a_second_server_on_a_served_data_directory_refuses_and_names_the_first() {
     let again = ServeProcess::start(dir.path(), &data);
     again.kill();
 }
+
+#[tokio::test]
+async fn an_embedded_store_copies_into_postgresql_and_serves_from_there() {
+    if skip_unless_sqlite("it copies an embedded store") {
+        return;
+    }
+    let Some(cluster) = postgres::cluster() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, "alice");
+    let server = ServeProcess::start(dir.path(), &data);
+    let first = send_text(&server.door(), &token, "remember this", Some("ctx-1")).await;
+    assert_eq!(task_of(&first)["status"]["state"], "TASK_STATE_COMPLETED");
+    let url = cluster.database_for(&dir.path().join("postgres"));
+    let data_arg = data.to_str().unwrap();
+
+    // A store being served is not copied half-way through its turns.
+    let (code, _, stderr) = cli(&["store", "copy", "--data", data_arg, "--to", &url]);
+    assert_ne!(code, 0);
+    assert!(
+        one_line(&stderr).contains("stop it before copying"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(&url), "the URL is not echoed: {stderr}");
+    server.kill();
+
+    let (code, _, stderr) = cli(&["store", "copy", "--data", data_arg, "--to", &url]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("peers 1") && stderr.contains("messages 2"),
+        "{stderr}"
+    );
+
+    // Served from PostgreSQL: the same token opens the door, the conversation goes on, and the
+    // audit log came along.
+    let served = ServeProcess::start_with(dir.path(), &data, &["--store", &url], &[]);
+    assert!(
+        served.log_text().contains("store=postgresql"),
+        "{}",
+        served.log_text()
+    );
+    let next = send_text(&served.door(), &token, "and now?", Some("ctx-1")).await;
+    let reply = reply_text(task_of(&next));
+    assert!(reply.contains("history: 2 earlier messages"), "{reply}");
+    served.kill();
+    let (code, audit, _) = cli(&["audit", "--data", data_arg, "--store", &url]);
+    assert_eq!(code, 0);
+    assert!(audit.contains("peer.created"), "{audit}");
+
+    // Copying again would mix two stores: refused, and nothing is written.
+    let (code, _, stderr) = cli(&["store", "copy", "--data", data_arg, "--to", &url]);
+    assert_ne!(code, 0);
+    assert!(one_line(&stderr).contains("not empty"), "{stderr}");
+}

@@ -5,6 +5,7 @@ mod admin;
 mod card;
 mod keys;
 mod peer;
+mod store;
 
 use crate::admin::{AccountDefaults, AccountService, Caller};
 use crate::clock::{Clock, SystemClock, parse_rfc3339, rfc3339_millis};
@@ -20,6 +21,7 @@ use peer::PeerCommand;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use store::StoreCommand;
 
 /// peergate: a narrow, well-guarded A2A 1.0 door to your model.
 #[derive(Debug, Parser)]
@@ -66,6 +68,9 @@ enum Command {
     /// Check Agent Cards.
     #[command(subcommand)]
     Card(CardCommand),
+    /// Move the store of record (the embedded SQLite store into PostgreSQL).
+    #[command(subcommand)]
+    Store(StoreCommand),
 }
 
 #[derive(Debug, Args)]
@@ -209,6 +214,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Admin(command) => admin::run(command).await,
         Command::Card(command) => card::run(command).await,
         Command::Keys(command) => keys::run(command).await,
+        Command::Store(command) => store::run(command).await,
         Command::Audit { since, data } => {
             let since = since
                 .map(|s| parse_when(&s, clock.now_millis()))

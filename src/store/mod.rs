@@ -17,6 +17,7 @@
 //! Card-signing keys are files named by the policy, not rows, so no seam holds them.
 
 pub(crate) mod batch;
+pub mod copy;
 pub mod postgres;
 pub mod records;
 pub mod sqlite;

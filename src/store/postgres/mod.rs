@@ -50,6 +50,11 @@ impl std::fmt::Debug for PostgresStore {
 }
 
 impl PostgresStore {
+    /// The pool (for copying a store into this one).
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// Connects to `url` (`postgres://user:password@host:port/database`) and brings the schema
     /// up to date. A refusal names what was wrong, never the password.
     pub async fn open(url: &str) -> Result<Self, StoreError> {

@@ -118,6 +118,11 @@ impl SqliteStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The read-only pool (for copying the store elsewhere).
+    pub(crate) fn reader(&self) -> &SqlitePool {
+        &self.reader
+    }
 }
 
 /// How long opening a store waits for another process's migration.
