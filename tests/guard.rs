@@ -595,8 +595,8 @@ async fn a_cli_revocation_reaches_a_running_server_within_the_cache_time() {
     let token = gw.add_peer("alice");
     let auth = bearer(&token);
     assert_eq!(call(&gw.door, &[("authorization", &auth)]).await.0, 200);
-    let (code, _, _) = gw.cli(&["peer", "revoke", "alice"]);
-    assert_eq!(code, 0);
+    let (code, _, stderr) = gw.cli(&["peer", "revoke", "alice"]);
+    assert_eq!(code, 0, "{stderr}");
     gw.clock.advance(Duration::from_secs(2));
     let (status, _, body) = call(&gw.door, &[("authorization", &auth)]).await;
     assert_eq!(

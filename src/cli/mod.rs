@@ -44,6 +44,15 @@ enum Command {
         /// Address of the admin API [default: server.admin_listen from the policy].
         #[arg(long, value_name = "ADDR")]
         admin_listen: Option<SocketAddr>,
+        /// Keep the per-IP and per-peer limits in Redis, shared by every instance:
+        /// redis://host:port. Prefer the environment variable when it holds a password.
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "PEERGATE_REDIS_URL",
+            hide_env_values = true
+        )]
+        redis: Option<String>,
         #[command(flatten)]
         data: DataDir,
     },
@@ -193,6 +202,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             policy,
             listen,
             admin_listen,
+            redis,
             data,
         } => {
             let (policy, policy_source) = Policy::load(policy.as_deref())?;
@@ -201,6 +211,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 policy_source,
                 data_dir: data.dir,
                 store_url: data.store,
+                redis_url: redis,
                 listen,
                 admin_listen,
                 clock: Arc::new(clock),

@@ -21,6 +21,7 @@ use crate::layers::gate::GateLayer;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::layers::metrics::{Metrics, MetricsLayer};
 use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
+use crate::shared::redis_limit::RedisLimiter;
 use crate::store::{Store, StoreError, StoreLocation};
 use axum::Extension;
 use axum::body::Bytes;
@@ -48,6 +49,8 @@ pub struct GatewayOptions {
     pub data_dir: PathBuf,
     /// A PostgreSQL store instead of the embedded one (`--store`, `PEERGATE_STORE_URL`).
     pub store_url: Option<String>,
+    /// Redis for the per-IP and per-peer limits (`--redis`, `PEERGATE_REDIS_URL`).
+    pub redis_url: Option<String>,
     /// Overrides `server.listen`.
     pub listen: Option<SocketAddr>,
     /// Overrides `server.admin_listen`.
@@ -209,15 +212,10 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         )
         .map_err(|e| config(&e))?,
     );
+    let (per_ip, per_peer) = limit_layers(&options).await?;
     let guards = Guards {
-        per_ip: PerIpLimitLayer::new(
-            Quota::per_minute(policy.limits.per_ip_per_minute),
-            policy.limits.tracked_addresses,
-            options.clock.clone(),
-        )
-        .map_err(|e| config(&e))?,
-        per_peer: PerPeerLimitLayer::new(policy.limits.tracked_addresses, options.clock.clone())
-            .map_err(|e| config(&e))?,
+        per_ip,
+        per_peer,
         authenticator: authenticator.clone(),
     };
     let state = AppState {
@@ -472,6 +470,43 @@ fn auth_settings(policy: &Policy, cache_ttl: Duration) -> Result<AuthSettings, S
         failed_auth_quota: Quota::per_minute(policy.limits.failed_auth_per_ip_per_minute),
         tracked_addresses: policy.limits.tracked_addresses,
     })
+}
+
+/// The per-IP and per-peer limits: in process, or kept in Redis for every instance.
+async fn limit_layers(
+    options: &GatewayOptions,
+) -> Result<(PerIpLimitLayer, PerPeerLimitLayer), StartError> {
+    let limits = &options.policy.limits;
+    let per_ip_quota = Quota::per_minute(limits.per_ip_per_minute);
+    let Some(url) = &options.redis_url else {
+        return Ok((
+            PerIpLimitLayer::new(
+                per_ip_quota,
+                limits.tracked_addresses,
+                options.clock.clone(),
+            )
+            .map_err(|e| config(&e))?,
+            PerPeerLimitLayer::new(limits.tracked_addresses, options.clock.clone())
+                .map_err(|e| config(&e))?,
+        ));
+    };
+    let refused = |e: crate::shared::redis_limit::RedisLimitError| {
+        StartError::Config(format!("--redis / PEERGATE_REDIS_URL: {e}"))
+    };
+    let capacity = limits.tracked_addresses;
+    let per_ip: RedisLimiter<std::net::IpAddr> =
+        RedisLimiter::connect(url, "peergate:ip", capacity, options.clock.clone())
+            .await
+            .map_err(refused)?;
+    let per_peer: RedisLimiter<Arc<str>> =
+        RedisLimiter::connect(url, "peergate:peer", capacity, options.clock.clone())
+            .await
+            .map_err(refused)?;
+    tracing::info!("per-IP and per-peer limits are kept in Redis, shared by every instance");
+    Ok((
+        PerIpLimitLayer::with_limiter(per_ip_quota, Arc::new(per_ip)),
+        PerPeerLimitLayer::with_limiter(Arc::new(per_peer)),
+    ))
 }
 
 /// The guard layers the door's routes share with housekeeping.

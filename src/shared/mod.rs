@@ -3,7 +3,7 @@
 //!
 //! | seam | used by | in process |
 //! |---|---|---|
-//! | [`rate_limit::RateLimiter`] | per-IP, per-peer and failed-authentication limits | GCRA on the monotonic clock |
+//! | [`rate_limit::RateLimiter`] | per-IP, per-peer and failed-authentication limits | GCRA on the monotonic clock; across instances, [`redis_limit::RedisLimiter`] |
 //! | [`turns::TurnLocks`] | the agent: one turn at a time per (peer, context) | a mutex per context |
 //! | [`changes::ChangeNotifier`] | caches of peers and administrators (credentials, budgets) | direct calls |
 //! | [`events::TaskEvents`] | whoever waits on a task (streaming, subscriptions, push) | a broadcast channel |
@@ -13,4 +13,5 @@ pub mod changes;
 pub mod events;
 pub mod ownership;
 pub mod rate_limit;
+pub mod redis_limit;
 pub mod turns;

@@ -19,6 +19,7 @@ pub fn gateway_options(policy: Policy, data: &Path, clock: Arc<dyn Clock>) -> Ga
         policy_source: PolicySource::Embedded,
         data_dir: TestStore::from_env().data_dir(data),
         store_url: TestStore::from_env().store_url(data),
+        redis_url: None,
         listen: Some("127.0.0.1:0".parse().unwrap()),
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         clock,

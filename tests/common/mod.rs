@@ -12,6 +12,7 @@ mod model;
 mod policy;
 pub mod postgres;
 mod process;
+pub mod redis;
 mod rpc;
 mod sdk;
 mod store;

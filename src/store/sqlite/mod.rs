@@ -226,28 +226,26 @@ fn schema_error(error: sqlx::migrate::MigrateError) -> StoreError {
 /// timestamp, and the next minute brings another).
 const LAST_USE_BACKLOG: usize = 1024;
 
-/// Writes last-use notes in batches, one transaction each, off every request's path.
+/// Writes last-use notes in batches, off every request's path: one statement a batch, so the
+/// write lock is held only while SQLite runs it (never across an await, where a busy runtime
+/// would keep it from the command line).
 async fn write_last_uses(pool: SqlitePool, mut seen: tokio::sync::mpsc::Receiver<(Box<str>, i64)>) {
     let mut batch = Vec::with_capacity(64);
     while seen.recv_many(&mut batch, 64).await > 0 {
-        let outcome: Result<(), sqlx::Error> = async {
-            let mut tx = pool.begin_with(BEGIN_WRITE).await?;
-            for (peer_id, now) in batch.drain(..) {
-                sqlx::query(
-                    "UPDATE peers SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?",
-                )
-                .bind(now)
-                .bind(&*peer_id)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await
-        }
-        .await;
-        batch.clear();
-        if let Err(e) = outcome {
+        // One row a peer, its latest time: an UPDATE … FROM uses one match a row.
+        batch.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        batch.dedup_by(|later, kept| later.0 == kept.0);
+        let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "UPDATE peers SET last_used_at = max(coalesce(last_used_at, 0), v.column2) FROM (",
+        );
+        update.push_values(batch.iter(), |mut row, (peer_id, now)| {
+            row.push_bind(&**peer_id).push_bind(*now);
+        });
+        update.push(") AS v WHERE peers.id = v.column1");
+        if let Err(e) = update.build().execute(&pool).await {
             tracing::warn!(error = %e, "could not record last use of peers");
         }
+        batch.clear();
     }
 }
 

@@ -1,0 +1,184 @@
+//! The rate-limit seam across instances: the same GCRA, kept in Redis.
+//!
+//! Each check is one atomic script on the key's theoretical arrival time, on Redis's own clock
+//! (`TIME`), so instances whose clocks differ still share one budget; a key expires once its
+//! budget is whole again, so Redis holds only live budgets.
+//!
+//! While Redis cannot be reached, each instance falls back to its in-process limiter with the
+//! full quota (so a key may get up to the quota once per instance), logs one warning when it
+//! falls back and one when Redis answers again, and counts the checks it answered locally
+//! ([`RedisLimiter::local_answers`]). The door keeps answering: a peer within its quota is not
+//! refused because Redis is away.
+
+use super::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
+use crate::clock::Clock;
+use crate::layers::limit::{Decision, Quota};
+use redis::aio::ConnectionManager;
+use std::fmt::Display;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// GCRA on one key. KEYS[1]: the key. ARGV: interval (µs), burst tolerance (µs), cost (1 to
+/// count, 0 to peek). Returns {allowed, remaining or wait (µs), reset (µs)}.
+const GCRA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new_tat = tat + interval
+local allow_at = new_tat - burst
+if now < allow_at then
+  return {0, allow_at - now, 0}
+end
+local used = tat
+if cost > 0 then
+  used = new_tat
+  redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 1)
+end
+return {1, math.floor((now + burst - used) / interval), used - now}
+";
+
+/// Why the Redis limiter could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisLimitError {
+    /// The URL is not a Redis URL (it is not echoed: it may hold a password).
+    #[error("the Redis URL is not a redis:// or rediss:// URL")]
+    Url,
+    /// Redis did not answer at start-up.
+    #[error("Redis cannot be reached at start-up: {0}")]
+    Unreachable(String),
+}
+
+/// A GCRA limiter whose budgets live in Redis, shared by every instance that uses the same
+/// Redis and prefix.
+pub struct RedisLimiter<K> {
+    connection: ConnectionManager,
+    script: Arc<redis::Script>,
+    prefix: Arc<str>,
+    fallback: Arc<LocalLimiter<K>>,
+    degraded: Arc<AtomicBool>,
+    local_answers: Arc<AtomicU64>,
+}
+
+impl<K> std::fmt::Debug for RedisLimiter<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
+    /// Connects to Redis at `url`; budgets are kept under `prefix:`. The in-process fallback
+    /// tracks at most `capacity` keys on `clock`.
+    pub async fn connect(
+        url: &str,
+        prefix: &str,
+        capacity: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, RedisLimitError> {
+        let client = redis::Client::open(url).map_err(|_| RedisLimitError::Url)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(Duration::from_millis(500)))
+            .set_number_of_retries(1);
+        let connection = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| RedisLimitError::Unreachable(format!("{:?}", e.kind())))?;
+        Ok(Self {
+            connection,
+            script: Arc::new(redis::Script::new(GCRA)),
+            prefix: prefix.into(),
+            fallback: Arc::new(LocalLimiter::new(capacity, clock)),
+            degraded: Arc::new(AtomicBool::new(false)),
+            local_answers: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Checks answered by the in-process fallback because Redis was away.
+    pub fn local_answers(&self) -> u64 {
+        self.local_answers.load(Ordering::Relaxed)
+    }
+
+    fn run(&self, key: &K, quota: Quota, cost: i64) -> LimitCheck {
+        let interval = (quota.period.as_micros() / u128::from(quota.count.max(1))).max(1);
+        let interval = i64::try_from(interval).unwrap_or(i64::MAX);
+        let burst = interval.saturating_mul(i64::from(quota.burst.max(1)));
+        let redis_key = format!("{}:{key}", self.prefix);
+        let script = self.script.clone();
+        let mut connection = self.connection.clone();
+        let (fallback, degraded, local) = (
+            self.fallback.clone(),
+            self.degraded.clone(),
+            self.local_answers.clone(),
+        );
+        let key = key.clone();
+        LimitCheck::Pending(Box::pin(async move {
+            let answer: Result<(i64, i64, i64), _> = script
+                .key(redis_key)
+                .arg(interval)
+                .arg(burst)
+                .arg(cost)
+                .invoke_async(&mut connection)
+                .await;
+            match answer {
+                Ok((allowed, value, reset)) => {
+                    if degraded.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "Redis answers again: rate limits are shared across instances"
+                        );
+                    }
+                    let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
+                    if allowed == 1 {
+                        Decision::Allowed {
+                            remaining: u32::try_from(value.max(0)).unwrap_or(u32::MAX),
+                            reset: micros(reset),
+                        }
+                    } else {
+                        Decision::Denied {
+                            retry_after: micros(value),
+                        }
+                    }
+                }
+                Err(error) => {
+                    if !degraded.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(error = ?error.kind(), "Redis cannot be reached: each instance limits on its own, with the full quota, until it answers again");
+                    }
+                    local.fetch_add(1, Ordering::Relaxed);
+                    if cost == 0 {
+                        fallback.peek(&key, quota).await
+                    } else {
+                        fallback.check(&key, quota).await
+                    }
+                }
+            }
+        }))
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RateLimiter<K> for RedisLimiter<K> {
+    fn check(&self, key: &K, quota: Quota) -> LimitCheck {
+        self.run(key, quota, 1)
+    }
+
+    fn peek(&self, key: &K, quota: Quota) -> LimitCheck {
+        self.run(key, quota, 0)
+    }
+
+    fn refund(&self, key: &K) {
+        // Not used across instances yet: the failed-attempt budget (the only caller) stays in
+        // process until the seam carries the quota with a refund.
+        self.fallback.refund(key);
+    }
+
+    fn forget_rested(&self) {
+        // Redis expires rested keys itself.
+        self.fallback.forget_rested();
+    }
+}

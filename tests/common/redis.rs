@@ -1,0 +1,80 @@
+//! A throwaway Redis server for a test, from Debian's `redis-server` package, on a free
+//! loopback port, keeping nothing on disk. It stops with the test (or the test binary).
+//!
+//! Without the package the test says so in one loud line and skips, except under `CI=true`,
+//! where it fails (`.ci/run` installs the package).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A Redis server of one test.
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts one; `None` (after one loud line) when Redis is not installed outside CI.
+    pub fn start() -> Option<Self> {
+        let installed = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("Redis is not installed (Debian package redis-server); CI must have it");
+            }
+            eprintln!(
+                "SKIPPED: Redis is not installed (apt-get install redis-server); the Redis engines are not tested"
+            );
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut server = Self { port, child: None };
+        server.restart();
+        Some(server)
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server (its data goes with it).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
