@@ -129,3 +129,31 @@ async fn a_gateway_keeps_its_peer_limits_in_redis_and_answers_while_redis_is_awa
     assert_eq!(post_raw(&door, Some(&token), body.clone()).await.0, 200);
     running.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_failed_attempt_budget_is_shared_and_a_refund_gives_one_back() {
+    use peergate::layers::auth::FailedAttempts;
+    use std::net::IpAddr;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let quota = Quota::per_minute(3);
+    let instance = || async {
+        let limiter: RedisLimiter<IpAddr> =
+            RedisLimiter::connect(&server.url(), "test-failed", 1_000, Arc::new(SystemClock))
+                .await
+                .unwrap();
+        FailedAttempts::with_limiter(quota, Arc::new(limiter))
+    };
+    let (a, b) = (instance().await, instance().await);
+    let client: IpAddr = "192.0.2.7".parse().unwrap();
+    a.spend(client).await.unwrap();
+    b.spend(client).await.unwrap();
+    // A credential that turned out valid gives its attempt back, for every instance.
+    a.refund(client);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    b.spend(client).await.unwrap();
+    a.spend(client).await.unwrap();
+    let refused = b.spend(client).await.unwrap_err();
+    assert_eq!(refused.limit.name(), "failed_auth");
+}

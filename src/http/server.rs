@@ -21,6 +21,7 @@ use crate::layers::gate::GateLayer;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::layers::metrics::{Metrics, MetricsLayer};
 use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
+use crate::shared::rate_limit::RateLimiter;
 use crate::shared::redis_limit::RedisLimiter;
 use crate::store::{Store, StoreError, StoreLocation};
 use axum::Extension;
@@ -31,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -204,15 +205,16 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             "tasks interrupted by the last stop are now failed (interrupted)"
         ),
     }
+    let shared = SharedLimits::connect(&options).await?;
     let authenticator = Arc::new(
         PeerAuthenticator::new(
             store.credentials(),
             options.clock.clone(),
-            auth_settings(policy, cache_ttl)?,
+            auth_settings(policy, cache_ttl, shared.failed_auth.clone())?,
         )
         .map_err(|e| config(&e))?,
     );
-    let (per_ip, per_peer) = limit_layers(&options).await?;
+    let (per_ip, per_peer) = limit_layers(&options, &shared)?;
     let guards = Guards {
         per_ip,
         per_peer,
@@ -459,7 +461,11 @@ fn agent_settings(policy: &Policy) -> AgentSettings {
     }
 }
 
-fn auth_settings(policy: &Policy, cache_ttl: Duration) -> Result<AuthSettings, StartError> {
+fn auth_settings(
+    policy: &Policy,
+    cache_ttl: Duration,
+    failed_attempts: Option<Arc<dyn RateLimiter<IpAddr>>>,
+) -> Result<AuthSettings, StartError> {
     Ok(AuthSettings {
         schemes: policy.auth_schemes().to_vec(),
         api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
@@ -469,44 +475,73 @@ fn auth_settings(policy: &Policy, cache_ttl: Duration) -> Result<AuthSettings, S
         password_checks_at_once: policy.auth.password_checks_at_once,
         failed_auth_quota: Quota::per_minute(policy.limits.failed_auth_per_ip_per_minute),
         tracked_addresses: policy.limits.tracked_addresses,
+        failed_attempts,
     })
 }
 
-/// The per-IP and per-peer limits: in process, or kept in Redis for every instance.
-async fn limit_layers(
+/// The door's limits kept in Redis for every instance (`--redis`); none without it.
+#[derive(Default)]
+struct SharedLimits {
+    per_ip: Option<Arc<dyn RateLimiter<IpAddr>>>,
+    per_peer: Option<Arc<dyn RateLimiter<Arc<str>>>>,
+    failed_auth: Option<Arc<dyn RateLimiter<IpAddr>>>,
+}
+
+impl SharedLimits {
+    async fn connect(options: &GatewayOptions) -> Result<Self, StartError> {
+        let Some(url) = &options.redis_url else {
+            return Ok(Self::default());
+        };
+        let refused = |e: crate::shared::redis_limit::RedisLimitError| {
+            StartError::Config(format!("--redis / PEERGATE_REDIS_URL: {e}"))
+        };
+        let capacity = options.policy.limits.tracked_addresses;
+        let clock = &options.clock;
+        let per_ip: RedisLimiter<IpAddr> =
+            RedisLimiter::connect(url, "peergate:ip", capacity, clock.clone())
+                .await
+                .map_err(refused)?;
+        let per_peer: RedisLimiter<Arc<str>> =
+            RedisLimiter::connect(url, "peergate:peer", capacity, clock.clone())
+                .await
+                .map_err(refused)?;
+        let failed_auth: RedisLimiter<IpAddr> =
+            RedisLimiter::connect(url, "peergate:failed-auth", capacity, clock.clone())
+                .await
+                .map_err(refused)?;
+        tracing::info!(
+            "per-IP, per-peer and failed-authentication limits are kept in Redis, shared by every instance"
+        );
+        Ok(Self {
+            per_ip: Some(Arc::new(per_ip)),
+            per_peer: Some(Arc::new(per_peer)),
+            failed_auth: Some(Arc::new(failed_auth)),
+        })
+    }
+}
+
+/// The per-IP and per-peer layers: in process, or over the shared limiters.
+fn limit_layers(
     options: &GatewayOptions,
+    shared: &SharedLimits,
 ) -> Result<(PerIpLimitLayer, PerPeerLimitLayer), StartError> {
     let limits = &options.policy.limits;
     let per_ip_quota = Quota::per_minute(limits.per_ip_per_minute);
-    let Some(url) = &options.redis_url else {
-        return Ok((
-            PerIpLimitLayer::new(
-                per_ip_quota,
-                limits.tracked_addresses,
-                options.clock.clone(),
-            )
+    let per_ip = match &shared.per_ip {
+        Some(limiter) => PerIpLimitLayer::with_limiter(per_ip_quota, limiter.clone()),
+        None => PerIpLimitLayer::new(
+            per_ip_quota,
+            limits.tracked_addresses,
+            options.clock.clone(),
+        )
+        .map_err(|e| config(&e))?,
+    };
+    let per_peer = match &shared.per_peer {
+        Some(limiter) => PerPeerLimitLayer::with_limiter(limiter.clone()),
+        None => PerPeerLimitLayer::new(limits.tracked_addresses, options.clock.clone())
             .map_err(|e| config(&e))?,
-            PerPeerLimitLayer::new(limits.tracked_addresses, options.clock.clone())
-                .map_err(|e| config(&e))?,
-        ));
     };
-    let refused = |e: crate::shared::redis_limit::RedisLimitError| {
-        StartError::Config(format!("--redis / PEERGATE_REDIS_URL: {e}"))
-    };
-    let capacity = limits.tracked_addresses;
-    let per_ip: RedisLimiter<std::net::IpAddr> =
-        RedisLimiter::connect(url, "peergate:ip", capacity, options.clock.clone())
-            .await
-            .map_err(refused)?;
-    let per_peer: RedisLimiter<Arc<str>> =
-        RedisLimiter::connect(url, "peergate:peer", capacity, options.clock.clone())
-            .await
-            .map_err(refused)?;
-    tracing::info!("per-IP and per-peer limits are kept in Redis, shared by every instance");
-    Ok((
-        PerIpLimitLayer::with_limiter(per_ip_quota, Arc::new(per_ip)),
-        PerPeerLimitLayer::with_limiter(Arc::new(per_peer)),
-    ))
+    Ok((per_ip, per_peer))
 }
 
 /// The guard layers the door's routes share with housekeeping.

@@ -36,8 +36,9 @@ pub trait RateLimiter<K>: Send + Sync + std::fmt::Debug {
     fn check(&self, key: &K, quota: Quota) -> LimitCheck;
     /// Whether one request of `key` would pass now, without counting it.
     fn peek(&self, key: &K, quota: Quota) -> LimitCheck;
-    /// Gives back one request counted for `key` (an attempt that turned out to succeed).
-    fn refund(&self, key: &K);
+    /// Gives back one request counted for `key` against `quota` (an attempt that turned out to
+    /// succeed).
+    fn refund(&self, key: &K, quota: Quota);
     /// Forgets keys whose budget is whole again (they hold no information).
     fn forget_rested(&self);
 }
@@ -121,7 +122,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> RateLimiter<K> for LocalLimiter<K> {
         LimitCheck::Ready(self.gcra.peek(key, quota, self.clock.monotonic_nanos()))
     }
 
-    fn refund(&self, key: &K) {
+    fn refund(&self, key: &K, _quota: Quota) {
+        // The key's own interval is kept with its budget.
         self.gcra.refund(key, self.clock.monotonic_nanos());
     }
 

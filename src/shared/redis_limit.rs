@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// GCRA on one key. KEYS[1]: the key. ARGV: interval (µs), burst tolerance (µs), cost (1 to
-/// count, 0 to peek). Returns {allowed, remaining or wait (µs), reset (µs)}.
+/// count, 0 to peek, -1 to give one back). Returns {allowed, remaining or wait (µs), reset
+/// (µs)}.
 const GCRA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -30,6 +31,15 @@ local burst = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then tat = now end
+if cost < 0 then
+  local earlier = tat - interval
+  if earlier > now then
+    redis.call('SET', KEYS[1], earlier, 'PX', math.ceil((earlier - now) / 1000) + 1)
+  else
+    redis.call('DEL', KEYS[1])
+  end
+  return {1, 0, 0}
+end
 local new_tat = tat + interval
 local allow_at = new_tat - burst
 if now < allow_at then
@@ -151,10 +161,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
                         tracing::warn!(error = ?error.kind(), "Redis cannot be reached: each instance limits on its own, with the full quota, until it answers again");
                     }
                     local.fetch_add(1, Ordering::Relaxed);
-                    if cost == 0 {
-                        fallback.peek(&key, quota).await
-                    } else {
-                        fallback.check(&key, quota).await
+                    match cost {
+                        0 => fallback.peek(&key, quota).await,
+                        c if c < 0 => {
+                            fallback.refund(&key, quota);
+                            Decision::Allowed {
+                                remaining: 0,
+                                reset: Duration::ZERO,
+                            }
+                        }
+                        _ => fallback.check(&key, quota).await,
                     }
                 }
             }
@@ -171,10 +187,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RateLimiter<K> for 
         self.run(key, quota, 0)
     }
 
-    fn refund(&self, key: &K) {
-        // Not used across instances yet: the failed-attempt budget (the only caller) stays in
-        // process until the seam carries the quota with a refund.
-        self.fallback.refund(key);
+    fn refund(&self, key: &K, quota: Quota) {
+        // Given back without waiting: the answer that earned it is already on its way.
+        if let LimitCheck::Pending(refund) = self.run(key, quota, -1) {
+            tokio::spawn(refund);
+        }
     }
 
     fn forget_rested(&self) {

@@ -17,6 +17,11 @@ pub struct FailedAttempts {
 }
 
 impl FailedAttempts {
+    /// `quota` attempts per address, counted by `limiter` (an engine shared by instances).
+    pub fn with_limiter(quota: Quota, limiter: Arc<dyn RateLimiter<IpAddr>>) -> Self {
+        Self { limiter, quota }
+    }
+
     /// `quota` attempts per address, tracking at most about `tracked_addresses` addresses.
     pub fn new(
         quota: Quota,
@@ -44,7 +49,7 @@ impl FailedAttempts {
 
     /// Gives back the attempt of a credential that turned out valid.
     pub fn refund(&self, client: IpAddr) {
-        self.limiter.refund(&client);
+        self.limiter.refund(&client, self.quota);
     }
 
     /// Forgets addresses whose budget is whole again.

@@ -56,6 +56,7 @@ use crate::clock::Clock;
 use crate::http::refusal::{Challenges, Refusal};
 use crate::layers::client_addr::ClientAddr;
 use crate::layers::limit::{Quota, RateLimited};
+use crate::shared::rate_limit::RateLimiter;
 use crate::store::{CredentialStore, StoreError};
 use crate::token::CredentialKind;
 use async_trait::async_trait;
@@ -262,6 +263,9 @@ pub struct AuthSettings {
     pub failed_auth_quota: Quota,
     /// Addresses tracked by the failed-attempt budget.
     pub tracked_addresses: usize,
+    /// Where the failed-attempt budget is counted when not in this process (Redis, shared by
+    /// every instance).
+    pub failed_attempts: Option<Arc<dyn RateLimiter<IpAddr>>>,
 }
 
 impl Default for AuthSettings {
@@ -274,6 +278,7 @@ impl Default for AuthSettings {
             password_checks_at_once: 2,
             failed_auth_quota: Quota::per_minute(10),
             tracked_addresses: 100_000,
+            failed_attempts: None,
         }
     }
 }
@@ -488,12 +493,15 @@ impl PeerAuthenticator {
         if settings.api_key_header == header::AUTHORIZATION {
             return Err(AuthConfigError::ApiKeyHeader);
         }
-        let failures = FailedAttempts::new(
+        let mut failures = FailedAttempts::new(
             settings.failed_auth_quota,
             settings.tracked_addresses,
             clock.clone(),
         )
         .map_err(|e| AuthConfigError::Budget(e.to_string()))?;
+        if let Some(shared) = &settings.failed_attempts {
+            failures = FailedAttempts::with_limiter(settings.failed_auth_quota, shared.clone());
+        }
         // Made even without Basic on the door: the admin API shares this one pool.
         let passwords = PasswordChecker::new(settings.password_checks_at_once)
             .map_err(AuthConfigError::Hashing)?;
