@@ -1,7 +1,7 @@
 //! A throwaway PostgreSQL cluster for the tests, started from Debian's `postgresql` package:
 //! one per test binary, on a free loopback port, in a temporary directory, with one database
-//! per test data directory. It stops by itself when the test binary exits. No system service
-//! is used.
+//! per test data directory. It stops, and its directory goes, when the test binary exits. No
+//! system service is used.
 //!
 //! Without the package the tests that need it say so in one loud line and skip, except under
 //! `CI=true`, where they fail (`.ci/run` installs the package).
@@ -103,10 +103,11 @@ impl Cluster {
             String::from_utf8_lossy(&init.stderr)
         );
         let port = free_port();
-        // The server goes when this test binary goes: a watchdog shell stops it.
+        // The server goes when this test binary goes: a watchdog shell stops it and then
+        // removes the cluster's directory (a static is never dropped, so `TempDir` cannot).
         let server = format!(
             "{postgres} -D {data} -k {socket} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=400 & pg=$!; \
-             while [ -d /proc/{parent} ]; do sleep 0.5; done; kill -INT $pg; wait $pg",
+             while [ -d /proc/{parent} ]; do sleep 0.5; done; kill -INT $pg; wait $pg; rm -rf {socket}",
             postgres = bin.join("postgres").display(),
             data = data.display(),
             socket = dir.path().display(),
