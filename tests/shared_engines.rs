@@ -157,3 +157,27 @@ async fn the_failed_attempt_budget_is_shared_and_a_refund_gives_one_back() {
     let refused = b.spend(client).await.unwrap_err();
     assert_eq!(refused.limit.name(), "failed_auth");
 }
+
+#[test]
+fn a_bad_redis_url_stops_start_up_without_echoing_it() {
+    let data = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = common::cli(&[
+        "serve",
+        "--data",
+        data.path().to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--redis",
+        "http://alice:s3cret-pw@cache.example",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains(
+            "--redis / PEERGATE_REDIS_URL: the Redis URL is not a redis:// or rediss:// URL"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+}

@@ -388,3 +388,38 @@ async fn the_audit_log_is_append_only_in_postgresql_too() {
     );
     store.close().await;
 }
+
+#[test]
+fn a_bad_or_unreachable_store_url_is_named_without_its_password() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap();
+    let (code, _, stderr) = common::cli(&[
+        "peer",
+        "list",
+        "--data",
+        dir,
+        "--store",
+        "mysql://alice:s3cret-pw@db.example/peergate",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--store / PEERGATE_STORE_URL: not a PostgreSQL URL"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+    // Nothing listens on port 1: start-up stops, naming where it looked.
+    let (code, _, stderr) = common::cli(&[
+        "peer",
+        "list",
+        "--data",
+        dir,
+        "--store",
+        "postgres://alice:s3cret-pw@127.0.0.1:1/peergate",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("cannot reach the PostgreSQL store at 127.0.0.1:1/peergate"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+}

@@ -57,6 +57,19 @@ pub enum StoreError {
     /// the one that failed was rolled back.
     #[error("cannot bring the store's schema up to date: {0}")]
     Schema(String),
+    /// The store URL is not one peergate can use. The URL is not echoed: it may hold a
+    /// password.
+    #[error("--store / PEERGATE_STORE_URL: {0}")]
+    Url(&'static str),
+    /// The PostgreSQL store did not answer at start-up. Names the host, port and database,
+    /// never the user or password.
+    #[error("cannot reach the PostgreSQL store at {location}: {reason}")]
+    Unreachable {
+        /// `host:port/database`.
+        location: String,
+        /// What the driver said (it names no password).
+        reason: String,
+    },
     /// The engine failed. Shown to the operator and logged; peers only ever see a request id.
     #[error("the store failed: {0}")]
     Engine(Box<dyn std::error::Error + Send + Sync>),

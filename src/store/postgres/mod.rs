@@ -58,17 +58,22 @@ impl PostgresStore {
     /// Connects to `url` (`postgres://user:password@host:port/database`) and brings the schema
     /// up to date. A refusal names what was wrong, never the password.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
+        // The driver also takes other schemes (and then fails later, less clearly).
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(StoreError::Url(
+                "not a PostgreSQL URL (postgres://user:password@host:port/database)",
+            ));
+        }
         let options = PgConnectOptions::from_str(url)
             .map(|options| {
                 // PostgreSQL's notices ("already exists, skipping") are not the operator's news.
                 options.options([("client_min_messages", "warning")])
             })
             .map_err(|_| {
-            StoreError::Schema(
-                "the store URL is not a PostgreSQL URL (postgres://user:password@host:port/database)"
-                    .to_owned(),
-            )
-        })?;
+                StoreError::Url(
+                    "not a PostgreSQL URL (postgres://user:password@host:port/database)",
+                )
+            })?;
         let location = format!(
             "{}:{}/{}",
             options.get_host(),
@@ -79,7 +84,11 @@ impl PostgresStore {
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
-            .await?;
+            .await
+            .map_err(|e| StoreError::Unreachable {
+                location: location.clone(),
+                reason: e.to_string(),
+            })?;
         MIGRATOR
             .run(&pool)
             .await
