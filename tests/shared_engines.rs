@@ -7,14 +7,14 @@ use common::redis::RedisServer;
 use peergate::clock::SystemClock;
 use peergate::layers::limit::{Decision, Quota};
 use peergate::shared::rate_limit::RateLimiter;
-use peergate::shared::redis_limit::RedisLimiter;
+use peergate::shared::redis::Redis;
+use peergate::shared::redis::limit::RedisLimiter;
 use std::sync::Arc;
 use std::time::Duration;
 
 async fn limiter(server: &RedisServer) -> RedisLimiter<String> {
-    RedisLimiter::connect(&server.url(), "test", 1_000, Arc::new(SystemClock))
-        .await
-        .expect("Redis answers")
+    let redis = Redis::connect(&server.url()).await.expect("Redis answers");
+    RedisLimiter::new(&redis, "test", 1_000, Arc::new(SystemClock))
 }
 
 #[tokio::test]
@@ -139,10 +139,9 @@ async fn the_failed_attempt_budget_is_shared_and_a_refund_gives_one_back() {
     };
     let quota = Quota::per_minute(3);
     let instance = || async {
+        let redis = Redis::connect(&server.url()).await.unwrap();
         let limiter: RedisLimiter<IpAddr> =
-            RedisLimiter::connect(&server.url(), "test-failed", 1_000, Arc::new(SystemClock))
-                .await
-                .unwrap();
+            RedisLimiter::new(&redis, "test-failed", 1_000, Arc::new(SystemClock));
         FailedAttempts::with_limiter(quota, Arc::new(limiter))
     };
     let (a, b) = (instance().await, instance().await);

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use peergate::store::{
     AdminRecord, AdminStatus, AuditAction, AuditEntry, ConversationMessage, ConversationRole,
-    Exchange, ExchangeUsage, PeerRecord, PeerStatus, Store, StoreLocation,
+    Exchange, ExchangeUsage, PeerRecord, PeerStatus, Serving, Store, StoreLocation,
 };
 use peergate::token::{self, CredentialKind};
 use std::sync::Arc;
@@ -331,17 +331,21 @@ async fn one_gateway_serves_a_store_at_a_time_on_every_engine() {
     for (engine, location) in locations {
         let first = Store::open_at(&location).await.unwrap();
         let second = Store::open_at(&location).await.unwrap();
-        first.claim_for_serving().await.unwrap();
-        let refused = second.claim_for_serving().await;
+        first.claim_for_serving(Serving::Alone).await.unwrap();
+        let refused = second.claim_for_serving(Serving::Alone).await;
         assert!(
-            matches!(refused, Err(peergate::store::StoreError::Served { .. })),
+            matches!(
+                refused,
+                Err(peergate::store::StoreError::Served { .. }
+                    | peergate::store::StoreError::ServedOtherwise(_))
+            ),
             "{engine}: {refused:?}"
         );
         // The command line's reads and writes work beside the serving gateway.
         assert!(second.accounts().list_peers(None).await.is_ok(), "{engine}");
         first.close().await;
         second
-            .claim_for_serving()
+            .claim_for_serving(Serving::Alone)
             .await
             .unwrap_or_else(|e| panic!("{engine}: free once the first closed: {e}"));
         second.close().await;

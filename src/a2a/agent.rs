@@ -381,35 +381,70 @@ impl Agent {
     ) -> Result<usize, crate::store::StoreError> {
         let working = self.store.working_tasks(created_before).await?;
         let mut failed = 0;
-        for WorkingTask { id, body, instance } in &working {
+        for task in &working {
             // Another live instance is still answering it.
-            if let Some(instance) = instance
+            if let Some(instance) = &task.instance
                 && instance != self.shared.ownership.instance()
                 && self.shared.ownership.is_live(instance).await
             {
                 continue;
             }
-            let Ok(mut task) = serde_json::from_str::<Task>(body) else {
-                tracing::error!(task_id = %id, "an interrupted task could not be read");
-                continue;
-            };
-            task.status.state = TaskState::Failed;
-            task.status.timestamp = rfc3339_millis(self.clock.now_millis());
-            task.status.message.parts = vec![TextPart {
-                text: INTERRUPTED_TEXT.to_owned(),
-            }];
-            if let Some(last) = task.history.last_mut()
-                && last.role == Role::Agent
-            {
-                *last = task.status.message.clone();
-            }
-            let body = serde_json::to_string(&task).unwrap_or_else(|_| body.clone());
-            self.store
-                .finish_working_task(id, TaskState::Failed.as_str(), &body)
-                .await?;
+            self.fail_interrupted(task).await?;
             failed += 1;
         }
         Ok(failed)
+    }
+
+    /// Fails (interrupted) the working tasks of instances whose lease lapsed, whatever their
+    /// age: nobody is answering them. Returns how many there were.
+    pub async fn fail_tasks_of_gone_instances(&self) -> Result<usize, crate::store::StoreError> {
+        let working = self.store.working_tasks(None).await?;
+        let mut gone = std::collections::HashMap::new();
+        let mut failed = 0;
+        for task in &working {
+            let Some(instance) = task.instance.as_deref() else {
+                continue;
+            };
+            if instance == self.shared.ownership.instance() {
+                continue;
+            }
+            let is_gone = match gone.get(instance) {
+                Some(&is_gone) => is_gone,
+                None => {
+                    let is_gone = !self.shared.ownership.is_live(instance).await;
+                    gone.insert(instance.to_owned(), is_gone);
+                    is_gone
+                }
+            };
+            if is_gone {
+                self.fail_interrupted(task).await?;
+                failed += 1;
+            }
+        }
+        Ok(failed)
+    }
+
+    /// Stores a working task as failed (interrupted), unless it finished meanwhile.
+    async fn fail_interrupted(&self, task: &WorkingTask) -> Result<(), crate::store::StoreError> {
+        let WorkingTask { id, body, .. } = task;
+        let Ok(mut task) = serde_json::from_str::<Task>(body) else {
+            tracing::error!(task_id = %id, "an interrupted task could not be read");
+            return Ok(());
+        };
+        task.status.state = TaskState::Failed;
+        task.status.timestamp = rfc3339_millis(self.clock.now_millis());
+        task.status.message.parts = vec![TextPart {
+            text: INTERRUPTED_TEXT.to_owned(),
+        }];
+        if let Some(last) = task.history.last_mut()
+            && last.role == Role::Agent
+        {
+            *last = task.status.message.clone();
+        }
+        let body = serde_json::to_string(&task).unwrap_or_else(|_| body.clone());
+        self.store
+            .finish_working_task(id, TaskState::Failed.as_str(), &body)
+            .await
     }
 
     /// The event for a stored state of a task, if anyone may be listening.

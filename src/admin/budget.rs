@@ -13,8 +13,13 @@
 //! Requests already in flight when a budget runs out still finish, and so do those in flight at
 //! midnight UTC (their tokens are stored but may miss the new day's seed), so a budget can be
 //! overshot by what those requests spend.
+//!
+//! Several instances count in one place instead ([`Budgets::with_shared_spend`], Redis), so a
+//! budget is not overshot once per instance; while the shared counters cannot be read, each
+//! instance counts on its own as above.
 
 use crate::clock::Clock;
+use crate::shared::spend::SharedSpend;
 use crate::store::{ExchangeUsage, StoreError, UsageStore};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -103,6 +108,8 @@ pub struct Budgets {
     /// clock (so tests move time), and dropped by the cache itself some time after.
     settings: moka::sync::Cache<String, CachedBudget>,
     spent: Mutex<HashMap<String, Spent>>,
+    /// Where every instance counts, when there are several.
+    shared: Option<Arc<dyn SharedSpend>>,
 }
 
 impl std::fmt::Debug for Budgets {
@@ -138,7 +145,14 @@ impl Budgets {
                 .time_to_live(cache.max(Duration::from_secs(1)))
                 .build(),
             spent: Mutex::default(),
+            shared: None,
         }
+    }
+
+    /// Counts spending in `shared`, seen by every instance.
+    pub fn with_shared_spend(mut self, shared: Arc<dyn SharedSpend>) -> Self {
+        self.shared = Some(shared);
+        self
     }
 
     /// Whether `owner_id` may use the model now.
@@ -176,6 +190,10 @@ impl Budgets {
             // Midnight passed during the turn: the next check reloads from the store.
             _ => Arc::from(day_and_month(now).0),
         };
+        drop(spent);
+        if let Some(shared) = &self.shared {
+            shared.add(owner_id, &day, &day[..7], tokens);
+        }
         ExchangeUsage {
             owner_id: owner_id.to_owned(),
             day,
@@ -186,6 +204,11 @@ impl Budgets {
     /// Drops the cached settings of an administrator, so a change applies to the next request.
     pub fn forget(&self, owner_id: &str) {
         self.settings.invalidate(owner_id);
+    }
+
+    /// Drops every cached setting (changes may have been missed).
+    pub fn forget_everyone(&self) {
+        self.settings.invalidate_all();
     }
 
     /// Forgets everything cached (call periodically to bound memory).
@@ -233,6 +256,22 @@ impl Budgets {
 
     /// Tokens spent today and this month: (day, month).
     async fn spent(&self, owner_id: &str) -> Result<(u64, u64), StoreError> {
+        if let Some(shared) = &self.shared {
+            let (day, month) = day_and_month(self.clock.now_millis());
+            match shared.spent(owner_id, &day, &month).await {
+                Ok(Some(spent)) => return Ok(spent),
+                Ok(None) => {
+                    let spent = (
+                        self.store.tokens_spent(owner_id, &day).await?,
+                        self.store.tokens_spent(owner_id, &month).await?,
+                    );
+                    shared.seed(owner_id, &day, &month, spent).await;
+                    return Ok(spent);
+                }
+                // Counted here until the shared counters answer again.
+                Err(_) => {}
+            }
+        }
         let now = self.clock.now_millis();
         let today = now.div_euclid(DAY_MILLIS);
         if let Some(spent) = self

@@ -7,6 +7,7 @@
 mod accounts;
 mod auth;
 mod card;
+mod cluster;
 mod gate;
 mod limits;
 mod model;
@@ -17,6 +18,7 @@ mod tasks;
 pub use accounts::{BudgetsPolicy, PeersPolicy};
 pub use auth::AuthPolicy;
 pub use card::{CardPolicy, ExtensionPolicy, ProviderPolicy, SkillPolicy};
+pub use cluster::ClusterPolicy;
 pub use gate::GatePolicy;
 pub use limits::LimitsPolicy;
 pub use model::{BackendKind, ModelPolicy, OpenAiPolicy};
@@ -128,6 +130,9 @@ pub struct Policy {
     /// `[budgets]`
     #[serde(default)]
     pub budgets: BudgetsPolicy,
+    /// `[cluster]`
+    #[serde(default)]
+    pub cluster: ClusterPolicy,
 }
 
 /// The largest quota accepted anywhere, in requests per minute.
@@ -195,6 +200,7 @@ impl Policy {
         }
         self.peers.validate()?;
         self.budgets.validate()?;
+        self.cluster.validate()?;
         self.card.validate()?;
         self.signing.validate()?;
         self.model.validate()?;

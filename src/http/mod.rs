@@ -5,4 +5,5 @@ pub mod accept;
 pub mod document;
 pub mod refusal;
 pub mod server;
+mod sharing;
 pub mod tls;

@@ -11,6 +11,7 @@ use crate::config::{Policy, PolicySource};
 use crate::http::accept::ConnectionLimits;
 use crate::http::document::{self, CachedDocument};
 use crate::http::refusal::{self, Refusal};
+use crate::http::sharing::{SharedLimits, Sharing};
 use crate::jose::{keys, sign};
 use crate::layers::auth::{
     AuthLayer, AuthMode, AuthSettings, AuthenticatedPeer, PeerAuthenticator, Scheme,
@@ -20,9 +21,8 @@ use crate::layers::client_addr::ClientAddrLayer;
 use crate::layers::gate::GateLayer;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::layers::metrics::{Metrics, MetricsLayer};
-use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
+use crate::shared::changes::{Change, ChangeListener, ChangeNotifier};
 use crate::shared::rate_limit::RateLimiter;
-use crate::shared::redis_limit::RedisLimiter;
 use crate::store::{Store, StoreError, StoreLocation};
 use axum::Extension;
 use axum::body::Bytes;
@@ -106,6 +106,7 @@ pub struct RunningGateway {
     admin_serving: tokio::task::JoinHandle<std::io::Result<()>>,
     accounts: AccountService,
     sweeper: tokio::task::JoinHandle<()>,
+    kept: Option<crate::http::sharing::Kept>,
     store: Store,
     authenticator: Arc<PeerAuthenticator>,
 }
@@ -119,6 +120,9 @@ impl RunningGateway {
         let _ = (&mut self.serving).await;
         let _ = (&mut self.admin_serving).await;
         self.sweeper.abort();
+        if let Some(kept) = self.kept.take() {
+            kept.stop().await;
+        }
         self.store.close().await;
     }
 
@@ -160,7 +164,9 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let policy = &options.policy;
     let backend = crate::backend::from_policy(&policy.model)?;
     let store = Store::open_at(&options.store_location()).await?;
-    store.claim_for_serving().await?;
+    let sharing = Sharing::connect(&options, &store).await?;
+    store.claim_for_serving(sharing.serving).await?;
+    sharing.begin(&options).await?;
     let listeners = Listeners::bind(&options).await?;
     let door_url = card::door_url(policy, listeners.local_addr);
     let documents = Documents::build(&options, &store, &door_url).await?;
@@ -174,7 +180,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
 
     let metrics = Arc::new(Metrics::default());
     let cache_ttl = Duration::from_secs(policy.auth.credential_cache_seconds);
-    let budgets = Arc::new(Budgets::new(
+    let mut budgets = Budgets::new(
         store.usage(),
         options.clock.clone(),
         BudgetDefaults {
@@ -182,7 +188,11 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             tokens_per_month: policy.budgets.tokens_per_month,
         },
         cache_ttl,
-    ));
+    );
+    if let Some(spend) = &sharing.spend {
+        budgets = budgets.with_shared_spend(spend.clone());
+    }
+    let budgets = Arc::new(budgets);
     let agent = Arc::new(
         Agent::new(
             store.tasks(),
@@ -192,6 +202,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             options.clock.clone(),
             agent_settings(policy),
         )
+        .with_shared_state(sharing.agent.clone())
         .with_extended_card(
             serde_json::value::RawValue::from_string(documents.extended_json.clone())
                 .map_err(|e| config(&e))?,
@@ -205,7 +216,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             "tasks interrupted by the last stop are now failed (interrupted)"
         ),
     }
-    let shared = SharedLimits::connect(&options).await?;
+    let shared = &sharing.limits;
     let authenticator = Arc::new(
         PeerAuthenticator::new(
             store.credentials(),
@@ -214,7 +225,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         )
         .map_err(|e| config(&e))?,
     );
-    let (per_ip, per_peer) = limit_layers(&options, &shared)?;
+    let (per_ip, per_peer) = limit_layers(&options, shared)?;
     let guards = Guards {
         per_ip,
         per_peer,
@@ -228,7 +239,13 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     };
     let router = door_router(policy, state, &guards, metrics.clone());
 
-    let accounts = account_service(&options, &store, &authenticator, &budgets);
+    let accounts = account_service(
+        &options,
+        &store,
+        sharing.changes.clone(),
+        &authenticator,
+        &budgets,
+    );
     let admin_router = admin_router(
         &options,
         AdminState::new(
@@ -243,8 +260,11 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let (local_addr, admin_addr) = (listeners.local_addr, listeners.admin_addr);
     let (shutdown_tx, serving, admin_serving) =
         listeners.serve(policy, router, admin_router, &metrics);
+    let registry = store.instances();
+    let kept = sharing.keep(&options, agent.clone());
     let sweeper = tokio::spawn(housekeeping(
         store.clone(),
+        registry,
         options.clock.clone(),
         Caches {
             per_ip: guards.per_ip,
@@ -269,6 +289,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         admin_serving,
         accounts,
         sweeper,
+        kept: Some(kept),
         store,
         authenticator,
     })
@@ -346,10 +367,10 @@ impl Listeners {
 fn account_service(
     options: &GatewayOptions,
     store: &Store,
+    changes: Arc<dyn ChangeNotifier>,
     authenticator: &Arc<PeerAuthenticator>,
     budgets: &Arc<Budgets>,
 ) -> AccountService {
-    let changes: Arc<dyn ChangeNotifier> = Arc::new(LocalChanges::default());
     changes.subscribe(Arc::new(ForgetOnChange {
         authenticator: authenticator.clone(),
         budgets: budgets.clone(),
@@ -479,47 +500,6 @@ fn auth_settings(
     })
 }
 
-/// The door's limits kept in Redis for every instance (`--redis`); none without it.
-#[derive(Default)]
-struct SharedLimits {
-    per_ip: Option<Arc<dyn RateLimiter<IpAddr>>>,
-    per_peer: Option<Arc<dyn RateLimiter<Arc<str>>>>,
-    failed_auth: Option<Arc<dyn RateLimiter<IpAddr>>>,
-}
-
-impl SharedLimits {
-    async fn connect(options: &GatewayOptions) -> Result<Self, StartError> {
-        let Some(url) = &options.redis_url else {
-            return Ok(Self::default());
-        };
-        let refused = |e: crate::shared::redis_limit::RedisLimitError| {
-            StartError::Config(format!("--redis / PEERGATE_REDIS_URL: {e}"))
-        };
-        let capacity = options.policy.limits.tracked_addresses;
-        let clock = &options.clock;
-        let per_ip: RedisLimiter<IpAddr> =
-            RedisLimiter::connect(url, "peergate:ip", capacity, clock.clone())
-                .await
-                .map_err(refused)?;
-        let per_peer: RedisLimiter<Arc<str>> =
-            RedisLimiter::connect(url, "peergate:peer", capacity, clock.clone())
-                .await
-                .map_err(refused)?;
-        let failed_auth: RedisLimiter<IpAddr> =
-            RedisLimiter::connect(url, "peergate:failed-auth", capacity, clock.clone())
-                .await
-                .map_err(refused)?;
-        tracing::info!(
-            "per-IP, per-peer and failed-authentication limits are kept in Redis, shared by every instance"
-        );
-        Ok(Self {
-            per_ip: Some(Arc::new(per_ip)),
-            per_peer: Some(Arc::new(per_peer)),
-            failed_auth: Some(Arc::new(failed_auth)),
-        })
-    }
-}
-
 /// The per-IP and per-peer layers: in process, or over the shared limiters.
 fn limit_layers(
     options: &GatewayOptions,
@@ -645,6 +625,10 @@ impl ChangeListener for ForgetOnChange {
         match change {
             Change::Peer(peer_id) => self.authenticator.forget_peer(peer_id),
             Change::Admin(admin_id) => self.budgets.forget(admin_id),
+            Change::Everyone => {
+                self.authenticator.forget_everyone();
+                self.budgets.forget_everyone();
+            }
         }
     }
 }
@@ -744,8 +728,10 @@ impl Caches {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn housekeeping(
     store: Store,
+    registry: Option<Arc<dyn crate::store::InstanceRegistry>>,
     clock: Arc<dyn Clock>,
     caches: Caches,
     agent: Arc<Agent>,
@@ -777,6 +763,14 @@ async fn housekeeping(
                 "tasks that lost their turn are now failed (interrupted)"
             ),
             Err(e) => tracing::warn!(error = %e, "could not fail interrupted tasks"),
+        }
+        // Once across the cluster: the instance leading housekeeping removes expired tasks.
+        let leading = match &registry {
+            Some(registry) => registry.lead_housekeeping().await.unwrap_or(false),
+            None => true,
+        };
+        if !leading {
+            continue;
         }
         match store.tasks().delete_expired_tasks(clock.now_millis()).await {
             Ok(0) => {}

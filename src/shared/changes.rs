@@ -16,6 +16,8 @@ pub enum Change {
     Peer(String),
     /// An administrator's budget or status changed (by their id).
     Admin(String),
+    /// Anything may have changed (changes may have been missed): forget everything.
+    Everyone,
 }
 
 /// A cache that must forget what changed.

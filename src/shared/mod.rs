@@ -3,15 +3,19 @@
 //!
 //! | seam | used by | in process |
 //! |---|---|---|
-//! | [`rate_limit::RateLimiter`] | per-IP, per-peer and failed-authentication limits | GCRA on the monotonic clock; across instances, [`redis_limit::RedisLimiter`] |
+//! | [`rate_limit::RateLimiter`] | per-IP, per-peer and failed-authentication limits | GCRA on the monotonic clock; across instances, [`redis::limit::RedisLimiter`] |
 //! | [`turns::TurnLocks`] | the agent: one turn at a time per (peer, context) | a mutex per context |
 //! | [`changes::ChangeNotifier`] | caches of peers and administrators (credentials, budgets) | direct calls |
 //! | [`events::TaskEvents`] | whoever waits on a task (streaming, subscriptions, push) | a broadcast channel |
-//! | [`ownership::TaskOwnership`] | start-up and housekeeping sweeps of working tasks | this process only |
+//! | [`ownership::TaskOwnership`] | start-up and housekeeping sweeps of working tasks | this process only; across instances, leases in the store |
+//! | [`spend::SharedSpend`] | budgets: tokens spent | none (each process counts); across instances, [`redis::spend::RedisSpend`] |
+//!
+//! The engines for several instances are in [`redis`], with what each does while Redis is away.
 
 pub mod changes;
 pub mod events;
 pub mod ownership;
 pub mod rate_limit;
-pub mod redis_limit;
+pub mod redis;
+pub mod spend;
 pub mod turns;

@@ -162,7 +162,8 @@ pub type CopyReport = Vec<(&'static str, u64)>;
 pub async fn sqlite_to_postgres(data_dir: &Path, url: &str) -> Result<CopyReport, StoreError> {
     let source = SqliteStore::open(data_dir).await?;
     // A store that a gateway is writing to would be copied half-way through its turns.
-    if let Err(StoreError::Served { holder }) = super::StoreEngine::claim_for_serving(&source).await
+    if let Err(StoreError::Served { holder }) =
+        super::StoreEngine::claim_for_serving(&source, super::Serving::Alone).await
     {
         return Err(StoreError::Schema(format!(
             "a gateway ({holder}) is serving this store: stop it before copying"

@@ -84,6 +84,16 @@ pub enum StoreError {
         /// The process holding it, as it wrote itself down (`pid N`).
         holder: String,
     },
+    /// The shared store is served in the other way: alone by one instance without Redis, or
+    /// together by instances with Redis. Mixing them would let a lone instance fail the
+    /// others' turns and limit on its own.
+    #[error("{0}")]
+    ServedOtherwise(&'static str),
+    /// The embedded store cannot be served by several instances.
+    #[error(
+        "the embedded SQLite store is served by one process; several instances need a PostgreSQL store (--store postgres://… or PEERGATE_STORE_URL)"
+    )]
+    Unshareable,
 }
 
 /// What the authentication layers read: credentials by token id, logins by name. Reads only,
@@ -336,12 +346,44 @@ pub trait DocumentStore: Send + Sync + std::fmt::Debug {
 pub trait StoreEngine: Send + Sync + std::fmt::Debug {
     /// For the log: the engine and where its data is (never a password).
     fn describe(&self) -> String;
-    /// Claims the store for this running gateway until it closes. An engine that one process
-    /// must own alone refuses a second claim, naming the holder; one built for several
-    /// instances accepts every claim.
-    async fn claim_for_serving(&self) -> Result<(), StoreError>;
+    /// Claims the store for this running gateway until it closes. A claim to serve
+    /// [`Serving::Alone`] refuses any other serving gateway, naming the holder; claims to serve
+    /// [`Serving::Shared`] accept each other and refuse one serving alone. The embedded engine
+    /// is served by one process only and refuses a shared claim.
+    async fn claim_for_serving(&self, serving: Serving) -> Result<(), StoreError>;
     /// Writes what is pending and closes every connection; later calls fail.
     async fn close(&self);
+}
+
+/// How a gateway serves its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serving {
+    /// This gateway is the only one serving the store.
+    Alone,
+    /// Several instances serve the store together: they share what must be shared (limits,
+    /// turns, changes) through Redis and hold leases in the store's [`InstanceRegistry`].
+    Shared,
+}
+
+/// Which instances are running, for a store that several serve: each holds a lease it renews,
+/// so a survivor can tell a dead instance's working tasks from a live one's. Leases are kept
+/// on the store's own clock, so instances whose clocks differ agree on who is gone.
+#[async_trait]
+pub trait InstanceRegistry: Send + Sync + std::fmt::Debug {
+    /// Records that `instance` runs for `lease` from now.
+    async fn renew_lease(
+        &self,
+        instance: &str,
+        lease: std::time::Duration,
+    ) -> Result<(), StoreError>;
+    /// Whether `instance` holds a current lease.
+    async fn holds_lease(&self, instance: &str) -> Result<bool, StoreError>;
+    /// Ends `instance`'s lease (it stops cleanly).
+    async fn end_lease(&self, instance: &str) -> Result<(), StoreError>;
+    /// Whether this process leads the cluster's housekeeping (taking the lead when nobody
+    /// holds it). The lead is held by a session of the store's own, so it passes on when its
+    /// holder dies.
+    async fn lead_housekeeping(&self) -> Result<bool, StoreError>;
 }
 
 /// One opened store, handed out seam by seam.
@@ -354,6 +396,7 @@ pub struct Store {
     accounts: Arc<dyn AccountStore>,
     documents: Arc<dyn DocumentStore>,
     engine: Arc<dyn StoreEngine>,
+    instances: Option<Arc<dyn InstanceRegistry>>,
 }
 
 /// Where the store of record is: the engine is chosen once, by this.
@@ -388,9 +431,10 @@ impl Store {
     pub async fn open_at(location: &StoreLocation) -> Result<Self, StoreError> {
         match location {
             StoreLocation::Embedded(dir) => Self::open(dir).await,
-            StoreLocation::Postgres(url) => Ok(Self::from_engine(Arc::new(
-                postgres::PostgresStore::open(url).await?,
-            ))),
+            StoreLocation::Postgres(url) => {
+                let engine = Arc::new(postgres::PostgresStore::open(url).await?);
+                Ok(Self::from_engine(engine.clone()).with_instances(engine))
+            }
         }
     }
 
@@ -414,7 +458,14 @@ impl Store {
             accounts: engine.clone(),
             documents: engine.clone(),
             engine,
+            instances: None,
         }
+    }
+
+    /// Adds the registry of an engine that several instances can serve.
+    pub fn with_instances(mut self, instances: Arc<dyn InstanceRegistry>) -> Self {
+        self.instances = Some(instances);
+        self
     }
 
     /// Credentials and logins.
@@ -445,9 +496,14 @@ impl Store {
     pub fn describe(&self) -> String {
         self.engine.describe()
     }
+    /// The running instances, when several can serve this store (`None` for the embedded
+    /// one).
+    pub fn instances(&self) -> Option<Arc<dyn InstanceRegistry>> {
+        self.instances.clone()
+    }
     /// Claims the store for this running gateway (see [`StoreEngine::claim_for_serving`]).
-    pub async fn claim_for_serving(&self) -> Result<(), StoreError> {
-        self.engine.claim_for_serving().await
+    pub async fn claim_for_serving(&self, serving: Serving) -> Result<(), StoreError> {
+        self.engine.claim_for_serving(serving).await
     }
     /// Writes what is pending and closes every connection; later calls fail.
     pub async fn close(&self) {

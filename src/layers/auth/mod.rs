@@ -588,6 +588,14 @@ impl PeerAuthenticator {
         }
     }
 
+    /// Forgets every cached verdict (changes may have been missed).
+    pub fn forget_everyone(&self) {
+        if let Some(cache) = &self.verified {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            cache.invalidate_all();
+        }
+    }
+
     /// Drops failure budgets that are whole again (call periodically).
     pub fn purge(&self) {
         self.failures.forget_rested();

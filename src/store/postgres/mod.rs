@@ -8,9 +8,11 @@
 mod accounts;
 mod tasks;
 
+use super::InstanceRegistry;
 use super::{
     AdminLogin, ConversationEntry, ConversationStore, ConversationSummary, CredentialRecord,
-    CredentialStore, DocumentStore, PeerLogin, PeerUsage, StoreEngine, StoreError, UsageStore,
+    CredentialStore, DocumentStore, PeerLogin, PeerUsage, Serving, StoreEngine, StoreError,
+    UsageStore,
 };
 use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
@@ -36,10 +38,15 @@ pub struct PostgresStore {
     uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The connection holding the serving lock, while a gateway serves this database.
     serving: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
+    /// The connection holding the housekeeping lock, while this process leads housekeeping.
+    housekeeping: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
 }
 
-/// The advisory lock a serving gateway holds (an arbitrary constant of this application).
+/// The advisory lock serving gateways hold: exclusively by one serving alone, shared by
+/// instances serving together (an arbitrary constant of this application).
 const SERVING_LOCK: i64 = 0x7065_6572_6761_7465; // "peergate"
+/// The advisory lock of the instance that runs the cluster's housekeeping.
+const HOUSEKEEPING_LOCK: i64 = SERVING_LOCK + 1;
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -104,6 +111,7 @@ impl PostgresStore {
             uses: std::sync::Mutex::new(Some(uses)),
             uses_writer: std::sync::Mutex::new(Some(uses_writer)),
             serving: tokio::sync::Mutex::new(None),
+            housekeeping: tokio::sync::Mutex::new(None),
         })
     }
 }
@@ -140,27 +148,41 @@ impl StoreEngine for PostgresStore {
         format!("postgresql ({})", self.location)
     }
 
-    async fn claim_for_serving(&self) -> Result<(), StoreError> {
-        // Until instances hold leases on their working tasks, a second instance would fail the
-        // first one's turns at its start: one serving instance per database, held by an
-        // advisory lock on a connection of its own (released if the process dies).
+    async fn claim_for_serving(&self, serving: Serving) -> Result<(), StoreError> {
+        // An advisory lock on a connection of its own, released if the process dies: taken
+        // exclusively by a gateway serving alone (so a second one cannot fail its turns at
+        // start-up), shared by instances serving together (which hold leases instead).
+        let (take, refusal) = match serving {
+            Serving::Alone => (
+                "SELECT pg_try_advisory_lock($1)",
+                StoreError::ServedOtherwise(
+                    "this PostgreSQL store is already served by other peergate instances; instances serve one store together only when each runs with --redis (or PEERGATE_REDIS_URL)",
+                ),
+            ),
+            Serving::Shared => (
+                "SELECT pg_try_advisory_lock_shared($1)",
+                StoreError::ServedOtherwise(
+                    "this PostgreSQL store is served by a peergate instance without --redis; stop it, or start every instance with the same --redis",
+                ),
+            ),
+        };
         let mut conn = self.pool.acquire().await?.detach();
-        let claimed: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        let claimed: bool = sqlx::query_scalar(take)
             .bind(SERVING_LOCK)
             .fetch_one(&mut conn)
             .await?;
         if !claimed {
-            return Err(StoreError::Served {
-                holder: "another peergate instance".to_owned(),
-            });
+            return Err(refusal);
         }
         *self.serving.lock().await = Some(conn);
         Ok(())
     }
 
     async fn close(&self) {
-        if let Some(conn) = self.serving.lock().await.take() {
-            let _ = sqlx::Connection::close(conn).await;
+        for held in [&self.housekeeping, &self.serving] {
+            if let Some(conn) = held.lock().await.take() {
+                let _ = sqlx::Connection::close(conn).await;
+            }
         }
         // The last-use notes still queued are written first (bounded: a note is a timestamp).
         drop(self.uses.lock().unwrap_or_else(|e| e.into_inner()).take());
@@ -173,6 +195,63 @@ impl StoreEngine for PostgresStore {
             let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
         }
         self.pool.close().await;
+    }
+}
+
+#[async_trait]
+impl InstanceRegistry for PostgresStore {
+    async fn renew_lease(&self, instance: &str, lease: Duration) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO instances (id, lease_until) VALUES ($1, now() + make_interval(secs => $2)) \
+             ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until",
+        )
+        .bind(instance)
+        .bind(lease.as_secs_f64())
+        .execute(&self.pool)
+        .await?;
+        // Instances gone for a day have no working task left to explain.
+        sqlx::query("DELETE FROM instances WHERE lease_until < now() - interval '1 day'")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn holds_lease(&self, instance: &str) -> Result<bool, StoreError> {
+        let live: Option<bool> =
+            sqlx::query_scalar("SELECT lease_until > now() FROM instances WHERE id = $1")
+                .bind(instance)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(live.unwrap_or(false))
+    }
+
+    async fn end_lease(&self, instance: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM instances WHERE id = $1")
+            .bind(instance)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn lead_housekeeping(&self) -> Result<bool, StoreError> {
+        let mut held = self.housekeeping.lock().await;
+        if let Some(conn) = held.as_mut() {
+            // Still leading while the session that holds the lock lives.
+            if sqlx::query("SELECT 1").execute(&mut *conn).await.is_ok() {
+                return Ok(true);
+            }
+            held.take();
+        }
+        let mut conn = self.pool.acquire().await?;
+        let took: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(HOUSEKEEPING_LOCK)
+            .fetch_one(&mut *conn)
+            .await?;
+        if took {
+            // Kept out of the pool: the lock lives as long as this session.
+            *held = Some(conn.detach());
+        }
+        Ok(took)
     }
 }
 

@@ -15,7 +15,8 @@ mod tasks;
 
 use super::{
     AdminLogin, ConversationEntry, ConversationStore, ConversationSummary, CredentialRecord,
-    CredentialStore, DocumentStore, PeerLogin, PeerUsage, StoreEngine, StoreError, UsageStore,
+    CredentialStore, DocumentStore, PeerLogin, PeerUsage, Serving, StoreEngine, StoreError,
+    UsageStore,
 };
 use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
@@ -255,8 +256,11 @@ impl StoreEngine for SqliteStore {
         format!("sqlite ({})", self.path.display())
     }
 
-    async fn claim_for_serving(&self) -> Result<(), StoreError> {
+    async fn claim_for_serving(&self, serving: Serving) -> Result<(), StoreError> {
         use std::io::{Read as _, Seek as _, Write as _};
+        if serving == Serving::Shared {
+            return Err(StoreError::Unshareable);
+        }
         let mut name = self.path.as_os_str().to_owned();
         name.push(".serving");
         let mut file = std::fs::OpenOptions::new()

@@ -10,14 +10,14 @@
 //! ([`RedisLimiter::local_answers`]). The door keeps answering: a peer within its quota is not
 //! refused because Redis is away.
 
-use super::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
+use super::{Degradation, Redis};
 use crate::clock::Clock;
 use crate::layers::limit::{Decision, Quota};
+use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use redis::aio::ConnectionManager;
 use std::fmt::Display;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// GCRA on one key. KEYS[1]: the key. ARGV: interval (µs), burst tolerance (µs), cost (1 to
@@ -53,18 +53,6 @@ end
 return {1, math.floor((now + burst - used) / interval), used - now}
 ";
 
-/// Why the Redis limiter could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RedisLimitError {
-    /// The URL is not a Redis URL (it is not echoed: it may hold a password).
-    #[error("the Redis URL is not a redis:// or rediss:// URL")]
-    Url,
-    /// Redis did not answer at start-up.
-    #[error("Redis cannot be reached at start-up: {0}")]
-    Unreachable(String),
-}
-
 /// A GCRA limiter whose budgets live in Redis, shared by every instance that uses the same
 /// Redis and prefix.
 pub struct RedisLimiter<K> {
@@ -72,8 +60,7 @@ pub struct RedisLimiter<K> {
     script: Arc<redis::Script>,
     prefix: Arc<str>,
     fallback: Arc<LocalLimiter<K>>,
-    degraded: Arc<AtomicBool>,
-    local_answers: Arc<AtomicU64>,
+    health: Degradation,
 }
 
 impl<K> std::fmt::Debug for RedisLimiter<K> {
@@ -85,35 +72,21 @@ impl<K> std::fmt::Debug for RedisLimiter<K> {
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
-    /// Connects to Redis at `url`; budgets are kept under `prefix:`. The in-process fallback
-    /// tracks at most `capacity` keys on `clock`.
-    pub async fn connect(
-        url: &str,
-        prefix: &str,
-        capacity: usize,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, RedisLimitError> {
-        let client = redis::Client::open(url).map_err(|_| RedisLimitError::Url)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_millis(500)))
-            .set_number_of_retries(1);
-        let connection = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| RedisLimitError::Unreachable(format!("{:?}", e.kind())))?;
-        Ok(Self {
-            connection,
+    /// Budgets kept in `redis` under `prefix:`. The in-process fallback tracks at most
+    /// `capacity` keys on `clock`.
+    pub fn new(redis: &Redis, prefix: &str, capacity: usize, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            connection: redis.connection(),
             script: Arc::new(redis::Script::new(GCRA)),
             prefix: prefix.into(),
             fallback: Arc::new(LocalLimiter::new(capacity, clock)),
-            degraded: Arc::new(AtomicBool::new(false)),
-            local_answers: Arc::new(AtomicU64::new(0)),
-        })
+            health: Degradation::new("rate limits"),
+        }
     }
 
     /// Checks answered by the in-process fallback because Redis was away.
     pub fn local_answers(&self) -> u64 {
-        self.local_answers.load(Ordering::Relaxed)
+        self.health.local_answers()
     }
 
     fn run(&self, key: &K, quota: Quota, cost: i64) -> LimitCheck {
@@ -123,11 +96,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
         let redis_key = format!("{}:{key}", self.prefix);
         let script = self.script.clone();
         let mut connection = self.connection.clone();
-        let (fallback, degraded, local) = (
-            self.fallback.clone(),
-            self.degraded.clone(),
-            self.local_answers.clone(),
-        );
+        let (fallback, health) = (self.fallback.clone(), self.health.clone());
         let key = key.clone();
         LimitCheck::Pending(Box::pin(async move {
             let answer: Result<(i64, i64, i64), _> = script
@@ -139,11 +108,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
                 .await;
             match answer {
                 Ok((allowed, value, reset)) => {
-                    if degraded.swap(false, Ordering::Relaxed) {
-                        tracing::warn!(
-                            "Redis answers again: rate limits are shared across instances"
-                        );
-                    }
+                    health.answered();
                     let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
                     if allowed == 1 {
                         Decision::Allowed {
@@ -157,10 +122,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
                     }
                 }
                 Err(error) => {
-                    if !degraded.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(error = ?error.kind(), "Redis cannot be reached: each instance limits on its own, with the full quota, until it answers again");
-                    }
-                    local.fetch_add(1, Ordering::Relaxed);
+                    health.failed(&error);
                     match cost {
                         0 => fallback.peek(&key, quota).await,
                         c if c < 0 => {

@@ -1,0 +1,216 @@
+//! What this instance shares with others serving the same store, chosen once at start.
+//!
+//! | store | `--redis` | serves | shared through Redis | leases |
+//! |---|---|---|---|---|
+//! | SQLite | no | alone | nothing | no |
+//! | SQLite | yes | alone | the door's limits | no |
+//! | PostgreSQL | no | alone (a second instance is refused) | nothing | yes |
+//! | PostgreSQL | yes | with every instance on the same Redis | limits, changes, task events, turns, budgets | yes |
+//!
+//! Instances serving together must serve the same card, so that clients do not flap between
+//! them: the card's URL (`server.public_base_url`) and its signing keys (`[signing] keys`,
+//! the same files or secrets on every instance) are then required, and start-up stops naming
+//! the missing one.
+
+use super::server::{GatewayOptions, StartError};
+use crate::a2a::agent::{Agent, SharedState};
+use crate::shared::changes::{ChangeNotifier, LocalChanges};
+use crate::shared::ownership::{LeasedInstances, TaskOwnership};
+use crate::shared::rate_limit::RateLimiter;
+use crate::shared::redis::bus::RedisBus;
+use crate::shared::redis::limit::RedisLimiter;
+use crate::shared::redis::spend::RedisSpend;
+use crate::shared::redis::turns::RedisTurnLocks;
+use crate::shared::redis::{Redis, RedisSetupError};
+use crate::shared::spend::SharedSpend;
+use crate::store::{InstanceRegistry, Serving, Store};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The door's limits kept in Redis for every instance (`--redis`); none without it.
+#[derive(Default)]
+pub(super) struct SharedLimits {
+    pub per_ip: Option<Arc<dyn RateLimiter<IpAddr>>>,
+    pub per_peer: Option<Arc<dyn RateLimiter<Arc<str>>>>,
+    pub failed_auth: Option<Arc<dyn RateLimiter<IpAddr>>>,
+}
+
+/// The engines of every shared seam, for this instance.
+pub(super) struct Sharing {
+    pub serving: Serving,
+    pub limits: SharedLimits,
+    pub changes: Arc<dyn ChangeNotifier>,
+    pub agent: SharedState,
+    pub spend: Option<Arc<dyn SharedSpend>>,
+    /// This instance's lease, when the store keeps leases.
+    leases: Option<(Arc<LeasedInstances>, Arc<dyn InstanceRegistry>)>,
+    bus: Option<RedisBus>,
+}
+
+impl Sharing {
+    /// Connects to Redis (when given) and picks each seam's engine.
+    pub async fn connect(options: &GatewayOptions, store: &Store) -> Result<Self, StartError> {
+        let registry = store.instances();
+        let leases = registry
+            .clone()
+            .map(|registry| (Arc::new(LeasedInstances::new(registry.clone())), registry));
+        let ownership = leases
+            .as_ref()
+            .map(|(leases, _)| leases.clone() as Arc<dyn TaskOwnership>);
+        let Some(url) = &options.redis_url else {
+            let mut agent = SharedState::default();
+            if let Some(ownership) = ownership {
+                agent.ownership = ownership;
+            }
+            return Ok(Self {
+                serving: Serving::Alone,
+                limits: SharedLimits::default(),
+                changes: Arc::new(LocalChanges::default()),
+                agent,
+                spend: None,
+                leases,
+                bus: None,
+            });
+        };
+        let serving = if registry.is_some() {
+            Serving::Shared
+        } else {
+            Serving::Alone
+        };
+        if serving == Serving::Shared {
+            same_card_everywhere(options)?;
+        }
+        let redis = Redis::connect(url).await.map_err(refused)?;
+        let policy = &options.policy;
+        let capacity = policy.limits.tracked_addresses;
+        let clock = &options.clock;
+        let limits = SharedLimits {
+            per_ip: Some(Arc::new(RedisLimiter::<IpAddr>::new(
+                &redis,
+                "peergate:ip",
+                capacity,
+                clock.clone(),
+            ))),
+            per_peer: Some(Arc::new(RedisLimiter::<Arc<str>>::new(
+                &redis,
+                "peergate:peer",
+                capacity,
+                clock.clone(),
+            ))),
+            failed_auth: Some(Arc::new(RedisLimiter::<IpAddr>::new(
+                &redis,
+                "peergate:failed-auth",
+                capacity,
+                clock.clone(),
+            ))),
+        };
+        let ownership = ownership.unwrap_or_else(|| SharedState::default().ownership);
+        let bus = RedisBus::start(&redis, ownership.instance());
+        // A turn is bounded by the backend's timeout; its lock outlives it with room to
+        // store the answer, and lapses by itself if its instance dies.
+        let hold = Duration::from_secs(policy.model.timeout_seconds.saturating_mul(2) + 10);
+        let agent = SharedState {
+            turns: Arc::new(RedisTurnLocks::new(&redis, hold)),
+            events: bus.events(),
+            ownership,
+        };
+        tracing::info!(
+            serving = ?serving,
+            "per-IP, per-peer and failed-authentication limits, change notifications, task events, turn order and budgets are shared through Redis"
+        );
+        Ok(Self {
+            serving,
+            limits,
+            changes: bus.changes(),
+            agent,
+            spend: Some(Arc::new(RedisSpend::new(&redis))),
+            leases,
+            bus: Some(bus),
+        })
+    }
+
+    /// Takes this instance's first lease, before it stores any task.
+    pub async fn begin(&self, options: &GatewayOptions) -> Result<(), StartError> {
+        if let Some((leases, _)) = &self.leases {
+            leases.renew(lease(options)).await?;
+        }
+        Ok(())
+    }
+
+    /// Renews the lease every third of its length; the instance leading housekeeping also
+    /// fails the working tasks of instances whose lease lapsed.
+    pub fn keep(self, options: &GatewayOptions, agent: Arc<Agent>) -> Kept {
+        let keeper = self.leases.clone().map(|(leases, registry)| {
+            let lease = lease(options);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(lease / 3);
+                loop {
+                    tick.tick().await;
+                    if let Err(e) = leases.renew(lease).await {
+                        tracing::warn!(error = %e, "could not renew this instance's lease");
+                    }
+                    if !registry.lead_housekeeping().await.unwrap_or(false) {
+                        continue;
+                    }
+                    match agent.fail_tasks_of_gone_instances().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::warn!(
+                            tasks = n,
+                            "tasks of instances that stopped renewing their lease are now failed (interrupted)"
+                        ),
+                        Err(e) => tracing::warn!(error = %e, "could not fail the tasks of gone instances"),
+                    }
+                }
+            })
+        });
+        Kept {
+            leases: self.leases.map(|(leases, _)| leases),
+            keeper,
+            _bus: self.bus,
+        }
+    }
+}
+
+/// What keeps running for sharing while the gateway serves.
+pub(super) struct Kept {
+    leases: Option<Arc<LeasedInstances>>,
+    keeper: Option<tokio::task::JoinHandle<()>>,
+    _bus: Option<RedisBus>,
+}
+
+impl Kept {
+    /// Ends the lease: a clean stop leaves nothing for the others to fail.
+    pub async fn stop(self) {
+        if let Some(keeper) = self.keeper {
+            keeper.abort();
+        }
+        if let Some(leases) = self.leases {
+            leases.end().await;
+        }
+    }
+}
+
+fn lease(options: &GatewayOptions) -> Duration {
+    Duration::from_secs(u64::from(options.policy.cluster.lease_seconds))
+}
+
+fn refused(e: RedisSetupError) -> StartError {
+    StartError::Config(format!("--redis / PEERGATE_REDIS_URL: {e}"))
+}
+
+/// Refuses settings under which instances serving together would serve different cards.
+fn same_card_everywhere(options: &GatewayOptions) -> Result<(), StartError> {
+    let policy = &options.policy;
+    if policy.server.public_base_url.is_none() {
+        return Err(StartError::Config(
+            "server.public_base_url must be set when several instances serve one store (--redis with a PostgreSQL store): the card names the door's URL, and every instance must name the load balancer's".to_owned(),
+        ));
+    }
+    if policy.signing.keys.is_empty() {
+        return Err(StartError::Config(
+            "[signing] keys must name the card-signing keys when several instances serve one store (--redis with a PostgreSQL store): a key generated in each data directory would differ per instance; give every instance the same key files or secrets".to_owned(),
+        ));
+    }
+    Ok(())
+}

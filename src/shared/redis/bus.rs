@@ -1,0 +1,270 @@
+//! Change notifications and task events across instances, over Redis pub/sub.
+//!
+//! Each instance delivers what it publishes to its own subscribers at once (a revocation made
+//! here applies to the very next request here) and publishes it on a Redis channel; one
+//! subscription per instance hears what the others published and delivers it locally. A
+//! revocation on one instance therefore reaches the others in one Redis round trip, not the
+//! credential cache time.
+//!
+//! While the subscription is down, other instances' changes arrive only as their caches
+//! expire (`auth.credential_cache_seconds`), and events stay on the instance that stored the
+//! task. When it is up again, this instance's caches forget everything, since changes may have
+//! been missed meanwhile; the subscription is retried every half second.
+
+use super::{Degradation, Redis};
+use crate::a2a::types::TaskState;
+use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
+use crate::shared::events::{LocalTaskEvents, TaskEvent, TaskEvents, TaskSubscription};
+use futures_util::StreamExt as _;
+use redis::aio::ConnectionManager;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Where changes are published.
+const CHANGES: &str = "peergate:changes";
+/// Where task events are published.
+const EVENTS: &str = "peergate:events";
+
+/// The local deliveries and the connection that publishes, shared by both seams.
+#[derive(Debug)]
+struct Shared {
+    instance: Arc<str>,
+    connection: ConnectionManager,
+    changes: LocalChanges,
+    events: LocalTaskEvents,
+    subscribed: AtomicBool,
+    health: Degradation,
+}
+
+impl Shared {
+    /// Publishes `payload` on `channel` without making anyone wait.
+    fn publish(self: &Arc<Self>, channel: &'static str, payload: String) {
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let mut connection = shared.connection.clone();
+            let sent: Result<i64, _> = redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(payload)
+                .query_async(&mut connection)
+                .await;
+            match sent {
+                Ok(_) => shared.health.answered(),
+                Err(error) => shared.health.failed(&error),
+            }
+        });
+    }
+}
+
+/// A change on the wire.
+#[derive(Serialize, Deserialize)]
+struct WireChange<'a> {
+    #[serde(borrow)]
+    from: Cow<'a, str>,
+    /// `peer`, `admin` or `everyone`.
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+}
+
+/// A task event on the wire.
+#[derive(Serialize, Deserialize)]
+struct WireEvent<'a> {
+    #[serde(borrow)]
+    from: Cow<'a, str>,
+    #[serde(borrow)]
+    peer: Cow<'a, str>,
+    #[serde(borrow)]
+    task: Cow<'a, str>,
+    state: TaskState,
+    #[serde(borrow)]
+    task_json: Cow<'a, str>,
+}
+
+/// One instance's end of the bus: its subscription runs until this drops.
+#[derive(Debug)]
+pub struct RedisBus {
+    shared: Arc<Shared>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl RedisBus {
+    /// Subscribes this instance (`instance`, so it can skip what it published itself).
+    pub fn start(redis: &Redis, instance: &str) -> Self {
+        let shared = Arc::new(Shared {
+            instance: instance.into(),
+            connection: redis.connection(),
+            changes: LocalChanges::default(),
+            events: LocalTaskEvents::default(),
+            subscribed: AtomicBool::new(false),
+            health: Degradation::new("change notifications and task events"),
+        });
+        let listener = tokio::spawn(listen(redis.client().clone(), shared.clone()));
+        Self { shared, listener }
+    }
+
+    /// The change notifier over this bus.
+    pub fn changes(&self) -> Arc<dyn ChangeNotifier> {
+        Arc::new(BusChanges(self.shared.clone()))
+    }
+
+    /// The task events over this bus.
+    pub fn events(&self) -> Arc<dyn TaskEvents> {
+        Arc::new(BusEvents(self.shared.clone()))
+    }
+
+    /// Whether the subscription is up, so other instances' publications arrive.
+    pub fn subscribed(&self) -> bool {
+        self.shared.subscribed.load(Ordering::Relaxed)
+    }
+
+    /// Publications that could not reach Redis.
+    pub fn local_answers(&self) -> u64 {
+        self.shared.health.local_answers()
+    }
+}
+
+impl Drop for RedisBus {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// Holds the subscription, delivering other instances' publications locally.
+async fn listen(client: redis::Client, shared: Arc<Shared>) {
+    let mut first = true;
+    loop {
+        if let Ok(mut pubsub) = client.get_async_pubsub().await
+            && pubsub.subscribe(&[CHANGES, EVENTS]).await.is_ok()
+        {
+            shared.subscribed.store(true, Ordering::Relaxed);
+            if !first {
+                // What others changed while the subscription was down was not heard.
+                shared.changes.publish(Change::Everyone);
+                tracing::warn!(
+                    "Redis subscription restored: changes and task events are shared again; cached credentials and budgets forgotten"
+                );
+            }
+            first = false;
+            let mut messages = pubsub.into_on_message();
+            while let Some(message) = messages.next().await {
+                let Ok(payload) = message.get_payload::<String>() else {
+                    continue;
+                };
+                match message.get_channel_name() {
+                    CHANGES => deliver_change(&shared, &payload),
+                    EVENTS => deliver_event(&shared, &payload),
+                    _ => {}
+                }
+            }
+            shared.subscribed.store(false, Ordering::Relaxed);
+            tracing::warn!(
+                "Redis subscription lost: other instances' changes arrive within the credential cache time until it is back"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn deliver_change(shared: &Shared, payload: &str) {
+    let Ok(wire) = serde_json::from_str::<WireChange<'_>>(payload) else {
+        return;
+    };
+    if *wire.from == *shared.instance {
+        return;
+    }
+    let change = match &*wire.kind {
+        "peer" => Change::Peer(wire.id.into_owned()),
+        "admin" => Change::Admin(wire.id.into_owned()),
+        "everyone" => Change::Everyone,
+        _ => return,
+    };
+    shared.changes.publish(change);
+}
+
+fn deliver_event(shared: &Shared, payload: &str) {
+    if !shared.events.listening() {
+        return;
+    }
+    let Ok(wire) = serde_json::from_str::<WireEvent<'_>>(payload) else {
+        return;
+    };
+    if *wire.from == *shared.instance {
+        return;
+    }
+    shared.events.publish(TaskEvent {
+        peer_id: (&*wire.peer).into(),
+        task_id: (&*wire.task).into(),
+        state: wire.state.as_str(),
+        task_json: (&*wire.task_json).into(),
+    });
+}
+
+/// Change notifications over the bus.
+#[derive(Debug)]
+struct BusChanges(Arc<Shared>);
+
+impl ChangeNotifier for BusChanges {
+    fn publish(&self, change: Change) {
+        let (kind, id) = match &change {
+            Change::Peer(id) => ("peer", id.as_str()),
+            Change::Admin(id) => ("admin", id.as_str()),
+            Change::Everyone => ("everyone", ""),
+        };
+        let wire = WireChange {
+            from: Cow::Borrowed(&self.0.instance),
+            kind: Cow::Borrowed(kind),
+            id: Cow::Borrowed(id),
+        };
+        if let Ok(payload) = serde_json::to_string(&wire) {
+            self.0.publish(CHANGES, payload);
+        }
+        self.0.changes.publish(change);
+    }
+
+    fn subscribe(&self, listener: Arc<dyn ChangeListener>) {
+        self.0.changes.subscribe(listener);
+    }
+}
+
+/// Task events over the bus.
+#[derive(Debug)]
+struct BusEvents(Arc<Shared>);
+
+impl TaskEvents for BusEvents {
+    fn listening(&self) -> bool {
+        // A subscriber on another instance may be waiting on any task.
+        self.0.subscribed.load(Ordering::Relaxed) || self.0.events.listening()
+    }
+
+    fn publish(&self, event: TaskEvent) {
+        let Some(state) = [
+            TaskState::Working,
+            TaskState::Completed,
+            TaskState::Failed,
+            TaskState::Rejected,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == event.state) else {
+            return;
+        };
+        let wire = WireEvent {
+            from: Cow::Borrowed(&self.0.instance),
+            peer: Cow::Borrowed(&event.peer_id),
+            task: Cow::Borrowed(&event.task_id),
+            state,
+            task_json: Cow::Borrowed(&event.task_json),
+        };
+        if let Ok(payload) = serde_json::to_string(&wire) {
+            self.0.publish(EVENTS, payload);
+        }
+        self.0.events.publish(event);
+    }
+
+    fn subscribe(&self, peer_id: &str, task_id: &str) -> TaskSubscription {
+        self.0.events.subscribe(peer_id, task_id)
+    }
+}

@@ -1,0 +1,117 @@
+//! Budget counters in Redis: one key per (administrator, day) and (administrator, month),
+//! expiring once the period is long past.
+
+use super::{Degradation, Redis};
+use crate::shared::spend::{SharedSpend, SpendUnavailable};
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use std::sync::Arc;
+
+/// Adds ARGV[1] to each of KEYS that exists.
+const ADD: &str = r"
+for _, key in ipairs(KEYS) do
+  if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, ARGV[1]) end
+end
+return 0
+";
+
+/// Days are kept two days, months 32 days after their counter started.
+const DAY_SECONDS: u64 = 2 * 24 * 3600;
+const MONTH_SECONDS: u64 = 32 * 24 * 3600;
+
+/// Spend counters shared through Redis.
+pub struct RedisSpend {
+    connection: ConnectionManager,
+    add: Arc<redis::Script>,
+    health: Degradation,
+}
+
+impl std::fmt::Debug for RedisSpend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSpend").finish_non_exhaustive()
+    }
+}
+
+impl RedisSpend {
+    /// Counters in `redis`.
+    pub fn new(redis: &Redis) -> Self {
+        Self {
+            connection: redis.connection(),
+            add: Arc::new(redis::Script::new(ADD)),
+            health: Degradation::new("budget spending"),
+        }
+    }
+}
+
+fn key(owner_id: &str, period: &str) -> String {
+    format!("peergate:spent:{owner_id}:{period}")
+}
+
+#[async_trait]
+impl SharedSpend for RedisSpend {
+    async fn spent(
+        &self,
+        owner_id: &str,
+        day: &str,
+        month: &str,
+    ) -> Result<Option<(u64, u64)>, SpendUnavailable> {
+        let mut connection = self.connection.clone();
+        let read: Result<(Option<u64>, Option<u64>), _> = redis::cmd("MGET")
+            .arg(key(owner_id, day))
+            .arg(key(owner_id, month))
+            .query_async(&mut connection)
+            .await;
+        match read {
+            Ok((Some(day), Some(month))) => {
+                self.health.answered();
+                Ok(Some((day, month)))
+            }
+            Ok(_) => Ok(None),
+            Err(error) => {
+                self.health.failed(&error);
+                Err(SpendUnavailable)
+            }
+        }
+    }
+
+    async fn seed(&self, owner_id: &str, day: &str, month: &str, spent: (u64, u64)) {
+        let mut connection = self.connection.clone();
+        let seeded: Result<(), _> = redis::pipe()
+            .cmd("SET")
+            .arg(key(owner_id, day))
+            .arg(spent.0)
+            .arg("NX")
+            .arg("EX")
+            .arg(DAY_SECONDS)
+            .ignore()
+            .cmd("SET")
+            .arg(key(owner_id, month))
+            .arg(spent.1)
+            .arg("NX")
+            .arg("EX")
+            .arg(MONTH_SECONDS)
+            .ignore()
+            .query_async(&mut connection)
+            .await;
+        if let Err(error) = seeded {
+            self.health.failed(&error);
+        }
+    }
+
+    fn add(&self, owner_id: &str, day: &str, month: &str, tokens: u64) {
+        let mut connection = self.connection.clone();
+        let (add, health) = (self.add.clone(), self.health.clone());
+        let keys = [key(owner_id, day), key(owner_id, month)];
+        tokio::spawn(async move {
+            let added: Result<i64, _> = add
+                .key(&keys[0])
+                .key(&keys[1])
+                .arg(tokens)
+                .invoke_async(&mut connection)
+                .await;
+            if let Err(error) = added {
+                health.failed(&error);
+            }
+        });
+    }
+}

@@ -1,0 +1,29 @@
+//! Tokens spent against budgets, counted where every instance sees them, so a budget is not
+//! overshot once per instance.
+//!
+//! A counter per (administrator, period) for the day and the month. A counter that does not
+//! exist yet is seeded from the store by the first instance that needs it; spending adds only
+//! to counters that exist, so a counter is never started from zero while the store holds more.
+
+use async_trait::async_trait;
+
+/// The shared counters could not be read: the caller counts on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpendUnavailable;
+
+/// The tokens an administrator spent, shared by every instance.
+#[async_trait]
+pub trait SharedSpend: Send + Sync + std::fmt::Debug {
+    /// Tokens spent by `owner_id` in `day` and `month`; `Ok(None)` when not counted yet.
+    async fn spent(
+        &self,
+        owner_id: &str,
+        day: &str,
+        month: &str,
+    ) -> Result<Option<(u64, u64)>, SpendUnavailable>;
+    /// Starts the counters of `owner_id` at what the store holds, unless another instance
+    /// already did.
+    async fn seed(&self, owner_id: &str, day: &str, month: &str, spent: (u64, u64));
+    /// Adds `tokens` to the counters of `owner_id` that exist, without waiting.
+    fn add(&self, owner_id: &str, day: &str, month: &str, tokens: u64);
+}
