@@ -180,3 +180,171 @@ fn a_bad_redis_url_stops_start_up_without_echoing_it() {
     );
     assert!(!stderr.contains("s3cret-pw"), "{stderr}");
 }
+
+/// Waits up to `within` for `done`, polling.
+async fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    done()
+}
+
+#[derive(Default)]
+struct Heard(std::sync::Mutex<Vec<peergate::shared::changes::Change>>);
+
+impl peergate::shared::changes::ChangeListener for Heard {
+    fn changed(&self, change: &peergate::shared::changes::Change) {
+        self.0.lock().unwrap().push(change.clone());
+    }
+}
+
+#[tokio::test]
+async fn a_change_on_one_instance_reaches_the_other_and_a_lost_subscription_forgets_everything() {
+    use peergate::shared::changes::Change;
+    use peergate::shared::redis::bus::RedisBus;
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let (a, b) = (
+        RedisBus::start(&redis, "ins_a"),
+        RedisBus::start(&redis, "ins_b"),
+    );
+    assert!(eventually(Duration::from_secs(5), || a.subscribed() && b.subscribed()).await);
+    let (heard_a, heard_b) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
+    a.changes().subscribe(heard_a.clone());
+    b.changes().subscribe(heard_b.clone());
+    a.changes().publish(Change::Peer("peer_1".into()));
+    // The publishing instance hears it at once, in the publishing thread.
+    assert_eq!(*heard_a.0.lock().unwrap(), [Change::Peer("peer_1".into())]);
+    assert!(
+        eventually(Duration::from_secs(1), || !heard_b.0.lock().unwrap().is_empty()).await,
+        "the other instance heard the change within a second"
+    );
+    assert_eq!(*heard_b.0.lock().unwrap(), [Change::Peer("peer_1".into())]);
+    // An instance does not hear its own change twice.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(heard_a.0.lock().unwrap().len(), 1);
+    // Redis away and back: the subscription comes back and everything cached is forgotten.
+    server.stop();
+    assert!(eventually(Duration::from_secs(5), || !b.subscribed()).await);
+    server.restart();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            heard_b.0.lock().unwrap().last() == Some(&Change::Everyone)
+        })
+        .await,
+        "{:?}",
+        heard_b.0.lock().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_other() {
+    use peergate::shared::events::TaskEvent;
+    use peergate::shared::redis::bus::RedisBus;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let (a, b) = (
+        RedisBus::start(&redis, "ins_a"),
+        RedisBus::start(&redis, "ins_b"),
+    );
+    assert!(eventually(Duration::from_secs(5), || a.subscribed() && b.subscribed()).await);
+    let (events_a, events_b) = (a.events(), b.events());
+    assert!(events_a.listening(), "another instance may be listening");
+    let mut subscription = events_b.subscribe("alice", "t1");
+    let task_json = r#"{"id":"t1","status":{"message":{"parts":[{"text":"a \"quoted\" reply\n"}]}}}"#;
+    for (peer, task) in [("bob", "t1"), ("alice", "t2"), ("alice", "t1")] {
+        events_a.publish(TaskEvent {
+            peer_id: peer.into(),
+            task_id: task.into(),
+            state: "TASK_STATE_COMPLETED",
+            task_json: task_json.into(),
+        });
+    }
+    let event = tokio::time::timeout(Duration::from_secs(2), subscription.next())
+        .await
+        .expect("heard within two seconds")
+        .unwrap();
+    assert_eq!((&*event.peer_id, &*event.task_id), ("alice", "t1"));
+    assert_eq!(event.state, "TASK_STATE_COMPLETED");
+    assert_eq!(&*event.task_json, task_json, "the task as stored, unchanged");
+}
+
+#[tokio::test]
+async fn a_context_takes_one_turn_at_a_time_across_instances_and_redis_away_orders_locally() {
+    use peergate::shared::redis::turns::RedisTurnLocks;
+    use peergate::shared::turns::TurnLocks;
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let hold = Duration::from_secs(30);
+    let (a, b) = (
+        RedisTurnLocks::new(&redis, hold),
+        RedisTurnLocks::new(&redis, hold),
+    );
+    let wait = Duration::from_secs(2);
+    let turn = a.begin_turn("alice", "ctx", wait).await.expect("free");
+    assert!(
+        b.begin_turn("alice", "ctx", Duration::from_millis(200))
+            .await
+            .is_none(),
+        "held on the other instance"
+    );
+    assert!(
+        b.begin_turn("bob", "ctx", wait).await.is_some(),
+        "contexts are per peer"
+    );
+    let waiter = tokio::spawn(async move { b.begin_turn("alice", "ctx", wait).await.is_some() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(turn);
+    assert!(waiter.await.unwrap(), "the other instance's turn begins when this one ends");
+    // Redis away: turns are still given, ordered within this instance.
+    server.stop();
+    let first = a.begin_turn("carol", "ctx", wait).await.expect("given locally");
+    assert!(
+        a.begin_turn("carol", "ctx", Duration::from_millis(100))
+            .await
+            .is_none()
+    );
+    drop(first);
+    assert!(a.local_answers() >= 1);
+}
+
+#[tokio::test]
+async fn spending_on_one_instance_is_counted_on_the_other() {
+    use peergate::shared::redis::spend::RedisSpend;
+    use peergate::shared::spend::SharedSpend;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let (a, b) = (RedisSpend::new(&redis), RedisSpend::new(&redis));
+    let (day, month) = ("2026-11-30", "2026-11");
+    assert_eq!(a.spent("adm_1", day, month).await, Ok(None), "not counted yet");
+    // Adding to counters that do not exist starts nothing from zero.
+    a.add("adm_1", day, month, 5);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(b.spent("adm_1", day, month).await, Ok(None));
+    // Seeded from the store once; a second seed does not overwrite.
+    a.seed("adm_1", day, month, (100, 1_000)).await;
+    b.seed("adm_1", day, month, (0, 0)).await;
+    a.add("adm_1", day, month, 7);
+    b.add("adm_1", day, month, 3);
+    let mut seen = None;
+    for _ in 0..100 {
+        seen = b.spent("adm_1", day, month).await.unwrap();
+        if seen == Some((110, 1_010)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen, Some((110, 1_010)), "both instances' spending, on the seed");
+}
