@@ -222,7 +222,12 @@ async fn a_change_on_one_instance_reaches_the_other_and_a_lost_subscription_forg
     // The publishing instance hears it at once, in the publishing thread.
     assert_eq!(*heard_a.0.lock().unwrap(), [Change::Peer("peer_1".into())]);
     assert!(
-        eventually(Duration::from_secs(1), || !heard_b.0.lock().unwrap().is_empty()).await,
+        eventually(Duration::from_secs(1), || !heard_b
+            .0
+            .lock()
+            .unwrap()
+            .is_empty())
+        .await,
         "the other instance heard the change within a second"
     );
     assert_eq!(*heard_b.0.lock().unwrap(), [Change::Peer("peer_1".into())]);
@@ -259,7 +264,8 @@ async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_oth
     let (events_a, events_b) = (a.events(), b.events());
     assert!(events_a.listening(), "another instance may be listening");
     let mut subscription = events_b.subscribe("alice", "t1");
-    let task_json = r#"{"id":"t1","status":{"message":{"parts":[{"text":"a \"quoted\" reply\n"}]}}}"#;
+    let task_json =
+        r#"{"id":"t1","status":{"message":{"parts":[{"text":"a \"quoted\" reply\n"}]}}}"#;
     for (peer, task) in [("bob", "t1"), ("alice", "t2"), ("alice", "t1")] {
         events_a.publish(TaskEvent {
             peer_id: peer.into(),
@@ -274,7 +280,10 @@ async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_oth
         .unwrap();
     assert_eq!((&*event.peer_id, &*event.task_id), ("alice", "t1"));
     assert_eq!(event.state, "TASK_STATE_COMPLETED");
-    assert_eq!(&*event.task_json, task_json, "the task as stored, unchanged");
+    assert_eq!(
+        &*event.task_json, task_json,
+        "the task as stored, unchanged"
+    );
 }
 
 #[tokio::test]
@@ -305,10 +314,16 @@ async fn a_context_takes_one_turn_at_a_time_across_instances_and_redis_away_orde
     let waiter = tokio::spawn(async move { b.begin_turn("alice", "ctx", wait).await.is_some() });
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(turn);
-    assert!(waiter.await.unwrap(), "the other instance's turn begins when this one ends");
+    assert!(
+        waiter.await.unwrap(),
+        "the other instance's turn begins when this one ends"
+    );
     // Redis away: turns are still given, ordered within this instance.
     server.stop();
-    let first = a.begin_turn("carol", "ctx", wait).await.expect("given locally");
+    let first = a
+        .begin_turn("carol", "ctx", wait)
+        .await
+        .expect("given locally");
     assert!(
         a.begin_turn("carol", "ctx", Duration::from_millis(100))
             .await
@@ -328,7 +343,11 @@ async fn spending_on_one_instance_is_counted_on_the_other() {
     let redis = Redis::connect(&server.url()).await.unwrap();
     let (a, b) = (RedisSpend::new(&redis), RedisSpend::new(&redis));
     let (day, month) = ("2026-11-30", "2026-11");
-    assert_eq!(a.spent("adm_1", day, month).await, Ok(None), "not counted yet");
+    assert_eq!(
+        a.spent("adm_1", day, month).await,
+        Ok(None),
+        "not counted yet"
+    );
     // Adding to counters that do not exist starts nothing from zero.
     a.add("adm_1", day, month, 5);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -346,5 +365,9 @@ async fn spending_on_one_instance_is_counted_on_the_other() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(seen, Some((110, 1_010)), "both instances' spending, on the seed");
+    assert_eq!(
+        seen,
+        Some((110, 1_010)),
+        "both instances' spending, on the seed"
+    );
 }

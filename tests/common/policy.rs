@@ -79,6 +79,13 @@ impl Default for PolicyEdit {
 }
 
 impl PolicyEdit {
+    /// A policy's text, to edit.
+    pub fn from_text(text: &str) -> Self {
+        Self {
+            document: text.parse().expect("the policy is TOML"),
+        }
+    }
+
     /// Gives the key at `path`, which the policy must already have, a new value.
     pub fn set(mut self, path: &str, value: impl PolicyValue) -> Self {
         let (parent, key) = split(path);

@@ -52,6 +52,11 @@ impl ServeProcess {
         Self::spawn(cwd, "", &[], &[])
     }
 
+    /// Starts `peergate serve` with exactly `args` after the listen addresses.
+    pub fn start_args(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn(cwd, "", args, env)
+    }
+
     fn spawn(cwd: &Path, setup: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         peergate::http::tls::ensure_provider();
         let mut child = Command::new("bash")

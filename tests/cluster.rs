@@ -1,0 +1,477 @@
+//! Two `peergate serve` processes on one PostgreSQL database and one Redis server, as an
+//! operator runs them behind a load balancer. Both are started by the tests (skipped loudly
+//! without the packages, failing under CI).
+
+mod common;
+
+use common::redis::RedisServer;
+use common::*;
+use peergate::store::{Store, StoreLocation};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const PASSWORD: &str = "correct horse battery staple 42";
+
+/// The shared engines and the settings both instances run with.
+struct Shared {
+    dir: tempfile::TempDir,
+    store_url: String,
+    redis: RedisServer,
+    policy: PathBuf,
+}
+
+impl Shared {
+    /// A fresh database, a Redis server, a signing key and a policy over `model`; `None` when
+    /// the packages are missing (outside CI).
+    fn start(model: &FakeModel, edit: impl FnOnce(PolicyEdit) -> PolicyEdit) -> Option<Self> {
+        let cluster = postgres::cluster()?;
+        let redis = RedisServer::start()?;
+        let dir = tempfile::tempdir().unwrap();
+        let store_url = cluster.database_for(dir.path());
+        let key = dir.path().join("card.pem");
+        let (code, _, stderr) = cli(&[
+            "keys",
+            "generate",
+            "--alg",
+            "EdDSA",
+            "--kid",
+            "cluster-1",
+            "--out",
+            key.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let policy = PolicyEdit::default()
+            .openai(&model.base_url, "test-model")
+            .insert("server.public_base_url", "https://door.example")
+            .push_table(
+                "signing.keys",
+                &[
+                    ("kid", "cluster-1".into()),
+                    ("alg", "EdDSA".into()),
+                    ("private_key_file", key.to_str().unwrap().into()),
+                ],
+            )
+            .set("cluster.lease_seconds", 2)
+            // Long enough that only a change notification explains a revocation seen at once.
+            .set("auth.credential_cache_seconds", 5);
+        let path = dir.path().join("policy.toml");
+        std::fs::write(&path, edit(policy).text()).unwrap();
+        let shared = Self {
+            dir,
+            store_url,
+            redis,
+            policy: path,
+        };
+        let (code, _, stderr) = cli_with_stdin(
+            &["admin", "add", "ada", "--store", &shared.store_url],
+            &format!("{PASSWORD}\n"),
+        );
+        assert_eq!(code, 0, "{stderr}");
+        Some(shared)
+    }
+
+    /// `peergate serve` on the shared store and Redis.
+    fn instance(&self) -> ServeProcess {
+        ServeProcess::start_args(
+            self.dir.path(),
+            &[
+                "--policy",
+                self.policy.to_str().unwrap(),
+                "--store",
+                &self.store_url,
+                "--redis",
+                &self.redis.url(),
+            ],
+            &[],
+        )
+    }
+
+    /// Runs the CLI on the shared store.
+    fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let mut args = args.to_vec();
+        args.extend(["--store", &self.store_url]);
+        cli_in(self.dir.path(), &args)
+    }
+
+    /// A peer of ada's; returns its token.
+    fn peer(&self, name: &str, rate: &str) -> String {
+        let (code, stdout, stderr) = self.cli(&[
+            "peer",
+            "add",
+            name,
+            "--owner",
+            "ada",
+            "--rate",
+            rate,
+            "--policy",
+            self.policy.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        stdout.trim().to_owned()
+    }
+
+    async fn store(&self) -> Store {
+        Store::open_at(&StoreLocation::Postgres(self.store_url.clone()))
+            .await
+            .unwrap()
+    }
+}
+
+fn get_task_request(id: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id}}).to_string()
+}
+
+fn send_request(text: &str, context_id: Option<&str>) -> Value {
+    let mut message = json!({"role": "ROLE_USER", "messageId": uuid::Uuid::new_v4().to_string(),
+        "parts": [{"text": text}]});
+    if let Some(context_id) = context_id {
+        message["contextId"] = json!(context_id);
+    }
+    json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}})
+}
+
+/// The state of the task a `GetTask` answered.
+fn found_state(response: &Value) -> String {
+    response["result"]["status"]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn state_of(response: &Value) -> String {
+    task_of(response)["status"]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_peers_quota_holds_across_both_instances() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let token = shared.peer("alice", "5/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    let mut admitted = 0;
+    for i in 0..20 {
+        let door = if i % 2 == 0 { a.door() } else { b.door() };
+        if post_raw(&door, Some(&token), get_task_request("none"))
+            .await
+            .0
+            == 200
+        {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted, 5,
+        "quota + burst across both instances, not per instance"
+    );
+}
+
+#[tokio::test]
+async fn a_revocation_through_one_instance_is_refused_on_the_other_within_a_second() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let token = shared.peer("alice", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    // A has verified the token and caches the verdict for five seconds.
+    assert_eq!(
+        post_raw(&a.door(), Some(&token), get_task_request("none"))
+            .await
+            .0,
+        200
+    );
+    let revoked = reqwest::Client::new()
+        .post(format!("http://{}/v1/peers/alice/revoke", b.admin_addr))
+        .basic_auth("ada", Some(PASSWORD))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    let revoked_at = Instant::now();
+    let mut refused = false;
+    while revoked_at.elapsed() < Duration::from_secs(1) {
+        if post_raw(&a.door(), Some(&token), get_task_request("none"))
+            .await
+            .0
+            == 401
+        {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        refused,
+        "the other instance still admitted a revoked peer after a second"
+    );
+}
+
+#[tokio::test]
+async fn a_budget_spent_through_one_instance_is_refused_on_the_other_and_tasks_are_found_on_both() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    // Each answer costs 18 tokens: two answers spend the day.
+    let (code, _, stderr) = shared.cli(&["admin", "budget", "ada", "--tokens-per-day", "30"]);
+    assert_eq!(code, 0, "{stderr}");
+    let token = shared.peer("alice", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    // B sees ada's spending first (nothing yet), then A spends.
+    let first = rpc(&b.door(), &token, send_request("one", None)).await;
+    assert_eq!(state_of(&first), "TASK_STATE_COMPLETED", "{first}");
+    let second = rpc(&a.door(), &token, send_request("two", None)).await;
+    assert_eq!(state_of(&second), "TASK_STATE_COMPLETED", "{second}");
+    let third = rpc(&b.door(), &token, send_request("three", None)).await;
+    assert_eq!(
+        state_of(&third),
+        "TASK_STATE_REJECTED",
+        "B counted only its own spending: {third}"
+    );
+    // Each instance finds the tasks made on the other.
+    for (made, other) in [(&first, &a), (&second, &b)] {
+        let id = task_of(made)["id"].as_str().unwrap();
+        let found = get_task(&other.door(), &token, id, None).await;
+        assert_eq!(found_state(&found), "TASK_STATE_COMPLETED", "{found}");
+    }
+}
+
+#[tokio::test]
+async fn two_messages_of_one_context_through_both_instances_are_answered_in_turn() {
+    let model = FakeModel::start(ModelBehaviour::Slow(Duration::from_millis(400))).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let token = shared.peer("alice", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    let context = "ctx-shared-1";
+    let (door_a, door_b, token_b) = (a.door(), b.door(), token.clone());
+    let first = tokio::spawn(async move {
+        rpc(
+            &door_a,
+            &token,
+            send_request("first question", Some(context)),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = tokio::spawn(async move {
+        rpc(
+            &door_b,
+            &token_b,
+            send_request("second question", Some(context)),
+        )
+        .await
+    });
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!(state_of(&first), "TASK_STATE_COMPLETED", "{first}");
+    assert_eq!(state_of(&second), "TASK_STATE_COMPLETED", "{second}");
+    assert_eq!(model.max_in_flight(), 1, "the second waited for the first");
+    let requests = model.requests();
+    let last = requests.last().unwrap().to_string();
+    assert!(
+        last.contains("first question") && last.contains("model says: first question"),
+        "the second turn saw the first in its history: {last}"
+    );
+}
+
+/// The working tasks in the store, by id: the instance answering each.
+async fn working(store: &Store) -> Vec<(String, Option<String>)> {
+    store
+        .tasks()
+        .working_tasks(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.id, t.instance))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_killed_instances_working_task_is_failed_by_the_survivor_and_the_survivors_are_not() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let token = shared.peer("alice", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    let store = shared.store().await;
+    let (door_a, token_a) = (a.door(), token.clone());
+    let _orphaned = tokio::spawn(async move {
+        post_raw(
+            &door_a,
+            Some(&token_a),
+            send_request("on a", None).to_string(),
+        )
+        .await
+    });
+    model.wait_for_arrival().await;
+    let (door_b, token_b) = (b.door(), token.clone());
+    let survivor_turn =
+        tokio::spawn(async move { rpc(&door_b, &token_b, send_request("on b", None)).await });
+    model.wait_for_arrival().await;
+    let before = working(&store).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+    a.kill();
+    // The lease is 2 s, renewed every 2/3 s: the survivor fails the task within about 3 s.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut left = before.clone();
+    while left.len() != 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = working(&store).await;
+    }
+    assert_eq!(
+        left.len(),
+        1,
+        "the killed instance's task is no longer working"
+    );
+    let (orphan_id, _) = before.iter().find(|t| !left.contains(t)).unwrap();
+    let orphan = get_task(&b.door(), &token, orphan_id, None).await;
+    assert_eq!(found_state(&orphan), "TASK_STATE_FAILED", "{orphan}");
+    assert!(orphan.to_string().contains("interrupted"), "{orphan}");
+    // The survivor's own turn was left alone and completes.
+    model.set(ModelBehaviour::Answer);
+    model.release_one();
+    model.release_one();
+    let answered = tokio::time::timeout(Duration::from_secs(10), survivor_turn)
+        .await
+        .expect("the survivor's turn finished")
+        .unwrap();
+    assert_eq!(state_of(&answered), "TASK_STATE_COMPLETED", "{answered}");
+    store.close().await;
+}
+
+#[tokio::test]
+async fn restarting_redis_mid_run_loses_no_answered_task() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(mut shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let token = shared.peer("alice", "6000/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    let mut answered = Vec::new();
+    for i in 0..40 {
+        if i == 10 {
+            shared.redis.stop();
+        }
+        if i == 25 {
+            shared.redis.restart();
+        }
+        let door = if i % 2 == 0 { a.door() } else { b.door() };
+        let response = rpc(&door, &token, send_request(&format!("message {i}"), None)).await;
+        assert_eq!(state_of(&response), "TASK_STATE_COMPLETED", "{response}");
+        answered.push(task_of(&response)["id"].as_str().unwrap().to_owned());
+    }
+    for (i, id) in answered.iter().enumerate() {
+        let door = if i % 2 == 0 { b.door() } else { a.door() };
+        let found = get_task(&door, &token, id, None).await;
+        assert_eq!(found_state(&found), "TASK_STATE_COMPLETED", "{id}: {found}");
+    }
+}
+
+#[tokio::test]
+async fn both_instances_serve_the_same_card_and_key_set() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let (a, b) = (shared.instance(), shared.instance());
+    for path in ["/.well-known/agent-card.json", "/.well-known/jwks.json"] {
+        let mut seen = Vec::new();
+        for instance in [&a, &b] {
+            let response = reqwest::get(format!("http://{}{path}", instance.addr))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .map(|v| v.to_str().unwrap().to_owned())
+            };
+            let validators = (header("etag"), header("last-modified"));
+            seen.push((validators, response.bytes().await.unwrap()));
+        }
+        assert!(seen[0].0.0.is_some(), "{path} has an ETag");
+        assert_eq!(seen[0], seen[1], "{path} differs between instances");
+    }
+}
+
+/// `peergate serve` that must refuse to start; returns its stderr.
+fn refused_start(cwd: &Path, args: &[&str]) -> String {
+    let mut all = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ];
+    all.extend(args);
+    let (code, _, stderr) = cli_in(cwd, &all);
+    assert_ne!(code, 0, "{stderr}");
+    stderr
+}
+
+#[tokio::test]
+async fn instances_that_would_serve_differently_refuse_to_start() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let (store, redis) = (shared.store_url.as_str(), shared.redis.url());
+    let cwd = shared.dir.path();
+    // Without the card's URL or keys, instances would serve different cards.
+    for (missing, setting) in [
+        (
+            "server.public_base_url",
+            "server.public_base_url must be set",
+        ),
+        (
+            "signing.keys",
+            "[signing] keys must name the card-signing keys",
+        ),
+    ] {
+        let text = std::fs::read_to_string(&shared.policy).unwrap();
+        let path = cwd.join("refused.toml");
+        std::fs::write(&path, PolicyEdit::from_text(&text).remove(missing).text()).unwrap();
+        let stderr = refused_start(
+            cwd,
+            &[
+                "--policy",
+                path.to_str().unwrap(),
+                "--store",
+                store,
+                "--redis",
+                &redis,
+            ],
+        );
+        assert!(stderr.contains(setting), "{stderr}");
+    }
+    // One instance with Redis serves; one without is refused, and the other way round.
+    let policy = shared.policy.to_str().unwrap();
+    let with_redis = shared.instance();
+    let stderr = refused_start(cwd, &["--policy", policy, "--store", store]);
+    assert!(
+        stderr.contains("only when each runs with --redis"),
+        "{stderr}"
+    );
+    drop(with_redis);
+    let alone = ServeProcess::start_args(cwd, &["--policy", policy, "--store", store], &[]);
+    let stderr = refused_start(
+        cwd,
+        &["--policy", policy, "--store", store, "--redis", &redis],
+    );
+    assert!(
+        stderr.contains("served by a peergate instance without --redis"),
+        "{stderr}"
+    );
+    drop(alone);
+}
