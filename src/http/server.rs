@@ -260,7 +260,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let (local_addr, admin_addr) = (listeners.local_addr, listeners.admin_addr);
     let (shutdown_tx, serving, admin_serving) =
         listeners.serve(policy, router, admin_router, &metrics);
-    let registry = store.instances();
+    let registry = sharing.registry();
     let kept = sharing.keep(&options, agent.clone());
     let sweeper = tokio::spawn(housekeeping(
         store.clone(),

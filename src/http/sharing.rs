@@ -4,7 +4,7 @@
 //! |---|---|---|---|---|
 //! | SQLite | no | alone | nothing | no |
 //! | SQLite | yes | alone | the door's limits | no |
-//! | PostgreSQL | no | alone (a second instance is refused) | nothing | yes |
+//! | PostgreSQL | no | alone (a second instance is refused) | nothing | no |
 //! | PostgreSQL | yes | with every instance on the same Redis | limits, changes, task events, turns, budgets | yes |
 //!
 //! Instances serving together must serve the same card, so that clients do not flap between
@@ -52,24 +52,16 @@ impl Sharing {
     /// Connects to Redis (when given) and picks each seam's engine.
     pub async fn connect(options: &GatewayOptions, store: &Store) -> Result<Self, StartError> {
         let registry = store.instances();
-        let leases = registry
-            .clone()
-            .map(|registry| (Arc::new(LeasedInstances::new(registry.clone())), registry));
-        let ownership = leases
-            .as_ref()
-            .map(|(leases, _)| leases.clone() as Arc<dyn TaskOwnership>);
         let Some(url) = &options.redis_url else {
-            let mut agent = SharedState::default();
-            if let Some(ownership) = ownership {
-                agent.ownership = ownership;
-            }
+            // Serving alone (a lock keeps others out), every working task at start is a
+            // leftover: no leases needed.
             return Ok(Self {
                 serving: Serving::Alone,
                 limits: SharedLimits::default(),
                 changes: Arc::new(LocalChanges::default()),
-                agent,
+                agent: SharedState::default(),
                 spend: None,
-                leases,
+                leases: None,
                 bus: None,
             });
         };
@@ -81,6 +73,12 @@ impl Sharing {
         if serving == Serving::Shared {
             same_card_everywhere(options)?;
         }
+        let leases = registry
+            .filter(|_| serving == Serving::Shared)
+            .map(|registry| (Arc::new(LeasedInstances::new(registry.clone())), registry));
+        let ownership = leases
+            .as_ref()
+            .map(|(leases, _)| leases.clone() as Arc<dyn TaskOwnership>);
         let redis = Redis::connect(url).await.map_err(refused)?;
         let policy = &options.policy;
         let capacity = policy.limits.tracked_addresses;
@@ -128,6 +126,11 @@ impl Sharing {
             leases,
             bus: Some(bus),
         })
+    }
+
+    /// The registry of instances serving together (`None` when serving alone).
+    pub fn registry(&self) -> Option<Arc<dyn InstanceRegistry>> {
+        self.leases.as_ref().map(|(_, registry)| registry.clone())
     }
 
     /// Takes this instance's first lease, before it stores any task.
