@@ -285,14 +285,16 @@ async fn two_messages_of_one_context_through_both_instances_are_answered_in_turn
 
 /// The working tasks in the store, by id: the instance answering each.
 async fn working(store: &Store) -> Vec<(String, Option<String>)> {
-    store
+    let mut working: Vec<_> = store
         .tasks()
         .working_tasks(None)
         .await
         .unwrap()
         .into_iter()
         .map(|t| (t.id, t.instance))
-        .collect()
+        .collect();
+    working.sort();
+    working
 }
 
 #[tokio::test]
@@ -320,6 +322,15 @@ async fn a_killed_instances_working_task_is_failed_by_the_survivor_and_the_survi
     model.wait_for_arrival().await;
     let before = working(&store).await;
     assert_eq!(before.len(), 2, "{before:?}");
+    // An instance that starts now fails no live instance's turn.
+    let c = shared.instance();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        working(&store).await,
+        before,
+        "a starting instance failed a live one's turn"
+    );
+    drop(c);
     a.kill();
     // The lease is 2 s, renewed every 2/3 s: the survivor fails the task within about 3 s.
     let deadline = Instant::now() + Duration::from_secs(15);

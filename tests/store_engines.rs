@@ -11,6 +11,7 @@ use peergate::store::{
 };
 use peergate::token::{self, CredentialKind};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Every engine this machine can run, each with a fresh store.
 async fn engines() -> Vec<(&'static str, Store, tempfile::TempDir)> {
@@ -353,6 +354,62 @@ async fn one_gateway_serves_a_store_at_a_time_on_every_engine() {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+#[tokio::test]
+async fn instances_serving_postgresql_together_hold_leases_and_one_leads_housekeeping() {
+    let Some(cluster) = postgres::cluster() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let location = StoreLocation::Postgres(cluster.database_for(dir.path()));
+    let (first, second) = (
+        Store::open_at(&location).await.unwrap(),
+        Store::open_at(&location).await.unwrap(),
+    );
+    // Serving together: both shared claims hold; a lone one is refused beside them.
+    first.claim_for_serving(Serving::Shared).await.unwrap();
+    second.claim_for_serving(Serving::Shared).await.unwrap();
+    let lone = Store::open_at(&location).await.unwrap();
+    assert!(matches!(
+        lone.claim_for_serving(Serving::Alone).await,
+        Err(peergate::store::StoreError::ServedOtherwise(_))
+    ));
+    lone.close().await;
+    let (a, b) = (first.instances().unwrap(), second.instances().unwrap());
+    assert!(!b.holds_lease("ins_a").await.unwrap(), "no lease yet");
+    a.renew_lease("ins_a", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        b.holds_lease("ins_a").await.unwrap(),
+        "seen by the other instance"
+    );
+    a.renew_lease("ins_short", Duration::from_millis(200))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!b.holds_lease("ins_short").await.unwrap(), "a lease lapses");
+    a.end_lease("ins_a").await.unwrap();
+    assert!(
+        !b.holds_lease("ins_a").await.unwrap(),
+        "a clean stop ends it"
+    );
+    // One leader at a time; the lead passes on when the leader's session ends.
+    assert!(a.lead_housekeeping().await.unwrap());
+    assert!(a.lead_housekeeping().await.unwrap(), "kept while held");
+    assert!(!b.lead_housekeeping().await.unwrap());
+    first.close().await;
+    assert!(b.lead_housekeeping().await.unwrap(), "taken over");
+    second.close().await;
+    // The embedded store is served by one process only.
+    let embedded = Store::open(dir.path()).await.unwrap();
+    assert!(matches!(
+        embedded.claim_for_serving(Serving::Shared).await,
+        Err(peergate::store::StoreError::Unshareable)
+    ));
+    assert!(embedded.instances().is_none());
+    embedded.close().await;
 }
 
 #[tokio::test]
