@@ -37,16 +37,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for_port() {
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "nothing listens on 127.0.0.1:$1" >&2
-  exit 1
-}
-
-send_body='{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"What are your opening hours on public holidays?"}]}}}'
+# wait_for_port and send_body
+# shellcheck source=bench/common.sh
+source bench/common.sh
 
 # status URL AUTH: the HTTP status one request gets, so every run is checked for what it measures.
 status() {

@@ -193,6 +193,23 @@ async fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// Two instances' ends of the bus on `server`, both subscribed.
+async fn two_buses(
+    server: &RedisServer,
+) -> (
+    peergate::shared::redis::bus::RedisBus,
+    peergate::shared::redis::bus::RedisBus,
+) {
+    use peergate::shared::redis::bus::RedisBus;
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let (a, b) = (
+        RedisBus::start(&redis, "ins_a"),
+        RedisBus::start(&redis, "ins_b"),
+    );
+    assert!(eventually(Duration::from_secs(5), || a.subscribed() && b.subscribed()).await);
+    (a, b)
+}
+
 #[derive(Default)]
 struct Heard(std::sync::Mutex<Vec<peergate::shared::changes::Change>>);
 
@@ -205,16 +222,10 @@ impl peergate::shared::changes::ChangeListener for Heard {
 #[tokio::test]
 async fn a_change_on_one_instance_reaches_the_other_and_a_lost_subscription_forgets_everything() {
     use peergate::shared::changes::Change;
-    use peergate::shared::redis::bus::RedisBus;
     let Some(mut server) = RedisServer::start() else {
         return;
     };
-    let redis = Redis::connect(&server.url()).await.unwrap();
-    let (a, b) = (
-        RedisBus::start(&redis, "ins_a"),
-        RedisBus::start(&redis, "ins_b"),
-    );
-    assert!(eventually(Duration::from_secs(5), || a.subscribed() && b.subscribed()).await);
+    let (a, b) = two_buses(&server).await;
     let (heard_a, heard_b) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
     a.changes().subscribe(heard_a.clone());
     b.changes().subscribe(heard_b.clone());
@@ -251,16 +262,10 @@ async fn a_change_on_one_instance_reaches_the_other_and_a_lost_subscription_forg
 #[tokio::test]
 async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_other() {
     use peergate::shared::events::TaskEvent;
-    use peergate::shared::redis::bus::RedisBus;
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let redis = Redis::connect(&server.url()).await.unwrap();
-    let (a, b) = (
-        RedisBus::start(&redis, "ins_a"),
-        RedisBus::start(&redis, "ins_b"),
-    );
-    assert!(eventually(Duration::from_secs(5), || a.subscribed() && b.subscribed()).await);
+    let (a, b) = two_buses(&server).await;
     let (events_a, events_b) = (a.events(), b.events());
     assert!(events_a.listening(), "another instance may be listening");
     let mut subscription = events_b.subscribe("alice", "t1");

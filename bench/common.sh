@@ -1,0 +1,14 @@
+# Shared by the load scripts: sourced, not run.
+
+# wait_for_port PORT: waits up to 20 s for something to listen on 127.0.0.1:PORT.
+wait_for_port() {
+  for _ in $(seq 200); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "nothing listens on 127.0.0.1:$1" >&2
+  exit 1
+}
+
+# The SendMessage every script measures.
+send_body='{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"What are your opening hours on public holidays?"}]}}}'
