@@ -214,6 +214,61 @@ async fn a_revocation_through_one_instance_is_refused_on_the_other_within_a_seco
     );
 }
 
+/// How many times `process` logged `line`.
+fn logged(process: &ServeProcess, line: &str) -> usize {
+    process.log_text().matches(line).count()
+}
+
+#[tokio::test]
+async fn a_revocation_made_while_redis_was_away_is_refused_everywhere_once_it_is_back() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(mut shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let token = shared.peer("alice", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    assert_eq!(
+        post_raw(&a.door(), Some(&token), get_task_request("none"))
+            .await
+            .0,
+        200
+    );
+    // A now trusts the token for five seconds.
+    let cached_at = Instant::now();
+    shared.redis.stop();
+    let revoked = reqwest::Client::new()
+        .post(format!("http://{}/v1/peers/alice/revoke", b.admin_addr))
+        .basic_auth("ada", Some(PASSWORD))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        revoked.status(),
+        200,
+        "the admin API works while Redis is away"
+    );
+    shared.redis.restart();
+    let restored = "Redis subscription restored";
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while logged(&a, restored) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(logged(&a, restored), 1, "{}", a.log_text());
+    let status = post_raw(&a.door(), Some(&token), get_task_request("none"))
+        .await
+        .0;
+    assert!(
+        cached_at.elapsed() < Duration::from_secs(5),
+        "too slow to tell the restored subscription from the cache's expiry"
+    );
+    assert_eq!(
+        status, 401,
+        "the restored subscription dropped what A had cached"
+    );
+}
+
 #[tokio::test]
 async fn a_budget_spent_through_one_instance_is_refused_on_the_other_and_tasks_are_found_on_both() {
     let model = FakeModel::start(ModelBehaviour::Answer).await;

@@ -377,22 +377,34 @@ async fn instances_serving_postgresql_together_hold_leases_and_one_leads_houseke
     ));
     lone.close().await;
     let (a, b) = (first.instances().unwrap(), second.instances().unwrap());
-    assert!(!b.holds_lease("ins_a").await.unwrap(), "no lease yet");
+    assert!(
+        !b.holds_lease("ins_a", Duration::ZERO).await.unwrap(),
+        "no lease yet"
+    );
     a.renew_lease("ins_a", Duration::from_secs(30))
         .await
         .unwrap();
     assert!(
-        b.holds_lease("ins_a").await.unwrap(),
+        b.holds_lease("ins_a", Duration::ZERO).await.unwrap(),
         "seen by the other instance"
     );
     a.renew_lease("ins_short", Duration::from_millis(200))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(!b.holds_lease("ins_short").await.unwrap(), "a lease lapses");
+    assert!(
+        !b.holds_lease("ins_short", Duration::ZERO).await.unwrap(),
+        "a lease lapses"
+    );
+    assert!(
+        b.holds_lease("ins_short", Duration::from_secs(30))
+            .await
+            .unwrap(),
+        "but counts while within the grace"
+    );
     a.end_lease("ins_a").await.unwrap();
     assert!(
-        !b.holds_lease("ins_a").await.unwrap(),
+        !b.holds_lease("ins_a", Duration::ZERO).await.unwrap(),
         "a clean stop ends it"
     );
     // One leader at a time; the lead passes on when the leader's session ends.

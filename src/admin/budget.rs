@@ -254,18 +254,49 @@ impl Budgets {
         Ok(budget)
     }
 
+    /// Keeps the last shared reading, so that counting here while Redis is away starts from
+    /// what every instance had spent, not from an older seed.
+    fn remember_shared_reading(
+        &self,
+        owner_id: &str,
+        day: &str,
+        (day_tokens, month_tokens): (u64, u64),
+    ) {
+        let day_index = self.clock.now_millis().div_euclid(DAY_MILLIS);
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        match spent.get_mut(owner_id) {
+            Some(entry) if entry.day_index == day_index => {
+                entry.day_tokens = day_tokens;
+                entry.month_tokens = month_tokens;
+            }
+            _ => {
+                let fresh = Spent {
+                    day_index,
+                    day: Arc::from(day),
+                    day_tokens,
+                    month_tokens,
+                };
+                spent.insert(owner_id.to_owned(), fresh);
+            }
+        }
+    }
+
     /// Tokens spent today and this month: (day, month).
     async fn spent(&self, owner_id: &str) -> Result<(u64, u64), StoreError> {
         if let Some(shared) = &self.shared {
             let (day, month) = day_and_month(self.clock.now_millis());
             match shared.spent(owner_id, &day, &month).await {
-                Ok(Some(spent)) => return Ok(spent),
+                Ok(Some(spent)) => {
+                    self.remember_shared_reading(owner_id, &day, spent);
+                    return Ok(spent);
+                }
                 Ok(None) => {
                     let spent = (
                         self.store.tokens_spent(owner_id, &day).await?,
                         self.store.tokens_spent(owner_id, &month).await?,
                     );
                     shared.seed(owner_id, &day, &month, spent).await;
+                    self.remember_shared_reading(owner_id, &day, spent);
                     return Ok(spent);
                 }
                 // Counted here until the shared counters answer again.

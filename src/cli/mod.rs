@@ -44,8 +44,9 @@ enum Command {
         /// Address of the admin API [default: server.admin_listen from the policy].
         #[arg(long, value_name = "ADDR")]
         admin_listen: Option<SocketAddr>,
-        /// Keep the per-IP and per-peer limits in Redis, shared by every instance:
-        /// redis://host:port. Prefer the environment variable when it holds a password.
+        /// Redis, for what instances share (redis://host:port/db): the door's limits, and with a
+        /// PostgreSQL store everything several instances serving it together share. Prefer the
+        /// environment variable when it holds a password.
         #[arg(
             long,
             value_name = "URL",

@@ -9,8 +9,8 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct ClusterPolicy {
     /// How long an instance's lease lasts; it is renewed every third of that. An instance
-    /// whose lease lapsed is gone: a survivor fails its working tasks as interrupted within
-    /// about `lease_seconds` × 4/3 of its death.
+    /// whose lease lapsed a whole lease ago is gone: a survivor fails its working tasks as
+    /// interrupted within about `lease_seconds` × 7/3 of its death.
     #[serde(default = "default_lease_seconds")]
     pub lease_seconds: u32,
 }

@@ -50,7 +50,7 @@ pub struct GatewayOptions {
     pub data_dir: PathBuf,
     /// A PostgreSQL store instead of the embedded one (`--store`, `PEERGATE_STORE_URL`).
     pub store_url: Option<String>,
-    /// Redis for the per-IP and per-peer limits (`--redis`, `PEERGATE_REDIS_URL`).
+    /// Redis, for what instances share (`--redis`, `PEERGATE_REDIS_URL`).
     pub redis_url: Option<String>,
     /// Overrides `server.listen`.
     pub listen: Option<SocketAddr>,
@@ -166,7 +166,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let store = Store::open_at(&options.store_location()).await?;
     let sharing = Sharing::connect(&options, &store).await?;
     store.claim_for_serving(sharing.serving).await?;
-    sharing.begin(&options).await?;
+    sharing.begin().await?;
     let listeners = Listeners::bind(&options).await?;
     let door_url = card::door_url(policy, listeners.local_addr);
     let documents = Documents::build(&options, &store, &door_url).await?;
@@ -766,7 +766,10 @@ async fn housekeeping(
         }
         // Once across the cluster: the instance leading housekeeping removes expired tasks.
         let leading = match &registry {
-            Some(registry) => registry.lead_housekeeping().await.unwrap_or(false),
+            Some(registry) => matches!(
+                tokio::time::timeout(Duration::from_secs(5), registry.lead_housekeeping()).await,
+                Ok(Ok(true))
+            ),
             None => true,
         };
         if !leading {

@@ -3,7 +3,7 @@
 //! | store | `--redis` | serves | shared through Redis | leases |
 //! |---|---|---|---|---|
 //! | SQLite | no | alone | nothing | no |
-//! | SQLite | yes | alone | the door's limits | no |
+//! | SQLite | yes | alone | the door's limits only | no |
 //! | PostgreSQL | no | alone (a second instance is refused) | nothing | no |
 //! | PostgreSQL | yes | with every instance on the same Redis | limits, changes, task events, turns, budgets | yes |
 //!
@@ -52,74 +52,57 @@ impl Sharing {
     /// Connects to Redis (when given) and picks each seam's engine.
     pub async fn connect(options: &GatewayOptions, store: &Store) -> Result<Self, StartError> {
         let registry = store.instances();
+        let alone = Self {
+            serving: Serving::Alone,
+            limits: SharedLimits::default(),
+            changes: Arc::new(LocalChanges::default()),
+            agent: SharedState::default(),
+            spend: None,
+            leases: None,
+            bus: None,
+        };
+        // Serving alone (a lock keeps others out), every working task at start is a leftover:
+        // no leases needed.
         let Some(url) = &options.redis_url else {
-            // Serving alone (a lock keeps others out), every working task at start is a
-            // leftover: no leases needed.
+            return Ok(alone);
+        };
+        if registry.is_none() {
+            // The embedded store has one process: only the door's limits go to Redis.
+            let redis = Redis::connect(url).await.map_err(refused)?;
+            tracing::info!(
+                "per-IP, per-peer and failed-authentication limits are kept in Redis, shared by every gateway using it"
+            );
             return Ok(Self {
-                serving: Serving::Alone,
-                limits: SharedLimits::default(),
-                changes: Arc::new(LocalChanges::default()),
-                agent: SharedState::default(),
-                spend: None,
-                leases: None,
-                bus: None,
+                limits: shared_limits(options, &redis),
+                ..alone
             });
-        };
-        let serving = if registry.is_some() {
-            Serving::Shared
-        } else {
-            Serving::Alone
-        };
-        if serving == Serving::Shared {
-            same_card_everywhere(options)?;
         }
-        let leases = registry
-            .filter(|_| serving == Serving::Shared)
-            .map(|registry| (Arc::new(LeasedInstances::new(registry.clone())), registry));
+        same_card_everywhere(options)?;
+        let redis = Redis::connect(url).await.map_err(refused)?;
+        let leases = registry.map(|registry| {
+            let leases = LeasedInstances::new(registry.clone(), lease(options));
+            (Arc::new(leases), registry)
+        });
         let ownership = leases
             .as_ref()
-            .map(|(leases, _)| leases.clone() as Arc<dyn TaskOwnership>);
-        let redis = Redis::connect(url).await.map_err(refused)?;
-        let policy = &options.policy;
-        let capacity = policy.limits.tracked_addresses;
-        let clock = &options.clock;
-        let limits = SharedLimits {
-            per_ip: Some(Arc::new(RedisLimiter::<IpAddr>::new(
-                &redis,
-                "peergate:ip",
-                capacity,
-                clock.clone(),
-            ))),
-            per_peer: Some(Arc::new(RedisLimiter::<Arc<str>>::new(
-                &redis,
-                "peergate:peer",
-                capacity,
-                clock.clone(),
-            ))),
-            failed_auth: Some(Arc::new(RedisLimiter::<IpAddr>::new(
-                &redis,
-                "peergate:failed-auth",
-                capacity,
-                clock.clone(),
-            ))),
-        };
-        let ownership = ownership.unwrap_or_else(|| SharedState::default().ownership);
+            .map(|(leases, _)| leases.clone() as Arc<dyn TaskOwnership>)
+            .unwrap_or_else(|| SharedState::default().ownership);
         let bus = RedisBus::start(&redis, ownership.instance());
         // A turn is bounded by the backend's timeout; its lock outlives it with room to
         // store the answer, and lapses by itself if its instance dies.
-        let hold = Duration::from_secs(policy.model.timeout_seconds.saturating_mul(2) + 10);
+        let timeout = options.policy.model.timeout_seconds;
+        let hold = Duration::from_secs(timeout.saturating_mul(2) + 10);
         let agent = SharedState {
             turns: Arc::new(RedisTurnLocks::new(&redis, hold)),
             events: bus.events(),
             ownership,
         };
         tracing::info!(
-            serving = ?serving,
-            "per-IP, per-peer and failed-authentication limits, change notifications, task events, turn order and budgets are shared through Redis"
+            "serving the store together with other instances: limits, change notifications, task events, turn order and budgets are shared through Redis; leases are kept in the store"
         );
         Ok(Self {
-            serving,
-            limits,
+            serving: Serving::Shared,
+            limits: shared_limits(options, &redis),
             changes: bus.changes(),
             agent,
             spend: Some(Arc::new(RedisSpend::new(&redis))),
@@ -134,42 +117,54 @@ impl Sharing {
     }
 
     /// Takes this instance's first lease, before it stores any task.
-    pub async fn begin(&self, options: &GatewayOptions) -> Result<(), StartError> {
+    pub async fn begin(&self) -> Result<(), StartError> {
         if let Some((leases, _)) = &self.leases {
-            leases.renew(lease(options)).await?;
+            leases.renew().await?;
         }
         Ok(())
     }
 
-    /// Renews the lease every third of its length; the instance leading housekeeping also
-    /// fails the working tasks of instances whose lease lapsed.
+    /// Renews the lease every third of its length; apart from that (so a slow sweep never
+    /// delays a renewal), the instance leading housekeeping fails the working tasks of
+    /// instances whose lease lapsed.
     pub fn keep(self, options: &GatewayOptions, agent: Arc<Agent>) -> Kept {
-        let keeper = self.leases.clone().map(|(leases, registry)| {
-            let lease = lease(options);
-            tokio::spawn(async move {
+        let lease = lease(options);
+        let mut tasks = Vec::new();
+        if let Some((leases, registry)) = self.leases.clone() {
+            let renewing = leases.clone();
+            tasks.push(tokio::spawn(async move {
                 let mut tick = tokio::time::interval(lease / 3);
                 loop {
                     tick.tick().await;
-                    if let Err(e) = leases.renew(lease).await {
+                    if let Err(e) = renewing.renew().await {
                         tracing::warn!(error = %e, "could not renew this instance's lease");
                     }
-                    if !registry.lead_housekeeping().await.unwrap_or(false) {
+                }
+            }));
+            tasks.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(lease / 3);
+                loop {
+                    tick.tick().await;
+                    let leading = tokio::time::timeout(lease / 3, registry.lead_housekeeping());
+                    if !matches!(leading.await, Ok(Ok(true))) || !leases.may_judge() {
                         continue;
                     }
                     match agent.fail_tasks_of_gone_instances().await {
                         Ok(0) => {}
                         Ok(n) => tracing::warn!(
                             tasks = n,
-                            "tasks of instances that stopped renewing their lease are now failed (interrupted)"
+                            "tasks of instances whose lease lapsed are now failed (interrupted)"
                         ),
-                        Err(e) => tracing::warn!(error = %e, "could not fail the tasks of gone instances"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not fail the tasks of gone instances")
+                        }
                     }
                 }
-            })
-        });
+            }));
+        }
         Kept {
             leases: self.leases.map(|(leases, _)| leases),
-            keeper,
+            tasks,
             _bus: self.bus,
         }
     }
@@ -178,19 +173,45 @@ impl Sharing {
 /// What keeps running for sharing while the gateway serves.
 pub(super) struct Kept {
     leases: Option<Arc<LeasedInstances>>,
-    keeper: Option<tokio::task::JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     _bus: Option<RedisBus>,
 }
 
 impl Kept {
     /// Ends the lease: a clean stop leaves nothing for the others to fail.
     pub async fn stop(self) {
-        if let Some(keeper) = self.keeper {
-            keeper.abort();
+        for task in self.tasks {
+            task.abort();
         }
         if let Some(leases) = self.leases {
             leases.end().await;
         }
+    }
+}
+
+/// The door's limits over `redis`.
+fn shared_limits(options: &GatewayOptions, redis: &Redis) -> SharedLimits {
+    let capacity = options.policy.limits.tracked_addresses;
+    let clock = &options.clock;
+    SharedLimits {
+        per_ip: Some(Arc::new(RedisLimiter::<IpAddr>::new(
+            redis,
+            "peergate:ip",
+            capacity,
+            clock.clone(),
+        ))),
+        per_peer: Some(Arc::new(RedisLimiter::<Arc<str>>::new(
+            redis,
+            "peergate:peer",
+            capacity,
+            clock.clone(),
+        ))),
+        failed_auth: Some(Arc::new(RedisLimiter::<IpAddr>::new(
+            redis,
+            "peergate:failed-auth",
+            capacity,
+            clock.clone(),
+        ))),
     }
 }
 

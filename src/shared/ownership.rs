@@ -9,6 +9,7 @@
 use crate::store::InstanceRegistry;
 use async_trait::async_trait;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Who is answering what.
 #[async_trait]
@@ -45,30 +46,66 @@ impl TaskOwnership for SingleInstance {
 }
 
 /// The engine for several instances: an instance is live while its lease in the store is
-/// current. This instance renews its own (see [`LeasedInstances::renew`]).
+/// current, or lapsed less than one lease ago.
+///
+/// Two rules keep a live instance's turns from being failed when leases lapse for reasons other
+/// than death (a store that was away, a saturated pool): another instance counts as gone only
+/// after its lease lapsed a whole lease ago, and this instance judges others only after renewing
+/// its own without a break for a whole lease, so that every live instance that reaches the store
+/// has renewed meanwhile. In doubt (the store does not answer in time), an instance is live.
 #[derive(Debug)]
 pub struct LeasedInstances {
     id: String,
     registry: Arc<dyn InstanceRegistry>,
+    lease: Duration,
+    /// Since when renewals have succeeded without a break.
+    renewing_since: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl LeasedInstances {
-    /// A new instance id, with leases kept in `registry`.
-    pub fn new(registry: Arc<dyn InstanceRegistry>) -> Self {
+    /// A new instance id, with leases of `lease` kept in `registry`.
+    pub fn new(registry: Arc<dyn InstanceRegistry>, lease: Duration) -> Self {
         Self {
             id: SingleInstance::default().id,
             registry,
+            lease,
+            renewing_since: std::sync::Mutex::new(None),
         }
     }
 
-    /// Renews this instance's lease for `lease`.
-    pub async fn renew(&self, lease: std::time::Duration) -> Result<(), crate::store::StoreError> {
-        self.registry.renew_lease(&self.id, lease).await
+    /// Renews this instance's lease, waiting at most a third of it.
+    pub async fn renew(&self) -> Result<(), crate::store::StoreError> {
+        let renewed = tokio::time::timeout(
+            self.lease / 3,
+            self.registry.renew_lease(&self.id, self.lease),
+        )
+        .await
+        .unwrap_or(Err(crate::store::StoreError::TimedOut));
+        let mut since = self
+            .renewing_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match &renewed {
+            Ok(()) => {
+                since.get_or_insert_with(tokio::time::Instant::now);
+            }
+            Err(_) => *since = None,
+        }
+        renewed
+    }
+
+    /// Whether this instance may call others gone: it has renewed without a break for a whole
+    /// lease.
+    pub fn may_judge(&self) -> bool {
+        self.renewing_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|since| since.elapsed() >= self.lease)
     }
 
     /// Ends this instance's lease (a clean stop).
     pub async fn end(&self) {
-        let _ = self.registry.end_lease(&self.id).await;
+        let _ = tokio::time::timeout(self.lease / 3, self.registry.end_lease(&self.id)).await;
     }
 }
 
@@ -79,7 +116,14 @@ impl TaskOwnership for LeasedInstances {
     }
 
     async fn is_live(&self, instance: &str) -> bool {
-        // In doubt (the store did not answer), live: a live instance's turn is never failed.
-        instance == self.id || self.registry.holds_lease(instance).await.unwrap_or(true)
+        if instance == self.id || !self.may_judge() {
+            return true;
+        }
+        let asked = self.registry.holds_lease(instance, self.lease);
+        match tokio::time::timeout(self.lease / 3, asked).await {
+            Ok(Ok(live)) => live,
+            // In doubt, live: a live instance's turn is never failed on a guess.
+            _ => true,
+        }
     }
 }

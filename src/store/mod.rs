@@ -76,6 +76,9 @@ pub enum StoreError {
     /// The store was closed.
     #[error("the store is closed")]
     Closed,
+    /// The store did not answer in time.
+    #[error("the store did not answer in time")]
+    TimedOut,
     /// Another running gateway already serves this store, and the engine cannot be shared.
     #[error(
         "this store is already served by another peergate process ({holder}); stop it first, or give this one another --data directory (the command line works beside a running server)"
@@ -376,8 +379,12 @@ pub trait InstanceRegistry: Send + Sync + std::fmt::Debug {
         instance: &str,
         lease: std::time::Duration,
     ) -> Result<(), StoreError>;
-    /// Whether `instance` holds a current lease.
-    async fn holds_lease(&self, instance: &str) -> Result<bool, StoreError>;
+    /// Whether `instance` holds a lease that lapsed less than `grace` ago (or not at all).
+    async fn holds_lease(
+        &self,
+        instance: &str,
+        grace: std::time::Duration,
+    ) -> Result<bool, StoreError>;
     /// Ends `instance`'s lease (it stops cleanly).
     async fn end_lease(&self, instance: &str) -> Result<(), StoreError>;
     /// Whether this process leads the cluster's housekeeping (taking the lead when nobody

@@ -6,6 +6,17 @@
 //! revocation on one instance therefore reaches the others in one Redis round trip, not the
 //! credential cache time.
 //!
+//! Task events hold the task's contents, so they go to Redis only while some instance has a
+//! subscriber: every instance announces its presence every [`PRESENCE_EVERY`] (and at once when
+//! it gains its first subscriber), saying whether anyone there listens, and an instance
+//! publishes events to Redis only while another announced listeners within
+//! [`INTEREST_LASTS`]. A subscriber therefore hears the events stored after its announcement
+//! reached the publishing instance (one Redis round trip); what came before is in the store.
+//!
+//! The presence announcements are also this instance's check on its own subscription: one that
+//! has not heard its own announcement for [`INTEREST_LASTS`] is taken for dead (a connection
+//! cut without a reset) and made again.
+//!
 //! While the subscription is down, other instances' changes arrive only as their caches
 //! expire (`auth.credential_cache_seconds`), and events stay on the instance that stored the
 //! task. When it is up again, this instance's caches forget everything, since changes may have
@@ -20,13 +31,19 @@ use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Where changes are published.
 const CHANGES: &str = "peergate:changes";
 /// Where task events are published.
 const EVENTS: &str = "peergate:events";
+/// Where instances announce their presence and whether they have task subscribers.
+const PRESENCE: &str = "peergate:presence";
+/// How often an instance announces its presence.
+pub const PRESENCE_EVERY: Duration = Duration::from_secs(3);
+/// How long an announcement of listeners lasts (and how long a silent subscription is trusted).
+pub const INTEREST_LASTS: Duration = Duration::from_secs(10);
 
 /// The local deliveries and the connection that publishes, shared by both seams.
 #[derive(Debug)]
@@ -37,9 +54,30 @@ struct Shared {
     events: LocalTaskEvents,
     subscribed: AtomicBool,
     health: Degradation,
+    /// The clock of the two instants below, in milliseconds since this.
+    started: tokio::time::Instant,
+    /// Until when another instance has task subscribers (ms since `started`).
+    interest_until: AtomicU64,
+    /// When this instance last heard its own announcement (ms since `started`).
+    heard_self: AtomicU64,
 }
 
 impl Shared {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Announces this instance, and whether it has task subscribers.
+    fn announce(self: &Arc<Self>) {
+        let wire = WirePresence {
+            from: Cow::Borrowed(&self.instance),
+            listening: self.events.listening(),
+        };
+        if let Ok(payload) = serde_json::to_string(&wire) {
+            self.publish(PRESENCE, payload);
+        }
+    }
+
     /// Publishes `payload` on `channel` without making anyone wait.
     fn publish(self: &Arc<Self>, channel: &'static str, payload: String) {
         let shared = self.clone();
@@ -70,6 +108,15 @@ struct WireChange<'a> {
     id: Cow<'a, str>,
 }
 
+/// A presence announcement on the wire.
+#[derive(Serialize, Deserialize)]
+struct WirePresence<'a> {
+    #[serde(borrow)]
+    from: Cow<'a, str>,
+    /// Whether the instance has task subscribers.
+    listening: bool,
+}
+
 /// A task event on the wire.
 #[derive(Serialize, Deserialize)]
 struct WireEvent<'a> {
@@ -89,6 +136,7 @@ struct WireEvent<'a> {
 pub struct RedisBus {
     shared: Arc<Shared>,
     listener: tokio::task::JoinHandle<()>,
+    announcer: tokio::task::JoinHandle<()>,
 }
 
 impl RedisBus {
@@ -101,9 +149,24 @@ impl RedisBus {
             events: LocalTaskEvents::default(),
             subscribed: AtomicBool::new(false),
             health: Degradation::new("change notifications and task events"),
+            started: tokio::time::Instant::now(),
+            interest_until: AtomicU64::new(0),
+            heard_self: AtomicU64::new(0),
         });
         let listener = tokio::spawn(listen(redis.client().clone(), shared.clone()));
-        Self { shared, listener }
+        let announcing = shared.clone();
+        let announcer = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PRESENCE_EVERY);
+            loop {
+                tick.tick().await;
+                announcing.announce();
+            }
+        });
+        Self {
+            shared,
+            listener,
+            announcer,
+        }
     }
 
     /// The change notifier over this bus.
@@ -130,6 +193,7 @@ impl RedisBus {
 impl Drop for RedisBus {
     fn drop(&mut self) {
         self.listener.abort();
+        self.announcer.abort();
     }
 }
 
@@ -138,9 +202,11 @@ async fn listen(client: redis::Client, shared: Arc<Shared>) {
     let mut first = true;
     loop {
         if let Ok(mut pubsub) = client.get_async_pubsub().await
-            && pubsub.subscribe(&[CHANGES, EVENTS]).await.is_ok()
+            && pubsub.subscribe(&[CHANGES, EVENTS, PRESENCE]).await.is_ok()
         {
             shared.subscribed.store(true, Ordering::Relaxed);
+            shared.heard_self.store(shared.now_ms(), Ordering::Relaxed);
+            shared.announce();
             if !first {
                 // What others changed while the subscription was down was not heard.
                 shared.changes.publish(Change::Everyone);
@@ -150,13 +216,27 @@ async fn listen(client: redis::Client, shared: Arc<Shared>) {
             }
             first = false;
             let mut messages = pubsub.into_on_message();
-            while let Some(message) = messages.next().await {
+            let mut check = tokio::time::interval(Duration::from_secs(1));
+            let silent_for = u64::try_from(INTEREST_LASTS.as_millis()).unwrap_or(u64::MAX);
+            loop {
+                let message = tokio::select! {
+                    message = messages.next() => message,
+                    _ = check.tick() => {
+                        let heard = shared.heard_self.load(Ordering::Relaxed);
+                        if shared.now_ms().saturating_sub(heard) > silent_for {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                let Some(message) = message else { break };
                 let Ok(payload) = message.get_payload::<String>() else {
                     continue;
                 };
                 match message.get_channel_name() {
                     CHANGES => deliver_change(&shared, &payload),
                     EVENTS => deliver_event(&shared, &payload),
+                    PRESENCE => hear_presence(&shared, &payload),
                     _ => {}
                 }
             }
@@ -166,6 +246,21 @@ async fn listen(client: redis::Client, shared: Arc<Shared>) {
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn hear_presence(shared: &Shared, payload: &str) {
+    let Ok(wire) = serde_json::from_str::<WirePresence<'_>>(payload) else {
+        return;
+    };
+    let now = shared.now_ms();
+    if *wire.from == *shared.instance {
+        shared.heard_self.store(now, Ordering::Relaxed);
+    } else if wire.listening {
+        let lasts = u64::try_from(INTEREST_LASTS.as_millis()).unwrap_or(u64::MAX);
+        shared
+            .interest_until
+            .fetch_max(now + lasts, Ordering::Relaxed);
     }
 }
 
@@ -236,8 +331,7 @@ struct BusEvents(Arc<Shared>);
 
 impl TaskEvents for BusEvents {
     fn listening(&self) -> bool {
-        // A subscriber on another instance may be waiting on any task.
-        self.0.subscribed.load(Ordering::Relaxed) || self.0.events.listening()
+        self.0.events.listening() || self.0.now_ms() < self.0.interest_until.load(Ordering::Relaxed)
     }
 
     fn publish(&self, event: TaskEvent) {
@@ -258,13 +352,20 @@ impl TaskEvents for BusEvents {
             state,
             task_json: Cow::Borrowed(&event.task_json),
         };
-        if let Ok(payload) = serde_json::to_string(&wire) {
+        let remote = self.0.now_ms() < self.0.interest_until.load(Ordering::Relaxed);
+        if remote && let Ok(payload) = serde_json::to_string(&wire) {
             self.0.publish(EVENTS, payload);
         }
         self.0.events.publish(event);
     }
 
     fn subscribe(&self, peer_id: &str, task_id: &str) -> TaskSubscription {
-        self.0.events.subscribe(peer_id, task_id)
+        let first = !self.0.events.listening();
+        let subscription = self.0.events.subscribe(peer_id, task_id);
+        if first {
+            // The others publish to Redis once they hear it.
+            self.0.announce();
+        }
+        subscription
     }
 }

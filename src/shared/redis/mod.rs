@@ -3,7 +3,7 @@
 //! | engine | seam | while Redis is away |
 //! |---|---|---|
 //! | [`limit::RedisLimiter`] | per-IP, per-peer and failed-authentication limits | each instance limits on its own, with the full quota |
-//! | [`bus::RedisBus`] | change notifications and task events | changes reach other instances within the credential cache time; events stay on their instance; when Redis answers again every cache forgets everything (changes may have been missed) |
+//! | [`bus::RedisBus`] | change notifications and task events (sent to Redis only while another instance has a subscriber) | changes reach other instances within the credential cache time; events stay on their instance; when Redis answers again every cache forgets everything (changes may have been missed) |
 //! | [`turns::RedisTurnLocks`] | one turn at a time per context | turns are ordered within each instance only |
 //! | [`spend::RedisSpend`] | tokens spent against budgets | each instance counts what it spends itself, seeded from the store |
 //!
@@ -25,8 +25,11 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisSetupError {
-    /// The URL is not a Redis URL (it is not echoed: it may hold a password).
-    #[error("the Redis URL is not a redis:// or rediss:// URL")]
+    /// The URL is not a Redis URL this build can use (it is not echoed: it may hold a
+    /// password). Redis is reached over plain TCP: `rediss://` (TLS) is not built in.
+    #[error(
+        "the Redis URL is not a redis://host:port URL (rediss:// is not supported: keep Redis on a private network)"
+    )]
     Url,
     /// Redis did not answer at start-up.
     #[error("Redis cannot be reached at start-up: {0}")]
@@ -51,6 +54,9 @@ impl std::fmt::Debug for Redis {
 impl Redis {
     /// Connects to `url`; a refusal never echoes the URL.
     pub async fn connect(url: &str) -> Result<Self, RedisSetupError> {
+        if !url.starts_with("redis://") {
+            return Err(RedisSetupError::Url);
+        }
         let client = redis::Client::open(url).map_err(|_| RedisSetupError::Url)?;
         // Short timeouts: a request waits on Redis only briefly before its engine answers
         // without it.

@@ -1,5 +1,11 @@
 //! Budget counters in Redis: one key per (administrator, day) and (administrator, month),
 //! expiring once the period is long past.
+//!
+//! An increment that Redis did not confirm leaves its counters short; they are deleted as soon
+//! as Redis answers again, so the next check seeds them afresh from the store, which holds every
+//! turn's usage. A turn that finishes in the instant between a counter's seed being read from
+//! the store and being set is not counted in Redis (its usage is in the store; the next seed
+//! has it).
 
 use super::{Degradation, Redis};
 use crate::shared::spend::{SharedSpend, SpendUnavailable};
@@ -24,6 +30,8 @@ pub struct RedisSpend {
     connection: ConnectionManager,
     add: Arc<redis::Script>,
     health: Degradation,
+    /// Counters an unconfirmed increment left short, to delete once Redis answers.
+    short: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Debug for RedisSpend {
@@ -39,6 +47,22 @@ impl RedisSpend {
             connection: redis.connection(),
             add: Arc::new(redis::Script::new(ADD)),
             health: Degradation::new("budget spending"),
+            short: Arc::default(),
+        }
+    }
+
+    /// Deletes the counters left short, so they are seeded from the store again.
+    async fn forget_short_counters(&self, connection: &mut ConnectionManager) {
+        let short = std::mem::take(&mut *self.short.lock().unwrap_or_else(|e| e.into_inner()));
+        if short.is_empty() {
+            return;
+        }
+        let deleted: Result<i64, _> = redis::cmd("DEL").arg(&short).query_async(connection).await;
+        if deleted.is_err() {
+            self.short
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(short);
         }
     }
 }
@@ -56,6 +80,7 @@ impl SharedSpend for RedisSpend {
         month: &str,
     ) -> Result<Option<(u64, u64)>, SpendUnavailable> {
         let mut connection = self.connection.clone();
+        self.forget_short_counters(&mut connection).await;
         let read: Result<(Option<u64>, Option<u64>), _> = redis::cmd("MGET")
             .arg(key(owner_id, day))
             .arg(key(owner_id, month))
@@ -100,7 +125,7 @@ impl SharedSpend for RedisSpend {
 
     fn add(&self, owner_id: &str, day: &str, month: &str, tokens: u64) {
         let mut connection = self.connection.clone();
-        let (add, health) = (self.add.clone(), self.health.clone());
+        let (add, health, short) = (self.add.clone(), self.health.clone(), self.short.clone());
         let keys = [key(owner_id, day), key(owner_id, month)];
         tokio::spawn(async move {
             let added: Result<i64, _> = add
@@ -111,6 +136,7 @@ impl SharedSpend for RedisSpend {
                 .await;
             if let Err(error) = added {
                 health.failed(&error);
+                short.lock().unwrap_or_else(|e| e.into_inner()).extend(keys);
             }
         });
     }

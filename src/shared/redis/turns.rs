@@ -59,9 +59,13 @@ impl RedisTurnLocks {
     }
 }
 
-/// A turn held in Redis (and in this process).
+/// The Redis side of a turn, from before its `SET` is sent until released: dropped at any
+/// point (taken, refused, timed out, or the waiting future cancelled mid-request), it deletes
+/// the lock if it still holds this turn's token, so a `SET` that landed without its answer
+/// never blocks the context until the lock expires. The in-process turn it carries ends only
+/// after that delete, so the next waiter here does not find the lock still set.
 struct RedisTurn {
-    _local: Turn,
+    local: Option<Turn>,
     key: String,
     token: String,
     connection: ConnectionManager,
@@ -75,6 +79,7 @@ impl Drop for RedisTurn {
             std::mem::take(&mut self.token),
         );
         let (mut connection, release) = (self.connection.clone(), self.release.clone());
+        let local = self.local.take();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 // Unreleased, the lock still expires after its hold time.
@@ -83,6 +88,7 @@ impl Drop for RedisTurn {
                     .arg(token)
                     .invoke_async(&mut connection)
                     .await;
+                drop(local);
             });
         }
     }
@@ -93,35 +99,35 @@ impl TurnLocks for RedisTurnLocks {
     async fn begin_turn(&self, peer_id: &str, context_id: &str, wait: Duration) -> Option<Turn> {
         let deadline = tokio::time::Instant::now() + wait;
         let local = self.local.begin_turn(peer_id, context_id, wait).await?;
-        let key = format!("peergate:turn:{peer_id}:{context_id}");
-        let token = uuid::Uuid::new_v4().simple().to_string();
+        let mut turn = RedisTurn {
+            local: Some(local),
+            key: format!("peergate:turn:{peer_id}:{context_id}"),
+            token: uuid::Uuid::new_v4().simple().to_string(),
+            connection: self.connection.clone(),
+            release: self.release.clone(),
+        };
         let hold_ms = u64::try_from(self.hold.as_millis()).unwrap_or(u64::MAX);
-        let mut connection = self.connection.clone();
         let mut pause = Duration::from_millis(5);
         loop {
             let taken: Result<Option<String>, _> = redis::cmd("SET")
-                .arg(&key)
-                .arg(&token)
+                .arg(&turn.key)
+                .arg(&turn.token)
                 .arg("NX")
                 .arg("PX")
                 .arg(hold_ms)
-                .query_async(&mut connection)
+                .query_async(&mut turn.connection)
                 .await;
             match taken {
                 Ok(Some(_)) => {
                     self.health.answered();
-                    return Some(Turn::new(RedisTurn {
-                        _local: local,
-                        key,
-                        token,
-                        connection,
-                        release: self.release.clone(),
-                    }));
+                    return Some(Turn::new(turn));
                 }
                 Ok(None) => {}
                 Err(error) => {
                     self.health.failed(&error);
-                    return Some(local);
+                    // Ordered here only; `turn` releases whatever the SET may have taken.
+                    let local = turn.local.take();
+                    return local;
                 }
             }
             if tokio::time::Instant::now() + pause >= deadline {
