@@ -214,6 +214,64 @@ async fn a_revocation_through_one_instance_is_refused_on_the_other_within_a_seco
     );
 }
 
+/// `POST` to an instance's admin API as ada; returns (status, body).
+async fn admin_post(instance: &ServeProcess, path: &str, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("http://{}{path}", instance.admin_addr))
+        .basic_auth("ada", Some(PASSWORD))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn account_changes_made_at_once_through_both_instances_stay_consistent() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p.set("auth.schemes", ["bearer", "api_key"]))
+    else {
+        return;
+    };
+    let (a, b) = (shared.instance(), shared.instance());
+    for round in 0..5 {
+        // The same new name through both at once: one is created, the other is told it exists.
+        let name = format!("race-{round}");
+        let body = json!({"name": name, "ratePerMinute": 600});
+        let (first, second) = tokio::join!(
+            admin_post(&a, "/v1/peers", body.clone()),
+            admin_post(&b, "/v1/peers", body.clone())
+        );
+        let mut statuses = [first.0, second.0];
+        statuses.sort();
+        assert_eq!(statuses, [201, 409], "{first:?} {second:?}");
+        // A new API key stops the earlier ones: issued through both at once, one works after.
+        let path = format!("/v1/peers/{name}/api-key");
+        let (first, second) = tokio::join!(
+            admin_post(&a, &path, json!({})),
+            admin_post(&b, &path, json!({}))
+        );
+        assert_eq!((first.0, second.0), (200, 200));
+        let mut working = 0;
+        for key in [&first.1["apiKey"], &second.1["apiKey"]] {
+            let status = reqwest::Client::new()
+                .post(a.door())
+                .header("x-api-key", key.as_str().unwrap())
+                .header("content-type", "application/json")
+                .header("a2a-version", "1.0")
+                .body(get_task_request("none"))
+                .send()
+                .await
+                .unwrap()
+                .status();
+            working += usize::from(status == 200);
+        }
+        assert_eq!(working, 1, "exactly one of two keys issued at once works");
+    }
+}
+
 /// How many times `process` logged `line`.
 fn logged(process: &ServeProcess, line: &str) -> usize {
     process.log_text().matches(line).count()
