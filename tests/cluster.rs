@@ -118,6 +118,37 @@ impl Shared {
     }
 }
 
+/// Two instances on fresh shared engines, over a model behaving as `behaviour`, and the token
+/// of ada's peer alice with quota `rate`.
+struct Pair {
+    model: FakeModel,
+    shared: Shared,
+    token: String,
+    a: ServeProcess,
+    b: ServeProcess,
+}
+
+/// A [`Pair`]; `None` when the packages are missing (outside CI).
+async fn pair(behaviour: ModelBehaviour, rate: &str) -> Option<Pair> {
+    let model = FakeModel::start(behaviour).await;
+    let shared = Shared::start(&model, |p| p)?;
+    let token = shared.peer("alice", rate);
+    let (a, b) = (shared.instance(), shared.instance());
+    Some(Pair {
+        model,
+        shared,
+        token,
+        a,
+        b,
+    })
+}
+
+/// Revokes alice through `instance`'s admin API.
+async fn revoke_alice(instance: &ServeProcess) {
+    let (status, body) = admin_post(instance, "/v1/peers/alice/revoke", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+}
+
 fn get_task_request(id: &str) -> String {
     json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id}}).to_string()
 }
@@ -148,12 +179,16 @@ fn state_of(response: &Value) -> String {
 
 #[tokio::test]
 async fn a_peers_quota_holds_across_both_instances() {
-    let model = FakeModel::start(ModelBehaviour::Answer).await;
-    let Some(shared) = Shared::start(&model, |p| p) else {
+    let Some(Pair {
+        model: _model,
+        shared: _shared,
+        token,
+        a,
+        b,
+    }) = pair(ModelBehaviour::Answer, "5/min").await
+    else {
         return;
     };
-    let token = shared.peer("alice", "5/min");
-    let (a, b) = (shared.instance(), shared.instance());
     let mut admitted = 0;
     for i in 0..20 {
         let door = if i % 2 == 0 { a.door() } else { b.door() };
@@ -173,12 +208,16 @@ async fn a_peers_quota_holds_across_both_instances() {
 
 #[tokio::test]
 async fn a_revocation_through_one_instance_is_refused_on_the_other_within_a_second() {
-    let model = FakeModel::start(ModelBehaviour::Answer).await;
-    let Some(shared) = Shared::start(&model, |p| p) else {
+    let Some(Pair {
+        model: _model,
+        shared: _shared,
+        token,
+        a,
+        b,
+    }) = pair(ModelBehaviour::Answer, "600/min").await
+    else {
         return;
     };
-    let token = shared.peer("alice", "600/min");
-    let (a, b) = (shared.instance(), shared.instance());
     // A has verified the token and caches the verdict for five seconds.
     assert_eq!(
         post_raw(&a.door(), Some(&token), get_task_request("none"))
@@ -186,15 +225,7 @@ async fn a_revocation_through_one_instance_is_refused_on_the_other_within_a_seco
             .0,
         200
     );
-    let revoked = reqwest::Client::new()
-        .post(format!("http://{}/v1/peers/alice/revoke", b.admin_addr))
-        .basic_auth("ada", Some(PASSWORD))
-        .header("content-type", "application/json")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(revoked.status(), 200);
+    revoke_alice(&b).await;
     let revoked_at = Instant::now();
     let mut refused = false;
     while revoked_at.elapsed() < Duration::from_secs(1) {
@@ -279,12 +310,16 @@ fn logged(process: &ServeProcess, line: &str) -> usize {
 
 #[tokio::test]
 async fn a_revocation_made_while_redis_was_away_is_refused_everywhere_once_it_is_back() {
-    let model = FakeModel::start(ModelBehaviour::Answer).await;
-    let Some(mut shared) = Shared::start(&model, |p| p) else {
+    let Some(Pair {
+        model: _model,
+        mut shared,
+        token,
+        a,
+        b,
+    }) = pair(ModelBehaviour::Answer, "600/min").await
+    else {
         return;
     };
-    let token = shared.peer("alice", "600/min");
-    let (a, b) = (shared.instance(), shared.instance());
     assert_eq!(
         post_raw(&a.door(), Some(&token), get_task_request("none"))
             .await
@@ -294,19 +329,8 @@ async fn a_revocation_made_while_redis_was_away_is_refused_everywhere_once_it_is
     // A now trusts the token for five seconds.
     let cached_at = Instant::now();
     shared.redis.stop();
-    let revoked = reqwest::Client::new()
-        .post(format!("http://{}/v1/peers/alice/revoke", b.admin_addr))
-        .basic_auth("ada", Some(PASSWORD))
-        .header("content-type", "application/json")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        revoked.status(),
-        200,
-        "the admin API works while Redis is away"
-    );
+    // The admin API works while Redis is away.
+    revoke_alice(&b).await;
     shared.redis.restart();
     let restored = "Redis subscription restored";
     let deadline = Instant::now() + Duration::from_secs(4);
@@ -359,12 +383,16 @@ async fn a_budget_spent_through_one_instance_is_refused_on_the_other_and_tasks_a
 
 #[tokio::test]
 async fn two_messages_of_one_context_through_both_instances_are_answered_in_turn() {
-    let model = FakeModel::start(ModelBehaviour::Slow(Duration::from_millis(400))).await;
-    let Some(shared) = Shared::start(&model, |p| p) else {
+    let Some(Pair {
+        model,
+        shared: _shared,
+        token,
+        a,
+        b,
+    }) = pair(ModelBehaviour::Slow(Duration::from_millis(400)), "600/min").await
+    else {
         return;
     };
-    let token = shared.peer("alice", "600/min");
-    let (a, b) = (shared.instance(), shared.instance());
     let context = "ctx-shared-1";
     let (door_a, door_b, token_b) = (a.door(), b.door(), token.clone());
     let first = tokio::spawn(async move {
@@ -412,12 +440,16 @@ async fn working(store: &Store) -> Vec<(String, Option<String>)> {
 
 #[tokio::test]
 async fn a_killed_instances_working_task_is_failed_by_the_survivor_and_the_survivors_are_not() {
-    let model = FakeModel::start(ModelBehaviour::Gated).await;
-    let Some(shared) = Shared::start(&model, |p| p) else {
+    let Some(Pair {
+        model,
+        shared,
+        token,
+        a,
+        b,
+    }) = pair(ModelBehaviour::Gated, "600/min").await
+    else {
         return;
     };
-    let token = shared.peer("alice", "600/min");
-    let (a, b) = (shared.instance(), shared.instance());
     let store = shared.store().await;
     let (door_a, token_a) = (a.door(), token.clone());
     let _orphaned = tokio::spawn(async move {
@@ -475,12 +507,16 @@ async fn a_killed_instances_working_task_is_failed_by_the_survivor_and_the_survi
 
 #[tokio::test]
 async fn restarting_redis_mid_run_loses_no_answered_task() {
-    let model = FakeModel::start(ModelBehaviour::Answer).await;
-    let Some(mut shared) = Shared::start(&model, |p| p) else {
+    let Some(Pair {
+        model: _model,
+        mut shared,
+        token,
+        a,
+        b,
+    }) = pair(ModelBehaviour::Answer, "6000/min").await
+    else {
         return;
     };
-    let token = shared.peer("alice", "6000/min");
-    let (a, b) = (shared.instance(), shared.instance());
     let mut answered = Vec::new();
     for i in 0..40 {
         if i == 10 {
