@@ -14,10 +14,13 @@ pub fn jsonrpc_envelope(data: &[u8]) {
             assert!(matches!(
                 request.method,
                 Method::SendMessage
+                    | Method::SendStreamingMessage
                     | Method::GetTask
+                    | Method::ListTasks
                     | Method::CancelTask
+                    | Method::SubscribeToTask
+                    | Method::PushNotificationConfig
                     | Method::GetExtendedAgentCard
-                    | Method::Unsupported
             ));
             let id = request.id.to_json();
             assert!(id.is_null() || id.is_string() || id.is_i64());

@@ -292,17 +292,12 @@ async fn method_table_with_aliases() {
             -32001
         );
     }
+    // Streaming is off in the narrow door: the specification's UnsupportedOperationError.
     for method in [
         "SendStreamingMessage",
         "message/stream",
         "SubscribeToTask",
         "tasks/resubscribe",
-        "ListTasks",
-        "CreateTaskPushNotificationConfig",
-        "GetTaskPushNotificationConfig",
-        "ListTaskPushNotificationConfigs",
-        "DeleteTaskPushNotificationConfig",
-        "tasks/pushNotificationConfig/set",
     ] {
         let response = call(method, json!({"id": task_id})).await;
         assert_eq!(error_code(&response), -32004, "{method}");
@@ -312,7 +307,153 @@ async fn method_table_with_aliases() {
         );
         assert_eq!(response["error"]["data"][0]["domain"], "a2a-protocol.org");
     }
+    // Push notifications are off: PushNotificationNotSupportedError for all four, both names.
+    for method in [
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+        "tasks/pushNotificationConfig/set",
+        "tasks/pushNotificationConfig/get",
+        "tasks/pushNotificationConfig/list",
+        "tasks/pushNotificationConfig/delete",
+    ] {
+        let response = call(method, json!({"taskId": task_id})).await;
+        assert_eq!(error_code(&response), -32003, "{method}");
+        assert_eq!(
+            response["error"]["data"][0]["reason"],
+            "PUSH_NOTIFICATION_NOT_SUPPORTED"
+        );
+    }
+    // ListTasks is a core method, in every policy, under both names.
+    for method in ["ListTasks", "tasks/list"] {
+        let listed = call(method, json!({})).await;
+        let tasks = listed["result"]["tasks"].as_array().unwrap();
+        assert!(
+            tasks.iter().any(|t| t["id"] == task_id),
+            "{method}: {listed}"
+        );
+    }
     assert_eq!(error_code(&call("sendmessage", json!({})).await), -32601);
+    gw.stop().await;
+}
+
+/// `ListTasks` as `token` with `params`; the whole response.
+async fn list_tasks(door: &str, token: &str, params: Value) -> Value {
+    rpc(
+        door,
+        token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": params}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn list_tasks_shows_the_callers_tasks_newest_first_a_page_at_a_time() {
+    let gw = TestGateway::start().await;
+    let (alice, bob) = (gw.add_peer("alice"), gw.add_peer("bob"));
+    let mut mine = Vec::new();
+    for i in 0..5 {
+        // Distinct status times, one second apart.
+        gw.clock.advance(Duration::from_secs(1));
+        let context = (i % 2 == 0).then_some("ctx-even");
+        let sent = send_text(&gw.door, &alice, &format!("message {i}"), context).await;
+        mine.push(task_of(&sent)["id"].as_str().unwrap().to_owned());
+    }
+    let theirs = send_text(&gw.door, &bob, "bob's", None).await;
+    let theirs = task_of(&theirs)["id"].as_str().unwrap().to_owned();
+    let newest_first: Vec<String> = mine.iter().rev().cloned().collect();
+
+    // Without params: every own task, newest status first, artifacts left out.
+    let all = list_tasks(&gw.door, &alice, json!({})).await;
+    let result = &all["result"];
+    let ids: Vec<&str> = result["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, newest_first, "{all}");
+    assert_eq!(result["totalSize"], 5);
+    assert_eq!(result["pageSize"], 50);
+    assert_eq!(
+        result["nextPageToken"], "",
+        "always present, empty on the last page"
+    );
+    assert!(result["tasks"][0].get("artifacts").is_none(), "{all}");
+    assert!(result["tasks"][0]["history"].as_array().unwrap().len() == 2);
+    let with_artifacts = list_tasks(&gw.door, &alice, json!({"includeArtifacts": true})).await;
+    assert!(with_artifacts["result"]["tasks"][0]["artifacts"].is_array());
+    let no_history = list_tasks(&gw.door, &alice, json!({"historyLength": 0})).await;
+    assert!(no_history["result"]["tasks"][0].get("history").is_none());
+
+    // Pages of two, followed by their tokens, list each task once, in order.
+    let mut paged = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = list_tasks(&gw.door, &alice, json!({"pageSize": 2, "pageToken": token})).await;
+        for task in page["result"]["tasks"].as_array().unwrap() {
+            paged.push(task["id"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(page["result"]["totalSize"], 5);
+        token = page["result"]["nextPageToken"].as_str().unwrap().to_owned();
+        if token.is_empty() {
+            break;
+        }
+        assert!(!token.contains(&mine[0]), "the token is opaque");
+    }
+    assert_eq!(paged, newest_first);
+
+    // Filters: the context, the state, the status time.
+    let even = list_tasks(&gw.door, &alice, json!({"contextId": "ctx-even"})).await;
+    assert_eq!(even["result"]["totalSize"], 3, "{even}");
+    let completed = list_tasks(&gw.door, &alice, json!({"status": "TASK_STATE_COMPLETED"})).await;
+    assert_eq!(completed["result"]["totalSize"], 5);
+    let failed = list_tasks(&gw.door, &alice, json!({"status": "TASK_STATE_FAILED"})).await;
+    assert_eq!(failed["result"]["totalSize"], 0);
+    assert_eq!(failed["result"]["tasks"], json!([]));
+    let since =
+        peergate::clock::rfc3339_millis(peergate::clock::Clock::now_millis(&gw.clock) - 1_500);
+    let recent = list_tasks(&gw.door, &alice, json!({"statusTimestampAfter": since})).await;
+    assert_eq!(recent["result"]["totalSize"], 2, "{recent}");
+
+    // Bob sees only his own, whatever he sends: filters and a token made from Alice's list.
+    let first_page = list_tasks(&gw.door, &alice, json!({"pageSize": 1})).await;
+    let alices_token = first_page["result"]["nextPageToken"].as_str().unwrap();
+    for params in [
+        json!({}),
+        json!({"contextId": "ctx-even"}),
+        json!({"pageToken": alices_token}),
+    ] {
+        let listed = list_tasks(&gw.door, &bob, params.clone()).await;
+        let ids: Vec<&str> = listed["result"]["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap())
+            .collect();
+        assert!(ids.iter().all(|id| *id == theirs), "{params}: {listed}");
+    }
+
+    // Bad values name the field.
+    for (params, field) in [
+        (json!({"pageSize": 0}), "pageSize"),
+        (json!({"pageSize": 101}), "pageSize"),
+        (json!({"status": "DONE"}), "status"),
+        (json!({"historyLength": -1}), "historyLength"),
+        (json!({"pageToken": "not a token"}), "pageToken"),
+        (
+            json!({"statusTimestampAfter": "yesterday"}),
+            "statusTimestampAfter",
+        ),
+    ] {
+        let refused = list_tasks(&gw.door, &alice, params.clone()).await;
+        assert_eq!(error_code(&refused), -32602, "{params}");
+        assert_eq!(
+            refused["error"]["data"][1]["fieldViolations"][0]["field"], field,
+            "{refused}"
+        );
+    }
     gw.stop().await;
 }
 

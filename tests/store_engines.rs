@@ -269,7 +269,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         assert_eq!(working.len(), 1, "{engine}");
         assert_eq!(working[0].instance.as_deref(), Some("ins_a"), "{engine}");
         tasks
-            .finish_working_task("t3", "TASK_STATE_FAILED", "{}")
+            .finish_working_task("t3", "TASK_STATE_FAILED", "{}", 103)
             .await
             .unwrap();
         assert!(

@@ -49,7 +49,14 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let store = Store::open(dir.path()).await.expect("the old store opens");
     assert_eq!(
         applied_migrations(dir.path()).await,
-        [(1, false), (2, false), (3, false), (4, false), (5, true)],
+        [
+            (1, false),
+            (2, false),
+            (3, false),
+            (4, false),
+            (5, true),
+            (6, true)
+        ],
         "the old version is adopted, not run again; the newer migrations run"
     );
 
@@ -111,7 +118,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let again = Store::open(dir.path()).await.unwrap();
     assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
     again.close().await;
-    assert_eq!(applied_migrations(dir.path()).await.len(), 5);
+    assert_eq!(applied_migrations(dir.path()).await.len(), 6);
 }
 
 #[tokio::test]
@@ -221,6 +228,13 @@ async fn an_adoption_cut_short_is_finished_by_the_next_open() {
     store.close().await;
     assert_eq!(
         applied_migrations(dir.path()).await,
-        [(1, false), (2, false), (3, false), (4, false), (5, true)]
+        [
+            (1, false),
+            (2, false),
+            (3, false),
+            (4, false),
+            (5, true),
+            (6, true)
+        ]
     );
 }

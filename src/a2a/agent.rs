@@ -10,6 +10,8 @@
 //! one context are answered one after the other; the second waits for the first (at most one
 //! and a half times the backend timeout, then `-32000`).
 
+mod list;
+
 use crate::a2a::jsonrpc::{self, Method, RpcError};
 use crate::a2a::types::{
     self as a2a, Artifact, CancelTaskParams, GetTaskParams, Message, Role, SendMessageParams, Task,
@@ -145,11 +147,16 @@ impl Agent {
         let outcome = match request.method {
             Method::SendMessage => self.send_message(peer, client, params).await,
             Method::GetTask => self.get_task(peer, params).await,
+            Method::ListTasks => self.list_tasks(peer, params).await,
             Method::CancelTask => self.cancel_task(peer, params).await,
             Method::GetExtendedAgentCard => Ok(self.extended_card.clone()),
-            _ => Err(RpcError::UnsupportedOperation(
-                "peergate answers each message synchronously; streaming, subscriptions, task listing and push notifications are not offered",
-            )),
+            // The card says `pushNotifications: false`: the specification's own error.
+            Method::PushNotificationConfig => Err(RpcError::PushNotificationNotSupported),
+            Method::SendStreamingMessage | Method::SubscribeToTask => {
+                Err(RpcError::UnsupportedOperation(
+                    "streaming is off (capabilities.streaming is false): send the message with SendMessage",
+                ))
+            }
         };
         match outcome {
             Ok(result) => jsonrpc::success(&request.id, &result),
@@ -266,6 +273,7 @@ impl Agent {
         self.announce(heard);
         let unfinished = UnfinishedTask {
             store: self.store.clone(),
+            clock: self.clock.clone(),
             task_id: turn.task_id.clone(),
             failed_json,
         };
@@ -443,7 +451,12 @@ impl Agent {
         }
         let body = serde_json::to_string(&task).unwrap_or_else(|_| body.clone());
         self.store
-            .finish_working_task(id, TaskState::Failed.as_str(), &body)
+            .finish_working_task(
+                id,
+                TaskState::Failed.as_str(),
+                &body,
+                self.clock.now_millis(),
+            )
             .await
     }
 
@@ -705,6 +718,7 @@ fn incoming(message: &a2a::IncomingMessage) -> Result<(String, Option<String>), 
 /// (an error, a panic, the turn's future dropped), it marks the stored task failed.
 struct UnfinishedTask {
     store: Arc<dyn TaskStore>,
+    clock: Arc<dyn Clock>,
     task_id: String,
     failed_json: String,
 }
@@ -729,9 +743,10 @@ impl Drop for UnfinishedTask {
             std::mem::take(&mut self.task_id),
             std::mem::take(&mut self.failed_json),
         );
+        let now = self.clock.now_millis();
         runtime.spawn(async move {
             if let Err(e) = store
-                .finish_working_task(&id, TaskState::Failed.as_str(), &body)
+                .finish_working_task(&id, TaskState::Failed.as_str(), &body, now)
                 .await
             {
                 tracing::error!(task_id = %id, error = %e, "an unfinished task stays working until the next sweep");

@@ -44,14 +44,20 @@ impl RpcId {
 pub enum Method {
     /// `SendMessage` / `message/send`
     SendMessage,
+    /// `SendStreamingMessage` / `message/stream`
+    SendStreamingMessage,
     /// `GetTask` / `tasks/get`
     GetTask,
+    /// `ListTasks` / `tasks/list`
+    ListTasks,
     /// `CancelTask` / `tasks/cancel`
     CancelTask,
+    /// `SubscribeToTask` / `tasks/resubscribe`
+    SubscribeToTask,
+    /// The four push-notification configuration methods (and their 0.3 names).
+    PushNotificationConfig,
     /// `GetExtendedAgentCard` / `agent/getAuthenticatedExtendedCard`
     GetExtendedAgentCard,
-    /// Streaming, subscription, listing and push-configuration methods peergate does not offer.
-    Unsupported,
 }
 
 impl Method {
@@ -59,25 +65,22 @@ impl Method {
     pub fn from_name(name: &str) -> Option<Self> {
         Some(match name {
             "SendMessage" | "message/send" => Self::SendMessage,
+            "SendStreamingMessage" | "message/stream" => Self::SendStreamingMessage,
             "GetTask" | "tasks/get" => Self::GetTask,
+            "ListTasks" | "tasks/list" => Self::ListTasks,
             "CancelTask" | "tasks/cancel" => Self::CancelTask,
+            "SubscribeToTask" | "tasks/resubscribe" => Self::SubscribeToTask,
             "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
                 Self::GetExtendedAgentCard
             }
-            "SendStreamingMessage"
-            | "message/stream"
-            | "SubscribeToTask"
-            | "tasks/resubscribe"
-            | "ListTasks"
-            | "tasks/list"
-            | "CreateTaskPushNotificationConfig"
+            "CreateTaskPushNotificationConfig"
             | "GetTaskPushNotificationConfig"
             | "ListTaskPushNotificationConfigs"
             | "DeleteTaskPushNotificationConfig"
             | "tasks/pushNotificationConfig/set"
             | "tasks/pushNotificationConfig/get"
             | "tasks/pushNotificationConfig/list"
-            | "tasks/pushNotificationConfig/delete" => Self::Unsupported,
+            | "tasks/pushNotificationConfig/delete" => Self::PushNotificationConfig,
             _ => return None,
         })
     }
@@ -134,6 +137,8 @@ pub enum RpcError {
     TaskNotFound,
     /// `-32002`
     TaskNotCancelable,
+    /// `-32003`: push notifications are not offered.
+    PushNotificationNotSupported,
     /// `-32004`
     UnsupportedOperation(&'static str),
     /// `-32005`
@@ -165,6 +170,7 @@ impl RpcError {
             Self::StoreUnavailable { .. } => (-32603, "STORE_UNAVAILABLE"),
             Self::TaskNotFound => (-32001, "TASK_NOT_FOUND"),
             Self::TaskNotCancelable => (-32002, "TASK_NOT_CANCELABLE"),
+            Self::PushNotificationNotSupported => (-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"),
             Self::UnsupportedOperation(_) => (-32004, "UNSUPPORTED_OPERATION"),
             Self::ContentTypeNotSupported(_) => (-32005, "CONTENT_TYPE_NOT_SUPPORTED"),
             Self::ExtensionSupportRequired { .. } => (-32008, "EXTENSION_SUPPORT_REQUIRED"),
@@ -198,6 +204,9 @@ impl RpcError {
             Self::TaskNotFound => "Task not found".to_owned(),
             Self::TaskNotCancelable => {
                 "Task cannot be canceled: peergate answers synchronously, so every task is already final".to_owned()
+            }
+            Self::PushNotificationNotSupported => {
+                "Push notifications are not supported by this agent (capabilities.pushNotifications is false)".to_owned()
             }
             Self::UnsupportedOperation(why) => format!("Unsupported operation: {why}"),
             Self::ContentTypeNotSupported(why) => format!("Content type not supported: {why}"),
@@ -542,6 +551,6 @@ mod tests {
         let req = parse_request(br#"{"jsonrpc":"2.0","id":-7,"method":"SendMessage"}"#).unwrap();
         assert_eq!(req.id, RpcId::Int(-7));
         let req = parse_request(br#"{"jsonrpc":"2.0","method":"ListTasks"}"#).unwrap();
-        assert_eq!((req.id, req.method), (RpcId::Null, Method::Unsupported));
+        assert_eq!((req.id, req.method), (RpcId::Null, Method::ListTasks));
     }
 }

@@ -91,6 +91,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("created_at", Kind::Int),
             ("expires_at", Kind::Int),
             ("instance", Kind::OptText),
+            ("status_at", Kind::OptInt),
         ],
     ),
     (

@@ -25,7 +25,7 @@ pub mod sqlite;
 pub use records::{
     AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationEntry,
     ConversationMessage, ConversationRole, ConversationSummary, CredentialRecord, Exchange,
-    ExchangeUsage, PeerLogin, PeerRecord, PeerStatus, PeerUsage, WorkingTask,
+    ExchangeUsage, PeerLogin, PeerRecord, PeerStatus, PeerUsage, TaskPage, TaskQuery, WorkingTask,
 };
 
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -164,7 +164,12 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
         id: &str,
         state: &str,
         body: &str,
+        now: i64,
     ) -> Result<(), StoreError>;
+
+    /// A page of a peer's tasks that have not expired, newest status first, then by id
+    /// (descending), with how many match the filters in all.
+    async fn list_tasks(&self, query: &TaskQuery<'_>, now: i64) -> Result<TaskPage, StoreError>;
 
     /// Deletes tasks whose retention ended; returns how many.
     async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError>;

@@ -122,6 +122,32 @@ pub struct Exchange {
     pub instance: Option<std::sync::Arc<str>>,
 }
 
+/// Which of a peer's tasks to list (`ListTasks`).
+#[derive(Debug, Clone, Copy)]
+pub struct TaskQuery<'a> {
+    /// The peer whose tasks these are; no other peer's row is ever read.
+    pub peer_id: &'a str,
+    /// Only this conversation's tasks.
+    pub context_id: Option<&'a str>,
+    /// Only tasks in this state.
+    pub state: Option<&'a str>,
+    /// Only tasks whose status changed at or after this (epoch ms).
+    pub status_since: Option<i64>,
+    /// Only tasks after this one in the order (its status time and id): the page cursor.
+    pub after: Option<(i64, &'a str)>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// One page of listed tasks.
+#[derive(Debug, Clone, Default)]
+pub struct TaskPage {
+    /// The tasks, in order: (status time, id, the task as stored, JSON).
+    pub tasks: Vec<(i64, String, String)>,
+    /// How many tasks match the filters, on every page.
+    pub total: u64,
+}
+
 /// A task still marked working.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkingTask {

@@ -4,7 +4,8 @@
 use super::PostgresStore;
 use crate::store::batch::Batch;
 use crate::store::{
-    ConversationMessage, ConversationRole, Exchange, StoreError, TaskStore, WorkingTask,
+    ConversationMessage, ConversationRole, Exchange, StoreError, TaskPage, TaskQuery, TaskStore,
+    WorkingTask,
 };
 use async_trait::async_trait;
 use sqlx::postgres::PgPool;
@@ -111,16 +112,59 @@ impl TaskStore for PostgresStore {
         id: &str,
         state: &str,
         body: &str,
+        now: i64,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE tasks SET state = $1, body = $2 WHERE id = $3 AND state = 'TASK_STATE_WORKING'",
+            "UPDATE tasks SET state = $1, body = $2, status_at = $3 WHERE id = $4 AND state = 'TASK_STATE_WORKING'",
         )
         .bind(state)
         .bind(body)
+        .bind(now)
         .bind(id)
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    async fn list_tasks(&self, query: &TaskQuery<'_>, now: i64) -> Result<TaskPage, StoreError> {
+        const FILTERS: &str = "peer_id = $1 AND expires_at > $2 AND ($3::TEXT IS NULL OR context_id = $3) \
+             AND ($4::TEXT IS NULL OR state = $4) AND ($5::BIGINT IS NULL OR status_at >= $5)";
+        let filtered = |sql: String| {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(query.peer_id)
+                .bind(now)
+                .bind(query.context_id)
+                .bind(query.state)
+                .bind(query.status_since)
+        };
+        let (after_at, after_id) = query.after.unzip();
+        let rows = filtered(format!(
+            "SELECT id, body, status_at FROM tasks WHERE {FILTERS} AND ($6::BIGINT IS NULL OR status_at < $6 \
+             OR (status_at = $6 AND id < $7)) ORDER BY status_at DESC, id DESC LIMIT $8"
+        ))
+        .bind(after_at)
+        .bind(after_id)
+        .bind(i64::from(query.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let total: i64 = filtered(format!("SELECT count(*) FROM tasks WHERE {FILTERS}"))
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        let tasks = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("status_at")?,
+                    row.try_get("id")?,
+                    row.try_get("body")?,
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()?;
+        Ok(TaskPage {
+            tasks,
+            total: u64::try_from(total).unwrap_or(0),
+        })
     }
 
     async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
@@ -168,7 +212,7 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
     let batch = Batch::of(exchanges);
     let mut tx = pool.begin().await?;
     let mut tasks = QueryBuilder::<Postgres>::new(
-        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance) ",
+        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance, status_at) ",
     );
     tasks.push_values(&batch.tasks, |mut row, (e, created_at)| {
         row.push_bind(e.task_id.as_str())
@@ -178,13 +222,15 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
             .push_bind(e.task_json.as_str())
             .push_bind(*created_at)
             .push_bind(e.expires_at)
-            .push_bind(e.instance.as_deref());
+            .push_bind(e.instance.as_deref())
+            .push_bind(e.now);
     });
     // A finished task replaces the working copy stored before the model was asked, unless a
     // sweep already called that copy failed (a peer may have read it so).
     tasks.push(
         " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
-         expires_at = excluded.expires_at WHERE tasks.state = 'TASK_STATE_WORKING'",
+         expires_at = excluded.expires_at, status_at = excluded.status_at \
+         WHERE tasks.state = 'TASK_STATE_WORKING'",
     );
     tasks.build().execute(&mut *tx).await?;
     if !batch.contexts.is_empty() {

@@ -4,7 +4,8 @@
 use super::{BEGIN_WRITE, SqliteStore};
 use crate::store::batch::Batch;
 use crate::store::{
-    ConversationMessage, ConversationRole, Exchange, StoreError, TaskStore, WorkingTask,
+    ConversationMessage, ConversationRole, Exchange, StoreError, TaskPage, TaskQuery, TaskStore,
+    WorkingTask,
 };
 use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
@@ -110,16 +111,64 @@ impl TaskStore for SqliteStore {
         id: &str,
         state: &str,
         body: &str,
+        now: i64,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE tasks SET state = ?, body = ? WHERE id = ? AND state = 'TASK_STATE_WORKING'",
+            "UPDATE tasks SET state = ?, body = ?, status_at = ? WHERE id = ? AND state = 'TASK_STATE_WORKING'",
         )
         .bind(state)
         .bind(body)
+        .bind(now)
         .bind(id)
         .execute(&self.writer)
         .await?;
         Ok(())
+    }
+
+    async fn list_tasks(&self, query: &TaskQuery<'_>, now: i64) -> Result<TaskPage, StoreError> {
+        const FILTERS: &str = "peer_id = ? AND expires_at > ? AND (? IS NULL OR context_id = ?) \
+             AND (? IS NULL OR state = ?) AND (? IS NULL OR status_at >= ?)";
+        let filtered = |sql: String| {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(query.peer_id)
+                .bind(now)
+                .bind(query.context_id)
+                .bind(query.context_id)
+                .bind(query.state)
+                .bind(query.state)
+                .bind(query.status_since)
+                .bind(query.status_since)
+        };
+        let (after_at, after_id) = query.after.unzip();
+        let rows = filtered(format!(
+            "SELECT id, body, status_at FROM tasks WHERE {FILTERS} AND (? IS NULL OR status_at < ? \
+             OR (status_at = ? AND id < ?)) ORDER BY status_at DESC, id DESC LIMIT ?"
+        ))
+        .bind(after_at)
+        .bind(after_at)
+        .bind(after_at)
+        .bind(after_id)
+        .bind(i64::from(query.limit))
+        .fetch_all(&self.reader)
+        .await?;
+        let total: i64 = filtered(format!("SELECT count(*) FROM tasks WHERE {FILTERS}"))
+            .fetch_one(&self.reader)
+            .await?
+            .try_get(0)?;
+        let tasks = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("status_at")?,
+                    row.try_get("id")?,
+                    row.try_get("body")?,
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()?;
+        Ok(TaskPage {
+            tasks,
+            total: u64::try_from(total).unwrap_or(0),
+        })
     }
 
     async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
@@ -167,7 +216,7 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
     let batch = Batch::of(exchanges);
     let mut tx = pool.begin_with(BEGIN_WRITE).await?;
     let mut tasks = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance) ",
+        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance, status_at) ",
     );
     tasks.push_values(&batch.tasks, |mut row, (e, created_at)| {
         row.push_bind(e.task_id.as_str())
@@ -177,13 +226,15 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
             .push_bind(e.task_json.as_str())
             .push_bind(*created_at)
             .push_bind(e.expires_at)
-            .push_bind(e.instance.as_deref());
+            .push_bind(e.instance.as_deref())
+            .push_bind(e.now);
     });
     // A finished task replaces the working copy stored before the model was asked, unless a
     // sweep already called that copy failed (a peer may have read it so).
     tasks.push(
         " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
-         expires_at = excluded.expires_at WHERE tasks.state = 'TASK_STATE_WORKING'",
+         expires_at = excluded.expires_at, status_at = excluded.status_at \
+         WHERE tasks.state = 'TASK_STATE_WORKING'",
     );
     tasks.build().execute(&mut *tx).await?;
     if !batch.contexts.is_empty() {
