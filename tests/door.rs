@@ -458,6 +458,55 @@ async fn list_tasks_shows_the_callers_tasks_newest_first_a_page_at_a_time() {
 }
 
 #[tokio::test]
+async fn a_body_not_sent_as_json_is_refused_with_its_id() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let body = json!({"jsonrpc": "2.0", "id": "req-7", "method": "ListTasks", "params": {}});
+    let post = |content_type: Option<&'static str>| {
+        let mut request = reqwest::Client::new()
+            .post(&gw.door)
+            .bearer_auth(&token)
+            .header("a2a-version", "1.0")
+            .body(body.to_string());
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let (status, refused) = post(content_type).await;
+        assert_eq!(status, 200, "a JSON-RPC error, in HTTP 200");
+        assert_eq!(error_code(&refused), -32005, "{content_type:?}: {refused}");
+        assert_eq!(refused["id"], "req-7");
+        assert_eq!(
+            refused["error"]["data"][0]["reason"],
+            "CONTENT_TYPE_NOT_SUPPORTED"
+        );
+    }
+    for content_type in [
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/JSON",
+        "application/a2a+json",
+    ] {
+        let (_, answered) = post(Some(content_type)).await;
+        assert!(
+            answered["result"]["tasks"].is_array(),
+            "{content_type}: {answered}"
+        );
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn trailing_slash_is_the_same_door() {
     let gw = TestGateway::start().await;
     let token = gw.add_peer("alice");

@@ -31,6 +31,7 @@ async fn send(
     let mut request = reqwest::Client::new()
         .post(url)
         .bearer_auth(token)
+        .header("content-type", "application/json")
         .body(body.to_string());
     for (name, value) in headers {
         request = request.header(*name, *value);

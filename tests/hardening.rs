@@ -341,6 +341,7 @@ async fn killed_mid_request_the_task_reads_failed_interrupted_after_the_restart(
             reqwest::Client::new()
                 .post(&door)
                 .bearer_auth(&token)
+                .header("content-type", "application/json")
                 .body(body.to_string())
                 .send()
                 .await
@@ -445,6 +446,7 @@ async fn a_client_that_hangs_up_still_gets_its_task_finished() {
         reqwest::Client::new()
             .post(&door)
             .bearer_auth(&token)
+            .header("content-type", "application/json")
             .timeout(Duration::from_millis(500))
             .body(body.to_string())
             .send()

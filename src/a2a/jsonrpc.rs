@@ -86,6 +86,15 @@ impl Method {
     }
 }
 
+/// The response refusing `body` with `error`, under the body's id when it can be read.
+pub fn refuse(body: &[u8], error: &RpcError) -> String {
+    let id = match parse_request(body) {
+        Ok(request) => request.id,
+        Err(failure) => failure.id,
+    };
+    failure(&id, error)
+}
+
 /// A well-formed request.
 #[derive(Debug)]
 pub struct RpcRequest {

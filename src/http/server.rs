@@ -637,16 +637,26 @@ async fn door(
     State(state): State<AppState>,
     peer: AuthenticatedPeer,
     client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    // The turn runs in a task of its own: a client that hangs up (or a request timeout) must
-    // not cut it between storing the task and storing its answer.
-    let agent = state.agent.clone();
-    let client = client.map(|c| c.0.ip());
-    let turn = tokio::spawn(async move { agent.handle(&peer, client, &body).await });
-    let answer = match turn.await {
-        Ok(answer) => answer,
-        Err(_) => return panic_response(Box::new("the turn panicked")),
+    let answer = if is_json(&headers) {
+        // The turn runs in a task of its own: a client that hangs up (or a request timeout)
+        // must not cut it between storing the task and storing its answer.
+        let agent = state.agent.clone();
+        let client = client.map(|c| c.0.ip());
+        let turn = tokio::spawn(async move { agent.handle(&peer, client, &body).await });
+        match turn.await {
+            Ok(answer) => answer,
+            Err(_) => return panic_response(Box::new("the turn panicked")),
+        }
+    } else {
+        crate::a2a::jsonrpc::refuse(
+            &body,
+            &crate::a2a::jsonrpc::RpcError::ContentTypeNotSupported(
+                "send the JSON-RPC request with Content-Type: application/json",
+            ),
+        )
     };
     (
         [(
@@ -656,6 +666,22 @@ async fn door(
         answer,
     )
         .into_response()
+}
+
+/// Whether the request says its body is JSON: `application/json` or `application/a2a+json`,
+/// with or without parameters (a charset). A body sent as anything else, or as nothing, is
+/// refused (-32005) before it is read as JSON, so a form post or a text upload never reaches
+/// the agent by accident.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+        || essence.eq_ignore_ascii_case("application/a2a+json")
 }
 
 /// The public card, or the extended card for a request that carries a valid credential. An
