@@ -47,6 +47,10 @@ pub struct AgentSettings {
     pub max_text_bytes: usize,
     /// How long one backend call may take.
     pub backend_timeout: Duration,
+    /// `returnImmediately` is honoured (`capabilities.non_blocking`).
+    pub non_blocking: bool,
+    /// `CancelTask` stops a turn being answered (`capabilities.cancel_running`).
+    pub cancel_running: bool,
 }
 
 /// The A2A agent.
@@ -59,6 +63,14 @@ pub struct Agent {
     settings: AgentSettings,
     shared: SharedState,
     extended_card: Box<RawValue>,
+    /// The turns this instance is answering that a peer may cancel, by task id.
+    running: std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>,
+}
+
+/// A turn being answered here, and how to stop it.
+struct RunningTurn {
+    peer_id: Arc<str>,
+    cancel: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// The agent's seams to state that several instances would share.
@@ -110,6 +122,7 @@ impl Agent {
             settings,
             shared: SharedState::default(),
             extended_card: RawValue::from_string("{}".to_owned()).unwrap_or_default(),
+            running: std::sync::Mutex::default(),
         }
     }
 
@@ -134,7 +147,7 @@ impl Agent {
     /// Answers one JSON-RPC request body from `client`; always the body of a JSON-RPC response
     /// object.
     pub async fn handle(
-        &self,
+        self: &Arc<Self>,
         peer: &AuthenticatedPeer,
         client: Option<IpAddr>,
         body: &[u8],
@@ -165,18 +178,24 @@ impl Agent {
     }
 
     async fn send_message(
-        &self,
+        self: &Arc<Self>,
         peer: &AuthenticatedPeer,
         client: Option<IpAddr>,
         params: Option<&RawValue>,
     ) -> Result<Box<RawValue>, RpcError> {
         let params: SendMessageParams = jsonrpc::parse_params(params)?;
         let message = params.message;
-        let history_length = params
-            .configuration
-            .and_then(|c| c.history_length)
+        let configuration = params.configuration.unwrap_or_default();
+        let history_length = configuration
+            .history_length
             .map(|n| checked_history_length(n, "configuration.historyLength"))
             .transpose()?;
+        let return_immediately = configuration.return_immediately.unwrap_or(false);
+        if return_immediately && !self.settings.non_blocking {
+            return Err(RpcError::UnsupportedOperation(
+                "non-blocking sends are off (capabilities.non_blocking is false): send without configuration.returnImmediately",
+            ));
+        }
         let (text, context_id) = incoming(&message)?;
         if let Some(task_id) = &message.task_id {
             return Err(self
@@ -184,11 +203,10 @@ impl Agent {
                 .await);
         }
         let turn = TurnPlan {
-            agent: self,
-            peer,
+            peer: peer.clone(),
             task_id: new_id(),
             context_id: context_id.unwrap_or_else(new_id),
-            message_id: &message.message_id,
+            message_id: message.message_id,
             text: truncate_text(text, self.settings.max_text_bytes),
             instance: self.shared.ownership.instance().into(),
         };
@@ -200,25 +218,72 @@ impl Agent {
             .await
             .map_err(internal)?
             .err();
-        let (outcome, _held, unfinished) = match refusal {
-            Some(refusal) => (self.refused_by_quota(peer, client, &refusal), None, None),
-            None => {
-                // Long enough for one message ahead to finish (it is bounded by the backend
-                // timeout), short enough that a queue does not pile up behind a stuck model.
-                let wait = self.settings.backend_timeout.mul_f32(1.5);
-                let held = self
-                    .shared
-                    .turns
-                    .begin_turn(peer.id(), &turn.context_id, wait)
-                    .await
-                    .ok_or(RpcError::ContextBusy)?;
-                let fresh_context = message.context_id.is_none();
-                let (outcome, unfinished) = self.ask_model(&turn, fresh_context).await?;
-                (outcome, Some(held), Some(unfinished))
-            }
-        };
-        self.finish(&turn, outcome, history_length, unfinished)
+        if let Some(refusal) = refusal {
+            let outcome = self.refused_by_quota(peer, client, &refusal);
+            return self.finish(&turn, outcome, history_length, None).await;
+        }
+        // Long enough for one message ahead to finish (it is bounded by the backend timeout),
+        // short enough that a queue does not pile up behind a stuck model.
+        let wait = self.settings.backend_timeout.mul_f32(1.5);
+        let held = self
+            .shared
+            .turns
+            .begin_turn(peer.id(), &turn.context_id, wait)
             .await
+            .ok_or(RpcError::ContextBusy)?;
+        let fresh_context = message.context_id.is_none();
+        let (prompt, unfinished, working_json) = self.store_working(&turn, fresh_context).await?;
+        let cancel = self.running_turn(&turn);
+        if !return_immediately {
+            let outcome = self.run_model(&turn, &prompt, cancel).await;
+            let answer = self
+                .finish(&turn, outcome, history_length, Some(unfinished))
+                .await;
+            self.turn_ended(&turn.task_id);
+            drop(held);
+            return answer;
+        }
+        // The working task is the answer; the turn goes on without the request, holding the
+        // context's turn until its final state is stored.
+        let agent = self.clone();
+        tokio::spawn(async move {
+            let outcome = agent.run_model(&turn, &prompt, cancel).await;
+            if let Err(e) = agent.finish(&turn, outcome, None, Some(unfinished)).await {
+                tracing::warn!(task_id = %turn.task_id, error = ?e, "a non-blocking turn could not store its answer");
+            }
+            agent.turn_ended(&turn.task_id);
+            drop(held);
+        });
+        task_answer(&working_json, history_length)
+    }
+
+    /// Registers a turn a peer may cancel; `None` when cancelling running turns is off.
+    fn running_turn(&self, turn: &TurnPlan) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        if !self.settings.cancel_running {
+            return None;
+        }
+        let (cancel, canceled) = tokio::sync::oneshot::channel();
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                turn.task_id.clone(),
+                RunningTurn {
+                    peer_id: turn.peer.id_arc(),
+                    cancel: Some(cancel),
+                },
+            );
+        Some(canceled)
+    }
+
+    /// The turn's final state is stored: it can no longer be canceled.
+    fn turn_ended(&self, task_id: &str) {
+        if self.settings.cancel_running {
+            self.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(task_id);
+        }
     }
 
     /// A message refused by its owner's budget: a rejected task and an audit record.
@@ -246,28 +311,28 @@ impl Agent {
         }
     }
 
-    /// Stores the task as working, asks the model once (within the one backend timeout), and
-    /// says what it answered. The returned guard fails the stored task if the turn ends before
-    /// its final state is stored.
-    async fn ask_model(
+    /// Stores the task as working and reads what the model will be asked. The returned guard
+    /// fails the stored task if the turn ends before its final state is stored.
+    async fn store_working(
         &self,
-        turn: &TurnPlan<'_>,
+        turn: &TurnPlan,
         fresh_context: bool,
-    ) -> Result<(Outcome, UnfinishedTask), RpcError> {
-        let peer = turn.peer;
+    ) -> Result<(Prompt, UnfinishedTask, String), RpcError> {
+        let peer = &turn.peer;
         // Stored before the model is asked: a store that cannot take it refuses the message
         // with nothing spent, and a crash from here on leaves a task that reads as failed
         // (interrupted) after the restart instead of one that never existed.
-        let working = turn.task(TaskState::Working, WORKING_TEXT);
+        let working = turn.task(self, TaskState::Working, WORKING_TEXT);
         let working_json = serde_json::to_string(&working).map_err(internal)?;
         // Ready before the task is stored: whatever ends this turn early from here on (an
         // error, a panic, the future dropped) turns the stored task failed instead of leaving
         // it working.
-        let failed_json = serde_json::to_string(&turn.task(TaskState::Failed, UNFINISHED_TEXT))
-            .map_err(internal)?;
+        let failed_json =
+            serde_json::to_string(&turn.task(self, TaskState::Failed, UNFINISHED_TEXT))
+                .map_err(internal)?;
         let heard = self.event(peer, &turn.task_id, TaskState::Working, &working_json);
         self.store
-            .save_exchange(turn.exchange(TaskState::Working, working_json))
+            .save_exchange(turn.exchange(self, TaskState::Working, working_json.clone()))
             .await
             .map_err(store_unavailable)?;
         self.announce(heard);
@@ -292,18 +357,42 @@ impl Agent {
             history,
             text: turn.text.clone(),
         };
+        Ok((prompt, unfinished, working_json))
+    }
+
+    /// Asks the model once, within the one backend timeout, unless the peer cancels first;
+    /// says how the turn ended.
+    async fn run_model(
+        &self,
+        turn: &TurnPlan,
+        prompt: &Prompt,
+        cancel: Option<tokio::sync::oneshot::Receiver<()>>,
+    ) -> Outcome {
+        let peer = &turn.peer;
         let started = std::time::Instant::now();
-        let answer = match tokio::time::timeout(
-            self.settings.backend_timeout,
-            self.backend.complete(&prompt),
-        )
-        .await
-        {
-            Ok(answer) => answer,
-            Err(_) => Err(BackendError::Timeout),
+        let call =
+            tokio::time::timeout(self.settings.backend_timeout, self.backend.complete(prompt));
+        let answer = match cancel {
+            None => Some(call.await),
+            // A sender dropped without a word is no cancellation: only `Ok` stops the call.
+            Some(canceled) => tokio::select! {
+                answer = call => Some(answer),
+                Ok(()) = canceled => None,
+            },
         };
         self.metrics.backend_latency(started.elapsed());
-        let outcome = match answer {
+        let Some(answer) = answer else {
+            // Dropping the call stopped it; what it cost is unknown, so the turn counts as a
+            // request with no tokens.
+            return Outcome {
+                state: TaskState::Canceled,
+                reply: CANCELED_TEXT.to_owned(),
+                messages: Vec::new(),
+                usage: Some(self.budgets.record(peer.owner_id(), 0)),
+                audit: None,
+            };
+        };
+        match answer.unwrap_or(Err(BackendError::Timeout)) {
             Ok(completion) => {
                 let tokens = completion
                     .usage
@@ -336,33 +425,26 @@ impl Agent {
                     audit: None,
                 }
             }
-        };
-        Ok((outcome, unfinished))
+        }
     }
 
     /// Stores the task's final state with what the turn adds (messages, usage, an audit record),
     /// then answers it.
     async fn finish(
         &self,
-        turn: &TurnPlan<'_>,
+        turn: &TurnPlan,
         outcome: Outcome,
         history_length: Option<usize>,
         unfinished: Option<UnfinishedTask>,
     ) -> Result<Box<RawValue>, RpcError> {
         let state = outcome.state;
-        let mut task = turn.task(state, &outcome.reply);
+        let task = turn.task(self, state, &outcome.reply);
         // Serialized once: the stored copy is also the answer, unless the peer asked for less
         // history.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
-        let answer = match history_length {
-            None => format!("{{\"task\":{task_json}}}"),
-            Some(n) => {
-                task.limit_history(n);
-                serde_json::to_string(&json!({"task": task})).map_err(internal)?
-            }
-        };
-        let heard = self.event(turn.peer, &turn.task_id, state, &task_json);
-        let mut finished = turn.exchange(state, task_json);
+        let answer = task_answer(&task_json, history_length)?;
+        let heard = self.event(&turn.peer, &turn.task_id, state, &task_json);
+        let mut finished = turn.exchange(self, state, task_json);
         finished.messages = outcome.messages;
         finished.usage = outcome.usage;
         finished.audit = outcome.audit;
@@ -374,9 +456,10 @@ impl Agent {
         self.metrics.task_finished(match state {
             TaskState::Completed => FinalState::Completed,
             TaskState::Rejected => FinalState::Rejected,
+            TaskState::Canceled => FinalState::Canceled,
             _ => FinalState::Failed,
         });
-        RawValue::from_string(answer).map_err(internal)
+        Ok(answer)
     }
 
     /// Marks tasks left working as failed (interrupted), so a peer that asks for one learns what
@@ -571,14 +654,52 @@ impl Agent {
         serde_json::value::to_raw_value(&task).map_err(internal)
     }
 
+    /// `CancelTask`: a finished task stays as it is (-32002); a task this instance is still
+    /// answering is stopped, stored CANCELED, and answered as stored.
     async fn cancel_task(
         &self,
         peer: &AuthenticatedPeer,
         params: Option<&RawValue>,
     ) -> Result<Box<RawValue>, RpcError> {
         let params: CancelTaskParams = jsonrpc::parse_params(params)?;
-        self.load_task_json(peer, &params.id).await?;
-        Err(RpcError::TaskNotCancelable)
+        let task = self.load_task(peer, &params.id).await?;
+        if task.status.state != TaskState::Working {
+            return Err(RpcError::TaskNotCancelable(
+                "it is already in a final state",
+            ));
+        }
+        if !self.settings.cancel_running {
+            return Err(RpcError::TaskNotCancelable(
+                "cancelling a task being answered is off (capabilities.cancel_running is false); it ends on its own",
+            ));
+        }
+        let cancel = {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            running
+                .get_mut(&params.id)
+                .filter(|turn| *turn.peer_id == *peer.id())
+                .and_then(|turn| turn.cancel.take())
+        };
+        let Some(cancel) = cancel else {
+            return Err(RpcError::TaskNotCancelable(
+                "it is being answered by another gateway instance, or has just finished; read it with GetTask",
+            ));
+        };
+        // Heard before the turn is told, so its final state cannot slip past.
+        let mut events = self.shared.events.subscribe(peer.id(), &params.id);
+        let _ = cancel.send(());
+        let wait = self.settings.backend_timeout;
+        let stored = loop {
+            match tokio::time::timeout(wait, events.next()).await {
+                Ok(Some(event)) if event.state != TaskState::Working.as_str() => {
+                    break event.task_json.to_string();
+                }
+                Ok(Some(_)) => {}
+                // The store has the final state if the turn stored one.
+                Ok(None) | Err(_) => break self.load_task_json(peer, &params.id).await?,
+            }
+        };
+        RawValue::from_string(stored).map_err(internal)
     }
 
     async fn load_task(&self, peer: &AuthenticatedPeer, task_id: &str) -> Result<Task, RpcError> {
@@ -617,6 +738,9 @@ fn checked_history_length(n: i64, field: &str) -> Result<usize, RpcError> {
     usize::try_from(n).map_err(|_| invalid(field, "must not be negative"))
 }
 
+/// The agent's message of a task the peer canceled while the model was being asked.
+const CANCELED_TEXT: &str = "Canceled by the peer before the model answered.";
+
 /// The agent's message of a task whose model call is under way.
 const WORKING_TEXT: &str = "The model is being asked.";
 
@@ -625,23 +749,22 @@ const UNFINISHED_TEXT: &str =
     "The gateway could not finish this task (an internal error); send the message again.";
 
 /// One message's turn: what every stored copy of its task shares.
-struct TurnPlan<'a> {
-    agent: &'a Agent,
-    peer: &'a AuthenticatedPeer,
+struct TurnPlan {
+    peer: AuthenticatedPeer,
     task_id: String,
     context_id: String,
-    message_id: &'a str,
+    message_id: String,
     text: String,
     instance: Arc<str>,
 }
 
-impl TurnPlan<'_> {
+impl TurnPlan {
     /// The task in `state` with the agent's `reply`.
-    fn task(&self, state: TaskState, reply: &str) -> Task {
-        self.agent.task(
+    fn task(&self, agent: &Agent, state: TaskState, reply: &str) -> Task {
+        agent.task(
             &self.task_id,
             &self.context_id,
-            self.message_id,
+            &self.message_id,
             &self.text,
             state,
             reply,
@@ -649,10 +772,10 @@ impl TurnPlan<'_> {
     }
 
     /// The task as the store keeps it; what the turn adds is filled in by the caller.
-    fn exchange(&self, state: TaskState, task_json: String) -> Exchange {
+    fn exchange(&self, agent: &Agent, state: TaskState, task_json: String) -> Exchange {
         let retention =
-            i64::try_from(self.agent.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
-        let now = self.agent.clock.now_millis();
+            i64::try_from(agent.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
+        let now = agent.clock.now_millis();
         Exchange {
             task_id: self.task_id.clone(),
             peer_id: self.peer.id().to_owned(),
@@ -667,6 +790,19 @@ impl TurnPlan<'_> {
             instance: Some(self.instance.clone()),
         }
     }
+}
+
+/// `{"task": …}` for a stored task, with at most `history_length` history messages.
+fn task_answer(task_json: &str, history_length: Option<usize>) -> Result<Box<RawValue>, RpcError> {
+    let answer = match history_length {
+        None => format!("{{\"task\":{task_json}}}"),
+        Some(n) => {
+            let mut task: Task = serde_json::from_str(task_json).map_err(internal)?;
+            task.limit_history(n);
+            serde_json::to_string(&json!({"task": task})).map_err(internal)?
+        }
+    };
+    RawValue::from_string(answer).map_err(internal)
 }
 
 /// What a turn ended with.
@@ -935,6 +1071,8 @@ mod tests {
                 context_messages: 20,
                 max_text_bytes: 1000,
                 backend_timeout: Duration::from_secs(1),
+                non_blocking: false,
+                cancel_running: false,
             },
         )
         .with_shared_state(shared)
@@ -949,7 +1087,7 @@ mod tests {
             events: heard.clone(),
             ..SharedState::default()
         };
-        let agent = agent_over(&store, shared).await;
+        let agent = Arc::new(agent_over(&store, shared).await);
         let mut change = store.accounts().begin_change().await.unwrap();
         let owner = crate::store::AdminRecord {
             id: "adm_1".into(),

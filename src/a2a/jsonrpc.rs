@@ -144,8 +144,8 @@ pub enum RpcError {
     },
     /// `-32001`: no such task for this caller.
     TaskNotFound,
-    /// `-32002`
-    TaskNotCancelable,
+    /// `-32002`: says why (finished, or not cancelable here).
+    TaskNotCancelable(&'static str),
     /// `-32003`: push notifications are not offered.
     PushNotificationNotSupported,
     /// `-32004`
@@ -178,7 +178,7 @@ impl RpcError {
             Self::Internal { .. } => (-32603, "INTERNAL"),
             Self::StoreUnavailable { .. } => (-32603, "STORE_UNAVAILABLE"),
             Self::TaskNotFound => (-32001, "TASK_NOT_FOUND"),
-            Self::TaskNotCancelable => (-32002, "TASK_NOT_CANCELABLE"),
+            Self::TaskNotCancelable(_) => (-32002, "TASK_NOT_CANCELABLE"),
             Self::PushNotificationNotSupported => (-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"),
             Self::UnsupportedOperation(_) => (-32004, "UNSUPPORTED_OPERATION"),
             Self::ContentTypeNotSupported(_) => (-32005, "CONTENT_TYPE_NOT_SUPPORTED"),
@@ -211,9 +211,7 @@ impl RpcError {
                 "Internal error: the gateway cannot store this message right now, so the model was not asked; retry later".to_owned()
             }
             Self::TaskNotFound => "Task not found".to_owned(),
-            Self::TaskNotCancelable => {
-                "Task cannot be canceled: peergate answers synchronously, so every task is already final".to_owned()
-            }
+            Self::TaskNotCancelable(why) => format!("Task cannot be canceled: {why}"),
             Self::PushNotificationNotSupported => {
                 "Push notifications are not supported by this agent (capabilities.pushNotifications is false)".to_owned()
             }

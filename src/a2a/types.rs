@@ -60,6 +60,9 @@ pub enum TaskState {
     /// Refused by policy (owner quotas).
     #[serde(rename = "TASK_STATE_REJECTED")]
     Rejected,
+    /// Canceled by the peer while it was being answered.
+    #[serde(rename = "TASK_STATE_CANCELED")]
+    Canceled,
 }
 
 impl TaskState {
@@ -70,6 +73,7 @@ impl TaskState {
             Self::Completed => "TASK_STATE_COMPLETED",
             Self::Failed => "TASK_STATE_FAILED",
             Self::Rejected => "TASK_STATE_REJECTED",
+            Self::Canceled => "TASK_STATE_CANCELED",
         }
     }
 }
@@ -90,6 +94,9 @@ pub struct SendMessageConfiguration {
     /// How many history messages the returned task carries.
     #[serde(default, rename = "historyLength", alias = "history_length")]
     pub history_length: Option<i64>,
+    /// Answer with the working task at once instead of waiting for the model.
+    #[serde(default, rename = "returnImmediately", alias = "return_immediately")]
+    pub return_immediately: Option<bool>,
 }
 
 /// A `Message` sent by a peer.

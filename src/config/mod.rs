@@ -6,6 +6,7 @@
 
 mod accounts;
 mod auth;
+mod capabilities;
 mod card;
 mod cluster;
 mod gate;
@@ -17,6 +18,7 @@ mod tasks;
 
 pub use accounts::{BudgetsPolicy, PeersPolicy};
 pub use auth::AuthPolicy;
+pub use capabilities::CapabilitiesPolicy;
 pub use card::{CardPolicy, ExtensionPolicy, ProviderPolicy, SkillPolicy};
 pub use cluster::ClusterPolicy;
 pub use gate::GatePolicy;
@@ -133,6 +135,9 @@ pub struct Policy {
     /// `[cluster]`
     #[serde(default)]
     pub cluster: ClusterPolicy,
+    /// `[capabilities]`
+    #[serde(default)]
+    pub capabilities: CapabilitiesPolicy,
 }
 
 /// The largest quota accepted anywhere, in requests per minute.
@@ -201,6 +206,7 @@ impl Policy {
         self.peers.validate()?;
         self.budgets.validate()?;
         self.cluster.validate()?;
+        self.capabilities.validate()?;
         self.card.validate()?;
         self.signing.validate()?;
         self.model.validate()?;

@@ -479,6 +479,8 @@ fn agent_settings(policy: &Policy) -> AgentSettings {
         context_messages: policy.tasks.context_messages,
         max_text_bytes: policy.tasks.max_text_bytes,
         backend_timeout: Duration::from_secs(policy.model.timeout_seconds),
+        non_blocking: policy.capabilities.non_blocking,
+        cancel_running: policy.capabilities.cancel_running,
     }
 }
 

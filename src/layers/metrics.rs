@@ -58,7 +58,7 @@ const REASONS: [&str; 8] = [
     "admin_unauthenticated",
 ];
 /// Final task states.
-const STATES: [&str; 3] = ["completed", "failed", "rejected"];
+const STATES: [&str; 4] = ["completed", "failed", "rejected", "canceled"];
 /// Backend latency buckets, in seconds.
 const BUCKETS: [f64; 13] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -74,6 +74,8 @@ pub enum FinalState {
     Failed,
     /// `TASK_STATE_REJECTED`
     Rejected,
+    /// `TASK_STATE_CANCELED`
+    Canceled,
 }
 
 /// The gateway's counters.
@@ -129,6 +131,7 @@ impl Metrics {
             FinalState::Completed => 0,
             FinalState::Failed => 1,
             FinalState::Rejected => 2,
+            FinalState::Canceled => 3,
         };
         self.tasks[i].fetch_add(1, Ordering::Relaxed);
     }

@@ -1,0 +1,220 @@
+//! The parts of A2A 1.0 beyond the narrow door, switched on by `[capabilities]` and refused
+//! with the specification's errors while off, over real HTTP against a real model server.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// A policy over `model` with the given capabilities on.
+fn policy(model: &FakeModel, on: &[&str]) -> peergate::config::Policy {
+    let mut edit = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .set("model.timeout_seconds", 20);
+    for capability in on {
+        edit = edit.set(&format!("capabilities.{capability}"), true);
+    }
+    edit.policy()
+}
+
+fn send_request(text: &str, context_id: Option<&str>, return_immediately: bool) -> Value {
+    let mut message = json!({"messageId": uuid::Uuid::new_v4().to_string(),
+        "role": "ROLE_USER", "parts": [{"text": text}]});
+    if let Some(context_id) = context_id {
+        message["contextId"] = json!(context_id);
+    }
+    json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": message, "configuration": {"returnImmediately": return_immediately}}})
+}
+
+fn cancel_request(id: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": id}})
+}
+
+/// The state of the task `GetTask` finds.
+async fn state_of(door: &str, token: &str, id: &str) -> String {
+    let found = get_task(door, token, id, None).await;
+    found["result"]["status"]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Waits until the stored task is in `state` (at most ten seconds).
+async fn wait_for_state(door: &str, token: &str, id: &str, state: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if state_of(door, token, id).await == state {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// The id of the one working task of the peer, once the model has it.
+async fn working_task(door: &str, token: &str) -> String {
+    let listed = rpc(
+        door,
+        token,
+        json!({"jsonrpc": "2.0", "id": 9, "method": "ListTasks",
+            "params": {"status": "TASK_STATE_WORKING"}}),
+    )
+    .await;
+    listed["result"]["tasks"][0]["id"]
+        .as_str()
+        .expect("a working task")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn with_everything_off_non_blocking_sends_and_cancelling_running_turns_are_refused() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(policy(&model, &[])).await;
+    let token = gw.add_peer("alice");
+    let refused = rpc(&gw.door, &token, send_request("now", None, true)).await;
+    assert_eq!(error_code(&refused), -32004, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("capabilities.non_blocking"),
+        "{refused}"
+    );
+    // A blocking turn is under way; cancelling it is refused, and the turn ends on its own.
+    let (door, sender) = (gw.door.clone(), token.clone());
+    let blocking =
+        tokio::spawn(async move { rpc(&door, &sender, send_request("wait", None, false)).await });
+    model.wait_for_arrival().await;
+    let id = working_task(&gw.door, &token).await;
+    let refused = rpc(&gw.door, &token, cancel_request(&id)).await;
+    assert_eq!(error_code(&refused), -32002, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("capabilities.cancel_running"),
+        "{refused}"
+    );
+    model.release_one();
+    let answered = blocking.await.unwrap();
+    assert_eq!(
+        task_of(&answered)["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_non_blocking_send_answers_the_working_task_and_the_turn_finishes_without_the_request() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(policy(&model, &["non_blocking"])).await;
+    let token = gw.add_peer("alice");
+    let answered = rpc(&gw.door, &token, send_request("later", None, true)).await;
+    let task = task_of(&answered);
+    assert_eq!(task["status"]["state"], "TASK_STATE_WORKING", "{answered}");
+    let id = task["id"].as_str().unwrap().to_owned();
+    let context = task["contextId"].as_str().unwrap().to_owned();
+    model.wait_for_arrival().await;
+    assert_eq!(state_of(&gw.door, &token, &id).await, "TASK_STATE_WORKING");
+    // The context's turn is still held: a second message waits for the first.
+    let (door, sender, ctx) = (gw.door.clone(), token.clone(), context.clone());
+    let second = tokio::spawn(async move {
+        rpc(&door, &sender, send_request("second", Some(&ctx), false)).await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "the second waits for the first turn"
+    );
+    model.set(ModelBehaviour::Answer);
+    model.release_one();
+    assert!(wait_for_state(&gw.door, &token, &id, "TASK_STATE_COMPLETED").await);
+    let finished = get_task(&gw.door, &token, &id, None).await;
+    assert!(
+        reply_text(&finished["result"]).contains("model says: later"),
+        "{finished}"
+    );
+    let second = second.await.unwrap();
+    assert_eq!(task_of(&second)["status"]["state"], "TASK_STATE_COMPLETED");
+    let history = model.requests().last().unwrap().to_string();
+    assert!(
+        history.contains("model says: later"),
+        "the second saw the first: {history}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_running_turn_stops_it_and_stores_it_canceled() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(policy(&model, &["non_blocking", "cancel_running"])).await;
+    let (alice, bob) = (gw.add_peer("alice"), gw.add_peer("bob"));
+    for return_immediately in [true, false] {
+        let (door, sender) = (gw.door.clone(), alice.clone());
+        let sending = tokio::spawn(async move {
+            rpc(
+                &door,
+                &sender,
+                send_request("stop me", Some("ctx-cancel"), return_immediately),
+            )
+            .await
+        });
+        model.wait_for_arrival().await;
+        let id = working_task(&gw.door, &alice).await;
+        // Another peer cannot cancel it, and learns nothing about it.
+        let theirs = rpc(&gw.door, &bob, cancel_request(&id)).await;
+        assert_eq!(error_code(&theirs), -32001, "{theirs}");
+        let canceled = rpc(&gw.door, &alice, cancel_request(&id)).await;
+        assert_eq!(
+            canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+            "{canceled}"
+        );
+        assert_eq!(state_of(&gw.door, &alice, &id).await, "TASK_STATE_CANCELED");
+        let sent = sending.await.unwrap();
+        if !return_immediately {
+            // The blocking request is answered with the canceled task.
+            assert_eq!(
+                task_of(&sent)["status"]["state"],
+                "TASK_STATE_CANCELED",
+                "{sent}"
+            );
+        }
+        // A finished task cannot be canceled again.
+        let again = rpc(&gw.door, &alice, cancel_request(&id)).await;
+        assert_eq!(error_code(&again), -32002, "{again}");
+    }
+    // The context's turn was given back: the next message is answered, not left waiting.
+    model.set(ModelBehaviour::Answer);
+    let next = send_text(&gw.door, &alice, "after", Some("ctx-cancel")).await;
+    assert_eq!(
+        task_of(&next)["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{next}"
+    );
+    gw.stop().await;
+}
+
+#[test]
+fn a_capability_this_release_does_not_have_stops_start_up_naming_it() {
+    for capability in [
+        "streaming",
+        "subscriptions",
+        "push_notifications",
+        "http_json",
+    ] {
+        let text = PolicyEdit::default()
+            .insert(&format!("capabilities.{capability}"), true)
+            .text();
+        let refused =
+            peergate::config::Policy::parse(&text, &peergate::config::PolicySource::Embedded)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            refused.contains(&format!("capabilities.{capability}")),
+            "{refused}"
+        );
+    }
+}
