@@ -199,12 +199,7 @@ async fn cancelling_a_running_turn_stops_it_and_stores_it_canceled() {
 
 #[test]
 fn a_capability_this_release_does_not_have_stops_start_up_naming_it() {
-    for capability in [
-        "streaming",
-        "subscriptions",
-        "push_notifications",
-        "http_json",
-    ] {
+    for capability in ["push_notifications", "http_json"] {
         let text = PolicyEdit::default()
             .insert(&format!("capabilities.{capability}"), true)
             .text();
@@ -217,4 +212,214 @@ fn a_capability_this_release_does_not_have_stops_start_up_naming_it() {
             "{refused}"
         );
     }
+    // A subscription is a stream.
+    let text = PolicyEdit::default()
+        .set("capabilities.subscriptions", true)
+        .text();
+    let refused = peergate::config::Policy::parse(&text, &peergate::config::PolicySource::Embedded)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("needs capabilities.streaming"),
+        "{refused}"
+    );
+}
+
+/// Posts `request` and reads the whole event stream: (content type, each event's JSON).
+async fn stream(door: &str, token: &str, request: Value) -> (String, Vec<Value>) {
+    let response = reqwest::Client::new()
+        .post(door)
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("a2a-version", "1.0")
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap();
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let text = response.text().await.unwrap();
+    let events = text
+        .split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    (content_type, events)
+}
+
+fn streaming_request(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": "s-1", "method": method, "params": params})
+}
+
+fn message(text: &str) -> Value {
+    json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(),
+        "role": "ROLE_USER", "parts": [{"text": text}]}})
+}
+
+#[tokio::test]
+async fn a_streamed_message_carries_the_task_the_text_as_it_arrives_and_the_final_status() {
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("capabilities.streaming", true)
+            .policy(),
+    )
+    .await;
+    let token = gw.add_peer("alice");
+    let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["capabilities"]["streaming"], true, "the card says so");
+    let (content_type, events) = stream(
+        &gw.door,
+        &token,
+        streaming_request("SendStreamingMessage", message("stream me")),
+    )
+    .await;
+    assert_eq!(content_type, "text/event-stream");
+    assert!(events.iter().all(|e| e["id"] == "s-1"), "{events:?}");
+    let results: Vec<&Value> = events.iter().map(|e| &e["result"]).collect();
+    let task = &results[0]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_WORKING", "{events:?}");
+    let id = task["id"].as_str().unwrap();
+    // The echo backend streams its answer a line at a time.
+    let pieces: Vec<&str> = results[1..]
+        .iter()
+        .filter(|r| r["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING")
+        .map(|r| {
+            r["statusUpdate"]["status"]["message"]["parts"][0]["text"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    assert!(pieces.len() > 2, "{events:?}");
+    let last = results.last().unwrap();
+    assert_eq!(last["statusUpdate"]["taskId"], id);
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let answer = last["statusUpdate"]["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert_eq!(pieces.concat(), answer, "the pieces make the answer");
+    let artifact = &results[results.len() - 2]["artifactUpdate"];
+    assert_eq!(artifact["artifact"]["parts"][0]["text"], answer);
+    // Stored exactly as a synchronous turn.
+    let stored = get_task(&gw.door, &token, id, None).await;
+    assert_eq!(stored["result"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(reply_text(&stored["result"]), answer);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_a_stream_does_not_lose_the_answer() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(policy(&model, &["streaming"])).await;
+    let token = gw.add_peer("alice");
+    let mut response = reqwest::Client::new()
+        .post(&gw.door)
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body(streaming_request("SendStreamingMessage", message("keep it")).to_string())
+        .send()
+        .await
+        .unwrap();
+    let first = response.chunk().await.unwrap().unwrap();
+    let first = String::from_utf8_lossy(&first).to_string();
+    assert!(first.starts_with("data: "), "{first}");
+    let event: Value = serde_json::from_str(first.trim().strip_prefix("data: ").unwrap()).unwrap();
+    let id = event["result"]["task"]["id"].as_str().unwrap().to_owned();
+    model.wait_for_arrival().await;
+    drop(response);
+    model.set(ModelBehaviour::Answer);
+    model.release_one();
+    assert!(wait_for_state(&gw.door, &token, &id, "TASK_STATE_COMPLETED").await);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_subscription_follows_a_working_task_to_its_final_state() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(policy(
+        &model,
+        &["streaming", "subscriptions", "non_blocking"],
+    ))
+    .await;
+    let (alice, bob) = (gw.add_peer("alice"), gw.add_peer("bob"));
+    let sent = rpc(&gw.door, &alice, send_request("follow me", None, true)).await;
+    let id = task_of(&sent)["id"].as_str().unwrap().to_owned();
+    model.wait_for_arrival().await;
+    // Another peer's task is not found, as if it did not exist.
+    let theirs = rpc(
+        &gw.door,
+        &bob,
+        streaming_request("SubscribeToTask", json!({"id": id})),
+    )
+    .await;
+    assert_eq!(error_code(&theirs), -32001, "{theirs}");
+    let (door, token, task) = (gw.door.clone(), alice.clone(), id.clone());
+    let following = tokio::spawn(async move {
+        stream(
+            &door,
+            &token,
+            streaming_request("SubscribeToTask", json!({"id": task})),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    model.set(ModelBehaviour::Answer);
+    model.release_one();
+    let (content_type, events) = following.await.unwrap();
+    assert_eq!(content_type, "text/event-stream");
+    assert_eq!(events[0]["result"]["task"]["id"], id.as_str(), "{events:?}");
+    assert_eq!(
+        events[0]["result"]["task"]["status"]["state"],
+        "TASK_STATE_WORKING"
+    );
+    let last = &events.last().unwrap()["result"]["statusUpdate"];
+    assert_eq!(
+        last["status"]["state"], "TASK_STATE_COMPLETED",
+        "{events:?}"
+    );
+    // A finished task cannot be subscribed to.
+    let finished = rpc(
+        &gw.door,
+        &alice,
+        streaming_request("SubscribeToTask", json!({"id": id})),
+    )
+    .await;
+    assert_eq!(error_code(&finished), -32004, "{finished}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn subscriptions_need_their_own_switch() {
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("capabilities.streaming", true)
+            .policy(),
+    )
+    .await;
+    let token = gw.add_peer("alice");
+    let sent = send_text(&gw.door, &token, "hi", None).await;
+    let id = task_of(&sent)["id"].as_str().unwrap();
+    let refused = rpc(
+        &gw.door,
+        &token,
+        streaming_request("SubscribeToTask", json!({"id": id})),
+    )
+    .await;
+    assert_eq!(error_code(&refused), -32004);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("capabilities.subscriptions")
+    );
+    gw.stop().await;
 }

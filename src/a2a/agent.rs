@@ -11,6 +11,7 @@
 //! and a half times the backend timeout, then `-32000`).
 
 mod list;
+mod stream;
 
 use crate::a2a::jsonrpc::{self, Method, RpcError};
 use crate::a2a::types::{
@@ -51,6 +52,29 @@ pub struct AgentSettings {
     pub non_blocking: bool,
     /// `CancelTask` stops a turn being answered (`capabilities.cancel_running`).
     pub cancel_running: bool,
+    /// `SendStreamingMessage` is served (`capabilities.streaming`).
+    pub streaming: bool,
+    /// `SubscribeToTask` is served (`capabilities.subscriptions`).
+    pub subscriptions: bool,
+}
+
+/// How the agent answers one request.
+#[derive(Debug)]
+pub enum Answer {
+    /// One JSON-RPC response object.
+    Body(String),
+    /// JSON-RPC response objects, one per event, until the sender closes (Server-Sent Events).
+    Events(tokio::sync::mpsc::Receiver<String>),
+}
+
+impl Answer {
+    /// The body of a one-response answer (`None` for a stream).
+    pub fn body(self) -> Option<String> {
+        match self {
+            Self::Body(body) => Some(body),
+            Self::Events(_) => None,
+        }
+    }
 }
 
 /// The A2A agent.
@@ -151,10 +175,10 @@ impl Agent {
         peer: &AuthenticatedPeer,
         client: Option<IpAddr>,
         body: &[u8],
-    ) -> String {
+    ) -> Answer {
         let request = match jsonrpc::parse_request(body) {
             Ok(request) => request,
-            Err(failure) => return jsonrpc::failure(&failure.id, &failure.error),
+            Err(failure) => return Answer::Body(jsonrpc::failure(&failure.id, &failure.error)),
         };
         let params = request.params.as_deref();
         let outcome = match request.method {
@@ -165,16 +189,23 @@ impl Agent {
             Method::GetExtendedAgentCard => Ok(self.extended_card.clone()),
             // The card says `pushNotifications: false`: the specification's own error.
             Method::PushNotificationConfig => Err(RpcError::PushNotificationNotSupported),
-            Method::SendStreamingMessage | Method::SubscribeToTask => {
-                Err(RpcError::UnsupportedOperation(
-                    "streaming is off (capabilities.streaming is false): send the message with SendMessage",
-                ))
+            Method::SendStreamingMessage => {
+                return match self.send_streaming(peer, client, &request.id, params).await {
+                    Ok(events) => Answer::Events(events),
+                    Err(error) => Answer::Body(jsonrpc::failure(&request.id, &error)),
+                };
+            }
+            Method::SubscribeToTask => {
+                return match self.subscribe_to_task(peer, &request.id, params).await {
+                    Ok(events) => Answer::Events(events),
+                    Err(error) => Answer::Body(jsonrpc::failure(&request.id, &error)),
+                };
             }
         };
-        match outcome {
+        Answer::Body(match outcome {
             Ok(result) => jsonrpc::success(&request.id, &result),
             Err(error) => jsonrpc::failure(&request.id, &error),
-        }
+        })
     }
 
     async fn send_message(
@@ -184,58 +215,23 @@ impl Agent {
         params: Option<&RawValue>,
     ) -> Result<Box<RawValue>, RpcError> {
         let params: SendMessageParams = jsonrpc::parse_params(params)?;
-        let message = params.message;
-        let configuration = params.configuration.unwrap_or_default();
-        let history_length = configuration
-            .history_length
-            .map(|n| checked_history_length(n, "configuration.historyLength"))
-            .transpose()?;
-        let return_immediately = configuration.return_immediately.unwrap_or(false);
+        let planned = self.plan(peer, params).await?;
+        let (turn, history_length) = (planned.turn, planned.history_length);
+        let return_immediately = planned.return_immediately;
         if return_immediately && !self.settings.non_blocking {
             return Err(RpcError::UnsupportedOperation(
                 "non-blocking sends are off (capabilities.non_blocking is false): send without configuration.returnImmediately",
             ));
         }
-        let (text, context_id) = incoming(&message)?;
-        if let Some(task_id) = &message.task_id {
-            return Err(self
-                .refer_to_task(peer, task_id, message.context_id.as_deref())
-                .await);
+        if let Some(refusal) = self.refusal(peer, client).await? {
+            return self.finish(&turn, refusal, history_length, None).await;
         }
-        let turn = TurnPlan {
-            peer: peer.clone(),
-            task_id: new_id(),
-            context_id: context_id.unwrap_or_else(new_id),
-            message_id: message.message_id,
-            text: truncate_text(text, self.settings.max_text_bytes),
-            instance: self.shared.ownership.instance().into(),
-        };
-        // The turn runs as the peer's owner: their switch and budget decide before the model
-        // is asked.
-        let refusal = self
-            .budgets
-            .check(peer.owner_id())
-            .await
-            .map_err(internal)?
-            .err();
-        if let Some(refusal) = refusal {
-            let outcome = self.refused_by_quota(peer, client, &refusal);
-            return self.finish(&turn, outcome, history_length, None).await;
-        }
-        // Long enough for one message ahead to finish (it is bounded by the backend timeout),
-        // short enough that a queue does not pile up behind a stuck model.
-        let wait = self.settings.backend_timeout.mul_f32(1.5);
-        let held = self
-            .shared
-            .turns
-            .begin_turn(peer.id(), &turn.context_id, wait)
-            .await
-            .ok_or(RpcError::ContextBusy)?;
-        let fresh_context = message.context_id.is_none();
-        let (prompt, unfinished, working_json) = self.store_working(&turn, fresh_context).await?;
+        let held = self.begin_turn(&turn).await?;
+        let (prompt, unfinished, working_json) =
+            self.store_working(&turn, planned.fresh_context).await?;
         let cancel = self.running_turn(&turn);
         if !return_immediately {
-            let outcome = self.run_model(&turn, &prompt, cancel).await;
+            let outcome = self.run_model(&turn, &prompt, cancel, None).await;
             let answer = self
                 .finish(&turn, outcome, history_length, Some(unfinished))
                 .await;
@@ -247,7 +243,7 @@ impl Agent {
         // context's turn until its final state is stored.
         let agent = self.clone();
         tokio::spawn(async move {
-            let outcome = agent.run_model(&turn, &prompt, cancel).await;
+            let outcome = agent.run_model(&turn, &prompt, cancel, None).await;
             if let Err(e) = agent.finish(&turn, outcome, None, Some(unfinished)).await {
                 tracing::warn!(task_id = %turn.task_id, error = ?e, "a non-blocking turn could not store its answer");
             }
@@ -255,6 +251,67 @@ impl Agent {
             drop(held);
         });
         task_answer(&working_json, history_length)
+    }
+
+    /// Reads a message into the turn it asks for: checked, and not yet stored.
+    async fn plan(
+        &self,
+        peer: &AuthenticatedPeer,
+        params: SendMessageParams,
+    ) -> Result<PlannedTurn, RpcError> {
+        let message = params.message;
+        let configuration = params.configuration.unwrap_or_default();
+        let history_length = configuration
+            .history_length
+            .map(|n| checked_history_length(n, "configuration.historyLength"))
+            .transpose()?;
+        let (text, context_id) = incoming(&message)?;
+        if let Some(task_id) = &message.task_id {
+            return Err(self
+                .refer_to_task(peer, task_id, message.context_id.as_deref())
+                .await);
+        }
+        Ok(PlannedTurn {
+            fresh_context: message.context_id.is_none(),
+            turn: TurnPlan {
+                peer: peer.clone(),
+                task_id: new_id(),
+                context_id: context_id.unwrap_or_else(new_id),
+                message_id: message.message_id,
+                text: truncate_text(text, self.settings.max_text_bytes),
+                instance: self.shared.ownership.instance().into(),
+            },
+            history_length,
+            return_immediately: configuration.return_immediately.unwrap_or(false),
+        })
+    }
+
+    /// The turn runs as the peer's owner: their switch and budget decide before the model is
+    /// asked. `Some` is the rejected outcome.
+    async fn refusal(
+        &self,
+        peer: &AuthenticatedPeer,
+        client: Option<IpAddr>,
+    ) -> Result<Option<Outcome>, RpcError> {
+        let refusal = self
+            .budgets
+            .check(peer.owner_id())
+            .await
+            .map_err(internal)?
+            .err();
+        Ok(refusal.map(|refusal| self.refused_by_quota(peer, client, &refusal)))
+    }
+
+    /// Waits for the context's turn: long enough for one message ahead to finish (it is
+    /// bounded by the backend timeout), short enough that a queue does not pile up behind a
+    /// stuck model.
+    async fn begin_turn(&self, turn: &TurnPlan) -> Result<crate::shared::turns::Turn, RpcError> {
+        let wait = self.settings.backend_timeout.mul_f32(1.5);
+        self.shared
+            .turns
+            .begin_turn(turn.peer.id(), &turn.context_id, wait)
+            .await
+            .ok_or(RpcError::ContextBusy)
     }
 
     /// Registers a turn a peer may cancel; `None` when cancelling running turns is off.
@@ -367,11 +424,17 @@ impl Agent {
         turn: &TurnPlan,
         prompt: &Prompt,
         cancel: Option<tokio::sync::oneshot::Receiver<()>>,
+        pieces: Option<&crate::backend::Pieces>,
     ) -> Outcome {
         let peer = &turn.peer;
         let started = std::time::Instant::now();
-        let call =
-            tokio::time::timeout(self.settings.backend_timeout, self.backend.complete(prompt));
+        let asked = async {
+            match pieces {
+                Some(pieces) => self.backend.complete_streaming(prompt, pieces).await,
+                None => self.backend.complete(prompt).await,
+            }
+        };
+        let call = tokio::time::timeout(self.settings.backend_timeout, asked);
         let answer = match cancel {
             None => Some(call.await),
             // A sender dropped without a word is no cancellation: only `Ok` stops the call.
@@ -792,6 +855,14 @@ impl TurnPlan {
     }
 }
 
+/// A message read into its turn.
+struct PlannedTurn {
+    turn: TurnPlan,
+    fresh_context: bool,
+    history_length: Option<usize>,
+    return_immediately: bool,
+}
+
 /// `{"task": …}` for a stored task, with at most `history_length` history messages.
 fn task_answer(task_json: &str, history_length: Option<usize>) -> Result<Box<RawValue>, RpcError> {
     let answer = match history_length {
@@ -1073,6 +1144,8 @@ mod tests {
                 backend_timeout: Duration::from_secs(1),
                 non_blocking: false,
                 cancel_running: false,
+                streaming: false,
+                subscriptions: false,
             },
         )
         .with_shared_state(shared)
@@ -1104,7 +1177,7 @@ mod tests {
         let peer = AuthenticatedPeer::for_tests("peer_1", "adm_1");
         let body = br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}}}"#;
         let answer: serde_json::Value =
-            serde_json::from_str(&agent.handle(&peer, None, body).await).unwrap();
+            serde_json::from_str(&agent.handle(&peer, None, body).await.body().unwrap()).unwrap();
         let task_id = answer["result"]["task"]["id"].as_str().unwrap().to_owned();
         let heard = heard.0.lock().unwrap().clone();
         assert_eq!(

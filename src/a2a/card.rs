@@ -115,8 +115,12 @@ fn security_requirements(policy: &Policy) -> Value {
 }
 
 fn capabilities(policy: &Policy) -> Value {
-    let mut capabilities =
-        json!({"streaming": false, "pushNotifications": false, "extendedAgentCard": true});
+    // Exactly what the policy switched on (`[capabilities]`).
+    let mut capabilities = json!({
+        "streaming": policy.capabilities.streaming,
+        "pushNotifications": policy.capabilities.push_notifications,
+        "extendedAgentCard": true,
+    });
     let extensions: Vec<Value> = policy
         .card
         .extensions

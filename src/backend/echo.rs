@@ -1,7 +1,7 @@
 //! The echo backend: deterministic, for the first run and the tests. It repeats the prompt
 //! and asks no model, and says so in every answer.
 
-use super::{BackendError, Completion, ModelBackend, Prompt, Usage};
+use super::{BackendError, Completion, ModelBackend, Pieces, Prompt, Usage};
 use crate::store::ConversationRole;
 use async_trait::async_trait;
 
@@ -17,6 +17,21 @@ impl ModelBackend for Echo {
 
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, BackendError> {
         Ok(echo(prompt))
+    }
+
+    /// The same answer, a line at a time, as a model would stream it.
+    async fn complete_streaming(
+        &self,
+        prompt: &Prompt,
+        pieces: &Pieces,
+    ) -> Result<Completion, BackendError> {
+        let completion = echo(prompt);
+        for line in completion.text.split_inclusive('\n') {
+            let _ = pieces.send(line.to_owned());
+            // Lets the stream carry each piece before the next, as a model's would.
+            tokio::task::yield_now().await;
+        }
+        Ok(completion)
     }
 }
 

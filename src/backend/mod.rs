@@ -81,7 +81,23 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
 
     /// Asks the model once.
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, BackendError>;
+
+    /// Asks the model once, passing the answer's text on to `pieces` as it arrives (each piece
+    /// is new text, in order; together they are the answer), and returns the whole answer. A
+    /// backend that cannot stream sends its answer as one piece.
+    async fn complete_streaming(
+        &self,
+        prompt: &Prompt,
+        pieces: &Pieces,
+    ) -> Result<Completion, BackendError> {
+        let completion = self.complete(prompt).await?;
+        let _ = pieces.send(completion.text.clone());
+        Ok(completion)
+    }
 }
+
+/// Where a streaming backend passes the answer's text as it arrives.
+pub type Pieces = tokio::sync::mpsc::UnboundedSender<String>;
 
 /// Why the backend could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -33,9 +33,13 @@ impl CapabilitiesPolicy {
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         // Fail closed: a switch for a part this release does not have would advertise nothing
         // and serve nothing, silently.
+        if self.subscriptions && !self.streaming {
+            return Err(invalid(
+                "capabilities.subscriptions",
+                "needs capabilities.streaming (a subscription is a stream)",
+            ));
+        }
         for (on, key) in [
-            (self.streaming, "capabilities.streaming"),
-            (self.subscriptions, "capabilities.subscriptions"),
             (self.push_notifications, "capabilities.push_notifications"),
             (self.http_json, "capabilities.http_json"),
         ] {

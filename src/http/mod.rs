@@ -6,4 +6,5 @@ pub mod document;
 pub mod refusal;
 pub mod server;
 mod sharing;
+pub mod sse;
 pub mod tls;

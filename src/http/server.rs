@@ -152,6 +152,8 @@ impl RunningGateway {
 #[derive(Clone)]
 struct AppState {
     agent: Arc<Agent>,
+    /// The longest a stream stays open.
+    longest_stream: Duration,
     card: Arc<CachedDocument>,
     extended: Arc<CachedDocument>,
     /// Rebuilt when the day changes, so a retiring key leaves on its date.
@@ -233,6 +235,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     };
     let state = AppState {
         agent: agent.clone(),
+        longest_stream: Duration::from_secs(policy.server.request_timeout_seconds),
         card: Arc::new(documents.card),
         extended: Arc::new(documents.extended),
         jwks: documents.jwks.clone(),
@@ -481,6 +484,8 @@ fn agent_settings(policy: &Policy) -> AgentSettings {
         backend_timeout: Duration::from_secs(policy.model.timeout_seconds),
         non_blocking: policy.capabilities.non_blocking,
         cancel_running: policy.capabilities.cancel_running,
+        streaming: policy.capabilities.streaming,
+        subscriptions: policy.capabilities.subscriptions,
     }
 }
 
@@ -649,7 +654,10 @@ async fn door(
         let client = client.map(|c| c.0.ip());
         let turn = tokio::spawn(async move { agent.handle(&peer, client, &body).await });
         match turn.await {
-            Ok(answer) => answer,
+            Ok(crate::a2a::agent::Answer::Body(answer)) => answer,
+            Ok(crate::a2a::agent::Answer::Events(events)) => {
+                return crate::http::sse::respond(events, state.longest_stream);
+            }
             Err(_) => return panic_response(Box::new("the turn panicked")),
         }
     } else {
