@@ -423,3 +423,47 @@ async fn subscriptions_need_their_own_switch() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn the_openai_backend_streams_with_usage_and_the_budget_counts_it() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let gw = TestGateway::start_with(policy(&model, &["streaming"])).await;
+    let token = gw.add_peer("alice");
+    // Each answer costs 18 tokens (reported in the stream's last chunk): two spend the day.
+    let (code, _, stderr) = gw.cli(&["admin", "budget", "operator", "--tokens-per-day", "30"]);
+    assert_eq!(code, 0, "{stderr}");
+    gw.clock.advance(Duration::from_secs(10));
+    for round in 0..2 {
+        let (_, events) = stream(
+            &gw.door,
+            &token,
+            streaming_request(
+                "SendStreamingMessage",
+                message(&format!("question {round}")),
+            ),
+        )
+        .await;
+        let pieces: Vec<&str> = events
+            .iter()
+            .map(|e| &e["result"]["statusUpdate"]["status"])
+            .filter(|status| status["state"] == "TASK_STATE_WORKING")
+            .map(|status| status["message"]["parts"][0]["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(pieces.concat(), format!("model says: question {round}"));
+        assert!(pieces.len() >= 3, "a piece a word: {pieces:?}");
+        let last = &events.last().unwrap()["result"]["statusUpdate"]["status"];
+        assert_eq!(last["state"], "TASK_STATE_COMPLETED", "{events:?}");
+    }
+    let asked = model.requests();
+    assert_eq!(asked[0]["stream"], true);
+    assert_eq!(asked[0]["stream_options"]["include_usage"], true);
+    let (_, events) = stream(
+        &gw.door,
+        &token,
+        streaming_request("SendStreamingMessage", message("one more")),
+    )
+    .await;
+    let rejected = &events[0]["result"]["task"]["status"];
+    assert_eq!(rejected["state"], "TASK_STATE_REJECTED", "{events:?}");
+    gw.stop().await;
+}

@@ -124,6 +124,20 @@ impl FakeModel {
     }
 }
 
+/// `text` as an OpenAI stream: a chunk a word, then the usage, then `[DONE]`.
+fn streamed(text: &str) -> Response {
+    let mut body = String::new();
+    for word in text.split_inclusive(' ') {
+        let chunk = json!({"object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": word}}]});
+        body.push_str(&format!("data: {chunk}\n\n"));
+    }
+    let usage = json!({"object": "chat.completion.chunk", "choices": [],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}});
+    body.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
+    ([("content-type", "text/event-stream")], body).into_response()
+}
+
 async fn chat(
     State(state): State<ModelState>,
     headers: HeaderMap,
@@ -149,6 +163,20 @@ async fn chat(
         "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("model says: {last_user}")}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
     });
+    if body["stream"] == true
+        && matches!(
+            behaviour,
+            ModelBehaviour::Answer | ModelBehaviour::Slow(_) | ModelBehaviour::Gated
+        )
+    {
+        match behaviour {
+            ModelBehaviour::Slow(delay) => tokio::time::sleep(delay).await,
+            ModelBehaviour::Gated => state.release.notified().await,
+            _ => {}
+        }
+        state.in_flight.lock().unwrap().0 -= 1;
+        return streamed(&format!("model says: {last_user}"));
+    }
     let response = match behaviour {
         ModelBehaviour::Answer => Json(answer).into_response(),
         ModelBehaviour::Slow(delay) => {
