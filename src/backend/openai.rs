@@ -258,6 +258,14 @@ impl ServerSentEvents {
     }
 }
 
+fn classify(e: reqwest::Error) -> BackendError {
+    if e.is_timeout() {
+        BackendError::Timeout
+    } else {
+        BackendError::Unreachable
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,13 +278,5 @@ mod tests {
             events.push(b":1}\r\n\n: comment\ndata:[DONE]\n"),
             ["{\"a\":1}", "[DONE]"]
         );
-    }
-}
-
-fn classify(e: reqwest::Error) -> BackendError {
-    if e.is_timeout() {
-        BackendError::Timeout
-    } else {
-        BackendError::Unreachable
     }
 }
