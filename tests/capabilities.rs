@@ -467,3 +467,46 @@ async fn the_openai_backend_streams_with_usage_and_the_budget_counts_it() {
     assert_eq!(rejected["state"], "TASK_STATE_REJECTED", "{events:?}");
     gw.stop().await;
 }
+
+#[test]
+fn the_full_policy_is_the_default_with_every_capability_on() {
+    let read = |name: &str| -> toml_edit::DocumentMut {
+        std::fs::read_to_string(repo_root().join("policies").join(name))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (mut default, mut full) = (read("default.toml"), read("full.toml"));
+    let capabilities = full["capabilities"].as_table().unwrap().clone();
+    for (name, value) in capabilities.iter() {
+        assert_eq!(value.as_bool(), Some(true), "capabilities.{name}");
+    }
+    let on: Vec<&str> = capabilities.iter().map(|(name, _)| name).collect();
+    assert_eq!(
+        on,
+        [
+            "non_blocking",
+            "cancel_running",
+            "streaming",
+            "subscriptions"
+        ]
+    );
+    default.remove("capabilities");
+    full.remove("capabilities");
+    let values = |document: &toml_edit::DocumentMut| {
+        let text = document.to_string();
+        text.lines()
+            .filter(|line| !line.trim_start().starts_with('#') && !line.trim().is_empty())
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        values(&default),
+        values(&full),
+        "only [capabilities] differs"
+    );
+    let policy = peergate::config::Policy::load(Some(&repo_root().join("policies/full.toml")))
+        .unwrap()
+        .0;
+    assert!(policy.capabilities.streaming && policy.capabilities.cancel_running);
+}

@@ -10,10 +10,20 @@ use std::process::Command;
 /// (`program script --base-url … --token …`) against it, and returns the client's JSON summary
 /// and the server's door URL.
 pub fn run_sdk_client(program: &Path, script: &Path, peer: &str) -> (Value, String) {
+    run_sdk_client_serving(program, script, peer, &[])
+}
+
+/// Like [`run_sdk_client`], with `serve_args` (e.g. `--policy FILE`) for the server.
+pub fn run_sdk_client_serving(
+    program: &Path,
+    script: &Path,
+    peer: &str,
+    serve_args: &[&str],
+) -> (Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let token = add_peer(&data, peer);
-    let server = ServeProcess::start(dir.path(), &data);
+    let server = ServeProcess::start_with(dir.path(), &data, serve_args, &[]);
     let output = Command::new(program)
         .arg(script)
         .args([

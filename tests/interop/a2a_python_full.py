@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Interop check against policies/full.toml: the official Python SDK client
+(a2a-sdk, see requirements.txt) streams a message, lists tasks, sends without
+blocking, follows the task, and meets the errors for cancelling and subscribing
+to a finished task.
+
+Usage: a2a_python_full.py --base-url http://127.0.0.1:PORT --token TOKEN
+Prints one JSON summary on stdout; exits 0 only if every expectation held,
+otherwise prints a one-line reason on stderr and exits 1.
+"""
+import argparse
+import asyncio
+import json
+import sys
+
+import httpx
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.helpers import get_message_text, new_text_message
+from a2a.types.a2a_pb2 import (CancelTaskRequest, GetTaskRequest, ListTasksRequest, Role,
+                               SendMessageConfiguration, SendMessageRequest,
+                               SubscribeToTaskRequest, TaskState)
+from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
+
+
+class Failed(Exception):
+    """A broken expectation; its message is the one-line reason."""
+
+
+def expect(cond, reason):
+    if not cond:
+        raise Failed(reason)
+
+
+def code_of(error):
+    return JSON_RPC_ERROR_CODE_MAP.get(type(error))
+
+
+async def run(base_url, token):
+    out = {}
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        card = await A2ACardResolver(http, base_url).get_agent_card()
+        expect(card.capabilities.streaming, "the card does not say streaming")
+        streaming = ClientFactory(ClientConfig(httpx_client=http, streaming=True,
+                                               supported_protocol_bindings=["JSONRPC"])).create(card)
+        blocking = ClientFactory(ClientConfig(httpx_client=http, streaming=False,
+                                              supported_protocol_bindings=["JSONRPC"])).create(card)
+
+        # 1. A streamed message: the task, the text as it arrives, the final status.
+        msg = new_text_message("stream this", role=Role.ROLE_USER)
+        events = [ev async for ev in streaming.send_message(SendMessageRequest(message=msg))]
+        expect(events and events[0].HasField("task"), f"the stream did not open with the task: {events[:1]}")
+        task_id = events[0].task.id
+        pieces = [get_message_text(ev.status_update.status.message) for ev in events
+                  if ev.HasField("status_update")
+                  and ev.status_update.status.state == TaskState.TASK_STATE_WORKING]
+        finals = [ev.status_update.status for ev in events if ev.HasField("status_update")
+                  and ev.status_update.status.state != TaskState.TASK_STATE_WORKING]
+        expect(len(finals) == 1, f"expected one final status, got {len(finals)}")
+        out["stream_final_state"] = TaskState.Name(finals[0].state)
+        out["stream_pieces"] = len(pieces)
+        out["stream_text_matches"] = "".join(pieces) == get_message_text(finals[0].message)
+
+        # 2. ListTasks finds it, with the page fields the specification asks for.
+        listed = await blocking.list_tasks(ListTasksRequest(page_size=10))
+        out["listed_ids"] = [t.id for t in listed.tasks]
+        out["listed_contains_streamed"] = task_id in out["listed_ids"]
+        out["next_page_token"] = listed.next_page_token
+        out["total_size"] = listed.total_size
+
+        # 3. A non-blocking send, followed with GetTask to its final state.
+        msg = new_text_message("do not wait", role=Role.ROLE_USER)
+        request = SendMessageRequest(message=msg,
+                                     configuration=SendMessageConfiguration(return_immediately=True))
+        answered = [ev async for ev in blocking.send_message(request)]
+        expect(answered and answered[0].HasField("task"), f"non-blocking send: {answered}")
+        later_id = answered[0].task.id
+        state = answered[0].task.status.state
+        for _ in range(100):
+            if state != TaskState.TASK_STATE_WORKING:
+                break
+            await asyncio.sleep(0.05)
+            state = (await blocking.get_task(GetTaskRequest(id=later_id))).status.state
+        out["non_blocking_final_state"] = TaskState.Name(state)
+
+        # 4. Cancelling and subscribing to a finished task are the specification's errors.
+        try:
+            await blocking.cancel_task(CancelTaskRequest(id=task_id))
+            raise Failed("cancel_task on a finished task did not raise")
+        except A2AError as e:
+            out["cancel_finished_code"] = code_of(e)
+        try:
+            [ev async for ev in streaming.subscribe(SubscribeToTaskRequest(id=task_id))]
+            raise Failed("subscribe on a finished task did not raise")
+        except A2AError as e:
+            out["subscribe_finished_code"] = code_of(e)
+        await streaming.close()
+        await blocking.close()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base-url", required=True)
+    ap.add_argument("--token", required=True)
+    args = ap.parse_args()
+    try:
+        summary = asyncio.run(run(args.base_url.rstrip("/"), args.token))
+    except Failed as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # transport / SDK errors are failures too
+        reason = " ".join(str(e).split())
+        print(f"FAIL: {type(e).__name__}: {reason}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
