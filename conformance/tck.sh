@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs the A2A conformance kit (github.com/a2aproject/a2a-tck, branch 1.0-dev) against peergate
+# on loopback, with one of the repository's policies, over the JSON-RPC binding.
+#
+#   conformance/tck.sh TCK_DIR [default|full]
+#
+# TCK_DIR is a checkout of the kit with its environment installed:
+#   git clone -b 1.0-dev https://github.com/a2aproject/a2a-tck TCK_DIR
+#   python3 -m venv TCK_DIR/.venv && TCK_DIR/.venv/bin/pip install -e TCK_DIR
+#
+# The kit sends no credentials, so haproxy (apt-get install haproxy) sits in front of peergate
+# and adds a peer's bearer token to every request; the card's URL (server.public_base_url)
+# names haproxy, and the per-IP limit is raised so the kit's bursts are not refused. Reports
+# land in TCK_DIR/reports/; the summary is printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tck=$(cd "${1:?usage: conformance/tck.sh TCK_DIR [default|full]}" && pwd)
+name=${2:-default}
+gate_port=18300
+admin_port=18301
+proxy_port=18302
+
+command -v haproxy >/dev/null || { echo "haproxy is needed: apt-get install haproxy" >&2; exit 1; }
+cargo build --quiet --release --bin peergate
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+peergate="$target_dir/release/peergate"
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+# wait_for_port
+# shellcheck source=bench/common.sh
+source bench/common.sh
+
+token=$("$peergate" peer add tck --rate 1000000/min --data "$work/data" 2>/dev/null)
+python3 - "policies/$name.toml" "$work/policy.toml" "$proxy_port" <<'PY'
+import sys
+source, target, port = sys.argv[1:]
+text = open(source).read()
+text = text.replace("[server]\n", f'[server]\npublic_base_url = "http://127.0.0.1:{port}"\n', 1)
+text = text.replace("per_ip_per_minute = 120", "per_ip_per_minute = 1000000", 1)
+open(target, "w").write(text)
+PY
+"$peergate" serve --policy "$work/policy.toml" --listen "127.0.0.1:$gate_port" --admin-listen "127.0.0.1:$admin_port" --data "$work/data" 2>"$work/peergate.log" &
+pids+=($!)
+cat >"$work/haproxy.cfg" <<CFG
+global
+  maxconn 256
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+frontend door
+  bind 127.0.0.1:$proxy_port
+  http-request set-header Authorization "Bearer $token"
+  default_backend gate
+backend gate
+  server peergate 127.0.0.1:$gate_port
+CFG
+haproxy -f "$work/haproxy.cfg" -db >/dev/null 2>&1 &
+pids+=($!)
+wait_for_port "$gate_port"
+wait_for_port "$proxy_port"
+echo "a2a-tck $(git -C "$tck" rev-parse --short HEAD) against policies/$name.toml (JSON-RPC)"
+(cd "$tck" && .venv/bin/python run_tck.py --sut-host "http://127.0.0.1:$proxy_port" --transport jsonrpc -- -rfs) >"$work/tck.log" 2>&1 || true
+grep -E "^FAILED tests|^[0-9]+ (failed|passed)" "$work/tck.log" | sort -u
+echo "skipped, by reason:"
+grep -E "^SKIPPED" "$work/tck.log" \
+  | sed -E 's/^SKIPPED \[([0-9]+)\] [^:]+:[0-9]+: (.*)/\1\t\2/' \
+  | awk -F'\t' '{n[$2] += $1} END {for (r in n) printf "%5d  %s\n", n[r], r}' | sort -rn
