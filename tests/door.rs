@@ -404,6 +404,15 @@ async fn list_tasks_shows_the_callers_tasks_newest_first_a_page_at_a_time() {
     }
     assert_eq!(paged, newest_first);
 
+    // Protobuf's defaults, as some clients send every field, filter nothing.
+    let defaults = list_tasks(
+        &gw.door,
+        &alice,
+        json!({"contextId": "", "status": "TASK_STATE_UNSPECIFIED", "pageToken": ""}),
+    )
+    .await;
+    assert_eq!(defaults["result"]["totalSize"], 5, "{defaults}");
+
     // Filters: the context, the state, the status time.
     let even = list_tasks(&gw.door, &alice, json!({"contextId": "ctx-even"})).await;
     assert_eq!(even["result"]["totalSize"], 3, "{even}");

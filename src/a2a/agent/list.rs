@@ -83,7 +83,14 @@ impl Agent {
             Some(n) if (1..=MAX_PAGE_SIZE).contains(&n) => u32::try_from(n).unwrap_or(1),
             Some(_) => return Err(invalid("pageSize", "must be between 1 and 100")),
         };
-        if let Some(status) = params.status.as_deref()
+        // Protobuf's defaults (an empty id, the unspecified state) mean "no filter", as some
+        // clients send every field.
+        let context_id = params.context_id.as_deref().filter(|c| !c.is_empty());
+        let status = params
+            .status
+            .as_deref()
+            .filter(|s| !matches!(*s, "" | "TASK_STATE_UNSPECIFIED"));
+        if let Some(status) = status
             && !STATES.contains(&status)
         {
             return Err(invalid(
@@ -111,8 +118,8 @@ impl Agent {
         };
         let query = TaskQuery {
             peer_id: peer.id(),
-            context_id: params.context_id.as_deref(),
-            state: params.status.as_deref(),
+            context_id,
+            state: status,
             status_since,
             after: after.as_ref().map(|(at, id)| (*at, id.as_str())),
             // One more than the page: whether it came says whether another page follows.
