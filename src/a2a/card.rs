@@ -20,6 +20,11 @@ pub fn door_url(policy: &Policy, listen: std::net::SocketAddr) -> String {
     format!("{base}{}", policy.server.a2a_path)
 }
 
+/// The path of the HTTP+JSON binding: the JSON-RPC door's, then `/rest`.
+pub fn http_json_path(policy: &Policy) -> String {
+    format!("{}/rest", policy.server.a2a_path)
+}
+
 /// The public card as JSON.
 pub fn public_card(policy: &Policy, door_url: &str) -> Value {
     let card = &policy.card;
@@ -43,11 +48,7 @@ pub fn public_card(policy: &Policy, door_url: &str) -> Value {
         "name": card.name,
         "description": card.description,
         "version": card.version,
-        "supportedInterfaces": [{
-            "url": door_url,
-            "protocolBinding": "JSONRPC",
-            "protocolVersion": PROTOCOL_VERSION,
-        }],
+        "supportedInterfaces": interfaces(policy, door_url),
         "capabilities": capabilities(policy),
         "securitySchemes": security_schemes(policy),
         // Alternatives, one per enabled scheme. SDK clients attach credentials only for schemes
@@ -112,6 +113,23 @@ fn security_requirements(policy: &Policy) -> Value {
         // raw-JCS verifiers do not, so the served card holds none.
         .map(|scheme| json!({"schemes": {scheme_key(scheme): {"list": ["a2a"]}}}))
         .collect()
+}
+
+/// The bindings the policy serves: JSON-RPC always, HTTP+JSON when switched on.
+fn interfaces(policy: &Policy, door_url: &str) -> Value {
+    let mut interfaces = vec![json!({
+        "url": door_url,
+        "protocolBinding": "JSONRPC",
+        "protocolVersion": PROTOCOL_VERSION,
+    })];
+    if policy.capabilities.http_json {
+        interfaces.push(json!({
+            "url": format!("{door_url}/rest"),
+            "protocolBinding": "HTTP+JSON",
+            "protocolVersion": PROTOCOL_VERSION,
+        }));
+    }
+    Value::Array(interfaces)
 }
 
 fn capabilities(policy: &Policy) -> Value {

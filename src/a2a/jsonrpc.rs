@@ -86,6 +86,34 @@ impl Method {
     }
 }
 
+/// The HTTP status and `google.rpc` status name the HTTP+JSON binding answers a JSON-RPC error
+/// code with (the specification's table, v1.0.1).
+pub fn http_status_for(code: i64) -> (u16, &'static str) {
+    match code {
+        -32700 | -32600 | -32602 | -32005 => (400, "INVALID_ARGUMENT"),
+        -32601 | -32001 => (404, "NOT_FOUND"),
+        -32002 | -32003 | -32004 | -32007 | -32008 | -32009 => (400, "FAILED_PRECONDITION"),
+        // Another message of the context is still being answered: retry later.
+        -32000 => (409, "ABORTED"),
+        _ => (500, "INTERNAL"),
+    }
+}
+
+/// The HTTP+JSON binding's error body (`google.rpc.Status`) for a JSON-RPC `error` member, and
+/// its HTTP status.
+pub fn http_error(error: &Value) -> (u16, Value) {
+    let (status, name) = http_status_for(error["code"].as_i64().unwrap_or(-32603));
+    (
+        status,
+        json!({"error": {
+            "code": status,
+            "status": name,
+            "message": error["message"],
+            "details": error["data"],
+        }}),
+    )
+}
+
 /// The response refusing `body` with `error`, under the body's id when it can be read.
 pub fn refuse(body: &[u8], error: &RpcError) -> String {
     let id = match parse_request(body) {

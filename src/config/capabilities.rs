@@ -39,10 +39,7 @@ impl CapabilitiesPolicy {
                 "needs capabilities.streaming (a subscription is a stream)",
             ));
         }
-        for (on, key) in [
-            (self.push_notifications, "capabilities.push_notifications"),
-            (self.http_json, "capabilities.http_json"),
-        ] {
+        for (on, key) in [(self.push_notifications, "capabilities.push_notifications")] {
             if on {
                 return Err(invalid(
                     key,

@@ -4,6 +4,7 @@
 pub mod accept;
 pub mod document;
 pub mod refusal;
+pub mod rest;
 pub mod server;
 mod sharing;
 pub mod sse;

@@ -544,20 +544,30 @@ fn door_router(policy: &Policy, state: AppState, guards: &Guards, metrics: Arc<M
     let request_timeout = Duration::from_secs(policy.server.request_timeout_seconds);
     // Outer to inner (the layer added last runs first): client address, per-IP limit,
     // authentication, per-peer limit, request timeout, body limit, protocol gate, handler.
-    let door_routes = Router::new()
+    let gate = GateLayer::new(
+        policy.gate.require_version_header,
+        policy
+            .card
+            .extensions
+            .iter()
+            .map(|e| (e.uri.clone(), e.required))
+            .collect(),
+        policy.server.max_body_bytes,
+    );
+    let json_rpc = Router::new()
         .route(&a2a_path, post(door))
         .route(&format!("{a2a_path}/"), post(door))
+        .layer(gate.clone());
+    // The HTTP+JSON binding, when on, under the same layers with the gate in its shape.
+    let bindings = if policy.capabilities.http_json {
+        json_rpc.merge(
+            crate::http::rest::routes(&card::http_json_path(policy)).layer(gate.for_http_json()),
+        )
+    } else {
+        json_rpc
+    };
+    let door_routes = bindings
         .layer(DefaultBodyLimit::disable())
-        .layer(GateLayer::new(
-            policy.gate.require_version_header,
-            policy
-                .card
-                .extensions
-                .iter()
-                .map(|e| (e.uri.clone(), e.required))
-                .collect(),
-            policy.server.max_body_bytes,
-        ))
         .layer(RequestBodyLimitLayer::new(policy.server.max_body_bytes))
         // Only requests that got this far read a body or wait for the model; the card and the
         // refusals in front are answered from memory, so their floods pay for no timer.
@@ -640,6 +650,15 @@ impl ChangeListener for ForgetOnChange {
     }
 }
 
+impl axum::extract::FromRef<AppState> for crate::http::rest::RestState {
+    fn from_ref(state: &AppState) -> Self {
+        Self {
+            agent: state.agent.clone(),
+            longest_stream: state.longest_stream,
+        }
+    }
+}
+
 async fn door(
     State(state): State<AppState>,
     peer: AuthenticatedPeer,
@@ -682,7 +701,7 @@ async fn door(
 /// with or without parameters (a charset). A body sent as anything else, or as nothing, is
 /// refused (-32005) before it is read as JSON, so a form post or a text upload never reaches
 /// the agent by accident.
-fn is_json(headers: &HeaderMap) -> bool {
+pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     let Some(value) = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -50,6 +50,8 @@ pub struct GateLayer {
 
 #[derive(Debug)]
 struct GateSettings {
+    /// Refusals in the HTTP+JSON binding's shape instead of JSON-RPC's.
+    http_json: bool,
     require_version: bool,
     /// (URI, required) for every extension the card declares.
     extensions: Vec<(String, bool)>,
@@ -65,9 +67,23 @@ impl GateLayer {
     ) -> Self {
         Self {
             shared: Arc::new(GateSettings {
+                http_json: false,
                 require_version,
                 extensions,
                 max_body_bytes,
+            }),
+        }
+    }
+
+    /// The same gate in front of the HTTP+JSON binding: a refusal is a `google.rpc.Status`
+    /// body with the binding's HTTP status, and no body is read.
+    pub fn for_http_json(&self) -> Self {
+        Self {
+            shared: Arc::new(GateSettings {
+                http_json: true,
+                require_version: self.shared.require_version,
+                extensions: self.shared.extensions.clone(),
+                max_body_bytes: self.shared.max_body_bytes,
             }),
         }
     }
@@ -187,6 +203,21 @@ where
                         response.headers_mut().insert("a2a-extensions", value);
                     }
                     Ok(response)
+                })
+            }
+            Err(refusal) if self.shared.http_json => {
+                let reason = match refusal {
+                    RpcError::ExtensionSupportRequired { .. } => "extension_required",
+                    _ => "version_not_supported",
+                };
+                let (status, body) = jsonrpc::http_error(&refusal.to_json());
+                let status = axum::http::StatusCode::from_u16(status)
+                    .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
+                Box::pin(async move {
+                    Ok(
+                        (status, Extension(RefusalReason(reason)), axum::Json(body))
+                            .into_response(),
+                    )
                 })
             }
             Err(refusal) => {

@@ -1,0 +1,303 @@
+//! The HTTP+JSON binding (`capabilities.http_json`), at `<a2a_path>/rest`: the same methods
+//! with the same semantics as the JSON-RPC door, under REST routes.
+//!
+//! Each route reads its request into the JSON-RPC method's params and asks the same agent, so
+//! the two bindings cannot drift apart: a result is the response body as it is, an error
+//! becomes a `google.rpc.Status` body with the binding's HTTP status, and a stream carries the
+//! bare `StreamResponse` objects. The routes sit behind the same layers as the JSON-RPC door
+//! (per-IP limit, authentication, per-peer limit, body limit, protocol gate).
+//!
+//! | route | method |
+//! |---|---|
+//! | `POST /message:send`, `POST /message:stream` | `SendMessage`, `SendStreamingMessage` |
+//! | `GET /tasks/{id}`, `GET /tasks` | `GetTask`, `ListTasks` |
+//! | `POST /tasks/{id}:cancel`, `GET`/`POST /tasks/{id}:subscribe` | `CancelTask`, `SubscribeToTask` |
+//! | `/tasks/{id}/pushNotificationConfigs[/{config}]` | the push-notification methods |
+//! | `GET /extendedAgentCard` | `GetExtendedAgentCard` |
+
+use crate::a2a::agent::{Agent, Answer};
+use crate::a2a::jsonrpc;
+use crate::layers::auth::AuthenticatedPeer;
+use crate::layers::client_addr::ClientAddr;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{Extension, Json, Router};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// What the binding's routes need.
+#[derive(Clone)]
+pub struct RestState {
+    /// The agent both bindings ask.
+    pub agent: Arc<Agent>,
+    /// The longest a stream stays open.
+    pub longest_stream: Duration,
+}
+
+/// The binding's routes, relative to its base path.
+pub fn routes<S>(base: &str) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    RestState: axum::extract::FromRef<S>,
+{
+    Router::new()
+        .route(&format!("{base}/message:send"), post(send))
+        .route(&format!("{base}/message:stream"), post(stream))
+        .route(&format!("{base}/tasks"), get(list))
+        .route(&format!("{base}/tasks/{{task}}"), any(task))
+        .route(
+            &format!("{base}/tasks/{{task}}/pushNotificationConfigs"),
+            any(push_configs),
+        )
+        .route(
+            &format!("{base}/tasks/{{task}}/pushNotificationConfigs/{{config}}"),
+            any(push_configs),
+        )
+        .route(&format!("{base}/extendedAgentCard"), get(extended_card))
+}
+
+/// Request context every route passes on to the agent.
+struct Caller {
+    peer: AuthenticatedPeer,
+    client: Option<std::net::IpAddr>,
+}
+
+impl Caller {
+    fn new(peer: AuthenticatedPeer, client: Option<Extension<ClientAddr>>) -> Self {
+        Self {
+            peer,
+            client: client.map(|c| c.0.ip()),
+        }
+    }
+}
+
+/// Asks the agent `method` with `params` and answers in this binding's shape.
+async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> Response {
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let body = request.to_string().into_bytes();
+    // As on the JSON-RPC door: the turn runs in a task of its own, so a client that hangs up
+    // cannot cut it between storing the task and storing its answer.
+    let agent = state.agent.clone();
+    let answer =
+        tokio::spawn(async move { agent.handle(&caller.peer, caller.client, &body).await }).await;
+    match answer {
+        Ok(Answer::Body(body)) => unwrap(&body),
+        Ok(Answer::Events(events)) => {
+            crate::http::sse::respond(bare_results(events), state.longest_stream)
+        }
+        Err(_) => error_response(&jsonrpc::RpcError::Internal {
+            request_id: uuid::Uuid::new_v4().to_string(),
+        }),
+    }
+}
+
+/// A JSON-RPC response body as this binding's response.
+fn unwrap(body: &str) -> Response {
+    let response: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    if let Some(error) = response.get("error") {
+        let (status, body) = jsonrpc::http_error(error);
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, Json(body)).into_response();
+    }
+    // `DeleteTaskPushNotificationConfig` answers `null`: an empty object here.
+    match response.get("result") {
+        Some(Value::Null) | None => Json(json!({})).into_response(),
+        Some(result) => Json(result.clone()).into_response(),
+    }
+}
+
+/// The events of a JSON-RPC stream as this binding's: each the bare result, or the error's
+/// `google.rpc.Status` body.
+fn bare_results(mut events: mpsc::Receiver<String>) -> mpsc::Receiver<String> {
+    let (bare, receiver) = mpsc::channel(16);
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            let response: Value = serde_json::from_str(&event).unwrap_or(Value::Null);
+            let data = match response.get("error") {
+                Some(error) => jsonrpc::http_error(error).1,
+                None => response["result"].clone(),
+            };
+            if bare.send(data.to_string()).await.is_err() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+fn error_response(error: &jsonrpc::RpcError) -> Response {
+    let (status, body) = jsonrpc::http_error(&error.to_json());
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(body)).into_response()
+}
+
+/// The request body as the method's params: a JSON object sent as JSON.
+fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Value, jsonrpc::RpcError> {
+    use crate::jose::json::{Integers, StrictError, parse_object};
+    if !crate::http::server::is_json(headers) {
+        return Err(jsonrpc::RpcError::ContentTypeNotSupported(
+            "send the request body with Content-Type: application/json",
+        ));
+    }
+    // As strict as the JSON-RPC door: a repeated member name is refused, not resolved.
+    match parse_object(body, Integers::Any) {
+        Ok(object) => Ok(Value::Object(object)),
+        Err(StrictError::Value(_)) => Err(jsonrpc::RpcError::InvalidParams {
+            field: "body".to_owned(),
+            description: "must be a JSON object".to_owned(),
+        }),
+        Err(StrictError::Repeated(_)) => Err(jsonrpc::RpcError::InvalidRequest(
+            "a member name is repeated in an object",
+        )),
+        Err(_) => Err(jsonrpc::RpcError::Parse),
+    }
+}
+
+async fn send(
+    State(state): State<RestState>,
+    peer: AuthenticatedPeer,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match body_params(&headers, &body) {
+        Ok(params) => ask(&state, Caller::new(peer, client), "SendMessage", params).await,
+        Err(refused) => error_response(&refused),
+    }
+}
+
+async fn stream(
+    State(state): State<RestState>,
+    peer: AuthenticatedPeer,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match body_params(&headers, &body) {
+        Ok(params) => {
+            ask(
+                &state,
+                Caller::new(peer, client),
+                "SendStreamingMessage",
+                params,
+            )
+            .await
+        }
+        Err(refused) => error_response(&refused),
+    }
+}
+
+/// Query parameters as params: numbers and booleans where the method expects them.
+fn query_params(query: &HashMap<String, String>) -> Result<Value, jsonrpc::RpcError> {
+    let mut params = serde_json::Map::new();
+    for (name, value) in query {
+        let typed = match name.as_str() {
+            "pageSize" | "historyLength" => match value.parse::<i64>() {
+                Ok(n) => json!(n),
+                Err(_) => {
+                    return Err(jsonrpc::RpcError::InvalidParams {
+                        field: name.clone(),
+                        description: "must be an integer".to_owned(),
+                    });
+                }
+            },
+            "includeArtifacts" => match value.as_str() {
+                "true" => json!(true),
+                "false" => json!(false),
+                _ => {
+                    return Err(jsonrpc::RpcError::InvalidParams {
+                        field: name.clone(),
+                        description: "must be true or false".to_owned(),
+                    });
+                }
+            },
+            _ => json!(value),
+        };
+        params.insert(name.clone(), typed);
+    }
+    Ok(Value::Object(params))
+}
+
+async fn list(
+    State(state): State<RestState>,
+    peer: AuthenticatedPeer,
+    client: Option<Extension<ClientAddr>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    match query_params(&query) {
+        Ok(params) => ask(&state, Caller::new(peer, client), "ListTasks", params).await,
+        Err(refused) => error_response(&refused),
+    }
+}
+
+/// `/tasks/{id}`, `/tasks/{id}:cancel` and `/tasks/{id}:subscribe`: one path segment, told
+/// apart by its suffix.
+async fn task(
+    State(state): State<RestState>,
+    peer: AuthenticatedPeer,
+    client: Option<Extension<ClientAddr>>,
+    method: Method,
+    Path(segment): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let caller = Caller::new(peer, client);
+    if let Some(id) = segment.strip_suffix(":cancel") {
+        if method != Method::POST {
+            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        }
+        return ask(&state, caller, "CancelTask", json!({"id": id})).await;
+    }
+    if let Some(id) = segment.strip_suffix(":subscribe") {
+        // The specification's text says POST, its proto GET: both are served.
+        if method != Method::POST && method != Method::GET {
+            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        }
+        return ask(&state, caller, "SubscribeToTask", json!({"id": id})).await;
+    }
+    if method != Method::GET {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    let mut params = match query_params(&query) {
+        Ok(params) => params,
+        Err(refused) => return error_response(&refused),
+    };
+    params["id"] = json!(segment);
+    ask(&state, caller, "GetTask", params).await
+}
+
+async fn push_configs(
+    State(state): State<RestState>,
+    peer: AuthenticatedPeer,
+    client: Option<Extension<ClientAddr>>,
+    Path(path): Path<HashMap<String, String>>,
+) -> Response {
+    // Every push-notification method answers the same while push is off.
+    let params = json!({"taskId": path.get("task")});
+    ask(
+        &state,
+        Caller::new(peer, client),
+        "GetTaskPushNotificationConfig",
+        params,
+    )
+    .await
+}
+
+async fn extended_card(
+    State(state): State<RestState>,
+    peer: AuthenticatedPeer,
+    client: Option<Extension<ClientAddr>>,
+) -> Response {
+    ask(
+        &state,
+        Caller::new(peer, client),
+        "GetExtendedAgentCard",
+        json!({}),
+    )
+    .await
+}

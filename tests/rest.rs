@@ -1,0 +1,264 @@
+//! The HTTP+JSON binding over real HTTP: the same methods as the JSON-RPC door under REST
+//! routes, errors as `google.rpc.Status` with the binding's HTTP statuses, streams of bare
+//! `StreamResponse` objects, behind the same guards.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn full() -> peergate::config::Policy {
+    PolicyEdit::default()
+        .set("capabilities.http_json", true)
+        .set("capabilities.streaming", true)
+        .policy()
+}
+
+/// A request to the binding as `token`; (status, body as JSON or text).
+async fn call(
+    gw: &TestGateway,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .request(method, gw.url(&format!("/a2a/v1/rest{path}")))
+        .header("a2a-version", "1.0");
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn message(text: &str) -> Value {
+    json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(),
+        "role": "ROLE_USER", "parts": [{"text": text}]}})
+}
+
+/// The `google.rpc.Status` of an error body: (code, status, reason).
+fn status_of(body: &Value) -> (i64, &str, &str) {
+    let error = &body["error"];
+    (
+        error["code"].as_i64().unwrap_or(0),
+        error["status"].as_str().unwrap_or(""),
+        error["details"][0]["reason"].as_str().unwrap_or(""),
+    )
+}
+
+#[tokio::test]
+async fn the_binding_is_not_routed_unless_switched_on() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let (status, _) = call(
+        &gw,
+        reqwest::Method::POST,
+        "/message:send",
+        Some(&token),
+        Some(message("hi")),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["supportedInterfaces"].as_array().unwrap().len(), 1);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_rest_routes_answer_as_the_json_rpc_door_does() {
+    use reqwest::Method;
+    let gw = TestGateway::start_with(full()).await;
+    let (alice, bob) = (gw.add_peer("alice"), gw.add_peer("bob"));
+    let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rest = &card["supportedInterfaces"][1];
+    assert_eq!(rest["protocolBinding"], "HTTP+JSON");
+    assert!(
+        rest["url"].as_str().unwrap().ends_with("/a2a/v1/rest"),
+        "{card}"
+    );
+
+    // Send, then read back by id and in the list.
+    let (status, sent) = call(
+        &gw,
+        Method::POST,
+        "/message:send",
+        Some(&alice),
+        Some(message("over rest")),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let task = &sent["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    let id = task["id"].as_str().unwrap();
+    let (status, got) = call(
+        &gw,
+        Method::GET,
+        &format!("/tasks/{id}?historyLength=1"),
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["id"], id);
+    assert_eq!(got["history"].as_array().unwrap().len(), 1);
+    let (status, listed) = call(
+        &gw,
+        Method::GET,
+        "/tasks?pageSize=10&includeArtifacts=true",
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["tasks"][0]["id"], id);
+    assert!(listed["tasks"][0]["artifacts"].is_array());
+    assert_eq!(listed["nextPageToken"], "");
+
+    // Another peer's task is not found, with the binding's 404.
+    let (status, theirs) = call(&gw, Method::GET, &format!("/tasks/{id}"), Some(&bob), None).await;
+    assert_eq!(status, 404, "{theirs}");
+    assert_eq!(status_of(&theirs), (404, "NOT_FOUND", "TASK_NOT_FOUND"));
+    let (status, listed) = call(&gw, Method::GET, "/tasks", Some(&bob), None).await;
+    assert_eq!((status, listed["totalSize"].clone()), (200, json!(0)));
+
+    // A finished task cannot be canceled; push is off; bad values name themselves.
+    let (status, refused) = call(
+        &gw,
+        Method::POST,
+        &format!("/tasks/{id}:cancel"),
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        status_of(&refused),
+        (400, "FAILED_PRECONDITION", "TASK_NOT_CANCELABLE")
+    );
+    let (status, refused) = call(
+        &gw,
+        Method::POST,
+        &format!("/tasks/{id}/pushNotificationConfigs"),
+        Some(&alice),
+        Some(json!({"url": "https://example.com"})),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(status_of(&refused).2, "PUSH_NOTIFICATION_NOT_SUPPORTED");
+    let (status, refused) =
+        call(&gw, Method::GET, "/tasks?pageSize=many", Some(&alice), None).await;
+    assert_eq!(
+        (status, status_of(&refused).1),
+        (400, "INVALID_ARGUMENT"),
+        "{refused}"
+    );
+    let (status, refused) = call(&gw, Method::GET, "/tasks?pageSize=500", Some(&alice), None).await;
+    assert_eq!(
+        (status, status_of(&refused).2),
+        (400, "INVALID_PARAMS"),
+        "{refused}"
+    );
+
+    // The extended card, for an authenticated caller.
+    let (status, extended) = call(&gw, Method::GET, "/extendedAgentCard", Some(&alice), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(extended["name"], card["name"]);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_rest_stream_carries_bare_stream_responses() {
+    let gw = TestGateway::start_with(full()).await;
+    let token = gw.add_peer("alice");
+    let response = reqwest::Client::new()
+        .post(gw.url("/a2a/v1/rest/message:stream"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body(message("stream over rest").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let text = response.text().await.unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(events[0]["task"]["id"].is_string(), "{events:?}");
+    assert!(
+        events.iter().all(|e| e.get("jsonrpc").is_none()),
+        "bare, not JSON-RPC"
+    );
+    let last = &events.last().unwrap()["statusUpdate"]["status"];
+    assert_eq!(last["state"], "TASK_STATE_COMPLETED");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_rest_routes_sit_behind_the_same_guards() {
+    use reqwest::Method;
+    let gw = TestGateway::start_with(full()).await;
+    let token = gw.add_peer("alice");
+    // No credential: 401, as on the JSON-RPC door.
+    let (status, _) = call(&gw, Method::GET, "/tasks", None, None).await;
+    assert_eq!(status, 401);
+    // A version this door does not speak: the gate, in this binding's shape.
+    let response = reqwest::Client::new()
+        .get(gw.url("/a2a/v1/rest/tasks"))
+        .bearer_auth(&token)
+        .header("a2a-version", "0.3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        status_of(&body),
+        (400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED")
+    );
+    // A body not sent as JSON.
+    let response = reqwest::Client::new()
+        .post(gw.url("/a2a/v1/rest/message:send"))
+        .bearer_auth(&token)
+        .header("content-type", "text/plain")
+        .body(message("hi").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status_of(&body).2, "CONTENT_TYPE_NOT_SUPPORTED");
+    // A repeated member name is refused, as on the JSON-RPC door.
+    let response = reqwest::Client::new()
+        .post(gw.url("/a2a/v1/rest/message:send"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body(r#"{"message": {}, "message": {}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    gw.stop().await;
+}
