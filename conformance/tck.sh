@@ -67,8 +67,8 @@ haproxy -f "$work/haproxy.cfg" -db >/dev/null 2>&1 &
 pids+=($!)
 wait_for_port "$gate_port"
 wait_for_port "$proxy_port"
-echo "a2a-tck $(git -C "$tck" rev-parse --short HEAD) against policies/$name.toml (JSON-RPC)"
-(cd "$tck" && .venv/bin/python run_tck.py --sut-host "http://127.0.0.1:$proxy_port" --transport jsonrpc -- -rfs) >"$work/tck.log" 2>&1 || true
+echo "a2a-tck $(git -C "$tck" rev-parse --short HEAD) against policies/$name.toml (every binding its card lists)"
+(cd "$tck" && .venv/bin/python run_tck.py --sut-host "http://127.0.0.1:$proxy_port" ${TCK_TRANSPORT:+--transport "$TCK_TRANSPORT"} -- -rfs) >"$work/tck.log" 2>&1 || true
 grep -E "^FAILED tests|^[0-9]+ (failed|passed)" "$work/tck.log" | sort -u
 echo "skipped, by reason:"
 grep -E "^SKIPPED" "$work/tck.log" \
