@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the A2A conformance kit (github.com/a2aproject/a2a-tck, branch 1.0-dev) against peergate
-# on loopback, with one of the repository's policies, over the JSON-RPC binding.
+# on loopback, with one of the repository's policies, over every binding the card lists (set
+# TCK_TRANSPORT=jsonrpc to run one).
 #
 #   conformance/tck.sh TCK_DIR [default|full]
 #

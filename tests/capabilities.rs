@@ -508,3 +508,70 @@ fn the_full_policy_is_the_default_with_every_capability_on() {
         .0;
     assert!(policy.capabilities.streaming && policy.capabilities.cancel_running);
 }
+
+#[tokio::test]
+async fn a_client_that_stops_reading_a_stream_does_not_stall_the_turn() {
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("capabilities.streaming", true)
+            .policy(),
+    )
+    .await;
+    let token = gw.add_peer("alice");
+    // The echo backend streams a line at a time: tens of thousands of events, far more than
+    // the client's socket and the stream's buffer hold unread.
+    let text = "x\n".repeat(30_000);
+    let mut response = reqwest::Client::new()
+        .post(&gw.door)
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body(streaming_request("SendStreamingMessage", message(&text)).to_string())
+        .send()
+        .await
+        .unwrap();
+    // The first event (the working task, which carries the long text) may span chunks.
+    let mut first = String::new();
+    while !first.contains("\n\n") {
+        let chunk = response.chunk().await.unwrap().unwrap();
+        first.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let data = first.split("\n\n").next().unwrap();
+    let event: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+    let id = event["result"]["task"]["id"].as_str().unwrap().to_owned();
+    // The client holds the connection open and reads nothing more; the turn is stored anyway.
+    assert!(
+        wait_for_state(&gw.door, &token, &id, "TASK_STATE_COMPLETED").await,
+        "the turn waited for a client that stopped reading"
+    );
+    drop(response);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn streamed_text_the_model_did_not_account_for_still_counts_against_the_budget() {
+    let model = FakeModel::start(ModelBehaviour::StreamWithoutUsage).await;
+    let gw = TestGateway::start_with(policy(&model, &["streaming"])).await;
+    let token = gw.add_peer("alice");
+    let (code, _, stderr) = gw.cli(&["admin", "budget", "operator", "--tokens-per-day", "30"]);
+    assert_eq!(code, 0, "{stderr}");
+    gw.clock.advance(Duration::from_secs(10));
+    // About 160 bytes streamed, no usage reported: about 40 tokens, over the day's 30.
+    let question = "why ".repeat(37);
+    let (_, events) = stream(
+        &gw.door,
+        &token,
+        streaming_request("SendStreamingMessage", message(&question)),
+    )
+    .await;
+    let last = &events.last().unwrap()["result"]["statusUpdate"]["status"];
+    assert_eq!(last["state"], "TASK_STATE_COMPLETED", "{events:?}");
+    let (_, events) = stream(
+        &gw.door,
+        &token,
+        streaming_request("SendStreamingMessage", message("again")),
+    )
+    .await;
+    let refused = &events[0]["result"]["task"]["status"];
+    assert_eq!(refused["state"], "TASK_STATE_REJECTED", "{events:?}");
+    gw.stop().await;
+}

@@ -294,6 +294,18 @@ async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_oth
         &*event.task_json, task_json,
         "the task as stored, unchanged"
     );
+    // Every final state crosses, a canceled task's too.
+    events_a.publish(TaskEvent {
+        peer_id: "alice".into(),
+        task_id: "t1".into(),
+        state: "TASK_STATE_CANCELED",
+        task_json: task_json.into(),
+    });
+    let canceled = tokio::time::timeout(Duration::from_secs(2), subscription.next())
+        .await
+        .expect("heard within two seconds")
+        .unwrap();
+    assert_eq!(canceled.state, "TASK_STATE_CANCELED");
 }
 
 #[tokio::test]

@@ -56,6 +56,8 @@ pub struct AgentSettings {
     pub streaming: bool,
     /// `SubscribeToTask` is served (`capabilities.subscriptions`).
     pub subscriptions: bool,
+    /// The longest a stream or a subscription stays open.
+    pub longest_stream: Duration,
 }
 
 /// How the agent answers one request.
@@ -88,7 +90,42 @@ pub struct Agent {
     shared: SharedState,
     extended_card: Box<RawValue>,
     /// The turns this instance is answering that a peer may cancel, by task id.
-    running: std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>,
+    running: Arc<std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>>,
+    /// Turns running without a request waiting on them (non-blocking sends, streams), so a
+    /// shutdown can let them store their answers before the store closes.
+    background: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+}
+
+/// A turn registered as cancelable; it leaves the registry when this drops, however the turn
+/// ends (an error and a panic included).
+struct Cancelable {
+    running: Arc<std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>>,
+    task_id: Option<String>,
+}
+
+impl Drop for Cancelable {
+    fn drop(&mut self) {
+        if let Some(task_id) = self.task_id.take() {
+            self.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&task_id);
+        }
+    }
+}
+
+/// A turn running in the background, counted until it drops.
+pub(crate) struct BackgroundTurn {
+    background: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+}
+
+impl Drop for BackgroundTurn {
+    fn drop(&mut self) {
+        let (count, settled) = &*self.background;
+        if count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            settled.notify_waiters();
+        }
+    }
 }
 
 /// A turn being answered here, and how to stop it.
@@ -146,7 +183,8 @@ impl Agent {
             settings,
             shared: SharedState::default(),
             extended_card: RawValue::from_string("{}".to_owned()).unwrap_or_default(),
-            running: std::sync::Mutex::default(),
+            running: Arc::default(),
+            background: Arc::default(),
         }
     }
 
@@ -168,8 +206,8 @@ impl Agent {
         self
     }
 
-    /// Answers one JSON-RPC request body from `client`; always the body of a JSON-RPC response
-    /// object.
+    /// Answers one JSON-RPC request body from `client`: one JSON-RPC response object, or, for
+    /// the streaming methods, a stream of them.
     pub async fn handle(
         self: &Arc<Self>,
         peer: &AuthenticatedPeer,
@@ -229,26 +267,28 @@ impl Agent {
         let held = self.begin_turn(&turn).await?;
         let (prompt, unfinished, working_json) =
             self.store_working(&turn, planned.fresh_context).await?;
-        let cancel = self.running_turn(&turn);
+        let (cancel, cancelable) = self.running_turn(&turn);
         if !return_immediately {
             let outcome = self.run_model(&turn, &prompt, cancel, None).await;
             let answer = self
                 .finish(&turn, outcome, history_length, Some(unfinished))
                 .await;
-            self.turn_ended(&turn.task_id);
+            drop(cancelable);
             drop(held);
             return answer;
         }
         // The working task is the answer; the turn goes on without the request, holding the
         // context's turn until its final state is stored.
         let agent = self.clone();
+        let counted = self.background_turn();
         tokio::spawn(async move {
             let outcome = agent.run_model(&turn, &prompt, cancel, None).await;
             if let Err(e) = agent.finish(&turn, outcome, None, Some(unfinished)).await {
                 tracing::warn!(task_id = %turn.task_id, error = ?e, "a non-blocking turn could not store its answer");
             }
-            agent.turn_ended(&turn.task_id);
+            drop(cancelable);
             drop(held);
+            drop(counted);
         });
         task_answer(&working_json, history_length)
     }
@@ -314,10 +354,18 @@ impl Agent {
             .ok_or(RpcError::ContextBusy)
     }
 
-    /// Registers a turn a peer may cancel; `None` when cancelling running turns is off.
-    fn running_turn(&self, turn: &TurnPlan) -> Option<tokio::sync::oneshot::Receiver<()>> {
+    /// Registers a turn a peer may cancel (no receiver when cancelling running turns is off);
+    /// it stays cancelable until the returned guard drops.
+    fn running_turn(
+        &self,
+        turn: &TurnPlan,
+    ) -> (Option<tokio::sync::oneshot::Receiver<()>>, Cancelable) {
+        let mut cancelable = Cancelable {
+            running: self.running.clone(),
+            task_id: None,
+        };
         if !self.settings.cancel_running {
-            return None;
+            return (None, cancelable);
         }
         let (cancel, canceled) = tokio::sync::oneshot::channel();
         self.running
@@ -330,16 +378,37 @@ impl Agent {
                     cancel: Some(cancel),
                 },
             );
-        Some(canceled)
+        cancelable.task_id = Some(turn.task_id.clone());
+        (Some(canceled), cancelable)
     }
 
-    /// The turn's final state is stored: it can no longer be canceled.
-    fn turn_ended(&self, task_id: &str) {
-        if self.settings.cancel_running {
-            self.running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(task_id);
+    /// Counts a turn that runs without a request waiting on it, until the guard drops.
+    pub(crate) fn background_turn(&self) -> BackgroundTurn {
+        self.background
+            .0
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        BackgroundTurn {
+            background: self.background.clone(),
+        }
+    }
+
+    /// Waits at most `within` for the turns running in the background to store their answers
+    /// (a shutdown calls this before closing the store).
+    pub async fn settle(&self, within: Duration) {
+        let (count, settled) = &*self.background;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = settled.notified();
+            if count.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                tracing::warn!(
+                    turns = count.load(std::sync::atomic::Ordering::SeqCst),
+                    "turns still running at shutdown are left working; the next start fails them (interrupted)"
+                );
+                return;
+            }
         }
     }
 
@@ -750,7 +819,13 @@ impl Agent {
         };
         // Heard before the turn is told, so its final state cannot slip past.
         let mut events = self.shared.events.subscribe(peer.id(), &params.id);
-        let _ = cancel.send(());
+        let finished_first = RpcError::TaskNotCancelable(
+            "it reached a final state before it could be canceled; read it with GetTask",
+        );
+        if cancel.send(()).is_err() {
+            // The turn ended between the read and the cancel.
+            return Err(finished_first);
+        }
         let wait = self.settings.backend_timeout;
         let stored = loop {
             match tokio::time::timeout(wait, events.next()).await {
@@ -762,6 +837,10 @@ impl Agent {
                 Ok(None) | Err(_) => break self.load_task_json(peer, &params.id).await?,
             }
         };
+        let canceled: Task = serde_json::from_str(&stored).map_err(internal)?;
+        if canceled.status.state != TaskState::Canceled {
+            return Err(finished_first);
+        }
         RawValue::from_string(stored).map_err(internal)
     }
 
@@ -1146,6 +1225,7 @@ mod tests {
                 cancel_running: false,
                 streaming: false,
                 subscriptions: false,
+                longest_stream: Duration::from_secs(60),
             },
         )
         .with_shared_state(shared)

@@ -55,12 +55,17 @@ struct ChatChunk {
     choices: Vec<ChunkChoice>,
     #[serde(default)]
     usage: Option<ChatUsage>,
+    /// A server that fails mid-stream says so here (never passed on).
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
 struct ChunkChoice {
     #[serde(default)]
     delta: ChunkDelta,
+    #[serde(default)]
+    finish_reason: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -158,43 +163,42 @@ impl ModelBackend for OpenAi {
     ) -> Result<Completion, BackendError> {
         let mut response = self.ask(prompt, true).await?;
         let mut events = ServerSentEvents::default();
-        let (mut text, mut usage, mut read) = (String::new(), Usage::default(), 0usize);
-        'reading: while let Some(chunk) = response.chunk().await.map_err(classify)? {
+        let mut answer = StreamedAnswer::default();
+        let mut read = 0usize;
+        loop {
+            let Some(chunk) = response.chunk().await.map_err(classify)? else {
+                // A last event without its blank line still counts.
+                for data in events.finish() {
+                    answer.take(&data, pieces)?;
+                }
+                break;
+            };
             read += chunk.len();
             if read > MAX_RESPONSE_BYTES {
                 return Err(BackendError::TooLarge);
             }
             for data in events.push(&chunk) {
-                if data == "[DONE]" {
-                    break 'reading;
-                }
-                let chunk: ChatChunk = serde_json::from_str(&data).map_err(|_| {
-                    BackendError::InvalidResponse("a stream chunk is not chat-completions JSON")
-                })?;
-                if let Some(reported) = chunk.usage {
-                    usage = Usage {
-                        prompt_tokens: reported.prompt_tokens,
-                        completion_tokens: reported.completion_tokens,
-                    };
-                }
-                let piece = chunk
-                    .choices
-                    .into_iter()
-                    .next()
-                    .and_then(|choice| choice.delta.content)
-                    .unwrap_or_default();
-                if !piece.is_empty() {
-                    text.push_str(&piece);
-                    let _ = pieces.send(piece);
-                }
+                answer.take(&data, pieces)?;
+            }
+            if answer.done {
+                break;
             }
         }
-        if text.trim().is_empty() {
+        // A stream cut off before the model finished is no answer, however much text came.
+        if !(answer.done || answer.finished) {
+            return Err(BackendError::InvalidResponse(
+                "the stream ended before the answer did",
+            ));
+        }
+        if answer.text.trim().is_empty() {
             return Err(BackendError::InvalidResponse(
                 "the stream held no answer text",
             ));
         }
-        Ok(Completion { text, usage })
+        Ok(Completion {
+            text: answer.text,
+            usage: answer.usage,
+        })
     }
 }
 
@@ -234,11 +238,56 @@ impl OpenAi {
     }
 }
 
-/// Splits a Server-Sent Events byte stream into the `data` of each event, whatever the chunk
-/// boundaries.
+/// A streamed answer as its chunks arrive.
+#[derive(Default)]
+struct StreamedAnswer {
+    text: String,
+    usage: Usage,
+    /// `[DONE]` came.
+    done: bool,
+    /// A choice said why it finished.
+    finished: bool,
+}
+
+impl StreamedAnswer {
+    /// Takes one event's data, passing new text on to `pieces`.
+    fn take(&mut self, data: &str, pieces: &Pieces) -> Result<(), BackendError> {
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: ChatChunk = serde_json::from_str(data).map_err(|_| {
+            BackendError::InvalidResponse("a stream chunk is not chat-completions JSON")
+        })?;
+        if chunk.error.is_some() {
+            return Err(BackendError::InvalidResponse("the stream carried an error"));
+        }
+        if let Some(reported) = chunk.usage {
+            self.usage = Usage {
+                prompt_tokens: reported.prompt_tokens,
+                completion_tokens: reported.completion_tokens,
+            };
+        }
+        if let Some(choice) = chunk.choices.into_iter().next() {
+            self.finished |= choice.finish_reason.is_some();
+            let piece = choice.delta.content.unwrap_or_default();
+            if !piece.is_empty() {
+                self.text.push_str(&piece);
+                let _ = pieces.send(piece);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits a Server-Sent Events byte stream into the data of each event (its `data:` lines
+/// joined by newlines), whatever the chunk boundaries.
 #[derive(Default)]
 struct ServerSentEvents {
     pending: Vec<u8>,
+    /// Where to look for the next line end (bytes before it hold none).
+    scanned: usize,
+    data: Vec<String>,
 }
 
 impl ServerSentEvents {
@@ -246,15 +295,34 @@ impl ServerSentEvents {
     fn push(&mut self, chunk: &[u8]) -> Vec<String> {
         self.pending.extend_from_slice(chunk);
         let mut complete = Vec::new();
-        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+        while let Some(offset) = self.pending[self.scanned..]
+            .iter()
+            .position(|&b| b == b'\n')
+        {
+            let end = self.scanned + offset;
             let line: Vec<u8> = self.pending.drain(..=end).collect();
+            self.scanned = 0;
             let line = String::from_utf8_lossy(&line);
             let line = line.trim_end_matches(['\r', '\n']);
-            if let Some(data) = line.strip_prefix("data:") {
-                complete.push(data.trim_start().to_owned());
+            if line.is_empty() {
+                if !self.data.is_empty() {
+                    complete.push(self.data.join("\n"));
+                    self.data.clear();
+                }
+            } else if let Some(data) = line.strip_prefix("data:") {
+                self.data
+                    .push(data.strip_prefix(' ').unwrap_or(data).to_owned());
             }
         }
+        self.scanned = self.pending.len();
         complete
+    }
+
+    /// The stream ended: the event still being read, if any.
+    fn finish(&mut self) -> Vec<String> {
+        let mut rest = self.push(b"\n");
+        rest.extend(self.push(b"\n"));
+        rest
     }
 }
 
@@ -274,9 +342,33 @@ mod tests {
     fn event_data_is_found_across_chunk_boundaries() {
         let mut events = ServerSentEvents::default();
         assert!(events.push(b"data: {\"a\"").is_empty());
-        assert_eq!(
-            events.push(b":1}\r\n\n: comment\ndata:[DONE]\n"),
-            ["{\"a\":1}", "[DONE]"]
+        assert_eq!(events.push(b":1}\r\n\n: comment\n"), ["{\"a\":1}"]);
+        // Several data lines are one event; the last event may lack its blank line.
+        assert_eq!(events.push(b"data: x\ndata: y\n\ndata:[DONE]"), ["x\ny"]);
+        assert_eq!(events.finish(), ["[DONE]"]);
+    }
+
+    #[test]
+    fn a_stream_that_errs_or_stops_short_is_no_answer() {
+        let (pieces, _arriving) = tokio::sync::mpsc::unbounded_channel();
+        let mut answer = StreamedAnswer::default();
+        answer
+            .take(r#"{"choices":[{"delta":{"content":"half"}}]}"#, &pieces)
+            .unwrap();
+        assert!(
+            !(answer.done || answer.finished),
+            "no [DONE], no finish_reason"
         );
+        assert_eq!(
+            answer.take(r#"{"error":{"message":"overloaded"}}"#, &pieces),
+            Err(BackendError::InvalidResponse("the stream carried an error"))
+        );
+        answer
+            .take(
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+                &pieces,
+            )
+            .unwrap();
+        assert!(answer.finished);
     }
 }

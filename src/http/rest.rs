@@ -117,7 +117,13 @@ fn unwrap(body: &str) -> Response {
 fn bare_results(mut events: mpsc::Receiver<String>) -> mpsc::Receiver<String> {
     let (bare, receiver) = mpsc::channel(16);
     tokio::spawn(async move {
-        while let Some(event) = events.recv().await {
+        loop {
+            // Ends with the stream, or as soon as the client has left.
+            let event = tokio::select! {
+                event = events.recv() => event,
+                () = bare.closed() => None,
+            };
+            let Some(event) = event else { break };
             let response: Value = serde_json::from_str(&event).unwrap_or(Value::Null);
             let data = match response.get("error") {
                 Some(error) => jsonrpc::http_error(error).1,

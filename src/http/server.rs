@@ -107,6 +107,8 @@ pub struct RunningGateway {
     accounts: AccountService,
     sweeper: tokio::task::JoinHandle<()>,
     kept: Option<crate::http::sharing::Kept>,
+    agent: Arc<Agent>,
+    shutdown_grace: Duration,
     store: Store,
     authenticator: Arc<PeerAuthenticator>,
 }
@@ -120,6 +122,9 @@ impl RunningGateway {
         let _ = (&mut self.serving).await;
         let _ = (&mut self.admin_serving).await;
         self.sweeper.abort();
+        // Turns running without a request (non-blocking sends, streams) store their answers
+        // before the store closes, within the grace period.
+        self.agent.settle(self.shutdown_grace).await;
         if let Some(kept) = self.kept.take() {
             kept.stop().await;
         }
@@ -264,6 +269,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let (shutdown_tx, serving, admin_serving) =
         listeners.serve(policy, router, admin_router, &metrics);
     let registry = sharing.registry();
+    let state_agent = agent.clone();
     let kept = sharing.keep(&options, agent.clone());
     let sweeper = tokio::spawn(housekeeping(
         store.clone(),
@@ -293,6 +299,8 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         accounts,
         sweeper,
         kept: Some(kept),
+        agent: state_agent,
+        shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
         store,
         authenticator,
     })
@@ -486,6 +494,7 @@ fn agent_settings(policy: &Policy) -> AgentSettings {
         cancel_running: policy.capabilities.cancel_running,
         streaming: policy.capabilities.streaming,
         subscriptions: policy.capabilities.subscriptions,
+        longest_stream: Duration::from_secs(policy.server.request_timeout_seconds),
     }
 }
 

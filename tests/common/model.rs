@@ -30,6 +30,8 @@ pub enum ModelBehaviour {
     Oversized,
     /// Holds each request until `release` is notified.
     Gated,
+    /// Streams its answer without reporting usage (a server that ignores `include_usage`).
+    StreamWithoutUsage,
 }
 
 /// The secret the fake model puts in every failure body; it must never reach a peer.
@@ -163,6 +165,16 @@ async fn chat(
         "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("model says: {last_user}")}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
     });
+    if body["stream"] == true && matches!(behaviour, ModelBehaviour::StreamWithoutUsage) {
+        state.in_flight.lock().unwrap().0 -= 1;
+        let mut streamed = String::new();
+        for word in format!("model says: {last_user}").split_inclusive(' ') {
+            let chunk = json!({"choices": [{"index": 0, "delta": {"content": word}}]});
+            streamed.push_str(&format!("data: {chunk}\n\n"));
+        }
+        streamed.push_str("data: [DONE]\n\n");
+        return ([("content-type", "text/event-stream")], streamed).into_response();
+    }
     if body["stream"] == true
         && matches!(
             behaviour,
@@ -178,7 +190,7 @@ async fn chat(
         return streamed(&format!("model says: {last_user}"));
     }
     let response = match behaviour {
-        ModelBehaviour::Answer => Json(answer).into_response(),
+        ModelBehaviour::Answer | ModelBehaviour::StreamWithoutUsage => Json(answer).into_response(),
         ModelBehaviour::Slow(delay) => {
             tokio::time::sleep(delay).await;
             Json(answer).into_response()

@@ -75,6 +75,7 @@ async def run(base_url, token):
         expect(answered and answered[0].HasField("task"), f"non-blocking send: {answered}")
         later_id = answered[0].task.id
         state = answered[0].task.status.state
+        out["non_blocking_first_state"] = TaskState.Name(state)
         for _ in range(100):
             if state != TaskState.TASK_STATE_WORKING:
                 break

@@ -21,29 +21,47 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-/// Events buffered for a slow client before the turn waits for it.
+/// Events buffered for a client that reads slowly; one that falls further behind is cut off.
 const BUFFERED_EVENTS: usize = 64;
 
-/// The response events of one stream, under the request's id.
+/// How often a subscription looks at the store, in case its task's final state was stored
+/// without an event (a sweep, a lost publication).
+const SUBSCRIPTION_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The response events of one stream, under the request's id. Nothing here ever waits for
+/// the client: a turn must not stall because a peer stopped reading.
 struct Stream {
     id: RpcId,
-    events: mpsc::Sender<String>,
+    events: Option<mpsc::Sender<String>>,
 }
 
 impl Stream {
-    /// Sends one result; a client that left is no error (the turn goes on).
-    async fn send(&self, result: &serde_json::Value) {
-        if let Ok(raw) = to_raw_value(result) {
-            let _ = self.events.send(jsonrpc::success(&self.id, &raw)).await;
+    /// Sends one event; a client that left, or fell [`BUFFERED_EVENTS`] behind, gets no more
+    /// (its stream ends; the turn goes on and is stored).
+    fn push(&mut self, event: String) {
+        let Some(events) = &self.events else { return };
+        match events.try_send(event) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::info!("a stream's client fell behind and was cut off; its turn goes on");
+                self.events = None;
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.events = None,
         }
     }
 
-    async fn send_raw(&self, result: &RawValue) {
-        let _ = self.events.send(jsonrpc::success(&self.id, result)).await;
+    fn send(&mut self, result: &serde_json::Value) {
+        if let Ok(raw) = to_raw_value(result) {
+            self.push(jsonrpc::success(&self.id, &raw));
+        }
     }
 
-    async fn fail(&self, error: &RpcError) {
-        let _ = self.events.send(jsonrpc::failure(&self.id, error)).await;
+    fn send_raw(&mut self, result: &RawValue) {
+        self.push(jsonrpc::success(&self.id, result));
+    }
+
+    fn fail(&mut self, error: &RpcError) {
+        self.push(jsonrpc::failure(&self.id, error));
     }
 }
 
@@ -66,13 +84,15 @@ impl Agent {
         let (events, receiver) = mpsc::channel(BUFFERED_EVENTS);
         let stream = Stream {
             id: id.clone(),
-            events,
+            events: Some(events),
         };
         let agent = self.clone();
+        let counted = self.background_turn();
         tokio::spawn(async move {
             agent
                 .stream_turn(planned.turn, planned.fresh_context, client, stream)
                 .await;
+            drop(counted);
         });
         Ok(receiver)
     }
@@ -82,79 +102,82 @@ impl Agent {
         turn: TurnPlan,
         fresh_context: bool,
         client: Option<IpAddr>,
-        stream: Stream,
+        mut stream: Stream,
     ) {
         let refusal = match self.refusal(&turn.peer, client).await {
             Ok(refusal) => refusal,
-            Err(error) => return stream.fail(&error).await,
+            Err(error) => return stream.fail(&error),
         };
         if let Some(refusal) = refusal {
             match self.finish(&turn, refusal, None, None).await {
-                Ok(answer) => stream.send_raw(&answer).await,
-                Err(error) => stream.fail(&error).await,
+                Ok(answer) => stream.send_raw(&answer),
+                Err(error) => stream.fail(&error),
             }
             return;
         }
         let held = match self.begin_turn(&turn).await {
             Ok(held) => held,
-            Err(error) => return stream.fail(&error).await,
+            Err(error) => return stream.fail(&error),
         };
         let (prompt, unfinished, working_json) =
             match self.store_working(&turn, fresh_context).await {
                 Ok(stored) => stored,
-                Err(error) => return stream.fail(&error).await,
+                Err(error) => return stream.fail(&error),
             };
         let Ok(working) = serde_json::from_str::<Task>(&working_json) else {
-            return stream
-                .fail(&internal("a stored task could not be read"))
-                .await;
+            return stream.fail(&internal("a stored task could not be read"));
         };
-        stream.send(&json!({"task": working})).await;
-        let cancel = self.running_turn(&turn);
-        let (pieces, mut arriving) = mpsc::unbounded_channel();
-        let outcome = {
+        stream.send(&json!({"task": working}));
+        let (cancel, cancelable) = self.running_turn(&turn);
+        // Unbounded, but filled only while the model call is polled: bounded by the backend's
+        // response limit.
+        let (pieces, mut arriving) = mpsc::unbounded_channel::<String>();
+        let mut streamed = 0usize;
+        let mut outcome = {
             let asked = self.run_model(&turn, &prompt, cancel, Some(&pieces));
             tokio::pin!(asked);
             loop {
                 tokio::select! {
                     outcome = &mut asked => break outcome,
                     Some(piece) = arriving.recv() => {
-                        stream.send(&piece_update(&working, &piece, self.clock.now_millis())).await;
+                        streamed += piece.len();
+                        stream.send(&piece_update(&working, &piece, self.clock.now_millis()));
                     }
                 }
             }
         };
         drop(pieces);
         while let Ok(piece) = arriving.try_recv() {
-            stream
-                .send(&piece_update(&working, &piece, self.clock.now_millis()))
-                .await;
+            streamed += piece.len();
+            stream.send(&piece_update(&working, &piece, self.clock.now_millis()));
+        }
+        // The peer read text whose cost the model did not report (a turn canceled or cut short,
+        // or a server that ignores `include_usage`): it counts, at about four bytes a token.
+        if streamed > 0 && outcome.usage.as_ref().is_none_or(|usage| usage.tokens == 0) {
+            let estimate = u64::try_from(streamed).unwrap_or(u64::MAX).div_ceil(4);
+            outcome.usage = Some(self.budgets.record(turn.peer.owner_id(), estimate));
         }
         let answer = self.finish(&turn, outcome, None, Some(unfinished)).await;
-        self.turn_ended(&turn.task_id);
+        drop(cancelable);
         drop(held);
         let task = match answer.map(|raw| serde_json::from_str::<serde_json::Value>(raw.get())) {
             Ok(Ok(answer)) => answer["task"].clone(),
-            Ok(Err(e)) => return stream.fail(&internal(e)).await,
-            Err(error) => return stream.fail(&error).await,
+            Ok(Err(e)) => return stream.fail(&internal(e)),
+            Err(error) => return stream.fail(&error),
         };
         if let Some(artifact) = task["artifacts"].get(0) {
-            stream
-                .send(&json!({"artifactUpdate": {
-                    "taskId": turn.task_id,
-                    "contextId": turn.context_id,
-                    "artifact": artifact,
-                    "lastChunk": true,
-                }}))
-                .await;
-        }
-        stream
-            .send(&json!({"statusUpdate": {
+            stream.send(&json!({"artifactUpdate": {
                 "taskId": turn.task_id,
                 "contextId": turn.context_id,
-                "status": task["status"],
-            }}))
-            .await;
+                "artifact": artifact,
+                "lastChunk": true,
+            }}));
+        }
+        stream.send(&json!({"statusUpdate": {
+            "taskId": turn.task_id,
+            "contextId": turn.context_id,
+            "status": task["status"],
+        }}));
     }
 
     /// `SubscribeToTask`: the task as stored, then its stored states until the final one.
@@ -179,28 +202,48 @@ impl Agent {
             ));
         }
         let (events, receiver) = mpsc::channel(BUFFERED_EVENTS);
-        let stream = Stream {
+        let closed = events.clone();
+        let mut stream = Stream {
             id: id.clone(),
-            events,
+            events: Some(events),
         };
+        let (agent, peer, task_id) = (self.clone(), peer.clone(), params.id.clone());
+        let counted = self.background_turn();
         tokio::spawn(async move {
-            stream.send(&json!({"task": task})).await;
-            while let Some(event) = heard.next().await {
-                if event.state == TaskState::Working.as_str() {
-                    continue;
+            stream.send(&json!({"task": task}));
+            let ends_at = tokio::time::Instant::now() + agent.settings.longest_stream;
+            let mut recheck = tokio::time::interval(SUBSCRIPTION_RECHECK);
+            recheck.tick().await;
+            // Ends at the task's final state, when the client leaves, or at the longest a
+            // stream may last, whichever comes first.
+            let final_json = loop {
+                tokio::select! {
+                    event = heard.next() => match event {
+                        Some(event) if event.state == TaskState::Working.as_str() => {}
+                        Some(event) => break Some(event.task_json.to_string()),
+                        None => break None,
+                    },
+                    _ = recheck.tick() => {
+                        if let Ok(stored) = agent.load_task_json(&peer, &task_id).await
+                            && !stored.contains("\"TASK_STATE_WORKING\"")
+                        {
+                            break Some(stored);
+                        }
+                    }
+                    () = closed.closed() => break None,
+                    () = tokio::time::sleep_until(ends_at) => break None,
                 }
-                let Ok(stored) = serde_json::from_str::<serde_json::Value>(&event.task_json) else {
-                    break;
-                };
-                stream
-                    .send(&json!({"statusUpdate": {
-                        "taskId": stored["id"],
-                        "contextId": stored["contextId"],
-                        "status": stored["status"],
-                    }}))
-                    .await;
-                break;
+            };
+            if let Some(stored) = final_json
+                && let Ok(stored) = serde_json::from_str::<serde_json::Value>(&stored)
+            {
+                stream.send(&json!({"statusUpdate": {
+                    "taskId": stored["id"],
+                    "contextId": stored["contextId"],
+                    "status": stored["status"],
+                }}));
             }
+            drop(counted);
         });
         Ok(receiver)
     }

@@ -340,6 +340,7 @@ impl TaskEvents for BusEvents {
             TaskState::Completed,
             TaskState::Failed,
             TaskState::Rejected,
+            TaskState::Canceled,
         ]
         .into_iter()
         .find(|s| s.as_str() == event.state) else {

@@ -139,7 +139,7 @@ impl TaskStore for PostgresStore {
         };
         let (after_at, after_id) = query.after.unzip();
         let rows = filtered(format!(
-            "SELECT id, body, status_at FROM tasks WHERE {FILTERS} AND ($6::BIGINT IS NULL OR status_at < $6 \
+            "SELECT id, body, COALESCE(status_at, created_at) AS status_at FROM tasks WHERE {FILTERS} AND ($6::BIGINT IS NULL OR status_at < $6 \
              OR (status_at = $6 AND id < $7)) ORDER BY status_at DESC, id DESC LIMIT $8"
         ))
         .bind(after_at)

@@ -141,7 +141,7 @@ impl TaskStore for SqliteStore {
         };
         let (after_at, after_id) = query.after.unzip();
         let rows = filtered(format!(
-            "SELECT id, body, status_at FROM tasks WHERE {FILTERS} AND (? IS NULL OR status_at < ? \
+            "SELECT id, body, COALESCE(status_at, created_at) AS status_at FROM tasks WHERE {FILTERS} AND (? IS NULL OR status_at < ? \
              OR (status_at = ? AND id < ?)) ORDER BY status_at DESC, id DESC LIMIT ?"
         ))
         .bind(after_at)
