@@ -222,6 +222,15 @@ fn a_capability_this_release_does_not_have_stops_start_up_naming_it() {
     );
 }
 
+/// Gives the default owner a daily budget of `tokens`, and moves the clock past the budget
+/// cache so the gateway reads it.
+fn day_budget(gw: &TestGateway, tokens: u32) {
+    let tokens = tokens.to_string();
+    let (code, _, stderr) = gw.cli(&["admin", "budget", "operator", "--tokens-per-day", &tokens]);
+    assert_eq!(code, 0, "{stderr}");
+    gw.clock.advance(Duration::from_secs(10));
+}
+
 /// Posts `request` and reads the whole event stream: (content type, each event's JSON).
 async fn stream(door: &str, token: &str, request: Value) -> (String, Vec<Value>) {
     let response = reqwest::Client::new()
@@ -427,9 +436,7 @@ async fn the_openai_backend_streams_with_usage_and_the_budget_counts_it() {
     let gw = TestGateway::start_with(policy(&model, &["streaming"])).await;
     let token = gw.add_peer("alice");
     // Each answer costs 18 tokens (reported in the stream's last chunk): two spend the day.
-    let (code, _, stderr) = gw.cli(&["admin", "budget", "operator", "--tokens-per-day", "30"]);
-    assert_eq!(code, 0, "{stderr}");
-    gw.clock.advance(Duration::from_secs(10));
+    day_budget(&gw, 30);
     for round in 0..2 {
         let (_, events) = stream(
             &gw.door,
@@ -552,9 +559,7 @@ async fn streamed_text_the_model_did_not_account_for_still_counts_against_the_bu
     let model = FakeModel::start(ModelBehaviour::StreamWithoutUsage).await;
     let gw = TestGateway::start_with(policy(&model, &["streaming"])).await;
     let token = gw.add_peer("alice");
-    let (code, _, stderr) = gw.cli(&["admin", "budget", "operator", "--tokens-per-day", "30"]);
-    assert_eq!(code, 0, "{stderr}");
-    gw.clock.advance(Duration::from_secs(10));
+    day_budget(&gw, 30);
     // About 160 bytes streamed, no usage reported: about 40 tokens, over the day's 30.
     let question = "why ".repeat(37);
     let (_, events) = stream(

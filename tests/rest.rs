@@ -47,6 +47,27 @@ fn message(text: &str) -> Value {
         "role": "ROLE_USER", "parts": [{"text": text}]}})
 }
 
+/// A raw request to the binding as `token` with `headers`.
+async fn raw(
+    gw: &TestGateway,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: Option<String>,
+) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .request(method, gw.url(&format!("/a2a/v1/rest{path}")))
+        .bearer_auth(token);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(body) = body {
+        request = request.body(body);
+    }
+    request.send().await.unwrap()
+}
+
 /// The `google.rpc.Status` of an error body: (code, status, reason).
 fn status_of(body: &Value) -> (i64, &str, &str) {
     let error = &body["error"];
@@ -191,14 +212,15 @@ async fn the_rest_routes_answer_as_the_json_rpc_door_does() {
 async fn a_rest_stream_carries_bare_stream_responses() {
     let gw = TestGateway::start_with(full()).await;
     let token = gw.add_peer("alice");
-    let response = reqwest::Client::new()
-        .post(gw.url("/a2a/v1/rest/message:stream"))
-        .bearer_auth(&token)
-        .header("content-type", "application/json")
-        .body(message("stream over rest").to_string())
-        .send()
-        .await
-        .unwrap();
+    let response = raw(
+        &gw,
+        reqwest::Method::POST,
+        "/message:stream",
+        &token,
+        &[("content-type", "application/json")],
+        Some(message("stream over rest").to_string()),
+    )
+    .await;
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let text = response.text().await.unwrap();
     let events: Vec<Value> = text
@@ -225,13 +247,15 @@ async fn the_rest_routes_sit_behind_the_same_guards() {
     let (status, _) = call(&gw, Method::GET, "/tasks", None, None).await;
     assert_eq!(status, 401);
     // A version this door does not speak: the gate, in this binding's shape.
-    let response = reqwest::Client::new()
-        .get(gw.url("/a2a/v1/rest/tasks"))
-        .bearer_auth(&token)
-        .header("a2a-version", "0.3")
-        .send()
-        .await
-        .unwrap();
+    let response = raw(
+        &gw,
+        Method::GET,
+        "/tasks",
+        &token,
+        &[("a2a-version", "0.3")],
+        None,
+    )
+    .await;
     assert_eq!(response.status().as_u16(), 400);
     let body: Value = response.json().await.unwrap();
     assert_eq!(
@@ -239,26 +263,28 @@ async fn the_rest_routes_sit_behind_the_same_guards() {
         (400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED")
     );
     // A body not sent as JSON.
-    let response = reqwest::Client::new()
-        .post(gw.url("/a2a/v1/rest/message:send"))
-        .bearer_auth(&token)
-        .header("content-type", "text/plain")
-        .body(message("hi").to_string())
-        .send()
-        .await
-        .unwrap();
+    let response = raw(
+        &gw,
+        Method::POST,
+        "/message:send",
+        &token,
+        &[("content-type", "text/plain")],
+        Some(message("hi").to_string()),
+    )
+    .await;
     assert_eq!(response.status().as_u16(), 400);
     let body: Value = response.json().await.unwrap();
     assert_eq!(status_of(&body).2, "CONTENT_TYPE_NOT_SUPPORTED");
     // A repeated member name is refused, as on the JSON-RPC door.
-    let response = reqwest::Client::new()
-        .post(gw.url("/a2a/v1/rest/message:send"))
-        .bearer_auth(&token)
-        .header("content-type", "application/json")
-        .body(r#"{"message": {}, "message": {}}"#)
-        .send()
-        .await
-        .unwrap();
+    let response = raw(
+        &gw,
+        Method::POST,
+        "/message:send",
+        &token,
+        &[("content-type", "application/json")],
+        Some(r#"{"message": {}, "message": {}}"#.to_owned()),
+    )
+    .await;
     assert_eq!(response.status().as_u16(), 400);
     gw.stop().await;
 }

@@ -166,19 +166,28 @@ fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Value, jsonrpc::RpcEr
 }
 
 async fn send(
-    State(state): State<RestState>,
+    state: State<RestState>,
     peer: AuthenticatedPeer,
     client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match body_params(&headers, &body) {
-        Ok(params) => ask(&state, Caller::new(peer, client), "SendMessage", params).await,
-        Err(refused) => error_response(&refused),
-    }
+    send_as("SendMessage", state, peer, client, headers, body).await
 }
 
 async fn stream(
+    state: State<RestState>,
+    peer: AuthenticatedPeer,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    send_as("SendStreamingMessage", state, peer, client, headers, body).await
+}
+
+/// A message sent with `method`: the body is its params.
+async fn send_as(
+    method: &str,
     State(state): State<RestState>,
     peer: AuthenticatedPeer,
     client: Option<Extension<ClientAddr>>,
@@ -186,15 +195,7 @@ async fn stream(
     body: Bytes,
 ) -> Response {
     match body_params(&headers, &body) {
-        Ok(params) => {
-            ask(
-                &state,
-                Caller::new(peer, client),
-                "SendStreamingMessage",
-                params,
-            )
-            .await
-        }
+        Ok(params) => ask(&state, Caller::new(peer, client), method, params).await,
         Err(refused) => error_response(&refused),
     }
 }
