@@ -392,6 +392,12 @@ async fn a_subscription_follows_a_working_task_to_its_final_state() {
         last["status"]["state"], "TASK_STATE_COMPLETED",
         "{events:?}"
     );
+    // The answer comes before the final status, as on a streamed turn.
+    let artifact = &events[events.len() - 2]["result"]["artifactUpdate"]["artifact"];
+    assert_eq!(
+        artifact["parts"][0]["text"], "model says: follow me",
+        "{events:?}"
+    );
     // A finished task cannot be subscribed to.
     let finished = rpc(
         &gw.door,

@@ -237,6 +237,15 @@ impl Agent {
             if let Some(stored) = final_json
                 && let Ok(stored) = serde_json::from_str::<serde_json::Value>(&stored)
             {
+                // The same events a streamed turn ends with: the answer, then the status.
+                if let Some(artifact) = stored["artifacts"].get(0) {
+                    stream.send(&json!({"artifactUpdate": {
+                        "taskId": stored["id"],
+                        "contextId": stored["contextId"],
+                        "artifact": artifact,
+                        "lastChunk": true,
+                    }}));
+                }
                 stream.send(&json!({"statusUpdate": {
                     "taskId": stored["id"],
                     "contextId": stored["contextId"],
