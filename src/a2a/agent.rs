@@ -448,17 +448,18 @@ impl Agent {
         // Stored before the model is asked: a store that cannot take it refuses the message
         // with nothing spent, and a crash from here on leaves a task that reads as failed
         // (interrupted) after the restart instead of one that never existed.
-        let working = turn.task(self, TaskState::Working, WORKING_TEXT);
+        let now = self.clock.now_millis();
+        let working = turn.task(self, TaskState::Working, WORKING_TEXT, now);
         let working_json = serde_json::to_string(&working).map_err(internal)?;
         // Ready before the task is stored: whatever ends this turn early from here on (an
         // error, a panic, the future dropped) turns the stored task failed instead of leaving
         // it working.
         let failed_json =
-            serde_json::to_string(&turn.task(self, TaskState::Failed, UNFINISHED_TEXT))
+            serde_json::to_string(&turn.task(self, TaskState::Failed, UNFINISHED_TEXT, now))
                 .map_err(internal)?;
         let heard = self.event(peer, &turn.task_id, TaskState::Working, &working_json);
         self.store
-            .save_exchange(turn.exchange(self, TaskState::Working, working_json.clone()))
+            .save_exchange(turn.exchange(self, TaskState::Working, working_json.clone(), now))
             .await
             .map_err(store_unavailable)?;
         self.announce(heard);
@@ -570,13 +571,14 @@ impl Agent {
         unfinished: Option<UnfinishedTask>,
     ) -> Result<Box<RawValue>, RpcError> {
         let state = outcome.state;
-        let task = turn.task(self, state, &outcome.reply);
+        let now = self.clock.now_millis();
+        let task = turn.task(self, state, &outcome.reply, now);
         // Serialized once: the stored copy is also the answer, unless the peer asked for less
         // history.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
         let answer = task_answer(&task_json, history_length)?;
         let heard = self.event(&turn.peer, &turn.task_id, state, &task_json);
-        let mut finished = turn.exchange(self, state, task_json);
+        let mut finished = turn.exchange(self, state, task_json, now);
         finished.messages = outcome.messages;
         finished.usage = outcome.usage;
         finished.audit = outcome.audit;
@@ -700,6 +702,7 @@ impl Agent {
 
     /// The task for one message: the peer's text and the agent's reply in its history, and the
     /// reply as an artifact when the model answered.
+    #[allow(clippy::too_many_arguments)]
     fn task(
         &self,
         task_id: &str,
@@ -708,6 +711,7 @@ impl Agent {
         text: &str,
         state: TaskState,
         reply: &str,
+        now: i64,
     ) -> Task {
         let message_for = |role: Role, message_id: String, text: &str| Message {
             message_id,
@@ -734,7 +738,7 @@ impl Agent {
             status: TaskStatus {
                 state,
                 message: agent_message.clone(),
-                timestamp: rfc3339_millis(self.clock.now_millis()),
+                timestamp: rfc3339_millis(now),
             },
             artifacts,
             history: vec![user_message, agent_message],
@@ -901,8 +905,8 @@ struct TurnPlan {
 }
 
 impl TurnPlan {
-    /// The task in `state` with the agent's `reply`.
-    fn task(&self, agent: &Agent, state: TaskState, reply: &str) -> Task {
+    /// The task in `state` with the agent's `reply`, its status as of `now` (epoch ms).
+    fn task(&self, agent: &Agent, state: TaskState, reply: &str, now: i64) -> Task {
         agent.task(
             &self.task_id,
             &self.context_id,
@@ -910,14 +914,15 @@ impl TurnPlan {
             &self.text,
             state,
             reply,
+            now,
         )
     }
 
-    /// The task as the store keeps it; what the turn adds is filled in by the caller.
-    fn exchange(&self, agent: &Agent, state: TaskState, task_json: String) -> Exchange {
+    /// The task as the store keeps it, as of `now` (the same instant as its status, so
+    /// ListTasks orders by the time clients see); what the turn adds is filled in by the caller.
+    fn exchange(&self, agent: &Agent, state: TaskState, task_json: String, now: i64) -> Exchange {
         let retention =
             i64::try_from(agent.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
-        let now = agent.clock.now_millis();
         Exchange {
             task_id: self.task_id.clone(),
             peer_id: self.peer.id().to_owned(),
@@ -1121,8 +1126,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(dir.path()).await.unwrap();
         let agent = agent_over(&store, SharedState::default()).await;
-        let task = agent.task("t1", "c1", "m1", "hello", TaskState::Working, WORKING_TEXT);
         let now = agent.clock.now_millis();
+        let task = agent.task(
+            "t1",
+            "c1",
+            "m1",
+            "hello",
+            TaskState::Working,
+            WORKING_TEXT,
+            now,
+        );
         store
             .tasks()
             .save_exchange(Exchange {
@@ -1290,7 +1303,15 @@ mod tests {
             ("t_live", Some("ins_live")),
             ("t_old", None),
         ] {
-            let working = agent.task(task, "c1", "m1", "hello", TaskState::Working, WORKING_TEXT);
+            let working = agent.task(
+                task,
+                "c1",
+                "m1",
+                "hello",
+                TaskState::Working,
+                WORKING_TEXT,
+                1,
+            );
             store
                 .tasks()
                 .save_exchange(Exchange {
