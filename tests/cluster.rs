@@ -635,3 +635,33 @@ async fn instances_that_would_serve_differently_refuse_to_start() {
     );
     drop(alone);
 }
+
+#[tokio::test]
+async fn a_turn_answered_by_one_instance_is_canceled_through_the_other() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let Some(shared) = Shared::start(&model, |p| p.set("capabilities.cancel_running", true)) else {
+        return;
+    };
+    let token = shared.peer("alice", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    let store = shared.store().await;
+    let (door_a, sender) = (a.door(), token.clone());
+    let sending =
+        tokio::spawn(async move { rpc(&door_a, &sender, send_request("stop me", None)).await });
+    model.wait_for_arrival().await;
+    let working = working(&store).await;
+    let (id, _) = &working[0];
+    let canceled = rpc(
+        &b.door(),
+        &token,
+        json!({"jsonrpc": "2.0", "id": 7, "method": "CancelTask", "params": {"id": id}}),
+    )
+    .await;
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    let sent = sending.await.unwrap();
+    assert_eq!(state_of(&sent), "TASK_STATE_CANCELED", "{sent}");
+    store.close().await;
+}

@@ -143,6 +143,8 @@ pub struct SharedState {
     pub events: Arc<dyn TaskEvents>,
     /// Which instance answers which working task.
     pub ownership: Arc<dyn TaskOwnership>,
+    /// `CancelTask` for turns other instances answer.
+    pub cancels: Arc<dyn crate::shared::cancels::CancelRequests>,
 }
 
 impl Default for SharedState {
@@ -152,6 +154,7 @@ impl Default for SharedState {
             turns: Arc::new(LocalTurnLocks::default()),
             events: Arc::new(LocalTaskEvents::default()),
             ownership: Arc::new(SingleInstance::default()),
+            cancels: Arc::new(crate::shared::cancels::NoOtherInstances),
         }
     }
 }
@@ -817,9 +820,7 @@ impl Agent {
                 .and_then(|turn| turn.cancel.take())
         };
         let Some(cancel) = cancel else {
-            return Err(RpcError::TaskNotCancelable(
-                "it is being answered by another gateway instance, or has just finished; read it with GetTask",
-            ));
+            return self.cancel_elsewhere(peer, &params.id).await;
         };
         // Heard before the turn is told, so its final state cannot slip past.
         let mut events = self.shared.events.subscribe(peer.id(), &params.id);
@@ -846,6 +847,50 @@ impl Agent {
             return Err(finished_first);
         }
         RawValue::from_string(stored).map_err(internal)
+    }
+
+    /// A working task this instance is not answering: asks the other instances, then follows
+    /// the store (every 200 ms, within the backend timeout) until the task is final.
+    async fn cancel_elsewhere(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+    ) -> Result<Box<RawValue>, RpcError> {
+        self.shared.cancels.request(peer.id(), task_id);
+        let deadline = tokio::time::Instant::now() + self.settings.backend_timeout;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let stored = self.load_task_json(peer, task_id).await?;
+            let task: Task = serde_json::from_str(&stored).map_err(internal)?;
+            match task.status.state {
+                TaskState::Working => {}
+                TaskState::Canceled => return RawValue::from_string(stored).map_err(internal),
+                _ => break,
+            }
+        }
+        Err(RpcError::TaskNotCancelable(
+            "it reached a final state before it could be canceled, or no instance is answering it; read it with GetTask",
+        ))
+    }
+
+    /// Listens for other instances' cancel requests, stopping the turns this instance answers.
+    pub fn hear_cancels(self: &Arc<Self>) {
+        let agent = Arc::downgrade(self);
+        self.shared
+            .cancels
+            .subscribe(Arc::new(move |peer_id: &str, task_id: &str| {
+                let Some(agent) = agent.upgrade() else { return };
+                let cancel = {
+                    let mut running = agent.running.lock().unwrap_or_else(|e| e.into_inner());
+                    running
+                        .get_mut(task_id)
+                        .filter(|turn| *turn.peer_id == *peer_id)
+                        .and_then(|turn| turn.cancel.take())
+                };
+                if let Some(cancel) = cancel {
+                    let _ = cancel.send(());
+                }
+            }));
     }
 
     async fn load_task(&self, peer: &AuthenticatedPeer, task_id: &str) -> Result<Task, RpcError> {

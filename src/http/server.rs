@@ -215,6 +215,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
                 .map_err(|e| config(&e))?,
         ),
     );
+    agent.hear_cancels();
     // No turn is in flight before serving: every working task was interrupted.
     match agent.fail_interrupted_tasks(None).await? {
         0 => {}

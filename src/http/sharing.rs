@@ -96,6 +96,7 @@ impl Sharing {
             turns: Arc::new(RedisTurnLocks::new(&redis, hold)),
             events: bus.events(),
             ownership,
+            cancels: bus.cancels(),
         };
         tracing::info!(
             "serving the store together with other instances: limits, change notifications, task events, turn order and budgets are shared through Redis; leases are kept in the store"

@@ -8,10 +8,12 @@
 //! | [`changes::ChangeNotifier`] | caches of peers and administrators (credentials, budgets) | direct calls |
 //! | [`events::TaskEvents`] | whoever waits on a task (streaming, subscriptions, push) | a broadcast channel |
 //! | [`ownership::TaskOwnership`] | start-up and housekeeping sweeps of working tasks | this process only; across instances, leases in the store |
+//! | [`cancels::CancelRequests`] | `CancelTask` for a turn another instance answers | none (one instance); across instances, Redis pub/sub |
 //! | [`spend::SharedSpend`] | budgets: tokens spent | none (each process counts); across instances, [`redis::spend::RedisSpend`] |
 //!
 //! The engines for several instances are in [`redis`], with what each does while Redis is away.
 
+pub mod cancels;
 pub mod changes;
 pub mod events;
 pub mod ownership;

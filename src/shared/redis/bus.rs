@@ -38,6 +38,8 @@ use std::time::Duration;
 const CHANGES: &str = "peergate:changes";
 /// Where task events are published.
 const EVENTS: &str = "peergate:events";
+/// Where cancel requests are published.
+const CANCELS: &str = "peergate:cancels";
 /// Where instances announce their presence and whether they have task subscribers.
 const PRESENCE: &str = "peergate:presence";
 /// How often an instance announces its presence.
@@ -54,6 +56,8 @@ struct Shared {
     events: LocalTaskEvents,
     subscribed: AtomicBool,
     health: Degradation,
+    /// Who stops this instance's turns when another instance asks.
+    cancels: CancelListeners,
     /// The clock of the two instants below, in milliseconds since this.
     started: tokio::time::Instant,
     /// Until when another instance has task subscribers (ms since `started`).
@@ -108,6 +112,27 @@ struct WireChange<'a> {
     id: Cow<'a, str>,
 }
 
+/// Who stops this instance's turns when another instance asks.
+#[derive(Default)]
+struct CancelListeners(std::sync::RwLock<Vec<crate::shared::cancels::CancelListener>>);
+
+impl std::fmt::Debug for CancelListeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CancelListeners")
+    }
+}
+
+/// A cancel request on the wire.
+#[derive(Serialize, Deserialize)]
+struct WireCancel<'a> {
+    #[serde(borrow)]
+    from: Cow<'a, str>,
+    #[serde(borrow)]
+    peer: Cow<'a, str>,
+    #[serde(borrow)]
+    task: Cow<'a, str>,
+}
+
 /// A presence announcement on the wire.
 #[derive(Serialize, Deserialize)]
 struct WirePresence<'a> {
@@ -149,6 +174,7 @@ impl RedisBus {
             events: LocalTaskEvents::default(),
             subscribed: AtomicBool::new(false),
             health: Degradation::new("change notifications and task events"),
+            cancels: CancelListeners::default(),
             started: tokio::time::Instant::now(),
             interest_until: AtomicU64::new(0),
             heard_self: AtomicU64::new(0),
@@ -179,6 +205,11 @@ impl RedisBus {
         Arc::new(BusEvents(self.shared.clone()))
     }
 
+    /// Cancel requests over this bus.
+    pub fn cancels(&self) -> Arc<dyn crate::shared::cancels::CancelRequests> {
+        Arc::new(BusCancels(self.shared.clone()))
+    }
+
     /// Whether the subscription is up, so other instances' publications arrive.
     pub fn subscribed(&self) -> bool {
         self.shared.subscribed.load(Ordering::Relaxed)
@@ -202,7 +233,10 @@ async fn listen(client: redis::Client, shared: Arc<Shared>) {
     let mut first = true;
     loop {
         if let Ok(mut pubsub) = client.get_async_pubsub().await
-            && pubsub.subscribe(&[CHANGES, EVENTS, PRESENCE]).await.is_ok()
+            && pubsub
+                .subscribe(&[CHANGES, EVENTS, PRESENCE, CANCELS])
+                .await
+                .is_ok()
         {
             shared.subscribed.store(true, Ordering::Relaxed);
             shared.heard_self.store(shared.now_ms(), Ordering::Relaxed);
@@ -237,6 +271,7 @@ async fn listen(client: redis::Client, shared: Arc<Shared>) {
                     CHANGES => deliver_change(&shared, &payload),
                     EVENTS => deliver_event(&shared, &payload),
                     PRESENCE => hear_presence(&shared, &payload),
+                    CANCELS => hear_cancel(&shared, &payload),
                     _ => {}
                 }
             }
@@ -246,6 +281,19 @@ async fn listen(client: redis::Client, shared: Arc<Shared>) {
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn hear_cancel(shared: &Shared, payload: &str) {
+    let Ok(wire) = serde_json::from_str::<WireCancel<'_>>(payload) else {
+        return;
+    };
+    if *wire.from == *shared.instance {
+        return;
+    }
+    let listeners = shared.cancels.0.read().unwrap_or_else(|e| e.into_inner());
+    for listener in listeners.iter() {
+        listener(&wire.peer, &wire.task);
     }
 }
 
@@ -322,6 +370,32 @@ impl ChangeNotifier for BusChanges {
 
     fn subscribe(&self, listener: Arc<dyn ChangeListener>) {
         self.0.changes.subscribe(listener);
+    }
+}
+
+/// Cancel requests over the bus.
+#[derive(Debug)]
+struct BusCancels(Arc<Shared>);
+
+impl crate::shared::cancels::CancelRequests for BusCancels {
+    fn request(&self, peer_id: &str, task_id: &str) {
+        let wire = WireCancel {
+            from: Cow::Borrowed(&self.0.instance),
+            peer: Cow::Borrowed(peer_id),
+            task: Cow::Borrowed(task_id),
+        };
+        if let Ok(payload) = serde_json::to_string(&wire) {
+            self.0.publish(CANCELS, payload);
+        }
+    }
+
+    fn subscribe(&self, listener: crate::shared::cancels::CancelListener) {
+        self.0
+            .cancels
+            .0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(listener);
     }
 }
 
