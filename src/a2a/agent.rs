@@ -812,13 +812,7 @@ impl Agent {
                 "cancelling a task being answered is off (capabilities.cancel_running is false); it ends on its own",
             ));
         }
-        let cancel = {
-            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-            running
-                .get_mut(&params.id)
-                .filter(|turn| *turn.peer_id == *peer.id())
-                .and_then(|turn| turn.cancel.take())
-        };
+        let cancel = self.take_cancel(peer.id(), &params.id);
         let Some(cancel) = cancel else {
             return self.cancel_elsewhere(peer, &params.id).await;
         };
@@ -873,6 +867,19 @@ impl Agent {
         ))
     }
 
+    /// The way to stop `task_id`, if this instance answers it for `peer_id` (taken once).
+    fn take_cancel(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+    ) -> Option<tokio::sync::oneshot::Sender<()>> {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running
+            .get_mut(task_id)
+            .filter(|turn| *turn.peer_id == *peer_id)
+            .and_then(|turn| turn.cancel.take())
+    }
+
     /// Listens for other instances' cancel requests, stopping the turns this instance answers.
     pub fn hear_cancels(self: &Arc<Self>) {
         let agent = Arc::downgrade(self);
@@ -880,14 +887,7 @@ impl Agent {
             .cancels
             .subscribe(Arc::new(move |peer_id: &str, task_id: &str| {
                 let Some(agent) = agent.upgrade() else { return };
-                let cancel = {
-                    let mut running = agent.running.lock().unwrap_or_else(|e| e.into_inner());
-                    running
-                        .get_mut(task_id)
-                        .filter(|turn| *turn.peer_id == *peer_id)
-                        .and_then(|turn| turn.cancel.take())
-                };
-                if let Some(cancel) = cancel {
+                if let Some(cancel) = agent.take_cancel(peer_id, task_id) {
                     let _ = cancel.send(());
                 }
             }));
