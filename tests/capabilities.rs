@@ -273,12 +273,7 @@ async fn a_streamed_message_carries_the_task_the_text_as_it_arrives_and_the_fina
     )
     .await;
     let token = gw.add_peer("alice");
-    let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card = gw.card().await;
     assert_eq!(card["capabilities"]["streaming"], true, "the card says so");
     let (content_type, events) = stream(
         &gw.door,

@@ -60,21 +60,5 @@ fn official_js_client_discovers_sends_gets_and_follows_up() {
     assert_ne!(summary["first_task"], summary["followup_task"], "{summary}");
 
     // Against the full policy: stream, list, and the errors of a finished task.
-    let full = repo_root().join("policies/full.toml");
-    let (summary, _) = run_sdk_client_serving(
-        Path::new("node"),
-        &work.join("a2a_js_full.mjs"),
-        "js-sdk",
-        &["--policy", full.to_str().unwrap()],
-    );
-    assert_eq!(
-        summary["stream_final_state"], "TASK_STATE_COMPLETED",
-        "{summary}"
-    );
-    assert!(summary["stream_pieces"].as_u64().unwrap() > 2, "{summary}");
-    assert_eq!(summary["stream_text_matches"], true, "{summary}");
-    assert_eq!(summary["listed_contains_streamed"], true, "{summary}");
-    assert_eq!(summary["total_size"], 1, "{summary}");
-    assert_eq!(summary["cancel_finished_code"], -32002, "{summary}");
-    assert_eq!(summary["subscribe_finished_code"], -32004, "{summary}");
+    run_full_policy_client(Path::new("node"), &work.join("a2a_js_full.mjs"), "js-sdk");
 }

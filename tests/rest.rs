@@ -91,12 +91,7 @@ async fn the_binding_is_not_routed_unless_switched_on() {
     )
     .await;
     assert_eq!(status, 404);
-    let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card = gw.card().await;
     assert_eq!(card["supportedInterfaces"].as_array().unwrap().len(), 1);
     gw.stop().await;
 }
@@ -106,12 +101,7 @@ async fn the_rest_routes_answer_as_the_json_rpc_door_does() {
     use reqwest::Method;
     let gw = TestGateway::start_with(full()).await;
     let (alice, bob) = (gw.add_peer("alice"), gw.add_peer("bob"));
-    let card: Value = reqwest::get(gw.url("/.well-known/agent-card.json"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card = gw.card().await;
     let rest = &card["supportedInterfaces"][1];
     assert_eq!(rest["protocolBinding"], "HTTP+JSON");
     assert!(

@@ -69,6 +69,16 @@ impl TestGateway {
         format!("http://{}{path}", self.addr)
     }
 
+    /// The public Agent Card it serves, as JSON.
+    pub async fn card(&self) -> serde_json::Value {
+        reqwest::get(self.url("/.well-known/agent-card.json"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// Adds a peer with the real CLI against this gateway's store.
     pub fn add_peer(&self, name: &str) -> String {
         add_peer(self.data.path(), name)

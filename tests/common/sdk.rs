@@ -45,3 +45,24 @@ pub fn run_sdk_client_serving(
     let summary = serde_json::from_str(stdout.trim()).expect("JSON summary");
     (summary, server.door())
 }
+
+/// Runs an official SDK client against `policies/full.toml` and checks what every such client
+/// must see: a streamed answer in pieces that make the final text, the task listed, and the
+/// errors for cancelling (-32002) and subscribing to (-32004) a finished task. Returns the
+/// summary for the client's own checks.
+pub fn run_full_policy_client(program: &Path, script: &Path, peer: &str) -> Value {
+    let full = super::cli::repo_root().join("policies/full.toml");
+    let (summary, _) =
+        run_sdk_client_serving(program, script, peer, &["--policy", full.to_str().unwrap()]);
+    assert_eq!(
+        summary["stream_final_state"], "TASK_STATE_COMPLETED",
+        "{summary}"
+    );
+    assert!(summary["stream_pieces"].as_u64().unwrap() > 2, "{summary}");
+    assert_eq!(summary["stream_text_matches"], true, "{summary}");
+    assert_eq!(summary["listed_contains_streamed"], true, "{summary}");
+    assert_eq!(summary["total_size"], 1, "{summary}");
+    assert_eq!(summary["cancel_finished_code"], -32002, "{summary}");
+    assert_eq!(summary["subscribe_finished_code"], -32004, "{summary}");
+    summary
+}

@@ -150,16 +150,22 @@ async fn migrate(path: &Path, options: &SqliteConnectOptions) -> Result<(), Stor
     outcome
 }
 
-async fn lock_for_migration(database: &Path) -> Result<std::fs::File, StoreError> {
+/// The file beside `database` named with `suffix`, opened (created if needed) to hold a lock
+/// on; the lock, not the file's content, is what holds.
+fn lock_file(database: &Path, suffix: &str) -> Result<std::fs::File, StoreError> {
     let mut name = database.as_os_str().to_owned();
-    name.push(".lock");
-    let file = std::fs::OpenOptions::new()
+    name.push(suffix);
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(PathBuf::from(name))
-        .map_err(|e| StoreError::DataDir(e.kind()))?;
+        .map_err(|e| StoreError::DataDir(e.kind()))
+}
+
+async fn lock_for_migration(database: &Path) -> Result<std::fs::File, StoreError> {
+    let file = lock_file(database, ".lock")?;
     let deadline = std::time::Instant::now() + MIGRATION_LOCK_WAIT;
     loop {
         match file.try_lock() {
@@ -261,15 +267,7 @@ impl StoreEngine for SqliteStore {
         if serving == Serving::Shared {
             return Err(StoreError::Unshareable);
         }
-        let mut name = self.path.as_os_str().to_owned();
-        name.push(".serving");
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(PathBuf::from(name))
-            .map_err(|e| StoreError::DataDir(e.kind()))?;
+        let mut file = lock_file(&self.path, ".serving")?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
