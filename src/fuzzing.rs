@@ -19,7 +19,10 @@ pub fn jsonrpc_envelope(data: &[u8]) {
                     | Method::ListTasks
                     | Method::CancelTask
                     | Method::SubscribeToTask
-                    | Method::PushNotificationConfig
+                    | Method::CreatePushConfig
+                    | Method::GetPushConfig
+                    | Method::ListPushConfigs
+                    | Method::DeletePushConfig
                     | Method::GetExtendedAgentCard
             ));
             let id = request.id.to_json();

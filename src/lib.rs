@@ -12,6 +12,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod jose;
 pub mod layers;
+pub mod push;
 pub mod shared;
 pub mod store;
 pub mod token;

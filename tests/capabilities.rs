@@ -198,17 +198,7 @@ async fn cancelling_a_running_turn_stops_it_and_stores_it_canceled() {
 }
 
 #[test]
-fn a_capability_this_release_does_not_have_stops_start_up_naming_it() {
-    let text = PolicyEdit::default()
-        .insert("capabilities.push_notifications", true)
-        .text();
-    let refused = peergate::config::Policy::parse(&text, &peergate::config::PolicySource::Embedded)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        refused.contains("capabilities.push_notifications"),
-        "{refused}"
-    );
+fn a_subscription_without_streaming_stops_start_up_naming_it() {
     // A subscription is a stream.
     let text = PolicyEdit::default()
         .set("capabilities.subscriptions", true)
@@ -494,7 +484,8 @@ fn the_full_policy_is_the_default_with_every_capability_on() {
             "cancel_running",
             "streaming",
             "subscriptions",
-            "http_json"
+            "http_json",
+            "push_notifications"
         ]
     );
     default.remove("capabilities");

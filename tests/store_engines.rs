@@ -212,6 +212,8 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             }),
             audit: None,
             instance: Some(Arc::from("ins_a")),
+            notify: false,
+            push_config: None,
         };
         let tasks = store.tasks();
         // Concurrent turns share one batch: two contexts' worth of rows, one usage row.

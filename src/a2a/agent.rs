@@ -11,6 +11,7 @@
 //! and a half times the backend timeout, then `-32000`).
 
 mod list;
+mod push;
 mod stream;
 
 use crate::a2a::jsonrpc::{self, Method, RpcError};
@@ -94,6 +95,8 @@ pub struct Agent {
     /// Turns running without a request waiting on them (non-blocking sends, streams), so a
     /// shutdown can let them store their answers before the store closes.
     background: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+    /// Push notifications, when `capabilities.push_notifications` is on.
+    push: Option<Arc<crate::push::Push>>,
 }
 
 /// A turn registered as cancelable; it leaves the registry when this drops, however the turn
@@ -188,7 +191,15 @@ impl Agent {
             extended_card: RawValue::from_string("{}".to_owned()).unwrap_or_default(),
             running: Arc::default(),
             background: Arc::default(),
+            push: None,
         }
+    }
+
+    /// Serves the push-notification methods through `push` and queues every stored state for
+    /// the task's configs.
+    pub fn with_push(mut self, push: Arc<crate::push::Push>) -> Self {
+        self.push = Some(push);
+        self
     }
 
     /// Shares turns, task events and ownership through `shared` instead of the in-process
@@ -228,8 +239,11 @@ impl Agent {
             Method::ListTasks => self.list_tasks(peer, params).await,
             Method::CancelTask => self.cancel_task(peer, params).await,
             Method::GetExtendedAgentCard => Ok(self.extended_card.clone()),
-            // The card says `pushNotifications: false`: the specification's own error.
-            Method::PushNotificationConfig => Err(RpcError::PushNotificationNotSupported),
+            // Each answers -32003 while push notifications are off.
+            Method::CreatePushConfig => self.create_push_config(peer, params).await,
+            Method::GetPushConfig => self.get_push_config(peer, params).await,
+            Method::ListPushConfigs => self.list_push_configs(peer, params).await,
+            Method::DeletePushConfig => self.delete_push_config(peer, params).await,
             Method::SendStreamingMessage => {
                 return match self.send_streaming(peer, client, &request.id, params).await {
                     Ok(events) => Answer::Events(events),
@@ -314,11 +328,17 @@ impl Agent {
                 .refer_to_task(peer, task_id, message.context_id.as_deref())
                 .await);
         }
+        let task_id = new_id();
+        let push_config = match configuration.push_config {
+            Some(config) => Some(self.inline_push_config(peer, &task_id, config).await?),
+            None => None,
+        };
         Ok(PlannedTurn {
             fresh_context: message.context_id.is_none(),
             turn: TurnPlan {
                 peer: peer.clone(),
-                task_id: new_id(),
+                task_id,
+                push_config,
                 context_id: context_id.unwrap_or_else(new_id),
                 message_id: message.message_id,
                 text: truncate_text(text, self.settings.max_text_bytes),
@@ -461,8 +481,10 @@ impl Agent {
             serde_json::to_string(&turn.task(self, TaskState::Failed, UNFINISHED_TEXT, now))
                 .map_err(internal)?;
         let heard = self.event(peer, &turn.task_id, TaskState::Working, &working_json);
+        let mut exchange = turn.exchange(self, TaskState::Working, working_json.clone(), now);
+        exchange.push_config = turn.push_config.clone();
         self.store
-            .save_exchange(turn.exchange(self, TaskState::Working, working_json.clone(), now))
+            .save_exchange(exchange)
             .await
             .map_err(store_unavailable)?;
         self.announce(heard);
@@ -585,6 +607,10 @@ impl Agent {
         finished.messages = outcome.messages;
         finished.usage = outcome.usage;
         finished.audit = outcome.audit;
+        if unfinished.is_none() {
+            // Refused before a working state was stored: this is the task's first state.
+            finished.push_config = turn.push_config.clone();
+        }
         self.store.save_exchange(finished).await.map_err(internal)?;
         self.announce(heard);
         if let Some(mut stored) = unfinished {
@@ -696,8 +722,12 @@ impl Agent {
         })
     }
 
-    /// Publishes an event once its state is durable.
+    /// Publishes an event once its state is durable (and tells the push deliveries that one
+    /// may be queued).
     fn announce(&self, event: Option<TaskEvent>) {
+        if let Some(push) = &self.push {
+            push.wake();
+        }
         if let Some(event) = event {
             self.shared.events.publish(event);
         }
@@ -943,6 +973,8 @@ const UNFINISHED_TEXT: &str =
 struct TurnPlan {
     peer: AuthenticatedPeer,
     task_id: String,
+    /// A push-notification config sent with the message, stored with the task's first state.
+    push_config: Option<crate::store::PushConfigRecord>,
     context_id: String,
     message_id: String,
     text: String,
@@ -980,6 +1012,8 @@ impl TurnPlan {
             usage: None,
             audit: None,
             instance: Some(self.instance.clone()),
+            notify: agent.push.is_some(),
+            push_config: None,
         }
     }
 }
@@ -1195,6 +1229,8 @@ mod tests {
                 usage: None,
                 audit: None,
                 instance: None,
+                notify: false,
+                push_config: None,
             })
             .await
             .unwrap();
@@ -1371,6 +1407,8 @@ mod tests {
                     usage: None,
                     audit: None,
                     instance: instance.map(Arc::from),
+                    notify: false,
+                    push_config: None,
                 })
                 .await
                 .unwrap();

@@ -54,8 +54,14 @@ pub enum Method {
     CancelTask,
     /// `SubscribeToTask` / `tasks/resubscribe`
     SubscribeToTask,
-    /// The four push-notification configuration methods (and their 0.3 names).
-    PushNotificationConfig,
+    /// `CreateTaskPushNotificationConfig` / `tasks/pushNotificationConfig/set`
+    CreatePushConfig,
+    /// `GetTaskPushNotificationConfig` / `tasks/pushNotificationConfig/get`
+    GetPushConfig,
+    /// `ListTaskPushNotificationConfigs` / `tasks/pushNotificationConfig/list`
+    ListPushConfigs,
+    /// `DeleteTaskPushNotificationConfig` / `tasks/pushNotificationConfig/delete`
+    DeletePushConfig,
     /// `GetExtendedAgentCard` / `agent/getAuthenticatedExtendedCard`
     GetExtendedAgentCard,
 }
@@ -73,14 +79,18 @@ impl Method {
             "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
                 Self::GetExtendedAgentCard
             }
-            "CreateTaskPushNotificationConfig"
-            | "GetTaskPushNotificationConfig"
-            | "ListTaskPushNotificationConfigs"
-            | "DeleteTaskPushNotificationConfig"
-            | "tasks/pushNotificationConfig/set"
-            | "tasks/pushNotificationConfig/get"
-            | "tasks/pushNotificationConfig/list"
-            | "tasks/pushNotificationConfig/delete" => Self::PushNotificationConfig,
+            "CreateTaskPushNotificationConfig" | "tasks/pushNotificationConfig/set" => {
+                Self::CreatePushConfig
+            }
+            "GetTaskPushNotificationConfig" | "tasks/pushNotificationConfig/get" => {
+                Self::GetPushConfig
+            }
+            "ListTaskPushNotificationConfigs" | "tasks/pushNotificationConfig/list" => {
+                Self::ListPushConfigs
+            }
+            "DeleteTaskPushNotificationConfig" | "tasks/pushNotificationConfig/delete" => {
+                Self::DeletePushConfig
+            }
             _ => return None,
         })
     }
@@ -176,6 +186,8 @@ pub enum RpcError {
     TaskNotCancelable(&'static str),
     /// `-32003`: push notifications are not offered.
     PushNotificationNotSupported,
+    /// `-32001` too: the caller's task has no push-notification config with that id.
+    PushConfigNotFound,
     /// `-32004`
     UnsupportedOperation(&'static str),
     /// `-32005`
@@ -206,6 +218,7 @@ impl RpcError {
             Self::Internal { .. } => (-32603, "INTERNAL"),
             Self::StoreUnavailable { .. } => (-32603, "STORE_UNAVAILABLE"),
             Self::TaskNotFound => (-32001, "TASK_NOT_FOUND"),
+            Self::PushConfigNotFound => (-32001, "PUSH_NOTIFICATION_CONFIG_NOT_FOUND"),
             Self::TaskNotCancelable(_) => (-32002, "TASK_NOT_CANCELABLE"),
             Self::PushNotificationNotSupported => (-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"),
             Self::UnsupportedOperation(_) => (-32004, "UNSUPPORTED_OPERATION"),
@@ -239,6 +252,9 @@ impl RpcError {
                 "Internal error: the gateway cannot store this message right now, so the model was not asked; retry later".to_owned()
             }
             Self::TaskNotFound => "Task not found".to_owned(),
+            Self::PushConfigNotFound => {
+                "Push notification config not found for this task".to_owned()
+            }
             Self::TaskNotCancelable(why) => format!("Task cannot be canceled: {why}"),
             Self::PushNotificationNotSupported => {
                 "Push notifications are not supported by this agent (capabilities.pushNotifications is false)".to_owned()

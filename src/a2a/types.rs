@@ -97,6 +97,85 @@ pub struct SendMessageConfiguration {
     /// Answer with the working task at once instead of waiting for the model.
     #[serde(default, rename = "returnImmediately", alias = "return_immediately")]
     pub return_immediately: Option<bool>,
+    /// A push-notification config for the new task (its `taskId` left empty).
+    #[serde(
+        default,
+        rename = "taskPushNotificationConfig",
+        alias = "task_push_notification_config",
+        alias = "pushNotificationConfig"
+    )]
+    pub push_config: Option<PushConfigParams>,
+}
+
+/// `TaskPushNotificationConfig` as a peer sends it (`CreateTaskPushNotificationConfig`, or
+/// inside `SendMessageConfiguration`).
+#[derive(Debug, Default, Deserialize)]
+pub struct PushConfigParams {
+    /// The task (empty or absent inside `SendMessageConfiguration`).
+    #[serde(default, rename = "taskId", alias = "task_id")]
+    pub task_id: Option<String>,
+    /// The config's id; peergate makes one when absent.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Where notifications go.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Sent back with every notification as `X-A2A-Notification-Token`.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Sent as `Authorization: <scheme> <credentials>`.
+    #[serde(default)]
+    pub authentication: Option<PushAuthentication>,
+    /// The 0.3 shape nests the config.
+    #[serde(default, rename = "pushNotificationConfig")]
+    pub nested: Option<Box<PushConfigParams>>,
+}
+
+/// `AuthenticationInfo`.
+#[derive(Debug, Default, Deserialize)]
+pub struct PushAuthentication {
+    /// The HTTP authentication scheme, such as `Bearer`.
+    #[serde(default)]
+    pub scheme: Option<String>,
+    /// Its credentials.
+    #[serde(default)]
+    pub credentials: Option<String>,
+}
+
+/// `GetTaskPushNotificationConfigRequest` / `DeleteTaskPushNotificationConfigRequest` (`taskId`
+/// and `id`), and `ListTaskPushNotificationConfigsRequest` (`taskId`). The 0.3 shape names the
+/// task `id` and the config `pushNotificationConfigId`.
+#[derive(Debug, Deserialize)]
+pub struct PushConfigRef {
+    /// The task (1.0).
+    #[serde(default, rename = "taskId", alias = "task_id")]
+    pub task_id: Option<String>,
+    /// The config (1.0), or the task (0.3).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The config (0.3).
+    #[serde(
+        default,
+        rename = "pushNotificationConfigId",
+        alias = "push_notification_config_id"
+    )]
+    pub config_id: Option<String>,
+    /// Page size (list).
+    #[serde(default, rename = "pageSize", alias = "page_size")]
+    pub page_size: Option<i64>,
+    /// Page token (list).
+    #[serde(default, rename = "pageToken", alias = "page_token")]
+    pub page_token: Option<String>,
+}
+
+impl PushConfigRef {
+    /// The task and config this names, in either shape.
+    pub fn task_and_config(&self) -> (Option<&str>, Option<&str>) {
+        match &self.task_id {
+            Some(task) => (Some(task), self.id.as_deref()),
+            None => (self.id.as_deref(), self.config_id.as_deref()),
+        }
+    }
 }
 
 /// A `Message` sent by a peer.

@@ -101,6 +101,7 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(list_conversations))
         .routes(routes!(read_conversation, delete_conversation))
         .routes(routes!(usage))
+        .routes(routes!(failed_deliveries))
         .routes(routes!(audit))
         .routes(routes!(prometheus_metrics))
 }
@@ -532,6 +533,67 @@ async fn revoke(
     let caller = caller(&admin);
     state.service.revoke(&caller, &name).await?;
     Ok(Json(state.service.show_peer(&caller, &name).await?.into()))
+}
+
+// ---- push notifications ----
+
+/// A push notification given up after its last attempt.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct FailedDeliveryView {
+    peer: String,
+    task_id: String,
+    config_id: String,
+    /// Scheme, host and path of the callback (its query may carry a secret).
+    url: String,
+    attempts: u32,
+    /// Why the last attempt failed (never the receiver's answer).
+    last_error: String,
+    queued_at: String,
+    failed_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+struct FailedDeliveryList {
+    deliveries: Vec<FailedDeliveryView>,
+}
+
+#[utoipa::path(get, path = "/v1/push/failed", tag = "operations",
+    responses((status = 200, description = "Push notifications to the caller's peers' callbacks that were given up (dead letters), newest first, at most 200; kept until their task expires", body = FailedDeliveryList)))]
+async fn failed_deliveries(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+) -> Result<Json<FailedDeliveryList>, ApiError> {
+    let failed = state.service.failed_deliveries(&caller(&admin)).await?;
+    Ok(Json(FailedDeliveryList {
+        deliveries: failed
+            .into_iter()
+            .map(|d| FailedDeliveryView {
+                peer: d.peer_name,
+                task_id: d.task_id,
+                config_id: d.config_id,
+                url: without_query(&d.url),
+                attempts: d.attempts,
+                last_error: d.last_error,
+                queued_at: rfc3339_millis(d.created_at),
+                failed_at: rfc3339_millis(d.failed_at),
+            })
+            .collect(),
+    }))
+}
+
+/// A URL without its query, fragment or credentials.
+fn without_query(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.to_string()
+        }
+        Err(_) => "(not a URL)".to_owned(),
+    }
 }
 
 // ---- conversations ----

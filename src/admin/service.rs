@@ -1044,6 +1044,19 @@ impl AccountService {
         ))
     }
 
+    /// Push notifications given up (dead letters) for the caller's peers, newest first (at
+    /// most 200).
+    pub async fn failed_deliveries(
+        &self,
+        caller: &Caller,
+    ) -> Result<Vec<crate::store::FailedDelivery>, ServiceError> {
+        Ok(self
+            .store
+            .push()
+            .failed_deliveries(Some(Self::account(caller)?), 200)
+            .await?)
+    }
+
     /// The conversations of the caller's peers.
     pub async fn conversations(
         &self,

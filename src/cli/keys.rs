@@ -1,4 +1,5 @@
-//! `peergate keys …`: the keys that sign the Agent Card.
+//! `peergate keys …`: the keys that sign the Agent Card, and the key that encrypts push
+//! notification secrets.
 
 use super::CliError;
 use clap::Subcommand;
@@ -17,6 +18,17 @@ pub(super) enum KeysCommand {
         /// Where to write it [default: keys/<kid>.pem].
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+    },
+    /// Write a new key for push.key_file (32 random bytes, base64url, mode 0600) and print its
+    /// path on stdout.
+    Push {
+        /// Where to write it.
+        #[arg(
+            long,
+            value_name = "FILE",
+            default_value = "keys/push-notification.key"
+        )]
+        out: PathBuf,
     },
 }
 
@@ -40,6 +52,21 @@ pub(super) async fn run(command: KeysCommand) -> Result<(), CliError> {
                 path.display()
             );
             println!("{}", path.display());
+            Ok(())
+        }
+        KeysCommand::Push { out } => {
+            if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    CliError(format!("cannot create {}: {}", parent.display(), e.kind()))
+                })?;
+            }
+            crate::jose::keys::write_new_key(&out, crate::push::seal::generate().as_bytes())
+                .map_err(CliError)?;
+            eprintln!(
+                "wrote a push notification key. Give every instance the same file:\n[push]\nkey_file = \"{}\"",
+                out.display()
+            );
+            println!("{}", out.display());
             Ok(())
         }
     }

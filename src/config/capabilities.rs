@@ -21,7 +21,7 @@ pub struct CapabilitiesPolicy {
     /// `CancelTask` on a task still being answered stops the model call.
     #[serde(default)]
     pub cancel_running: bool,
-    /// Push-notification configurations and deliveries.
+    /// Push-notification configurations and their deliveries (`[push]`).
     #[serde(default)]
     pub push_notifications: bool,
     /// The HTTP+JSON binding beside JSON-RPC.
@@ -31,21 +31,11 @@ pub struct CapabilitiesPolicy {
 
 impl CapabilitiesPolicy {
     pub(super) fn validate(&self) -> Result<(), Invalid> {
-        // Fail closed: a switch for a part this release does not have would advertise nothing
-        // and serve nothing, silently.
         if self.subscriptions && !self.streaming {
             return Err(invalid(
                 "capabilities.subscriptions",
                 "needs capabilities.streaming (a subscription is a stream)",
             ));
-        }
-        for (on, key) in [(self.push_notifications, "capabilities.push_notifications")] {
-            if on {
-                return Err(invalid(
-                    key,
-                    "is not available in this release; leave it false",
-                ));
-            }
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ mod cluster;
 mod gate;
 mod limits;
 mod model;
+mod push;
 mod server;
 mod signing;
 mod tasks;
@@ -24,6 +25,7 @@ pub use cluster::ClusterPolicy;
 pub use gate::GatePolicy;
 pub use limits::LimitsPolicy;
 pub use model::{BackendKind, ModelPolicy, OpenAiPolicy};
+pub use push::PushPolicy;
 pub use server::{ServerPolicy, check_admin_listen};
 pub use signing::{SigningKeyPolicy, SigningPolicy};
 pub use tasks::TasksPolicy;
@@ -138,6 +140,9 @@ pub struct Policy {
     /// `[capabilities]`
     #[serde(default)]
     pub capabilities: CapabilitiesPolicy,
+    /// `[push]`
+    #[serde(default)]
+    pub push: PushPolicy,
 }
 
 /// The largest quota accepted anywhere, in requests per minute.
@@ -207,6 +212,7 @@ impl Policy {
         self.budgets.validate()?;
         self.cluster.validate()?;
         self.capabilities.validate()?;
+        self.push.validate()?;
         self.card.validate()?;
         self.signing.validate()?;
         self.model.validate()?;

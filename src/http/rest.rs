@@ -278,21 +278,38 @@ async fn task(
     ask(&state, caller, "GetTask", params).await
 }
 
+/// `/tasks/{task}/pushNotificationConfigs[/{config}]`: create (POST) and list (GET) on the
+/// collection, get (GET) and delete (DELETE) on one config.
+#[allow(clippy::too_many_arguments)] // one per extractor axum hands a handler
 async fn push_configs(
     State(state): State<RestState>,
     peer: AuthenticatedPeer,
     client: Option<Extension<ClientAddr>>,
+    method: Method,
+    headers: HeaderMap,
     Path(path): Path<HashMap<String, String>>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Bytes,
 ) -> Response {
-    // Every push-notification method answers the same while push is off.
-    let params = json!({"taskId": path.get("task")});
-    ask(
-        &state,
-        Caller::new(peer, client),
-        "GetTaskPushNotificationConfig",
-        params,
-    )
-    .await
+    let caller = Caller::new(peer, client);
+    let task = path.get("task").cloned().unwrap_or_default();
+    let (name, mut params) = match (path.get("config"), method) {
+        (None, Method::POST) => match body_params(&headers, &body) {
+            Ok(params) => ("CreateTaskPushNotificationConfig", params),
+            Err(refused) => return error_response(&refused),
+        },
+        (None, Method::GET) => match query_params(&query) {
+            Ok(params) => ("ListTaskPushNotificationConfigs", params),
+            Err(refused) => return error_response(&refused),
+        },
+        (Some(config), Method::GET) => ("GetTaskPushNotificationConfig", json!({"id": config})),
+        (Some(config), Method::DELETE) => {
+            ("DeleteTaskPushNotificationConfig", json!({"id": config}))
+        }
+        _ => return StatusCode::METHOD_NOT_ALLOWED.into_response(),
+    };
+    params["taskId"] = json!(task);
+    ask(&state, caller, name, params).await
 }
 
 async fn extended_card(

@@ -106,6 +106,9 @@ pub struct RunningGateway {
     admin_serving: tokio::task::JoinHandle<std::io::Result<()>>,
     accounts: AccountService,
     sweeper: tokio::task::JoinHandle<()>,
+    /// The push-notification delivery loop; a delivery it cuts short is due again once its
+    /// claim lapses.
+    deliveries: Option<tokio::task::JoinHandle<()>>,
     kept: Option<crate::http::sharing::Kept>,
     agent: Arc<Agent>,
     shutdown_grace: Duration,
@@ -125,6 +128,9 @@ impl RunningGateway {
         // Turns running without a request (non-blocking sends, streams) store their answers
         // before the store closes, within the grace period.
         self.agent.settle(self.shutdown_grace).await;
+        if let Some(deliveries) = self.deliveries.take() {
+            deliveries.abort();
+        }
         if let Some(kept) = self.kept.take() {
             kept.stop().await;
         }
@@ -200,21 +206,24 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         budgets = budgets.with_shared_spend(spend.clone());
     }
     let budgets = Arc::new(budgets);
-    let agent = Arc::new(
-        Agent::new(
-            store.tasks(),
-            backend,
-            budgets.clone(),
-            metrics.clone(),
-            options.clock.clone(),
-            agent_settings(policy),
-        )
-        .with_shared_state(sharing.agent.clone())
-        .with_extended_card(
-            serde_json::value::RawValue::from_string(documents.extended_json.clone())
-                .map_err(|e| config(&e))?,
-        ),
+    let push = push_notifications(&options, &store, sharing.serving)?;
+    let mut agent = Agent::new(
+        store.tasks(),
+        backend,
+        budgets.clone(),
+        metrics.clone(),
+        options.clock.clone(),
+        agent_settings(policy),
+    )
+    .with_shared_state(sharing.agent.clone())
+    .with_extended_card(
+        serde_json::value::RawValue::from_string(documents.extended_json.clone())
+            .map_err(|e| config(&e))?,
     );
+    if let Some(push) = &push {
+        agent = agent.with_push(push.clone());
+    }
+    let agent = Arc::new(agent);
     agent.hear_cancels();
     // No turn is in flight before serving: every working task was interrupted.
     match agent.fail_interrupted_tasks(None).await? {
@@ -286,6 +295,11 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         Duration::from_secs(policy.server.request_timeout_seconds),
         documents.refresh,
     ));
+    // Started once the interrupted tasks are failed, so their last states are queued too.
+    let deliveries = push
+        .map(crate::push::deliver::spawn)
+        .transpose()
+        .map_err(|e| config(&e))?;
     tracing::info!("admin API on http://{admin_addr} (OpenAPI at /openapi.json)");
     tracing::info!(
         "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
@@ -299,6 +313,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         admin_serving,
         accounts,
         sweeper,
+        deliveries,
         kept: Some(kept),
         agent: state_agent,
         shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
@@ -482,6 +497,35 @@ impl Documents {
             },
         })
     }
+}
+
+/// Push notifications when `capabilities.push_notifications` is on: the sealing key (named by
+/// the policy, or generated in the data directory for a lone instance) and the callback rules.
+fn push_notifications(
+    options: &GatewayOptions,
+    store: &Store,
+    serving: crate::store::Serving,
+) -> Result<Option<Arc<crate::push::Push>>, StartError> {
+    let policy = &options.policy;
+    if !policy.capabilities.push_notifications {
+        return Ok(None);
+    }
+    let alone = matches!(serving, crate::store::Serving::Alone);
+    let key = crate::push::seal::SealingKey::load(&policy.push, &options.data_dir, alone)
+        .map_err(|e| config(&e))?;
+    let callbacks = crate::push::callback::CallbackPolicy::from_policy(&policy.push);
+    if callbacks.dangerous_allow_loopback {
+        tracing::warn!(
+            "push.dangerous_allow_loopback_callbacks is on: any peer can make this gateway POST to services on this host"
+        );
+    }
+    Ok(Some(Arc::new(crate::push::Push::new(
+        store.push(),
+        key,
+        callbacks,
+        crate::push::PushSettings::from_policy(&policy.push),
+        options.clock.clone(),
+    ))))
 }
 
 fn agent_settings(policy: &Policy) -> AgentSettings {

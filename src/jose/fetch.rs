@@ -121,9 +121,12 @@ fn v4_allowed(ip: Ipv4Addr, allow_loopback: bool) -> bool {
         || a >= 240)
 }
 
-struct GuardedResolver {
-    lookup: Arc<dyn Lookup>,
-    allow_loopback: bool,
+/// The only resolver a guarded client uses: it hands the client only the addresses that pass
+/// [`is_allowed`], so the connection goes to an address that was checked, whatever the name
+/// resolves to a moment later (DNS rebinding).
+pub(crate) struct GuardedResolver {
+    pub(crate) lookup: Arc<dyn Lookup>,
+    pub(crate) allow_loopback: bool,
 }
 
 impl reqwest::dns::Resolve for GuardedResolver {

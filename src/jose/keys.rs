@@ -152,19 +152,13 @@ fn load_one(entry: &crate::config::SigningKeyPolicy) -> Result<CardSigningKey, S
     };
     match entry.alg {
         JwsAlgorithm::Hs256 => {
-            let encoded = match (&entry.secret_env, &entry.secret_file) {
-                (Some(var), None) => std::env::var(var).map_err(|_| {
-                    name(&format!(
-                        "the environment variable {var} named by secret_env is not set"
-                    ))
-                })?,
-                (None, Some(file)) => std::fs::read_to_string(file)
-                    .map_err(|e| name(&format!("cannot read secret_file: {}", e.kind())))?,
-                _ => return Err(name("HS256 needs exactly one of secret_env or secret_file")),
-            };
-            let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(encoded.trim())
-                .map_err(|_| name("the secret must be base64url without padding"))?;
+            let secret = read_secret(
+                entry.secret_env.as_deref(),
+                entry.secret_file.as_deref(),
+                ("secret_env", "secret_file"),
+            )
+            .map_err(|e| name(&e))?
+            .ok_or_else(|| name("HS256 needs exactly one of secret_env or secret_file"))?;
             if secret.len() < crate::jose::sign::MIN_HMAC_SECRET_BYTES {
                 return Err(name(&format!(
                     "the HS256 secret is {} bytes; at least {} are required",
@@ -187,6 +181,31 @@ fn load_one(entry: &crate::config::SigningKeyPolicy) -> Result<CardSigningKey, S
             Ok(CardSigningKey::p256(kid, key))
         }
     }
+}
+
+/// The base64url secret named by an environment variable or a file (`None` when neither is
+/// named); `keys` names the two settings in errors. The secret itself is never shown.
+pub(crate) fn read_secret(
+    env: Option<&str>,
+    file: Option<&str>,
+    keys: (&str, &str),
+) -> Result<Option<Vec<u8>>, String> {
+    let encoded = match (env, file) {
+        (Some(var), None) => std::env::var(var).map_err(|_| {
+            format!(
+                "the environment variable {var} named by {} is not set",
+                keys.0
+            )
+        })?,
+        (None, Some(file)) => std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read {}: {}", keys.1, e.kind()))?,
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => return Err(format!("set one of {} or {}", keys.0, keys.1)),
+    };
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded.trim())
+        .map(Some)
+        .map_err(|_| "the secret must be base64url without padding".to_owned())
 }
 
 /// Writes a new private key for `alg` ("EdDSA" or "ES256") to `path` (mode 0600, never over an
@@ -220,7 +239,12 @@ pub fn generate(alg: &str, path: &Path) -> Result<(), String> {
             ));
         }
     };
-    write_private(path, pem.as_bytes()).map_err(|e| match e.kind() {
+    write_new_key(path, pem.as_bytes())
+}
+
+/// Writes a key file that does not exist yet (mode 0600); says why not in the operator's terms.
+pub(crate) fn write_new_key(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    write_private(path, bytes).map_err(|e| match e.kind() {
         std::io::ErrorKind::AlreadyExists => format!(
             "{} already exists; keys are never overwritten",
             path.display()
@@ -234,7 +258,7 @@ fn b64url(bytes: &[u8]) -> String {
 }
 
 /// Creates `path` readable by its owner only (where the platform has modes).
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     // The data directory may not exist yet when the store is not a file in it.
     if let Some(dir) = path

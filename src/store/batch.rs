@@ -84,6 +84,8 @@ mod tests {
             }),
             audit: None,
             instance: None,
+            notify: false,
+            push_config: None,
         }
     }
 

@@ -147,10 +147,44 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("owner_id", Kind::OptText),
         ],
     ),
+    (
+        "push_configs",
+        &[
+            ("task_id", Kind::Text),
+            ("id", Kind::Text),
+            ("peer_id", Kind::Text),
+            ("url", Kind::Text),
+            ("sealed", Kind::Text),
+            ("created_at", Kind::Int),
+        ],
+    ),
+    (
+        "push_deliveries",
+        &[
+            ("id", Kind::Int),
+            ("task_id", Kind::Text),
+            ("config_id", Kind::Text),
+            ("peer_id", Kind::Text),
+            ("url", Kind::Text),
+            ("sealed", Kind::Text),
+            ("body", Kind::Text),
+            ("state", Kind::Text),
+            ("attempts", Kind::Int),
+            ("next_attempt_at", Kind::Int),
+            ("claimed_until", Kind::OptInt),
+            ("last_error", Kind::OptText),
+            ("created_at", Kind::Int),
+            ("updated_at", Kind::Int),
+        ],
+    ),
 ];
 
-/// Tables whose `seq` PostgreSQL generates: copied as they are, then the generator moved past.
-const SEQUENCED: &[&str] = &["messages", "audit"];
+/// Tables whose column PostgreSQL generates: copied as they are, then the generator moved past.
+const SEQUENCED: &[(&str, &str)] = &[
+    ("messages", "seq"),
+    ("audit", "seq"),
+    ("push_deliveries", "id"),
+];
 
 /// Rows a batch inserts at most (PostgreSQL takes at most 65,535 bound values a statement).
 const ROWS_PER_INSERT: usize = 500;
@@ -214,7 +248,7 @@ async fn copy(source: &SqliteStore, target: &PostgresStore) -> Result<CopyReport
             }
             cells.push(values);
         }
-        let overriding = if SEQUENCED.contains(table) {
+        let overriding = if SEQUENCED.iter().any(|(t, _)| t == table) {
             " OVERRIDING SYSTEM VALUE "
         } else {
             " "
@@ -236,10 +270,10 @@ async fn copy(source: &SqliteStore, target: &PostgresStore) -> Result<CopyReport
             });
             insert.build().execute(&mut *tx).await?;
         }
-        if SEQUENCED.contains(table) {
+        if let Some((_, column)) = SEQUENCED.iter().find(|(t, _)| t == table) {
             sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT setval(pg_get_serial_sequence('{table}', 'seq'), \
-                 greatest((SELECT max(seq) FROM {table}), 1))"
+                "SELECT setval(pg_get_serial_sequence('{table}', '{column}'), \
+                 greatest((SELECT max({column}) FROM {table}), 1))"
             )))
             .execute(&mut *tx)
             .await?;

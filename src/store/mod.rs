@@ -10,6 +10,7 @@
 //! | [`UsageStore`] | budgets and the usage report |
 //! | [`AccountStore`] | the account service: every change with its audit record, in one transaction |
 //! | [`DocumentStore`] | the served documents' `Last-Modified` across restarts |
+//! | [`PushStore`] | push-notification configs and the durable delivery queue |
 //!
 //! The records they exchange ([`records`]) are plain data, the same for every engine. The one
 //! engine today is SQLite ([`sqlite`]); nothing outside this module names the database crate,
@@ -24,8 +25,9 @@ pub mod sqlite;
 
 pub use records::{
     AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationEntry,
-    ConversationMessage, ConversationRole, ConversationSummary, CredentialRecord, Exchange,
-    ExchangeUsage, PeerLogin, PeerRecord, PeerStatus, PeerUsage, TaskPage, TaskQuery, WorkingTask,
+    ConversationMessage, ConversationRole, ConversationSummary, CredentialRecord, DeliveryOutcome,
+    Exchange, ExchangeUsage, FailedDelivery, PeerLogin, PeerRecord, PeerStatus, PeerUsage,
+    PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
 };
 
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -97,6 +99,9 @@ pub enum StoreError {
         "the embedded SQLite store is served by one process; several instances need a PostgreSQL store (--store postgres://… or PEERGATE_STORE_URL)"
     )]
     Unshareable,
+    /// The task already has as many push-notification configs as the policy allows.
+    #[error("the task already has {0} push notification configs (push.max_configs_per_task)")]
+    TooManyPushConfigs(u32),
 }
 
 /// What the authentication layers read: credentials by token id, logins by name. Reads only,
@@ -173,6 +178,74 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
 
     /// Deletes tasks whose retention ended; returns how many.
     async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError>;
+}
+
+/// Push-notification configurations and the durable queue of their deliveries.
+///
+/// A state stored with [`Exchange::notify`] (or by [`TaskStore::finish_working_task`]) queues
+/// one delivery per config of its task in the same transaction, so a state that is durable is
+/// also queued. A delivery is claimed for a while before it is attempted; a claim that lapses
+/// (its instance died mid-attempt) makes it due again, so delivery is at-least-once. A config's
+/// deliveries are claimed one at a time, oldest first, so they arrive in order.
+#[async_trait]
+pub trait PushStore: Send + Sync + std::fmt::Debug {
+    /// Stores `config`, replacing one of the same task and id; refused with
+    /// [`StoreError::TooManyPushConfigs`] when the task already has `max_per_task` others.
+    async fn put_push_config(
+        &self,
+        config: &PushConfigRecord,
+        max_per_task: u32,
+    ) -> Result<(), StoreError>;
+
+    /// One config of a peer's task.
+    async fn push_config(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        id: &str,
+    ) -> Result<Option<PushConfigRecord>, StoreError>;
+
+    /// A page of a peer's task's configs, by id, after `after`.
+    async fn push_configs(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<PushConfigRecord>, StoreError>;
+
+    /// Deletes a config and its pending deliveries (nothing if there is none).
+    async fn delete_push_config(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        id: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Claims at most `limit` due deliveries until `claim_until` (epoch ms): each the oldest
+    /// pending one of its config.
+    async fn claim_deliveries(
+        &self,
+        now: i64,
+        claim_until: i64,
+        limit: u32,
+    ) -> Result<Vec<PushDelivery>, StoreError>;
+
+    /// Records an attempt's outcome (`error` says why it failed, when it did).
+    async fn record_delivery(
+        &self,
+        id: i64,
+        outcome: DeliveryOutcome,
+        error: &str,
+        now: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Deliveries given up, newest first, of the peers of `owner_id` (every peer's for `None`).
+    async fn failed_deliveries(
+        &self,
+        owner_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<FailedDelivery>, StoreError>;
 }
 
 /// Conversations as their owning administrator reads them.
@@ -407,6 +480,7 @@ pub struct Store {
     usage: Arc<dyn UsageStore>,
     accounts: Arc<dyn AccountStore>,
     documents: Arc<dyn DocumentStore>,
+    push: Arc<dyn PushStore>,
     engine: Arc<dyn StoreEngine>,
     instances: Option<Arc<dyn InstanceRegistry>>,
 }
@@ -459,6 +533,7 @@ impl Store {
             + UsageStore
             + AccountStore
             + DocumentStore
+            + PushStore
             + StoreEngine
             + 'static,
     {
@@ -469,6 +544,7 @@ impl Store {
             usage: engine.clone(),
             accounts: engine.clone(),
             documents: engine.clone(),
+            push: engine.clone(),
             engine,
             instances: None,
         }
@@ -487,6 +563,10 @@ impl Store {
     /// Tasks and context histories.
     pub fn tasks(&self) -> Arc<dyn TaskStore> {
         self.tasks.clone()
+    }
+    /// Push-notification configs and deliveries.
+    pub fn push(&self) -> Arc<dyn PushStore> {
+        self.push.clone()
     }
     /// Conversations for their owners.
     pub fn conversations(&self) -> &dyn ConversationStore {

@@ -120,6 +120,12 @@ pub struct Exchange {
     pub audit: Option<AuditEntry>,
     /// The instance answering the task (see [`crate::shared::ownership`]).
     pub instance: Option<std::sync::Arc<str>>,
+    /// Queue this state for the task's push-notification configs, as `{"task": …}`
+    /// (`capabilities.push_notifications`), in the same transaction.
+    pub notify: bool,
+    /// A config sent along with the message (`taskPushNotificationConfig`), stored before the
+    /// state is queued, so it hears this state too.
+    pub push_config: Option<PushConfigRecord>,
 }
 
 /// Which of a peer's tasks to list (`ListTasks`).
@@ -422,3 +428,78 @@ macro_rules! status_names {
 
 status_names!(PeerStatus { Active => "active", Revoked => "revoked" });
 status_names!(AdminStatus { Active => "active", Disabled => "disabled" });
+
+/// A push-notification configuration of a task, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushConfigRecord {
+    /// The task it belongs to.
+    pub task_id: String,
+    /// Its id, unique within the task.
+    pub id: String,
+    /// The peer that owns the task; no other peer's call ever reads the row.
+    pub peer_id: String,
+    /// Where deliveries go (checked when stored and again before each delivery).
+    pub url: String,
+    /// The token and credentials, encrypted (see [`crate::push::seal`]).
+    pub sealed: String,
+    /// Creation time, epoch ms.
+    pub created_at: i64,
+}
+
+/// A delivery taken from the queue to be attempted.
+#[derive(Debug, Clone)]
+pub struct PushDelivery {
+    /// Queue row.
+    pub id: i64,
+    /// The task whose state changed.
+    pub task_id: String,
+    /// The configuration it is delivered under.
+    pub config_id: String,
+    /// Where it goes.
+    pub url: String,
+    /// The configuration's token and credentials, encrypted.
+    pub sealed: String,
+    /// The `StreamResponse` to POST.
+    pub body: String,
+    /// Attempts made before this one.
+    pub attempts: u32,
+}
+
+/// A delivery given up after its last attempt, as an administrator sees it.
+#[derive(Debug, Clone)]
+pub struct FailedDelivery {
+    /// Queue row.
+    pub id: i64,
+    /// The peer whose task it was.
+    pub peer_name: String,
+    /// The task.
+    pub task_id: String,
+    /// The configuration.
+    pub config_id: String,
+    /// Where it was going.
+    pub url: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Why the last attempt failed (never the receiver's body).
+    pub last_error: String,
+    /// When the state change was queued, epoch ms.
+    pub created_at: i64,
+    /// When it was given up, epoch ms.
+    pub failed_at: i64,
+}
+
+/// What became of an attempted delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// The receiver answered 2xx: the row goes.
+    Delivered,
+    /// Failed; try again at this time (epoch ms).
+    RetryAt(i64),
+    /// Failed for the last time: kept as a dead letter.
+    GiveUp,
+}
+
+/// The push notification a stored task state becomes: the task as a `StreamResponse`.
+pub(crate) fn task_notification(task_json: &str) -> String {
+    format!("{{\"task\":{task_json}}}")
+}

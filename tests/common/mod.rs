@@ -12,10 +12,13 @@ mod model;
 mod policy;
 pub mod postgres;
 mod process;
+mod receiver;
 pub mod redis;
 mod rpc;
 mod sdk;
 mod store;
 
 #[allow(unused_imports)]
-pub use self::{cli::*, gateway::*, model::*, policy::*, process::*, rpc::*, sdk::*, store::*};
+pub use self::{
+    cli::*, gateway::*, model::*, policy::*, process::*, receiver::*, rpc::*, sdk::*, store::*,
+};

@@ -6,6 +6,7 @@
 //! transaction per batch in the same shape as SQLite's ([`crate::store::batch`]).
 
 mod accounts;
+mod push;
 mod tasks;
 
 use super::InstanceRegistry;

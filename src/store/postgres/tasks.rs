@@ -114,15 +114,20 @@ impl TaskStore for PostgresStore {
         body: &str,
         now: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        let mut tx = self.pool.begin().await?;
+        let finished = sqlx::query(
             "UPDATE tasks SET state = $1, body = $2, status_at = $3 WHERE id = $4 AND state = 'TASK_STATE_WORKING'",
         )
         .bind(state)
         .bind(body)
         .bind(now)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        if finished.rows_affected() > 0 {
+            super::push::queue_state(&mut tx, id, body, now).await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -168,10 +173,20 @@ impl TaskStore for PostgresStore {
     }
 
     async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for table in ["push_deliveries", "push_configs"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE task_id IN (SELECT id FROM tasks WHERE expires_at <= $1)"
+            )))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
         let done = sqlx::query("DELETE FROM tasks WHERE expires_at <= $1")
             .bind(now)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
 }
@@ -233,6 +248,15 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
          WHERE tasks.state = 'TASK_STATE_WORKING'",
     );
     tasks.build().execute(&mut *tx).await?;
+    // In the order the states were stored, so a config sent with a message hears its first.
+    for e in exchanges {
+        if let Some(config) = &e.push_config {
+            super::push::upsert_config(&mut tx, config).await?;
+        }
+        if e.notify {
+            super::push::queue_state(&mut tx, &e.task_id, &e.task_json, e.now).await?;
+        }
+    }
     if !batch.contexts.is_empty() {
         let mut contexts = QueryBuilder::<Postgres>::new(
             "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",

@@ -11,6 +11,7 @@
 //! so it upgrades in place.
 
 mod accounts;
+mod push;
 mod tasks;
 
 use super::{

@@ -113,15 +113,20 @@ impl TaskStore for SqliteStore {
         body: &str,
         now: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let finished = sqlx::query(
             "UPDATE tasks SET state = ?, body = ?, status_at = ? WHERE id = ? AND state = 'TASK_STATE_WORKING'",
         )
         .bind(state)
         .bind(body)
         .bind(now)
         .bind(id)
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await?;
+        if finished.rows_affected() > 0 {
+            super::push::queue_state(&mut tx, id, body, now).await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -172,10 +177,20 @@ impl TaskStore for SqliteStore {
     }
 
     async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        for table in ["push_deliveries", "push_configs"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE task_id IN (SELECT id FROM tasks WHERE expires_at <= ?)"
+            )))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
         let done = sqlx::query("DELETE FROM tasks WHERE expires_at <= ?")
             .bind(now)
-            .execute(&self.writer)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
 }
@@ -237,6 +252,15 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
          WHERE tasks.state = 'TASK_STATE_WORKING'",
     );
     tasks.build().execute(&mut *tx).await?;
+    // In the order the states were stored, so a config sent with a message hears its first.
+    for e in exchanges {
+        if let Some(config) = &e.push_config {
+            super::push::upsert_config(&mut tx, config).await?;
+        }
+        if e.notify {
+            super::push::queue_state(&mut tx, &e.task_id, &e.task_json, e.now).await?;
+        }
+    }
     if !batch.contexts.is_empty() {
         let mut contexts = QueryBuilder::<Sqlite>::new(
             "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",

@@ -1,0 +1,85 @@
+//! `[push]`: how push notifications are kept and delivered (`capabilities.push_notifications`).
+
+use super::{Invalid, invalid};
+use serde::Deserialize;
+
+/// `[push]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushPolicy {
+    /// Environment variable holding the base64url 32-byte key that encrypts configs' tokens
+    /// and credentials at rest.
+    #[serde(default)]
+    pub key_env: Option<String>,
+    /// File holding that key. With neither, the first start generates one in the data
+    /// directory (one instance only).
+    #[serde(default)]
+    pub key_file: Option<String>,
+    /// Configs one task may have.
+    #[serde(default = "default_max_configs_per_task")]
+    pub max_configs_per_task: u32,
+    /// Attempts per notification before it becomes a dead letter.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Deliveries in flight at once, per instance.
+    #[serde(default = "default_deliveries_at_once")]
+    pub deliveries_at_once: u32,
+    /// How long one delivery may take, in seconds.
+    #[serde(default = "default_timeout_seconds")]
+    pub timeout_seconds: u64,
+    /// DANGEROUS: callbacks to loopback addresses, over http too (tests and local development
+    /// only; it lets any peer make peergate POST to services on this host).
+    #[serde(default)]
+    pub dangerous_allow_loopback_callbacks: bool,
+}
+
+impl Default for PushPolicy {
+    fn default() -> Self {
+        Self {
+            key_env: None,
+            key_file: None,
+            max_configs_per_task: default_max_configs_per_task(),
+            max_attempts: default_max_attempts(),
+            deliveries_at_once: default_deliveries_at_once(),
+            timeout_seconds: default_timeout_seconds(),
+            dangerous_allow_loopback_callbacks: false,
+        }
+    }
+}
+
+fn default_max_configs_per_task() -> u32 {
+    10
+}
+fn default_max_attempts() -> u32 {
+    8
+}
+fn default_deliveries_at_once() -> u32 {
+    8
+}
+fn default_timeout_seconds() -> u64 {
+    10
+}
+
+impl PushPolicy {
+    pub(super) fn validate(&self) -> Result<(), Invalid> {
+        if self.key_env.is_some() && self.key_file.is_some() {
+            return Err(invalid(
+                "push.key_env",
+                "set one of push.key_env or push.key_file, not both",
+            ));
+        }
+        for (value, most, key) in [
+            (self.max_configs_per_task, 100, "push.max_configs_per_task"),
+            (self.max_attempts, 50, "push.max_attempts"),
+            (self.deliveries_at_once, 1024, "push.deliveries_at_once"),
+        ] {
+            if !(1..=most).contains(&value) {
+                return Err(invalid(key, format!("must be between 1 and {most}")));
+            }
+        }
+        if !(1..=120).contains(&self.timeout_seconds) {
+            return Err(invalid("push.timeout_seconds", "must be between 1 and 120"));
+        }
+        Ok(())
+    }
+}

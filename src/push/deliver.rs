@@ -1,0 +1,197 @@
+//! The delivery loop: claims due deliveries from the store's queue, POSTs each to its callback,
+//! and records the outcome.
+//!
+//! * At most `push.deliveries_at_once` deliveries are in flight; the rest wait in the queue.
+//! * A failed attempt (not 2xx, a redirect, a timeout, no connection, a callback that no
+//!   longer passes its check) is tried again after 1 s, 2 s, 4 s … (at most 5 min between
+//!   attempts); after `push.max_attempts` it is kept as a dead letter that the task owner's
+//!   administrator sees (`GET /v1/push/failed`).
+//! * A claim lasts the delivery timeout and 5 s more: if the instance dies mid-attempt, the
+//!   delivery is due again once the claim lapses, on whichever instance claims it.
+//! * Each request carries `Content-Type: application/a2a+json`, `Authorization: <scheme>
+//!   <credentials>` when the config has authentication, and `X-A2A-Notification-Token` when it
+//!   has a token, so the receiver can tell the notification is for a config it made.
+
+use super::Push;
+use crate::store::{DeliveryOutcome, PushDelivery};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// How often the queue is read when nothing rang.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Longest wait between two attempts of one delivery.
+const MAX_BACKOFF_MS: i64 = 300_000;
+
+/// The wait before attempt `attempts + 1`, once `attempts` have failed.
+pub fn backoff_ms(attempts: u32) -> i64 {
+    let doubled = 1_000i64.saturating_mul(1i64 << attempts.saturating_sub(1).min(20));
+    doubled.min(MAX_BACKOFF_MS)
+}
+
+/// Runs the delivery loop until the returned handle is aborted.
+pub fn spawn(push: Arc<Push>) -> Result<tokio::task::JoinHandle<()>, String> {
+    let client = push.callbacks.client(push.settings.timeout)?;
+    Ok(tokio::spawn(run(push, client)))
+}
+
+async fn run(push: Arc<Push>, client: reqwest::Client) {
+    let slots = Arc::new(Semaphore::new(push.settings.deliveries_at_once as usize));
+    let claim_ms = i64::try_from(push.settings.timeout.as_millis()).unwrap_or(i64::MAX) + 5_000;
+    let mut store_down = false;
+    loop {
+        let free = u32::try_from(slots.available_permits()).unwrap_or(u32::MAX);
+        if free > 0 {
+            let now = push.clock.now_millis();
+            match push
+                .store
+                .claim_deliveries(now, now.saturating_add(claim_ms), free)
+                .await
+            {
+                Ok(due) => {
+                    store_down = false;
+                    for delivery in due {
+                        let Ok(slot) = slots.clone().acquire_owned().await else {
+                            return;
+                        };
+                        let (push, client) = (push.clone(), client.clone());
+                        tokio::spawn(async move {
+                            attempt(&push, &client, delivery).await;
+                            drop(slot);
+                            push.wake();
+                        });
+                    }
+                }
+                Err(error) if !store_down => {
+                    store_down = true;
+                    tracing::warn!(%error, "push notifications wait: the store does not answer");
+                }
+                Err(_) => {}
+            }
+        }
+        tokio::select! {
+            () = push.wake.notified() => {}
+            () = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+/// Attempts one delivery and records what became of it.
+async fn attempt(push: &Push, client: &reqwest::Client, delivery: PushDelivery) {
+    let failure = send(push, client, &delivery).await.err();
+    let now = push.clock.now_millis();
+    let attempts = delivery.attempts.saturating_add(1);
+    let outcome = match &failure {
+        None => DeliveryOutcome::Delivered,
+        Some(Failure::Permanent(_)) => DeliveryOutcome::GiveUp,
+        Some(_) if attempts >= push.settings.max_attempts => DeliveryOutcome::GiveUp,
+        Some(_) => DeliveryOutcome::RetryAt(now.saturating_add(backoff_ms(attempts))),
+    };
+    let reason = failure.as_ref().map(Failure::reason).unwrap_or_default();
+    match outcome {
+        DeliveryOutcome::Delivered => {
+            tracing::debug!(task_id = %delivery.task_id, config = %delivery.config_id, "push notification delivered");
+        }
+        DeliveryOutcome::RetryAt(_) => {
+            tracing::debug!(task_id = %delivery.task_id, config = %delivery.config_id, attempts, reason, "push notification will be tried again");
+        }
+        DeliveryOutcome::GiveUp => {
+            tracing::warn!(task_id = %delivery.task_id, config = %delivery.config_id, attempts, reason, "push notification given up (a dead letter now)");
+        }
+    }
+    if let Err(error) = push
+        .store
+        .record_delivery(delivery.id, outcome, reason, now)
+        .await
+    {
+        // The claim lapses and the delivery is tried again: at-least-once.
+        tracing::warn!(task_id = %delivery.task_id, %error, "a push notification's outcome could not be stored");
+    }
+}
+
+/// Why an attempt failed. Never the receiver's body, never the URL (it may carry a secret).
+#[derive(Debug)]
+enum Failure {
+    /// Worth another attempt.
+    Transient(String),
+    /// No attempt can succeed (the secrets do not open with this key).
+    Permanent(String),
+}
+
+impl Failure {
+    fn reason(&self) -> &str {
+        match self {
+            Self::Transient(reason) | Self::Permanent(reason) => reason,
+        }
+    }
+}
+
+async fn send(
+    push: &Push,
+    client: &reqwest::Client,
+    delivery: &PushDelivery,
+) -> Result<(), Failure> {
+    let secrets = push
+        .key
+        .open(&delivery.task_id, &delivery.config_id, &delivery.sealed)
+        .map_err(|e| Failure::Permanent(e.to_string()))?;
+    // Checked again: the name may resolve elsewhere now, and the policy may have changed.
+    let url = push
+        .callbacks
+        .check(&delivery.url)
+        .await
+        .map_err(|refused| Failure::Transient(format!("the callback URL {refused}")))?;
+    let mut request = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/a2a+json")
+        .body(delivery.body.clone());
+    if let Some(scheme) = &secrets.scheme {
+        let value = match &secrets.credentials {
+            Some(credentials) => format!("{scheme} {credentials}"),
+            None => scheme.clone(),
+        };
+        request = request.header(reqwest::header::AUTHORIZATION, value);
+    }
+    if let Some(token) = &secrets.token {
+        request = request.header("X-A2A-Notification-Token", token);
+    }
+    let response = request.send().await.map_err(|e| {
+        Failure::Transient(if e.is_timeout() {
+            "the receiver did not answer in time".to_owned()
+        } else {
+            // The innermost cause names the refusal or the socket error, not the URL.
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(inner) = cause.source() {
+                cause = inner;
+            }
+            format!("no answer from the receiver: {cause}")
+        })
+    })?;
+    let status = response.status();
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(Failure::Transient(format!(
+            "the receiver answered HTTP {}",
+            status.as_u16()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_one_second_up_to_five_minutes() {
+        let waits: Vec<i64> = (1..=10).map(backoff_ms).collect();
+        assert_eq!(
+            waits,
+            [
+                1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000
+            ]
+        );
+        assert_eq!(backoff_ms(u32::MAX), MAX_BACKOFF_MS);
+    }
+}

@@ -1,0 +1,31 @@
+-- Push-notification configurations of tasks, and the durable queue of their deliveries.
+-- `sealed` holds the config's token and credentials encrypted (AES-256-GCM, bound to the task
+-- and config ids); the URL is kept in the clear so a dead letter can say where it was going.
+CREATE TABLE push_configs (
+    task_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    peer_id TEXT NOT NULL,
+    url TEXT NOT NULL,
+    sealed TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    PRIMARY KEY (task_id, id)
+);
+-- One row per (state change, config) until delivered (then deleted) or given up (`dead`).
+CREATE TABLE push_deliveries (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    config_id TEXT NOT NULL,
+    peer_id TEXT NOT NULL,
+    url TEXT NOT NULL,
+    sealed TEXT NOT NULL,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts BIGINT NOT NULL,
+    next_attempt_at BIGINT NOT NULL,
+    claimed_until BIGINT,
+    last_error TEXT,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+CREATE INDEX push_deliveries_due ON push_deliveries(state, next_attempt_at);
+CREATE INDEX push_deliveries_by_config ON push_deliveries(task_id, config_id, id);

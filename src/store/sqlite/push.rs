@@ -1,0 +1,250 @@
+//! Push-notification configs and the delivery queue in SQLite.
+
+use super::{BEGIN_WRITE, SqliteStore};
+use crate::store::{
+    DeliveryOutcome, FailedDelivery, PushConfigRecord, PushDelivery, PushStore, StoreError,
+};
+use async_trait::async_trait;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, SqliteConnection};
+
+/// Queues `task_json` (a state just written in this transaction) for every config of the task.
+pub(super) async fn queue_state(
+    tx: &mut SqliteConnection,
+    task_id: &str,
+    task_json: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO push_deliveries (task_id, config_id, peer_id, url, sealed, body, state, attempts, next_attempt_at, created_at, updated_at) \
+         SELECT task_id, id, peer_id, url, sealed, ?, 'pending', 0, ?, ?, ? FROM push_configs WHERE task_id = ?",
+    )
+    .bind(crate::store::records::task_notification(task_json))
+    .bind(now)
+    .bind(now)
+    .bind(now)
+    .bind(task_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Stores a config, replacing the one with its task and id.
+pub(super) async fn upsert_config(
+    tx: &mut SqliteConnection,
+    config: &PushConfigRecord,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO push_configs (task_id, id, peer_id, url, sealed, created_at) VALUES (?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (task_id, id) DO UPDATE SET url = excluded.url, sealed = excluded.sealed",
+    )
+    .bind(&config.task_id)
+    .bind(&config.id)
+    .bind(&config.peer_id)
+    .bind(&config.url)
+    .bind(&config.sealed)
+    .bind(config.created_at)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+fn config(row: &SqliteRow) -> Result<PushConfigRecord, StoreError> {
+    Ok(PushConfigRecord {
+        task_id: row.try_get("task_id")?,
+        id: row.try_get("id")?,
+        peer_id: row.try_get("peer_id")?,
+        url: row.try_get("url")?,
+        sealed: row.try_get("sealed")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+#[async_trait]
+impl PushStore for SqliteStore {
+    async fn put_push_config(
+        &self,
+        config: &PushConfigRecord,
+        max_per_task: u32,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let others: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM push_configs WHERE task_id = ? AND id <> ?")
+                .bind(&config.task_id)
+                .bind(&config.id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if others >= i64::from(max_per_task) {
+            return Err(StoreError::TooManyPushConfigs(max_per_task));
+        }
+        upsert_config(&mut tx, config).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn push_config(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        id: &str,
+    ) -> Result<Option<PushConfigRecord>, StoreError> {
+        sqlx::query("SELECT * FROM push_configs WHERE task_id = ? AND id = ? AND peer_id = ?")
+            .bind(task_id)
+            .bind(id)
+            .bind(peer_id)
+            .fetch_optional(&self.reader)
+            .await?
+            .as_ref()
+            .map(config)
+            .transpose()
+    }
+
+    async fn push_configs(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<PushConfigRecord>, StoreError> {
+        sqlx::query(
+            "SELECT * FROM push_configs WHERE task_id = ? AND peer_id = ? AND (? IS NULL OR id > ?) ORDER BY id LIMIT ?",
+        )
+        .bind(task_id)
+        .bind(peer_id)
+        .bind(after)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?
+        .iter()
+        .map(config)
+        .collect()
+    }
+
+    async fn delete_push_config(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+        id: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let deleted =
+            sqlx::query("DELETE FROM push_configs WHERE task_id = ? AND id = ? AND peer_id = ?")
+                .bind(task_id)
+                .bind(id)
+                .bind(peer_id)
+                .execute(&mut *tx)
+                .await?;
+        if deleted.rows_affected() > 0 {
+            sqlx::query(
+                "DELETE FROM push_deliveries WHERE task_id = ? AND config_id = ? AND state = 'pending'",
+            )
+            .bind(task_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now: i64,
+        claim_until: i64,
+        limit: u32,
+    ) -> Result<Vec<PushDelivery>, StoreError> {
+        let rows = sqlx::query(
+            "UPDATE push_deliveries SET claimed_until = ? WHERE id IN ( \
+               SELECT d.id FROM push_deliveries d \
+               WHERE d.state = 'pending' AND d.next_attempt_at <= ? \
+                 AND (d.claimed_until IS NULL OR d.claimed_until <= ?) \
+                 AND NOT EXISTS (SELECT 1 FROM push_deliveries e WHERE e.task_id = d.task_id \
+                   AND e.config_id = d.config_id AND e.state = 'pending' AND e.id < d.id) \
+               ORDER BY d.next_attempt_at, d.id LIMIT ?) \
+             RETURNING id, task_id, config_id, url, sealed, body, attempts",
+        )
+        .bind(claim_until)
+        .bind(now)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.writer)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(PushDelivery {
+                    id: row.try_get("id")?,
+                    task_id: row.try_get("task_id")?,
+                    config_id: row.try_get("config_id")?,
+                    url: row.try_get("url")?,
+                    sealed: row.try_get("sealed")?,
+                    body: row.try_get("body")?,
+                    attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn record_delivery(
+        &self,
+        id: i64,
+        outcome: DeliveryOutcome,
+        error: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let query = match outcome {
+            DeliveryOutcome::Delivered => {
+                sqlx::query("DELETE FROM push_deliveries WHERE id = ?").bind(id)
+            }
+            DeliveryOutcome::RetryAt(at) => sqlx::query(
+                "UPDATE push_deliveries SET attempts = attempts + 1, next_attempt_at = ?, claimed_until = NULL, \
+                 last_error = ?, updated_at = ? WHERE id = ?",
+            )
+            .bind(at)
+            .bind(error)
+            .bind(now)
+            .bind(id),
+            DeliveryOutcome::GiveUp => sqlx::query(
+                "UPDATE push_deliveries SET attempts = attempts + 1, state = 'dead', claimed_until = NULL, \
+                 last_error = ?, updated_at = ? WHERE id = ?",
+            )
+            .bind(error)
+            .bind(now)
+            .bind(id),
+        };
+        query.execute(&self.writer).await?;
+        Ok(())
+    }
+
+    async fn failed_deliveries(
+        &self,
+        owner_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<FailedDelivery>, StoreError> {
+        sqlx::query(
+            "SELECT d.id, p.name, d.task_id, d.config_id, d.url, d.attempts, d.last_error, d.created_at, d.updated_at \
+             FROM push_deliveries d JOIN peers p ON p.id = d.peer_id \
+             WHERE d.state = 'dead' AND (? IS NULL OR p.owner_id = ?) ORDER BY d.id DESC LIMIT ?",
+        )
+        .bind(owner_id)
+        .bind(owner_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(FailedDelivery {
+                id: row.try_get("id")?,
+                peer_name: row.try_get("name")?,
+                task_id: row.try_get("task_id")?,
+                config_id: row.try_get("config_id")?,
+                url: row.try_get("url")?,
+                attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
+                last_error: row.try_get::<Option<String>, _>("last_error")?.unwrap_or_default(),
+                created_at: row.try_get("created_at")?,
+                failed_at: row.try_get("updated_at")?,
+            })
+        })
+        .collect()
+    }
+}

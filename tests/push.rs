@@ -1,0 +1,617 @@
+//! Push notifications (`capabilities.push_notifications`): configs on a peer's own tasks,
+//! callbacks checked against the network behind the gateway, secrets encrypted at rest, and
+//! at-least-once delivery from the store's queue to a real receiver on loopback.
+
+mod common;
+
+use common::*;
+use peergate::clock::{Clock, ManualClock, SystemClock};
+use peergate::config::Policy;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Push on, callbacks to loopback allowed (the receiver is on 127.0.0.1).
+fn push_policy() -> PolicyEdit {
+    PolicyEdit::default()
+        .set("capabilities.push_notifications", true)
+        .set("push.dangerous_allow_loopback_callbacks", true)
+}
+
+async fn call(gw: &TestGateway, token: &str, method: &str, params: Value) -> Value {
+    rpc(
+        &gw.door,
+        token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+    )
+    .await
+}
+
+/// `SendMessage` with a push config for the new task; returns the task.
+async fn send_with_config(gw: &TestGateway, token: &str, text: &str, config: Value) -> Value {
+    let response = call(
+        gw,
+        token,
+        "SendMessage",
+        json!({
+            "message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]},
+            "configuration": {"taskPushNotificationConfig": config},
+        }),
+    )
+    .await;
+    task_of(&response).clone()
+}
+
+/// Moves the gateway's clock on, a few seconds at a time, until `n` notifications arrived.
+async fn advance_until(clock: &ManualClock, receiver: &PushReceiver, n: usize) {
+    for _ in 0..200 {
+        if receiver.received().len() >= n {
+            return;
+        }
+        clock.advance(Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{} notifications arrived, {n} expected",
+        receiver.received().len()
+    );
+}
+
+fn error_message(response: &Value) -> String {
+    response["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn configs_are_created_read_listed_and_deleted_on_the_callers_own_tasks_only() {
+    let receiver = PushReceiver::start().await;
+    let gw = TestGateway::start_with(push_policy().policy()).await;
+    assert_eq!(gw.card().await["capabilities"]["pushNotifications"], true);
+    let alice = gw.add_peer("alice");
+    let bob = gw.add_peer("bob");
+    let task = task_of(&send_text(&gw.door, &alice, "hello", None).await).clone();
+    let task_id = task["id"].as_str().unwrap();
+
+    let created = call(
+        &gw,
+        &alice,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": task_id, "id": "cfg-1", "url": receiver.url, "token": "tok-1",
+               "authentication": {"scheme": "Bearer", "credentials": "receiver-credential-1"}}),
+    )
+    .await;
+    let config = &created["result"];
+    assert_eq!(config["id"], "cfg-1", "{created}");
+    assert_eq!(config["taskId"], task_id);
+    assert_eq!(config["url"], receiver.url.as_str());
+    assert_eq!(config["token"], "tok-1");
+    assert_eq!(config["authentication"]["scheme"], "Bearer");
+    // Credentials are write-only.
+    assert!(
+        !created.to_string().contains("receiver-credential-1"),
+        "{created}"
+    );
+    let read = call(
+        &gw,
+        &alice,
+        "GetTaskPushNotificationConfig",
+        json!({"taskId": task_id, "id": "cfg-1"}),
+    )
+    .await;
+    assert_eq!(&read["result"], config, "{read}");
+
+    // Two more (one without an id: peergate names it), listed two to a page.
+    for id in [Some("cfg-2"), None] {
+        let mut params = json!({"taskId": task_id, "url": receiver.url});
+        if let Some(id) = id {
+            params["id"] = json!(id);
+        }
+        let created = call(&gw, &alice, "CreateTaskPushNotificationConfig", params).await;
+        assert!(created["result"]["id"].is_string(), "{created}");
+    }
+    let first = call(
+        &gw,
+        &alice,
+        "ListTaskPushNotificationConfigs",
+        json!({"taskId": task_id, "pageSize": 2}),
+    )
+    .await;
+    let configs = first["result"]["configs"].as_array().unwrap();
+    assert_eq!(configs.len(), 2, "{first}");
+    let token = first["result"]["nextPageToken"].as_str().unwrap();
+    assert!(!token.is_empty(), "{first}");
+    let second = call(
+        &gw,
+        &alice,
+        "ListTaskPushNotificationConfigs",
+        json!({"taskId": task_id, "pageSize": 2, "pageToken": token}),
+    )
+    .await;
+    assert_eq!(second["result"]["configs"].as_array().unwrap().len(), 1);
+    assert_eq!(second["result"]["nextPageToken"], "", "{second}");
+
+    // Bob gets exactly what a task that does not exist gets, whatever he tries.
+    for (method, params) in [
+        (
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": task_id, "url": receiver.url}),
+        ),
+        (
+            "GetTaskPushNotificationConfig",
+            json!({"taskId": task_id, "id": "cfg-1"}),
+        ),
+        (
+            "ListTaskPushNotificationConfigs",
+            json!({"taskId": task_id}),
+        ),
+        (
+            "DeleteTaskPushNotificationConfig",
+            json!({"taskId": task_id, "id": "cfg-1"}),
+        ),
+    ] {
+        let his = call(&gw, &bob, method, params.clone()).await;
+        let mut missing = params.clone();
+        missing["taskId"] = json!("no-such-task");
+        let none = call(&gw, &alice, method, missing).await;
+        assert_eq!(error_code(&his), -32001, "{method}: {his}");
+        assert_eq!(his["error"], none["error"], "{method}");
+    }
+    // The config is still Alice's.
+    let still = call(
+        &gw,
+        &alice,
+        "GetTaskPushNotificationConfig",
+        json!({"taskId": task_id, "id": "cfg-1"}),
+    )
+    .await;
+    assert_eq!(still["result"]["id"], "cfg-1", "{still}");
+
+    // Delete is idempotent; the deleted config is gone.
+    for _ in 0..2 {
+        let deleted = call(
+            &gw,
+            &alice,
+            "DeleteTaskPushNotificationConfig",
+            json!({"taskId": task_id, "id": "cfg-1"}),
+        )
+        .await;
+        assert_eq!(deleted["result"], Value::Null, "{deleted}");
+        assert!(deleted.get("error").is_none(), "{deleted}");
+    }
+    let gone = call(
+        &gw,
+        &alice,
+        "GetTaskPushNotificationConfig",
+        json!({"taskId": task_id, "id": "cfg-1"}),
+    )
+    .await;
+    assert_eq!(error_code(&gone), -32001, "{gone}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_task_takes_at_most_the_configured_number_of_configs() {
+    let gw =
+        TestGateway::start_with(push_policy().set("push.max_configs_per_task", 2).policy()).await;
+    let alice = gw.add_peer("alice");
+    let task = task_of(&send_text(&gw.door, &alice, "hello", None).await).clone();
+    let url = "http://127.0.0.1:9/hook";
+    for id in ["a", "b", "a"] {
+        let stored = call(
+            &gw,
+            &alice,
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": task["id"], "id": id, "url": url}),
+        )
+        .await;
+        assert!(
+            stored.get("error").is_none(),
+            "replacing one's own config is fine: {stored}"
+        );
+    }
+    let third = call(
+        &gw,
+        &alice,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": task["id"], "id": "c", "url": url}),
+    )
+    .await;
+    assert_eq!(error_code(&third), -32602, "{third}");
+    assert!(
+        error_message(&third).contains("2 push notification configs"),
+        "{third}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn callbacks_must_be_https_to_public_addresses() {
+    // The default rules: no loopback switch.
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("capabilities.push_notifications", true)
+            .policy(),
+    )
+    .await;
+    let alice = gw.add_peer("alice");
+    let task = task_of(&send_text(&gw.door, &alice, "hello", None).await).clone();
+    for (url, why) in [
+        (
+            "http://hooks.example.com/a2a?key=s3cr3t-in-query",
+            "must be https",
+        ),
+        (
+            "https://127.0.0.1:8443/hook?key=s3cr3t-in-query",
+            "not public",
+        ),
+        ("https://localhost/hook", "not public"),
+        ("https://169.254.169.254/latest/meta-data/", "not public"),
+        ("https://10.20.30.40/hook", "not public"),
+        ("https://[::ffff:192.168.0.1]/hook", "not public"),
+        (
+            "https://user:s3cr3t-in-query@hooks.example.com/",
+            "credentials",
+        ),
+        ("file:///etc/passwd", "https URL"),
+    ] {
+        let refused = call(
+            &gw,
+            &alice,
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": task["id"], "url": url}),
+        )
+        .await;
+        assert_eq!(error_code(&refused), -32602, "{url}: {refused}");
+        let message = error_message(&refused);
+        assert!(
+            message.contains("url") && message.contains(why),
+            "{url}: {message}"
+        );
+        assert!(!refused.to_string().contains("s3cr3t"), "echoed: {refused}");
+        // The same rules for a config sent with a message, which then makes no task.
+        let inline = call(
+            &gw,
+            &alice,
+            "SendMessage",
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+                   "configuration": {"taskPushNotificationConfig": {"url": url}}}),
+        )
+        .await;
+        assert_eq!(error_code(&inline), -32602, "{url}: {inline}");
+        assert!(
+            error_message(&inline).contains("configuration.taskPushNotificationConfig.url"),
+            "{inline}"
+        );
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn with_push_off_every_push_method_and_an_inline_config_answer_32003() {
+    let gw = TestGateway::start().await;
+    assert_eq!(gw.card().await["capabilities"]["pushNotifications"], false);
+    let alice = gw.add_peer("alice");
+    let task = task_of(&send_text(&gw.door, &alice, "hello", None).await).clone();
+    for method in [
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    ] {
+        let refused = call(
+            &gw,
+            &alice,
+            method,
+            json!({"taskId": task["id"], "id": "x", "url": "https://hooks.example.com/"}),
+        )
+        .await;
+        assert_eq!(error_code(&refused), -32003, "{method}: {refused}");
+    }
+    let inline = call(
+        &gw,
+        &alice,
+        "SendMessage",
+        json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+               "configuration": {"taskPushNotificationConfig": {"url": "https://hooks.example.com/"}}}),
+    )
+    .await;
+    assert_eq!(error_code(&inline), -32003, "{inline}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn every_state_is_posted_in_order_with_what_lets_the_receiver_authenticate_it() {
+    let receiver = PushReceiver::start().await;
+    let gw = TestGateway::start_with(push_policy().policy()).await;
+    let alice = gw.add_peer("alice");
+    let task = send_with_config(
+        &gw,
+        &alice,
+        "ping",
+        json!({"url": receiver.url, "token": "notification-token-1",
+               "authentication": {"scheme": "Bearer", "credentials": "receiver-credential-1"}}),
+    )
+    .await;
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    let received = receiver.wait_for(2).await;
+    let states: Vec<&Value> = received
+        .iter()
+        .map(|n| &n.body["task"]["status"]["state"])
+        .collect();
+    assert_eq!(
+        states,
+        ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"],
+        "in order"
+    );
+    for notification in &received {
+        let header = |name: &str| notification.headers[name].to_str().unwrap().to_owned();
+        assert_eq!(header("content-type"), "application/a2a+json");
+        assert_eq!(header("authorization"), "Bearer receiver-credential-1");
+        assert_eq!(header("x-a2a-notification-token"), "notification-token-1");
+        assert_eq!(notification.body["task"]["id"], task["id"]);
+    }
+    // The answer travels with the final state.
+    assert_eq!(
+        received[1].body["task"]["artifacts"][0]["parts"][0]["text"],
+        task["artifacts"][0]["parts"][0]["text"]
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(receiver.received().len(), 2, "each state once");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_receiver_is_retried_with_backoff_then_kept_as_a_dead_letter_for_its_administrator()
+ {
+    let receiver = PushReceiver::start().await;
+    receiver.answer(503);
+    let gw = TestGateway::start_with(push_policy().set("push.max_attempts", 3).policy()).await;
+    let (code, _, stderr) = gw.cli_with_stdin(&["admin", "add", "ada"], "ada's admin password 1\n");
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) =
+        gw.cli_with_stdin(&["admin", "add", "bob"], "bob's admin password 22\n");
+    assert_eq!(code, 0, "{stderr}");
+    let (code, alice, stderr) = gw.cli(&["peer", "add", "alice", "--owner", "ada"]);
+    assert_eq!(code, 0, "{stderr}");
+    let alice = alice.trim().to_owned();
+    let task = task_of(&send_text(&gw.door, &alice, "hello", None).await).clone();
+    let created = call(
+        &gw,
+        &alice,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": task["id"], "id": "hook", "url": format!("{}?key=s3cr3t", receiver.url)}),
+    )
+    .await;
+    assert!(created.get("error").is_none(), "{created}");
+    // That task is final already, so its config hears nothing more. A config sent along with
+    // a message hears the new task's states.
+    let failing = send_with_config(
+        &gw,
+        &alice,
+        "again",
+        json!({"url": receiver.url, "id": "inline"}),
+    )
+    .await;
+    // The working state is attempted once, then waits 1 s of the gateway's clock.
+    receiver.wait_for(1).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        receiver.received().len(),
+        1,
+        "no second attempt before its time"
+    );
+    gw.clock.advance(Duration::from_millis(1_000));
+    receiver.wait_for(2).await;
+    gw.clock.advance(Duration::from_millis(2_000));
+    receiver.wait_for(3).await;
+    // Given up after the third attempt; the final state (queued behind it) now goes, and fails
+    // three times as well.
+    advance_until(&gw.clock, &receiver, 6).await;
+    let admin = |name: &'static str, password: &'static str| {
+        let url = format!("{}/v1/push/failed", gw.admin);
+        async move {
+            let response = reqwest::Client::new()
+                .get(url)
+                .basic_auth(name, Some(password))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let mut failed = Value::Null;
+    for _ in 0..100 {
+        failed = admin("ada", "ada's admin password 1").await;
+        if failed["deliveries"].as_array().unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deliveries = failed["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 2, "{failed}");
+    for dead in deliveries {
+        assert_eq!(dead["peer"], "alice");
+        assert_eq!(dead["taskId"], failing["id"]);
+        assert_eq!(dead["configId"], "inline");
+        assert_eq!(dead["attempts"], 3);
+        assert_eq!(
+            dead["lastError"], "the receiver answered HTTP 503",
+            "{dead}"
+        );
+    }
+    // Another administrator's view holds none of Alice's.
+    let theirs = admin("bob", "bob's admin password 22").await;
+    assert_eq!(theirs["deliveries"], json!([]), "{theirs}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn at_most_the_configured_deliveries_are_in_flight_at_once() {
+    let receiver = PushReceiver::start().await;
+    receiver.hold(Duration::from_millis(200));
+    let gw =
+        TestGateway::start_with(push_policy().set("push.deliveries_at_once", 2).policy()).await;
+    let alice = gw.add_peer("alice");
+    // Six tasks, two states each: twelve notifications, all due at once.
+    let sends = (0..6).map(|i| {
+        let (gw, alice, url) = (&gw, &alice, receiver.url.clone());
+        async move { send_with_config(gw, alice, &format!("n{i}"), json!({"url": url})).await }
+    });
+    futures_util::future::join_all(sends).await;
+    receiver.wait_for(12).await;
+    assert_eq!(
+        receiver.peak_in_flight(),
+        2,
+        "two at a time, and both slots used"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_the_clear() {
+    let receiver = PushReceiver::start().await;
+    receiver.answer(500);
+    let data = tempfile::tempdir().unwrap();
+    let policy: Policy = push_policy().policy();
+    let clock = ManualClock::new(SystemClock.now_millis());
+    let gw = peergate::http::server::start(gateway_options(
+        policy.clone(),
+        data.path(),
+        Arc::new(clock.clone()),
+    ))
+    .await
+    .unwrap();
+    let door = format!("http://{}/a2a/v1", gw.local_addr);
+    let alice = add_peer(data.path(), "alice");
+    let response = rpc(
+        &door,
+        &alice,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "keep me"}]},
+            "configuration": {"taskPushNotificationConfig": {"url": receiver.url,
+                "token": "notification-token-SECRET",
+                "authentication": {"scheme": "Basic", "credentials": "credential-SECRET"}}}}}),
+    )
+    .await;
+    let task_id = task_of(&response)["id"].as_str().unwrap().to_owned();
+    receiver.wait_for(1).await;
+    gw.shutdown().await;
+
+    // At rest: the URL is there, the token and credentials are not.
+    if TestStore::from_env() == TestStore::Sqlite {
+        let mut stored = Vec::new();
+        for entry in std::fs::read_dir(data.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("peergate.sqlite3")
+            {
+                stored.extend(std::fs::read(&path).unwrap());
+            }
+        }
+        let stored = String::from_utf8_lossy(&stored);
+        assert!(stored.contains(&receiver.url), "the store was read");
+        assert!(!stored.contains("notification-token-SECRET"));
+        assert!(!stored.contains("credential-SECRET"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let key = data.path().join("push-notification.key");
+            let mode = std::fs::metadata(key).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+
+    // Started again on the same store (and key), with the receiver back: every state is
+    // delivered, the one that failed before the stop included.
+    receiver.answer(200);
+    let clock = ManualClock::new(clock.now_millis());
+    clock.advance(Duration::from_secs(10));
+    let gw = peergate::http::server::start(gateway_options(policy, data.path(), Arc::new(clock)))
+        .await
+        .unwrap();
+    let received = receiver.wait_for(3).await;
+    let delivered: Vec<(&Value, &Value)> = received
+        .iter()
+        .map(|n| (&n.body["task"]["id"], &n.body["task"]["status"]["state"]))
+        .collect();
+    assert!(delivered.iter().all(|(id, _)| **id == task_id));
+    assert!(
+        delivered.iter().any(|(_, s)| *s == "TASK_STATE_COMPLETED"),
+        "{delivered:?}"
+    );
+    let last = received.last().unwrap();
+    assert_eq!(last.headers["authorization"], "Basic credential-SECRET");
+    assert_eq!(
+        last.headers["x-a2a-notification-token"],
+        "notification-token-SECRET"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn push_configs_over_the_http_json_binding() {
+    let receiver = PushReceiver::start().await;
+    let gw =
+        TestGateway::start_with(push_policy().set("capabilities.http_json", true).policy()).await;
+    let alice = gw.add_peer("alice");
+    let task = task_of(&send_text(&gw.door, &alice, "hello", None).await).clone();
+    let base = format!(
+        "{}/rest/tasks/{}/pushNotificationConfigs",
+        gw.door,
+        task["id"].as_str().unwrap()
+    );
+    let client = reqwest::Client::new();
+    let created: Value = client
+        .post(&base)
+        .bearer_auth(&alice)
+        .header("content-type", "application/json")
+        .body(json!({"id": "rest-1", "url": receiver.url}).to_string())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["id"], "rest-1", "{created}");
+    let read: Value = client
+        .get(format!("{base}/rest-1"))
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(read, created);
+    let listed: Value = client
+        .get(&base)
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["configs"][0]["id"], "rest-1", "{listed}");
+    let deleted = client
+        .delete(format!("{base}/rest-1"))
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 200);
+    let gone = client
+        .get(format!("{base}/rest-1"))
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404);
+    gw.stop().await;
+}
