@@ -615,3 +615,167 @@ async fn push_configs_over_the_http_json_binding() {
     assert_eq!(gone.status(), 404);
     gw.stop().await;
 }
+
+/// Answers each lookup with the next of its scripted answers, then with the last one forever.
+struct ScriptedDns(std::sync::Mutex<std::collections::VecDeque<&'static str>>);
+
+impl peergate::jose::fetch::Lookup for ScriptedDns {
+    fn lookup(
+        &self,
+        _: String,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::io::Result<Vec<std::net::IpAddr>>> + Send>,
+    > {
+        let mut script = self.0.lock().unwrap();
+        let answer = if script.len() > 1 {
+            script.pop_front().unwrap()
+        } else {
+            script[0]
+        };
+        let ip = answer.parse().unwrap();
+        Box::pin(async move { Ok(vec![ip]) })
+    }
+}
+
+/// A delivery loop over a fresh store whose callback host `hooks.test` resolves as `script`
+/// says; queues one task's working and final states for `url`, and returns what the receiver
+/// got and the dead letters' reasons once both states are settled.
+async fn deliver_under_dns(
+    script: &[&'static str],
+    url: &str,
+    receiver: &PushReceiver,
+) -> Vec<String> {
+    use peergate::push::{Push, PushSettings, callback::CallbackPolicy, seal::SealingKey};
+    use peergate::store::{Exchange, PushConfigRecord, Store};
+    let data = tempfile::tempdir().unwrap();
+    let store = Store::open(data.path()).await.unwrap();
+    add_peer(data.path(), "alice");
+    let peer_id = store
+        .accounts()
+        .find_peer("alice")
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    let push = Arc::new(Push::new(
+        store.push(),
+        SealingKey::from_bytes(&[9u8; 32]).unwrap(),
+        CallbackPolicy {
+            dangerous_allow_loopback: true,
+            lookup: Arc::new(ScriptedDns(std::sync::Mutex::new(
+                script.iter().copied().collect(),
+            ))),
+        },
+        PushSettings {
+            max_configs_per_task: 10,
+            max_attempts: 1,
+            deliveries_at_once: 1,
+            timeout: Duration::from_secs(5),
+        },
+        Arc::new(SystemClock),
+    ));
+    let config = PushConfigRecord {
+        task_id: "t1".into(),
+        id: "c1".into(),
+        peer_id: peer_id.clone(),
+        url: url.to_owned(),
+        sealed: push.key.seal("t1", "c1", &Default::default()),
+        created_at: 1,
+    };
+    let delivering = peergate::push::deliver::spawn(push.clone()).unwrap();
+    for (state, with) in [
+        ("TASK_STATE_WORKING", Some(config)),
+        ("TASK_STATE_COMPLETED", None),
+    ] {
+        let now = SystemClock.now_millis();
+        store
+            .tasks()
+            .save_exchange(Exchange {
+                task_id: "t1".into(),
+                peer_id: peer_id.clone(),
+                context_id: "ctx".into(),
+                state,
+                task_json: format!("{{\"id\":\"t1\",\"status\":{{\"state\":\"{state}\"}}}}"),
+                now,
+                expires_at: now + 60_000,
+                messages: Vec::new(),
+                usage: None,
+                audit: None,
+                instance: None,
+                notify: true,
+                push_config: with,
+            })
+            .await
+            .unwrap();
+    }
+    push.wake();
+    for _ in 0..200 {
+        let dead = store.push().failed_deliveries(None, 10).await.unwrap();
+        if dead.len() + receiver.received().len() >= 2 {
+            delivering.abort();
+            return dead.into_iter().map(|d| d.last_error).collect();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the deliveries did not settle");
+}
+
+#[tokio::test]
+async fn a_callback_is_checked_again_before_every_delivery_and_connects_only_where_checked() {
+    let receiver = PushReceiver::start().await;
+    let port = receiver
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/hook")
+        .to_owned();
+    let url = format!("http://hooks.test:{port}/hook");
+    // The name moves to an internal address after the first delivery: the second is refused
+    // by the check before it.
+    let dead = deliver_under_dns(&["127.0.0.1", "127.0.0.1", "10.0.0.7"], &url, &receiver).await;
+    assert_eq!(receiver.received().len(), 1);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(
+        dead[0].contains("the callback URL may use http only to a loopback address"),
+        "{dead:?}"
+    );
+
+    // The name moves between the check and the connection (DNS rebinding): the client only
+    // ever connects to addresses that pass, so nothing reaches the receiver.
+    let receiver = PushReceiver::start().await;
+    let port = receiver
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/hook")
+        .to_owned();
+    let url = format!("http://hooks.test:{port}/hook");
+    let dead = deliver_under_dns(&["127.0.0.1", "169.254.169.254"], &url, &receiver).await;
+    assert!(receiver.received().is_empty());
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    // Newest first: the working state passed its check and found no address to connect to.
+    assert!(
+        dead[1].contains("hooks.test resolves to no public address"),
+        "{dead:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_push_key_the_policy_names_but_cannot_be_read_stops_start_up_naming_the_setting() {
+    let data = tempfile::tempdir().unwrap();
+    let policy = push_policy()
+        .insert("push.key_env", "PEERGATE_TEST_UNSET_PUSH_KEY")
+        .policy();
+    let refused =
+        peergate::http::server::start(gateway_options(policy, data.path(), Arc::new(SystemClock)))
+            .await
+            .err()
+            .expect("start-up stops")
+            .to_string();
+    assert!(
+        refused.contains("push.key_env") && refused.contains("PEERGATE_TEST_UNSET_PUSH_KEY"),
+        "{refused}"
+    );
+}

@@ -7,7 +7,8 @@ mod common;
 use common::*;
 use peergate::store::{
     AdminRecord, AdminStatus, AuditAction, AuditEntry, ConversationMessage, ConversationRole,
-    Exchange, ExchangeUsage, PeerRecord, PeerStatus, Serving, Store, StoreLocation,
+    DeliveryOutcome, Exchange, ExchangeUsage, PeerRecord, PeerStatus, PushConfigRecord,
+    PushDelivery, Serving, Store, StoreError, StoreLocation,
 };
 use peergate::token::{self, CredentialKind};
 use std::sync::Arc;
@@ -313,6 +314,207 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
                 .await
                 .unwrap(),
             3
+        );
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn the_push_notification_queue_on_every_engine() {
+    for (engine, store, _dir) in engines().await {
+        let mut change = store.accounts().begin_change().await.unwrap();
+        change
+            .insert_admin(&admin("adm_1", "ada"), None)
+            .await
+            .unwrap();
+        change
+            .insert_peer(&peer("peer_1", "alice", "adm_1"))
+            .await
+            .unwrap();
+        change.commit().await.unwrap();
+        let config = |task: &str, id: &str| PushConfigRecord {
+            task_id: task.into(),
+            id: id.into(),
+            peer_id: "peer_1".into(),
+            url: format!("https://hooks.example.com/{id}"),
+            sealed: format!("sealed-{id}"),
+            created_at: 1,
+        };
+        let state =
+            |task: &str, state: &'static str, now: i64, with: Option<PushConfigRecord>| Exchange {
+                task_id: task.into(),
+                peer_id: "peer_1".into(),
+                context_id: "ctx".into(),
+                state,
+                task_json: format!("{{\"id\":\"{task}\",\"state\":\"{state}\"}}"),
+                now,
+                expires_at: 5_000,
+                messages: Vec::new(),
+                usage: None,
+                audit: None,
+                instance: None,
+                notify: true,
+                push_config: with,
+            };
+        let (tasks, push) = (store.tasks(), store.push());
+        // A config sent with the message hears the task's first state.
+        tasks
+            .save_exchange(state(
+                "t1",
+                "TASK_STATE_WORKING",
+                100,
+                Some(config("t1", "a")),
+            ))
+            .await
+            .unwrap();
+        push.put_push_config(&config("t1", "b"), 2).await.unwrap();
+        push.put_push_config(&config("t1", "b"), 2).await.unwrap();
+        assert!(
+            matches!(
+                push.put_push_config(&config("t1", "c"), 2).await,
+                Err(StoreError::TooManyPushConfigs(2))
+            ),
+            "{engine}"
+        );
+        tasks
+            .save_exchange(state("t1", "TASK_STATE_COMPLETED", 200, None))
+            .await
+            .unwrap();
+        let listed = push.push_configs("peer_1", "t1", None, 10).await.unwrap();
+        assert_eq!(listed.len(), 2, "{engine}");
+        assert!(
+            push.push_configs("peer_2", "t1", None, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            push.push_config("peer_2", "t1", "a")
+                .await
+                .unwrap()
+                .is_none()
+        );
+
+        // One delivery per config at a time, oldest first: a's working state (b was made after
+        // it), then b's and a's final states.
+        let first = push.claim_deliveries(300, 10_300, 10).await.unwrap();
+        let shape = |d: &PushDelivery| (d.config_id.clone(), d.body.contains("WORKING"));
+        assert_eq!(
+            first.iter().map(shape).collect::<Vec<_>>(),
+            [("a".to_owned(), true), ("b".to_owned(), false)],
+            "{engine}"
+        );
+        assert!(first[0].body.starts_with("{\"task\":"), "{engine}");
+        assert_eq!(first[0].url, "https://hooks.example.com/a");
+        assert_eq!(first[0].sealed, "sealed-a");
+        // Claimed: nothing else of those configs is due.
+        assert!(
+            push.claim_deliveries(300, 10_300, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{engine}"
+        );
+        // A claim that lapses (its instance died) makes the delivery due again.
+        let again = push.claim_deliveries(10_300, 20_300, 10).await.unwrap();
+        assert_eq!(again.len(), 2, "{engine}");
+        push.record_delivery(first[0].id, DeliveryOutcome::Delivered, "", 400)
+            .await
+            .unwrap();
+        push.record_delivery(
+            first[1].id,
+            DeliveryOutcome::RetryAt(30_000),
+            "HTTP 503",
+            400,
+        )
+        .await
+        .unwrap();
+        let next = push.claim_deliveries(20_400, 40_000, 10).await.unwrap();
+        assert_eq!(
+            next.iter().map(shape).collect::<Vec<_>>(),
+            [("a".to_owned(), false)],
+            "{engine}"
+        );
+        let retried = push.claim_deliveries(30_000, 40_000, 10).await.unwrap();
+        assert_eq!(
+            (retried[0].id, retried[0].attempts),
+            (first[1].id, 1),
+            "{engine}"
+        );
+        push.record_delivery(retried[0].id, DeliveryOutcome::GiveUp, "HTTP 503", 30_001)
+            .await
+            .unwrap();
+        let dead = push.failed_deliveries(Some("adm_1"), 10).await.unwrap();
+        assert_eq!(dead.len(), 1, "{engine}");
+        assert_eq!(
+            (
+                dead[0].peer_name.as_str(),
+                dead[0].attempts,
+                dead[0].last_error.as_str()
+            ),
+            ("alice", 2, "HTTP 503"),
+            "{engine}"
+        );
+        assert_eq!(dead[0].failed_at, 30_001);
+        assert!(
+            push.failed_deliveries(Some("adm_2"), 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        // A sweep's final state is queued too; deleting a config drops what it still had
+        // queued, and keeps its dead letters.
+        tasks
+            .save_exchange(state(
+                "t2",
+                "TASK_STATE_WORKING",
+                500,
+                Some(config("t2", "z")),
+            ))
+            .await
+            .unwrap();
+        let working = push.claim_deliveries(600, 700, 10).await.unwrap();
+        push.record_delivery(
+            working.iter().find(|d| d.task_id == "t2").unwrap().id,
+            DeliveryOutcome::Delivered,
+            "",
+            600,
+        )
+        .await
+        .unwrap();
+        tasks
+            .finish_working_task("t2", "TASK_STATE_FAILED", "{\"failed\":1}", 800)
+            .await
+            .unwrap();
+        let swept = push.claim_deliveries(40_000, 50_000, 10).await.unwrap();
+        assert!(
+            swept
+                .iter()
+                .any(|d| d.task_id == "t2" && d.body == "{\"task\":{\"failed\":1}}"),
+            "{engine}"
+        );
+        push.delete_push_config("peer_1", "t2", "z").await.unwrap();
+        push.delete_push_config("peer_1", "t2", "z").await.unwrap();
+        assert!(
+            push.claim_deliveries(60_000, 70_000, 10)
+                .await
+                .unwrap()
+                .iter()
+                .all(|d| d.task_id != "t2"),
+            "{engine}"
+        );
+        // Expired tasks take their configs and deliveries with them.
+        tasks.delete_expired_tasks(5_000).await.unwrap();
+        assert!(
+            push.push_configs("peer_1", "t1", None, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            push.failed_deliveries(None, 10).await.unwrap().is_empty(),
+            "{engine}"
         );
         store.close().await;
     }

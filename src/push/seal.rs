@@ -219,6 +219,42 @@ mod tests {
     }
 
     #[test]
+    fn the_key_is_named_by_the_policy_or_generated_once_for_a_lone_instance() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut policy = crate::config::PushPolicy::default();
+        let refused = SealingKey::load(&policy, dir.path(), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("push.key_env") && refused.contains("share"),
+            "{refused}"
+        );
+        let first = SealingKey::load(&policy, dir.path(), true).unwrap();
+        let sealed = first.seal("t", "c", &PushSecrets::default());
+        let again = SealingKey::load(&policy, dir.path(), true).unwrap();
+        assert!(
+            again.open("t", "c", &sealed).is_ok(),
+            "the generated key is kept"
+        );
+        let short = dir.path().join("short.key");
+        std::fs::write(&short, "AAAAAAAAAAAAAAAAAAAAAA").unwrap();
+        policy.key_file = Some(short.display().to_string());
+        let refused = SealingKey::load(&policy, dir.path(), true)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("16 bytes"), "{refused}");
+        policy.key_file = None;
+        policy.key_env = Some("PEERGATE_TEST_NO_SUCH_PUSH_KEY".to_owned());
+        let refused = SealingKey::load(&policy, dir.path(), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("PEERGATE_TEST_NO_SUCH_PUSH_KEY named by push.key_env is not set"),
+            "{refused}"
+        );
+    }
+
+    #[test]
     fn a_short_key_is_refused_naming_the_setting_not_the_key() {
         let refused = SealingKey::from_bytes(&[1u8; 16]).unwrap_err().to_string();
         assert!(
