@@ -7,6 +7,8 @@
 #
 #   bench/load.sh [SECONDS_PER_RUN] [CONNECTIONS]     (defaults: 10 and 50)
 #
+# BENCH_POLICY=FILE serves peergate with another policy (an A/B of a policy switch).
+#
 # Needs wrk (Debian: apt-get install wrk). Every server it starts listens on 127.0.0.1 only and
 # is stopped when the script ends.
 set -euo pipefail
@@ -101,7 +103,7 @@ token=$("$peergate" peer add bench --rate 1000000000/min --data "$data" 2>/dev/n
 limited=$("$peergate" peer add limited --rate 1/min --data "$data" 2>/dev/null)
 revoked=$("$peergate" peer add revoked --data "$data" 2>/dev/null)
 "$peergate" peer revoke revoked --data "$data" 2>/dev/null
-"$peergate" serve --policy policies/bench.toml --listen "127.0.0.1:$gate_port" --admin-listen "127.0.0.1:$admin_port" --data "$data" 2>"$work/peergate.log" &
+"$peergate" serve --policy "${BENCH_POLICY:-policies/bench.toml}" --listen "127.0.0.1:$gate_port" --admin-listen "127.0.0.1:$admin_port" --data "$data" 2>"$work/peergate.log" &
 pids+=($!)
 wait_for_port "$gate_port"
 door="http://127.0.0.1:$gate_port/a2a/v1"

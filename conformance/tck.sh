@@ -11,8 +11,9 @@
 #
 # The kit sends no credentials, so haproxy (apt-get install haproxy) sits in front of peergate
 # and adds a peer's bearer token to every request; the card's URL (server.public_base_url)
-# names haproxy, and the per-IP limit is raised so the kit's bursts are not refused. Reports
-# land in TCK_DIR/reports/; the summary is printed.
+# names haproxy, the per-IP limit is raised so the kit's bursts are not refused, and push
+# callbacks may reach loopback (the kit's webhook receiver is on http://localhost). Reports land
+# in TCK_DIR/reports/; the summary is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tck=$(cd "${1:?usage: conformance/tck.sh TCK_DIR [default|full]}" && pwd)
@@ -45,6 +46,8 @@ source, target, port = sys.argv[1:]
 text = open(source).read()
 text = text.replace("[server]\n", f'[server]\npublic_base_url = "http://127.0.0.1:{port}"\n', 1)
 text = text.replace("per_ip_per_minute = 120", "per_ip_per_minute = 1000000", 1)
+# The kit's webhook receiver listens on http://localhost: allowed for this run only.
+text = text.replace("dangerous_allow_loopback_callbacks = false", "dangerous_allow_loopback_callbacks = true", 1)
 open(target, "w").write(text)
 PY
 "$peergate" serve --policy "$work/policy.toml" --listen "127.0.0.1:$gate_port" --admin-listen "127.0.0.1:$admin_port" --data "$work/data" 2>"$work/peergate.log" &

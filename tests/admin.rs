@@ -845,7 +845,7 @@ async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 16, "{document:#}");
+    assert_eq!(operations, 17, "{document:#}");
     gw.stop().await;
 }
 

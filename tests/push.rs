@@ -648,7 +648,12 @@ async fn deliver_under_dns(
     use peergate::push::{Push, PushSettings, callback::CallbackPolicy, seal::SealingKey};
     use peergate::store::{Exchange, PushConfigRecord, Store};
     let data = tempfile::tempdir().unwrap();
-    let store = Store::open(data.path()).await.unwrap();
+    let suite = TestStore::from_env();
+    let store = match suite.store_url(data.path()) {
+        Some(url) => Store::open_at(&peergate::store::StoreLocation::Postgres(url)).await,
+        None => Store::open(&suite.data_dir(data.path())).await,
+    }
+    .unwrap();
     add_peer(data.path(), "alice");
     let peer_id = store
         .accounts()

@@ -6,7 +6,7 @@
 //!   longer passes its check) is tried again after 1 s, 2 s, 4 s … (at most 5 min between
 //!   attempts); after `push.max_attempts` it is kept as a dead letter that the task owner's
 //!   administrator sees (`GET /v1/push/failed`).
-//! * A claim lasts the delivery timeout and 5 s more: if the instance dies mid-attempt, the
+//! * A claim lasts the delivery timeout and 15 s more: if the instance dies mid-attempt, the
 //!   delivery is due again once the claim lapses, on whichever instance claims it.
 //! * Each request carries `Content-Type: application/a2a+json`, `Authorization: <scheme>
 //!   <credentials>` when the config has authentication, and `X-A2A-Notification-Token` when it
@@ -38,7 +38,11 @@ pub fn spawn(push: Arc<Push>) -> Result<tokio::task::JoinHandle<()>, String> {
 
 async fn run(push: Arc<Push>, client: reqwest::Client) {
     let slots = Arc::new(Semaphore::new(push.settings.deliveries_at_once as usize));
-    let claim_ms = i64::try_from(push.settings.timeout.as_millis()).unwrap_or(i64::MAX) + 5_000;
+    // Longer than an attempt can take: the callback's check (at most 5 s to resolve) and the
+    // request's timeout.
+    let claim_ms = i64::try_from(push.settings.timeout.as_millis())
+        .unwrap_or(i64::MAX)
+        .saturating_add(15_000);
     let mut store_down = false;
     loop {
         let free = u32::try_from(slots.available_permits()).unwrap_or(u32::MAX);

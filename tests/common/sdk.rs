@@ -2,7 +2,7 @@
 
 use super::cli::add_peer;
 use super::process::ServeProcess;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;
 
@@ -48,8 +48,8 @@ pub fn run_sdk_client_serving(
 
 /// Runs an official SDK client against `policies/full.toml` and checks what every such client
 /// must see: a streamed answer in pieces that make the final text, the task listed, and the
-/// errors for cancelling (-32002) and subscribing to (-32004) a finished task. Returns the
-/// summary for the client's own checks.
+/// errors for cancelling (-32002) and subscribing to (-32004) a finished task, and a push
+/// config created, read, listed and deleted. Returns the summary for the client's own checks.
 pub fn run_full_policy_client(program: &Path, script: &Path, peer: &str) -> Value {
     let full = super::cli::repo_root().join("policies/full.toml");
     let (summary, _) =
@@ -64,5 +64,14 @@ pub fn run_full_policy_client(program: &Path, script: &Path, peer: &str) -> Valu
     assert_eq!(summary["total_size"], 1, "{summary}");
     assert_eq!(summary["cancel_finished_code"], -32002, "{summary}");
     assert_eq!(summary["subscribe_finished_code"], -32004, "{summary}");
+    // Push configs: the token and scheme read back, the credentials never.
+    assert_eq!(summary["push_created_id"], "sdk-hook", "{summary}");
+    assert_eq!(
+        summary["push_read"],
+        json!(["https://93.184.215.14/a2a-hook", "sdk-token", "Bearer", ""]),
+        "{summary}"
+    );
+    assert_eq!(summary["push_listed"], json!(["sdk-hook"]), "{summary}");
+    assert_eq!(summary["push_deleted_code"], -32001, "{summary}");
     summary
 }

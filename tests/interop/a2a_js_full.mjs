@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // Interop check against policies/full.toml: the official JavaScript SDK client
 // (@a2a-js/sdk, pinned in package.json beside this file) streams a message,
-// lists tasks, and meets the errors for cancelling and subscribing to a
-// finished task.
+// lists tasks, meets the errors for cancelling and subscribing to a finished
+// task, and creates, reads, lists and deletes a push-notification config on its
+// own task.
 //
 // Usage: node a2a_js_full.mjs --base-url http://127.0.0.1:PORT --token TOKEN
 // Prints one JSON summary on stdout; exits 0 only if every expectation held,
@@ -71,6 +72,22 @@ async function run(baseUrl, token) {
   })();
   expect(subscribed instanceof A2AError, `subscribe on a finished task: ${subscribed}`);
   out.subscribe_finished_code = subscribed.envelopeCode;
+
+  // 4. A push-notification config on its own task (a public address written in the URL: the
+  //    gateway checks where a callback resolves before storing it).
+  expect(card.capabilities?.pushNotifications, "the card does not say pushNotifications");
+  const made = await client.createTaskPushNotificationConfig({ tenant: "", id: "sdk-hook", taskId,
+    url: "https://93.184.215.14/a2a-hook", token: "sdk-token",
+    authentication: { scheme: "Bearer", credentials: "sdk-credential" } });
+  out.push_created_id = made.id;
+  const read = await client.getTaskPushNotificationConfig({ tenant: "", taskId, id: "sdk-hook" });
+  out.push_read = [read.url, read.token, read.authentication?.scheme ?? "", read.authentication?.credentials ?? ""];
+  const configs = await client.listTaskPushNotificationConfig({ tenant: "", taskId, pageSize: 10, pageToken: "" });
+  out.push_listed = configs.configs.map((c) => c.id);
+  await client.deleteTaskPushNotificationConfig({ tenant: "", taskId, id: "sdk-hook" });
+  const gone = await client.getTaskPushNotificationConfig({ tenant: "", taskId, id: "sdk-hook" }).then(() => undefined, (e) => e);
+  expect(gone instanceof A2AError, `a deleted push config was still read: ${gone}`);
+  out.push_deleted_code = gone.envelopeCode;
   return out;
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Interop check against policies/full.toml: the official Python SDK client
 (a2a-sdk, see requirements.txt) streams a message, lists tasks, sends without
-blocking, follows the task, and meets the errors for cancelling and subscribing
-to a finished task.
+blocking, follows the task, meets the errors for cancelling and subscribing
+to a finished task, and creates, reads, lists and deletes a push-notification
+config on its own task.
 
 Usage: a2a_python_full.py --base-url http://127.0.0.1:PORT --token TOKEN
 Prints one JSON summary on stdout; exits 0 only if every expectation held,
@@ -16,9 +17,12 @@ import sys
 import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.helpers import get_message_text, new_text_message
-from a2a.types.a2a_pb2 import (CancelTaskRequest, GetTaskRequest, ListTasksRequest, Role,
+from a2a.types.a2a_pb2 import (AuthenticationInfo, CancelTaskRequest,
+                               DeleteTaskPushNotificationConfigRequest,
+                               GetTaskPushNotificationConfigRequest, GetTaskRequest,
+                               ListTaskPushNotificationConfigsRequest, ListTasksRequest, Role,
                                SendMessageConfiguration, SendMessageRequest,
-                               SubscribeToTaskRequest, TaskState)
+                               SubscribeToTaskRequest, TaskPushNotificationConfig, TaskState)
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
 
 
@@ -94,6 +98,29 @@ async def run(base_url, token):
             raise Failed("subscribe on a finished task did not raise")
         except A2AError as e:
             out["subscribe_finished_code"] = code_of(e)
+
+        # 5. A push-notification config on its own task (a public address written in the URL:
+        #    the gateway checks where a callback resolves before storing it).
+        expect(card.capabilities.push_notifications, "the card does not say pushNotifications")
+        made = await blocking.create_task_push_notification_config(TaskPushNotificationConfig(
+            task_id=task_id, id="sdk-hook", url="https://93.184.215.14/a2a-hook", token="sdk-token",
+            authentication=AuthenticationInfo(scheme="Bearer", credentials="sdk-credential")))
+        out["push_created_id"] = made.id
+        read = await blocking.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=task_id, id="sdk-hook"))
+        out["push_read"] = [read.url, read.token, read.authentication.scheme,
+                            read.authentication.credentials]
+        configs = await blocking.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id))
+        out["push_listed"] = [c.id for c in configs.configs]
+        await blocking.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="sdk-hook"))
+        try:
+            await blocking.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=task_id, id="sdk-hook"))
+            raise Failed("a deleted push config was still read")
+        except A2AError as e:
+            out["push_deleted_code"] = code_of(e)
         await streaming.close()
         await blocking.close()
     return out

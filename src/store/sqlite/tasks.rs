@@ -177,20 +177,21 @@ impl TaskStore for SqliteStore {
     }
 
     async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
-        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        // One statement each, so the write lock is never held across awaits (a command-line
+        // change waits on it); the tasks go last, so a sweep cut short leaves nothing that the
+        // next one cannot find.
         for table in ["push_deliveries", "push_configs"] {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM {table} WHERE task_id IN (SELECT id FROM tasks WHERE expires_at <= ?)"
             )))
             .bind(now)
-            .execute(&mut *tx)
+            .execute(&self.writer)
             .await?;
         }
         let done = sqlx::query("DELETE FROM tasks WHERE expires_at <= ?")
             .bind(now)
-            .execute(&mut *tx)
+            .execute(&self.writer)
             .await?;
-        tx.commit().await?;
         Ok(done.rows_affected())
     }
 }
