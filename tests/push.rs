@@ -784,3 +784,50 @@ async fn a_push_key_the_policy_names_but_cannot_be_read_stops_start_up_naming_th
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn a_config_made_on_a_task_still_being_answered_hears_its_final_state() {
+    let receiver = PushReceiver::start().await;
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(
+        push_policy()
+            .openai(&model.base_url, "test-model")
+            .set("capabilities.non_blocking", true)
+            .policy(),
+    )
+    .await;
+    let alice = gw.add_peer("alice");
+    let working = call(
+        &gw,
+        &alice,
+        "SendMessage",
+        json!({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "later"}]},
+               "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    let task = task_of(&working).clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_WORKING");
+    model.wait_for_arrival().await;
+    let created = call(
+        &gw,
+        &alice,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": task["id"], "url": receiver.url, "token": "later-token"}),
+    )
+    .await;
+    assert!(created.get("error").is_none(), "{created}");
+    model.release_one();
+    // The working state was stored before the config: only the final one is heard, found by
+    // the delivery loop's own look at the queue.
+    let received = receiver.wait_for(1).await;
+    assert_eq!(received[0].body["task"]["id"], task["id"]);
+    assert_eq!(
+        received[0].body["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    assert_eq!(
+        received[0].headers["x-a2a-notification-token"],
+        "later-token"
+    );
+    gw.stop().await;
+}

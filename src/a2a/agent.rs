@@ -488,6 +488,7 @@ impl Agent {
             .await
             .map_err(store_unavailable)?;
         self.announce(heard);
+        self.wake_deliveries(turn);
         let unfinished = UnfinishedTask {
             store: self.store.clone(),
             clock: self.clock.clone(),
@@ -613,6 +614,7 @@ impl Agent {
         }
         self.store.save_exchange(finished).await.map_err(internal)?;
         self.announce(heard);
+        self.wake_deliveries(turn);
         if let Some(mut stored) = unfinished {
             stored.finished();
         }
@@ -722,14 +724,21 @@ impl Agent {
         })
     }
 
-    /// Publishes an event once its state is durable (and tells the push deliveries that one
-    /// may be queued).
+    /// Publishes an event once its state is durable.
     fn announce(&self, event: Option<TaskEvent>) {
-        if let Some(push) = &self.push {
-            push.wake();
-        }
         if let Some(event) = event {
             self.shared.events.publish(event);
+        }
+    }
+
+    /// Tells the push deliveries that a state of a task with a config sent along with its
+    /// message was just queued. Other states reach them at their next look at the queue (within
+    /// a second): waking them for every state would cost a query each on the hot path.
+    fn wake_deliveries(&self, turn: &TurnPlan) {
+        if let Some(push) = &self.push
+            && turn.push_config.is_some()
+        {
+            push.wake();
         }
     }
 

@@ -2,11 +2,12 @@
 
 use super::{BEGIN_WRITE, SqliteStore};
 use crate::store::{
-    DeliveryOutcome, FailedDelivery, PushConfigRecord, PushDelivery, PushStore, StoreError,
+    DeliveryOutcome, Exchange, FailedDelivery, PushConfigRecord, PushDelivery, PushStore,
+    StoreError,
 };
 use async_trait::async_trait;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteConnection};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 
 /// Queues `task_json` (a state just written in this transaction) for every config of the task.
 pub(super) async fn queue_state(
@@ -26,6 +27,36 @@ pub(super) async fn queue_state(
     .bind(task_id)
     .execute(&mut *tx)
     .await?;
+    Ok(())
+}
+
+/// Queues each state of `exchanges` marked [`Exchange::notify`] for its task's configs. One
+/// indexed read finds which of the batch's tasks have configs at all, so a batch without any
+/// costs that read alone.
+pub(super) async fn queue_states(
+    tx: &mut SqliteConnection,
+    exchanges: &[&Exchange],
+) -> Result<(), StoreError> {
+    let notify: Vec<&Exchange> = exchanges.iter().copied().filter(|e| e.notify).collect();
+    if notify.is_empty() {
+        return Ok(());
+    }
+    let mut find =
+        QueryBuilder::<Sqlite>::new("SELECT DISTINCT task_id FROM push_configs WHERE task_id IN (");
+    let mut ids = find.separated(", ");
+    for e in &notify {
+        ids.push_bind(e.task_id.as_str());
+    }
+    find.push(")");
+    let configured: std::collections::HashSet<String> = find
+        .build_query_scalar()
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+    for e in notify.iter().filter(|e| configured.contains(&e.task_id)) {
+        queue_state(tx, &e.task_id, &e.task_json, e.now).await?;
+    }
     Ok(())
 }
 

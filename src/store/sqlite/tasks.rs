@@ -253,15 +253,11 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
          WHERE tasks.state = 'TASK_STATE_WORKING'",
     );
     tasks.build().execute(&mut *tx).await?;
-    // In the order the states were stored, so a config sent with a message hears its first.
-    for e in exchanges {
-        if let Some(config) = &e.push_config {
-            super::push::upsert_config(&mut tx, config).await?;
-        }
-        if e.notify {
-            super::push::queue_state(&mut tx, &e.task_id, &e.task_json, e.now).await?;
-        }
+    // Configs sent with a message first, so they hear its task's first state.
+    for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
+        super::push::upsert_config(&mut tx, config).await?;
     }
+    super::push::queue_states(&mut tx, exchanges).await?;
     if !batch.contexts.is_empty() {
         let mut contexts = QueryBuilder::<Sqlite>::new(
             "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",
