@@ -324,6 +324,7 @@ async fn with_push_off_every_push_method_and_an_inline_config_answer_32003() {
 #[tokio::test]
 async fn every_state_is_posted_in_order_with_what_lets_the_receiver_authenticate_it() {
     let receiver = PushReceiver::start().await;
+    receiver.hold(Duration::from_millis(300));
     let gw = TestGateway::start_with(push_policy().policy()).await;
     let alice = gw.add_peer("alice");
     let task = send_with_config(
@@ -336,6 +337,9 @@ async fn every_state_is_posted_in_order_with_what_lets_the_receiver_authenticate
     .await;
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
     let received = receiver.wait_for(2).await;
+    // Held a while each, they still came one at a time: a config's next state waits for the
+    // one before it.
+    assert_eq!(receiver.peak_in_flight(), 1);
     let states: Vec<&Value> = received
         .iter()
         .map(|n| &n.body["task"]["status"]["state"])
@@ -501,7 +505,31 @@ async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_
     gw.shutdown().await;
 
     // At rest: the URL is there, the token and credentials are not.
-    if TestStore::from_env() == TestStore::Sqlite {
+    let suite = TestStore::from_env();
+    let store = match suite.store_url(data.path()) {
+        Some(url) => {
+            peergate::store::Store::open_at(&peergate::store::StoreLocation::Postgres(url)).await
+        }
+        None => peergate::store::Store::open(&suite.data_dir(data.path())).await,
+    }
+    .unwrap();
+    let alice_id = store
+        .accounts()
+        .find_peer("alice")
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    let rows = store
+        .push()
+        .push_configs(&alice_id, &task_id, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].url, receiver.url);
+    assert!(!rows[0].sealed.contains("SECRET"), "{:?}", rows[0].sealed);
+    store.close().await;
+    if suite == TestStore::Sqlite {
         let mut stored = Vec::new();
         for entry in std::fs::read_dir(data.path()).unwrap() {
             let path = entry.unwrap().path();
@@ -762,7 +790,25 @@ async fn a_callback_is_checked_again_before_every_delivery_and_connects_only_whe
     assert_eq!(dead.len(), 2, "{dead:?}");
     // Newest first: the working state passed its check and found no address to connect to.
     assert!(
-        dead[1].contains("hooks.test resolves to no public address"),
+        dead[1].contains("hooks.test resolves to no loopback address"),
+        "{dead:?}"
+    );
+
+    // Plain http (only under the dangerous switch) goes to loopback alone: a name rebound to a
+    // public address after its check does not carry the credentials there in clear text.
+    let receiver = PushReceiver::start().await;
+    let port = receiver
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/hook")
+        .to_owned();
+    let url = format!("http://hooks.test:{port}/hook");
+    let dead = deliver_under_dns(&["127.0.0.1", "93.184.215.14"], &url, &receiver).await;
+    assert!(receiver.received().is_empty());
+    assert!(
+        dead[1].contains("hooks.test resolves to no loopback address"),
         "{dead:?}"
     );
 }

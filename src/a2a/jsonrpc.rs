@@ -505,6 +505,16 @@ fn describe_serde_error(e: &serde_json::Error) -> String {
     let text = text
         .rsplit_once(" at line ")
         .map_or(text.as_str(), |(head, _)| head);
+    // A string the peer sent in the wrong place may be a secret (a credential where an object
+    // belongs): its type is named, its value is not repeated.
+    let redacted;
+    let text = match (text.find("string \""), text.rfind('"')) {
+        (Some(start), Some(end)) if end > start + 7 => {
+            redacted = format!("{}string{}", &text[..start], &text[end + 1..]);
+            redacted.as_str()
+        }
+        _ => text,
+    };
     let mut out: String = text.chars().take(200).collect();
     if text.chars().count() > 200 {
         out.push('…');
@@ -518,6 +528,23 @@ mod tests {
 
     fn code(body: &[u8]) -> i64 {
         parse_request(body).unwrap_err().error.code()
+    }
+
+    #[test]
+    fn a_misplaced_string_is_named_not_repeated() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Params {
+            #[allow(dead_code)]
+            authentication: std::collections::HashMap<String, String>,
+        }
+        let e = serde_json::from_str::<Params>(r#"{"authentication":"Bearer sk-secret-1"}"#)
+            .unwrap_err();
+        let described = describe_serde_error(&e);
+        assert!(!described.contains("sk-secret-1"), "{described}");
+        assert!(
+            described.contains("invalid type: string, expected a map"),
+            "{described}"
+        );
     }
 
     #[test]

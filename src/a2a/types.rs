@@ -137,6 +137,9 @@ pub struct PushAuthentication {
     /// The HTTP authentication scheme, such as `Bearer`.
     #[serde(default)]
     pub scheme: Option<String>,
+    /// The 0.3 shape lists schemes; the first is used.
+    #[serde(default)]
+    pub schemes: Option<Vec<String>>,
     /// Its credentials.
     #[serde(default)]
     pub credentials: Option<String>,

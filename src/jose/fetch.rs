@@ -96,6 +96,8 @@ pub fn is_allowed(ip: IpAddr, allow_loopback: bool) -> bool {
                 || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
                 || (first & 0xffc0) == 0xfec0 // deprecated site-local fec0::/10
                 || first == 0x2002 // 6to4, which embeds an IPv4 address
+                || (first == 0x2001 && v6.segments()[1] == 0) // Teredo, which embeds one too
+                || v6.segments()[..5] == [0, 0, 0, 0, 0xffff] // IPv4-translated ::ffff:0:a.b.c.d
                 || (first == 0x2001 && v6.segments()[1] == 0x0db8) // documentation
                 || (first == 0x0064 && v6.segments()[1] == 0xff9b) // NAT64 to v4
                 || v6.segments()[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible
@@ -127,20 +129,36 @@ fn v4_allowed(ip: Ipv4Addr, allow_loopback: bool) -> bool {
 pub(crate) struct GuardedResolver {
     pub(crate) lookup: Arc<dyn Lookup>,
     pub(crate) allow_loopback: bool,
+    /// Only loopback addresses pass (plain `http` under a dangerous test switch).
+    pub(crate) only_loopback: bool,
 }
 
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let lookup = self.lookup.clone();
-        let allow_loopback = self.allow_loopback;
+        let (allow_loopback, only_loopback) = (self.allow_loopback, self.only_loopback);
         let host = name.as_str().to_owned();
         Box::pin(async move {
             let addresses = lookup.lookup(host.clone()).await?;
             let allowed: Vec<SocketAddr> = addresses
                 .into_iter()
-                .filter(|ip| is_allowed(*ip, allow_loopback))
+                .filter(|ip| {
+                    // Loopback, IPv4-mapped forms included: what the switch alone lets through.
+                    let loopback = is_allowed(*ip, true) && !is_allowed(*ip, false);
+                    if only_loopback {
+                        loopback
+                    } else {
+                        is_allowed(*ip, allow_loopback)
+                    }
+                })
                 .map(|ip| SocketAddr::new(ip, 0))
                 .collect();
+            if allowed.is_empty() && only_loopback {
+                return Err(format!(
+                    "{host} resolves to no loopback address (plain http goes to loopback only)"
+                )
+                .into());
+            }
             if allowed.is_empty() {
                 return Err(format!(
                     "{host} resolves to no public address (private, loopback, link-local and metadata addresses are refused)"
@@ -206,6 +224,7 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
     let resolver = GuardedResolver {
         lookup: policy.lookup.clone(),
         allow_loopback: loopback_http,
+        only_loopback: loopback_http,
     };
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -322,6 +341,8 @@ mod tests {
             "::127.0.0.1",
             "fec0::1",
             "2002:7f00:1::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "::ffff:0:7f00:1",
         ] {
             assert!(!is_allowed(bad.parse().unwrap(), false), "{bad}");
         }

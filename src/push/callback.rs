@@ -8,7 +8,9 @@
 //! * every address the host resolves to must be public: loopback, private, link-local
 //!   (including cloud metadata at 169.254.169.254), shared, documentation, multicast and
 //!   unspecified addresses are refused, and so are IPv4 addresses hidden in IPv6;
-//! * redirects are not followed (a 3xx is a failed delivery) and no proxy is used.
+//! * redirects are not followed (a 3xx is a failed delivery) and no proxy is used;
+//! * IPv4 hidden in IPv6 (mapped, compatible, translated, 6to4, Teredo, NAT64) counts as the
+//!   address it hides, or is refused.
 //!
 //! `push.dangerous_allow_loopback_callbacks` lets callbacks reach loopback addresses, over
 //! `http://` too, for tests and local development; private and metadata addresses stay
@@ -101,17 +103,25 @@ impl CallbackPolicy {
         Ok(parsed)
     }
 
-    /// The client deliveries go through: no redirects, no proxy, `timeout` per delivery, and
-    /// names resolved only to addresses [`is_allowed`] accepts.
-    pub fn client(&self, timeout: Duration) -> Result<reqwest::Client, String> {
+    /// A client deliveries go through: no redirects, no proxy, `timeout` per delivery (3 s at
+    /// most to connect, so an address that drops packets frees its slot sooner), and names
+    /// resolved only to addresses [`is_allowed`] accepts, or (`loopback_only`, for `http://`
+    /// callbacks under the dangerous switch) only to loopback addresses.
+    pub fn client(
+        &self,
+        timeout: Duration,
+        loopback_only: bool,
+    ) -> Result<reqwest::Client, String> {
         crate::http::tls::ensure_provider();
         reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(3)))
             .dns_resolver(Arc::new(GuardedResolver {
                 lookup: self.lookup.clone(),
                 allow_loopback: self.dangerous_allow_loopback,
+                only_loopback: loopback_only,
             }))
             .build()
             .map_err(|e| e.to_string())

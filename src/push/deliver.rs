@@ -30,14 +30,30 @@ pub fn backoff_ms(attempts: u32) -> i64 {
     doubled.min(MAX_BACKOFF_MS)
 }
 
-/// Runs the delivery loop until the returned handle is aborted.
-pub fn spawn(push: Arc<Push>) -> Result<tokio::task::JoinHandle<()>, String> {
-    let client = push.callbacks.client(push.settings.timeout)?;
-    Ok(tokio::spawn(run(push, client)))
+/// The two clients deliveries go through: `https` callbacks resolve to public addresses
+/// (and loopback with the dangerous switch); `http` callbacks, only possible with that switch,
+/// resolve to loopback alone, so a name rebound after its check cannot carry credentials in
+/// clear text to a public host.
+#[derive(Clone)]
+struct Clients {
+    https: reqwest::Client,
+    http_loopback: reqwest::Client,
 }
 
-async fn run(push: Arc<Push>, client: reqwest::Client) {
+/// Runs the delivery loop until the returned handle is aborted.
+pub fn spawn(push: Arc<Push>) -> Result<tokio::task::JoinHandle<()>, String> {
+    let clients = Clients {
+        https: push.callbacks.client(push.settings.timeout, false)?,
+        http_loopback: push.callbacks.client(push.settings.timeout, true)?,
+    };
+    Ok(tokio::spawn(run(push, clients)))
+}
+
+async fn run(push: Arc<Push>, clients: Clients) {
     let slots = Arc::new(Semaphore::new(push.settings.deliveries_at_once as usize));
+    // Attempts belong to the loop: when it is stopped they stop too, and their claims lapse
+    // (due again after the restart) instead of outliving the store they record into.
+    let mut attempts = tokio::task::JoinSet::new();
     // Longer than an attempt can take: the callback's check (at most 5 s to resolve) and the
     // request's timeout.
     let claim_ms = i64::try_from(push.settings.timeout.as_millis())
@@ -45,6 +61,7 @@ async fn run(push: Arc<Push>, client: reqwest::Client) {
         .saturating_add(15_000);
     let mut store_down = false;
     loop {
+        while attempts.try_join_next().is_some() {}
         let free = u32::try_from(slots.available_permits()).unwrap_or(u32::MAX);
         if free > 0 {
             let now = push.clock.now_millis();
@@ -59,9 +76,9 @@ async fn run(push: Arc<Push>, client: reqwest::Client) {
                         let Ok(slot) = slots.clone().acquire_owned().await else {
                             return;
                         };
-                        let (push, client) = (push.clone(), client.clone());
-                        tokio::spawn(async move {
-                            attempt(&push, &client, delivery).await;
+                        let (push, clients) = (push.clone(), clients.clone());
+                        attempts.spawn(async move {
+                            attempt(&push, &clients, delivery).await;
                             drop(slot);
                             push.wake();
                         });
@@ -82,8 +99,8 @@ async fn run(push: Arc<Push>, client: reqwest::Client) {
 }
 
 /// Attempts one delivery and records what became of it.
-async fn attempt(push: &Push, client: &reqwest::Client, delivery: PushDelivery) {
-    let failure = send(push, client, &delivery).await.err();
+async fn attempt(push: &Push, clients: &Clients, delivery: PushDelivery) {
+    let failure = send(push, clients, &delivery).await.err();
     let now = push.clock.now_millis();
     let attempts = delivery.attempts.saturating_add(1);
     let outcome = match &failure {
@@ -106,7 +123,7 @@ async fn attempt(push: &Push, client: &reqwest::Client, delivery: PushDelivery) 
     }
     if let Err(error) = push
         .store
-        .record_delivery(delivery.id, outcome, reason, now)
+        .record_delivery(delivery.id, delivery.claimed_until, outcome, reason, now)
         .await
     {
         // The claim lapses and the delivery is tried again: at-least-once.
@@ -131,11 +148,7 @@ impl Failure {
     }
 }
 
-async fn send(
-    push: &Push,
-    client: &reqwest::Client,
-    delivery: &PushDelivery,
-) -> Result<(), Failure> {
+async fn send(push: &Push, clients: &Clients, delivery: &PushDelivery) -> Result<(), Failure> {
     let secrets = push
         .key
         .open(&delivery.task_id, &delivery.config_id, &delivery.sealed)
@@ -146,6 +159,10 @@ async fn send(
         .check(&delivery.url)
         .await
         .map_err(|refused| Failure::Transient(format!("the callback URL {refused}")))?;
+    let client = match url.scheme() {
+        "http" => &clients.http_loopback,
+        _ => &clients.https,
+    };
     let mut request = client
         .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/a2a+json")

@@ -231,10 +231,12 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
         limit: u32,
     ) -> Result<Vec<PushDelivery>, StoreError>;
 
-    /// Records an attempt's outcome (`error` says why it failed, when it did).
+    /// Records an attempt's outcome (`error` says why it failed, when it did), if the row still
+    /// carries the claim the attempt was made under.
     async fn record_delivery(
         &self,
         id: i64,
+        claimed_until: i64,
         outcome: DeliveryOutcome,
         error: &str,
         now: i64,

@@ -463,6 +463,9 @@ pub struct PushDelivery {
     pub body: String,
     /// Attempts made before this one.
     pub attempts: u32,
+    /// Until when this claim holds (epoch ms); its outcome is recorded only while the row still
+    /// carries this claim, so an instance whose claim lapsed cannot undo another's.
+    pub claimed_until: i64,
 }
 
 /// A delivery given up after its last attempt, as an administrator sees it.

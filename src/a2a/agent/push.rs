@@ -207,12 +207,16 @@ impl Agent {
         let (scheme, credentials) = match params.authentication {
             None => (None, None),
             Some(auth) => {
-                let scheme = auth.scheme.filter(|s| is_token(s)).ok_or_else(|| {
-                    bad(
-                        "authentication.scheme",
-                        "must be an HTTP authentication scheme such as Bearer",
-                    )
-                })?;
+                let scheme = auth
+                    .scheme
+                    .or_else(|| auth.schemes.and_then(|s| s.into_iter().next()))
+                    .filter(|s| is_token(s))
+                    .ok_or_else(|| {
+                        bad(
+                            "authentication.scheme",
+                            "must be an HTTP authentication scheme such as Bearer",
+                        )
+                    })?;
                 if let Some(credentials) = &auth.credentials
                     && (credentials.len() > MAX_CREDENTIALS_BYTES
                         || !credentials

@@ -30,14 +30,19 @@ pub(super) async fn queue_state(
     Ok(())
 }
 
-/// Queues each state of `exchanges` marked [`Exchange::notify`] for its task's configs. One
-/// indexed read finds which of the batch's tasks have configs at all, so a batch without any
-/// costs that read alone.
+/// Queues each state of `exchanges` marked [`Exchange::notify`] whose task row was `written`,
+/// for its task's configs. One indexed read finds which of the batch's tasks have configs at
+/// all, so a batch without any costs that read alone.
 pub(super) async fn queue_states(
     tx: &mut SqliteConnection,
     exchanges: &[&Exchange],
+    written: &std::collections::HashSet<String>,
 ) -> Result<(), StoreError> {
-    let notify: Vec<&Exchange> = exchanges.iter().copied().filter(|e| e.notify).collect();
+    let notify: Vec<&Exchange> = exchanges
+        .iter()
+        .copied()
+        .filter(|e| e.notify && written.contains(&e.task_id))
+        .collect();
     if notify.is_empty() {
         return Ok(());
     }
@@ -75,6 +80,17 @@ pub(super) async fn upsert_config(
     .bind(&config.url)
     .bind(&config.sealed)
     .bind(config.created_at)
+    .execute(&mut *tx)
+    .await?;
+    // What is still queued under it goes where the config now says, with its new secrets.
+    sqlx::query(
+        "UPDATE push_deliveries SET url = ?, sealed = ? \
+         WHERE task_id = ? AND config_id = ? AND state = 'pending'",
+    )
+    .bind(&config.url)
+    .bind(&config.sealed)
+    .bind(&config.task_id)
+    .bind(&config.id)
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -211,6 +227,7 @@ impl PushStore for SqliteStore {
                     sealed: row.try_get("sealed")?,
                     body: row.try_get("body")?,
                     attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
+                    claimed_until: claim_until,
                 })
             })
             .collect()
@@ -219,29 +236,34 @@ impl PushStore for SqliteStore {
     async fn record_delivery(
         &self,
         id: i64,
+        claimed_until: i64,
         outcome: DeliveryOutcome,
         error: &str,
         now: i64,
     ) -> Result<(), StoreError> {
         let query = match outcome {
             DeliveryOutcome::Delivered => {
-                sqlx::query("DELETE FROM push_deliveries WHERE id = ?").bind(id)
+                sqlx::query("DELETE FROM push_deliveries WHERE id = ? AND claimed_until = ?")
+                    .bind(id)
+                    .bind(claimed_until)
             }
             DeliveryOutcome::RetryAt(at) => sqlx::query(
                 "UPDATE push_deliveries SET attempts = attempts + 1, next_attempt_at = ?, claimed_until = NULL, \
-                 last_error = ?, updated_at = ? WHERE id = ?",
+                 last_error = ?, updated_at = ? WHERE id = ? AND claimed_until = ?",
             )
             .bind(at)
             .bind(error)
             .bind(now)
-            .bind(id),
+            .bind(id)
+            .bind(claimed_until),
             DeliveryOutcome::GiveUp => sqlx::query(
                 "UPDATE push_deliveries SET attempts = attempts + 1, state = 'dead', claimed_until = NULL, \
-                 last_error = ?, updated_at = ? WHERE id = ?",
+                 last_error = ?, updated_at = ? WHERE id = ? AND claimed_until = ?",
             )
             .bind(error)
             .bind(now)
-            .bind(id),
+            .bind(id)
+            .bind(claimed_until),
         };
         query.execute(&self.writer).await?;
         Ok(())
