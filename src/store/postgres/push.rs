@@ -9,40 +9,38 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 
-/// Queues `task_json` (a state just written in this transaction) for every config of the task.
+/// Queues `task_json` for every config of the task, if the task's row now holds that state
+/// (`state` as of `now`): a turn's final state that the store did not take over a sweep's is
+/// not the task's, so it is not announced.
 pub(super) async fn queue_state(
     tx: &mut PgConnection,
     task_id: &str,
+    state: &str,
     task_json: &str,
     now: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO push_deliveries (task_id, config_id, peer_id, url, sealed, body, state, attempts, next_attempt_at, created_at, updated_at) \
-         SELECT task_id, id, peer_id, url, sealed, $1, 'pending', 0, $2, $3, $4 FROM push_configs WHERE task_id = $5",
+         SELECT task_id, id, peer_id, url, sealed, $1, 'pending', 0, $2, $2, $2 FROM push_configs WHERE task_id = $3 \
+         AND EXISTS (SELECT 1 FROM tasks WHERE id = $3 AND state = $4 AND status_at = $2)",
     )
     .bind(crate::store::records::task_notification(task_json))
     .bind(now)
-    .bind(now)
-    .bind(now)
     .bind(task_id)
+    .bind(state)
     .execute(&mut *tx)
     .await?;
     Ok(())
 }
 
-/// Queues each state of `exchanges` marked [`Exchange::notify`] whose task row was `written`,
-/// for its task's configs. One indexed read finds which of the batch's tasks have configs at
-/// all, so a batch without any costs that read alone.
+/// Queues each state of `exchanges` marked [`Exchange::notify`] for its task's configs. One
+/// indexed read finds which of the batch's tasks have configs at all, so a batch without any
+/// costs that read alone.
 pub(super) async fn queue_states(
     tx: &mut PgConnection,
     exchanges: &[&Exchange],
-    written: &std::collections::HashSet<String>,
 ) -> Result<(), StoreError> {
-    let notify: Vec<&Exchange> = exchanges
-        .iter()
-        .copied()
-        .filter(|e| e.notify && written.contains(&e.task_id))
-        .collect();
+    let notify: Vec<&Exchange> = exchanges.iter().copied().filter(|e| e.notify).collect();
     if notify.is_empty() {
         return Ok(());
     }
@@ -61,7 +59,7 @@ pub(super) async fn queue_states(
         .into_iter()
         .collect();
     for e in notify.iter().filter(|e| configured.contains(&e.task_id)) {
-        queue_state(tx, &e.task_id, &e.task_json, e.now).await?;
+        queue_state(tx, &e.task_id, e.state, &e.task_json, e.now).await?;
     }
     Ok(())
 }

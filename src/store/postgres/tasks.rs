@@ -125,7 +125,7 @@ impl TaskStore for PostgresStore {
         .execute(&mut *tx)
         .await?;
         if finished.rows_affected() > 0 {
-            super::push::queue_state(&mut tx, id, body, now).await?;
+            super::push::queue_state(&mut tx, id, state, body, now).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -247,25 +247,12 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
          expires_at = excluded.expires_at, status_at = excluded.status_at \
          WHERE tasks.state = 'TASK_STATE_WORKING'",
     );
-    // With push on, the ids of the rows written: a state the upsert skipped (a sweep failed
-    // the task first) is not the task's state, so it is not announced.
-    let written: std::collections::HashSet<String> = if exchanges.iter().any(|e| e.notify) {
-        tasks.push(" RETURNING id");
-        tasks
-            .build_query_scalar()
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .collect()
-    } else {
-        tasks.build().execute(&mut *tx).await?;
-        std::collections::HashSet::new()
-    };
+    tasks.build().execute(&mut *tx).await?;
     // Configs sent with a message first, so they hear its task's first state.
     for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
         super::push::upsert_config(&mut tx, config).await?;
     }
-    super::push::queue_states(&mut tx, exchanges, &written).await?;
+    super::push::queue_states(&mut tx, exchanges).await?;
     if !batch.contexts.is_empty() {
         let mut contexts = QueryBuilder::<Postgres>::new(
             "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",
