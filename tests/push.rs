@@ -666,13 +666,19 @@ impl peergate::jose::fetch::Lookup for ScriptedDns {
 }
 
 /// A delivery loop over a fresh store whose callback host `hooks.test` resolves as `script`
-/// says; queues one task's working and final states for `url`, and returns what the receiver
-/// got and the dead letters' reasons once both states are settled.
-async fn deliver_under_dns(
-    script: &[&'static str],
-    url: &str,
-    receiver: &PushReceiver,
-) -> Vec<String> {
+/// says; queues one task's working and final states for a fresh receiver at
+/// `http://hooks.test:PORT/hook`, and returns the receiver and the dead letters' reasons once
+/// both states are settled.
+async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String>) {
+    let receiver = PushReceiver::start().await;
+    let port = receiver
+        .url
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .trim_end_matches("/hook");
+    let url = format!("http://hooks.test:{port}/hook");
+    let url = url.as_str();
     use peergate::push::{Push, PushSettings, callback::CallbackPolicy, seal::SealingKey};
     use peergate::store::{Exchange, PushConfigRecord, Store};
     let data = tempfile::tempdir().unwrap();
@@ -746,7 +752,7 @@ async fn deliver_under_dns(
         let dead = store.push().failed_deliveries(None, 10).await.unwrap();
         if dead.len() + receiver.received().len() >= 2 {
             delivering.abort();
-            return dead.into_iter().map(|d| d.last_error).collect();
+            return (receiver, dead.into_iter().map(|d| d.last_error).collect());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -755,18 +761,9 @@ async fn deliver_under_dns(
 
 #[tokio::test]
 async fn a_callback_is_checked_again_before_every_delivery_and_connects_only_where_checked() {
-    let receiver = PushReceiver::start().await;
-    let port = receiver
-        .url
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches("/hook")
-        .to_owned();
-    let url = format!("http://hooks.test:{port}/hook");
     // The name moves to an internal address after the first delivery: the second is refused
     // by the check before it.
-    let dead = deliver_under_dns(&["127.0.0.1", "127.0.0.1", "10.0.0.7"], &url, &receiver).await;
+    let (receiver, dead) = deliver_under_dns(&["127.0.0.1", "127.0.0.1", "10.0.0.7"]).await;
     assert_eq!(receiver.received().len(), 1);
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert!(
@@ -775,42 +772,19 @@ async fn a_callback_is_checked_again_before_every_delivery_and_connects_only_whe
     );
 
     // The name moves between the check and the connection (DNS rebinding): the client only
-    // ever connects to addresses that pass, so nothing reaches the receiver.
-    let receiver = PushReceiver::start().await;
-    let port = receiver
-        .url
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches("/hook")
-        .to_owned();
-    let url = format!("http://hooks.test:{port}/hook");
-    let dead = deliver_under_dns(&["127.0.0.1", "169.254.169.254"], &url, &receiver).await;
-    assert!(receiver.received().is_empty());
-    assert_eq!(dead.len(), 2, "{dead:?}");
-    // Newest first: the working state passed its check and found no address to connect to.
-    assert!(
-        dead[1].contains("hooks.test resolves to no loopback address"),
-        "{dead:?}"
-    );
-
-    // Plain http (only under the dangerous switch) goes to loopback alone: a name rebound to a
-    // public address after its check does not carry the credentials there in clear text.
-    let receiver = PushReceiver::start().await;
-    let port = receiver
-        .url
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches("/hook")
-        .to_owned();
-    let url = format!("http://hooks.test:{port}/hook");
-    let dead = deliver_under_dns(&["127.0.0.1", "93.184.215.14"], &url, &receiver).await;
-    assert!(receiver.received().is_empty());
-    assert!(
-        dead[1].contains("hooks.test resolves to no loopback address"),
-        "{dead:?}"
-    );
+    // ever connects to addresses that pass, so nothing reaches the receiver. Plain http (only
+    // under the dangerous switch) goes to loopback alone, so a name rebound to a public address
+    // does not carry the credentials there in clear text either.
+    for rebound in ["169.254.169.254", "93.184.215.14"] {
+        let (receiver, dead) = deliver_under_dns(&["127.0.0.1", rebound]).await;
+        assert!(receiver.received().is_empty(), "{rebound}");
+        assert_eq!(dead.len(), 2, "{dead:?}");
+        // Newest first: the working state passed its check and found no address to use.
+        assert!(
+            dead[1].contains("hooks.test resolves to no loopback address"),
+            "{rebound}: {dead:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -20,6 +20,7 @@
 pub(crate) mod batch;
 pub mod copy;
 pub mod postgres;
+mod push_rows;
 pub mod records;
 pub mod sqlite;
 

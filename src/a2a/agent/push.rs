@@ -70,9 +70,7 @@ impl Agent {
     ) -> Result<Box<RawValue>, RpcError> {
         let push = self.push()?;
         let params: PushConfigRef = jsonrpc::parse_params(params)?;
-        let (task_id, config_id) = named(&params)?;
-        self.load_task(peer, task_id).await?;
-        let config_id = config_id.ok_or_else(|| invalid("id", "is required"))?;
+        let (task_id, config_id) = self.own_config(peer, &params).await?;
         let record = push
             .store
             .push_config(peer.id(), task_id, config_id)
@@ -137,14 +135,26 @@ impl Agent {
     ) -> Result<Box<RawValue>, RpcError> {
         let push = self.push()?;
         let params: PushConfigRef = jsonrpc::parse_params(params)?;
-        let (task_id, config_id) = named(&params)?;
-        self.load_task(peer, task_id).await?;
-        let config_id = config_id.ok_or_else(|| invalid("id", "is required"))?;
+        let (task_id, config_id) = self.own_config(peer, &params).await?;
         push.store
             .delete_push_config(peer.id(), task_id, config_id)
             .await
             .map_err(internal)?;
         RawValue::from_string("null".to_owned()).map_err(internal)
+    }
+
+    /// The task and config a get or delete names, once the task is known to be the caller's.
+    async fn own_config<'p>(
+        &self,
+        peer: &AuthenticatedPeer,
+        params: &'p PushConfigRef,
+    ) -> Result<(&'p str, &'p str), RpcError> {
+        let (task_id, config_id) = named(params)?;
+        self.load_task(peer, task_id).await?;
+        Ok((
+            task_id,
+            config_id.ok_or_else(|| invalid("id", "is required"))?,
+        ))
     }
 
     /// A config for a message's new task (`configuration.taskPushNotificationConfig`).

@@ -6,8 +6,7 @@ use crate::store::{
     StoreError,
 };
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
+use sqlx::{PgConnection, Postgres, QueryBuilder};
 
 /// Queues `task_json` for every config of the task, if the task's row now holds that state
 /// (`state` as of `now`): a turn's final state that the store did not take over a sweep's is
@@ -95,17 +94,6 @@ pub(super) async fn upsert_config(
     Ok(())
 }
 
-fn config(row: &PgRow) -> Result<PushConfigRecord, StoreError> {
-    Ok(PushConfigRecord {
-        task_id: row.try_get("task_id")?,
-        id: row.try_get("id")?,
-        peer_id: row.try_get("peer_id")?,
-        url: row.try_get("url")?,
-        sealed: row.try_get("sealed")?,
-        created_at: row.try_get("created_at")?,
-    })
-}
-
 #[async_trait]
 impl PushStore for PostgresStore {
     async fn put_push_config(
@@ -146,7 +134,7 @@ impl PushStore for PostgresStore {
             .fetch_optional(&self.pool)
             .await?
             .as_ref()
-            .map(config)
+            .map(crate::store::push_rows::config)
             .transpose()
     }
 
@@ -167,7 +155,7 @@ impl PushStore for PostgresStore {
         .fetch_all(&self.pool)
         .await?
         .iter()
-        .map(config)
+        .map(crate::store::push_rows::config)
         .collect()
     }
 
@@ -221,18 +209,7 @@ impl PushStore for PostgresStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|row| {
-                Ok(PushDelivery {
-                    id: row.try_get("id")?,
-                    task_id: row.try_get("task_id")?,
-                    config_id: row.try_get("config_id")?,
-                    url: row.try_get("url")?,
-                    sealed: row.try_get("sealed")?,
-                    body: row.try_get("body")?,
-                    attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
-                    claimed_until: claim_until,
-                })
-            })
+            .map(|row| crate::store::push_rows::delivery(row, claim_until))
             .collect()
     }
 
@@ -287,19 +264,7 @@ impl PushStore for PostgresStore {
         .fetch_all(&self.pool)
         .await?
         .iter()
-        .map(|row| {
-            Ok(FailedDelivery {
-                id: row.try_get("id")?,
-                peer_name: row.try_get("name")?,
-                task_id: row.try_get("task_id")?,
-                config_id: row.try_get("config_id")?,
-                url: row.try_get("url")?,
-                attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
-                last_error: row.try_get::<Option<String>, _>("last_error")?.unwrap_or_default(),
-                created_at: row.try_get("created_at")?,
-                failed_at: row.try_get("updated_at")?,
-            })
-        })
+        .map(crate::store::push_rows::failed)
         .collect()
     }
 }
