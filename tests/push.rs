@@ -449,6 +449,23 @@ async fn a_failing_receiver_is_retried_with_backoff_then_kept_as_a_dead_letter_f
     // Another administrator's view holds none of Alice's.
     let theirs = admin("bob", "bob's admin password 22").await;
     assert_eq!(theirs["deliveries"], json!([]), "{theirs}");
+    // Operators count the attempts: two given up after two retries each.
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", gw.admin))
+        .basic_auth("ada", Some("ada's admin password 1"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"peergate_push_deliveries_total{outcome="delivered"} 0"#,
+        r#"peergate_push_deliveries_total{outcome="retried"} 4"#,
+        r#"peergate_push_deliveries_total{outcome="given_up"} 2"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
     gw.stop().await;
 }
 
@@ -712,6 +729,7 @@ async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String
             timeout: Duration::from_secs(5),
         },
         Arc::new(SystemClock),
+        Arc::default(),
     ));
     let config = PushConfigRecord {
         task_id: "t1".into(),

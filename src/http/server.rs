@@ -206,7 +206,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         budgets = budgets.with_shared_spend(spend.clone());
     }
     let budgets = Arc::new(budgets);
-    let push = push_notifications(&options, &store, sharing.serving)?;
+    let push = push_notifications(&options, &store, sharing.serving, &metrics)?;
     let mut agent = Agent::new(
         store.tasks(),
         backend,
@@ -505,6 +505,7 @@ fn push_notifications(
     options: &GatewayOptions,
     store: &Store,
     serving: crate::store::Serving,
+    metrics: &Arc<Metrics>,
 ) -> Result<Option<Arc<crate::push::Push>>, StartError> {
     let policy = &options.policy;
     if !policy.capabilities.push_notifications {
@@ -525,6 +526,7 @@ fn push_notifications(
         callbacks,
         crate::push::PushSettings::from_policy(&policy.push),
         options.clock.clone(),
+        metrics.clone(),
     ))))
 }
 

@@ -59,6 +59,8 @@ const REASONS: [&str; 8] = [
 ];
 /// Final task states.
 const STATES: [&str; 4] = ["completed", "failed", "rejected", "canceled"];
+/// What became of push-notification attempts.
+const PUSH_OUTCOMES: [&str; 3] = ["delivered", "retried", "given_up"];
 /// Backend latency buckets, in seconds.
 const BUCKETS: [f64; 13] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -84,6 +86,7 @@ pub struct Metrics {
     requests: [[AtomicU64; STATUSES.len() + 1]; ROUTES.len()],
     rejections: [AtomicU64; REASONS.len()],
     tasks: [AtomicU64; STATES.len()],
+    push: [AtomicU64; PUSH_OUTCOMES.len()],
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -96,6 +99,7 @@ impl Default for Metrics {
             requests: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             rejections: std::array::from_fn(|_| AtomicU64::new(0)),
             tasks: std::array::from_fn(|_| AtomicU64::new(0)),
+            push: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_count: AtomicU64::new(0),
             latency_sum_micros: AtomicU64::new(0),
@@ -134,6 +138,16 @@ impl Metrics {
             FinalState::Canceled => 3,
         };
         self.tasks[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a push-notification attempt by what became of it.
+    pub fn push_attempted(&self, outcome: crate::store::DeliveryOutcome) {
+        let i = match outcome {
+            crate::store::DeliveryOutcome::Delivered => 0,
+            crate::store::DeliveryOutcome::RetryAt(_) => 1,
+            crate::store::DeliveryOutcome::GiveUp => 2,
+        };
+        self.push[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records how long one backend call took (answered or not).
@@ -182,6 +196,14 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "peergate_tasks_total{{state=\"{state}\"}} {}",
+                load(count)
+            );
+        }
+        out.push_str("# HELP peergate_push_deliveries_total Push-notification attempts, by what became of them.\n# TYPE peergate_push_deliveries_total counter\n");
+        for (outcome, count) in PUSH_OUTCOMES.iter().zip(&self.push) {
+            let _ = writeln!(
+                out,
+                "peergate_push_deliveries_total{{outcome=\"{outcome}\"}} {}",
                 load(count)
             );
         }

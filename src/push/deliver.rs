@@ -110,6 +110,7 @@ async fn attempt(push: &Push, clients: &Clients, delivery: PushDelivery) {
         Some(_) => DeliveryOutcome::RetryAt(now.saturating_add(backoff_ms(attempts))),
     };
     let reason = failure.as_ref().map(Failure::reason).unwrap_or_default();
+    push.metrics.push_attempted(outcome);
     match outcome {
         DeliveryOutcome::Delivered => {
             tracing::debug!(task_id = %delivery.task_id, config = %delivery.config_id, "push notification delivered");

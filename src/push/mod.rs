@@ -60,6 +60,8 @@ pub struct Push {
     pub settings: PushSettings,
     /// Time for the queue (due times, claims).
     pub clock: Arc<dyn Clock>,
+    /// Where attempts are counted (`/metrics`).
+    pub metrics: Arc<crate::layers::metrics::Metrics>,
     /// Rings when a state was queued or a delivery slot came free.
     wake: tokio::sync::Notify,
 }
@@ -81,6 +83,7 @@ impl Push {
         callbacks: CallbackPolicy,
         settings: PushSettings,
         clock: Arc<dyn Clock>,
+        metrics: Arc<crate::layers::metrics::Metrics>,
     ) -> Self {
         Self {
             store,
@@ -88,6 +91,7 @@ impl Push {
             callbacks,
             settings,
             clock,
+            metrics,
             wake: tokio::sync::Notify::new(),
         }
     }
