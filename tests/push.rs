@@ -492,6 +492,36 @@ async fn at_most_the_configured_deliveries_are_in_flight_at_once() {
 }
 
 #[tokio::test]
+async fn one_peer_holds_at_most_its_share_of_the_delivery_slots() {
+    let slow = PushReceiver::start().await;
+    slow.hold(Duration::from_millis(300));
+    let quick = PushReceiver::start().await;
+    let gw = TestGateway::start_with(
+        push_policy()
+            .set("push.deliveries_at_once", 3)
+            .set("push.deliveries_per_peer", 1)
+            .policy(),
+    )
+    .await;
+    let (alice, bob) = (gw.add_peer("alice"), gw.add_peer("bob"));
+    // Alice's four tasks could take all three slots; she gets one.
+    let sends = (0..4).map(|i| {
+        let (gw, alice, url) = (&gw, &alice, slow.url.clone());
+        async move { send_with_config(gw, alice, &format!("s{i}"), json!({"url": url})).await }
+    });
+    futures_util::future::join_all(sends).await;
+    send_with_config(&gw, &bob, "b", json!({"url": quick.url})).await;
+    advance_until(&gw.clock, &quick, 2).await;
+    assert!(
+        slow.received().len() < 8,
+        "Bob's went before Alice's backlog drained"
+    );
+    advance_until(&gw.clock, &slow, 8).await;
+    assert_eq!(slow.peak_in_flight(), 1);
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_the_clear() {
     let receiver = PushReceiver::start().await;
     receiver.answer(500);
@@ -576,7 +606,8 @@ async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_
     // delivered, the one that failed before the stop included.
     receiver.answer(200);
     let clock = ManualClock::new(clock.now_millis());
-    clock.advance(Duration::from_secs(10));
+    // Past the claim of an attempt the stop may have cut short (the timeout and 15 s).
+    clock.advance(Duration::from_secs(60));
     let gw = peergate::http::server::start(gateway_options(policy, data.path(), Arc::new(clock)))
         .await
         .unwrap();
@@ -726,6 +757,7 @@ async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String
             max_configs_per_task: 10,
             max_attempts: 1,
             deliveries_at_once: 1,
+            deliveries_per_peer: 1,
             timeout: Duration::from_secs(5),
         },
         Arc::new(SystemClock),

@@ -24,6 +24,10 @@ pub struct PushPolicy {
     /// Deliveries in flight at once, per instance.
     #[serde(default = "default_deliveries_at_once")]
     pub deliveries_at_once: u32,
+    /// Deliveries of one peer's tasks in flight at once, per instance, so a peer whose
+    /// callbacks hang cannot hold every slot.
+    #[serde(default = "default_deliveries_per_peer")]
+    pub deliveries_per_peer: u32,
     /// How long one delivery may take, in seconds.
     #[serde(default = "default_timeout_seconds")]
     pub timeout_seconds: u64,
@@ -41,6 +45,7 @@ impl Default for PushPolicy {
             max_configs_per_task: default_max_configs_per_task(),
             max_attempts: default_max_attempts(),
             deliveries_at_once: default_deliveries_at_once(),
+            deliveries_per_peer: default_deliveries_per_peer(),
             timeout_seconds: default_timeout_seconds(),
             dangerous_allow_loopback_callbacks: false,
         }
@@ -55,6 +60,9 @@ fn default_max_attempts() -> u32 {
 }
 fn default_deliveries_at_once() -> u32 {
     8
+}
+fn default_deliveries_per_peer() -> u32 {
+    2
 }
 fn default_timeout_seconds() -> u64 {
     10
@@ -76,6 +84,12 @@ impl PushPolicy {
             if !(1..=most).contains(&value) {
                 return Err(invalid(key, format!("must be between 1 and {most}")));
             }
+        }
+        if !(1..=self.deliveries_at_once).contains(&self.deliveries_per_peer) {
+            return Err(invalid(
+                "push.deliveries_per_peer",
+                "must be between 1 and push.deliveries_at_once",
+            ));
         }
         if !(1..=120).contains(&self.timeout_seconds) {
             return Err(invalid("push.timeout_seconds", "must be between 1 and 120"));

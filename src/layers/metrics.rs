@@ -146,6 +146,8 @@ impl Metrics {
             crate::store::DeliveryOutcome::Delivered => 0,
             crate::store::DeliveryOutcome::RetryAt(_) => 1,
             crate::store::DeliveryOutcome::GiveUp => 2,
+            // Not an attempt.
+            crate::store::DeliveryOutcome::Deferred(_) => return,
         };
         self.push[i].fetch_add(1, Ordering::Relaxed);
     }

@@ -1,7 +1,9 @@
 //! The delivery loop: claims due deliveries from the store's queue, POSTs each to its callback,
 //! and records the outcome.
 //!
-//! * At most `push.deliveries_at_once` deliveries are in flight; the rest wait in the queue.
+//! * At most `push.deliveries_at_once` deliveries are in flight, and at most
+//!   `push.deliveries_per_peer` of one peer's tasks (the rest of that peer's wait a second at a
+//!   time); the rest wait in the queue.
 //! * A failed attempt (not 2xx, a redirect, a timeout, no connection, a callback that no
 //!   longer passes its check) is tried again after 1 s, 2 s, 4 s … (at most 5 min between
 //!   attempts); after `push.max_attempts` it is kept as a dead letter that the task owner's
@@ -54,6 +56,7 @@ async fn run(push: Arc<Push>, clients: Clients) {
     // Attempts belong to the loop: when it is stopped they stop too, and their claims lapse
     // (due again after the restart) instead of outliving the store they record into.
     let mut attempts = tokio::task::JoinSet::new();
+    let busy = PeersInFlight::default();
     // Longer than an attempt can take: the callback's check (at most 5 s to resolve) and the
     // request's timeout.
     let claim_ms = i64::try_from(push.settings.timeout.as_millis())
@@ -73,12 +76,33 @@ async fn run(push: Arc<Push>, clients: Clients) {
                 Ok(due) => {
                     store_down = false;
                     for delivery in due {
+                        // A peer at its share waits a second, so one peer whose callbacks
+                        // hang cannot hold every slot; the others' deliveries go first.
+                        if busy.count(&delivery.peer_id) >= push.settings.deliveries_per_peer {
+                            let later = DeliveryOutcome::Deferred(now.saturating_add(1_000));
+                            if let Err(error) = push
+                                .store
+                                .record_delivery(
+                                    delivery.id,
+                                    delivery.claimed_until,
+                                    later,
+                                    "",
+                                    now,
+                                )
+                                .await
+                            {
+                                tracing::debug!(%error, "a deferred push notification waits for its claim to lapse");
+                            }
+                            continue;
+                        }
                         let Ok(slot) = slots.clone().acquire_owned().await else {
                             return;
                         };
+                        let peer = busy.enter(&delivery.peer_id);
                         let (push, clients) = (push.clone(), clients.clone());
                         attempts.spawn(async move {
                             attempt(&push, &clients, delivery).await;
+                            drop(peer);
                             drop(slot);
                             push.wake();
                         });
@@ -94,6 +118,45 @@ async fn run(push: Arc<Push>, clients: Clients) {
         tokio::select! {
             () = push.wake.notified() => {}
             () = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+/// Deliveries in flight per peer.
+#[derive(Clone, Default)]
+struct PeersInFlight(Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>);
+
+impl PeersInFlight {
+    fn count(&self, peer: &str) -> u32 {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(peer).copied().unwrap_or(0)
+    }
+
+    /// Counts one more in flight for `peer` until the guard drops.
+    fn enter(&self, peer: &str) -> InFlight {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *map.entry(peer.to_owned()).or_default() += 1;
+        InFlight {
+            peers: self.clone(),
+            peer: peer.to_owned(),
+        }
+    }
+}
+
+/// One delivery in flight for its peer.
+struct InFlight {
+    peers: PeersInFlight,
+    peer: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut map = self.peers.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.peer);
+            }
         }
     }
 }
@@ -118,6 +181,7 @@ async fn attempt(push: &Push, clients: &Clients, delivery: PushDelivery) {
         DeliveryOutcome::RetryAt(_) => {
             tracing::debug!(task_id = %delivery.task_id, config = %delivery.config_id, attempts, reason, "push notification will be tried again");
         }
+        DeliveryOutcome::Deferred(_) => {}
         DeliveryOutcome::GiveUp => {
             tracing::warn!(task_id = %delivery.task_id, config = %delivery.config_id, attempts, reason, "push notification given up (a dead letter now)");
         }

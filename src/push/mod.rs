@@ -32,6 +32,8 @@ pub struct PushSettings {
     pub max_attempts: u32,
     /// Deliveries in flight at once.
     pub deliveries_at_once: u32,
+    /// Deliveries of one peer's tasks in flight at once.
+    pub deliveries_per_peer: u32,
     /// How long one delivery may take.
     pub timeout: Duration,
 }
@@ -43,6 +45,7 @@ impl PushSettings {
             max_configs_per_task: policy.max_configs_per_task,
             max_attempts: policy.max_attempts,
             deliveries_at_once: policy.deliveries_at_once,
+            deliveries_per_peer: policy.deliveries_per_peer,
             timeout: Duration::from_secs(policy.timeout_seconds),
         }
     }

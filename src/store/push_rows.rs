@@ -33,6 +33,7 @@ where
         id: row.try_get("id")?,
         task_id: row.try_get("task_id")?,
         config_id: row.try_get("config_id")?,
+        peer_id: row.try_get("peer_id")?,
         url: row.try_get("url")?,
         sealed: row.try_get("sealed")?,
         body: row.try_get("body")?,

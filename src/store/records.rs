@@ -455,6 +455,8 @@ pub struct PushDelivery {
     pub task_id: String,
     /// The configuration it is delivered under.
     pub config_id: String,
+    /// The peer whose task it is (deliveries in flight are capped per peer).
+    pub peer_id: String,
     /// Where it goes.
     pub url: String,
     /// The configuration's token and credentials, encrypted.
@@ -500,6 +502,9 @@ pub enum DeliveryOutcome {
     RetryAt(i64),
     /// Failed for the last time: kept as a dead letter.
     GiveUp,
+    /// Not attempted (its peer had as many deliveries in flight as it may): due again at this
+    /// time, no attempt counted.
+    Deferred(i64),
 }
 
 /// The push notification a stored task state becomes: the task as a `StreamResponse`.

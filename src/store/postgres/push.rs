@@ -200,7 +200,7 @@ impl PushStore for PostgresStore {
                  AND NOT EXISTS (SELECT 1 FROM push_deliveries e WHERE e.task_id = d.task_id \
                    AND e.config_id = d.config_id AND e.state = 'pending' AND e.id < d.id) \
                ORDER BY d.next_attempt_at, d.id LIMIT $4 FOR UPDATE SKIP LOCKED) \
-             RETURNING id, task_id, config_id, url, sealed, body, attempts",
+             RETURNING id, task_id, config_id, peer_id, url, sealed, body, attempts",
         )
         .bind(claim_until)
         .bind(now)
@@ -234,6 +234,13 @@ impl PushStore for PostgresStore {
             .bind(at)
             .bind(error)
             .bind(now)
+            .bind(id)
+            .bind(claimed_until),
+            DeliveryOutcome::Deferred(at) => sqlx::query(
+                "UPDATE push_deliveries SET next_attempt_at = $1, claimed_until = NULL \
+                 WHERE id = $2 AND claimed_until = $3",
+            )
+            .bind(at)
             .bind(id)
             .bind(claimed_until),
             DeliveryOutcome::GiveUp => sqlx::query(

@@ -199,7 +199,7 @@ impl PushStore for SqliteStore {
                  AND NOT EXISTS (SELECT 1 FROM push_deliveries e WHERE e.task_id = d.task_id \
                    AND e.config_id = d.config_id AND e.state = 'pending' AND e.id < d.id) \
                ORDER BY d.next_attempt_at, d.id LIMIT ?) \
-             RETURNING id, task_id, config_id, url, sealed, body, attempts",
+             RETURNING id, task_id, config_id, peer_id, url, sealed, body, attempts",
         )
         .bind(claim_until)
         .bind(now)
@@ -233,6 +233,13 @@ impl PushStore for SqliteStore {
             .bind(at)
             .bind(error)
             .bind(now)
+            .bind(id)
+            .bind(claimed_until),
+            DeliveryOutcome::Deferred(at) => sqlx::query(
+                "UPDATE push_deliveries SET next_attempt_at = ?, claimed_until = NULL \
+                 WHERE id = ? AND claimed_until = ?",
+            )
+            .bind(at)
             .bind(id)
             .bind(claimed_until),
             DeliveryOutcome::GiveUp => sqlx::query(
