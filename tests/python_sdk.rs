@@ -23,8 +23,11 @@ fn run(command: &mut Command, what: &str) {
     );
 }
 
-/// A virtual environment with the pinned SDK, rebuilt when the requirements change.
+/// A virtual environment with the pinned SDK, rebuilt when the requirements change. The tests
+/// of this binary run at once; one of them builds it while the others wait.
 fn python_with_sdk() -> PathBuf {
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let requirements_path = repo_root().join("tests/interop/requirements.txt");
     let requirements = std::fs::read_to_string(&requirements_path).unwrap();
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("a2a-python-venv");
