@@ -27,9 +27,9 @@ async fn call(gw: &TestGateway, token: &str, method: &str, params: Value) -> Val
     .await
 }
 
-/// `SendMessage` with a push config for the new task; returns the task.
-async fn send_with_config(gw: &TestGateway, token: &str, text: &str, config: Value) -> Value {
-    let response = call(
+/// `SendMessage` with a push config for the new task; returns the response.
+async fn send_config(gw: &TestGateway, token: &str, text: &str, config: Value) -> Value {
+    call(
         gw,
         token,
         "SendMessage",
@@ -38,8 +38,12 @@ async fn send_with_config(gw: &TestGateway, token: &str, text: &str, config: Val
             "configuration": {"taskPushNotificationConfig": config},
         }),
     )
-    .await;
-    task_of(&response).clone()
+    .await
+}
+
+/// `SendMessage` with a push config for the new task; returns the task.
+async fn send_with_config(gw: &TestGateway, token: &str, text: &str, config: Value) -> Value {
+    task_of(&send_config(gw, token, text, config).await).clone()
 }
 
 /// Moves the gateway's clock on, a few seconds at a time, until `n` notifications arrived.
@@ -271,14 +275,7 @@ async fn callbacks_must_be_https_to_public_addresses() {
         );
         assert!(!refused.to_string().contains("s3cr3t"), "echoed: {refused}");
         // The same rules for a config sent with a message, which then makes no task.
-        let inline = call(
-            &gw,
-            &alice,
-            "SendMessage",
-            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
-                   "configuration": {"taskPushNotificationConfig": {"url": url}}}),
-        )
-        .await;
+        let inline = send_config(&gw, &alice, "x", json!({"url": url})).await;
         assert_eq!(error_code(&inline), -32602, "{url}: {inline}");
         assert!(
             error_message(&inline).contains("configuration.taskPushNotificationConfig.url"),
@@ -309,12 +306,11 @@ async fn with_push_off_every_push_method_and_an_inline_config_answer_32003() {
         .await;
         assert_eq!(error_code(&refused), -32003, "{method}: {refused}");
     }
-    let inline = call(
+    let inline = send_config(
         &gw,
         &alice,
-        "SendMessage",
-        json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
-               "configuration": {"taskPushNotificationConfig": {"url": "https://hooks.example.com/"}}}),
+        "x",
+        json!({"url": "https://hooks.example.com/"}),
     )
     .await;
     assert_eq!(error_code(&inline), -32003, "{inline}");
