@@ -897,3 +897,49 @@ async fn a_config_made_on_a_task_still_being_answered_hears_its_final_state() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn the_0_3_method_names_and_shapes_reach_the_same_configs() {
+    let gw = TestGateway::start_with(push_policy().policy()).await;
+    let alice = gw.add_peer("alice");
+    let task = task_of(&send_text(&gw.door, &alice, "hello", None).await).clone();
+    // 0.3 nests the config and lists the schemes; get names the task `id`.
+    let set = call(
+        &gw,
+        &alice,
+        "tasks/pushNotificationConfig/set",
+        json!({"taskId": task["id"], "pushNotificationConfig": {
+            "id": "old-shape", "url": "http://127.0.0.1:9/hook",
+            "authentication": {"schemes": ["Bearer"], "credentials": "c"}}}),
+    )
+    .await;
+    assert_eq!(set["result"]["id"], "old-shape", "{set}");
+    let got = call(
+        &gw,
+        &alice,
+        "tasks/pushNotificationConfig/get",
+        json!({"id": task["id"], "pushNotificationConfigId": "old-shape"}),
+    )
+    .await;
+    assert_eq!(got["result"]["authentication"]["scheme"], "Bearer", "{got}");
+    let listed = call(
+        &gw,
+        &alice,
+        "tasks/pushNotificationConfig/list",
+        json!({"id": task["id"]}),
+    )
+    .await;
+    assert_eq!(
+        listed["result"]["configs"][0]["id"], "old-shape",
+        "{listed}"
+    );
+    let deleted = call(
+        &gw,
+        &alice,
+        "tasks/pushNotificationConfig/delete",
+        json!({"id": task["id"], "pushNotificationConfigId": "old-shape"}),
+    )
+    .await;
+    assert!(deleted.get("error").is_none(), "{deleted}");
+    gw.stop().await;
+}
