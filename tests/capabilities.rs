@@ -12,6 +12,9 @@ fn policy(model: &FakeModel, on: &[&str]) -> peergate::config::Policy {
     let mut edit = PolicyEdit::default()
         .openai(&model.base_url, "test-model")
         .set("model.timeout_seconds", 20);
+    if model.base_url.starts_with("https://") {
+        edit = edit.insert("model.openai.ca_file", test_ca_path().to_str().unwrap());
+    }
     for capability in on {
         edit = edit.set(&format!("capabilities.{capability}"), true);
     }
@@ -423,7 +426,15 @@ async fn subscriptions_need_their_own_switch() {
 
 #[tokio::test]
 async fn the_openai_backend_streams_with_usage_and_the_budget_counts_it() {
-    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    streams_with_usage_counted(FakeModel::start(ModelBehaviour::Answer).await).await;
+}
+
+#[tokio::test]
+async fn a_hosted_model_over_tls_streams_with_usage_too() {
+    streams_with_usage_counted(FakeModel::start_tls(ModelBehaviour::Answer).await).await;
+}
+
+async fn streams_with_usage_counted(model: FakeModel) {
     let gw = TestGateway::start_with(policy(&model, &["streaming"])).await;
     let token = gw.add_peer("alice");
     // Each answer costs 18 tokens (reported in the stream's last chunk): two spend the day.

@@ -293,3 +293,124 @@ async fn a_message_that_waits_longer_than_the_backend_timeout_is_refused_busy() 
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_hosted_model_over_tls_is_trusted_through_the_policy_ca_file_only() {
+    let model = FakeModel::start_tls(ModelBehaviour::Answer).await;
+    assert!(model.base_url.starts_with("https://localhost:"));
+    let trusted = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .insert("model.openai.ca_file", test_ca_path().to_str().unwrap());
+    let gw = TestGateway::start_with(trusted.policy()).await;
+    let token = gw.add_peer("alice");
+    let response = send_text(&gw.door, &token, "over tls", None).await;
+    assert_eq!(reply_text(task_of(&response)), "model says: over tls");
+    gw.stop().await;
+
+    // The same server without its CA: the certificate is refused, the request never sent.
+    let untrusted = PolicyEdit::default().openai(&model.base_url, "test-model");
+    let gw = TestGateway::start_with(untrusted.policy()).await;
+    let token = gw.add_peer("alice");
+    let response = send_text(&gw.door, &token, "over tls", None).await;
+    assert_failed_cleanly(task_of(&response));
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "a request passed an unchecked certificate"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_system_roots_are_the_default_trust() {
+    // SSL_CERT_FILE is how an operator (or this test) points the system's roots elsewhere.
+    let model = FakeModel::start_tls(ModelBehaviour::Answer).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy_path = dir.path().join("policy.toml");
+    let policy = PolicyEdit::default().openai(&model.base_url, "test-model");
+    std::fs::write(&policy_path, policy.text()).unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, "alice");
+    let server = ServeProcess::start_with(
+        dir.path(),
+        &data,
+        &["--policy", policy_path.to_str().unwrap()],
+        &[("SSL_CERT_FILE", test_ca_path().to_str().unwrap())],
+    );
+    let response = send_text(&server.door(), &token, "system roots", None).await;
+    assert_eq!(reply_text(task_of(&response)), "model says: system roots");
+    drop(server);
+
+    // Without it the certificate is refused, and the log says so (the peer hears only that
+    // the model could not answer).
+    let server = ServeProcess::start_with(
+        dir.path(),
+        &data,
+        &["--policy", policy_path.to_str().unwrap()],
+        &[("SSL_CERT_FILE", "/nonexistent/roots.pem")],
+    );
+    let response = send_text(&server.door(), &token, "system roots", None).await;
+    assert_failed_cleanly(task_of(&response));
+    let log = server.log_text();
+    assert!(log.contains("TLS certificate was not accepted"), "{log}");
+}
+
+#[tokio::test]
+async fn model_urls_and_ca_files_that_cannot_be_used_stop_start_up_naming_the_setting() {
+    for (url, why) in [
+        (
+            "http://8.8.8.8/v1",
+            "plain http is allowed only to loopback and private addresses",
+        ),
+        ("ftp://127.0.0.1/v1", "must be an https URL"),
+        (
+            "https://key:secret@api.example.com/v1",
+            "must not carry credentials",
+        ),
+        (
+            "https://api.example.com/v1?key=secret",
+            "must not carry a query",
+        ),
+    ] {
+        let text = PolicyEdit::default().openai(url, "m").text();
+        let error =
+            peergate::config::Policy::parse(&text, &peergate::config::PolicySource::Embedded)
+                .expect_err(url)
+                .to_string();
+        assert!(error.contains("model.openai.base_url"), "{error}");
+        assert!(error.contains(why), "{url}: {error}");
+        assert!(!error.contains("secret"), "{error}");
+    }
+    // Private addresses stay reachable over plain http.
+    for url in [
+        "http://10.1.2.3:8000/v1",
+        "http://[fd00::1]/v1",
+        "http://localhost:8000/v1",
+    ] {
+        let text = PolicyEdit::default().openai(url, "m").text();
+        peergate::config::Policy::parse(&text, &peergate::config::PolicySource::Embedded)
+            .expect(url);
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("ca.txt");
+    std::fs::write(&not_pem, "not a certificate").unwrap();
+    for ca_file in [not_pem, dir.path().join("missing.pem")] {
+        let policy = PolicyEdit::default()
+            .openai("https://localhost:1/v1", "m")
+            .insert("model.openai.ca_file", ca_file.to_str().unwrap());
+        let data = tempfile::tempdir().unwrap();
+        let started = peergate::http::server::start(gateway_options(
+            policy.policy(),
+            data.path(),
+            std::sync::Arc::new(peergate::clock::SystemClock),
+        ))
+        .await;
+        let message = started.err().expect("start-up must fail").to_string();
+        assert!(
+            message.contains("cannot use the CA file named by model.openai.ca_file"),
+            "{message}"
+        );
+        assert!(!message.contains(dir.path().to_str().unwrap()), "{message}");
+    }
+}

@@ -62,6 +62,11 @@ pub enum BackendError {
     /// The connection failed or broke.
     #[error("the model server could not be reached")]
     Unreachable,
+    /// The server's TLS certificate did not check out against the roots peergate trusts.
+    #[error(
+        "the model server's TLS certificate was not accepted (it must chain to the system's roots or the policy's CA file)"
+    )]
+    Certificate,
     /// The server answered with a non-success HTTP status.
     #[error("the model server answered with HTTP status {0}")]
     Status(u16),
@@ -114,6 +119,62 @@ pub enum BackendSetupError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client for the model: {0}")]
     Client(String),
+    /// The TLS configuration could not be built (a CA file, no roots).
+    #[error(transparent)]
+    Tls(#[from] crate::http::tls::TlsSetupError),
+}
+
+/// A client for an upstream the policy fixes at `url`. Its TLS is an explicit configuration
+/// checked against the system's roots and the CA file `ca_file` (named by `ca_setting`);
+/// plain `http` resolves only to the private side; redirects are not followed, no proxy is
+/// used, and connecting is bounded at 5 s (the agent bounds each whole call).
+pub(crate) fn upstream_client(
+    url: &str,
+    ca_file: Option<&str>,
+    ca_setting: &'static str,
+) -> Result<reqwest::Client, BackendSetupError> {
+    let https = url.starts_with("https://");
+    let tls =
+        crate::http::tls::client_config(ca_file.map(std::path::Path::new), ca_setting, https)?;
+    let mut builder = crate::http::tls::client_builder(&tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .connect_timeout(std::time::Duration::from_secs(5));
+    if !https {
+        builder = builder.dns_resolver(Arc::new(crate::jose::fetch::GuardedResolver {
+            lookup: Arc::new(crate::jose::fetch::SystemLookup),
+            reach: crate::jose::fetch::Reach::PrivateSide,
+        }));
+    }
+    builder
+        .build()
+        .map_err(|e| BackendSetupError::Client(e.to_string()))
+}
+
+/// What a failed request to an upstream was, without any of the upstream's words.
+pub(crate) fn classify(error: &reqwest::Error) -> BackendError {
+    if error.is_timeout() {
+        return BackendError::Timeout;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(inner) = source {
+        if let Some(tls) = inner.downcast_ref::<rustls::Error>()
+            && matches!(
+                tls,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+        {
+            return BackendError::Certificate;
+        }
+        // rustls reports through io::Errors, whose `source` skips the error they wrap.
+        source = match inner.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
+            None => inner.source(),
+        };
+    }
+    BackendError::Unreachable
 }
 
 /// Builds the backend the policy names: the one place backends are registered.

@@ -37,7 +37,8 @@ pub enum BackendKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpenAiPolicy {
-    /// Base URL ending before `/chat/completions`, e.g. `http://127.0.0.1:8000/v1`.
+    /// Base URL ending before `/chat/completions`: `https://api.example.com/v1`, or
+    /// `http://127.0.0.1:8000/v1` on the private side.
     pub base_url: String,
     /// Model name sent in each request.
     pub model: String,
@@ -47,6 +48,10 @@ pub struct OpenAiPolicy {
     /// Upper bound on the answer's tokens, if set.
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// A PEM file of CA certificates trusted for this server besides the system's roots
+    /// (relative to the working directory).
+    #[serde(default)]
+    pub ca_file: Option<String>,
 }
 
 impl ModelPolicy {
@@ -70,30 +75,61 @@ impl ModelPolicy {
 
 impl OpenAiPolicy {
     fn validate(&self) -> Result<(), Invalid> {
-        if self.base_url.starts_with("https://") {
+        check_upstream_url("model.openai.base_url", &self.base_url)?;
+        if self.base_url.ends_with('/') {
             return Err(invalid(
                 "model.openai.base_url",
-                "https to the model is not supported yet; reach the model over http on a private network or loopback",
-            ));
-        }
-        // Credentials belong in api_key_env, never in a URL that gets logged.
-        let authority = self.base_url.trim_start_matches("http://");
-        let authority = authority.split('/').next().unwrap_or_default();
-        if authority.contains('@') {
-            return Err(invalid(
-                "model.openai.base_url",
-                "must not carry credentials; name an environment variable in api_key_env",
-            ));
-        }
-        if !self.base_url.starts_with("http://") || self.base_url.ends_with('/') {
-            return Err(invalid(
-                "model.openai.base_url",
-                "must be an http URL without a trailing `/`, e.g. http://127.0.0.1:8000/v1",
+                "must not end with `/`, e.g. https://api.example.com/v1",
             ));
         }
         if self.model.trim().is_empty() {
             return Err(invalid("model.openai.model", "must not be empty"));
         }
         Ok(())
+    }
+}
+
+/// Checks the URL of something peergate calls on the operator's behalf (a model, an upstream
+/// agent): `https`, or plain `http` to the private side only, and no credentials in it.
+///
+/// A plain-http address written as an IP must be loopback or private here; a plain-http name
+/// is checked when it is resolved, by the only resolver that client uses.
+pub(crate) fn check_upstream_url(setting: &'static str, url: &str) -> Result<(), Invalid> {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return Err(invalid(setting, "is not a URL"));
+    };
+    // Credentials belong in an environment variable, never in a URL that gets logged.
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(invalid(
+            setting,
+            "must not carry credentials; name an environment variable for the key instead",
+        ));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(invalid(setting, "must not carry a query or a fragment"));
+    }
+    let Some(host) = parsed.host_str() else {
+        return Err(invalid(setting, "has no host"));
+    };
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" => {
+            let literal: Option<std::net::IpAddr> = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse()
+                .ok();
+            if literal.is_some_and(|ip| !crate::jose::fetch::is_private_side(ip)) {
+                return Err(invalid(
+                    setting,
+                    "plain http is allowed only to loopback and private addresses; use https for anything else",
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(invalid(
+            setting,
+            "must be an https URL (or http on the private side), e.g. https://api.example.com/v1",
+        )),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod accept;
 pub mod document;
+pub mod event_stream;
 pub mod refusal;
 pub mod rest;
 pub mod server;

@@ -173,7 +173,6 @@ struct AppState {
 
 /// Opens the store, binds the listener and starts serving.
 pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError> {
-    crate::http::tls::ensure_provider();
     let policy = &options.policy;
     let backend = crate::backend::from_policy(&policy.model)?;
     let store = Store::open_at(&options.store_location()).await?;

@@ -123,47 +123,86 @@ fn v4_allowed(ip: Ipv4Addr, allow_loopback: bool) -> bool {
         || a >= 240)
 }
 
-/// The only resolver a guarded client uses: it hands the client only the addresses that pass
-/// [`is_allowed`], so the connection goes to an address that was checked, whatever the name
+/// Whether `ip` is on the private side of the network: loopback, a private range (RFC 1918,
+/// unique local), or shared address space (carrier-grade NAT, overlay networks). Link-local
+/// addresses (cloud metadata at 169.254.169.254 among them) are not.
+pub fn is_private_side(ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback() || v4.is_private() || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => v6.is_loopback() || (v6.segments()[0] & 0xfe00) == 0xfc00,
+    }
+}
+
+/// Which addresses a guarded client may connect to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Public unicast addresses only.
+    Public,
+    /// Public addresses and loopback (under a dangerous test switch).
+    PublicOrLoopback,
+    /// Loopback only (plain `http` under a dangerous test switch).
+    Loopback,
+    /// The private side only ([`is_private_side`]): plain `http` to a model or an agent that
+    /// the operator runs, which must never leave the private network unencrypted.
+    PrivateSide,
+}
+
+impl Reach {
+    fn admits(self, ip: IpAddr) -> bool {
+        // Loopback, IPv4-mapped forms included: what the switch alone lets through.
+        let loopback = is_allowed(ip, true) && !is_allowed(ip, false);
+        match self {
+            Self::Public => is_allowed(ip, false),
+            Self::PublicOrLoopback => is_allowed(ip, true),
+            Self::Loopback => loopback,
+            Self::PrivateSide => is_private_side(ip),
+        }
+    }
+
+    fn refusal(self, host: &str) -> String {
+        match self {
+            Self::Loopback => {
+                format!("{host} resolves to no loopback address (plain http goes to loopback only)")
+            }
+            Self::PrivateSide => format!(
+                "{host} resolves to no loopback or private address (plain http stays on the private network; use https)"
+            ),
+            Self::Public | Self::PublicOrLoopback => format!(
+                "{host} resolves to no public address (private, loopback, link-local and metadata addresses are refused)"
+            ),
+        }
+    }
+}
+
+/// The only resolver a guarded client uses: it hands the client only the addresses its
+/// [`Reach`] admits, so the connection goes to an address that was checked, whatever the name
 /// resolves to a moment later (DNS rebinding).
 pub(crate) struct GuardedResolver {
     pub(crate) lookup: Arc<dyn Lookup>,
-    pub(crate) allow_loopback: bool,
-    /// Only loopback addresses pass (plain `http` under a dangerous test switch).
-    pub(crate) only_loopback: bool,
+    pub(crate) reach: Reach,
 }
 
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let lookup = self.lookup.clone();
-        let (allow_loopback, only_loopback) = (self.allow_loopback, self.only_loopback);
+        let reach = self.reach;
         let host = name.as_str().to_owned();
         Box::pin(async move {
             let addresses = lookup.lookup(host.clone()).await?;
             let allowed: Vec<SocketAddr> = addresses
                 .into_iter()
-                .filter(|ip| {
-                    // Loopback, IPv4-mapped forms included: what the switch alone lets through.
-                    let loopback = is_allowed(*ip, true) && !is_allowed(*ip, false);
-                    if only_loopback {
-                        loopback
-                    } else {
-                        is_allowed(*ip, allow_loopback)
-                    }
-                })
+                .filter(|ip| reach.admits(*ip))
                 .map(|ip| SocketAddr::new(ip, 0))
                 .collect();
-            if allowed.is_empty() && only_loopback {
-                return Err(format!(
-                    "{host} resolves to no loopback address (plain http goes to loopback only)"
-                )
-                .into());
-            }
             if allowed.is_empty() {
-                return Err(format!(
-                    "{host} resolves to no public address (private, loopback, link-local and metadata addresses are refused)"
-                )
-                .into());
+                return Err(reach.refusal(&host).into());
             }
             Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
         })
@@ -220,13 +259,16 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
     } else if loopback_http && host != "localhost" {
         return Err(fail("http is allowed only to loopback".to_owned()));
     }
-    crate::http::tls::ensure_provider();
     let resolver = GuardedResolver {
         lookup: policy.lookup.clone(),
-        allow_loopback: loopback_http,
-        only_loopback: loopback_http,
+        reach: if loopback_http {
+            Reach::Loopback
+        } else {
+            Reach::Public
+        },
     };
-    let client = reqwest::Client::builder()
+    let tls = crate::http::tls::default_client_config().map_err(|e| fail(e.to_string()))?;
+    let client = crate::http::tls::client_builder(&tls)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .timeout(policy.timeout)
@@ -316,6 +358,32 @@ impl JwksCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_private_side_is_loopback_and_private_ranges_but_not_link_local() {
+        for ip in [
+            "127.0.0.1",
+            "10.0.0.1",
+            "172.16.5.4",
+            "192.168.1.1",
+            "100.64.0.1",
+            "::1",
+            "fd00::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(is_private_side(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in [
+            "8.8.8.8",
+            "169.254.169.254",
+            "fe80::1",
+            "2001:4860::8888",
+            "0.0.0.0",
+            "224.0.0.1",
+        ] {
+            assert!(!is_private_side(ip.parse().unwrap()), "{ip}");
+        }
+    }
 
     #[test]
     fn refuses_every_non_public_range() {

@@ -16,7 +16,7 @@
 //! `http://` too, for tests and local development; private and metadata addresses stay
 //! refused even then.
 
-use crate::jose::fetch::{GuardedResolver, Lookup, SystemLookup, is_allowed};
+use crate::jose::fetch::{GuardedResolver, Lookup, Reach, SystemLookup, is_allowed};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,16 +112,19 @@ impl CallbackPolicy {
         timeout: Duration,
         loopback_only: bool,
     ) -> Result<reqwest::Client, String> {
-        crate::http::tls::ensure_provider();
-        reqwest::Client::builder()
+        let tls = crate::http::tls::default_client_config().map_err(|e| e.to_string())?;
+        crate::http::tls::client_builder(&tls)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(3)))
             .dns_resolver(Arc::new(GuardedResolver {
                 lookup: self.lookup.clone(),
-                allow_loopback: self.dangerous_allow_loopback,
-                only_loopback: loopback_only,
+                reach: match (loopback_only, self.dangerous_allow_loopback) {
+                    (true, _) => Reach::Loopback,
+                    (false, true) => Reach::PublicOrLoopback,
+                    (false, false) => Reach::Public,
+                },
             }))
             .build()
             .map_err(|e| e.to_string())

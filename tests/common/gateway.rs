@@ -14,6 +14,8 @@ use tempfile::TempDir;
 /// Options for a gateway on `policy` with its state under `data` (in the suite's store
 /// engine), listening on port 0 on loopback, on `clock`.
 pub fn gateway_options(policy: Policy, data: &Path, clock: Arc<dyn Clock>) -> GatewayOptions {
+    // The tests' own clients need a provider; peergate's clients bring their own.
+    crate::common::install_test_crypto();
     GatewayOptions {
         policy,
         policy_source: PolicySource::Embedded,

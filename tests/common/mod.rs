@@ -17,8 +17,17 @@ pub mod redis;
 mod rpc;
 mod sdk;
 mod store;
+mod tls;
 
 #[allow(unused_imports)]
 pub use self::{
     cli::*, gateway::*, model::*, policy::*, process::*, receiver::*, rpc::*, sdk::*, store::*,
+    tls::*,
 };
+
+/// Installs the process-wide rustls provider for the tests' own HTTP clients
+/// (`reqwest::Client::new()`). peergate never installs one: each of its clients is built on an
+/// explicit configuration.
+pub fn install_test_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -54,7 +54,16 @@ pub struct FakeModel {
 
 impl FakeModel {
     pub async fn start(behaviour: ModelBehaviour) -> Self {
-        peergate::http::tls::ensure_provider();
+        Self::start_on(behaviour, false).await
+    }
+
+    /// Serves over TLS with a certificate for `localhost` signed by the test CA.
+    pub async fn start_tls(behaviour: ModelBehaviour) -> Self {
+        Self::start_on(behaviour, true).await
+    }
+
+    async fn start_on(behaviour: ModelBehaviour, tls: bool) -> Self {
+        crate::common::install_test_crypto();
         let state = ModelState {
             behaviour: Arc::new(Mutex::new(behaviour)),
             received: Arc::default(),
@@ -65,13 +74,18 @@ impl FakeModel {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Self {
-            base_url: format!("http://{addr}/v1"),
-            state,
-        }
+        let base_url = if tls {
+            let listener = super::tls::TlsListener::bind().await;
+            let port = axum::serve::Listener::local_addr(&listener).unwrap().port();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            format!("https://localhost:{port}/v1")
+        } else {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            format!("http://{addr}/v1")
+        };
+        Self { base_url, state }
     }
 
     pub fn set(&self, behaviour: ModelBehaviour) {

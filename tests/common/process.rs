@@ -58,7 +58,7 @@ impl ServeProcess {
     }
 
     fn spawn(cwd: &Path, setup: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        peergate::http::tls::ensure_provider();
+        crate::common::install_test_crypto();
         let mut child = Command::new("bash")
             .arg("-c")
             .arg(format!("{setup} exec \"$0\" \"$@\""))
