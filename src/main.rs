@@ -46,8 +46,8 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("peergate: {}", e.0);
-            ExitCode::FAILURE
+            eprintln!("peergate: {}", e.message);
+            ExitCode::from(e.exit_code)
         }
     }
 }

@@ -158,7 +158,7 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
                 None => None,
                 Some("default") => Some(None),
                 Some(n) => Some(Some(n.parse::<u64>().map_err(|_| {
-                    CliError(format!(
+                    CliError::new(format!(
                         "--tokens-per-month: expected a number of tokens or `default` (got {n:?})"
                     ))
                 })?)),
@@ -181,7 +181,7 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
         AdminCommand::Openapi => {
             let document = crate::admin::api::openapi()
                 .to_pretty_json()
-                .map_err(|e| CliError(e.to_string()))?;
+                .map_err(|e| CliError::new(e.to_string()))?;
             println!("{document}");
             Ok(())
         }

@@ -42,13 +42,13 @@ pub(super) async fn run(command: CardCommand) -> Result<(), CliError> {
                 keys.add_jwks(&read_source(source, &policy).await?)?;
             }
             if keys.is_empty() {
-                return Err(CliError(
+                return Err(CliError::new(
                     "no keys: give --secret KID=BASE64URL or --jwks FILE|URL".to_owned(),
                 ));
             }
             let card = read_source(&source, &policy).await?;
             let verified = crate::jose::verify::verify_card(&card, &keys)
-                .map_err(|e| CliError(format!("card not verified: {e}")))?;
+                .map_err(|e| CliError::new(format!("card not verified: {e}")))?;
             println!(
                 "verified: signature by kid {} ({})",
                 verified.kid, verified.alg

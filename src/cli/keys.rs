@@ -36,17 +36,17 @@ pub(super) async fn run(command: KeysCommand) -> Result<(), CliError> {
     match command {
         KeysCommand::Generate { alg, kid, out } => {
             if !crate::jose::keys::is_valid_kid(&kid) {
-                return Err(CliError(format!(
+                return Err(CliError::new(format!(
                     "invalid --kid {kid:?}: use 1 to 64 of letters, digits and ._-"
                 )));
             }
             let path = out.unwrap_or_else(|| PathBuf::from("keys").join(format!("{kid}.pem")));
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent).map_err(|e| {
-                    CliError(format!("cannot create {}: {}", parent.display(), e.kind()))
+                    CliError::new(format!("cannot create {}: {}", parent.display(), e.kind()))
                 })?;
             }
-            crate::jose::keys::generate(&alg, &path).map_err(CliError)?;
+            crate::jose::keys::generate(&alg, &path).map_err(CliError::new)?;
             eprintln!(
                 "wrote a {alg} key. Add to the policy:\n[[signing.keys]]\nkid = \"{kid}\"\nalg = \"{alg}\"\nprivate_key_file = \"{}\"",
                 path.display()
@@ -57,11 +57,11 @@ pub(super) async fn run(command: KeysCommand) -> Result<(), CliError> {
         KeysCommand::Push { out } => {
             if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent).map_err(|e| {
-                    CliError(format!("cannot create {}: {}", parent.display(), e.kind()))
+                    CliError::new(format!("cannot create {}: {}", parent.display(), e.kind()))
                 })?;
             }
             crate::jose::keys::write_new_key(&out, crate::push::seal::generate().as_bytes())
-                .map_err(CliError)?;
+                .map_err(CliError::new)?;
             eprintln!(
                 "wrote a push notification key. Give every instance the same file:\n[push]\nkey_file = \"{}\"",
                 out.display()

@@ -2,6 +2,7 @@
 //! same account service as the admin API.
 
 mod admin;
+pub mod call;
 mod card;
 mod keys;
 mod peer;
@@ -78,6 +79,10 @@ enum Command {
     /// Check Agent Cards.
     #[command(subcommand)]
     Card(CardCommand),
+    /// Call an agent: verify its card, send one message, print the answer. Exits 0 when
+    /// answered, 3 when the card is not verified, 4 when the credential is refused, 5 when rate
+    /// limited, 6 when the task failed or was rejected, 1 otherwise.
+    Call(call::CallArgs),
     /// Move the store of record (the embedded SQLite store into PostgreSQL).
     #[command(subcommand)]
     Store(StoreCommand),
@@ -110,13 +115,28 @@ impl DataDir {
     }
 }
 
-/// A failed command: one line for the operator.
+/// A failed command: one line for the operator, and the exit status.
 #[derive(Debug)]
-pub struct CliError(pub String);
+pub struct CliError {
+    /// What went wrong.
+    pub message: String,
+    /// The process's exit status (1 unless a command documents others).
+    pub exit_code: u8,
+}
+
+impl CliError {
+    /// A failure that exits with status 1.
+    pub fn new(message: String) -> Self {
+        Self {
+            message,
+            exit_code: 1,
+        }
+    }
+}
 
 impl<E: std::fmt::Display> From<E> for CliError {
     fn from(e: E) -> Self {
-        Self(e.to_string())
+        Self::new(e.to_string())
     }
 }
 
@@ -171,7 +191,7 @@ fn parse_when(text: &str, now: i64) -> Result<i64, CliError> {
         });
     match age {
         Some(age) => Ok(now.saturating_sub(age)),
-        _ => Err(CliError(format!(
+        _ => Err(CliError::new(format!(
             "cannot read the time {text:?}: use RFC 3339 (2026-11-30T08:00:00Z), a date (2026-11-30) or an age (30m, 24h, 7d)"
         ))),
     }
@@ -225,6 +245,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Peer(command) => peer::run(command).await,
         Command::Admin(command) => admin::run(command).await,
         Command::Card(command) => card::run(command).await,
+        Command::Call(args) => call::run(args).await,
         Command::Keys(command) => keys::run(command).await,
         Command::Store(command) => store::run(command).await,
         Command::Audit { since, data } => {
@@ -263,7 +284,7 @@ async fn read_source(
         Ok(crate::jose::fetch::fetch_text(source, policy).await?)
     } else {
         std::fs::read_to_string(source)
-            .map_err(|e| CliError(format!("cannot read {source}: {}", e.kind())))
+            .map_err(|e| CliError::new(format!("cannot read {source}: {}", e.kind())))
     }
 }
 

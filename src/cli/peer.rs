@@ -137,7 +137,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
                 None
             } else {
                 Some(parse_rfc3339(&when).ok_or_else(|| {
-                    CliError(format!(
+                    CliError::new(format!(
                         "cannot read {when:?}: use RFC 3339 (2027-01-31T00:00:00Z), a date, or never"
                     ))
                 })?)

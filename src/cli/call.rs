@@ -1,0 +1,689 @@
+//! `peergate call`: the client side. Reads an agent's card, verifies its signature with keys the
+//! caller names, and sends one message over the JSON-RPC interface the card advertises.
+//!
+//! What the design rules out:
+//! * a forged or altered card steering the credential elsewhere: without a verified signature
+//!   (`--insecure-unsigned`), the interface must be on the card's own origin;
+//! * the credential crossing a network in clear: `http://` is used only to loopback;
+//! * the credential leaving through a redirect: none is followed;
+//! * a hostile agent exhausting memory: every body read is bounded.
+
+use super::CliError;
+use crate::http::event_stream::ServerSentEvents;
+use crate::jose::verify::{TrustedKeys, VerifyError, verify_card};
+use clap::Args;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Exit status: the agent answered (a message, a completed task, or a task waiting for input).
+pub const EXIT_ANSWERED: u8 = 0;
+/// Exit status: anything not covered below (network, protocol, usage).
+pub const EXIT_OTHER: u8 = 1;
+/// Exit status: the card failed verification (or carried no signature).
+pub const EXIT_CARD_NOT_VERIFIED: u8 = 3;
+/// Exit status: the agent refused the credential (HTTP 401 or 403).
+pub const EXIT_AUTH_REFUSED: u8 = 4;
+/// Exit status: rate limited (HTTP 429); the wait is printed.
+pub const EXIT_RATE_LIMITED: u8 = 5;
+/// Exit status: the task failed, was rejected or was canceled.
+pub const EXIT_TASK_FAILED: u8 = 6;
+
+/// Largest card or key set read.
+const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
+/// Largest answer read.
+const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+
+#[derive(Debug, Args)]
+pub(super) struct CallArgs {
+    /// The agent: its base URL (the card is read from /.well-known/agent-card.json) or the URL
+    /// of its card (ending in .json).
+    url: String,
+    /// The message to send.
+    text: String,
+    /// A bearer token (or set PEERGATE_TOKEN, which keeps it out of the process list).
+    #[arg(long, env = "PEERGATE_TOKEN", hide_env_values = true, conflicts_with_all = ["basic", "api_key"])]
+    token: Option<String>,
+    /// Basic authentication as USER; the password is read from standard input (or prompted).
+    #[arg(long, value_name = "USER", conflicts_with = "api_key")]
+    basic: Option<String>,
+    /// An API key, sent in the header the card's apiKey scheme names (or set PEERGATE_API_KEY).
+    #[arg(long, env = "PEERGATE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Continue this conversation (the context id a previous call printed).
+    #[arg(long, value_name = "ID")]
+    context: Option<String>,
+    /// Answer this task (one waiting for input).
+    #[arg(long, value_name = "ID")]
+    task: Option<String>,
+    /// Stream the answer as it is written (SendStreamingMessage).
+    #[arg(long)]
+    stream: bool,
+    /// Print the whole JSON-RPC result instead of the answer's text.
+    #[arg(long)]
+    json: bool,
+    /// A JWKS that verifies the card: a file or a URL (repeatable).
+    #[arg(long = "jwks", value_name = "FILE|URL")]
+    jwks: Vec<String>,
+    /// An HS256 key that verifies the card, as KID=BASE64URL (repeatable).
+    #[arg(long = "secret", value_name = "KID=BASE64URL")]
+    secrets: Vec<String>,
+    /// INSECURE: use a card that carries no signature, or whose signature cannot be checked for
+    /// want of keys. A signature that fails against the keys given is still refused.
+    #[arg(long)]
+    insecure_unsigned: bool,
+    /// A PEM file of CA certificates trusted besides the system's roots.
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
+    /// How long to wait for the answer, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    timeout: u64,
+}
+
+/// A failure with its exit status.
+fn exit(code: u8, message: impl Into<String>) -> CliError {
+    CliError {
+        message: message.into(),
+        exit_code: code,
+    }
+}
+
+pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
+    let client = client(&args)?;
+    let card_url = card_url(&args.url)?;
+    let card_text = fetch_document(&client, &card_url, "the card").await?;
+    let card = check_card(&client, &args, &card_text).await?;
+    let (interface, verified) = card;
+    let endpoint = endpoint(&interface, &card_url, verified)?;
+    let credential = credential(&args, &interface.card)?;
+
+    let mut message = json!({
+        "messageId": uuid::Uuid::new_v4().to_string(),
+        "role": "ROLE_USER",
+        "parts": [{"text": args.text}],
+    });
+    if let Some(context) = &args.context {
+        message["contextId"] = json!(context);
+    }
+    if let Some(task) = &args.task {
+        message["taskId"] = json!(task);
+    }
+    let method = if args.stream {
+        "SendStreamingMessage"
+    } else {
+        "SendMessage"
+    };
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": method,
+        "params": {"message": message}});
+    let mut call = client
+        .post(endpoint.as_str())
+        .header("A2A-Version", "1.0")
+        .header("Content-Type", "application/json")
+        .timeout(Duration::from_secs(args.timeout))
+        .body(request.to_string());
+    if args.stream {
+        call = call.header("Accept", "text/event-stream");
+    }
+    call = match credential {
+        Credential::Bearer(token) => call.bearer_auth(token),
+        Credential::Basic(user, password) => call.basic_auth(user, Some(password)),
+        Credential::ApiKey(header, key) => call.header(header, key),
+        Credential::None => call,
+    };
+    let response = call.send().await.map_err(|e| {
+        exit(
+            EXIT_OTHER,
+            format!("cannot reach {endpoint}: {}", reason(&e)),
+        )
+    })?;
+    refused(&response)?;
+    let result = if args.stream {
+        streamed(response, args.json).await?
+    } else {
+        let body = read_bounded(response, MAX_ANSWER_BYTES).await?;
+        let answer: Value = serde_json::from_slice(&body)
+            .map_err(|_| exit(EXIT_OTHER, "the agent's answer is not JSON"))?;
+        let result = rpc_result(&answer)?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&result).unwrap_or_default()
+            );
+        } else {
+            println!("{}", answer_text(&result));
+        }
+        result
+    };
+    report(&result)
+}
+
+/// What the card said, and the JSON-RPC interface picked from it.
+struct Interface {
+    card: Value,
+    url: String,
+}
+
+/// Parses and verifies the card; returns the JSON-RPC interface and whether a signature
+/// verified.
+async fn check_card(
+    client: &reqwest::Client,
+    args: &CallArgs,
+    card_text: &str,
+) -> Result<(Interface, bool), CliError> {
+    let mut keys = TrustedKeys::new();
+    for secret in &args.secrets {
+        keys.add_secret_arg(secret)
+            .map_err(|e| exit(EXIT_OTHER, e.to_string()))?;
+    }
+    for source in &args.jwks {
+        let text = if source.starts_with("https://") || source.starts_with("http://") {
+            fetch_document(client, source, "the JWKS").await?
+        } else {
+            std::fs::read_to_string(source)
+                .map_err(|e| exit(EXIT_OTHER, format!("cannot read {source}: {}", e.kind())))?
+        };
+        keys.add_jwks(&text)
+            .map_err(|e| exit(EXIT_OTHER, e.to_string()))?;
+    }
+    let verified = if keys.is_empty() {
+        if !args.insecure_unsigned {
+            return Err(exit(
+                EXIT_CARD_NOT_VERIFIED,
+                "no keys to verify the card: give --jwks FILE|URL (an agent served by peergate publishes /.well-known/jwks.json) or --secret KID=BASE64URL, or --insecure-unsigned to use it unverified",
+            ));
+        }
+        eprintln!("warning: the card was not verified (--insecure-unsigned)");
+        false
+    } else {
+        match verify_card(card_text, &keys) {
+            Ok(verified) => {
+                eprintln!("card verified: kid {} ({})", verified.kid, verified.alg);
+                true
+            }
+            Err(VerifyError::NoSignature) if args.insecure_unsigned => {
+                eprintln!("warning: the card carries no signature (--insecure-unsigned)");
+                false
+            }
+            Err(e) => {
+                return Err(exit(
+                    EXIT_CARD_NOT_VERIFIED,
+                    format!("the card is not verified: {e}"),
+                ));
+            }
+        }
+    };
+    let card: Value = serde_json::from_str(card_text)
+        .map_err(|_| exit(EXIT_CARD_NOT_VERIFIED, "the card is not JSON"))?;
+    let url = jsonrpc_url(&card).ok_or_else(|| {
+        exit(
+            EXIT_OTHER,
+            "the card advertises no JSON-RPC interface (supportedInterfaces with protocolBinding JSONRPC)",
+        )
+    })?;
+    Ok((Interface { card, url }, verified))
+}
+
+/// The URL of the card's JSON-RPC interface (an A2A 1.0 `supportedInterfaces` entry, or a
+/// 0.3 card's `url` when it prefers JSON-RPC).
+fn jsonrpc_url(card: &Value) -> Option<String> {
+    if let Some(interfaces) = card["supportedInterfaces"].as_array() {
+        return interfaces
+            .iter()
+            .find(|i| i["protocolBinding"] == "JSONRPC")
+            .and_then(|i| i["url"].as_str())
+            .map(str::to_owned);
+    }
+    let preferred = card["preferredTransport"].as_str().unwrap_or("JSONRPC");
+    (preferred == "JSONRPC")
+        .then(|| card["url"].as_str().map(str::to_owned))
+        .flatten()
+}
+
+/// The card's URL for what the caller gave.
+fn card_url(given: &str) -> Result<String, CliError> {
+    let url = reqwest::Url::parse(given)
+        .map_err(|_| exit(EXIT_OTHER, format!("{given:?} is not a URL")))?;
+    allowed(&url)?;
+    if url.path().ends_with(".json") {
+        Ok(url.to_string())
+    } else {
+        Ok(format!(
+            "{}/.well-known/agent-card.json",
+            url.as_str().trim_end_matches('/')
+        ))
+    }
+}
+
+/// `https`, or `http` to loopback; never credentials in the URL.
+fn allowed(url: &reqwest::Url) -> Result<(), CliError> {
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(exit(
+            EXIT_OTHER,
+            "credentials in a URL are refused: use --token, --basic or --api-key",
+        ));
+    }
+    let host = url.host_str().unwrap_or_default();
+    let loopback = host == "localhost"
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => Err(exit(
+            EXIT_OTHER,
+            format!("plain http is used only to loopback; use https for {host}"),
+        )),
+        other => Err(exit(
+            EXIT_OTHER,
+            format!("the scheme {other:?} is not used"),
+        )),
+    }
+}
+
+/// The interface's URL, checked: an unverified card may only point at its own origin.
+fn endpoint(interface: &Interface, card_url: &str, verified: bool) -> Result<String, CliError> {
+    let url = reqwest::Url::parse(&interface.url)
+        .map_err(|_| exit(EXIT_OTHER, "the card's JSON-RPC interface URL is not a URL"))?;
+    allowed(&url)?;
+    let card = reqwest::Url::parse(card_url).map_err(|_| exit(EXIT_OTHER, "not a URL"))?;
+    if !verified && url.origin() != card.origin() {
+        return Err(exit(
+            EXIT_CARD_NOT_VERIFIED,
+            format!(
+                "the unverified card points to another origin ({}); verify it with --jwks or --secret",
+                url.origin().ascii_serialization()
+            ),
+        ));
+    }
+    Ok(url.to_string())
+}
+
+enum Credential {
+    Bearer(String),
+    Basic(String, String),
+    ApiKey(String, String),
+    None,
+}
+
+fn credential(args: &CallArgs, card: &Value) -> Result<Credential, CliError> {
+    if let Some(token) = &args.token {
+        return Ok(Credential::Bearer(token.clone()));
+    }
+    if let Some(user) = &args.basic {
+        let password = super::read_password(user)?;
+        return Ok(Credential::Basic(user.clone(), password));
+    }
+    if let Some(key) = &args.api_key {
+        // The header the card's apiKey scheme names.
+        let header = card["securitySchemes"]
+            .as_object()
+            .into_iter()
+            .flat_map(|schemes| schemes.values())
+            .find_map(|scheme| {
+                let api_key = &scheme["apiKeySecurityScheme"];
+                (api_key["location"] == "header")
+                    .then(|| api_key["name"].as_str())
+                    .flatten()
+            })
+            .ok_or_else(|| {
+                exit(
+                    EXIT_OTHER,
+                    "the card names no API-key scheme in a header; use --token or --basic",
+                )
+            })?;
+        return Ok(Credential::ApiKey(header.to_owned(), key.clone()));
+    }
+    Ok(Credential::None)
+}
+
+fn client(args: &CallArgs) -> Result<reqwest::Client, CliError> {
+    let tls = crate::http::tls::client_config(args.ca_file.as_deref(), "--ca-file", false)?;
+    crate::http::tls::client_builder(&tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| exit(EXIT_OTHER, format!("cannot build the HTTP client: {e}")))
+}
+
+async fn fetch_document(
+    client: &reqwest::Client,
+    url: &str,
+    what: &str,
+) -> Result<String, CliError> {
+    let parsed =
+        reqwest::Url::parse(url).map_err(|_| exit(EXIT_OTHER, format!("{url:?} is not a URL")))?;
+    allowed(&parsed)?;
+    let response = client
+        .get(parsed)
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .map_err(|e| {
+            exit(
+                EXIT_OTHER,
+                format!("cannot read {what} at {url}: {}", reason(&e)),
+            )
+        })?;
+    if response.status() != reqwest::StatusCode::OK {
+        return Err(exit(
+            EXIT_OTHER,
+            format!(
+                "cannot read {what} at {url}: HTTP status {}",
+                response.status().as_u16()
+            ),
+        ));
+    }
+    let body = read_bounded(response, MAX_DOCUMENT_BYTES).await?;
+    String::from_utf8(body).map_err(|_| exit(EXIT_OTHER, format!("{what} is not UTF-8")))
+}
+
+async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, CliError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| exit(EXIT_OTHER, format!("the answer broke off: {}", reason(&e))))?
+    {
+        if body.len() + chunk.len() > limit {
+            return Err(exit(
+                EXIT_OTHER,
+                format!("the answer is larger than {limit} bytes"),
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The HTTP refusals that have their own exit status.
+fn refused(response: &reqwest::Response) -> Result<(), CliError> {
+    let status = response.status();
+    match status.as_u16() {
+        401 | 403 => Err(exit(
+            EXIT_AUTH_REFUSED,
+            format!(
+                "the agent refused the credential (HTTP {})",
+                status.as_u16()
+            ),
+        )),
+        429 => {
+            let wait = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map_or_else(|| "a while".to_owned(), |s| format!("{s} s"));
+            Err(exit(
+                EXIT_RATE_LIMITED,
+                format!("rate limited: retry after {wait}"),
+            ))
+        }
+        200 => Ok(()),
+        other => Err(exit(
+            EXIT_OTHER,
+            format!("the agent answered HTTP status {other}"),
+        )),
+    }
+}
+
+/// The `result` of a JSON-RPC response, or its error as a failure.
+fn rpc_result(answer: &Value) -> Result<Value, CliError> {
+    if let Some(error) = answer.get("error") {
+        return Err(exit(
+            EXIT_OTHER,
+            format!(
+                "the agent answered error {}: {}",
+                error["code"],
+                error["message"].as_str().unwrap_or("(no message)")
+            ),
+        ));
+    }
+    answer.get("result").cloned().ok_or_else(|| {
+        exit(
+            EXIT_OTHER,
+            "the agent's answer holds neither result nor error",
+        )
+    })
+}
+
+/// Reads a stream of JSON-RPC responses, printing text as it arrives; returns the final task
+/// or message.
+async fn streamed(mut response: reqwest::Response, json: bool) -> Result<Value, CliError> {
+    let mut events = ServerSentEvents::default();
+    let mut last = Value::Null;
+    let mut printed = false;
+    let mut read = 0usize;
+    let mut take = |data: String, last: &mut Value| -> Result<(), CliError> {
+        let answer: Value = serde_json::from_str(&data)
+            .map_err(|_| exit(EXIT_OTHER, "a streamed event is not JSON"))?;
+        let result = rpc_result(&answer)?;
+        if json {
+            println!("{result}");
+        } else {
+            let piece = if let Some(update) = result.get("statusUpdate") {
+                (update["status"]["state"] == "TASK_STATE_WORKING")
+                    .then(|| parts_text(&update["status"]["message"]["parts"]))
+            } else {
+                result
+                    .get("artifactUpdate")
+                    .map(|update| parts_text(&update["artifact"]["parts"]))
+            };
+            if let Some(piece) = piece.filter(|p| !p.is_empty()) {
+                print!("{piece}");
+                let _ = std::io::stdout().flush();
+                printed = true;
+            }
+        }
+        merge(last, result);
+        Ok(())
+    };
+    loop {
+        let chunk = response
+            .chunk()
+            .await
+            .map_err(|e| exit(EXIT_OTHER, format!("the stream broke off: {}", reason(&e))))?;
+        let Some(chunk) = chunk else {
+            for data in events.finish() {
+                take(data, &mut last)?;
+            }
+            break;
+        };
+        read += chunk.len();
+        if read > MAX_ANSWER_BYTES {
+            return Err(exit(EXIT_OTHER, "the stream is larger than allowed"));
+        }
+        for data in events.push(&chunk) {
+            take(data, &mut last)?;
+        }
+    }
+    if !json {
+        if printed {
+            println!();
+        } else {
+            println!("{}", answer_text(&last));
+        }
+    }
+    Ok(last)
+}
+
+/// Folds a stream event into what is known of the answer: a task or a message replaces it, a
+/// status update changes its status.
+fn merge(last: &mut Value, event: Value) {
+    if let Some(task) = event.get("task") {
+        *last = json!({"task": task});
+    } else if let Some(message) = event.get("message") {
+        *last = json!({"message": message});
+    } else if let Some(update) = event.get("statusUpdate") {
+        if last.get("task").is_none() {
+            *last = json!({"task": {"id": update["taskId"], "contextId": update["contextId"]}});
+        }
+        last["task"]["status"] = update["status"].clone();
+    } else if let Some(update) = event.get("artifactUpdate")
+        && last.get("task").is_some()
+    {
+        let artifacts = &mut last["task"]["artifacts"];
+        if !artifacts.is_array() {
+            *artifacts = json!([]);
+        }
+        if let Some(list) = artifacts.as_array_mut() {
+            list.push(update["artifact"].clone());
+        }
+    }
+}
+
+/// The task or message a result holds (`{"task": …}`, `{"message": …}`, or a bare one).
+fn unwrap_result(result: &Value) -> (&Value, bool) {
+    if let Some(task) = result.get("task") {
+        (task, true)
+    } else if let Some(message) = result.get("message") {
+        (message, false)
+    } else {
+        (result, result.get("status").is_some())
+    }
+}
+
+/// The answer's text: a message's text parts, or a task's artifacts (its status message when
+/// it has none).
+fn answer_text(result: &Value) -> String {
+    let (inner, is_task) = unwrap_result(result);
+    if !is_task {
+        return parts_text(&inner["parts"]);
+    }
+    let from_artifacts: Vec<String> = inner["artifacts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|artifact| parts_text(&artifact["parts"]))
+        .filter(|text| !text.is_empty())
+        .collect();
+    if from_artifacts.is_empty() {
+        parts_text(&inner["status"]["message"]["parts"])
+    } else {
+        from_artifacts.join("\n")
+    }
+}
+
+/// The text of `parts`: text parts as they are, data parts as JSON, files by name or URL.
+fn parts_text(parts: &Value) -> String {
+    parts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|part| {
+            if let Some(text) = part["text"].as_str() {
+                text.to_owned()
+            } else if let Some(data) = part.get("data") {
+                data.to_string()
+            } else if let Some(url) = part["url"].as_str() {
+                format!("[file {url}]")
+            } else if part.get("raw").is_some() {
+                format!(
+                    "[file {}]",
+                    part["filename"].as_str().unwrap_or("(inline bytes)")
+                )
+            } else {
+                String::new()
+            }
+        })
+        .collect::<Vec<_>>()
+        .concat()
+}
+
+/// Prints the ids a follow-up needs and turns the final state into the exit status.
+fn report(result: &Value) -> Result<(), CliError> {
+    let (inner, is_task) = unwrap_result(result);
+    if let Some(context) = inner["contextId"].as_str() {
+        eprintln!("context: {context}");
+    }
+    if !is_task {
+        return Ok(());
+    }
+    let state = inner["status"]["state"]
+        .as_str()
+        .unwrap_or("TASK_STATE_UNSPECIFIED");
+    match state {
+        "TASK_STATE_COMPLETED" => Ok(()),
+        "TASK_STATE_INPUT_REQUIRED" | "TASK_STATE_AUTH_REQUIRED" => {
+            eprintln!(
+                "task: {} is waiting ({state}); answer with --task {} --context {}",
+                inner["id"].as_str().unwrap_or_default(),
+                inner["id"].as_str().unwrap_or_default(),
+                inner["contextId"].as_str().unwrap_or_default()
+            );
+            Ok(())
+        }
+        "TASK_STATE_FAILED" | "TASK_STATE_REJECTED" | "TASK_STATE_CANCELED" => Err(exit(
+            EXIT_TASK_FAILED,
+            format!(
+                "the task ended {state}: {}",
+                parts_text(&inner["status"]["message"]["parts"])
+            ),
+        )),
+        other => Err(exit(
+            EXIT_OTHER,
+            format!(
+                "the task is still {other}; read it later with its id {}",
+                inner["id"]
+            ),
+        )),
+    }
+}
+
+/// The innermost reason of a client error (a refused certificate, a refused connection).
+fn reason(error: &reqwest::Error) -> String {
+    let mut reason = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        reason = inner.to_string();
+        source = inner.source();
+    }
+    reason
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unverified_card_may_not_point_elsewhere() {
+        let interface = Interface {
+            card: json!({}),
+            url: "https://elsewhere.example/a2a".to_owned(),
+        };
+        let card = "https://agent.example/.well-known/agent-card.json";
+        let error = endpoint(&interface, card, false).unwrap_err();
+        assert_eq!(error.exit_code, EXIT_CARD_NOT_VERIFIED);
+        assert!(endpoint(&interface, card, true).is_ok());
+    }
+
+    #[test]
+    fn plain_http_goes_to_loopback_only() {
+        assert!(card_url("http://127.0.0.1:8080").is_ok());
+        assert!(card_url("http://[::1]:8080/").is_ok());
+        assert!(card_url("http://localhost:8080").is_ok());
+        let error = card_url("http://agent.example").unwrap_err();
+        assert!(error.message.contains("use https"), "{}", error.message);
+        assert_eq!(
+            card_url("https://agent.example/").unwrap(),
+            "https://agent.example/.well-known/agent-card.json"
+        );
+        assert_eq!(
+            card_url("https://agent.example/cards/a.json").unwrap(),
+            "https://agent.example/cards/a.json"
+        );
+    }
+
+    #[test]
+    fn the_answer_text_comes_from_artifacts_or_the_message() {
+        let task = json!({"task": {"status": {"state": "TASK_STATE_COMPLETED",
+            "message": {"parts": [{"text": "status"}]}},
+            "artifacts": [{"parts": [{"text": "a"}, {"data": {"k": 1}}]}]}});
+        assert_eq!(answer_text(&task), "a{\"k\":1}");
+        let message = json!({"message": {"parts": [{"text": "hi"}, {"url": "https://x/f.pdf"}]}});
+        assert_eq!(answer_text(&message), "hi[file https://x/f.pdf]");
+    }
+}

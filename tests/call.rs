@@ -1,0 +1,227 @@
+//! `peergate call` against a real peergate on 127.0.0.1: the card verified with the key set it
+//! publishes, the answer printed, the context id on stderr, and one exit status per way a call
+//! can end.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// A served peergate with `policy`, a peer and its token.
+struct Served {
+    _dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    server: ServeProcess,
+    token: String,
+}
+
+fn serve(policy: PolicyEdit) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let policy_path = dir.path().join("policy.toml");
+    std::fs::write(&policy_path, policy.without_credential_cache().text()).unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, "caller");
+    let server = ServeProcess::start_with(
+        dir.path(),
+        &data,
+        &["--policy", policy_path.to_str().unwrap()],
+        &[],
+    );
+    Served {
+        _dir: dir,
+        data,
+        server,
+        token,
+    }
+}
+
+impl Served {
+    fn base(&self) -> String {
+        format!("http://{}", self.server.addr)
+    }
+
+    fn jwks(&self) -> String {
+        format!("{}/.well-known/jwks.json", self.base())
+    }
+
+    /// `peergate call BASE TEXT --jwks JWKS` with `extra`.
+    fn call(&self, text: &str, extra: &[&str]) -> (i32, String, String) {
+        let (base, jwks) = (self.base(), self.jwks());
+        let mut args = vec!["call", base.as_str(), text, "--jwks", jwks.as_str()];
+        args.extend_from_slice(extra);
+        cli(&args)
+    }
+}
+
+fn context_of(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("context: "))
+        .unwrap_or_else(|| panic!("no context line: {stderr}"))
+        .to_owned()
+}
+
+#[test]
+fn a_verified_call_prints_the_answer_and_the_context_to_follow_up_in() {
+    let served = serve(PolicyEdit::default());
+    let (code, stdout, stderr) = served.call("What is A2A?", &["--token", &served.token]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("card verified: kid ed-"), "{stderr}");
+    assert!(
+        stdout.contains("What is A2A?"),
+        "the echo's answer: {stdout}"
+    );
+    let context = context_of(&stderr);
+
+    // The follow-up lands in the same context; --json prints the whole result.
+    let (code, stdout, stderr) = served.call(
+        "And then?",
+        &["--token", &served.token, "--context", &context, "--json"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["task"]["contextId"], context.as_str());
+    assert_eq!(result["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(context_of(&stderr), context);
+}
+
+#[test]
+fn a_card_that_does_not_verify_is_refused_unless_the_caller_accepts_it_unverified() {
+    let served = serve(PolicyEdit::default());
+    let base = served.base();
+    // No keys at all.
+    let (code, _, stderr) = cli(&["call", &base, "hi", "--token", &served.token]);
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("--jwks"), "{stderr}");
+    // A key that did not sign it.
+    let other = "other=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let (code, _, stderr) = cli(&[
+        "call",
+        &base,
+        "hi",
+        "--token",
+        &served.token,
+        "--secret",
+        other,
+    ]);
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("the card is not verified"), "{stderr}");
+    // ... and still refused with --insecure-unsigned: a signature that fails is never used.
+    let (code, _, stderr) = cli(&[
+        "call",
+        &base,
+        "hi",
+        "--token",
+        &served.token,
+        "--secret",
+        other,
+        "--insecure-unsigned",
+    ]);
+    assert_eq!(code, 3, "{stderr}");
+    // Without keys, --insecure-unsigned goes ahead and says so.
+    let (code, stdout, stderr) = cli(&[
+        "call",
+        &base,
+        "hi",
+        "--token",
+        &served.token,
+        "--insecure-unsigned",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("not verified"), "{stderr}");
+    assert!(stdout.contains("hi"), "{stdout}");
+}
+
+#[test]
+fn refusals_have_their_own_exit_status() {
+    let served = serve(PolicyEdit::default());
+    // A credential the gateway does not know.
+    let (code, _, stderr) = served.call("hi", &["--token", "pg_not_a_real_token"]);
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains("refused the credential"), "{stderr}");
+    assert!(!stderr.contains("pg_not_a_real_token"), "{stderr}");
+
+    // A peer over its quota: the wait is printed.
+    let (code, _, stderr) = cli_on(&served.data, &["peer", "limit", "caller", "1/min"]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut last = (0, String::new());
+    for _ in 0..3 {
+        let (code, _, stderr) = served.call("hi", &["--token", &served.token]);
+        last = (code, stderr);
+        if code != 0 {
+            break;
+        }
+    }
+    assert_eq!(last.0, 5, "{}", last.1);
+    assert!(last.1.contains("rate limited: retry after"), "{}", last.1);
+}
+
+#[test]
+fn a_failed_or_rejected_task_exits_6() {
+    // A model that is not there: the task fails.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let served = serve(PolicyEdit::default().openai(&format!("http://127.0.0.1:{port}/v1"), "m"));
+    let (code, _, stderr) = served.call("hi", &["--token", &served.token]);
+    assert_eq!(code, 6, "{stderr}");
+    assert!(stderr.contains("TASK_STATE_FAILED"), "{stderr}");
+}
+
+#[test]
+fn streaming_basic_and_api_key_calls() {
+    let served = serve(
+        PolicyEdit::default()
+            .set("capabilities.streaming", true)
+            .set("auth.schemes", ["bearer", "basic", "api_key"]),
+    );
+    let (code, stdout, stderr) =
+        served.call("streamed words", &["--token", &served.token, "--stream"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("streamed words"), "{stdout}");
+    context_of(&stderr);
+
+    let (code, _, stderr) = cli_with_stdin_on(
+        &served.data,
+        &["peer", "password", "caller"],
+        "a long enough password\n",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let (code, key, stderr) = cli_on(&served.data, &["peer", "key", "caller"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (base, jwks) = (served.base(), served.jwks());
+    let (code, stdout, stderr) = cli_with_stdin(
+        &[
+            "call", &base, "by basic", "--jwks", &jwks, "--basic", "caller",
+        ],
+        "a long enough password\n",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("by basic"), "{stdout}");
+    // The API key goes in the header the card names.
+    let (code, stdout, stderr) = served.call("by key", &["--api-key", key.trim()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("by key"), "{stdout}");
+    let (code, _, stderr) = served.call("by key", &["--api-key", "pgk_wrong"]);
+    assert_eq!(code, 4, "{stderr}");
+}
+
+#[test]
+fn plain_http_to_another_host_is_refused_before_anything_is_sent() {
+    let (code, _, stderr) = cli(&[
+        "call",
+        "http://192.0.2.1:8080",
+        "hi",
+        "--token",
+        "secret-token",
+        "--insecure-unsigned",
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("plain http is used only to loopback"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("secret-token"));
+}
