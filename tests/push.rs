@@ -789,6 +789,7 @@ async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String
                 instance: None,
                 notify: true,
                 push_config: with,
+                upstream_task_id: None,
             })
             .await
             .unwrap();

@@ -215,6 +215,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             instance: Some(Arc::from("ins_a")),
             notify: false,
             push_config: None,
+            upstream_task_id: None,
         };
         let tasks = store.tasks();
         // Concurrent turns share one batch: two contexts' worth of rows, one usage row.
@@ -355,6 +356,7 @@ async fn the_push_notification_queue_on_every_engine() {
                 instance: None,
                 notify: true,
                 push_config: with,
+                upstream_task_id: None,
             };
         let (tasks, push) = (store.tasks(), store.push());
         // A config sent with the message hears the task's first state.

@@ -17,7 +17,7 @@ mod stream;
 use crate::a2a::jsonrpc::{self, Method, RpcError};
 use crate::a2a::types::{
     self as a2a, Artifact, CancelTaskParams, GetTaskParams, Message, Role, SendMessageParams, Task,
-    TaskState, TaskStatus, TextPart,
+    TaskState, TaskStatus,
 };
 use crate::admin::budget::Budgets;
 use crate::backend::{BackendError, ModelBackend, Prompt};
@@ -282,17 +282,26 @@ impl Agent {
             return self.finish(&turn, refusal, history_length, None).await;
         }
         let held = self.begin_turn(&turn).await?;
+        self.still_waiting(&turn).await?;
         let (prompt, unfinished, working_json) =
             self.store_working(&turn, planned.fresh_context).await?;
         let (cancel, cancelable) = self.running_turn(&turn);
         if !return_immediately {
             let outcome = self.run_model(&turn, &prompt, cancel, None).await;
+            let as_message = outcome
+                .agent_reply
+                .as_ref()
+                .is_some_and(|reply| reply.as_message);
             let answer = self
                 .finish(&turn, outcome, history_length, Some(unfinished))
                 .await;
             drop(cancelable);
             drop(held);
-            return answer;
+            return if as_message {
+                answer.and_then(|task| message_answer(&task))
+            } else {
+                answer
+            };
         }
         // The working task is the answer; the turn goes on without the request, holding the
         // context's turn until its final state is stored.
@@ -323,10 +332,27 @@ impl Agent {
             .map(|n| checked_history_length(n, "configuration.historyLength"))
             .transpose()?;
         let (text, context_id) = incoming(&message)?;
+        let parts = forwarded_parts(&message.parts);
         if let Some(task_id) = &message.task_id {
-            return Err(self
-                .refer_to_task(peer, task_id, message.context_id.as_deref())
-                .await);
+            let continued = self
+                .continued_task(peer, task_id, message.context_id.as_deref())
+                .await?;
+            return Ok(PlannedTurn {
+                fresh_context: false,
+                turn: TurnPlan {
+                    peer: peer.clone(),
+                    task_id: task_id.clone(),
+                    push_config: None,
+                    context_id: continued.context_id,
+                    message_id: message.message_id,
+                    text: truncate_text(text, self.settings.max_text_bytes),
+                    parts,
+                    continues: Some(continued.continuation),
+                    instance: self.shared.ownership.instance().into(),
+                },
+                history_length,
+                return_immediately: configuration.return_immediately.unwrap_or(false),
+            });
         }
         let task_id = new_id();
         let push_config = match configuration.push_config {
@@ -342,6 +368,8 @@ impl Agent {
                 context_id: context_id.unwrap_or_else(new_id),
                 message_id: message.message_id,
                 text: truncate_text(text, self.settings.max_text_bytes),
+                parts,
+                continues: None,
                 instance: self.shared.ownership.instance().into(),
             },
             history_length,
@@ -457,6 +485,7 @@ impl Agent {
                 detail: refusal.to_string(),
                 owner_id: Some(peer.owner_id().to_owned()),
             }),
+            agent_reply: None,
         }
     }
 
@@ -509,6 +538,13 @@ impl Agent {
             preface: preface(peer.name()),
             history,
             text: turn.text.clone(),
+            message_id: turn.message_id.clone(),
+            parts: turn.parts.clone(),
+            conversation: conversation_id(peer.id(), &turn.context_id),
+            continues: turn
+                .continues
+                .as_ref()
+                .and_then(|c| c.upstream_task_id.clone()),
         };
         Ok((prompt, unfinished, working_json))
     }
@@ -549,6 +585,7 @@ impl Agent {
                 messages: Vec::new(),
                 usage: Some(self.budgets.record(peer.owner_id(), 0)),
                 audit: None,
+                agent_reply: None,
             };
         };
         match answer.unwrap_or(Err(BackendError::Timeout)) {
@@ -558,7 +595,11 @@ impl Agent {
                     .prompt_tokens
                     .saturating_add(completion.usage.completion_tokens);
                 Outcome {
-                    state: TaskState::Completed,
+                    state: completion
+                        .reply
+                        .as_ref()
+                        .map_or(TaskState::Completed, |reply| reply.state),
+                    agent_reply: completion.reply.clone(),
                     messages: vec![
                         ConversationMessage {
                             role: ConversationRole::Peer,
@@ -582,6 +623,7 @@ impl Agent {
                     messages: Vec::new(),
                     usage: None,
                     audit: None,
+                    agent_reply: None,
                 }
             }
         }
@@ -598,7 +640,25 @@ impl Agent {
     ) -> Result<Box<RawValue>, RpcError> {
         let state = outcome.state;
         let now = self.clock.now_millis();
-        let task = turn.task(self, state, &outcome.reply, now);
+        let task = match &outcome.agent_reply {
+            // An agent's answer as it gave it; a direct message is kept as a completed task
+            // whose artifact is that message.
+            Some(reply) => {
+                let parts = if reply.parts.is_empty() {
+                    let text = if outcome.reply.is_empty() {
+                        format!("The agent behind this gateway answered {}.", state.as_str())
+                    } else {
+                        outcome.reply.clone()
+                    };
+                    vec![a2a::Part::text(text)]
+                } else {
+                    reply.parts.clone()
+                };
+                let artifacts = (!reply.as_message).then(|| reply.artifacts.clone());
+                turn.task_with(self, state, parts, artifacts, now)
+            }
+            None => turn.task(self, state, &outcome.reply, now),
+        };
         // Serialized once: the stored copy is also the answer, unless the peer asked for less
         // history.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
@@ -608,6 +668,7 @@ impl Agent {
         finished.messages = outcome.messages;
         finished.usage = outcome.usage;
         finished.audit = outcome.audit;
+        finished.upstream_task_id = outcome.agent_reply.and_then(|reply| reply.task_id);
         if unfinished.is_none() {
             // Refused before a working state was stored: this is the task's first state.
             finished.push_config = turn.push_config.clone();
@@ -618,12 +679,14 @@ impl Agent {
         if let Some(mut stored) = unfinished {
             stored.finished();
         }
-        self.metrics.task_finished(match state {
-            TaskState::Completed => FinalState::Completed,
-            TaskState::Rejected => FinalState::Rejected,
-            TaskState::Canceled => FinalState::Canceled,
-            _ => FinalState::Failed,
-        });
+        if state.is_final() {
+            self.metrics.task_finished(match state {
+                TaskState::Completed => FinalState::Completed,
+                TaskState::Rejected => FinalState::Rejected,
+                TaskState::Canceled => FinalState::Canceled,
+                _ => FinalState::Failed,
+            });
+        }
         Ok(answer)
     }
 
@@ -689,9 +752,7 @@ impl Agent {
         };
         task.status.state = TaskState::Failed;
         task.status.timestamp = rfc3339_millis(self.clock.now_millis());
-        task.status.message.parts = vec![TextPart {
-            text: INTERRUPTED_TEXT.to_owned(),
-        }];
+        task.status.message.parts = vec![a2a::Part::text(INTERRUPTED_TEXT.to_owned())];
         if let Some(last) = task.history.last_mut()
             && last.role == Role::Agent
         {
@@ -752,25 +813,29 @@ impl Agent {
         message_id: &str,
         text: &str,
         state: TaskState,
-        reply: &str,
+        reply: Vec<a2a::Part>,
         now: i64,
     ) -> Task {
-        let message_for = |role: Role, message_id: String, text: &str| Message {
+        let message_for = |role: Role, message_id: String, parts: Vec<a2a::Part>| Message {
             message_id,
             context_id: context_id.to_owned(),
             task_id: task_id.to_owned(),
             role,
-            parts: vec![TextPart {
-                text: text.to_owned(),
-            }],
+            parts,
         };
-        let user_message = message_for(Role::User, message_id.to_owned(), text);
+        let user_message = message_for(
+            Role::User,
+            message_id.to_owned(),
+            vec![a2a::Part::text(text)],
+        );
         let agent_message = message_for(Role::Agent, uuid::Uuid::new_v4().to_string(), reply);
         let artifacts = match state {
             TaskState::Completed => vec![Artifact {
                 artifact_id: uuid::Uuid::new_v4().to_string(),
-                name: "answer".to_owned(),
+                name: Some("answer".to_owned()),
+                description: None,
                 parts: agent_message.parts.clone(),
+                metadata: None,
             }],
             _ => Vec::new(),
         };
@@ -787,29 +852,60 @@ impl Agent {
         }
     }
 
-    /// A message naming a `taskId`: tasks are final once answered, so it can only fail; how it
-    /// fails must not reveal other peers' tasks.
-    async fn refer_to_task(
+    /// A message naming a `taskId`: only a task waiting for the peer (an agent behind the door
+    /// asked for input) goes on; any other is refused, in a way that does not reveal other
+    /// peers' tasks.
+    async fn continued_task(
         &self,
         peer: &AuthenticatedPeer,
         task_id: &str,
         context_id: Option<&str>,
-    ) -> RpcError {
-        let task = match self.load_task(peer, task_id).await {
-            Ok(task) => task,
-            Err(error) => return error,
-        };
+    ) -> Result<ContinuedTask, RpcError> {
+        let task = self.load_task(peer, task_id).await?;
         if context_id.is_some_and(|c| c != task.context_id) {
-            return invalid("message.contextId", "does not match the task's contextId");
+            return Err(invalid(
+                "message.contextId",
+                "does not match the task's contextId",
+            ));
         }
         if task.status.state == TaskState::Working {
-            return RpcError::UnsupportedOperation(
+            return Err(RpcError::UnsupportedOperation(
                 "the task is still being answered; wait for its answer, then send a new message without taskId (and with the same contextId)",
-            );
+            ));
         }
-        RpcError::UnsupportedOperation(
-            "the task is already in a terminal state; send a new message without taskId (and with the same contextId) to continue the conversation",
-        )
+        if !task.status.state.is_interrupted() {
+            return Err(RpcError::UnsupportedOperation(
+                "the task is already in a terminal state; send a new message without taskId (and with the same contextId) to continue the conversation",
+            ));
+        }
+        let upstream_task_id = self
+            .store
+            .upstream_task(peer.id(), task_id)
+            .await
+            .map_err(internal)?;
+        Ok(ContinuedTask {
+            context_id: task.context_id,
+            continuation: Continuation {
+                upstream_task_id,
+                earlier: task.history,
+            },
+        })
+    }
+
+    /// A turn continuing a task, once it holds the context: the task must still be waiting
+    /// (another message may have answered it meanwhile).
+    async fn still_waiting(&self, turn: &TurnPlan) -> Result<(), RpcError> {
+        if turn.continues.is_none() {
+            return Ok(());
+        }
+        let task = self.load_task(&turn.peer, &turn.task_id).await?;
+        if task.status.state.is_interrupted() {
+            Ok(())
+        } else {
+            Err(RpcError::UnsupportedOperation(
+                "another message answered the task first; read it with GetTask",
+            ))
+        }
     }
 
     async fn get_task(
@@ -987,21 +1083,61 @@ struct TurnPlan {
     context_id: String,
     message_id: String,
     text: String,
+    /// The peer's text and data parts, as an agent behind the door gets them.
+    parts: Vec<a2a::Part>,
+    /// The task waiting for the peer that this message answers.
+    continues: Option<Continuation>,
     instance: Arc<str>,
+}
+
+/// A task waiting for the peer's input, which a message naming it continues.
+struct Continuation {
+    /// The agent's own id of the task.
+    upstream_task_id: Option<String>,
+    /// The task's history so far.
+    earlier: Vec<Message>,
+}
+
+/// What a message naming a task waiting for input continues.
+struct ContinuedTask {
+    context_id: String,
+    continuation: Continuation,
 }
 
 impl TurnPlan {
     /// The task in `state` with the agent's `reply`, its status as of `now` (epoch ms).
     fn task(&self, agent: &Agent, state: TaskState, reply: &str, now: i64) -> Task {
-        agent.task(
+        self.task_with(agent, state, vec![a2a::Part::text(reply)], None, now)
+    }
+
+    /// The task in `state` with the agent's message `parts` and, when given, `artifacts` (else
+    /// the message as the answer's artifact once completed).
+    fn task_with(
+        &self,
+        agent: &Agent,
+        state: TaskState,
+        parts: Vec<a2a::Part>,
+        artifacts: Option<Vec<Artifact>>,
+        now: i64,
+    ) -> Task {
+        let mut task = agent.task(
             &self.task_id,
             &self.context_id,
             &self.message_id,
             &self.text,
             state,
-            reply,
+            parts,
             now,
-        )
+        );
+        if let Some(artifacts) = artifacts {
+            task.artifacts = artifacts;
+        }
+        if let Some(continuation) = &self.continues {
+            let mut history = continuation.earlier.clone();
+            history.append(&mut task.history);
+            task.history = history;
+        }
+        task
     }
 
     /// The task as the store keeps it, as of `now` (the same instant as its status, so
@@ -1023,6 +1159,7 @@ impl TurnPlan {
             instance: Some(self.instance.clone()),
             notify: agent.push.is_some(),
             push_config: None,
+            upstream_task_id: None,
         }
     }
 }
@@ -1048,6 +1185,18 @@ fn task_answer(task_json: &str, history_length: Option<usize>) -> Result<Box<Raw
     RawValue::from_string(answer).map_err(internal)
 }
 
+/// `{"message": …}`: the agent's message of a task answer, for an agent that answered with a
+/// message (the stored task keeps it; the message names that task).
+fn message_answer(task_answer: &RawValue) -> Result<Box<RawValue>, RpcError> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        task: Task,
+    }
+    let answer: Answer = serde_json::from_str(task_answer.get()).map_err(internal)?;
+    serde_json::value::to_raw_value(&json!({"message": answer.task.status.message}))
+        .map_err(internal)
+}
+
 /// What a turn ended with.
 struct Outcome {
     state: TaskState,
@@ -1056,6 +1205,8 @@ struct Outcome {
     messages: Vec<ConversationMessage>,
     usage: Option<crate::store::ExchangeUsage>,
     audit: Option<AuditEntry>,
+    /// An agent's answer as it gave it.
+    agent_reply: Option<crate::backend::AgentReply>,
 }
 
 /// The checked text of an incoming message and its `contextId` (`None`: a new context).
@@ -1166,6 +1317,38 @@ fn message_text(parts: &[a2a::IncomingPart]) -> Option<String> {
     (!text.trim().is_empty()).then_some(text)
 }
 
+/// The parts an agent behind the door gets: the peer's text and data parts, as sent.
+fn forwarded_parts(parts: &[a2a::IncomingPart]) -> Vec<a2a::Part> {
+    parts
+        .iter()
+        .filter_map(|part| match (&part.text, &part.data) {
+            (Some(text), _) => Some(a2a::Part::text(text.clone())),
+            (None, Some(data)) => Some(a2a::Part {
+                data: Some(data.clone()),
+                ..a2a::Part::default()
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The id under which an agent behind the door knows a peer's context: stable for the pair,
+/// and naming neither (so a peer cannot choose, or learn, another peer's context upstream).
+fn conversation_id(peer_id: &str, context_id: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update(b"peergate conversation\0")
+        .chain_update(peer_id.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(context_id.as_bytes())
+        .finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_random_bytes(bytes)
+        .into_uuid()
+        .to_string()
+}
+
 /// Cuts `text` to at most `max` bytes on a character boundary and says so visibly.
 pub fn truncate_text(mut text: String, max: usize) -> String {
     if text.len() <= max {
@@ -1221,7 +1404,7 @@ mod tests {
             "m1",
             "hello",
             TaskState::Working,
-            WORKING_TEXT,
+            vec![a2a::Part::text(WORKING_TEXT)],
             now,
         );
         store
@@ -1240,6 +1423,7 @@ mod tests {
                 instance: None,
                 notify: false,
                 push_config: None,
+                upstream_task_id: None,
             })
             .await
             .unwrap();
@@ -1259,8 +1443,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(stored.status.state, TaskState::Failed);
-        assert_eq!(stored.status.message.parts[0].text, INTERRUPTED_TEXT);
-        assert_eq!(stored.history[0].parts[0].text, "hello");
+        assert_eq!(
+            stored.status.message.parts[0].text.as_deref(),
+            Some(INTERRUPTED_TEXT)
+        );
+        assert_eq!(stored.history[0].parts[0].text.as_deref(), Some("hello"));
         assert_eq!(
             agent.fail_interrupted_tasks(None).await.unwrap(),
             0,
@@ -1399,7 +1586,7 @@ mod tests {
                 "m1",
                 "hello",
                 TaskState::Working,
-                WORKING_TEXT,
+                vec![a2a::Part::text(WORKING_TEXT)],
                 1,
             );
             store
@@ -1418,6 +1605,7 @@ mod tests {
                     instance: instance.map(Arc::from),
                     notify: false,
                     push_config: None,
+                    upstream_task_id: None,
                 })
                 .await
                 .unwrap();

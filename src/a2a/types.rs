@@ -63,6 +63,13 @@ pub enum TaskState {
     /// Canceled by the peer while it was being answered.
     #[serde(rename = "TASK_STATE_CANCELED")]
     Canceled,
+    /// An upstream agent asks the peer for more input: the peer answers with a message naming
+    /// the task.
+    #[serde(rename = "TASK_STATE_INPUT_REQUIRED")]
+    InputRequired,
+    /// An upstream agent asks the peer to authenticate to it before it goes on.
+    #[serde(rename = "TASK_STATE_AUTH_REQUIRED")]
+    AuthRequired,
 }
 
 impl TaskState {
@@ -74,7 +81,37 @@ impl TaskState {
             Self::Failed => "TASK_STATE_FAILED",
             Self::Rejected => "TASK_STATE_REJECTED",
             Self::Canceled => "TASK_STATE_CANCELED",
+            Self::InputRequired => "TASK_STATE_INPUT_REQUIRED",
+            Self::AuthRequired => "TASK_STATE_AUTH_REQUIRED",
         }
+    }
+
+    /// Whether nothing more happens to a task in this state.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            Self::Completed | Self::Failed | Self::Rejected | Self::Canceled
+        )
+    }
+
+    /// Whether the task waits for the peer (input or authentication) before it goes on.
+    pub fn is_interrupted(self) -> bool {
+        matches!(self, Self::InputRequired | Self::AuthRequired)
+    }
+
+    /// The state a stored name stands for.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Self::Working,
+            Self::Completed,
+            Self::Failed,
+            Self::Rejected,
+            Self::Canceled,
+            Self::InputRequired,
+            Self::AuthRequired,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == name)
     }
 }
 
@@ -257,11 +294,56 @@ pub struct CancelTaskParams {
     pub id: String,
 }
 
-/// An outgoing `Part`: peergate only ever sends text.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TextPart {
-    /// The text.
-    pub text: String,
+/// An outgoing `Part`: text from peergate's own backends; any kind an upstream agent sent
+/// (exactly one of `text`, `raw`, `url`, `data`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Part {
+    /// Text content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Base64 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+    /// A file's URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Structured data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    /// A file's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    /// The content's media type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// Extension metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+impl Part {
+    /// A text part.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: Some(text.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// The text of `parts`: text parts as they are, data parts as compact JSON, joined by
+/// newlines; files are left out.
+pub fn parts_text(parts: &[Part]) -> String {
+    parts
+        .iter()
+        .filter_map(|part| match (&part.text, &part.data) {
+            (Some(text), _) => Some(text.clone()),
+            (None, Some(data)) => Some(data.to_string()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// An outgoing `Message`.
@@ -277,7 +359,7 @@ pub struct Message {
     /// Author.
     pub role: Role,
     /// Content.
-    pub parts: Vec<TextPart>,
+    pub parts: Vec<Part>,
 }
 
 /// `TaskStatus`.
@@ -292,15 +374,22 @@ pub struct TaskStatus {
 }
 
 /// `Artifact`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Artifact {
     /// Unique within the task.
     pub artifact_id: String,
     /// Name.
-    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     /// Content.
-    pub parts: Vec<TextPart>,
+    pub parts: Vec<Part>,
+    /// Extension metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
 }
 
 /// `Task`.

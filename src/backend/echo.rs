@@ -64,5 +64,9 @@ fn echo(prompt: &Prompt) -> Completion {
         prompt_tokens: (prompt_bytes as u64).div_ceil(4),
         completion_tokens: (text.len() as u64).div_ceil(4),
     };
-    Completion { text, usage }
+    Completion {
+        text,
+        usage,
+        reply: None,
+    }
 }

@@ -7,10 +7,13 @@
 //! owns the one timeout (`model.timeout_seconds`) around every call, whatever the backend.
 //!
 //! * [`echo`]: deterministic, for the first run and the tests, labelled as a demonstration;
-//! * [`openai`]: any OpenAI-compatible chat-completions server.
+//! * [`openai`]: any OpenAI-compatible chat-completions server;
+//! * [`upstream`]: an existing A2A agent on the private side, which answers with a message or
+//!   a task of its own ([`AgentReply`]).
 
 pub mod echo;
 pub mod openai;
+pub mod upstream;
 
 use crate::config::{BackendKind, ModelPolicy};
 use crate::store::ConversationMessage;
@@ -31,6 +34,15 @@ pub struct Prompt {
     pub history: Vec<ConversationMessage>,
     /// The peer's new text.
     pub text: String,
+    /// The peer's message id, as sent.
+    pub message_id: String,
+    /// The peer's text and data parts, as sent (an agent gets these; a model gets `text`).
+    pub parts: Vec<crate::a2a::types::Part>,
+    /// A stable id for the peer's conversation that names neither the peer nor the context id
+    /// it chose, so an agent behind the door cannot be steered into another peer's context.
+    pub conversation: String,
+    /// The agent's own id of the task this message answers (a task waiting for input).
+    pub continues: Option<String>,
 }
 
 /// Token counts as reported by the backend.
@@ -49,6 +61,24 @@ pub struct Completion {
     pub text: String,
     /// What it cost.
     pub usage: Usage,
+    /// An agent's answer as the agent gave it; `None` from a model, whose text becomes a
+    /// completed task.
+    pub reply: Option<AgentReply>,
+}
+
+/// What an agent behind the door answered, beyond its text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentReply {
+    /// The state it reported: final, or waiting for the peer.
+    pub state: crate::a2a::types::TaskState,
+    /// Its message: a direct answer's parts, or the task's status message.
+    pub parts: Vec<crate::a2a::types::Part>,
+    /// The task's artifacts.
+    pub artifacts: Vec<crate::a2a::types::Artifact>,
+    /// It answered with a message rather than a task.
+    pub as_message: bool,
+    /// The agent's own id of its task, to continue or cancel it.
+    pub task_id: Option<String>,
 }
 
 /// Why the backend gave no answer. Carries no upstream text, so nothing from an upstream body
@@ -76,6 +106,9 @@ pub enum BackendError {
     /// The body exceeded [`MAX_RESPONSE_BYTES`].
     #[error("the model server's answer was too large")]
     TooLarge,
+    /// An agent answered with a JSON-RPC error (its message is not kept).
+    #[error("the agent answered with JSON-RPC error {0}")]
+    Refused(i64),
 }
 
 /// A model the agent asks.
@@ -122,6 +155,22 @@ pub enum BackendSetupError {
     /// The TLS configuration could not be built (a CA file, no roots).
     #[error(transparent)]
     Tls(#[from] crate::http::tls::TlsSetupError),
+    /// The upstream agent's card could not be read, verified or used.
+    #[error("cannot use the agent at {setting}: {reason}")]
+    Upstream {
+        /// The setting involved.
+        setting: &'static str,
+        /// What was wrong, without any of the agent's words.
+        reason: String,
+    },
+    /// A variable the policy names is not set.
+    #[error("the environment variable {var} named by {setting} is not set or not valid UTF-8")]
+    MissingVariable {
+        /// The variable.
+        var: String,
+        /// The setting naming it.
+        setting: &'static str,
+    },
 }
 
 /// A client for an upstream the policy fixes at `url`. Its TLS is an explicit configuration
@@ -177,9 +226,17 @@ pub(crate) fn classify(error: &reqwest::Error) -> BackendError {
     BackendError::Unreachable
 }
 
-/// Builds the backend the policy names: the one place backends are registered.
-pub fn from_policy(model: &ModelPolicy) -> Result<Arc<dyn ModelBackend>, BackendSetupError> {
+/// Builds the backend the policy names: the one place backends are registered. An upstream
+/// agent's card is read and verified here, so a card that does not verify stops start-up.
+pub async fn from_policy(model: &ModelPolicy) -> Result<Arc<dyn ModelBackend>, BackendSetupError> {
     match model.backend {
+        BackendKind::A2a => {
+            let policy = model
+                .a2a
+                .as_ref()
+                .ok_or(BackendSetupError::MissingSection("model.a2a"))?;
+            Ok(Arc::new(upstream::UpstreamAgent::connect(policy).await?))
+        }
         BackendKind::Echo => Ok(Arc::new(echo::Echo)),
         BackendKind::Openai => {
             let policy = model

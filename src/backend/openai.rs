@@ -149,7 +149,11 @@ impl ModelBackend for OpenAi {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
         });
-        Ok(Completion { text, usage })
+        Ok(Completion {
+            text,
+            usage,
+            reply: None,
+        })
     }
 
     /// `stream: true`, asking for the usage in the last chunk: each chunk's text is passed on
@@ -196,6 +200,7 @@ impl ModelBackend for OpenAi {
         Ok(Completion {
             text: answer.text,
             usage: answer.usage,
+            reply: None,
         })
     }
 }

@@ -24,7 +24,7 @@ pub use card::{CardPolicy, ExtensionPolicy, ProviderPolicy, SkillPolicy};
 pub use cluster::ClusterPolicy;
 pub use gate::GatePolicy;
 pub use limits::LimitsPolicy;
-pub use model::{BackendKind, ModelPolicy, OpenAiPolicy};
+pub use model::{A2aPolicy, BackendKind, ModelPolicy, OpenAiPolicy};
 pub use push::PushPolicy;
 pub use server::{ServerPolicy, check_admin_listen};
 pub use signing::{SigningKeyPolicy, SigningPolicy};

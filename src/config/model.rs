@@ -17,6 +17,9 @@ pub struct ModelPolicy {
     /// `[model.openai]`, required when `backend = "openai"`.
     #[serde(default)]
     pub openai: Option<OpenAiPolicy>,
+    /// `[model.a2a]`, required when `backend = "a2a"`.
+    #[serde(default)]
+    pub a2a: Option<A2aPolicy>,
 }
 
 fn default_timeout_seconds() -> u64 {
@@ -31,6 +34,72 @@ pub enum BackendKind {
     Echo,
     /// An OpenAI-compatible chat-completions server.
     Openai,
+    /// An existing A2A agent on the private side.
+    A2a,
+}
+
+/// `[model.a2a]`: an A2A agent peergate stands in front of.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct A2aPolicy {
+    /// The agent's base URL; its card is read from `<url>/.well-known/agent-card.json`.
+    pub url: String,
+    /// The JSON-RPC endpoint to use instead of the one the card names (needed when the card
+    /// names an address on another origin, such as the agent's public one).
+    #[serde(default)]
+    pub rpc_url: Option<String>,
+    /// A JWKS file whose keys verify the agent's card.
+    #[serde(default)]
+    pub card_jwks_file: Option<String>,
+    /// The environment variable holding an HS256 key that verifies the card, as KID=BASE64URL.
+    #[serde(default)]
+    pub card_secret_env: Option<String>,
+    /// DANGEROUS: use the agent's card without a verified signature. Anyone who can change
+    /// what that URL serves then decides where peergate sends the peers' messages.
+    #[serde(default)]
+    pub dangerous_accept_unsigned_card: bool,
+    /// The environment variable holding the credential peergate presents to the agent.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// Send the credential in this header instead of `Authorization: Bearer`.
+    #[serde(default)]
+    pub api_key_header: Option<String>,
+    /// A PEM file of CA certificates trusted for the agent besides the system's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+}
+
+impl A2aPolicy {
+    fn validate(&self) -> Result<(), Invalid> {
+        check_upstream_url("model.a2a.url", &self.url)?;
+        if let Some(rpc_url) = &self.rpc_url {
+            check_upstream_url("model.a2a.rpc_url", rpc_url)?;
+        }
+        if self.card_jwks_file.is_none()
+            && self.card_secret_env.is_none()
+            && !self.dangerous_accept_unsigned_card
+        {
+            return Err(invalid(
+                "model.a2a.card_jwks_file",
+                "name the keys that verify the agent's card (card_jwks_file or card_secret_env); an unverified card would let whoever serves it redirect every message",
+            ));
+        }
+        if let Some(header) = &self.api_key_header {
+            if self.token_env.is_none() {
+                return Err(invalid(
+                    "model.a2a.api_key_header",
+                    "needs token_env, the environment variable holding the key",
+                ));
+            }
+            if axum::http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                return Err(invalid(
+                    "model.a2a.api_key_header",
+                    "is not an HTTP header name",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[model.openai]`
@@ -62,13 +131,22 @@ impl ModelPolicy {
                 "must be between 1 and 600",
             ));
         }
-        match (self.backend, &self.openai) {
-            (BackendKind::Openai, None) => Err(invalid(
-                "model.openai",
-                "backend = \"openai\" needs a [model.openai] table with base_url and model",
-            )),
-            (BackendKind::Openai, Some(openai)) => openai.validate(),
-            (BackendKind::Echo, _) => Ok(()),
+        match self.backend {
+            BackendKind::Openai => match &self.openai {
+                None => Err(invalid(
+                    "model.openai",
+                    "backend = \"openai\" needs a [model.openai] table with base_url and model",
+                )),
+                Some(openai) => openai.validate(),
+            },
+            BackendKind::A2a => match &self.a2a {
+                None => Err(invalid(
+                    "model.a2a",
+                    "backend = \"a2a\" needs a [model.a2a] table with the agent's url and the keys that verify its card",
+                )),
+                Some(a2a) => a2a.validate(),
+            },
+            BackendKind::Echo => Ok(()),
         }
     }
 }

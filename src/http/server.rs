@@ -174,7 +174,7 @@ struct AppState {
 /// Opens the store, binds the listener and starts serving.
 pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError> {
     let policy = &options.policy;
-    let backend = crate::backend::from_policy(&policy.model)?;
+    let backend = crate::backend::from_policy(&policy.model).await?;
     let store = Store::open_at(&options.store_location()).await?;
     let sharing = Sharing::connect(&options, &store).await?;
     store.claim_for_serving(sharing.serving).await?;

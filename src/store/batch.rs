@@ -86,6 +86,7 @@ mod tests {
             instance: None,
             notify: false,
             push_config: None,
+            upstream_task_id: None,
         }
     }
 

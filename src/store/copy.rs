@@ -92,6 +92,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("expires_at", Kind::Int),
             ("instance", Kind::OptText),
             ("status_at", Kind::OptInt),
+            ("upstream_task_id", Kind::OptText),
         ],
     ),
     (

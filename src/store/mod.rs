@@ -158,6 +158,13 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
         now: i64,
     ) -> Result<Option<String>, StoreError>;
 
+    /// The id an agent behind the door gave one of the peer's tasks, if it gave one.
+    async fn upstream_task(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+    ) -> Result<Option<String>, StoreError>;
+
     /// Tasks still marked working (created before `created_before`, if given).
     async fn working_tasks(
         &self,

@@ -126,6 +126,8 @@ pub struct Exchange {
     /// A config sent along with the message (`taskPushNotificationConfig`), stored before the
     /// state is queued, so it hears this state too.
     pub push_config: Option<PushConfigRecord>,
+    /// The id an agent behind the door gave the task, once it answered.
+    pub upstream_task_id: Option<String>,
 }
 
 /// Which of a peer's tasks to list (`ListTasks`).

@@ -18,11 +18,12 @@ mod rpc;
 mod sdk;
 mod store;
 mod tls;
+mod upstream;
 
 #[allow(unused_imports)]
 pub use self::{
     cli::*, gateway::*, model::*, policy::*, process::*, receiver::*, rpc::*, sdk::*, store::*,
-    tls::*,
+    tls::*, upstream::*,
 };
 
 /// Installs the process-wide rustls provider for the tests' own HTTP clients

@@ -3,7 +3,7 @@
 use super::cli::add_peer;
 use super::process::ServeProcess;
 use serde_json::{Value, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Starts `peergate serve` with a fresh peer, runs an official SDK client
@@ -74,4 +74,51 @@ pub fn run_full_policy_client(program: &Path, script: &Path, peer: &str) -> Valu
     assert_eq!(summary["push_listed"], json!(["sdk-hook"]), "{summary}");
     assert_eq!(summary["push_deleted_code"], -32001, "{summary}");
     summary
+}
+
+fn run(command: &mut Command, what: &str) {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e} (python3 with venv is required)"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A virtual environment with the pinned SDK, rebuilt when the requirements change. The tests
+/// of this binary run at once; one of them builds it while the others wait.
+pub fn python_with_sdk() -> PathBuf {
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    let requirements_path = super::cli::repo_root().join("tests/interop/requirements.txt");
+    let requirements = std::fs::read_to_string(&requirements_path).unwrap();
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("a2a-python-venv");
+    let python = venv.join("bin/python");
+    let marker = venv.join("installed-requirements.txt");
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(requirements.as_str()) {
+        return python;
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        "python3 -m venv",
+    );
+    run(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&requirements_path),
+        "pip install -r tests/interop/requirements.txt",
+    );
+    std::fs::write(&marker, requirements).unwrap();
+    python
 }

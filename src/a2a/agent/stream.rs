@@ -119,6 +119,9 @@ impl Agent {
             Ok(held) => held,
             Err(error) => return stream.fail(&error),
         };
+        if let Err(error) = self.still_waiting(&turn).await {
+            return stream.fail(&error);
+        }
         let (prompt, unfinished, working_json) =
             match self.store_working(&turn, fresh_context).await {
                 Ok(stored) => stored,
@@ -165,7 +168,7 @@ impl Agent {
             Ok(Err(e)) => return stream.fail(&internal(e)),
             Err(error) => return stream.fail(&error),
         };
-        if let Some(artifact) = task["artifacts"].get(0) {
+        for artifact in task["artifacts"].as_array().into_iter().flatten() {
             stream.send(&json!({"artifactUpdate": {
                 "taskId": turn.task_id,
                 "contextId": turn.context_id,

@@ -84,6 +84,22 @@ impl TaskStore for SqliteStore {
         Ok(row.map(|row| row.try_get("body")).transpose()?)
     }
 
+    async fn upstream_task(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT upstream_task_id FROM tasks WHERE id = ? AND peer_id = ?")
+            .bind(task_id)
+            .bind(peer_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        Ok(row
+            .map(|row| row.try_get::<Option<String>, _>("upstream_task_id"))
+            .transpose()?
+            .flatten())
+    }
+
     async fn working_tasks(
         &self,
         created_before: Option<i64>,
@@ -232,7 +248,7 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
     let batch = Batch::of(exchanges);
     let mut tx = pool.begin_with(BEGIN_WRITE).await?;
     let mut tasks = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance, status_at) ",
+        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance, status_at, upstream_task_id) ",
     );
     tasks.push_values(&batch.tasks, |mut row, (e, created_at)| {
         row.push_bind(e.task_id.as_str())
@@ -243,14 +259,17 @@ async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(
             .push_bind(*created_at)
             .push_bind(e.expires_at)
             .push_bind(e.instance.as_deref())
-            .push_bind(e.now);
+            .push_bind(e.now)
+            .push_bind(e.upstream_task_id.as_deref());
     });
     // A finished task replaces the working copy stored before the model was asked, unless a
-    // sweep already called that copy failed (a peer may have read it so).
+    // sweep already called that copy failed (a peer may have read it so). A task waiting for
+    // the peer goes on when the peer answers it.
     tasks.push(
         " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
-         expires_at = excluded.expires_at, status_at = excluded.status_at \
-         WHERE tasks.state = 'TASK_STATE_WORKING'",
+         expires_at = excluded.expires_at, status_at = excluded.status_at, \
+         upstream_task_id = COALESCE(excluded.upstream_task_id, tasks.upstream_task_id) \
+         WHERE tasks.state IN ('TASK_STATE_WORKING', 'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')",
     );
     tasks.build().execute(&mut *tx).await?;
     // Configs sent with a message first, so they hear its task's first state.

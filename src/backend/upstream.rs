@@ -1,0 +1,641 @@
+//! An existing A2A agent behind the door (`backend = "a2a"`).
+//!
+//! peergate is the guarded door; the agent sits on the private side. At start-up its card is
+//! read from the URL the policy fixes and verified with the keys the policy names, and the
+//! JSON-RPC interface it advertises must be on that same origin (or the policy names one). The
+//! agent's address therefore never comes from anything a peer or a network attacker controls.
+//!
+//! Each peer message is forwarded once, as `SendMessage` (`SendStreamingMessage` when the peer
+//! streams and the agent can), with the peer's message id and its text and data parts. It goes
+//! under a context id derived from the peer's identity and its context ([`Prompt::conversation`]),
+//! so two peers that both say `ctx-1` hold two conversations upstream, and a peer can never
+//! name the agent's context or task ids: those stay in peergate's store.
+//!
+//! The answer is read within [`MAX_RESPONSE_BYTES`] and the agent's timeout: a message or a
+//! task, parts of every kind, every state (a task still working is followed with `GetTask`).
+//! A JSON-RPC error becomes [`BackendError::Refused`] with its code only, and an HTTP error its
+//! status only: nothing an agent says in an error reaches a peer or the log.
+
+use super::{
+    AgentReply, BackendError, BackendSetupError, Completion, MAX_RESPONSE_BYTES, ModelBackend,
+    Pieces, Prompt, Usage, classify,
+};
+use crate::a2a::types::{Artifact, Part, TaskState, parts_text};
+use crate::config::A2aPolicy;
+use crate::http::event_stream::ServerSentEvents;
+use async_trait::async_trait;
+use axum::http::{HeaderName, HeaderValue};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Largest card read.
+const MAX_CARD_BYTES: usize = 256 * 1024;
+
+/// How often a task the agent left working is looked at again.
+const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+
+/// An A2A agent peergate forwards messages to.
+pub struct UpstreamAgent {
+    client: reqwest::Client,
+    rpc_url: String,
+    credential: Option<(HeaderName, HeaderValue)>,
+    /// The agent's card says it streams.
+    streams: bool,
+    name: String,
+}
+
+impl std::fmt::Debug for UpstreamAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamAgent")
+            .field("rpc_url", &self.rpc_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A `SendMessage` result: a task or a message.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SendResult {
+    #[serde(default)]
+    task: Option<UpstreamTask>,
+    #[serde(default)]
+    message: Option<UpstreamMessage>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UpstreamTask {
+    id: String,
+    status: UpstreamStatus,
+    #[serde(default)]
+    artifacts: Vec<Artifact>,
+}
+
+#[derive(Deserialize)]
+struct UpstreamStatus {
+    state: String,
+    #[serde(default)]
+    message: Option<UpstreamMessage>,
+}
+
+#[derive(Deserialize)]
+struct UpstreamMessage {
+    #[serde(default)]
+    parts: Vec<Part>,
+}
+
+impl UpstreamAgent {
+    /// Reads and verifies the agent's card and settles where messages go. Fails, naming the
+    /// setting, when the card cannot be read, does not verify, or points elsewhere.
+    pub async fn connect(policy: &A2aPolicy) -> Result<Self, BackendSetupError> {
+        let credential = match &policy.token_env {
+            None => None,
+            Some(var) => {
+                let value = std::env::var(var)
+                    .ok()
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| BackendSetupError::MissingVariable {
+                        var: var.clone(),
+                        setting: "model.a2a.token_env",
+                    })?;
+                let (name, value) = match &policy.api_key_header {
+                    Some(header) => (header.clone(), value),
+                    None => ("authorization".to_owned(), format!("Bearer {value}")),
+                };
+                let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                    upstream("model.a2a.api_key_header", "is not an HTTP header name")
+                })?;
+                let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                    upstream(
+                        "model.a2a.token_env",
+                        "the credential holds characters a header cannot carry",
+                    )
+                })?;
+                value.set_sensitive(true);
+                Some((name, value))
+            }
+        };
+        let client =
+            super::upstream_client(&policy.url, policy.ca_file.as_deref(), "model.a2a.ca_file")?;
+        let card_url = format!(
+            "{}/.well-known/agent-card.json",
+            policy.url.trim_end_matches('/')
+        );
+        let card_text = read_card(&client, &card_url).await?;
+        verify(policy, &card_text)?;
+        let card: Value = serde_json::from_str(&card_text)
+            .map_err(|_| upstream("model.a2a.url", "the agent's card is not JSON"))?;
+        let rpc_url = match &policy.rpc_url {
+            Some(url) => url.clone(),
+            None => card_rpc_url(&card, &policy.url)?,
+        };
+        Ok(Self {
+            client,
+            rpc_url,
+            credential,
+            streams: card["capabilities"]["streaming"] == true,
+            name: card["name"].as_str().unwrap_or("an A2A agent").to_owned(),
+        })
+    }
+
+    /// The message forwarded for `prompt`.
+    fn message(prompt: &Prompt) -> Value {
+        let mut message = json!({
+            "messageId": prompt.message_id,
+            "role": "ROLE_USER",
+            "parts": prompt.parts,
+            // Always with the task id too: the Python SDK checks the pair.
+            "contextId": prompt.conversation,
+        });
+        if let Some(task_id) = &prompt.continues {
+            message["taskId"] = json!(task_id);
+        }
+        message
+    }
+
+    /// POSTs one JSON-RPC request; a non-success status is an error (its body unread).
+    async fn post(
+        &self,
+        method: &str,
+        params: Value,
+        stream: bool,
+    ) -> Result<reqwest::Response, BackendError> {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let mut request = self
+            .client
+            .post(&self.rpc_url)
+            .header("A2A-Version", "1.0")
+            .header("Content-Type", "application/json")
+            .body(body.to_string());
+        if stream {
+            request = request.header("Accept", "text/event-stream");
+        }
+        if let Some((name, value)) = &self.credential {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.map_err(|e| classify(&e))?;
+        if !response.status().is_success() {
+            return Err(BackendError::Status(response.status().as_u16()));
+        }
+        Ok(response)
+    }
+
+    /// One JSON-RPC call's `result`.
+    async fn call(&self, method: &str, params: Value) -> Result<Value, BackendError> {
+        let mut response = self.post(method, params, false).await?;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| classify(&e))? {
+            if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(BackendError::TooLarge);
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let answer: Value = serde_json::from_slice(&bytes)
+            .map_err(|_| BackendError::InvalidResponse("not a JSON-RPC response"))?;
+        result_of(answer)
+    }
+
+    /// Follows a task the agent left working until it is final or waits for the peer.
+    async fn follow(&self, task: UpstreamTask) -> Result<UpstreamTask, BackendError> {
+        let mut task = task;
+        while !settled(&task.status.state) {
+            tokio::time::sleep(FOLLOW_EVERY).await;
+            let result = self.call("GetTask", json!({"id": task.id})).await?;
+            task = serde_json::from_value(result)
+                .map_err(|_| BackendError::InvalidResponse("GetTask did not answer a task"))?;
+        }
+        Ok(task)
+    }
+}
+
+#[async_trait]
+impl ModelBackend for UpstreamAgent {
+    fn describe(&self) -> String {
+        format!(
+            "the A2A agent \"{}\" at {}{}",
+            self.name,
+            self.rpc_url,
+            if self.credential.is_some() {
+                ", with a credential"
+            } else {
+                ""
+            }
+        )
+    }
+
+    async fn complete(&self, prompt: &Prompt) -> Result<Completion, BackendError> {
+        let result = self
+            .call("SendMessage", json!({"message": Self::message(prompt)}))
+            .await?;
+        let result: SendResult = serde_json::from_value(result)
+            .map_err(|_| BackendError::InvalidResponse("not a task or a message"))?;
+        match (result.task, result.message) {
+            (Some(task), _) => completion_of_task(self.follow(task).await?),
+            (None, Some(message)) => completion_of_message(message),
+            (None, None) => Err(BackendError::InvalidResponse(
+                "neither a task nor a message",
+            )),
+        }
+    }
+
+    /// `SendStreamingMessage` when the agent streams: the text of its working updates and of
+    /// its artifacts is passed on as it arrives.
+    async fn complete_streaming(
+        &self,
+        prompt: &Prompt,
+        pieces: &Pieces,
+    ) -> Result<Completion, BackendError> {
+        if !self.streams {
+            let completion = self.complete(prompt).await?;
+            let _ = pieces.send(completion.text.clone());
+            return Ok(completion);
+        }
+        let mut response = self
+            .post(
+                "SendStreamingMessage",
+                json!({"message": Self::message(prompt)}),
+                true,
+            )
+            .await?;
+        let mut events = ServerSentEvents::default();
+        let mut followed = FollowedTask::default();
+        let mut read = 0usize;
+        loop {
+            let chunk = response.chunk().await.map_err(|e| classify(&e))?;
+            let ended = chunk.is_none();
+            let data = match chunk {
+                Some(chunk) => {
+                    read += chunk.len();
+                    if read > MAX_RESPONSE_BYTES {
+                        return Err(BackendError::TooLarge);
+                    }
+                    events.push(&chunk)
+                }
+                None => events.finish(),
+            };
+            for event in data {
+                if let Some(done) = followed.take(&event, pieces)? {
+                    return Ok(done);
+                }
+            }
+            if ended {
+                break;
+            }
+        }
+        // The stream ended before the task did: follow it.
+        let task_id = followed.task_id.ok_or(BackendError::InvalidResponse(
+            "the stream ended before any task",
+        ))?;
+        let result = self.call("GetTask", json!({"id": task_id})).await?;
+        let task: UpstreamTask = serde_json::from_value(result)
+            .map_err(|_| BackendError::InvalidResponse("GetTask did not answer a task"))?;
+        completion_of_task(self.follow(task).await?)
+    }
+}
+
+/// A streamed task as its events arrive.
+#[derive(Default)]
+struct FollowedTask {
+    task_id: Option<String>,
+    artifacts: Vec<Artifact>,
+}
+
+impl FollowedTask {
+    /// Takes one event; `Some` once the answer is complete.
+    fn take(&mut self, data: &str, pieces: &Pieces) -> Result<Option<Completion>, BackendError> {
+        let answer: Value = serde_json::from_str(data)
+            .map_err(|_| BackendError::InvalidResponse("a streamed event is not JSON"))?;
+        let result = result_of(answer)?;
+        if let Some(message) = result.get("message") {
+            let message: UpstreamMessage = serde_json::from_value(message.clone())
+                .map_err(|_| BackendError::InvalidResponse("a streamed message is malformed"))?;
+            let _ = pieces.send(parts_text(&message.parts));
+            return completion_of_message(message).map(Some);
+        }
+        if let Some(task) = result.get("task") {
+            let task: UpstreamTask = serde_json::from_value(task.clone())
+                .map_err(|_| BackendError::InvalidResponse("a streamed task is malformed"))?;
+            self.task_id = Some(task.id.clone());
+            self.artifacts = task.artifacts.clone();
+            if settled(&task.status.state) {
+                return completion_of_task(task).map(Some);
+            }
+            return Ok(None);
+        }
+        if let Some(update) = result.get("artifactUpdate") {
+            let artifact: Artifact = serde_json::from_value(update["artifact"].clone())
+                .map_err(|_| BackendError::InvalidResponse("a streamed artifact is malformed"))?;
+            let _ = pieces.send(parts_text(&artifact.parts));
+            let append = update["append"] == true;
+            match self
+                .artifacts
+                .iter_mut()
+                .find(|a| a.artifact_id == artifact.artifact_id)
+            {
+                Some(known) if append => known.parts.extend(artifact.parts),
+                Some(known) => *known = artifact,
+                None => self.artifacts.push(artifact),
+            }
+            return Ok(None);
+        }
+        if let Some(update) = result.get("statusUpdate") {
+            let status: UpstreamStatus = serde_json::from_value(update["status"].clone())
+                .map_err(|_| BackendError::InvalidResponse("a streamed status is malformed"))?;
+            if self.task_id.is_none() {
+                self.task_id = update["taskId"].as_str().map(str::to_owned);
+            }
+            if !settled(&status.state) {
+                if let Some(message) = &status.message {
+                    let text = parts_text(&message.parts);
+                    if !text.is_empty() {
+                        let _ = pieces.send(text);
+                    }
+                }
+                return Ok(None);
+            }
+            let task = UpstreamTask {
+                id: self.task_id.clone().unwrap_or_default(),
+                status,
+                artifacts: std::mem::take(&mut self.artifacts),
+            };
+            return completion_of_task(task).map(Some);
+        }
+        Err(BackendError::InvalidResponse("an unknown streamed event"))
+    }
+}
+
+/// Whether a task in `state` (as the agent names it) needs no more following.
+fn settled(state: &str) -> bool {
+    TaskState::from_name(state).is_some_and(|s| s.is_final() || s.is_interrupted())
+}
+
+fn completion_of_task(task: UpstreamTask) -> Result<Completion, BackendError> {
+    let state = TaskState::from_name(&task.status.state)
+        .filter(|s| s.is_final() || s.is_interrupted())
+        .ok_or(BackendError::InvalidResponse(
+            "the task's state is not one peergate knows",
+        ))?;
+    let parts = task.status.message.map(|m| m.parts).unwrap_or_default();
+    checked(&parts)?;
+    for artifact in &task.artifacts {
+        checked(&artifact.parts)?;
+    }
+    let text = {
+        let from_artifacts: Vec<String> = task
+            .artifacts
+            .iter()
+            .map(|a| parts_text(&a.parts))
+            .filter(|t| !t.is_empty())
+            .collect();
+        if from_artifacts.is_empty() {
+            parts_text(&parts)
+        } else {
+            from_artifacts.join("\n")
+        }
+    };
+    Ok(Completion {
+        text,
+        usage: Usage::default(),
+        reply: Some(AgentReply {
+            state,
+            parts,
+            artifacts: task.artifacts,
+            as_message: false,
+            task_id: Some(task.id),
+        }),
+    })
+}
+
+fn completion_of_message(message: UpstreamMessage) -> Result<Completion, BackendError> {
+    checked(&message.parts)?;
+    if message.parts.is_empty() {
+        return Err(BackendError::InvalidResponse(
+            "the agent's message holds no part",
+        ));
+    }
+    Ok(Completion {
+        text: parts_text(&message.parts),
+        usage: Usage::default(),
+        reply: Some(AgentReply {
+            state: TaskState::Completed,
+            parts: message.parts,
+            artifacts: Vec::new(),
+            as_message: true,
+            task_id: None,
+        }),
+    })
+}
+
+/// Each part carries exactly one kind of content.
+fn checked(parts: &[Part]) -> Result<(), BackendError> {
+    let well_formed = parts.iter().all(|part| {
+        [
+            part.text.is_some(),
+            part.raw.is_some(),
+            part.url.is_some(),
+            part.data.is_some(),
+        ]
+        .iter()
+        .filter(|present| **present)
+        .count()
+            == 1
+    });
+    if well_formed {
+        Ok(())
+    } else {
+        Err(BackendError::InvalidResponse(
+            "a part carries no content or more than one kind",
+        ))
+    }
+}
+
+/// The `result` of a JSON-RPC response; an error keeps its code only.
+fn result_of(mut answer: Value) -> Result<Value, BackendError> {
+    if let Some(error) = answer.get("error") {
+        return Err(BackendError::Refused(error["code"].as_i64().unwrap_or(0)));
+    }
+    match answer.get_mut("result") {
+        Some(result) => Ok(result.take()),
+        None => Err(BackendError::InvalidResponse(
+            "neither a result nor an error",
+        )),
+    }
+}
+
+fn upstream(setting: &'static str, reason: impl Into<String>) -> BackendSetupError {
+    BackendSetupError::Upstream {
+        setting,
+        reason: reason.into(),
+    }
+}
+
+async fn read_card(client: &reqwest::Client, url: &str) -> Result<String, BackendSetupError> {
+    let mut response = client
+        .get(url)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| {
+            upstream(
+                "model.a2a.url",
+                format!("its card could not be read ({})", classify(&e)),
+            )
+        })?;
+    if response.status() != reqwest::StatusCode::OK {
+        return Err(upstream(
+            "model.a2a.url",
+            format!(
+                "its card could not be read (HTTP status {})",
+                response.status().as_u16()
+            ),
+        ));
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| {
+        upstream(
+            "model.a2a.url",
+            format!("its card broke off ({})", classify(&e)),
+        )
+    })? {
+        if bytes.len() + chunk.len() > MAX_CARD_BYTES {
+            return Err(upstream(
+                "model.a2a.url",
+                format!("its card is larger than {MAX_CARD_BYTES} bytes"),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8(bytes).map_err(|_| upstream("model.a2a.url", "its card is not UTF-8"))
+}
+
+/// Verifies the card with the policy's keys, unless the policy dangerously accepts it
+/// unsigned. A signature that fails against the keys given is refused in every case.
+fn verify(policy: &A2aPolicy, card_text: &str) -> Result<(), BackendSetupError> {
+    let mut keys = crate::jose::verify::TrustedKeys::new();
+    if let Some(path) = &policy.card_jwks_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            upstream(
+                "model.a2a.card_jwks_file",
+                format!("the key set cannot be read ({})", e.kind()),
+            )
+        })?;
+        keys.add_jwks(&text)
+            .map_err(|e| upstream("model.a2a.card_jwks_file", e.to_string()))?;
+    }
+    if let Some(var) = &policy.card_secret_env {
+        let secret = std::env::var(var)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| BackendSetupError::MissingVariable {
+                var: var.clone(),
+                setting: "model.a2a.card_secret_env",
+            })?;
+        keys.add_secret_arg(&secret).map_err(|_| {
+            upstream(
+                "model.a2a.card_secret_env",
+                "must hold KID=BASE64URL with a key of at least 32 bytes",
+            )
+        })?;
+    }
+    if keys.is_empty() {
+        tracing::warn!(
+            "model.a2a.dangerous_accept_unsigned_card is on and no keys are named: the agent's card is used unverified"
+        );
+        return Ok(());
+    }
+    match crate::jose::verify::verify_card(card_text, &keys) {
+        Ok(verified) => {
+            tracing::info!(kid = %verified.kid, alg = %verified.alg, "the upstream agent's card is verified");
+            Ok(())
+        }
+        Err(crate::jose::verify::VerifyError::NoSignature)
+            if policy.dangerous_accept_unsigned_card =>
+        {
+            tracing::warn!(
+                "the upstream agent's card carries no signature; used unverified (model.a2a.dangerous_accept_unsigned_card)"
+            );
+            Ok(())
+        }
+        Err(e) => Err(upstream(
+            "model.a2a.url",
+            format!("its card is not verified by the keys the policy names: {e}"),
+        )),
+    }
+}
+
+/// The card's JSON-RPC interface, which must be on the policy's origin.
+fn card_rpc_url(card: &Value, base: &str) -> Result<String, BackendSetupError> {
+    let interface = card["supportedInterfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["protocolBinding"] == "JSONRPC")
+        .ok_or_else(|| {
+            upstream(
+                "model.a2a.url",
+                "its card advertises no JSON-RPC interface (supportedInterfaces)",
+            )
+        })?;
+    if let Some(version) = interface["protocolVersion"].as_str()
+        && !version.starts_with("1.")
+    {
+        return Err(upstream(
+            "model.a2a.url",
+            format!("its JSON-RPC interface speaks A2A {version:?}; the a2a backend speaks 1.0"),
+        ));
+    }
+    let url = interface["url"]
+        .as_str()
+        .and_then(|u| reqwest::Url::parse(u).ok())
+        .ok_or_else(|| upstream("model.a2a.url", "its JSON-RPC interface URL is not a URL"))?;
+    let base = reqwest::Url::parse(base).map_err(|_| upstream("model.a2a.url", "is not a URL"))?;
+    if url.origin() != base.origin() {
+        return Err(upstream(
+            "model.a2a.rpc_url",
+            format!(
+                "the card's JSON-RPC interface is on another origin ({}); name the endpoint to use in model.a2a.rpc_url",
+                url.origin().ascii_serialization()
+            ),
+        ));
+    }
+    Ok(url.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interface_on_another_origin_is_refused() {
+        let card = json!({"supportedInterfaces": [
+            {"url": "https://public.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]});
+        let error = card_rpc_url(&card, "http://10.0.0.7:9999").unwrap_err();
+        assert!(error.to_string().contains("model.a2a.rpc_url"), "{error}");
+        let same = json!({"supportedInterfaces": [
+            {"url": "http://10.0.0.7:9999/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]});
+        assert_eq!(
+            card_rpc_url(&same, "http://10.0.0.7:9999").unwrap(),
+            "http://10.0.0.7:9999/"
+        );
+        let old = json!({"supportedInterfaces": [
+            {"url": "http://10.0.0.7:9999/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}]});
+        assert!(card_rpc_url(&old, "http://10.0.0.7:9999").is_err());
+    }
+
+    #[test]
+    fn an_agent_error_keeps_its_code_only() {
+        let answer = json!({"jsonrpc": "2.0", "id": 1,
+            "error": {"code": -32001, "message": "internal detail", "data": {"secret": 1}}});
+        assert_eq!(result_of(answer), Err(BackendError::Refused(-32001)));
+    }
+
+    #[test]
+    fn parts_with_no_or_two_kinds_of_content_are_refused() {
+        let empty: Part = serde_json::from_value(json!({"mediaType": "text/plain"})).unwrap();
+        assert!(checked(&[empty]).is_err());
+        let two: Part = serde_json::from_value(json!({"text": "a", "url": "https://x"})).unwrap();
+        assert!(checked(&[two]).is_err());
+        assert!(checked(&[Part::text("fine")]).is_ok());
+    }
+}

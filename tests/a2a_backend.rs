@@ -1,0 +1,318 @@
+//! The `a2a` backend: peergate as the guarded door in front of a real A2A agent on loopback
+//! (the official Python SDK's server, `tests/interop/a2a_python_upstream.py`), reached by the
+//! built binary over HTTP.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A peergate in front of `upstream` with `policy`, and the peers' tokens.
+struct Door {
+    _dir: tempfile::TempDir,
+    server: ServeProcess,
+    tokens: Vec<String>,
+}
+
+fn door_with_env(policy: PolicyEdit, peers: &[&str], env: &[(&str, &str)]) -> Door {
+    let dir = tempfile::tempdir().unwrap();
+    let policy_path = dir.path().join("policy.toml");
+    std::fs::write(&policy_path, policy.text()).unwrap();
+    let data = dir.path().join("data");
+    let tokens = peers.iter().map(|peer| add_peer(&data, peer)).collect();
+    let server = ServeProcess::start_with(
+        dir.path(),
+        &data,
+        &["--policy", policy_path.to_str().unwrap()],
+        env,
+    );
+    Door {
+        _dir: dir,
+        server,
+        tokens,
+    }
+}
+
+fn door(policy: PolicyEdit, peers: &[&str]) -> Door {
+    door_with_env(policy, peers, &[(UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN)])
+}
+
+/// `peergate serve` with `policy` that must fail to start; its stderr.
+fn refused_start(policy: PolicyEdit, env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let policy_path = dir.path().join("policy.toml");
+    std::fs::write(&policy_path, policy.text()).unwrap();
+    let output = std::process::Command::new(bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--policy")
+        .arg(&policy_path)
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "peergate started");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+async fn send(door: &str, token: &str, message: Value) -> Value {
+    rpc(
+        door,
+        token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}),
+    )
+    .await
+}
+
+fn text_message(text: &str) -> Value {
+    json!({"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER",
+        "parts": [{"text": text}]})
+}
+
+fn artifact_text(task: &Value) -> String {
+    task["artifacts"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no artifact text in {task}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_peer_reaches_the_agent_under_peergates_own_ids() {
+    let upstream = UpstreamAgent::start(true);
+    let door = door(upstream.policy(), &["alice", "bob"]);
+    let (alice, bob) = (&door.tokens[0], &door.tokens[1]);
+    let url = door.server.door();
+
+    let answer = send_text(&url, alice, "hello", None).await;
+    let task = task_of(&answer);
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(artifact_text(task), "upstream says: hello");
+    // The stored copy is what GetTask serves, under peergate's id.
+    let id = task["id"].as_str().unwrap();
+    assert_eq!(get_task(&url, alice, id, None).await["result"], *task);
+    assert_eq!(error_code(&get_task(&url, bob, id, None).await), -32001);
+
+    // The agent knows the peer's context under an id of its own: stable for the pair, never
+    // the peer's own, and a different one for another peer saying the same contextId.
+    let seen_by_agent = async |token: &str| {
+        let answer = send_text(&url, token, "context", Some("shared-name")).await;
+        artifact_text(task_of(&answer))
+    };
+    let alice_upstream = seen_by_agent(alice).await;
+    assert_ne!(alice_upstream, "shared-name");
+    assert_eq!(seen_by_agent(alice).await, alice_upstream);
+    assert_ne!(seen_by_agent(bob).await, alice_upstream);
+}
+
+#[tokio::test]
+async fn every_kind_of_answer_comes_back_as_the_agent_gave_it() {
+    let upstream = UpstreamAgent::start(true);
+    let door = door(upstream.policy(), &["alice"]);
+    let (token, url) = (&door.tokens[0], door.server.door());
+
+    // A direct message stays a message, in the peer's context.
+    let answer = send(&url, token, text_message("message")).await;
+    let message = &answer["result"]["message"];
+    assert_eq!(message["role"], "ROLE_AGENT", "{answer}");
+    assert_eq!(
+        message["parts"],
+        json!([{"text": "a direct message answer"}])
+    );
+    assert!(answer["result"].get("task").is_none());
+
+    // Every part kind, as sent.
+    let answer = send_text(&url, token, "parts", None).await;
+    let task = task_of(&answer);
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    let artifacts = task["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), 2, "{task}");
+    assert_eq!(artifacts[0]["name"], "mixed");
+    let parts = &artifacts[0]["parts"];
+    assert_eq!(parts[0], json!({"text": "plain text part"}));
+    assert_eq!(parts[1]["data"]["key"], "value");
+    assert_eq!(parts[1]["data"]["nested"], json!({"ok": true}));
+    assert_eq!(
+        parts[2],
+        json!({"url": "https://example.com/report.pdf", "filename": "report.pdf",
+            "mediaType": "application/pdf"})
+    );
+    assert_eq!(
+        artifacts[1]["parts"][0],
+        json!({"raw": "aGVsbG8gYnl0ZXM=", "filename": "hello.txt", "mediaType": "text/plain"})
+    );
+
+    // Failed and rejected, with the agent's own words.
+    let failed = send_text(&url, token, "fail", None).await;
+    assert_eq!(task_of(&failed)["status"]["state"], "TASK_STATE_FAILED");
+    assert_eq!(reply_text(task_of(&failed)), "it failed on purpose");
+    let rejected = send_text(&url, token, "reject", None).await;
+    assert_eq!(task_of(&rejected)["status"]["state"], "TASK_STATE_REJECTED");
+}
+
+#[tokio::test]
+async fn a_task_waiting_for_input_goes_on_when_the_peer_names_it() {
+    let upstream = UpstreamAgent::start(true);
+    let door = door(upstream.policy(), &["alice", "bob"]);
+    let (alice, bob, url) = (&door.tokens[0], &door.tokens[1], door.server.door());
+
+    let asked = send_text(&url, alice, "input", None).await;
+    let task = task_of(&asked).clone();
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{task}"
+    );
+    let (id, context) = (
+        task["id"].as_str().unwrap(),
+        task["contextId"].as_str().unwrap(),
+    );
+
+    // Another peer cannot answer it: the task does not exist for it.
+    let mut intruding = text_message("from bob");
+    intruding["taskId"] = json!(id);
+    assert_eq!(error_code(&send(&url, bob, intruding).await), -32001);
+
+    let mut more = text_message("here is more");
+    more["taskId"] = json!(id);
+    more["contextId"] = json!(context);
+    let answered = send(&url, alice, more.clone()).await;
+    let done = task_of(&answered);
+    assert_eq!(done["id"], id);
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(artifact_text(done), "you said: here is more");
+    // The history holds both turns.
+    let texts: Vec<&str> = done["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["parts"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 4, "{texts:?}");
+    assert_eq!(texts[0], "input");
+    assert_eq!(texts[2], "here is more");
+
+    // Finished now: naming it again is refused.
+    more["messageId"] = json!(uuid::Uuid::new_v4().to_string());
+    let again = send(&url, alice, more).await;
+    assert_eq!(error_code(&again), -32004, "{again}");
+}
+
+#[tokio::test]
+async fn the_agents_streamed_updates_reach_the_peer_as_they_come() {
+    let upstream = UpstreamAgent::start(true);
+    let door = door(
+        upstream.policy().set("capabilities.streaming", true),
+        &["alice"],
+    );
+    let (token, url) = (&door.tokens[0], door.server.door());
+    let request = json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage",
+        "params": {"message": text_message("slow")}});
+    let text = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(token)
+        .header("a2a-version", "1.0")
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let pieces: Vec<&str> = events
+        .iter()
+        .filter_map(|e| {
+            e["result"]["statusUpdate"]["status"]["message"]["parts"][0]["text"].as_str()
+        })
+        .collect();
+    for step in ["step 1", "step 2", "step 3"] {
+        assert!(pieces.contains(&step), "{step} missing from {pieces:?}");
+    }
+    let last = &events.last().unwrap()["result"]["statusUpdate"]["status"];
+    assert_eq!(last["state"], "TASK_STATE_COMPLETED", "{events:?}");
+    let artifact = events
+        .iter()
+        .find_map(|e| e["result"].get("artifactUpdate"))
+        .expect("the artifact");
+    assert_eq!(artifact["artifact"]["parts"][0]["text"], "slow work done");
+}
+
+#[tokio::test]
+async fn a_card_that_does_not_verify_stops_start_up_unless_dangerously_accepted() {
+    let signed = UpstreamAgent::start(true);
+    let other_keys = repo_root().join("tests/data/upstream/other.jwks.json");
+    let env = [(UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN)];
+    let stderr = refused_start(
+        signed
+            .policy()
+            .set("model.a2a.card_jwks_file", other_keys.to_str().unwrap()),
+        &env,
+    );
+    assert!(stderr.contains("model.a2a.url"), "{stderr}");
+    assert!(stderr.contains("not verified"), "{stderr}");
+
+    let unsigned = UpstreamAgent::start(false);
+    let stderr = refused_start(unsigned.policy(), &env);
+    assert!(stderr.contains("carries no signatures"), "{stderr}");
+    // Even the dangerous switch does not take a signature that fails.
+    let stderr = refused_start(
+        signed
+            .policy()
+            .set("model.a2a.card_jwks_file", other_keys.to_str().unwrap())
+            .insert("model.a2a.dangerous_accept_unsigned_card", true),
+        &env,
+    );
+    assert!(stderr.contains("not verified"), "{stderr}");
+    // It does take a card without signatures, and says so.
+    let door = door(
+        unsigned
+            .policy()
+            .insert("model.a2a.dangerous_accept_unsigned_card", true),
+        &["alice"],
+    );
+    let answer = send_text(&door.server.door(), &door.tokens[0], "hi", None).await;
+    assert_eq!(artifact_text(task_of(&answer)), "upstream says: hi");
+    assert!(door.server.log_text().contains("used unverified"));
+
+    // No keys and no switch: the policy itself is refused.
+    let stderr = refused_start(signed.policy().remove("model.a2a.card_jwks_file"), &env);
+    assert!(stderr.contains("model.a2a.card_jwks_file"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_agents_credential_and_its_errors_stay_behind_the_door() {
+    let upstream = UpstreamAgent::start(true);
+    // Named but unset: start-up refuses, naming the variable.
+    let stderr = refused_start(upstream.policy(), &[]);
+    assert!(stderr.contains(UPSTREAM_TOKEN_ENV), "{stderr}");
+    assert!(stderr.contains("model.a2a.token_env"), "{stderr}");
+
+    // A credential the agent refuses: the task fails without the agent's words.
+    let door = door_with_env(
+        upstream.policy(),
+        &["alice"],
+        &[(UPSTREAM_TOKEN_ENV, "not-the-agents-credential")],
+    );
+    let answer = send_text(&door.server.door(), &door.tokens[0], "hi", None).await;
+    let task = task_of(&answer);
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED");
+    let whole = task.to_string();
+    assert!(!whole.contains("unauthorized"), "{whole}");
+    assert!(!whole.contains("127.0.0.1"), "{whole}");
+    let log = door.server.log_text();
+    assert!(log.contains("HTTP status 401"), "{log}");
+    assert!(
+        !log.contains("not-the-agents-credential"),
+        "the credential reached the log"
+    );
+}

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""A scripted A2A 1.0 agent on the official Python SDK (a2a-sdk), the upstream peergate's
+`a2a` backend is tested against. It listens on 127.0.0.1 on a free port and prints
+`PORT <n>` once it serves.
+
+The card (GET /.well-known/agent-card.json) is public, signed with --sign-jwk when given; the
+JSON-RPC endpoint (POST /) needs `Authorization: Bearer $UPSTREAM_TOKEN` (401 otherwise).
+
+What it answers, chosen by the text of the message:
+    "message"  a direct Message (no task)
+    "input"    a task in TASK_STATE_INPUT_REQUIRED; a follow-up naming it completes it,
+               echoing the follow-up's text
+    "fail"     a failed task;  "reject"  a rejected task
+    "parts"    a completed task with text, data, url and raw parts in two artifacts
+    "slow"     working, three "step N" updates 0.5 s apart, then completed
+    "context"  a completed task whose answer is the contextId the agent saw
+    otherwise  a completed task answering "upstream says: <text>"
+"""
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+
+import httpx
+import uvicorn
+
+from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.responses import JSONResponse
+
+from a2a.helpers import (
+    get_message_text,
+    new_data_part,
+    new_raw_part,
+    new_text_message,
+    new_text_part,
+    new_url_part,
+)
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    InMemoryPushNotificationConfigStore,
+    InMemoryTaskStore,
+    TaskUpdater,
+)
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentProvider,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    Role,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+    Task,
+    TaskState,
+    TaskStatus,
+)
+
+
+RPC_PATH = '/'
+log = logging.getLogger('sdk-upstream')
+
+
+class ScriptedExecutor(AgentExecutor):
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        text = get_message_text(context.message) if context.message else ''
+        task = context.current_task  # set when the message carries a known taskId
+
+        if task is None and text == 'message':
+            # Direct answer: enqueue a single Message and return; no task is created.
+            await event_queue.enqueue_event(
+                new_text_message(
+                    'a direct message answer',
+                    context_id=context.context_id,
+                    role=Role.ROLE_AGENT,
+                )
+            )
+            return
+
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        if task is None:
+            # First event of a task-shaped answer: the Task itself (submitted, with the
+            # user's message in its history).
+            await event_queue.enqueue_event(
+                Task(
+                    id=context.task_id,
+                    context_id=context.context_id,
+                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                    history=[context.message],
+                )
+            )
+        elif task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            # Follow-up to an input-required task: finish it, echoing the new text.
+            await updater.add_artifact([new_text_part(f'you said: {text}')], name='echo')
+            await updater.complete()
+            return
+
+        if text == 'context':
+            await updater.add_artifact([new_text_part(context.context_id)], name='answer')
+            await updater.complete()
+            return
+        if text == 'input':
+            await updater.requires_input(
+                updater.new_agent_message([new_text_part('need more input: send it with this taskId')])
+            )
+        elif text == 'fail':
+            await updater.start_work()
+            await updater.failed(updater.new_agent_message([new_text_part('it failed on purpose')]))
+        elif text == 'reject':
+            await updater.reject(updater.new_agent_message([new_text_part('rejected on purpose')]))
+        elif text == 'parts':
+            await updater.add_artifact(
+                [
+                    new_text_part('plain text part'),
+                    new_data_part({'key': 'value', 'count': 42, 'nested': {'ok': True}}),
+                    new_url_part('https://example.com/report.pdf', media_type='application/pdf',
+                                 filename='report.pdf'),
+                ],
+                name='mixed',
+            )
+            await updater.add_artifact(
+                [new_raw_part(b'hello bytes', media_type='text/plain', filename='hello.txt')],
+                name='raw-file',
+            )
+            await updater.complete()
+        elif text == 'slow':
+            await updater.start_work()
+            for i in range(1, 4):
+                await asyncio.sleep(0.5)
+                await updater.update_status(
+                    TaskState.TASK_STATE_WORKING,
+                    updater.new_agent_message([new_text_part(f'step {i}')]),
+                )
+            await updater.add_artifact([new_text_part('slow work done')], name='result')
+            await updater.complete()
+        else:
+            await updater.start_work()
+            await updater.add_artifact([new_text_part(f'upstream says: {text}')], name='answer')
+            await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        # The framework has already cancelled the running execute() coroutine.
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        await updater.cancel(updater.new_agent_message([new_text_part('canceled on request')]))
+
+
+class BearerOnRpc(BaseHTTPMiddleware):
+    """401 on the JSON-RPC endpoint unless `Authorization: Bearer <token>`; card stays public."""
+
+    def __init__(self, app, token: str):
+        super().__init__(app)
+        self.expected = f'Bearer {token}'
+
+    async def dispatch(self, request, call_next):
+        if request.method == 'POST' and request.url.path == RPC_PATH:
+            if request.headers.get('authorization') != self.expected:
+                return JSONResponse(
+                    {'error': 'unauthorized'},
+                    status_code=401,
+                    headers={'WWW-Authenticate': 'Bearer realm="sdk-upstream"'},
+                )
+        return await call_next(request)
+
+
+def build_card(port: int) -> AgentCard:
+    return AgentCard(
+        name='SDK upstream',
+        description='Scripted A2A 1.0 agent built on a2a-sdk 1.3.0',
+        version='1.0.0',
+        provider=AgentProvider(organization='test', url='https://example.com'),
+        supported_interfaces=[
+            AgentInterface(
+                url=f'http://127.0.0.1:{port}{RPC_PATH}',
+                protocol_binding='JSONRPC',
+                protocol_version='1.0',
+            )
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
+        security_schemes={
+            'bearer': SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(scheme='Bearer')
+            )
+        },
+        security_requirements=[SecurityRequirement(schemes={'bearer': StringList(list=[])})],
+        default_input_modes=['text/plain'],
+        default_output_modes=['text/plain', 'application/json'],
+        skills=[
+            AgentSkill(
+                id='scripted',
+                name='Scripted answers',
+                description='message/input/fail/reject/parts/slow/echo',
+                tags=['test'],
+                examples=['message', 'input', 'parts'],
+            )
+        ],
+    )
+
+
+def make_signer(jwk_path: str):
+    """Returns an async card_modifier that signs the card with the private JWK in jwk_path."""
+    from jwt.api_jwk import PyJWK
+
+    from a2a.utils.signing import create_agent_card_signer
+
+    with open(jwk_path) as f:
+        jwk = json.load(f)
+    key = PyJWK.from_dict(jwk)  # kty oct -> HS256, EC P-256 -> ES256, OKP Ed25519 -> EdDSA, RSA -> RS256
+    alg = jwk.get('alg') or key.algorithm_name
+    protected = {'alg': alg, 'typ': 'JOSE', 'kid': jwk.get('kid', 'key-1')}
+    if os.environ.get('UPSTREAM_JKU'):
+        protected['jku'] = os.environ['UPSTREAM_JKU']
+    sign = create_agent_card_signer(signing_key=key, protected_header=protected)
+
+    async def modifier(card: AgentCard) -> AgentCard:
+        signed = AgentCard()
+        signed.CopyFrom(card)  # the signer appends to card.signatures; never touch the original
+        return sign(signed)
+
+    return modifier
+
+
+def build_app(port: int, token: str, sign_jwk: str | None) -> Starlette:
+    card = build_card(port)
+    push_store = InMemoryPushNotificationConfigStore()
+    handler = DefaultRequestHandler(
+        agent_executor=ScriptedExecutor(),
+        task_store=InMemoryTaskStore(),
+        agent_card=card,
+        push_config_store=push_store,
+        push_sender=BasePushNotificationSender(httpx.AsyncClient(), push_store),
+        # A test upstream: allow loopback push callbacks (the SDK blocks them by default).
+        push_url_validator=_allow_any_url,
+    )
+    routes = create_agent_card_routes(
+        card, card_modifier=make_signer(sign_jwk) if sign_jwk else None
+    )
+    routes += create_jsonrpc_routes(handler, rpc_url=RPC_PATH)
+    app = Starlette(routes=routes)
+    app.add_middleware(BearerOnRpc, token=token)
+    return app
+
+
+async def _allow_any_url(url: str) -> bool:
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--sign-jwk', help='JSON file holding a private JWK; the served card is signed with it')
+    args = ap.parse_args()
+    token = os.environ.get('UPSTREAM_TOKEN')
+    if not token:
+        sys.exit('UPSTREAM_TOKEN must be set')
+    logging.basicConfig(level=logging.WARNING)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    app = build_app(port, token, args.sign_jwk)
+    server = uvicorn.Server(uvicorn.Config(app, log_level='warning'))
+    print(f'PORT {port}', flush=True)
+    server.run(sockets=[sock])
+
+
+if __name__ == '__main__':
+    main()
