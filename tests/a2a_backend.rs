@@ -316,3 +316,76 @@ async fn the_agents_credential_and_its_errors_stay_behind_the_door() {
         "the credential reached the log"
     );
 }
+
+#[tokio::test]
+async fn a_cancel_reaches_the_agents_task_while_it_works_and_while_it_waits() {
+    let upstream = UpstreamAgent::start(true);
+    let door = door(
+        upstream
+            .policy()
+            .set("capabilities.streaming", true)
+            .set("capabilities.cancel_running", true),
+        &["alice"],
+    );
+    let (token, url) = (&door.tokens[0], door.server.door());
+    let cancels = async || artifact_text(task_of(&send_text(&url, token, "cancels", None).await));
+    assert_eq!(cancels().await, "cancels: 0");
+
+    // A working task: canceled once the agent has said which task it is working on.
+    let request = json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage",
+        "params": {"message": text_message("slow")}});
+    let mut response = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(token)
+        .header("a2a-version", "1.0")
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    while !seen.contains("step 1") {
+        let chunk = response
+            .chunk()
+            .await
+            .unwrap()
+            .expect("the stream ended early");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let first: Value = serde_json::from_str(
+        seen.split("\n\n")
+            .next()
+            .and_then(|e| e.strip_prefix("data: "))
+            .unwrap(),
+    )
+    .unwrap();
+    let id = first["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let canceled = rpc(
+        &url,
+        token,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "CancelTask", "params": {"id": id}}),
+    )
+    .await;
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    assert_eq!(cancels().await, "cancels: 1");
+
+    // A task waiting for input.
+    let waiting = send_text(&url, token, "input", None).await;
+    let id = task_of(&waiting)["id"].as_str().unwrap().to_owned();
+    let canceled = rpc(
+        &url,
+        token,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": id}}),
+    )
+    .await;
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    assert_eq!(cancels().await, "cancels: 2");
+    let stored = get_task(&url, token, &id, None).await;
+    assert_eq!(stored["result"]["status"]["state"], "TASK_STATE_CANCELED");
+}

@@ -225,3 +225,84 @@ fn plain_http_to_another_host_is_refused_before_anything_is_sent() {
     );
     assert!(!stderr.contains("secret-token"));
 }
+
+#[test]
+fn a_call_to_the_official_python_sdk_server() {
+    let agent = UpstreamAgent::start(true);
+    let jwks = repo_root().join("tests/data/upstream/signing.jwks.json");
+    let call = |text: &str, extra: &[&str]| {
+        let mut args = vec![
+            "call",
+            agent.url.as_str(),
+            text,
+            "--jwks",
+            jwks.to_str().unwrap(),
+            "--token",
+            UPSTREAM_TOKEN,
+        ];
+        args.extend_from_slice(extra);
+        cli(&args)
+    };
+    let (code, stdout, stderr) = call("hello", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("card verified: kid upstream-ed-1"),
+        "{stderr}"
+    );
+    assert_eq!(stdout.trim(), "upstream says: hello");
+
+    // A message answer, a streamed one, and a task that waits for input and is answered.
+    let (code, stdout, stderr) = call("message", &[]);
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, "a direct message answer"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = call("slow", &["--stream"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("step 1step 2step 3"), "{stdout}");
+    assert!(stdout.contains("slow work done"), "{stdout}");
+    let (code, _, stderr) = call("input", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let waiting = stderr
+        .lines()
+        .find(|line| line.starts_with("task: "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let task = waiting
+        .split("--task ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    let context = context_of(&stderr);
+    let (code, stdout, stderr) = call("more", &["--task", task, "--context", &context]);
+    assert_eq!((code, stdout.trim()), (0, "you said: more"), "{stderr}");
+
+    // A failed task, and a refused credential.
+    let (code, _, stderr) = call("fail", &[]);
+    assert_eq!(code, 6, "{stderr}");
+    assert!(stderr.contains("it failed on purpose"), "{stderr}");
+    let (code, _, stderr) = cli(&[
+        "call",
+        agent.url.as_str(),
+        "hello",
+        "--jwks",
+        jwks.to_str().unwrap(),
+        "--token",
+        "wrong",
+    ]);
+    assert_eq!(code, 4, "{stderr}");
+    // A key set that did not sign the card.
+    let other = repo_root().join("tests/data/upstream/other.jwks.json");
+    let (code, _, stderr) = cli(&[
+        "call",
+        agent.url.as_str(),
+        "hello",
+        "--jwks",
+        other.to_str().unwrap(),
+        "--token",
+        UPSTREAM_TOKEN,
+    ]);
+    assert_eq!(code, 3, "{stderr}");
+}

@@ -545,6 +545,7 @@ impl Agent {
                 .continues
                 .as_ref()
                 .and_then(|c| c.upstream_task_id.clone()),
+            agent_task: Arc::default(),
         };
         Ok((prompt, unfinished, working_json))
     }
@@ -576,6 +577,9 @@ impl Agent {
             },
         };
         self.metrics.backend_latency(started.elapsed());
+        if !matches!(answer, Some(Ok(_))) {
+            self.cancel_agent_task(turn, prompt).await;
+        }
         let Some(answer) = answer else {
             // Dropping the call stopped it; what it cost is unknown, so the turn counts as a
             // request with no tokens.
@@ -626,6 +630,19 @@ impl Agent {
                     agent_reply: None,
                 }
             }
+        }
+    }
+
+    /// Stops the agent's side of a turn that was canceled or timed out, if the agent behind the
+    /// door said which task it is (bounded: the peer's answer does not wait long for it).
+    async fn cancel_agent_task(&self, turn: &TurnPlan, prompt: &Prompt) {
+        let Some(agent_task) = prompt.agent_task.get() else {
+            return;
+        };
+        let canceled =
+            tokio::time::timeout(Duration::from_secs(5), self.backend.cancel(agent_task)).await;
+        if !matches!(canceled, Ok(Ok(()))) {
+            tracing::warn!(task_id = %turn.task_id, "the agent behind the door did not confirm the cancel");
         }
     }
 
@@ -937,6 +954,9 @@ impl Agent {
     ) -> Result<Box<RawValue>, RpcError> {
         let params: CancelTaskParams = jsonrpc::parse_params(params)?;
         let task = self.load_task(peer, &params.id).await?;
+        if task.status.state.is_interrupted() {
+            return self.cancel_waiting(peer, &params.id).await;
+        }
         if task.status.state != TaskState::Working {
             return Err(RpcError::TaskNotCancelable(
                 "it is already in a final state",
@@ -976,6 +996,86 @@ impl Agent {
             return Err(finished_first);
         }
         RawValue::from_string(stored).map_err(internal)
+    }
+
+    /// A task waiting for the peer (an agent behind the door asked for input): the agent's task
+    /// is canceled too, and the task stored CANCELED.
+    async fn cancel_waiting(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+    ) -> Result<Box<RawValue>, RpcError> {
+        if !self.settings.cancel_running {
+            return Err(RpcError::TaskNotCancelable(
+                "cancelling is off (capabilities.cancel_running is false); the task waits for its answer until it expires",
+            ));
+        }
+        // Read again holding the context's turn: a message answering the task cannot slip in.
+        let context_id = self.load_task(peer, task_id).await?.context_id;
+        let wait = self.settings.backend_timeout.mul_f32(1.5);
+        let _held = self
+            .shared
+            .turns
+            .begin_turn(peer.id(), &context_id, wait)
+            .await
+            .ok_or(RpcError::ContextBusy)?;
+        let mut task = self.load_task(peer, task_id).await?;
+        if !task.status.state.is_interrupted() {
+            return Err(RpcError::TaskNotCancelable(
+                "a message answered it first; read it with GetTask",
+            ));
+        }
+        let agent_task = self
+            .store
+            .upstream_task(peer.id(), task_id)
+            .await
+            .map_err(internal)?;
+        if let Some(agent_task) = agent_task {
+            let canceled =
+                tokio::time::timeout(Duration::from_secs(5), self.backend.cancel(&agent_task))
+                    .await;
+            if !matches!(canceled, Ok(Ok(()))) {
+                tracing::warn!(task_id = %task_id, "the agent behind the door did not confirm the cancel");
+            }
+        }
+        let now = self.clock.now_millis();
+        task.status = TaskStatus {
+            state: TaskState::Canceled,
+            message: Message {
+                message_id: uuid::Uuid::new_v4().to_string(),
+                context_id: task.context_id.clone(),
+                task_id: task.id.clone(),
+                role: Role::Agent,
+                parts: vec![a2a::Part::text(CANCELED_WAITING_TEXT)],
+            },
+            timestamp: rfc3339_millis(now),
+        };
+        task.history.push(task.status.message.clone());
+        let task_json = serde_json::to_string(&task).map_err(internal)?;
+        let retention = i64::try_from(self.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
+        let heard = self.event(peer, task_id, TaskState::Canceled, &task_json);
+        self.store
+            .save_exchange(Exchange {
+                task_id: task.id.clone(),
+                peer_id: peer.id().to_owned(),
+                context_id: task.context_id.clone(),
+                state: TaskState::Canceled.as_str(),
+                task_json: task_json.clone(),
+                now,
+                expires_at: now.saturating_add(retention),
+                messages: Vec::new(),
+                usage: None,
+                audit: None,
+                instance: Some(self.shared.ownership.instance().into()),
+                notify: self.push.is_some(),
+                push_config: None,
+                upstream_task_id: None,
+            })
+            .await
+            .map_err(internal)?;
+        self.announce(heard);
+        self.metrics.task_finished(FinalState::Canceled);
+        RawValue::from_string(task_json).map_err(internal)
     }
 
     /// A working task this instance is not answering: asks the other instances, then follows
@@ -1066,6 +1166,9 @@ fn checked_history_length(n: i64, field: &str) -> Result<usize, RpcError> {
 
 /// The agent's message of a task the peer canceled while the model was being asked.
 const CANCELED_TEXT: &str = "Canceled by the peer before the model answered.";
+
+/// The agent's message of a task waiting for input that the peer canceled.
+const CANCELED_WAITING_TEXT: &str = "Canceled by the peer while the task waited for its input.";
 
 /// The agent's message of a task whose model call is under way.
 const WORKING_TEXT: &str = "The model is being asked.";

@@ -43,6 +43,9 @@ pub struct Prompt {
     pub conversation: String,
     /// The agent's own id of the task this message answers (a task waiting for input).
     pub continues: Option<String>,
+    /// Where an agent backend records its own id of the task as soon as it learns it, so a
+    /// cancel or a timeout can reach the task on the agent's side.
+    pub agent_task: Arc<std::sync::OnceLock<String>>,
 }
 
 /// Token counts as reported by the backend.
@@ -119,6 +122,13 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
 
     /// Asks the model once.
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, BackendError>;
+
+    /// Stops the agent's task `agent_task` (an id recorded in [`Prompt::agent_task`]) after the
+    /// peer canceled, or the call timed out. A model has nothing to stop: dropping the call did.
+    async fn cancel(&self, agent_task: &str) -> Result<(), BackendError> {
+        let _ = agent_task;
+        Ok(())
+    }
 
     /// Asks the model once, passing the answer's text on to `pieces` as it arrives (each piece
     /// is new text, in order; together they are the answer), and returns the whole answer. A

@@ -224,14 +224,24 @@ impl ModelBackend for UpstreamAgent {
         )
     }
 
+    /// Through the agent's stream when it streams: its first event names its task, so a cancel
+    /// can reach it while it works. Otherwise one blocking `SendMessage`.
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, BackendError> {
+        if self.streams {
+            // Nobody reads the pieces: they are dropped as they come.
+            let (pieces, _) = tokio::sync::mpsc::unbounded_channel();
+            return self.streamed(prompt, &pieces).await;
+        }
         let result = self
             .call("SendMessage", json!({"message": Self::message(prompt)}))
             .await?;
         let result: SendResult = serde_json::from_value(result)
             .map_err(|_| BackendError::InvalidResponse("not a task or a message"))?;
         match (result.task, result.message) {
-            (Some(task), _) => completion_of_task(self.follow(task).await?),
+            (Some(task), _) => {
+                let _ = prompt.agent_task.set(task.id.clone());
+                completion_of_task(self.follow(task).await?)
+            }
             (None, Some(message)) => completion_of_message(message),
             (None, None) => Err(BackendError::InvalidResponse(
                 "neither a task nor a message",
@@ -251,6 +261,20 @@ impl ModelBackend for UpstreamAgent {
             let _ = pieces.send(completion.text.clone());
             return Ok(completion);
         }
+        self.streamed(prompt, pieces).await
+    }
+
+    async fn cancel(&self, agent_task: &str) -> Result<(), BackendError> {
+        self.call("CancelTask", json!({"id": agent_task}))
+            .await
+            .map(drop)
+    }
+}
+
+impl UpstreamAgent {
+    /// One `SendStreamingMessage`, read to the task's end (followed with `GetTask` if the
+    /// stream stops first).
+    async fn streamed(&self, prompt: &Prompt, pieces: &Pieces) -> Result<Completion, BackendError> {
         let mut response = self
             .post(
                 "SendStreamingMessage",
@@ -259,7 +283,10 @@ impl ModelBackend for UpstreamAgent {
             )
             .await?;
         let mut events = ServerSentEvents::default();
-        let mut followed = FollowedTask::default();
+        let mut followed = FollowedTask {
+            agent_task: prompt.agent_task.clone(),
+            ..FollowedTask::default()
+        };
         let mut read = 0usize;
         loop {
             let chunk = response.chunk().await.map_err(|e| classify(&e))?;
@@ -298,6 +325,8 @@ impl ModelBackend for UpstreamAgent {
 #[derive(Default)]
 struct FollowedTask {
     task_id: Option<String>,
+    /// Where the task's id goes as soon as it is known.
+    agent_task: std::sync::Arc<std::sync::OnceLock<String>>,
     artifacts: Vec<Artifact>,
 }
 
@@ -317,6 +346,7 @@ impl FollowedTask {
             let task: UpstreamTask = serde_json::from_value(task.clone())
                 .map_err(|_| BackendError::InvalidResponse("a streamed task is malformed"))?;
             self.task_id = Some(task.id.clone());
+            let _ = self.agent_task.set(task.id.clone());
             self.artifacts = task.artifacts.clone();
             if settled(&task.status.state) {
                 return completion_of_task(task).map(Some);
@@ -344,6 +374,9 @@ impl FollowedTask {
                 .map_err(|_| BackendError::InvalidResponse("a streamed status is malformed"))?;
             if self.task_id.is_none() {
                 self.task_id = update["taskId"].as_str().map(str::to_owned);
+                if let Some(id) = &self.task_id {
+                    let _ = self.agent_task.set(id.clone());
+                }
             }
             if !settled(&status.state) {
                 if let Some(message) = &status.message {

@@ -14,6 +14,7 @@ What it answers, chosen by the text of the message:
     "parts"    a completed task with text, data, url and raw parts in two artifacts
     "slow"     working, three "step N" updates 0.5 s apart, then completed
     "context"  a completed task whose answer is the contextId the agent saw
+    "cancels"  a completed task whose answer counts the cancels the agent received
     otherwise  a completed task answering "upstream says: <text>"
 """
 
@@ -68,6 +69,7 @@ from a2a.types import (
 
 
 RPC_PATH = '/'
+CANCELS = 0
 log = logging.getLogger('sdk-upstream')
 
 
@@ -105,6 +107,10 @@ class ScriptedExecutor(AgentExecutor):
             await updater.complete()
             return
 
+        if text == 'cancels':
+            await updater.add_artifact([new_text_part(f'cancels: {CANCELS}')], name='answer')
+            await updater.complete()
+            return
         if text == 'context':
             await updater.add_artifact([new_text_part(context.context_id)], name='answer')
             await updater.complete()
@@ -149,6 +155,8 @@ class ScriptedExecutor(AgentExecutor):
             await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        global CANCELS
+        CANCELS += 1
         # The framework has already cancelled the running execute() coroutine.
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         await updater.cancel(updater.new_agent_message([new_text_part('canceled on request')]))
