@@ -389,3 +389,62 @@ async fn a_cancel_reaches_the_agents_task_while_it_works_and_while_it_waits() {
     let stored = get_task(&url, token, &id, None).await;
     assert_eq!(stored["result"]["status"]["state"], "TASK_STATE_CANCELED");
 }
+
+#[tokio::test]
+async fn a_subscription_to_a_task_waiting_for_input_follows_it_to_its_end() {
+    let upstream = UpstreamAgent::start(true);
+    let door = door(
+        upstream
+            .policy()
+            .set("capabilities.streaming", true)
+            .set("capabilities.subscriptions", true),
+        &["alice"],
+    );
+    let (token, url) = (&door.tokens[0], door.server.door());
+    let waiting = send_text(&url, token, "input", None).await;
+    let task = task_of(&waiting).clone();
+    let id = task["id"].as_str().unwrap().to_owned();
+    let request = json!({"jsonrpc": "2.0", "id": "sub", "method": "SubscribeToTask",
+        "params": {"id": id}});
+    let mut subscription = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(token)
+        .header("a2a-version", "1.0")
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    while !seen.contains("\n\n") {
+        let chunk = subscription
+            .chunk()
+            .await
+            .unwrap()
+            .expect("the subscription ended");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("TASK_STATE_INPUT_REQUIRED"), "{seen}");
+
+    let mut more = text_message("the rest");
+    more["taskId"] = json!(id);
+    more["contextId"] = task["contextId"].clone();
+    let done = send(&url, token, more).await;
+    assert_eq!(task_of(&done)["status"]["state"], "TASK_STATE_COMPLETED");
+    while let Some(chunk) = subscription.chunk().await.unwrap() {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("you said: the rest"), "{seen}");
+    let last: Value = serde_json::from_str(
+        seen.trim_end()
+            .rsplit("\n\n")
+            .next()
+            .and_then(|e| e.strip_prefix("data: "))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        last["result"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+}

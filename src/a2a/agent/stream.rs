@@ -199,7 +199,7 @@ impl Agent {
         // Listening before the task is read, so a final state stored in between is heard.
         let mut heard = self.shared.events.subscribe(peer.id(), &params.id);
         let task = self.load_task(peer, &params.id).await?;
-        if task.status.state != TaskState::Working {
+        if task.status.state.is_final() {
             return Err(RpcError::UnsupportedOperation(
                 "the task is already in a final state: read it with GetTask",
             ));
@@ -223,12 +223,23 @@ impl Agent {
                 tokio::select! {
                     event = heard.next() => match event {
                         Some(event) if event.state == TaskState::Working.as_str() => {}
+                        // A task waiting for the peer again: its status, and the stream goes on.
+                        Some(event) if !is_final_name(event.state) => {
+                            if let Ok(stored) = serde_json::from_str::<Task>(&event.task_json) {
+                                stream.send(&json!({"statusUpdate": {
+                                    "taskId": stored.id,
+                                    "contextId": stored.context_id,
+                                    "status": stored.status,
+                                }}));
+                            }
+                        }
                         Some(event) => break Some(event.task_json.to_string()),
                         None => break None,
                     },
                     _ = recheck.tick() => {
                         if let Ok(stored) = agent.load_task_json(&peer, &task_id).await
-                            && !stored.contains("\"TASK_STATE_WORKING\"")
+                            && serde_json::from_str::<Task>(&stored)
+                                .is_ok_and(|task| task.status.state.is_final())
                         {
                             break Some(stored);
                         }
@@ -241,7 +252,7 @@ impl Agent {
                 && let Ok(stored) = serde_json::from_str::<serde_json::Value>(&stored)
             {
                 // The same events a streamed turn ends with: the answer, then the status.
-                if let Some(artifact) = stored["artifacts"].get(0) {
+                for artifact in stored["artifacts"].as_array().into_iter().flatten() {
                     stream.send(&json!({"artifactUpdate": {
                         "taskId": stored["id"],
                         "contextId": stored["contextId"],
@@ -259,6 +270,11 @@ impl Agent {
         });
         Ok(receiver)
     }
+}
+
+/// Whether a stored state's name is a final one.
+fn is_final_name(state: &str) -> bool {
+    TaskState::from_name(state).is_some_and(TaskState::is_final)
 }
 
 /// A status update carrying a piece of the model's text as it arrives, at `now` (epoch ms).
