@@ -99,7 +99,7 @@ run_kit() { # run_kit PORT LOG
   (cd "$tck" && .venv/bin/python run_tck.py --sut-host "http://127.0.0.1:$1" --transport jsonrpc -- -rfs) >"$2" 2>&1 || true
   grep -E "^[0-9]+ (failed|passed)|^=+ .*(passed|failed).* =+$" "$2" | tail -1
 }
-failures() { grep -E "^FAILED " "$1" | sed -E 's/^FAILED ([^ ]+).*/\1/' | sort -u; }
+failures() { grep -E "^FAILED tests/" "$1" | sed -E 's/^FAILED ([^ ]+).*/\1/' | sort -u; }
 
 echo "a2a-tck $(git -C "$tck" rev-parse --short HEAD), JSON-RPC, the agent reached directly:"
 run_kit "$direct_port" "$work/direct.log"

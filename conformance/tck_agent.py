@@ -59,6 +59,20 @@ from a2a.types import (
 STREAMING_TIMEOUT_S = 2
 
 
+# The text artifact each streaming scenario sends, by messageId prefix.
+STREAMED_TEXT = {
+    'tck-stream-001': 'Stream hello from TCK',
+    'tck-stream-003': 'Stream task lifecycle',
+    'tck-stream-ordering-001': 'Ordered output',
+    'tck-stream-artifact-text': 'Streamed text content',
+}
+
+
+def streamed_text(message_id):
+    return next((text for prefix, text in STREAMED_TEXT.items()
+                 if message_id.startswith(prefix)), None)
+
+
 def text_of(updater, text):
     return updater.new_agent_message([new_text_part(text)])
 
@@ -112,20 +126,15 @@ class ScenarioExecutor(AgentExecutor):
             await updater.reject(text_of(updater, 'rejected'))
         elif message_id.startswith('tck-stream-002'):
             await updater.complete()
-        elif message_id.startswith(('tck-stream-001', 'tck-stream-003', 'tck-stream-ordering-001',
-                                    'tck-stream-artifact-text', 'tck-stream-artifact-file')):
+        elif message_id.startswith('tck-stream-artifact-file'):
             await updater.start_work()
-            if message_id.startswith('tck-stream-artifact-file'):
-                part = new_raw_part(b'file content', media_type='text/plain', filename='output.txt')
-            else:
-                part = new_text_part({
-                    'tck-stream-001': 'Stream hello from TCK',
-                    'tck-stream-003': 'Stream task lifecycle',
-                    'tck-stream-ordering-001': 'Ordered output',
-                    'tck-stream-artifact-text': 'Streamed text content',
-                }[next(p for p in ('tck-stream-001', 'tck-stream-003', 'tck-stream-ordering-001',
-                                   'tck-stream-artifact-text') if message_id.startswith(p))])
-            await updater.add_artifact([part])
+            await updater.add_artifact([
+                new_raw_part(b'file content', media_type='text/plain', filename='output.txt')
+            ])
+            await updater.complete()
+        elif streamed_text(message_id) is not None:
+            await updater.start_work()
+            await updater.add_artifact([new_text_part(streamed_text(message_id))])
             await updater.complete()
         elif message_id.startswith('tck-stream-artifact-chunked'):
             await updater.start_work()
