@@ -12,3 +12,16 @@ wait_for_port() {
 
 # The SendMessage every script measures.
 send_body='{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"What are your opening hours on public holidays?"}]}}}'
+
+# target_dir: prints cargo's target directory (CARGO_TARGET_DIR or ./target).
+target_dir() {
+  cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])'
+}
+
+# with_workdir: makes $work, a temporary directory, and kills every pid a script appends to
+# the array `pids`, then removes $work, when the script exits.
+with_workdir() {
+  work=$(mktemp -d)
+  pids=()
+  trap 'for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+}

@@ -26,22 +26,14 @@ if ! command -v wrk >/dev/null; then
 fi
 
 cargo build --quiet --release --bin peergate --example bare_axum
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+# shellcheck source=bench/common.sh
+source bench/common.sh
+target_dir=$(target_dir)
 peergate="$target_dir/release/peergate"
 bare="$target_dir/release/examples/bare_axum"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+with_workdir
 
-# wait_for_port and send_body
-# shellcheck source=bench/common.sh
-source bench/common.sh
 
 # status URL AUTH: the HTTP status one request gets, so every run is checked for what it measures.
 status() {

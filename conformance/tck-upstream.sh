@@ -22,7 +22,9 @@ gate_proxy_port=18314
 
 command -v haproxy >/dev/null || { echo "haproxy is needed: apt-get install haproxy" >&2; exit 1; }
 cargo build --quiet --release --bin peergate
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+# shellcheck source=bench/common.sh
+source bench/common.sh
+target_dir=$(target_dir)
 peergate="$target_dir/release/peergate"
 venv="$tck/.peergate-agent-venv"
 if ! cmp -s tests/interop/requirements.txt "$venv/installed-requirements.txt" 2>/dev/null; then
@@ -32,16 +34,7 @@ if ! cmp -s tests/interop/requirements.txt "$venv/installed-requirements.txt" 2>
   cp tests/interop/requirements.txt "$venv/installed-requirements.txt"
 fi
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-# shellcheck source=bench/common.sh
-source bench/common.sh
+with_workdir
 
 agent_token=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
 export TCK_AGENT_TOKEN=$agent_token PEERGATE_TCK_AGENT_TOKEN=$agent_token

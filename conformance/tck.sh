@@ -24,20 +24,12 @@ proxy_port=18302
 
 command -v haproxy >/dev/null || { echo "haproxy is needed: apt-get install haproxy" >&2; exit 1; }
 cargo build --quiet --release --bin peergate
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-peergate="$target_dir/release/peergate"
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-# wait_for_port
 # shellcheck source=bench/common.sh
 source bench/common.sh
+target_dir=$(target_dir)
+peergate="$target_dir/release/peergate"
+
+with_workdir
 
 token=$("$peergate" peer add tck --rate 1000000/min --data "$work/data" 2>/dev/null)
 python3 - "policies/$name.toml" "$work/policy.toml" "$proxy_port" <<'PY'

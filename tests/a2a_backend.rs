@@ -7,34 +7,9 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 
-/// A peergate in front of `upstream` with `policy`, and the peers' tokens.
-struct Door {
-    _dir: tempfile::TempDir,
-    server: ServeProcess,
-    tokens: Vec<String>,
-}
-
-fn door_with_env(policy: PolicyEdit, peers: &[&str], env: &[(&str, &str)]) -> Door {
-    let dir = tempfile::tempdir().unwrap();
-    let policy_path = dir.path().join("policy.toml");
-    std::fs::write(&policy_path, policy.text()).unwrap();
-    let data = dir.path().join("data");
-    let tokens = peers.iter().map(|peer| add_peer(&data, peer)).collect();
-    let server = ServeProcess::start_with(
-        dir.path(),
-        &data,
-        &["--policy", policy_path.to_str().unwrap()],
-        env,
-    );
-    Door {
-        _dir: dir,
-        server,
-        tokens,
-    }
-}
-
-fn door(policy: PolicyEdit, peers: &[&str]) -> Door {
-    door_with_env(policy, peers, &[(UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN)])
+/// A peergate in front of the agent `policy` names, holding its credential, with `peers`.
+fn door(policy: PolicyEdit, peers: &[&str]) -> ServedPolicy {
+    ServedPolicy::start(&policy, peers, &[(UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN)])
 }
 
 /// `peergate serve` with `policy` that must fail to start; its stderr.
@@ -212,15 +187,8 @@ async fn the_agents_streamed_updates_reach_the_peer_as_they_come() {
     let (token, url) = (&door.tokens[0], door.server.door());
     let request = json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage",
         "params": {"message": text_message("slow")}});
-    let text = reqwest::Client::new()
-        .post(&url)
-        .bearer_auth(token)
-        .header("a2a-version", "1.0")
-        .header("content-type", "application/json")
-        .body(request.to_string())
-        .send()
+    let text = open_stream(&url, token, &request)
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -298,8 +266,8 @@ async fn the_agents_credential_and_its_errors_stay_behind_the_door() {
     assert!(stderr.contains("model.a2a.token_env"), "{stderr}");
 
     // A credential the agent refuses: the task fails without the agent's words.
-    let door = door_with_env(
-        upstream.policy(),
+    let door = ServedPolicy::start(
+        &upstream.policy(),
         &["alice"],
         &[(UPSTREAM_TOKEN_ENV, "not-the-agents-credential")],
     );
@@ -334,24 +302,8 @@ async fn a_cancel_reaches_the_agents_task_while_it_works_and_while_it_waits() {
     // A working task: canceled once the agent has said which task it is working on.
     let request = json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage",
         "params": {"message": text_message("slow")}});
-    let mut response = reqwest::Client::new()
-        .post(&url)
-        .bearer_auth(token)
-        .header("a2a-version", "1.0")
-        .header("content-type", "application/json")
-        .body(request.to_string())
-        .send()
-        .await
-        .unwrap();
-    let mut seen = String::new();
-    while !seen.contains("step 1") {
-        let chunk = response
-            .chunk()
-            .await
-            .unwrap()
-            .expect("the stream ended early");
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let mut response = open_stream(&url, token, &request).await;
+    let seen = read_until(&mut response, "step 1").await;
     let first: Value = serde_json::from_str(
         seen.split("\n\n")
             .next()
@@ -406,24 +358,8 @@ async fn a_subscription_to_a_task_waiting_for_input_follows_it_to_its_end() {
     let id = task["id"].as_str().unwrap().to_owned();
     let request = json!({"jsonrpc": "2.0", "id": "sub", "method": "SubscribeToTask",
         "params": {"id": id}});
-    let mut subscription = reqwest::Client::new()
-        .post(&url)
-        .bearer_auth(token)
-        .header("a2a-version", "1.0")
-        .header("content-type", "application/json")
-        .body(request.to_string())
-        .send()
-        .await
-        .unwrap();
-    let mut seen = String::new();
-    while !seen.contains("\n\n") {
-        let chunk = subscription
-            .chunk()
-            .await
-            .unwrap()
-            .expect("the subscription ended");
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let mut subscription = open_stream(&url, token, &request).await;
+    let mut seen = read_until(&mut subscription, "\n\n").await;
     assert!(seen.contains("TASK_STATE_INPUT_REQUIRED"), "{seen}");
 
     let mut more = text_message("the rest");

@@ -7,37 +7,25 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// A served peergate with `policy`, a peer and its token.
+/// A served peergate with `policy` (credential cache off) and its peer `caller`.
 struct Served {
-    _dir: tempfile::TempDir,
+    served: ServedPolicy,
     data: std::path::PathBuf,
-    server: ServeProcess,
     token: String,
 }
 
 fn serve(policy: PolicyEdit) -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    let policy_path = dir.path().join("policy.toml");
-    std::fs::write(&policy_path, policy.without_credential_cache().text()).unwrap();
-    let data = dir.path().join("data");
-    let token = add_peer(&data, "caller");
-    let server = ServeProcess::start_with(
-        dir.path(),
-        &data,
-        &["--policy", policy_path.to_str().unwrap()],
-        &[],
-    );
+    let served = ServedPolicy::start(&policy.without_credential_cache(), &["caller"], &[]);
     Served {
-        _dir: dir,
-        data,
-        server,
-        token,
+        data: served.data.clone(),
+        token: served.tokens[0].clone(),
+        served,
     }
 }
 
 impl Served {
     fn base(&self) -> String {
-        format!("http://{}", self.server.addr)
+        format!("http://{}", self.served.server.addr)
     }
 
     fn jwks(&self) -> String {
@@ -46,8 +34,22 @@ impl Served {
 
     /// `peergate call BASE TEXT --jwks JWKS` with `extra`.
     fn call(&self, text: &str, extra: &[&str]) -> (i32, String, String) {
-        let (base, jwks) = (self.base(), self.jwks());
-        let mut args = vec!["call", base.as_str(), text, "--jwks", jwks.as_str()];
+        let jwks = self.jwks();
+        let mut args = vec!["--jwks", jwks.as_str()];
+        args.extend_from_slice(extra);
+        self.call_with(text, &args)
+    }
+
+    /// `peergate call BASE TEXT --token TOKEN` with `extra` (and no keys unless given).
+    fn call_with(&self, text: &str, extra: &[&str]) -> (i32, String, String) {
+        let base = self.base();
+        let mut args = vec!["call", base.as_str(), text];
+        if !extra
+            .iter()
+            .any(|a| a.starts_with("--token") || *a == "--basic" || *a == "--api-key")
+        {
+            args.extend_from_slice(&["--token", self.token.as_str()]);
+        }
         args.extend_from_slice(extra);
         cli(&args)
     }
@@ -64,7 +66,7 @@ fn context_of(stderr: &str) -> String {
 #[test]
 fn a_verified_call_prints_the_answer_and_the_context_to_follow_up_in() {
     let served = serve(PolicyEdit::default());
-    let (code, stdout, stderr) = served.call("What is A2A?", &["--token", &served.token]);
+    let (code, stdout, stderr) = served.call("What is A2A?", &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("card verified: kid ed-"), "{stderr}");
     assert!(
@@ -74,10 +76,7 @@ fn a_verified_call_prints_the_answer_and_the_context_to_follow_up_in() {
     let context = context_of(&stderr);
 
     // The follow-up lands in the same context; --json prints the whole result.
-    let (code, stdout, stderr) = served.call(
-        "And then?",
-        &["--token", &served.token, "--context", &context, "--json"],
-    );
+    let (code, stdout, stderr) = served.call("And then?", &["--context", &context, "--json"]);
     assert_eq!(code, 0, "{stderr}");
     let result: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(result["task"]["contextId"], context.as_str());
@@ -88,45 +87,20 @@ fn a_verified_call_prints_the_answer_and_the_context_to_follow_up_in() {
 #[test]
 fn a_card_that_does_not_verify_is_refused_unless_the_caller_accepts_it_unverified() {
     let served = serve(PolicyEdit::default());
-    let base = served.base();
     // No keys at all.
-    let (code, _, stderr) = cli(&["call", &base, "hi", "--token", &served.token]);
+    let (code, _, stderr) = served.call_with("hi", &[]);
     assert_eq!(code, 3, "{stderr}");
     assert!(stderr.contains("--jwks"), "{stderr}");
     // A key that did not sign it.
     let other = "other=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
-    let (code, _, stderr) = cli(&[
-        "call",
-        &base,
-        "hi",
-        "--token",
-        &served.token,
-        "--secret",
-        other,
-    ]);
+    let (code, _, stderr) = served.call_with("hi", &["--secret", other]);
     assert_eq!(code, 3, "{stderr}");
     assert!(stderr.contains("the card is not verified"), "{stderr}");
     // ... and still refused with --insecure-unsigned: a signature that fails is never used.
-    let (code, _, stderr) = cli(&[
-        "call",
-        &base,
-        "hi",
-        "--token",
-        &served.token,
-        "--secret",
-        other,
-        "--insecure-unsigned",
-    ]);
+    let (code, _, stderr) = served.call_with("hi", &["--secret", other, "--insecure-unsigned"]);
     assert_eq!(code, 3, "{stderr}");
     // Without keys, --insecure-unsigned goes ahead and says so.
-    let (code, stdout, stderr) = cli(&[
-        "call",
-        &base,
-        "hi",
-        "--token",
-        &served.token,
-        "--insecure-unsigned",
-    ]);
+    let (code, stdout, stderr) = served.call_with("hi", &["--insecure-unsigned"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("not verified"), "{stderr}");
     assert!(stdout.contains("hi"), "{stdout}");
@@ -146,7 +120,7 @@ fn refusals_have_their_own_exit_status() {
     assert_eq!(code, 0, "{stderr}");
     let mut last = (0, String::new());
     for _ in 0..3 {
-        let (code, _, stderr) = served.call("hi", &["--token", &served.token]);
+        let (code, _, stderr) = served.call("hi", &[]);
         last = (code, stderr);
         if code != 0 {
             break;
@@ -165,7 +139,7 @@ fn a_failed_or_rejected_task_exits_6() {
         .unwrap()
         .port();
     let served = serve(PolicyEdit::default().openai(&format!("http://127.0.0.1:{port}/v1"), "m"));
-    let (code, _, stderr) = served.call("hi", &["--token", &served.token]);
+    let (code, _, stderr) = served.call("hi", &[]);
     assert_eq!(code, 6, "{stderr}");
     assert!(stderr.contains("TASK_STATE_FAILED"), "{stderr}");
 }
@@ -177,8 +151,7 @@ fn streaming_basic_and_api_key_calls() {
             .set("capabilities.streaming", true)
             .set("auth.schemes", ["bearer", "basic", "api_key"]),
     );
-    let (code, stdout, stderr) =
-        served.call("streamed words", &["--token", &served.token, "--stream"]);
+    let (code, stdout, stderr) = served.call("streamed words", &["--stream"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("streamed words"), "{stdout}");
     context_of(&stderr);
@@ -229,20 +202,15 @@ fn plain_http_to_another_host_is_refused_before_anything_is_sent() {
 #[test]
 fn a_call_to_the_official_python_sdk_server() {
     let agent = UpstreamAgent::start(true);
-    let jwks = repo_root().join("tests/data/upstream/signing.jwks.json");
-    let call = |text: &str, extra: &[&str]| {
-        let mut args = vec![
-            "call",
-            agent.url.as_str(),
-            text,
-            "--jwks",
-            jwks.to_str().unwrap(),
-            "--token",
-            UPSTREAM_TOKEN,
-        ];
+    let keys = |name: &str| repo_root().join("tests/data/upstream").join(name);
+    let (jwks, other) = (keys("signing.jwks.json"), keys("other.jwks.json"));
+    let call_as = |jwks: &std::path::Path, token: &str, text: &str, extra: &[&str]| {
+        let mut args = vec!["call", agent.url.as_str(), text, "--token", token, "--jwks"];
+        args.push(jwks.to_str().unwrap());
         args.extend_from_slice(extra);
         cli(&args)
     };
+    let call = |text: &str, extra: &[&str]| call_as(&jwks, UPSTREAM_TOKEN, text, extra);
     let (code, stdout, stderr) = call("hello", &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
@@ -283,26 +251,9 @@ fn a_call_to_the_official_python_sdk_server() {
     let (code, _, stderr) = call("fail", &[]);
     assert_eq!(code, 6, "{stderr}");
     assert!(stderr.contains("it failed on purpose"), "{stderr}");
-    let (code, _, stderr) = cli(&[
-        "call",
-        agent.url.as_str(),
-        "hello",
-        "--jwks",
-        jwks.to_str().unwrap(),
-        "--token",
-        "wrong",
-    ]);
+    let (code, _, stderr) = call_as(&jwks, "wrong", "hello", &[]);
     assert_eq!(code, 4, "{stderr}");
     // A key set that did not sign the card.
-    let other = repo_root().join("tests/data/upstream/other.jwks.json");
-    let (code, _, stderr) = cli(&[
-        "call",
-        agent.url.as_str(),
-        "hello",
-        "--jwks",
-        other.to_str().unwrap(),
-        "--token",
-        UPSTREAM_TOKEN,
-    ]);
+    let (code, _, stderr) = call_as(&other, UPSTREAM_TOKEN, "hello", &[]);
     assert_eq!(code, 3, "{stderr}");
 }

@@ -325,33 +325,38 @@ async fn a_hosted_model_over_tls_is_trusted_through_the_policy_ca_file_only() {
 async fn the_system_roots_are_the_default_trust() {
     // SSL_CERT_FILE is how an operator (or this test) points the system's roots elsewhere.
     let model = FakeModel::start_tls(ModelBehaviour::Answer).await;
-    let dir = tempfile::tempdir().unwrap();
-    let policy_path = dir.path().join("policy.toml");
     let policy = PolicyEdit::default().openai(&model.base_url, "test-model");
-    std::fs::write(&policy_path, policy.text()).unwrap();
-    let data = dir.path().join("data");
-    let token = add_peer(&data, "alice");
-    let server = ServeProcess::start_with(
-        dir.path(),
-        &data,
-        &["--policy", policy_path.to_str().unwrap()],
-        &[("SSL_CERT_FILE", test_ca_path().to_str().unwrap())],
+    let ca = test_ca_path();
+    let trusting = ServedPolicy::start(
+        &policy,
+        &["alice"],
+        &[("SSL_CERT_FILE", ca.to_str().unwrap())],
     );
-    let response = send_text(&server.door(), &token, "system roots", None).await;
+    let response = send_text(
+        &trusting.server.door(),
+        &trusting.tokens[0],
+        "system roots",
+        None,
+    )
+    .await;
     assert_eq!(reply_text(task_of(&response)), "model says: system roots");
-    drop(server);
 
     // Without it the certificate is refused, and the log says so (the peer hears only that
     // the model could not answer).
-    let server = ServeProcess::start_with(
-        dir.path(),
-        &data,
-        &["--policy", policy_path.to_str().unwrap()],
+    let refusing = ServedPolicy::start(
+        &policy,
+        &["alice"],
         &[("SSL_CERT_FILE", "/nonexistent/roots.pem")],
     );
-    let response = send_text(&server.door(), &token, "system roots", None).await;
+    let response = send_text(
+        &refusing.server.door(),
+        &refusing.tokens[0],
+        "system roots",
+        None,
+    )
+    .await;
     assert_failed_cleanly(task_of(&response));
-    let log = server.log_text();
+    let log = refusing.server.log_text();
     assert!(log.contains("TLS certificate was not accepted"), "{log}");
 }
 

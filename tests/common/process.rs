@@ -136,3 +136,39 @@ impl Drop for ServeProcess {
         let _ = self.child.wait();
     }
 }
+
+/// `peergate serve` on a policy file written from a [`super::policy::PolicyEdit`], in a fresh
+/// directory, with peers added through the CLI first.
+pub struct ServedPolicy {
+    pub dir: tempfile::TempDir,
+    pub data: std::path::PathBuf,
+    pub server: ServeProcess,
+    /// The tokens of the peers, in the order they were named.
+    pub tokens: Vec<String>,
+}
+
+impl ServedPolicy {
+    /// Serves `policy` with `peers` added and `env` in the server's environment.
+    pub fn start(policy: &super::policy::PolicyEdit, peers: &[&str], env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let policy_path = dir.path().join("policy.toml");
+        std::fs::write(&policy_path, policy.text()).unwrap();
+        let data = dir.path().join("data");
+        let tokens = peers
+            .iter()
+            .map(|peer| super::cli::add_peer(&data, peer))
+            .collect();
+        let server = ServeProcess::start_with(
+            dir.path(),
+            &data,
+            &["--policy", policy_path.to_str().unwrap()],
+            env,
+        );
+        Self {
+            dir,
+            data,
+            server,
+            tokens,
+        }
+    }
+}

@@ -86,3 +86,31 @@ pub fn error_code(response: &Value) -> i64 {
         .and_then(Value::as_i64)
         .unwrap_or_else(|| panic!("no error in {response}"))
 }
+
+/// Sends a streaming JSON-RPC request (SendStreamingMessage, SubscribeToTask) and returns the
+/// response, its events still to be read.
+pub async fn open_stream(url: &str, token: &str, request: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("a2a-version", "1.0")
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Reads a stream until what was read contains `needle`; returns all of it.
+pub async fn read_until(response: &mut reqwest::Response, needle: &str) -> String {
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let chunk = response
+            .chunk()
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("the stream ended before {needle:?}: {seen}"));
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    seen
+}
