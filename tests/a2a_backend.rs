@@ -384,3 +384,39 @@ async fn a_subscription_to_a_task_waiting_for_input_follows_it_to_its_end() {
         "TASK_STATE_COMPLETED"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_misbehaving_agent_is_asked_once_and_bounded_and_its_words_stay_behind() {
+    let agent = MisbehavingAgent::start().await;
+    let door = ServedPolicy::start(&agent.policy(2), &["alice"], &[]);
+    let (token, url) = (&door.tokens[0], door.server.door());
+
+    // Each message reaches the agent exactly once.
+    let answer = send_text(&url, token, "hello", None).await;
+    assert_eq!(artifact_text(task_of(&answer)), "agent says: hello");
+    assert_eq!(agent.posts(), 1);
+
+    for (text, why) in [
+        ("redirect", "a redirect is not followed"),
+        ("huge", "an answer over 4 MiB is cut off"),
+        ("hang", "an agent that does not answer is given up on"),
+        ("rpc-error", "a JSON-RPC error"),
+    ] {
+        let before = agent.posts();
+        let answer = send_text(&url, token, text, None).await;
+        let task = task_of(&answer);
+        assert_eq!(
+            task["status"]["state"], "TASK_STATE_FAILED",
+            "{why}: {task}"
+        );
+        assert!(!task.to_string().contains(AGENT_SECRET), "{why}: {task}");
+        assert_eq!(agent.posts(), before + 1, "{why}: asked once");
+    }
+    assert_eq!(agent.redirected(), 0, "the redirect was followed");
+    let log = door.server.log_text();
+    assert!(
+        !log.contains(AGENT_SECRET),
+        "the agent's words reached the log"
+    );
+    assert!(log.contains("JSON-RPC error -32603"), "{log}");
+}

@@ -503,6 +503,17 @@ fn upstream(setting: &'static str, reason: impl Into<String>) -> BackendSetupErr
     }
 }
 
+/// Why the card could not be fetched, in words for the operator.
+fn unreachable_reason(error: &reqwest::Error) -> &'static str {
+    match classify(error) {
+        BackendError::Timeout => "no answer within 10 s",
+        BackendError::Certificate => {
+            "its TLS certificate was not accepted (the system's roots and model.a2a.ca_file)"
+        }
+        _ => "the connection failed",
+    }
+}
+
 async fn read_card(client: &reqwest::Client, url: &str) -> Result<String, BackendSetupError> {
     let mut response = client
         .get(url)
@@ -512,7 +523,7 @@ async fn read_card(client: &reqwest::Client, url: &str) -> Result<String, Backen
         .map_err(|e| {
             upstream(
                 "model.a2a.url",
-                format!("its card could not be read ({})", classify(&e)),
+                format!("its card could not be read ({})", unreachable_reason(&e)),
             )
         })?;
     if response.status() != reqwest::StatusCode::OK {
@@ -528,7 +539,7 @@ async fn read_card(client: &reqwest::Client, url: &str) -> Result<String, Backen
     while let Some(chunk) = response.chunk().await.map_err(|e| {
         upstream(
             "model.a2a.url",
-            format!("its card broke off ({})", classify(&e)),
+            format!("its card broke off ({})", unreachable_reason(&e)),
         )
     })? {
         if bytes.len() + chunk.len() > MAX_CARD_BYTES {

@@ -77,3 +77,108 @@ impl Drop for UpstreamAgent {
         let _ = self.child.wait();
     }
 }
+
+/// A misbehaving A2A agent on loopback: a real HTTP server with an unsigned card whose
+/// JSON-RPC endpoint misbehaves as the message's text says ("redirect", "huge", "hang",
+/// "rpc-error"; anything else gets a completed task). It counts what it receives.
+pub struct MisbehavingAgent {
+    pub url: String,
+    posts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    redirected: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// The words a misbehaving agent puts in its errors; they must never reach a peer.
+pub const AGENT_SECRET: &str = "agent-internal-detail-91c2";
+
+impl MisbehavingAgent {
+    pub async fn start() -> Self {
+        use axum::routing::{get, post};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (posts, redirected) = (
+            std::sync::Arc::new(AtomicUsize::new(0)),
+            std::sync::Arc::new(AtomicUsize::new(0)),
+        );
+        let card = serde_json::json!({
+            "name": "misbehaving", "description": "d", "version": "1",
+            "supportedInterfaces": [{"url": format!("{url}/"), "protocolBinding": "JSONRPC",
+                "protocolVersion": "1.0"}],
+            "capabilities": {"streaming": false},
+            "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+            "skills": [],
+        });
+        let counted = posts.clone();
+        let elsewhere = redirected.clone();
+        let app = axum::Router::new()
+            .route(
+                "/.well-known/agent-card.json",
+                get(move || async move { axum::Json(card) }),
+            )
+            .route(
+                "/elsewhere",
+                post(move || async move {
+                    elsewhere.fetch_add(1, Ordering::SeqCst);
+                    "redirected"
+                }),
+            )
+            .route(
+                "/",
+                post(move |body: axum::Json<serde_json::Value>| async move {
+                    use axum::response::IntoResponse;
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let text = body["params"]["message"]["parts"][0]["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    match text.as_str() {
+                        "redirect" => (
+                            axum::http::StatusCode::TEMPORARY_REDIRECT,
+                            [("location", "/elsewhere")],
+                        )
+                            .into_response(),
+                        "huge" => "x".repeat(5 * 1024 * 1024).into_response(),
+                        "hang" => {
+                            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                            "late".into_response()
+                        }
+                        "rpc-error" => axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": 1,
+                            "error": {"code": -32603, "message": AGENT_SECRET,
+                                "data": {"trace": AGENT_SECRET}}}))
+                        .into_response(),
+                        _ => axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": 1,
+                            "result": {"task": {"id": "agent-task-1", "contextId": "c",
+                                "status": {"state": "TASK_STATE_COMPLETED"},
+                                "artifacts": [{"artifactId": "a", "parts": [{"text": format!("agent says: {text}")}]}]}}}))
+                        .into_response(),
+                    }
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            url,
+            posts,
+            redirected,
+        }
+    }
+
+    /// JSON-RPC requests received.
+    pub fn posts(&self) -> usize {
+        self.posts.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Requests that followed its redirect.
+    pub fn redirected(&self) -> usize {
+        self.redirected.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A policy with this agent as the `a2a` backend, its unsigned card accepted, and
+    /// `timeout_seconds` for each call.
+    pub fn policy(&self, timeout_seconds: u64) -> PolicyEdit {
+        PolicyEdit::default()
+            .set("model.backend", "a2a")
+            .set("model.timeout_seconds", timeout_seconds)
+            .insert("model.a2a.url", self.url.as_str())
+            .insert("model.a2a.dangerous_accept_unsigned_card", true)
+    }
+}
