@@ -252,6 +252,26 @@ async fn a_card_that_does_not_verify_stops_start_up_unless_dangerously_accepted(
     assert_eq!(artifact_text(task_of(&answer)), "upstream says: hi");
     assert!(door.server.log_text().contains("used unverified"));
 
+    // A key set that holds no key verifies nothing.
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(empty.path(), r#"{"keys": []}"#).unwrap();
+    let stderr = refused_start(
+        signed
+            .policy()
+            .set("model.a2a.card_jwks_file", empty.path().to_str().unwrap()),
+        &env,
+    );
+    assert!(stderr.contains("hold no usable key"), "{stderr}");
+    // The JSON-RPC endpoint named instead of the card's must keep the URL's scheme.
+    let stderr = refused_start(
+        signed
+            .policy()
+            .insert("model.a2a.rpc_url", "https://agent.example/"),
+        &env,
+    );
+    assert!(stderr.contains("model.a2a.rpc_url"), "{stderr}");
+    assert!(stderr.contains("same scheme"), "{stderr}");
+
     // No keys and no switch: the policy itself is refused.
     let stderr = refused_start(signed.policy().remove("model.a2a.card_jwks_file"), &env);
     assert!(stderr.contains("model.a2a.card_jwks_file"), "{stderr}");
@@ -419,4 +439,110 @@ async fn a_misbehaving_agent_is_asked_once_and_bounded_and_its_words_stay_behind
         "the agent's words reached the log"
     );
     assert!(log.contains("JSON-RPC error -32603"), "{log}");
+}
+
+#[tokio::test]
+async fn an_agent_that_does_not_stream_is_asked_with_send_message_and_canceled_by_its_task() {
+    let upstream = UpstreamAgent::start_with(true, false);
+    let door = door(
+        upstream
+            .policy()
+            .set("capabilities.streaming", true)
+            .set("capabilities.cancel_running", true),
+        &["alice"],
+    );
+    let (token, url) = (&door.tokens[0], door.server.door());
+    let answer = send_text(&url, token, "slow", None).await;
+    assert_eq!(artifact_text(task_of(&answer)), "slow work done");
+    // A streaming peer still gets the answer, in one piece.
+    let request = json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage",
+        "params": {"message": text_message("hello")}});
+    let events = open_stream(&url, token, &request)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(events.contains("upstream says: hello"), "{events}");
+    // A task waiting for input is canceled on the agent's side too.
+    let waiting = send_text(&url, token, "input", None).await;
+    let id = task_of(&waiting)["id"].as_str().unwrap().to_owned();
+    let canceled = rpc(
+        &url,
+        token,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": id}}),
+    )
+    .await;
+    assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED");
+    assert_eq!(
+        artifact_text(task_of(&send_text(&url, token, "cancels", None).await)),
+        "cancels: 1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_an_agent_reads_and_writes_is_charged_to_the_owners_budget() {
+    let agent = MisbehavingAgent::start().await;
+    // About seven tokens a message: "hello" read, "agent says: hello" written.
+    let door = ServedPolicy::start(
+        &agent.policy(10).set("budgets.tokens_per_day", 10),
+        &["alice"],
+        &[],
+    );
+    let (token, url) = (&door.tokens[0], door.server.door());
+    for _ in 0..2 {
+        let answer = send_text(&url, token, "hello", None).await;
+        assert_eq!(task_of(&answer)["status"]["state"], "TASK_STATE_COMPLETED");
+    }
+    let refused = send_text(&url, token, "hello", None).await;
+    assert_eq!(
+        task_of(&refused)["status"]["state"],
+        "TASK_STATE_REJECTED",
+        "{refused}"
+    );
+    assert_eq!(
+        agent.posts(),
+        2,
+        "the refused message never reached the agent"
+    );
+}
+
+#[tokio::test]
+async fn a_continuation_refused_by_the_budget_rejects_the_task_and_cancels_the_agents() {
+    let upstream = UpstreamAgent::start(true);
+    let spent = door(
+        upstream.policy().set("budgets.tokens_per_day", 10),
+        &["alice"],
+    );
+    let (token, url) = (&spent.tokens[0], spent.server.door());
+    // Asking for input spends the day's budget (its question is over 40 bytes).
+    let waiting = send_text(&url, token, "input", None).await;
+    let task = task_of(&waiting).clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    let mut more = text_message("more");
+    more["taskId"] = task["id"].clone();
+    let refused = send(&url, token, more).await;
+    let rejected = task_of(&refused);
+    assert_eq!(rejected["id"], task["id"]);
+    assert_eq!(
+        rejected["status"]["state"], "TASK_STATE_REJECTED",
+        "{rejected}"
+    );
+    assert_eq!(
+        rejected["history"].as_array().unwrap().len(),
+        4,
+        "{rejected}"
+    );
+    let stored = get_task(&url, token, task["id"].as_str().unwrap(), None).await;
+    assert_eq!(stored["result"]["status"]["state"], "TASK_STATE_REJECTED");
+    // The agent's task was canceled: nobody will answer it now. (Counting needs a message,
+    // which the budget refuses, so the count is read through a second peergate.)
+    let counting = door(upstream.policy(), &["bob"]);
+    let count = send_text(
+        &counting.server.door(),
+        &counting.tokens[0],
+        "cancels",
+        None,
+    )
+    .await;
+    assert_eq!(artifact_text(task_of(&count)), "cancels: 1");
 }

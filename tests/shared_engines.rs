@@ -306,6 +306,20 @@ async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_oth
         .expect("heard within two seconds")
         .unwrap();
     assert_eq!(canceled.state, "TASK_STATE_CANCELED");
+    // And the states of a task waiting for the peer.
+    for state in ["TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"] {
+        events_a.publish(TaskEvent {
+            peer_id: "alice".into(),
+            task_id: "t1".into(),
+            state,
+            task_json: task_json.into(),
+        });
+        let heard = tokio::time::timeout(Duration::from_secs(2), subscription.next())
+            .await
+            .expect("heard within two seconds")
+            .unwrap();
+        assert_eq!(heard.state, state);
+    }
 }
 
 #[tokio::test]

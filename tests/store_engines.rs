@@ -762,3 +762,104 @@ fn a_bad_or_unreachable_store_url_is_named_without_its_password() {
     );
     assert!(!stderr.contains("s3cret-pw"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_every_engine() {
+    for (engine, store, _dir) in engines().await {
+        let mut change = store.accounts().begin_change().await.unwrap();
+        change
+            .insert_admin(&admin("adm_1", "ada"), None)
+            .await
+            .unwrap();
+        change
+            .insert_peer(&peer("peer_1", "alice", "adm_1"))
+            .await
+            .unwrap();
+        change.commit().await.unwrap();
+        let exchange =
+            |state: &'static str, now: i64, instance: &str, agent: Option<&str>| Exchange {
+                task_id: "t1".into(),
+                peer_id: "peer_1".into(),
+                context_id: "ctx".into(),
+                state,
+                task_json: format!("{{\"id\":\"t1\",\"state\":\"{state}\"}}"),
+                now,
+                expires_at: now + 1_000_000,
+                messages: Vec::new(),
+                usage: None,
+                audit: None,
+                instance: Some(Arc::from(instance)),
+                notify: false,
+                push_config: None,
+                upstream_task_id: agent.map(str::to_owned),
+            };
+        let tasks = store.tasks();
+        tasks
+            .save_exchange(exchange("TASK_STATE_WORKING", 100, "ins_a", None))
+            .await
+            .unwrap();
+        tasks
+            .save_exchange(exchange(
+                "TASK_STATE_INPUT_REQUIRED",
+                200,
+                "ins_a",
+                Some("agent-7"),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            tasks
+                .upstream_task("peer_1", "t1")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("agent-7"),
+            "{engine}"
+        );
+        assert_eq!(
+            tasks.upstream_task("peer_2", "t1").await.unwrap(),
+            None,
+            "{engine}: another peer's"
+        );
+        // The continuation, on another instance, much later: the agent's id stays.
+        tasks
+            .save_exchange(exchange("TASK_STATE_WORKING", 10_000, "ins_b", None))
+            .await
+            .unwrap();
+        assert_eq!(
+            tasks
+                .upstream_task("peer_1", "t1")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("agent-7"),
+            "{engine}"
+        );
+        // A sweep of turns older than the continuation leaves it alone; it names ins_b.
+        assert!(
+            tasks.working_tasks(Some(5_000)).await.unwrap().is_empty(),
+            "{engine}"
+        );
+        let working = tasks.working_tasks(Some(20_000)).await.unwrap();
+        assert_eq!(working.len(), 1, "{engine}");
+        assert_eq!(working[0].instance.as_deref(), Some("ins_b"), "{engine}");
+        // Finished, it stays finished.
+        tasks
+            .save_exchange(exchange("TASK_STATE_COMPLETED", 10_100, "ins_b", None))
+            .await
+            .unwrap();
+        tasks
+            .save_exchange(exchange("TASK_STATE_WORKING", 10_200, "ins_a", None))
+            .await
+            .unwrap();
+        let stored = tasks
+            .find_task("peer_1", "t1", 10_300)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            stored.contains("TASK_STATE_COMPLETED"),
+            "{engine}: {stored}"
+        );
+    }
+}

@@ -271,7 +271,7 @@ impl Agent {
     ) -> Result<Box<RawValue>, RpcError> {
         let params: SendMessageParams = jsonrpc::parse_params(params)?;
         let planned = self.plan(peer, params).await?;
-        let (turn, history_length) = (planned.turn, planned.history_length);
+        let (mut turn, history_length) = (planned.turn, planned.history_length);
         let return_immediately = planned.return_immediately;
         if return_immediately && !self.settings.non_blocking {
             return Err(RpcError::UnsupportedOperation(
@@ -279,10 +279,10 @@ impl Agent {
             ));
         }
         if let Some(refusal) = self.refusal(peer, client).await? {
-            return self.finish(&turn, refusal, history_length, None).await;
+            return self.refuse(&mut turn, refusal, history_length).await;
         }
         let held = self.begin_turn(&turn).await?;
-        self.still_waiting(&turn).await?;
+        self.still_waiting(&mut turn).await?;
         let (prompt, unfinished, working_json) =
             self.store_working(&turn, planned.fresh_context).await?;
         let (cancel, cancelable) = self.running_turn(&turn);
@@ -332,7 +332,8 @@ impl Agent {
             .map(|n| checked_history_length(n, "configuration.historyLength"))
             .transpose()?;
         let (text, context_id) = incoming(&message)?;
-        let parts = forwarded_parts(&message.parts);
+        let text = truncate_text(text, self.settings.max_text_bytes);
+        let parts = forwarded_parts(&message.parts, &text, self.settings.max_text_bytes);
         if let Some(task_id) = &message.task_id {
             let continued = self
                 .continued_task(peer, task_id, message.context_id.as_deref())
@@ -345,7 +346,7 @@ impl Agent {
                     push_config: None,
                     context_id: continued.context_id,
                     message_id: message.message_id,
-                    text: truncate_text(text, self.settings.max_text_bytes),
+                    text,
                     parts,
                     continues: Some(continued.continuation),
                     instance: self.shared.ownership.instance().into(),
@@ -367,7 +368,7 @@ impl Agent {
                 push_config,
                 context_id: context_id.unwrap_or_else(new_id),
                 message_id: message.message_id,
-                text: truncate_text(text, self.settings.max_text_bytes),
+                text,
                 parts,
                 continues: None,
                 instance: self.shared.ownership.instance().into(),
@@ -577,8 +578,12 @@ impl Agent {
             },
         };
         self.metrics.backend_latency(started.elapsed());
-        if !matches!(answer, Some(Ok(_))) {
-            self.cancel_agent_task(turn, prompt).await;
+        // Stopped, timed out or failed: the agent's task (the one it named, or the one this
+        // message continued) is canceled, so it does not go on for nobody.
+        if !matches!(answer, Some(Ok(Ok(_)))) {
+            let agent_task = prompt.agent_task.get().or(prompt.continues.as_ref());
+            self.cancel_agent_task(turn, agent_task.map(String::as_str))
+                .await;
         }
         let Some(answer) = answer else {
             // Dropping the call stopped it; what it cost is unknown, so the turn counts as a
@@ -635,12 +640,14 @@ impl Agent {
 
     /// Stops the agent's side of a turn that was canceled or timed out, if the agent behind the
     /// door said which task it is (bounded: the peer's answer does not wait long for it).
-    async fn cancel_agent_task(&self, turn: &TurnPlan, prompt: &Prompt) {
-        let Some(agent_task) = prompt.agent_task.get() else {
+    async fn cancel_agent_task(&self, turn: &TurnPlan, agent_task: Option<&str>) {
+        let Some(agent_task) = agent_task else {
             return;
         };
-        let canceled =
-            tokio::time::timeout(Duration::from_secs(5), self.backend.cancel(agent_task)).await;
+        // Bounded by the backend's timeout too, so the request timeout (more than 2.5 times
+        // it) still covers the call, the cancel and storing the answer.
+        let wait = Duration::from_secs(5).min(self.settings.backend_timeout);
+        let canceled = tokio::time::timeout(wait, self.backend.cancel(agent_task)).await;
         if !matches!(canceled, Ok(Ok(()))) {
             tracing::warn!(task_id = %turn.task_id, "the agent behind the door did not confirm the cancel");
         }
@@ -910,19 +917,44 @@ impl Agent {
     }
 
     /// A turn continuing a task, once it holds the context: the task must still be waiting
-    /// (another message may have answered it meanwhile).
-    async fn still_waiting(&self, turn: &TurnPlan) -> Result<(), RpcError> {
+    /// (another message may have answered it meanwhile), and its history and the agent's task
+    /// are read again, as they are now.
+    async fn still_waiting(&self, turn: &mut TurnPlan) -> Result<(), RpcError> {
         if turn.continues.is_none() {
             return Ok(());
         }
-        let task = self.load_task(&turn.peer, &turn.task_id).await?;
-        if task.status.state.is_interrupted() {
-            Ok(())
-        } else {
-            Err(RpcError::UnsupportedOperation(
-                "another message answered the task first; read it with GetTask",
-            ))
+        let continued = self
+            .continued_task(&turn.peer, &turn.task_id, Some(&turn.context_id))
+            .await
+            .map_err(|_| {
+                RpcError::UnsupportedOperation(
+                    "another message answered the task first; read it with GetTask",
+                )
+            })?;
+        turn.continues = Some(continued.continuation);
+        Ok(())
+    }
+
+    /// A message refused by its owner's budget: a rejected task. A message continuing a task
+    /// rejects that task, under the context's turn, and the agent's task is canceled (nobody
+    /// will answer it now).
+    async fn refuse(
+        &self,
+        turn: &mut TurnPlan,
+        refusal: Outcome,
+        history_length: Option<usize>,
+    ) -> Result<Box<RawValue>, RpcError> {
+        if turn.continues.is_none() {
+            return self.finish(turn, refusal, history_length, None).await;
         }
+        let _held = self.begin_turn(turn).await?;
+        self.still_waiting(turn).await?;
+        let agent_task = turn
+            .continues
+            .as_ref()
+            .and_then(|c| c.upstream_task_id.clone());
+        self.cancel_agent_task(turn, agent_task.as_deref()).await;
+        self.finish(turn, refusal, history_length, None).await
     }
 
     async fn get_task(
@@ -1420,8 +1452,19 @@ fn message_text(parts: &[a2a::IncomingPart]) -> Option<String> {
     (!text.trim().is_empty()).then_some(text)
 }
 
-/// The parts an agent behind the door gets: the peer's text and data parts, as sent.
-fn forwarded_parts(parts: &[a2a::IncomingPart]) -> Vec<a2a::Part> {
+/// The parts an agent behind the door gets: the peer's text and data parts, as sent; over
+/// `max` bytes together, the `truncated` text as one part instead, as a model would get it.
+fn forwarded_parts(parts: &[a2a::IncomingPart], truncated: &str, max: usize) -> Vec<a2a::Part> {
+    let size: usize = parts
+        .iter()
+        .map(|part| {
+            part.text.as_ref().map_or(0, String::len)
+                + part.data.as_ref().map_or(0, |data| data.to_string().len())
+        })
+        .sum();
+    if size > max {
+        return vec![a2a::Part::text(truncated)];
+    }
     parts
         .iter()
         .filter_map(|part| match (&part.text, &part.data) {

@@ -192,6 +192,21 @@ pub(crate) fn upstream_client(
     ca_file: Option<&str>,
     ca_setting: &'static str,
 ) -> Result<reqwest::Client, BackendSetupError> {
+    upstream_client_resolving(
+        url,
+        ca_file,
+        ca_setting,
+        Arc::new(crate::jose::fetch::SystemLookup),
+    )
+}
+
+/// [`upstream_client`] resolving names through `lookup`.
+fn upstream_client_resolving(
+    url: &str,
+    ca_file: Option<&str>,
+    ca_setting: &'static str,
+    lookup: Arc<dyn crate::jose::fetch::Lookup>,
+) -> Result<reqwest::Client, BackendSetupError> {
     let https = url.starts_with("https://");
     let tls =
         crate::http::tls::client_config(ca_file.map(std::path::Path::new), ca_setting, https)?;
@@ -201,7 +216,7 @@ pub(crate) fn upstream_client(
         .connect_timeout(std::time::Duration::from_secs(5));
     if !https {
         builder = builder.dns_resolver(Arc::new(crate::jose::fetch::GuardedResolver {
-            lookup: Arc::new(crate::jose::fetch::SystemLookup),
+            lookup,
             reach: crate::jose::fetch::Reach::PrivateSide,
         }));
     }
@@ -255,5 +270,69 @@ pub async fn from_policy(model: &ModelPolicy) -> Result<Arc<dyn ModelBackend>, B
                 .ok_or(BackendSetupError::MissingSection("model.openai"))?;
             Ok(Arc::new(openai::OpenAi::new(policy)?))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+    use std::pin::Pin;
+
+    /// Resolves every name to one address.
+    struct Always(IpAddr);
+
+    impl crate::jose::fetch::Lookup for Always {
+        fn lookup(
+            &self,
+            _host: String,
+        ) -> Pin<Box<dyn std::future::Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>
+        {
+            let ip = self.0;
+            Box::pin(async move { Ok(vec![ip]) })
+        }
+    }
+
+    #[tokio::test]
+    async fn plain_http_by_name_reaches_the_private_side_only() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 1024];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            }
+        });
+        let url = format!("http://model.internal:{port}/v1");
+        let ask = |ip: &str| {
+            let client = upstream_client_resolving(
+                &url,
+                None,
+                "model.openai.ca_file",
+                Arc::new(Always(ip.parse().unwrap())),
+            )
+            .unwrap();
+            let url = url.clone();
+            async move { client.get(url).send().await }
+        };
+        assert!(
+            ask("127.0.0.1").await.is_ok(),
+            "a private-side name is reached"
+        );
+        let refused = ask("8.8.8.8").await.unwrap_err();
+        let mut reason = refused.to_string();
+        let mut source = std::error::Error::source(&refused);
+        while let Some(inner) = source {
+            reason = inner.to_string();
+            source = inner.source();
+        }
+        assert!(
+            reason.contains("resolves to no loopback or private address"),
+            "{reason}"
+        );
     }
 }

@@ -142,7 +142,13 @@ impl UpstreamAgent {
     /// The message forwarded for `prompt`.
     fn message(prompt: &Prompt) -> Value {
         let mut message = json!({
-            "messageId": prompt.message_id,
+            // The peer's id with a mark of its conversation: two peers' "msg-1" stay apart at
+            // an agent that keys anything on message ids, and a prefix the agent acts on stays.
+            "messageId": format!(
+                "{}-pg{}",
+                prompt.message_id,
+                prompt.conversation.get(..8).unwrap_or_default()
+            ),
             "role": "ROLE_USER",
             "parts": prompt.parts,
             // Always with the task id too: the Python SDK checks the pair.
@@ -199,7 +205,12 @@ impl UpstreamAgent {
     /// Follows a task the agent left working until it is final or waits for the peer.
     async fn follow(&self, task: UpstreamTask) -> Result<UpstreamTask, BackendError> {
         let mut task = task;
-        while !settled(&task.status.state) {
+        // Only a task the agent says is still under way is followed; any other state is
+        // judged by what it is.
+        while matches!(
+            task.status.state.as_str(),
+            "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING"
+        ) {
             tokio::time::sleep(FOLLOW_EVERY).await;
             let result = self.call("GetTask", json!({"id": task.id})).await?;
             task = serde_json::from_value(result)
@@ -227,26 +238,7 @@ impl ModelBackend for UpstreamAgent {
     /// Through the agent's stream when it streams: its first event names its task, so a cancel
     /// can reach it while it works. Otherwise one blocking `SendMessage`.
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, BackendError> {
-        if self.streams {
-            // Nobody reads the pieces: they are dropped as they come.
-            let (pieces, _) = tokio::sync::mpsc::unbounded_channel();
-            return self.streamed(prompt, &pieces).await;
-        }
-        let result = self
-            .call("SendMessage", json!({"message": Self::message(prompt)}))
-            .await?;
-        let result: SendResult = serde_json::from_value(result)
-            .map_err(|_| BackendError::InvalidResponse("not a task or a message"))?;
-        match (result.task, result.message) {
-            (Some(task), _) => {
-                let _ = prompt.agent_task.set(task.id.clone());
-                completion_of_task(self.follow(task).await?)
-            }
-            (None, Some(message)) => completion_of_message(message),
-            (None, None) => Err(BackendError::InvalidResponse(
-                "neither a task nor a message",
-            )),
-        }
+        self.answer(prompt).await.map(|c| estimated(prompt, c))
     }
 
     /// `SendStreamingMessage` when the agent streams: the text of its working updates and of
@@ -261,7 +253,9 @@ impl ModelBackend for UpstreamAgent {
             let _ = pieces.send(completion.text.clone());
             return Ok(completion);
         }
-        self.streamed(prompt, pieces).await
+        self.streamed(prompt, pieces)
+            .await
+            .map(|c| estimated(prompt, c))
     }
 
     async fn cancel(&self, agent_task: &str) -> Result<(), BackendError> {
@@ -271,7 +265,57 @@ impl ModelBackend for UpstreamAgent {
     }
 }
 
+/// An agent reports no tokens: what it read and wrote counts at about four bytes a token, so
+/// the owners' budgets hold for agents too.
+fn estimated(prompt: &Prompt, mut completion: Completion) -> Completion {
+    let tokens = |bytes: usize| u64::try_from(bytes).unwrap_or(u64::MAX).div_ceil(4);
+    let read: usize = prompt
+        .parts
+        .iter()
+        .map(|part| {
+            part.text.as_ref().map_or(0, String::len)
+                + part.data.as_ref().map_or(0, |d| d.to_string().len())
+        })
+        .sum();
+    completion.usage = Usage {
+        prompt_tokens: tokens(read),
+        completion_tokens: tokens(completion.text.len()),
+    };
+    completion
+}
+
 impl UpstreamAgent {
+    /// Through the agent's stream when it streams: its first event names its task, so a cancel
+    /// can reach it while it works. Otherwise one blocking `SendMessage`.
+    async fn answer(&self, prompt: &Prompt) -> Result<Completion, BackendError> {
+        if self.streams {
+            // Nobody reads the pieces: they are dropped as they come.
+            let (pieces, _) = tokio::sync::mpsc::unbounded_channel();
+            return self.streamed(prompt, &pieces).await;
+        }
+        let result = self
+            .call("SendMessage", json!({"message": Self::message(prompt)}))
+            .await?;
+        self.settle(prompt, result).await
+    }
+
+    /// The completion a `SendMessage` result makes: a message as it is, a task once it is
+    /// final or waits for the peer.
+    async fn settle(&self, prompt: &Prompt, result: Value) -> Result<Completion, BackendError> {
+        let result: SendResult = serde_json::from_value(result)
+            .map_err(|_| BackendError::InvalidResponse("not a task or a message"))?;
+        match (result.task, result.message) {
+            (Some(task), _) => {
+                let _ = prompt.agent_task.set(task.id.clone());
+                completion_of_task(self.follow(task).await?)
+            }
+            (None, Some(message)) => completion_of_message(message),
+            (None, None) => Err(BackendError::InvalidResponse(
+                "neither a task nor a message",
+            )),
+        }
+    }
+
     /// One `SendStreamingMessage`, read to the task's end (followed with `GetTask` if the
     /// stream stops first).
     async fn streamed(&self, prompt: &Prompt, pieces: &Pieces) -> Result<Completion, BackendError> {
@@ -282,6 +326,24 @@ impl UpstreamAgent {
                 true,
             )
             .await?;
+        // An agent may refuse a stream with one JSON-RPC error, sent as JSON.
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if is_json {
+            let mut bytes = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(|e| classify(&e))? {
+                if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                    return Err(BackendError::TooLarge);
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            let answer: Value = serde_json::from_slice(&bytes)
+                .map_err(|_| BackendError::InvalidResponse("not a JSON-RPC response"))?;
+            return self.settle(prompt, result_of(answer)?).await;
+        }
         let mut events = ServerSentEvents::default();
         let mut followed = FollowedTask {
             agent_task: prompt.agent_task.clone(),
@@ -387,8 +449,11 @@ impl FollowedTask {
                 }
                 return Ok(None);
             }
+            let id = self.task_id.clone().filter(|id| !id.is_empty()).ok_or(
+                BackendError::InvalidResponse("the stream never named its task"),
+            )?;
             let task = UpstreamTask {
-                id: self.task_id.clone().unwrap_or_default(),
+                id,
                 status,
                 artifacts: std::mem::take(&mut self.artifacts),
             };
@@ -583,6 +648,12 @@ fn verify(policy: &A2aPolicy, card_text: &str) -> Result<(), BackendSetupError> 
         })?;
     }
     if keys.is_empty() {
+        if !policy.dangerous_accept_unsigned_card {
+            return Err(upstream(
+                "model.a2a.card_jwks_file",
+                "the keys named hold no usable key, so the agent's card cannot be verified",
+            ));
+        }
         tracing::warn!(
             "model.a2a.dangerous_accept_unsigned_card is on and no keys are named: the agent's card is used unverified"
         );

@@ -151,7 +151,7 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
                 serde_json::to_string_pretty(&result).unwrap_or_default()
             );
         } else {
-            println!("{}", answer_text(&result));
+            println!("{}", printable(&answer_text(&result)));
         }
         result
     };
@@ -438,7 +438,7 @@ fn rpc_result(answer: &Value) -> Result<Value, CliError> {
             format!(
                 "the agent answered error {}: {}",
                 error["code"],
-                error["message"].as_str().unwrap_or("(no message)")
+                printable(error["message"].as_str().unwrap_or("(no message)"))
             ),
         ));
     }
@@ -473,7 +473,7 @@ async fn streamed(mut response: reqwest::Response, json: bool) -> Result<Value, 
                     .map(|update| parts_text(&update["artifact"]["parts"]))
             };
             if let Some(piece) = piece.filter(|p| !p.is_empty()) {
-                print!("{piece}");
+                print!("{}", printable(&piece));
                 let _ = std::io::stdout().flush();
                 printed = true;
             }
@@ -504,7 +504,7 @@ async fn streamed(mut response: reqwest::Response, json: bool) -> Result<Value, 
         if printed {
             println!();
         } else {
-            println!("{}", answer_text(&last));
+            println!("{}", printable(&answer_text(&last)));
         }
     }
     Ok(last)
@@ -597,7 +597,7 @@ fn parts_text(parts: &Value) -> String {
 fn report(result: &Value) -> Result<(), CliError> {
     let (inner, is_task) = unwrap_result(result);
     if let Some(context) = inner["contextId"].as_str() {
-        eprintln!("context: {context}");
+        eprintln!("context: {}", printable(context));
     }
     if !is_task {
         return Ok(());
@@ -608,11 +608,12 @@ fn report(result: &Value) -> Result<(), CliError> {
     match state {
         "TASK_STATE_COMPLETED" => Ok(()),
         "TASK_STATE_INPUT_REQUIRED" | "TASK_STATE_AUTH_REQUIRED" => {
+            let (id, context) = (
+                printable(inner["id"].as_str().unwrap_or_default()),
+                printable(inner["contextId"].as_str().unwrap_or_default()),
+            );
             eprintln!(
-                "task: {} is waiting ({state}); answer with --task {} --context {}",
-                inner["id"].as_str().unwrap_or_default(),
-                inner["id"].as_str().unwrap_or_default(),
-                inner["contextId"].as_str().unwrap_or_default()
+                "task: {id} is waiting ({state}); answer with --task {id} --context {context}"
             );
             Ok(())
         }
@@ -620,7 +621,7 @@ fn report(result: &Value) -> Result<(), CliError> {
             EXIT_TASK_FAILED,
             format!(
                 "the task ended {state}: {}",
-                parts_text(&inner["status"]["message"]["parts"])
+                printable(&parts_text(&inner["status"]["message"]["parts"]))
             ),
         )),
         other => Err(exit(
@@ -631,6 +632,20 @@ fn report(result: &Value) -> Result<(), CliError> {
             ),
         )),
     }
+}
+
+/// `text` with control characters (terminal escapes among them) shown as `?`, except line
+/// breaks and tabs: what an agent says is printed, never obeyed by the terminal.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// The innermost reason of a client error (a refused certificate, a refused connection).
@@ -674,6 +689,14 @@ mod tests {
         assert_eq!(
             card_url("https://agent.example/cards/a.json").unwrap(),
             "https://agent.example/cards/a.json"
+        );
+    }
+
+    #[test]
+    fn an_agents_terminal_escapes_are_not_printed() {
+        assert_eq!(
+            printable("ok\u{1b}[2J\nnext\tcol\u{7}"),
+            "ok?[2J\nnext\tcol?"
         );
     }
 

@@ -74,6 +74,14 @@ impl A2aPolicy {
         check_upstream_url("model.a2a.url", &self.url)?;
         if let Some(rpc_url) = &self.rpc_url {
             check_upstream_url("model.a2a.rpc_url", rpc_url)?;
+            // One client serves both: its checks follow url's scheme.
+            let scheme = |url: &str| url.split_once("://").map(|(scheme, _)| scheme.to_owned());
+            if scheme(rpc_url) != scheme(&self.url) {
+                return Err(invalid(
+                    "model.a2a.rpc_url",
+                    "must use the same scheme as model.a2a.url",
+                ));
+            }
         }
         if self.card_jwks_file.is_none()
             && self.card_secret_env.is_none()

@@ -165,7 +165,8 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
         task_id: &str,
     ) -> Result<Option<String>, StoreError>;
 
-    /// Tasks still marked working (created before `created_before`, if given).
+    /// Tasks still marked working (whose working state was stored before `created_before`, if
+    /// given: a task continued after waiting for input counts from its continuation).
     async fn working_tasks(
         &self,
         created_before: Option<i64>,

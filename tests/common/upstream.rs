@@ -19,6 +19,11 @@ pub struct UpstreamAgent {
 impl UpstreamAgent {
     /// Starts the agent, its card signed with the key in `tests/data/upstream` when `signed`.
     pub fn start(signed: bool) -> Self {
+        Self::start_with(signed, true)
+    }
+
+    /// Like [`UpstreamAgent::start`]; the card says the agent streams only when `streams`.
+    pub fn start_with(signed: bool, streams: bool) -> Self {
         let python = super::sdk::python_with_sdk();
         let mut command = Command::new(python);
         command
@@ -26,6 +31,9 @@ impl UpstreamAgent {
             .env("UPSTREAM_TOKEN", UPSTREAM_TOKEN)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if !streams {
+            command.arg("--no-streaming");
+        }
         if signed {
             command
                 .arg("--sign-jwk")

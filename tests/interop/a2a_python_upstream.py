@@ -180,7 +180,7 @@ class BearerOnRpc(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-def build_card(port: int) -> AgentCard:
+def build_card(port: int, streaming: bool) -> AgentCard:
     return AgentCard(
         name='SDK upstream',
         description='Scripted A2A 1.0 agent built on a2a-sdk 1.3.0',
@@ -193,7 +193,7 @@ def build_card(port: int) -> AgentCard:
                 protocol_version='1.0',
             )
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
+        capabilities=AgentCapabilities(streaming=streaming, push_notifications=True),
         security_schemes={
             'bearer': SecurityScheme(
                 http_auth_security_scheme=HTTPAuthSecurityScheme(scheme='Bearer')
@@ -237,8 +237,8 @@ def make_signer(jwk_path: str):
     return modifier
 
 
-def build_app(port: int, token: str, sign_jwk: str | None) -> Starlette:
-    card = build_card(port)
+def build_app(port: int, token: str, sign_jwk: str | None, streaming: bool) -> Starlette:
+    card = build_card(port, streaming)
     push_store = InMemoryPushNotificationConfigStore()
     handler = DefaultRequestHandler(
         agent_executor=ScriptedExecutor(),
@@ -265,6 +265,7 @@ async def _allow_any_url(url: str) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument('--sign-jwk', help='JSON file holding a private JWK; the served card is signed with it')
+    ap.add_argument('--no-streaming', action='store_true', help='the card says the agent does not stream')
     args = ap.parse_args()
     token = os.environ.get('UPSTREAM_TOKEN')
     if not token:
@@ -274,7 +275,7 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(('127.0.0.1', 0))
     port = sock.getsockname()[1]
-    app = build_app(port, token, args.sign_jwk)
+    app = build_app(port, token, args.sign_jwk, not args.no_streaming)
     server = uvicorn.Server(uvicorn.Config(app, log_level='warning'))
     print(f'PORT {port}', flush=True)
     server.run(sockets=[sock])

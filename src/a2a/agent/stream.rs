@@ -99,7 +99,7 @@ impl Agent {
 
     async fn stream_turn(
         self: Arc<Self>,
-        turn: TurnPlan,
+        mut turn: TurnPlan,
         fresh_context: bool,
         client: Option<IpAddr>,
         mut stream: Stream,
@@ -109,7 +109,7 @@ impl Agent {
             Err(error) => return stream.fail(&error),
         };
         if let Some(refusal) = refusal {
-            match self.finish(&turn, refusal, None, None).await {
+            match self.refuse(&mut turn, refusal, None).await {
                 Ok(answer) => stream.send_raw(&answer),
                 Err(error) => stream.fail(&error),
             }
@@ -119,7 +119,7 @@ impl Agent {
             Ok(held) => held,
             Err(error) => return stream.fail(&error),
         };
-        if let Err(error) = self.still_waiting(&turn).await {
+        if let Err(error) = self.still_waiting(&mut turn).await {
             return stream.fail(&error);
         }
         let (prompt, unfinished, working_json) =

@@ -409,15 +409,7 @@ impl TaskEvents for BusEvents {
     }
 
     fn publish(&self, event: TaskEvent) {
-        let Some(state) = [
-            TaskState::Working,
-            TaskState::Completed,
-            TaskState::Failed,
-            TaskState::Rejected,
-            TaskState::Canceled,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == event.state) else {
+        let Some(state) = TaskState::from_name(event.state) else {
             return;
         };
         let wire = WireEvent {

@@ -106,7 +106,7 @@ impl TaskStore for PostgresStore {
         created_before: Option<i64>,
     ) -> Result<Vec<WorkingTask>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND ($1::BIGINT IS NULL OR created_at < $2)",
+            "SELECT id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND ($1::BIGINT IS NULL OR COALESCE(status_at, created_at) < $2)",
         )
         .bind(created_before)
         .bind(created_before)
@@ -263,6 +263,7 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
     tasks.push(
         " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
          expires_at = excluded.expires_at, status_at = excluded.status_at, \
+         instance = excluded.instance, \
          upstream_task_id = COALESCE(excluded.upstream_task_id, tasks.upstream_task_id) \
          WHERE tasks.state IN ('TASK_STATE_WORKING', 'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')",
     );
