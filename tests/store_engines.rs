@@ -30,6 +30,20 @@ async fn engines() -> Vec<(&'static str, Store, tempfile::TempDir)> {
     stores
 }
 
+/// Administrator `ada` (adm_1) and her peer `alice` (peer_1).
+async fn with_alice(store: &Store) {
+    let mut change = store.accounts().begin_change().await.unwrap();
+    change
+        .insert_admin(&admin("adm_1", "ada"), None)
+        .await
+        .unwrap();
+    change
+        .insert_peer(&peer("peer_1", "alice", "adm_1"))
+        .await
+        .unwrap();
+    change.commit().await.unwrap();
+}
+
 fn admin(id: &str, name: &str) -> AdminRecord {
     AdminRecord {
         id: id.into(),
@@ -174,16 +188,7 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
 #[tokio::test]
 async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
     for (engine, store, _dir) in engines().await {
-        let mut change = store.accounts().begin_change().await.unwrap();
-        change
-            .insert_admin(&admin("adm_1", "ada"), None)
-            .await
-            .unwrap();
-        change
-            .insert_peer(&peer("peer_1", "alice", "adm_1"))
-            .await
-            .unwrap();
-        change.commit().await.unwrap();
+        with_alice(&store).await;
         let exchange = |task: &str, state: &'static str, now: i64, text: &str| Exchange {
             task_id: task.into(),
             peer_id: "peer_1".into(),
@@ -323,16 +328,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
 #[tokio::test]
 async fn the_push_notification_queue_on_every_engine() {
     for (engine, store, _dir) in engines().await {
-        let mut change = store.accounts().begin_change().await.unwrap();
-        change
-            .insert_admin(&admin("adm_1", "ada"), None)
-            .await
-            .unwrap();
-        change
-            .insert_peer(&peer("peer_1", "alice", "adm_1"))
-            .await
-            .unwrap();
-        change.commit().await.unwrap();
+        with_alice(&store).await;
         let config = |task: &str, id: &str| PushConfigRecord {
             task_id: task.into(),
             id: id.into(),
@@ -766,16 +762,7 @@ fn a_bad_or_unreachable_store_url_is_named_without_its_password() {
 #[tokio::test]
 async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_every_engine() {
     for (engine, store, _dir) in engines().await {
-        let mut change = store.accounts().begin_change().await.unwrap();
-        change
-            .insert_admin(&admin("adm_1", "ada"), None)
-            .await
-            .unwrap();
-        change
-            .insert_peer(&peer("peer_1", "alice", "adm_1"))
-            .await
-            .unwrap();
-        change.commit().await.unwrap();
+        with_alice(&store).await;
         let exchange =
             |state: &'static str, now: i64, instance: &str, agent: Option<&str>| Exchange {
                 task_id: "t1".into(),

@@ -189,17 +189,8 @@ impl UpstreamAgent {
 
     /// One JSON-RPC call's `result`.
     async fn call(&self, method: &str, params: Value) -> Result<Value, BackendError> {
-        let mut response = self.post(method, params, false).await?;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| classify(&e))? {
-            if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                return Err(BackendError::TooLarge);
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        let answer: Value = serde_json::from_slice(&bytes)
-            .map_err(|_| BackendError::InvalidResponse("not a JSON-RPC response"))?;
-        result_of(answer)
+        let response = self.post(method, params, false).await?;
+        result_of(read_answer(response).await?)
     }
 
     /// Follows a task the agent left working until it is final or waits for the peer.
@@ -333,15 +324,7 @@ impl UpstreamAgent {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
         if is_json {
-            let mut bytes = Vec::new();
-            while let Some(chunk) = response.chunk().await.map_err(|e| classify(&e))? {
-                if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                    return Err(BackendError::TooLarge);
-                }
-                bytes.extend_from_slice(&chunk);
-            }
-            let answer: Value = serde_json::from_slice(&bytes)
-                .map_err(|_| BackendError::InvalidResponse("not a JSON-RPC response"))?;
+            let answer = read_answer(response).await?;
             return self.settle(prompt, result_of(answer)?).await;
         }
         let mut events = ServerSentEvents::default();
@@ -546,6 +529,19 @@ fn checked(parts: &[Part]) -> Result<(), BackendError> {
             "a part carries no content or more than one kind",
         ))
     }
+}
+
+/// A JSON-RPC response object, read within [`MAX_RESPONSE_BYTES`].
+async fn read_answer(mut response: reqwest::Response) -> Result<Value, BackendError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| classify(&e))? {
+        if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(BackendError::TooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|_| BackendError::InvalidResponse("not a JSON-RPC response"))
 }
 
 /// The `result` of a JSON-RPC response; an error keeps its code only.
