@@ -96,5 +96,52 @@ fn seams(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tokens, limiter, limiter_refusing, seams);
+/// An unknown credential id refused from memory, with 10,000 ids held (a flood of made-up
+/// tokens).
+fn known_ids(c: &mut Criterion) {
+    use peergate::admin::{AccountDefaults, AccountService, Caller, NewPeer};
+    use peergate::layers::auth::known_ids::KnownCredentialIds;
+    use std::sync::Arc;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let known = runtime.block_on(async {
+        let store = peergate::store::Store::open(dir.path()).await.unwrap();
+        let accounts = AccountService::new(
+            store.clone(),
+            Arc::new(peergate::clock::SystemClock),
+            AccountDefaults {
+                default_owner: Some("operator".to_owned()),
+                rate_per_minute: 60,
+            },
+        );
+        for n in 0..10_000 {
+            let peer = NewPeer {
+                name: format!("peer{n}"),
+                ..NewPeer::default()
+            };
+            accounts
+                .create_peer(&Caller::operator(), peer)
+                .await
+                .unwrap();
+        }
+        KnownCredentialIds::load(
+            store.credentials(),
+            Arc::new(peergate::clock::SystemClock),
+            std::time::Duration::from_secs(2),
+        )
+        .await
+        .unwrap()
+    });
+    // Spend the burst of rereads, as a flood has.
+    runtime.block_on(async {
+        for n in 0..10 {
+            let _ = known.may_exist(&format!("spent{n}")).await;
+        }
+    });
+    c.bench_function("unknown credential id refused from memory, 10k held", |b| {
+        b.iter(|| black_box(known.surely_unknown(black_box("Zq3kP9xTmW2aLr7v"))))
+    });
+}
+
+criterion_group!(benches, tokens, limiter, limiter_refusing, seams, known_ids);
 criterion_main!(benches);

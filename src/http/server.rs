@@ -6,13 +6,14 @@ use crate::admin::api::AdminState;
 use crate::admin::budget::{BudgetDefaults, Budgets};
 use crate::admin::{AccountDefaults, AccountService, AdminAuthenticator};
 use crate::backend::BackendSetupError;
-use crate::clock::Clock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::{Policy, PolicySource};
 use crate::http::accept::ConnectionLimits;
 use crate::http::document::{self, CachedDocument};
 use crate::http::refusal::{self, Refusal};
 use crate::http::sharing::{SharedLimits, Sharing};
 use crate::jose::{keys, sign};
+use crate::layers::auth::known_ids::KnownCredentialIds;
 use crate::layers::auth::{
     AuthLayer, AuthMode, AuthSettings, AuthenticatedPeer, PeerAuthenticator, Scheme,
 };
@@ -233,13 +234,17 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         ),
     }
     let shared = &sharing.limits;
+    let mut settings = auth_settings(policy, cache_ttl, shared.failed_auth.clone())?;
+    // Unknown credential ids are refused from memory: a flood of made-up tokens never reaches
+    // the store. Rereads run on real time, like the credential cache whose promise they keep
+    // (a change the command line wrote applies within its time); the gateway's clock decides
+    // expiries and limits.
+    settings.known_ids = Some(Arc::new(
+        KnownCredentialIds::load(store.credentials(), Arc::new(SystemClock), cache_ttl).await?,
+    ));
     let authenticator = Arc::new(
-        PeerAuthenticator::new(
-            store.credentials(),
-            options.clock.clone(),
-            auth_settings(policy, cache_ttl, shared.failed_auth.clone())?,
-        )
-        .map_err(|e| config(&e))?,
+        PeerAuthenticator::new(store.credentials(), options.clock.clone(), settings)
+            .map_err(|e| config(&e))?,
     );
     let (per_ip, per_peer) = limit_layers(&options, shared)?;
     let guards = Guards {
@@ -559,6 +564,7 @@ fn auth_settings(
         failed_auth_quota: Quota::per_minute(policy.limits.failed_auth_per_ip_per_minute),
         tracked_addresses: policy.limits.tracked_addresses,
         failed_attempts,
+        known_ids: None,
     })
 }
 

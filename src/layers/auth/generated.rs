@@ -118,6 +118,12 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for GeneratedCredential<W
         }
     }
 
+    fn credential_id<'c>(&self, credentials: &'c str) -> Option<&'c str> {
+        token::parse(self.kind, credentials)
+            .ok()
+            .map(|parsed| parsed.token_id)
+    }
+
     fn precheck(&self, credentials: &str) -> Result<(), AuthError> {
         if self
             .foreign

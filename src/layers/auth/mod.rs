@@ -46,6 +46,7 @@
 pub mod attempts;
 pub mod basic;
 pub mod generated;
+pub mod known_ids;
 pub mod password;
 pub mod scheme;
 
@@ -266,6 +267,9 @@ pub struct AuthSettings {
     /// Where the failed-attempt budget is counted when not in this process (Redis, shared by
     /// every instance).
     pub failed_attempts: Option<Arc<dyn RateLimiter<IpAddr>>>,
+    /// The credential ids the store holds, so unknown ones are refused without a store read
+    /// (`None`: every unknown id is looked up).
+    pub known_ids: Option<Arc<known_ids::KnownCredentialIds>>,
 }
 
 impl Default for AuthSettings {
@@ -279,6 +283,7 @@ impl Default for AuthSettings {
             failed_auth_quota: Quota::per_minute(10),
             tracked_addresses: 100_000,
             failed_attempts: None,
+            known_ids: None,
         }
     }
 }
@@ -384,6 +389,7 @@ const REALM: &str = "peergate";
 struct PeerTokens {
     store: Arc<dyn CredentialStore>,
     kind: CredentialKind,
+    known: Option<Arc<known_ids::KnownCredentialIds>>,
 }
 
 #[async_trait]
@@ -392,6 +398,11 @@ impl TokenRecords<VerifiedPeer> for PeerTokens {
         &self,
         token_id: &str,
     ) -> Result<Option<TokenRecord<VerifiedPeer>>, StoreError> {
+        if let Some(known) = &self.known
+            && !known.may_exist(token_id).await?
+        {
+            return Ok(None);
+        }
         Ok(self
             .store
             .find_credential(self.kind, token_id)
@@ -445,6 +456,7 @@ fn door_scheme(
         Arc::new(PeerTokens {
             store: store.clone(),
             kind,
+            known: settings.known_ids.clone(),
         })
     };
     match scheme {
@@ -579,6 +591,10 @@ impl PeerAuthenticator {
     /// revocation, a new quota) applies to the very next request, including over verifications
     /// already under way.
     pub fn forget_peer(&self, peer_id: &str) {
+        // A credential issued here is found on the very next request.
+        if let Some(known) = &self.settings.known_ids {
+            known.changed();
+        }
         if let Some(cache) = &self.verified {
             self.generation.fetch_add(1, Ordering::SeqCst);
             let peer_id: Arc<str> = Arc::from(peer_id);
@@ -590,6 +606,9 @@ impl PeerAuthenticator {
 
     /// Forgets every cached verdict (changes may have been missed).
     pub fn forget_everyone(&self) {
+        if let Some(known) = &self.settings.known_ids {
+            known.changed();
+        }
         if let Some(cache) = &self.verified {
             self.generation.fetch_add(1, Ordering::SeqCst);
             cache.invalidate_all();
@@ -621,6 +640,18 @@ impl PeerAuthenticator {
                 return Err(error.into());
             }
         };
+        // An id no credential has: refused from memory, before the verdict cache (a flood of
+        // distinct made-up ids would only fill it) and the store. It costs an attempt like any
+        // refusal.
+        if let Some(known) = &self.settings.known_ids
+            && let Some(id) = self.schemes[presented.scheme]
+                .1
+                .credential_id(presented.credentials)
+            && known.surely_unknown(id)
+        {
+            self.spend_attempt(client).await?;
+            return Err(self.refused(&presented).into());
+        }
         let Some(cache) = &self.verified else {
             // No cache: every attempt is verified and counted.
             return match self.verify_counted(&presented, client).await? {

@@ -128,6 +128,13 @@ pub trait CredentialScheme<Who>: Send + Sync {
     /// checksum), so junk and typos cost no cache entry and no store read.
     fn precheck(&self, credentials: &str) -> Result<(), AuthError>;
 
+    /// The public id inside a credential this scheme issued (a generated token's id), if it
+    /// has one; called only after [`CredentialScheme::precheck`] passed.
+    fn credential_id<'c>(&self, credentials: &'c str) -> Option<&'c str> {
+        let _ = credentials;
+        None
+    }
+
     /// The error for a credential that was checked and found wrong.
     fn refused(&self) -> AuthError {
         AuthError::InvalidCredentials
