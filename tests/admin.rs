@@ -1081,3 +1081,26 @@ async fn the_admin_api_and_the_door_share_one_argon2_pool() {
     assert_eq!(gw.password_verifications(), before + 2);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_token_issued_through_the_api_admits_at_once_even_during_a_flood_of_unknown_ids() {
+    let (gw, ada, _) = gateway_with_admins(
+        PolicyEdit::default()
+            .set("limits.failed_auth_per_ip_per_minute", 1_000_000)
+            .policy(),
+    )
+    .await;
+    // Well-formed tokens no credential has: after a few look-ups they are refused from memory.
+    for n in 0..50u32 {
+        let unknown = peergate::token::issue(peergate::token::CredentialKind::PeerToken)
+            .unwrap()
+            .token;
+        let (status, _) = post_raw(&gw.door, Some(&unknown), format!("{{\"n\":{n}}}")).await;
+        assert_eq!(status, 401);
+    }
+    // A peer made through the admin API is announced: its token admits on its first use.
+    let token = ada.create_peer("fresh").await;
+    let answer = send_text(&gw.door, &token, "hello", None).await;
+    assert_eq!(task_of(&answer)["status"]["state"], "TASK_STATE_COMPLETED");
+    gw.stop().await;
+}

@@ -748,6 +748,9 @@ impl AccountService {
                 ))
                 .await?;
                 tx.commit().await?;
+                // Announced like any other change: caches (the known credential ids among them)
+                // learn of the new token before it is handed out.
+                self.peer_changed(&peer.id);
                 Ok(CreatedPeer {
                     peer,
                     token: issued.token,

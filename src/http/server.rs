@@ -240,7 +240,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     // (a change the command line wrote applies within its time); the gateway's clock decides
     // expiries and limits.
     settings.known_ids = Some(Arc::new(
-        KnownCredentialIds::load(store.credentials(), Arc::new(SystemClock), cache_ttl).await?,
+        KnownCredentialIds::load(&*store.credentials(), Arc::new(SystemClock), cache_ttl).await?,
     ));
     let authenticator = Arc::new(
         PeerAuthenticator::new(store.credentials(), options.clock.clone(), settings)

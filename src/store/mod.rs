@@ -133,9 +133,8 @@ pub trait CredentialStore: Send + Sync + std::fmt::Debug {
     /// later, batched, and a failure costs only the timestamp.
     fn record_peer_use(&self, peer_id: &str, now: i64);
 
-    /// The ids of the peer credentials (tokens and API keys, revoked ones too) created at or
-    /// after `since` (epoch ms), with their creation times.
-    async fn credential_ids_since(&self, since: i64) -> Result<Vec<(String, i64)>, StoreError>;
+    /// The ids of every peer credential (tokens and API keys, revoked ones too).
+    async fn credential_ids(&self) -> Result<Vec<String>, StoreError>;
 }
 
 /// The agent's tasks and the history of its contexts.

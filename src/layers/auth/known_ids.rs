@@ -5,49 +5,44 @@
 //! verification (verdict cache, store, secret hash), so a revocation, an expiry or a new secret
 //! is decided exactly as without it, and a credential nobody holds never admits anyone.
 //!
-//! It is read whole at start and then again (the ids added since) when an id is missing from it:
-//! at once after a change this process heard of (a credential issued here, or announced by
-//! another instance), otherwise as a budget allows: a burst of five rereads, then one per 50 ms
-//! (or per credential cache time, when that is shorter). So a quiet gateway finds a credential
-//! the command line just wrote on its first use, one under a flood of unknown ids finds it
-//! within 50 ms, and the flood costs at most twenty store reads a second.
+//! It is read whole at start. An id missing from it is not refused outright: the store is asked
+//! for that one id, as before, while a budget allows (a burst of 64, then one every 50 ms, or
+//! every credential cache time when that is shorter) and for a second after any change this
+//! process hears of (a credential issued here, or announced by another instance). An id the store
+//! has is added. So a quiet gateway finds a credential the command line just wrote on its first
+//! use, a busy one within 50 ms, and a flood of unknown ids costs at most twenty point reads a
+//! second. Nothing depends on the clocks of whoever wrote the rows.
 //!
-//! Memory: one id per credential ever issued (revoked ones included), about 64 bytes each.
+//! Memory: one id per credential issued since start-up or found in the store (revoked ones
+//! included), about 64 bytes each.
 
 use crate::clock::Clock;
 use crate::store::{CredentialStore, StoreError};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-/// The pace of rereads once their burst is spent.
-const REREAD_AT_MOST_EVERY: Duration = Duration::from_millis(50);
+/// The pace of store look-ups for missing ids once their burst is spent.
+const LOOKUP_AT_MOST_EVERY: Duration = Duration::from_millis(50);
 
-/// Rereads allowed back to back before the pace applies.
-const REREAD_BURST: i64 = 5;
+/// Look-ups allowed back to back before the pace applies: enough for the concurrent first
+/// uses of a credential just written by another process.
+const LOOKUP_BURST: i64 = 64;
 
-/// How far back each reread looks beyond the newest id it has seen: other processes' clocks
-/// (the command line, other instances) may lag this one's.
-const CLOCK_MARGIN_MS: i64 = 60_000;
+/// After a change is heard, every missing id is looked up for this long.
+const OPEN_AFTER_CHANGE: Duration = Duration::from_secs(1);
 
 /// The peer credential ids the store holds.
 pub struct KnownCredentialIds {
     ids: RwLock<HashSet<Box<str>>>,
-    store: Arc<dyn CredentialStore>,
     clock: Arc<dyn Clock>,
-    reread_every: Duration,
-    /// Only one reread at a time; the others wait for it and look again.
-    reread: tokio::sync::Mutex<Watermark>,
-    /// The rereads' budget as a GCRA: the time (on the clock's monotonic scale) at which the
-    /// budget is whole again.
-    rereads_whole_at: AtomicI64,
-    /// A change was heard: the next miss rereads whatever the interval says.
-    stale: AtomicBool,
+    lookup_every: Duration,
+    /// The look-ups' budget as a GCRA: when (on the clock's monotonic scale) it is whole again.
+    whole_at: AtomicI64,
+    /// Until when (same scale) every missing id is looked up, after a change.
+    open_until: AtomicI64,
 }
-
-/// The newest creation time (epoch ms) the set has read.
-struct Watermark(i64);
 
 impl std::fmt::Debug for KnownCredentialIds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -58,27 +53,21 @@ impl std::fmt::Debug for KnownCredentialIds {
 }
 
 impl KnownCredentialIds {
-    /// Reads every credential id in `store`. `cache_ttl` is the credential cache time: rereads
-    /// are never spaced further apart than it.
+    /// Reads every credential id in `store`. `cache_ttl` is the credential cache time: look-ups
+    /// of missing ids are never spaced further apart than it (none at all when it is zero).
     pub async fn load(
-        store: Arc<dyn CredentialStore>,
+        store: &dyn CredentialStore,
         clock: Arc<dyn Clock>,
         cache_ttl: Duration,
     ) -> Result<Self, StoreError> {
-        let known = Self {
-            ids: RwLock::default(),
-            store,
+        let ids = store.credential_ids().await?;
+        Ok(Self {
+            ids: RwLock::new(ids.into_iter().map(String::into_boxed_str).collect()),
             clock,
-            reread_every: REREAD_AT_MOST_EVERY.min(cache_ttl),
-            reread: tokio::sync::Mutex::new(Watermark(i64::MIN)),
-            rereads_whole_at: AtomicI64::new(i64::MIN),
-            stale: AtomicBool::new(false),
-        };
-        // The first read does not spend the rereads' budget.
-        let mut watermark = known.reread.lock().await;
-        known.read_since(&mut watermark).await?;
-        drop(watermark);
-        Ok(known)
+            lookup_every: LOOKUP_AT_MOST_EVERY.min(cache_ttl),
+            whole_at: AtomicI64::new(i64::MIN),
+            open_until: AtomicI64::new(i64::MIN),
+        })
     }
 
     /// How many ids it holds.
@@ -91,37 +80,37 @@ impl KnownCredentialIds {
         self.len() == 0
     }
 
-    /// Something about the accounts changed: the next miss reads the store again at once.
+    /// Something about the accounts changed: missing ids are looked up for a while.
     pub fn changed(&self) {
-        self.stale.store(true, Ordering::SeqCst);
+        let until = self
+            .clock
+            .monotonic_nanos()
+            .saturating_add(i64::try_from(OPEN_AFTER_CHANGE.as_nanos()).unwrap_or(i64::MAX));
+        self.open_until.fetch_max(until, Ordering::SeqCst);
     }
 
-    /// Whether a credential with `token_id` may exist: `false` only when no credential had it
-    /// at the latest read of the store.
-    pub async fn may_exist(&self, token_id: &str) -> Result<bool, StoreError> {
-        if self.holds(token_id) {
-            return Ok(true);
-        }
-        if !self.stale.load(Ordering::SeqCst) && !self.reread_is_due() {
-            return Ok(false);
-        }
-        let mut watermark = self.reread.lock().await;
-        // Another request's reread may have found it while this one waited.
-        if self.holds(token_id) {
-            return Ok(true);
-        }
-        if !self.stale.swap(false, Ordering::SeqCst) && !self.reread_is_due() {
-            return Ok(false);
-        }
-        self.spend_reread();
-        self.read_since(&mut watermark).await?;
-        Ok(self.holds(token_id))
-    }
-
-    /// Whether no credential has `token_id`, decided from memory alone: `false` when the id is
-    /// held, or when a reread is due (then [`KnownCredentialIds::may_exist`] decides).
+    /// Whether no credential has `token_id`, decided from memory: `false` when the id is held,
+    /// or when the store may be asked (then the caller asks it, and reports what it found with
+    /// [`KnownCredentialIds::found`]).
     pub fn surely_unknown(&self, token_id: &str) -> bool {
-        !self.holds(token_id) && !self.stale.load(Ordering::SeqCst) && !self.reread_is_due()
+        if self.holds(token_id) {
+            return false;
+        }
+        let now = self.clock.monotonic_nanos();
+        if now < self.open_until.load(Ordering::SeqCst) {
+            return false;
+        }
+        !self.spend_lookup(now)
+    }
+
+    /// The store has a credential with `token_id`.
+    pub fn found(&self, token_id: &str) {
+        if !self.holds(token_id) {
+            self.ids
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(token_id.into());
+        }
     }
 
     fn holds(&self, token_id: &str) -> bool {
@@ -131,36 +120,29 @@ impl KnownCredentialIds {
             .contains(token_id)
     }
 
-    fn every_nanos(&self) -> i64 {
-        i64::try_from(self.reread_every.as_nanos()).unwrap_or(i64::MAX)
-    }
-
-    /// Whether the budget allows a reread now.
-    fn reread_is_due(&self) -> bool {
-        let tolerance = self.every_nanos().saturating_mul(REREAD_BURST - 1);
-        self.rereads_whole_at.load(Ordering::SeqCst)
-            <= self.clock.monotonic_nanos().saturating_add(tolerance)
-    }
-
-    /// Spends one reread from the budget.
-    fn spend_reread(&self) {
-        let now = self.clock.monotonic_nanos();
-        let whole_at = self.rereads_whole_at.load(Ordering::SeqCst).max(now);
-        self.rereads_whole_at.store(
-            whole_at.saturating_add(self.every_nanos()),
-            Ordering::SeqCst,
-        );
-    }
-
-    async fn read_since(&self, watermark: &mut Watermark) -> Result<(), StoreError> {
-        let since = watermark.0.saturating_sub(CLOCK_MARGIN_MS);
-        let added = self.store.credential_ids_since(since).await?;
-        let mut ids = self.ids.write().unwrap_or_else(|e| e.into_inner());
-        for (id, created_at) in added {
-            watermark.0 = watermark.0.max(created_at);
-            ids.insert(id.into_boxed_str());
+    /// Takes one look-up from the budget, if it has one.
+    fn spend_lookup(&self, now: i64) -> bool {
+        let every = i64::try_from(self.lookup_every.as_nanos()).unwrap_or(i64::MAX);
+        if every == 0 {
+            return true;
         }
-        Ok(())
+        let tolerance = every.saturating_mul(LOOKUP_BURST - 1);
+        let mut whole_at = self.whole_at.load(Ordering::SeqCst);
+        loop {
+            let base = whole_at.max(now);
+            if base.saturating_sub(now) > tolerance {
+                return false;
+            }
+            match self.whole_at.compare_exchange_weak(
+                whole_at,
+                base.saturating_add(every),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(current) => whole_at = current,
+            }
+        }
     }
 }
 
@@ -169,44 +151,7 @@ mod tests {
     use super::*;
     use crate::admin::{AccountDefaults, AccountService, Caller, NewPeer};
     use crate::clock::ManualClock;
-    use crate::store::{AdminLogin, CredentialRecord, PeerLogin};
-    use crate::token::{CredentialKind, TokenSecretHash};
-    use async_trait::async_trait;
-    use std::sync::atomic::AtomicUsize;
-
-    /// The real store's credentials, counting the rereads.
-    #[derive(Debug)]
-    struct Counted(Arc<dyn CredentialStore>, Arc<AtomicUsize>);
-
-    #[async_trait]
-    impl CredentialStore for Counted {
-        async fn find_credential(
-            &self,
-            kind: CredentialKind,
-            token_id: &str,
-        ) -> Result<Option<CredentialRecord>, StoreError> {
-            self.0.find_credential(kind, token_id).await
-        }
-        async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
-            self.0.find_peer_login(name).await
-        }
-        async fn find_admin_login(&self, name: &str) -> Result<Option<AdminLogin>, StoreError> {
-            self.0.find_admin_login(name).await
-        }
-        async fn find_admin_token(
-            &self,
-            token_id: &str,
-        ) -> Result<Option<(AdminLogin, TokenSecretHash)>, StoreError> {
-            self.0.find_admin_token(token_id).await
-        }
-        fn record_peer_use(&self, peer_id: &str, now: i64) {
-            self.0.record_peer_use(peer_id, now);
-        }
-        async fn credential_ids_since(&self, since: i64) -> Result<Vec<(String, i64)>, StoreError> {
-            self.1.fetch_add(1, Ordering::SeqCst);
-            self.0.credential_ids_since(since).await
-        }
-    }
+    use crate::token::CredentialKind;
 
     fn token_id(token: &str) -> String {
         crate::token::parse(CredentialKind::PeerToken, token)
@@ -216,8 +161,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unknown_ids_are_refused_from_memory_and_new_ones_found_after_a_change_or_the_interval()
-    {
+    async fn unknown_ids_are_refused_from_memory_within_a_budget_of_look_ups() {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(dir.path()).await.unwrap();
         let clock = ManualClock::new(1_800_000_000_000);
@@ -234,53 +178,61 @@ mod tests {
                 name: name.to_owned(),
                 ..NewPeer::default()
             };
-            accounts
+            let token = accounts
                 .create_peer(&Caller::operator(), peer)
                 .await
                 .unwrap()
-                .token
+                .token;
+            token_id(&token)
         };
-        let first = token_id(&add("alice").await);
-        let reads = Arc::new(AtomicUsize::new(0));
-        let counted: Arc<dyn CredentialStore> =
-            Arc::new(Counted(store.credentials(), reads.clone()));
-        let known =
-            KnownCredentialIds::load(counted, Arc::new(clock.clone()), Duration::from_secs(2))
-                .await
-                .unwrap();
-        assert_eq!(reads.load(Ordering::SeqCst), 1, "read whole at start");
-        assert!(known.may_exist(&first).await.unwrap());
-        // A quiet gateway rereads on the first miss: a credential written just after start by
-        // another process is found on its first use.
-        let early = token_id(&add("dave").await);
-        assert!(known.may_exist(&early).await.unwrap());
-        assert_eq!(reads.load(Ordering::SeqCst), 2);
-
-        // A flood of unknown ids: the burst of rereads, then none until the pace allows one.
-        for n in 0..1_000 {
-            assert!(!known.may_exist(&format!("unknown{n:08}")).await.unwrap());
-        }
-        assert_eq!(reads.load(Ordering::SeqCst), 2 + 4, "the rest of the burst");
-        assert!(known.surely_unknown("unknown-x"), "decided from memory");
+        let first = add("alice").await;
+        let known = KnownCredentialIds::load(
+            &*store.credentials(),
+            Arc::new(clock.clone()),
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+        assert_eq!(known.len(), 1);
         assert!(!known.surely_unknown(&first), "held");
 
-        // A credential another process wrote is found once the interval has passed.
-        let second = token_id(&add("bob").await);
-        assert!(!known.may_exist(&second).await.unwrap(), "not yet reread");
+        // A flood of unknown ids: a burst may be looked up, then none until the pace allows one.
+        let looked_up = (0..1_000)
+            .filter(|n| !known.surely_unknown(&format!("unknown{n:08}")))
+            .count();
+        assert_eq!(looked_up, 64);
+        assert!(known.surely_unknown("unknown-x"));
         clock.advance(Duration::from_millis(50));
-        assert!(
-            !known.surely_unknown(&second),
-            "a reread is due: the store decides"
-        );
-        assert!(known.may_exist(&second).await.unwrap());
-        assert_eq!(reads.load(Ordering::SeqCst), 7);
+        assert!(!known.surely_unknown("unknown-y"), "the pace allows one");
+        assert!(known.surely_unknown("unknown-z"));
 
-        // One issued here is announced: found on the very next look, without waiting.
-        let third = token_id(&add("carol").await);
+        // After a change, every missing id is looked up for a second; one found is held.
+        let second = add("bob").await;
         known.changed();
-        assert!(known.may_exist(&third).await.unwrap());
-        assert_eq!(reads.load(Ordering::SeqCst), 8);
-        assert_eq!(known.len(), 4);
+        assert!(!known.surely_unknown("junk-1"));
+        assert!(!known.surely_unknown(&second));
+        known.found(&second);
+        clock.advance(OPEN_AFTER_CHANGE);
+        let looked_up = (0..1_000)
+            .filter(|n| !known.surely_unknown(&format!("junk-{n}")))
+            .count();
+        assert_eq!(
+            looked_up, 20,
+            "the window closed: what the pace refilled in that second"
+        );
+        assert!(!known.surely_unknown(&second), "held from now on");
+        assert_eq!(known.len(), 2);
+
+        // With no credential cache, every missing id is looked up: nothing is decided from a
+        // stale memory.
+        let uncached = KnownCredentialIds::load(
+            &*store.credentials(),
+            Arc::new(clock.clone()),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+        assert!((0..100).all(|n| !uncached.surely_unknown(&format!("unknown{n}"))));
         store.close().await;
     }
 }

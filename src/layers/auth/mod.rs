@@ -398,27 +398,22 @@ impl TokenRecords<VerifiedPeer> for PeerTokens {
         &self,
         token_id: &str,
     ) -> Result<Option<TokenRecord<VerifiedPeer>>, StoreError> {
-        if let Some(known) = &self.known
-            && !known.may_exist(token_id).await?
-        {
-            return Ok(None);
+        let record = self.store.find_credential(self.kind, token_id).await?;
+        if let (Some(known), Some(_)) = (&self.known, &record) {
+            known.found(token_id);
         }
-        Ok(self
-            .store
-            .find_credential(self.kind, token_id)
-            .await?
-            .map(|record| TokenRecord {
-                name: record.peer_name.clone(),
-                secret_hash: record.secret_hash,
-                active: record.active,
-                who: VerifiedPeer::new(
-                    record.peer_id,
-                    record.peer_name,
-                    record.owner_id,
-                    record.rate_per_minute,
-                    record.valid_until,
-                ),
-            }))
+        Ok(record.map(|record| TokenRecord {
+            name: record.peer_name.clone(),
+            secret_hash: record.secret_hash,
+            active: record.active,
+            who: VerifiedPeer::new(
+                record.peer_id,
+                record.peer_name,
+                record.owner_id,
+                record.rate_per_minute,
+                record.valid_until,
+            ),
+        }))
     }
 }
 

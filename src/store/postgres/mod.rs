@@ -278,14 +278,12 @@ impl InstanceRegistry for PostgresStore {
 
 #[async_trait]
 impl CredentialStore for PostgresStore {
-    async fn credential_ids_since(&self, since: i64) -> Result<Vec<(String, i64)>, StoreError> {
-        let rows =
-            sqlx::query("SELECT token_id, created_at FROM credentials WHERE created_at >= $1")
-                .bind(since)
-                .fetch_all(&self.pool)
-                .await?;
+    async fn credential_ids(&self) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query("SELECT token_id FROM credentials")
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
-            .map(|row| Ok((row.try_get("token_id")?, row.try_get("created_at")?)))
+            .map(|row| Ok(row.try_get("token_id")?))
             .collect()
     }
 

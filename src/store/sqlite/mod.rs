@@ -322,14 +322,12 @@ impl StoreEngine for SqliteStore {
 
 #[async_trait]
 impl CredentialStore for SqliteStore {
-    async fn credential_ids_since(&self, since: i64) -> Result<Vec<(String, i64)>, StoreError> {
-        let rows =
-            sqlx::query("SELECT token_id, created_at FROM credentials WHERE created_at >= ?")
-                .bind(since)
-                .fetch_all(&self.reader)
-                .await?;
+    async fn credential_ids(&self) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query("SELECT token_id FROM credentials")
+            .fetch_all(&self.reader)
+            .await?;
         rows.iter()
-            .map(|row| Ok((row.try_get("token_id")?, row.try_get("created_at")?)))
+            .map(|row| Ok(row.try_get("token_id")?))
             .collect()
     }
 
