@@ -225,6 +225,18 @@ fn upstream_client_resolving(
         .map_err(|e| BackendSetupError::Client(e.to_string()))
 }
 
+/// Reads an upstream's answer within [`MAX_RESPONSE_BYTES`].
+pub(crate) async fn read_answer_body(
+    response: &mut reqwest::Response,
+) -> Result<Vec<u8>, BackendError> {
+    crate::http::client::read_bounded(response, MAX_RESPONSE_BYTES)
+        .await
+        .map_err(|e| match e {
+            crate::http::client::BodyError::TooLarge => BackendError::TooLarge,
+            crate::http::client::BodyError::Broken(e) => classify(&e),
+        })
+}
+
 /// What a failed request to an upstream was, without any of the upstream's words.
 pub(crate) fn classify(error: &reqwest::Error) -> BackendError {
     if error.is_timeout() {
@@ -324,12 +336,7 @@ mod tests {
             "a private-side name is reached"
         );
         let refused = ask("8.8.8.8").await.unwrap_err();
-        let mut reason = refused.to_string();
-        let mut source = std::error::Error::source(&refused);
-        while let Some(inner) = source {
-            reason = inner.to_string();
-            source = inner.source();
-        }
+        let reason = crate::http::client::innermost_reason(&refused);
         assert!(
             reason.contains("resolves to no loopback or private address"),
             "{reason}"

@@ -127,13 +127,7 @@ impl ModelBackend for OpenAi {
 
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, BackendError> {
         let mut response = self.ask(prompt, false).await?;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(classify)? {
-            if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                return Err(BackendError::TooLarge);
-            }
-            bytes.extend_from_slice(&chunk);
-        }
+        let bytes = super::read_answer_body(&mut response).await?;
         let parsed: ChatResponse = serde_json::from_slice(&bytes)
             .map_err(|_| BackendError::InvalidResponse("not a chat-completions JSON object"))?;
         let text = parsed

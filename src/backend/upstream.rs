@@ -533,13 +533,7 @@ fn checked(parts: &[Part]) -> Result<(), BackendError> {
 
 /// A JSON-RPC response object, read within [`MAX_RESPONSE_BYTES`].
 async fn read_answer(mut response: reqwest::Response) -> Result<Value, BackendError> {
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| classify(&e))? {
-        if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Err(BackendError::TooLarge);
-        }
-        bytes.extend_from_slice(&chunk);
-    }
+    let bytes = super::read_answer_body(&mut response).await?;
     serde_json::from_slice(&bytes)
         .map_err(|_| BackendError::InvalidResponse("not a JSON-RPC response"))
 }
@@ -596,21 +590,18 @@ async fn read_card(client: &reqwest::Client, url: &str) -> Result<String, Backen
             ),
         ));
     }
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| {
-        upstream(
-            "model.a2a.url",
-            format!("its card broke off ({})", unreachable_reason(&e)),
-        )
-    })? {
-        if bytes.len() + chunk.len() > MAX_CARD_BYTES {
-            return Err(upstream(
+    let bytes = crate::http::client::read_bounded(&mut response, MAX_CARD_BYTES)
+        .await
+        .map_err(|e| match e {
+            crate::http::client::BodyError::TooLarge => upstream(
                 "model.a2a.url",
                 format!("its card is larger than {MAX_CARD_BYTES} bytes"),
-            ));
-        }
-        bytes.extend_from_slice(&chunk);
-    }
+            ),
+            crate::http::client::BodyError::Broken(e) => upstream(
+                "model.a2a.url",
+                format!("its card broke off ({})", unreachable_reason(&e)),
+            ),
+        })?;
     String::from_utf8(bytes).map_err(|_| upstream("model.a2a.url", "its card is not UTF-8"))
 }
 

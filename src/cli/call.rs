@@ -383,21 +383,17 @@ async fn fetch_document(
 }
 
 async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, CliError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
+    crate::http::client::read_bounded(&mut response, limit)
         .await
-        .map_err(|e| exit(EXIT_OTHER, format!("the answer broke off: {}", reason(&e))))?
-    {
-        if body.len() + chunk.len() > limit {
-            return Err(exit(
+        .map_err(|e| match e {
+            crate::http::client::BodyError::TooLarge => exit(
                 EXIT_OTHER,
                 format!("the answer is larger than {limit} bytes"),
-            ));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+            ),
+            crate::http::client::BodyError::Broken(e) => {
+                exit(EXIT_OTHER, format!("the answer broke off: {}", reason(&e)))
+            }
+        })
 }
 
 /// The HTTP refusals that have their own exit status.
@@ -650,13 +646,7 @@ fn printable(text: &str) -> String {
 
 /// The innermost reason of a client error (a refused certificate, a refused connection).
 fn reason(error: &reqwest::Error) -> String {
-    let mut reason = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(inner) = source {
-        reason = inner.to_string();
-        source = inner.source();
-    }
-    reason
+    crate::http::client::innermost_reason(error)
 }
 
 #[cfg(test)]

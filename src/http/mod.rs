@@ -2,6 +2,7 @@
 //! documents, and TLS for the connections peergate makes.
 
 pub mod accept;
+pub mod client;
 pub mod document;
 pub mod event_stream;
 pub mod refusal;

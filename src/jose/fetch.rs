@@ -275,26 +275,23 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
         .dns_resolver(Arc::new(resolver))
         .build()
         .map_err(|e| fail(e.to_string()))?;
-    let mut response = client.get(parsed).send().await.map_err(|e| {
-        // The resolver's refusal is the useful part of the error chain.
-        let mut reason = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(inner) = source {
-            reason = inner.to_string();
-            source = inner.source();
-        }
-        fail(reason)
-    })?;
+    // The resolver's refusal is the useful part of the error chain.
+    let mut response = client
+        .get(parsed)
+        .send()
+        .await
+        .map_err(|e| fail(crate::http::client::innermost_reason(&e)))?;
     if response.status() != reqwest::StatusCode::OK {
         return Err(fail(format!("HTTP status {}", response.status().as_u16())));
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| fail(e.to_string()))? {
-        if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-            return Err(fail(format!("larger than {MAX_DOCUMENT_BYTES} bytes")));
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let body = crate::http::client::read_bounded(&mut response, MAX_DOCUMENT_BYTES)
+        .await
+        .map_err(|e| match e {
+            crate::http::client::BodyError::TooLarge => {
+                fail(format!("larger than {MAX_DOCUMENT_BYTES} bytes"))
+            }
+            crate::http::client::BodyError::Broken(e) => fail(e.to_string()),
+        })?;
     String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))
 }
 
