@@ -546,3 +546,40 @@ async fn a_continuation_refused_by_the_budget_rejects_the_task_and_cancels_the_a
     .await;
     assert_eq!(artifact_text(task_of(&count)), "cancels: 1");
 }
+
+#[tokio::test]
+async fn the_agent_sees_message_ids_apart_per_peer_and_text_within_the_limit() {
+    let upstream = UpstreamAgent::start(true);
+    let door = door(
+        upstream.policy().set("tasks.max_text_bytes", 1024),
+        &["alice", "bob"],
+    );
+    let url = door.server.door();
+    // The same messageId from two peers reaches the agent as two ids, each keeping its prefix.
+    let mut seen = Vec::new();
+    for token in &door.tokens {
+        let mut message = text_message("message-id");
+        message["messageId"] = json!("tck-shared-1");
+        let answer = send(&url, token, message).await;
+        seen.push(artifact_text(task_of(&answer)));
+    }
+    assert!(
+        seen.iter().all(|id| id.starts_with("tck-shared-1-")),
+        "{seen:?}"
+    );
+    assert_ne!(seen[0], seen[1]);
+    // Text over the limit reaches the agent cut, with the mark a model would see.
+    let long = "y".repeat(4096);
+    let answer = send_text(&url, &door.tokens[0], &long, None).await;
+    let echoed = artifact_text(task_of(&answer));
+    assert!(
+        echoed.contains("[peergate: message truncated"),
+        "{}",
+        &echoed[..80.min(echoed.len())]
+    );
+    assert!(
+        echoed.len() < 1200,
+        "{} bytes reached the agent",
+        echoed.len()
+    );
+}

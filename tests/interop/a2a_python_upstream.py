@@ -15,6 +15,7 @@ What it answers, chosen by the text of the message:
     "slow"     working, three "step N" updates 0.5 s apart, then completed
     "context"  a completed task whose answer is the contextId the agent saw
     "cancels"  a completed task whose answer counts the cancels the agent received
+    "message-id"  a completed task whose answer is the messageId the agent saw
     otherwise  a completed task answering "upstream says: <text>"
 """
 
@@ -107,6 +108,10 @@ class ScriptedExecutor(AgentExecutor):
             await updater.complete()
             return
 
+        if text == 'message-id':
+            await updater.add_artifact([new_text_part(context.message.message_id)], name='answer')
+            await updater.complete()
+            return
         if text == 'cancels':
             await updater.add_artifact([new_text_part(f'cancels: {CANCELS}')], name='answer')
             await updater.complete()
