@@ -198,7 +198,11 @@ async fn check_card(
     } else {
         match verify_card(card_text, &keys) {
             Ok(verified) => {
-                eprintln!("card verified: kid {} ({})", verified.kid, verified.alg);
+                eprintln!(
+                    "card verified: kid {} ({})",
+                    printable(&verified.kid),
+                    verified.alg
+                );
                 true
             }
             Err(VerifyError::NoSignature) if args.insecure_unsigned => {
@@ -434,7 +438,9 @@ fn rpc_result(answer: &Value) -> Result<Value, CliError> {
             format!(
                 "the agent answered error {}: {}",
                 error["code"],
-                printable(error["message"].as_str().unwrap_or("(no message)"))
+                printable(&shortened(
+                    error["message"].as_str().unwrap_or("(no message)")
+                ))
             ),
         ));
     }
@@ -623,8 +629,9 @@ fn report(result: &Value) -> Result<(), CliError> {
         other => Err(exit(
             EXIT_OTHER,
             format!(
-                "the task is still {other}; read it later with its id {}",
-                inner["id"]
+                "the task is still {}; read it later with its id {}",
+                printable(other),
+                printable(&inner["id"].to_string())
             ),
         )),
     }
@@ -642,6 +649,14 @@ fn printable(text: &str) -> String {
             }
         })
         .collect()
+}
+
+/// At most 200 characters of what an agent said in an error, marked when cut.
+fn shortened(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
 }
 
 /// The innermost reason of a client error (a refused certificate, a refused connection).
@@ -680,6 +695,14 @@ mod tests {
             card_url("https://agent.example/cards/a.json").unwrap(),
             "https://agent.example/cards/a.json"
         );
+    }
+
+    #[test]
+    fn an_agents_error_message_is_cut_to_200_characters() {
+        assert_eq!(shortened("short"), "short");
+        let long = shortened(&"é".repeat(500));
+        assert_eq!(long.chars().count(), 201);
+        assert!(long.ends_with('…'));
     }
 
     #[test]
