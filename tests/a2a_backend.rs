@@ -297,7 +297,7 @@ async fn the_agents_credential_and_its_errors_stay_behind_the_door() {
     let whole = task.to_string();
     assert!(!whole.contains("unauthorized"), "{whole}");
     assert!(!whole.contains("127.0.0.1"), "{whole}");
-    let log = door.server.log_text();
+    let log = door.server.log_with("HTTP status 401");
     assert!(log.contains("HTTP status 401"), "{log}");
     assert!(
         !log.contains("not-the-agents-credential"),
@@ -433,7 +433,7 @@ async fn a_misbehaving_agent_is_asked_once_and_bounded_and_its_words_stay_behind
         assert_eq!(agent.posts(), before + 1, "{why}: asked once");
     }
     assert_eq!(agent.redirected(), 0, "the redirect was followed");
-    let log = door.server.log_text();
+    let log = door.server.log_with("JSON-RPC error -32603");
     assert!(
         !log.contains(AGENT_SECRET),
         "the agent's words reached the log"

@@ -356,7 +356,7 @@ async fn the_system_roots_are_the_default_trust() {
     )
     .await;
     assert_failed_cleanly(task_of(&response));
-    let log = refusing.server.log_text();
+    let log = refusing.server.log_with("TLS certificate was not accepted");
     assert!(log.contains("TLS certificate was not accepted"), "{log}");
 }
 

@@ -119,6 +119,19 @@ impl ServeProcess {
         format!("http://{}/a2a/v1", self.addr)
     }
 
+    /// The log once it holds `needle` (its lines are read by a thread of their own, so a line
+    /// written before an answer may arrive after it), or as it is after ten seconds.
+    pub fn log_with(&self, needle: &str) -> String {
+        for _ in 0..500 {
+            let log = self.log_text();
+            if log.contains(needle) {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.log_text()
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
