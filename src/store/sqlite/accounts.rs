@@ -410,22 +410,24 @@ pub(super) async fn insert_audit(
     tx: &mut SqliteConnection,
     entry: &AuditEntry,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO audit (at, actor, action, target, outcome, client, detail, owner_id) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(entry.at)
-    .bind(&entry.actor)
-    .bind(entry.action.as_str())
-    .bind(&entry.target)
-    .bind(&entry.outcome)
-    .bind(&entry.client)
-    .bind(&entry.detail)
-    .bind(&entry.owner_id)
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query(INSERT_AUDIT)
+        .bind(entry.at)
+        .bind(&entry.actor)
+        .bind(entry.action.as_str())
+        .bind(&entry.target)
+        .bind(&entry.outcome)
+        .bind(&entry.client)
+        .bind(&entry.detail)
+        .bind(&entry.owner_id)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
+
+/// One audit record: `?1` time, `?2` actor, `?3` action, `?4` target, `?5` outcome, `?6`
+/// client, `?7` detail, `?8` owner.
+pub(super) const INSERT_AUDIT: &str = "INSERT INTO audit (at, actor, action, target, outcome, \
+     client, detail, owner_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
 /// Marks a peer's live credentials (of one kind, or all) revoked; the rows stay for audits.
 async fn revoke_credentials(

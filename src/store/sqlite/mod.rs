@@ -13,6 +13,7 @@
 mod accounts;
 mod push;
 mod tasks;
+mod writer;
 
 use super::{
     AdminLogin, ConversationEntry, ConversationStore, ConversationSummary, CredentialRecord,
@@ -36,6 +37,9 @@ pub const DATABASE_FILE: &str = "peergate.sqlite3";
 /// The schema, versioned.
 static MIGRATOR: Migrator = sqlx::migrate!("src/store/sqlite/migrations");
 
+/// How long a connection waits for another's write lock before it fails with `SQLITE_BUSY`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Write transactions take the write lock up front, so a transaction that reads before it
 /// writes waits out `busy_timeout` instead of failing when another process (the CLI, a second
 /// server) commits in between.
@@ -58,7 +62,7 @@ pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     path: PathBuf,
-    exchanges: tokio::sync::mpsc::Sender<tasks::PendingExchange>,
+    exchanges: writer::ExchangeQueue,
     /// Last-use notes for their writer; taken (closing the channel) when the store closes.
     uses: std::sync::Mutex<Option<LastUses>>,
     uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -85,7 +89,7 @@ impl SqliteStore {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5))
+            .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
         migrate(&path, &options).await?;
         restrict_to_owner(&path).map_err(|e| StoreError::DataDir(e.kind()))?;
@@ -101,8 +105,7 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await?;
-        let (exchanges, pending) = tokio::sync::mpsc::channel(4 * tasks::MAX_BATCH);
-        tokio::spawn(tasks::group_commit(writer.clone(), pending));
+        let exchanges = writer::start(&path, BUSY_TIMEOUT)?;
         let (uses, seen) = tokio::sync::mpsc::channel(LAST_USE_BACKLOG);
         let uses_writer = tokio::spawn(write_last_uses(writer.clone(), seen));
         Ok(Self {

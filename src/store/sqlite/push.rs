@@ -2,11 +2,10 @@
 
 use super::{BEGIN_WRITE, SqliteStore};
 use crate::store::{
-    DeliveryOutcome, Exchange, FailedDelivery, PushConfigRecord, PushDelivery, PushStore,
-    StoreError,
+    DeliveryOutcome, FailedDelivery, PushConfigRecord, PushDelivery, PushStore, StoreError,
 };
 use async_trait::async_trait;
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::SqliteConnection;
 
 /// Queues `task_json` for every config of the task, if the task's row now holds that state
 /// (`state` as of `now`): a turn's final state that the store did not take over a sweep's is
@@ -18,82 +17,56 @@ pub(super) async fn queue_state(
     task_json: &str,
     now: i64,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO push_deliveries (task_id, config_id, peer_id, url, sealed, body, state, attempts, next_attempt_at, created_at, updated_at) \
-         SELECT task_id, id, peer_id, url, sealed, ?, 'pending', 0, ?, ?, ? FROM push_configs WHERE task_id = ? \
-         AND EXISTS (SELECT 1 FROM tasks WHERE id = ? AND state = ? AND status_at = ?)",
-    )
-    .bind(crate::store::records::task_notification(task_json))
-    .bind(now)
-    .bind(now)
-    .bind(now)
-    .bind(task_id)
-    .bind(task_id)
-    .bind(state)
-    .bind(now)
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query(QUEUE_STATE)
+        .bind(crate::store::records::task_notification(task_json))
+        .bind(now)
+        .bind(task_id)
+        .bind(state)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 
-/// Queues each state of `exchanges` marked [`Exchange::notify`] for its task's configs. One
-/// indexed read finds which of the batch's tasks have configs at all, so a batch without any
-/// costs that read alone.
-pub(super) async fn queue_states(
-    tx: &mut SqliteConnection,
-    exchanges: &[&Exchange],
-) -> Result<(), StoreError> {
-    let notify: Vec<&Exchange> = exchanges.iter().copied().filter(|e| e.notify).collect();
-    if notify.is_empty() {
-        return Ok(());
-    }
-    let mut find =
-        QueryBuilder::<Sqlite>::new("SELECT DISTINCT task_id FROM push_configs WHERE task_id IN (");
-    let mut ids = find.separated(", ");
-    for e in &notify {
-        ids.push_bind(e.task_id.as_str());
-    }
-    find.push(")");
-    let configured: std::collections::HashSet<String> = find
-        .build_query_scalar()
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect();
-    for e in notify.iter().filter(|e| configured.contains(&e.task_id)) {
-        queue_state(tx, &e.task_id, e.state, &e.task_json, e.now).await?;
-    }
-    Ok(())
-}
+/// Queues a task's state for each of its configs, if the task is still in that state at that
+/// time: `?1` the notification body, `?2` now, `?3` the task, `?4` the state.
+pub(super) const QUEUE_STATE: &str = "INSERT INTO push_deliveries (task_id, config_id, peer_id, \
+     url, sealed, body, state, attempts, next_attempt_at, created_at, updated_at) \
+     SELECT task_id, id, peer_id, url, sealed, ?1, 'pending', 0, ?2, ?2, ?2 FROM push_configs \
+     WHERE task_id = ?3 \
+     AND EXISTS (SELECT 1 FROM tasks WHERE id = ?3 AND state = ?4 AND status_at = ?2)";
+
+/// Stores a config (`?1` task, `?2` id, `?3` peer, `?4` URL, `?5` sealed secrets, `?6` now),
+/// replacing the one with its task and id.
+pub(super) const UPSERT_CONFIG: &str = "INSERT INTO push_configs (task_id, id, peer_id, url, \
+     sealed, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+     ON CONFLICT (task_id, id) DO UPDATE SET url = excluded.url, sealed = excluded.sealed";
+
+/// What is still queued under a config goes where the config now says, with its new secrets:
+/// `?1` URL, `?2` sealed secrets, `?3` task, `?4` config id.
+pub(super) const RETARGET_DELIVERIES: &str = "UPDATE push_deliveries SET url = ?1, sealed = ?2 \
+     WHERE task_id = ?3 AND config_id = ?4 AND state = 'pending'";
 
 /// Stores a config, replacing the one with its task and id.
 pub(super) async fn upsert_config(
     tx: &mut SqliteConnection,
     config: &PushConfigRecord,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO push_configs (task_id, id, peer_id, url, sealed, created_at) VALUES (?, ?, ?, ?, ?, ?) \
-         ON CONFLICT (task_id, id) DO UPDATE SET url = excluded.url, sealed = excluded.sealed",
-    )
-    .bind(&config.task_id)
-    .bind(&config.id)
-    .bind(&config.peer_id)
-    .bind(&config.url)
-    .bind(&config.sealed)
-    .bind(config.created_at)
-    .execute(&mut *tx)
-    .await?;
-    // What is still queued under it goes where the config now says, with its new secrets.
-    sqlx::query(
-        "UPDATE push_deliveries SET url = ?, sealed = ? \
-         WHERE task_id = ? AND config_id = ? AND state = 'pending'",
-    )
-    .bind(&config.url)
-    .bind(&config.sealed)
-    .bind(&config.task_id)
-    .bind(&config.id)
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query(UPSERT_CONFIG)
+        .bind(&config.task_id)
+        .bind(&config.id)
+        .bind(&config.peer_id)
+        .bind(&config.url)
+        .bind(&config.sealed)
+        .bind(config.created_at)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(RETARGET_DELIVERIES)
+        .bind(&config.url)
+        .bind(&config.sealed)
+        .bind(&config.task_id)
+        .bind(&config.id)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 

@@ -1,24 +1,13 @@
-//! Tasks and context histories in SQLite, and the group commit that keeps one writer ahead of
-//! many turns.
+//! Tasks and context histories in SQLite. Exchanges are written by [`super::writer`].
 
+use super::writer::PendingExchange;
 use super::{BEGIN_WRITE, SqliteStore};
-use crate::store::batch::Batch;
 use crate::store::{
     ConversationMessage, ConversationRole, Exchange, StoreError, TaskPage, TaskQuery, TaskStore,
     WorkingTask,
 };
 use async_trait::async_trait;
-use sqlx::sqlite::SqlitePool;
-use sqlx::{QueryBuilder, Row, Sqlite};
-
-/// An exchange waiting for the group commit, and who to tell when it is durable.
-pub(super) struct PendingExchange {
-    exchange: Exchange,
-    done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
-}
-
-/// Most exchanges committed in one transaction.
-pub(super) const MAX_BATCH: usize = 256;
+use sqlx::Row;
 
 #[async_trait]
 impl TaskStore for SqliteStore {
@@ -57,8 +46,8 @@ impl TaskStore for SqliteStore {
         Ok(history)
     }
 
-    /// Concurrent calls share one transaction (group commit), so one writer keeps up with many
-    /// requests.
+    /// Concurrent calls share one transaction (group commit) on the writer's thread, so one
+    /// writer keeps up with many requests.
     async fn save_exchange(&self, exchange: Exchange) -> Result<(), StoreError> {
         let (done, committed) = tokio::sync::oneshot::channel();
         self.exchanges
@@ -210,127 +199,4 @@ impl TaskStore for SqliteStore {
             .await?;
         Ok(done.rows_affected())
     }
-}
-
-/// Commits waiting exchanges in batches until every handle is gone.
-pub(super) async fn group_commit(
-    pool: SqlitePool,
-    mut pending: tokio::sync::mpsc::Receiver<PendingExchange>,
-) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let exchanges: Vec<&Exchange> = batch.iter().map(|p| &p.exchange).collect();
-        match write_exchanges(&pool, &exchanges).await {
-            Ok(()) => {
-                for waiting in batch.drain(..) {
-                    let _ = waiting.done.send(Ok(()));
-                }
-            }
-            Err(error) => {
-                // One exchange must not sink the others: retry each alone.
-                if batch.len() == 1 {
-                    if let Some(waiting) = batch.pop() {
-                        let _ = waiting.done.send(Err(error));
-                    }
-                    continue;
-                }
-                for waiting in batch.drain(..) {
-                    let outcome = write_exchanges(&pool, &[&waiting.exchange]).await;
-                    let _ = waiting.done.send(outcome);
-                }
-            }
-        }
-    }
-}
-
-/// Writes exchanges in one transaction, a few multi-row statements for the whole batch.
-async fn write_exchanges(pool: &SqlitePool, exchanges: &[&Exchange]) -> Result<(), StoreError> {
-    let batch = Batch::of(exchanges);
-    let mut tx = pool.begin_with(BEGIN_WRITE).await?;
-    let mut tasks = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance, status_at, upstream_task_id) ",
-    );
-    tasks.push_values(&batch.tasks, |mut row, (e, created_at)| {
-        row.push_bind(e.task_id.as_str())
-            .push_bind(e.peer_id.as_str())
-            .push_bind(e.context_id.as_str())
-            .push_bind(e.state)
-            .push_bind(e.task_json.as_str())
-            .push_bind(*created_at)
-            .push_bind(e.expires_at)
-            .push_bind(e.instance.as_deref())
-            .push_bind(e.now)
-            .push_bind(e.upstream_task_id.as_deref());
-    });
-    // A finished task replaces the working copy stored before the model was asked, unless a
-    // sweep already called that copy failed (a peer may have read it so). A task waiting for
-    // the peer goes on when the peer answers it.
-    tasks.push(
-        " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
-         expires_at = excluded.expires_at, status_at = excluded.status_at, \
-         instance = excluded.instance, \
-         upstream_task_id = COALESCE(excluded.upstream_task_id, tasks.upstream_task_id) \
-         WHERE tasks.state IN ('TASK_STATE_WORKING', 'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')",
-    );
-    tasks.build().execute(&mut *tx).await?;
-    // Configs sent with a message first, so they hear its task's first state.
-    for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
-        super::push::upsert_config(&mut tx, config).await?;
-    }
-    super::push::queue_states(&mut tx, exchanges).await?;
-    if !batch.contexts.is_empty() {
-        let mut contexts = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",
-        );
-        contexts.push_values(
-            &batch.contexts,
-            |mut row, ((peer, context), (first, last))| {
-                row.push_bind(*peer)
-                    .push_bind(*context)
-                    .push_bind(*first)
-                    .push_bind(*last);
-            },
-        );
-        contexts.push(
-            " ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at",
-        );
-        contexts.build().execute(&mut *tx).await?;
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) ",
-        );
-        insert.push_values(&batch.messages, |mut row, (e, m)| {
-            row.push_bind(e.peer_id.as_str())
-                .push_bind(e.context_id.as_str())
-                .push_bind(e.task_id.as_str())
-                .push_bind(m.role.as_str())
-                .push_bind(m.text.as_str())
-                .push_bind(e.now);
-        });
-        insert.build().execute(&mut *tx).await?;
-    }
-    if !batch.usage.is_empty() {
-        let mut upsert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) ",
-        );
-        upsert.push_values(
-            &batch.usage,
-            |mut row, ((owner, peer, day), (tokens, requests))| {
-                row.push_bind(*owner)
-                    .push_bind(*peer)
-                    .push_bind(*day)
-                    .push_bind(i64::try_from(*tokens).unwrap_or(i64::MAX))
-                    .push_bind(i64::try_from(*requests).unwrap_or(i64::MAX));
-            },
-        );
-        upsert.push(
-            " ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
-             SET tokens = tokens + excluded.tokens, requests = requests + excluded.requests",
-        );
-        upsert.build().execute(&mut *tx).await?;
-    }
-    for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
-        super::accounts::insert_audit(&mut tx, entry).await?;
-    }
-    tx.commit().await?;
-    Ok(())
 }

@@ -1,0 +1,236 @@
+//! The exchange writer: one thread that owns a SQLite connection and commits exchanges in
+//! batches, with statements prepared once.
+//!
+//! Every SendMessage writes its task twice (working before the model is asked, answered
+//! before the answer is sent), so this is the hottest write peergate makes. Through sqlx each
+//! statement of a group commit was a round trip to sqlx's worker thread (BEGIN, one per table,
+//! COMMIT: about seven hand-offs a batch, each a futex wake both ways), and each multi-row
+//! statement was built and prepared again because its shape changed with the batch size.
+//! Here the thread that owns the connection takes everything queued (up to [`MAX_BATCH`]),
+//! runs it in one `BEGIN IMMEDIATE` transaction with cached single-row statements, and answers
+//! every waiting request: one hand-off in, one wake per request out.
+//!
+//! Durability is unchanged: a request is answered `Ok` only after its batch committed. A
+//! batch that fails is retried one exchange at a time, so one bad exchange sinks only itself.
+//! A failed commit is rolled back when its transaction drops (or was already, by SQLite), so
+//! the connection is ready for the next batch without a restart.
+
+use crate::store::batch::Batch;
+use crate::store::{Exchange, StoreError};
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
+use std::path::Path;
+use std::time::Duration;
+
+/// Most exchanges committed in one transaction.
+pub(super) const MAX_BATCH: usize = 256;
+
+/// An exchange waiting for the writer, and who to tell when it is durable.
+pub(super) struct PendingExchange {
+    pub(super) exchange: Exchange,
+    pub(super) done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// Where exchanges are queued for the writer. The writer thread ends when every sender is
+/// gone (the store was dropped), closing its connection.
+pub(super) type ExchangeQueue = tokio::sync::mpsc::Sender<PendingExchange>;
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        Self::Engine(Box::new(error))
+    }
+}
+
+/// Opens the writer's connection to `database` (already migrated) and starts its thread.
+pub(super) fn start(database: &Path, busy_timeout: Duration) -> Result<ExchangeQueue, StoreError> {
+    let connection = connect(database, busy_timeout)?;
+    let (queue, pending) = tokio::sync::mpsc::channel(4 * MAX_BATCH);
+    std::thread::Builder::new()
+        .name("sqlite-writer".into())
+        .spawn(move || run(connection, pending))
+        .map_err(|e| StoreError::Engine(Box::new(e)))?;
+    Ok(queue)
+}
+
+/// The same settings as the store's other connections: WAL (already the file's mode),
+/// `synchronous=NORMAL`, foreign keys, and waiting out another writer (the command line)
+/// instead of failing with `SQLITE_BUSY`.
+fn connect(database: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    // No mutex: this connection never leaves its thread.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let connection = Connection::open_with_flags(database, flags)?;
+    connection.busy_timeout(busy_timeout)?;
+    connection.pragma_update(None, "synchronous", "NORMAL")?;
+    connection.pragma_update(None, "foreign_keys", true)?;
+    Ok(connection)
+}
+
+/// Takes whatever is queued, commits it, answers; until the queue closes.
+fn run(mut connection: Connection, mut pending: tokio::sync::mpsc::Receiver<PendingExchange>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = pending.blocking_recv() {
+        batch.push(first);
+        // What arrived while the last batch was committing goes in this one.
+        drain(&mut pending, &mut batch);
+        let exchanges: Vec<&Exchange> = batch.iter().map(|p| &p.exchange).collect();
+        let outcome = write(&mut connection, &exchanges);
+        drop(exchanges);
+        match outcome {
+            Ok(()) => {
+                for waiting in batch.drain(..) {
+                    let _ = waiting.done.send(Ok(()));
+                }
+            }
+            Err(error) if batch.len() == 1 => {
+                if let Some(waiting) = batch.pop() {
+                    let _ = waiting.done.send(Err(error));
+                }
+            }
+            Err(_) => {
+                // One exchange must not sink the others: each alone.
+                for waiting in batch.drain(..) {
+                    let outcome = write(&mut connection, &[&waiting.exchange]);
+                    let _ = waiting.done.send(outcome);
+                }
+            }
+        }
+    }
+}
+
+/// Moves what is queued into `batch`, up to [`MAX_BATCH`].
+fn drain(
+    pending: &mut tokio::sync::mpsc::Receiver<PendingExchange>,
+    batch: &mut Vec<PendingExchange>,
+) {
+    while batch.len() < MAX_BATCH {
+        match pending.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+}
+
+/// A finished task replaces the working copy stored before the model was asked, unless a
+/// sweep already called that copy failed (a peer may have read it so). A task waiting for the
+/// peer goes on when the peer answers it.
+const UPSERT_TASK: &str = "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, \
+     expires_at, instance, status_at, upstream_task_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+     ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
+     expires_at = excluded.expires_at, status_at = excluded.status_at, \
+     instance = excluded.instance, \
+     upstream_task_id = COALESCE(excluded.upstream_task_id, tasks.upstream_task_id) \
+     WHERE tasks.state IN ('TASK_STATE_WORKING', 'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')";
+
+const UPSERT_CONTEXT: &str = "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) \
+     VALUES (?1, ?2, ?3, ?4) \
+     ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at";
+
+const INSERT_MESSAGE: &str = "INSERT INTO messages (peer_id, context_id, task_id, role, body, \
+     created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+const ADD_USAGE: &str = "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) \
+     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
+     SET tokens = tokens + excluded.tokens, requests = requests + excluded.requests";
+
+/// Writes exchanges in one transaction.
+fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> Result<(), StoreError> {
+    let batch = Batch::of(exchanges);
+    let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut upsert = tx.prepare_cached(UPSERT_TASK)?;
+        for (e, created_at) in &batch.tasks {
+            upsert.execute(params![
+                e.task_id,
+                e.peer_id,
+                e.context_id,
+                e.state,
+                e.task_json,
+                created_at,
+                e.expires_at,
+                e.instance.as_deref(),
+                e.now,
+                e.upstream_task_id,
+            ])?;
+        }
+    }
+    // Configs sent with a message first, so they hear its task's first state.
+    for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
+        tx.prepare_cached(super::push::UPSERT_CONFIG)?
+            .execute(params![
+                config.task_id,
+                config.id,
+                config.peer_id,
+                config.url,
+                config.sealed,
+                config.created_at,
+            ])?;
+        tx.prepare_cached(super::push::RETARGET_DELIVERIES)?
+            .execute(params![
+                config.url,
+                config.sealed,
+                config.task_id,
+                config.id
+            ])?;
+    }
+    queue_states(&tx, exchanges)?;
+    if !batch.contexts.is_empty() {
+        let mut upsert = tx.prepare_cached(UPSERT_CONTEXT)?;
+        for ((peer, context), (first, last)) in &batch.contexts {
+            upsert.execute(params![peer, context, first, last])?;
+        }
+        let mut insert = tx.prepare_cached(INSERT_MESSAGE)?;
+        for (e, m) in &batch.messages {
+            insert.execute(params![
+                e.peer_id,
+                e.context_id,
+                e.task_id,
+                m.role.as_str(),
+                m.text,
+                e.now
+            ])?;
+        }
+    }
+    if !batch.usage.is_empty() {
+        let mut add = tx.prepare_cached(ADD_USAGE)?;
+        for ((owner, peer, day), (tokens, requests)) in &batch.usage {
+            add.execute(params![
+                owner,
+                peer,
+                day,
+                i64::try_from(*tokens).unwrap_or(i64::MAX),
+                i64::try_from(*requests).unwrap_or(i64::MAX),
+            ])?;
+        }
+    }
+    for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
+        tx.prepare_cached(super::accounts::INSERT_AUDIT)?
+            .execute(params![
+                entry.at,
+                entry.actor,
+                entry.action.as_str(),
+                entry.target,
+                entry.outcome,
+                entry.client,
+                entry.detail,
+                entry.owner_id,
+            ])?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Queues each state marked [`Exchange::notify`] for its task's push configs (none, for a
+/// task without any: the statement's look-up finds nothing).
+fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> Result<(), StoreError> {
+    for e in exchanges.iter().filter(|e| e.notify) {
+        tx.prepare_cached(super::push::QUEUE_STATE)?
+            .execute(params![
+                crate::store::records::task_notification(&e.task_json),
+                e.now,
+                e.task_id,
+                e.state,
+            ])?;
+    }
+    Ok(())
+}
