@@ -37,6 +37,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -627,20 +628,31 @@ fn door_router(policy: &Policy, state: AppState, guards: &Guards, metrics: Arc<M
     } else {
         json_rpc
     };
+    // Each `Router::layer` call boxes every route once more, and each box is cloned for every
+    // request: layers are stacked with `ServiceBuilder` (outer first) where their types allow,
+    // so a request clones one box per stack instead of one per layer. The body limit changes
+    // the response body's type, which the layers outside it do not take: a box between.
     let door_routes = bindings
-        .layer(DefaultBodyLimit::disable())
-        .layer(RequestBodyLimitLayer::new(policy.server.max_body_bytes))
-        // Only requests that got this far read a body or wait for the model; the card and the
-        // refusals in front are answered from memory, so their floods pay for no timer.
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            request_timeout,
-        ))
-        .layer(axum::middleware::map_response(
-            refusal::explain_layer_refusals,
-        ))
-        .layer(guards.per_peer.clone())
-        .layer(AuthLayer::shared(guards.authenticator.clone()));
+        .layer(
+            ServiceBuilder::new()
+                // Only requests that got this far read a body or wait for the model; the card
+                // and the refusals in front are answered from memory, so their floods pay for
+                // no timer.
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::REQUEST_TIMEOUT,
+                    request_timeout,
+                ))
+                .layer(RequestBodyLimitLayer::new(policy.server.max_body_bytes))
+                .layer(DefaultBodyLimit::disable()),
+        )
+        .layer(
+            ServiceBuilder::new()
+                .layer(AuthLayer::shared(guards.authenticator.clone()))
+                .layer(guards.per_peer.clone())
+                .layer(axum::middleware::map_response(
+                    refusal::explain_layer_refusals,
+                )),
+        );
     // A credential on the card URL is checked by the same layer as on the door: a valid peer
     // gets the extended card, an invalid credential a 401.
     let card_routes = Router::new()
@@ -651,8 +663,11 @@ fn door_router(policy: &Policy, state: AppState, guards: &Guards, metrics: Arc<M
         .merge(card_routes)
         .route("/.well-known/jwks.json", get(jwks_document))
         .merge(door_routes)
-        .layer(guards.per_ip.clone())
-        .layer(ClientAddrLayer::new(policy.trusted_proxies().to_vec()));
+        .layer(
+            ServiceBuilder::new()
+                .layer(ClientAddrLayer::new(policy.trusted_proxies().to_vec()))
+                .layer(guards.per_ip.clone()),
+        );
     Router::new()
         .route("/health", get(health))
         .merge(guarded)
