@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 fn one_line(stderr: &str) -> &str {
@@ -203,6 +203,62 @@ async fn answered_tasks_and_conversations_survive_a_kill_and_restart() {
     let reply = reply_text(task_of(&next));
     assert!(reply.contains("history: 2 earlier messages"), "{reply}");
     assert!(reply.contains("peer: before the crash"), "{reply}");
+}
+
+/// The writer commits concurrent requests together: a kill while batches are in flight must
+/// not lose any task whose answer a client got.
+#[tokio::test]
+async fn every_answer_given_under_concurrent_load_survives_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, "alice");
+    let (code, _, stderr) = cli_on(&data, &["peer", "limit", "alice", "100000/min"]);
+    assert_eq!(code, 0, "{stderr}");
+    let server = ServeProcess::start(dir.path(), &data);
+    let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let mut senders = tokio::task::JoinSet::new();
+    for worker in 0..8 {
+        let (door, token, answered) = (server.door(), token.clone(), answered.clone());
+        senders.spawn(async move {
+            let client = reqwest::Client::new();
+            // Below the default policy's 120 requests a minute per address, kill or not.
+            for n in 0..13 {
+                let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                    "message": {"messageId": format!("m{worker}-{n}"), "role": "ROLE_USER",
+                    "parts": [{"text": format!("worker {worker} message {n}")}]}}});
+                let Ok(response) = client
+                    .post(&door)
+                    .bearer_auth(&token)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await
+                else {
+                    return;
+                };
+                let Ok(answer) = response.json::<Value>().await else {
+                    return;
+                };
+                answered.lock().unwrap().push(task_of(&answer).clone());
+            }
+        });
+    }
+    // Kill with requests in flight: once some are answered, before all are.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while answered.lock().unwrap().len() < 40 {
+        assert!(Instant::now() < deadline, "the load never got going");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    server.kill();
+    while senders.join_next().await.is_some() {}
+    let answered = answered.lock().unwrap().clone();
+    assert!(answered.len() < 8 * 13, "the kill came after every answer");
+
+    let server = ServeProcess::start(dir.path(), &data);
+    for task in &answered {
+        let got = get_task(&server.door(), &token, task["id"].as_str().unwrap(), None).await;
+        assert_eq!(got["result"], *task, "an answered task was lost");
+    }
 }
 
 #[tokio::test]
