@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Load test on 127.0.0.1: a bare axum server as the baseline (POST and GET), then peergate
-# (policies/bench.toml) for the public card, an authenticated SendMessage on the echo backend
-# (checked afterwards against the tasks in the store), floods of bad tokens (401: one revoked
-# token, one failing its checksum, and distinct unknown tokens) and a peer over its limit (429).
-# Prints requests/s, p99 and the ratio to the bare server's run of the same method.
+# (policies/bench.toml) for the public card (fetched, and revalidated: 304), an authenticated
+# SendMessage on the echo backend (checked afterwards against the tasks in the store), floods
+# of bad tokens (401: one revoked token, one failing its checksum, and distinct unknown tokens)
+# and a peer over its limit (429).
+# Prints requests/s, p50, p99 and the ratio to the bare server's run of the same method.
 #
 #   bench/load.sh [SECONDS_PER_RUN] [CONNECTIONS]     (defaults: 10 and 50)
 #
 # BENCH_POLICY=FILE serves peergate with another policy (an A/B of a policy switch).
+# BENCH_PEERGATE=FILE measures another build of peergate (an A/B of two commits in the same
+# minutes: build the other commit, copy its binary aside, and run the script once with each).
 #
 # Needs wrk (Debian: apt-get install wrk). Every server it starts listens on 127.0.0.1 only and
 # is stopped when the script ends.
@@ -29,7 +32,7 @@ cargo build --quiet --release --bin peergate --example bare_axum
 # shellcheck source=bench/common.sh
 source bench/common.sh
 target_dir=$(target_dir)
-peergate="$target_dir/release/peergate"
+peergate=${BENCH_PEERGATE:-$target_dir/release/peergate}
 bare="$target_dir/release/examples/bare_axum"
 
 with_workdir
@@ -39,7 +42,7 @@ with_workdir
 status() {
   local url=$1 auth=$2
   if [ "$url" = "${url%/a2a/v1}" ]; then
-    curl -s -o /dev/null -w '%{http_code}' "$url"
+    curl -s -o /dev/null -w '%{http_code}' ${ETAG:+-H "If-None-Match: $ETAG"} "$url"
   else
     curl -s -o /dev/null -w '%{http_code}' -H "Authorization: $auth" -H 'Content-Type: application/json' --data "$send_body" "$url"
   fi
@@ -61,14 +64,15 @@ run() {
   fi
   local out script=${distinct_script:-bench/wrk/post.lua}
   if [ "$url" = "${url%/a2a/v1}" ]; then
-    out=$(wrk -t1 -c"$connections" -d"${duration}s" --latency "$url")
+    out=$(ETAG=${ETAG:-} wrk -t1 -c"$connections" -d"${duration}s" --latency ${ETAG:+-s bench/wrk/if_none_match.lua} "$url")
   else
     out=$(TOKENS="$work/tokens" AUTH="$auth" BODY="$send_body" wrk -t1 -c"$connections" -d"${duration}s" --latency -s "$script" "$url")
   fi
   distinct_script=""
   requests_done=$(awk '/requests in/ {print $1}' <<<"$out")
-  local rps p99 other
+  local rps p50 p99 other
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+  p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
   p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
   other=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
   # GETs compare with the bare server's GET, POSTs with its POST.
@@ -77,7 +81,7 @@ run() {
   [ -n "$base" ] || { base=$rps; baseline_post=$rps; }
   local ratio
   ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN {printf "%.0f%%", 100 * a / b}')
-  results+=("$(printf '%-34s %6s %12s %10s %7s %s' "$name" "$expected" "$rps" "$p99" "$ratio" "${other:+(non-2xx: $other)}")")
+  results+=("$(printf '%-34s %6s %12s %10s %10s %7s %s' "$name" "$expected" "$rps" "$p50" "$p99" "$ratio" "${other:+(non-2xx: $other)}")")
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
@@ -99,7 +103,11 @@ revoked=$("$peergate" peer add revoked --data "$data" 2>/dev/null)
 pids+=($!)
 wait_for_port "$gate_port"
 door="http://127.0.0.1:$gate_port/a2a/v1"
-run "public Agent Card" 200 "http://127.0.0.1:$gate_port/.well-known/agent-card.json"
+card_url="http://127.0.0.1:$gate_port/.well-known/agent-card.json"
+run "public Agent Card" 200 "$card_url"
+# A client that holds the card revalidates it: 304 with no body.
+etag=$(curl -s -D - -o /dev/null "$card_url" | awk 'tolower($1) == "etag:" {print $2}' | tr -d '\r')
+ETAG=$etag run "public Agent Card, revalidated" 304 "$card_url"
 run "401 flood: revoked token" 401 "$door" "Bearer $revoked"
 run "401 flood: token failing checksum" 401 "$door" "Bearer ${token%??????}AAAAAA"
 # Checksum-valid tokens that exist nowhere, a new one each request: every one reads the store.
@@ -131,5 +139,5 @@ if [ "$stored" -lt "$requests_done" ]; then
   exit 1
 fi
 
-printf '\n%-34s %6s %12s %10s %7s\n' "scenario" "status" "requests/s" "p99" "vs bare"
+printf '\n%-34s %6s %12s %10s %10s %7s\n' "scenario" "status" "requests/s" "p50" "p99" "vs bare"
 printf '%s\n' "${results[@]}"

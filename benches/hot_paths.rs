@@ -142,7 +142,7 @@ fn known_ids(c: &mut Criterion) {
     });
 }
 
-/// What a SendMessage costs the SQLite store: sixteen concurrent requests, each writing its
+/// What a SendMessage costs the SQLite store: 16 (then 64) concurrent requests, each writing its
 /// working copy and then its answer (with both conversation messages and the tokens spent),
 /// through the public seam, so the hand-off to the writer's thread is counted. Bodies are the
 /// echo backend's sizes (about 600 bytes working, 1.9 KB answered).
@@ -150,7 +150,7 @@ fn exchange_writes(c: &mut Criterion) {
     use peergate::admin::{AccountDefaults, AccountService, Caller, NewPeer};
     use peergate::store::{ConversationMessage, ConversationRole, Exchange, ExchangeUsage};
     use std::sync::Arc;
-    const REQUESTS: usize = 16;
+    const REQUESTS: [usize; 2] = [16, 64];
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (tasks, peer_id) = runtime.block_on(async {
@@ -212,12 +212,12 @@ fn exchange_writes(c: &mut Criterion) {
         upstream_task_id: None,
     };
     let mut round = 0u64;
-    c.bench_function(
-        "SQLite: 16 SendMessages stored (working, then answered), per round",
-        |b| {
+    for requests in REQUESTS {
+        let name = format!("SQLite: {requests} SendMessages stored (working, then answered)");
+        c.bench_function(&name, |b| {
             b.iter(|| {
                 round += 1;
-                let ids: Vec<String> = (0..REQUESTS)
+                let ids: Vec<String> = (0..requests)
                     .map(|n| format!("{round:016}-{n:02}"))
                     .collect();
                 runtime.block_on(async {
@@ -233,8 +233,8 @@ fn exchange_writes(c: &mut Criterion) {
                     }
                 })
             })
-        },
-    );
+        });
+    }
 }
 
 criterion_group!(
