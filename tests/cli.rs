@@ -250,7 +250,9 @@ async fn every_answer_given_under_concurrent_load_survives_a_kill() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     server.kill();
-    while senders.join_next().await.is_some() {}
+    while let Some(sent) = senders.join_next().await {
+        sent.expect("every answer before the kill is a task");
+    }
     let answered = answered.lock().unwrap().clone();
     assert!(answered.len() < 8 * 13, "the kill came after every answer");
 

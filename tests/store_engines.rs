@@ -322,6 +322,18 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             3
         );
         store.close().await;
+        // Closing commits what was queued and refuses what comes later.
+        let late = tasks
+            .save_exchange(exchange("t9", "TASK_STATE_COMPLETED", 300, "late"))
+            .await;
+        assert!(late.is_err(), "{engine}: an exchange after close was taken");
+        if engine == "sqlite" {
+            let wal = _dir.path().join("peergate.sqlite3-wal");
+            assert!(
+                std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
+                "every connection closed, the log checkpointed"
+            );
+        }
     }
 }
 

@@ -78,8 +78,10 @@ fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> 
 #[async_trait]
 impl AccountStore for SqliteStore {
     async fn begin_change(&self) -> Result<AccountChange, StoreError> {
+        let turn = self.write_turn().await;
         Ok(Box::new(SqliteAccountChange {
             tx: self.writer.begin_with(BEGIN_WRITE).await?,
+            _turn: turn,
         }))
     }
 
@@ -140,6 +142,8 @@ impl AccountStore for SqliteStore {
 /// One write transaction. Dropped without `commit`, it rolls back.
 struct SqliteAccountChange {
     tx: Transaction<'static, Sqlite>,
+    /// This process's write turn, held until the change commits or drops.
+    _turn: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl std::fmt::Debug for SqliteAccountChange {

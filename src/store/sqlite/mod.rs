@@ -1,8 +1,11 @@
 //! The embedded engine: every seam in one SQLite file.
 //!
-//! SQLite runs in WAL mode with one writer connection (so concurrent writers queue instead of
-//! failing with `SQLITE_BUSY`) and a few reader connections. The command line and a running
-//! server open the same file, so `peergate peer revoke` works while the server runs.
+//! SQLite runs in WAL mode with two write connections that take turns (so concurrent writers
+//! in this process queue instead of failing with `SQLITE_BUSY`) and a few reader connections.
+//! Exchanges, the hot write, are committed by a thread that owns its connection
+//! ([`writer`]); everything else writes through sqlx's single-connection writer pool. The
+//! command line and a running server open the same file, so `peergate peer revoke` works while
+//! the server runs.
 //!
 //! The schema is the versioned `.sql` files in `migrations/`, embedded and run by
 //! `sqlx::migrate!`. They are SQLite's own dialect (`AUTOINCREMENT`, `RAISE(ABORT)` triggers,
@@ -63,6 +66,8 @@ pub struct SqliteStore {
     reader: SqlitePool,
     path: PathBuf,
     exchanges: writer::ExchangeQueue,
+    /// Taken around every write transaction in this process (see [`writer::WriteTurn`]).
+    turn: writer::WriteTurn,
     /// Last-use notes for their writer; taken (closing the channel) when the store closes.
     uses: std::sync::Mutex<Option<LastUses>>,
     uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -105,18 +110,25 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await?;
-        let exchanges = writer::start(&path, BUSY_TIMEOUT)?;
+        let turn = writer::WriteTurn::default();
+        let exchanges = writer::start(&path, BUSY_TIMEOUT, turn.clone())?;
         let (uses, seen) = tokio::sync::mpsc::channel(LAST_USE_BACKLOG);
-        let uses_writer = tokio::spawn(write_last_uses(writer.clone(), seen));
+        let uses_writer = tokio::spawn(write_last_uses(writer.clone(), turn.clone(), seen));
         Ok(Self {
             writer,
             reader,
             path,
             exchanges,
+            turn,
             uses: std::sync::Mutex::new(Some(uses)),
             uses_writer: std::sync::Mutex::new(Some(uses_writer)),
             serving: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Waits for this process's turn to write (see [`writer::WriteTurn`]).
+    async fn write_turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.turn.clone().lock_owned().await
     }
 
     /// The database file.
@@ -240,7 +252,11 @@ const LAST_USE_BACKLOG: usize = 1024;
 /// Writes last-use notes in batches, off every request's path: one statement a batch, so the
 /// write lock is held only while SQLite runs it (never across an await, where a busy runtime
 /// would keep it from the command line).
-async fn write_last_uses(pool: SqlitePool, mut seen: tokio::sync::mpsc::Receiver<(Box<str>, i64)>) {
+async fn write_last_uses(
+    pool: SqlitePool,
+    turn: writer::WriteTurn,
+    mut seen: tokio::sync::mpsc::Receiver<(Box<str>, i64)>,
+) {
     let mut batch = Vec::with_capacity(64);
     while seen.recv_many(&mut batch, 64).await > 0 {
         // One row a peer, its latest time: an UPDATE … FROM uses one match a row.
@@ -253,7 +269,11 @@ async fn write_last_uses(pool: SqlitePool, mut seen: tokio::sync::mpsc::Receiver
             row.push_bind(&**peer_id).push_bind(*now);
         });
         update.push(") AS v WHERE peers.id = v.column1");
-        if let Err(e) = update.build().execute(&pool).await {
+        let written = {
+            let _turn = turn.lock().await;
+            update.build().execute(&pool).await
+        };
+        if let Err(e) = written {
             tracing::warn!(error = %e, "could not record last use of peers");
         }
         batch.clear();
@@ -302,6 +322,11 @@ impl StoreEngine for SqliteStore {
     }
 
     async fn close(&self) {
+        // Exchanges already queued are committed first; any sent later are refused.
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        if self.exchanges.send(writer::Job::Stop(stop)).await.is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), stopped).await;
+        }
         drop(
             self.serving
                 .lock()
@@ -318,8 +343,10 @@ impl StoreEngine for SqliteStore {
         if let Some(writer) = writer {
             let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
         }
-        self.writer.close().await;
+        // Readers first: the last connection to close checkpoints the log into the file and
+        // removes it, which a read-only one cannot do.
         self.reader.close().await;
+        self.writer.close().await;
     }
 }
 
@@ -555,6 +582,7 @@ impl DocumentStore for SqliteStore {
         etag: &str,
         now: i64,
     ) -> Result<i64, StoreError> {
+        let _turn = self.write_turn().await;
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let row = sqlx::query("SELECT etag, modified_at FROM documents WHERE name = ?")
             .bind(name)

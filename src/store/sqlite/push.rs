@@ -77,6 +77,7 @@ impl PushStore for SqliteStore {
         config: &PushConfigRecord,
         max_per_task: u32,
     ) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let others: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM push_configs WHERE task_id = ? AND id <> ?")
@@ -137,6 +138,7 @@ impl PushStore for SqliteStore {
         task_id: &str,
         id: &str,
     ) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let deleted =
             sqlx::query("DELETE FROM push_configs WHERE task_id = ? AND id = ? AND peer_id = ?")
@@ -178,8 +180,11 @@ impl PushStore for SqliteStore {
         .bind(now)
         .bind(now)
         .bind(i64::from(limit))
-        .fetch_all(&self.writer)
-        .await?;
+        .fetch_all(&self.writer);
+        let rows = {
+            let _turn = self.write_turn().await;
+            rows.await?
+        };
         rows.iter()
             .map(|row| crate::store::push_rows::delivery(row, claim_until))
             .collect()
@@ -224,6 +229,7 @@ impl PushStore for SqliteStore {
             .bind(id)
             .bind(claimed_until),
         };
+        let _turn = self.write_turn().await;
         query.execute(&self.writer).await?;
         Ok(())
     }

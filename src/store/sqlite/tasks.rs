@@ -1,6 +1,6 @@
 //! Tasks and context histories in SQLite. Exchanges are written by [`super::writer`].
 
-use super::writer::PendingExchange;
+use super::writer::{Job, PendingExchange};
 use super::{BEGIN_WRITE, SqliteStore};
 use crate::store::{
     ConversationMessage, ConversationRole, Exchange, StoreError, TaskPage, TaskQuery, TaskStore,
@@ -51,7 +51,7 @@ impl TaskStore for SqliteStore {
     async fn save_exchange(&self, exchange: Exchange) -> Result<(), StoreError> {
         let (done, committed) = tokio::sync::oneshot::channel();
         self.exchanges
-            .send(PendingExchange { exchange, done })
+            .send(Job::Write(PendingExchange { exchange, done }))
             .await
             .map_err(|_| StoreError::Closed)?;
         committed.await.map_err(|_| StoreError::Closed)?
@@ -118,6 +118,7 @@ impl TaskStore for SqliteStore {
         body: &str,
         now: i64,
     ) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let finished = sqlx::query(
             "UPDATE tasks SET state = ?, body = ?, status_at = ? WHERE id = ? AND state = 'TASK_STATE_WORKING'",
@@ -186,6 +187,7 @@ impl TaskStore for SqliteStore {
         // change waits on it); the tasks go last, so a sweep cut short leaves nothing that the
         // next one cannot find.
         for table in ["push_deliveries", "push_configs"] {
+            let _turn = self.write_turn().await;
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM {table} WHERE task_id IN (SELECT id FROM tasks WHERE expires_at <= ?)"
             )))
@@ -193,6 +195,7 @@ impl TaskStore for SqliteStore {
             .execute(&self.writer)
             .await?;
         }
+        let _turn = self.write_turn().await;
         let done = sqlx::query("DELETE FROM tasks WHERE expires_at <= ?")
             .bind(now)
             .execute(&self.writer)

@@ -30,9 +30,27 @@ pub(super) struct PendingExchange {
     pub(super) done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
 }
 
-/// Where exchanges are queued for the writer. The writer thread ends when every sender is
-/// gone (the store was dropped), closing its connection.
-pub(super) type ExchangeQueue = tokio::sync::mpsc::Sender<PendingExchange>;
+/// What the writer is asked to do.
+// `Stop` is sent once a process; boxing `Write` would add an allocation to every write.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Job {
+    /// Commit an exchange.
+    Write(PendingExchange),
+    /// Commit what is queued before this, refuse what comes after (`StoreError::Closed`),
+    /// close the connection, then say so.
+    Stop(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Where jobs are queued for the writer. The thread also ends, closing its connection, when
+/// every sender is gone.
+pub(super) type ExchangeQueue = tokio::sync::mpsc::Sender<Job>;
+
+/// The in-process write turn. The writer's thread and the sqlx writer connection take it
+/// around each write transaction, so writers in this process queue in order (one batch at
+/// most ahead of a revocation) instead of meeting in SQLite's busy handler, which sleeps up to
+/// 100 ms between tries and gives up after the busy timeout. Another process (the command
+/// line) still meets the busy handler.
+pub(super) type WriteTurn = std::sync::Arc<tokio::sync::Mutex<()>>;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> Self {
@@ -41,12 +59,16 @@ impl From<rusqlite::Error> for StoreError {
 }
 
 /// Opens the writer's connection to `database` (already migrated) and starts its thread.
-pub(super) fn start(database: &Path, busy_timeout: Duration) -> Result<ExchangeQueue, StoreError> {
+pub(super) fn start(
+    database: &Path,
+    busy_timeout: Duration,
+    turn: WriteTurn,
+) -> Result<ExchangeQueue, StoreError> {
     let connection = connect(database, busy_timeout)?;
     let (queue, pending) = tokio::sync::mpsc::channel(4 * MAX_BATCH);
     std::thread::Builder::new()
         .name("sqlite-writer".into())
-        .spawn(move || run(connection, pending))
+        .spawn(move || run(connection, pending, &turn))
         .map_err(|e| StoreError::Engine(Box::new(e)))?;
     Ok(queue)
 }
@@ -66,15 +88,30 @@ fn connect(database: &Path, busy_timeout: Duration) -> Result<Connection, StoreE
     Ok(connection)
 }
 
-/// Takes whatever is queued, commits it, answers; until the queue closes.
-fn run(mut connection: Connection, mut pending: tokio::sync::mpsc::Receiver<PendingExchange>) {
+/// Takes whatever is queued, commits it, answers; until asked to stop or the queue closes.
+fn run(
+    mut connection: Connection,
+    mut pending: tokio::sync::mpsc::Receiver<Job>,
+    turn: &tokio::sync::Mutex<()>,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = pending.blocking_recv() {
-        batch.push(first);
+    let mut stop = None;
+    while stop.is_none() {
+        match pending.blocking_recv() {
+            Some(Job::Write(first)) => batch.push(first),
+            Some(Job::Stop(stopped)) => stop = Some(stopped),
+            None => break,
+        }
         // What arrived while the last batch was committing goes in this one.
-        drain(&mut pending, &mut batch);
+        drain(&mut pending, &mut batch, &mut stop);
+        if batch.is_empty() {
+            continue;
+        }
         let exchanges: Vec<&Exchange> = batch.iter().map(|p| &p.exchange).collect();
-        let outcome = write(&mut connection, &exchanges);
+        let outcome = {
+            let _turn = turn.blocking_lock();
+            write(&mut connection, &exchanges)
+        };
         drop(exchanges);
         match outcome {
             Ok(()) => {
@@ -84,28 +121,60 @@ fn run(mut connection: Connection, mut pending: tokio::sync::mpsc::Receiver<Pend
             }
             Err(error) if batch.len() == 1 => {
                 if let Some(waiting) = batch.pop() {
-                    let _ = waiting.done.send(Err(error));
+                    let _ = waiting.done.send(Err(error.into()));
+                }
+            }
+            Err(error) if !one_exchange_can_cause(&error) => {
+                // A lock held elsewhere past the busy timeout, a full disk, a failing device:
+                // retrying each exchange alone would meet it again, once per exchange.
+                let reason = error.to_string();
+                for waiting in batch.drain(..) {
+                    let _ = waiting
+                        .done
+                        .send(Err(StoreError::Engine(reason.clone().into())));
                 }
             }
             Err(_) => {
                 // One exchange must not sink the others: each alone.
                 for waiting in batch.drain(..) {
-                    let outcome = write(&mut connection, &[&waiting.exchange]);
-                    let _ = waiting.done.send(outcome);
+                    let outcome = {
+                        let _turn = turn.blocking_lock();
+                        write(&mut connection, &[&waiting.exchange])
+                    };
+                    let _ = waiting.done.send(outcome.map_err(StoreError::from));
                 }
             }
         }
     }
+    // Nothing more is taken: what is still queued is refused, then the connection closes (the
+    // last one to close checkpoints the WAL into the file).
+    pending.close();
+    while let Ok(job) = pending.try_recv() {
+        match job {
+            Job::Write(waiting) => {
+                let _ = waiting.done.send(Err(StoreError::Closed));
+            }
+            Job::Stop(stopped) => {
+                let _ = stopped.send(());
+            }
+        }
+    }
+    drop(connection);
+    if let Some(stopped) = stop {
+        let _ = stopped.send(());
+    }
 }
 
-/// Moves what is queued into `batch`, up to [`MAX_BATCH`].
+/// Moves what is queued into `batch`, up to [`MAX_BATCH`], or up to a stop.
 fn drain(
-    pending: &mut tokio::sync::mpsc::Receiver<PendingExchange>,
+    pending: &mut tokio::sync::mpsc::Receiver<Job>,
     batch: &mut Vec<PendingExchange>,
+    stop: &mut Option<tokio::sync::oneshot::Sender<()>>,
 ) {
-    while batch.len() < MAX_BATCH {
+    while stop.is_none() && batch.len() < MAX_BATCH {
         match pending.try_recv() {
-            Ok(next) => batch.push(next),
+            Ok(Job::Write(next)) => batch.push(next),
+            Ok(Job::Stop(stopped)) => *stop = Some(stopped),
             Err(_) => break,
         }
     }
@@ -133,8 +202,26 @@ const ADD_USAGE: &str = "INSERT INTO usage (admin_id, peer_id, day, tokens, requ
      VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
      SET tokens = tokens + excluded.tokens, requests = requests + excluded.requests";
 
+/// Whether `error` can come from one exchange of a batch (a constraint it breaks), so that
+/// the others are worth writing without it; the conditions of the file or the lock cannot.
+fn one_exchange_can_cause(error: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode;
+    !matches!(
+        error.sqlite_error_code(),
+        Some(
+            ErrorCode::DatabaseBusy
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::DiskFull
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::ReadOnly
+                | ErrorCode::CannotOpen
+                | ErrorCode::OutOfMemory
+        )
+    )
+}
+
 /// Writes exchanges in one transaction.
-fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> Result<(), StoreError> {
+fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
     let batch = Batch::of(exchanges);
     let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
@@ -222,7 +309,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> Result<(), Sto
 
 /// Queues each state marked [`Exchange::notify`] for its task's push configs (none, for a
 /// task without any: the statement's look-up finds nothing).
-fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> Result<(), StoreError> {
+fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
     for e in exchanges.iter().filter(|e| e.notify) {
         tx.prepare_cached(super::push::QUEUE_STATE)?
             .execute(params![
