@@ -97,24 +97,33 @@ fn seams(c: &mut Criterion) {
     });
 }
 
+/// A SQLite store in `dir` and the account service over it, as the command line makes them.
+async fn store_in(
+    dir: &std::path::Path,
+) -> (peergate::store::Store, peergate::admin::AccountService) {
+    use peergate::admin::{AccountDefaults, AccountService};
+    let store = peergate::store::Store::open(dir).await.unwrap();
+    let accounts = AccountService::new(
+        store.clone(),
+        std::sync::Arc::new(peergate::clock::SystemClock),
+        AccountDefaults {
+            default_owner: Some("operator".to_owned()),
+            rate_per_minute: 60,
+        },
+    );
+    (store, accounts)
+}
+
 /// An unknown credential id refused from memory, with 10,000 ids held (a flood of made-up
 /// tokens).
 fn known_ids(c: &mut Criterion) {
-    use peergate::admin::{AccountDefaults, AccountService, Caller, NewPeer};
+    use peergate::admin::{Caller, NewPeer};
     use peergate::layers::auth::known_ids::KnownCredentialIds;
     use std::sync::Arc;
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let known = runtime.block_on(async {
-        let store = peergate::store::Store::open(dir.path()).await.unwrap();
-        let accounts = AccountService::new(
-            store.clone(),
-            Arc::new(peergate::clock::SystemClock),
-            AccountDefaults {
-                default_owner: Some("operator".to_owned()),
-                rate_per_minute: 60,
-            },
-        );
+        let (store, accounts) = store_in(dir.path()).await;
         for n in 0..10_000 {
             let peer = NewPeer {
                 name: format!("peer{n}"),
@@ -147,22 +156,14 @@ fn known_ids(c: &mut Criterion) {
 /// through the public seam, so the hand-off to the writer's thread is counted. Bodies are the
 /// echo backend's sizes (about 600 bytes working, 1.9 KB answered).
 fn exchange_writes(c: &mut Criterion) {
-    use peergate::admin::{AccountDefaults, AccountService, Caller, NewPeer};
+    use peergate::admin::{Caller, NewPeer};
     use peergate::store::{ConversationMessage, ConversationRole, Exchange, ExchangeUsage};
     use std::sync::Arc;
     const REQUESTS: [usize; 2] = [16, 64];
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (tasks, peer_id) = runtime.block_on(async {
-        let store = peergate::store::Store::open(dir.path()).await.unwrap();
-        let accounts = AccountService::new(
-            store.clone(),
-            Arc::new(peergate::clock::SystemClock),
-            AccountDefaults {
-                default_owner: Some("operator".to_owned()),
-                rate_per_minute: 60,
-            },
-        );
+        let (store, accounts) = store_in(dir.path()).await;
         let peer = NewPeer {
             name: "bench".to_owned(),
             ..NewPeer::default()
