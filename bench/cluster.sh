@@ -13,6 +13,8 @@
 #
 #   bench/cluster.sh [SECONDS_PER_RUN] [CONNECTIONS]     (defaults: 10 and 50)
 #
+# BENCH_PEERGATE=FILE measures another build of peergate (an A/B of two commits).
+#
 # Needs wrk, haproxy, postgresql and redis-server (Debian: apt-get install wrk haproxy
 # postgresql redis-server). Everything listens on 127.0.0.1 only, keeps its data in a temporary
 # directory, and is stopped when the script ends. PostgreSQL runs with its defaults (fsync and
@@ -39,7 +41,7 @@ pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 
 cargo build --quiet --release --bin peergate --example bare_axum
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-peergate="$target_dir/release/peergate"
+peergate=${BENCH_PEERGATE:-$target_dir/release/peergate}
 bare="$target_dir/release/examples/bare_axum"
 
 work=$(mktemp -d)
