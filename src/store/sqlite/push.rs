@@ -181,6 +181,7 @@ impl PushStore for SqliteStore {
         .bind(now)
         .bind(i64::from(limit))
         .fetch_all(&self.writer);
+        // The claim writes (it sets `claimed_until`): in this process's write turn.
         let rows = {
             let _turn = self.write_turn().await;
             rows.await?

@@ -11,9 +11,11 @@
 //! every waiting request: one hand-off in, one wake per request out.
 //!
 //! Durability is unchanged: a request is answered `Ok` only after its batch committed. A
-//! batch that fails is retried one exchange at a time, so one bad exchange sinks only itself.
-//! A failed commit is rolled back when its transaction drops (or was already, by SQLite), so
-//! the connection is ready for the next batch without a restart.
+//! batch that fails is retried one exchange at a time, so one bad exchange sinks only itself,
+//! unless the failure is one no exchange causes (a lock held elsewhere, a full disk), which the
+//! whole batch is told at once. A failed commit is rolled back when its transaction drops (or
+//! was already, by SQLite), so the connection is ready for the next batch without a restart.
+//! The thread takes the store's [`WriteTurn`] around each transaction.
 
 use crate::store::batch::Batch;
 use crate::store::{Exchange, StoreError};
@@ -320,4 +322,82 @@ fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resu
             ])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::TaskStore as _;
+    use crate::store::sqlite::SqliteStore;
+
+    fn exchange(task: &str) -> Exchange {
+        Exchange {
+            task_id: task.into(),
+            peer_id: "peer_1".into(),
+            context_id: "ctx".into(),
+            state: "TASK_STATE_COMPLETED",
+            task_json: "{}".into(),
+            now: 1,
+            expires_at: i64::MAX,
+            messages: Vec::new(),
+            usage: None,
+            audit: None,
+            instance: None,
+            notify: false,
+            push_config: None,
+            upstream_task_id: None,
+        }
+    }
+
+    async fn stored(store: &SqliteStore, task: &str) -> bool {
+        sqlx::query("SELECT 1 FROM tasks WHERE id = ?")
+            .bind(task)
+            .fetch_optional(&store.reader)
+            .await
+            .unwrap()
+            .is_some()
+    }
+
+    /// While another writer of this process holds the turn (a revocation, say), the writer's
+    /// thread waits for it instead of committing beside it through SQLite's busy handler.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_writer_commits_only_in_its_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(SqliteStore::open(dir.path()).await.unwrap());
+        for insert in [
+            "INSERT INTO admins (id, name, status, created_at) VALUES ('adm_1', 'ada', 'active', 0)",
+            "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id) \
+             VALUES ('peer_1', 'alice', 'active', 60, 0, 'adm_1')",
+        ] {
+            sqlx::query(insert).execute(&store.writer).await.unwrap();
+        }
+        let turn = store.write_turn().await;
+        let saving = tokio::spawn({
+            let store = store.clone();
+            async move { store.save_exchange(exchange("t1")).await }
+        });
+        // Without the turn the row would be there within a few milliseconds.
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(!stored(&store, "t1").await, "committed outside its turn");
+        }
+        drop(turn);
+        saving.await.unwrap().unwrap();
+        assert!(stored(&store, "t1").await);
+    }
+
+    #[test]
+    fn only_failures_an_exchange_can_cause_are_retried_one_by_one() {
+        let failure = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        assert!(one_exchange_can_cause(&failure(
+            rusqlite::ffi::SQLITE_CONSTRAINT
+        )));
+        for code in [
+            rusqlite::ffi::SQLITE_BUSY,
+            rusqlite::ffi::SQLITE_FULL,
+            rusqlite::ffi::SQLITE_IOERR,
+        ] {
+            assert!(!one_exchange_can_cause(&failure(code)), "{code}");
+        }
+    }
 }
