@@ -187,7 +187,7 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
 
 #[tokio::test]
 async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
-    for (engine, store, _dir) in engines().await {
+    for (engine, store, dir) in engines().await {
         with_alice(&store).await;
         let exchange = |task: &str, state: &'static str, now: i64, text: &str| Exchange {
             task_id: task.into(),
@@ -322,13 +322,13 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             3
         );
         store.close().await;
-        // Closing commits what was queued and refuses what comes later.
+        // A closed store refuses exchanges, and SQLite leaves no log beside its file.
         let late = tasks
             .save_exchange(exchange("t9", "TASK_STATE_COMPLETED", 300, "late"))
             .await;
         assert!(late.is_err(), "{engine}: an exchange after close was taken");
         if engine == "sqlite" {
-            let wal = _dir.path().join("peergate.sqlite3-wal");
+            let wal = dir.path().join("peergate.sqlite3-wal");
             assert!(
                 std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
                 "every connection closed, the log checkpointed"
