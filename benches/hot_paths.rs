@@ -1,6 +1,7 @@
 //! The functions every request runs: peer token parse + verify, the GCRA limiter check (direct,
 //! and through the rate-limit seam), building a refusal, a task event nobody listens to, an
-//! unknown credential refused from memory, and a SendMessage's two writes to SQLite.
+//! unknown credential refused from memory, a SendMessage's two writes to SQLite, and the floor
+//! under those writes: SQLite appending one row to a table with no index.
 //!
 //! `cargo bench --bench hot_paths`
 
@@ -238,6 +239,51 @@ fn exchange_writes(c: &mut Criterion) {
     }
 }
 
+/// The least SQLite can spend storing an answered task durably (WAL, `synchronous=NORMAL`, as
+/// the store runs it): one row of 1.9 KB (an answered echo task's size) appended to a table
+/// with no index, with one prepared statement, in transactions of 8 rows (what a commit holds
+/// under `bench/load.sh`'s 50 connections) and of 64. No store layout that keeps the answer in
+/// SQLite can write it for less; a SendMessage writes its task twice.
+fn sqlite_floor(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let connection = rusqlite::Connection::open(dir.path().join("floor.sqlite3")).unwrap();
+    connection
+        .pragma_update(None, "journal_mode", "WAL")
+        .unwrap();
+    connection
+        .pragma_update(None, "synchronous", "NORMAL")
+        .unwrap();
+    connection
+        .execute_batch(
+            "CREATE TABLE rows (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, body TEXT NOT NULL)",
+        )
+        .unwrap();
+    let body = "x".repeat(1900);
+    let mut seq = 0u64;
+    for rows in [8usize, 64] {
+        c.bench_function(
+            &format!("SQLite floor: {rows} rows of 1.9 KB appended in one commit"),
+            |b| {
+                b.iter(|| {
+                    let transaction = connection.unchecked_transaction().unwrap();
+                    {
+                        let mut insert = transaction
+                            .prepare_cached("INSERT INTO rows (id, body) VALUES (?1, ?2)")
+                            .unwrap();
+                        for _ in 0..rows {
+                            seq += 1;
+                            insert
+                                .execute(rusqlite::params![format!("{seq:036}"), body])
+                                .unwrap();
+                        }
+                    }
+                    transaction.commit().unwrap();
+                })
+            },
+        );
+    }
+}
+
 criterion_group!(
     benches,
     tokens,
@@ -245,6 +291,7 @@ criterion_group!(
     limiter_refusing,
     seams,
     known_ids,
-    exchange_writes
+    exchange_writes,
+    sqlite_floor
 );
 criterion_main!(benches);
