@@ -855,6 +855,84 @@ async fn retention_is_configurable() {
 }
 
 #[tokio::test]
+async fn a_revoked_or_expired_token_is_challenged_with_invalid_token() {
+    let gw = TestGateway::start().await;
+    let revoked = gw.add_peer("revoked");
+    let expired = gw.add_peer("expired");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}});
+    for token in [&revoked, &expired] {
+        let (status, _) = post_raw(&gw.door, Some(token), body.to_string()).await;
+        assert_eq!(status, 200, "admitted before the change");
+    }
+    gw.revoke_through_server("revoked").await;
+    let tomorrow = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24);
+    let (code, _, err) = gw.cli(&["peer", "expire", "expired", &tomorrow.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    gw.clock
+        .advance(std::time::Duration::from_secs(2 * 24 * 3600));
+    for token in [&revoked, &expired] {
+        let response = reqwest::Client::new()
+            .post(&gw.door)
+            .bearer_auth(token)
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401);
+        // RFC 6750 §3.1: the presented token is named invalid, whatever made it so.
+        let challenge = response.headers()["www-authenticate"].to_str().unwrap();
+        assert!(
+            challenge.starts_with("Bearer ") && challenge.ends_with(r#"error="invalid_token""#),
+            "{challenge}"
+        );
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], "invalid_token");
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_method_a_route_does_not_take_is_refused_in_json_with_allow() {
+    let gw = TestGateway::start().await;
+    for path in [
+        "/.well-known/agent-card.json",
+        "/health",
+        "/.well-known/jwks.json",
+    ] {
+        let response = reqwest::Client::new()
+            .delete(gw.url(path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 405, "{path}");
+        let allow = response.headers()["allow"].to_str().unwrap().to_owned();
+        assert!(allow.contains("GET"), "{path}: {allow}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], "method_not_allowed", "{path}");
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_json_rpc_id_past_256_bytes_is_refused_not_echoed() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let at_bound = "i".repeat(256);
+    let body =
+        json!({"jsonrpc": "2.0", "id": at_bound, "method": "GetTask", "params": {"id": "x"}});
+    let (_, answer) = post_raw(&gw.door, Some(&token), body.to_string()).await;
+    assert_eq!(answer["id"], at_bound.as_str(), "{answer}");
+    let long = "i".repeat(512 * 1024);
+    let body = json!({"jsonrpc": "2.0", "id": long, "method": "GetTask", "params": {"id": "x"}});
+    let (status, answer) = post_raw(&gw.door, Some(&token), body.to_string()).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(answer["id"].is_null());
+    assert!(answer.to_string().len() < 2048, "the id came back");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn oversized_body_is_refused_before_the_handler() {
     let gw = TestGateway::start().await;
     let token = gw.add_peer("alice");

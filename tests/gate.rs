@@ -74,6 +74,31 @@ async fn versions_other_than_1_x_are_refused_with_32009() {
 }
 
 #[tokio::test]
+async fn a_version_named_twice_is_refused_not_first_wins() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    for twice in [
+        vec![("a2a-version", "1.0"), ("a2a-version", "0.3")],
+        vec![("a2a-version", "1.0"), ("a2a-version", "1.0")],
+    ] {
+        let (status, _, body) = send(&gw.door, &token, &twice).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["id"], "gate-1");
+        assert_eq!(body["error"]["code"], -32600, "{twice:?}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("A2A-Version")
+        );
+    }
+    let url = format!("{}?A2A-Version=1.0&a2a-version=0.3", gw.door);
+    let (_, _, body) = send(&url, &token, &[]).await;
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn strict_mode_refuses_a_missing_version() {
     let gw = TestGateway::start_with(
         PolicyEdit::default()

@@ -16,6 +16,11 @@ pub const MAX_PARAMS_DEPTH: usize = 64;
 /// The largest integer id that survives a round trip through an IEEE double (2^53 − 1).
 pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
 
+/// The longest string id, in bytes, a request may carry. Every answer echoes the id, so an
+/// unbounded one would let a request make its error answer as large as the body limit allows
+/// (and fill the logs that name it); clients use UUIDs or counters, far below this.
+pub const MAX_ID_BYTES: usize = 256;
+
 /// A request id, echoed with the same JSON type it arrived with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RpcId {
@@ -395,7 +400,13 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
     };
     let id = match envelope.id {
         None | Some(Value::Null) => RpcId::Null,
-        Some(Value::String(s)) => RpcId::Str(s),
+        Some(Value::String(s)) if s.len() <= MAX_ID_BYTES => RpcId::Str(s),
+        Some(Value::String(_)) => {
+            return Err(fail(
+                RpcId::Null,
+                RpcError::InvalidRequest("id must be at most 256 bytes long"),
+            ));
+        }
         Some(Value::Number(n)) => match n.as_i64() {
             Some(i) if (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&i) => RpcId::Int(i),
             _ => {
@@ -598,6 +609,22 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn a_string_id_past_its_bound_is_refused_and_not_echoed() {
+        let longest = "i".repeat(MAX_ID_BYTES);
+        let body = format!(r#"{{"jsonrpc":"2.0","id":"{longest}","method":"GetTask"}}"#);
+        assert_eq!(
+            parse_request(body.as_bytes()).unwrap().id,
+            RpcId::Str(longest)
+        );
+        let too_long = "i".repeat(MAX_ID_BYTES + 1);
+        let body = format!(r#"{{"jsonrpc":"2.0","id":"{too_long}","method":"GetTask"}}"#);
+        let refused = parse_request(body.as_bytes()).unwrap_err();
+        assert_eq!(refused.error.code(), -32600);
+        assert_eq!(refused.id, RpcId::Null);
+        assert!(!failure(&refused.id, &refused.error).contains(&too_long));
     }
 
     #[test]

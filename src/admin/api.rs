@@ -131,6 +131,7 @@ pub fn router(state: AdminState, authenticator: Arc<AdminAuthenticator>) -> Rout
         .split_for_parts();
     router
         .fallback(not_found)
+        .method_not_allowed_fallback(crate::http::server::method_not_allowed)
         .with_state(state)
         .layer(MetricsLayer::admin(metrics))
 }

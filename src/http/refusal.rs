@@ -94,6 +94,10 @@ pub enum Refusal {
     /// No route has this path (404).
     #[error("no such route")]
     NoRoute,
+    /// The route exists but does not take this method (405; the `Allow` header lists those
+    /// it takes).
+    #[error("this route does not take this method; the Allow header lists those it takes")]
+    MethodNotAllowed,
     /// The request's content is wrong (400); `code` is stable, the message one sentence.
     #[error("{message}")]
     Invalid {
@@ -144,6 +148,7 @@ impl Refusal {
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::NoRoute | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -160,6 +165,7 @@ impl Refusal {
             Self::BodyTooLarge => "body_too_large",
             Self::RequestTimeout => "request_timeout",
             Self::NoRoute | Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
             Self::Invalid { code, .. } => code,
             Self::Conflict(_) => "conflict",
             Self::Forbidden(_) => "forbidden",

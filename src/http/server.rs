@@ -672,6 +672,7 @@ fn door_router(policy: &Policy, state: AppState, guards: &Guards, metrics: Arc<M
         .route("/health", get(health))
         .merge(guarded)
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(MetricsLayer::new(metrics, &a2a_path))
@@ -828,6 +829,11 @@ async fn health() -> Json<serde_json::Value> {
 
 async fn not_found() -> Response {
     Refusal::NoRoute.into_response()
+}
+
+/// A known path asked with a method it does not take: the refusal's JSON, and axum adds `Allow`.
+pub(crate) async fn method_not_allowed() -> Response {
+    Refusal::MethodNotAllowed.into_response()
 }
 
 fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {

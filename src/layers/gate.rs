@@ -110,7 +110,7 @@ pub struct Gate<S> {
 impl GateSettings {
     /// The refusal for this request, if any, and the extensions it activates.
     fn check(&self, request: &Request<Body>) -> Result<Vec<&str>, RpcError> {
-        let version = requested_version(request);
+        let version = requested_version(request)?;
         match version.as_deref() {
             None if self.require_version => {
                 return Err(RpcError::VersionNotSupported {
@@ -151,18 +151,33 @@ fn is_v1(version: &str) -> bool {
         && parts.all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
-fn requested_version(request: &Request<Body>) -> Option<String> {
-    if let Some(value) = request.headers().get("a2a-version") {
+/// The version the request names. Named twice (two header lines, or two query parameters) is
+/// refused rather than first-wins: a proxy in front and the gateway behind it could otherwise
+/// each act on a different one.
+fn requested_version(request: &Request<Body>) -> Result<Option<String>, RpcError> {
+    const TWICE: RpcError =
+        RpcError::InvalidRequest("A2A-Version is named more than once; send it once");
+    let mut headers = request.headers().get_all("a2a-version").iter();
+    if let Some(value) = headers.next() {
+        if headers.next().is_some() {
+            return Err(TWICE);
+        }
         let value = value.to_str().unwrap_or("?").trim();
-        return (!value.is_empty()).then(|| value.to_owned());
+        return Ok((!value.is_empty()).then(|| value.to_owned()));
     }
-    let query = request.uri().query()?;
-    query
+    let Some(query) = request.uri().query() else {
+        return Ok(None);
+    };
+    let mut named = query
         .split('&')
         .filter_map(|pair| pair.split_once('='))
-        .find(|(name, _)| name.eq_ignore_ascii_case("a2a-version"))
-        .map(|(_, value)| value.trim().to_owned())
-        .filter(|value| !value.is_empty())
+        .filter(|(name, _)| name.eq_ignore_ascii_case("a2a-version"))
+        .map(|(_, value)| value.trim());
+    let first = named.next();
+    if named.next().is_some() {
+        return Err(TWICE);
+    }
+    Ok(first.filter(|value| !value.is_empty()).map(str::to_owned))
 }
 
 fn requested_extensions(headers: &HeaderMap) -> Vec<&str> {
