@@ -609,6 +609,90 @@ async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_coold
     );
 }
 
+#[tokio::test]
+async fn a_failed_refetch_keeps_the_good_key_set_and_a_slow_key_server_blocks_nobody_else() {
+    use axum::routing::get;
+    use peergate::clock::ManualClock;
+    use peergate::jose::fetch::JwksCache;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let good =
+        json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "k", "x": b64(&[0x11; 32])}]})
+            .to_string();
+    // 0: the good set; 1: a server error; 2: a document that is no key set; 3: a set with a bad key.
+    let mode = Arc::new(AtomicUsize::new(0));
+    let served = (mode.clone(), good.clone());
+    let (release_slow, slow_released) = tokio::sync::watch::channel(false);
+    let app = axum::Router::new()
+        .route(
+            "/jwks.json",
+            get(move || {
+                let (mode, good) = served.clone();
+                async move {
+                    use axum::response::IntoResponse;
+                    match mode.load(Ordering::SeqCst) {
+                        0 => good.into_response(),
+                        1 => axum::http::StatusCode::BAD_GATEWAY.into_response(),
+                        2 => "<html>maintenance</html>".into_response(),
+                        _ => r#"{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k","x":"AA"}]}"#
+                            .into_response(),
+                    }
+                }
+            }),
+        )
+        .route(
+            "/slow.json",
+            get(move || {
+                let mut released = slow_released.clone();
+                async move {
+                    let _ = released.wait_for(|go| *go).await;
+                    r#"{"keys":[]}"#
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let clock = ManualClock::new(0);
+    let policy = FetchPolicy {
+        dangerous_allow_http_loopback: true,
+        ..Default::default()
+    };
+    let cache = Arc::new(JwksCache::new(policy, Arc::new(clock.clone())));
+    let url = format!("{base}/jwks.json");
+    assert_eq!(cache.get(&url, false).await.unwrap(), good);
+    for failing in 1..=3 {
+        mode.store(failing, Ordering::SeqCst);
+        clock.advance(JwksCache::MAX_AGE);
+        assert_eq!(
+            cache.get(&url, true).await.unwrap(),
+            good,
+            "mode {failing} replaced the good set"
+        );
+    }
+    // Still failing a day after the good fetch: the set is too old to trust, so it fails closed.
+    clock.advance(JwksCache::MAX_STALE);
+    assert!(cache.get(&url, false).await.is_err());
+    // The server recovers: the next fetch after the cooldown is used.
+    mode.store(0, Ordering::SeqCst);
+    clock.advance(JwksCache::COOLDOWN);
+    assert_eq!(cache.get(&url, false).await.unwrap(), good);
+
+    // A key server that does not answer holds up its own URL only.
+    let slow = {
+        let (cache, url) = (cache.clone(), format!("{base}/slow.json"));
+        tokio::spawn(async move { cache.get(&url, false).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!slow.is_finished(), "the slow server answered already");
+    clock.advance(JwksCache::MAX_AGE);
+    let other = tokio::time::timeout(std::time::Duration::from_secs(3), cache.get(&url, false))
+        .await
+        .expect("a look-up for another URL waited for the slow key server");
+    assert_eq!(other.unwrap(), good);
+    release_slow.send(true).unwrap();
+    assert!(slow.await.unwrap().is_ok());
+}
+
 /// Wycheproof `json_web_key_test.json`: each group's key set (as a caller would hold it) and
 /// the JWS to verify with it. Documented exceptions: RSA (tcId 5), HS384 (14) and HS512 (15)
 /// are valid there but not algorithms peergate verifies, so they are refused.
@@ -689,6 +773,44 @@ fn ambiguous_cards_header_variants_and_the_raw_jcs_path() {
     refused(shaped.to_string(), "not an object");
     shaped["signatures"][0]["header"] = json!({"crit": ["x"]});
     refused(shaped.to_string(), "unprotected header");
+    // Nothing unsigned is read, so nothing unsigned is let through: a jku there verified before.
+    for member in [
+        json!({"jku": "https://evil.example/jwks.json"}),
+        json!({"jwk": {"kty": "OKP", "crv": "Ed25519", "x": "AA"}}),
+        json!({"x-anything": 1}),
+    ] {
+        shaped["signatures"][0]["header"] = member.clone();
+        refused(shaped.to_string(), "not signed and not used here");
+    }
+    shaped["signatures"][0]["header"] = json!({});
+    assert!(
+        verify_card(&shaped.to_string(), &keys).is_ok(),
+        "an empty one is nothing"
+    );
+    // Repeated members at any depth of either header.
+    refused(
+        resign(
+            &card,
+            r#"{"alg":"EdDSA","kid":"ed-1","jwk":{"kty":"OKP","x":"a","x":"b"}}"#,
+            ed,
+        ),
+        "duplicate",
+    );
+    refused(
+        resign(
+            &card,
+            r#"{"alg":"EdDSA","kid":"ed-1","n":{"deeper":[{"k":1,"k":2}]}}"#,
+            ed,
+        ),
+        "duplicate",
+    );
+    let unprotected_twice = good.replacen(
+        "\"signature\":",
+        "\"header\":{\"a\":{\"b\":1,\"b\":2}},\"signature\":",
+        1,
+    );
+    assert_ne!(unprotected_twice, good);
+    refused(unprotected_twice, "duplicate");
     // x5c, x5u and jku name other keys; they are never used (and never fetched).
     let attacker = ed25519_dalek::SigningKey::from_bytes(&[2u8; 32]);
     for header in [
@@ -716,6 +838,35 @@ fn ambiguous_cards_header_variants_and_the_raw_jcs_path() {
     let signature = ed(format!("{protected}.{}", b64(payload.as_bytes())).as_bytes());
     raw_card["signatures"] = json!([{"protected": protected, "signature": b64(&signature)}]);
     assert!(verify_card(&raw_card.to_string(), &keys).is_ok());
+}
+
+#[test]
+fn a_key_set_past_the_key_bound_is_refused_whole() {
+    let set = |n: usize| {
+        let keys: Vec<Value> = (0..n)
+            .map(|i| json!({"kty": "OKP", "crv": "Ed25519", "kid": format!("k{i}"), "x": b64(&[0x11; 32])}))
+            .collect();
+        json!({ "keys": keys }).to_string()
+    };
+    let mut keys = TrustedKeys::new();
+    keys.add_jwks(&set(TrustedKeys::MAX_KEYS)).unwrap();
+    assert_eq!(keys.len(), TrustedKeys::MAX_KEYS);
+    let mut keys = TrustedKeys::new();
+    let error = keys.add_jwks(&set(500)).unwrap_err().to_string();
+    assert!(error.contains("at most 64"), "{error}");
+    assert!(keys.is_empty(), "refused whole");
+    // The bound holds across sets too.
+    let mut keys = TrustedKeys::new();
+    keys.add_jwks(&set(TrustedKeys::MAX_KEYS)).unwrap();
+    let one_more =
+        json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "extra", "x": b64(&[0x11; 32])}]});
+    assert!(keys.add_jwks(&one_more.to_string()).is_err());
+    assert!(
+        keys.add_private_jwks(&set(TrustedKeys::MAX_KEYS + 1))
+            .unwrap_err()
+            .to_string()
+            .contains("at most")
+    );
 }
 
 #[test]

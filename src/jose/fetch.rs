@@ -209,18 +209,22 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
+/// `url` as errors show it: without credentials or query.
+fn shown_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.to_string()
+}
+
 /// Fetches a small text document under `policy`.
 pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, FetchError> {
     let parsed = reqwest::Url::parse(url).map_err(|_| FetchError {
         url: "<not a URL>".to_owned(),
         reason: "not a URL".to_owned(),
     })?;
-    // Shown in errors without credentials or query.
-    let mut shown = parsed.clone();
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
-    shown.set_query(None);
-    let shown = shown.to_string();
+    let shown = shown_url(&parsed);
     let fail = |reason: String| FetchError {
         url: shown.clone(),
         reason,
@@ -299,17 +303,31 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
 /// [`JwksCache::MAX_AGE`]; a signature naming a `kid` the cached set lacks may trigger one
 /// early refetch per [`JwksCache::COOLDOWN`], so unknown `kid`s cannot make the verifier hammer
 /// the key server.
+///
+/// What an attacker on the network, or a key server having a bad day, cannot do with it:
+/// - **Take the good keys away.** A refetch replaces the cached set only with a set that
+///   parses and whose keys are all usable ([`TrustedKeys::add_jwks`]). An error answer, a
+///   timeout or a garbled document leaves the last good set in use, for at most
+///   [`JwksCache::MAX_STALE`] after it was fetched; past that the verifier fails closed.
+/// - **Stall other look-ups.** Each URL has its own lock, taken only for that URL's fetch; the
+///   map of URLs is locked only to find the entry, never across a fetch. A slow key server
+///   holds up callers of its own URL and nobody else.
+///
+/// [`TrustedKeys::add_jwks`]: crate::jose::verify::TrustedKeys::add_jwks
 pub struct JwksCache {
     policy: FetchPolicy,
     clock: Arc<dyn crate::clock::Clock>,
-    entries: tokio::sync::Mutex<std::collections::HashMap<String, CachedJwks>>,
+    entries:
+        std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<CachedJwks>>>>,
 }
 
+#[derive(Default)]
 struct CachedJwks {
-    /// The last answer, a failure included: a key server that is down is not asked again
+    /// The last key set that was fetched and usable, and when.
+    good: Option<(String, i64)>,
+    /// The last fetch, failed or not, and when: a key server that is down is not asked again
     /// before the cooldown either.
-    outcome: Result<String, FetchError>,
-    fetched_at: i64,
+    last_attempt: Option<(Result<(), FetchError>, i64)>,
 }
 
 impl JwksCache {
@@ -317,38 +335,86 @@ impl JwksCache {
     pub const MAX_AGE: Duration = Duration::from_secs(600);
     /// The least time between two fetches of one URL.
     pub const COOLDOWN: Duration = Duration::from_secs(30);
+    /// How long a good set stays in use while every refetch fails.
+    pub const MAX_STALE: Duration = Duration::from_secs(24 * 3600);
 
     /// A cache fetching under `policy`, aging entries by `clock`.
     pub fn new(policy: FetchPolicy, clock: Arc<dyn crate::clock::Clock>) -> Self {
         Self {
             policy,
             clock,
-            entries: tokio::sync::Mutex::default(),
+            entries: std::sync::Mutex::default(),
         }
     }
 
     /// The JWKS at `url`, from the cache while it is fresh. With `unknown_kid`, the caller
     /// found no key for a signature's `kid` in the cached set: refetch early, at most once per
-    /// cooldown. One fetch runs at a time.
+    /// cooldown.
     pub async fn get(&self, url: &str, unknown_kid: bool) -> Result<String, FetchError> {
-        let mut entries = self.entries.lock().await;
+        let slot = {
+            let mut entries = self
+                .entries
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            entries.entry(url.to_owned()).or_default().clone()
+        };
+        let mut entry = slot.lock().await;
         let now = self.clock.now_millis();
-        if let Some(entry) = entries.get(url) {
-            let age = Duration::from_millis(u64::try_from(now - entry.fetched_at).unwrap_or(0));
-            let fresh = entry.outcome.is_ok() && age < Self::MAX_AGE && !unknown_kid;
-            if fresh || age < Self::COOLDOWN {
-                return entry.outcome.clone();
+        let shown = || {
+            reqwest::Url::parse(url).map_or_else(|_| "<not a URL>".to_owned(), |u| shown_url(&u))
+        };
+        let age = |at: i64| Duration::from_millis(u64::try_from(now - at).unwrap_or(0));
+        let good = entry
+            .good
+            .as_ref()
+            .filter(|(_, at)| age(*at) < Self::MAX_STALE)
+            .cloned();
+        if let Some((text, at)) = &good
+            && age(*at) < Self::MAX_AGE
+            && !unknown_kid
+        {
+            return Ok(text.clone());
+        }
+        if let Some((outcome, at)) = &entry.last_attempt
+            && age(*at) < Self::COOLDOWN
+        {
+            return match (good, outcome) {
+                (Some((text, _)), _) => Ok(text),
+                (None, Err(error)) => Err(error.clone()),
+                // Fetched and usable, but longer ago than MAX_STALE: not reachable within a
+                // cooldown, and failing closed is the answer if it were.
+                (None, Ok(())) => Err(FetchError {
+                    url: shown(),
+                    reason: "the key set is out of date".to_owned(),
+                }),
+            };
+        }
+        let fetched = fetch_text(url, &self.policy).await.and_then(|text| {
+            crate::jose::verify::TrustedKeys::new()
+                .add_jwks(&text)
+                .map(|()| text)
+                .map_err(|why| FetchError {
+                    url: shown(),
+                    reason: format!("not a usable key set: {why}"),
+                })
+        });
+        match fetched {
+            Ok(text) => {
+                entry.good = Some((text.clone(), now));
+                entry.last_attempt = Some((Ok(()), now));
+                Ok(text)
+            }
+            Err(error) => {
+                entry.last_attempt = Some((Err(error.clone()), now));
+                match good {
+                    Some((text, _)) => {
+                        tracing::warn!(%error, "refetching a key set failed; the last good one stays in use");
+                        Ok(text)
+                    }
+                    None => Err(error),
+                }
             }
         }
-        let outcome = fetch_text(url, &self.policy).await;
-        entries.insert(
-            url.to_owned(),
-            CachedJwks {
-                outcome: outcome.clone(),
-                fetched_at: now,
-            },
-        );
-        outcome
     }
 }
 
