@@ -620,3 +620,61 @@ async fn a_turn_whose_answer_cannot_be_stored_leaves_its_task_failed_not_working
     }
     gw.stop().await;
 }
+
+/// The resident size of process `pid`, in MiB, from `/proc`.
+fn resident_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib / 1024
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_failed_sign_ins_stays_within_the_argon2_memory_bound() {
+    // Argon2 takes 19 MiB a verification. `auth.password_checks_at_once = 2` bounds the memory
+    // they hold to 38 MiB however many sign-ins arrive, and it must stay bounded afterwards.
+    let policy = PolicyEdit::default()
+        .set("auth.schemes", ["bearer", "basic"])
+        .set("auth.password_checks_at_once", 2)
+        .set("limits.failed_auth_per_ip_per_minute", 1_000_000)
+        .set("limits.per_ip_per_minute", 1_000_000);
+    let served = ServedPolicy::start(&policy, &["alice"], &[]);
+    let pid = served.server.child.id();
+    let door = served.server.door();
+    let before = resident_mib(pid);
+    let client = reqwest::Client::new();
+    let mut rounds = Vec::new();
+    for round in 0..6 {
+        let mut attempts = tokio::task::JoinSet::new();
+        for n in 0..24 {
+            let (client, door) = (client.clone(), door.clone());
+            attempts.spawn(async move {
+                client
+                    .post(&door)
+                    .basic_auth(format!("name{n}"), Some("not the password"))
+                    .body("{}")
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            });
+        }
+        while let Some(status) = attempts.join_next().await {
+            assert_eq!(status.unwrap(), 401);
+        }
+        rounds.push(resident_mib(pid));
+        let _ = round;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = resident_mib(pid);
+    // Two verifications' memory, and room for the allocator and the connections' buffers.
+    let bound = before + 2 * 19 + 24;
+    assert!(
+        rounds.iter().chain([&after]).all(|&mib| mib <= bound),
+        "resident size {before} MiB before, {rounds:?} MiB after each round of 24, {after} MiB at the end; the bound is {bound} MiB"
+    );
+}

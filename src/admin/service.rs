@@ -7,7 +7,7 @@
 
 use crate::clock::{Clock, rfc3339_millis};
 use crate::config::MAX_RATE_PER_MINUTE;
-use crate::layers::auth::password::{MIN_PASSWORD_CHARS, hash_password};
+use crate::layers::auth::password::{MIN_PASSWORD_CHARS, PasswordChecker, hash_password};
 use crate::shared::changes::{Change, ChangeNotifier};
 use crate::store::records::{AdminStatus, AuditAction, PeerStatus};
 use crate::store::{
@@ -200,6 +200,7 @@ pub struct AccountService {
     clock: Arc<dyn Clock>,
     defaults: AccountDefaults,
     changes: Option<Arc<dyn ChangeNotifier>>,
+    passwords: Option<PasswordChecker>,
 }
 
 impl std::fmt::Debug for AccountService {
@@ -237,17 +238,25 @@ fn check_rate(rate: u32) -> Result<(), ServiceError> {
     }
 }
 
-async fn hashed_password(password: String) -> Result<String, ServiceError> {
+/// Hashes a new password: in the running gateway's Argon2 pool when there is one (so the
+/// admin API stays inside its memory bound), else on a blocking thread (the command line).
+async fn hashed_password(
+    pool: Option<&PasswordChecker>,
+    password: String,
+) -> Result<String, ServiceError> {
     if password.chars().count() < MIN_PASSWORD_CHARS {
         return Err(ServiceError::Invalid {
             field: "password",
             reason: format!("too short: use at least {MIN_PASSWORD_CHARS} characters"),
         });
     }
-    tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(|e| ServiceError::Internal(format!("password hashing failed: {e}")))?
-        .map_err(|e| ServiceError::Internal(format!("password hashing failed: {e}")))
+    let hashed = match pool {
+        Some(pool) => pool.hash(password).await,
+        None => tokio::task::spawn_blocking(move || hash_password(&password))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string())),
+    };
+    hashed.map_err(|e| ServiceError::Internal(format!("password hashing failed: {e}")))
 }
 
 fn issue(kind: CredentialKind) -> Result<token::IssuedToken, ServiceError> {
@@ -286,7 +295,14 @@ impl AccountService {
             clock,
             defaults,
             changes: None,
+            passwords: None,
         }
+    }
+
+    /// Hashes new passwords in `pool`, the running gateway's Argon2 slots.
+    pub fn with_password_pool(mut self, pool: PasswordChecker) -> Self {
+        self.passwords = Some(pool);
+        self
     }
 
     /// Publishes every change through `changes` (to the running gateway's caches).
@@ -415,7 +431,9 @@ impl AccountService {
                 Self::operator_only(caller)?;
                 check_name("administrator name", name)?;
                 let phc = match password {
-                    Some(password) => Some(hashed_password(password).await?),
+                    Some(password) => {
+                        Some(hashed_password(self.passwords.as_ref(), password).await?)
+                    }
                     None => None,
                 };
                 let admin = AdminRecord {
@@ -547,7 +565,7 @@ impl AccountService {
             Operation::new(caller, AuditAction::AdminPasswordSet, &target),
             async |op| {
                 Self::operator_only(caller)?;
-                let phc = hashed_password(password).await?;
+                let phc = hashed_password(self.passwords.as_ref(), password).await?;
                 let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
                 tx.set_admin_password(&admin.id, &phc).await?;
                 self.commit_with_audit(tx, op, String::new(), Some(&admin.id))
@@ -917,7 +935,7 @@ impl AccountService {
                 format!("peer:{name}"),
             ),
             async |op| {
-                let phc = hashed_password(password).await?;
+                let phc = hashed_password(self.passwords.as_ref(), password).await?;
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
                 tx.set_peer_password(&peer.id, &phc).await?;
                 self.finish_change(tx, op, &peer, "password set".to_owned())

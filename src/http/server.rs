@@ -416,6 +416,7 @@ fn account_service(
         },
     )
     .with_changes(changes)
+    .with_password_pool(authenticator.passwords().clone())
 }
 
 async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), StartError> {

@@ -1,30 +1,100 @@
 //! Argon2id for the passwords people choose (Basic authentication).
 //!
 //! Every verification runs on the blocking pool behind a small semaphore, so a burst of login
-//! attempts can occupy at most that many threads and 19 MiB each, and never the async workers.
-//! A name with no password (unknown, or never set) is verified against a dummy hash made at
-//! start-up with the same parameters, so it costs the same as a wrong password.
+//! attempts can occupy at most that many threads, never the async workers. Each slot owns its
+//! Argon2 memory (19 MiB), allocated when the slot is first used and reused by every
+//! verification after it: the memory Argon2 holds is at most `at_once` × 19 MiB, for the
+//! life of the process, whatever the allocator does with freed blocks. Allocating it per
+//! verification let the system allocator keep hundreds of MiB in per-thread arenas after a
+//! burst of failed sign-ins. A stored hash asking for more memory than a slot holds is
+//! refused, not given more. A name with no password (unknown, or never set) is verified
+//! against a dummy hash made at start-up with the same parameters, so it costs the same as a
+//! wrong password.
 
-use argon2::{Argon2, PasswordHasher, PasswordVerifier};
-use std::sync::Arc;
+use argon2::{Algorithm, Argon2, Block, Params, PasswordHash, Version};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 
 /// Shortest password `peergate peer password` accepts.
 pub const MIN_PASSWORD_CHARS: usize = 12;
 
-/// Hashes a password as an Argon2id PHC string (m = 19 MiB, t = 2, p = 1), with a random salt.
-pub fn hash_password(password: &str) -> Result<String, String> {
-    Argon2::default()
-        .hash_password(password.as_bytes())
-        .map(|hash| hash.to_string())
-        .map_err(|e| e.to_string())
+/// The parameters every hash is made with: Argon2id, m = 19 MiB, t = 2, p = 1 (OWASP's first
+/// choice), and the memory one verification needs, in 1 KiB blocks.
+fn parameters() -> Params {
+    Params::default()
 }
 
-/// Verifies passwords off the async workers, a few at a time.
+/// Hashes a password as an Argon2id PHC string (m = 19 MiB, t = 2, p = 1), with a random salt,
+/// in memory of its own (the command line; the server hashes through [`PasswordChecker::hash`]).
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let mut memory = vec![Block::new(); parameters().block_count()];
+    hash_in(&mut memory, password)
+}
+
+fn hash_in(memory: &mut [Block], password: &str) -> Result<String, String> {
+    let params = parameters();
+    let salt = argon2::password_hash::phc::Salt::generate();
+    let mut output = [0u8; Params::DEFAULT_OUTPUT_LEN];
+    Argon2::new(Algorithm::Argon2id, Version::V0x13, params.clone())
+        .hash_password_into_with_memory(password.as_bytes(), &salt, &mut output, memory)
+        .map_err(|e| e.to_string())?;
+    let hash = PasswordHash {
+        algorithm: argon2::ARGON2ID_IDENT,
+        version: Some(Version::V0x13.into()),
+        params: (&params)
+            .try_into()
+            .map_err(|e: argon2::password_hash::Error| e.to_string())?,
+        salt: Some(salt),
+        hash: Some(argon2::password_hash::phc::Output::new(&output).map_err(|e| e.to_string())?),
+    };
+    Ok(hash.to_string())
+}
+
+/// Whether `password` matches the PHC string `phc`, computed in `memory`. A hash that cannot
+/// be parsed, or needs more memory than `memory` holds, matches nothing.
+fn verify_in(memory: &mut [Block], phc: &str, password: &str) -> bool {
+    let Ok(hash) = PasswordHash::new(phc) else {
+        return false;
+    };
+    let (Some(salt), Some(expected)) = (&hash.salt, &hash.hash) else {
+        return false;
+    };
+    let (Ok(params), Ok(algorithm)) = (
+        Params::try_from(&hash),
+        Algorithm::try_from(hash.algorithm.as_str()),
+    ) else {
+        return false;
+    };
+    let version = match hash.version.map(Version::try_from).transpose() {
+        Ok(version) => version.unwrap_or_default(),
+        Err(_) => return false,
+    };
+    let Some(memory) = memory.get_mut(..params.block_count()) else {
+        tracing::error!(
+            needed_kib = params.block_count(),
+            "a stored password hash needs more Argon2 memory than a verification is given; it matches nothing"
+        );
+        return false;
+    };
+    let mut output = [0u8; 64];
+    let Some(output) = output.get_mut(..expected.len()) else {
+        return false;
+    };
+    Argon2::new(algorithm, version, params)
+        .hash_password_into_with_memory(password.as_bytes(), salt, &mut *output, memory)
+        .is_ok()
+        // `Output`'s comparison is constant-time.
+        && argon2::password_hash::phc::Output::new(output).is_ok_and(|computed| &computed == expected)
+}
+
+/// Verifies passwords off the async workers, a few at a time, each in memory it reuses.
 #[derive(Debug, Clone)]
 pub struct PasswordChecker {
     permits: Arc<Semaphore>,
+    /// One Argon2 memory per permit: a holder of a permit always finds one here (or an empty
+    /// place, the first time, where it allocates one and leaves it for the next).
+    memories: Arc<Mutex<Vec<Vec<Block>>>>,
     dummy_hash: Arc<str>,
     verifications: Arc<AtomicU64>,
     running: Arc<AtomicUsize>,
@@ -32,11 +102,12 @@ pub struct PasswordChecker {
 }
 
 impl PasswordChecker {
-    /// At most `at_once` verifications run concurrently.
+    /// At most `at_once` verifications run concurrently, in at most `at_once` × 19 MiB.
     pub fn new(at_once: usize) -> Result<Self, String> {
         let dummy = hash_password("peergate dummy password for unknown names")?;
         Ok(Self {
             permits: Arc::new(Semaphore::new(at_once.max(1))),
+            memories: Arc::default(),
             dummy_hash: dummy.into(),
             verifications: Arc::new(AtomicU64::new(0)),
             running: Arc::default(),
@@ -44,31 +115,57 @@ impl PasswordChecker {
         })
     }
 
+    /// Runs `work` on the blocking pool with a permit and a slot's Argon2 memory.
+    async fn in_a_slot<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut [Block]) -> T + Send + 'static,
+    ) -> Option<T> {
+        let _permit = self.permits.acquire().await.ok()?;
+        let memories = self.memories.clone();
+        let running = self.running.clone();
+        let peak = self.peak.clone();
+        tokio::task::spawn_blocking(move || {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let taken = memories
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop();
+            let mut memory =
+                taken.unwrap_or_else(|| vec![Block::new(); parameters().block_count()]);
+            let result = work(&mut memory);
+            memories
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(memory);
+            running.fetch_sub(1, Ordering::SeqCst);
+            result
+        })
+        .await
+        .ok()
+    }
+
     /// Whether `password` matches `phc`; with no hash, runs the same work and says no.
     pub async fn verify(&self, phc: Option<&str>, password: &str) -> bool {
-        let Ok(_permit) = self.permits.acquire().await else {
-            return false;
-        };
         self.verifications.fetch_add(1, Ordering::Relaxed);
         let (hash, known) = match phc {
             Some(phc) => (phc.to_owned(), true),
             None => (self.dummy_hash.to_string(), false),
         };
         let password = password.to_owned();
-        let running = self.running.clone();
-        let peak = self.peak.clone();
-        let matched = tokio::task::spawn_blocking(move || {
-            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-            peak.fetch_max(now, Ordering::SeqCst);
-            let matched = Argon2::default()
-                .verify_password(password.as_bytes(), hash.as_str())
-                .is_ok();
-            running.fetch_sub(1, Ordering::SeqCst);
-            matched
-        })
-        .await
-        .unwrap_or(false);
+        let matched = self
+            .in_a_slot(move |memory| verify_in(memory, &hash, &password))
+            .await
+            .unwrap_or(false);
         matched && known
+    }
+
+    /// Hashes a new password (the admin API) in one of the same slots, so setting passwords
+    /// does not step outside the memory bound either.
+    pub async fn hash(&self, password: String) -> Result<String, String> {
+        self.in_a_slot(move |memory| hash_in(memory, &password))
+            .await
+            .unwrap_or_else(|| Err("the password pool is closed".to_owned()))
     }
 
     /// How many Argon2 verifications ran since start-up.
@@ -100,6 +197,52 @@ mod tests {
                 .await
         );
         assert_eq!(checker.verifications(), 3);
+    }
+
+    #[tokio::test]
+    async fn hashes_agree_with_the_argon2_crate_both_ways() {
+        use argon2::{PasswordHasher as _, PasswordVerifier as _};
+        let ours = hash_password("correct horse battery").unwrap();
+        let parsed = PasswordHash::new(&ours).unwrap();
+        assert!(
+            Argon2::default()
+                .verify_password(b"correct horse battery", &parsed)
+                .is_ok()
+        );
+        let theirs = Argon2::default()
+            .hash_password(b"correct horse battery")
+            .unwrap()
+            .to_string();
+        let checker = PasswordChecker::new(1).unwrap();
+        assert!(checker.verify(Some(&theirs), "correct horse battery").await);
+        assert!(!checker.verify(Some(&theirs), "correct horse batterY").await);
+        let pooled = checker
+            .hash("another good password".to_owned())
+            .await
+            .unwrap();
+        assert!(checker.verify(Some(&pooled), "another good password").await);
+    }
+
+    #[tokio::test]
+    async fn a_hash_needing_more_memory_than_a_slot_holds_matches_nothing() {
+        let params = Params::new(64 * 1024, 1, 1, None).unwrap();
+        let greedy = {
+            use argon2::PasswordHasher as _;
+            Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
+                .hash_password(b"correct horse battery")
+                .unwrap()
+                .to_string()
+        };
+        let checker = PasswordChecker::new(1).unwrap();
+        assert!(!checker.verify(Some(&greedy), "correct horse battery").await);
+        for broken in [
+            "",
+            "$argon2id$",
+            "not a hash",
+            "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ",
+        ] {
+            assert!(!checker.verify(Some(broken), "").await, "{broken}");
+        }
     }
 
     #[test]
