@@ -631,3 +631,72 @@ async fn basic_alone_is_advertised_and_challenged_alone() {
     assert_eq!(challenges, ["Basic realm=\"peergate\", charset=\"UTF-8\""]);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_flood_from_many_addresses_never_locks_out_a_valid_peer() {
+    // The smallest table the policy allows, so a flood of a few hundred addresses fills it.
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("limits.tracked_addresses", 16)
+            .set("limits.per_ip_per_minute", 30)
+            .set("limits.failed_auth_per_ip_per_minute", 3)
+            .set("server.trusted_proxies", ["127.0.0.1/32"])
+            .policy(),
+    )
+    .await;
+    let token = gw.add_peer("alice");
+    let unknown = peergate::token::issue(peergate::token::CredentialKind::PeerToken)
+        .unwrap()
+        .token;
+    // Every address of the flood leaves a live entry in both tables: its request counted by
+    // the per-IP limit, its failure by the failed-attempt budget.
+    for n in 0..100u32 {
+        let address = format!("2001:db8:{:x}:{:x}::1", n / 256, n % 256);
+        let (status, _, _) = call(
+            &gw.door,
+            &[
+                ("authorization", &bearer(&unknown)),
+                ("x-forwarded-for", &address),
+            ],
+        )
+        .await;
+        assert_eq!(status, 401, "{address}");
+    }
+    // A valid peer from an address the full tables have not seen is served.
+    let (status, _, body) = call(
+        &gw.door,
+        &[
+            ("authorization", &bearer(&token)),
+            ("x-forwarded-for", "203.0.113.50"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // An address that spent its failed-attempt budget is refused more guesses...
+    let guesser = "203.0.113.60";
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let headers = [
+            ("authorization", bearer(&unknown)),
+            ("x-forwarded-for", guesser.to_owned()),
+        ];
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        statuses.push(call(&gw.door, &headers).await.0);
+    }
+    assert_eq!(statuses, [401, 401, 401, 429]);
+    // ...but a credential that verifies from it is neither charged nor refused, also once its
+    // cached verdict has expired (credential_cache_seconds = 2).
+    for _ in 0..3 {
+        gw.clock.advance(Duration::from_secs(3));
+        let (status, _, body) = call(
+            &gw.door,
+            &[
+                ("authorization", &bearer(&token)),
+                ("x-forwarded-for", guesser),
+            ],
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    gw.stop().await;
+}

@@ -353,6 +353,25 @@ pub struct AdminAuth<S> {
     authenticator: Arc<AdminAuthenticator>,
 }
 
+/// The address a request's failed sign-ins count against. The admin listener has no proxies in
+/// front, so it is the socket's, grouped like the door's: an IPv6 client by its /64, so one
+/// subscriber's allocation is one budget and not 2^64 of them.
+fn budget_key(request: &Request<Body>) -> IpAddr {
+    request
+        .extensions()
+        .get::<ClientAddr>()
+        .copied()
+        .or_else(|| {
+            request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| ClientAddr::of_socket(c.0.ip()))
+        })
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |client| {
+            client.limit_key()
+        })
+}
+
 impl<S> Service<Request<Body>> for AdminAuth<S>
 where
     S: Service<Request<Body>, Response = Response> + Clone + Send + 'static,
@@ -370,18 +389,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let authenticator = self.authenticator.clone();
-        // The admin listener has no proxies in front: the socket's address is the client.
-        let client = request
-            .extensions()
-            .get::<ClientAddr>()
-            .map(ClientAddr::limit_key)
-            .or_else(|| {
-                request
-                    .extensions()
-                    .get::<ConnectInfo<SocketAddr>>()
-                    .map(|c| c.0.ip())
-            })
-            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let client = budget_key(&request);
         Box::pin(async move {
             match authenticator.authenticate(request.headers(), client).await {
                 Ok(admin) => {
@@ -391,5 +399,25 @@ where
                 Err(refusal) => Ok(refusal.into_response()),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_client_spends_one_budget_per_64() {
+        let from = |address: &str| {
+            let mut request = Request::new(Body::empty());
+            request
+                .extensions_mut()
+                .insert(ConnectInfo(SocketAddr::new(address.parse().unwrap(), 4000)));
+            budget_key(&request)
+        };
+        assert_eq!(from("2001:db8:1:2::1"), from("2001:db8:1:2:ffff::9"));
+        assert_ne!(from("2001:db8:1:2::1"), from("2001:db8:1:3::1"));
+        assert_eq!(from("192.0.2.7"), "192.0.2.7".parse::<IpAddr>().unwrap());
+        assert_eq!(from("::ffff:192.0.2.7"), from("192.0.2.7"));
     }
 }

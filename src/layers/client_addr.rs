@@ -38,6 +38,11 @@ use tower::{Layer, Service};
 pub struct ClientAddr(IpAddr);
 
 impl ClientAddr {
+    /// The peer address of a connection with no proxy in front (the admin listener's).
+    pub fn of_socket(ip: IpAddr) -> Self {
+        Self(ip)
+    }
+
     /// The client's IP address.
     pub fn ip(&self) -> IpAddr {
         self.0

@@ -1,7 +1,8 @@
 //! The failed-attempt budget per client address, one implementation for the door and the admin
-//! API: every attempt that presents a credential is counted before any work and given back when
-//! it succeeds, so guessing (and the Argon2 work it causes) stays bounded, concurrent guesses
-//! too. It tracks at most `limits.tracked_addresses` addresses and refuses new ones past that.
+//! API: a password is counted before its Argon2 work and given back when it verifies, so
+//! guessing (and the work it causes) stays bounded, concurrent guesses too; a generated token is
+//! counted only when it fails. It tracks at most `limits.tracked_addresses` addresses; past
+//! that, a new address takes the place of the one closest to rested.
 
 use crate::clock::Clock;
 use crate::layers::limit::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};

@@ -99,6 +99,10 @@ impl<Who> GeneratedCredential<Who> {
 
 #[async_trait]
 impl<Who: Send + Sync + 'static> CredentialScheme<Who> for GeneratedCredential<Who> {
+    fn verification_is_costly(&self) -> bool {
+        false
+    }
+
     fn challenge(&self) -> String {
         match &self.carrier {
             Carrier::Bearer => format!(r#"Bearer realm="{}""#, self.realm),

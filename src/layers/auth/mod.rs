@@ -704,13 +704,30 @@ impl PeerAuthenticator {
         self.failures.spend(client).await
     }
 
-    /// Spends an attempt, verifies, and gives the attempt back on success. `Ok(None)` is a
-    /// refused credential (a verdict worth caching); errors are not cached.
+    /// Verifies, counting a failure against the client's budget: before the work for a costly
+    /// scheme (given back on success), after it for a cheap one (see
+    /// [`CredentialScheme::verification_is_costly`]). `Ok(None)` is a refused credential (a
+    /// verdict worth caching); errors are not cached.
     async fn verify_counted(
         &self,
         presented: &Claimed<'_>,
         client: IpAddr,
     ) -> Result<Option<Arc<VerifiedPeer>>, AuthRefusal> {
+        if !self.schemes[presented.scheme].1.verification_is_costly() {
+            return match self.verify(presented).await {
+                Ok(peer) => {
+                    if self.expired(peer.valid_until) {
+                        self.spend_attempt(client).await?;
+                    }
+                    Ok(Some(Arc::new(peer)))
+                }
+                Err(AuthError::InvalidToken | AuthError::InvalidCredentials) => {
+                    self.spend_attempt(client).await?;
+                    Ok(None)
+                }
+                Err(error) => Err(error.into()),
+            };
+        }
         self.spend_attempt(client).await?;
         match self.verify(presented).await {
             Ok(peer) => {

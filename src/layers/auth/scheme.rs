@@ -140,6 +140,16 @@ pub trait CredentialScheme<Who>: Send + Sync {
         AuthError::InvalidCredentials
     }
 
+    /// Whether verifying a credential is work worth rationing (Argon2 for a password). Such a
+    /// credential is charged to the client's failed-attempt budget *before* it is verified and
+    /// refunded when it verifies, so concurrent guesses cannot outrun the budget. A cheap one
+    /// (a generated token: a hash and a look-up) is verified first and charged only when it
+    /// fails, so a credential that verifies is never charged, nor refused because its address's
+    /// budget is spent. Unknown schemes are costly: the safe default.
+    fn verification_is_costly(&self) -> bool {
+        true
+    }
+
     /// Verifies `credentials` (already prechecked).
     async fn verify(&self, credentials: &str) -> Result<Who, Failure>;
 }
