@@ -678,3 +678,215 @@ async fn a_flood_of_failed_sign_ins_stays_within_the_argon2_memory_bound() {
         "resident size {before} MiB before, {rounds:?} MiB after each round of 24, {after} MiB at the end; the bound is {bound} MiB"
     );
 }
+
+/// A file system of `mib` MiB mounted at `at` for as long as the value lives: a real disk that
+/// fills (ENOSPC). Mounting needs root (CI runs as root); elsewhere the test says so and fails.
+struct SmallDisk {
+    at: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(at: &Path, mib: u32) -> Self {
+        std::fs::create_dir_all(at).unwrap();
+        let status = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={mib}m,mode=0700"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "this test mounts a {mib} MiB tmpfs to fill a real disk, which needs root"
+        );
+        Self { at: at.to_owned() }
+    }
+
+    /// Fills what is left with a ballast file; returns its path.
+    fn fill(&self) -> std::path::PathBuf {
+        self.fill_as("ballast")
+    }
+
+    /// Fills what is left with a ballast file named `name`; returns its path.
+    fn fill_as(&self, name: &str) -> std::path::PathBuf {
+        let ballast = self.at.join(name);
+        let mut file = std::fs::File::create(&ballast).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while file.write_all(&chunk).is_ok() {}
+        let _ = file.sync_all();
+        ballast
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.at)
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn after_a_full_disk_the_store_recovers_by_itself_and_a_revocation_always_lands() {
+    if skip_unless_sqlite("the disk that fills holds the SQLite file") {
+        return;
+    }
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(&dir.path().join("disk"), 16);
+    let data = disk.at.join("data");
+    let policy = policy_file(dir.path(), &model.base_url, 30);
+    let (code, _, err) =
+        cli_with_stdin_on(&data, &["admin", "add", "ada"], "ada's admin password 1\n");
+    assert_eq!(code, 0, "{err}");
+    let server = ServeProcess::start_with(dir.path(), &data, &["--policy", &policy], &[]);
+    let door = server.door();
+    let admin = format!("http://{}", server.admin_addr);
+    let add = |name: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let created: Value = reqwest::Client::new()
+                .post(format!("{admin}/v1/peers"))
+                .basic_auth("ada", Some("ada's admin password 1"))
+                .json(&json!({ "name": name }))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            created["token"].as_str().unwrap().to_owned()
+        }
+    };
+    let alice = add("alice").await;
+    let mallory = add("mallory").await;
+    let answered = send_text(&door, &alice, "before the disk filled", None).await;
+    assert_eq!(
+        task_of(&answered)["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+
+    let ballast = disk.fill();
+    let big = "x".repeat(60_000);
+    let mut refused = false;
+    for _ in 0..50 {
+        let response = send_text(&door, &alice, &big, None).await;
+        if response.get("error").is_some() {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "the disk never filled");
+    // The disk is still full: a revocation is the one write that must still be made.
+    let revoke = |name: &'static str| {
+        let admin = admin.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{admin}/v1/peers/{name}/revoke"))
+                .basic_auth("ada", Some("ada's admin password 1"))
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let response = revoke("mallory").await;
+    let status = response.status();
+    assert_eq!(status, 200, "{}", response.text().await.unwrap());
+    let (status, _) = post_raw(
+        &door,
+        Some(&mallory),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 401, "the revoked token still works");
+
+    // Space comes back: the same process serves again, without a restart.
+    std::fs::remove_file(&ballast).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let response = send_text(&door, &alice, "after the disk had room again", None).await;
+        if response.get("result").is_some() {
+            assert_eq!(
+                task_of(&response)["status"]["state"],
+                "TASK_STATE_COMPLETED"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still refused after space came back: {response}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(server);
+}
+
+#[tokio::test]
+async fn an_account_change_that_finds_no_room_is_refused_and_succeeds_once_there_is_room() {
+    if skip_unless_sqlite("the disk that fills holds the SQLite file") {
+        return;
+    }
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(&dir.path().join("disk"), 16);
+    let data = disk.at.join("data");
+    let policy = policy_file(dir.path(), &model.base_url, 30);
+    let (code, _, err) =
+        cli_with_stdin_on(&data, &["admin", "add", "ada"], "ada's admin password 1\n");
+    assert_eq!(code, 0, "{err}");
+    let server = ServeProcess::start_with(dir.path(), &data, &["--policy", &policy], &[]);
+    let door = server.door();
+    let admin = format!("http://{}", server.admin_addr);
+    let client = reqwest::Client::new();
+    let as_ada = |request: reqwest::RequestBuilder| {
+        request.basic_auth("ada", Some("ada's admin password 1"))
+    };
+    let created: Value = as_ada(client.post(format!("{admin}/v1/peers")))
+        .json(&json!({"name": "bob"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let bob = created["token"].as_str().unwrap().to_owned();
+    // The disk fills; a SendMessage finds it full and the reserve is released; then something
+    // else takes that room too, so even an account change cannot be written.
+    let ballast = disk.fill();
+    let refused = send_text(&door, &bob, "no room", None).await;
+    assert!(refused.get("error").is_some(), "{refused}");
+    let second_ballast = disk.fill_as("second-ballast");
+    let revoke = || as_ada(client.post(format!("{admin}/v1/peers/bob/revoke"))).json(&json!({}));
+    let response = revoke().send().await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    let answer: Value = response.json().await.unwrap();
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("disk"),
+        "{answer}"
+    );
+    assert!(!answer.to_string().contains(dir.path().to_str().unwrap()));
+    // Space comes back: the same process makes the change (the connection whose commit
+    // failed is not reused) and serves SendMessage again.
+    std::fs::remove_file(&ballast).unwrap();
+    std::fs::remove_file(&second_ballast).unwrap();
+    let response = revoke().send().await.unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let (status, _) = post_raw(
+        &door,
+        Some(&bob),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 401, "the revoked token still works");
+    drop(server);
+}

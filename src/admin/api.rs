@@ -12,7 +12,7 @@ use crate::admin::budget::{Budgets, day_and_month};
 use crate::clock::{Clock, parse_rfc3339, rfc3339_millis};
 use crate::http::refusal::Refusal;
 use crate::layers::metrics::{Metrics, MetricsLayer};
-use crate::store::{AuditRecord, PeerRecord};
+use crate::store::{AuditRecord, PeerRecord, StoreError};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -186,6 +186,9 @@ impl IntoResponse for ApiError {
                 ServiceError::NotFound(_) => Refusal::NotFound(error.to_string()),
                 ServiceError::Conflict(_) => Refusal::Conflict(error.to_string()),
                 ServiceError::Forbidden(_) => Refusal::Forbidden(error.to_string()),
+                ServiceError::Store(StoreError::DiskFull) => Refusal::Unavailable(
+                    "the disk holding the store is full; nothing was changed: free some space and try again".to_owned(),
+                ),
                 other => Refusal::internal(&other, "admin request failed"),
             },
         };

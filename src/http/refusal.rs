@@ -115,6 +115,10 @@ pub enum Refusal {
     /// The caller may not do this (403).
     #[error("{0}")]
     Forbidden(String),
+    /// The gateway cannot do this right now, for a reason the caller may be told (503, with
+    /// `Retry-After`), such as a full disk under the store.
+    #[error("{0}")]
+    Unavailable(String),
     /// Something failed inside the gateway (500); the detail is only in the log, under this id.
     #[error("internal error")]
     Internal {
@@ -152,6 +156,7 @@ impl Refusal {
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -169,6 +174,7 @@ impl Refusal {
             Self::Invalid { code, .. } => code,
             Self::Conflict(_) => "conflict",
             Self::Forbidden(_) => "forbidden",
+            Self::Unavailable(_) => "unavailable",
             Self::Internal { .. } => "internal",
         }
     }

@@ -79,6 +79,10 @@ pub enum StoreError {
     /// The store was closed.
     #[error("the store is closed")]
     Closed,
+    /// The disk holding the store is full (or below the room it keeps for account changes):
+    /// exchanges are refused until there is room again.
+    #[error("the disk holding the store is full; free some space (the store resumes by itself)")]
+    DiskFull,
     /// The store did not answer in time.
     #[error("the store did not answer in time")]
     TimedOut,

@@ -79,8 +79,10 @@ fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> 
 impl AccountStore for SqliteStore {
     async fn begin_change(&self) -> Result<AccountChange, StoreError> {
         let turn = self.write_turn().await;
+        self.reserve.before_essential_write();
         Ok(Box::new(SqliteAccountChange {
             tx: self.writer.begin_with(BEGIN_WRITE).await?,
+            reserve: self.reserve.clone(),
             _turn: turn,
         }))
     }
@@ -142,6 +144,8 @@ impl AccountStore for SqliteStore {
 /// One write transaction. Dropped without `commit`, it rolls back.
 struct SqliteAccountChange {
     tx: Transaction<'static, Sqlite>,
+    /// Released if this change finds the disk full, so trying it again has room.
+    reserve: std::sync::Arc<super::reserve::Reserve>,
     /// This process's write turn, held until the change commits or drops.
     _turn: tokio::sync::OwnedMutexGuard<()>,
 }
@@ -155,8 +159,14 @@ impl std::fmt::Debug for SqliteAccountChange {
 #[async_trait]
 impl AccountChanges for SqliteAccountChange {
     async fn commit(self: Box<Self>) -> Result<(), StoreError> {
-        self.tx.commit().await?;
-        Ok(())
+        let reserve = self.reserve.clone();
+        match self.tx.commit().await.map_err(StoreError::from) {
+            Err(StoreError::DiskFull) => {
+                reserve.on_full();
+                Err(StoreError::DiskFull)
+            }
+            other => other,
+        }
     }
 
     async fn audit(&mut self, entry: &AuditEntry) -> Result<(), StoreError> {

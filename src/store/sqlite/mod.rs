@@ -15,6 +15,7 @@
 
 mod accounts;
 mod push;
+mod reserve;
 mod tasks;
 mod writer;
 
@@ -32,6 +33,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Connection, Row, SqliteConnection};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The SQLite file inside the data directory.
@@ -52,6 +54,7 @@ impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         match error {
             sqlx::Error::PoolClosed => Self::Closed,
+            sqlx::Error::Database(e) if e.code().as_deref() == Some("13") => Self::DiskFull,
             other => Self::Engine(Box::new(other)),
         }
     }
@@ -68,6 +71,8 @@ pub struct SqliteStore {
     exchanges: writer::ExchangeQueue,
     /// Taken around every write transaction in this process (see [`writer::WriteTurn`]).
     turn: writer::WriteTurn,
+    /// Room kept for account changes when the disk fills.
+    reserve: Arc<reserve::Reserve>,
     /// Last-use notes for their writer; taken (closing the channel) when the store closes.
     uses: std::sync::Mutex<Option<LastUses>>,
     uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -103,6 +108,15 @@ impl SqliteStore {
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .test_before_acquire(false)
+            // A connection that comes back still inside a transaction is closed, and the next
+            // write opens a fresh one. When a COMMIT fails on a full disk, SQLite has already
+            // rolled back, so the driver's own ROLLBACK fails and it goes on counting an open
+            // transaction: every later write on that connection was refused until a restart.
+            .after_release(|connection, _| {
+                use sqlx::Connection as _;
+                let clean = !connection.is_in_transaction();
+                Box::pin(async move { Ok(clean) })
+            })
             .connect_with(options.clone())
             .await?;
         let reader = SqlitePoolOptions::new()
@@ -111,7 +125,8 @@ impl SqliteStore {
             .connect_with(options.read_only(true))
             .await?;
         let turn = writer::WriteTurn::default();
-        let exchanges = writer::start(&path, BUSY_TIMEOUT, turn.clone())?;
+        let reserve = Arc::new(reserve::Reserve::open(data_dir));
+        let exchanges = writer::start(&path, BUSY_TIMEOUT, turn.clone(), reserve.clone())?;
         let (uses, seen) = tokio::sync::mpsc::channel(LAST_USE_BACKLOG);
         let uses_writer = tokio::spawn(write_last_uses(writer.clone(), turn.clone(), seen));
         Ok(Self {
@@ -120,6 +135,7 @@ impl SqliteStore {
             path,
             exchanges,
             turn,
+            reserve,
             uses: std::sync::Mutex::new(Some(uses)),
             uses_writer: std::sync::Mutex::new(Some(uses_writer)),
             serving: std::sync::Mutex::new(None),

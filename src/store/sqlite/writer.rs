@@ -17,6 +17,7 @@
 //! was already, by SQLite), so the connection is ready for the next batch without a restart.
 //! The thread takes the store's [`WriteTurn`] around each transaction.
 
+use super::reserve::Reserve;
 use crate::store::batch::Batch;
 use crate::store::{Exchange, StoreError};
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
@@ -65,12 +66,13 @@ pub(super) fn start(
     database: &Path,
     busy_timeout: Duration,
     turn: WriteTurn,
+    reserve: std::sync::Arc<Reserve>,
 ) -> Result<ExchangeQueue, StoreError> {
     let connection = connect(database, busy_timeout)?;
     let (queue, pending) = tokio::sync::mpsc::channel(4 * MAX_BATCH);
     std::thread::Builder::new()
         .name("sqlite-writer".into())
-        .spawn(move || run(connection, pending, &turn))
+        .spawn(move || run(connection, pending, &turn, &reserve))
         .map_err(|e| StoreError::Engine(Box::new(e)))?;
     Ok(queue)
 }
@@ -95,6 +97,7 @@ fn run(
     mut connection: Connection,
     mut pending: tokio::sync::mpsc::Receiver<Job>,
     turn: &tokio::sync::Mutex<()>,
+    reserve: &Reserve,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut stop = None;
@@ -107,6 +110,14 @@ fn run(
         // What arrived while the last batch was committing goes in this one.
         drain(&mut pending, &mut batch, &mut stop);
         if batch.is_empty() {
+            continue;
+        }
+        // A full disk: refused before anything is written (or the model asked), and the
+        // reserve's room kept for account changes.
+        if !reserve.admits_exchanges() {
+            for waiting in batch.drain(..) {
+                let _ = waiting.done.send(Err(StoreError::DiskFull));
+            }
             continue;
         }
         let exchanges: Vec<&Exchange> = batch.iter().map(|p| &p.exchange).collect();
@@ -124,6 +135,12 @@ fn run(
             Err(error) if batch.len() == 1 => {
                 if let Some(waiting) = batch.pop() {
                     let _ = waiting.done.send(Err(error.into()));
+                }
+            }
+            Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) => {
+                reserve.on_full();
+                for waiting in batch.drain(..) {
+                    let _ = waiting.done.send(Err(StoreError::DiskFull));
                 }
             }
             Err(error) if !one_exchange_can_cause(&error) => {
