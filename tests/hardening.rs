@@ -680,30 +680,32 @@ async fn a_flood_of_failed_sign_ins_stays_within_the_argon2_memory_bound() {
 }
 
 /// A file system of `mib` MiB mounted at `at` for as long as the value lives: a real disk that
-/// fills (ENOSPC). Mounting needs root (CI runs as root); elsewhere the test says so and fails.
+/// fills (ENOSPC). Mounting needs root: `.ci/run` runs as root, and under `CI=true` a failed
+/// mount fails the test; elsewhere it says so in one loud line and the test skips.
 struct SmallDisk {
     at: std::path::PathBuf,
 }
 
 impl SmallDisk {
-    fn mount(at: &Path, mib: u32) -> Self {
+    fn mount(at: &Path, mib: u32) -> Option<Self> {
         std::fs::create_dir_all(at).unwrap();
-        let status = std::process::Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={mib}m,mode=0700"),
-                "tmpfs",
-            ])
+        let options = format!("size={mib}m,mode=0700");
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &options, "tmpfs"])
             .arg(at)
+            .stderr(std::process::Stdio::null())
             .status()
-            .expect("run mount");
+            .is_ok_and(|status| status.success());
+        if mounted {
+            return Some(Self { at: at.to_owned() });
+        }
+        let why = format!("mounting a {mib} MiB tmpfs (a real disk to fill) needs root");
         assert!(
-            status.success(),
-            "this test mounts a {mib} MiB tmpfs to fill a real disk, which needs root"
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "{why}; CI must allow it"
         );
-        Self { at: at.to_owned() }
+        eprintln!("SKIPPED: {why}");
+        None
     }
 
     /// Fills what is left with a ballast file; returns its path.
@@ -738,7 +740,9 @@ async fn after_a_full_disk_the_store_recovers_by_itself_and_a_revocation_always_
     }
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let dir = tempfile::tempdir().unwrap();
-    let disk = SmallDisk::mount(&dir.path().join("disk"), 16);
+    let Some(disk) = SmallDisk::mount(&dir.path().join("disk"), 16) else {
+        return;
+    };
     let data = disk.at.join("data");
     let policy = policy_file(dir.path(), &model.base_url, 30);
     let (code, _, err) =
@@ -834,7 +838,9 @@ async fn an_account_change_that_finds_no_room_is_refused_and_succeeds_once_there
     }
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let dir = tempfile::tempdir().unwrap();
-    let disk = SmallDisk::mount(&dir.path().join("disk"), 16);
+    let Some(disk) = SmallDisk::mount(&dir.path().join("disk"), 16) else {
+        return;
+    };
     let data = disk.at.join("data");
     let policy = policy_file(dir.path(), &model.base_url, 30);
     let (code, _, err) =
