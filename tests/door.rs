@@ -528,6 +528,42 @@ async fn trailing_slash_is_the_same_door() {
 }
 
 #[tokio::test]
+async fn a_context_id_beside_the_message_is_refused_not_ignored() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    for id in ["contextId", "taskId"] {
+        let response = rpc(
+            &gw.door,
+            &token,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                id: "ctx-1",
+                "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}}),
+        )
+        .await;
+        assert_eq!(error_code(&response), -32602, "{response}");
+        let violation = &response["error"]["data"][1]["fieldViolations"][0];
+        assert_eq!(violation["field"], id, "{response}");
+        assert!(
+            violation["description"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("params.message.{id}")),
+            "{response}"
+        );
+    }
+    // Inside the message it continues the conversation, as before.
+    let response = rpc(
+        &gw.door,
+        &token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": "m", "role": "ROLE_USER", "contextId": "ctx-1", "parts": [{"text": "hi"}]}}}),
+    )
+    .await;
+    assert_eq!(task_of(&response)["contextId"], "ctx-1");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn completed_task_has_the_spec_shape() {
     let gw = TestGateway::start().await;
     let token = gw.add_peer("alice");

@@ -2,8 +2,9 @@
 //! lockfile) against the real `peergate serve` binary: discover, send, get, follow up, unknown
 //! task.
 //!
-//! Needs Node.js 20 or newer and npm; where `node` is not installed the test says so and does
-//! nothing (the Python SDK test in `tests/python_sdk.rs` always runs).
+//! Needs Node.js 20 or newer and npm, and the npm registry the first time; where `node` is not
+//! installed, or the registry cannot be reached outside CI, the test says so and does nothing
+//! (the Python SDK test in `tests/python_sdk.rs` always runs).
 
 mod common;
 
@@ -46,11 +47,26 @@ fn official_js_client_discovers_sends_gets_and_follows_up() {
             .current_dir(&work)
             .output()
             .expect("run npm");
-        assert!(
-            output.status.success(),
-            "npm ci failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // Without the npm registry (offline) the SDK cannot be installed: said in one loud line
+        // and skipped, except under `CI=true`, where the registry must be reachable.
+        let offline = [
+            "ENOTFOUND",
+            "EAI_AGAIN",
+            "ECONNREFUSED",
+            "ENETUNREACH",
+            "ETIMEDOUT",
+        ]
+        .iter()
+        .any(|code| stderr.contains(code));
+        if !output.status.success() && offline && !std::env::var("CI").is_ok_and(|v| v == "true") {
+            eprintln!(
+                "SKIPPED: npm cannot reach its registry to install @a2a-js/sdk: {}",
+                stderr.lines().next().unwrap_or("")
+            );
+            return;
+        }
+        assert!(output.status.success(), "npm ci failed: {stderr}");
         std::fs::write(&marker, lock).unwrap();
     }
 

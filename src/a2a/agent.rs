@@ -325,6 +325,12 @@ impl Agent {
         peer: &AuthenticatedPeer,
         params: SendMessageParams,
     ) -> Result<PlannedTurn, RpcError> {
+        if let Some(id) = params.misplaced_id() {
+            return Err(invalid(
+                id,
+                &format!("belongs inside the message: send it as params.message.{id}"),
+            ));
+        }
         let message = params.message;
         let configuration = params.configuration.unwrap_or_default();
         let history_length = configuration

@@ -123,6 +123,26 @@ pub struct SendMessageParams {
     /// `SendMessageConfiguration`.
     #[serde(default)]
     pub configuration: Option<SendMessageConfiguration>,
+    /// A `contextId` or `taskId` beside `message` instead of inside it: refused by
+    /// [`SendMessageParams::misplaced_ids`] rather than ignored, which silently started a new
+    /// conversation.
+    #[serde(default, rename = "contextId")]
+    misplaced_context_id: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "taskId")]
+    misplaced_task_id: Option<serde::de::IgnoredAny>,
+}
+
+impl SendMessageParams {
+    /// The name of an id given beside `message` instead of inside it, if any.
+    pub fn misplaced_id(&self) -> Option<&'static str> {
+        if self.misplaced_context_id.is_some() {
+            Some("contextId")
+        } else if self.misplaced_task_id.is_some() {
+            Some("taskId")
+        } else {
+            None
+        }
+    }
 }
 
 /// `SendMessageConfiguration`; only what peergate honours.
