@@ -1104,3 +1104,69 @@ async fn a_token_issued_through_the_api_admits_at_once_even_during_a_flood_of_un
     assert_eq!(task_of(&answer)["status"]["state"], "TASK_STATE_COMPLETED");
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_scrape_token_opens_metrics_and_nothing_else() {
+    const SECRET: &str = "scrape-token-for-the-test-0123456789abcdef";
+    let policy = PolicyEdit::default().insert("server.metrics_token_env", "PEERGATE_TEST_SCRAPE");
+    let served = ServedPolicy::start(&policy, &["alice"], &[("PEERGATE_TEST_SCRAPE", SECRET)]);
+    let admin = format!("http://{}", served.server.admin_addr);
+    let client = reqwest::Client::new();
+    let with = |request: reqwest::RequestBuilder, token: &str| {
+        request.header("authorization", format!("Bearer {token}"))
+    };
+    let response = with(client.get(format!("{admin}/metrics")), SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.text().await.unwrap().contains("peergate_"));
+    // Anywhere else on the admin API, or with another method, it is no credential at all.
+    for path in ["/v1/peers", "/v1/usage", "/v1/audit", "/v1/conversations"] {
+        let response = with(client.get(format!("{admin}{path}")), SECRET)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401, "{path}");
+    }
+    let response = with(client.post(format!("{admin}/v1/peers")), SECRET)
+        .json(&json!({"name": "mallory"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    // Nor at the door.
+    let response = with(client.post(served.server.door()), SECRET)
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    // A near miss opens nothing.
+    let response = with(client.get(format!("{admin}/metrics")), &SECRET[1..])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+
+    // Fail closed: a variable that is unset or short stops start-up, naming the setting.
+    let ServedPolicy {
+        dir, data, server, ..
+    } = served;
+    drop(server);
+    let policy_path = dir.path().join("policy.toml");
+    for env in [vec![], vec![("PEERGATE_TEST_SCRAPE", "short")]] {
+        let output = std::process::Command::new(bin())
+            .args(["serve", "--policy", policy_path.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args(store_args(&data))
+            .env_remove("PEERGATE_TEST_SCRAPE")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains("server.metrics_token_env"), "{stderr}");
+        assert!(!stderr.contains("short"), "echoes the secret: {stderr}");
+    }
+}

@@ -6,7 +6,7 @@
 //! serves them, so a route cannot exist without its documentation or the other way round;
 //! `openapi.json` in the repository is that document, and a test keeps them equal.
 
-use super::auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin};
+use super::auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin, Scraper};
 use super::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
 use crate::admin::budget::{Budgets, day_and_month};
 use crate::clock::{Clock, parse_rfc3339, rfc3339_millis};
@@ -17,7 +17,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};
@@ -833,8 +833,14 @@ async fn audit(
     responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String)))]
 async fn prometheus_metrics(
     State(state): State<AdminState>,
-    _admin: AuthenticatedAdmin,
+    admin: Option<Extension<AuthenticatedAdmin>>,
+    scraper: Option<Extension<Scraper>>,
 ) -> Response {
+    // Mounted behind the layer, one of the two is always there; without either, fail closed.
+    if admin.is_none() && scraper.is_none() {
+        return Refusal::Forbidden("an administrator or the scrape token is needed".to_owned())
+            .into_response();
+    }
     (
         [(
             header::CONTENT_TYPE,

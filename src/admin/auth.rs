@@ -165,7 +165,68 @@ pub struct AdminAuthenticator {
     /// One audit record a minute per address for sign-ins refused by the budget, so a flood
     /// leaves a trace without growing the log.
     throttle_notes: LocalLimiter<IpAddr>,
+    /// The credential that opens `GET /metrics` and nothing else, when configured.
+    scrape: Option<ScrapeToken>,
 }
+
+/// The credential a metrics scraper presents (`Authorization: Bearer …`), configured through
+/// `server.metrics_token_env`. It opens `GET /metrics` and nothing else: the layer admits it on
+/// that route only, and every other handler requires an [`AuthenticatedAdmin`], which it never
+/// becomes. Kept as its SHA-256 and compared in constant time; an administrator's credentials
+/// still open `/metrics` too.
+#[derive(Clone)]
+pub struct ScrapeToken {
+    digest: [u8; 32],
+}
+
+impl std::fmt::Debug for ScrapeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScrapeToken(..)")
+    }
+}
+
+impl ScrapeToken {
+    /// The shortest secret accepted: 32 bytes, about 190 bits when generated as base64.
+    pub const MIN_BYTES: usize = 32;
+
+    /// A scrape token from its secret; refuses one shorter than [`ScrapeToken::MIN_BYTES`].
+    pub fn new(secret: &str) -> Result<Self, String> {
+        let secret = secret.trim();
+        if secret.len() < Self::MIN_BYTES {
+            return Err(format!(
+                "is {} bytes; a scrape token needs at least {} (for example `openssl rand -base64 32`)",
+                secret.len(),
+                Self::MIN_BYTES
+            ));
+        }
+        Ok(Self {
+            digest: Self::hash(secret),
+        })
+    }
+
+    fn hash(secret: &str) -> [u8; 32] {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(secret.as_bytes()).into()
+    }
+
+    /// Whether `headers` carry this token as a Bearer credential.
+    fn presented_in(&self, headers: &HeaderMap) -> bool {
+        use subtle::ConstantTimeEq as _;
+        let mut values = headers.get_all(header::AUTHORIZATION).iter();
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return false;
+        };
+        value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|token| bool::from(Self::hash(token.trim()).ct_eq(&self.digest)))
+    }
+}
+
+/// In a request the scrape token admitted (to `GET /metrics` only).
+#[derive(Debug, Clone, Copy)]
+pub struct Scraper;
 
 impl std::fmt::Debug for AdminAuthenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -266,7 +327,14 @@ impl AdminAuthenticator {
             throttle_notes: LocalLimiter::new(tracked_addresses, clock),
             failures,
             schemes,
+            scrape: None,
         })
+    }
+
+    /// Also admits `token` to `GET /metrics`, and to nothing else.
+    pub fn with_scrape_token(mut self, token: Option<ScrapeToken>) -> Self {
+        self.scrape = token;
+        self
     }
 
     async fn authenticate(
@@ -390,6 +458,16 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let authenticator = self.authenticator.clone();
         let client = budget_key(&request);
+        if request.method() == axum::http::Method::GET
+            && request.uri().path() == "/metrics"
+            && authenticator
+                .scrape
+                .as_ref()
+                .is_some_and(|scrape| scrape.presented_in(request.headers()))
+        {
+            request.extensions_mut().insert(Scraper);
+            return Box::pin(async move { inner.call(request).await });
+        }
         Box::pin(async move {
             match authenticator.authenticate(request.headers(), client).await {
                 Ok(admin) => {

@@ -11,7 +11,9 @@ pub mod auth;
 pub mod budget;
 pub mod service;
 
-pub use auth::{AdminAuthError, AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin};
+pub use auth::{
+    AdminAuthError, AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin, ScrapeToken, Scraper,
+};
 pub use service::{
     AccountDefaults, AccountService, Actor, BudgetChange, Caller, NewPeer, ServiceError,
 };

@@ -38,6 +38,10 @@ pub struct ServerPolicy {
     /// Seconds requests in flight get to finish after SIGTERM.
     #[serde(default = "default_shutdown_grace_seconds")]
     pub shutdown_grace_seconds: u64,
+    /// The environment variable holding the scrape token: a Bearer secret that opens the admin
+    /// listener's `GET /metrics` and nothing else.
+    #[serde(default)]
+    pub metrics_token_env: Option<String>,
 }
 
 fn default_header_read_timeout_seconds() -> u64 {
@@ -113,6 +117,16 @@ impl ServerPolicy {
         if let Err(reason) = check_admin_listen(self.admin_listen, self.listen) {
             return Err(invalid("server.admin_listen", reason));
         }
+        if let Some(name) = &self.metrics_token_env
+            && (name.is_empty()
+                || name.starts_with(|c: char| c.is_ascii_digit())
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        {
+            return Err(invalid(
+                "server.metrics_token_env",
+                "must name an environment variable: letters, digits and _, not starting with a digit",
+            ));
+        }
         if !(1024..=64 * 1024 * 1024).contains(&self.max_body_bytes) {
             return Err(invalid(
                 "server.max_body_bytes",
@@ -140,7 +154,7 @@ impl ServerPolicy {
                 "may hold only letters, digits and /._~-",
             ));
         }
-        if path.starts_with("/.well-known") || path == "/health" {
+        if path.starts_with("/.well-known") || path == "/health" || path == "/ready" {
             return Err(invalid("server.a2a_path", "collides with a built-in route"));
         }
         Ok(())
