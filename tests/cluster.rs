@@ -665,3 +665,52 @@ async fn a_turn_answered_by_one_instance_is_canceled_through_the_other() {
     assert_eq!(state_of(&sent), "TASK_STATE_CANCELED", "{sent}");
     store.close().await;
 }
+
+/// `GET /ready` on `instance`: its status and body.
+async fn readiness(instance: &ServeProcess) -> (u16, Value) {
+    let response = reqwest::get(format!("http://{}/ready", instance.addr))
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// Polls `/ready` until its status is `want` (answers are reused for a second).
+async fn readiness_becomes(instance: &ServeProcess, want: u16) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, body) = readiness(instance).await;
+        if status == want {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "/ready stayed {status}: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn ready_answers_503_while_redis_is_away_and_health_stays_200() {
+    let Some(mut pair) = pair(ModelBehaviour::Answer, "600/min").await else {
+        return;
+    };
+    let body = readiness_becomes(&pair.a, 200).await;
+    assert_eq!(
+        body,
+        json!({"status": "ready", "store": "ok", "redis": "ok", "backend": "openai"})
+    );
+    pair.shared.redis.stop();
+    let body = readiness_becomes(&pair.a, 503).await;
+    assert_eq!(body["redis"], "unreachable", "{body}");
+    assert_eq!(body["store"], "ok", "{body}");
+    assert!(
+        !body.to_string().contains("127.0.0.1"),
+        "names an address: {body}"
+    );
+    // Liveness is not readiness: the process is alive all along.
+    let health = reqwest::get(format!("http://{}/health", pair.a.addr))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    pair.shared.redis.restart();
+    readiness_becomes(&pair.a, 200).await;
+}

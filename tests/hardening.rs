@@ -775,6 +775,15 @@ async fn after_a_full_disk_the_store_recovers_by_itself_and_a_revocation_always_
         "TASK_STATE_COMPLETED"
     );
 
+    let ready = |door: &str| {
+        let url = door.replace("/a2a/v1", "/ready");
+        async move {
+            let response = reqwest::get(url).await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    assert_eq!(ready(&door).await.0, 200);
     let ballast = disk.fill();
     let big = "x".repeat(60_000);
     let mut refused = false;
@@ -810,8 +819,25 @@ async fn after_a_full_disk_the_store_recovers_by_itself_and_a_revocation_always_
     .await;
     assert_eq!(status, 401, "the revoked token still works");
 
-    // Space comes back: the same process serves again, without a restart.
+    // A load balancer asking /ready takes this instance out of rotation meanwhile.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (status, body) = ready(&door).await;
+    assert_eq!(
+        (status, body["store"].as_str()),
+        (503, Some("disk_full")),
+        "{body}"
+    );
+    // Space comes back: the same process serves again, without a restart, and /ready (which
+    // alone would see it, with no SendMessage coming) says so.
     std::fs::remove_file(&ballast).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ready(&door).await.0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "/ready stayed 503 after space came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let response = send_text(&door, &alice, "after the disk had room again", None).await;

@@ -46,6 +46,8 @@ pub(super) struct Sharing {
     /// This instance's lease, when the store keeps leases.
     leases: Option<(Arc<LeasedInstances>, Arc<dyn InstanceRegistry>)>,
     bus: Option<RedisBus>,
+    /// Redis, when configured: `/ready` asks it.
+    pub redis: Option<Redis>,
 }
 
 impl Sharing {
@@ -60,6 +62,7 @@ impl Sharing {
             spend: None,
             leases: None,
             bus: None,
+            redis: None,
         };
         // Serving alone (a lock keeps others out), every working task at start is a leftover:
         // no leases needed.
@@ -74,6 +77,7 @@ impl Sharing {
             );
             return Ok(Self {
                 limits: shared_limits(options, &redis),
+                redis: Some(redis),
                 ..alone
             });
         }
@@ -109,6 +113,7 @@ impl Sharing {
             spend: Some(Arc::new(RedisSpend::new(&redis))),
             leases,
             bus: Some(bus),
+            redis: Some(redis),
         })
     }
 

@@ -452,6 +452,9 @@ pub trait StoreEngine: Send + Sync + std::fmt::Debug {
     async fn claim_for_serving(&self, serving: Serving) -> Result<(), StoreError>;
     /// Writes what is pending and closes every connection; later calls fail.
     async fn close(&self);
+    /// Whether the store can serve now: it answers a query, and (SQLite) its disk has room
+    /// for what SendMessage writes. `/ready` asks this.
+    async fn check_ready(&self) -> Result<(), StoreError>;
 }
 
 /// How a gateway serves its store.
@@ -618,6 +621,11 @@ impl Store {
     /// Writes what is pending and closes every connection; later calls fail.
     pub async fn close(&self) {
         self.engine.close().await;
+    }
+
+    /// Whether the store can serve now (see [`StoreEngine::check_ready`]).
+    pub async fn check_ready(&self) -> Result<(), StoreError> {
+        self.engine.check_ready().await
     }
 }
 

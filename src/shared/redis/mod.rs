@@ -71,6 +71,14 @@ impl Redis {
     }
 
     /// The shared connection (cheap to clone).
+    /// Whether Redis answers a PING within `within`.
+    pub async fn answers(&self, within: Duration) -> bool {
+        let mut connection = self.connection.clone();
+        let ping = redis::cmd("PING");
+        let answer = ping.query_async::<String>(&mut connection);
+        matches!(tokio::time::timeout(within, answer).await, Ok(Ok(_)))
+    }
+
     pub fn connection(&self) -> ConnectionManager {
         self.connection.clone()
     }

@@ -180,6 +180,11 @@ impl StoreEngine for PostgresStore {
         Ok(())
     }
 
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     async fn close(&self) {
         for held in [&self.housekeeping, &self.serving] {
             if let Some(conn) = held.lock().await.take() {

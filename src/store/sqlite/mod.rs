@@ -337,6 +337,21 @@ impl StoreEngine for SqliteStore {
         Ok(())
     }
 
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        // Also what puts the reserve back once the disk has room: an instance taken out of
+        // rotation for a full disk gets no SendMessage that would notice.
+        let reserve = self.reserve.clone();
+        let room = tokio::task::spawn_blocking(move || reserve.admits_exchanges())
+            .await
+            .unwrap_or(false);
+        if room {
+            Ok(())
+        } else {
+            Err(StoreError::DiskFull)
+        }
+    }
+
     async fn close(&self) {
         // Exchanges already queued are committed first; any sent later are refused.
         let (stop, stopped) = tokio::sync::oneshot::channel();
