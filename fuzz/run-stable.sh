@@ -4,9 +4,11 @@
 # which needs nightly) and runs each for a bounded time on a scratch copy of its corpus.
 #
 #   fuzz/run-stable.sh [SECONDS_PER_TARGET]      (default 30)
+#   FUZZ_RUNS=10000000 fuzz/run-stable.sh        (each target for that many inputs instead)
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-30}
+if [ -n "${FUZZ_RUNS:-}" ]; then bound="-runs=$FUZZ_RUNS"; else bound="-max_total_time=$seconds"; fi
 target_dir="$(cd .. && pwd)/target/fuzz-sancov"
 triple=$(rustc -vV | awk '/^host:/ {print $2}')
 RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
@@ -18,9 +20,10 @@ trap 'rm -rf "$scratch"' EXIT
 for target in $(ls fuzz_targets | sed 's/\.rs$//'); do
   mkdir -p "$scratch/$target"
   cp corpus/"$target"/* "$scratch/$target/"
-  "$target_dir/$triple/release/$target" "$scratch/$target" -max_total_time="$seconds" \
+  "$target_dir/$triple/release/$target" "$scratch/$target" "$bound" \
     -max_len=4096 -print_final_stats=1 -artifact_prefix="$PWD/artifacts-$target-" \
     2>"$scratch/$target.log" || { echo "$target: FOUND A FAILURE (see fuzz/artifacts-$target-*)"; tail -20 "$scratch/$target.log"; exit 1; }
   runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$scratch/$target.log" | grep -oE '[0-9]+$')
-  echo "$target: $runs inputs in ${seconds}s, no failure"
+  took=$(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$scratch/$target.log" | grep -oE '[0-9]+ second' || echo "${seconds} second")
+  echo "$target: $runs inputs in ${took}s, no failure"
 done

@@ -24,21 +24,38 @@ fn main() -> ExitCode {
                 eprintln!("peergate: a subcommand is missing; run `peergate --help`");
                 return ExitCode::from(2);
             }
-            // One line: clap's first line names the argument and what is wrong with it.
+            // One line: what clap says is wrong, with the lines that complete it (the missing
+            // arguments, the values allowed, a tip), but without the usage and help pointers.
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid command line");
-            eprintln!("peergate: {}", first.trim_start_matches("error: "));
+            let said: Vec<&str> = rendered
+                .lines()
+                .take_while(|line| !line.trim().is_empty() && !line.starts_with("Usage:"))
+                .map(str::trim)
+                .collect();
+            let said = said.join(" ");
+            let said = said.trim_start_matches("error: ");
+            eprintln!(
+                "peergate: {}",
+                if said.is_empty() {
+                    "invalid command line"
+                } else {
+                    said
+                }
+            );
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+        .with_env_filter(filter);
+    match cli.log_format() {
+        peergate::config::LogFormat::Json => logs.json().flatten_event(true).init(),
+        peergate::config::LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -767,3 +767,110 @@ async fn an_embedded_store_copies_into_postgresql_and_serves_from_there() {
     assert_ne!(code, 0);
     assert!(one_line(&stderr).contains("not empty"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_and_the_access_log_name_each_request_and_never_a_secret() {
+    let policy = PolicyEdit::default()
+        .set("log.format", "json")
+        .set("log.access", true);
+    let served = ServedPolicy::start(&policy, &["alice"], &[]);
+    let token = served.tokens[0].clone();
+    let door = served.server.door();
+    let secret_text = "the prompt must not reach the log 7f3a";
+    let answered = send_text(&door, &token, secret_text, None).await;
+    assert_eq!(
+        task_of(&answered)["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let wrong = format!("{}AAAAAA", &token[..token.len() - 6]);
+    let (status, _) = post_raw(&door, Some(&wrong), "{}".to_owned()).await;
+    assert_eq!(status, 401);
+    let _ = reqwest::get(format!(
+        "http://{}/health?token=query-secret",
+        served.server.addr
+    ))
+    .await
+    .unwrap();
+    let log = served.server.log_with("\"route\":\"health\"");
+    // Every line is one JSON object.
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    let access: Vec<&Value> = lines
+        .iter()
+        .filter(|line| line["target"] == "peergate::access")
+        .collect();
+    let peer_id = {
+        let (code, out, err) = cli_on(&served.data, &["peer", "list"]);
+        assert_eq!(code, 0, "{err}");
+        out.split_whitespace()
+            .find(|word| word.starts_with("peer_"))
+            .unwrap()
+            .to_owned()
+    };
+    let sent = access
+        .iter()
+        .find(|line| line["status"] == 200 && line["route"] == "door")
+        .expect("an access line for the SendMessage");
+    assert_eq!(sent["peer"], peer_id.as_str(), "{sent}");
+    assert_eq!(sent["method"], "POST");
+    assert!(sent["latency_ms"].as_f64().is_some(), "{sent}");
+    assert!(
+        sent["request_id"].as_str().is_some_and(|id| id.len() == 36),
+        "{sent}"
+    );
+    assert_eq!(sent["client"], "127.0.0.1");
+    let refused = access
+        .iter()
+        .find(|line| line["status"] == 401)
+        .expect("an access line for the 401");
+    assert_eq!(refused["peer"], "-");
+    assert_eq!(refused["reason"], "unauthenticated");
+    for secret in [token.as_str(), wrong.as_str(), secret_text, "query-secret"] {
+        assert!(!log.contains(secret), "the log holds {secret:?}");
+    }
+}
+
+#[test]
+fn log_format_json_on_the_command_line_wins_over_the_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = ServeProcess::start_with(dir.path(), &data, &["--log-format", "json"], &[]);
+    let log = server.log_with("listening on");
+    let first = log.lines().next().unwrap();
+    let line: Value = serde_json::from_str(first).unwrap_or_else(|_| panic!("not JSON: {first}"));
+    assert_eq!(line["level"], "INFO", "{line}");
+    let (code, _, err) = cli(&["--log-format", "yaml", "peer", "list"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("text") && err.contains("json"), "{err}");
+}
+
+#[test]
+fn a_command_line_mistake_is_told_whole_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    for (args, needles) in [
+        (
+            vec!["peer", "add", "--data", data],
+            vec!["required", "<NAME>"],
+        ),
+        (
+            vec!["admin", "budget", "ops", "--model", "maybe", "--data", data],
+            vec!["maybe", "allow", "forbid"],
+        ),
+        (vec!["--log-format", "yaml", "audit"], vec!["yaml", "text", "json"]),
+    ] {
+        let (code, _, err) = cli(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        for needle in needles {
+            assert!(
+                err.contains(needle),
+                "{args:?}: {needle:?} missing from {err}"
+            );
+        }
+        assert!(!err.contains("Usage:"), "{err}");
+    }
+}

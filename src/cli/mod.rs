@@ -28,8 +28,29 @@ use store::StoreCommand;
 #[derive(Debug, Parser)]
 #[command(name = "peergate", version, about)]
 pub struct Cli {
+    /// How log lines on stderr are written: `text`, or `json` (one object per line, for a log
+    /// shipper) [default: log.format from the policy when serving, else text]. Which lines are
+    /// written is `RUST_LOG`'s (default `info`).
+    #[arg(long, global = true, value_enum, value_name = "FORMAT")]
+    log_format: Option<crate::config::LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// The log format: `--log-format`, else (when serving) the policy's `log.format`, else text.
+    /// A policy that cannot be read is reported by `serve` itself, after logging starts.
+    pub fn log_format(&self) -> crate::config::LogFormat {
+        if let Some(format) = self.log_format {
+            return format;
+        }
+        match &self.command {
+            Command::Serve { policy, .. } => Policy::load(policy.as_deref())
+                .map(|(policy, _)| policy.log.format)
+                .unwrap_or_default(),
+            _ => crate::config::LogFormat::Text,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

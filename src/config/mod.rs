@@ -11,6 +11,7 @@ mod card;
 mod cluster;
 mod gate;
 mod limits;
+mod log;
 mod model;
 mod push;
 mod server;
@@ -24,6 +25,7 @@ pub use card::{CardPolicy, ExtensionPolicy, ProviderPolicy, SkillPolicy};
 pub use cluster::ClusterPolicy;
 pub use gate::GatePolicy;
 pub use limits::LimitsPolicy;
+pub use log::{LogFormat, LogPolicy};
 pub use model::{A2aPolicy, BackendKind, ModelPolicy, OpenAiPolicy};
 pub use push::PushPolicy;
 pub use server::{ServerPolicy, check_admin_listen};
@@ -143,6 +145,9 @@ pub struct Policy {
     /// `[push]`
     #[serde(default)]
     pub push: PushPolicy,
+    /// `[log]`
+    #[serde(default)]
+    pub log: LogPolicy,
 }
 
 /// The largest quota accepted anywhere, in requests per minute.

@@ -5,6 +5,7 @@ pub mod accept;
 pub mod client;
 pub mod document;
 pub mod event_stream;
+mod ready;
 pub mod refusal;
 pub mod rest;
 pub mod server;

@@ -171,6 +171,8 @@ struct AppState {
     extended: Arc<CachedDocument>,
     /// Rebuilt when the day changes, so a retiring key leaves on its date.
     jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
+    /// What `/ready` asks.
+    readiness: Arc<super::ready::Readiness>,
 }
 
 /// Opens the store, binds the listener and starts serving.
@@ -259,6 +261,15 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         card: Arc::new(documents.card),
         extended: Arc::new(documents.extended),
         jwks: documents.jwks.clone(),
+        readiness: Arc::new(super::ready::Readiness::new(
+            store.clone(),
+            sharing.redis.clone(),
+            match policy.model.backend {
+                crate::config::BackendKind::Echo => "echo",
+                crate::config::BackendKind::Openai => "openai",
+                crate::config::BackendKind::A2a => "a2a",
+            },
+        )),
     };
     let router = door_router(policy, state, &guards, metrics.clone());
 
@@ -671,12 +682,16 @@ fn door_router(policy: &Policy, state: AppState, guards: &Guards, metrics: Arc<M
         );
     Router::new()
         .route("/health", get(health))
+        .route("/ready", get(ready))
         .merge(guarded)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(MetricsLayer::new(metrics, &a2a_path))
+        .layer(tower::util::option_layer(policy.log.access.then(|| {
+            crate::layers::access_log::AccessLogLayer::new(&a2a_path)
+        })))
 }
 
 /// The admin API's listener: its routes behind administrator authentication (sharing the
@@ -695,7 +710,8 @@ fn admin_router(
             policy.limits.tracked_addresses,
             authenticator.passwords().clone(),
         )
-        .map_err(StartError::Config)?,
+        .map_err(StartError::Config)?
+        .with_scrape_token(scrape_token(policy)?),
     );
     Ok(crate::admin::api::router(state, admin_authenticator)
         .layer(CatchPanicLayer::custom(panic_response))
@@ -706,6 +722,22 @@ fn admin_router(
         .layer(axum::middleware::map_response(
             refusal::explain_layer_refusals,
         )))
+}
+
+/// The scrape token `server.metrics_token_env` names, read from the environment. Fails closed:
+/// a named variable that is unset, or holds a short secret, stops start-up.
+fn scrape_token(policy: &Policy) -> Result<Option<crate::admin::ScrapeToken>, StartError> {
+    let Some(name) = &policy.server.metrics_token_env else {
+        return Ok(None);
+    };
+    let secret = std::env::var(name).map_err(|_| {
+        StartError::Config(format!(
+            "server.metrics_token_env: the environment variable {name} is not set (or not UTF-8)"
+        ))
+    })?;
+    crate::admin::ScrapeToken::new(&secret)
+        .map(Some)
+        .map_err(|why| StartError::Config(format!("server.metrics_token_env: {name} {why}")))
 }
 
 /// Drops what the running gateway cached about a peer or an administrator when the account
@@ -826,6 +858,10 @@ async fn build_jwks(
 
 async fn health() -> Json<serde_json::Value> {
     Json(json!({"status": "healthy"}))
+}
+
+async fn ready(State(state): State<AppState>) -> Response {
+    state.readiness.answer().await
 }
 
 async fn not_found() -> Response {

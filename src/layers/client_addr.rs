@@ -158,6 +158,7 @@ where
             .get::<ConnectInfo<SocketAddr>>()
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
         let ip = resolve(socket, request.headers(), &self.trusted_proxies);
+        crate::layers::access_log::note_client(request.extensions(), ip);
         request.extensions_mut().insert(ClientAddr(ip));
         self.inner.call(request)
     }

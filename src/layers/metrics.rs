@@ -264,17 +264,28 @@ impl MetricsLayer {
     }
 
     fn route(&self, path: &str) -> usize {
-        let Some(door_path) = &self.door_path else {
-            return ADMIN_ROUTE;
-        };
-        match path {
-            "/.well-known/agent-card.json" | "/.well-known/agent.json" => 1,
-            "/.well-known/jwks.json" => 2,
-            "/health" => 3,
-            p if p.trim_end_matches('/') == &**door_path => 0,
-            _ => 5,
+        match &self.door_path {
+            Some(door_path) => door_route(door_path, path),
+            None => ADMIN_ROUTE,
         }
     }
+}
+
+/// The index in [`ROUTES`] of `path` on the door's listener.
+fn door_route(door_path: &str, path: &str) -> usize {
+    match path {
+        "/.well-known/agent-card.json" | "/.well-known/agent.json" => 1,
+        "/.well-known/jwks.json" => 2,
+        "/health" | "/ready" => 3,
+        p if p.trim_end_matches('/') == door_path => 0,
+        _ => 5,
+    }
+}
+
+/// The fixed label of `path` on the door's listener (`door`, `card`, `jwks`, `health`,
+/// `other`): what the metrics and the access log name instead of the path itself.
+pub fn route_label(door_path: &str, path: &str) -> &'static str {
+    ROUTES[door_route(door_path, path)]
 }
 
 impl<S> Layer<S> for MetricsLayer {

@@ -3,6 +3,7 @@
 //! is answered through [`crate::http::refusal`], the gate's protocol errors as JSON-RPC errors
 //! from [`crate::a2a::jsonrpc`]'s one table.
 
+pub mod access_log;
 pub mod auth;
 pub mod client_addr;
 pub mod gate;

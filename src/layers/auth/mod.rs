@@ -903,6 +903,7 @@ where
         Box::pin(async move {
             match authenticator.authenticate(request.headers(), client).await {
                 Ok(peer) => {
+                    crate::layers::access_log::note_peer(request.extensions(), peer.id());
                     request.extensions_mut().insert(peer);
                     inner.call(request).await
                 }

@@ -1,0 +1,136 @@
+//! The access log: one line per request on the door's listener, when `log.access` is on.
+//!
+//! Each line (target `peergate::access`, level INFO) holds the request id, the client address
+//! (as the client-address layer decided it, behind trusted proxies), the peer id or `-`, the
+//! method, the route (`door`, `card`, `jwks`, `health`, `other`: a fixed label, never the raw
+//! path or its query), the status, the refusal reason when there is one (`unauthenticated`,
+//! `per_ip`, `body_too_large`, …), and the latency in milliseconds. Never a credential, a
+//! header, a body or a prompt. With `--log-format json` each is one JSON object.
+//!
+//! The layer is outermost; the layers inside it write what they decide into the request's
+//! [`AccessNote`], which only exists while the log is on, so with it off they do nothing more.
+//!
+//! ```
+//! use axum::{Router, routing::get, body::Body, http::{Request, StatusCode}};
+//! use peergate::layers::access_log::AccessLogLayer;
+//! use tower::ServiceExt;
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let app = Router::new()
+//!     .route("/health", get(|| async { "ok" }))
+//!     .layer(AccessLogLayer::new("/a2a/v1"));
+//! let response = app.oneshot(Request::get("/health").body(Body::empty()).unwrap()).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::OK);
+//! # });
+//! ```
+
+use crate::http::refusal::RefusalReason;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Extensions, Request};
+use axum::response::Response;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tower::{Layer, Service};
+
+/// What the layers inside learn about a request, for its access line.
+#[derive(Debug, Default)]
+pub struct AccessNote {
+    client: OnceLock<IpAddr>,
+    peer: OnceLock<Box<str>>,
+}
+
+/// Notes the client address the client-address layer decided, if the access log is on.
+pub fn note_client(extensions: &Extensions, client: IpAddr) {
+    if let Some(note) = extensions.get::<Arc<AccessNote>>() {
+        let _ = note.client.set(client);
+    }
+}
+
+/// Notes the authenticated peer's id, if the access log is on.
+pub fn note_peer(extensions: &Extensions, peer_id: &str) {
+    if let Some(note) = extensions.get::<Arc<AccessNote>>() {
+        let _ = note.peer.set(peer_id.into());
+    }
+}
+
+/// Writes one access line per request.
+#[derive(Debug, Clone)]
+pub struct AccessLogLayer {
+    door_path: Arc<str>,
+}
+
+impl AccessLogLayer {
+    /// An access log for a listener whose JSON-RPC door is at `door_path`.
+    pub fn new(door_path: &str) -> Self {
+        Self {
+            door_path: door_path.into(),
+        }
+    }
+}
+
+impl<S> Layer<S> for AccessLogLayer {
+    type Service = AccessLog<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AccessLog {
+            inner,
+            door_path: self.door_path.clone(),
+        }
+    }
+}
+
+/// The service made by [`AccessLogLayer`].
+#[derive(Debug, Clone)]
+pub struct AccessLog<S> {
+    inner: S,
+    door_path: Arc<str>,
+}
+
+impl<S> Service<Request<Body>> for AccessLog<S>
+where
+    S: Service<Request<Body>, Response = Response> + Send,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        let started = Instant::now();
+        let note = Arc::new(AccessNote::default());
+        request.extensions_mut().insert(note.clone());
+        let socket = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        let method = request.method().clone();
+        let route = crate::layers::metrics::route_label(&self.door_path, request.uri().path());
+        let future = self.inner.call(request);
+        Box::pin(async move {
+            let response = future.await?;
+            let client = note.client.get().copied().or(socket);
+            tracing::info!(
+                target: "peergate::access",
+                request_id = %uuid::Uuid::new_v4(),
+                client = %client.map_or_else(|| "-".to_owned(), |ip| ip.to_string()),
+                peer = note.peer.get().map_or("-", |peer| &**peer),
+                method = %method,
+                route,
+                status = response.status().as_u16(),
+                reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.0),
+                latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "request"
+            );
+            Ok(response)
+        })
+    }
+}
