@@ -860,7 +860,10 @@ fn a_command_line_mistake_is_told_whole_on_one_line() {
             vec!["admin", "budget", "ops", "--model", "maybe", "--data", data],
             vec!["maybe", "allow", "forbid"],
         ),
-        (vec!["--log-format", "yaml", "audit"], vec!["yaml", "text", "json"]),
+        (
+            vec!["--log-format", "yaml", "audit"],
+            vec!["yaml", "text", "json"],
+        ),
     ] {
         let (code, _, err) = cli(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
@@ -872,5 +875,67 @@ fn a_command_line_mistake_is_told_whole_on_one_line() {
             );
         }
         assert!(!err.contains("Usage:"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backup_of_a_live_store_restores_every_answered_task_and_token() {
+    if skip_unless_sqlite("the backup copies the SQLite file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, "alice");
+    let server = ServeProcess::start(dir.path(), &data);
+    let door = server.door();
+    let mut answered = Vec::new();
+    for n in 0..12 {
+        let response = send_text(&door, &token, &format!("message {n}"), None).await;
+        answered.push(task_of(&response).clone());
+    }
+    // Taken while the server serves, and writes go on during it.
+    let writing = {
+        let (door, token) = (door.clone(), token.clone());
+        tokio::spawn(async move {
+            for n in 0..10 {
+                send_text(&door, &token, &format!("during the backup {n}"), None).await;
+            }
+        })
+    };
+    let file = dir.path().join("backup.sqlite3");
+    let (code, _, err) = cli(&[
+        "backup",
+        file.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    writing.await.unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the backup is readable by others");
+    }
+    // Never over an existing file.
+    let (code, _, err) = cli(&[
+        "backup",
+        file.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("exists already"), "{err}");
+    drop(server);
+
+    // Restored into a fresh data directory: every task answered before it reads as it was, and
+    // the token still opens the door.
+    let restored = dir.path().join("restored");
+    std::fs::create_dir_all(&restored).unwrap();
+    std::fs::copy(&file, restored.join("peergate.sqlite3")).unwrap();
+    let server = ServeProcess::start(dir.path(), &restored);
+    for task in &answered {
+        let id = task["id"].as_str().unwrap();
+        let read = get_task(&server.door(), &token, id, None).await;
+        assert_eq!(read["result"]["status"], task["status"], "{read}");
     }
 }

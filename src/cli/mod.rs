@@ -107,6 +107,18 @@ enum Command {
     /// Move the store of record (the embedded SQLite store into PostgreSQL).
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Write a consistent copy of the SQLite store to FILE, also while the gateway serves it.
+    /// To restore: stop the gateway, put FILE at DIR/peergate.sqlite3 (removing any
+    /// peergate.sqlite3-wal and -shm beside it), start the gateway. A PostgreSQL store is backed
+    /// up with pg_dump.
+    Backup {
+        /// Where the copy goes (created with mode 0600); it must not exist yet.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Data directory holding the SQLite store.
+        #[arg(long = "data", value_name = "DIR", default_value = "data")]
+        data: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -269,6 +281,20 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Call(args) => call::run(args).await,
         Command::Keys(command) => keys::run(command).await,
         Command::Store(command) => store::run(command).await,
+        Command::Backup { file, data } => {
+            let bytes = tokio::task::spawn_blocking({
+                let file = file.clone();
+                move || crate::store::sqlite::backup(&data, &file)
+            })
+            .await
+            .map_err(|e| CliError::new(format!("the backup stopped: {e}")))?
+            .map_err(CliError::new)?;
+            eprintln!(
+                "wrote a consistent copy of the store to {} ({bytes} bytes)",
+                file.display()
+            );
+            Ok(())
+        }
         Command::Audit { since, data } => {
             let since = since
                 .map(|s| parse_when(&s, clock.now_millis()))

@@ -657,6 +657,53 @@ fn rate(row: &SqliteRow) -> Result<u32, StoreError> {
     Ok(u32::try_from(row.try_get::<i64, _>("rate_per_minute")?).unwrap_or(u32::MAX))
 }
 
+/// Writes a consistent copy of the store in `data_dir` to `file` (which must not exist), with
+/// SQLite's `VACUUM INTO` on a read-only connection: a snapshot as of one moment, taken while a
+/// gateway may be writing, and compacted. The file is created with mode 0600 first: it holds
+/// what the store holds (credential hashes, conversations). Returns its size in bytes.
+pub fn backup(data_dir: &Path, file: &Path) -> Result<u64, String> {
+    let database = data_dir.join(DATABASE_FILE);
+    if !database.is_file() {
+        return Err(format!(
+            "no SQLite store in {} (no {DATABASE_FILE}); give the data directory with --data",
+            data_dir.display()
+        ));
+    }
+    let mut created = std::fs::OpenOptions::new();
+    created.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut created, 0o600);
+    created.open(file).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => {
+            format!(
+                "{} exists already; a backup never overwrites",
+                file.display()
+            )
+        }
+        kind => format!("cannot create {}: {kind}", file.display()),
+    })?;
+    let copied = (|| {
+        let connection = rusqlite::Connection::open_with_flags(
+            &database,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        connection.busy_timeout(BUSY_TIMEOUT)?;
+        let target = file
+            .to_str()
+            .ok_or_else(|| rusqlite::Error::InvalidPath(file.to_owned()))?;
+        connection.execute("VACUUM INTO ?1", [target])?;
+        Ok::<_, rusqlite::Error>(())
+    })();
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(file);
+        return Err(format!(
+            "the copy failed, and nothing was left at {}: {e}",
+            file.display()
+        ));
+    }
+    Ok(std::fs::metadata(file).map(|m| m.len()).unwrap_or(0))
+}
+
 /// Makes the database and its WAL files readable by their owner only, whatever the umask.
 fn restrict_to_owner(database: &Path) -> std::io::Result<()> {
     #[cfg(unix)]

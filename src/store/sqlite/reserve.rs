@@ -83,8 +83,13 @@ impl Reserve {
             } else {
                 true
             }
+        } else if self.refill() {
+            tracing::info!(
+                "the store's disk has room again: its reserve is back and SendMessage is served"
+            );
+            true
         } else {
-            self.refill()
+            false
         };
         *last = Some((Instant::now(), admitted));
         admitted
@@ -130,11 +135,7 @@ impl Reserve {
         });
         match written {
             Ok(()) => {
-                if !self.present.swap(true, Ordering::SeqCst) {
-                    tracing::info!(
-                        "the store's disk has room again: its reserve is back and SendMessage is served"
-                    );
-                }
+                self.present.store(true, Ordering::SeqCst);
                 true
             }
             Err(_) => {

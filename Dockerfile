@@ -1,0 +1,34 @@
+# syntax=docker/dockerfile:1
+# A release image of peergate. The build stage runs the script CI runs (.ci/run: it installs
+# what the tests need and runs the README's test command), so an image is never built from a
+# tree whose tests fail; then it builds the release binary. The image holds that binary, the
+# default policy and CA certificates, and runs as a user of its own.
+#
+#   docker build -t peergate .
+#   docker run -d --name peergate -p 8080:8080 -v peergate-data:/var/lib/peergate \
+#     -v ./policy.toml:/etc/peergate/policy.toml:ro peergate
+#   docker exec peergate peergate peer add alice --data /var/lib/peergate
+#
+# Set server.public_base_url in the policy you mount (the card must advertise the address
+# clients use, not the container's). The admin API listens on the container's loopback only:
+# reach it with `docker exec`, or run the command line there as above.
+
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN .ci/run
+RUN cargo build --release --locked --bin peergate
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --home-dir /var/lib/peergate --create-home --shell /usr/sbin/nologin peergate \
+ && chmod 0700 /var/lib/peergate
+COPY --from=build /src/target/release/peergate /usr/local/bin/peergate
+COPY --from=build /src/policies/default.toml /etc/peergate/policy.toml
+USER peergate
+VOLUME /var/lib/peergate
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/peergate"]
+CMD ["serve", "--policy", "/etc/peergate/policy.toml", "--data", "/var/lib/peergate", "--listen", "0.0.0.0:8080"]
