@@ -85,8 +85,9 @@ pub fn utc_day(epoch_millis: i64) -> String {
     rfc3339_millis(epoch_millis)[..10].to_owned()
 }
 
-/// Parses `YYYY-MM-DD` (midnight UTC) or `YYYY-MM-DDTHH:MM:SS[.fff]Z` into epoch milliseconds.
-/// Nothing looser: no other offset, no missing seconds, no space for the `T`.
+/// Parses `YYYY-MM-DD` (midnight UTC) or RFC 3339 (`YYYY-MM-DDTHH:MM:SS[.fff]` with `Z` or an
+/// offset such as `+02:00`) into epoch milliseconds. Nothing looser: no missing seconds, no
+/// missing offset, no space for the `T`.
 pub fn parse_rfc3339(text: &str) -> Option<i64> {
     let b = text.as_bytes();
     if b.len() == 10 {
@@ -100,13 +101,47 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
         && matches!(b[10], b'T' | b't')
         && b[13] == b':'
         && b[16] == b':'
-        && matches!(b[b.len() - 1], b'Z' | b'z')
-        && (b.len() == 20 || b[19] == b'.');
+        && matches!(b[19], b'.' | b'Z' | b'z' | b'+' | b'-');
     if !shaped {
         return None;
     }
     let at: jiff::Timestamp = text.parse().ok()?;
     Some(at.as_millisecond())
+}
+
+/// Which way an age such as `24h` counts from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relative {
+    /// Back from now: `since=24h` is a day ago.
+    Ago,
+    /// Forward from now: an expiry of `7d` is a week from now.
+    FromNow,
+}
+
+/// What [`parse_time`] accepts, for error messages.
+pub const TIME_SYNTAX: &str = "RFC 3339 with any offset (2027-01-31T09:00:00Z, 2027-01-31T10:00:00+01:00), a date (2027-01-31, midnight UTC) or an age (30m, 24h, 7d)";
+
+/// The one time syntax of the command line and the admin API: RFC 3339 with any offset, a
+/// date (midnight UTC), or an age in minutes, hours or days counted from `now` the way
+/// `relative` says. Epoch milliseconds.
+pub fn parse_time(text: &str, now: i64, relative: Relative) -> Option<i64> {
+    let text = text.trim();
+    if let Some(at) = parse_rfc3339(text) {
+        return Some(at);
+    }
+    let age = [("m", 60_000i64), ("h", 3_600_000), ("d", 86_400_000)]
+        .into_iter()
+        .find_map(|(suffix, unit)| {
+            let digits = text.strip_suffix(suffix)?;
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            digits.parse::<i64>().ok()?.checked_mul(unit)
+        })?;
+    Some(match relative {
+        Relative::Ago => now.saturating_sub(age),
+        Relative::FromNow => now.saturating_add(age),
+    })
 }
 
 #[cfg(test)]
@@ -135,9 +170,51 @@ mod tests {
             "2026-11-30T24:00:00Z",
             "2026-11-30T10:00:00",
             "30/11/2026",
-            "2026-11-30T10:00:00+01:00",
+            "2026-11-30T10:00",
+            "2026-11-30 10:00:00Z",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn one_time_syntax_offsets_dates_and_ages() {
+        let noon = parse_rfc3339("2026-11-30T12:00:00Z").unwrap();
+        for same in [
+            "2026-11-30T12:00:00Z",
+            "2026-11-30T13:00:00+01:00",
+            "2026-11-30T07:00:00.000-05:00",
+            " 2026-11-30T12:00:00z ",
+        ] {
+            assert_eq!(parse_time(same, 0, Relative::Ago), Some(noon), "{same}");
+        }
+        assert_eq!(
+            parse_time("2026-11-30", 0, Relative::Ago),
+            parse_rfc3339("2026-11-30T00:00:00Z")
+        );
+        let hour = 3_600_000;
+        assert_eq!(
+            parse_time("30m", noon, Relative::Ago),
+            Some(noon - hour / 2)
+        );
+        assert_eq!(
+            parse_time("24h", noon, Relative::Ago),
+            Some(noon - 24 * hour)
+        );
+        assert_eq!(
+            parse_time("7d", noon, Relative::FromNow),
+            Some(noon + 168 * hour)
+        );
+        for bad in [
+            "",
+            "h",
+            "-5h",
+            "5w",
+            "1.5h",
+            "yesterday",
+            "99999999999999999d",
+        ] {
+            assert_eq!(parse_time(bad, noon, Relative::Ago), None, "{bad}");
         }
     }
 

@@ -1170,3 +1170,56 @@ async fn the_scrape_token_opens_metrics_and_nothing_else() {
         assert!(!stderr.contains("short"), "echoes the secret: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn one_time_syntax_on_the_api_and_the_command_line() {
+    let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    let now = gw.clock.now_millis();
+    let day = 86_400_000;
+    // An age is from now for an expiry, an offset is honoured, a date is midnight UTC.
+    let (status, created) = ada
+        .post("/v1/peers", json!({"name": "weekly", "expiresAt": "7d"}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let at = parse_rfc3339(created["peer"]["expiresAt"].as_str().unwrap()).unwrap();
+    assert_eq!(at, now + 7 * day);
+    let (status, body) = ada
+        .put(
+            "/v1/peers/weekly/expiry",
+            json!({"expiresAt": "2099-01-31T10:00:00+01:00"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["expiresAt"], "2099-01-31T09:00:00.000Z");
+    let (status, body) = ada
+        .put("/v1/peers/weekly/expiry", json!({"expiresAt": "next week"}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(body.to_string().contains("30m, 24h, 7d"), "{body}");
+    // An age is back from now for `since`.
+    for since in ["24h", "30m", "2000-01-01", "2000-01-01T00:00:00-08:00"] {
+        let (status, body) = ada
+            .get(&format!("/v1/audit?since={}", since.replace('+', "%2B")))
+            .await;
+        assert_eq!(status, 200, "{since}: {body}");
+        assert!(
+            !body["records"].as_array().unwrap().is_empty(),
+            "{since}: {body}"
+        );
+    }
+    let (status, body) = ada.get("/v1/audit?since=2099-01-01").await;
+    assert_eq!(
+        (status, body["records"].as_array().unwrap().len()),
+        (200, 0)
+    );
+    // The command line reads the same.
+    let (code, _, err) = gw.cli(&["peer", "expire", "weekly", "30d"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = gw.cli(&["audit", "--since", "2000-01-01T01:00:00+01:00"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("weekly"), "{out}");
+    let (code, _, err) = gw.cli(&["audit", "--since", "yesterday"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("RFC 3339 with any offset"), "{err}");
+    gw.stop().await;
+}

@@ -9,7 +9,7 @@
 use super::auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin, Scraper};
 use super::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
 use crate::admin::budget::{Budgets, day_and_month};
-use crate::clock::{Clock, parse_rfc3339, rfc3339_millis};
+use crate::clock::{Clock, rfc3339_millis};
 use crate::http::refusal::Refusal;
 use crate::layers::metrics::{Metrics, MetricsLayer};
 use crate::store::{AuditRecord, PeerRecord, StoreError};
@@ -298,11 +298,17 @@ struct CreatedPeerView {
     token: String,
 }
 
-fn parse_time(field: &'static str, text: &str) -> Result<i64, ApiError> {
-    parse_rfc3339(text).ok_or_else(|| {
+/// A time in the one syntax the command line takes too ([`crate::clock::parse_time`]).
+fn parse_time(
+    field: &'static str,
+    text: &str,
+    now: i64,
+    relative: crate::clock::Relative,
+) -> Result<i64, ApiError> {
+    crate::clock::parse_time(text, now, relative).ok_or_else(|| {
         ApiError::Service(ServiceError::Invalid {
             field,
-            reason: "use RFC 3339 in UTC, e.g. 2027-01-31T00:00:00Z, or a date".to_owned(),
+            reason: format!("use {}", crate::clock::TIME_SYNTAX),
         })
     })
 }
@@ -330,10 +336,11 @@ async fn create_peer(
     body: Bytes,
 ) -> Result<(StatusCode, Json<CreatedPeerView>), ApiError> {
     let request: CreatePeerRequest = parse_body(&body)?;
+    let now = state.clock.now_millis();
     let expires_at = request
         .expires_at
         .as_deref()
-        .map(|t| parse_time("expiresAt", t))
+        .map(|t| parse_time("expiresAt", t, now, crate::clock::Relative::FromNow))
         .transpose()?;
     let created = state
         .service
@@ -431,9 +438,10 @@ async fn set_expiry(
             "missing field `expiresAt` (use null for never)".to_owned(),
         ));
     };
+    let now = state.clock.now_millis();
     let at = expires_at
         .as_deref()
-        .map(|t| parse_time("expiresAt", t))
+        .map(|t| parse_time("expiresAt", t, now, crate::clock::Relative::FromNow))
         .transpose()?;
     let caller = caller(&admin);
     state.service.set_expiry(&caller, &name, at).await?;
@@ -818,7 +826,10 @@ async fn audit(
     let since = query
         .since
         .as_deref()
-        .map(|t| parse_time("since", t))
+        .map(|t| {
+            let now = state.clock.now_millis();
+            parse_time("since", t, now, crate::clock::Relative::Ago)
+        })
         .transpose()?
         .unwrap_or(i64::MIN);
     let records = state.service.audit(&caller(&admin), since).await?;

@@ -9,7 +9,7 @@ mod peer;
 mod store;
 
 use crate::admin::{AccountDefaults, AccountService, Caller};
-use crate::clock::{Clock, SystemClock, parse_rfc3339, rfc3339_millis};
+use crate::clock::{Clock, SystemClock, rfc3339_millis};
 use crate::config::MAX_RATE_PER_MINUTE;
 use crate::config::Policy;
 use crate::http::server::{GatewayOptions, start};
@@ -87,8 +87,8 @@ enum Command {
     Admin(AdminCommand),
     /// Print the audit log: who changed what, refused logins and quota refusals.
     Audit {
-        /// Only records from this time on: RFC 3339 (2026-11-30T08:00:00Z), a date, or an age
-        /// such as 30m, 24h or 7d.
+        /// Only records from this time on: RFC 3339 with any offset (2026-11-30T08:00:00Z), a
+        /// date, or an age such as 30m, 24h or 7d.
         #[arg(long, value_name = "WHEN")]
         since: Option<String>,
         #[command(flatten)]
@@ -211,23 +211,15 @@ async fn accounts(data: &DataDir, policy: Option<&Policy>) -> Result<AccountServ
     Ok(AccountService::new(store, Arc::new(SystemClock), defaults))
 }
 
-/// A time given on the command line: RFC 3339, a date, or an age (`30m`, `24h`, `7d`).
-fn parse_when(text: &str, now: i64) -> Result<i64, CliError> {
-    if let Some(at) = parse_rfc3339(text) {
-        return Ok(at);
-    }
-    let age = [("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)]
-        .into_iter()
-        .find_map(|(suffix, unit)| {
-            let n: i64 = text.strip_suffix(suffix)?.parse().ok()?;
-            (n >= 0).then(|| n.saturating_mul(unit))
-        });
-    match age {
-        Some(age) => Ok(now.saturating_sub(age)),
-        _ => Err(CliError::new(format!(
-            "cannot read the time {text:?}: use RFC 3339 (2026-11-30T08:00:00Z), a date (2026-11-30) or an age (30m, 24h, 7d)"
-        ))),
-    }
+/// A time given on the command line, in the admin API's syntax: RFC 3339 with any offset, a
+/// date, or an age (`30m`, `24h`, `7d`) counted from now the way `relative` says.
+fn parse_when(text: &str, now: i64, relative: crate::clock::Relative) -> Result<i64, CliError> {
+    crate::clock::parse_time(text, now, relative).ok_or_else(|| {
+        CliError::new(format!(
+            "cannot read the time {text:?}: use {}",
+            crate::clock::TIME_SYNTAX
+        ))
+    })
 }
 
 /// Every administrator with the tokens their peers spent today (UTC).
@@ -297,7 +289,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Audit { since, data } => {
             let since = since
-                .map(|s| parse_when(&s, clock.now_millis()))
+                .map(|s| parse_when(&s, clock.now_millis(), crate::clock::Relative::Ago))
                 .transpose()?
                 .unwrap_or(i64::MIN);
             let records = on_store(&data, None, async |accounts| {

@@ -2,7 +2,7 @@
 
 use super::{CACHE_NOTE, CliError, DataDir, on_store, parse_rate, read_password};
 use crate::admin::{Caller, NewPeer};
-use crate::clock::{parse_rfc3339, rfc3339_millis};
+use crate::clock::{Clock as _, rfc3339_millis};
 use crate::config::Policy;
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -30,11 +30,13 @@ pub(super) enum PeerCommand {
         #[command(flatten)]
         data: DataDir,
     },
-    /// Set when a peer stops being let in (RFC 3339 or a date), or `never`.
+    /// Set when a peer stops being let in (RFC 3339 with any offset, a date, or an age from
+    /// now such as `30d`), or `never`.
     Expire {
         /// The peer's name.
         name: String,
-        /// RFC 3339 (2027-01-31T00:00:00Z), a date, or `never`.
+        /// RFC 3339 with any offset (2027-01-31T00:00:00Z), a date (2027-01-31), an age from
+        /// now (30m, 24h, 7d), or `never`.
         when: String,
         #[command(flatten)]
         data: DataDir,
@@ -136,11 +138,11 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             let at = if when == "never" {
                 None
             } else {
-                Some(parse_rfc3339(&when).ok_or_else(|| {
-                    CliError::new(format!(
-                        "cannot read {when:?}: use RFC 3339 (2027-01-31T00:00:00Z), a date, or never"
-                    ))
-                })?)
+                Some(super::parse_when(
+                    &when,
+                    crate::clock::SystemClock.now_millis(),
+                    crate::clock::Relative::FromNow,
+                )?)
             };
             on_store(&data, None, async |accounts| {
                 accounts.set_expiry(&Caller::operator(), &name, at).await
