@@ -1221,5 +1221,19 @@ async fn one_time_syntax_on_the_api_and_the_command_line() {
     let (code, _, err) = gw.cli(&["audit", "--since", "yesterday"]);
     assert_ne!(code, 0);
     assert!(err.contains("RFC 3339 with any offset"), "{err}");
+    // Past its expiry a peer is shown as expired, not active.
+    let (status, body) = ada
+        .put("/v1/peers/weekly/expiry", json!({"expiresAt": "1h"}))
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("active")),
+        "{body}"
+    );
+    gw.clock.advance(std::time::Duration::from_secs(2 * 3600));
+    let (_, shown) = ada.get("/v1/peers/weekly").await;
+    assert_eq!(shown["status"], "expired", "{shown}");
+    let (_, list) = ada.get("/v1/peers").await;
+    assert_eq!(list["peers"][0]["status"], "expired", "{list}");
     gw.stop().await;
 }

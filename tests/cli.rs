@@ -939,3 +939,39 @@ async fn a_backup_of_a_live_store_restores_every_answered_task_and_token() {
         assert_eq!(read["result"]["status"], task["status"], "{read}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn peer_add_takes_its_defaults_from_the_policy_the_server_runs() {
+    if skip_unless_sqlite("the served policy is noted in the SQLite data directory") {
+        return;
+    }
+    let policy = PolicyEdit::default().set("peers.default_rate_per_minute", 5);
+    let served = ServedPolicy::start(&policy, &["alice"], &[]);
+    // From another directory, without --policy: the server's 5/min, not the default 30/min.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, token, err) = cli_in(
+        elsewhere.path(),
+        &[
+            "peer",
+            "add",
+            "bob",
+            "--data",
+            served.data.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("5/min"), "{err}");
+    assert!(
+        err.contains("policy.toml"),
+        "names where the defaults came from: {err}"
+    );
+    // And the server agrees: the sixth request in a minute is refused.
+    let door = served.server.door();
+    let token = token.trim();
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}});
+        statuses.push(post_raw(&door, Some(token), body.to_string()).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
+}

@@ -247,7 +247,7 @@ async fn not_found() -> Response {
 struct PeerView {
     name: String,
     id: String,
-    /// `active` or `revoked`.
+    /// `active`, `expired` (past its `expiresAt`: nothing of it is let in) or `revoked`.
     status: String,
     /// The owning administrator.
     owner: String,
@@ -257,12 +257,13 @@ struct PeerView {
     expires_at: Option<String>,
 }
 
-impl From<PeerRecord> for PeerView {
-    fn from(p: PeerRecord) -> Self {
+impl PeerView {
+    /// The peer as it stands at `now`.
+    fn at(p: PeerRecord, now: i64) -> Self {
         Self {
+            status: p.standing(now).to_owned(),
             name: p.name,
             id: p.id,
-            status: p.status.to_string(),
             owner: p.owner_name,
             rate_per_minute: p.rate_per_minute,
             created_at: rfc3339_millis(p.created_at),
@@ -321,7 +322,10 @@ async fn list_peers(
 ) -> Result<Json<PeerList>, ApiError> {
     let peers = state.service.list_peers(&caller(&admin)).await?;
     Ok(Json(PeerList {
-        peers: peers.into_iter().map(PeerView::from).collect(),
+        peers: peers
+            .into_iter()
+            .map(|p| PeerView::at(p, state.clock.now_millis()))
+            .collect(),
     }))
 }
 
@@ -357,7 +361,7 @@ async fn create_peer(
     Ok((
         StatusCode::CREATED,
         Json(CreatedPeerView {
-            peer: created.peer.into(),
+            peer: PeerView::at(created.peer, state.clock.now_millis()),
             token: created.token,
         }),
     ))
@@ -371,13 +375,8 @@ async fn show_peer(
     admin: AuthenticatedAdmin,
     Path(name): Path<String>,
 ) -> Result<Json<PeerView>, ApiError> {
-    Ok(Json(
-        state
-            .service
-            .show_peer(&caller(&admin), &name)
-            .await?
-            .into(),
-    ))
+    let peer = state.service.show_peer(&caller(&admin), &name).await?;
+    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
 }
 
 /// A new quota.
@@ -404,7 +403,8 @@ async fn set_limit(
         .service
         .set_limit(&caller, &name, request.rate_per_minute)
         .await?;
-    Ok(Json(state.service.show_peer(&caller, &name).await?.into()))
+    let peer = state.service.show_peer(&caller, &name).await?;
+    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
 }
 
 /// A new expiry.
@@ -445,7 +445,8 @@ async fn set_expiry(
         .transpose()?;
     let caller = caller(&admin);
     state.service.set_expiry(&caller, &name, at).await?;
-    Ok(Json(state.service.show_peer(&caller, &name).await?.into()))
+    let peer = state.service.show_peer(&caller, &name).await?;
+    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
 }
 
 /// A Basic password for the peer.
@@ -544,7 +545,8 @@ async fn revoke(
 ) -> Result<Json<PeerView>, ApiError> {
     let caller = caller(&admin);
     state.service.revoke(&caller, &name).await?;
-    Ok(Json(state.service.show_peer(&caller, &name).await?.into()))
+    let peer = state.service.show_peer(&caller, &name).await?;
+    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
 }
 
 // ---- push notifications ----

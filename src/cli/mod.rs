@@ -20,7 +20,7 @@ use clap::{Args, Parser, Subcommand};
 use keys::KeysCommand;
 use peer::PeerCommand;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use store::StoreCommand;
 
@@ -185,6 +185,46 @@ fn parse_rate(value: &str) -> Result<u32, String> {
         })
 }
 
+/// Where `serve` writes down, in its data directory, the policy file it serves with, so the
+/// command line's defaults (`peer add` without `--policy`) are the server's.
+const SERVING_POLICY_FILE: &str = "serving-policy.path";
+
+/// Writes down the policy `serve` serves the SQLite store in `dir` with (or forgets it, when
+/// that is the embedded copy). Failing to is only logged: it changes no behaviour of the server.
+fn remember_serving_policy(dir: &Path, source: &crate::config::PolicySource) {
+    let path = dir.join(SERVING_POLICY_FILE);
+    let written = match source {
+        crate::config::PolicySource::File(file) => std::fs::canonicalize(file)
+            .and_then(|file| std::fs::write(&path, file.as_os_str().as_encoded_bytes())),
+        crate::config::PolicySource::Embedded => match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    };
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "cannot note the policy in the data directory; `peer add` without --policy will not find it");
+    }
+}
+
+/// The policy for the command line's defaults: `--policy` when given; else the one the gateway
+/// serving this SQLite store last started with; else what `serve` would load.
+fn policy_for_defaults(
+    given: Option<&Path>,
+    data: &DataDir,
+) -> Result<(Policy, crate::config::PolicySource), CliError> {
+    if given.is_none() && data.store.is_none() {
+        let noted = std::fs::read(data.dir.join(SERVING_POLICY_FILE))
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .map(PathBuf::from)
+            .filter(|path| path.is_file());
+        if let Some(path) = noted {
+            return Ok(Policy::load(Some(&path))?);
+        }
+    }
+    Ok(Policy::load(given)?)
+}
+
 /// Runs `work` on the account service over the store in `data`, and closes the store whatever
 /// the outcome.
 async fn on_store<T>(
@@ -252,6 +292,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             data,
         } => {
             let (policy, policy_source) = Policy::load(policy.as_deref())?;
+            let serving_sqlite = data.store.is_none().then(|| data.dir.clone());
+            let source_for_cli = policy_source.clone();
             let gateway = start(GatewayOptions {
                 policy,
                 policy_source,
@@ -263,6 +305,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 clock: Arc::new(clock),
             })
             .await?;
+            if let Some(dir) = serving_sqlite {
+                remember_serving_policy(&dir, &source_for_cli);
+            }
             gateway.run_until(shutdown_signal()).await;
             tracing::info!("peergate stopped");
             Ok(())

@@ -3,7 +3,6 @@
 use super::{CACHE_NOTE, CliError, DataDir, on_store, parse_rate, read_password};
 use crate::admin::{Caller, NewPeer};
 use crate::clock::{Clock as _, rfc3339_millis};
-use crate::config::Policy;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -96,7 +95,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             policy,
             data,
         } => {
-            let policy = Policy::load(policy.as_deref())?.0;
+            let (policy, source) = super::policy_for_defaults(policy.as_deref(), &data)?;
             let created = on_store(&data, Some(&policy), async |accounts| {
                 accounts
                     .create_peer(
@@ -112,7 +111,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             })
             .await?;
             eprintln!(
-                "added peer {name} ({}, owned by {}, {}/min). Its token is on stdout and is not shown again.",
+                "added peer {name} ({}, owned by {}, {}/min; defaults from {source}). Its token is on stdout and is not shown again.",
                 created.peer.id, created.peer.owner_name, created.peer.rate_per_minute
             );
             println!("{}", created.token);
@@ -209,6 +208,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
 
 /// The peer table: never a secret.
 fn print_peers(peers: Vec<crate::store::PeerRecord>) {
+    let now = crate::clock::SystemClock.now_millis();
     println!(
         "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
         "NAME", "ID", "STATUS", "LIMIT", "CREATED", "LAST USED", "OWNER", "EXPIRES"
@@ -218,7 +218,7 @@ fn print_peers(peers: Vec<crate::store::PeerRecord>) {
             "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
             peer.name,
             peer.id,
-            peer.status,
+            peer.standing(now),
             format!("{}/min", peer.rate_per_minute),
             rfc3339_millis(peer.created_at),
             peer.last_used_at

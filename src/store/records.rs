@@ -28,6 +28,18 @@ pub struct PeerRecord {
     pub expires_at: Option<i64>,
 }
 
+impl PeerRecord {
+    /// How the peer stands at `now`: `revoked`, `expired` (active, but past its expiry: no
+    /// credential of it is let in), or `active`.
+    pub fn standing(&self, now: i64) -> &'static str {
+        match self.status {
+            PeerStatus::Revoked => "revoked",
+            PeerStatus::Active if self.expires_at.is_some_and(|at| at <= now) => "expired",
+            PeerStatus::Active => "active",
+        }
+    }
+}
+
 /// What the authentication layer needs to decide about a token id.
 #[derive(Debug, Clone)]
 pub struct CredentialRecord {
