@@ -1237,3 +1237,59 @@ async fn one_time_syntax_on_the_api_and_the_command_line() {
     assert_eq!(list["peers"][0]["status"], "expired", "{list}");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_revoked_peer_is_reinstated_with_a_new_token_and_its_old_ones_stay_dead() {
+    let (gw, ada, bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    let (status, created) = ada.post("/v1/peers", json!({"name": "partner"})).await;
+    assert_eq!(status, 201, "{created}");
+    let old = created["token"].as_str().unwrap().to_owned();
+    // Only a revoked peer is reinstated.
+    let (status, body) = ada.post("/v1/peers/partner/reinstate", json!({})).await;
+    assert_eq!(status, 409, "{body}");
+    let (status, _) = ada.post("/v1/peers/partner/revoke", json!({})).await;
+    assert_eq!(status, 200);
+    // Another administrator's peer is not theirs to reinstate.
+    let (status, _) = bob.post("/v1/peers/partner/reinstate", json!({})).await;
+    assert_eq!(status, 404);
+    let (status, body) = ada.post("/v1/peers/partner/reinstate", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["peer"]["status"], "active");
+    let new = body["token"].as_str().unwrap().to_owned();
+    assert_ne!(new, old);
+    let probe = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}});
+    assert_eq!(
+        post_raw(&gw.door, Some(&new), probe.to_string()).await.0,
+        200
+    );
+    assert_eq!(
+        post_raw(&gw.door, Some(&old), probe.to_string()).await.0,
+        401
+    );
+    // The command line does the same, and the audit log keeps both turns.
+    let (code, _, _) = gw.cli(&["peer", "revoke", "partner"]);
+    assert_eq!(code, 0);
+    let (code, token, err) = gw.cli(&["peer", "reinstate", "partner"]);
+    assert_eq!(code, 0, "{err}");
+    // A change made by another process reaches the server within the credential cache time.
+    gw.clock.advance(Duration::from_secs(3));
+    assert_eq!(
+        post_raw(&gw.door, Some(token.trim()), probe.to_string())
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        post_raw(&gw.door, Some(&new), probe.to_string()).await.0,
+        401
+    );
+    let (_, audit) = ada.get("/v1/audit").await;
+    let reinstated = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["action"] == "peer.reinstated" && r["outcome"] == "ok")
+        .count();
+    assert_eq!(reinstated, 2, "{audit}");
+    gw.stop().await;
+}

@@ -98,6 +98,7 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(issue_api_key))
         .routes(routes!(rotate))
         .routes(routes!(revoke))
+        .routes(routes!(reinstate))
         .routes(routes!(list_conversations))
         .routes(routes!(read_conversation, delete_conversation))
         .routes(routes!(usage))
@@ -547,6 +548,30 @@ async fn revoke(
     state.service.revoke(&caller, &name).await?;
     let peer = state.service.show_peer(&caller, &name).await?;
     Ok(Json(PeerView::at(peer, state.clock.now_millis())))
+}
+
+/// A reinstated peer and its new token, shown only in this answer.
+#[derive(Serialize, ToSchema)]
+struct ReinstatedPeerView {
+    peer: PeerView,
+    token: String,
+}
+
+#[utoipa::path(post, path = "/v1/peers/{name}/reinstate", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    responses((status = 200, body = ReinstatedPeerView), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn reinstate(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+) -> Result<Json<ReinstatedPeerView>, ApiError> {
+    let caller = caller(&admin);
+    let token = state.service.reinstate(&caller, &name).await?;
+    let peer = state.service.show_peer(&caller, &name).await?;
+    Ok(Json(ReinstatedPeerView {
+        peer: PeerView::at(peer, state.clock.now_millis()),
+        token,
+    }))
 }
 
 // ---- push notifications ----

@@ -1057,6 +1057,38 @@ impl AccountService {
         .await
     }
 
+    /// Lets a revoked peer in again under its name, with a new token (returned, shown once);
+    /// its old credentials stay revoked, and its audit records and conversations stay its own.
+    /// Peers are reinstated rather than deleted, so a name is never reused by a different
+    /// partner whose records would mix with the old one's.
+    pub async fn reinstate(&self, caller: &Caller, name: &str) -> Result<String, ServiceError> {
+        self.audited(
+            Operation::new(caller, AuditAction::PeerReinstated, format!("peer:{name}")),
+            async |op| {
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                if peer.status != PeerStatus::Revoked {
+                    return Err(ServiceError::Conflict(format!(
+                        "peer \"{name}\" is not revoked; rotate its token instead"
+                    )));
+                }
+                tx.reinstate_peer(&peer.id).await?;
+                let issued = issue(CredentialKind::PeerToken)?;
+                tx.insert_credential(
+                    &peer.id,
+                    CredentialKind::PeerToken,
+                    &issued.token_id,
+                    &issued.secret_hash,
+                    self.clock.now_millis(),
+                )
+                .await?;
+                let detail = format!("reinstated with new token id {}", issued.token_id);
+                self.finish_change(tx, op, &peer, detail).await?;
+                Ok(issued.token)
+            },
+        )
+        .await
+    }
+
     // ---- conversations, usage, audit ----
 
     fn account(caller: &Caller) -> Result<&str, ServiceError> {

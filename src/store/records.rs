@@ -331,6 +331,8 @@ pub enum AuditAction {
     CredentialRotated,
     /// A peer's credentials were revoked.
     CredentialRevoked,
+    /// A revoked peer was let in again, with a new token.
+    PeerReinstated,
     /// A conversation was read by someone who does not own it (refused).
     ConversationRead,
     /// A conversation was deleted.
@@ -338,7 +340,7 @@ pub enum AuditAction {
 }
 
 impl AuditAction {
-    const ALL: [Self; 18] = [
+    const ALL: [Self; 19] = [
         Self::AdminCreated,
         Self::AdminDisabled,
         Self::AdminEnabled,
@@ -355,6 +357,7 @@ impl AuditAction {
         Self::CredentialIssued,
         Self::CredentialRotated,
         Self::CredentialRevoked,
+        Self::PeerReinstated,
         Self::ConversationRead,
         Self::ConversationDeleted,
     ];
@@ -378,6 +381,7 @@ impl AuditAction {
             Self::CredentialIssued => "credential.issued",
             Self::CredentialRotated => "credential.rotated",
             Self::CredentialRevoked => "credential.revoked",
+            Self::PeerReinstated => "peer.reinstated",
             Self::ConversationRead => "conversation.read",
             Self::ConversationDeleted => "conversation.deleted",
         }

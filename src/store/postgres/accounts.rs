@@ -351,6 +351,14 @@ impl AccountChanges for PostgresAccountChange {
         revoke_credentials(&mut self.tx, peer_id, None, now).await
     }
 
+    async fn reinstate_peer(&mut self, peer_id: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET status = 'active' WHERE id = $1")
+            .bind(peer_id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
     async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET rate_per_minute = $1 WHERE id = $2")
             .bind(i64::from(rate))

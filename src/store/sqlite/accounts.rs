@@ -365,6 +365,14 @@ impl AccountChanges for SqliteAccountChange {
         revoke_credentials(&mut self.tx, peer_id, None, now).await
     }
 
+    async fn reinstate_peer(&mut self, peer_id: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET status = 'active' WHERE id = ?")
+            .bind(peer_id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
     async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET rate_per_minute = ? WHERE id = ?")
             .bind(i64::from(rate))
