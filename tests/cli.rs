@@ -6,8 +6,14 @@ use common::*;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+/// The one line a refusal prints, after the line that names the store (which every command
+/// that opens one prints first).
 fn one_line(stderr: &str) -> &str {
     let trimmed = stderr.trim_end();
+    let trimmed = match trimmed.split_once('\n') {
+        Some((first, rest)) if first.starts_with("store: ") => rest,
+        _ => trimmed,
+    };
     assert!(!trimmed.contains('\n'), "more than one line: {stderr:?}");
     assert!(trimmed.starts_with("peergate: "), "{stderr:?}");
     trimmed
@@ -974,4 +980,96 @@ async fn peer_add_takes_its_defaults_from_the_policy_the_server_runs() {
         statuses.push(post_raw(&door, Some(token), body.to_string()).await.0);
     }
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
+}
+
+#[test]
+fn every_command_says_which_store_and_a_missing_or_foreign_one_is_refused_plainly() {
+    if skip_unless_sqlite("the data directory is the SQLite store's") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap();
+    // A directory that does not exist: refused by the commands that read a store...
+    for args in [
+        vec!["peer", "list", "--data", data_arg],
+        vec!["audit", "--data", data_arg],
+        vec!["admin", "list", "--data", data_arg],
+        vec!["peer", "revoke", "alice", "--data", data_arg],
+    ] {
+        let (code, _, err) = cli(&args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(
+            err.contains(data_arg) && err.contains("--data"),
+            "{args:?}: {err}"
+        );
+        assert!(!data.exists(), "{args:?} created the directory");
+    }
+    // ...and created, saying so, by the first peer add.
+    let (code, _, err) = cli(&["peer", "add", "alice", "--data", data_arg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("creating a new store in"), "{err}");
+    // Every command names the store it opened.
+    let (code, _, err) = cli(&["peer", "list", "--data", data_arg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("store: sqlite (") && err.contains("peergate.sqlite3"),
+        "{err}"
+    );
+    // Another user's store: one line naming the path and the likely cause, not a SQLite code.
+    let nobody = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin()])
+        .args(["peer", "list", "--data", data_arg])
+        .output();
+    match nobody {
+        Ok(output) if output.status.code() != Some(127) && !output.stderr.is_empty() => {
+            let err = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{err}");
+            assert!(err.contains(data_arg), "{err}");
+            assert!(err.contains("another"), "{err}");
+            assert!(!err.contains("code:"), "{err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
+        _ => eprintln!("SKIPPED: setpriv cannot run the command as another user here"),
+    }
+}
+
+#[test]
+fn mistakes_are_told_with_what_to_do_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    // Plain http: the flag that allows it on loopback is named.
+    let secret = format!("k={}", "A".repeat(43));
+    let (code, _, err) = cli(&[
+        "card",
+        "verify",
+        "http://127.0.0.1:9/.well-known/agent-card.json",
+        "--secret",
+        &secret,
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--dangerous-allow-http-loopback"), "{err}");
+    // A key set that holds no key is not "give --jwks" when --jwks was given.
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, r#"{"keys":[]}"#).unwrap();
+    let (code, _, err) = cli(&[
+        "card",
+        "verify",
+        "card.json",
+        "--jwks",
+        empty.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("hold no key") && !err.contains("give --"),
+        "{err}"
+    );
+    // A listen address with a name says to use an IP.
+    for flag in ["--listen", "--admin-listen"] {
+        let (code, _, err) = cli(&["serve", flag, "localhost:8080"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("127.0.0.1:8080") && err.contains("IP address"),
+            "{err}"
+        );
+    }
 }

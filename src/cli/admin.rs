@@ -83,7 +83,7 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
     match command {
         AdminCommand::Add { name, data } => {
             let password = read_password(&format!("administrator {name}"))?;
-            let added = on_store(&data, None, async |accounts| {
+            let added = super::on_new_or_existing_store(&data, None, async |accounts| {
                 accounts.add_admin(&operator, &name, Some(password)).await
             })
             .await?;

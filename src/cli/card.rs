@@ -42,9 +42,12 @@ pub(super) async fn run(command: CardCommand) -> Result<(), CliError> {
                 keys.add_jwks(&read_source(source, &policy).await?)?;
             }
             if keys.is_empty() {
-                return Err(CliError::new(
-                    "no keys: give --secret KID=BASE64URL or --jwks FILE|URL".to_owned(),
-                ));
+                return Err(CliError::new(if jwks.is_empty() {
+                    "no keys: give --secret KID=BASE64URL or --jwks FILE|URL".to_owned()
+                } else {
+                    "no keys: the key sets given with --jwks hold no key (an empty \"keys\" array)"
+                        .to_owned()
+                }));
             }
             let card = read_source(&source, &policy).await?;
             let verified = crate::jose::verify::verify_card(&card, &keys)

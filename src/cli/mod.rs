@@ -61,10 +61,10 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
         /// Address to listen on [default: server.listen from the policy].
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
         listen: Option<SocketAddr>,
         /// Address of the admin API [default: server.admin_listen from the policy].
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
         admin_listen: Option<SocketAddr>,
         /// Redis, for what instances share (redis://host:port/db): the door's limits, and with a
         /// PostgreSQL store everything several instances serving it together share. Prefer the
@@ -173,6 +173,20 @@ impl<E: std::fmt::Display> From<E> for CliError {
     }
 }
 
+/// Reads a listen address: an IP address and a port. A name (`localhost:8080`) is refused with
+/// what to write instead: which addresses a name stands for is the resolver's choice, and a
+/// listener must know which one it binds.
+fn parse_listen(value: &str) -> Result<SocketAddr, String> {
+    value.parse().map_err(|_| {
+        let example = if value.starts_with("localhost") {
+            "127.0.0.1:8080 (or [::1]:8080)"
+        } else {
+            "127.0.0.1:8080, 0.0.0.0:8080 or [::]:8080"
+        };
+        format!("use an IP address and a port, e.g. {example}; a host name is not resolved")
+    })
+}
+
 /// Reads `N/min`; whether N is in range is the account service's rule.
 fn parse_rate(value: &str) -> Result<u32, String> {
     value
@@ -232,15 +246,84 @@ async fn on_store<T>(
     policy: Option<&Policy>,
     work: impl AsyncFnOnce(&AccountService) -> Result<T, crate::admin::ServiceError>,
 ) -> Result<T, CliError> {
-    let accounts = accounts(data, policy).await?;
+    let accounts = accounts(data, policy, false).await?;
     let outcome = work(&accounts).await;
     accounts.store().close().await;
     Ok(outcome?)
 }
 
-/// The account service over the store in `data`, with the defaults of `policy`.
-async fn accounts(data: &DataDir, policy: Option<&Policy>) -> Result<AccountService, CliError> {
+/// Like [`on_store`], for the commands that may create a new store (`peer add`, `admin add`):
+/// a data directory that does not exist yet is created, and said so.
+async fn on_new_or_existing_store<T>(
+    data: &DataDir,
+    policy: Option<&Policy>,
+    work: impl AsyncFnOnce(&AccountService) -> Result<T, crate::admin::ServiceError>,
+) -> Result<T, CliError> {
+    let accounts = accounts(data, policy, true).await?;
+    let outcome = work(&accounts).await;
+    accounts.store().close().await;
+    Ok(outcome?)
+}
+
+/// Checks the SQLite store in `dir` can be opened by this user, before SQLite is asked (whose
+/// answer would be a bare "unable to open database file"). A directory that does not exist, or
+/// holds no store, is refused unless `may_create`; then it is created, and said so.
+fn check_data_dir(dir: &Path, may_create: bool) -> Result<(), CliError> {
+    use std::io::ErrorKind;
+    let database = dir.join(crate::store::sqlite::DATABASE_FILE);
+    let shown = dir.display();
+    let denied = |what: &str| {
+        CliError::new(format!(
+            "cannot open the store in {shown}: {what} is not readable and writable by this user; it likely belongs to another (run the command as the user the gateway runs as, e.g. `sudo -u peergate peergate …`)"
+        ))
+    };
+    let missing = match std::fs::metadata(&database) {
+        Ok(_) => None,
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            return Err(denied("the directory"));
+        }
+        Err(_) => match std::fs::metadata(dir) {
+            Ok(_) => Some("holds no store"),
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                return Err(denied("the directory"));
+            }
+            Err(_) => Some("does not exist"),
+        },
+    };
+    if let Some(what) = missing {
+        if !may_create {
+            return Err(CliError::new(format!(
+                "the data directory {shown} {what}: give the one the gateway serves with --data DIR (it holds {}), or create a store with `peergate peer add` or `peergate admin add`",
+                crate::store::sqlite::DATABASE_FILE
+            )));
+        }
+        eprintln!("creating a new store in {shown}");
+        return Ok(());
+    }
+    let everything =
+        rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK;
+    if rustix::fs::access(dir, everything).is_err() {
+        return Err(denied("the directory"));
+    }
+    let read_write = rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK;
+    if rustix::fs::access(&database, read_write).is_err() {
+        return Err(denied(crate::store::sqlite::DATABASE_FILE));
+    }
+    Ok(())
+}
+
+/// The account service over the store in `data`, with the defaults of `policy`; says on
+/// stderr which store it opened.
+async fn accounts(
+    data: &DataDir,
+    policy: Option<&Policy>,
+    may_create: bool,
+) -> Result<AccountService, CliError> {
+    if data.store.is_none() {
+        check_data_dir(&data.dir, may_create)?;
+    }
     let store = Store::open_at(&data.location()).await?;
+    eprintln!("store: {}", store.describe());
     let defaults = AccountDefaults {
         default_owner: policy.and_then(|p| p.peers.default_owner.clone()),
         rate_per_minute: policy.map_or_else(

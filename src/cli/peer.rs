@@ -84,6 +84,16 @@ pub(super) enum PeerCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Let a revoked peer in again under its name, with a new token printed alone on stdout
+    /// (shown once); its old credentials stay revoked, its audit records and conversations
+    /// stay its own. Peers are reinstated, never deleted, so a name is never reused by another
+    /// partner.
+    Reinstate {
+        /// The peer's name.
+        name: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
 }
 
 pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
@@ -96,7 +106,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             data,
         } => {
             let (policy, source) = super::policy_for_defaults(policy.as_deref(), &data)?;
-            let created = on_store(&data, Some(&policy), async |accounts| {
+            let created = super::on_new_or_existing_store(&data, Some(&policy), async |accounts| {
                 accounts
                     .create_peer(
                         &Caller::operator(),
@@ -201,6 +211,17 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             })
             .await?;
             eprintln!("revoked peer {name}. {CACHE_NOTE}");
+            Ok(())
+        }
+        PeerCommand::Reinstate { name, data } => {
+            let token = on_store(&data, None, async |accounts| {
+                accounts.reinstate(&Caller::operator(), &name).await
+            })
+            .await?;
+            eprintln!(
+                "reinstated peer {name}: its new token is on stdout and is not shown again; its old credentials stay revoked."
+            );
+            println!("{token}");
             Ok(())
         }
     }

@@ -27,6 +27,7 @@ pub(super) enum StoreCommand {
 pub(super) async fn run(command: StoreCommand) -> Result<(), CliError> {
     match command {
         StoreCommand::Copy { data, to } => {
+            super::check_data_dir(&data, false)?;
             let report = crate::store::copy::sqlite_to_postgres(&data, &to).await?;
             let total: u64 = report.iter().map(|(_, rows)| rows).sum();
             let tables: Vec<String> = report

@@ -245,7 +245,7 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
         "http" if policy.dangerous_allow_http_loopback => true,
         "http" => {
             return Err(fail(
-                "only https is fetched (http to loopback needs the dangerous test switch)"
+                "only https is fetched; for plain http to this machine's loopback (a local test) add --dangerous-allow-http-loopback"
                     .to_owned(),
             ));
         }

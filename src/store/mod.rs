@@ -401,6 +401,8 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     ) -> Result<(), StoreError>;
     /// Marks a peer revoked, with every credential it holds.
     async fn revoke_peer(&mut self, peer_id: &str, now: i64) -> Result<(), StoreError>;
+    /// Marks a revoked peer active again. Its old credentials stay revoked.
+    async fn reinstate_peer(&mut self, peer_id: &str) -> Result<(), StoreError>;
     /// Sets a peer's quota.
     async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError>;
     /// Sets or clears a peer's expiry.
