@@ -845,7 +845,7 @@ async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 17, "{document:#}");
+    assert_eq!(operations, 18, "{document:#}");
     gw.stop().await;
 }
 
@@ -1240,10 +1240,27 @@ async fn one_time_syntax_on_the_api_and_the_command_line() {
 
 #[tokio::test]
 async fn a_revoked_peer_is_reinstated_with_a_new_token_and_its_old_ones_stay_dead() {
-    let (gw, ada, bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    let (gw, ada, bob) = gateway_with_admins(
+        PolicyEdit::default()
+            .set("auth.schemes", ["bearer", "basic"])
+            .policy(),
+    )
+    .await;
     let (status, created) = ada.post("/v1/peers", json!({"name": "partner"})).await;
     assert_eq!(status, 201, "{created}");
     let old = created["token"].as_str().unwrap().to_owned();
+    let (status, _) = ada
+        .put(
+            "/v1/peers/partner/password",
+            json!({"password": "partner password 123"}),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let basic = format!("Basic {}", base64_encode("partner:partner password 123"));
+    assert_eq!(
+        post_with(&gw.door, &[("authorization", &basic)]).await.0,
+        200
+    );
     // Only a revoked peer is reinstated.
     let (status, body) = ada.post("/v1/peers/partner/reinstate", json!({})).await;
     assert_eq!(status, 409, "{body}");
@@ -1264,6 +1281,11 @@ async fn a_revoked_peer_is_reinstated_with_a_new_token_and_its_old_ones_stay_dea
     );
     assert_eq!(
         post_raw(&gw.door, Some(&old), probe.to_string()).await.0,
+        401
+    );
+    // Nor does its old password: revoking took it away too.
+    assert_eq!(
+        post_with(&gw.door, &[("authorization", &basic)]).await.0,
         401
     );
     // The command line does the same, and the audit log keeps both turns.

@@ -4,19 +4,15 @@
 //! which (unlike the server's) keeps freed 19 MiB blocks in per-thread arenas: a checker that
 //! allocated Argon2's memory per verification grew by hundreds of MiB here.
 
+mod common;
+
+use common::resident_mib as resident_mib_of;
 use peergate::layers::auth::password::{PasswordChecker, hash_password};
 use std::time::Duration;
 
 /// This process's resident size, in MiB.
 fn resident_mib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib / 1024
+    resident_mib_of(std::process::id())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

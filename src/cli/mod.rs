@@ -309,6 +309,15 @@ fn check_data_dir(dir: &Path, may_create: bool) -> Result<(), CliError> {
     if rustix::fs::access(&database, read_write).is_err() {
         return Err(denied(crate::store::sqlite::DATABASE_FILE));
     }
+    // Root passes every access check, but files it creates beside the database (its lock,
+    // the disk reserve, the WAL) would then be root's, and the gateway's own user could no
+    // longer open its store: the owner must run the command line.
+    let owner = std::os::unix::fs::MetadataExt::uid(
+        &std::fs::metadata(&database).map_err(|_| denied(crate::store::sqlite::DATABASE_FILE))?,
+    );
+    if owner != rustix::process::geteuid().as_raw() {
+        return Err(denied(crate::store::sqlite::DATABASE_FILE));
+    }
     Ok(())
 }
 

@@ -185,3 +185,15 @@ impl ServedPolicy {
         }
     }
 }
+
+/// The resident size of process `pid`, in MiB, from `/proc`.
+pub fn resident_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib / 1024
+}

@@ -120,11 +120,14 @@ impl PasswordChecker {
         &self,
         work: impl FnOnce(&mut [Block]) -> T + Send + 'static,
     ) -> Option<T> {
-        let _permit = self.permits.acquire().await.ok()?;
+        // Owned and moved into the blocking task: a caller that goes away (a reset request)
+        // must not free its slot while its verification still runs in that slot's memory.
+        let permit = self.permits.clone().acquire_owned().await.ok()?;
         let memories = self.memories.clone();
         let running = self.running.clone();
         let peak = self.peak.clone();
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
             peak.fetch_max(now, Ordering::SeqCst);
             let taken = memories

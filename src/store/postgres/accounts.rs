@@ -344,7 +344,8 @@ impl AccountChanges for PostgresAccountChange {
     }
 
     async fn revoke_peer(&mut self, peer_id: &str, now: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE peers SET status = 'revoked' WHERE id = $1")
+        // The password goes too: reinstating the peer must not bring it back.
+        sqlx::query("UPDATE peers SET status = 'revoked', password_hash = NULL WHERE id = $1")
             .bind(peer_id)
             .execute(&mut *self.tx)
             .await?;

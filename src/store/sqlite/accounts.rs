@@ -358,7 +358,8 @@ impl AccountChanges for SqliteAccountChange {
     }
 
     async fn revoke_peer(&mut self, peer_id: &str, now: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE peers SET status = 'revoked' WHERE id = ?")
+        // The password goes too: reinstating the peer must not bring it back.
+        sqlx::query("UPDATE peers SET status = 'revoked', password_hash = NULL WHERE id = ?")
             .bind(peer_id)
             .execute(&mut *self.tx)
             .await?;

@@ -50,8 +50,7 @@ impl Reserve {
             present: AtomicBool::new(false),
             last_check: Mutex::new(None),
         };
-        let whole = std::fs::metadata(&reserve.file).is_ok_and(|m| m.len() >= RESERVE_BYTES);
-        if whole {
+        if reserve.file_is_whole() {
             reserve.present.store(true, Ordering::SeqCst);
         } else if !reserve.refill() {
             tracing::error!(
@@ -70,11 +69,17 @@ impl Reserve {
             .last_check
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A cached answer holds only while the reserve is as it was then: released since (by an
+        // account change, a failed write) means no exchange until it is back.
         if let Some((at, admitted)) = *last
             && at.elapsed() < CHECK_EVERY
-            && (admitted || !self.present.load(Ordering::SeqCst))
+            && admitted == self.present.load(Ordering::SeqCst)
         {
             return admitted;
+        }
+        // Another process (the command line) may have released it: the file is the truth.
+        if self.present.load(Ordering::SeqCst) && !self.file_is_whole() {
+            self.present.store(false, Ordering::SeqCst);
         }
         let admitted = if self.present.load(Ordering::SeqCst) {
             if self.free_bytes() < LOW_WATER_BYTES {
@@ -110,6 +115,10 @@ impl Reserve {
         }
     }
 
+    fn file_is_whole(&self) -> bool {
+        std::fs::metadata(&self.file).is_ok_and(|m| m.len() >= RESERVE_BYTES)
+    }
+
     fn release(&self, why: &str) {
         if self.present.swap(false, Ordering::SeqCst) {
             let _ = std::fs::remove_file(&self.file);
@@ -126,9 +135,17 @@ impl Reserve {
             return false;
         }
         let written = std::fs::File::create(&self.file).and_then(|mut file| {
-            // Written, not only sized: a sparse file would reserve nothing.
-            let chunk = vec![0u8; 64 << 10];
+            // Written, not only sized, and not zeros: a sparse file, or zeros on a compressing
+            // file system, would reserve nothing.
+            let mut state = 0x9e37_79b9_7f4a_7c15u64;
+            let mut chunk = vec![0u8; 64 << 10];
             for _ in 0..RESERVE_BYTES / chunk.len() as u64 {
+                for byte in chunk.iter_mut() {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    *byte = state as u8;
+                }
                 file.write_all(&chunk)?;
             }
             file.sync_all()

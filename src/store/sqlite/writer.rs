@@ -57,6 +57,9 @@ pub(super) type WriteTurn = std::sync::Arc<tokio::sync::Mutex<()>>;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> Self {
+        if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            return Self::DiskFull;
+        }
         Self::Engine(Box::new(error))
     }
 }
@@ -132,15 +135,15 @@ fn run(
                     let _ = waiting.done.send(Ok(()));
                 }
             }
-            Err(error) if batch.len() == 1 => {
-                if let Some(waiting) = batch.pop() {
-                    let _ = waiting.done.send(Err(error.into()));
-                }
-            }
             Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) => {
                 reserve.on_full();
                 for waiting in batch.drain(..) {
                     let _ = waiting.done.send(Err(StoreError::DiskFull));
+                }
+            }
+            Err(error) if batch.len() == 1 => {
+                if let Some(waiting) = batch.pop() {
+                    let _ = waiting.done.send(Err(error.into()));
                 }
             }
             Err(error) if !one_exchange_can_cause(&error) => {
@@ -160,7 +163,12 @@ fn run(
                         let _turn = turn.blocking_lock();
                         write(&mut connection, &[&waiting.exchange])
                     };
-                    let _ = waiting.done.send(outcome.map_err(StoreError::from));
+                    let _ = waiting.done.send(outcome.map_err(|error| {
+                        if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+                            reserve.on_full();
+                        }
+                        StoreError::from(error)
+                    }));
                 }
             }
         }
