@@ -29,6 +29,11 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RefusalReason(pub &'static str);
 
+/// The id an internal error was logged under and answered with (`requestId`), on its response,
+/// so the access log names the same id.
+#[derive(Debug, Clone)]
+pub struct LoggedRequestId(pub String);
+
 /// The `WWW-Authenticate` challenges of one listener, one per enabled scheme. A Bearer
 /// challenge answering a token that was presented and refused carries `error="invalid_token"`
 /// (RFC 6750 §3.1); both forms are built once.
@@ -241,6 +246,11 @@ impl IntoResponse for Refusal {
         }
         if let Some(reason) = self.reason() {
             response.extensions_mut().insert(RefusalReason(reason));
+        }
+        if let Self::Internal { request_id } = self {
+            response
+                .extensions_mut()
+                .insert(LoggedRequestId(request_id));
         }
         response
     }

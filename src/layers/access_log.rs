@@ -1,6 +1,7 @@
 //! The access log: one line per request on the door's listener, when `log.access` is on.
 //!
-//! Each line (target `peergate::access`, level INFO) holds the request id, the client address
+//! Each line (target `peergate::access`, level INFO) holds the request id (for an internal
+//! error, the `requestId` it answered and logged its cause under), the client address
 //! (as the client-address layer decided it, behind trusted proxies), the peer id or `-`, the
 //! method, the route (`door`, `card`, `jwks`, `health`, `other`: a fixed label, never the raw
 //! path or its query), the status, the refusal reason when there is one (`unauthenticated`,
@@ -23,7 +24,7 @@
 //! # });
 //! ```
 
-use crate::http::refusal::RefusalReason;
+use crate::http::refusal::{LoggedRequestId, RefusalReason};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Extensions, Request};
@@ -118,9 +119,14 @@ where
         Box::pin(async move {
             let response = future.await?;
             let client = note.client.get().copied().or(socket);
+            // An internal error was logged, and answered, under its own id: the same here.
+            let request_id = response
+                .extensions()
+                .get::<LoggedRequestId>()
+                .map_or_else(|| uuid::Uuid::new_v4().to_string(), |id| id.0.clone());
             tracing::info!(
                 target: "peergate::access",
-                request_id = %uuid::Uuid::new_v4(),
+                request_id = %request_id,
                 client = %client.map_or_else(|| "-".to_owned(), |ip| ip.to_string()),
                 peer = note.peer.get().map_or("-", |peer| &**peer),
                 method = %method,
@@ -132,5 +138,71 @@ where
             );
             Ok(response)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::refusal::Refusal;
+    use axum::response::IntoResponse;
+    use axum::{Router, routing::post};
+    use std::sync::Mutex;
+    use tower::ServiceExt;
+
+    /// Log output kept in memory.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_internal_error_is_logged_under_the_id_it_answered_with() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let app = Router::new()
+            .route(
+                "/a2a/v1",
+                post(|| async {
+                    Refusal::internal(&"the cause", "a test failure").into_response()
+                }),
+            )
+            .layer(AccessLogLayer::new("/a2a/v1"));
+        let response = app
+            .oneshot(Request::post("/a2a/v1").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 500);
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let answered = body["error"]["requestId"].as_str().unwrap().to_owned();
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let access = log
+            .lines()
+            .find(|line| line.contains("peergate::access"))
+            .expect("an access line");
+        assert!(
+            access.contains(&format!("request_id={answered}")),
+            "{access}"
+        );
+        assert!(
+            access.contains("status=500") && access.contains("route=\"door\""),
+            "{access}"
+        );
     }
 }
