@@ -73,15 +73,6 @@ fn the_systemd_unit_verifies_and_is_hardened() {
     assert!(exposure <= 2.0, "exposure {exposure}:\n{report}");
 }
 
-/// A free port on loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// nginx in the foreground on a configuration of its own; stopped when dropped.
 struct Nginx(std::process::Child);
 
@@ -126,7 +117,7 @@ async fn behind_the_nginx_example_the_card_and_the_client_address_are_right() {
     );
     // nginx on the example's server block: its port, certificate and upstream moved to the
     // test's, nothing else changed.
-    let port = free_port();
+    let port = common::postgres::free_port();
     let tls = root.join("tests/data/tls");
     let site = std::fs::read_to_string(root.join("deploy/nginx.conf"))
         .unwrap()

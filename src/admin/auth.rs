@@ -209,18 +209,19 @@ impl ScrapeToken {
         sha2::Sha256::digest(secret.as_bytes()).into()
     }
 
-    /// Whether `headers` carry this token as a Bearer credential.
+    /// Whether `headers` carry this token as their one Bearer credential (read by the same
+    /// parser every scheme uses).
     fn presented_in(&self, headers: &HeaderMap) -> bool {
         use subtle::ConstantTimeEq as _;
-        let mut values = headers.get_all(header::AUTHORIZATION).iter();
-        let (Some(value), None) = (values.next(), values.next()) else {
-            return false;
-        };
-        value
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|token| bool::from(Self::hash(token.trim()).ct_eq(&self.digest)))
+        match Presented::from_headers(headers, None) {
+            Ok(Some(Presented::Authorization {
+                scheme,
+                credentials,
+            })) if scheme.eq_ignore_ascii_case("bearer") => {
+                bool::from(Self::hash(credentials).ct_eq(&self.digest))
+            }
+            _ => false,
+        }
     }
 }
 

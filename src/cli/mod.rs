@@ -246,10 +246,7 @@ async fn on_store<T>(
     policy: Option<&Policy>,
     work: impl AsyncFnOnce(&AccountService) -> Result<T, crate::admin::ServiceError>,
 ) -> Result<T, CliError> {
-    let accounts = accounts(data, policy, false).await?;
-    let outcome = work(&accounts).await;
-    accounts.store().close().await;
-    Ok(outcome?)
+    with_store(data, policy, false, work).await
 }
 
 /// Like [`on_store`], for the commands that may create a new store (`peer add`, `admin add`):
@@ -259,7 +256,16 @@ async fn on_new_or_existing_store<T>(
     policy: Option<&Policy>,
     work: impl AsyncFnOnce(&AccountService) -> Result<T, crate::admin::ServiceError>,
 ) -> Result<T, CliError> {
-    let accounts = accounts(data, policy, true).await?;
+    with_store(data, policy, true, work).await
+}
+
+async fn with_store<T>(
+    data: &DataDir,
+    policy: Option<&Policy>,
+    may_create: bool,
+    work: impl AsyncFnOnce(&AccountService) -> Result<T, crate::admin::ServiceError>,
+) -> Result<T, CliError> {
+    let accounts = accounts(data, policy, may_create).await?;
     let outcome = work(&accounts).await;
     accounts.store().close().await;
     Ok(outcome?)

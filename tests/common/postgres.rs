@@ -67,7 +67,8 @@ fn as_postgres(program: &Path) -> Command {
     }
 }
 
-fn free_port() -> u16 {
+/// A free port on loopback.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
