@@ -1032,6 +1032,14 @@ fn every_command_says_which_store_and_a_missing_or_foreign_one_is_refused_plainl
         }
         _ => eprintln!("SKIPPED: setpriv cannot run the command as another user here"),
     }
+    // A store that belongs to another user is refused even where access checks would pass
+    // (root): files made beside it would be this user's, and the gateway's user locked out.
+    let database = data.join("peergate.sqlite3");
+    if std::os::unix::fs::chown(&database, Some(65534), Some(65534)).is_ok() {
+        let (code, _, err) = cli(&["peer", "list", "--data", data_arg]);
+        assert_ne!(code, 0, "{err}");
+        assert!(err.contains("another"), "{err}");
+    }
 }
 
 #[test]

@@ -186,6 +186,24 @@ impl PasswordChecker {
 mod tests {
     use super::*;
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_verification_keeps_its_slot_until_it_finishes() {
+        let checker = PasswordChecker::new(1).unwrap();
+        let phc = hash_password("correct horse battery").unwrap();
+        // Cancelled while Argon2 runs on the blocking pool: the caller went away, the work did
+        // not, and neither may its slot.
+        let cancelled = tokio::time::timeout(
+            std::time::Duration::from_millis(1),
+            checker.verify(Some(&phc), "wrong"),
+        )
+        .await;
+        assert!(cancelled.is_err(), "finished within a millisecond");
+        assert!(!checker.verify(Some(&phc), "wrong").await);
+        assert_eq!(checker.peak_concurrency(), 1, "two ran in one slot's place");
+        let held = checker.memories.lock().unwrap().len();
+        assert_eq!(held, 1, "more Argon2 memories than slots");
+    }
+
     #[tokio::test]
     async fn verifies_and_unknown_names_never_match() {
         let checker = PasswordChecker::new(2).unwrap();

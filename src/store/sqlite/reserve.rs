@@ -170,3 +170,36 @@ impl Reserve {
             .unwrap_or(u64::MAX)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reserve_is_put_back_when_released_here_or_by_another_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let reserve = Reserve::open(dir.path());
+        let file = dir.path().join(RESERVE_FILE);
+        let bytes = std::fs::read(&file).unwrap();
+        assert_eq!(bytes.len() as u64, RESERVE_BYTES);
+        assert!(
+            bytes.iter().filter(|b| **b == 0).count() < bytes.len() / 64,
+            "zeros reserve nothing on a compressing file system"
+        );
+        assert!(reserve.admits_exchanges());
+        // Released here (a write found the disk full) while a "yes" is cached: the next
+        // question sees it, and with room on this disk writes it again.
+        reserve.on_full();
+        assert!(!file.exists());
+        assert!(reserve.admits_exchanges());
+        assert!(file.exists(), "a cached answer outlived the release");
+        // Released by another process (the command line): the file is the truth.
+        std::fs::remove_file(&file).unwrap();
+        std::thread::sleep(CHECK_EVERY);
+        assert!(reserve.admits_exchanges());
+        assert!(
+            file.exists(),
+            "the reserve another process released was not put back"
+        );
+    }
+}
