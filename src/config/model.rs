@@ -38,6 +38,17 @@ pub enum BackendKind {
     A2a,
 }
 
+impl BackendKind {
+    /// The name the policy gives it (`model.backend`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Echo => "echo",
+            Self::Openai => "openai",
+            Self::A2a => "a2a",
+        }
+    }
+}
+
 /// `[model.a2a]`: an A2A agent peergate stands in front of.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

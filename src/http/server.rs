@@ -264,11 +264,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         readiness: Arc::new(super::ready::Readiness::new(
             store.clone(),
             sharing.redis.clone(),
-            match policy.model.backend {
-                crate::config::BackendKind::Echo => "echo",
-                crate::config::BackendKind::Openai => "openai",
-                crate::config::BackendKind::A2a => "a2a",
-            },
+            policy.model.backend.name(),
         )),
     };
     let router = door_router(policy, state, &guards, metrics.clone());

@@ -6,8 +6,8 @@
 //! what fills a disk) are written only while that file exists and the disk has
 //! [`LOW_WATER_BYTES`] free:
 //!
-//! - When the free space falls below the low-water mark, or a write fails for lack of space,
-//!   the file is deleted. Its room is then there for account changes (revocations, new
+//! - When the free space falls below the low-water mark, or an exchange or an account change
+//!   fails for lack of space, the file is deleted. Its room is then there for account changes (revocations, new
 //!   credentials, expiries) and the audit records that go with them, which are not checked.
 //!   Exchanges are refused, before the model is asked, while the reserve is gone.
 //! - Once the disk has room for the reserve and the low-water mark again, the file is written
