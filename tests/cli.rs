@@ -1081,3 +1081,88 @@ fn mistakes_are_told_with_what_to_do_instead() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn credentials_the_command_line_issues_are_admitted_at_once_during_a_flood_of_made_up_ids() {
+    // No address runs out of failed attempts, so the flood reaches the credential check at
+    // full speed; verdicts are cached for 5 s, so only the command line's announcement can
+    // explain a revocation seen within a second.
+    let policy = PolicyEdit::default()
+        .set("limits.failed_auth_per_ip_per_minute", 1_000_000_000)
+        .set("limits.per_ip_per_minute", 1_000_000_000)
+        .set("auth.credential_cache_seconds", 5);
+    let served = ServedPolicy::start(&policy, &["alice"], &[]);
+    let door = served.server.door();
+    let flood = Flood::start(&door, 16, 4);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let data = served.data.clone();
+    let on_cli = move |args: &'static [&'static str]| {
+        let data = data.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let (code, stdout, stderr) = cli_on(&data, args);
+                assert_eq!(code, 0, "{args:?}: {stderr}");
+                stdout.trim().to_owned()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let within = Duration::from_secs(1);
+    let added = on_cli(&["peer", "add", "bob"]).await;
+    assert!(
+        admitted_within(&door, &added, within).await.is_some(),
+        "a peer added on the command line was not admitted within a second"
+    );
+    let rotated = on_cli(&["peer", "rotate", "bob"]).await;
+    assert!(
+        admitted_within(&door, &rotated, within).await.is_some(),
+        "a rotated token was not admitted within a second"
+    );
+    // The revocation is heard at once too, though the verdict is cached for longer.
+    on_cli(&["peer", "revoke", "bob"]).await;
+    let probe = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}});
+    let revoked_at = Instant::now();
+    while post_raw(&door, Some(&rotated), probe.to_string()).await.0 != 401 {
+        assert!(
+            revoked_at.elapsed() < within,
+            "a revocation on the command line was not heard within a second"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reinstated = on_cli(&["peer", "reinstate", "bob"]).await;
+    assert!(
+        admitted_within(&door, &reinstated, within).await.is_some(),
+        "a reinstated peer was not admitted within a second"
+    );
+    let key = on_cli(&["peer", "key", "alice"]).await;
+    assert!(key.starts_with("pgk_"));
+    let refused = flood.stop().await;
+    assert!(refused > 1_000, "the flood hardly ran: {refused} refusals");
+}
+
+#[tokio::test]
+async fn a_credential_whose_announcement_was_lost_is_admitted_by_the_periodic_re_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    add_peer(&data, "alice");
+    let server = ServeProcess::start(dir.path(), &data);
+    // The gateway stops hearing the command line: its announcements are lost.
+    std::fs::remove_file(data.join("peergate.changes.sock")).unwrap();
+    let token = add_peer(&data, "bob");
+    let probe = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}});
+    assert_eq!(
+        post_raw(&server.door(), Some(&token), probe.to_string())
+            .await
+            .0,
+        401,
+        "refused from memory until the re-read"
+    );
+    // Within the re-read's period (10 s), with room for a slow machine.
+    assert!(
+        admitted_within(&server.door(), &token, Duration::from_secs(15))
+            .await
+            .is_some(),
+        "a credential whose announcement was lost was never admitted"
+    );
+}

@@ -9,6 +9,7 @@ use common::*;
 use peergate::store::{Store, StoreLocation};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PASSWORD: &str = "correct horse battery staple 42";
@@ -257,6 +258,93 @@ async fn admin_post(instance: &ServeProcess, path: &str, body: Value) -> (u16, V
         .unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A credential of ada's issued by `issue` (run on a blocking thread, as the command line is a
+/// process of its own), then asked for at `door` until it is admitted: how long that took, from
+/// the moment the issuing returned.
+async fn issued_then_admitted(
+    door: &str,
+    issue: impl FnOnce() -> String + Send + 'static,
+) -> (String, Option<Duration>) {
+    let token = tokio::task::spawn_blocking(issue).await.unwrap();
+    let took = admitted_within(door, &token, Duration::from_secs(1)).await;
+    (token, took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_made_up_ids_never_delays_a_new_credential_nor_reaches_the_store() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    // No address runs out of failed attempts: the flood reaches the credential check at full
+    // speed, as from a botnet.
+    let Some(shared) = Shared::start(&model, |p| {
+        p.set("limits.failed_auth_per_ip_per_minute", 1_000_000_000)
+            .set("limits.per_ip_per_minute", 1_000_000_000)
+    }) else {
+        return;
+    };
+    let cluster = postgres::cluster().unwrap();
+    cluster.log_statements_of(&shared.store_url);
+    let (a, b) = (shared.instance(), shared.instance());
+    let flood = Flood::start(&a.door(), 16, 4);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A peer added on the command line (announced through PostgreSQL).
+    let cli = Arc::new(shared);
+    let on_cli = cli.clone();
+    let (added, took) =
+        issued_then_admitted(&a.door(), move || on_cli.peer("carol", "600/min")).await;
+    assert!(
+        took.is_some(),
+        "a peer added on the command line was not admitted within a second"
+    );
+    // A peer created through the other instance's admin API (announced through Redis).
+    let (status, body) = admin_post(&b, "/v1/peers", json!({"name": "dave"})).await;
+    assert_eq!(status, 201, "{body}");
+    let created = body["token"].as_str().unwrap().to_owned();
+    let took = admitted_within(&a.door(), &created, Duration::from_secs(1)).await;
+    assert!(
+        took.is_some(),
+        "a peer created on the other instance was not admitted within a second"
+    );
+    // A rotation on the command line.
+    let on_cli = cli.clone();
+    let (rotated, took) = issued_then_admitted(&a.door(), move || {
+        let (code, stdout, stderr) = on_cli.cli(&["peer", "rotate", "carol"]);
+        assert_eq!(code, 0, "{stderr}");
+        stdout.trim().to_owned()
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "a rotated token was not admitted within a second"
+    );
+    assert_ne!(rotated, added);
+    // A reinstatement through the other instance.
+    let (status, body) = admin_post(&b, "/v1/peers/dave/revoke", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = admin_post(&b, "/v1/peers/dave/reinstate", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let reinstated = body["token"].as_str().unwrap().to_owned();
+    let took = admitted_within(&a.door(), &reinstated, Duration::from_secs(1)).await;
+    assert!(
+        took.is_some(),
+        "a reinstated peer was not admitted within a second"
+    );
+
+    let refused = flood.stop().await;
+    assert!(refused > 1_000, "the flood hardly ran: {refused} refusals");
+    // The store was asked about the real credentials, and never about a made-up one.
+    let log = cluster.log();
+    let rotated_id = &rotated[4..16];
+    assert!(
+        log.contains(rotated_id),
+        "the statement log does not show the look-up of a real credential"
+    );
+    assert!(
+        !log.contains(MADE_UP_ID_PREFIX),
+        "a made-up credential id reached the store"
+    );
 }
 
 #[tokio::test]

@@ -399,6 +399,17 @@ impl AccountService {
         }
     }
 
+    /// A credential was issued: every instance's set of known credential ids must hold it
+    /// before the credential is handed out.
+    fn credential_issued(&self, peer_id: &str, token_id: &str) {
+        if let Some(changes) = &self.changes {
+            changes.publish(Change::CredentialIssued {
+                peer_id: peer_id.to_owned(),
+                token_id: token_id.to_owned(),
+            });
+        }
+    }
+
     fn admin_changed(&self, admin_id: &str) {
         if let Some(changes) = &self.changes {
             changes.publish(Change::Admin(admin_id.to_owned()));
@@ -766,9 +777,8 @@ impl AccountService {
                 ))
                 .await?;
                 tx.commit().await?;
-                // Announced like any other change: caches (the known credential ids among them)
-                // learn of the new token before it is handed out.
-                self.peer_changed(&peer.id);
+                // Announced before the token is handed out: the known credential ids hold it.
+                self.credential_issued(&peer.id, &issued.token_id);
                 Ok(CreatedPeer {
                     peer,
                     token: issued.token,
@@ -970,6 +980,7 @@ impl AccountService {
                 .await?;
                 let detail = format!("API key id {}; earlier keys revoked", issued.token_id);
                 self.finish_change(tx, op, &peer, detail).await?;
+                self.credential_issued(&peer.id, &issued.token_id);
                 Ok(issued.token)
             },
         )
@@ -1029,6 +1040,7 @@ impl AccountService {
                     )
                 );
                 self.finish_change(tx, op, &peer, detail).await?;
+                self.credential_issued(&peer.id, &issued.token_id);
                 Ok(Rotated {
                     peer,
                     token: issued.token,
@@ -1083,6 +1095,7 @@ impl AccountService {
                 .await?;
                 let detail = format!("reinstated with new token id {}", issued.token_id);
                 self.finish_change(tx, op, &peer, detail).await?;
+                self.credential_issued(&peer.id, &issued.token_id);
                 Ok(issued.token)
             },
         )

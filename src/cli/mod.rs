@@ -265,8 +265,19 @@ async fn with_store<T>(
     may_create: bool,
     work: impl AsyncFnOnce(&AccountService) -> Result<T, crate::admin::ServiceError>,
 ) -> Result<T, CliError> {
-    let accounts = accounts(data, policy, may_create).await?;
+    let changes = Arc::new(crate::shared::changes::CollectedChanges::default());
+    let accounts = accounts(data, policy, may_create)
+        .await?
+        .with_changes(changes.clone());
     let outcome = work(&accounts).await;
+    // A running server hears of what changed at once (a new credential, a revocation); one
+    // that misses it re-reads within seconds.
+    let notes: Vec<String> = changes
+        .take()
+        .iter()
+        .map(|change| change.to_wire(&format!("cli-{}", std::process::id())))
+        .collect();
+    accounts.store().announce(&notes).await;
     accounts.store().close().await;
     Ok(outcome?)
 }
@@ -375,8 +386,7 @@ async fn admins_with_usage(
     Ok(listed)
 }
 
-const CACHE_NOTE: &str =
-    "A running server applies it within auth.credential_cache_seconds (2 s by default).";
+const CACHE_NOTE: &str = "A running server is told and applies it at once (within auth.credential_cache_seconds, 2 s by default, if it missed the message).";
 
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> Result<(), CliError> {

@@ -2,10 +2,11 @@
 //! documents, and TLS for the connections peergate makes.
 
 pub mod accept;
+mod account_changes;
 pub mod client;
 pub mod document;
 pub mod event_stream;
-mod ready;
+pub mod ready;
 pub mod refusal;
 pub mod rest;
 pub mod server;

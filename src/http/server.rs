@@ -6,7 +6,7 @@ use crate::admin::api::AdminState;
 use crate::admin::budget::{BudgetDefaults, Budgets};
 use crate::admin::{AccountDefaults, AccountService, AdminAuthenticator};
 use crate::backend::BackendSetupError;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::config::{Policy, PolicySource};
 use crate::http::accept::ConnectionLimits;
 use crate::http::document::{self, CachedDocument};
@@ -22,7 +22,7 @@ use crate::layers::client_addr::ClientAddrLayer;
 use crate::layers::gate::GateLayer;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::layers::metrics::{Metrics, MetricsLayer};
-use crate::shared::changes::{Change, ChangeListener, ChangeNotifier};
+use crate::shared::changes::ChangeNotifier;
 use crate::shared::rate_limit::RateLimiter;
 use crate::store::{Store, StoreError, StoreLocation};
 use axum::Extension;
@@ -108,6 +108,8 @@ pub struct RunningGateway {
     admin_serving: tokio::task::JoinHandle<std::io::Result<()>>,
     accounts: AccountService,
     sweeper: tokio::task::JoinHandle<()>,
+    /// Hears account changes from the command line and re-reads the known credential ids.
+    hearing: tokio::task::JoinHandle<()>,
     /// The push-notification delivery loop; a delivery it cuts short is due again once its
     /// claim lapses.
     deliveries: Option<tokio::task::JoinHandle<()>>,
@@ -127,6 +129,7 @@ impl RunningGateway {
         let _ = (&mut self.serving).await;
         let _ = (&mut self.admin_serving).await;
         self.sweeper.abort();
+        self.hearing.abort();
         // Turns running without a request (non-blocking sends, streams) store their answers
         // before the store closes, within the grace period.
         self.agent.settle(self.shutdown_grace).await;
@@ -239,12 +242,21 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let shared = &sharing.limits;
     let mut settings = auth_settings(policy, cache_ttl, shared.failed_auth.clone())?;
     // Unknown credential ids are refused from memory: a flood of made-up tokens never reaches
-    // the store. Rereads run on real time, like the credential cache whose promise they keep
-    // (a change the command line wrote applies within its time); the gateway's clock decides
-    // expiries and limits.
-    settings.known_ids = Some(Arc::new(
-        KnownCredentialIds::load(&*store.credentials(), Arc::new(SystemClock), cache_ttl).await?,
-    ));
+    // the store. The command line's announcements are heard before the ids are read, so a
+    // credential it issues meanwhile is in one or the other.
+    let announcements = match store.hear_announcements().await {
+        Ok(announcements) => Some(announcements),
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "the command line's changes reach this gateway by its periodic re-read (within {} s), not at once",
+                crate::layers::auth::known_ids::RECONCILE_EVERY.as_secs()
+            );
+            None
+        }
+    };
+    let known_ids = Arc::new(KnownCredentialIds::load(&*store.credentials()).await?);
+    settings.known_ids = Some(known_ids.clone());
     let authenticator = Arc::new(
         PeerAuthenticator::new(store.credentials(), options.clock.clone(), settings)
             .map_err(|e| config(&e))?,
@@ -255,27 +267,29 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         per_peer,
         authenticator: authenticator.clone(),
     };
+    let readiness = Arc::new(super::ready::Readiness::new(
+        store.clone(),
+        sharing.redis.clone(),
+        policy.model.backend.name(),
+    ));
     let state = AppState {
         agent: agent.clone(),
         longest_stream: Duration::from_secs(policy.server.request_timeout_seconds),
         card: Arc::new(documents.card),
         extended: Arc::new(documents.extended),
         jwks: documents.jwks.clone(),
-        readiness: Arc::new(super::ready::Readiness::new(
-            store.clone(),
-            sharing.redis.clone(),
-            policy.model.backend.name(),
-        )),
+        readiness: readiness.clone(),
     };
     let router = door_router(policy, state, &guards, metrics.clone());
 
-    let accounts = account_service(
-        &options,
-        &store,
-        sharing.changes.clone(),
-        &authenticator,
-        &budgets,
-    );
+    let forget = Arc::new(super::account_changes::ForgetOnChange {
+        authenticator: authenticator.clone(),
+        budgets: budgets.clone(),
+        reread: Arc::default(),
+    });
+    let accounts = account_service(&options, &store, sharing.changes.clone(), &forget);
+    let hearing =
+        super::account_changes::keep_current(store.credentials(), known_ids, announcements, forget);
     let admin_router = admin_router(
         &options,
         AdminState::new(
@@ -325,6 +339,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         admin_serving,
         accounts,
         sweeper,
+        hearing,
         deliveries,
         kept: Some(kept),
         agent: state_agent,
@@ -407,13 +422,9 @@ fn account_service(
     options: &GatewayOptions,
     store: &Store,
     changes: Arc<dyn ChangeNotifier>,
-    authenticator: &Arc<PeerAuthenticator>,
-    budgets: &Arc<Budgets>,
+    forget: &Arc<super::account_changes::ForgetOnChange>,
 ) -> AccountService {
-    changes.subscribe(Arc::new(ForgetOnChange {
-        authenticator: authenticator.clone(),
-        budgets: budgets.clone(),
-    }));
+    changes.subscribe(forget.clone());
     AccountService::new(
         store.clone(),
         options.clock.clone(),
@@ -423,7 +434,7 @@ fn account_service(
         },
     )
     .with_changes(changes)
-    .with_password_pool(authenticator.passwords().clone())
+    .with_password_pool(forget.authenticator.passwords().clone())
 }
 
 async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), StartError> {
@@ -734,26 +745,6 @@ fn scrape_token(policy: &Policy) -> Result<Option<crate::admin::ScrapeToken>, St
     crate::admin::ScrapeToken::new(&secret)
         .map(Some)
         .map_err(|why| StartError::Config(format!("server.metrics_token_env: {name} {why}")))
-}
-
-/// Drops what the running gateway cached about a peer or an administrator when the account
-/// service changes it.
-struct ForgetOnChange {
-    authenticator: Arc<PeerAuthenticator>,
-    budgets: Arc<Budgets>,
-}
-
-impl ChangeListener for ForgetOnChange {
-    fn changed(&self, change: &Change) {
-        match change {
-            Change::Peer(peer_id) => self.authenticator.forget_peer(peer_id),
-            Change::Admin(admin_id) => self.budgets.forget(admin_id),
-            Change::Everyone => {
-                self.authenticator.forget_everyone();
-                self.budgets.forget_everyone();
-            }
-        }
-    }
 }
 
 impl axum::extract::FromRef<AppState> for crate::http::rest::RestState {

@@ -457,7 +457,35 @@ pub trait StoreEngine: Send + Sync + std::fmt::Debug {
     /// Whether the store can serve now: it answers a query, and (SQLite) its disk has room
     /// for what SendMessage writes. `/ready` asks this.
     async fn check_ready(&self) -> Result<(), StoreError>;
+    /// Tells the gateways serving this store what another process (the command line) changed:
+    /// each note as given, at most [`LONGEST_NOTE`] bytes, best effort (SQLite: over the
+    /// serving gateway's socket in the data directory, waiting a bounded time until it says it
+    /// applied them; PostgreSQL: `NOTIFY`, heard by every instance within a round trip).
+    /// Nobody serving is not an error.
+    async fn announce(&self, notes: &[String]);
+    /// Starts hearing what [`StoreEngine::announce`] sends, for the gateway serving this store
+    /// (after [`StoreEngine::claim_for_serving`]). Ends when the receiver is dropped.
+    async fn hear_announcements(&self) -> Result<Announcements, StoreError>;
 }
+
+/// The longest note [`StoreEngine::announce`] carries; longer ones are not sent.
+pub const LONGEST_NOTE: usize = 1024;
+
+/// What a serving gateway hears of other processes' changes.
+#[derive(Debug)]
+pub enum Heard {
+    /// A note another process announced.
+    Note(String),
+    /// Notes may have been missed (the connection that hears them dropped): re-read what
+    /// they would have said.
+    Missed,
+    /// The announcing process waits until the notes before this one are applied: answer it
+    /// then.
+    Applied(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The announcements a serving gateway hears, as they come.
+pub type Announcements = tokio::sync::mpsc::Receiver<Heard>;
 
 /// How a gateway serves its store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -628,6 +656,16 @@ impl Store {
     /// Whether the store can serve now (see [`StoreEngine::check_ready`]).
     pub async fn check_ready(&self) -> Result<(), StoreError> {
         self.engine.check_ready().await
+    }
+
+    /// Tells the gateways serving this store about changes (see [`StoreEngine::announce`]).
+    pub async fn announce(&self, notes: &[String]) {
+        self.engine.announce(notes).await;
+    }
+
+    /// Hears other processes' announcements (see [`StoreEngine::hear_announcements`]).
+    pub async fn hear_announcements(&self) -> Result<Announcements, StoreError> {
+        self.engine.hear_announcements().await
     }
 }
 

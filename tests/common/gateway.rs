@@ -1,4 +1,6 @@
-//! A real peergate on 127.0.0.1, running inside the test process.
+//! A real peergate on 127.0.0.1, running inside the test process on a runtime of its own (as
+//! a server runs on its own, whatever the test's thread is doing: a test that blocks on the
+//! command line, which waits for the server to apply its change, does not stop the server).
 
 use super::cli::{add_peer, cli_on, cli_with_stdin_on};
 use super::policy::PolicyEdit;
@@ -38,6 +40,8 @@ pub struct TestGateway {
     pub data: TempDir,
     pub clock: ManualClock,
     running: Option<RunningGateway>,
+    /// The runtime the gateway runs on.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl TestGateway {
@@ -50,13 +54,17 @@ impl TestGateway {
     pub async fn start_with(policy: Policy) -> Self {
         let data = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(SystemClock.now_millis());
-        let running = start(gateway_options(
-            policy,
-            data.path(),
-            Arc::new(clock.clone()),
-        ))
-        .await
-        .expect("gateway starts");
+        let options = gateway_options(policy, data.path(), Arc::new(clock.clone()));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let running = runtime
+            .spawn(start(options))
+            .await
+            .unwrap()
+            .expect("gateway starts");
         Self {
             addr: running.local_addr,
             admin: format!("http://{}", running.admin_addr),
@@ -64,6 +72,7 @@ impl TestGateway {
             data,
             clock,
             running: Some(running),
+            runtime: Some(runtime),
         }
     }
 
@@ -108,18 +117,34 @@ impl TestGateway {
 
     /// Revokes a peer through the running server.
     pub async fn revoke_through_server(&self, name: &str) {
-        self.running
+        let accounts = self.running.as_ref().unwrap().accounts().clone();
+        let name = name.to_owned();
+        self.runtime
             .as_ref()
             .unwrap()
-            .accounts()
-            .revoke(&peergate::admin::Caller::operator(), name)
+            .spawn(async move {
+                accounts
+                    .revoke(&peergate::admin::Caller::operator(), &name)
+                    .await
+            })
             .await
+            .unwrap()
             .unwrap();
     }
 
     pub async fn stop(mut self) {
-        if let Some(running) = self.running.take() {
-            running.shutdown().await;
+        if let (Some(running), Some(runtime)) = (self.running.take(), self.runtime.as_ref()) {
+            runtime.spawn(running.shutdown()).await.unwrap();
+        }
+    }
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        // Dropped inside the test's runtime, which may not block.
+        if let Some(runtime) = self.runtime.take() {
+            drop(self.running.take());
+            runtime.shutdown_background();
         }
     }
 }

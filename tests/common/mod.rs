@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 mod cli;
+mod flood;
 mod gateway;
 mod model;
 mod policy;
@@ -22,8 +23,8 @@ mod upstream;
 
 #[allow(unused_imports)]
 pub use self::{
-    cli::*, gateway::*, model::*, policy::*, process::*, receiver::*, rpc::*, sdk::*, store::*,
-    tls::*, upstream::*,
+    cli::*, flood::*, gateway::*, model::*, policy::*, process::*, receiver::*, rpc::*, sdk::*,
+    store::*, tls::*, upstream::*,
 };
 
 /// Installs the process-wide rustls provider for the tests' own HTTP clients

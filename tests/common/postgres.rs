@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 /// The cluster of this test binary, if PostgreSQL is installed.
 pub struct Cluster {
     port: u16,
+    /// Where the server writes its log (statements only of databases that ask for them).
+    log: PathBuf,
     /// The watchdog shell that owns the server; it ends with this test binary.
     _server: std::process::Child,
     _dir: tempfile::TempDir,
@@ -107,7 +109,7 @@ impl Cluster {
         // The server goes when this test binary goes: a watchdog shell stops it and then
         // removes the cluster's directory (a static is never dropped, so `TempDir` cannot).
         let server = format!(
-            "{postgres} -D {data} -k {socket} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=400 & pg=$!; \
+            "{postgres} -D {data} -k {socket} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=400 2>>{socket}/server.log & pg=$!; \
              while [ -d /proc/{parent} ]; do sleep 0.5; done; kill -INT $pg; wait $pg; rm -rf {socket}",
             postgres = bin.join("postgres").display(),
             data = data.display(),
@@ -130,9 +132,32 @@ impl Cluster {
         std::thread::sleep(Duration::from_millis(300));
         Self {
             port,
+            log: dir.path().join("server.log"),
             _server: server,
             _dir: dir,
         }
+    }
+
+    /// Makes the server log every statement run on the database at `url` (with its
+    /// parameters), from the next session on.
+    pub fn log_statements_of(&self, url: &str) {
+        let name = url.rsplit('/').next().unwrap();
+        let admin = format!("postgres://postgres@127.0.0.1:{}/postgres", self.port);
+        let set = format!("ALTER DATABASE {name} SET log_statement = 'all'");
+        let out = Command::new("psql")
+            .args([admin.as_str(), "-q", "-c", set.as_str()])
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
     }
 
     /// A database of its own for the test whose data directory is `data` (made on first use).

@@ -1,47 +1,34 @@
-//! The ids of the peer credentials the store holds, kept in memory, so a flood of made-up tokens
-//! (anyone can compute the checksum) is refused without reading the store for each.
+//! The ids of the peer credentials the store holds, kept in memory and authoritative: a
+//! presented token or API key whose id is not here is refused from memory, without touching the
+//! store, so a flood of made-up tokens (anyone can compute the checksum) costs the store
+//! nothing; an id that is here always goes on to the usual verification (verdict cache, store,
+//! secret hash), so a revocation, an expiry or a new secret is decided exactly as without it.
 //!
-//! The set only ever answers "no credential has this id": an id in it goes on to the usual
-//! verification (verdict cache, store, secret hash), so a revocation, an expiry or a new secret
-//! is decided exactly as without it, and a credential nobody holds never admits anyone.
+//! It stays current because every credential issued reaches it as a
+//! [`crate::shared::changes::Change::CredentialIssued`]: at once from this process's account
+//! service (so a token issued through the admin API works on the very next request), within a
+//! Redis round trip from another instance, and from the command line through the store's
+//! announcements. Nothing is looked up on demand, so nothing an attacker sends can crowd out a
+//! new credential. A notification that is lost (a Redis or PostgreSQL connection that dropped
+//! while a credential was issued) costs at most [`RECONCILE_EVERY`]: the gateway re-reads every
+//! id that often, and at once whenever it may have missed changes.
 //!
-//! It is read whole at start. An id missing from it is not refused outright: the store is asked
-//! for that one id, as before, while a budget allows (a burst of 64, then one every 50 ms, or
-//! every credential cache time when that is shorter) and for a second after any change this
-//! process hears of (a credential issued here, or announced by another instance). An id the store
-//! has is added. So a quiet gateway finds a credential the command line just wrote on its first
-//! use, a busy one within 50 ms, and a flood of unknown ids costs at most twenty point reads a
-//! second. Nothing depends on the clocks of whoever wrote the rows.
+//! Ids only ever join the set (a revoked credential's id stays, and its verification refuses
+//! it), so a re-read racing a notification cannot drop a new id.
 //!
-//! Memory: one id per credential issued since start-up or found in the store (revoked ones
-//! included), about 64 bytes each.
+//! Memory: one id per credential in the store, revoked ones included, about 64 bytes each.
 
-use crate::clock::Clock;
 use crate::store::{CredentialStore, StoreError};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 use std::time::Duration;
 
-/// The pace of store look-ups for missing ids once their burst is spent.
-const LOOKUP_AT_MOST_EVERY: Duration = Duration::from_millis(50);
-
-/// Look-ups allowed back to back before the pace applies: enough for the concurrent first
-/// uses of a credential just written by another process.
-const LOOKUP_BURST: i64 = 64;
-
-/// After a change is heard, every missing id is looked up for this long.
-const OPEN_AFTER_CHANGE: Duration = Duration::from_secs(1);
+/// How often every id is read again from the store, bounding what a lost notification costs.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(10);
 
 /// The peer credential ids the store holds.
 pub struct KnownCredentialIds {
     ids: RwLock<HashSet<Box<str>>>,
-    clock: Arc<dyn Clock>,
-    lookup_every: Duration,
-    /// The look-ups' budget as a GCRA: when (on the clock's monotonic scale) it is whole again.
-    whole_at: AtomicI64,
-    /// Until when (same scale) every missing id is looked up, after a change.
-    open_until: AtomicI64,
 }
 
 impl std::fmt::Debug for KnownCredentialIds {
@@ -53,20 +40,11 @@ impl std::fmt::Debug for KnownCredentialIds {
 }
 
 impl KnownCredentialIds {
-    /// Reads every credential id in `store`. `cache_ttl` is the credential cache time: look-ups
-    /// of missing ids are never spaced further apart than it (none at all when it is zero).
-    pub async fn load(
-        store: &dyn CredentialStore,
-        clock: Arc<dyn Clock>,
-        cache_ttl: Duration,
-    ) -> Result<Self, StoreError> {
+    /// Reads every credential id in `store`.
+    pub async fn load(store: &dyn CredentialStore) -> Result<Self, StoreError> {
         let ids = store.credential_ids().await?;
         Ok(Self {
             ids: RwLock::new(ids.into_iter().map(String::into_boxed_str).collect()),
-            clock,
-            lookup_every: LOOKUP_AT_MOST_EVERY.min(cache_ttl),
-            whole_at: AtomicI64::new(i64::MIN),
-            open_until: AtomicI64::new(i64::MIN),
         })
     }
 
@@ -80,31 +58,16 @@ impl KnownCredentialIds {
         self.len() == 0
     }
 
-    /// Something about the accounts changed: missing ids are looked up for a while.
-    pub fn changed(&self) {
-        let until = self
-            .clock
-            .monotonic_nanos()
-            .saturating_add(i64::try_from(OPEN_AFTER_CHANGE.as_nanos()).unwrap_or(i64::MAX));
-        self.open_until.fetch_max(until, Ordering::SeqCst);
+    /// Whether a credential with `token_id` may exist; `false` is final.
+    pub fn holds(&self, token_id: &str) -> bool {
+        self.ids
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(token_id)
     }
 
-    /// Whether no credential has `token_id`, decided from memory: `false` when the id is held,
-    /// or when the store may be asked (then the caller asks it, and reports what it found with
-    /// [`KnownCredentialIds::found`]).
-    pub fn surely_unknown(&self, token_id: &str) -> bool {
-        if self.holds(token_id) {
-            return false;
-        }
-        let now = self.clock.monotonic_nanos();
-        if now < self.open_until.load(Ordering::SeqCst) {
-            return false;
-        }
-        !self.spend_lookup(now)
-    }
-
-    /// The store has a credential with `token_id`.
-    pub fn found(&self, token_id: &str) {
+    /// A credential with `token_id` was issued.
+    pub fn insert(&self, token_id: &str) {
         if !self.holds(token_id) {
             self.ids
                 .write()
@@ -113,36 +76,18 @@ impl KnownCredentialIds {
         }
     }
 
-    fn holds(&self, token_id: &str) -> bool {
-        self.ids
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(token_id)
-    }
-
-    /// Takes one look-up from the budget, if it has one.
-    fn spend_lookup(&self, now: i64) -> bool {
-        let every = i64::try_from(self.lookup_every.as_nanos()).unwrap_or(i64::MAX);
-        if every == 0 {
-            return true;
-        }
-        let tolerance = every.saturating_mul(LOOKUP_BURST - 1);
-        let mut whole_at = self.whole_at.load(Ordering::SeqCst);
-        loop {
-            let base = whole_at.max(now);
-            if base.saturating_sub(now) > tolerance {
-                return false;
-            }
-            match self.whole_at.compare_exchange_weak(
-                whole_at,
-                base.saturating_add(every),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return true,
-                Err(current) => whole_at = current,
+    /// Reads every id in `store` again and adds those it lacked (a lost notification's);
+    /// returns how many.
+    pub async fn reconcile(&self, store: &dyn CredentialStore) -> Result<usize, StoreError> {
+        let stored = store.credential_ids().await?;
+        let missing: Vec<String> = stored.into_iter().filter(|id| !self.holds(id)).collect();
+        if !missing.is_empty() {
+            let mut ids = self.ids.write().unwrap_or_else(|e| e.into_inner());
+            for id in &missing {
+                ids.insert(id.as_str().into());
             }
         }
+        Ok(missing.len())
     }
 }
 
@@ -152,6 +97,7 @@ mod tests {
     use crate::admin::{AccountDefaults, AccountService, Caller, NewPeer};
     use crate::clock::ManualClock;
     use crate::token::CredentialKind;
+    use std::sync::Arc;
 
     fn token_id(token: &str) -> String {
         crate::token::parse(CredentialKind::PeerToken, token)
@@ -161,7 +107,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unknown_ids_are_refused_from_memory_within_a_budget_of_look_ups() {
+    async fn ids_are_known_from_the_store_notifications_and_a_re_read() {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(dir.path()).await.unwrap();
         let clock = ManualClock::new(1_800_000_000_000);
@@ -186,53 +132,23 @@ mod tests {
             token_id(&token)
         };
         let first = add("alice").await;
-        let known = KnownCredentialIds::load(
-            &*store.credentials(),
-            Arc::new(clock.clone()),
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let known = KnownCredentialIds::load(&*store.credentials())
+            .await
+            .unwrap();
         assert_eq!(known.len(), 1);
-        assert!(!known.surely_unknown(&first), "held");
+        assert!(known.holds(&first));
+        assert!(!known.holds("unknown00001"), "never looked up: refused");
 
-        // A flood of unknown ids: a burst may be looked up, then none until the pace allows one.
-        let looked_up = (0..1_000)
-            .filter(|n| !known.surely_unknown(&format!("unknown{n:08}")))
-            .count();
-        assert_eq!(looked_up, 64);
-        assert!(known.surely_unknown("unknown-x"));
-        clock.advance(Duration::from_millis(50));
-        assert!(!known.surely_unknown("unknown-y"), "the pace allows one");
-        assert!(known.surely_unknown("unknown-z"));
-
-        // After a change, every missing id is looked up for a second; one found is held.
+        // Issued elsewhere: unknown until its notification, or the re-read.
         let second = add("bob").await;
-        known.changed();
-        assert!(!known.surely_unknown("junk-1"));
-        assert!(!known.surely_unknown(&second));
-        known.found(&second);
-        clock.advance(OPEN_AFTER_CHANGE);
-        let looked_up = (0..1_000)
-            .filter(|n| !known.surely_unknown(&format!("junk-{n}")))
-            .count();
-        assert_eq!(
-            looked_up, 20,
-            "the window closed: what the pace refilled in that second"
-        );
-        assert!(!known.surely_unknown(&second), "held from now on");
-        assert_eq!(known.len(), 2);
-
-        // With no credential cache, every missing id is looked up: nothing is decided from a
-        // stale memory.
-        let uncached = KnownCredentialIds::load(
-            &*store.credentials(),
-            Arc::new(clock.clone()),
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
-        assert!((0..100).all(|n| !uncached.surely_unknown(&format!("unknown{n}"))));
+        let third = add("carol").await;
+        assert!(!known.holds(&second) && !known.holds(&third));
+        known.insert(&second);
+        assert!(known.holds(&second));
+        assert_eq!(known.reconcile(&*store.credentials()).await.unwrap(), 1);
+        assert!(known.holds(&third));
+        assert_eq!(known.len(), 3);
+        assert_eq!(known.reconcile(&*store.credentials()).await.unwrap(), 0);
         store.close().await;
     }
 }

@@ -268,7 +268,7 @@ pub struct AuthSettings {
     /// every instance).
     pub failed_attempts: Option<Arc<dyn RateLimiter<IpAddr>>>,
     /// The credential ids the store holds, so unknown ones are refused without a store read
-    /// (`None`: every unknown id is looked up).
+    /// (`None`: every id is looked up).
     pub known_ids: Option<Arc<known_ids::KnownCredentialIds>>,
 }
 
@@ -389,7 +389,6 @@ const REALM: &str = "peergate";
 struct PeerTokens {
     store: Arc<dyn CredentialStore>,
     kind: CredentialKind,
-    known: Option<Arc<known_ids::KnownCredentialIds>>,
 }
 
 #[async_trait]
@@ -399,9 +398,6 @@ impl TokenRecords<VerifiedPeer> for PeerTokens {
         token_id: &str,
     ) -> Result<Option<TokenRecord<VerifiedPeer>>, StoreError> {
         let record = self.store.find_credential(self.kind, token_id).await?;
-        if let (Some(known), Some(_)) = (&self.known, &record) {
-            known.found(token_id);
-        }
         Ok(record.map(|record| TokenRecord {
             name: record.peer_name.clone(),
             secret_hash: record.secret_hash,
@@ -451,7 +447,6 @@ fn door_scheme(
         Arc::new(PeerTokens {
             store: store.clone(),
             kind,
-            known: settings.known_ids.clone(),
         })
     };
     match scheme {
@@ -586,10 +581,6 @@ impl PeerAuthenticator {
     /// revocation, a new quota) applies to the very next request, including over verifications
     /// already under way.
     pub fn forget_peer(&self, peer_id: &str) {
-        // A credential issued here is found on the very next request.
-        if let Some(known) = &self.settings.known_ids {
-            known.changed();
-        }
         if let Some(cache) = &self.verified {
             self.generation.fetch_add(1, Ordering::SeqCst);
             let peer_id: Arc<str> = Arc::from(peer_id);
@@ -599,11 +590,23 @@ impl PeerAuthenticator {
         }
     }
 
-    /// Forgets every cached verdict (changes may have been missed).
-    pub fn forget_everyone(&self) {
+    /// A credential was issued to a peer: its id is known from now on, and the peer's cached
+    /// verdicts are dropped.
+    pub fn credential_issued(&self, peer_id: &str, token_id: &str) {
         if let Some(known) = &self.settings.known_ids {
-            known.changed();
+            known.insert(token_id);
         }
+        self.forget_peer(peer_id);
+    }
+
+    /// The set of known credential ids, when there is one.
+    pub fn known_ids(&self) -> Option<&Arc<known_ids::KnownCredentialIds>> {
+        self.settings.known_ids.as_ref()
+    }
+
+    /// Forgets every cached verdict (changes may have been missed; the set of known ids is
+    /// read again by whoever hears of it, see [`known_ids::KnownCredentialIds::reconcile`]).
+    pub fn forget_everyone(&self) {
         if let Some(cache) = &self.verified {
             self.generation.fetch_add(1, Ordering::SeqCst);
             cache.invalidate_all();
@@ -642,7 +645,7 @@ impl PeerAuthenticator {
             && let Some(id) = self.schemes[presented.scheme]
                 .1
                 .credential_id(presented.credentials)
-            && known.surely_unknown(id)
+            && !known.holds(id)
         {
             self.spend_attempt(client).await?;
             return Err(self.refused(&presented).into());

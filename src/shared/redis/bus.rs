@@ -100,18 +100,6 @@ impl Shared {
     }
 }
 
-/// A change on the wire.
-#[derive(Serialize, Deserialize)]
-struct WireChange<'a> {
-    #[serde(borrow)]
-    from: Cow<'a, str>,
-    /// `peer`, `admin` or `everyone`.
-    #[serde(borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow)]
-    id: Cow<'a, str>,
-}
-
 /// Who stops this instance's turns when another instance asks.
 #[derive(Default)]
 struct CancelListeners(std::sync::RwLock<Vec<crate::shared::cancels::CancelListener>>);
@@ -313,19 +301,12 @@ fn hear_presence(shared: &Shared, payload: &str) {
 }
 
 fn deliver_change(shared: &Shared, payload: &str) {
-    let Ok(wire) = serde_json::from_str::<WireChange<'_>>(payload) else {
+    let Some((from, change)) = Change::from_wire(payload) else {
         return;
     };
-    if *wire.from == *shared.instance {
-        return;
+    if *from != *shared.instance {
+        shared.changes.publish(change);
     }
-    let change = match &*wire.kind {
-        "peer" => Change::Peer(wire.id.into_owned()),
-        "admin" => Change::Admin(wire.id.into_owned()),
-        "everyone" => Change::Everyone,
-        _ => return,
-    };
-    shared.changes.publish(change);
 }
 
 fn deliver_event(shared: &Shared, payload: &str) {
@@ -352,19 +333,7 @@ struct BusChanges(Arc<Shared>);
 
 impl ChangeNotifier for BusChanges {
     fn publish(&self, change: Change) {
-        let (kind, id) = match &change {
-            Change::Peer(id) => ("peer", id.as_str()),
-            Change::Admin(id) => ("admin", id.as_str()),
-            Change::Everyone => ("everyone", ""),
-        };
-        let wire = WireChange {
-            from: Cow::Borrowed(&self.0.instance),
-            kind: Cow::Borrowed(kind),
-            id: Cow::Borrowed(id),
-        };
-        if let Ok(payload) = serde_json::to_string(&wire) {
-            self.0.publish(CHANGES, payload);
-        }
+        self.0.publish(CHANGES, change.to_wire(&self.0.instance));
         self.0.changes.publish(change);
     }
 

@@ -203,7 +203,58 @@ impl StoreEngine for PostgresStore {
         }
         self.pool.close().await;
     }
+
+    async fn announce(&self, notes: &[String]) {
+        for note in notes
+            .iter()
+            .filter(|n| n.len() <= crate::store::LONGEST_NOTE)
+        {
+            let sent = sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(ANNOUNCEMENTS)
+                .bind(note)
+                .execute(&self.pool)
+                .await;
+            if let Err(e) = sent {
+                tracing::warn!(error = %e, "could not tell the running gateways of a change; they re-read credentials within seconds");
+                return;
+            }
+        }
+    }
+
+    async fn hear_announcements(&self) -> Result<crate::store::Announcements, StoreError> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(ANNOUNCEMENTS).await?;
+        let (heard, announcements) = tokio::sync::mpsc::channel(256);
+        tokio::spawn(async move {
+            loop {
+                let received = tokio::select! {
+                    received = listener.try_recv() => received,
+                    () = heard.closed() => return,
+                };
+                let note = match received {
+                    Ok(Some(notification)) => {
+                        crate::store::Heard::Note(notification.payload().to_owned())
+                    }
+                    // The connection dropped (it is made again on the next call): whatever
+                    // was announced meanwhile was not heard.
+                    Ok(None) => crate::store::Heard::Missed,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        crate::store::Heard::Missed
+                    }
+                };
+                if heard.send(note).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(announcements)
+    }
 }
+
+/// The channel the command line's changes are announced on (`NOTIFY`), heard by every
+/// instance serving the store.
+const ANNOUNCEMENTS: &str = "peergate_changes";
 
 /// A session holding an advisory lock keeps it until PostgreSQL sees the session end. A
 /// process that dies closes its socket at once, but a machine that vanishes (power, network)

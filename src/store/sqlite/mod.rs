@@ -14,6 +14,7 @@
 //! so it upgrades in place.
 
 mod accounts;
+pub mod announce;
 mod push;
 mod reserve;
 mod tasks;
@@ -378,6 +379,14 @@ impl StoreEngine for SqliteStore {
         // removes it, which a read-only one cannot do.
         self.reader.close().await;
         self.writer.close().await;
+    }
+
+    async fn announce(&self, notes: &[String]) {
+        announce::announce(&self.path, notes).await;
+    }
+
+    async fn hear_announcements(&self) -> Result<crate::store::Announcements, StoreError> {
+        announce::hear(&self.path)
     }
 }
 
