@@ -43,16 +43,19 @@ impl AdminClient {
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let changes = method != Method::GET;
         let mut request = reqwest::Client::new().request(method, format!("{}{path}", self.base));
         request = match &self.credentials {
             Credentials::Basic(name, password) => request.basic_auth(name, Some(password)),
             Credentials::Bearer(token) => request.bearer_auth(token),
             Credentials::None => request,
         };
+        // Every change is sent as JSON, with a body or without.
+        if changes {
+            request = request.header("content-type", "application/json");
+        }
         if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
+            request = request.body(body.to_string());
         }
         let response = request.send().await.expect("admin request");
         let status = response.status().as_u16();
@@ -1313,5 +1316,260 @@ async fn a_revoked_peer_is_reinstated_with_a_new_token_and_its_old_ones_stay_dea
         .filter(|r| r["action"] == "peer.reinstated" && r["outcome"] == "ok")
         .count();
     assert_eq!(reinstated, 2, "{audit}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_web_page_could_make_a_browser_send_changes_nothing() {
+    let (gw, ada, _) = gateway_with_admins(
+        PolicyEdit::default()
+            .set("server.admin_allowed_origins", ["https://console.example"])
+            .policy(),
+    )
+    .await;
+    let token = ada.create_peer("alice").await;
+    let audited = ada.audit().await.len();
+    let client = reqwest::Client::new();
+    let as_ada = |method: Method, path: &str| {
+        client
+            .request(method, format!("{}{path}", gw.admin))
+            .basic_auth("ada", Some(PASSWORD_A))
+    };
+    let json = "application/json";
+    // (method, path, content type, body, extra header, status)
+    type Attempt<'a> = (
+        Method,
+        &'a str,
+        Option<&'a str>,
+        &'a str,
+        Option<(&'a str, &'a str)>,
+        u16,
+    );
+    let attempts: [Attempt<'_>; 10] = [
+        (
+            Method::POST,
+            "/v1/peers",
+            Some("text/plain"),
+            r#"{"name":"mallory"}"#,
+            None,
+            415,
+        ),
+        (
+            Method::POST,
+            "/v1/peers",
+            Some("application/x-www-form-urlencoded"),
+            "name=mallory",
+            None,
+            415,
+        ),
+        (
+            Method::POST,
+            "/v1/peers",
+            Some("multipart/form-data; boundary=b"),
+            "--b--",
+            None,
+            415,
+        ),
+        (Method::POST, "/v1/peers/alice/revoke", None, "", None, 415),
+        (
+            Method::POST,
+            "/v1/peers/alice/api-key",
+            Some("text/plain"),
+            "",
+            None,
+            415,
+        ),
+        (
+            Method::PUT,
+            "/v1/peers/alice/limit",
+            Some("text/plain"),
+            r#"{"ratePerMinute":1}"#,
+            None,
+            415,
+        ),
+        (
+            Method::POST,
+            "/v1/peers/alice/rotate",
+            Some(json),
+            "{}",
+            Some(("origin", "https://evil.example")),
+            403,
+        ),
+        (
+            Method::POST,
+            "/v1/peers/alice/rotate",
+            Some(json),
+            "{}",
+            Some(("origin", "null")),
+            403,
+        ),
+        (
+            Method::POST,
+            "/v1/peers",
+            Some(json),
+            r#"{"name":"mallory"}"#,
+            Some(("sec-fetch-site", "cross-site")),
+            403,
+        ),
+        (
+            Method::DELETE,
+            "/v1/conversations/alice/ctx",
+            None,
+            "",
+            None,
+            415,
+        ),
+    ];
+    for (method, path, content_type, body, extra, want) in attempts {
+        let mut request = as_ada(method.clone(), path).body(body);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        if let Some((name, value)) = extra {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(
+            response.status().as_u16(),
+            want,
+            "{method} {path} {content_type:?} {extra:?}"
+        );
+        let body: Value = response.json().await.unwrap();
+        let code = if want == 415 {
+            "unsupported_media_type"
+        } else {
+            "cross_site_request"
+        };
+        assert_eq!(body["error"]["code"], code, "{method} {path}");
+    }
+    // Nothing changed: no peer, no rotation, no revocation, no audit record.
+    let (_, peers) = ada.get("/v1/peers").await;
+    let names: Vec<&str> = peers["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alice"]);
+    assert_eq!(peers["peers"][0]["status"], "active");
+    assert_eq!(peers["peers"][0]["ratePerMinute"], 30);
+    assert_eq!(ada.audit().await.len(), audited, "an attempt left a change");
+    let answer = send_text(&gw.door, &token, "still mine", None).await;
+    assert_eq!(task_of(&answer)["status"]["state"], "TASK_STATE_COMPLETED");
+
+    // A page of an origin the operator allowed may call it.
+    let response = as_ada(Method::POST, "/v1/peers")
+        .header("content-type", json)
+        .header("origin", "https://console.example")
+        .header("sec-fetch-site", "cross-site")
+        .body(r#"{"name":"from-console"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+
+    // The challenge names no scheme a browser would prompt for.
+    let response = client
+        .get(format!("{}/v1/peers", gw.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    let challenges: Vec<&str> = response
+        .headers()
+        .get_all("www-authenticate")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert!(!challenges.is_empty());
+    for challenge in &challenges {
+        let scheme = challenge.split(' ').next().unwrap();
+        assert!(!scheme.eq_ignore_ascii_case("basic"), "{challenges:?}");
+    }
+    // Programs still sign in with Basic without being asked.
+    assert_eq!(ada.get("/v1/peers").await.0, 200);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_announced_past_the_admin_limit_is_refused_at_once() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (gw, _, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    let address = gw.admin.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /v1/peers HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // No byte of the body is sent: the answer must not wait for it.
+    let mut answer = vec![0u8; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
+        .await
+        .expect("the admin API waited for a body it will refuse")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("body_too_large"), "{answer}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn names_that_pass_for_ids_or_other_peers_and_endless_expiries_are_refused() {
+    let (gw, ada, bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    ada.create_peer("Alice").await;
+    // Another administrator, or the same one, cannot take the name in another case.
+    for (admin, name) in [(&bob, "alice"), (&ada, "ALICE"), (&bob, "Alice")] {
+        let (status, body) = admin.post("/v1/peers", json!({"name": name})).await;
+        assert_eq!(status, 409, "{name}: {body}");
+    }
+    let (status, body) = bob
+        .post(
+            "/v1/peers",
+            json!({"name": "peer_0123456789abcdef0123456789abcdef"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("peer id"),
+        "{body}"
+    );
+    // The same rules on the command line.
+    let (code, _, stderr) = gw.cli(&["peer", "add", "aLiCe"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("differ only in case"), "{stderr}");
+    let (code, _, stderr) = gw.cli(&["peer", "add", "peer_0123456789abcdef0123456789abcdef"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("peer id"), "{stderr}");
+
+    // An expiry past a hundred years is a mistake, not "never".
+    for far in ["2999-01-01T00:00:00Z", "1000000d", "9000-01-01"] {
+        let (status, body) = ada
+            .put("/v1/peers/Alice/expiry", json!({"expiresAt": far}))
+            .await;
+        assert_eq!(status, 400, "{far}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("100 years"),
+            "{body}"
+        );
+        let (status, body) = ada
+            .post("/v1/peers", json!({"name": "far", "expiresAt": far}))
+            .await;
+        assert_eq!(status, 400, "{far}: {body}");
+    }
+    let (code, _, stderr) = gw.cli(&["peer", "expire", "Alice", "1000000d"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("100 years"), "{stderr}");
+    let (status, body) = ada
+        .put("/v1/peers/Alice/expiry", json!({"expiresAt": "2090-01-01"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, peer) = ada.get("/v1/peers/Alice").await;
+    assert_eq!(peer["expiresAt"], "2090-01-01T00:00:00.000Z");
     gw.stop().await;
 }

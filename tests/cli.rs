@@ -1166,3 +1166,60 @@ async fn a_credential_whose_announcement_was_lost_is_admitted_by_the_periodic_re
         "a credential whose announcement was lost was never admitted"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_access_log_names_the_request_id_an_internal_error_answered_with() {
+    let policy = PolicyEdit::default()
+        .set("log.format", "json")
+        .set("log.access", true);
+    let served = ServedPolicy::start(&policy, &["alice"], &[]);
+    let door = served.server.door();
+    // The store breaks under the running server: SendMessage answers -32603 inside a 200.
+    let connection = rusqlite::Connection::open(served.data.join("peergate.sqlite3")).unwrap();
+    connection
+        .execute_batch("ALTER TABLE tasks RENAME TO tasks_gone")
+        .unwrap();
+    let answer = send_text(&door, &served.tokens[0], "cannot be stored", None).await;
+    assert_eq!(error_code(&answer), -32603, "{answer}");
+    let answered = answer["error"]["data"][0]["metadata"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let log = served
+        .server
+        .log_with(&format!("\"request_id\":\"{answered}\""));
+    let access = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["target"] == "peergate::access" && line["route"] == "door")
+        .expect("an access line for the SendMessage");
+    assert_eq!(access["status"], 200);
+    assert_eq!(access["request_id"], answered.as_str(), "{access}");
+    // And the cause is logged under that id.
+    assert!(
+        log.lines()
+            .any(|line| line.contains(&answered) && !line.contains("peergate::access")),
+        "no log line holds the cause under {answered}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ready_on_the_door_says_only_whether_and_the_admin_listener_says_what() {
+    let served = ServedPolicy::start(&PolicyEdit::default(), &[], &[]);
+    let door: Value = reqwest::get(format!("http://{}/ready", served.server.addr))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(door, json!({"status": "ready"}));
+    let admin = reqwest::get(format!("http://{}/ready", served.server.admin_addr))
+        .await
+        .unwrap();
+    assert_eq!(admin.status(), 200);
+    let admin: Value = admin.json().await.unwrap();
+    assert_eq!(
+        admin,
+        json!({"status": "ready", "store": "ok", "redis": "not_configured", "backend": "echo"})
+    );
+}

@@ -700,3 +700,50 @@ async fn a_flood_from_many_addresses_never_locks_out_a_valid_peer() {
     }
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn basic_logins_past_the_argon2_queue_are_refused_at_once_with_retry_after() {
+    // One slot, so four may wait; failed attempts unlimited, as from many addresses.
+    let gw = TestGateway::start_with(
+        all_schemes()
+            .set("auth.password_checks_at_once", 1)
+            .set("limits.failed_auth_per_ip_per_minute", 1_000_000_000)
+            .set("limits.per_ip_per_minute", 1_000_000_000)
+            .policy(),
+    )
+    .await;
+    gw.add_peer("alice");
+    gw.cli_with_stdin(&["peer", "password", "alice"], "a long enough password\n");
+    let door = gw.door.clone();
+    let flood: Vec<_> = (0..128)
+        .map(|n| {
+            let door = door.clone();
+            tokio::spawn(async move {
+                let wrong = basic("alice", &format!("wrong password {n}"));
+                call(&door, &[("authorization", &wrong)]).await
+            })
+        })
+        .collect();
+    let mut busy = 0;
+    for answer in flood {
+        let (status, headers, body) = answer.await.unwrap();
+        match status {
+            401 => assert_eq!(body["error"]["code"], "invalid_credentials"),
+            503 => {
+                busy += 1;
+                assert_eq!(body["error"]["code"], "auth_busy", "{body}");
+                assert_eq!(header(&headers, "retry-after"), "1");
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(busy > 0, "every login of the flood was queued for Argon2");
+    assert!(
+        gw.password_verifications() <= 128 - busy,
+        "a refused login was verified anyway"
+    );
+    // The flood is over: the right password signs in.
+    let good = basic("alice", "a long enough password");
+    assert_eq!(call(&gw.door, &[("authorization", &good)]).await.0, 200);
+    gw.stop().await;
+}

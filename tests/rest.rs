@@ -278,3 +278,45 @@ async fn the_rest_routes_sit_behind_the_same_guards() {
     assert_eq!(response.status().as_u16(), 400);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_query_parameter_named_twice_is_refused_not_resolved() {
+    let gw = TestGateway::start_with(full()).await;
+    let token = gw.add_peer("alice");
+    let (status, sent) = call(
+        &gw,
+        reqwest::Method::POST,
+        "/message:send",
+        Some(&token),
+        Some(message("hi")),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let id = sent["task"]["id"].as_str().unwrap().to_owned();
+    for path in [
+        "/tasks?pageSize=1&pageSize=50".to_owned(),
+        format!("/tasks/{id}?historyLength=0&historyLength=5"),
+        format!("/tasks/{id}/pushNotificationConfigs?pageSize=1&pageSize=2"),
+    ] {
+        let (status, body) = call(&gw, reqwest::Method::GET, &path, Some(&token), None).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("named more than once"),
+            "{path}: {body}"
+        );
+    }
+    // Named once, each is read.
+    let (status, body) = call(
+        &gw,
+        reqwest::Method::GET,
+        "/tasks?pageSize=1",
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    gw.stop().await;
+}

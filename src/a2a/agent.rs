@@ -66,6 +66,14 @@ pub struct AgentSettings {
 pub enum Answer {
     /// One JSON-RPC response object.
     Body(String),
+    /// One JSON-RPC response object: an internal error (`-32603`), whose detail was logged under
+    /// `request_id`, the id the answer names (the access log names it too).
+    Internal {
+        /// The response object.
+        body: String,
+        /// The id of the log line with the detail.
+        request_id: String,
+    },
     /// JSON-RPC response objects, one per event, until the sender closes (Server-Sent Events).
     Events(tokio::sync::mpsc::Receiver<String>),
 }
@@ -74,8 +82,22 @@ impl Answer {
     /// The body of a one-response answer (`None` for a stream).
     pub fn body(self) -> Option<String> {
         match self {
-            Self::Body(body) => Some(body),
+            Self::Body(body) | Self::Internal { body, .. } => Some(body),
             Self::Events(_) => None,
+        }
+    }
+
+    /// The answer to request `id` that failed with `error`.
+    fn failure(id: &jsonrpc::RpcId, error: &RpcError) -> Self {
+        let body = jsonrpc::failure(id, error);
+        match error {
+            RpcError::Internal { request_id } | RpcError::StoreUnavailable { request_id } => {
+                Self::Internal {
+                    body,
+                    request_id: request_id.clone(),
+                }
+            }
+            _ => Self::Body(body),
         }
     }
 }
@@ -247,20 +269,20 @@ impl Agent {
             Method::SendStreamingMessage => {
                 return match self.send_streaming(peer, client, &request.id, params).await {
                     Ok(events) => Answer::Events(events),
-                    Err(error) => Answer::Body(jsonrpc::failure(&request.id, &error)),
+                    Err(error) => Answer::failure(&request.id, &error),
                 };
             }
             Method::SubscribeToTask => {
                 return match self.subscribe_to_task(peer, &request.id, params).await {
                     Ok(events) => Answer::Events(events),
-                    Err(error) => Answer::Body(jsonrpc::failure(&request.id, &error)),
+                    Err(error) => Answer::failure(&request.id, &error),
                 };
             }
         };
-        Answer::Body(match outcome {
-            Ok(result) => jsonrpc::success(&request.id, &result),
-            Err(error) => jsonrpc::failure(&request.id, &error),
-        })
+        match outcome {
+            Ok(result) => Answer::Body(jsonrpc::success(&request.id, &result)),
+            Err(error) => Answer::failure(&request.id, &error),
+        }
     }
 
     async fn send_message(

@@ -11,6 +11,7 @@ use super::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
 use crate::admin::budget::{Budgets, day_and_month};
 use crate::clock::{Clock, rfc3339_millis};
 use crate::http::refusal::Refusal;
+use crate::layers::cross_site::CrossSiteLayer;
 use crate::layers::metrics::{Metrics, MetricsLayer};
 use crate::store::{AuditRecord, PeerRecord, StoreError};
 use axum::body::Bytes;
@@ -21,6 +22,7 @@ use axum::{Extension, Json, Router};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};
+use tower_http::limit::RequestBodyLimitLayer;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -34,6 +36,7 @@ pub struct AdminState {
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     openapi_json: Arc<OnceLock<String>>,
+    readiness: Option<Arc<crate::http::ready::Readiness>>,
 }
 
 impl AdminState {
@@ -50,7 +53,14 @@ impl AdminState {
             metrics,
             clock,
             openapi_json: Arc::default(),
+            readiness: None,
         }
+    }
+
+    /// Answers `GET /ready` with the state of each part.
+    pub fn with_readiness(mut self, readiness: Arc<crate::http::ready::Readiness>) -> Self {
+        self.readiness = Some(readiness);
+        self
     }
 
     /// The account service the routes call.
@@ -109,7 +119,9 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
 
 /// The routes anyone on the admin listener may read.
 fn public_routes() -> OpenApiRouter<AdminState> {
-    OpenApiRouter::new().routes(routes!(openapi_document))
+    OpenApiRouter::new()
+        .routes(routes!(openapi_document))
+        .routes(routes!(readiness))
 }
 
 /// The OpenAPI document of the admin API, generated from the routes that serve it.
@@ -120,8 +132,17 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .into_openapi()
 }
 
-/// The admin routes: authenticated, counted in the state's metrics.
-pub fn router(state: AdminState, authenticator: Arc<AdminAuthenticator>) -> Router {
+/// The largest body an admin request may carry; one announced larger is refused with 413 before
+/// it is read. The biggest request (a password) is far smaller.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The admin routes: refused when a browser sends them for another site, authenticated,
+/// counted in the state's metrics. Pages from `allowed_origins` may call them.
+pub fn router(
+    state: AdminState,
+    authenticator: Arc<AdminAuthenticator>,
+    allowed_origins: &[String],
+) -> Router {
     let _ = state
         .openapi_json
         .set(openapi().to_pretty_json().unwrap_or_default());
@@ -134,6 +155,8 @@ pub fn router(state: AdminState, authenticator: Arc<AdminAuthenticator>) -> Rout
         .fallback(not_found)
         .method_not_allowed_fallback(crate::http::server::method_not_allowed)
         .with_state(state)
+        .layer(CrossSiteLayer::new(allowed_origins))
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(MetricsLayer::admin(metrics))
 }
 
@@ -887,6 +910,31 @@ async fn prometheus_metrics(
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// Whether this instance can serve, part by part.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // built by `crate::http::ready`; this type only documents it
+struct ReadinessView {
+    /// `ready` or `not_ready`.
+    status: String,
+    /// `ok`, `disk_full` or `unreachable`.
+    store: String,
+    /// `ok`, `unreachable` or `not_configured`.
+    redis: String,
+    /// The backend's kind: `echo`, `openai` or `a2a`.
+    backend: String,
+}
+
+#[utoipa::path(get, path = "/ready", tag = "operations", security(()),
+    responses(
+        (status = 200, description = "Every part can serve", body = ReadinessView),
+        (status = 503, description = "A part cannot serve (with Retry-After)", body = ReadinessView)))]
+async fn readiness(State(state): State<AdminState>) -> Response {
+    match &state.readiness {
+        Some(readiness) => readiness.answer(true).await,
+        None => not_found().await,
+    }
 }
 
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()),

@@ -118,6 +118,9 @@ pub enum AdminAuthError {
     /// The store could not be asked.
     #[error("credentials cannot be checked right now")]
     Unavailable,
+    /// Too many password sign-ins are waiting to be checked (see [`AuthError::Busy`]).
+    #[error("too many password sign-ins are waiting to be checked; retry in a second")]
+    Busy,
 }
 
 impl AdminAuthError {
@@ -129,6 +132,7 @@ impl AdminAuthError {
             Self::PeerCredential => "peer_credential",
             Self::InvalidCredentials => "invalid_credentials",
             Self::Unavailable => "auth_unavailable",
+            Self::Busy => "auth_busy",
         }
     }
 }
@@ -282,6 +286,7 @@ fn admin_error(error: AuthError) -> AdminAuthError {
         AuthError::MissingCredentials => AdminAuthError::MissingCredentials,
         AuthError::ForeignCredential => AdminAuthError::PeerCredential,
         AuthError::Unavailable => AdminAuthError::Unavailable,
+        AuthError::Busy => AdminAuthError::Busy,
         AuthError::MalformedToken | AuthError::InvalidToken | AuthError::InvalidCredentials => {
             AdminAuthError::InvalidCredentials
         }

@@ -115,9 +115,9 @@ impl ServiceError {
 
 fn store_conflict(error: StoreError) -> ServiceError {
     match error {
-        StoreError::DuplicatePeer(_) | StoreError::DuplicateAdmin(_) => {
-            ServiceError::Conflict(error.to_string())
-        }
+        StoreError::DuplicatePeer(_)
+        | StoreError::SimilarPeer(_)
+        | StoreError::DuplicateAdmin(_) => ServiceError::Conflict(error.to_string()),
         other => ServiceError::Store(other),
     }
 }
@@ -227,6 +227,22 @@ pub fn check_name(field: &'static str, name: &str) -> Result<(), ServiceError> {
     }
 }
 
+/// Checks a new peer's name: [`check_name`], and not shaped like a peer id (`peer_` and 32
+/// hexadecimal digits), which the audit log and the admin API would show beside real ids.
+fn check_peer_name(name: &str) -> Result<(), ServiceError> {
+    check_name("peer name", name)?;
+    let id_shaped = name
+        .strip_prefix("peer_")
+        .is_some_and(|rest| rest.len() == 32 && rest.bytes().all(|b| b.is_ascii_hexdigit()));
+    if id_shaped {
+        return Err(ServiceError::Invalid {
+            field: "peer name",
+            reason: "must not look like a peer id (peer_ and 32 hexadecimal digits)".to_owned(),
+        });
+    }
+    Ok(())
+}
+
 fn check_rate(rate: u32) -> Result<(), ServiceError> {
     if (1..=MAX_RATE_PER_MINUTE).contains(&rate) {
         Ok(())
@@ -263,12 +279,24 @@ fn issue(kind: CredentialKind) -> Result<token::IssuedToken, ServiceError> {
     token::issue(kind).map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))
 }
 
-/// Refuses an expiry that is not in the future.
+/// The furthest an expiry may lie ahead: anything later is a mistake (a year typed with an
+/// extra digit), and "never" is said by no expiry at all.
+const LONGEST_EXPIRY_MS: i64 = 100 * 366 * 24 * 3600 * 1000;
+
+/// Refuses an expiry that is not in the future, or lies more than a hundred years ahead.
 fn check_future(expires_at: Option<i64>, now: i64) -> Result<(), ServiceError> {
     if expires_at.is_some_and(|at| at <= now) {
         return Err(ServiceError::Invalid {
             field: "expiry",
             reason: "must be in the future (revoke the peer to stop it now)".to_owned(),
+        });
+    }
+    if expires_at.is_some_and(|at| at > now.saturating_add(LONGEST_EXPIRY_MS)) {
+        return Err(ServiceError::Invalid {
+            field: "expiry",
+            reason:
+                "must be at most 100 years ahead (give no expiry for a peer that never expires)"
+                    .to_owned(),
         });
     }
     Ok(())
@@ -716,7 +744,7 @@ impl AccountService {
         self.audited(
             Operation::new(caller, AuditAction::PeerCreated, &target),
             async |op| {
-                check_name("peer name", &new.name)?;
+                check_peer_name(&new.name)?;
                 let rate = new.rate_per_minute.unwrap_or(self.defaults.rate_per_minute);
                 check_rate(rate)?;
                 let now = self.clock.now_millis();

@@ -42,6 +42,10 @@ pub struct ServerPolicy {
     /// listener's `GET /metrics` and nothing else.
     #[serde(default)]
     pub metrics_token_env: Option<String>,
+    /// Web origins (`https://host[:port]`) whose pages may call the admin API from a browser;
+    /// requests from any other page are refused.
+    #[serde(default)]
+    pub admin_allowed_origins: Vec<String>,
 }
 
 fn default_header_read_timeout_seconds() -> u64 {
@@ -70,6 +74,24 @@ pub fn check_admin_listen(admin: SocketAddr, door: SocketAddr) -> Result<(), &'s
         && (door.ip().is_unspecified() || door.ip() == admin.ip())
     {
         return Err("must not be the door's address: the admin API has its own port");
+    }
+    Ok(())
+}
+
+/// An origin as a browser sends it in `Origin`: `http(s)://host[:port]`, nothing after.
+fn check_origin(origin: &str) -> Result<(), &'static str> {
+    let rest = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"))
+        .ok_or("each must start with https:// or http://")?;
+    let host_and_port_only = !rest.is_empty()
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
+    if !host_and_port_only {
+        return Err(
+            "each must be an origin as browsers send it: scheme, host and optional port, no path or trailing /, e.g. https://console.example.com",
+        );
     }
     Ok(())
 }
@@ -126,6 +148,10 @@ impl ServerPolicy {
                 "server.metrics_token_env",
                 "must name an environment variable: letters, digits and _, not starting with a digit",
             ));
+        }
+        for origin in &self.admin_allowed_origins {
+            check_origin(origin)
+                .map_err(|reason| invalid("server.admin_allowed_origins", reason))?;
         }
         if !(1024..=64 * 1024 * 1024).contains(&self.max_body_bytes) {
             return Err(invalid(

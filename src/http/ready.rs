@@ -3,10 +3,12 @@
 //! `/health` stays a liveness answer that touches nothing. `/ready` answers 503 (with
 //! `Retry-After`) while the store does not answer, while the SQLite store's disk is too full for
 //! what SendMessage writes (see the store's reserve), or while Redis, when configured, does not
-//! answer a PING; the body names each part's state, never an address or an error text. The
-//! backend is checked when the gateway starts (it does not start without one), so it is only
-//! named. However often it is asked, the parts are asked at most once a second: `/ready` is not
-//! behind the per-IP limit, and a flood of it must not become a flood of store queries.
+//! answer a PING. On the door's listener, which anyone reaches, the body says only `ready` or
+//! `not_ready`; on the admin listener it names each part's state and the backend's kind,
+//! never an address or an error text (the backend is checked when the gateway starts, which it
+//! does not without one, so it is only named). However often it is asked, the parts are asked
+//! at most once a second: `/ready` is not behind the per-IP limit, and a flood of it must not
+//! become a flood of store queries.
 
 use crate::shared::redis::Redis;
 use crate::store::{Store, StoreError};
@@ -22,7 +24,7 @@ const FRESH_FOR: Duration = Duration::from_secs(1);
 const PART_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The parts `/ready` asks, and its last answer.
-pub(super) struct Readiness {
+pub struct Readiness {
     store: Store,
     redis: Option<Redis>,
     backend: &'static str,
@@ -40,9 +42,13 @@ impl Readiness {
         }
     }
 
-    /// The answer: 200 when every part can serve, else 503 naming the part that cannot.
-    pub(super) async fn answer(&self) -> Response {
-        let (ready, body) = self.check().await;
+    /// The answer: 200 when every part can serve, else 503; with `detail`, naming each part's
+    /// state.
+    pub async fn answer(&self, detail: bool) -> Response {
+        let (ready, mut body) = self.check().await;
+        if !detail {
+            body = json!({"status": body["status"]});
+        }
         let status = if ready {
             StatusCode::OK
         } else {

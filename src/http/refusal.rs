@@ -120,6 +120,13 @@ pub enum Refusal {
     /// The caller may not do this (403).
     #[error("{0}")]
     Forbidden(String),
+    /// A browser sent this for a page of another site (403), see
+    /// [`crate::layers::cross_site`].
+    #[error("{0}")]
+    CrossSite(&'static str),
+    /// The request changes something but is not sent as JSON (415).
+    #[error("{0}")]
+    UnsupportedMediaType(&'static str),
     /// The gateway cannot do this right now, for a reason the caller may be told (503, with
     /// `Retry-After`), such as a full disk under the store.
     #[error("{0}")]
@@ -144,10 +151,10 @@ impl Refusal {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Unauthenticated {
-                error: AuthError::Unavailable,
+                error: AuthError::Unavailable | AuthError::Busy,
                 ..
             }
-            | Self::AdminUnauthenticated(AdminAuthError::Unavailable) => {
+            | Self::AdminUnauthenticated(AdminAuthError::Unavailable | AdminAuthError::Busy) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Self::Unauthenticated { .. } | Self::AdminUnauthenticated(_) => {
@@ -160,7 +167,8 @@ impl Refusal {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
             Self::Conflict(_) => StatusCode::CONFLICT,
-            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Forbidden(_) | Self::CrossSite(_) => StatusCode::FORBIDDEN,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -179,6 +187,8 @@ impl Refusal {
             Self::Invalid { code, .. } => code,
             Self::Conflict(_) => "conflict",
             Self::Forbidden(_) => "forbidden",
+            Self::CrossSite(_) => "cross_site_request",
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::Unavailable(_) => "unavailable",
             Self::Internal { .. } => "internal",
         }
@@ -193,10 +203,16 @@ impl Refusal {
                 ..
             }
             | Self::AdminUnauthenticated(AdminAuthError::Unavailable) => None,
+            Self::Unauthenticated {
+                error: AuthError::Busy,
+                ..
+            }
+            | Self::AdminUnauthenticated(AdminAuthError::Busy) => Some("password_checks_busy"),
             Self::Unauthenticated { .. } => Some("unauthenticated"),
             Self::AdminUnauthenticated(_) => Some("admin_unauthenticated"),
             Self::RateLimited(limited) => Some(limited.limit.name()),
             Self::BodyTooLarge => Some("body_too_large"),
+            Self::CrossSite(_) => Some("cross_site_request"),
             _ => None,
         }
     }
@@ -257,8 +273,11 @@ impl IntoResponse for Refusal {
 }
 
 /// The admin API's challenges: Basic (name and password) and Bearer (an administrator token).
+/// Basic is announced as `xBasic`, a scheme no browser handles: a browser that reaches the
+/// admin API never offers to collect an administrator's password and then keep sending it
+/// (to requests another site's page makes, too). Programs send Basic without being asked.
 static ADMIN_CHALLENGES: [HeaderValue; 2] = [
-    HeaderValue::from_static(r#"Basic realm="peergate admin", charset="UTF-8""#),
+    HeaderValue::from_static(r#"xBasic realm="peergate admin", charset="UTF-8""#),
     HeaderValue::from_static(r#"Bearer realm="peergate admin""#),
 ];
 

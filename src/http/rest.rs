@@ -88,12 +88,27 @@ async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> 
         tokio::spawn(async move { agent.handle(&caller.peer, caller.client, &body).await }).await;
     match answer {
         Ok(Answer::Body(body)) => unwrap(&body),
+        Ok(Answer::Internal { body, request_id }) => {
+            let mut response = unwrap(&body);
+            response
+                .extensions_mut()
+                .insert(crate::http::refusal::LoggedRequestId(request_id));
+            response
+        }
         Ok(Answer::Events(events)) => {
             crate::http::sse::respond(bare_results(events), state.longest_stream)
         }
-        Err(_) => error_response(&jsonrpc::RpcError::Internal {
-            request_id: uuid::Uuid::new_v4().to_string(),
-        }),
+        Err(_) => {
+            let request_id = uuid::Uuid::new_v4().to_string();
+            tracing::error!(request_id = %request_id, "the turn panicked");
+            let mut response = error_response(&jsonrpc::RpcError::Internal {
+                request_id: request_id.clone(),
+            });
+            response
+                .extensions_mut()
+                .insert(crate::http::refusal::LoggedRequestId(request_id));
+            response
+        }
     }
 }
 
@@ -200,10 +215,16 @@ async fn send_as(
     }
 }
 
-/// Query parameters as params: numbers and booleans where the method expects them.
-fn query_params(query: &HashMap<String, String>) -> Result<Value, jsonrpc::RpcError> {
+/// Query parameters as params: numbers and booleans where the method expects them. A parameter
+/// named twice is refused rather than resolved: a proxy in front may have read the other one.
+fn query_params(query: &[(String, String)]) -> Result<Value, jsonrpc::RpcError> {
     let mut params = serde_json::Map::new();
     for (name, value) in query {
+        if params.contains_key(name) {
+            return Err(jsonrpc::RpcError::InvalidRequest(
+                "a query parameter is named more than once; name each at most once",
+            ));
+        }
         let typed = match name.as_str() {
             "pageSize" | "historyLength" => match value.parse::<i64>() {
                 Ok(n) => json!(n),
@@ -235,7 +256,7 @@ async fn list(
     State(state): State<RestState>,
     peer: AuthenticatedPeer,
     client: Option<Extension<ClientAddr>>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     match query_params(&query) {
         Ok(params) => ask(&state, Caller::new(peer, client), "ListTasks", params).await,
@@ -251,9 +272,13 @@ async fn task(
     client: Option<Extension<ClientAddr>>,
     method: Method,
     Path(segment): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     let caller = Caller::new(peer, client);
+    // Checked on every route of the path, not only where the parameters are read.
+    if let Err(refused) = query_params(&query) {
+        return error_response(&refused);
+    }
     if let Some(id) = segment.strip_suffix(":cancel") {
         if method != Method::POST {
             return StatusCode::METHOD_NOT_ALLOWED.into_response();
@@ -288,10 +313,13 @@ async fn push_configs(
     method: Method,
     headers: HeaderMap,
     Path(path): Path<HashMap<String, String>>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<Vec<(String, String)>>,
     body: Bytes,
 ) -> Response {
     let caller = Caller::new(peer, client);
+    if let Err(refused) = query_params(&query) {
+        return error_response(&refused);
+    }
     let task = path.get("task").cloned().unwrap_or_default();
     let (name, mut params) = match (path.get("config"), method) {
         (None, Method::POST) => match body_params(&headers, &body) {

@@ -297,7 +297,8 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
             budgets.clone(),
             metrics.clone(),
             options.clock.clone(),
-        ),
+        )
+        .with_readiness(readiness),
         &authenticator,
     )?;
 
@@ -720,15 +721,18 @@ fn admin_router(
         .map_err(StartError::Config)?
         .with_scrape_token(scrape_token(policy)?),
     );
-    Ok(crate::admin::api::router(state, admin_authenticator)
-        .layer(CatchPanicLayer::custom(panic_response))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            Duration::from_secs(policy.server.request_timeout_seconds),
-        ))
-        .layer(axum::middleware::map_response(
-            refusal::explain_layer_refusals,
-        )))
+    let allowed_origins = &policy.server.admin_allowed_origins;
+    Ok(
+        crate::admin::api::router(state, admin_authenticator, allowed_origins)
+            .layer(CatchPanicLayer::custom(panic_response))
+            .layer(TimeoutLayer::with_status_code(
+                StatusCode::REQUEST_TIMEOUT,
+                Duration::from_secs(policy.server.request_timeout_seconds),
+            ))
+            .layer(axum::middleware::map_response(
+                refusal::explain_layer_refusals,
+            )),
+    )
 }
 
 /// The scrape token `server.metrics_token_env` names, read from the environment. Fails closed:
@@ -763,6 +767,7 @@ async fn door(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let mut logged = None;
     let answer = if is_json(&headers) {
         // The turn runs in a task of its own: a client that hangs up (or a request timeout)
         // must not cut it between storing the task and storing its answer.
@@ -771,6 +776,10 @@ async fn door(
         let turn = tokio::spawn(async move { agent.handle(&peer, client, &body).await });
         match turn.await {
             Ok(crate::a2a::agent::Answer::Body(answer)) => answer,
+            Ok(crate::a2a::agent::Answer::Internal { body, request_id }) => {
+                logged = Some(refusal::LoggedRequestId(request_id));
+                body
+            }
             Ok(crate::a2a::agent::Answer::Events(events)) => {
                 return crate::http::sse::respond(events, state.longest_stream);
             }
@@ -784,14 +793,19 @@ async fn door(
             ),
         )
     };
-    (
+    let mut response = (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
         answer,
     )
-        .into_response()
+        .into_response();
+    if let Some(logged) = logged {
+        // The access log names the id the -32603 answer names.
+        response.extensions_mut().insert(logged);
+    }
+    response
 }
 
 /// Whether the request says its body is JSON: `application/json` or `application/a2a+json`,
@@ -848,7 +862,8 @@ async fn health() -> Json<serde_json::Value> {
 }
 
 async fn ready(State(state): State<AppState>) -> Response {
-    state.readiness.answer().await
+    // Anyone reaches the door: whether it can serve, and nothing about its parts.
+    state.readiness.answer(false).await
 }
 
 async fn not_found() -> Response {

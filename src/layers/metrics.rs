@@ -47,7 +47,7 @@ const STATUSES: [u16; 17] = [
     200, 201, 204, 304, 400, 401, 403, 404, 405, 408, 409, 413, 415, 429, 500, 503, 504,
 ];
 /// Why requests were refused before reaching the agent.
-const REASONS: [&str; 8] = [
+const REASONS: [&str; 11] = [
     "unauthenticated",
     "per_ip",
     "failed_auth",
@@ -56,6 +56,9 @@ const REASONS: [&str; 8] = [
     "extension_required",
     "body_too_large",
     "admin_unauthenticated",
+    "password_checks_busy",
+    "too_many_streams",
+    "cross_site_request",
 ];
 /// Final task states.
 const STATES: [&str; 4] = ["completed", "failed", "rejected", "canceled"];

@@ -6,6 +6,7 @@
 pub mod access_log;
 pub mod auth;
 pub mod client_addr;
+pub mod cross_site;
 pub mod gate;
 pub mod limit;
 pub mod metrics;

@@ -43,6 +43,10 @@ pub enum StoreError {
     /// A peer with that name already exists.
     #[error("a peer named \"{0}\" already exists")]
     DuplicatePeer(String),
+    /// A peer's name differs from this one only in case: the two would be taken for one
+    /// partner in every list and log.
+    #[error("a peer named \"{0}\" already exists; names that differ only in case are refused")]
+    SimilarPeer(String),
     /// No peer has that name.
     #[error("no peer named \"{0}\"")]
     UnknownPeer(String),

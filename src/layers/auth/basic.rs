@@ -86,7 +86,11 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for Basic<Who> {
             AuthError::Unavailable
         })?;
         let phc = login.as_ref().and_then(|l| l.password_hash.as_deref());
-        let matched = self.passwords.verify(phc, &password).await;
+        let matched = self
+            .passwords
+            .verify(phc, &password)
+            .await
+            .map_err(|_| AuthError::Busy)?;
         match login {
             Some(login) if matched && login.active => Ok(login.who),
             _ => Err(Failure {

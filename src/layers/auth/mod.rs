@@ -199,6 +199,10 @@ pub enum AuthError {
     /// The store could not be asked.
     #[error("credentials cannot be checked right now")]
     Unavailable,
+    /// Every password check slot is busy and the queue for them is full (a flood of Basic
+    /// logins): nothing was decided about these credentials.
+    #[error("too many password sign-ins are waiting to be checked; retry in a second")]
+    Busy,
 }
 
 impl AuthError {
@@ -213,6 +217,7 @@ impl AuthError {
             Self::InvalidCredentials => "invalid_credentials",
             Self::ForeignCredential => "peer_credential",
             Self::Unavailable => "auth_unavailable",
+            Self::Busy => "auth_busy",
         }
     }
 

@@ -10,11 +10,25 @@
 //! refused, not given more. A name with no password (unknown, or never set) is verified
 //! against a dummy hash made at start-up with the same parameters, so it costs the same as a
 //! wrong password.
+//!
+//! Verifications wait for a slot in a bounded queue: at most [`QUEUE_PER_SLOT`] × the slots
+//! wait at once (a few tens of milliseconds of Argon2 work). One past it is refused at once
+//! ([`Busy`], answered 503 with `Retry-After`), so a flood of Basic logins makes a real one
+//! retry a second later instead of waiting seconds behind the flood. Hashing a new password (the
+//! admin API, authenticated) waits without that bound.
 
 use argon2::{Algorithm, Argon2, Block, Params, PasswordHash, Version};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
+
+/// Verifications allowed to wait for a slot, per slot.
+pub const QUEUE_PER_SLOT: usize = 4;
+
+/// Every slot is busy and the queue for them is full: try again shortly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("every password check slot is busy and the queue for them is full")]
+pub struct Busy;
 
 /// Shortest password `peergate peer password` accepts.
 pub const MIN_PASSWORD_CHARS: usize = 12;
@@ -92,6 +106,9 @@ fn verify_in(memory: &mut [Block], phc: &str, password: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct PasswordChecker {
     permits: Arc<Semaphore>,
+    /// Verifications waiting for a permit, and how many may.
+    waiting: Arc<AtomicUsize>,
+    queue: usize,
     /// One Argon2 memory per permit: a holder of a permit always finds one here (or an empty
     /// place, the first time, where it allocates one and leaves it for the next).
     memories: Arc<Mutex<Vec<Vec<Block>>>>,
@@ -102,11 +119,15 @@ pub struct PasswordChecker {
 }
 
 impl PasswordChecker {
-    /// At most `at_once` verifications run concurrently, in at most `at_once` × 19 MiB.
+    /// At most `at_once` verifications run concurrently, in at most `at_once` × 19 MiB, and
+    /// [`QUEUE_PER_SLOT`] × `at_once` wait for them.
     pub fn new(at_once: usize) -> Result<Self, String> {
         let dummy = hash_password("peergate dummy password for unknown names")?;
+        let at_once = at_once.max(1);
         Ok(Self {
-            permits: Arc::new(Semaphore::new(at_once.max(1))),
+            permits: Arc::new(Semaphore::new(at_once)),
+            waiting: Arc::default(),
+            queue: QUEUE_PER_SLOT * at_once,
             memories: Arc::default(),
             dummy_hash: dummy.into(),
             verifications: Arc::new(AtomicU64::new(0)),
@@ -115,14 +136,30 @@ impl PasswordChecker {
         })
     }
 
+    /// A slot's permit: at once if one is free; else after waiting in the queue, when
+    /// `bounded` only if the queue has room.
+    async fn permit(&self, bounded: bool) -> Result<tokio::sync::OwnedSemaphorePermit, Busy> {
+        if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _leaves = Leaves(&self.waiting);
+        if bounded && queued >= self.queue {
+            return Err(Busy);
+        }
+        // The semaphore is never closed.
+        self.permits.clone().acquire_owned().await.map_err(|_| Busy)
+    }
+
     /// Runs `work` on the blocking pool with a permit and a slot's Argon2 memory.
     async fn in_a_slot<T: Send + 'static>(
         &self,
+        bounded: bool,
         work: impl FnOnce(&mut [Block]) -> T + Send + 'static,
-    ) -> Option<T> {
+    ) -> Result<T, Busy> {
         // Owned and moved into the blocking task: a caller that goes away (a reset request)
         // must not free its slot while its verification still runs in that slot's memory.
-        let permit = self.permits.clone().acquire_owned().await.ok()?;
+        let permit = self.permit(bounded).await?;
         let memories = self.memories.clone();
         let running = self.running.clone();
         let peak = self.peak.clone();
@@ -145,30 +182,35 @@ impl PasswordChecker {
             result
         })
         .await
-        .ok()
+        // A panic in Argon2 (never expected) matches nothing.
+        .map_err(|_| Busy)
     }
 
     /// Whether `password` matches `phc`; with no hash, runs the same work and says no.
-    pub async fn verify(&self, phc: Option<&str>, password: &str) -> bool {
-        self.verifications.fetch_add(1, Ordering::Relaxed);
+    /// [`Busy`] when every slot is taken and the queue for them is full.
+    pub async fn verify(&self, phc: Option<&str>, password: &str) -> Result<bool, Busy> {
         let (hash, known) = match phc {
             Some(phc) => (phc.to_owned(), true),
             None => (self.dummy_hash.to_string(), false),
         };
         let password = password.to_owned();
+        let counted = self.verifications.clone();
         let matched = self
-            .in_a_slot(move |memory| verify_in(memory, &hash, &password))
-            .await
-            .unwrap_or(false);
-        matched && known
+            .in_a_slot(true, move |memory| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                verify_in(memory, &hash, &password)
+            })
+            .await?;
+        Ok(matched && known)
     }
 
     /// Hashes a new password (the admin API) in one of the same slots, so setting passwords
-    /// does not step outside the memory bound either.
+    /// does not step outside the memory bound either; it waits for a slot however long the
+    /// queue.
     pub async fn hash(&self, password: String) -> Result<String, String> {
-        self.in_a_slot(move |memory| hash_in(memory, &password))
+        self.in_a_slot(false, move |memory| hash_in(memory, &password))
             .await
-            .unwrap_or_else(|| Err("the password pool is closed".to_owned()))
+            .unwrap_or_else(|_| Err("password hashing failed".to_owned()))
     }
 
     /// How many Argon2 verifications ran since start-up.
@@ -179,6 +221,15 @@ impl PasswordChecker {
     /// The most verifications that ever ran at the same moment.
     pub fn peak_concurrency(&self) -> usize {
         self.peak.load(Ordering::SeqCst)
+    }
+}
+
+/// Leaves the queue when dropped (a caller that went away too).
+struct Leaves<'a>(&'a AtomicUsize);
+
+impl Drop for Leaves<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -198,10 +249,40 @@ mod tests {
         )
         .await;
         assert!(cancelled.is_err(), "finished within a millisecond");
-        assert!(!checker.verify(Some(&phc), "wrong").await);
+        assert!(!checker.verify(Some(&phc), "wrong").await.unwrap());
         assert_eq!(checker.peak_concurrency(), 1, "two ran in one slot's place");
         let held = checker.memories.lock().unwrap().len();
         assert_eq!(held, 1, "more Argon2 memories than slots");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_a_full_queue_a_verification_is_refused_at_once() {
+        let checker = PasswordChecker::new(1).unwrap();
+        let phc = Arc::new(hash_password("correct horse battery").unwrap());
+        // One runs, four wait, and the rest of a burst of twenty is refused without waiting.
+        let burst: Vec<_> = (0..20)
+            .map(|_| {
+                let (checker, phc) = (checker.clone(), phc.clone());
+                tokio::spawn(async move { checker.verify(Some(&phc), "wrong").await })
+            })
+            .collect();
+        let mut refused = 0;
+        for verification in burst {
+            match verification.await.unwrap() {
+                Ok(matched) => assert!(!matched),
+                Err(Busy) => refused += 1,
+            }
+        }
+        assert!(refused >= 20 - 1 - QUEUE_PER_SLOT, "only {refused} refused");
+        assert!(checker.verifications() <= 1 + QUEUE_PER_SLOT as u64 + 1);
+        // Once the queue drained, verifications are taken again.
+        assert!(
+            checker
+                .verify(Some(&phc), "correct horse battery")
+                .await
+                .unwrap()
+        );
+        assert_eq!(checker.waiting.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]
@@ -209,13 +290,19 @@ mod tests {
         let checker = PasswordChecker::new(2).unwrap();
         let phc = hash_password("correct horse battery").unwrap();
         assert!(phc.starts_with("$argon2id$"));
-        assert!(checker.verify(Some(&phc), "correct horse battery").await);
-        assert!(!checker.verify(Some(&phc), "wrong").await);
+        assert!(
+            checker
+                .verify(Some(&phc), "correct horse battery")
+                .await
+                .unwrap()
+        );
+        assert!(!checker.verify(Some(&phc), "wrong").await.unwrap());
         // The dummy hash's own password does not open an unknown name.
         assert!(
             !checker
                 .verify(None, "peergate dummy password for unknown names")
                 .await
+                .unwrap()
         );
         assert_eq!(checker.verifications(), 3);
     }
@@ -235,13 +322,28 @@ mod tests {
             .unwrap()
             .to_string();
         let checker = PasswordChecker::new(1).unwrap();
-        assert!(checker.verify(Some(&theirs), "correct horse battery").await);
-        assert!(!checker.verify(Some(&theirs), "correct horse batterY").await);
+        assert!(
+            checker
+                .verify(Some(&theirs), "correct horse battery")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !checker
+                .verify(Some(&theirs), "correct horse batterY")
+                .await
+                .unwrap()
+        );
         let pooled = checker
             .hash("another good password".to_owned())
             .await
             .unwrap();
-        assert!(checker.verify(Some(&pooled), "another good password").await);
+        assert!(
+            checker
+                .verify(Some(&pooled), "another good password")
+                .await
+                .unwrap()
+        );
     }
 
     #[tokio::test]
@@ -255,14 +357,19 @@ mod tests {
                 .to_string()
         };
         let checker = PasswordChecker::new(1).unwrap();
-        assert!(!checker.verify(Some(&greedy), "correct horse battery").await);
+        assert!(
+            !checker
+                .verify(Some(&greedy), "correct horse battery")
+                .await
+                .unwrap()
+        );
         for broken in [
             "",
             "$argon2id$",
             "not a hash",
             "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ",
         ] {
-            assert!(!checker.verify(Some(broken), "").await, "{broken}");
+            assert!(!checker.verify(Some(broken), "").await.unwrap(), "{broken}");
         }
     }
 

@@ -276,6 +276,24 @@ impl AccountChanges for PostgresAccountChange {
     }
 
     async fn insert_peer(&mut self, peer: &PeerRecord) -> Result<(), StoreError> {
+        // Peer creations take turns, so two names differing only in case cannot both pass the
+        // check below in concurrent transactions.
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(super::PEER_NAMES_LOCK)
+            .execute(&mut *self.tx)
+            .await?;
+        let similar: Option<String> =
+            sqlx::query_scalar("SELECT name FROM peers WHERE lower(name) = lower($1) LIMIT 1")
+                .bind(&peer.name)
+                .fetch_optional(&mut *self.tx)
+                .await?;
+        match similar {
+            Some(existing) if existing == peer.name => {
+                return Err(StoreError::DuplicatePeer(existing));
+            }
+            Some(existing) => return Err(StoreError::SimilarPeer(existing)),
+            None => {}
+        }
         let inserted = sqlx::query(
             "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id, expires_at) \
              VALUES ($1, $2, 'active', $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING",

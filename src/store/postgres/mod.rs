@@ -48,6 +48,8 @@ pub struct PostgresStore {
 const SERVING_LOCK: i64 = 0x7065_6572_6761_7465; // "peergate"
 /// The advisory lock of the instance that runs the cluster's housekeeping.
 const HOUSEKEEPING_LOCK: i64 = SERVING_LOCK + 1;
+/// The transaction lock peer creations take in turn (names are unique regardless of case).
+const PEER_NAMES_LOCK: i64 = SERVING_LOCK + 2;
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

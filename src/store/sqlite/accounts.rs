@@ -290,6 +290,18 @@ impl AccountChanges for SqliteAccountChange {
     }
 
     async fn insert_peer(&mut self, peer: &PeerRecord) -> Result<(), StoreError> {
+        let similar: Option<String> =
+            sqlx::query_scalar("SELECT name FROM peers WHERE lower(name) = lower(?) LIMIT 1")
+                .bind(&peer.name)
+                .fetch_optional(&mut *self.tx)
+                .await?;
+        match similar {
+            Some(existing) if existing == peer.name => {
+                return Err(StoreError::DuplicatePeer(existing));
+            }
+            Some(existing) => return Err(StoreError::SimilarPeer(existing)),
+            None => {}
+        }
         let inserted = sqlx::query(
             "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id, expires_at) \
              VALUES (?, ?, 'active', ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
