@@ -1223,3 +1223,155 @@ async fn ready_on_the_door_says_only_whether_and_the_admin_listener_says_what() 
         json!({"status": "ready", "store": "ok", "redis": "not_configured", "backend": "echo"})
     );
 }
+
+/// `peergate backup FILE --data DATA`: (exit code, stderr).
+fn backup_to(file: &std::path::Path, data: &std::path::Path) -> (i32, String) {
+    let (code, _, err) = cli(&[
+        "backup",
+        file.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    (code, err)
+}
+
+#[test]
+fn a_backup_is_never_written_where_another_user_could_take_or_swap_it() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    if skip_unless_sqlite("the backup copies the SQLite file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    add_peer(&data, "alice");
+    // A directory anyone can write to, without the sticky bit: refused, nothing written.
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, err) = backup_to(&open.join("copy.sqlite3"), &data);
+    assert_ne!(code, 0);
+    assert!(err.contains("writable by other users"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&open).unwrap().count(),
+        0,
+        "something was written"
+    );
+
+    // A shared directory with the sticky bit (like /tmp), and another user racing to put a link
+    // where the copy goes: the copy is never written through it, and a copy reported written
+    // is this user's, 0600, and whole.
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let loot = dir.path().join("loot");
+    std::fs::create_dir(&loot).unwrap();
+    std::fs::set_permissions(&loot, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for round in 0..5 {
+        let target = shared.join(format!("copy-{round}.sqlite3"));
+        let script = format!(
+            "end=$(($(date +%s)+3)); while [ $(date +%s) -lt $end ]; do ln -s {loot}/stolen-{round} {target} 2>/dev/null; rm -f {target} 2>/dev/null; done",
+            loot = loot.display(),
+            target = target.display()
+        );
+        let attacker = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+            ])
+            .arg(&script)
+            .spawn();
+        let Ok(mut attacker) = attacker else {
+            eprintln!("SKIPPED: setpriv cannot run a racing user here");
+            return;
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let (code, err) = backup_to(&target, &data);
+        let _ = attacker.wait();
+        if code == 0 {
+            let metadata = std::fs::symlink_metadata(&target).unwrap();
+            assert!(
+                metadata.file_type().is_file(),
+                "round {round}: not a plain file"
+            );
+            assert_eq!(metadata.uid(), rustix_uid(), "round {round}: not ours");
+            assert_eq!(
+                metadata.permissions().mode() & 0o777,
+                0o600,
+                "round {round}"
+            );
+        } else {
+            assert!(err.contains("never overwrites"), "round {round}: {err}");
+        }
+        let stolen = loot.join(format!("stolen-{round}"));
+        assert!(
+            !stolen.exists(),
+            "round {round}: the copy went through the link"
+        );
+    }
+}
+
+fn rustix_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt as _;
+    let probe = tempfile::tempfile().unwrap();
+    probe.metadata().unwrap().uid()
+}
+
+#[test]
+fn a_copy_removed_under_the_backup_is_never_reported_written() {
+    if skip_unless_sqlite("the backup copies the SQLite file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, "alice");
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Removes a copy as soon as it has any content, as fast as it can.
+    let remover = {
+        let (out, stop) = (out.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let targets: Vec<_> = (0..10)
+                .map(|round| out.join(format!("copy-{round}.sqlite3")))
+                .collect();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for target in &targets {
+                    if std::fs::metadata(target).is_ok_and(|m| m.len() > 0) {
+                        let _ = std::fs::remove_file(target);
+                    }
+                }
+            }
+        })
+    };
+    for round in 0..10 {
+        let target = out.join(format!("copy-{round}.sqlite3"));
+        let (code, err) = backup_to(&target, &data);
+        if code == 0 {
+            // Reported written: with its real size, which is a whole store's.
+            let bytes: u64 = err
+                .rsplit_once('(')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("round {round}: no size in {err:?}"));
+            assert!(
+                bytes >= 4096,
+                "round {round}: reported {bytes} bytes: {err}"
+            );
+        } else {
+            assert!(
+                err.contains("removed")
+                    || err.contains("vanished")
+                    || err.contains("failed")
+                    || err.contains("cannot"),
+                "round {round}: {err}"
+            );
+            assert!(!err.contains(&token));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    remover.join().unwrap();
+}
