@@ -848,7 +848,7 @@ async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 18, "{document:#}");
+    assert_eq!(operations, 20, "{document:#}");
     gw.stop().await;
 }
 
@@ -1571,5 +1571,39 @@ async fn names_that_pass_for_ids_or_other_peers_and_endless_expiries_are_refused
     assert_eq!(status, 200, "{body}");
     let (_, peer) = ada.get("/v1/peers/Alice").await;
     assert_eq!(peer["expiresAt"], "2090-01-01T00:00:00.000Z");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peers_stream_cap_is_set_shown_and_reset_through_the_api() {
+    let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    ada.create_peer("alice").await;
+    let (_, peer) = ada.get("/v1/peers/alice").await;
+    assert_eq!(peer["maxStreams"], Value::Null, "the policy's cap");
+    let (status, peer) = ada
+        .put("/v1/peers/alice/streams", json!({"maxStreams": 3}))
+        .await;
+    assert_eq!(status, 200, "{peer}");
+    assert_eq!(peer["maxStreams"], 3);
+    for wrong in [
+        json!({"maxStreams": 0}),
+        json!({"maxStreams": 10001}),
+        json!({}),
+    ] {
+        let (status, body) = ada.put("/v1/peers/alice/streams", wrong.clone()).await;
+        assert_eq!(status, 400, "{wrong}: {body}");
+    }
+    let (status, peer) = ada
+        .put("/v1/peers/alice/streams", json!({"maxStreams": null}))
+        .await;
+    assert_eq!(status, 200, "{peer}");
+    assert_eq!(peer["maxStreams"], Value::Null);
+    let audit = ada.audit().await;
+    assert!(
+        audit.iter().any(|r| r["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("open streams 3 -> the policy's"))),
+        "{audit:?}"
+    );
     gw.stop().await;
 }

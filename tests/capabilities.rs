@@ -583,3 +583,273 @@ async fn streamed_text_the_model_did_not_account_for_still_counts_against_the_bu
     assert_eq!(refused["state"], "TASK_STATE_REJECTED", "{events:?}");
     gw.stop().await;
 }
+
+/// A client from `address` (a loopback address of its own), one connection per request.
+fn client_from(address: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(address))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// Opens a stream with `client`; (status, the response while it is open, or `None` when the
+/// connection was closed before an answer).
+async fn try_stream(
+    client: &reqwest::Client,
+    door: &str,
+    token: &str,
+    request: &Value,
+) -> Option<reqwest::Response> {
+    client
+        .post(door)
+        .bearer_auth(token)
+        .header("a2a-version", "1.0")
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    // No rate limit binds: only the caps on streams and connections are in play.
+    let mut edit = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .set("model.timeout_seconds", 20)
+        .set("limits.per_ip_per_minute", 1_000_000_000);
+    for capability in ["streaming", "subscriptions", "non_blocking"] {
+        edit = edit.set(&format!("capabilities.{capability}"), true);
+    }
+    let gw = TestGateway::start_with(edit.policy()).await;
+    let (mallory, alice) = (gw.add_peer("mallory"), gw.add_peer("alice"));
+    gw.cli(&["peer", "limit", "mallory", "100000/min"]);
+    let sent = rpc(&gw.door, &mallory, send_request("hold on", None, true)).await;
+    let task = task_of(&sent)["id"].as_str().unwrap().to_owned();
+    model.wait_for_arrival().await;
+
+    // Mallory, from one address, opens 1,024 subscriptions at once and keeps what it gets.
+    let subscribe = streaming_request("SubscribeToTask", json!({"id": task}));
+    let flood = client_from([127, 0, 0, 2]);
+    let attempts: Vec<_> = (0..1024)
+        .map(|_| {
+            let (flood, door, token, subscribe) = (
+                flood.clone(),
+                gw.door.clone(),
+                mallory.clone(),
+                subscribe.clone(),
+            );
+            tokio::spawn(async move { try_stream(&flood, &door, &token, &subscribe).await })
+        })
+        .collect();
+    let (mut open, mut capped, mut closed) = (Vec::new(), 0, 0);
+    for attempt in attempts {
+        match attempt.await.unwrap() {
+            Some(response) if response.status() == 200 => open.push(response),
+            Some(response) => {
+                assert_eq!(response.status(), 429);
+                assert_eq!(response.headers()["retry-after"], "5");
+                let body: Value = response.json().await.unwrap();
+                assert_eq!(body["error"]["code"], "too_many_streams", "{body}");
+                capped += 1;
+            }
+            None => closed += 1,
+        }
+    }
+    assert_eq!(
+        open.len(),
+        8,
+        "the documented default cap: limits.streams_per_peer"
+    );
+    assert!(
+        capped > 0 && closed > 0,
+        "{capped} capped, {closed} closed at the connection cap"
+    );
+
+    // Meanwhile Alice, from her own address, sends and streams as usual.
+    let own = client_from([127, 0, 0, 3]);
+    let mine = rpc(&gw.door, &alice, send_request("mine", None, true)).await;
+    let mine = task_of(&mine)["id"].as_str().unwrap().to_owned();
+    let mut following = try_stream(
+        &own,
+        &gw.door,
+        &alice,
+        &streaming_request("SubscribeToTask", json!({"id": mine})),
+    )
+    .await
+    .expect("Alice's connection was refused");
+    assert_eq!(following.status(), 200);
+    read_until(&mut following, "TASK_STATE_WORKING").await;
+    let listed = rpc(
+        &gw.door,
+        &alice,
+        json!({"jsonrpc": "2.0", "id": 9, "method": "ListTasks", "params": {}}),
+    )
+    .await;
+    assert_eq!(
+        listed["result"]["tasks"].as_array().unwrap().len(),
+        1,
+        "{listed}"
+    );
+    model.set(ModelBehaviour::Answer);
+    model.release_one();
+    model.release_one();
+    read_until(&mut following, "TASK_STATE_COMPLETED").await;
+
+    // Mallory's places come back when its streams close.
+    drop(open);
+    let again = async {
+        loop {
+            if let Some(response) = try_stream(
+                &flood,
+                &gw.door,
+                &mallory,
+                &streaming_request("SubscribeToTask", json!({"id": mine})),
+            )
+            .await
+                && response.status() != 429
+            {
+                return response.status();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    // Alice's task is not Mallory's: not found, but no longer refused for the cap.
+    let status = tokio::time::timeout(Duration::from_secs(10), again)
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_that_reads_nothing_is_closed_and_its_stream_released() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let gw = TestGateway::start_with(
+        PolicyEdit::default()
+            .set("capabilities.streaming", true)
+            .set("server.write_stall_seconds", 1)
+            .set("server.max_body_bytes", 4 * 1024 * 1024)
+            .set("tasks.max_text_bytes", 1024 * 1024)
+            .set("limits.streams_per_peer", 1)
+            .policy(),
+    )
+    .await;
+    let token = gw.add_peer("alice");
+    // About 3 MB of events: the echo backend streams the 1 MiB text a line at a time, then
+    // sends it whole as the artifact and in the final status.
+    let text = "a line of the question that the echo backend repeats\n".repeat(19_000);
+    let request = streaming_request("SendStreamingMessage", message(&text)).to_string();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut silent = socket.connect(gw.addr).await.unwrap();
+    let head = format!(
+        "POST /a2a/v1 HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\n\r\n",
+        gw.addr,
+        request.len()
+    );
+    silent.write_all(head.as_bytes()).await.unwrap();
+    silent.write_all(request.as_bytes()).await.unwrap();
+    // The answer's head, and not one byte more is read.
+    let mut head = [0u8; 12];
+    silent.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+
+    // The stream holds the peer's one place while its client reads nothing...
+    let probe = message("probe");
+    let refused = open_stream(
+        &gw.door,
+        &token,
+        &streaming_request("SendStreamingMessage", probe.clone()),
+    )
+    .await;
+    assert_eq!(
+        refused.status(),
+        429,
+        "the silent stream did not hold its place"
+    );
+    // ...until the connection is closed for not reading, and its place (with everything the
+    // stream buffered) is given back.
+    let released = async {
+        loop {
+            let response = open_stream(
+                &gw.door,
+                &token,
+                &streaming_request("SendStreamingMessage", probe.clone()),
+            )
+            .await;
+            if response.status() == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), released)
+        .await
+        .expect("a client that read nothing kept its stream");
+    // What reached the silent client's buffers is there, then the connection ends: never the
+    // whole answer.
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match silent.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the silent client's connection was kept open"
+    );
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        !got.contains("TASK_STATE_COMPLETED"),
+        "the whole answer was delivered"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peers_own_stream_cap_replaces_the_policys() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let gw = TestGateway::start_with(policy(
+        &model,
+        &["streaming", "subscriptions", "non_blocking"],
+    ))
+    .await;
+    let alice = gw.add_peer("alice");
+    let sent = rpc(&gw.door, &alice, send_request("hold on", None, true)).await;
+    let task = task_of(&sent)["id"].as_str().unwrap().to_owned();
+    model.wait_for_arrival().await;
+    let subscribe = streaming_request("SubscribeToTask", json!({"id": task}));
+    let (code, _, err) = gw.cli(&["peer", "streams", "alice", "1"]);
+    assert_eq!(code, 0, "{err}");
+    let first = open_stream(&gw.door, &alice, &subscribe).await;
+    assert_eq!(first.status(), 200);
+    let second = open_stream(&gw.door, &alice, &subscribe).await;
+    assert_eq!(second.status(), 429, "her own cap of one");
+    let body: Value = second.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 open streams"),
+        "{body}"
+    );
+    let (code, _, err) = gw.cli(&["peer", "streams", "alice", "default"]);
+    assert_eq!(code, 0, "{err}");
+    let second = open_stream(&gw.door, &alice, &subscribe).await;
+    assert_eq!(second.status(), 200, "the policy's eight again");
+    let (code, _, err) = gw.cli(&["peer", "streams", "alice", "0"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("from 1 to 10000"), "{err}");
+    drop((first, second));
+    model.set(ModelBehaviour::Answer);
+    model.release_one();
+    gw.stop().await;
+}

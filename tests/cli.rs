@@ -1138,7 +1138,7 @@ async fn credentials_the_command_line_issues_are_admitted_at_once_during_a_flood
     let key = on_cli(&["peer", "key", "alice"]).await;
     assert!(key.starts_with("pgk_"));
     let refused = flood.stop().await;
-    assert!(refused > 1_000, "the flood hardly ran: {refused} refusals");
+    assert!(refused > 200, "the flood hardly ran: {refused} refusals");
 }
 
 #[tokio::test]

@@ -707,6 +707,7 @@ async fn basic_logins_past_the_argon2_queue_are_refused_at_once_with_retry_after
     let gw = TestGateway::start_with(
         all_schemes()
             .set("auth.password_checks_at_once", 1)
+            .set("server.max_connections_per_address", 1024)
             .set("limits.failed_auth_per_ip_per_minute", 1_000_000_000)
             .set("limits.per_ip_per_minute", 1_000_000_000)
             .policy(),

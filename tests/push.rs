@@ -524,6 +524,9 @@ async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_
     let data = tempfile::tempdir().unwrap();
     let policy: Policy = push_policy().policy();
     let clock = ManualClock::new(SystemClock.now_millis());
+    // Added before the server starts: this test's thread runs the server too, so it could not
+    // apply a change the command line announces while the thread waits for the command.
+    let alice = add_peer(data.path(), "alice");
     let gw = peergate::http::server::start(gateway_options(
         policy.clone(),
         data.path(),
@@ -532,7 +535,6 @@ async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_
     .await
     .unwrap();
     let door = format!("http://{}/a2a/v1", gw.local_addr);
-    let alice = add_peer(data.path(), "alice");
     let response = rpc(
         &door,
         &alice,

@@ -63,6 +63,7 @@ fn peer(id: &str, name: &str, owner: &str) -> PeerRecord {
         name: name.into(),
         status: PeerStatus::Active,
         rate_per_minute: 30,
+        max_streams: Some(12),
         created_at: 2,
         last_used_at: None,
         owner_id: owner.into(),

@@ -58,7 +58,8 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
             (6, true),
             (7, true),
             (8, true),
-            (9, true)
+            (9, true),
+            (10, true)
         ],
         "the old version is adopted, not run again; the newer migrations run"
     );
@@ -121,7 +122,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let again = Store::open(dir.path()).await.unwrap();
     assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
     again.close().await;
-    assert_eq!(applied_migrations(dir.path()).await.len(), 9);
+    assert_eq!(applied_migrations(dir.path()).await.len(), 10);
 }
 
 #[tokio::test]
@@ -240,7 +241,8 @@ async fn an_adoption_cut_short_is_finished_by_the_next_open() {
             (6, true),
             (7, true),
             (8, true),
-            (9, true)
+            (9, true),
+            (10, true)
         ]
     );
 }

@@ -14,6 +14,9 @@ mod list;
 mod push;
 mod stream;
 
+use stream::StreamRefused;
+pub use stream::{BUFFERED_BYTES, EventStream};
+
 use crate::a2a::jsonrpc::{self, Method, RpcError};
 use crate::a2a::types::{
     self as a2a, Artifact, CancelTaskParams, GetTaskParams, Message, Role, SendMessageParams, Task,
@@ -59,6 +62,9 @@ pub struct AgentSettings {
     pub subscriptions: bool,
     /// The longest a stream or a subscription stays open.
     pub longest_stream: Duration,
+    /// Streams a peer may hold open at once, unless its record says otherwise
+    /// (`limits.streams_per_peer`).
+    pub streams_per_peer: u32,
 }
 
 /// How the agent answers one request.
@@ -75,7 +81,9 @@ pub enum Answer {
         request_id: String,
     },
     /// JSON-RPC response objects, one per event, until the sender closes (Server-Sent Events).
-    Events(tokio::sync::mpsc::Receiver<String>),
+    Events(EventStream),
+    /// A stream the peer may not open: it holds as many as its cap (the number).
+    TooManyStreams(u32),
 }
 
 impl Answer {
@@ -83,7 +91,16 @@ impl Answer {
     pub fn body(self) -> Option<String> {
         match self {
             Self::Body(body) | Self::Internal { body, .. } => Some(body),
-            Self::Events(_) => None,
+            Self::Events(_) | Self::TooManyStreams(_) => None,
+        }
+    }
+
+    /// The answer to request `id` that opens a stream, or why it did not.
+    fn stream(id: &jsonrpc::RpcId, opened: Result<EventStream, StreamRefused>) -> Self {
+        match opened {
+            Ok(events) => Self::Events(events),
+            Err(StreamRefused::Rpc(error)) => Self::failure(id, &error),
+            Err(StreamRefused::AtCap(cap)) => Self::TooManyStreams(cap),
         }
     }
 
@@ -170,6 +187,8 @@ pub struct SharedState {
     pub ownership: Arc<dyn TaskOwnership>,
     /// `CancelTask` for turns other instances answer.
     pub cancels: Arc<dyn crate::shared::cancels::CancelRequests>,
+    /// Each peer's open streams, against its cap.
+    pub streams: Arc<dyn crate::shared::streams::OpenStreams>,
 }
 
 impl Default for SharedState {
@@ -180,6 +199,7 @@ impl Default for SharedState {
             events: Arc::new(LocalTaskEvents::default()),
             ownership: Arc::new(SingleInstance::default()),
             cancels: Arc::new(crate::shared::cancels::NoOtherInstances),
+            streams: Arc::new(crate::shared::streams::LocalOpenStreams::default()),
         }
     }
 }
@@ -267,16 +287,12 @@ impl Agent {
             Method::ListPushConfigs => self.list_push_configs(peer, params).await,
             Method::DeletePushConfig => self.delete_push_config(peer, params).await,
             Method::SendStreamingMessage => {
-                return match self.send_streaming(peer, client, &request.id, params).await {
-                    Ok(events) => Answer::Events(events),
-                    Err(error) => Answer::failure(&request.id, &error),
-                };
+                let opened = self.send_streaming(peer, client, &request.id, params).await;
+                return Answer::stream(&request.id, opened);
             }
             Method::SubscribeToTask => {
-                return match self.subscribe_to_task(peer, &request.id, params).await {
-                    Ok(events) => Answer::Events(events),
-                    Err(error) => Answer::failure(&request.id, &error),
-                };
+                let opened = self.subscribe_to_task(peer, &request.id, params).await;
+                return Answer::stream(&request.id, opened);
             }
         };
         match outcome {
@@ -1690,6 +1706,7 @@ mod tests {
                 streaming: false,
                 subscriptions: false,
                 longest_stream: Duration::from_secs(60),
+                streams_per_peer: 8,
             },
         )
         .with_shared_state(shared)

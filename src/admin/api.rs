@@ -103,6 +103,7 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(list_peers, create_peer))
         .routes(routes!(show_peer))
         .routes(routes!(set_limit))
+        .routes(routes!(set_streams))
         .routes(routes!(set_expiry))
         .routes(routes!(set_password))
         .routes(routes!(issue_api_key))
@@ -276,6 +277,8 @@ struct PeerView {
     /// The owning administrator.
     owner: String,
     rate_per_minute: u32,
+    /// Streams it may hold open at once; `null`: the policy's `limits.streams_per_peer`.
+    max_streams: Option<u32>,
     created_at: String,
     last_used_at: Option<String>,
     expires_at: Option<String>,
@@ -290,6 +293,7 @@ impl PeerView {
             id: p.id,
             owner: p.owner_name,
             rate_per_minute: p.rate_per_minute,
+            max_streams: p.max_streams,
             created_at: rfc3339_millis(p.created_at),
             last_used_at: p.last_used_at.map(rfc3339_millis),
             expires_at: p.expires_at.map(rfc3339_millis),
@@ -426,6 +430,47 @@ async fn set_limit(
     state
         .service
         .set_limit(&caller, &name, request.rate_per_minute)
+        .await?;
+    let peer = state.service.show_peer(&caller, &name).await?;
+    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
+}
+
+/// A peer's own cap on open streams.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StreamsRequest {
+    /// Streams (SendStreamingMessage, SubscribeToTask) the peer may hold open at once, 1 to
+    /// 10000; `null` for the policy's `limits.streams_per_peer`. Required.
+    #[serde(default, deserialize_with = "present_number")]
+    #[schema(value_type = Option<u32>, required = true)]
+    max_streams: Option<Option<u32>>,
+}
+
+/// Tells a number given as `null` (`Some(None)`) from a missing one (`None`).
+fn present_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
+    Option::<u32>::deserialize(d).map(Some)
+}
+
+#[utoipa::path(put, path = "/v1/peers/{name}/streams", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = StreamsRequest,
+    responses((status = 200, body = PeerView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn set_streams(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<PeerView>, ApiError> {
+    let request: StreamsRequest = parse_body(&body)?;
+    let Some(max_streams) = request.max_streams else {
+        return Err(ApiError::Body(
+            "maxStreams is required: a number, or null for the policy's default".to_owned(),
+        ));
+    };
+    let caller = caller(&admin);
+    state
+        .service
+        .set_streams(&caller, &name, max_streams)
         .await?;
     let peer = state.service.show_peer(&caller, &name).await?;
     Ok(Json(PeerView::at(peer, state.clock.now_millis())))

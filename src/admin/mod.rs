@@ -15,5 +15,6 @@ pub use auth::{
     AdminAuthError, AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin, ScrapeToken, Scraper,
 };
 pub use service::{
-    AccountDefaults, AccountService, Actor, BudgetChange, Caller, NewPeer, ServiceError,
+    AccountDefaults, AccountService, Actor, BudgetChange, Caller, MAX_STREAMS_PER_PEER, NewPeer,
+    ServiceError,
 };

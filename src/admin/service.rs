@@ -279,6 +279,9 @@ fn issue(kind: CredentialKind) -> Result<token::IssuedToken, ServiceError> {
     token::issue(kind).map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))
 }
 
+/// The most streams one peer may be allowed to hold open at once.
+pub const MAX_STREAMS_PER_PEER: u32 = 10_000;
+
 /// The furthest an expiry may lie ahead: anything later is a mistake (a year typed with an
 /// extra digit), and "never" is said by no expiry at all.
 const LONGEST_EXPIRY_MS: i64 = 100 * 366 * 24 * 3600 * 1000;
@@ -771,6 +774,7 @@ impl AccountService {
                     name: new.name.clone(),
                     status: PeerStatus::Active,
                     rate_per_minute: rate,
+                    max_streams: None,
                     created_at: now,
                     last_used_at: None,
                     owner_id: owner.0,
@@ -928,6 +932,44 @@ impl AccountService {
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
                 tx.set_peer_rate(&peer.id, rate).await?;
                 let detail = format!("rate {} -> {rate}/min", peer.rate_per_minute);
+                self.finish_change(tx, op, &peer, detail).await
+            },
+        )
+        .await
+    }
+
+    /// Sets a peer's own cap on open streams, or with `None` gives it the policy's
+    /// (`limits.streams_per_peer`).
+    pub async fn set_streams(
+        &self,
+        caller: &Caller,
+        name: &str,
+        max_streams: Option<u32>,
+    ) -> Result<(), ServiceError> {
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::PeerLimitChanged,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                if max_streams.is_some_and(|n| !(1..=MAX_STREAMS_PER_PEER).contains(&n)) {
+                    return Err(ServiceError::Invalid {
+                        field: "streams",
+                        reason: format!(
+                            "must be from 1 to {MAX_STREAMS_PER_PEER}, or the policy's default"
+                        ),
+                    });
+                }
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                tx.set_peer_streams(&peer.id, max_streams).await?;
+                let show =
+                    |n: Option<u32>| n.map_or_else(|| "the policy's".to_owned(), |n| n.to_string());
+                let detail = format!(
+                    "open streams {} -> {}",
+                    show(peer.max_streams),
+                    show(max_streams)
+                );
                 self.finish_change(tx, op, &peer, detail).await
             },
         )

@@ -61,6 +61,18 @@ pub(super) enum PeerCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Set how many streams (SendStreamingMessage, SubscribeToTask) a peer may hold open at
+    /// once, e.g. `peergate peer streams NAME 32`; `default` gives it the policy's
+    /// `limits.streams_per_peer` again.
+    Streams {
+        /// The peer's name.
+        name: String,
+        /// Streams at once (1 to 10000), or `default`.
+        #[arg(value_name = "N|default")]
+        streams: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Set the password a peer uses with Basic authentication. Read from standard input (one
     /// line), or asked for when standard input is a terminal; never taken from the command line.
     Password {
@@ -141,6 +153,28 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             })
             .await?;
             eprintln!("peer {name} may now make {rate} requests a minute. {CACHE_NOTE}");
+            Ok(())
+        }
+        PeerCommand::Streams {
+            name,
+            streams,
+            data,
+        } => {
+            let cap = if streams == "default" {
+                None
+            } else {
+                Some(streams.parse::<u32>().map_err(|_| {
+                    CliError::new(format!(
+                        "cannot read the stream cap {streams:?}: give a number from 1 to 10000, or default"
+                    ))
+                })?)
+            };
+            on_store(&data, None, async |accounts| {
+                accounts.set_streams(&Caller::operator(), &name, cap).await
+            })
+            .await?;
+            let shown = cap.map_or_else(|| "the policy's number of".to_owned(), |n| n.to_string());
+            eprintln!("peer {name} may now hold {shown} streams open at once. {CACHE_NOTE}");
             Ok(())
         }
         PeerCommand::Expire { name, when, data } => {

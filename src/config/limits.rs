@@ -17,6 +17,9 @@ pub struct LimitsPolicy {
     /// Client addresses each limiter tracks at most.
     #[serde(default = "default_tracked_addresses")]
     pub tracked_addresses: usize,
+    /// Streams one peer may hold open at once, unless its own record says otherwise.
+    #[serde(default = "default_streams_per_peer")]
+    pub streams_per_peer: u32,
 }
 
 impl Default for LimitsPolicy {
@@ -25,6 +28,7 @@ impl Default for LimitsPolicy {
             per_ip_per_minute: default_per_ip_per_minute(),
             failed_auth_per_ip_per_minute: default_failed_auth_per_ip_per_minute(),
             tracked_addresses: default_tracked_addresses(),
+            streams_per_peer: default_streams_per_peer(),
         }
     }
 }
@@ -37,6 +41,9 @@ fn default_failed_auth_per_ip_per_minute() -> u32 {
 }
 fn default_tracked_addresses() -> usize {
     100_000
+}
+fn default_streams_per_peer() -> u32 {
+    8
 }
 
 impl LimitsPolicy {
@@ -56,6 +63,12 @@ impl LimitsPolicy {
             return Err(invalid(
                 "limits.tracked_addresses",
                 "must be between 16 and 10000000",
+            ));
+        }
+        if !(1..=crate::admin::MAX_STREAMS_PER_PEER).contains(&self.streams_per_peer) {
+            return Err(invalid(
+                "limits.streams_per_peer",
+                "must be between 1 and 10000",
             ));
         }
         Ok(())

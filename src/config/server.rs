@@ -32,6 +32,13 @@ pub struct ServerPolicy {
     /// Connections open at once, per listener.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Connections open at once from one client address (IPv6 by /64), per listener; trusted
+    /// proxies are exempt.
+    #[serde(default = "default_max_connections_per_address")]
+    pub max_connections_per_address: usize,
+    /// Seconds a write may wait for the client to read before the connection is closed.
+    #[serde(default = "default_write_stall_seconds")]
+    pub write_stall_seconds: u64,
     /// Seconds one request may take, start to answer.
     #[serde(default = "default_request_timeout_seconds")]
     pub request_timeout_seconds: u64,
@@ -53,6 +60,12 @@ fn default_header_read_timeout_seconds() -> u64 {
 }
 fn default_max_connections() -> usize {
     1024
+}
+fn default_max_connections_per_address() -> usize {
+    64
+}
+fn default_write_stall_seconds() -> u64 {
+    30
 }
 fn default_request_timeout_seconds() -> u64 {
     200
@@ -128,6 +141,18 @@ impl ServerPolicy {
             return Err(invalid(
                 "server.max_connections",
                 "must be between 1 and 1000000",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.max_connections_per_address) {
+            return Err(invalid(
+                "server.max_connections_per_address",
+                "must be between 1 and 1000000 (more than server.max_connections is the same as it)",
+            ));
+        }
+        if !(1..=600).contains(&self.write_stall_seconds) {
+            return Err(invalid(
+                "server.write_stall_seconds",
+                "must be between 1 and 600",
             ));
         }
         if self.shutdown_grace_seconds > 3600 {

@@ -6,18 +6,30 @@
 //! * **Connection cap.** At most `server.max_connections` connections are open at once; one past
 //!   the cap is closed as soon as it is accepted, before a byte is read, so a flood of idle
 //!   connections cannot exhaust file descriptors or memory.
+//! * **Connections per address.** At most `server.max_connections_per_address` of them from one
+//!   address (IPv6 by /64), so one client cannot take every slot before it has authenticated
+//!   and leave none for the others. Addresses in `server.trusted_proxies` are exempt: a proxy
+//!   carries many clients.
+//! * **Clients that stop reading.** Every socket's writes are guarded
+//!   ([`crate::http::stalled_writes`]): one that cannot progress for
+//!   `server.write_stall_seconds`, or outlives its stream's maximum duration, closes the
+//!   connection and releases what it held.
 //! * **Graceful drain.** When shutdown is signalled the listener is closed at once (new
 //!   connections are refused by the operating system), idle connections are closed, and
 //!   requests in flight get `server.shutdown_grace_seconds` to finish.
 //!
 //! The request timeout and the body limit are tower layers inside (see `server.rs`).
 
+use crate::http::stalled_writes::{ConnectionDeadline, GuardedIo};
+use crate::layers::client_addr::{Cidr, ClientAddr};
 use crate::layers::metrics::Metrics;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -25,14 +37,58 @@ use tokio::sync::{Semaphore, watch};
 use tower::ServiceExt;
 
 /// How the accept loop protects the gateway.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ConnectionLimits {
     /// How long a client may take to send a request's head.
     pub header_read_timeout: Duration,
     /// Connections open at once.
     pub max_connections: usize,
+    /// Connections open at once from one address (IPv6 by /64).
+    pub max_per_address: usize,
+    /// Addresses the per-address cap does not apply to (trusted proxies).
+    pub exempt: Arc<[Cidr]>,
+    /// How long a write may wait for the client to read.
+    pub write_stall: Duration,
     /// How long requests in flight may take to finish after shutdown is signalled.
     pub shutdown_grace: Duration,
+}
+
+/// Connections open per address.
+#[derive(Default)]
+struct PerAddress(std::sync::Mutex<HashMap<IpAddr, usize>>);
+
+impl PerAddress {
+    /// Counts one more connection from `key`, unless it holds `cap` already.
+    fn take(self: &Arc<Self>, key: IpAddr, cap: usize) -> Option<AddressSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let held = open.entry(key).or_insert(0);
+        if *held >= cap {
+            return None;
+        }
+        *held += 1;
+        Some(AddressSlot {
+            table: self.clone(),
+            key,
+        })
+    }
+}
+
+/// One connection counted against its address; uncounted when dropped.
+struct AddressSlot {
+    table: Arc<PerAddress>,
+    key: IpAddr,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = open.get_mut(&self.key) {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// Serves `app` on `listener` until `shutdown` turns true, then drains.
@@ -44,6 +100,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let per_address = Arc::new(PerAddress::default());
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -66,22 +123,38 @@ pub async fn serve(
                     drop(stream);
                     continue;
                 };
+                let address_slot = if limits.exempt.iter().any(|proxy| proxy.contains(remote.ip())) {
+                    None
+                } else {
+                    let key = ClientAddr::of_socket(remote.ip()).limit_key();
+                    let Some(address_slot) = per_address.take(key, limits.max_per_address) else {
+                        metrics.connection_refused();
+                        drop(stream);
+                        continue;
+                    };
+                    Some(address_slot)
+                };
                 let _ = stream.set_nodelay(true);
+                let deadline = ConnectionDeadline::new();
+                let bound = deadline.clone();
                 let app = app.clone().map_request(
                     move |request: hyper::Request<hyper::body::Incoming>| {
                         let mut request = request.map(axum::body::Body::new);
                         request.extensions_mut().insert(ConnectInfo(remote));
+                        request.extensions_mut().insert(bound.clone());
                         request
                     },
                 );
                 let connection = http.serve_connection(
-                    TokioIo::new(stream),
+                    TokioIo::new(GuardedIo::new(stream, limits.write_stall, deadline)),
                     TowerToHyperService::new(app),
                 );
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {
-                    // Errors here are the client's (a reset, a timed-out head): nothing to do.
+                    // Errors here are the client's (a reset, a timed-out head, a client that
+                    // stopped reading): nothing to do.
                     let _ = connection.await;
+                    drop(address_slot);
                     drop(slot);
                 });
             }

@@ -12,4 +12,5 @@ pub mod rest;
 pub mod server;
 mod sharing;
 pub mod sse;
+pub mod stalled_writes;
 pub mod tls;

@@ -91,6 +91,14 @@ pub enum Refusal {
     /// `server.max_body_bytes`).
     #[error("the request body is larger than this route accepts")]
     BodyTooLarge,
+    /// The peer holds as many open streams as it may (429, with `Retry-After`).
+    #[error(
+        "this peer already holds {cap} open streams, as many as it may (limits.streams_per_peer, or its own cap): close one, or follow tasks with GetTask"
+    )]
+    TooManyStreams {
+        /// The peer's cap.
+        cap: u32,
+    },
     /// The request did not finish within `server.request_timeout_seconds` (408).
     #[error(
         "the request was not completed within server.request_timeout_seconds (a body sent too slowly, or a turn that took too long); a turn already asking the model still stores its task"
@@ -160,7 +168,7 @@ impl Refusal {
             Self::Unauthenticated { .. } | Self::AdminUnauthenticated(_) => {
                 StatusCode::UNAUTHORIZED
             }
-            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_) | Self::TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::NoRoute | Self::NotFound(_) => StatusCode::NOT_FOUND,
@@ -180,6 +188,7 @@ impl Refusal {
             Self::Unauthenticated { error, .. } => error.code(),
             Self::AdminUnauthenticated(error) => error.code(),
             Self::RateLimited(_) => "rate_limited",
+            Self::TooManyStreams { .. } => "too_many_streams",
             Self::BodyTooLarge => "body_too_large",
             Self::RequestTimeout => "request_timeout",
             Self::NoRoute | Self::NotFound(_) => "not_found",
@@ -213,6 +222,7 @@ impl Refusal {
             Self::RateLimited(limited) => Some(limited.limit.name()),
             Self::BodyTooLarge => Some("body_too_large"),
             Self::CrossSite(_) => Some("cross_site_request"),
+            Self::TooManyStreams { .. } => Some("too_many_streams"),
             _ => None,
         }
     }
@@ -243,6 +253,10 @@ impl IntoResponse for Refusal {
                 let seconds = retry_after_seconds(limited.retry_after);
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
                 insert_rate_limit_headers(headers, limited.limit, limited.quota, 0, seconds);
+            }
+            // Streams end on their own; a few seconds is a fair first guess.
+            Self::TooManyStreams { .. } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             _ if status == StatusCode::SERVICE_UNAVAILABLE => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

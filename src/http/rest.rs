@@ -17,27 +17,29 @@
 
 use crate::a2a::agent::{Agent, Answer};
 use crate::a2a::jsonrpc;
+use crate::http::refusal::Refusal;
+use crate::http::sse::StreamBounds;
+use crate::http::stalled_writes::ConnectionDeadline;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::client_addr::ClientAddr;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// What the binding's routes need.
 #[derive(Clone)]
 pub struct RestState {
     /// The agent both bindings ask.
     pub agent: Arc<Agent>,
-    /// The longest a stream stays open.
-    pub longest_stream: Duration,
+    /// How long a stream, and its connection, may last.
+    pub bounds: StreamBounds,
 }
 
 /// The binding's routes, relative to its base path.
@@ -62,18 +64,27 @@ where
         .route(&format!("{base}/extendedAgentCard"), get(extended_card))
 }
 
-/// Request context every route passes on to the agent.
+/// Request context every route passes on to the agent: the peer (only the authentication
+/// layer makes one, so a route without it refuses), its address, and the connection's deadline
+/// a stream bounds.
 struct Caller {
     peer: AuthenticatedPeer,
     client: Option<std::net::IpAddr>,
+    deadline: Option<Arc<ConnectionDeadline>>,
 }
 
-impl Caller {
-    fn new(peer: AuthenticatedPeer, client: Option<Extension<ClientAddr>>) -> Self {
-        Self {
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let peer = AuthenticatedPeer::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self {
             peer,
-            client: client.map(|c| c.0.ip()),
-        }
+            client: parts.extensions.get::<ClientAddr>().map(ClientAddr::ip),
+            deadline: parts.extensions.get::<Arc<ConnectionDeadline>>().cloned(),
+        })
     }
 }
 
@@ -84,8 +95,8 @@ async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> 
     // As on the JSON-RPC door: the turn runs in a task of its own, so a client that hangs up
     // cannot cut it between storing the task and storing its answer.
     let agent = state.agent.clone();
-    let answer =
-        tokio::spawn(async move { agent.handle(&caller.peer, caller.client, &body).await }).await;
+    let (peer, client) = (caller.peer, caller.client);
+    let answer = tokio::spawn(async move { agent.handle(&peer, client, &body).await }).await;
     match answer {
         Ok(Answer::Body(body)) => unwrap(&body),
         Ok(Answer::Internal { body, request_id }) => {
@@ -95,9 +106,12 @@ async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> 
                 .insert(crate::http::refusal::LoggedRequestId(request_id));
             response
         }
-        Ok(Answer::Events(events)) => {
-            crate::http::sse::respond(bare_results(events), state.longest_stream)
-        }
+        Ok(Answer::Events(events)) => crate::http::sse::respond(
+            events.reshaped(bare_result),
+            &state.bounds,
+            caller.deadline.as_ref(),
+        ),
+        Ok(Answer::TooManyStreams(cap)) => Refusal::TooManyStreams { cap }.into_response(),
         Err(_) => {
             let request_id = uuid::Uuid::new_v4().to_string();
             tracing::error!(request_id = %request_id, "the turn panicked");
@@ -127,29 +141,15 @@ fn unwrap(body: &str) -> Response {
     }
 }
 
-/// The events of a JSON-RPC stream as this binding's: each the bare result, or the error's
+/// An event of a JSON-RPC stream as this binding's: the bare result, or the error's
 /// `google.rpc.Status` body.
-fn bare_results(mut events: mpsc::Receiver<String>) -> mpsc::Receiver<String> {
-    let (bare, receiver) = mpsc::channel(16);
-    tokio::spawn(async move {
-        loop {
-            // Ends with the stream, or as soon as the client has left.
-            let event = tokio::select! {
-                event = events.recv() => event,
-                () = bare.closed() => None,
-            };
-            let Some(event) = event else { break };
-            let response: Value = serde_json::from_str(&event).unwrap_or(Value::Null);
-            let data = match response.get("error") {
-                Some(error) => jsonrpc::http_error(error).1,
-                None => response["result"].clone(),
-            };
-            if bare.send(data.to_string()).await.is_err() {
-                break;
-            }
-        }
-    });
-    receiver
+fn bare_result(event: String) -> String {
+    let response: Value = serde_json::from_str(&event).unwrap_or(Value::Null);
+    let data = match response.get("error") {
+        Some(error) => jsonrpc::http_error(error).1,
+        None => response["result"].clone(),
+    };
+    data.to_string()
 }
 
 fn error_response(error: &jsonrpc::RpcError) -> Response {
@@ -182,35 +182,32 @@ fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Value, jsonrpc::RpcEr
 
 async fn send(
     state: State<RestState>,
-    peer: AuthenticatedPeer,
-    client: Option<Extension<ClientAddr>>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    send_as("SendMessage", state, peer, client, headers, body).await
+    send_as("SendMessage", state, caller, headers, body).await
 }
 
 async fn stream(
     state: State<RestState>,
-    peer: AuthenticatedPeer,
-    client: Option<Extension<ClientAddr>>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    send_as("SendStreamingMessage", state, peer, client, headers, body).await
+    send_as("SendStreamingMessage", state, caller, headers, body).await
 }
 
 /// A message sent with `method`: the body is its params.
 async fn send_as(
     method: &str,
     State(state): State<RestState>,
-    peer: AuthenticatedPeer,
-    client: Option<Extension<ClientAddr>>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     match body_params(&headers, &body) {
-        Ok(params) => ask(&state, Caller::new(peer, client), method, params).await,
+        Ok(params) => ask(&state, caller, method, params).await,
         Err(refused) => error_response(&refused),
     }
 }
@@ -254,12 +251,11 @@ fn query_params(query: &[(String, String)]) -> Result<Value, jsonrpc::RpcError> 
 
 async fn list(
     State(state): State<RestState>,
-    peer: AuthenticatedPeer,
-    client: Option<Extension<ClientAddr>>,
+    caller: Caller,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     match query_params(&query) {
-        Ok(params) => ask(&state, Caller::new(peer, client), "ListTasks", params).await,
+        Ok(params) => ask(&state, caller, "ListTasks", params).await,
         Err(refused) => error_response(&refused),
     }
 }
@@ -268,13 +264,11 @@ async fn list(
 /// apart by its suffix.
 async fn task(
     State(state): State<RestState>,
-    peer: AuthenticatedPeer,
-    client: Option<Extension<ClientAddr>>,
+    caller: Caller,
     method: Method,
     Path(segment): Path<String>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    let caller = Caller::new(peer, client);
     // Checked on every route of the path, not only where the parameters are read.
     if let Err(refused) = query_params(&query) {
         return error_response(&refused);
@@ -308,15 +302,13 @@ async fn task(
 #[allow(clippy::too_many_arguments)] // one per extractor axum hands a handler
 async fn push_configs(
     State(state): State<RestState>,
-    peer: AuthenticatedPeer,
-    client: Option<Extension<ClientAddr>>,
+    caller: Caller,
     method: Method,
     headers: HeaderMap,
     Path(path): Path<HashMap<String, String>>,
     Query(query): Query<Vec<(String, String)>>,
     body: Bytes,
 ) -> Response {
-    let caller = Caller::new(peer, client);
     if let Err(refused) = query_params(&query) {
         return error_response(&refused);
     }
@@ -340,16 +332,6 @@ async fn push_configs(
     ask(&state, caller, name, params).await
 }
 
-async fn extended_card(
-    State(state): State<RestState>,
-    peer: AuthenticatedPeer,
-    client: Option<Extension<ClientAddr>>,
-) -> Response {
-    ask(
-        &state,
-        Caller::new(peer, client),
-        "GetExtendedAgentCard",
-        json!({}),
-    )
-    .await
+async fn extended_card(State(state): State<RestState>, caller: Caller) -> Response {
+    ask(&state, caller, "GetExtendedAgentCard", json!({})).await
 }

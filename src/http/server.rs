@@ -168,8 +168,8 @@ impl RunningGateway {
 #[derive(Clone)]
 struct AppState {
     agent: Arc<Agent>,
-    /// The longest a stream stays open.
-    longest_stream: Duration,
+    /// How long a stream, and its connection, may last.
+    bounds: crate::http::sse::StreamBounds,
     card: Arc<CachedDocument>,
     extended: Arc<CachedDocument>,
     /// Rebuilt when the day changes, so a retiring key leaves on its date.
@@ -274,7 +274,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     ));
     let state = AppState {
         agent: agent.clone(),
-        longest_stream: Duration::from_secs(policy.server.request_timeout_seconds),
+        bounds: stream_bounds(policy),
         card: Arc::new(documents.card),
         extended: Arc::new(documents.extended),
         jwks: documents.jwks.clone(),
@@ -398,12 +398,15 @@ impl Listeners {
         let limits = ConnectionLimits {
             header_read_timeout: Duration::from_secs(policy.server.header_read_timeout_seconds),
             max_connections: policy.server.max_connections,
+            max_per_address: policy.server.max_connections_per_address,
+            exempt: policy.server.trusted_proxies.clone().into(),
+            write_stall: Duration::from_secs(policy.server.write_stall_seconds),
             shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
         };
         let serving = tokio::spawn(crate::http::accept::serve(
             self.door,
             router,
-            limits,
+            limits.clone(),
             shutdown_rx.clone(),
             metrics.clone(),
         ));
@@ -567,6 +570,15 @@ fn agent_settings(policy: &Policy) -> AgentSettings {
         streaming: policy.capabilities.streaming,
         subscriptions: policy.capabilities.subscriptions,
         longest_stream: Duration::from_secs(policy.server.request_timeout_seconds),
+        streams_per_peer: policy.limits.streams_per_peer,
+    }
+}
+
+/// How long a stream may last, and its connection after it.
+fn stream_bounds(policy: &Policy) -> crate::http::sse::StreamBounds {
+    crate::http::sse::StreamBounds {
+        longest: Duration::from_secs(policy.server.request_timeout_seconds),
+        grace: Duration::from_secs(policy.server.write_stall_seconds),
     }
 }
 
@@ -755,7 +767,7 @@ impl axum::extract::FromRef<AppState> for crate::http::rest::RestState {
     fn from_ref(state: &AppState) -> Self {
         Self {
             agent: state.agent.clone(),
-            longest_stream: state.longest_stream,
+            bounds: state.bounds.clone(),
         }
     }
 }
@@ -764,6 +776,7 @@ async fn door(
     State(state): State<AppState>,
     peer: AuthenticatedPeer,
     client: Option<Extension<ClientAddr>>,
+    deadline: Option<Extension<Arc<crate::http::stalled_writes::ConnectionDeadline>>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -781,7 +794,11 @@ async fn door(
                 body
             }
             Ok(crate::a2a::agent::Answer::Events(events)) => {
-                return crate::http::sse::respond(events, state.longest_stream);
+                let deadline = deadline.map(|Extension(deadline)| deadline);
+                return crate::http::sse::respond(events, &state.bounds, deadline.as_ref());
+            }
+            Ok(crate::a2a::agent::Answer::TooManyStreams(cap)) => {
+                return Refusal::TooManyStreams { cap }.into_response();
             }
             Err(_) => return panic_response(Box::new("the turn panicked")),
         }

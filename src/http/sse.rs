@@ -1,38 +1,62 @@
 //! Server-Sent Events for the door's streams: each event a `data:` line, a comment every
 //! [`KEEP_ALIVE`] so proxies and clients do not take a quiet model for a dead connection, and a
 //! maximum duration after which the stream ends (the turn itself goes on and is stored).
+//!
+//! The stream also bounds its connection: by its maximum duration plus the write-stall time the
+//! connection must be done ([`crate::http::stalled_writes`]), so a client reading too slowly
+//! to ever finish is closed rather than kept. Dropping the body (the connection closed) drops
+//! the events it buffered and the stream's place among its peer's open streams.
 
+use crate::a2a::agent::EventStream;
+use crate::http::stalled_writes::{ConnectionDeadline, DeadlineGuard};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// How often a quiet stream sends a comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 struct Events {
-    events: mpsc::Receiver<String>,
+    events: EventStream,
     keep_alive: tokio::time::Interval,
     ends_at: tokio::time::Instant,
     ended: bool,
+    /// Keeps the connection's deadline while the stream lasts.
+    _bound: Option<DeadlineGuard>,
 }
 
-/// The response streaming `events` for at most `longest`.
-pub fn respond(events: mpsc::Receiver<String>, longest: Duration) -> Response {
+/// How long a stream, and the connection it is on, may last.
+#[derive(Debug, Clone)]
+pub struct StreamBounds {
+    /// The longest the stream stays open.
+    pub longest: Duration,
+    /// How long after that the connection may take to deliver what is left.
+    pub grace: Duration,
+}
+
+/// The response streaming `events` within `bounds`, on the connection whose deadline is
+/// `deadline` (when the accept loop gave one).
+pub fn respond(
+    events: EventStream,
+    bounds: &StreamBounds,
+    deadline: Option<&Arc<ConnectionDeadline>>,
+) -> Response {
     let now = tokio::time::Instant::now();
     let state = Events {
         events,
         keep_alive: tokio::time::interval_at(now + KEEP_ALIVE, KEEP_ALIVE),
-        ends_at: now + longest,
+        ends_at: now + bounds.longest,
         ended: false,
+        _bound: deadline.map(|deadline| deadline.bound(bounds.longest + bounds.grace)),
     };
     let stream = futures_util::stream::unfold(state, |mut state| async move {
         if state.ended {
             return None;
         }
         let chunk = tokio::select! {
-            event = state.events.recv() => match event {
+            event = state.events.next() => match event {
                 Some(event) => Bytes::from(format!("data: {event}\n\n")),
                 None => return None,
             },
@@ -69,8 +93,18 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_quiet_stream_sends_keep_alives_and_ends_at_its_maximum_duration() {
-        let (events, receiver) = mpsc::channel(4);
-        let response = respond(receiver, Duration::from_secs(40));
+        let (events, receiver) = tokio::sync::mpsc::channel(4);
+        let place = crate::shared::streams::StreamPermit::new(());
+        let bounds = StreamBounds {
+            longest: Duration::from_secs(40),
+            grace: Duration::from_secs(20),
+        };
+        let deadline = ConnectionDeadline::new();
+        let response = respond(
+            EventStream::from_receiver(receiver, place),
+            &bounds,
+            Some(&deadline),
+        );
         assert_eq!(
             response.headers()[header::CONTENT_TYPE],
             "text/event-stream"
@@ -86,6 +120,9 @@ mod tests {
         assert_eq!(seen[1..3], [": keep-alive\n\n", ": keep-alive\n\n"]);
         assert!(seen[3].contains("maximum duration"), "{seen:?}");
         assert_eq!(seen.len(), 4);
+        drop(body);
+        // The stream is over: the connection's deadline is lifted for what comes next on it.
+        assert!(format!("{deadline:?}").contains("at: 0"), "{deadline:?}");
         drop(events);
     }
 }

@@ -10,6 +10,7 @@
 //! | [`ownership::TaskOwnership`] | start-up and housekeeping sweeps of working tasks | this process only; across instances, leases in the store |
 //! | [`cancels::CancelRequests`] | `CancelTask` for a turn another instance answers | none (one instance); across instances, Redis pub/sub |
 //! | [`spend::SharedSpend`] | budgets: tokens spent | none (each process counts); across instances, [`redis::spend::RedisSpend`] |
+//! | [`streams::OpenStreams`] | the agent: each peer's open streams against its cap | a count per peer; across instances, [`redis::streams::RedisOpenStreams`] |
 //!
 //! The engines for several instances are in [`redis`], with what each does while Redis is away.
 
@@ -20,4 +21,5 @@ pub mod ownership;
 pub mod rate_limit;
 pub mod redis;
 pub mod spend;
+pub mod streams;
 pub mod turns;

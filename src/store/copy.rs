@@ -66,6 +66,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("password_hash", Kind::OptText),
             ("owner_id", Kind::Text),
             ("expires_at", Kind::OptInt),
+            ("max_streams", Kind::OptInt),
         ],
     ),
     (

@@ -409,6 +409,12 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     async fn reinstate_peer(&mut self, peer_id: &str) -> Result<(), StoreError>;
     /// Sets a peer's quota.
     async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError>;
+    /// Sets a peer's own cap on open streams (`None`: the policy's).
+    async fn set_peer_streams(
+        &mut self,
+        peer_id: &str,
+        max_streams: Option<u32>,
+    ) -> Result<(), StoreError>;
     /// Sets or clears a peer's expiry.
     async fn set_peer_expiry(
         &mut self,

@@ -16,6 +16,8 @@ pub struct PeerRecord {
     pub status: PeerStatus,
     /// Requests per minute.
     pub rate_per_minute: u32,
+    /// Streams it may hold open at once; `None` for the policy's `limits.streams_per_peer`.
+    pub max_streams: Option<u32>,
     /// Creation time, epoch ms.
     pub created_at: i64,
     /// Last authenticated request, epoch ms (updated at most once a minute).
@@ -53,6 +55,8 @@ pub struct CredentialRecord {
     pub active: bool,
     /// The peer's quota.
     pub rate_per_minute: u32,
+    /// The peer's own cap on open streams, if it has one.
+    pub max_streams: Option<u32>,
     /// The administrator the peer acts for.
     pub owner_id: String,
     /// When the credential stops working (a rotation's grace period or the peer's expiry,
@@ -73,6 +77,8 @@ pub struct PeerLogin {
     pub active: bool,
     /// The peer's quota.
     pub rate_per_minute: u32,
+    /// The peer's own cap on open streams, if it has one.
+    pub max_streams: Option<u32>,
     /// The administrator the peer acts for.
     pub owner_id: String,
     /// When the peer expires, epoch ms.

@@ -15,14 +15,97 @@ use crate::a2a::jsonrpc::{self, RpcError, RpcId};
 use crate::a2a::types::{GetTaskParams, SendMessageParams, Task, TaskState};
 use crate::clock::rfc3339_millis;
 use crate::layers::auth::AuthenticatedPeer;
+use crate::shared::streams::StreamPermit;
 use serde_json::json;
 use serde_json::value::{RawValue, to_raw_value};
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::mpsc;
 
 /// Events buffered for a client that reads slowly; one that falls further behind is cut off.
 const BUFFERED_EVENTS: usize = 64;
+
+/// Bytes of events buffered for a client that reads slowly; past them it is cut off too (one
+/// event larger than this is still sent when nothing else waits).
+pub const BUFFERED_BYTES: usize = 1024 * 1024;
+
+/// A stream's events as the response reads them, holding the stream's place among its peer's
+/// open streams until it is dropped.
+#[derive(Debug)]
+pub struct EventStream {
+    events: mpsc::Receiver<String>,
+    buffered: Arc<AtomicUsize>,
+    reshape: Option<fn(String) -> String>,
+    _place: StreamPermit,
+}
+
+impl EventStream {
+    /// Events sent into `events` as they come, holding `place` (for a stream made elsewhere
+    /// than a turn: tests, another binding's adapter).
+    pub fn from_receiver(events: mpsc::Receiver<String>, place: StreamPermit) -> Self {
+        Self {
+            events,
+            buffered: Arc::default(),
+            reshape: None,
+            _place: place,
+        }
+    }
+
+    /// The next event; `None` once the stream ended.
+    pub async fn next(&mut self) -> Option<String> {
+        let event = self.events.recv().await?;
+        let _ = self
+            .buffered
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |waiting| {
+                Some(waiting.saturating_sub(event.len()))
+            });
+        Some(match self.reshape {
+            Some(reshape) => reshape(event),
+            None => event,
+        })
+    }
+
+    /// The same stream with each event passed through `reshape` (another binding's shape).
+    pub fn reshaped(mut self, reshape: fn(String) -> String) -> Self {
+        self.reshape = Some(reshape);
+        self
+    }
+}
+
+/// A stream's two ends: what the turn sends into, and what the response reads.
+fn stream_pair(id: &RpcId, place: StreamPermit) -> (Stream, EventStream) {
+    let (events, receiver) = mpsc::channel(BUFFERED_EVENTS);
+    let buffered = Arc::new(AtomicUsize::new(0));
+    (
+        Stream {
+            id: id.clone(),
+            events: Some(events),
+            buffered: buffered.clone(),
+        },
+        EventStream {
+            events: receiver,
+            buffered,
+            reshape: None,
+            _place: place,
+        },
+    )
+}
+
+/// Why a stream was not opened.
+#[derive(Debug)]
+pub(crate) enum StreamRefused {
+    /// The protocol's error.
+    Rpc(RpcError),
+    /// The peer holds as many open streams as it may (its cap).
+    AtCap(u32),
+}
+
+impl From<RpcError> for StreamRefused {
+    fn from(error: RpcError) -> Self {
+        Self::Rpc(error)
+    }
+}
 
 /// How often a subscription looks at the store, in case its task's final state was stored
 /// without an event (a sweep, a lost publication).
@@ -33,20 +116,35 @@ const SUBSCRIPTION_RECHECK: std::time::Duration = std::time::Duration::from_secs
 struct Stream {
     id: RpcId,
     events: Option<mpsc::Sender<String>>,
+    /// Bytes sent and not yet read by the response.
+    buffered: Arc<AtomicUsize>,
 }
 
 impl Stream {
-    /// Sends one event; a client that left, or fell [`BUFFERED_EVENTS`] behind, gets no more
-    /// (its stream ends; the turn goes on and is stored).
+    /// Sends one event; a client that left, or fell [`BUFFERED_EVENTS`] events or
+    /// [`BUFFERED_BYTES`] behind, gets no more (its stream ends; the turn goes on and is
+    /// stored).
     fn push(&mut self, event: String) {
         let Some(events) = &self.events else { return };
+        let size = event.len();
+        let waiting = self.buffered.fetch_add(size, Ordering::SeqCst);
+        if waiting > 0 && waiting + size > BUFFERED_BYTES {
+            self.buffered.fetch_sub(size, Ordering::SeqCst);
+            tracing::info!("a stream's client fell behind and was cut off; its turn goes on");
+            self.events = None;
+            return;
+        }
         match events.try_send(event) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
+                self.buffered.fetch_sub(size, Ordering::SeqCst);
                 tracing::info!("a stream's client fell behind and was cut off; its turn goes on");
                 self.events = None;
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => self.events = None,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.buffered.fetch_sub(size, Ordering::SeqCst);
+                self.events = None;
+            }
         }
     }
 
@@ -66,6 +164,16 @@ impl Stream {
 }
 
 impl Agent {
+    /// A place among the peer's open streams: its own cap, else the policy's.
+    async fn stream_place(&self, peer: &AuthenticatedPeer) -> Result<StreamPermit, StreamRefused> {
+        let cap = peer.max_streams().unwrap_or(self.settings.streams_per_peer);
+        self.shared
+            .streams
+            .open(peer.id(), cap)
+            .await
+            .ok_or(StreamRefused::AtCap(cap))
+    }
+
     /// `SendStreamingMessage`: checks the message, then streams its turn.
     pub(super) async fn send_streaming(
         self: &Arc<Self>,
@@ -73,19 +181,16 @@ impl Agent {
         client: Option<IpAddr>,
         id: &RpcId,
         params: Option<&RawValue>,
-    ) -> Result<mpsc::Receiver<String>, RpcError> {
+    ) -> Result<EventStream, StreamRefused> {
         if !self.settings.streaming {
-            return Err(RpcError::UnsupportedOperation(
+            return Err(StreamRefused::Rpc(RpcError::UnsupportedOperation(
                 "streaming is off (capabilities.streaming is false): send the message with SendMessage",
-            ));
+            )));
         }
         let params: SendMessageParams = jsonrpc::parse_params(params)?;
         let planned = self.plan(peer, params).await?;
-        let (events, receiver) = mpsc::channel(BUFFERED_EVENTS);
-        let stream = Stream {
-            id: id.clone(),
-            events: Some(events),
-        };
+        let place = self.stream_place(peer).await?;
+        let (stream, receiver) = stream_pair(id, place);
         let agent = self.clone();
         let counted = self.background_turn();
         tokio::spawn(async move {
@@ -189,27 +294,27 @@ impl Agent {
         peer: &AuthenticatedPeer,
         id: &RpcId,
         params: Option<&RawValue>,
-    ) -> Result<mpsc::Receiver<String>, RpcError> {
+    ) -> Result<EventStream, StreamRefused> {
         if !(self.settings.streaming && self.settings.subscriptions) {
-            return Err(RpcError::UnsupportedOperation(
+            return Err(StreamRefused::Rpc(RpcError::UnsupportedOperation(
                 "task subscriptions are off (capabilities.subscriptions is false): follow the task with GetTask",
-            ));
+            )));
         }
         let params: GetTaskParams = jsonrpc::parse_params(params)?;
         // Listening before the task is read, so a final state stored in between is heard.
         let mut heard = self.shared.events.subscribe(peer.id(), &params.id);
         let task = self.load_task(peer, &params.id).await?;
         if task.status.state.is_final() {
-            return Err(RpcError::UnsupportedOperation(
+            return Err(StreamRefused::Rpc(RpcError::UnsupportedOperation(
                 "the task is already in a final state: read it with GetTask",
-            ));
+            )));
         }
-        let (events, receiver) = mpsc::channel(BUFFERED_EVENTS);
-        let closed = events.clone();
-        let mut stream = Stream {
-            id: id.clone(),
-            events: Some(events),
-        };
+        let place = self.stream_place(peer).await?;
+        let (mut stream, receiver) = stream_pair(id, place);
+        let closed = stream
+            .events
+            .clone()
+            .ok_or_else(|| internal("a new stream has no sender"))?;
         let (agent, peer, task_id) = (self.clone(), peer.clone(), params.id.clone());
         let counted = self.background_turn();
         tokio::spawn(async move {

@@ -88,6 +88,7 @@ pub struct AuthenticatedPeer {
     name: Arc<str>,
     owner_id: Arc<str>,
     rate_per_minute: u32,
+    max_streams: Option<u32>,
     scheme: Scheme,
 }
 
@@ -112,6 +113,10 @@ impl AuthenticatedPeer {
     pub fn rate_per_minute(&self) -> u32 {
         self.rate_per_minute
     }
+    /// The peer's own cap on open streams, if it has one (else the policy's applies).
+    pub fn max_streams(&self) -> Option<u32> {
+        self.max_streams
+    }
     /// How the peer authenticated.
     pub fn scheme(&self) -> Scheme {
         self.scheme
@@ -125,6 +130,7 @@ impl AuthenticatedPeer {
             name: id.into(),
             owner_id: owner_id.into(),
             rate_per_minute: 60,
+            max_streams: None,
             scheme: Scheme::Bearer,
         }
     }
@@ -325,6 +331,7 @@ struct VerifiedPeer {
     name: Arc<str>,
     owner_id: Arc<str>,
     rate_per_minute: u32,
+    max_streams: Option<u32>,
     /// When the credential stops working (expiry, or the end of a rotation's grace), epoch ms;
     /// checked on every request, cached verdicts included.
     valid_until: Option<i64>,
@@ -337,7 +344,7 @@ impl VerifiedPeer {
         id: String,
         name: String,
         owner_id: String,
-        rate_per_minute: u32,
+        (rate_per_minute, max_streams): (u32, Option<u32>),
         valid_until: Option<i64>,
     ) -> Self {
         Self {
@@ -345,6 +352,7 @@ impl VerifiedPeer {
             name: name.into(),
             owner_id: owner_id.into(),
             rate_per_minute,
+            max_streams,
             valid_until,
             noted: Default::default(),
         }
@@ -411,7 +419,7 @@ impl TokenRecords<VerifiedPeer> for PeerTokens {
                 record.peer_id,
                 record.peer_name,
                 record.owner_id,
-                record.rate_per_minute,
+                (record.rate_per_minute, record.max_streams),
                 record.valid_until,
             ),
         }))
@@ -433,7 +441,7 @@ impl Logins<VerifiedPeer> for PeerLogins {
                 login.peer_id,
                 login.peer_name,
                 login.owner_id,
-                login.rate_per_minute,
+                (login.rate_per_minute, login.max_streams),
                 login.valid_until,
             ),
         }))
@@ -807,6 +815,7 @@ impl PeerAuthenticator {
             name: peer.name.clone(),
             owner_id: peer.owner_id.clone(),
             rate_per_minute: peer.rate_per_minute,
+            max_streams: peer.max_streams,
             scheme,
         }
     }

@@ -14,6 +14,7 @@
 pub mod bus;
 pub mod limit;
 pub mod spend;
+pub mod streams;
 pub mod turns;
 
 use redis::aio::ConnectionManager;

@@ -351,7 +351,7 @@ impl CredentialStore for PostgresStore {
         token_id: &str,
     ) -> Result<Option<CredentialRecord>, StoreError> {
         let row = sqlx::query(
-            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, \
+            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, p.max_streams, \
              p.owner_id, LEAST(c.expires_at, p.expires_at) AS valid_until \
              FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = $1 AND c.kind = $2",
         )
@@ -371,6 +371,7 @@ impl CredentialStore for PostgresStore {
             secret_hash: hash,
             active: revoked_at.is_none() && status == "active",
             rate_per_minute: rate(&row)?,
+            max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
             valid_until: row.try_get("valid_until")?,
         }))
@@ -378,7 +379,7 @@ impl CredentialStore for PostgresStore {
 
     async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
         let row = sqlx::query(
-            "SELECT id, name, password_hash, status, rate_per_minute, owner_id, expires_at FROM peers WHERE name = $1",
+            "SELECT id, name, password_hash, status, rate_per_minute, max_streams, owner_id, expires_at FROM peers WHERE name = $1",
         )
         .bind(name)
         .fetch_optional(&self.pool)
@@ -391,6 +392,7 @@ impl CredentialStore for PostgresStore {
             password_hash: row.try_get("password_hash")?,
             active: status == "active",
             rate_per_minute: rate(&row)?,
+            max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
             valid_until: row.try_get("expires_at")?,
         }))
@@ -607,4 +609,10 @@ fn named<T>(row: &PgRow, column: &str, parse: fn(&str) -> Option<T>) -> Result<T
 
 fn rate(row: &PgRow) -> Result<u32, StoreError> {
     Ok(u32::try_from(row.try_get::<i64, _>("rate_per_minute")?).unwrap_or(u32::MAX))
+}
+
+/// A peer's own cap on open streams (`None`: the policy's).
+fn max_streams(row: &PgRow) -> Result<Option<u32>, StoreError> {
+    let cap: Option<i64> = row.try_get("max_streams")?;
+    Ok(cap.map(|n| u32::try_from(n).unwrap_or(u32::MAX)))
 }

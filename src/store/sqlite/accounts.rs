@@ -58,7 +58,7 @@ fn signed(n: u64) -> i64 {
 
 /// The columns of a [`PeerRecord`], from `peers p` joined with its owner `a`.
 pub(super) const PEER_COLUMNS: &str = "SELECT p.id, p.name, p.status, p.rate_per_minute, p.created_at, \
-     p.last_used_at, p.owner_id, a.name AS owner_name, p.expires_at \
+     p.last_used_at, p.owner_id, a.name AS owner_name, p.expires_at, p.max_streams \
      FROM peers p JOIN admins a ON a.id = p.owner_id";
 
 fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> {
@@ -72,6 +72,7 @@ fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> 
         owner_id: row.try_get("owner_id")?,
         owner_name: row.try_get("owner_name")?,
         expires_at: row.try_get("expires_at")?,
+        max_streams: super::max_streams(row)?,
     })
 }
 
@@ -303,8 +304,8 @@ impl AccountChanges for SqliteAccountChange {
             None => {}
         }
         let inserted = sqlx::query(
-            "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id, expires_at) \
-             VALUES (?, ?, 'active', ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+            "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id, expires_at, max_streams) \
+             VALUES (?, ?, 'active', ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
         )
         .bind(&peer.id)
         .bind(&peer.name)
@@ -312,6 +313,7 @@ impl AccountChanges for SqliteAccountChange {
         .bind(peer.created_at)
         .bind(&peer.owner_id)
         .bind(peer.expires_at)
+        .bind(peer.max_streams.map(i64::from))
         .execute(&mut *self.tx)
         .await?;
         if inserted.rows_affected() == 0 {
@@ -389,6 +391,19 @@ impl AccountChanges for SqliteAccountChange {
     async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET rate_per_minute = ? WHERE id = ?")
             .bind(i64::from(rate))
+            .bind(peer_id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_peer_streams(
+        &mut self,
+        peer_id: &str,
+        max_streams: Option<u32>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET max_streams = ? WHERE id = ?")
+            .bind(max_streams.map(i64::from))
             .bind(peer_id)
             .execute(&mut *self.tx)
             .await?;

@@ -407,7 +407,7 @@ impl CredentialStore for SqliteStore {
         token_id: &str,
     ) -> Result<Option<CredentialRecord>, StoreError> {
         let row = sqlx::query(
-            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, \
+            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, p.max_streams, \
              p.owner_id, min(coalesce(c.expires_at, p.expires_at), coalesce(p.expires_at, c.expires_at)) AS valid_until \
              FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = ? AND c.kind = ?",
         )
@@ -427,6 +427,7 @@ impl CredentialStore for SqliteStore {
             secret_hash: hash,
             active: revoked_at.is_none() && status == "active",
             rate_per_minute: rate(&row)?,
+            max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
             valid_until: row.try_get("valid_until")?,
         }))
@@ -434,7 +435,7 @@ impl CredentialStore for SqliteStore {
 
     async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
         let row = sqlx::query(
-            "SELECT id, name, password_hash, status, rate_per_minute, owner_id, expires_at FROM peers WHERE name = ?",
+            "SELECT id, name, password_hash, status, rate_per_minute, max_streams, owner_id, expires_at FROM peers WHERE name = ?",
         )
         .bind(name)
         .fetch_optional(&self.reader)
@@ -447,6 +448,7 @@ impl CredentialStore for SqliteStore {
             password_hash: row.try_get("password_hash")?,
             active: status == "active",
             rate_per_minute: rate(&row)?,
+            max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
             valid_until: row.try_get("expires_at")?,
         }))
@@ -664,6 +666,12 @@ fn named<T>(row: &SqliteRow, column: &str, parse: fn(&str) -> Option<T>) -> Resu
 
 fn rate(row: &SqliteRow) -> Result<u32, StoreError> {
     Ok(u32::try_from(row.try_get::<i64, _>("rate_per_minute")?).unwrap_or(u32::MAX))
+}
+
+/// A peer's own cap on open streams (`None`: the policy's).
+fn max_streams(row: &SqliteRow) -> Result<Option<u32>, StoreError> {
+    let cap: Option<i64> = row.try_get("max_streams")?;
+    Ok(cap.map(|n| u32::try_from(n).unwrap_or(u32::MAX)))
 }
 
 /// Writes a consistent copy of the store in `data_dir` to `file` (which must not exist), with

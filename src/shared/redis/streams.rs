@@ -1,0 +1,171 @@
+//! Open streams per peer across instances, in Redis.
+//!
+//! Each peer's open streams are one sorted set: a member per stream, scored with when its
+//! place lapses (on Redis's clock). One atomic script drops lapsed places, and takes a place
+//! only if fewer than the cap are left. A stream renews its place every third of
+//! [`PLACE_LASTS`] while it is open and removes it when it closes, so a place held by an
+//! instance that died lapses within [`PLACE_LASTS`] instead of counting forever.
+//!
+//! While Redis cannot be reached, each instance counts its own streams against the full cap
+//! (so a peer may hold up to the cap once per instance), as the rate limits do.
+
+use super::{Degradation, Redis};
+use crate::shared::streams::{LocalOpenStreams, OpenStreams, StreamPermit};
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a place lasts without being renewed.
+pub const PLACE_LASTS: Duration = Duration::from_secs(30);
+
+/// KEYS[1]: the peer's set. ARGV: the stream's member, the cap, how long a place lasts (ms).
+/// Returns 1 when a place was taken.
+const TAKE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
+";
+
+/// KEYS[1]: the peer's set. ARGV: the stream's member, how long a place lasts (ms).
+const RENEW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+end
+return 1
+";
+
+/// Open streams counted in Redis, shared by every instance on the same Redis.
+#[derive(Debug, Clone)]
+pub struct RedisOpenStreams {
+    connection: ConnectionManager,
+    take: Arc<redis::Script>,
+    renew: Arc<redis::Script>,
+    fallback: LocalOpenStreams,
+    health: Degradation,
+}
+
+impl RedisOpenStreams {
+    /// Counts in `redis`.
+    pub fn new(redis: &Redis) -> Self {
+        Self {
+            connection: redis.connection(),
+            take: Arc::new(redis::Script::new(TAKE)),
+            renew: Arc::new(redis::Script::new(RENEW)),
+            fallback: LocalOpenStreams::default(),
+            health: Degradation::new("open stream counts"),
+        }
+    }
+}
+
+fn key(peer_id: &str) -> String {
+    format!("peergate:streams:{peer_id}")
+}
+
+fn lasts_ms() -> u64 {
+    u64::try_from(PLACE_LASTS.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl OpenStreams for RedisOpenStreams {
+    async fn open(&self, peer_id: &str, cap: u32) -> Option<StreamPermit> {
+        let member = uuid::Uuid::new_v4().simple().to_string();
+        let mut connection = self.connection.clone();
+        let taken: Result<i64, _> = self
+            .take
+            .key(key(peer_id))
+            .arg(&member)
+            .arg(cap)
+            .arg(lasts_ms())
+            .invoke_async(&mut connection)
+            .await;
+        match taken {
+            Ok(1) => {
+                self.health.answered();
+                Some(StreamPermit::new(RedisPlace::hold(
+                    self.clone(),
+                    key(peer_id),
+                    member,
+                )))
+            }
+            Ok(_) => {
+                self.health.answered();
+                None
+            }
+            Err(error) => {
+                self.health.failed(&error);
+                self.fallback.open_now(peer_id, cap)
+            }
+        }
+    }
+}
+
+/// A place in Redis: renewed while held, removed when dropped.
+struct RedisPlace {
+    streams: RedisOpenStreams,
+    key: String,
+    member: String,
+    renewing: tokio::task::JoinHandle<()>,
+}
+
+impl RedisPlace {
+    fn hold(streams: RedisOpenStreams, key: String, member: String) -> Self {
+        let renewing = tokio::spawn({
+            let (streams, key, member) = (streams.clone(), key.clone(), member.clone());
+            async move {
+                let mut every = tokio::time::interval(PLACE_LASTS / 3);
+                every.tick().await;
+                loop {
+                    every.tick().await;
+                    let mut connection = streams.connection.clone();
+                    let renewed: Result<i64, _> = streams
+                        .renew
+                        .key(&key)
+                        .arg(&member)
+                        .arg(lasts_ms())
+                        .invoke_async(&mut connection)
+                        .await;
+                    if let Err(error) = renewed {
+                        streams.health.failed(&error);
+                    }
+                }
+            }
+        });
+        Self {
+            streams,
+            key,
+            member,
+            renewing,
+        }
+    }
+}
+
+impl Drop for RedisPlace {
+    fn drop(&mut self) {
+        self.renewing.abort();
+        let mut connection = self.streams.connection.clone();
+        let (key, member) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.member),
+        );
+        // Given back without waiting; a removal that fails lapses with the place.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _: Result<i64, _> = redis::cmd("ZREM")
+                    .arg(key)
+                    .arg(member)
+                    .query_async(&mut connection)
+                    .await;
+            });
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Open streams per peer: how many `SendStreamingMessage` and `SubscribeToTask` streams each
+//! peer holds open, against its cap, so one peer cannot hold every connection the gateway
+//! has (and every byte each buffers) while others wait.
+//!
+//! A stream takes a [`StreamPermit`] before its turn or subscription starts and gives it back
+//! when the permit drops, which is when its response body is dropped: the stream ended, the
+//! client left, or the connection was closed for not reading. The in-process engine counts in
+//! memory; the engine for several instances counts in Redis
+//! ([`crate::shared::redis::streams`]), so the cap holds across instances.
+
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Counts open streams per peer against a cap.
+#[async_trait]
+pub trait OpenStreams: Send + Sync + std::fmt::Debug {
+    /// A place for one more open stream of `peer_id` if it holds fewer than `cap`, given back
+    /// when the permit drops; `None` at the cap.
+    async fn open(&self, peer_id: &str, cap: u32) -> Option<StreamPermit>;
+}
+
+/// One open stream's place; given back when dropped.
+pub struct StreamPermit(#[allow(dead_code)] Box<dyn Send + Sync>);
+
+impl StreamPermit {
+    /// A permit that gives its place back by dropping `release`.
+    pub fn new(release: impl Send + Sync + 'static) -> Self {
+        Self(Box::new(release))
+    }
+}
+
+impl std::fmt::Debug for StreamPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamPermit")
+    }
+}
+
+/// The in-process engine: a count per peer that holds any open stream.
+#[derive(Debug, Default, Clone)]
+pub struct LocalOpenStreams {
+    counts: Arc<Mutex<HashMap<Arc<str>, u32>>>,
+}
+
+impl LocalOpenStreams {
+    /// How many streams `peer_id` holds open here.
+    pub fn held(&self, peer_id: &str) -> u32 {
+        self.lock().get(peer_id).copied().unwrap_or(0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, u32>> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a place at once, in memory.
+    pub fn open_now(&self, peer_id: &str, cap: u32) -> Option<StreamPermit> {
+        let peer: Arc<str> = peer_id.into();
+        {
+            let mut counts = self.lock();
+            let held = counts.entry(peer.clone()).or_insert(0);
+            if *held >= cap {
+                return None;
+            }
+            *held += 1;
+        }
+        Some(StreamPermit::new(LocalPlace {
+            counts: self.clone(),
+            peer,
+        }))
+    }
+}
+
+#[async_trait]
+impl OpenStreams for LocalOpenStreams {
+    async fn open(&self, peer_id: &str, cap: u32) -> Option<StreamPermit> {
+        self.open_now(peer_id, cap)
+    }
+}
+
+/// A place in [`LocalOpenStreams`]; a peer with none left is forgotten.
+struct LocalPlace {
+    counts: LocalOpenStreams,
+    peer: Arc<str>,
+}
+
+impl Drop for LocalPlace {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock();
+        if let Some(held) = counts.get_mut(&self.peer) {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                counts.remove(&self.peer);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_peer_holds_at_most_its_cap_and_places_come_back_when_dropped() {
+        let streams = LocalOpenStreams::default();
+        let held: Vec<_> = (0..3)
+            .map(|_| streams.open_now("mallory", 3).expect("under the cap"))
+            .collect();
+        assert!(streams.open("mallory", 3).await.is_none(), "past the cap");
+        assert!(streams.open("alice", 3).await.is_some(), "another peer");
+        drop(held);
+        assert_eq!(streams.held("mallory"), 0);
+        assert!(
+            streams.counts.lock().unwrap().is_empty(),
+            "peers with none are forgotten"
+        );
+        assert!(streams.open("mallory", 3).await.is_some());
+    }
+}
