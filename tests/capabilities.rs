@@ -593,25 +593,6 @@ fn client_from(address: [u8; 4]) -> reqwest::Client {
         .unwrap()
 }
 
-/// Opens a stream with `client`; (status, the response while it is open, or `None` when the
-/// connection was closed before an answer).
-async fn try_stream(
-    client: &reqwest::Client,
-    door: &str,
-    token: &str,
-    request: &Value,
-) -> Option<reqwest::Response> {
-    client
-        .post(door)
-        .bearer_auth(token)
-        .header("a2a-version", "1.0")
-        .header("content-type", "application/json")
-        .body(request.to_string())
-        .send()
-        .await
-        .ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending() {
     let model = FakeModel::start(ModelBehaviour::Gated).await;
@@ -641,7 +622,7 @@ async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending(
                 mallory.clone(),
                 subscribe.clone(),
             );
-            tokio::spawn(async move { try_stream(&flood, &door, &token, &subscribe).await })
+            tokio::spawn(async move { open_stream_with(&flood, &door, &token, &subscribe).await })
         })
         .collect();
     let (mut open, mut capped, mut closed) = (Vec::new(), 0, 0);
@@ -672,7 +653,7 @@ async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending(
     let own = client_from([127, 0, 0, 3]);
     let mine = rpc(&gw.door, &alice, send_request("mine", None, true)).await;
     let mine = task_of(&mine)["id"].as_str().unwrap().to_owned();
-    let mut following = try_stream(
+    let mut following = open_stream_with(
         &own,
         &gw.door,
         &alice,
@@ -702,7 +683,7 @@ async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending(
     drop(open);
     let again = async {
         loop {
-            if let Some(response) = try_stream(
+            if let Some(response) = open_stream_with(
                 &flood,
                 &gw.door,
                 &mallory,

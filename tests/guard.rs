@@ -7,6 +7,7 @@ use base64::Engine as _;
 use common::*;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn probe() -> String {
@@ -746,5 +747,80 @@ async fn basic_logins_past_the_argon2_queue_are_refused_at_once_with_retry_after
     // The flood is over: the right password signs in.
     let good = basic("alice", "a long enough password");
     assert_eq!(call(&gw.door, &[("authorization", &good)]).await.0, 200);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_login_refused_for_busy_password_slots_costs_its_address_nothing() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    // The flood comes from many addresses (behind a trusted proxy); the real user's address
+    // may fail only once a minute.
+    let gw = TestGateway::start_with(
+        all_schemes()
+            .set("auth.password_checks_at_once", 1)
+            .set("auth.credential_cache_seconds", 0)
+            .set("limits.failed_auth_per_ip_per_minute", 1)
+            .set("limits.per_ip_per_minute", 1_000_000_000)
+            .set("server.trusted_proxies", ["127.0.0.1/32"])
+            .set("server.max_connections_per_address", 1024)
+            .policy(),
+    )
+    .await;
+    gw.add_peer("alice");
+    gw.cli_with_stdin(&["peer", "password", "alice"], "a long enough password\n");
+    let good = basic("alice", "a long enough password");
+    let (stop, next) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    // Wrong passwords, each from an address of its own, for as long as the real user tries.
+    let flood: Vec<_> = (0..32)
+        .map(|_| {
+            let (door, stop, next) = (gw.door.clone(), stop.clone(), next.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let wrong = basic("alice", &format!("wrong password {n}"));
+                    let from = format!("10.{}.{}.{}", n >> 16 & 255, n >> 8 & 255, n & 255);
+                    call(
+                        &door,
+                        &[("authorization", &wrong), ("x-forwarded-for", &from)],
+                    )
+                    .await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The real user retries one at a time, as Retry-After invites (without waiting, to meet
+    // the flood as often as it can), until it has been told "busy" and then let in. Verdicts
+    // are not cached, so every try meets the password slots.
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        let (status, _, body) = call(
+            &gw.door,
+            &[
+                ("authorization", &good),
+                ("x-forwarded-for", "10.255.255.254"),
+            ],
+        )
+        .await;
+        assert_ne!(
+            status, 429,
+            "busy refusals were charged to the address: {seen:?} {body}"
+        );
+        seen.push(status);
+        if status == 200 && seen.contains(&503) {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in flood {
+        task.await.unwrap();
+    }
+    assert!(
+        seen.contains(&503),
+        "the password slots were never busy: {seen:?}"
+    );
     gw.stop().await;
 }

@@ -138,7 +138,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// The admin routes: refused when a browser sends them for another site, authenticated,
-/// counted in the state's metrics. Pages from `allowed_origins` may call them.
+/// counted in the state's metrics. Pages of `allowed_origins` may send to them (no CORS headers
+/// are sent, so only a page served on the API's own origin can read the answers).
 pub fn router(
     state: AdminState,
     authenticator: Arc<AdminAuthenticator>,
@@ -441,14 +442,9 @@ async fn set_limit(
 struct StreamsRequest {
     /// Streams (SendStreamingMessage, SubscribeToTask) the peer may hold open at once, 1 to
     /// 10000; `null` for the policy's `limits.streams_per_peer`. Required.
-    #[serde(default, deserialize_with = "present_number")]
+    #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u32>, required = true)]
     max_streams: Option<Option<u32>>,
-}
-
-/// Tells a number given as `null` (`Some(None)`) from a missing one (`None`).
-fn present_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
-    Option::<u32>::deserialize(d).map(Some)
 }
 
 #[utoipa::path(put, path = "/v1/peers/{name}/streams", tag = "peers",
@@ -487,8 +483,12 @@ struct ExpiryRequest {
 }
 
 /// Tells a member given as `null` (`Some(None)`) from a missing one (`None`).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
-    Option::<String>::deserialize(d).map(Some)
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 #[utoipa::path(put, path = "/v1/peers/{name}/expiry", tag = "peers",

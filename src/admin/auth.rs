@@ -313,11 +313,12 @@ impl AdminAuthenticator {
         .map_err(|e| e.to_string())?;
         let store = service.store().credentials();
         let schemes: Vec<Box<dyn CredentialScheme<AdminIdentity>>> = vec![
-            Box::new(Basic::new(
-                Arc::new(AdminLogins(store.clone())),
-                passwords,
-                ADMIN_REALM,
-            )),
+            // Administrators wait for a password slot rather than be refused: a flood of
+            // Basic logins at the door must not lock them out of the admin API.
+            Box::new(
+                Basic::new(Arc::new(AdminLogins(store.clone())), passwords, ADMIN_REALM)
+                    .waiting_for_a_slot(),
+            ),
             Box::new(
                 GeneratedCredential::new(
                     CredentialKind::AdminToken,
@@ -368,7 +369,10 @@ impl AdminAuthenticator {
             }
             Err(failure) => {
                 let error = admin_error(failure.error);
-                if error != AdminAuthError::Unavailable {
+                if matches!(error, AdminAuthError::Unavailable | AdminAuthError::Busy) {
+                    // Nothing was decided about the credentials: the attempt is given back.
+                    self.failures.refund(client);
+                } else {
                     self.service
                         .record_failed_login(
                             &client.to_string(),

@@ -49,8 +49,9 @@ pub struct ServerPolicy {
     /// listener's `GET /metrics` and nothing else.
     #[serde(default)]
     pub metrics_token_env: Option<String>,
-    /// Web origins (`https://host[:port]`) whose pages may call the admin API from a browser;
-    /// requests from any other page are refused.
+    /// Web origins (`https://host[:port]`) whose pages may send requests to the admin API (a
+    /// console on its own origin behind a proxy: no CORS headers are ever sent); requests from
+    /// any other page are refused.
     #[serde(default)]
     pub admin_allowed_origins: Vec<String>,
 }

@@ -59,7 +59,9 @@ pub(super) fn keep_current(
     tokio::spawn(async move {
         let mut every = tokio::time::interval(RECONCILE_EVERY);
         every.tick().await;
-        let mut due = false;
+        // Once at once: a credential issued elsewhere between the ids' first reading and this
+        // listener's subscription to the other instances' changes was heard by nobody.
+        let mut due = true;
         let mut allowed_at = tokio::time::Instant::now();
         loop {
             let heard = async {

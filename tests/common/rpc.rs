@@ -90,7 +90,19 @@ pub fn error_code(response: &Value) -> i64 {
 /// Sends a streaming JSON-RPC request (SendStreamingMessage, SubscribeToTask) and returns the
 /// response, its events still to be read.
 pub async fn open_stream(url: &str, token: &str, request: &Value) -> reqwest::Response {
-    reqwest::Client::new()
+    open_stream_with(&reqwest::Client::new(), url, token, request)
+        .await
+        .unwrap()
+}
+
+/// Like [`open_stream`] with `client`; `None` when the connection was closed before an answer.
+pub async fn open_stream_with(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    request: &Value,
+) -> Option<reqwest::Response> {
+    client
         .post(url)
         .bearer_auth(token)
         .header("a2a-version", "1.0")
@@ -98,7 +110,7 @@ pub async fn open_stream(url: &str, token: &str, request: &Value) -> reqwest::Re
         .body(request.to_string())
         .send()
         .await
-        .unwrap()
+        .ok()
 }
 
 /// Reads a stream until what was read contains `needle`; returns all of it.

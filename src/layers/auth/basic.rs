@@ -47,6 +47,8 @@ pub struct Basic<Who> {
     logins: Arc<dyn Logins<Who>>,
     passwords: PasswordChecker,
     realm: &'static str,
+    /// Whether a login past the password queue waits instead of being refused at once.
+    waits: bool,
 }
 
 impl<Who> Basic<Who> {
@@ -60,7 +62,15 @@ impl<Who> Basic<Who> {
             logins,
             passwords,
             realm,
+            waits: false,
         }
+    }
+
+    /// Logins wait for a password slot however long the queue, instead of being refused when
+    /// it is full (the admin API: a flood at the door must not lock administrators out).
+    pub fn waiting_for_a_slot(mut self) -> Self {
+        self.waits = true;
+        self
     }
 }
 
@@ -86,11 +96,12 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for Basic<Who> {
             AuthError::Unavailable
         })?;
         let phc = login.as_ref().and_then(|l| l.password_hash.as_deref());
-        let matched = self
-            .passwords
-            .verify(phc, &password)
-            .await
-            .map_err(|_| AuthError::Busy)?;
+        let checked = if self.waits {
+            self.passwords.verify_waiting(phc, &password).await
+        } else {
+            self.passwords.verify(phc, &password).await
+        };
+        let matched = checked.map_err(|_| AuthError::Busy)?;
         match login {
             Some(login) if matched && login.active => Ok(login.who),
             _ => Err(Failure {

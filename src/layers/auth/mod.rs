@@ -755,6 +755,12 @@ impl PeerAuthenticator {
                 Ok(Some(Arc::new(peer)))
             }
             Err(AuthError::InvalidToken | AuthError::InvalidCredentials) => Ok(None),
+            // Nothing was decided about the credential (the password slots were busy, or the
+            // store did not answer): the attempt is given back.
+            Err(error @ (AuthError::Busy | AuthError::Unavailable)) => {
+                self.failures.refund(client);
+                Err(error.into())
+            }
             Err(error) => Err(error.into()),
         }
     }
@@ -954,5 +960,123 @@ mod tests {
             .unwrap();
         let response = app.oneshot(request).await.unwrap();
         assert_eq!(response.status(), axum::http::StatusCode::UNAUTHORIZED);
+    }
+
+    /// The store, counting the credential look-ups it is asked for.
+    #[derive(Debug)]
+    struct Counting {
+        store: Arc<dyn CredentialStore>,
+        looked_up: AtomicU64,
+    }
+
+    #[async_trait]
+    impl CredentialStore for Counting {
+        async fn find_credential(
+            &self,
+            kind: CredentialKind,
+            token_id: &str,
+        ) -> Result<Option<crate::store::CredentialRecord>, StoreError> {
+            self.looked_up.fetch_add(1, Ordering::SeqCst);
+            self.store.find_credential(kind, token_id).await
+        }
+        async fn find_peer_login(
+            &self,
+            name: &str,
+        ) -> Result<Option<crate::store::PeerLogin>, StoreError> {
+            self.store.find_peer_login(name).await
+        }
+        async fn find_admin_login(
+            &self,
+            name: &str,
+        ) -> Result<Option<crate::store::AdminLogin>, StoreError> {
+            self.store.find_admin_login(name).await
+        }
+        async fn find_admin_token(
+            &self,
+            token_id: &str,
+        ) -> Result<Option<(crate::store::AdminLogin, crate::token::TokenSecretHash)>, StoreError>
+        {
+            self.store.find_admin_token(token_id).await
+        }
+        fn record_peer_use(&self, peer_id: &str, now: i64) {
+            self.store.record_peer_use(peer_id, now);
+        }
+        async fn credential_ids(&self) -> Result<Vec<String>, StoreError> {
+            self.store.credential_ids().await
+        }
+    }
+
+    #[tokio::test]
+    async fn made_up_ids_never_reach_the_store_and_an_issued_one_always_does() {
+        use crate::admin::{AccountDefaults, AccountService, Caller, NewPeer};
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path()).await.unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(crate::clock::ManualClock::new(1_800_000_000_000));
+        let accounts = AccountService::new(
+            store.clone(),
+            clock.clone(),
+            AccountDefaults {
+                default_owner: Some("operator".to_owned()),
+                rate_per_minute: 60,
+            },
+        );
+        let counting = Arc::new(Counting {
+            store: store.credentials(),
+            looked_up: AtomicU64::new(0),
+        });
+        let known = Arc::new(
+            known_ids::KnownCredentialIds::load(&*counting)
+                .await
+                .unwrap(),
+        );
+        let settings = AuthSettings {
+            known_ids: Some(known),
+            failed_auth_quota: Quota::per_minute(1_000_000_000),
+            ..AuthSettings::default()
+        };
+        let auth = PeerAuthenticator::new(counting.clone(), clock, settings).unwrap();
+        let client = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let bearer = |token: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::AUTHORIZATION,
+                format!("Bearer {token}").parse().unwrap(),
+            );
+            headers
+        };
+        for _ in 0..1_000 {
+            let made_up = crate::token::issue(CredentialKind::PeerToken)
+                .unwrap()
+                .token;
+            assert!(auth.authenticate(&bearer(&made_up), client).await.is_err());
+        }
+        assert_eq!(
+            counting.looked_up.load(Ordering::SeqCst),
+            0,
+            "a made-up id reached the store"
+        );
+        // Issued and announced (as the account service announces it): looked up, and let in.
+        let created = accounts
+            .create_peer(
+                &Caller::operator(),
+                NewPeer {
+                    name: "alice".to_owned(),
+                    ..NewPeer::default()
+                },
+            )
+            .await
+            .unwrap();
+        let token_id = crate::token::parse(CredentialKind::PeerToken, &created.token)
+            .unwrap()
+            .token_id
+            .to_owned();
+        auth.credential_issued(&created.peer.id, &token_id);
+        assert!(
+            auth.authenticate(&bearer(&created.token), client)
+                .await
+                .is_ok()
+        );
+        assert_eq!(counting.looked_up.load(Ordering::SeqCst), 1);
+        store.close().await;
     }
 }

@@ -229,9 +229,10 @@ async fn listen(client: redis::Client, shared: Arc<Shared>) {
             shared.subscribed.store(true, Ordering::Relaxed);
             shared.heard_self.store(shared.now_ms(), Ordering::Relaxed);
             shared.announce();
+            // What others changed before the subscription was up (or while it was down) was
+            // not heard: caches forget, and the known credential ids are read again.
+            shared.changes.publish(Change::Everyone);
             if !first {
-                // What others changed while the subscription was down was not heard.
-                shared.changes.publish(Change::Everyone);
                 tracing::warn!(
                     "Redis subscription restored: changes and task events are shared again; cached credentials and budgets forgotten"
                 );

@@ -33,14 +33,14 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
 return 1
 ";
 
-/// KEYS[1]: the peer's set. ARGV: the stream's member, how long a place lasts (ms).
+/// KEYS[1]: the peer's set. ARGV: the stream's member, how long a place lasts (ms). The place
+/// is put back even when it lapsed (Redis restarted, or was away longer than a place lasts):
+/// the stream is still open, and must count.
 const RENEW: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
 return 1
 ";
 

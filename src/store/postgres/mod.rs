@@ -228,6 +228,10 @@ impl StoreEngine for PostgresStore {
         listener.listen(ANNOUNCEMENTS).await?;
         let (heard, announcements) = tokio::sync::mpsc::channel(256);
         tokio::spawn(async move {
+            // Half a second after the first failure, doubling up to half a minute while the
+            // database stays away; one miss is reported per outage (the periodic re-read covers
+            // the rest).
+            let mut backoff = Duration::ZERO;
             loop {
                 let received = tokio::select! {
                     received = listener.try_recv() => received,
@@ -235,13 +239,24 @@ impl StoreEngine for PostgresStore {
                 };
                 let note = match received {
                     Ok(Some(notification)) => {
+                        backoff = Duration::ZERO;
                         crate::store::Heard::Note(notification.payload().to_owned())
                     }
                     // The connection dropped (it is made again on the next call): whatever
                     // was announced meanwhile was not heard.
-                    Ok(None) => crate::store::Heard::Missed,
+                    Ok(None) => {
+                        backoff = Duration::ZERO;
+                        crate::store::Heard::Missed
+                    }
+                    // It could not be made again.
                     Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        let first = backoff.is_zero();
+                        backoff = (backoff * 2)
+                            .clamp(Duration::from_millis(500), Duration::from_secs(30));
+                        tokio::time::sleep(backoff).await;
+                        if !first {
+                            continue;
+                        }
                         crate::store::Heard::Missed
                     }
                 };

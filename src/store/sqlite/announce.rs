@@ -89,11 +89,18 @@ pub(super) fn hear(database: &Path) -> Result<Announcements, StoreError> {
     if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
         let _ = std::fs::remove_file(&path);
     }
-    let listener = tokio::net::UnixListener::bind(&path).map_err(|e| {
+    // Bound under a name of its own, made 0600, and only then given its known name: nobody
+    // else can connect in between, whatever the umask and the directory's mode.
+    let unready = path.with_file_name(format!("{SOCKET_FILE}.{}", uuid::Uuid::new_v4().simple()));
+    let listener = tokio::net::UnixListener::bind(&unready).map_err(|e| {
         StoreError::Engine(format!("cannot bind {SOCKET_FILE}: {}", e.kind()).into())
     })?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| StoreError::DataDir(e.kind()))?;
+    let ready = std::fs::set_permissions(&unready, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&unready, &path));
+    if let Err(e) = ready {
+        let _ = std::fs::remove_file(&unready);
+        return Err(StoreError::DataDir(e.kind()));
+    }
     let (heard, announcements) = tokio::sync::mpsc::channel(256);
     tokio::spawn(async move {
         let _bound = RemoveOnDrop(path);

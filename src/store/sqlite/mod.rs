@@ -721,11 +721,19 @@ pub fn backup(data_dir: &Path, file: &Path) -> Result<u64, String> {
     outcome
 }
 
-/// Refuses a directory that other users may write to unless it has the sticky bit.
+/// Refuses a directory that belongs to another user (root's aside: it may rename what is in
+/// it), or that other users may write to unless it has the sticky bit.
 fn backup_directory_is_private_enough(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     let metadata = std::fs::metadata(dir)
         .map_err(|e| format!("cannot use the directory {}: {}", dir.display(), e.kind()))?;
+    let owner = metadata.uid();
+    if owner != 0 && owner != rustix::process::geteuid().as_raw() {
+        return Err(format!(
+            "{} belongs to another user, who could replace the copy; write it to a directory of your own",
+            dir.display()
+        ));
+    }
     let mode = metadata.permissions().mode();
     if mode & 0o022 != 0 && mode & 0o1000 == 0 {
         return Err(format!(
@@ -789,6 +797,13 @@ fn copy_and_check(database: &Path, staged: &Path) -> Result<(u64, FileIdentity),
     let target = staged
         .to_str()
         .ok_or_else(|| "the backup's directory is not UTF-8".to_owned())?;
+    // Created here, empty and 0600, before SQLite writes into it (VACUUM INTO takes an empty
+    // file): the copy is never readable by others, whatever the umask.
+    let mut created = std::fs::OpenOptions::new();
+    std::os::unix::fs::OpenOptionsExt::mode(created.write(true).create_new(true), 0o600);
+    created
+        .open(staged)
+        .map_err(|e| format!("cannot create the copy: {}", e.kind()))?;
     connection
         .execute("VACUUM INTO ?1", [target])
         .map_err(failed)?;
