@@ -17,6 +17,7 @@
 pub mod cancels;
 pub mod changes;
 pub mod events;
+pub mod gcra;
 pub mod ownership;
 pub mod rate_limit;
 pub mod redis;

@@ -2,7 +2,7 @@
 //!
 //! Every limit (per client address, per peer, failed authentications) asks a
 //! [`RateLimiter`]. The in-process engine, [`LocalLimiter`], runs the GCRA of
-//! [`crate::layers::limit::gcra`] on the gateway's monotonic clock and answers at once; an engine that
+//! [`crate::shared::gcra`] on the gateway's monotonic clock and answers at once; an engine that
 //! asks another process (Redis, for several instances) answers later. [`LimitCheck`] carries
 //! either, so the in-process path allocates nothing and a remote engine still fits.
 //!
@@ -22,7 +22,7 @@
 //! ```
 
 use crate::clock::Clock;
-use crate::layers::limit::{Decision, KeyedGcra, Quota};
+use crate::shared::gcra::{Decision, KeyedGcra, Quota};
 use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;

@@ -7,11 +7,10 @@
 //! the `RateLimit-Policy` and `RateLimit` headers of the IETF httpapi draft, and a small JSON
 //! body.
 
-pub mod gcra;
 pub mod per_ip;
 pub mod per_peer;
 
-pub use gcra::{Decision, KeyedGcra, Quota, retry_after_seconds};
+pub use crate::shared::gcra::{Decision, KeyedGcra, Quota, retry_after_seconds};
 pub use per_ip::PerIpLimitLayer;
 pub use per_peer::PerPeerLimitLayer;
 
@@ -45,7 +44,7 @@ impl Limit {
 
 /// A request refused by a rate limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("rate limit {} exceeded; retry after {} s", limit.name(), gcra::retry_after_seconds(*retry_after))]
+#[error("rate limit {} exceeded; retry after {} s", limit.name(), retry_after_seconds(*retry_after))]
 pub struct RateLimited {
     /// The limit that tripped.
     pub limit: Limit,

@@ -12,7 +12,7 @@
 
 use super::{Degradation, Redis};
 use crate::clock::Clock;
-use crate::layers::limit::{Decision, Quota};
+use crate::shared::gcra::{Decision, Quota};
 use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use redis::aio::ConnectionManager;
 use std::fmt::Display;
