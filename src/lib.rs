@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod guard;
 pub mod http;
 pub mod jose;
 pub mod layers;

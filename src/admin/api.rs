@@ -10,7 +10,7 @@ use super::auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin, Scrape
 use super::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
 use crate::admin::budget::{Budgets, day_and_month};
 use crate::clock::{Clock, rfc3339_millis};
-use crate::http::refusal::Refusal;
+use crate::guard::refusal::Refusal;
 use crate::layers::cross_site::CrossSiteLayer;
 use crate::layers::metrics::{Metrics, MetricsLayer};
 use crate::store::{AuditRecord, PeerRecord, StoreError};
@@ -177,7 +177,7 @@ impl From<ServiceError> for ApiError {
     }
 }
 
-// Built by the refusal map (`crate::http::refusal`); this type only documents it.
+// Built by the refusal map (`crate::guard::refusal`); this type only documents it.
 /// The error body of every failed admin request.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]

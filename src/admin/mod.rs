@@ -11,9 +11,8 @@ pub mod auth;
 pub mod budget;
 pub mod service;
 
-pub use auth::{
-    AdminAuthError, AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin, ScrapeToken, Scraper,
-};
+pub use crate::guard::unauthenticated::AdminAuthError;
+pub use auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin, ScrapeToken, Scraper};
 pub use service::{
     AccountDefaults, AccountService, Actor, BudgetChange, Caller, MAX_STREAMS_PER_PEER, NewPeer,
     ServiceError,

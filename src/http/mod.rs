@@ -7,7 +7,6 @@ pub mod client;
 pub mod document;
 pub mod event_stream;
 pub mod ready;
-pub mod refusal;
 pub mod rest;
 pub mod server;
 mod sharing;

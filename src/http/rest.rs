@@ -17,7 +17,7 @@
 
 use crate::a2a::agent::{Agent, Answer};
 use crate::a2a::jsonrpc;
-use crate::http::refusal::Refusal;
+use crate::guard::refusal::Refusal;
 use crate::http::sse::StreamBounds;
 use crate::http::stalled_writes::ConnectionDeadline;
 use crate::layers::auth::AuthenticatedPeer;
@@ -103,7 +103,7 @@ async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> 
             let mut response = unwrap(&body);
             response
                 .extensions_mut()
-                .insert(crate::http::refusal::LoggedRequestId(request_id));
+                .insert(crate::guard::refusal::LoggedRequestId(request_id));
             response
         }
         Ok(Answer::Events(events)) => crate::http::sse::respond(
@@ -120,7 +120,7 @@ async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> 
             });
             response
                 .extensions_mut()
-                .insert(crate::http::refusal::LoggedRequestId(request_id));
+                .insert(crate::guard::refusal::LoggedRequestId(request_id));
             response
         }
     }

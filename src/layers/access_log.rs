@@ -24,7 +24,7 @@
 //! # });
 //! ```
 
-use crate::http::refusal::{LoggedRequestId, RefusalReason};
+use crate::guard::refusal::{LoggedRequestId, RefusalReason};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Extensions, Request};
@@ -132,7 +132,7 @@ where
                 method = %method,
                 route,
                 status = response.status().as_u16(),
-                reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.0),
+                reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.label()),
                 latency_ms = started.elapsed().as_secs_f64() * 1000.0,
                 "request"
             );
@@ -144,7 +144,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::refusal::Refusal;
+    use crate::guard::refusal::Refusal;
     use axum::response::IntoResponse;
     use axum::{Router, routing::post};
     use std::sync::Mutex;

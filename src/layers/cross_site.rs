@@ -44,7 +44,7 @@
 //! # });
 //! ```
 
-use crate::http::refusal::Refusal;
+use crate::guard::refusal::Refusal;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, header};
 use axum::response::{IntoResponse, Response};

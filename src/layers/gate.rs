@@ -31,7 +31,7 @@
 //! ```
 
 use crate::a2a::jsonrpc::{self, RpcError, RpcId};
-use crate::http::refusal::RefusalReason;
+use crate::guard::refusal::RefusalReason;
 use axum::Extension;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, header};
@@ -222,17 +222,14 @@ where
             }
             Err(refusal) if self.shared.http_json => {
                 let reason = match refusal {
-                    RpcError::ExtensionSupportRequired { .. } => "extension_required",
-                    _ => "version_not_supported",
+                    RpcError::ExtensionSupportRequired { .. } => RefusalReason::ExtensionRequired,
+                    _ => RefusalReason::VersionNotSupported,
                 };
                 let (status, body) = jsonrpc::http_error(&refusal.to_json());
                 let status = axum::http::StatusCode::from_u16(status)
                     .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
                 Box::pin(async move {
-                    Ok(
-                        (status, Extension(RefusalReason(reason)), axum::Json(body))
-                            .into_response(),
-                    )
+                    Ok((status, Extension(reason), axum::Json(body)).into_response())
                 })
             }
             Err(refusal) => {
@@ -245,15 +242,17 @@ where
                     };
                     let body = jsonrpc::failure(&id, &refusal);
                     let reason = match refusal {
-                        RpcError::ExtensionSupportRequired { .. } => "extension_required",
-                        _ => "version_not_supported",
+                        RpcError::ExtensionSupportRequired { .. } => {
+                            RefusalReason::ExtensionRequired
+                        }
+                        _ => RefusalReason::VersionNotSupported,
                     };
                     Ok((
                         [(
                             header::CONTENT_TYPE,
                             HeaderValue::from_static("application/json"),
                         )],
-                        Extension(RefusalReason(reason)),
+                        Extension(reason),
                         body,
                     )
                         .into_response())

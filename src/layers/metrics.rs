@@ -25,7 +25,7 @@
 //! # });
 //! ```
 
-use crate::http::refusal::RefusalReason;
+use crate::guard::refusal::RefusalReason;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
@@ -46,20 +46,8 @@ const ADMIN_ROUTE: usize = 4;
 const STATUSES: [u16; 17] = [
     200, 201, 204, 304, 400, 401, 403, 404, 405, 408, 409, 413, 415, 429, 500, 503, 504,
 ];
-/// Why requests were refused before reaching the agent.
-const REASONS: [&str; 11] = [
-    "unauthenticated",
-    "per_ip",
-    "failed_auth",
-    "per_peer",
-    "version_not_supported",
-    "extension_required",
-    "body_too_large",
-    "admin_unauthenticated",
-    "password_checks_busy",
-    "too_many_streams",
-    "cross_site_request",
-];
+/// Why requests were refused before reaching the agent: every reason the refusal map knows.
+const REASONS: [RefusalReason; RefusalReason::ALL.len()] = RefusalReason::ALL;
 /// Final task states.
 const STATES: [&str; 4] = ["completed", "failed", "rejected", "canceled"];
 /// What became of push-notification attempts.
@@ -120,11 +108,9 @@ impl Metrics {
         self.requests[route][status].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a refusal; reasons outside the fixed list are not counted.
-    pub fn rejected(&self, reason: &str) {
-        if let Some(i) = REASONS.iter().position(|r| *r == reason) {
-            self.rejections[i].fetch_add(1, Ordering::Relaxed);
-        }
+    /// Counts a refusal.
+    pub fn rejected(&self, reason: RefusalReason) {
+        self.rejections[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a connection closed unread because the connection cap was reached.
@@ -192,7 +178,8 @@ impl Metrics {
         for (reason, count) in REASONS.iter().zip(&self.rejections) {
             let _ = writeln!(
                 out,
-                "peergate_rejections_total{{reason=\"{reason}\"}} {}",
+                "peergate_rejections_total{{reason=\"{}\"}} {}",
+                reason.label(),
                 load(count)
             );
         }
@@ -353,8 +340,8 @@ where
         let status = response.status();
         this.metrics.count_request(*this.route, status);
         // The refusal map typed the reason; reading it costs one extension look-up.
-        if let Some(RefusalReason(reason)) = response.extensions().get::<RefusalReason>() {
-            this.metrics.rejected(reason);
+        if let Some(reason) = response.extensions().get::<RefusalReason>() {
+            this.metrics.rejected(*reason);
         }
         Poll::Ready(Ok(response))
     }

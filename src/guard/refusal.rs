@@ -5,29 +5,91 @@
 //! JSON body `{"error": {"code", "message", …}}`. So no two routes answer the same failure
 //! differently, no answer carries a path, a secret, an upstream body or a type name (messages
 //! are fixed sentences, internal failures a request id), and metrics read the reason from the
-//! [`RefusalReason`] the answer carries instead of parsing its headers.
+//! [`RefusalReason`] the answer carries instead of parsing its headers. A reason is an enum with
+//! a fixed label each, so a refusal cannot carry a reason the metrics do not count.
 //!
 //! ```
 //! use axum::http::StatusCode;
 //! use axum::response::IntoResponse;
-//! use peergate::http::refusal::{Refusal, RefusalReason};
+//! use peergate::guard::refusal::{Refusal, RefusalReason};
 //!
 //! let response = Refusal::BodyTooLarge.into_response();
 //! assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
-//! assert_eq!(response.extensions().get::<RefusalReason>(), Some(&RefusalReason("body_too_large")));
+//! assert_eq!(response.extensions().get::<RefusalReason>(), Some(&RefusalReason::BodyTooLarge));
 //! ```
 
-use crate::admin::AdminAuthError;
-use crate::layers::auth::AuthError;
-use crate::layers::limit::{RateLimited, insert_rate_limit_headers, retry_after_seconds};
+use super::limited::{RateLimited, insert_rate_limit_headers};
+use super::unauthenticated::{AdminAuthError, AuthError};
+use crate::shared::gcra::retry_after_seconds;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 
-/// Why the gateway refused a request, for the metrics: a fixed label, never a name or a value
-/// from the request.
+/// Why the gateway refused a request, for the metrics and the access log: a fixed label, never a
+/// name or a value from the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RefusalReason(pub &'static str);
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// Missing or wrong credentials at the door.
+    Unauthenticated,
+    /// The per-IP limit.
+    PerIp,
+    /// The failed-authentication budget.
+    FailedAuth,
+    /// The per-peer limit.
+    PerPeer,
+    /// An `A2A-Version` the door does not speak.
+    VersionNotSupported,
+    /// A required extension not activated.
+    ExtensionRequired,
+    /// A body over the limit.
+    BodyTooLarge,
+    /// Missing or wrong credentials on the admin API.
+    AdminUnauthenticated,
+    /// Every password slot busy and the queue for them full.
+    PasswordChecksBusy,
+    /// A peer at its cap of open streams.
+    TooManyStreams,
+    /// A browser sending for another site's page (the admin API).
+    CrossSiteRequest,
+}
+
+impl RefusalReason {
+    /// Every reason, in declaration order: `ALL[r as usize] == r`.
+    pub const ALL: [Self; 11] = [
+        Self::Unauthenticated,
+        Self::PerIp,
+        Self::FailedAuth,
+        Self::PerPeer,
+        Self::VersionNotSupported,
+        Self::ExtensionRequired,
+        Self::BodyTooLarge,
+        Self::AdminUnauthenticated,
+        Self::PasswordChecksBusy,
+        Self::TooManyStreams,
+        Self::CrossSiteRequest,
+    ];
+
+    /// The label metrics and the access log show.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Unauthenticated => "unauthenticated",
+            Self::PerIp => "per_ip",
+            Self::FailedAuth => "failed_auth",
+            Self::PerPeer => "per_peer",
+            Self::VersionNotSupported => "version_not_supported",
+            Self::ExtensionRequired => "extension_required",
+            Self::BodyTooLarge => "body_too_large",
+            Self::AdminUnauthenticated => "admin_unauthenticated",
+            Self::PasswordChecksBusy => "password_checks_busy",
+            Self::TooManyStreams => "too_many_streams",
+            Self::CrossSiteRequest => "cross_site_request",
+        }
+    }
+}
+
+// A reason added after the last one in `ALL` fails to compile here until `ALL` lists it.
+const _: () = assert!(RefusalReason::CrossSiteRequest as usize + 1 == RefusalReason::ALL.len());
 
 /// The id an internal error was logged under and answered with (`requestId`), on its response,
 /// so the access log names the same id.
@@ -68,7 +130,7 @@ impl Challenges {
 }
 
 /// Every way the gateway refuses a request over HTTP. JSON-RPC errors inside a 200 answer are
-/// the protocol's, not these: see [`crate::a2a::jsonrpc::RpcError`].
+/// the protocol's, not these: see `a2a::jsonrpc::RpcError`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {
@@ -129,7 +191,7 @@ pub enum Refusal {
     #[error("{0}")]
     Forbidden(String),
     /// A browser sent this for a page of another site (403), see
-    /// [`crate::layers::cross_site`].
+    /// the cross-site layer.
     #[error("{0}")]
     CrossSite(&'static str),
     /// The request changes something but is not sent as JSON (415).
@@ -203,8 +265,8 @@ impl Refusal {
         }
     }
 
-    /// The label `/metrics` counts this refusal under, if it counts it.
-    pub fn reason(&self) -> Option<&'static str> {
+    /// The reason `/metrics` counts this refusal under, if it counts it.
+    pub fn reason(&self) -> Option<RefusalReason> {
         match self {
             // A store that cannot be asked is no verdict on the credential.
             Self::Unauthenticated {
@@ -216,13 +278,15 @@ impl Refusal {
                 error: AuthError::Busy,
                 ..
             }
-            | Self::AdminUnauthenticated(AdminAuthError::Busy) => Some("password_checks_busy"),
-            Self::Unauthenticated { .. } => Some("unauthenticated"),
-            Self::AdminUnauthenticated(_) => Some("admin_unauthenticated"),
-            Self::RateLimited(limited) => Some(limited.limit.name()),
-            Self::BodyTooLarge => Some("body_too_large"),
-            Self::CrossSite(_) => Some("cross_site_request"),
-            Self::TooManyStreams { .. } => Some("too_many_streams"),
+            | Self::AdminUnauthenticated(AdminAuthError::Busy) => {
+                Some(RefusalReason::PasswordChecksBusy)
+            }
+            Self::Unauthenticated { .. } => Some(RefusalReason::Unauthenticated),
+            Self::AdminUnauthenticated(_) => Some(RefusalReason::AdminUnauthenticated),
+            Self::RateLimited(limited) => Some(limited.limit.reason()),
+            Self::BodyTooLarge => Some(RefusalReason::BodyTooLarge),
+            Self::CrossSite(_) => Some(RefusalReason::CrossSiteRequest),
+            Self::TooManyStreams { .. } => Some(RefusalReason::TooManyStreams),
             _ => None,
         }
     }
@@ -275,7 +339,7 @@ impl IntoResponse for Refusal {
             _ => {}
         }
         if let Some(reason) = self.reason() {
-            response.extensions_mut().insert(RefusalReason(reason));
+            response.extensions_mut().insert(reason);
         }
         if let Self::Internal { request_id } = self {
             response
@@ -354,7 +418,8 @@ pub async fn explain_layer_refusals(response: Response) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layers::limit::{Limit, Quota};
+    use crate::guard::limited::Limit;
+    use crate::shared::gcra::Quota;
     use std::time::Duration;
 
     fn challenges() -> Challenges {
@@ -428,7 +493,7 @@ mod tests {
         );
         assert_eq!(
             response.extensions().get::<RefusalReason>(),
-            Some(&RefusalReason("per_peer"))
+            Some(&RefusalReason::PerPeer)
         );
     }
 

@@ -1,0 +1,123 @@
+//! Why a request was not authenticated, on the door ([`AuthError`]) and on the admin API
+//! ([`AdminAuthError`]).
+
+use super::refusal::{Challenges, Refusal};
+use axum::response::{IntoResponse, Response};
+
+/// Why a request was not authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    /// No credential.
+    #[error("no credentials were presented")]
+    MissingCredentials,
+    /// Two `Authorization` headers, two API-key headers, or one of each.
+    #[error("more than one credential was presented; send exactly one")]
+    AmbiguousCredentials,
+    /// An `Authorization` scheme this gateway does not accept.
+    #[error("this authentication scheme is not enabled here")]
+    SchemeNotEnabled,
+    /// Not `<scheme> <credentials>`, or Basic credentials that are not base64 of UTF-8 `name:password`.
+    #[error("the Authorization header is malformed")]
+    MalformedHeader,
+    /// Not a well-formed peer token, or its checksum fails (decided without the store).
+    #[error("the token is not a peer token")]
+    MalformedToken,
+    /// An unknown, wrong or revoked token. One case on purpose: the answer must not tell
+    /// them apart.
+    #[error("the token is not valid")]
+    InvalidToken,
+    /// Wrong name or password, or an unknown, wrong or revoked API key; one case on purpose.
+    #[error("the credentials are not valid")]
+    InvalidCredentials,
+    /// A credential of a kind this listener never takes (a peer's token on the admin API).
+    #[error("a peer credential opens nothing here")]
+    ForeignCredential,
+    /// The store could not be asked.
+    #[error("credentials cannot be checked right now")]
+    Unavailable,
+    /// Every password check slot is busy and the queue for them is full (a flood of Basic
+    /// logins): nothing was decided about these credentials.
+    #[error("too many password sign-ins are waiting to be checked; retry in a second")]
+    Busy,
+}
+
+impl AuthError {
+    /// The stable code in the JSON body.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::MissingCredentials => "missing_credentials",
+            Self::AmbiguousCredentials => "ambiguous_credentials",
+            Self::SchemeNotEnabled => "scheme_not_enabled",
+            Self::MalformedHeader => "malformed_authorization",
+            Self::MalformedToken | Self::InvalidToken => "invalid_token",
+            Self::InvalidCredentials => "invalid_credentials",
+            Self::ForeignCredential => "peer_credential",
+            Self::Unavailable => "auth_unavailable",
+            Self::Busy => "auth_busy",
+        }
+    }
+
+    /// The refusal that answers this failure with the listener's `challenges`.
+    pub fn refusal(self, challenges: &Challenges) -> Refusal {
+        Refusal::Unauthenticated {
+            error: self,
+            challenges: challenges.clone(),
+        }
+    }
+}
+
+impl IntoResponse for AuthError {
+    /// Only where a handler asks for a peer without the layer in front: Bearer alone.
+    fn into_response(self) -> Response {
+        self.refusal(&Challenges::new([BEARER_CHALLENGE.to_owned()]))
+            .into_response()
+    }
+}
+
+/// The door's one challenge where a handler asks for a peer without the layer in front.
+const BEARER_CHALLENGE: &str = r#"Bearer realm="peergate""#;
+
+/// Why a request to the admin API was not authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminAuthError {
+    /// No `Authorization` header.
+    #[error("the admin API needs an administrator's Basic credentials or administrator token")]
+    MissingCredentials,
+    /// Not Basic or Bearer, more than one header, or undecodable.
+    #[error("the Authorization header is malformed")]
+    MalformedHeader,
+    /// A peer token or API key: those open the A2A door and nothing else.
+    #[error("a peer credential opens nothing on the admin API")]
+    PeerCredential,
+    /// Wrong name, password or token, or a disabled administrator; one case on purpose.
+    #[error("the administrator credentials are not valid")]
+    InvalidCredentials,
+    /// The store could not be asked.
+    #[error("credentials cannot be checked right now")]
+    Unavailable,
+    /// Too many password sign-ins are waiting to be checked (see [`AuthError::Busy`]).
+    #[error("too many password sign-ins are waiting to be checked; retry in a second")]
+    Busy,
+}
+
+impl AdminAuthError {
+    /// The stable code in the JSON body.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::MissingCredentials => "missing_credentials",
+            Self::MalformedHeader => "malformed_authorization",
+            Self::PeerCredential => "peer_credential",
+            Self::InvalidCredentials => "invalid_credentials",
+            Self::Unavailable => "auth_unavailable",
+            Self::Busy => "auth_busy",
+        }
+    }
+}
+
+impl IntoResponse for AdminAuthError {
+    fn into_response(self) -> Response {
+        Refusal::AdminUnauthenticated(self).into_response()
+    }
+}
