@@ -408,6 +408,16 @@ async fn show_peer(
     Ok(Json(PeerView::at(peer, state.clock.now_millis())))
 }
 
+/// The peer `name` as the caller sees it now (after a change).
+async fn peer_view(
+    state: &AdminState,
+    caller: &Caller,
+    name: &str,
+) -> Result<Json<PeerView>, ApiError> {
+    let peer = state.service.show_peer(caller, name).await?;
+    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
+}
+
 /// A new quota.
 #[derive(Deserialize, Default, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -432,8 +442,7 @@ async fn set_limit(
         .service
         .set_limit(&caller, &name, request.rate_per_minute)
         .await?;
-    let peer = state.service.show_peer(&caller, &name).await?;
-    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
+    peer_view(&state, &caller, &name).await
 }
 
 /// A peer's own cap on open streams.
@@ -468,8 +477,7 @@ async fn set_streams(
         .service
         .set_streams(&caller, &name, max_streams)
         .await?;
-    let peer = state.service.show_peer(&caller, &name).await?;
-    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
+    peer_view(&state, &caller, &name).await
 }
 
 /// A new expiry.
@@ -514,8 +522,7 @@ async fn set_expiry(
         .transpose()?;
     let caller = caller(&admin);
     state.service.set_expiry(&caller, &name, at).await?;
-    let peer = state.service.show_peer(&caller, &name).await?;
-    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
+    peer_view(&state, &caller, &name).await
 }
 
 /// A Basic password for the peer.
@@ -614,8 +621,7 @@ async fn revoke(
 ) -> Result<Json<PeerView>, ApiError> {
     let caller = caller(&admin);
     state.service.revoke(&caller, &name).await?;
-    let peer = state.service.show_peer(&caller, &name).await?;
-    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
+    peer_view(&state, &caller, &name).await
 }
 
 /// A reinstated peer and its new token, shown only in this answer.
