@@ -23,12 +23,12 @@
 use crate::http::stalled_writes::{ConnectionDeadline, GuardedIo};
 use crate::layers::client_addr::{Cidr, ClientAddr};
 use crate::layers::metrics::Metrics;
+use crate::shared::capped_counts::CappedCounts;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,44 +53,6 @@ pub struct ConnectionLimits {
     pub shutdown_grace: Duration,
 }
 
-/// Connections open per address.
-#[derive(Default)]
-struct PerAddress(std::sync::Mutex<HashMap<IpAddr, usize>>);
-
-impl PerAddress {
-    /// Counts one more connection from `key`, unless it holds `cap` already.
-    fn take(self: &Arc<Self>, key: IpAddr, cap: usize) -> Option<AddressSlot> {
-        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let held = open.entry(key).or_insert(0);
-        if *held >= cap {
-            return None;
-        }
-        *held += 1;
-        Some(AddressSlot {
-            table: self.clone(),
-            key,
-        })
-    }
-}
-
-/// One connection counted against its address; uncounted when dropped.
-struct AddressSlot {
-    table: Arc<PerAddress>,
-    key: IpAddr,
-}
-
-impl Drop for AddressSlot {
-    fn drop(&mut self) {
-        let mut open = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(held) = open.get_mut(&self.key) {
-            *held = held.saturating_sub(1);
-            if *held == 0 {
-                open.remove(&self.key);
-            }
-        }
-    }
-}
-
 /// Serves `app` on `listener` until `shutdown` turns true, then drains.
 pub async fn serve(
     listener: TcpListener,
@@ -100,7 +62,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let per_address = Arc::new(PerAddress::default());
+    let per_address = CappedCounts::<IpAddr>::default();
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -127,7 +89,8 @@ pub async fn serve(
                     None
                 } else {
                     let key = ClientAddr::of_socket(remote.ip()).limit_key();
-                    let Some(address_slot) = per_address.take(key, limits.max_per_address) else {
+                    let cap = u32::try_from(limits.max_per_address).unwrap_or(u32::MAX);
+                    let Some(address_slot) = per_address.take(key, cap) else {
                         metrics.connection_refused();
                         drop(stream);
                         continue;

@@ -15,6 +15,7 @@
 //! The engines for several instances are in [`redis`], with what each does while Redis is away.
 
 pub mod cancels;
+pub mod capped_counts;
 pub mod changes;
 pub mod events;
 pub mod gcra;

@@ -8,9 +8,9 @@
 //! memory; the engine for several instances counts in Redis
 //! ([`crate::shared::redis::streams`]), so the cap holds across instances.
 
+use crate::shared::capped_counts::CappedCounts;
 use async_trait::async_trait;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Counts open streams per peer against a cap.
 #[async_trait]
@@ -39,34 +39,18 @@ impl std::fmt::Debug for StreamPermit {
 /// The in-process engine: a count per peer that holds any open stream.
 #[derive(Debug, Default, Clone)]
 pub struct LocalOpenStreams {
-    counts: Arc<Mutex<HashMap<Arc<str>, u32>>>,
+    counts: CappedCounts<Arc<str>>,
 }
 
 impl LocalOpenStreams {
     /// How many streams `peer_id` holds open here.
     pub fn held(&self, peer_id: &str) -> u32 {
-        self.lock().get(peer_id).copied().unwrap_or(0)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, u32>> {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+        self.counts.held(&Arc::from(peer_id))
     }
 
     /// Takes a place at once, in memory.
     pub fn open_now(&self, peer_id: &str, cap: u32) -> Option<StreamPermit> {
-        let peer: Arc<str> = peer_id.into();
-        {
-            let mut counts = self.lock();
-            let held = counts.entry(peer.clone()).or_insert(0);
-            if *held >= cap {
-                return None;
-            }
-            *held += 1;
-        }
-        Some(StreamPermit::new(LocalPlace {
-            counts: self.clone(),
-            peer,
-        }))
+        self.counts.take(peer_id.into(), cap).map(StreamPermit::new)
     }
 }
 
@@ -74,24 +58,6 @@ impl LocalOpenStreams {
 impl OpenStreams for LocalOpenStreams {
     async fn open(&self, peer_id: &str, cap: u32) -> Option<StreamPermit> {
         self.open_now(peer_id, cap)
-    }
-}
-
-/// A place in [`LocalOpenStreams`]; a peer with none left is forgotten.
-struct LocalPlace {
-    counts: LocalOpenStreams,
-    peer: Arc<str>,
-}
-
-impl Drop for LocalPlace {
-    fn drop(&mut self) {
-        let mut counts = self.counts.lock();
-        if let Some(held) = counts.get_mut(&self.peer) {
-            *held = held.saturating_sub(1);
-            if *held == 0 {
-                counts.remove(&self.peer);
-            }
-        }
     }
 }
 
@@ -109,10 +75,7 @@ mod tests {
         assert!(streams.open("alice", 3).await.is_some(), "another peer");
         drop(held);
         assert_eq!(streams.held("mallory"), 0);
-        assert!(
-            streams.counts.lock().unwrap().is_empty(),
-            "peers with none are forgotten"
-        );
+        assert_eq!(streams.counts.keys(), 0, "peers with none are forgotten");
         assert!(streams.open("mallory", 3).await.is_some());
     }
 }
