@@ -800,7 +800,7 @@ async fn a_peers_own_stream_cap_replaces_the_policys() {
     let model = FakeModel::start(ModelBehaviour::Gated).await;
     let gw = TestGateway::start_with(policy(
         &model,
-        &["streaming", "subscriptions", "non_blocking"],
+        &["streaming", "subscriptions", "non_blocking", "http_json"],
     ))
     .await;
     let alice = gw.add_peer("alice");
@@ -822,6 +822,18 @@ async fn a_peers_own_stream_cap_replaces_the_policys() {
             .contains("1 open streams"),
         "{body}"
     );
+    // The HTTP+JSON binding counts against the same cap, and answers the same refusal.
+    let rest = reqwest::Client::new()
+        .get(gw.url(&format!("/a2a/v1/rest/tasks/{task}:subscribe")))
+        .bearer_auth(&alice)
+        .header("a2a-version", "1.0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rest.status(), 429);
+    assert_eq!(rest.headers()["retry-after"], "5");
+    let body: Value = rest.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_streams", "{body}");
     let (code, _, err) = gw.cli(&["peer", "streams", "alice", "default"]);
     assert_eq!(code, 0, "{err}");
     let second = open_stream(&gw.door, &alice, &subscribe).await;

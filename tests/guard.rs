@@ -824,3 +824,70 @@ async fn a_login_refused_for_busy_password_slots_costs_its_address_nothing() {
     );
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn administrators_wait_for_a_password_slot_while_the_door_is_flooded() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let gw = TestGateway::start_with(
+        all_schemes()
+            .set("auth.password_checks_at_once", 1)
+            .set("limits.failed_auth_per_ip_per_minute", 1_000_000_000)
+            .set("limits.per_ip_per_minute", 1_000_000_000)
+            .set("server.trusted_proxies", ["127.0.0.1/32"])
+            .set("server.max_connections_per_address", 1024)
+            .policy(),
+    )
+    .await;
+    gw.add_peer("alice");
+    gw.cli_with_stdin(&["peer", "password", "alice"], "a long enough password\n");
+    let (code, _, err) = gw.cli_with_stdin(&["admin", "add", "ada"], "ada's admin password 1\n");
+    assert_eq!(code, 0, "{err}");
+    let (stop, next) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    let busy_at_the_door = Arc::new(AtomicU32::new(0));
+    let flood: Vec<_> = (0..32)
+        .map(|_| {
+            let (door, stop, next) = (gw.door.clone(), stop.clone(), next.clone());
+            let busy = busy_at_the_door.clone();
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let wrong = basic("alice", &format!("wrong password {n}"));
+                    let from = format!("10.{}.{}.{}", n >> 16 & 255, n >> 8 & 255, n & 255);
+                    let (status, _, _) = call(
+                        &door,
+                        &[("authorization", &wrong), ("x-forwarded-for", &from)],
+                    )
+                    .await;
+                    if status == 503 {
+                        busy.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Every administrator sign-in is verified (no verdict cache on the admin API), so each one
+    // meets the flooded password slots: it waits its turn, never refused as busy.
+    let client = reqwest::Client::new();
+    for attempt in 0..20 {
+        let response = client
+            .get(format!("{}/v1/peers", gw.admin))
+            .basic_auth("ada", Some("ada's admin password 1"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "sign-in {attempt} during the flood");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in flood {
+        task.await.unwrap();
+    }
+    assert!(
+        busy_at_the_door.load(Ordering::Relaxed) > 0,
+        "the door's password slots were never busy"
+    );
+    gw.stop().await;
+}

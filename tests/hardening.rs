@@ -867,3 +867,36 @@ async fn an_account_change_that_finds_no_room_is_refused_and_succeeds_once_there
     .await;
     assert_eq!(status, 401, "the revoked token still works");
 }
+
+/// Whether a fresh connection from this host to `addr` is closed unread.
+fn closed_unread(addr: std::net::SocketAddr) -> bool {
+    let mut extra = TcpStream::connect(addr).unwrap();
+    let _ = extra.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (answer, closed) = read_until_closed(&mut extra, Duration::from_secs(2));
+    closed && answer.is_empty()
+}
+
+#[tokio::test]
+async fn one_address_holds_only_its_share_of_connections_unless_it_is_a_trusted_proxy() {
+    for (trusted, refused_past_the_share) in [(false, true), (true, false)] {
+        let mut policy = PolicyEdit::default().set("server.max_connections_per_address", 2);
+        if trusted {
+            policy = policy.set("server.trusted_proxies", ["127.0.0.1/32"]);
+        }
+        let gw = TestGateway::start_with(policy.policy()).await;
+        let held: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(gw.addr).unwrap())
+            .collect();
+        let addr = gw.addr;
+        let refused = tokio::task::spawn_blocking(move || {
+            // Give the server a moment to accept the two held ones.
+            std::thread::sleep(Duration::from_millis(200));
+            closed_unread(addr)
+        })
+        .await
+        .unwrap();
+        assert_eq!(refused, refused_past_the_share, "trusted proxy: {trusted}");
+        drop(held);
+        gw.stop().await;
+    }
+}
