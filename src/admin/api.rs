@@ -6,7 +6,7 @@
 //! serves them, so a route cannot exist without its documentation or the other way round;
 //! `openapi.json` in the repository is that document, and a test keeps them equal.
 
-use super::auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin, Scraper};
+use super::auth::{AdminAuthLayer, AdminAuthenticator, AdminPrincipal, AuthenticatedAdmin};
 use super::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
 use crate::admin::budget::{Budgets, day_and_month};
 use crate::clock::{Clock, rfc3339_millis};
@@ -150,7 +150,7 @@ pub fn router(
         .set(openapi().to_pretty_json().unwrap_or_default());
     let metrics = state.metrics.clone();
     let (router, _) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .merge(guarded_routes().layer(AdminAuthLayer::new(authenticator)))
+        .merge(guarded_routes().layer(AdminAuthLayer::shared(authenticator)))
         .merge(public_routes())
         .split_for_parts();
     router
@@ -945,11 +945,11 @@ async fn audit(
     responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String)))]
 async fn prometheus_metrics(
     State(state): State<AdminState>,
-    admin: Option<Extension<AuthenticatedAdmin>>,
-    scraper: Option<Extension<Scraper>>,
+    principal: Option<Extension<AdminPrincipal>>,
 ) -> Response {
-    // Mounted behind the layer, one of the two is always there; without either, fail closed.
-    if admin.is_none() && scraper.is_none() {
+    // Mounted behind the layer, an administrator or the scraper is always there; without
+    // either, fail closed.
+    if principal.is_none() {
         return Refusal::Forbidden("an administrator or the scrape token is needed".to_owned())
             .into_response();
     }

@@ -11,8 +11,10 @@ pub mod auth;
 pub mod budget;
 pub mod service;
 
-pub use crate::guard::unauthenticated::AdminAuthError;
-pub use auth::{AdminAuthLayer, AdminAuthenticator, AuthenticatedAdmin, ScrapeToken, Scraper};
+pub use auth::{
+    AdminAuthLayer, AdminAuthenticator, AdminPrincipal, AuthenticatedAdmin, ScrapeToken,
+    admin_authenticator,
+};
 pub use service::{
     AccountDefaults, AccountService, Actor, BudgetChange, Caller, MAX_STREAMS_PER_PEER, NewPeer,
     ServiceError,

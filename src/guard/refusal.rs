@@ -19,7 +19,7 @@
 //! ```
 
 use super::limited::{RateLimited, insert_rate_limit_headers};
-use super::unauthenticated::{AdminAuthError, AuthError};
+use super::unauthenticated::AuthError;
 use crate::shared::gcra::retry_after_seconds;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -103,6 +103,8 @@ pub struct LoggedRequestId(pub String);
 pub struct Challenges {
     plain: Arc<[HeaderValue]>,
     invalid_token: Arc<[HeaderValue]>,
+    /// The reason the listener's refusals are counted under.
+    counted_as: RefusalReason,
 }
 
 impl Challenges {
@@ -125,7 +127,15 @@ impl Challenges {
         Self {
             plain: build(false),
             invalid_token: build(true),
+            counted_as: RefusalReason::Unauthenticated,
         }
+    }
+
+    /// The same challenges, for a listener whose refusals are counted under `reason` (the
+    /// admin API's as [`RefusalReason::AdminUnauthenticated`]).
+    pub fn counted_as(mut self, reason: RefusalReason) -> Self {
+        self.counted_as = reason;
+        self
     }
 }
 
@@ -134,7 +144,8 @@ impl Challenges {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {
-    /// The door's credentials were missing or wrong (401), or could not be checked (503).
+    /// The credentials were missing or wrong (401), or could not be checked (503), on the
+    /// listener whose challenges these are.
     #[error("{error}")]
     Unauthenticated {
         /// What was wrong.
@@ -143,9 +154,6 @@ pub enum Refusal {
         /// The listener's challenges.
         challenges: Challenges,
     },
-    /// The admin API's credentials were missing or wrong (401), or could not be checked (503).
-    #[error(transparent)]
-    AdminUnauthenticated(AdminAuthError),
     /// A rate limit tripped (429).
     #[error(transparent)]
     RateLimited(RateLimited),
@@ -223,13 +231,8 @@ impl Refusal {
             Self::Unauthenticated {
                 error: AuthError::Unavailable | AuthError::Busy,
                 ..
-            }
-            | Self::AdminUnauthenticated(AdminAuthError::Unavailable | AdminAuthError::Busy) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            Self::Unauthenticated { .. } | Self::AdminUnauthenticated(_) => {
-                StatusCode::UNAUTHORIZED
-            }
+            } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthenticated { .. } => StatusCode::UNAUTHORIZED,
             Self::RateLimited(_) | Self::TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -248,7 +251,6 @@ impl Refusal {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Unauthenticated { error, .. } => error.code(),
-            Self::AdminUnauthenticated(error) => error.code(),
             Self::RateLimited(_) => "rate_limited",
             Self::TooManyStreams { .. } => "too_many_streams",
             Self::BodyTooLarge => "body_too_large",
@@ -272,17 +274,12 @@ impl Refusal {
             Self::Unauthenticated {
                 error: AuthError::Unavailable,
                 ..
-            }
-            | Self::AdminUnauthenticated(AdminAuthError::Unavailable) => None,
+            } => None,
             Self::Unauthenticated {
                 error: AuthError::Busy,
                 ..
-            }
-            | Self::AdminUnauthenticated(AdminAuthError::Busy) => {
-                Some(RefusalReason::PasswordChecksBusy)
-            }
-            Self::Unauthenticated { .. } => Some(RefusalReason::Unauthenticated),
-            Self::AdminUnauthenticated(_) => Some(RefusalReason::AdminUnauthenticated),
+            } => Some(RefusalReason::PasswordChecksBusy),
+            Self::Unauthenticated { challenges, .. } => Some(challenges.counted_as),
             Self::RateLimited(limited) => Some(limited.limit.reason()),
             Self::BodyTooLarge => Some(RefusalReason::BodyTooLarge),
             Self::CrossSite(_) => Some(RefusalReason::CrossSiteRequest),
@@ -335,7 +332,6 @@ impl IntoResponse for Refusal {
                 };
                 append_challenges(headers, list);
             }
-            Self::AdminUnauthenticated(_) => append_challenges(headers, &ADMIN_CHALLENGES),
             _ => {}
         }
         if let Some(reason) = self.reason() {
@@ -349,15 +345,6 @@ impl IntoResponse for Refusal {
         response
     }
 }
-
-/// The admin API's challenges: Basic (name and password) and Bearer (an administrator token).
-/// Basic is announced as `xBasic`, a scheme no browser handles: a browser that reaches the
-/// admin API never offers to collect an administrator's password and then keep sending it
-/// (to requests another site's page makes, too). Programs send Basic without being asked.
-static ADMIN_CHALLENGES: [HeaderValue; 2] = [
-    HeaderValue::from_static(r#"xBasic realm="peergate admin", charset="UTF-8""#),
-    HeaderValue::from_static(r#"Bearer realm="peergate admin""#),
-];
 
 fn append_challenges(headers: &mut HeaderMap, challenges: &[HeaderValue]) {
     for challenge in challenges {

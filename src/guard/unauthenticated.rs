@@ -1,5 +1,5 @@
-//! Why a request was not authenticated, on the door ([`AuthError`]) and on the admin API
-//! ([`AdminAuthError`]).
+//! Why a request was not authenticated ([`AuthError`]), on the door and on the admin API alike:
+//! one set of reasons and codes, answered with the listener's own challenges.
 
 use super::refusal::{Challenges, Refusal};
 use axum::response::{IntoResponse, Response};
@@ -77,47 +77,3 @@ impl IntoResponse for AuthError {
 
 /// The door's one challenge where a handler asks for a peer without the layer in front.
 const BEARER_CHALLENGE: &str = r#"Bearer realm="peergate""#;
-
-/// Why a request to the admin API was not authenticated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum AdminAuthError {
-    /// No `Authorization` header.
-    #[error("the admin API needs an administrator's Basic credentials or administrator token")]
-    MissingCredentials,
-    /// Not Basic or Bearer, more than one header, or undecodable.
-    #[error("the Authorization header is malformed")]
-    MalformedHeader,
-    /// A peer token or API key: those open the A2A door and nothing else.
-    #[error("a peer credential opens nothing on the admin API")]
-    PeerCredential,
-    /// Wrong name, password or token, or a disabled administrator; one case on purpose.
-    #[error("the administrator credentials are not valid")]
-    InvalidCredentials,
-    /// The store could not be asked.
-    #[error("credentials cannot be checked right now")]
-    Unavailable,
-    /// Too many password sign-ins are waiting to be checked (see [`AuthError::Busy`]).
-    #[error("too many password sign-ins are waiting to be checked; retry in a second")]
-    Busy,
-}
-
-impl AdminAuthError {
-    /// The stable code in the JSON body.
-    pub fn code(self) -> &'static str {
-        match self {
-            Self::MissingCredentials => "missing_credentials",
-            Self::MalformedHeader => "malformed_authorization",
-            Self::PeerCredential => "peer_credential",
-            Self::InvalidCredentials => "invalid_credentials",
-            Self::Unavailable => "auth_unavailable",
-            Self::Busy => "auth_busy",
-        }
-    }
-}
-
-impl IntoResponse for AdminAuthError {
-    fn into_response(self) -> Response {
-        Refusal::AdminUnauthenticated(self).into_response()
-    }
-}

@@ -4,7 +4,7 @@ use crate::a2a::agent::{Agent, AgentSettings};
 use crate::a2a::card;
 use crate::admin::api::AdminState;
 use crate::admin::budget::{BudgetDefaults, Budgets};
-use crate::admin::{AccountDefaults, AccountService, AdminAuthenticator};
+use crate::admin::{AccountDefaults, AccountService, admin_authenticator};
 use crate::backend::BackendSetupError;
 use crate::clock::Clock;
 use crate::config::{Policy, PolicySource};
@@ -723,15 +723,17 @@ fn admin_router(
 ) -> Result<Router, StartError> {
     let policy = &options.policy;
     let admin_authenticator = Arc::new(
-        AdminAuthenticator::new(
+        admin_authenticator(
             state.accounts().clone(),
             options.clock.clone(),
-            policy.limits.failed_auth_per_ip_per_minute,
-            policy.limits.tracked_addresses,
+            (
+                policy.limits.failed_auth_per_ip_per_minute,
+                policy.limits.tracked_addresses,
+            ),
             authenticator.passwords().clone(),
+            scrape_token(policy)?,
         )
-        .map_err(StartError::Config)?
-        .with_scrape_token(scrape_token(policy)?),
+        .map_err(StartError::Config)?,
     );
     let allowed_origins = &policy.server.admin_allowed_origins;
     Ok(

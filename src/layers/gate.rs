@@ -31,13 +31,12 @@
 //! ```
 
 use crate::a2a::jsonrpc::{self, RpcError, RpcId};
+use crate::guard::future::{GuardFuture, take_readied};
 use crate::guard::refusal::RefusalReason;
 use axum::Extension;
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, Request, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, header};
 use axum::response::{IntoResponse, Response};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
@@ -193,74 +192,67 @@ fn requested_extensions(headers: &HeaderMap) -> Vec<&str> {
 
 impl<S> Service<Request<Body>> for Gate<S>
 where
-    S: Service<Request<Body>, Response = Response> + Send,
+    S: Service<Request<Body>, Response = Response> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+    type Future = GuardFuture<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        match self.shared.check(&request) {
+        let refusal = match self.shared.check(&request) {
             Ok(activated) => {
                 let activated = (!activated.is_empty())
                     .then(|| HeaderValue::from_str(&activated.join(", ")).ok())
-                    .flatten();
-                let future = self.inner.call(request);
-                Box::pin(async move {
-                    let mut response = future.await?;
-                    if let Some(value) = activated {
-                        response.headers_mut().insert("a2a-extensions", value);
-                    }
-                    Ok(response)
-                })
+                    .flatten()
+                    .map(|value| HeaderMap::from_iter([(A2A_EXTENSIONS, value)]));
+                return GuardFuture::pass(&mut self.inner, request, activated);
             }
-            Err(refusal) if self.shared.http_json => {
-                let reason = match refusal {
-                    RpcError::ExtensionSupportRequired { .. } => RefusalReason::ExtensionRequired,
-                    _ => RefusalReason::VersionNotSupported,
-                };
-                let (status, body) = jsonrpc::http_error(&refusal.to_json());
-                let status = axum::http::StatusCode::from_u16(status)
-                    .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
-                Box::pin(async move {
-                    Ok((status, Extension(reason), axum::Json(body)).into_response())
-                })
-            }
-            Err(refusal) => {
-                let limit = self.shared.max_body_bytes;
-                Box::pin(async move {
-                    // Read the body only to echo the request's id.
-                    let id = match axum::body::to_bytes(request.into_body(), limit).await {
-                        Ok(body) => jsonrpc::parse_request(&body).map_or_else(|f| f.id, |r| r.id),
-                        Err(_) => RpcId::Null,
-                    };
-                    let body = jsonrpc::failure(&id, &refusal);
-                    let reason = match refusal {
-                        RpcError::ExtensionSupportRequired { .. } => {
-                            RefusalReason::ExtensionRequired
-                        }
-                        _ => RefusalReason::VersionNotSupported,
-                    };
-                    Ok((
-                        [(
-                            header::CONTENT_TYPE,
-                            HeaderValue::from_static("application/json"),
-                        )],
-                        Extension(reason),
-                        body,
-                    )
-                        .into_response())
-                })
-            }
+            Err(refusal) => refusal,
+        };
+        let reason = match refusal {
+            RpcError::ExtensionSupportRequired { .. } => RefusalReason::ExtensionRequired,
+            _ => RefusalReason::VersionNotSupported,
+        };
+        if self.shared.http_json {
+            let (status, body) = jsonrpc::http_error(&refusal.to_json());
+            let status = axum::http::StatusCode::from_u16(status)
+                .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
+            return GuardFuture::answer(
+                (status, Extension(reason), axum::Json(body)).into_response(),
+            );
         }
+        let limit = self.shared.max_body_bytes;
+        GuardFuture::check(
+            take_readied(&mut self.inner),
+            Box::pin(async move {
+                // Read the body only to echo the request's id.
+                let id = match axum::body::to_bytes(request.into_body(), limit).await {
+                    Ok(body) => jsonrpc::parse_request(&body).map_or_else(|f| f.id, |r| r.id),
+                    Err(_) => RpcId::Null,
+                };
+                let body = jsonrpc::failure(&id, &refusal);
+                Err((
+                    [(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    )],
+                    Extension(reason),
+                    body,
+                )
+                    .into_response())
+            }),
+        )
     }
 }
+
+/// The answer's header naming the activated extensions.
+const A2A_EXTENSIONS: HeaderName = HeaderName::from_static("a2a-extensions");
 
 #[cfg(test)]
 mod tests {

@@ -49,6 +49,15 @@ pub struct Basic<Who> {
     realm: &'static str,
     /// Whether a login past the password queue waits instead of being refused at once.
     waits: bool,
+    /// Whether the challenge names `xBasic` instead of `Basic` (see [`Basic::announced_as_xbasic`]).
+    xbasic: bool,
+}
+
+/// The challenge that invites Basic credentials in `realm`; as `xBasic`, a scheme no browser
+/// handles, when `xbasic`.
+pub fn basic_challenge(realm: &str, xbasic: bool) -> String {
+    let word = if xbasic { "xBasic" } else { "Basic" };
+    format!(r#"{word} realm="{realm}", charset="UTF-8""#)
 }
 
 impl<Who> Basic<Who> {
@@ -63,7 +72,17 @@ impl<Who> Basic<Who> {
             passwords,
             realm,
             waits: false,
+            xbasic: false,
         }
+    }
+
+    /// Announces Basic as `xBasic`, a scheme no browser handles: a browser that reaches the
+    /// listener never offers to collect a password and then keep sending it (to requests
+    /// another site's page makes, too). Programs send Basic without being asked, and it is
+    /// still `Basic` they send.
+    pub fn announced_as_xbasic(mut self) -> Self {
+        self.xbasic = true;
+        self
     }
 
     /// Logins wait for a password slot however long the queue, instead of being refused when
@@ -77,7 +96,7 @@ impl<Who> Basic<Who> {
 #[async_trait]
 impl<Who: Send + Sync + 'static> CredentialScheme<Who> for Basic<Who> {
     fn challenge(&self) -> String {
-        format!(r#"Basic realm="{}", charset="UTF-8""#, self.realm)
+        basic_challenge(self.realm, self.xbasic)
     }
 
     fn claims(&self, presented: &Presented<'_>) -> bool {

@@ -58,6 +58,11 @@ pub struct GeneratedCredential<Who> {
     refused: AuthError,
 }
 
+/// The challenge that invites a Bearer credential in `realm`.
+pub fn bearer_challenge(realm: &str) -> String {
+    format!(r#"Bearer realm="{realm}""#)
+}
+
 impl<Who> GeneratedCredential<Who> {
     /// Credentials of `kind` carried by `carrier`, looked up in `records`.
     pub fn new(
@@ -105,7 +110,7 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for GeneratedCredential<W
 
     fn challenge(&self) -> String {
         match &self.carrier {
-            Carrier::Bearer => format!(r#"Bearer realm="{}""#, self.realm),
+            Carrier::Bearer => bearer_challenge(self.realm),
             Carrier::Header { label } => {
                 format!(r#"ApiKey realm="{}", header="{label}""#, self.realm)
             }

@@ -44,43 +44,38 @@
 //! ```
 
 pub mod attempts;
+pub mod authenticator;
 pub mod basic;
 pub mod generated;
 pub mod known_ids;
+pub mod layer;
 pub mod password;
 pub mod scheme;
 
 pub use crate::guard::unauthenticated::AuthError;
 pub use attempts::FailedAttempts;
+pub use authenticator::{AuthRefusal, Authenticator, Listener, NoWitness, Principal, Witness};
 pub use basic::parse_basic;
+pub use layer::{Auth, AuthLayer, AuthMode};
 
 use crate::clock::Clock;
-use crate::guard::refusal::{Challenges, Refusal};
-use crate::layers::client_addr::ClientAddr;
-use crate::layers::limit::{Quota, RateLimited};
+use crate::guard::refusal::RefusalReason;
+use crate::layers::limit::Quota;
 use crate::shared::rate_limit::RateLimiter;
 use crate::store::{CredentialStore, StoreError};
 use crate::token::CredentialKind;
 use async_trait::async_trait;
-use axum::body::Body;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, Request, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderName, header};
 use basic::{Basic, Login, Logins};
 use generated::{Carrier, GeneratedCredential, TokenRecord, TokenRecords};
 use moka::future::Cache;
 use password::PasswordChecker;
-use scheme::{CredentialScheme, Presented};
-use sha2::{Digest, Sha256};
-use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
-use std::pin::Pin;
+use scheme::CredentialScheme;
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
-use tower::{Layer, Service};
 
 /// A peer whose credential was verified for this request. Only this module constructs it.
 #[derive(Debug, Clone)]
@@ -91,6 +86,9 @@ pub struct AuthenticatedPeer {
     rate_per_minute: u32,
     max_streams: Option<u32>,
     scheme: Scheme,
+    /// When the credential stops working (expiry, or the end of a rotation's grace), epoch ms;
+    /// checked on every request, cached verdicts included.
+    valid_until: Option<i64>,
 }
 
 impl AuthenticatedPeer {
@@ -133,7 +131,17 @@ impl AuthenticatedPeer {
             rate_per_minute: 60,
             max_streams: None,
             scheme: Scheme::Bearer,
+            valid_until: None,
         }
+    }
+}
+
+impl Principal for AuthenticatedPeer {
+    fn principal_id(&self) -> &str {
+        &self.id
+    }
+    fn valid_until(&self) -> Option<i64> {
+        self.valid_until
     }
 }
 
@@ -174,19 +182,7 @@ impl Scheme {
     }
 }
 
-/// A refusal by the authentication layer: bad credentials, or the failed-attempt budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum AuthRefusal {
-    /// The credentials were missing or wrong.
-    #[error(transparent)]
-    Unauthenticated(#[from] AuthError),
-    /// Too many failed attempts from this address.
-    #[error(transparent)]
-    Limited(#[from] RateLimited),
-}
-
-/// How the authentication layer is configured.
+/// How the door's authentication is configured.
 #[derive(Debug, Clone)]
 pub struct AuthSettings {
     /// Enabled schemes, in the order challenges are sent.
@@ -245,108 +241,51 @@ pub enum AuthConfigError {
     Hashing(String),
 }
 
-/// A verdict and when (by the gateway's clock) it was reached.
-#[derive(Debug, Clone)]
-struct CachedVerdict {
-    /// The peer, or `None` for a credential that was refused.
-    peer: Option<Arc<VerifiedPeer>>,
-    at_millis: i64,
-}
-
-#[derive(Debug)]
-struct VerifiedPeer {
-    id: Arc<str>,
-    name: Arc<str>,
-    owner_id: Arc<str>,
-    rate_per_minute: u32,
-    max_streams: Option<u32>,
-    /// When the credential stops working (expiry, or the end of a rotation's grace), epoch ms;
-    /// checked on every request, cached verdicts included.
-    valid_until: Option<i64>,
-    /// Whether "last used" was looked after for this verdict; later hits skip the bookkeeping.
-    noted: std::sync::atomic::AtomicBool,
-}
-
-impl VerifiedPeer {
-    fn new(
-        id: String,
-        name: String,
-        owner_id: String,
-        (rate_per_minute, max_streams): (u32, Option<u32>),
-        valid_until: Option<i64>,
-    ) -> Self {
-        Self {
-            id: id.into(),
-            name: name.into(),
-            owner_id: owner_id.into(),
-            rate_per_minute,
-            max_streams,
-            valid_until,
-            noted: Default::default(),
-        }
-    }
-}
-
-/// The cache key of a presented credential: a hash, so no credential is kept in memory longer
-/// than the request.
-fn cache_key(scheme: Scheme, credentials: &str) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    hasher.update(scheme.policy_name().as_bytes());
-    hasher.update(b"\0");
-    hasher.update(credentials.as_bytes());
-    hasher.finalize().into()
-}
-
-/// A credential the request presented, claimed by one enabled scheme and past its precheck.
-struct Claimed<'h> {
-    scheme: usize,
-    credentials: &'h str,
-}
-
-/// Verifies credentials against the store, with a short-lived cache.
-pub struct PeerAuthenticator {
-    store: Arc<dyn CredentialStore>,
-    clock: Arc<dyn Clock>,
-    settings: AuthSettings,
-    challenges: Challenges,
-    /// Recent verdicts by credential hash.
-    verified: Option<Cache<[u8; 32], CachedVerdict>>,
-    /// Bumped by every `forget_peer`: a verification that started before a revocation must not
-    /// put its (now stale) verdict into the cache.
-    generation: AtomicU64,
-    passwords: PasswordChecker,
-    failures: FailedAttempts,
-    /// The enabled schemes, in the order their challenges are sent.
-    schemes: Vec<(Scheme, Box<dyn CredentialScheme<VerifiedPeer>>)>,
-    /// The API-key header, when API keys are enabled.
-    key_header: Option<HeaderName>,
-    recently_touched: Cache<Arc<str>, ()>,
-}
+/// The door's authenticator: peers, by the schemes the policy enables.
+pub type PeerAuthenticator = Authenticator<AuthenticatedPeer>;
 
 /// The realm of the door's challenges.
 const REALM: &str = "peergate";
+
+/// A peer as a scheme of `scheme` verified it.
+fn peer(
+    scheme: Scheme,
+    (id, name, owner_id): (String, String, String),
+    (rate_per_minute, max_streams): (u32, Option<u32>),
+    valid_until: Option<i64>,
+) -> AuthenticatedPeer {
+    AuthenticatedPeer {
+        id: id.into(),
+        name: name.into(),
+        owner_id: owner_id.into(),
+        rate_per_minute,
+        max_streams,
+        scheme,
+        valid_until,
+    }
+}
 
 /// Peers' credentials of one kind, as the generated-credential scheme reads them.
 struct PeerTokens {
     store: Arc<dyn CredentialStore>,
     kind: CredentialKind,
+    scheme: Scheme,
 }
 
 #[async_trait]
-impl TokenRecords<VerifiedPeer> for PeerTokens {
+impl TokenRecords<AuthenticatedPeer> for PeerTokens {
     async fn record(
         &self,
         token_id: &str,
-    ) -> Result<Option<TokenRecord<VerifiedPeer>>, StoreError> {
+    ) -> Result<Option<TokenRecord<AuthenticatedPeer>>, StoreError> {
         let record = self.store.find_credential(self.kind, token_id).await?;
         Ok(record.map(|record| TokenRecord {
             name: record.peer_name.clone(),
             secret_hash: record.secret_hash,
             active: record.active,
-            who: VerifiedPeer::new(
-                record.peer_id,
-                record.peer_name,
-                record.owner_id,
+            who: peer(
+                self.scheme,
+                (record.peer_id, record.peer_name, record.owner_id),
                 (record.rate_per_minute, record.max_streams),
                 record.valid_until,
             ),
@@ -360,15 +299,14 @@ struct PeerLogins {
 }
 
 #[async_trait]
-impl Logins<VerifiedPeer> for PeerLogins {
-    async fn login(&self, name: &str) -> Result<Option<Login<VerifiedPeer>>, StoreError> {
+impl Logins<AuthenticatedPeer> for PeerLogins {
+    async fn login(&self, name: &str) -> Result<Option<Login<AuthenticatedPeer>>, StoreError> {
         Ok(self.store.find_peer_login(name).await?.map(|login| Login {
             password_hash: login.password_hash,
             active: login.active,
-            who: VerifiedPeer::new(
-                login.peer_id,
-                login.peer_name,
-                login.owner_id,
+            who: peer(
+                Scheme::Basic,
+                (login.peer_id, login.peer_name, login.owner_id),
                 (login.rate_per_minute, login.max_streams),
                 login.valid_until,
             ),
@@ -383,11 +321,12 @@ fn door_scheme(
     store: &Arc<dyn CredentialStore>,
     passwords: &PasswordChecker,
     settings: &AuthSettings,
-) -> Box<dyn CredentialScheme<VerifiedPeer>> {
-    let tokens = |kind| -> Arc<dyn TokenRecords<VerifiedPeer>> {
+) -> Box<dyn CredentialScheme<AuthenticatedPeer>> {
+    let tokens = |kind| -> Arc<dyn TokenRecords<AuthenticatedPeer>> {
         Arc::new(PeerTokens {
             store: store.clone(),
             kind,
+            scheme,
         })
     };
     match scheme {
@@ -415,16 +354,29 @@ fn door_scheme(
     }
 }
 
-impl std::fmt::Debug for PeerAuthenticator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerAuthenticator")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
+/// What the door keeps on the side: when each peer last used a credential.
+struct LastUse {
+    store: Arc<dyn CredentialStore>,
+    clock: Arc<dyn Clock>,
+    recently_touched: Cache<Arc<str>, ()>,
+}
+
+#[async_trait]
+impl Witness<AuthenticatedPeer> for LastUse {
+    /// Notes "last used" at most once a minute per peer. The store writes it later, off the
+    /// request's path; a failure costs only the timestamp.
+    async fn admitted(&self, peer: &AuthenticatedPeer) {
+        if self.recently_touched.contains_key(&peer.id) {
+            return;
+        }
+        self.recently_touched.insert(peer.id.clone(), ()).await;
+        self.store
+            .record_peer_use(&peer.id, self.clock.now_millis());
     }
 }
 
-impl PeerAuthenticator {
-    /// An authenticator over `store`; refuses settings that could never work.
+impl Authenticator<AuthenticatedPeer> {
+    /// The door's authenticator over `store`; refuses settings that could never work.
     pub fn new(
         store: Arc<dyn CredentialStore>,
         clock: Arc<dyn Clock>,
@@ -436,436 +388,49 @@ impl PeerAuthenticator {
         if settings.api_key_header == header::AUTHORIZATION {
             return Err(AuthConfigError::ApiKeyHeader);
         }
-        let mut failures = FailedAttempts::new(
-            settings.failed_auth_quota,
-            settings.tracked_addresses,
-            clock.clone(),
-        )
-        .map_err(|e| AuthConfigError::Budget(e.to_string()))?;
-        if let Some(shared) = &settings.failed_attempts {
-            failures = FailedAttempts::with_limiter(settings.failed_auth_quota, shared.clone());
-        }
+        let failures = match &settings.failed_attempts {
+            Some(shared) => {
+                FailedAttempts::with_limiter(settings.failed_auth_quota, shared.clone())
+            }
+            None => FailedAttempts::new(
+                settings.failed_auth_quota,
+                settings.tracked_addresses,
+                clock.clone(),
+            )
+            .map_err(|e| AuthConfigError::Budget(e.to_string()))?,
+        };
         // Made even without Basic on the door: the admin API shares this one pool.
         let passwords = PasswordChecker::new(settings.password_checks_at_once)
             .map_err(AuthConfigError::Hashing)?;
-        let schemes: Vec<_> = settings
+        let schemes = settings
             .schemes
             .iter()
-            .map(|&scheme| (scheme, door_scheme(scheme, &store, &passwords, &settings)))
+            .map(|&scheme| door_scheme(scheme, &store, &passwords, &settings))
             .collect();
-        let challenges = Challenges::new(schemes.iter().map(|(_, s)| s.challenge()));
-        let key_header = settings
-            .schemes
-            .contains(&Scheme::ApiKey)
-            .then(|| settings.api_key_header.clone());
-        let verified = (!settings.cache_ttl.is_zero()).then(|| {
-            Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(settings.cache_ttl)
-                .support_invalidation_closures()
-                .build()
-        });
-        Ok(Self {
+        let listener = Listener {
+            key_header: settings
+                .schemes
+                .contains(&Scheme::ApiKey)
+                .then(|| settings.api_key_header.clone()),
+            cache_ttl: settings.cache_ttl,
             failures,
-            schemes,
-            key_header,
-            store,
-            clock,
-            challenges,
-            verified,
-            passwords,
-            generation: AtomicU64::new(0),
-            recently_touched: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(Duration::from_secs(60))
-                .build(),
-            settings,
-        })
+            known_ids: settings.known_ids.clone(),
+            witness: Arc::new(LastUse {
+                store,
+                clock: clock.clone(),
+                recently_touched: Cache::builder()
+                    .max_capacity(100_000)
+                    .time_to_live(Duration::from_secs(60))
+                    .build(),
+            }),
+            counted_as: RefusalReason::Unauthenticated,
+        };
+        Ok(Self::with_schemes(schemes, listener, passwords, clock))
     }
 
-    /// The `WWW-Authenticate` challenges, one per enabled scheme.
-    pub fn challenges(&self) -> &Challenges {
-        &self.challenges
-    }
-
-    /// Whether a request carries anything that claims to be a credential: an `Authorization`
-    /// header, or the API-key header when API keys are enabled.
-    pub fn carries_credentials(&self, headers: &HeaderMap) -> bool {
-        headers.contains_key(header::AUTHORIZATION)
-            || self
-                .key_header
-                .as_ref()
-                .is_some_and(|name| headers.contains_key(name))
-    }
-
-    /// The one Argon2 pool, shared with the admin API.
-    pub fn passwords(&self) -> &PasswordChecker {
-        &self.passwords
-    }
-
-    /// The enabled schemes.
-    pub fn schemes(&self) -> &[Scheme] {
-        &self.settings.schemes
-    }
-
-    /// How many Argon2 verifications ran since start-up.
-    pub fn password_verifications(&self) -> u64 {
-        self.passwords.verifications()
-    }
-
-    /// The most Argon2 verifications that ever ran at once.
-    pub fn password_peak_concurrency(&self) -> usize {
-        self.passwords.peak_concurrency()
-    }
-
-    /// Drops every cached credential of a peer, so a change made through this process (a
-    /// revocation, a new quota) applies to the very next request, including over verifications
-    /// already under way.
+    /// Drops every cached credential of a peer (see [`Authenticator::forget`]).
     pub fn forget_peer(&self, peer_id: &str) {
-        if let Some(cache) = &self.verified {
-            self.generation.fetch_add(1, Ordering::SeqCst);
-            let peer_id: Arc<str> = Arc::from(peer_id);
-            let _ = cache.invalidate_entries_if(move |_, v| {
-                v.peer.as_ref().is_some_and(|p| p.id == peer_id)
-            });
-        }
-    }
-
-    /// A credential was issued to a peer: its id is known from now on, and the peer's cached
-    /// verdicts are dropped.
-    pub fn credential_issued(&self, peer_id: &str, token_id: &str) {
-        if let Some(known) = &self.settings.known_ids {
-            known.insert(token_id);
-        }
-        self.forget_peer(peer_id);
-    }
-
-    /// The set of known credential ids, when there is one.
-    pub fn known_ids(&self) -> Option<&Arc<known_ids::KnownCredentialIds>> {
-        self.settings.known_ids.as_ref()
-    }
-
-    /// Forgets every cached verdict (changes may have been missed; the set of known ids is
-    /// read again by whoever hears of it, see [`known_ids::KnownCredentialIds::reconcile`]).
-    pub fn forget_everyone(&self) {
-        if let Some(cache) = &self.verified {
-            self.generation.fetch_add(1, Ordering::SeqCst);
-            cache.invalidate_all();
-        }
-    }
-
-    /// Drops failure budgets that are whole again (call periodically).
-    pub fn purge(&self) {
-        self.failures.forget_rested();
-    }
-
-    /// Authenticates one request from `client`.
-    ///
-    /// A credential with a fresh cached verdict is answered from the cache; concurrent requests
-    /// with the same uncached credential share one verification. Every verification, and every
-    /// repeat of a refused or malformed credential, is counted against the client's
-    /// failed-attempt budget *before* any work and given back when it succeeds, so concurrent
-    /// guesses cannot slip past the budget while the first ones are still being verified.
-    pub async fn authenticate(
-        &self,
-        headers: &HeaderMap,
-        client: IpAddr,
-    ) -> Result<AuthenticatedPeer, AuthRefusal> {
-        let presented = match self.claimed(headers) {
-            Ok(presented) => presented,
-            Err(AuthError::MissingCredentials) => return Err(AuthError::MissingCredentials.into()),
-            Err(error) => {
-                self.spend_attempt(client).await?;
-                return Err(error.into());
-            }
-        };
-        // An id no credential has: refused from memory, before the verdict cache (a flood of
-        // distinct made-up ids would only fill it) and the store. It costs an attempt like any
-        // refusal.
-        if let Some(known) = &self.settings.known_ids
-            && let Some(id) = self.schemes[presented.scheme]
-                .1
-                .credential_id(presented.credentials)
-            && !known.holds(id)
-        {
-            self.spend_attempt(client).await?;
-            return Err(self.refused(&presented).into());
-        }
-        let Some(cache) = &self.verified else {
-            // No cache: every attempt is verified and counted.
-            return match self.verify_counted(&presented, client).await? {
-                Some(peer) if self.still_valid(&peer) => {
-                    Ok(self.admit(&peer, self.schemes[presented.scheme].0).await)
-                }
-                _ => Err(self.refused(&presented).into()),
-            };
-        };
-        let key = cache_key(self.schemes[presented.scheme].0, presented.credentials);
-        let mut verified_here = false;
-        let entry = match cache.get(&key).await {
-            Some(entry) if self.is_fresh(&entry) => entry,
-            stale => {
-                if stale.is_some() {
-                    cache.invalidate(&key).await;
-                }
-                let generation = self.generation.load(Ordering::SeqCst);
-                let entry = cache
-                    .try_get_with(key, async {
-                        verified_here = true;
-                        let peer = self.verify_counted(&presented, client).await?;
-                        Ok::<_, AuthRefusal>(CachedVerdict {
-                            peer,
-                            at_millis: self.clock.now_millis(),
-                        })
-                    })
-                    .await
-                    .map_err(|e| *e)?;
-                if self.generation.load(Ordering::SeqCst) != generation {
-                    // A revocation arrived while this verdict was being reached: keep it out.
-                    cache.invalidate(&key).await;
-                }
-                entry
-            }
-        };
-        match entry.peer {
-            Some(peer) if self.still_valid(&peer) => {
-                Ok(self.admit(&peer, self.schemes[presented.scheme].0).await)
-            }
-            // Expired (possibly while cached): refused like a wrong credential, and a repeat
-            // costs an attempt like one.
-            Some(_) | None => {
-                // A repeat of a refused credential costs an attempt like the first one did.
-                if !verified_here {
-                    self.spend_attempt(client).await?;
-                }
-                Err(self.refused(&presented).into())
-            }
-        }
-    }
-
-    /// Counts one attempt against the client's budget; refuses when it is spent.
-    async fn spend_attempt(&self, client: IpAddr) -> Result<(), RateLimited> {
-        self.failures.spend(client).await
-    }
-
-    /// Verifies, counting a failure against the client's budget: before the work for a costly
-    /// scheme (given back on success), after it for a cheap one (see
-    /// [`CredentialScheme::verification_is_costly`]). `Ok(None)` is a refused credential (a
-    /// verdict worth caching); errors are not cached.
-    async fn verify_counted(
-        &self,
-        presented: &Claimed<'_>,
-        client: IpAddr,
-    ) -> Result<Option<Arc<VerifiedPeer>>, AuthRefusal> {
-        if !self.schemes[presented.scheme].1.verification_is_costly() {
-            return match self.verify(presented).await {
-                Ok(peer) => {
-                    if self.expired(peer.valid_until) {
-                        self.spend_attempt(client).await?;
-                    }
-                    Ok(Some(Arc::new(peer)))
-                }
-                Err(AuthError::InvalidToken | AuthError::InvalidCredentials) => {
-                    self.spend_attempt(client).await?;
-                    Ok(None)
-                }
-                Err(error) => Err(error.into()),
-            };
-        }
-        self.spend_attempt(client).await?;
-        match self.verify(presented).await {
-            Ok(peer) => {
-                // An expired credential is kept with its peer (so a change to that peer drops
-                // it from the cache) but is no success: its attempt stays spent.
-                if !self.expired(peer.valid_until) {
-                    self.failures.refund(client);
-                }
-                Ok(Some(Arc::new(peer)))
-            }
-            Err(AuthError::InvalidToken | AuthError::InvalidCredentials) => Ok(None),
-            // Nothing was decided about the credential (the password slots were busy, or the
-            // store did not answer): the attempt is given back.
-            Err(error @ (AuthError::Busy | AuthError::Unavailable)) => {
-                self.failures.refund(client);
-                Err(error.into())
-            }
-            Err(error) => Err(error.into()),
-        }
-    }
-
-    /// Whether a credential that ends at `valid_until` has ended by the gateway's clock.
-    fn expired(&self, valid_until: Option<i64>) -> bool {
-        valid_until.is_some_and(|until| self.clock.now_millis() >= until)
-    }
-
-    /// Whether a verified peer is still valid now: a cached verdict can outlive an expiry.
-    fn still_valid(&self, peer: &VerifiedPeer) -> bool {
-        !self.expired(peer.valid_until)
-    }
-
-    fn is_fresh(&self, entry: &CachedVerdict) -> bool {
-        let ttl = i64::try_from(self.settings.cache_ttl.as_millis()).unwrap_or(i64::MAX);
-        self.clock.now_millis() - entry.at_millis < ttl
-    }
-
-    /// The request's one credential, claimed by an enabled scheme and past its precheck.
-    fn claimed<'h>(&self, headers: &'h HeaderMap) -> Result<Claimed<'h>, AuthError> {
-        let presented = Presented::from_headers(headers, self.key_header.as_ref())?
-            .ok_or(AuthError::MissingCredentials)?;
-        let scheme = self
-            .schemes
-            .iter()
-            .position(|(_, s)| s.claims(&presented))
-            .ok_or(AuthError::SchemeNotEnabled)?;
-        let credentials = presented.credentials();
-        // Junk and typos are refused here, before any cache or store.
-        self.schemes[scheme].1.precheck(credentials)?;
-        Ok(Claimed {
-            scheme,
-            credentials,
-        })
-    }
-
-    async fn verify(&self, presented: &Claimed<'_>) -> Result<VerifiedPeer, AuthError> {
-        self.schemes[presented.scheme]
-            .1
-            .verify(presented.credentials)
-            .await
-            .map_err(|failure| failure.error)
-    }
-
-    /// The refusal for a credential that was checked and found wrong (unknown, wrong or
-    /// revoked).
-    fn refused(&self, presented: &Claimed<'_>) -> AuthError {
-        self.schemes[presented.scheme].1.refused()
-    }
-
-    async fn admit(&self, peer: &VerifiedPeer, scheme: Scheme) -> AuthenticatedPeer {
-        if !peer.noted.swap(true, Ordering::Relaxed) {
-            self.note_use(&peer.id).await;
-        }
-        AuthenticatedPeer {
-            id: peer.id.clone(),
-            name: peer.name.clone(),
-            owner_id: peer.owner_id.clone(),
-            rate_per_minute: peer.rate_per_minute,
-            max_streams: peer.max_streams,
-            scheme,
-        }
-    }
-
-    /// Notes "last used" at most once a minute per peer. The store writes it later, off
-    /// this path; a failure costs only the timestamp.
-    async fn note_use(&self, peer_id: &Arc<str>) {
-        if self.recently_touched.contains_key(peer_id) {
-            return;
-        }
-        self.recently_touched.insert(peer_id.clone(), ()).await;
-        self.store.record_peer_use(peer_id, self.clock.now_millis());
-    }
-}
-
-/// Whether a request must authenticate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthMode {
-    /// No valid credential, no entry (the A2A door).
-    Required,
-    /// A request without any credential passes as anonymous; one that presents a credential
-    /// must present a valid one (the card routes: a valid peer gets the extended card, an
-    /// invalid credential is a 401, never a quiet downgrade to the public card).
-    Optional,
-}
-
-/// Authenticates in front of the wrapped service, in one [`AuthMode`].
-#[derive(Clone)]
-pub struct AuthLayer {
-    authenticator: Arc<PeerAuthenticator>,
-    mode: AuthMode,
-}
-
-impl AuthLayer {
-    /// A layer that requires a valid credential, checked by `authenticator`.
-    pub fn new(authenticator: PeerAuthenticator) -> Self {
-        Self::shared(Arc::new(authenticator))
-    }
-
-    /// A layer over an authenticator shared with other parts of the gateway.
-    pub fn shared(authenticator: Arc<PeerAuthenticator>) -> Self {
-        Self {
-            authenticator,
-            mode: AuthMode::Required,
-        }
-    }
-
-    /// The same layer in `mode`.
-    pub fn mode(mut self, mode: AuthMode) -> Self {
-        self.mode = mode;
-        self
-    }
-}
-
-impl<S> Layer<S> for AuthLayer {
-    type Service = Auth<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Auth {
-            inner,
-            authenticator: self.authenticator.clone(),
-            mode: self.mode,
-        }
-    }
-}
-
-/// The service made by [`AuthLayer`].
-#[derive(Clone)]
-pub struct Auth<S> {
-    inner: S,
-    authenticator: Arc<PeerAuthenticator>,
-    mode: AuthMode,
-}
-
-impl<S> Service<Request<Body>> for Auth<S>
-where
-    S: Service<Request<Body>, Response = Response> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
-        if self.mode == AuthMode::Optional
-            && !self.authenticator.carries_credentials(request.headers())
-        {
-            return Box::pin(self.inner.call(request));
-        }
-        // The readied service goes into the future; a fresh clone stays for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let authenticator = self.authenticator.clone();
-        let client = request
-            .extensions()
-            .get::<ClientAddr>()
-            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), ClientAddr::limit_key);
-        Box::pin(async move {
-            match authenticator.authenticate(request.headers(), client).await {
-                Ok(peer) => {
-                    crate::layers::access_log::note_peer(request.extensions(), peer.id());
-                    request.extensions_mut().insert(peer);
-                    inner.call(request).await
-                }
-                Err(AuthRefusal::Unauthenticated(error)) => {
-                    Ok(error.refusal(authenticator.challenges()).into_response())
-                }
-                Err(AuthRefusal::Limited(limited)) => {
-                    Ok(Refusal::RateLimited(limited).into_response())
-                }
-            }
-        })
+        self.forget(peer_id);
     }
 }
 
@@ -873,7 +438,11 @@ where
 mod tests {
     use super::*;
     use axum::Router;
+    use axum::body::Body;
+    use axum::http::{HeaderMap, Request};
     use axum::routing::post;
+    use std::net::Ipv4Addr;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use tower::ServiceExt;
 
     #[tokio::test]

@@ -32,14 +32,13 @@
 
 use super::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};
 use crate::clock::Clock;
+use crate::guard::future::{GuardFuture, take_readied};
 use crate::layers::client_addr::ClientAddr;
 use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use axum::body::Body;
 use axum::http::Request;
 use axum::response::{IntoResponse, Response};
-use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
@@ -108,7 +107,7 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+    type Future = GuardFuture<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -127,24 +126,23 @@ where
             quota,
         };
         match self.shared.limiter.check(&key, quota) {
-            LimitCheck::Ready(Decision::Allowed { .. }) => Box::pin(self.inner.call(request)),
-            LimitCheck::Ready(Decision::Denied { retry_after }) => {
-                let refusal = refused(retry_after);
-                Box::pin(async move { Ok(refusal.into_response()) })
+            LimitCheck::Ready(Decision::Allowed { .. }) => {
+                GuardFuture::pass(&mut self.inner, request, None)
             }
-            LimitCheck::Pending(decision) => {
-                // The readied service goes into the future; a fresh clone stays for the next call.
-                let clone = self.inner.clone();
-                let mut inner = std::mem::replace(&mut self.inner, clone);
+            LimitCheck::Ready(Decision::Denied { retry_after }) => {
+                GuardFuture::answer(refused(retry_after).into_response())
+            }
+            LimitCheck::Pending(decision) => GuardFuture::check(
+                take_readied(&mut self.inner),
                 Box::pin(async move {
                     match decision.await {
-                        Decision::Allowed { .. } => inner.call(request).await,
+                        Decision::Allowed { .. } => Ok((request, None)),
                         Decision::Denied { retry_after } => {
-                            Ok(refused(retry_after).into_response())
+                            Err(refused(retry_after).into_response())
                         }
                     }
-                })
-            }
+                }),
+            ),
         }
     }
 }

@@ -6,13 +6,12 @@
 
 use super::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};
 use crate::clock::Clock;
+use crate::guard::future::{GuardFuture, take_readied};
 use crate::layers::auth::{AuthError, AuthenticatedPeer};
 use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use axum::body::Body;
-use axum::http::Request;
+use axum::http::{HeaderMap, Request};
 use axum::response::{IntoResponse, Response};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
@@ -75,7 +74,7 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+    type Future = GuardFuture<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -84,58 +83,44 @@ where
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let Some(peer) = request.extensions().get::<AuthenticatedPeer>() else {
             // Mounted without authentication in front: fail closed.
-            return Box::pin(async { Ok(AuthError::MissingCredentials.into_response()) });
+            return GuardFuture::answer(AuthError::MissingCredentials.into_response());
         };
         let quota = Quota::per_minute(peer.rate_per_minute());
-        let decision = match self.shared.limiter.check(&peer.id_arc(), quota) {
-            LimitCheck::Ready(decision) => decision,
-            LimitCheck::Pending(decision) => {
-                // The readied service goes into the future; a fresh clone stays for the next call.
-                let clone = self.inner.clone();
-                let mut inner = std::mem::replace(&mut self.inner, clone);
-                return Box::pin(async move {
-                    let decision = decision.await;
-                    answer(decision, quota, move || inner.call(request)).await
-                });
-            }
-        };
-        let inner = &mut self.inner;
-        Box::pin(answer(decision, quota, move || inner.call(request)))
+        match self.shared.limiter.check(&peer.id_arc(), quota) {
+            LimitCheck::Ready(decision) => match verdict(decision, quota) {
+                Ok(headers) => GuardFuture::pass(&mut self.inner, request, Some(headers)),
+                Err(refusal) => GuardFuture::answer(refusal.into_response()),
+            },
+            LimitCheck::Pending(decision) => GuardFuture::check(
+                take_readied(&mut self.inner),
+                Box::pin(async move {
+                    let headers =
+                        verdict(decision.await, quota).map_err(IntoResponse::into_response)?;
+                    Ok((request, Some(headers)))
+                }),
+            ),
+        }
     }
 }
 
-/// Calls the inner service when admitted (adding the `RateLimit` headers to its answer), or
-/// answers the refusal.
-fn answer<F, E>(
-    decision: Decision,
-    quota: Quota,
-    call: impl FnOnce() -> F,
-) -> impl Future<Output = Result<Response, E>> + Send + 'static
-where
-    F: Future<Output = Result<Response, E>> + Send + 'static,
-{
-    let admitted = match decision {
-        Decision::Allowed { remaining, reset } => Ok((call(), remaining, reset)),
+/// The `RateLimit` headers for an admitted request's answer, or the refusal.
+fn verdict(decision: Decision, quota: Quota) -> Result<HeaderMap, RateLimited> {
+    match decision {
+        Decision::Allowed { remaining, reset } => {
+            let mut headers = HeaderMap::new();
+            super::insert_rate_limit_headers(
+                &mut headers,
+                Limit::PerPeer,
+                quota,
+                remaining,
+                reset.as_secs() + u64::from(reset.subsec_nanos() > 0),
+            );
+            Ok(headers)
+        }
         Decision::Denied { retry_after } => Err(RateLimited {
             limit: Limit::PerPeer,
             retry_after,
             quota,
         }),
-    };
-    async move {
-        match admitted {
-            Ok((future, remaining, reset)) => {
-                let mut response = future.await?;
-                super::insert_rate_limit_headers(
-                    response.headers_mut(),
-                    Limit::PerPeer,
-                    quota,
-                    remaining,
-                    reset.as_secs() + u64::from(reset.subsec_nanos() > 0),
-                );
-                Ok(response)
-            }
-            Err(refusal) => Ok(refusal.into_response()),
-        }
     }
 }

@@ -1,0 +1,514 @@
+//! The one authenticator, for the A2A door and the admin API alike: what every listener does
+//! with a presented credential, whoever it names.
+//!
+//! A listener brings its schemes (each a [`CredentialScheme`] verifying into its `Who`: a peer,
+//! an administrator), its failed-attempt budget and a [`Witness`] for what it keeps on the side
+//! (a peer's "last used", an administrator's audit trail). Everything else is here, once:
+//!
+//! * Exactly one credential per request, read by the one parser ([`Presented::from_headers`]);
+//!   two are refused whole. Junk is refused by the scheme's precheck before any cache or store.
+//! * An id no credential has is refused from memory when the listener keeps the set of known
+//!   ids, before the verdict cache (a flood of made-up ids would only fill it) and the store.
+//! * Every refusal costs the client's address an attempt; a costly verification (Argon2) is
+//!   charged before the work and given back when it succeeds, so concurrent guesses cannot outrun
+//!   the budget; once the budget is spent the answer is 429 before any work.
+//! * Verdicts are cached for the configured time by a SHA-256 of the credential (or not at all
+//!   when that time is zero); concurrent requests with one uncached credential share one
+//!   verification; [`Authenticator::forget`] drops a principal's verdicts at once, also over
+//!   verifications already under way. A credential past its `valid_until` is refused on every
+//!   request by the gateway's clock, cached or not.
+
+use super::FailedAttempts;
+use super::known_ids::KnownCredentialIds;
+use super::password::PasswordChecker;
+use super::scheme::{CredentialScheme, Failure, Presented};
+use crate::clock::Clock;
+use crate::guard::limited::RateLimited;
+use crate::guard::refusal::{Challenges, Refusal, RefusalReason};
+use crate::guard::unauthenticated::AuthError;
+use async_trait::async_trait;
+use axum::http::{HeaderMap, HeaderName, header};
+use moka::future::Cache;
+use sha2::{Digest, Sha256};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Who a verified credential names, as the authenticator needs to know it.
+pub trait Principal: Clone + Send + Sync + 'static {
+    /// The id whose change drops its cached verdicts ([`Authenticator::forget`]).
+    fn principal_id(&self) -> &str;
+
+    /// When the credential stops working (an expiry, the end of a rotation's grace), epoch ms.
+    fn valid_until(&self) -> Option<i64> {
+        None
+    }
+}
+
+/// What a listener keeps on the side of authentication. Every method has a default that does
+/// nothing.
+#[async_trait]
+pub trait Witness<Who>: Send + Sync {
+    /// A verdict admitted `who`; called once per verdict, not per request.
+    async fn admitted(&self, who: &Who) {
+        let _ = who;
+    }
+
+    /// A presented credential was refused (not a missing one, and not one that could not be
+    /// checked). `name` is the login name tried, if the scheme has one.
+    async fn refused(&self, client: IpAddr, name: Option<&str>, error: AuthError) {
+        let _ = (client, name, error);
+    }
+
+    /// The client's failed-attempt budget is spent: it was answered 429 without a check.
+    async fn throttled(&self, client: IpAddr) {
+        let _ = client;
+    }
+}
+
+/// A witness that keeps nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoWitness;
+
+impl<Who> Witness<Who> for NoWitness {}
+
+/// A refusal by an authenticator: bad credentials, or the failed-attempt budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthRefusal {
+    /// The credentials were missing or wrong.
+    #[error(transparent)]
+    Unauthenticated(#[from] AuthError),
+    /// Too many failed attempts from this address.
+    #[error(transparent)]
+    Limited(#[from] RateLimited),
+}
+
+/// How one listener authenticates, besides its schemes.
+pub struct Listener<Who> {
+    /// The header API keys come in, when a scheme takes them.
+    pub key_header: Option<HeaderName>,
+    /// How long a verdict is trusted (zero: never cached).
+    pub cache_ttl: Duration,
+    /// The failed-attempt budget per client address.
+    pub failures: FailedAttempts,
+    /// The credential ids the store holds, when kept (`None`: every id is looked up).
+    pub known_ids: Option<Arc<KnownCredentialIds>>,
+    /// What the listener keeps on the side.
+    pub witness: Arc<dyn Witness<Who>>,
+    /// The reason the listener's refusals are counted under.
+    pub counted_as: RefusalReason,
+}
+
+/// A verdict and when (by the gateway's clock) it was reached.
+struct CachedVerdict<Who> {
+    /// Who, or `None` for a credential that was refused.
+    who: Option<Arc<Verified<Who>>>,
+    at_millis: i64,
+}
+
+impl<Who> Clone for CachedVerdict<Who> {
+    fn clone(&self) -> Self {
+        Self {
+            who: self.who.clone(),
+            at_millis: self.at_millis,
+        }
+    }
+}
+
+struct Verified<Who> {
+    who: Who,
+    /// Whether the witness heard of this verdict; later hits skip it.
+    witnessed: AtomicBool,
+}
+
+/// A credential the request presented, claimed by one scheme and past its precheck.
+struct Claimed<'h> {
+    scheme: usize,
+    credentials: &'h str,
+}
+
+/// Why a presented credential was refused, with the name it was made for, for the witness.
+struct Refused {
+    refusal: AuthRefusal,
+    name: Option<String>,
+}
+
+impl From<AuthRefusal> for Refused {
+    fn from(refusal: AuthRefusal) -> Self {
+        Self {
+            refusal,
+            name: None,
+        }
+    }
+}
+
+impl From<AuthError> for Refused {
+    fn from(error: AuthError) -> Self {
+        AuthRefusal::from(error).into()
+    }
+}
+
+impl From<RateLimited> for Refused {
+    fn from(limited: RateLimited) -> Self {
+        AuthRefusal::from(limited).into()
+    }
+}
+
+/// Verifies a listener's credentials into its `Who`: see the [module docs](self).
+pub struct Authenticator<Who: Principal> {
+    clock: Arc<dyn Clock>,
+    schemes: Vec<Box<dyn CredentialScheme<Who>>>,
+    listener: Listener<Who>,
+    challenges: Challenges,
+    /// Recent verdicts by credential hash.
+    verified: Option<Cache<[u8; 32], CachedVerdict<Who>>>,
+    cache_ttl_millis: i64,
+    /// Bumped by every `forget`: a verification that started before a revocation must not put
+    /// its (now stale) verdict into the cache.
+    generation: AtomicU64,
+    passwords: PasswordChecker,
+}
+
+impl<Who: Principal> std::fmt::Debug for Authenticator<Who> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("schemes", &self.schemes.len())
+            .field("cache_ttl_millis", &self.cache_ttl_millis)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Who: Principal> Authenticator<Who> {
+    /// An authenticator over `schemes` (in the order their challenges are sent), checking
+    /// passwords with `passwords`, the gateway's one Argon2 pool.
+    pub fn with_schemes(
+        schemes: Vec<Box<dyn CredentialScheme<Who>>>,
+        listener: Listener<Who>,
+        passwords: PasswordChecker,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        // A scheme with no challenge of its own (one another scheme's invites) adds none.
+        let challenges = Challenges::new(
+            schemes
+                .iter()
+                .map(|s| s.challenge())
+                .filter(|c| !c.is_empty()),
+        )
+        .counted_as(listener.counted_as);
+        let verified = (!listener.cache_ttl.is_zero()).then(|| {
+            Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(listener.cache_ttl)
+                .support_invalidation_closures()
+                .build()
+        });
+        Self {
+            cache_ttl_millis: i64::try_from(listener.cache_ttl.as_millis()).unwrap_or(i64::MAX),
+            clock,
+            schemes,
+            challenges,
+            verified,
+            generation: AtomicU64::new(0),
+            passwords,
+            listener,
+        }
+    }
+
+    /// The `WWW-Authenticate` challenges, one per scheme.
+    pub fn challenges(&self) -> &Challenges {
+        &self.challenges
+    }
+
+    /// The refusal that answers `error` on this listener.
+    pub fn refusal(&self, refusal: AuthRefusal) -> Refusal {
+        match refusal {
+            AuthRefusal::Unauthenticated(error) => error.refusal(&self.challenges),
+            AuthRefusal::Limited(limited) => Refusal::RateLimited(limited),
+        }
+    }
+
+    /// Whether a request carries anything that claims to be a credential: an `Authorization`
+    /// header, or the API-key header when API keys are taken.
+    pub fn carries_credentials(&self, headers: &HeaderMap) -> bool {
+        headers.contains_key(header::AUTHORIZATION)
+            || self
+                .listener
+                .key_header
+                .as_ref()
+                .is_some_and(|name| headers.contains_key(name))
+    }
+
+    /// The one Argon2 pool.
+    pub fn passwords(&self) -> &PasswordChecker {
+        &self.passwords
+    }
+
+    /// How many Argon2 verifications ran since start-up.
+    pub fn password_verifications(&self) -> u64 {
+        self.passwords.verifications()
+    }
+
+    /// The most Argon2 verifications that ever ran at once.
+    pub fn password_peak_concurrency(&self) -> usize {
+        self.passwords.peak_concurrency()
+    }
+
+    /// Drops every cached verdict naming `principal_id`, so a change made through this process
+    /// (a revocation, a new quota) applies to the very next request, including over
+    /// verifications already under way.
+    pub fn forget(&self, principal_id: &str) {
+        if let Some(cache) = &self.verified {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            let principal_id: Arc<str> = Arc::from(principal_id);
+            let _ = cache.invalidate_entries_if(move |_, v| {
+                v.who
+                    .as_ref()
+                    .is_some_and(|v| v.who.principal_id() == &*principal_id)
+            });
+        }
+    }
+
+    /// A credential was issued to `principal_id`: its id is known from now on, and the
+    /// principal's cached verdicts are dropped.
+    pub fn credential_issued(&self, principal_id: &str, token_id: &str) {
+        if let Some(known) = &self.listener.known_ids {
+            known.insert(token_id);
+        }
+        self.forget(principal_id);
+    }
+
+    /// The set of known credential ids, when there is one.
+    pub fn known_ids(&self) -> Option<&Arc<KnownCredentialIds>> {
+        self.listener.known_ids.as_ref()
+    }
+
+    /// Forgets every cached verdict (changes may have been missed).
+    pub fn forget_everyone(&self) {
+        if let Some(cache) = &self.verified {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            cache.invalidate_all();
+        }
+    }
+
+    /// Drops failure budgets that are whole again (call periodically).
+    pub fn purge(&self) {
+        self.listener.failures.forget_rested();
+    }
+
+    /// Authenticates one request from `client` (see the [module docs](self)).
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+    ) -> Result<Who, AuthRefusal> {
+        match self.decide(headers, client).await {
+            Ok(verified) => {
+                if !verified.witnessed.swap(true, Ordering::Relaxed) {
+                    self.listener.witness.admitted(&verified.who).await;
+                }
+                Ok(verified.who.clone())
+            }
+            Err(Refused { refusal, name }) => {
+                match refusal {
+                    AuthRefusal::Limited(_) => self.listener.witness.throttled(client).await,
+                    AuthRefusal::Unauthenticated(
+                        AuthError::MissingCredentials | AuthError::Unavailable | AuthError::Busy,
+                    ) => {}
+                    AuthRefusal::Unauthenticated(error) => {
+                        self.listener
+                            .witness
+                            .refused(client, name.as_deref(), error)
+                            .await;
+                    }
+                }
+                Err(refusal)
+            }
+        }
+    }
+
+    async fn decide(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+    ) -> Result<Arc<Verified<Who>>, Refused> {
+        let presented = match self.claimed(headers) {
+            Ok(presented) => presented,
+            Err(AuthError::MissingCredentials) => return Err(AuthError::MissingCredentials.into()),
+            Err(error) => {
+                self.spend_attempt(client).await?;
+                return Err(error.into());
+            }
+        };
+        let scheme = &self.schemes[presented.scheme];
+        // An id no credential has: refused from memory, and it costs an attempt like any
+        // refusal.
+        if let Some(known) = &self.listener.known_ids
+            && let Some(id) = scheme.credential_id(presented.credentials)
+            && !known.holds(id)
+        {
+            self.spend_attempt(client).await?;
+            return Err(scheme.refused().into());
+        }
+        let Some(cache) = &self.verified else {
+            // No cache: every attempt is verified and counted.
+            let mut tried = None;
+            return match self.verify_counted(&presented, client, &mut tried).await? {
+                Some(verified) if self.still_valid(&verified.who) => Ok(verified),
+                _ => Err(Refused {
+                    refusal: scheme.refused().into(),
+                    name: tried,
+                }),
+            };
+        };
+        let key = cache_key(presented.scheme, presented.credentials);
+        let mut verified_here = false;
+        let mut tried = None;
+        let entry = match cache.get(&key).await {
+            Some(entry) if self.is_fresh(&entry) => entry,
+            stale => {
+                if stale.is_some() {
+                    cache.invalidate(&key).await;
+                }
+                let generation = self.generation.load(Ordering::SeqCst);
+                let entry = cache
+                    .try_get_with(key, async {
+                        verified_here = true;
+                        let who = self.verify_counted(&presented, client, &mut tried).await?;
+                        Ok::<_, Refused>(CachedVerdict {
+                            who,
+                            at_millis: self.clock.now_millis(),
+                        })
+                    })
+                    .await
+                    .map_err(|shared| Refused {
+                        refusal: shared.refusal,
+                        name: shared.name.clone(),
+                    })?;
+                if self.generation.load(Ordering::SeqCst) != generation {
+                    // A revocation arrived while this verdict was being reached: keep it out.
+                    cache.invalidate(&key).await;
+                }
+                entry
+            }
+        };
+        match entry.who {
+            Some(verified) if self.still_valid(&verified.who) => Ok(verified),
+            // Refused, or expired (possibly while cached): a repeat costs an attempt like the
+            // first one did.
+            Some(_) | None => {
+                if !verified_here {
+                    self.spend_attempt(client).await?;
+                }
+                Err(Refused {
+                    refusal: scheme.refused().into(),
+                    name: tried,
+                })
+            }
+        }
+    }
+
+    /// Counts one attempt against the client's budget; refuses when it is spent.
+    async fn spend_attempt(&self, client: IpAddr) -> Result<(), RateLimited> {
+        self.listener.failures.spend(client).await
+    }
+
+    /// Verifies, counting a failure against the client's budget: before the work for a costly
+    /// scheme (given back on success), after it for a cheap one (see
+    /// [`CredentialScheme::verification_is_costly`]). `Ok(None)` is a refused credential (a
+    /// verdict worth caching, and `tried` the name it was tried for); errors are not cached.
+    async fn verify_counted(
+        &self,
+        presented: &Claimed<'_>,
+        client: IpAddr,
+        tried: &mut Option<String>,
+    ) -> Result<Option<Arc<Verified<Who>>>, Refused> {
+        let scheme = &self.schemes[presented.scheme];
+        let costly = scheme.verification_is_costly();
+        if costly {
+            self.spend_attempt(client).await?;
+        }
+        match scheme.verify(presented.credentials).await {
+            Ok(who) => {
+                let expired = self.expired(who.valid_until());
+                if costly && !expired {
+                    self.listener.failures.refund(client);
+                } else if !costly && expired {
+                    // Kept with its principal (so a change drops it from the cache), but no
+                    // success: it costs an attempt like a wrong one.
+                    self.spend_attempt(client).await?;
+                }
+                Ok(Some(Arc::new(Verified {
+                    who,
+                    witnessed: AtomicBool::new(false),
+                })))
+            }
+            Err(Failure {
+                error: AuthError::InvalidToken | AuthError::InvalidCredentials,
+                name,
+            }) => {
+                if !costly {
+                    self.spend_attempt(client).await?;
+                }
+                *tried = name;
+                Ok(None)
+            }
+            // Nothing was decided about the credential (the password slots were busy, or the
+            // store did not answer): the attempt is given back.
+            Err(Failure {
+                error: error @ (AuthError::Busy | AuthError::Unavailable),
+                ..
+            }) => {
+                if costly {
+                    self.listener.failures.refund(client);
+                }
+                Err(error.into())
+            }
+            Err(Failure { error, name }) => Err(Refused {
+                refusal: error.into(),
+                name,
+            }),
+        }
+    }
+
+    /// Whether a credential that ends at `valid_until` has ended by the gateway's clock.
+    fn expired(&self, valid_until: Option<i64>) -> bool {
+        valid_until.is_some_and(|until| self.clock.now_millis() >= until)
+    }
+
+    fn still_valid(&self, who: &Who) -> bool {
+        !self.expired(who.valid_until())
+    }
+
+    fn is_fresh(&self, entry: &CachedVerdict<Who>) -> bool {
+        self.clock.now_millis() - entry.at_millis < self.cache_ttl_millis
+    }
+
+    /// The request's one credential, claimed by a scheme and past its precheck.
+    fn claimed<'h>(&self, headers: &'h HeaderMap) -> Result<Claimed<'h>, AuthError> {
+        let presented = Presented::from_headers(headers, self.listener.key_header.as_ref())?
+            .ok_or(AuthError::MissingCredentials)?;
+        let scheme = self
+            .schemes
+            .iter()
+            .position(|s| s.claims(&presented))
+            .ok_or(AuthError::SchemeNotEnabled)?;
+        let credentials = presented.credentials();
+        // Junk and typos are refused here, before any cache or store.
+        self.schemes[scheme].precheck(credentials)?;
+        Ok(Claimed {
+            scheme,
+            credentials,
+        })
+    }
+}
+
+/// The cache key of a presented credential: a hash, so no credential is kept in memory longer
+/// than the request.
+fn cache_key(scheme: usize, credentials: &str) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update((scheme as u64).to_le_bytes());
+    hasher.update(credentials.as_bytes());
+    hasher.finalize().into()
+}
