@@ -3,4 +3,5 @@
 pub mod agent;
 pub mod card;
 pub mod jsonrpc;
-pub mod types;
+/// The protocol's objects, which live below everything that speaks them.
+pub use crate::protocol::types;

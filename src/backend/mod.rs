@@ -37,7 +37,7 @@ pub struct Prompt {
     /// The peer's message id, as sent.
     pub message_id: String,
     /// The peer's text and data parts, as sent (an agent gets these; a model gets `text`).
-    pub parts: Vec<crate::a2a::types::Part>,
+    pub parts: Vec<crate::protocol::types::Part>,
     /// A stable id for the peer's conversation that names neither the peer nor the context id
     /// it chose, so an agent behind the door cannot be steered into another peer's context.
     pub conversation: String,
@@ -73,11 +73,11 @@ pub struct Completion {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentReply {
     /// The state it reported: final, or waiting for the peer.
-    pub state: crate::a2a::types::TaskState,
+    pub state: crate::protocol::types::TaskState,
     /// Its message: a direct answer's parts, or the task's status message.
-    pub parts: Vec<crate::a2a::types::Part>,
+    pub parts: Vec<crate::protocol::types::Part>,
     /// The task's artifacts.
-    pub artifacts: Vec<crate::a2a::types::Artifact>,
+    pub artifacts: Vec<crate::protocol::types::Artifact>,
     /// It answered with a message rather than a task.
     pub as_message: bool,
     /// The agent's own id of its task, to continue or cancel it.

@@ -20,9 +20,9 @@ use super::{
     AgentReply, BackendError, BackendSetupError, Completion, MAX_RESPONSE_BYTES, ModelBackend,
     Pieces, Prompt, Usage, classify,
 };
-use crate::a2a::types::{Artifact, Part, TaskState, parts_text};
 use crate::config::A2aPolicy;
 use crate::http::event_stream::ServerSentEvents;
+use crate::protocol::types::{Artifact, Part, TaskState, parts_text};
 use async_trait::async_trait;
 use axum::http::{HeaderName, HeaderValue};
 use serde::Deserialize;

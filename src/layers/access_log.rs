@@ -29,6 +29,7 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Extensions, Request};
 use axum::response::Response;
+use pin_project_lite::pin_project;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -99,45 +100,87 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+    type Future = AccessLogFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
-        let started = Instant::now();
         let note = Arc::new(AccessNote::default());
         request.extensions_mut().insert(note.clone());
         let socket = request
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0.ip());
-        let method = request.method().clone();
-        let route = crate::layers::metrics::route_label(&self.door_path, request.uri().path());
-        let future = self.inner.call(request);
-        Box::pin(async move {
-            let response = future.await?;
-            let client = note.client.get().copied().or(socket);
-            // An internal error was logged, and answered, under its own id: the same here.
-            let request_id = response
-                .extensions()
-                .get::<LoggedRequestId>()
-                .map_or_else(|| uuid::Uuid::new_v4().to_string(), |id| id.0.clone());
-            tracing::info!(
-                target: "peergate::access",
-                request_id = %request_id,
-                client = %client.map_or_else(|| "-".to_owned(), |ip| ip.to_string()),
-                peer = note.peer.get().map_or("-", |peer| &**peer),
-                method = %method,
-                route,
-                status = response.status().as_u16(),
-                reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.label()),
-                latency_ms = started.elapsed().as_secs_f64() * 1000.0,
-                "request"
-            );
-            Ok(response)
-        })
+        let seen = Seen {
+            started: Instant::now(),
+            note,
+            socket,
+            method: request.method().clone(),
+            route: crate::layers::metrics::route_label(&self.door_path, request.uri().path()),
+        };
+        AccessLogFuture {
+            future: self.inner.call(request),
+            seen: Some(seen),
+        }
+    }
+}
+
+/// What the access log knows of a request before its answer.
+struct Seen {
+    started: Instant,
+    note: Arc<AccessNote>,
+    socket: Option<IpAddr>,
+    method: axum::http::Method,
+    route: &'static str,
+}
+
+impl Seen {
+    fn log(self, response: &Response) {
+        let client = self.note.client.get().copied().or(self.socket);
+        // An internal error was logged, and answered, under its own id: the same here.
+        let request_id = response
+            .extensions()
+            .get::<LoggedRequestId>()
+            .map_or_else(|| uuid::Uuid::new_v4().to_string(), |id| id.0.clone());
+        tracing::info!(
+            target: "peergate::access",
+            request_id = %request_id,
+            client = %client.map_or_else(|| "-".to_owned(), |ip| ip.to_string()),
+            peer = self.note.peer.get().map_or("-", |peer| &**peer),
+            method = %self.method,
+            route = self.route,
+            status = response.status().as_u16(),
+            reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.label()),
+            latency_ms = self.started.elapsed().as_secs_f64() * 1000.0,
+            "request"
+        );
+    }
+}
+
+pin_project! {
+    /// The response future of [`AccessLog`]: the inner answer, logged when it is ready.
+    pub struct AccessLogFuture<F> {
+        #[pin]
+        future: F,
+        seen: Option<Seen>,
+    }
+}
+
+impl<F, E> Future for AccessLogFuture<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.future.poll(cx))?;
+        if let Some(seen) = this.seen.take() {
+            seen.log(&response);
+        }
+        Poll::Ready(Ok(response))
     }
 }
 

@@ -7,8 +7,8 @@
 
 use super::{Agent, checked_history_length, internal, invalid};
 use crate::a2a::jsonrpc::{self, RpcError};
-use crate::a2a::types::Task;
 use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::types::Task;
 use crate::store::TaskQuery;
 use base64::Engine as _;
 use serde::Deserialize;

@@ -7,8 +7,8 @@
 
 use super::{Agent, internal, invalid, new_id};
 use crate::a2a::jsonrpc::{self, RpcError};
-use crate::a2a::types::{PushConfigParams, PushConfigRef, is_valid_context_id};
 use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::types::{PushConfigParams, PushConfigRef, is_valid_context_id};
 use crate::push::Push;
 use crate::push::seal::PushSecrets;
 use crate::store::{PushConfigRecord, StoreError};

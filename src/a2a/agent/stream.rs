@@ -12,9 +12,9 @@
 
 use super::{Agent, TurnPlan, internal};
 use crate::a2a::jsonrpc::{self, RpcError, RpcId};
-use crate::a2a::types::{GetTaskParams, SendMessageParams, Task, TaskState};
 use crate::clock::rfc3339_millis;
 use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::types::{GetTaskParams, SendMessageParams, Task, TaskState};
 use crate::shared::streams::StreamPermit;
 use serde_json::json;
 use serde_json::value::{RawValue, to_raw_value};

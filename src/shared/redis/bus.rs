@@ -23,7 +23,7 @@
 //! been missed meanwhile; the subscription is retried every half second.
 
 use super::{Degradation, Redis};
-use crate::a2a::types::TaskState;
+use crate::protocol::types::TaskState;
 use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
 use crate::shared::events::{LocalTaskEvents, TaskEvent, TaskEvents, TaskSubscription};
 use futures_util::StreamExt as _;

@@ -1,0 +1,5 @@
+//! The A2A 1.0 protocol's objects, with nothing of the gateway in them: the lowest folder of the
+//! request path, which every part that speaks the protocol (the agent, the backends, the
+//! cluster's event bus) can import without importing each other.
+
+pub mod types;
