@@ -1,6 +1,7 @@
 //! JOSE for the Agent Card: signing, the signing keys and their JWKS, verification, fetching
 //! remote cards and key sets.
 
+pub mod access_token;
 pub mod fetch;
 pub mod json;
 pub mod keys;

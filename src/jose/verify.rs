@@ -26,6 +26,59 @@ pub enum TrustedKey {
     EdDsa(ed25519_dalek::VerifyingKey),
     /// ECDSA P-256 with SHA-256.
     Es256(p256::ecdsa::VerifyingKey),
+    /// RSASSA-PKCS1-v1_5 with SHA-256, a modulus of 2048 to 8192 bits.
+    Rs256(RsaKey),
+    /// RSASSA-PSS with SHA-256, a modulus of 2048 to 8192 bits.
+    Ps256(RsaKey),
+}
+
+/// An RSA public key's modulus and exponent, checked when loaded: 2048 to 8192 bits, both odd,
+/// the exponent from 3 to 2^33 (what the verifier accepts, so a broken key fails when its set
+/// is loaded, not on a request).
+#[derive(Clone)]
+pub struct RsaKey {
+    n: Vec<u8>,
+    e: Vec<u8>,
+}
+
+impl RsaKey {
+    /// The key from its big-endian modulus and exponent.
+    pub fn new(n: &[u8], e: &[u8]) -> Result<Self, String> {
+        let strip =
+            |bytes: &[u8]| -> Vec<u8> { bytes.iter().copied().skip_while(|b| *b == 0).collect() };
+        let (n, e) = (strip(n), strip(e));
+        let bits = n.len() * 8 - n.first().map_or(8, |b| b.leading_zeros() as usize);
+        if !(2048..=8192).contains(&bits) {
+            return Err(format!(
+                "an RSA modulus of {bits} bits (2048 to 8192 are accepted)"
+            ));
+        }
+        if n.last().is_none_or(|b| b % 2 == 0) {
+            return Err("an even RSA modulus".to_owned());
+        }
+        let exponent = e.iter().try_fold(0u64, |acc, b| {
+            (acc < 1 << 56).then(|| (acc << 8) | u64::from(*b))
+        });
+        match exponent {
+            Some(value) if (3..1 << 33).contains(&value) && value % 2 == 1 => {}
+            _ => return Err("an RSA exponent that is not odd and from 3 to 2^33 - 1".to_owned()),
+        }
+        Ok(Self { n, e })
+    }
+
+    fn verify(
+        &self,
+        algorithm: &'static ring::signature::RsaParameters,
+        input: &[u8],
+        signature: &[u8],
+    ) -> bool {
+        ring::signature::RsaPublicKeyComponents {
+            n: &self.n,
+            e: &self.e,
+        }
+        .verify(algorithm, input, signature)
+        .is_ok()
+    }
 }
 
 impl TrustedKey {
@@ -34,6 +87,8 @@ impl TrustedKey {
             Self::Hs256(_) => "HS256",
             Self::EdDsa(_) => "EdDSA",
             Self::Es256(_) => "ES256",
+            Self::Rs256(_) => "RS256",
+            Self::Ps256(_) => "PS256",
         }
     }
 }
@@ -150,6 +205,56 @@ impl TrustedKeys {
         }
         *self = staged;
         Ok(())
+    }
+
+    /// Adds the usable signing keys of an identity provider's JWKS, skipping the others (an
+    /// encryption key, a type this verifier does not take, a key that fails its checks), so
+    /// one odd key does not take an issuer's working keys away; a skipped key is never used.
+    /// Returns how many were skipped; a set with no usable key is refused.
+    pub fn add_issuer_jwks(&mut self, text: &str) -> Result<usize, KeyRejected> {
+        let set = parse_strict(text)
+            .map_err(|why| KeyRejected(format!("the JWKS is not strict JSON: {why}")))?;
+        let keys = set
+            .get("keys")
+            .and_then(Value::as_array)
+            .ok_or_else(|| KeyRejected("the JWKS has no \"keys\" array".to_owned()))?;
+        within_key_bound(keys.len())?;
+        let mut staged = self.clone();
+        let mut skipped = 0;
+        for jwk in keys {
+            match jwk_key(jwk).and_then(|(kid, key)| staged.add(&kid, key)) {
+                Ok(()) => {}
+                Err(_) => skipped += 1,
+            }
+        }
+        if staged.len() == self.len() {
+            return Err(KeyRejected(
+                "the JWKS holds no usable signing key".to_owned(),
+            ));
+        }
+        *self = staged;
+        Ok(skipped)
+    }
+
+    /// The algorithm of the key `kid`, if there is one.
+    pub fn algorithm_of(&self, kid: &str) -> Option<&'static str> {
+        self.by_kid(kid).map(TrustedKey::alg)
+    }
+
+    /// Whether `signature` over the JWS signing `input` verifies under the key `kid` with
+    /// `alg`, which must be that key's one algorithm.
+    pub fn verify_jws(
+        &self,
+        kid: &str,
+        alg: &str,
+        input: &[u8],
+        signature: &[u8],
+    ) -> Result<bool, String> {
+        let key = self.by_kid(kid).ok_or_else(|| format!("no key {kid:?}"))?;
+        if key.alg() != alg {
+            return Err(format!("key {kid:?} is a {} key, not {alg}", key.alg()));
+        }
+        check(key, input, signature)
     }
 
     /// Adds a key set the caller holds privately, which may carry HS256 secrets (`"kty":"oct"`)
@@ -274,9 +379,24 @@ fn jwk_key(jwk: &Value) -> Result<(String, TrustedKey), KeyRejected> {
                 .map_err(|_| reject("not a P-256 point"))?;
             (TrustedKey::Es256(key), "ES256")
         }
+        (Some("RSA"), None) => {
+            let component = |name: &str| {
+                field(name)
+                    .and_then(b64url_strict)
+                    .ok_or_else(|| reject(&format!("bad RSA \"{name}\"")))
+            };
+            let key =
+                RsaKey::new(&component("n")?, &component("e")?).map_err(|why| reject(&why))?;
+            // One key, one algorithm: PS256 only when the key says so.
+            if field("alg") == Some("PS256") {
+                (TrustedKey::Ps256(key), "PS256")
+            } else {
+                (TrustedKey::Rs256(key), "RS256")
+            }
+        }
         (kty, crv) => {
             return Err(reject(&format!(
-                "unsupported key type {kty:?}/{crv:?} (Ed25519 and P-256 are)"
+                "unsupported key type {kty:?}/{crv:?} (Ed25519, P-256 and RSA are)"
             )));
         }
     };
@@ -451,6 +571,14 @@ fn check(key: &TrustedKey, input: &[u8], signature: &[u8]) -> Result<bool, Strin
             let signature = ed25519_dalek::Signature::from_slice(signature)
                 .map_err(|_| "an EdDSA signature must be 64 bytes".to_owned())?;
             Ok(key.verify_strict(input, &signature).is_ok())
+        }
+        TrustedKey::Rs256(key) => Ok(key.verify(
+            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+            input,
+            signature,
+        )),
+        TrustedKey::Ps256(key) => {
+            Ok(key.verify(&ring::signature::RSA_PSS_2048_8192_SHA256, input, signature))
         }
         TrustedKey::Es256(key) => {
             use p256::ecdsa::signature::Verifier as _;
