@@ -82,8 +82,9 @@ pub enum Answer {
     },
     /// JSON-RPC response objects, one per event, until the sender closes (Server-Sent Events).
     Events(EventStream),
-    /// A stream the peer may not open: it holds as many as its cap (the number).
-    TooManyStreams(u32),
+    /// Refused at the HTTP level: a stream past the peer's cap, an operation its token's
+    /// scopes do not open.
+    Refused(crate::guard::refusal::Refusal),
 }
 
 impl Answer {
@@ -91,7 +92,7 @@ impl Answer {
     pub fn body(self) -> Option<String> {
         match self {
             Self::Body(body) | Self::Internal { body, .. } => Some(body),
-            Self::Events(_) | Self::TooManyStreams(_) => None,
+            Self::Events(_) | Self::Refused(_) => None,
         }
     }
 
@@ -100,7 +101,9 @@ impl Answer {
         match opened {
             Ok(events) => Self::Events(events),
             Err(StreamRefused::Rpc(error)) => Self::failure(id, &error),
-            Err(StreamRefused::AtCap(cap)) => Self::TooManyStreams(cap),
+            Err(StreamRefused::AtCap(cap)) => {
+                Self::Refused(crate::guard::refusal::Refusal::TooManyStreams { cap })
+            }
         }
     }
 
@@ -274,6 +277,11 @@ impl Agent {
             Ok(request) => request,
             Err(failure) => return Answer::Body(jsonrpc::failure(&failure.id, &failure.error)),
         };
+        if let Some(scope) = request.method.scope()
+            && !peer.may(scope)
+        {
+            return Answer::Refused(crate::guard::refusal::Refusal::InsufficientScope { scope });
+        }
         let params = request.params.as_deref();
         let outcome = match request.method {
             Method::SendMessage => self.send_message(peer, client, params).await,

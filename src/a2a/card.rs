@@ -70,8 +70,15 @@ pub fn public_card(policy: &Policy, door_url: &str) -> Value {
     value
 }
 
+/// The schemes the card describes as one entry each; identity providers are described per
+/// issuer (see `issuer_schemes`).
 fn enabled_schemes(policy: &Policy) -> Vec<Scheme> {
-    policy.auth_schemes().to_vec()
+    policy
+        .auth_schemes()
+        .iter()
+        .copied()
+        .filter(|scheme| *scheme != Scheme::Jwt)
+        .collect()
 }
 
 /// The card's name for a scheme.
@@ -80,6 +87,7 @@ pub fn scheme_key(scheme: Scheme) -> &'static str {
         Scheme::Bearer => "bearerAuth",
         Scheme::Basic => "basicAuth",
         Scheme::ApiKey => "apiKeyAuth",
+        Scheme::Jwt => "oauth2",
     }
 }
 
@@ -100,6 +108,7 @@ fn security_schemes(policy: &Policy) -> Value {
                 "name": policy.auth.api_key_header,
                 "description": "An API key issued by this gateway's administrator",
             }}),
+            Scheme::Jwt => continue,
         };
         schemes.insert(scheme_key(scheme).to_owned(), value);
     }

@@ -72,6 +72,24 @@ pub enum Method {
 }
 
 impl Method {
+    /// The scope an identity provider's token must grant for this method (the extended card
+    /// needs none: any authenticated peer may read its own).
+    pub fn scope(self) -> Option<crate::guard::scopes::OperationScope> {
+        use crate::guard::scopes::OperationScope;
+        match self {
+            Self::SendMessage | Self::SendStreamingMessage => Some(OperationScope::Message),
+            Self::GetTask | Self::ListTasks | Self::SubscribeToTask => {
+                Some(OperationScope::TasksRead)
+            }
+            Self::CancelTask => Some(OperationScope::TasksCancel),
+            Self::CreatePushConfig
+            | Self::GetPushConfig
+            | Self::ListPushConfigs
+            | Self::DeletePushConfig => Some(OperationScope::Push),
+            Self::GetExtendedAgentCard => None,
+        }
+    }
+
     /// Looks up a method by its 1.0 name or its 0.3 alias; `None` for anything else.
     pub fn from_name(name: &str) -> Option<Self> {
         Some(match name {

@@ -13,7 +13,7 @@ use crate::clock::{Clock, rfc3339_millis};
 use crate::guard::refusal::Refusal;
 use crate::layers::cross_site::CrossSiteLayer;
 use crate::layers::metrics::{Metrics, MetricsLayer};
-use crate::store::{AuditRecord, PeerRecord, StoreError};
+use crate::store::{AuditRecord, IdentityKind, PeerIdentity, PeerRecord, StoreError};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -104,6 +104,8 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(show_peer))
         .routes(routes!(set_limit))
         .routes(routes!(set_streams))
+        .routes(routes!(bind_identity))
+        .routes(routes!(unbind_identity))
         .routes(routes!(set_expiry))
         .routes(routes!(set_password))
         .routes(routes!(issue_api_key))
@@ -283,12 +285,72 @@ struct PeerView {
     created_at: String,
     last_used_at: Option<String>,
     expires_at: Option<String>,
+    /// The identities bound to it besides the credentials peergate issues.
+    identities: Vec<IdentityView>,
 }
 
+/// An identity bound to a peer: an identity provider's subject, or a client certificate.
+#[derive(Serialize, Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct IdentityView {
+    /// The identity provider, as `[[auth.issuers]]` names it (with `subject`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    issuer: Option<String>,
+    /// The token's `client_id` (else its `sub`) that names the peer (with `issuer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    subject: Option<String>,
+    /// A client certificate's URI or DNS subject alternative name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    certificate_san: Option<String>,
+    /// A client certificate's SHA-256, 64 lowercase hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    certificate_sha256: Option<String>,
+}
+
+impl IdentityView {
+    fn of(identity: &PeerIdentity) -> Self {
+        let mut view = Self::default();
+        match identity.kind {
+            IdentityKind::Token => {
+                view.issuer = Some(identity.issuer.clone());
+                view.subject = Some(identity.subject.clone());
+            }
+            IdentityKind::CertificateSan => view.certificate_san = Some(identity.subject.clone()),
+            _ => view.certificate_sha256 = Some(identity.subject.clone()),
+        }
+        view
+    }
+
+    /// The identity this names: exactly one of its forms.
+    fn identity(&self) -> Result<PeerIdentity, ApiError> {
+        let identity = match (
+            &self.issuer,
+            &self.subject,
+            &self.certificate_san,
+            &self.certificate_sha256,
+        ) {
+            (Some(issuer), Some(subject), None, None) => PeerIdentity::token(issuer, subject),
+            (None, None, Some(san), None) => PeerIdentity::certificate_san(san),
+            (None, None, None, Some(hex)) => PeerIdentity::certificate_sha256(hex),
+            _ => Err("give issuer and subject, or certificateSan, or certificateSha256".to_owned()),
+        };
+        identity.map_err(ApiError::Body)
+    }
+}
+
+/// The identities of the peers a caller sees, by peer id.
+type Identities = std::collections::HashMap<String, Vec<PeerIdentity>>;
+
 impl PeerView {
-    /// The peer as it stands at `now`.
-    fn at(p: PeerRecord, now: i64) -> Self {
+    /// The peer as it stands at `now`, with its identities.
+    fn at(p: PeerRecord, now: i64, identities: &Identities) -> Self {
         Self {
+            identities: identities
+                .get(&p.id)
+                .into_iter()
+                .flatten()
+                .map(IdentityView::of)
+                .collect(),
             status: p.standing(now).to_owned(),
             name: p.name,
             id: p.id,
@@ -349,11 +411,13 @@ async fn list_peers(
     State(state): State<AdminState>,
     admin: AuthenticatedAdmin,
 ) -> Result<Json<PeerList>, ApiError> {
-    let peers = state.service.list_peers(&caller(&admin)).await?;
+    let caller = caller(&admin);
+    let peers = state.service.list_peers(&caller).await?;
+    let identities = state.service.identities(&caller).await?;
     Ok(Json(PeerList {
         peers: peers
             .into_iter()
-            .map(|p| PeerView::at(p, state.clock.now_millis()))
+            .map(|p| PeerView::at(p, state.clock.now_millis(), &identities))
             .collect(),
     }))
 }
@@ -390,7 +454,7 @@ async fn create_peer(
     Ok((
         StatusCode::CREATED,
         Json(CreatedPeerView {
-            peer: PeerView::at(created.peer, state.clock.now_millis()),
+            peer: PeerView::at(created.peer, state.clock.now_millis(), &Identities::new()),
             token: created.token,
         }),
     ))
@@ -404,8 +468,7 @@ async fn show_peer(
     admin: AuthenticatedAdmin,
     Path(name): Path<String>,
 ) -> Result<Json<PeerView>, ApiError> {
-    let peer = state.service.show_peer(&caller(&admin), &name).await?;
-    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
+    peer_view(&state, &caller(&admin), &name).await
 }
 
 /// The peer `name` as the caller sees it now (after a change).
@@ -415,7 +478,53 @@ async fn peer_view(
     name: &str,
 ) -> Result<Json<PeerView>, ApiError> {
     let peer = state.service.show_peer(caller, name).await?;
-    Ok(Json(PeerView::at(peer, state.clock.now_millis())))
+    let identities = state.service.identities(caller).await?;
+    Ok(Json(PeerView::at(
+        peer,
+        state.clock.now_millis(),
+        &identities,
+    )))
+}
+
+#[utoipa::path(post, path = "/v1/peers/{name}/identities", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = IdentityView,
+    responses((status = 200, description = "Bound: the identity opens the door as this peer", body = PeerView),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Bound to a peer already (one identity names one peer)", body = ErrorBody)))]
+async fn bind_identity(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<PeerView>, ApiError> {
+    let identity = parse_body::<IdentityView>(&body)?.identity()?;
+    let caller = caller(&admin);
+    state
+        .service
+        .bind_identity(&caller, &name, &identity)
+        .await?;
+    peer_view(&state, &caller, &name).await
+}
+
+#[utoipa::path(post, path = "/v1/peers/{name}/identities/unbind", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = IdentityView,
+    responses((status = 200, description = "Unbound: it opens nothing from the next request", body = PeerView),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn unbind_identity(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<PeerView>, ApiError> {
+    let identity = parse_body::<IdentityView>(&body)?.identity()?;
+    let caller = caller(&admin);
+    state
+        .service
+        .unbind_identity(&caller, &name, &identity)
+        .await?;
+    peer_view(&state, &caller, &name).await
 }
 
 /// A new quota.
@@ -642,8 +751,9 @@ async fn reinstate(
     let caller = caller(&admin);
     let token = state.service.reinstate(&caller, &name).await?;
     let peer = state.service.show_peer(&caller, &name).await?;
+    let identities = state.service.identities(&caller).await?;
     Ok(Json(ReinstatedPeerView {
-        peer: PeerView::at(peer, state.clock.now_millis()),
+        peer: PeerView::at(peer, state.clock.now_millis(), &identities),
         token,
     }))
 }

@@ -9,6 +9,7 @@ use crate::clock::{Clock, rfc3339_millis};
 use crate::config::MAX_RATE_PER_MINUTE;
 use crate::layers::auth::password::{MIN_PASSWORD_CHARS, PasswordChecker, hash_password};
 use crate::shared::changes::{Change, ChangeNotifier};
+use crate::store::PeerIdentity;
 use crate::store::records::{AdminStatus, AuditAction, PeerStatus};
 use crate::store::{
     AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerRecord,
@@ -117,6 +118,7 @@ fn store_conflict(error: StoreError) -> ServiceError {
     match error {
         StoreError::DuplicatePeer(_)
         | StoreError::SimilarPeer(_)
+        | StoreError::IdentityTaken(_)
         | StoreError::DuplicateAdmin(_) => ServiceError::Conflict(error.to_string()),
         other => ServiceError::Store(other),
     }
@@ -912,6 +914,84 @@ impl AccountService {
             .await?;
         self.peer_changed(&peer.id);
         Ok(())
+    }
+
+    /// Binds an identity to a peer: from now on it opens the door as that peer. An identity
+    /// bound to any peer already is a conflict (one identity names one peer).
+    pub async fn bind_identity(
+        &self,
+        caller: &Caller,
+        name: &str,
+        identity: &PeerIdentity,
+    ) -> Result<(), ServiceError> {
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::PeerIdentityBound,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                if peer.status == PeerStatus::Revoked {
+                    return Err(ServiceError::Conflict(format!(
+                        "peer \"{name}\" is revoked; reinstate it first"
+                    )));
+                }
+                tx.bind_identity(&peer.id, identity, self.clock.now_millis())
+                    .await
+                    .map_err(store_conflict)?;
+                self.finish_change(tx, op, &peer, identity.describe()).await
+            },
+        )
+        .await
+    }
+
+    /// Unbinds an identity from a peer: its tokens or certificate stop opening the door at
+    /// once here, and within a second on other instances.
+    pub async fn unbind_identity(
+        &self,
+        caller: &Caller,
+        name: &str,
+        identity: &PeerIdentity,
+    ) -> Result<(), ServiceError> {
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::PeerIdentityUnbound,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                if !tx.unbind_identity(&peer.id, identity).await? {
+                    return Err(ServiceError::NotFound(format!(
+                        "peer \"{name}\" has no such identity bound"
+                    )));
+                }
+                self.finish_change(tx, op, &peer, identity.describe()).await
+            },
+        )
+        .await
+    }
+
+    /// The identities bound to the peers the caller may see, by peer id.
+    pub async fn identities(
+        &self,
+        caller: &Caller,
+    ) -> Result<std::collections::HashMap<String, Vec<PeerIdentity>>, ServiceError> {
+        let visible: std::collections::HashSet<String> = self
+            .list_peers(caller)
+            .await?
+            .into_iter()
+            .map(|peer| peer.id)
+            .collect();
+        let mut by_peer: std::collections::HashMap<String, Vec<PeerIdentity>> =
+            std::collections::HashMap::new();
+        for (peer_id, identity) in self.store.accounts().list_identities().await? {
+            if visible.contains(&peer_id) {
+                by_peer.entry(peer_id).or_default().push(identity);
+            }
+        }
+        Ok(by_peer)
     }
 
     /// Sets a peer's quota.

@@ -6,6 +6,56 @@ use crate::clock::{Clock as _, rfc3339_millis};
 use clap::Subcommand;
 use std::path::PathBuf;
 
+/// One identity to bind or unbind: exactly one of its forms.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = true)]
+pub(super) struct IdentityArgs {
+    /// The identity provider, as `[[auth.issuers]]` names it (with --subject).
+    #[arg(long, value_name = "NAME", requires = "subject", conflicts_with_all = ["certificate_san", "certificate_sha256"])]
+    issuer: Option<String>,
+    /// The token's client_id (else its sub) that names the peer (with --issuer).
+    #[arg(long, value_name = "VALUE", requires = "issuer")]
+    subject: Option<String>,
+    /// A client certificate's URI or DNS subject alternative name, compared exactly.
+    #[arg(long, value_name = "VALUE", conflicts_with = "certificate_sha256")]
+    certificate_san: Option<String>,
+    /// A client certificate's SHA-256 fingerprint (64 hex digits; colons allowed).
+    #[arg(long, value_name = "HEX")]
+    certificate_sha256: Option<String>,
+}
+
+impl IdentityArgs {
+    fn identity(&self) -> Result<crate::store::PeerIdentity, CliError> {
+        use crate::store::PeerIdentity;
+        let identity = match (
+            &self.issuer,
+            &self.subject,
+            &self.certificate_san,
+            &self.certificate_sha256,
+        ) {
+            (Some(issuer), Some(subject), None, None) => PeerIdentity::token(issuer, subject),
+            (None, None, Some(san), None) => PeerIdentity::certificate_san(san),
+            (None, None, None, Some(hex)) => PeerIdentity::certificate_sha256(hex),
+            _ => Err(
+                "give --issuer and --subject, or --certificate-san, or --certificate-sha256"
+                    .to_owned(),
+            ),
+        };
+        identity.map_err(CliError::new)
+    }
+}
+
+/// `peer add`'s optional identity.
+#[derive(Debug, clap::Args)]
+pub(super) struct OptionalIdentity {
+    /// Bind this identity provider's subject to the new peer (with --subject).
+    #[arg(long, value_name = "NAME", requires = "subject")]
+    issuer: Option<String>,
+    /// The token's client_id (else its sub) that names the new peer (with --issuer).
+    #[arg(long, value_name = "VALUE", requires = "issuer")]
+    subject: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 pub(super) enum PeerCommand {
     /// Add a peer and print its token, alone, on stdout. The token is shown only this once.
@@ -21,6 +71,30 @@ pub(super) enum PeerCommand {
         /// Policy file, for the defaults.
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
+        /// Also bind this identity to the new peer (see `peer bind`).
+        #[command(flatten)]
+        identity: OptionalIdentity,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Bind an identity to a peer: an identity provider's subject (`--issuer NAME --subject
+    /// VALUE`, VALUE being the token's client_id, else its sub), or a client certificate
+    /// (`--certificate-san VALUE`, a URI SAN such as a SPIFFE id or a DNS SAN, or
+    /// `--certificate-sha256 HEX`). One identity opens the door for one peer only.
+    Bind {
+        /// The peer's name.
+        name: String,
+        #[command(flatten)]
+        identity: IdentityArgs,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Unbind an identity from a peer (the same arguments as `peer bind`).
+    Unbind {
+        /// The peer's name.
+        name: String,
+        #[command(flatten)]
+        identity: IdentityArgs,
         #[command(flatten)]
         data: DataDir,
     },
@@ -115,11 +189,18 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             owner,
             rate,
             policy,
+            identity,
             data,
         } => {
+            let identity = match (&identity.issuer, &identity.subject) {
+                (Some(issuer), Some(subject)) => Some(
+                    crate::store::PeerIdentity::token(issuer, subject).map_err(CliError::new)?,
+                ),
+                _ => None,
+            };
             let (policy, source) = super::policy_for_defaults(policy.as_deref(), &data)?;
             let created = super::on_new_or_existing_store(&data, Some(&policy), async |accounts| {
-                accounts
+                let created = accounts
                     .create_peer(
                         &Caller::operator(),
                         NewPeer {
@@ -129,9 +210,18 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
                             expires_at: None,
                         },
                     )
-                    .await
+                    .await?;
+                if let Some(identity) = &identity {
+                    accounts
+                        .bind_identity(&Caller::operator(), &name, identity)
+                        .await?;
+                }
+                Ok(created)
             })
             .await?;
+            if let Some(identity) = &identity {
+                eprintln!("bound {} to peer {name}.", identity.describe());
+            }
             eprintln!(
                 "added peer {name} ({}, owned by {}, {}/min; defaults from {source}). Its token is on stdout and is not shown again.",
                 created.peer.id, created.peer.owner_name, created.peer.rate_per_minute
@@ -140,11 +230,48 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             Ok(())
         }
         PeerCommand::List { data } => {
-            let peers = on_store(&data, None, async |accounts| {
-                accounts.list_peers(&Caller::operator()).await
+            let (peers, identities) = on_store(&data, None, async |accounts| {
+                let caller = Caller::operator();
+                Ok((
+                    accounts.list_peers(&caller).await?,
+                    accounts.identities(&caller).await?,
+                ))
             })
             .await?;
-            print_peers(peers);
+            print_peers(peers, &identities);
+            Ok(())
+        }
+        PeerCommand::Bind {
+            name,
+            identity,
+            data,
+        } => {
+            let identity = identity.identity()?;
+            on_store(&data, None, async |accounts| {
+                accounts
+                    .bind_identity(&Caller::operator(), &name, &identity)
+                    .await
+            })
+            .await?;
+            eprintln!("bound {} to peer {name}.", identity.describe());
+            Ok(())
+        }
+        PeerCommand::Unbind {
+            name,
+            identity,
+            data,
+        } => {
+            let identity = identity.identity()?;
+            on_store(&data, None, async |accounts| {
+                accounts
+                    .unbind_identity(&Caller::operator(), &name, &identity)
+                    .await
+            })
+            .await?;
+            eprintln!(
+                "unbound {} from peer {name}. {CACHE_NOTE}",
+                identity.describe()
+            );
             Ok(())
         }
         PeerCommand::Limit { name, rate, data } => {
@@ -261,8 +388,11 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
     }
 }
 
-/// The peer table: never a secret.
-fn print_peers(peers: Vec<crate::store::PeerRecord>) {
+/// The peer table: never a secret. Each bound identity follows its peer on a line of its own.
+fn print_peers(
+    peers: Vec<crate::store::PeerRecord>,
+    identities: &std::collections::HashMap<String, Vec<crate::store::PeerIdentity>>,
+) {
     let now = crate::clock::SystemClock.now_millis();
     println!(
         "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
@@ -282,5 +412,8 @@ fn print_peers(peers: Vec<crate::store::PeerRecord>) {
             peer.expires_at
                 .map_or_else(|| "never".to_owned(), rfc3339_millis),
         );
+        for identity in identities.get(&peer.id).into_iter().flatten() {
+            println!("  bound: {}", identity.describe());
+        }
     }
 }

@@ -21,6 +21,157 @@ pub struct AuthPolicy {
     /// Argon2 password verifications allowed at once.
     #[serde(default = "default_password_checks_at_once")]
     pub password_checks_at_once: usize,
+    /// `[[auth.issuers]]`: the identity providers whose access tokens the door accepts (with
+    /// `"jwt"` in `schemes`).
+    #[serde(default)]
+    pub issuers: Vec<IssuerPolicy>,
+}
+
+/// `[[auth.issuers]]`: one identity provider whose JWT access tokens (RFC 9068) open the door
+/// to the peers bound to their subjects.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerPolicy {
+    /// The name bindings use (`peer bind NAME --issuer NAME`): 1-64 of letters, digits, `.`,
+    /// `_` and `-`.
+    pub name: String,
+    /// `iss`, compared exactly; discovery at `<issuer>/.well-known/openid-configuration`, else
+    /// `<issuer>/.well-known/oauth-authorization-server`.
+    pub issuer: String,
+    /// Must be `aud`, or in it: this door's own identifier at the provider.
+    pub audience: String,
+    /// The key set's URL, instead of discovery.
+    #[serde(default)]
+    pub jwks_uri: Option<String>,
+    /// A key set on disk, instead of discovery (read at start).
+    #[serde(default)]
+    pub jwks_file: Option<std::path::PathBuf>,
+    /// Whether the public card advertises this issuer (the operator's own provider); else only
+    /// the extended card of the peers bound to it does.
+    #[serde(default)]
+    pub public: bool,
+    /// Whether each operation needs its scope in the token (`a2a:message`, `a2a:tasks:read`,
+    /// `a2a:tasks:cancel`, `a2a:push`).
+    #[serde(default = "yes")]
+    pub require_scopes: bool,
+    /// The signature algorithms accepted: some of RS256, PS256, ES256, EdDSA.
+    #[serde(default = "default_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Accepts tokens without `typ: at+jwt`, for providers that issue plain JWTs (an ID token
+    /// is still refused).
+    #[serde(default)]
+    pub plain_jwt: bool,
+    /// How far the provider's clock may be from ours.
+    #[serde(default = "default_skew")]
+    pub clock_skew_seconds: u64,
+    /// The longest token lifetime accepted.
+    #[serde(default = "default_max_lifetime")]
+    pub max_token_lifetime_seconds: u64,
+    /// Allows an `http://` issuer, key set or discovery on a loopback address: for tests and
+    /// local development only.
+    #[serde(default)]
+    pub dangerous_allow_http_loopback: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_algorithms() -> Vec<String> {
+    crate::jose::access_token::ASYMMETRIC_ALGORITHMS
+        .iter()
+        .map(|alg| (*alg).to_owned())
+        .collect()
+}
+fn default_skew() -> u64 {
+    60
+}
+fn default_max_lifetime() -> u64 {
+    24 * 3600
+}
+
+/// Whether `name` is a valid issuer (or peer-binding) name: 1-64 of letters, digits and `._-`.
+pub fn is_valid_issuer_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+impl IssuerPolicy {
+    fn validate(&self, at: usize) -> Result<(), Invalid> {
+        let key = |field: &str| format!("auth.issuers[{at}].{field}");
+        if !is_valid_issuer_name(&self.name) {
+            return Err(invalid(
+                key("name"),
+                "must be 1-64 of letters, digits, '.', '_' and '-'",
+            ));
+        }
+        for (field, url) in [
+            ("issuer", Some(&self.issuer)),
+            ("jwks_uri", self.jwks_uri.as_ref()),
+        ] {
+            let Some(url) = url else { continue };
+            let parsed =
+                reqwest::Url::parse(url).map_err(|_| invalid(key(field), "is not a URL"))?;
+            let host = parsed
+                .host_str()
+                .unwrap_or_default()
+                .trim_matches(['[', ']']);
+            let loopback_http = parsed.scheme() == "http"
+                && (host == "localhost"
+                    || host
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback()));
+            if parsed.scheme() != "https" && !(loopback_http && self.dangerous_allow_http_loopback)
+            {
+                return Err(invalid(
+                    key(field),
+                    "must be https (http only on a loopback address, with dangerous_allow_http_loopback)",
+                ));
+            }
+            if !parsed.username().is_empty()
+                || parsed.password().is_some()
+                || parsed.fragment().is_some()
+            {
+                return Err(invalid(
+                    key(field),
+                    "must carry no credentials and no fragment",
+                ));
+            }
+        }
+        if self.audience.trim().is_empty() {
+            return Err(invalid(
+                key("audience"),
+                "must name this door as the provider knows it",
+            ));
+        }
+        if self.jwks_uri.is_some() && self.jwks_file.is_some() {
+            return Err(invalid(
+                key("jwks_file"),
+                "give jwks_uri or jwks_file, not both",
+            ));
+        }
+        if self.algorithms.is_empty()
+            || self.algorithms.iter().any(|alg| {
+                !crate::jose::access_token::ASYMMETRIC_ALGORITHMS.contains(&alg.as_str())
+            })
+        {
+            return Err(invalid(
+                key("algorithms"),
+                "must list some of \"RS256\", \"PS256\", \"ES256\", \"EdDSA\" (never none or HMAC)",
+            ));
+        }
+        if self.clock_skew_seconds > 300 {
+            return Err(invalid(key("clock_skew_seconds"), "must be at most 300"));
+        }
+        if !(60..=7 * 24 * 3600).contains(&self.max_token_lifetime_seconds) {
+            return Err(invalid(
+                key("max_token_lifetime_seconds"),
+                "must be from 60 to 604800 (a week)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for AuthPolicy {
@@ -30,6 +181,7 @@ impl Default for AuthPolicy {
             api_key_header: default_api_key_header(),
             credential_cache_seconds: default_credential_cache_seconds(),
             password_checks_at_once: default_password_checks_at_once(),
+            issuers: Vec::new(),
         }
     }
 }
@@ -52,7 +204,7 @@ impl AuthPolicy {
         if self.schemes.is_empty() {
             return Err(invalid(
                 "auth.schemes",
-                "at least one of \"bearer\", \"basic\", \"api_key\" must be enabled",
+                "at least one of \"bearer\", \"basic\", \"api_key\", \"jwt\" must be enabled",
             ));
         }
         for (i, scheme) in self.schemes.iter().enumerate() {
@@ -77,6 +229,39 @@ impl AuthPolicy {
                 "auth.password_checks_at_once",
                 "must be between 1 and 64",
             ));
+        }
+        // Both ways, so neither an enabled scheme with nobody to trust nor a list of issuers
+        // nobody asked for passes unnoticed (a check skipped when a list is empty).
+        match (self.schemes.contains(&Scheme::Jwt), self.issuers.is_empty()) {
+            (true, true) => {
+                return Err(invalid(
+                    "auth.issuers",
+                    "\"jwt\" is in auth.schemes but no [[auth.issuers]] names a provider",
+                ));
+            }
+            (false, false) => {
+                return Err(invalid(
+                    "auth.schemes",
+                    "[[auth.issuers]] names providers but \"jwt\" is not enabled",
+                ));
+            }
+            _ => {}
+        }
+        for (at, issuer) in self.issuers.iter().enumerate() {
+            issuer.validate(at)?;
+            let earlier = &self.issuers[..at];
+            if earlier.iter().any(|other| other.name == issuer.name) {
+                return Err(invalid(
+                    format!("auth.issuers[{at}].name"),
+                    "is given twice",
+                ));
+            }
+            if earlier.iter().any(|other| other.issuer == issuer.issuer) {
+                return Err(invalid(
+                    format!("auth.issuers[{at}].issuer"),
+                    "is given twice",
+                ));
+            }
         }
         if self.credential_cache_seconds > 5 {
             return Err(invalid(

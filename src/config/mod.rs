@@ -39,13 +39,13 @@ use std::path::{Path, PathBuf};
 
 /// A key whose value is outside what it allows, and why; the source is added by the caller.
 pub(crate) struct Invalid {
-    key: &'static str,
+    key: std::borrow::Cow<'static, str>,
     reason: String,
 }
 
-fn invalid(key: &'static str, reason: impl Into<String>) -> Invalid {
+fn invalid(key: impl Into<std::borrow::Cow<'static, str>>, reason: impl Into<String>) -> Invalid {
     Invalid {
-        key,
+        key: key.into(),
         reason: reason.into(),
     }
 }
@@ -99,7 +99,7 @@ pub enum PolicyError {
         /// The file.
         source_name: PolicySource,
         /// The dotted key.
-        key: &'static str,
+        key: std::borrow::Cow<'static, str>,
         /// What is wrong.
         reason: String,
     },

@@ -7,4 +7,5 @@
 pub mod future;
 pub mod limited;
 pub mod refusal;
+pub mod scopes;
 pub mod unauthenticated;

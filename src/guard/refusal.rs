@@ -19,6 +19,7 @@
 //! ```
 
 use super::limited::{RateLimited, insert_rate_limit_headers};
+use super::scopes::OperationScope;
 use super::unauthenticated::AuthError;
 use crate::shared::gcra::retry_after_seconds;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -52,11 +53,13 @@ pub enum RefusalReason {
     TooManyStreams,
     /// A browser sending for another site's page (the admin API).
     CrossSiteRequest,
+    /// A token without the scope its operation needs.
+    InsufficientScope,
 }
 
 impl RefusalReason {
     /// Every reason, in declaration order: `ALL[r as usize] == r`.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Unauthenticated,
         Self::PerIp,
         Self::FailedAuth,
@@ -68,6 +71,7 @@ impl RefusalReason {
         Self::PasswordChecksBusy,
         Self::TooManyStreams,
         Self::CrossSiteRequest,
+        Self::InsufficientScope,
     ];
 
     /// The label metrics and the access log show.
@@ -84,12 +88,13 @@ impl RefusalReason {
             Self::PasswordChecksBusy => "password_checks_busy",
             Self::TooManyStreams => "too_many_streams",
             Self::CrossSiteRequest => "cross_site_request",
+            Self::InsufficientScope => "insufficient_scope",
         }
     }
 }
 
 // A reason added after the last one in `ALL` fails to compile here until `ALL` lists it.
-const _: () = assert!(RefusalReason::CrossSiteRequest as usize + 1 == RefusalReason::ALL.len());
+const _: () = assert!(RefusalReason::InsufficientScope as usize + 1 == RefusalReason::ALL.len());
 
 /// The id an internal error was logged under and answered with (`requestId`), on its response,
 /// so the access log names the same id.
@@ -161,6 +166,13 @@ pub enum Refusal {
     /// `server.max_body_bytes`).
     #[error("the request body is larger than this route accepts")]
     BodyTooLarge,
+    /// The token does not grant the scope the operation needs (403, with a Bearer challenge
+    /// naming it, RFC 6750 §3.1).
+    #[error("the access token does not grant {}, which this operation needs", .scope.as_str())]
+    InsufficientScope {
+        /// The scope needed.
+        scope: OperationScope,
+    },
     /// The peer holds as many open streams as it may (429, with `Retry-After`).
     #[error(
         "this peer already holds {cap} open streams, as many as it may (limits.streams_per_peer, or its own cap): close one, or follow tasks with GetTask"
@@ -240,7 +252,9 @@ impl Refusal {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
             Self::Conflict(_) => StatusCode::CONFLICT,
-            Self::Forbidden(_) | Self::CrossSite(_) => StatusCode::FORBIDDEN,
+            Self::Forbidden(_) | Self::CrossSite(_) | Self::InsufficientScope { .. } => {
+                StatusCode::FORBIDDEN
+            }
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -261,6 +275,7 @@ impl Refusal {
             Self::Conflict(_) => "conflict",
             Self::Forbidden(_) => "forbidden",
             Self::CrossSite(_) => "cross_site_request",
+            Self::InsufficientScope { .. } => "insufficient_scope",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::Unavailable(_) => "unavailable",
             Self::Internal { .. } => "internal",
@@ -284,6 +299,7 @@ impl Refusal {
             Self::BodyTooLarge => Some(RefusalReason::BodyTooLarge),
             Self::CrossSite(_) => Some(RefusalReason::CrossSiteRequest),
             Self::TooManyStreams { .. } => Some(RefusalReason::TooManyStreams),
+            Self::InsufficientScope { .. } => Some(RefusalReason::InsufficientScope),
             _ => None,
         }
     }
@@ -318,6 +334,15 @@ impl IntoResponse for Refusal {
             // Streams end on their own; a few seconds is a fair first guess.
             Self::TooManyStreams { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            Self::InsufficientScope { scope } => {
+                let challenge = format!(
+                    r#"Bearer realm="peergate", error="insufficient_scope", scope="{}""#,
+                    scope.as_str()
+                );
+                if let Ok(value) = HeaderValue::try_from(challenge) {
+                    headers.insert(header::WWW_AUTHENTICATE, value);
+                }
             }
             _ if status == StatusCode::SERVICE_UNAVAILABLE => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -17,7 +17,6 @@
 
 use crate::a2a::agent::{Agent, Answer};
 use crate::a2a::jsonrpc;
-use crate::guard::refusal::Refusal;
 use crate::http::sse::StreamBounds;
 use crate::http::stalled_writes::ConnectionDeadline;
 use crate::layers::auth::AuthenticatedPeer;
@@ -111,7 +110,7 @@ async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> 
             &state.bounds,
             caller.deadline.as_ref(),
         ),
-        Ok(Answer::TooManyStreams(cap)) => Refusal::TooManyStreams { cap }.into_response(),
+        Ok(Answer::Refused(refusal)) => refusal.into_response(),
         Err(_) => {
             let request_id = uuid::Uuid::new_v4().to_string();
             tracing::error!(request_id = %request_id, "the turn panicked");

@@ -257,6 +257,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     };
     let known_ids = Arc::new(KnownCredentialIds::load(&*store.credentials()).await?);
     settings.known_ids = Some(known_ids.clone());
+    settings.identity_providers = identity_providers(policy, &options.clock)?;
     let authenticator = Arc::new(
         PeerAuthenticator::new(store.credentials(), options.clock.clone(), settings)
             .map_err(|e| config(&e))?,
@@ -598,7 +599,54 @@ fn auth_settings(
         tracked_addresses: policy.limits.tracked_addresses,
         failed_attempts,
         known_ids: None,
+        identity_providers: None,
     })
+}
+
+/// The identity providers of `[[auth.issuers]]`. A key set named by `jwks_file` is read and
+/// checked now: one that cannot be read, or holds no usable key, stops start-up.
+fn identity_providers(
+    policy: &Policy,
+    clock: &Arc<dyn Clock>,
+) -> Result<Option<Arc<crate::layers::auth::jwt::IdentityProviders>>, StartError> {
+    use crate::layers::auth::jwt::{IdentityProviders, IssuerSettings, KeySource};
+    if policy.auth.issuers.is_empty() {
+        return Ok(None);
+    }
+    let mut issuers = Vec::new();
+    for (at, issuer) in policy.auth.issuers.iter().enumerate() {
+        let keys = match (&issuer.jwks_file, &issuer.jwks_uri) {
+            (Some(path), _) => KeySource::Fixed(std::fs::read_to_string(path).map_err(|e| {
+                StartError::Config(format!(
+                    "auth.issuers[{at}].jwks_file: cannot be read ({})",
+                    e.kind()
+                ))
+            })?),
+            (None, Some(uri)) => KeySource::Uri(uri.clone()),
+            (None, None) => KeySource::Discovery,
+        };
+        issuers.push(IssuerSettings {
+            name: issuer.name.clone(),
+            rules: crate::jose::access_token::AccessTokenRules {
+                issuer: issuer.issuer.clone(),
+                audience: issuer.audience.clone(),
+                algorithms: issuer.algorithms.clone(),
+                plain_jwt: issuer.plain_jwt,
+                skew: Duration::from_secs(issuer.clock_skew_seconds),
+                max_lifetime: Duration::from_secs(issuer.max_token_lifetime_seconds),
+            },
+            keys,
+            require_scopes: issuer.require_scopes,
+            dangerous_allow_http_loopback: issuer.dangerous_allow_http_loopback,
+        });
+    }
+    let providers = IdentityProviders::new(
+        issuers,
+        &crate::jose::fetch::FetchPolicy::default(),
+        clock.clone(),
+    )
+    .map_err(StartError::Config)?;
+    Ok(Some(Arc::new(providers)))
 }
 
 /// The per-IP and per-peer layers: in process, or over the shared limiters.
@@ -799,9 +847,7 @@ async fn door(
                 let deadline = deadline.map(|Extension(deadline)| deadline);
                 return crate::http::sse::respond(events, &state.bounds, deadline.as_ref());
             }
-            Ok(crate::a2a::agent::Answer::TooManyStreams(cap)) => {
-                return Refusal::TooManyStreams { cap }.into_response();
-            }
+            Ok(crate::a2a::agent::Answer::Refused(refusal)) => return refusal.into_response(),
             Err(_) => return panic_response(Box::new("the turn panicked")),
         }
     } else {

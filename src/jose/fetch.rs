@@ -314,8 +314,13 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
 ///   holds up callers of its own URL and nobody else.
 ///
 /// [`TrustedKeys::add_jwks`]: crate::jose::verify::TrustedKeys::add_jwks
+/// [`TrustedKeys::add_issuer_jwks`]: crate::jose::verify::TrustedKeys::add_issuer_jwks
 pub struct JwksCache {
     policy: FetchPolicy,
+    /// Whether a set is an identity provider's, which keeps its usable keys and skips the
+    /// others ([`TrustedKeys::add_issuer_jwks`]), rather than a card signer's, refused whole
+    /// for one bad key.
+    issuer_keys: bool,
     clock: Arc<dyn crate::clock::Clock>,
     entries:
         std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<CachedJwks>>>>,
@@ -342,9 +347,16 @@ impl JwksCache {
     pub fn new(policy: FetchPolicy, clock: Arc<dyn crate::clock::Clock>) -> Self {
         Self {
             policy,
+            issuer_keys: false,
             clock,
             entries: std::sync::Mutex::default(),
         }
+    }
+
+    /// The same cache for an identity provider's key sets (see [`JwksCache::issuer_keys`]).
+    pub fn for_issuer_keys(mut self) -> Self {
+        self.issuer_keys = true;
+        self
     }
 
     /// The JWKS at `url`, from the cache while it is fresh. With `unknown_kid`, the caller
@@ -390,13 +402,16 @@ impl JwksCache {
             };
         }
         let fetched = fetch_text(url, &self.policy).await.and_then(|text| {
-            crate::jose::verify::TrustedKeys::new()
-                .add_jwks(&text)
-                .map(|()| text)
-                .map_err(|why| FetchError {
-                    url: shown(),
-                    reason: format!("not a usable key set: {why}"),
-                })
+            let mut keys = crate::jose::verify::TrustedKeys::new();
+            let usable = if self.issuer_keys {
+                keys.add_issuer_jwks(&text).map(|_| ())
+            } else {
+                keys.add_jwks(&text)
+            };
+            usable.map(|()| text).map_err(|why| FetchError {
+                url: shown(),
+                reason: format!("not a usable key set: {why}"),
+            })
         });
         match fetched {
             Ok(text) => {

@@ -27,8 +27,8 @@ pub mod sqlite;
 pub use records::{
     AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationEntry,
     ConversationMessage, ConversationRole, ConversationSummary, CredentialRecord, DeliveryOutcome,
-    Exchange, ExchangeUsage, FailedDelivery, PeerLogin, PeerRecord, PeerStatus, PeerUsage,
-    PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
+    Exchange, ExchangeUsage, FailedDelivery, IdentityKind, PeerIdentity, PeerLogin, PeerRecord,
+    PeerStatus, PeerUsage, PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
 };
 
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -56,6 +56,9 @@ pub enum StoreError {
     /// An administrator with that name already exists.
     #[error("an administrator named \"{0}\" already exists")]
     DuplicateAdmin(String),
+    /// The identity is already bound to a peer (named): one identity names one peer.
+    #[error("that identity is already bound to peer \"{0}\"")]
+    IdentityTaken(String),
     /// The data directory could not be prepared.
     #[error("cannot prepare the data directory: {0}")]
     DataDir(std::io::ErrorKind),
@@ -126,6 +129,12 @@ pub trait CredentialStore: Send + Sync + std::fmt::Debug {
 
     /// What Basic authentication needs about `name`, if such a peer exists.
     async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError>;
+
+    /// The peer an identity is bound to, as authentication needs it (`password_hash` empty).
+    async fn find_bound_peer(
+        &self,
+        identity: &PeerIdentity,
+    ) -> Result<Option<PeerLogin>, StoreError>;
 
     /// What signing in to the admin API as `name` needs.
     async fn find_admin_login(&self, name: &str) -> Result<Option<AdminLogin>, StoreError>;
@@ -321,6 +330,9 @@ pub trait AccountStore: Send + Sync + std::fmt::Debug {
     /// The peer named `name`.
     async fn find_peer(&self, name: &str) -> Result<Option<PeerRecord>, StoreError>;
 
+    /// Every identity bound to a peer, with the peer's id, oldest first.
+    async fn list_identities(&self) -> Result<Vec<(String, PeerIdentity)>, StoreError>;
+
     /// Audit records at or after `since` (of one administrator's account, or all), oldest
     /// first.
     async fn audit_since(
@@ -423,6 +435,20 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     ) -> Result<(), StoreError>;
     /// Sets a peer's Basic password (an Argon2id PHC string).
     async fn set_peer_password(&mut self, peer_id: &str, phc: &str) -> Result<(), StoreError>;
+    /// Binds an identity to a peer; one bound to any peer already is
+    /// [`StoreError::IdentityTaken`].
+    async fn bind_identity(
+        &mut self,
+        peer_id: &str,
+        identity: &PeerIdentity,
+        now: i64,
+    ) -> Result<(), StoreError>;
+    /// Unbinds an identity from a peer; returns whether it was bound to it.
+    async fn unbind_identity(
+        &mut self,
+        peer_id: &str,
+        identity: &PeerIdentity,
+    ) -> Result<bool, StoreError>;
     /// Deletes a conversation: its messages, and the tasks that carried its text. Returns
     /// whether it existed.
     async fn delete_conversation(

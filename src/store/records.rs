@@ -5,6 +5,113 @@
 
 use crate::token::TokenSecretHash;
 
+/// How a peer identity is proven (a binding's kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IdentityKind {
+    /// An identity provider's access token: `issuer` is the policy's issuer name, `subject` the
+    /// token's `client_id` (else `sub`).
+    Token,
+    /// A client certificate's URI or DNS subject alternative name (`issuer` is empty).
+    CertificateSan,
+    /// A client certificate's SHA-256, lowercase hex (`issuer` is empty).
+    CertificateSha256,
+}
+
+impl IdentityKind {
+    /// The stored form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Token => "token",
+            Self::CertificateSan => "certificate_san",
+            Self::CertificateSha256 => "certificate_sha256",
+        }
+    }
+
+    /// The kind a stored form names.
+    pub fn parse(stored: &str) -> Option<Self> {
+        match stored {
+            "token" => Some(Self::Token),
+            "certificate_san" => Some(Self::CertificateSan),
+            "certificate_sha256" => Some(Self::CertificateSha256),
+            _ => None,
+        }
+    }
+}
+
+/// An identity bound to a peer: one identity names at most one peer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct PeerIdentity {
+    /// How it is proven.
+    pub kind: IdentityKind,
+    /// The issuer's name in the policy (empty for certificates).
+    pub issuer: String,
+    /// The subject, SAN or fingerprint.
+    pub subject: String,
+}
+
+impl PeerIdentity {
+    /// A provider's subject: the token's `client_id`, else its `sub`, from the issuer the
+    /// policy names `issuer`. Refuses an issuer name or subject that could never match.
+    pub fn token(issuer: &str, subject: &str) -> Result<Self, String> {
+        if !(1..=64).contains(&issuer.len())
+            || !issuer
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            return Err("the issuer is named as in [[auth.issuers]]: 1-64 of letters, digits, '.', '_' and '-'".to_owned());
+        }
+        Ok(Self {
+            kind: IdentityKind::Token,
+            issuer: issuer.to_owned(),
+            subject: checked_text(subject, "the subject")?,
+        })
+    }
+
+    /// A client certificate's URI or DNS subject alternative name, compared exactly.
+    pub fn certificate_san(san: &str) -> Result<Self, String> {
+        Ok(Self {
+            kind: IdentityKind::CertificateSan,
+            issuer: String::new(),
+            subject: checked_text(san, "the subject alternative name")?,
+        })
+    }
+
+    /// A client certificate's SHA-256 (of its DER), as 64 hex digits (any case, `:` allowed).
+    pub fn certificate_sha256(hex: &str) -> Result<Self, String> {
+        let digits: String = hex.chars().filter(|c| *c != ':').collect();
+        if digits.len() != 64 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err("a certificate's SHA-256 is 64 hex digits".to_owned());
+        }
+        Ok(Self {
+            kind: IdentityKind::CertificateSha256,
+            issuer: String::new(),
+            subject: digits.to_ascii_lowercase(),
+        })
+    }
+
+    /// How lists and audit records show it.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            IdentityKind::Token => format!("token {}:{}", self.issuer, self.subject),
+            IdentityKind::CertificateSan => format!("certificate SAN {}", self.subject),
+            IdentityKind::CertificateSha256 => format!("certificate SHA-256 {}", self.subject),
+        }
+    }
+}
+
+/// `text` if it is 1 to 512 bytes without control characters (a NUL could make two readers
+/// see two names).
+fn checked_text(text: &str, what: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 512 || text.chars().any(char::is_control) {
+        return Err(format!(
+            "{what} must be 1 to 512 bytes without control characters"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
 /// A peer as the administrator sees it. Never holds a secret.
 #[derive(Debug, Clone)]
 pub struct PeerRecord {
@@ -343,10 +450,14 @@ pub enum AuditAction {
     ConversationRead,
     /// A conversation was deleted.
     ConversationDeleted,
+    /// An identity (a provider's subject, a client certificate) was bound to a peer.
+    PeerIdentityBound,
+    /// An identity was unbound from a peer.
+    PeerIdentityUnbound,
 }
 
 impl AuditAction {
-    const ALL: [Self; 19] = [
+    const ALL: [Self; 21] = [
         Self::AdminCreated,
         Self::AdminDisabled,
         Self::AdminEnabled,
@@ -366,6 +477,8 @@ impl AuditAction {
         Self::PeerReinstated,
         Self::ConversationRead,
         Self::ConversationDeleted,
+        Self::PeerIdentityBound,
+        Self::PeerIdentityUnbound,
     ];
 
     /// The stored and shown name.
@@ -390,6 +503,8 @@ impl AuditAction {
             Self::PeerReinstated => "peer.reinstated",
             Self::ConversationRead => "conversation.read",
             Self::ConversationDeleted => "conversation.deleted",
+            Self::PeerIdentityBound => "peer.identity_bound",
+            Self::PeerIdentityUnbound => "peer.identity_unbound",
         }
     }
 

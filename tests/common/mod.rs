@@ -9,6 +9,7 @@
 mod cli;
 mod flood;
 mod gateway;
+mod idp;
 mod model;
 mod policy;
 pub mod postgres;
@@ -23,8 +24,8 @@ mod upstream;
 
 #[allow(unused_imports)]
 pub use self::{
-    cli::*, flood::*, gateway::*, model::*, policy::*, process::*, receiver::*, rpc::*, sdk::*,
-    store::*, tls::*, upstream::*,
+    cli::*, flood::*, gateway::*, idp::*, model::*, policy::*, process::*, receiver::*, rpc::*,
+    sdk::*, store::*, tls::*, upstream::*,
 };
 
 /// Installs the process-wide rustls provider for the tests' own HTTP clients

@@ -189,14 +189,14 @@ impl<Who: Principal> Authenticator<Who> {
         passwords: PasswordChecker,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        // A scheme with no challenge of its own (one another scheme's invites) adds none.
-        let challenges = Challenges::new(
-            schemes
-                .iter()
-                .map(|s| s.challenge())
-                .filter(|c| !c.is_empty()),
-        )
-        .counted_as(listener.counted_as);
+        // A scheme with no challenge of its own, or the same as another's, adds none.
+        let mut texts: Vec<String> = Vec::new();
+        for text in schemes.iter().map(|s| s.challenge()) {
+            if !text.is_empty() && !texts.contains(&text) {
+                texts.push(text);
+            }
+        }
+        let challenges = Challenges::new(texts).counted_as(listener.counted_as);
         let verified = (!listener.cache_ttl.is_zero()).then(|| {
             Cache::builder()
                 .max_capacity(100_000)

@@ -47,6 +47,7 @@ pub mod attempts;
 pub mod authenticator;
 pub mod basic;
 pub mod generated;
+pub mod jwt;
 pub mod known_ids;
 pub mod layer;
 pub mod password;
@@ -60,6 +61,7 @@ pub use layer::{Auth, AuthLayer, AuthMode};
 
 use crate::clock::Clock;
 use crate::guard::refusal::RefusalReason;
+use crate::guard::scopes::{GrantedScopes, OperationScope};
 use crate::layers::limit::Quota;
 use crate::shared::rate_limit::RateLimiter;
 use crate::store::{CredentialStore, StoreError};
@@ -89,6 +91,9 @@ pub struct AuthenticatedPeer {
     /// When the credential stops working (expiry, or the end of a rotation's grace), epoch ms;
     /// checked on every request, cached verdicts included.
     valid_until: Option<i64>,
+    /// The operations an identity provider's token narrowed the peer to (`None`: every
+    /// operation the peer may do, as with the credentials peergate issues).
+    granted: Option<GrantedScopes>,
 }
 
 impl AuthenticatedPeer {
@@ -120,6 +125,11 @@ impl AuthenticatedPeer {
     pub fn scheme(&self) -> Scheme {
         self.scheme
     }
+    /// Whether the credential lets the peer do an operation that needs `scope`: always, unless
+    /// it was a token whose scopes the issuer's policy requires and which lacks it.
+    pub fn may(&self, scope: OperationScope) -> bool {
+        self.granted.is_none_or(|granted| granted.allows(scope))
+    }
 
     /// A peer for the crate's own unit tests, which have no layer in front.
     #[cfg(test)]
@@ -132,6 +142,7 @@ impl AuthenticatedPeer {
             max_streams: None,
             scheme: Scheme::Bearer,
             valid_until: None,
+            granted: None,
         }
     }
 }
@@ -169,6 +180,8 @@ pub enum Scheme {
     Basic,
     /// `<configured header>: <API key>`
     ApiKey,
+    /// `Authorization: Bearer <an identity provider's JWT access token>` (`[[auth.issuers]]`)
+    Jwt,
 }
 
 impl Scheme {
@@ -178,6 +191,7 @@ impl Scheme {
             Self::Bearer => "bearer",
             Self::Basic => "basic",
             Self::ApiKey => "api_key",
+            Self::Jwt => "jwt",
         }
     }
 }
@@ -205,6 +219,8 @@ pub struct AuthSettings {
     /// The credential ids the store holds, so unknown ones are refused without a store read
     /// (`None`: every id is looked up).
     pub known_ids: Option<Arc<known_ids::KnownCredentialIds>>,
+    /// The identity providers whose tokens the `"jwt"` scheme accepts.
+    pub identity_providers: Option<Arc<jwt::IdentityProviders>>,
 }
 
 impl Default for AuthSettings {
@@ -219,6 +235,7 @@ impl Default for AuthSettings {
             tracked_addresses: 100_000,
             failed_attempts: None,
             known_ids: None,
+            identity_providers: None,
         }
     }
 }
@@ -239,6 +256,9 @@ pub enum AuthConfigError {
     /// The dummy password hash could not be made.
     #[error("cannot prepare password hashing: {0}")]
     Hashing(String),
+    /// `"jwt"` is enabled with no identity provider to trust.
+    #[error("auth.issuers: \"jwt\" is enabled but no identity provider is configured")]
+    NoIssuers,
 }
 
 /// The door's authenticator: peers, by the schemes the policy enables.
@@ -262,6 +282,7 @@ fn peer(
         max_streams,
         scheme,
         valid_until,
+        granted: None,
     }
 }
 
@@ -321,7 +342,7 @@ fn door_scheme(
     store: &Arc<dyn CredentialStore>,
     passwords: &PasswordChecker,
     settings: &AuthSettings,
-) -> Box<dyn CredentialScheme<AuthenticatedPeer>> {
+) -> Result<Box<dyn CredentialScheme<AuthenticatedPeer>>, AuthConfigError> {
     let tokens = |kind| -> Arc<dyn TokenRecords<AuthenticatedPeer>> {
         Arc::new(PeerTokens {
             store: store.clone(),
@@ -329,11 +350,19 @@ fn door_scheme(
             scheme,
         })
     };
-    match scheme {
+    Ok(match scheme {
         Scheme::Bearer => Box::new(GeneratedCredential::new(
             CredentialKind::PeerToken,
             Carrier::Bearer,
             tokens(CredentialKind::PeerToken),
+            REALM,
+        )),
+        Scheme::Jwt => Box::new(jwt::IdentityProviderTokens::new(
+            settings
+                .identity_providers
+                .clone()
+                .ok_or(AuthConfigError::NoIssuers)?,
+            store.clone(),
             REALM,
         )),
         Scheme::Basic => Box::new(Basic::new(
@@ -351,7 +380,7 @@ fn door_scheme(
             tokens(CredentialKind::ApiKey),
             REALM,
         )),
-    }
+    })
 }
 
 /// What the door keeps on the side: when each peer last used a credential.
@@ -402,11 +431,14 @@ impl Authenticator<AuthenticatedPeer> {
         // Made even without Basic on the door: the admin API shares this one pool.
         let passwords = PasswordChecker::new(settings.password_checks_at_once)
             .map_err(AuthConfigError::Hashing)?;
-        let schemes = settings
-            .schemes
-            .iter()
-            .map(|&scheme| door_scheme(scheme, &store, &passwords, &settings))
-            .collect();
+        // A token shaped like a JWT is the identity providers' to judge, before the peer
+        // tokens' scheme claims every Bearer credential (their challenges are one).
+        let mut order = settings.schemes.clone();
+        order.sort_by_key(|scheme| *scheme != Scheme::Jwt);
+        let schemes = order
+            .into_iter()
+            .map(|scheme| door_scheme(scheme, &store, &passwords, &settings))
+            .collect::<Result<_, _>>()?;
         let listener = Listener {
             key_header: settings
                 .schemes
@@ -487,6 +519,12 @@ mod tests {
             name: &str,
         ) -> Result<Option<crate::store::AdminLogin>, StoreError> {
             self.store.find_admin_login(name).await
+        }
+        async fn find_bound_peer(
+            &self,
+            identity: &crate::store::PeerIdentity,
+        ) -> Result<Option<crate::store::PeerLogin>, StoreError> {
+            self.store.find_bound_peer(identity).await
         }
         async fn find_admin_token(
             &self,

@@ -11,6 +11,7 @@ use crate::store::{
     StoreError,
 };
 use crate::store::{AdminStatus, AuditAction, PeerStatus};
+use crate::store::{IdentityKind, PeerIdentity};
 use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
 use sqlx::{PgConnection, Postgres, Row, Transaction};
@@ -118,6 +119,34 @@ impl AccountStore for PostgresStore {
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(peer_record).transpose()
+    }
+
+    async fn list_identities(&self) -> Result<Vec<(String, PeerIdentity)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT peer_id, kind, issuer, subject FROM peer_identities ORDER BY created_at, kind, issuer, subject",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .filter_map(|row| {
+                let kind: String = match row.try_get("kind") {
+                    Ok(kind) => kind,
+                    Err(e) => return Some(Err(e.into())),
+                };
+                // A kind a newer release wrote is not this release's to show.
+                let kind = IdentityKind::parse(&kind)?;
+                Some((|| {
+                    Ok((
+                        row.try_get("peer_id")?,
+                        PeerIdentity {
+                            kind,
+                            issuer: row.try_get("issuer")?,
+                            subject: row.try_get("subject")?,
+                        },
+                    ))
+                })())
+            })
+            .collect()
     }
 
     async fn audit_since(
@@ -413,6 +442,54 @@ impl AccountChanges for PostgresAccountChange {
             .execute(&mut *self.tx)
             .await?;
         Ok(())
+    }
+
+    async fn bind_identity(
+        &mut self,
+        peer_id: &str,
+        identity: &PeerIdentity,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let holder: Option<String> = sqlx::query_scalar(
+            "SELECT p.name FROM peer_identities i JOIN peers p ON p.id = i.peer_id \
+             WHERE i.kind = $1 AND i.issuer = $2 AND i.subject = $3",
+        )
+        .bind(identity.kind.as_str())
+        .bind(&identity.issuer)
+        .bind(&identity.subject)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        if let Some(holder) = holder {
+            return Err(StoreError::IdentityTaken(holder));
+        }
+        sqlx::query(
+            "INSERT INTO peer_identities (kind, issuer, subject, peer_id, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(identity.kind.as_str())
+        .bind(&identity.issuer)
+        .bind(&identity.subject)
+        .bind(peer_id)
+        .bind(now)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn unbind_identity(
+        &mut self,
+        peer_id: &str,
+        identity: &PeerIdentity,
+    ) -> Result<bool, StoreError> {
+        let deleted = sqlx::query(
+            "DELETE FROM peer_identities WHERE kind = $1 AND issuer = $2 AND subject = $3 AND peer_id = $4",
+        )
+        .bind(identity.kind.as_str())
+        .bind(&identity.issuer)
+        .bind(&identity.subject)
+        .bind(peer_id)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(deleted.rows_affected() > 0)
     }
 
     async fn set_peer_password(&mut self, peer_id: &str, phc: &str) -> Result<(), StoreError> {

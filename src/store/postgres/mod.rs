@@ -15,6 +15,7 @@ use super::{
     CredentialStore, DocumentStore, PeerLogin, PeerUsage, Serving, StoreEngine, StoreError,
     UsageStore,
 };
+use crate::store::PeerIdentity;
 use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
 use sqlx::Row;
@@ -405,6 +406,34 @@ impl CredentialStore for PostgresStore {
             peer_id: row.try_get("id")?,
             peer_name: row.try_get("name")?,
             password_hash: row.try_get("password_hash")?,
+            active: status == "active",
+            rate_per_minute: rate(&row)?,
+            max_streams: max_streams(&row)?,
+            owner_id: row.try_get("owner_id")?,
+            valid_until: row.try_get("expires_at")?,
+        }))
+    }
+
+    async fn find_bound_peer(
+        &self,
+        identity: &PeerIdentity,
+    ) -> Result<Option<PeerLogin>, StoreError> {
+        let row = sqlx::query(
+            "SELECT p.id, p.name, p.status, p.rate_per_minute, p.max_streams, p.owner_id, p.expires_at \
+             FROM peer_identities i JOIN peers p ON p.id = i.peer_id \
+             WHERE i.kind = $1 AND i.issuer = $2 AND i.subject = $3",
+        )
+        .bind(identity.kind.as_str())
+        .bind(&identity.issuer)
+        .bind(&identity.subject)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let status: String = row.try_get("status")?;
+        Ok(Some(PeerLogin {
+            peer_id: row.try_get("id")?,
+            peer_name: row.try_get("name")?,
+            password_hash: None,
             active: status == "active",
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,

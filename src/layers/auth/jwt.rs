@@ -1,0 +1,371 @@
+//! Identity providers' JWT access tokens at the door (`"jwt"` in `auth.schemes`, one
+//! `[[auth.issuers]]` each): a token opens the door for the one live peer its (issuer,
+//! subject) is bound to, and for nothing when there is none.
+//!
+//! The rules a token must satisfy are in [`crate::jose::access_token`]; this module keeps the
+//! issuers' keys and the tokens already verified:
+//!
+//! * Issuers are keyed by their exact `iss`; a token's `kid` is looked up among its own
+//!   issuer's keys only.
+//! * Keys come from a file, a configured URL, or the URL discovery names, fetched with the
+//!   project's SSRF-safe fetcher. A token naming a `kid` the cached set lacks triggers at most
+//!   one refetch per issuer per [`JwksCache::COOLDOWN`], shared by concurrent requests; the
+//!   last good set stays in use through failed refetches for [`JwksCache::MAX_STALE`]. An
+//!   issuer whose keys could never be fetched answers 503 (nothing was decided about the
+//!   token), not 401.
+//! * A verified token is remembered by its SHA-256 until it expires, so a busy partner costs
+//!   one signature check per token, not per request. Who it names is read from the store
+//!   through the authenticator's verdict cache, so a revocation, an expiry or an unbinding
+//!   refuses the token on the next request like any other credential of the peer.
+//! * A token bound to a client certificate (RFC 8705 `cnf`) is refused: the door has no
+//!   certificate to compare it with.
+
+use super::scheme::{CredentialScheme, Failure, Presented};
+use super::{AuthError, AuthenticatedPeer, Scheme, peer};
+use crate::clock::Clock;
+use crate::guard::scopes::GrantedScopes;
+use crate::jose::access_token::{self, AccessToken, AccessTokenRules, TokenRejected};
+use crate::jose::fetch::{FetchPolicy, JwksCache, fetch_text};
+use crate::jose::verify::TrustedKeys;
+use crate::store::{CredentialStore, IdentityKind, PeerIdentity};
+use async_trait::async_trait;
+use moka::future::Cache;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where an issuer's keys come from.
+#[derive(Debug, Clone)]
+pub enum KeySource {
+    /// Discovery at the issuer's well-known documents.
+    Discovery,
+    /// This JWKS URL.
+    Uri(String),
+    /// This key set, read from a file at start.
+    Fixed(String),
+}
+
+/// One `[[auth.issuers]]`, as the scheme needs it.
+#[derive(Debug, Clone)]
+pub struct IssuerSettings {
+    /// The name bindings use.
+    pub name: String,
+    /// What its tokens must satisfy.
+    pub rules: AccessTokenRules,
+    /// Where its keys come from.
+    pub keys: KeySource,
+    /// Whether each operation needs its scope in the token.
+    pub require_scopes: bool,
+    /// DANGEROUS: `http://` on loopback addresses for discovery and keys.
+    pub dangerous_allow_http_loopback: bool,
+}
+
+/// What discovery found about an issuer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discovered {
+    /// `jwks_uri`.
+    pub jwks_uri: String,
+    /// `token_endpoint`, when the provider has one (the card's client-credentials flow).
+    pub token_endpoint: Option<String>,
+    /// The document's URL (the card's `oauth2MetadataUrl`).
+    pub metadata_url: String,
+}
+
+/// One issuer and its keys.
+struct Issuer {
+    settings: IssuerSettings,
+    /// Fetches key sets (and discovery documents) under the issuer's fetch policy.
+    jwks: JwksCache,
+    policy: FetchPolicy,
+    /// The fixed set, when keys come from a file.
+    fixed: Option<Arc<TrustedKeys>>,
+    /// The last discovery and when it was tried (a failure is retried after the cooldown).
+    discovered: tokio::sync::Mutex<(Option<Discovered>, Option<i64>)>,
+    /// The last fetched set's text and its parsed keys.
+    parsed: std::sync::Mutex<Option<(String, Arc<TrustedKeys>)>>,
+}
+
+/// The identity providers whose tokens the door accepts: see the [module docs](self).
+pub struct IdentityProviders {
+    /// By exact `iss`.
+    issuers: HashMap<String, Arc<Issuer>>,
+    clock: Arc<dyn Clock>,
+    /// Tokens whose signature and claims verified, by SHA-256, with their issuer's name.
+    verified: Cache<[u8; 32], Arc<(Arc<Issuer>, AccessToken)>>,
+}
+
+impl std::fmt::Debug for IdentityProviders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdentityProviders")
+            .field("issuers", &self.issuers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdentityProviders {
+    /// The providers of `settings`; a fixed key set that is unusable is refused here, at start.
+    pub fn new(
+        settings: Vec<IssuerSettings>,
+        fetch: &FetchPolicy,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
+        let mut issuers = HashMap::new();
+        for settings in settings {
+            let policy = FetchPolicy {
+                dangerous_allow_http_loopback: settings.dangerous_allow_http_loopback,
+                ..fetch.clone()
+            };
+            let fixed = match &settings.keys {
+                KeySource::Fixed(text) => {
+                    let mut keys = TrustedKeys::new();
+                    keys.add_issuer_jwks(text).map_err(|why| {
+                        format!("auth.issuers {:?}: jwks_file: {why}", settings.name)
+                    })?;
+                    Some(Arc::new(keys))
+                }
+                _ => None,
+            };
+            let issuer = Issuer {
+                jwks: JwksCache::new(policy.clone(), clock.clone()).for_issuer_keys(),
+                policy,
+                fixed,
+                discovered: tokio::sync::Mutex::default(),
+                parsed: std::sync::Mutex::default(),
+                settings,
+            };
+            issuers.insert(issuer.settings.rules.issuer.clone(), Arc::new(issuer));
+        }
+        Ok(Self {
+            issuers,
+            clock,
+            verified: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(3600))
+                .build(),
+        })
+    }
+
+    /// Discovery for the issuer named `name` (for the card), fetching it if need be.
+    pub async fn discovered(&self, name: &str) -> Option<Discovered> {
+        let issuer = self.issuers.values().find(|i| i.settings.name == name)?;
+        issuer.discover(self.clock.now_millis()).await.ok()
+    }
+
+    /// The token's issuer and verified claims: from memory when this token verified before,
+    /// else checked, its signature with one of its issuer's keys.
+    async fn verify(&self, token: &str) -> Result<Arc<(Arc<Issuer>, AccessToken)>, AuthError> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = self.clock.now_millis();
+        if let Some(known) = self.verified.get(&key).await {
+            // Remembered until it expires, by the gateway's clock.
+            let skew = known.0.settings.rules.skew.as_millis() as i64;
+            if now < known.1.expires_at.saturating_add(skew) {
+                return Ok(known);
+            }
+            self.verified.invalidate(&key).await;
+        }
+        let refused = |why: TokenRejected| {
+            tracing::debug!(reason = %why, "an access token was refused");
+            AuthError::InvalidToken
+        };
+        let parsed = access_token::parse(token, true).map_err(refused)?;
+        let issuer = access_token::peek_issuer(&parsed)
+            .ok()
+            .and_then(|iss| self.issuers.get(iss))
+            .ok_or_else(|| refused(TokenRejected::UnknownIssuer))?
+            .clone();
+        // The plain-JWT switch is the issuer's: parse again by its rule now that it is known.
+        let parsed =
+            access_token::parse(token, issuer.settings.rules.plain_jwt).map_err(refused)?;
+        let mut keys = issuer.keys(false, now).await?;
+        if keys.algorithm_of(parsed.kid()).is_none() {
+            // A kid the set lacks: the provider may have rotated. At most one refetch per
+            // cooldown, shared by everyone asking meanwhile.
+            keys = issuer.keys(true, now).await?;
+        }
+        let verified =
+            access_token::verify(&parsed, &keys, &issuer.settings.rules, now).map_err(refused)?;
+        let entry = Arc::new((issuer, verified));
+        self.verified.insert(key, entry.clone()).await;
+        Ok(entry)
+    }
+}
+
+impl Issuer {
+    /// The issuer's keys; with `unknown_kid`, a token named a `kid` the cached set lacks.
+    async fn keys(&self, unknown_kid: bool, now: i64) -> Result<Arc<TrustedKeys>, AuthError> {
+        if let Some(fixed) = &self.fixed {
+            return Ok(fixed.clone());
+        }
+        let url = match &self.settings.keys {
+            KeySource::Uri(url) => url.clone(),
+            _ => self.discover(now).await?.jwks_uri,
+        };
+        let text = self.jwks.get(&url, unknown_kid).await.map_err(|error| {
+            tracing::warn!(issuer = %self.settings.name, %error, "the issuer's keys cannot be fetched");
+            AuthError::Unavailable
+        })?;
+        let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((cached, keys)) = parsed.as_ref()
+            && *cached == text
+        {
+            return Ok(keys.clone());
+        }
+        let mut keys = TrustedKeys::new();
+        // The cache only keeps sets with a usable key.
+        keys.add_issuer_jwks(&text)
+            .map_err(|_| AuthError::Unavailable)?;
+        let keys = Arc::new(keys);
+        *parsed = Some((text, keys.clone()));
+        Ok(keys)
+    }
+
+    /// The provider's metadata: OpenID Connect discovery, else RFC 8414's. Its `issuer` must be
+    /// the configured one exactly. A failure is retried after the key cache's cooldown.
+    async fn discover(&self, now: i64) -> Result<Discovered, AuthError> {
+        let mut state = self.discovered.lock().await;
+        if let Some(found) = &state.0 {
+            return Ok(found.clone());
+        }
+        let cooldown = JwksCache::COOLDOWN.as_millis() as i64;
+        if state.1.is_some_and(|at| now - at < cooldown) {
+            return Err(AuthError::Unavailable);
+        }
+        state.1 = Some(now);
+        let issuer = self.settings.rules.issuer.trim_end_matches('/');
+        let mut last = String::new();
+        for well_known in ["openid-configuration", "oauth-authorization-server"] {
+            let url = format!("{issuer}/.well-known/{well_known}");
+            match fetch_text(&url, &self.policy).await {
+                Ok(text) => match read_metadata(&text, &self.settings.rules.issuer, &url) {
+                    Ok(found) => {
+                        state.0 = Some(found.clone());
+                        return Ok(found);
+                    }
+                    Err(why) => last = why,
+                },
+                Err(error) => last = error.to_string(),
+            }
+        }
+        tracing::warn!(issuer = %self.settings.name, reason = %last, "the issuer's metadata cannot be read");
+        Err(AuthError::Unavailable)
+    }
+}
+
+/// `jwks_uri` and `token_endpoint` from a metadata document whose `issuer` is `issuer`.
+fn read_metadata(text: &str, issuer: &str, url: &str) -> Result<Discovered, String> {
+    let document = crate::jose::json::parse(text, crate::jose::json::Integers::Any)
+        .map_err(|e| format!("the metadata is not strict JSON: {e}"))?;
+    if document.get("issuer").and_then(Value::as_str) != Some(issuer) {
+        return Err("the metadata names another issuer".to_owned());
+    }
+    let jwks_uri = document
+        .get("jwks_uri")
+        .and_then(Value::as_str)
+        .ok_or("the metadata has no jwks_uri")?
+        .to_owned();
+    Ok(Discovered {
+        jwks_uri,
+        token_endpoint: document
+            .get("token_endpoint")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        metadata_url: url.to_owned(),
+    })
+}
+
+/// The door's `"jwt"` scheme: an identity provider's access token, for the peer its subject is
+/// bound to.
+pub struct IdentityProviderTokens {
+    providers: Arc<IdentityProviders>,
+    store: Arc<dyn CredentialStore>,
+    realm: &'static str,
+}
+
+impl IdentityProviderTokens {
+    /// The scheme over `providers`, finding peers in `store`.
+    pub fn new(
+        providers: Arc<IdentityProviders>,
+        store: Arc<dyn CredentialStore>,
+        realm: &'static str,
+    ) -> Self {
+        Self {
+            providers,
+            store,
+            realm,
+        }
+    }
+}
+
+#[async_trait]
+impl CredentialScheme<AuthenticatedPeer> for IdentityProviderTokens {
+    fn challenge(&self) -> String {
+        super::generated::bearer_challenge(self.realm)
+    }
+
+    /// A Bearer credential shaped like a JWT (peer tokens never are).
+    fn claims(&self, presented: &Presented<'_>) -> bool {
+        matches!(presented, Presented::Authorization { scheme, credentials }
+            if scheme.eq_ignore_ascii_case("bearer") && access_token::looks_like_jwt(credentials))
+    }
+
+    fn precheck(&self, credentials: &str) -> Result<(), AuthError> {
+        if credentials.len() > access_token::MAX_TOKEN_BYTES {
+            return Err(AuthError::MalformedToken);
+        }
+        Ok(())
+    }
+
+    fn refused(&self) -> AuthError {
+        AuthError::InvalidToken
+    }
+
+    /// A signature check at most, and only for a token not seen before.
+    fn verification_is_costly(&self) -> bool {
+        false
+    }
+
+    async fn verify(&self, credentials: &str) -> Result<AuthenticatedPeer, Failure> {
+        let verified = self.providers.verify(credentials).await?;
+        let (issuer, token) = &*verified;
+        if token.certificate_thumbprint.is_some() {
+            tracing::debug!(issuer = %issuer.settings.name, "a certificate-bound token came without a certificate");
+            return Err(AuthError::InvalidToken.into());
+        }
+        let identity = PeerIdentity {
+            kind: IdentityKind::Token,
+            issuer: issuer.settings.name.clone(),
+            subject: token.subject.clone(),
+        };
+        let login = self
+            .store
+            .find_bound_peer(&identity)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "identity look-up failed");
+                AuthError::Unavailable
+            })?
+            .filter(|login| login.active)
+            .ok_or(AuthError::InvalidToken)?;
+        // The earlier of the token's end and the peer's.
+        let valid_until = Some(
+            login
+                .valid_until
+                .map_or(token.expires_at, |until| until.min(token.expires_at)),
+        );
+        let mut peer = peer(
+            Scheme::Jwt,
+            (login.peer_id, login.peer_name, login.owner_id),
+            (login.rate_per_minute, login.max_streams),
+            valid_until,
+        );
+        if issuer.settings.require_scopes {
+            peer.granted = Some(GrantedScopes::from_names(
+                token.scopes.iter().map(String::as_str),
+            ));
+        }
+        Ok(peer)
+    }
+}

@@ -1,0 +1,586 @@
+//! Partners with their own identity: an identity provider's access tokens open the door for the
+//! one peer their (issuer, subject) is bound to, with everything a peer has (limits, audit,
+//! revocation) working as with the credentials peergate issues.
+//!
+//! The adversarial tokens are signed by the tests' own keys (`TestKey`, an issuer whose key set
+//! is a file); the provider's own tokens come from panva's `oidc-provider`, a real OpenID
+//! Provider started on loopback (`TestIdp`), whose keys the gateway discovers and refetches.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const AUDIENCE: &str = "https://gw.example.com/a2a/v1";
+const ACME: &str = "https://idp.acme.example";
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// One `[[auth.issuers]]`: name, issuer, key set file (`None`: discovery), extra entries.
+type Issuer<'a> = (
+    &'a str,
+    &'a str,
+    Option<&'a std::path::Path>,
+    Vec<(&'a str, Value)>,
+);
+
+/// The default policy with peer tokens and the `"jwt"` scheme, trusting `issuers`.
+fn policy_with(issuers: &[Issuer<'_>]) -> PolicyEdit {
+    let mut edit = PolicyEdit::default().set("auth.schemes", ["bearer", "jwt"]);
+    for (name, issuer, file, extra) in issuers {
+        let mut entries: Vec<(&str, Value)> = vec![
+            ("name", json!(name)),
+            ("issuer", json!(issuer)),
+            ("audience", json!(AUDIENCE)),
+        ];
+        if let Some(file) = file {
+            entries.push(("jwks_file", json!(file.to_str().unwrap())));
+        }
+        entries.extend(extra.iter().cloned());
+        let entries: Vec<(&str, toml_edit::Value)> = entries
+            .into_iter()
+            .map(|(k, v)| (k, toml_value(&v)))
+            .collect();
+        edit = edit.push_table("auth.issuers", &entries);
+    }
+    edit
+}
+
+fn toml_value(value: &Value) -> toml_edit::Value {
+    match value {
+        Value::String(s) => s.as_str().into(),
+        Value::Bool(b) => (*b).into(),
+        Value::Number(n) => n.as_i64().unwrap().into(),
+        Value::Array(items) => {
+            let mut array = toml_edit::Array::new();
+            for item in items {
+                array.push(toml_value(item));
+            }
+            array.into()
+        }
+        other => panic!("no TOML for {other}"),
+    }
+}
+
+fn key_file(keys: &[&TestKey]) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), jwks(keys)).unwrap();
+    file
+}
+
+fn send(text: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+           "params": {"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER",
+                                  "parts": [{"text": text}]}}})
+    .to_string()
+}
+
+fn get_task(id: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}}).to_string()
+}
+
+/// Posts `body` with `token`; (status, WWW-Authenticate, body).
+async fn call(door: &str, token: &str, body: String) -> (u16, String, Value) {
+    let response = reqwest::Client::new()
+        .post(door)
+        .header("content-type", "application/json")
+        .bearer_auth(token)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        challenge,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn cli_ok(gw: &TestGateway, args: &[&str]) -> String {
+    let (code, stdout, stderr) = gw.cli(args);
+    assert_eq!(code, 0, "{args:?}: {stderr}");
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bound_subject_opens_the_door_as_its_peer_and_nothing_else_does() {
+    let acme_key = TestKey::new("acme-1", 3);
+    let other_key = TestKey::new("other-1", 4);
+    let (acme_file, other_file) = (key_file(&[&acme_key]), key_file(&[&other_key]));
+    let policy = policy_with(&[
+        ("acme", ACME, Some(acme_file.path()), vec![]),
+        (
+            "other",
+            "https://idp.other.example",
+            Some(other_file.path()),
+            vec![],
+        ),
+    ]);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    let peer_token = gw.add_peer("partner");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    let listed = cli_ok(&gw, &["peer", "list"]);
+    assert!(listed.contains("bound: token acme:agent-a"), "{listed}");
+
+    let all = "a2a:message a2a:tasks:read";
+    let token = acme_key.access_token(ACME, AUDIENCE, "agent-a", all, now_s());
+    let (status, _, answer) = call(&gw.door, &token, send("hello")).await;
+    assert_eq!(status, 200, "{answer}");
+    let task = answer["result"]["task"]["id"].as_str().unwrap().to_owned();
+    // The peer is the same whichever way it signs in: its task is its own under its token too.
+    let (_, _, by_token) = call(&gw.door, &peer_token, get_task(&task)).await;
+    assert_eq!(by_token["result"]["id"], json!(task), "{by_token}");
+
+    // Unbound subjects, the same subject from another issuer, another audience: refused like an
+    // unknown token, with the same answer.
+    let refusals = [
+        acme_key.access_token(ACME, AUDIENCE, "agent-b", all, now_s()),
+        other_key.access_token(
+            "https://idp.other.example",
+            AUDIENCE,
+            "agent-a",
+            all,
+            now_s(),
+        ),
+        acme_key.access_token(ACME, "https://elsewhere.example", "agent-a", all, now_s()),
+        // The other issuer's key, claiming acme: a kid is never looked up across issuers.
+        other_key.access_token(ACME, AUDIENCE, "agent-a", all, now_s()),
+    ];
+    for refused in refusals {
+        let (status, challenge, body) = call(&gw.door, &refused, get_task(&task)).await;
+        assert_eq!(status, 401, "{body}");
+        assert_eq!(body["error"]["code"], "invalid_token");
+        assert!(
+            challenge.starts_with("Bearer ") && challenge.ends_with(r#"error="invalid_token""#),
+            "{challenge}"
+        );
+    }
+
+    // Revoking the peer refuses its still-valid token on the next request.
+    gw.revoke_through_server("partner").await;
+    let (status, _, _) = call(&gw.door, &token, get_task(&task)).await;
+    assert_eq!(status, 401);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unbinding_expiring_and_another_binding_apply_to_the_next_request() {
+    let key = TestKey::new("acme-1", 5);
+    let file = key_file(&[&key]);
+    let gw =
+        TestGateway::start_with(policy_with(&[("acme", ACME, Some(file.path()), vec![])]).policy())
+            .await;
+    gw.add_peer("partner");
+    gw.add_peer("another");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    // One identity names one peer.
+    let (code, _, stderr) = gw.cli(&[
+        "peer",
+        "bind",
+        "another",
+        "--issuer",
+        "acme",
+        "--subject",
+        "agent-a",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("already bound to peer \"partner\""),
+        "{stderr}"
+    );
+    let token = key.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    let probe = get_task("no-such-task");
+    assert_eq!(call(&gw.door, &token, probe.clone()).await.0, 200);
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "unbind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    assert_eq!(
+        call(&gw.door, &token, probe.clone()).await.0,
+        401,
+        "unbound"
+    );
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    // A refusal is remembered for the credential cache's time, like any credential's.
+    gw.clock.advance(Duration::from_secs(3));
+    assert_eq!(
+        call(&gw.door, &token, probe.clone()).await.0,
+        200,
+        "bound again"
+    );
+    cli_ok(&gw, &["peer", "expire", "partner", "1h"]);
+    gw.clock.advance(Duration::from_secs(3601));
+    assert_eq!(
+        call(&gw.door, &token, probe.clone()).await.0,
+        401,
+        "the peer expired"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scopes_narrow_what_a_token_may_do_and_never_widen_it() {
+    let key = TestKey::new("acme-1", 6);
+    let file = key_file(&[&key]);
+    let relaxed = vec![("require_scopes", json!(false))];
+    let policy = policy_with(&[
+        ("acme", ACME, Some(file.path()), vec![]),
+        (
+            "relaxed",
+            "https://idp.relaxed.example",
+            Some(file.path()),
+            relaxed,
+        ),
+    ]);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    gw.add_peer("reader");
+    gw.add_peer("trusted");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "reader",
+            "--issuer",
+            "acme",
+            "--subject",
+            "reader-app",
+        ],
+    );
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "trusted",
+            "--issuer",
+            "relaxed",
+            "--subject",
+            "trusted-app",
+        ],
+    );
+    let read_only = key.access_token(
+        ACME,
+        AUDIENCE,
+        "reader-app",
+        "a2a:tasks:read openid",
+        now_s(),
+    );
+    let (status, challenge, body) = call(&gw.door, &read_only, send("hello")).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "insufficient_scope");
+    assert_eq!(
+        challenge,
+        r#"Bearer realm="peergate", error="insufficient_scope", scope="a2a:message""#
+    );
+    assert_eq!(call(&gw.door, &read_only, get_task("none")).await.0, 200);
+    // The HTTP+JSON binding is off by default; streaming too: a scope opens nothing the
+    // policy does not (the same refusal a peer token gets).
+    let streaming = json!({"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage",
+        "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}}});
+    let everything = "a2a:message a2a:tasks:read a2a:tasks:cancel a2a:push";
+    let wide = key.access_token(ACME, AUDIENCE, "reader-app", everything, now_s());
+    let (status, _, body) = call(&gw.door, &wide, streaming.to_string()).await;
+    assert_eq!(status, 200);
+    assert!(
+        body["error"]["code"].is_i64(),
+        "streaming is off in the policy: {body}"
+    );
+    // An issuer whose scopes are not required: no scope at all still sends.
+    let no_scope = key.access_token(
+        "https://idp.relaxed.example",
+        AUDIENCE,
+        "trusted-app",
+        "",
+        now_s(),
+    );
+    assert_eq!(call(&gw.door, &no_scope, send("hi")).await.0, 200);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forged_tokens_cost_the_failed_attempt_budget_and_valid_ones_keep_working() {
+    let key = TestKey::new("acme-1", 7);
+    let forger = TestKey::new("acme-1", 8);
+    let file = key_file(&[&key]);
+    let policy = policy_with(&[("acme", ACME, Some(file.path()), vec![])])
+        .set("limits.failed_auth_per_ip_per_minute", 3);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    gw.add_peer("partner");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    let good = key.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    // The right kid, another key's signature.
+    let forged = forger.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(call(&gw.door, &forged, get_task("x")).await.0);
+    }
+    assert_eq!(statuses, [401, 401, 401, 429, 429]);
+    // A token that verifies is never refused for its address's spent budget.
+    assert_eq!(call(&gw.door, &good, get_task("x")).await.0, 200);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_admin_api_binds_lists_and_unbinds_identities() {
+    let key = TestKey::new("acme-1", 9);
+    let file = key_file(&[&key]);
+    let gw =
+        TestGateway::start_with(policy_with(&[("acme", ACME, Some(file.path()), vec![])]).policy())
+            .await;
+    let (code, _, stderr) =
+        gw.cli_with_stdin(&["admin", "add", "ada"], "a long enough password 1\n");
+    assert_eq!(code, 0, "{stderr}");
+    let admin = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let request = reqwest::Client::new()
+            .request(method, format!("{}{path}", gw.admin))
+            .basic_auth("ada", Some("a long enough password 1"))
+            .header("content-type", "application/json");
+        let request = match body {
+            Some(body) => request.body(body.to_string()),
+            None => request,
+        };
+        async move {
+            let response = request.send().await.unwrap();
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
+        }
+    };
+    let (status, _) = admin(
+        reqwest::Method::POST,
+        "/v1/peers",
+        Some(json!({"name": "partner"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let identity = json!({"issuer": "acme", "subject": "agent-a"});
+    let (status, peer) = admin(
+        reqwest::Method::POST,
+        "/v1/peers/partner/identities",
+        Some(identity.clone()),
+    )
+    .await;
+    assert_eq!(status, 200, "{peer}");
+    assert_eq!(peer["identities"], json!([identity]));
+    let token = key.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    assert_eq!(call(&gw.door, &token, get_task("x")).await.0, 200);
+    let (status, body) = admin(
+        reqwest::Method::POST,
+        "/v1/peers/partner/identities",
+        Some(identity.clone()),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (409, json!("conflict"))
+    );
+    let (status, body) = admin(
+        reqwest::Method::POST,
+        "/v1/peers/partner/identities",
+        Some(json!({"issuer": "acme", "subject": "x", "certificateSan": "spiffe://acme/agent"})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = admin(
+        reqwest::Method::POST,
+        "/v1/peers/partner/identities/unbind",
+        Some(identity.clone()),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(call(&gw.door, &token, get_task("x")).await.0, 401);
+    let (_, audit) = admin(reqwest::Method::GET, "/v1/audit", None).await;
+    let actions: Vec<&str> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["action"].as_str())
+        .filter(|a| a.starts_with("peer.identity"))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "peer.identity_bound",
+            "peer.identity_bound",
+            "peer.identity_unbound"
+        ]
+    );
+    gw.stop().await;
+}
+
+#[test]
+fn a_policy_that_could_never_work_stops_start_up_naming_the_setting() {
+    let refused = |edit: PolicyEdit| {
+        let text = edit.text();
+        peergate::config::Policy::parse(&text, &peergate::config::PolicySource::Embedded)
+            .unwrap_err()
+            .to_string()
+    };
+    let jwt_alone = PolicyEdit::default().set("auth.schemes", ["bearer", "jwt"]);
+    assert!(refused(jwt_alone).contains("auth.issuers"));
+    let issuers_alone =
+        policy_with(&[("acme", ACME, None, vec![])]).set("auth.schemes", ["bearer"]);
+    assert!(refused(issuers_alone).contains("auth.schemes"));
+    let http = policy_with(&[("acme", "http://idp.acme.example", None, vec![])]);
+    assert!(refused(http).contains("auth.issuers[0].issuer"));
+    let hmac = policy_with(&[("acme", ACME, None, vec![("algorithms", json!(["HS256"]))])]);
+    assert!(refused(hmac).contains("auth.issuers[0].algorithms"));
+    let twice = policy_with(&[
+        ("acme", ACME, None, vec![]),
+        ("acme", "https://b.example", None, vec![]),
+    ]);
+    assert!(refused(twice).contains("auth.issuers[1].name"));
+}
+
+/// The provider's own tokens, discovered keys, a rotation the gateway follows by refetching on
+/// an unknown `kid`, and a provider that was never reachable answered 503, not 401.
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation() {
+    let first = TestKey::new("idp-1", 11);
+    let clients = [("agent-a", "secret-a", "a2a:message a2a:tasks:read")];
+    let Some(idp) = TestIdp::start(AUDIENCE, &clients, &[&first], 0) else {
+        return;
+    };
+    let loopback = vec![("dangerous_allow_http_loopback", json!(true))];
+    let policy = policy_with(&[("acme", &idp.issuer, None, loopback)]);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    gw.add_peer("partner");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    let token = idp
+        .token(("agent-a", "secret-a"), "a2a:message a2a:tasks:read")
+        .await;
+    let (status, _, answer) = call(&gw.door, &token, send("hello from the provider")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{answer}"
+    );
+
+    // The provider rotates to a new key on the same address; the gateway's cached set lacks
+    // the new kid, so it fetches again (past the cooldown since its last fetch).
+    let port = idp.port;
+    drop(idp);
+    let second = TestKey::new("idp-2", 12);
+    let idp = TestIdp::start(AUDIENCE, &clients, &[&second, &first], port).expect("restarts");
+    gw.clock.advance(Duration::from_secs(31));
+    let rotated = idp.token(("agent-a", "secret-a"), "a2a:tasks:read").await;
+    assert!(rotated != token);
+    let (status, _, body) = call(&gw.door, &rotated, get_task("x")).await;
+    assert_eq!(status, 200, "a token signed with the rotated key: {body}");
+    // The earlier token still verifies with the key it was signed with.
+    assert_eq!(call(&gw.door, &token, get_task("x")).await.0, 200);
+    gw.stop().await;
+
+    // A provider the gateway never reached: 503 with Retry-After, nothing decided.
+    let unreachable = format!("http://127.0.0.1:{}", common::postgres::free_port());
+    let policy = policy_with(&[(
+        "acme",
+        &unreachable,
+        None,
+        vec![("dangerous_allow_http_loopback", json!(true))],
+    )]);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    gw.add_peer("partner");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    let token = second.access_token(&unreachable, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    let response = reqwest::Client::new()
+        .post(&gw.door)
+        .header("content-type", "application/json")
+        .bearer_auth(&token)
+        .body(get_task("x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    gw.stop().await;
+}
