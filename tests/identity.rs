@@ -180,6 +180,40 @@ async fn a_bound_subject_opens_the_door_as_its_peer_and_nothing_else_does() {
         );
     }
 
+    // Partners' providers are not public: the public card says a provider's token is taken and
+    // names none; the extended card of a peer signed in with acme's token names acme, the one
+    // of a peer signed in with its peer token does not.
+    let card = gw.card().await;
+    assert!(
+        card["securitySchemes"].get("oauth2-acme").is_none(),
+        "{card:#}"
+    );
+    assert_eq!(
+        card["securitySchemes"]["partnerProviderAuth"]["httpAuthSecurityScheme"]["bearerFormat"],
+        "JWT"
+    );
+    let extended = json!({"jsonrpc": "2.0", "id": 9, "method": "GetExtendedAgentCard"}).to_string();
+    let (_, _, by_provider) = call(&gw.door, &token, extended.clone()).await;
+    let acme =
+        &by_provider["result"]["securitySchemes"]["oauth2-acme"]["openIdConnectSecurityScheme"];
+    assert_eq!(
+        acme["openIdConnectUrl"],
+        json!(format!("{ACME}/.well-known/openid-configuration")),
+        "{by_provider:#}"
+    );
+    assert!(
+        by_provider["result"]["securitySchemes"]
+            .get("oauth2-other")
+            .is_none()
+    );
+    let (_, _, by_peer_token) = call(&gw.door, &peer_token, extended).await;
+    assert!(
+        by_peer_token["result"]["securitySchemes"]
+            .get("oauth2-acme")
+            .is_none()
+    );
+    assert!(by_peer_token["result"]["signatures"].is_array());
+
     // Revoking the peer refuses its still-valid token on the next request.
     gw.revoke_through_server("partner").await;
     let (status, _, _) = call(&gw.door, &token, get_task(&task)).await;
@@ -508,7 +542,10 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
     let Some(idp) = TestIdp::start(AUDIENCE, &clients, &[&first], 0) else {
         return;
     };
-    let loopback = vec![("dangerous_allow_http_loopback", json!(true))];
+    let loopback = vec![
+        ("dangerous_allow_http_loopback", json!(true)),
+        ("public", json!(true)),
+    ];
     let policy = policy_with(&[("acme", &idp.issuer, None, loopback)]);
     let gw = TestGateway::start_with(policy.policy()).await;
     gw.add_peer("partner");
@@ -527,6 +564,36 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
     let token = idp
         .token(("agent-a", "secret-a"), "a2a:message a2a:tasks:read")
         .await;
+    // The operator's own provider is in the public card: a client-credentials flow at the
+    // token endpoint discovery named, with the four scopes.
+    let card = gw.card().await;
+    let scheme = &card["securitySchemes"]["oauth2-acme"]["oauth2SecurityScheme"];
+    assert_eq!(
+        scheme["flows"]["clientCredentials"]["tokenUrl"],
+        json!(format!("{}/token", idp.issuer)),
+        "{card:#}"
+    );
+    assert_eq!(
+        scheme["oauth2MetadataUrl"],
+        json!(format!("{}/.well-known/openid-configuration", idp.issuer))
+    );
+    assert_eq!(
+        scheme["flows"]["clientCredentials"]["scopes"]
+            .as_object()
+            .unwrap()
+            .len(),
+        4
+    );
+    assert!(
+        card["securityRequirements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["schemes"]["oauth2-acme"]["list"]
+                .as_array()
+                .is_some_and(|l| l.len() == 4)),
+        "{card:#}"
+    );
     let (status, _, answer) = call(&gw.door, &token, send("hello from the provider")).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(

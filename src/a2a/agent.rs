@@ -132,6 +132,9 @@ pub struct Agent {
     settings: AgentSettings,
     shared: SharedState,
     extended_card: Box<RawValue>,
+    /// The extended card of a peer signed in with a token of an identity provider the public
+    /// card does not list, by the provider's name.
+    issuer_extended_cards: std::collections::HashMap<String, Box<RawValue>>,
     /// The turns this instance is answering that a peer may cancel, by task id.
     running: Arc<std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>>,
     /// Turns running without a request waiting on them (non-blocking sends, streams), so a
@@ -234,6 +237,7 @@ impl Agent {
             settings,
             shared: SharedState::default(),
             extended_card: RawValue::from_string("{}".to_owned()).unwrap_or_default(),
+            issuer_extended_cards: std::collections::HashMap::new(),
             running: Arc::default(),
             background: Arc::default(),
             push: None,
@@ -265,6 +269,20 @@ impl Agent {
         self
     }
 
+    /// The extended card for peers signed in with identity provider `issuer`'s tokens.
+    pub fn with_issuer_extended_card(mut self, issuer: &str, card: Box<RawValue>) -> Self {
+        self.issuer_extended_cards.insert(issuer.to_owned(), card);
+        self
+    }
+
+    /// The extended card `peer` gets.
+    fn extended_card_for(&self, peer: &AuthenticatedPeer) -> Box<RawValue> {
+        peer.issuer()
+            .and_then(|issuer| self.issuer_extended_cards.get(issuer))
+            .unwrap_or(&self.extended_card)
+            .clone()
+    }
+
     /// Answers one JSON-RPC request body from `client`: one JSON-RPC response object, or, for
     /// the streaming methods, a stream of them.
     pub async fn handle(
@@ -288,7 +306,7 @@ impl Agent {
             Method::GetTask => self.get_task(peer, params).await,
             Method::ListTasks => self.list_tasks(peer, params).await,
             Method::CancelTask => self.cancel_task(peer, params).await,
-            Method::GetExtendedAgentCard => Ok(self.extended_card.clone()),
+            Method::GetExtendedAgentCard => Ok(self.extended_card_for(peer)),
             // Each answers -32003 while push notifications are off.
             Method::CreatePushConfig => self.create_push_config(peer, params).await,
             Method::GetPushConfig => self.get_push_config(peer, params).await,

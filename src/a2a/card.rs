@@ -5,6 +5,7 @@
 //! somewhere else.
 
 use crate::config::Policy;
+use crate::guard::scopes::OperationScope;
 use crate::layers::auth::Scheme;
 use serde_json::{Value, json};
 
@@ -25,8 +26,83 @@ pub fn http_json_path(policy: &Policy) -> String {
     format!("{}/rest", policy.server.a2a_path)
 }
 
-/// The public card as JSON.
-pub fn public_card(policy: &Policy, door_url: &str) -> Value {
+/// How the card describes one identity provider (`[[auth.issuers]]`).
+#[derive(Debug, Clone)]
+pub struct IssuerCard {
+    /// The policy's name for it.
+    pub name: String,
+    /// Its `iss`.
+    pub issuer: String,
+    /// Its token endpoint (configured, or from discovery), for a client-credentials flow.
+    pub token_url: Option<String>,
+    /// Its metadata document's URL.
+    pub metadata_url: String,
+    /// Whether the public card lists it; else only the extended card of its peers.
+    pub public: bool,
+}
+
+impl IssuerCard {
+    /// The scheme's key in `securitySchemes`.
+    pub fn key(&self) -> String {
+        format!("oauth2-{}", self.name)
+    }
+
+    /// As A2A 1.0 describes it: an `oauth2SecurityScheme` with one client-credentials flow
+    /// when its token endpoint is known, else an `openIdConnectSecurityScheme` naming its
+    /// discovery document. Every field is non-empty: an empty one would drop out of the signed
+    /// form in some clients only.
+    fn scheme(&self) -> Value {
+        let description = format!(
+            "An access token (RFC 9068) from {} for this agent's audience, for a peer bound to its subject",
+            self.issuer
+        );
+        match &self.token_url {
+            Some(token_url) => {
+                let scopes: serde_json::Map<String, Value> = OperationScope::ALL
+                    .iter()
+                    .map(|s| (s.as_str().to_owned(), json!(s.description())))
+                    .collect();
+                json!({"oauth2SecurityScheme": {
+                    "description": description,
+                    "oauth2MetadataUrl": self.metadata_url,
+                    "flows": {"clientCredentials": {"tokenUrl": token_url, "scopes": scopes}},
+                }})
+            }
+            None => json!({"openIdConnectSecurityScheme": {
+                "description": description,
+                "openIdConnectUrl": self.metadata_url,
+            }}),
+        }
+    }
+
+    /// Its requirement: the scopes of every operation (a token may hold fewer).
+    fn requirement(&self) -> Value {
+        let scopes: Vec<&str> = OperationScope::ALL.iter().map(|s| s.as_str()).collect();
+        json!({"schemes": {self.key(): {"list": scopes}}})
+    }
+}
+
+/// The key of the scheme that says partners' own providers' tokens are taken.
+const PARTNER_TOKENS: &str = "partnerProviderAuth";
+
+/// Adds `issuer` to a card's schemes and requirements.
+fn add_issuer(card: &mut Value, issuer: &IssuerCard) {
+    if let Some(schemes) = card
+        .get_mut("securitySchemes")
+        .and_then(Value::as_object_mut)
+    {
+        schemes.insert(issuer.key(), issuer.scheme());
+    }
+    if let Some(requirements) = card
+        .get_mut("securityRequirements")
+        .and_then(Value::as_array_mut)
+    {
+        requirements.push(issuer.requirement());
+    }
+}
+
+/// The public card as JSON, listing the public identity providers among `issuers`.
+pub fn public_card(policy: &Policy, door_url: &str, issuers: &[IssuerCard]) -> Value {
     let card = &policy.card;
     let skills: Vec<Value> = card
         .skills
@@ -58,6 +134,21 @@ pub fn public_card(policy: &Policy, door_url: &str) -> Value {
         "defaultOutputModes": ["text/plain"],
         "skills": skills,
     });
+    for issuer in issuers.iter().filter(|i| i.public) {
+        add_issuer(&mut value, issuer);
+    }
+    if policy.auth_schemes().contains(&Scheme::Jwt) && !issuers.iter().any(|i| i.public) {
+        // The providers are partners' own and are not listed here; the card still says a
+        // provider's token is taken (each peer's extended card names its provider).
+        value["securitySchemes"][PARTNER_TOKENS] = json!({"httpAuthSecurityScheme": {
+            "scheme": "Bearer",
+            "bearerFormat": "JWT",
+            "description": "An access token (RFC 9068) from the identity provider this gateway's operator bound your agent to",
+        }});
+        if let Some(requirements) = value["securityRequirements"].as_array_mut() {
+            requirements.push(json!({"schemes": {PARTNER_TOKENS: {"list": ["a2a"]}}}));
+        }
+    }
     if let Some(provider) = &card.provider {
         value["provider"] = json!({"organization": provider.organization, "url": provider.url});
     }
@@ -171,10 +262,14 @@ fn capabilities(policy: &Policy) -> Value {
 }
 
 /// The extended card an authenticated peer gets: the public card plus peergate's own `ask`
-/// skill, which also names the gateway's version.
-pub fn extended_card(public: &Value) -> Value {
+/// skill, which also names the gateway's version, and the identity provider the peer signed in
+/// with when the public card does not list it.
+pub fn extended_card(public: &Value, issuer: Option<&IssuerCard>) -> Value {
     let mut card = public.clone();
     card.as_object_mut().map(|c| c.remove("signatures"));
+    if let Some(issuer) = issuer.filter(|i| !i.public) {
+        add_issuer(&mut card, issuer);
+    }
     let ask = json!({
         "id": "ask",
         "name": "Ask the model",

@@ -46,6 +46,10 @@ pub struct IssuerPolicy {
     /// A key set on disk, instead of discovery (read at start).
     #[serde(default)]
     pub jwks_file: Option<std::path::PathBuf>,
+    /// The provider's token endpoint, for the card's client-credentials flow; from discovery
+    /// when absent (without either the card names the provider's discovery document instead).
+    #[serde(default)]
+    pub token_url: Option<String>,
     /// Whether the public card advertises this issuer (the operator's own provider); else only
     /// the extended card of the peers bound to it does.
     #[serde(default)]

@@ -172,6 +172,9 @@ struct AppState {
     bounds: crate::http::sse::StreamBounds,
     card: Arc<CachedDocument>,
     extended: Arc<CachedDocument>,
+    /// The extended card by the identity provider a peer signed in with, when the public card
+    /// does not list it.
+    issuer_extended: Arc<std::collections::HashMap<String, Arc<CachedDocument>>>,
     /// Rebuilt when the day changes, so a retiring key leaves on its date.
     jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
     /// What `/ready` asks.
@@ -188,7 +191,9 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     sharing.begin().await?;
     let listeners = Listeners::bind(&options).await?;
     let door_url = card::door_url(policy, listeners.local_addr);
-    let documents = Documents::build(&options, &store, &door_url).await?;
+    let identity_providers = identity_providers(policy, &options.clock)?;
+    let issuer_cards = issuer_cards(policy, identity_providers.as_deref()).await;
+    let documents = Documents::build(&options, &store, &door_url, &issuer_cards).await?;
     tracing::info!(policy = %options.policy_source, "policy loaded");
     tracing::info!(
         data_dir = %options.data_dir.display(),
@@ -226,6 +231,12 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         serde_json::value::RawValue::from_string(documents.extended_json.clone())
             .map_err(|e| config(&e))?,
     );
+    for (issuer, (_, json)) in &documents.issuer_extended {
+        agent = agent.with_issuer_extended_card(
+            issuer,
+            serde_json::value::RawValue::from_string(json.clone()).map_err(|e| config(&e))?,
+        );
+    }
     if let Some(push) = &push {
         agent = agent.with_push(push.clone());
     }
@@ -257,7 +268,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     };
     let known_ids = Arc::new(KnownCredentialIds::load(&*store.credentials()).await?);
     settings.known_ids = Some(known_ids.clone());
-    settings.identity_providers = identity_providers(policy, &options.clock)?;
+    settings.identity_providers = identity_providers;
     let authenticator = Arc::new(
         PeerAuthenticator::new(store.credentials(), options.clock.clone(), settings)
             .map_err(|e| config(&e))?,
@@ -278,6 +289,13 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         bounds: stream_bounds(policy),
         card: Arc::new(documents.card),
         extended: Arc::new(documents.extended),
+        issuer_extended: Arc::new(
+            documents
+                .issuer_extended
+                .iter()
+                .map(|(name, (document, _))| (name.clone(), document.clone()))
+                .collect(),
+        ),
         jwks: documents.jwks.clone(),
         readiness: readiness.clone(),
     };
@@ -458,6 +476,9 @@ struct Documents {
     extended: CachedDocument,
     /// The extended card, signed, for `GetExtendedAgentCard`.
     extended_json: String,
+    /// The extended card of peers signed in with an identity provider the public card does
+    /// not list, by the provider's name: served, and signed for `GetExtendedAgentCard`.
+    issuer_extended: std::collections::HashMap<String, (Arc<CachedDocument>, String)>,
     jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
     /// What housekeeping needs to rebuild the key set when a day passes.
     refresh: JwksRefresh,
@@ -468,6 +489,7 @@ impl Documents {
         options: &GatewayOptions,
         store: &Store,
         door_url: &str,
+        issuers: &[card::IssuerCard],
     ) -> Result<Self, StartError> {
         let policy = &options.policy;
         let now = options.clock.now_millis();
@@ -475,7 +497,7 @@ impl Documents {
         let policy_keys = keys::load(&policy.signing, &options.data_dir).map_err(|e| config(&e))?;
         let signing_keys = policy_keys.signing;
         let jku = policy.signing.jwks_url.as_deref();
-        let public_card = card::public_card(policy, door_url);
+        let public_card = card::public_card(policy, door_url, issuers);
         // Fail closed: a card holding values the SDKs drop would verify in some clients only.
         if sign::holds_droppable_values(&public_card) {
             return Err(StartError::Config(
@@ -493,8 +515,22 @@ impl Documents {
             sign::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
         let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
         let signed_extended =
-            sign::sign_card(&card::extended_card(&public_card), &signing_keys, jku)
+            sign::sign_card(&card::extended_card(&public_card, None), &signing_keys, jku)
                 .map_err(|e| config(&e))?;
+        let mut issuer_extended = std::collections::HashMap::new();
+        for issuer in issuers.iter().filter(|i| !i.public) {
+            let signed = sign::sign_card(
+                &card::extended_card(&public_card, Some(issuer)),
+                &signing_keys,
+                jku,
+            )
+            .map_err(|e| config(&e))?;
+            let json = serde_json::to_string(&signed).unwrap_or_default();
+            let bytes = Bytes::from(json.clone());
+            let document =
+                CachedDocument::new(bytes, now, "private, max-age=60").varying_on("Authorization");
+            issuer_extended.insert(issuer.name.clone(), (Arc::new(document), json));
+        }
         let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
         let extended_bytes = Bytes::from(extended_json.clone());
         let documents = store.documents();
@@ -518,6 +554,7 @@ impl Documents {
             extended: CachedDocument::new(extended_bytes, extended_changed, "private, max-age=60")
                 .varying_on(&vary),
             extended_json,
+            issuer_extended,
             jwks: jwks.clone(),
             refresh: JwksRefresh {
                 published,
@@ -601,6 +638,42 @@ fn auth_settings(
         known_ids: None,
         identity_providers: None,
     })
+}
+
+/// How the cards describe the identity providers: the token endpoint configured, else the one
+/// discovery names (asked now, for providers whose keys come from discovery; one that does not
+/// answer is described by its discovery document's URL instead, and the start goes on).
+async fn issuer_cards(
+    policy: &Policy,
+    providers: Option<&crate::layers::auth::jwt::IdentityProviders>,
+) -> Vec<card::IssuerCard> {
+    let mut cards = Vec::new();
+    for issuer in &policy.auth.issuers {
+        let discovering = issuer.jwks_uri.is_none() && issuer.jwks_file.is_none();
+        let discovered = match (providers, discovering && issuer.token_url.is_none()) {
+            (Some(providers), true) => providers.discovered(&issuer.name).await,
+            _ => None,
+        };
+        cards.push(card::IssuerCard {
+            name: issuer.name.clone(),
+            issuer: issuer.issuer.clone(),
+            token_url: issuer
+                .token_url
+                .clone()
+                .or_else(|| discovered.as_ref().and_then(|d| d.token_endpoint.clone())),
+            metadata_url: discovered.map_or_else(
+                || {
+                    format!(
+                        "{}/.well-known/openid-configuration",
+                        issuer.issuer.trim_end_matches('/')
+                    )
+                },
+                |d| d.metadata_url,
+            ),
+            public: issuer.public,
+        });
+    }
+    cards
 }
 
 /// The identity providers of `[[auth.issuers]]`. A key set named by `jwks_file` is read and
@@ -897,7 +970,11 @@ async fn agent_card(
     headers: HeaderMap,
 ) -> Response {
     match peer {
-        Some(_) => state.extended.respond(&headers),
+        Some(Extension(peer)) => peer
+            .issuer()
+            .and_then(|issuer| state.issuer_extended.get(issuer))
+            .unwrap_or(&state.extended)
+            .respond(&headers),
         None => state.card.respond(&headers),
     }
 }

@@ -361,6 +361,7 @@ impl CredentialScheme<AuthenticatedPeer> for IdentityProviderTokens {
             (login.rate_per_minute, login.max_streams),
             valid_until,
         );
+        peer.issuer = Some(issuer.settings.name.as_str().into());
         if issuer.settings.require_scopes {
             peer.granted = Some(GrantedScopes::from_names(
                 token.scopes.iter().map(String::as_str),

@@ -94,6 +94,8 @@ pub struct AuthenticatedPeer {
     /// The operations an identity provider's token narrowed the peer to (`None`: every
     /// operation the peer may do, as with the credentials peergate issues).
     granted: Option<GrantedScopes>,
+    /// The identity provider whose token admitted the peer, by its policy name.
+    issuer: Option<Arc<str>>,
 }
 
 impl AuthenticatedPeer {
@@ -125,6 +127,10 @@ impl AuthenticatedPeer {
     pub fn scheme(&self) -> Scheme {
         self.scheme
     }
+    /// The identity provider whose token admitted the peer (its `[[auth.issuers]]` name).
+    pub fn issuer(&self) -> Option<&str> {
+        self.issuer.as_deref()
+    }
     /// Whether the credential lets the peer do an operation that needs `scope`: always, unless
     /// it was a token whose scopes the issuer's policy requires and which lacks it.
     pub fn may(&self, scope: OperationScope) -> bool {
@@ -143,6 +149,7 @@ impl AuthenticatedPeer {
             scheme: Scheme::Bearer,
             valid_until: None,
             granted: None,
+            issuer: None,
         }
     }
 }
@@ -283,6 +290,7 @@ fn peer(
         scheme,
         valid_until,
         granted: None,
+        issuer: None,
     }
 }
 
