@@ -352,7 +352,12 @@ fn key_sets_that_contradict_themselves_are_refused_whole() {
             "twice",
         ),
         (
+            // RSA is taken from 2048 bits up, checked when the set is loaded.
             json!({"keys": [{"kty": "RSA", "kid": "a", "n": "AQAB", "e": "AQAB"}]}),
+            "an RSA modulus of 17 bits",
+        ),
+        (
+            json!({"keys": [{"kty": "EC", "crv": "P-384", "kid": "a", "x": x, "y": x}]}),
             "unsupported",
         ),
     ] {
