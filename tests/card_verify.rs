@@ -699,8 +699,9 @@ async fn a_failed_refetch_keeps_the_good_key_set_and_a_slow_key_server_blocks_no
 }
 
 /// Wycheproof `json_web_key_test.json`: each group's key set (as a caller would hold it) and
-/// the JWS to verify with it. Documented exceptions: RSA (tcId 5), HS384 (14) and HS512 (15)
-/// are valid there but not algorithms peergate verifies, so they are refused.
+/// the JWS to verify with it. Documented exceptions: HS384 (14) and HS512 (15) are valid there
+/// but not algorithms peergate verifies, so they are refused. The RSA vector (tcId 5) verifies
+/// since RS256 keys are taken (identity providers sign with them).
 #[test]
 fn wycheproof_key_set_vectors() {
     let path = concat!(
@@ -708,7 +709,7 @@ fn wycheproof_key_set_vectors() {
         "/tests/data/wycheproof/json_web_key_test.json"
     );
     let data: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let unsupported = [5, 14, 15];
+    let unsupported = [14, 15];
     let mut run = 0;
     for group in data["testGroups"].as_array().unwrap() {
         let mut keys = TrustedKeys::new();
