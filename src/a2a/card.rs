@@ -101,8 +101,19 @@ fn add_issuer(card: &mut Value, issuer: &IssuerCard) {
     }
 }
 
-/// The public card as JSON, listing the public identity providers among `issuers`.
-pub fn public_card(policy: &Policy, door_url: &str, issuers: &[IssuerCard]) -> Value {
+/// What the card says about the ways of signing in that are not peergate's own credentials.
+#[derive(Debug, Clone, Default)]
+pub struct CardIdentities {
+    /// The identity providers.
+    pub issuers: Vec<IssuerCard>,
+    /// The SHA-256 (hex) of the client CA's certificate, when client certificates are taken.
+    pub client_ca_sha256: Option<String>,
+}
+
+/// The public card as JSON, with the public identity providers and the client-certificate
+/// scheme of `identities`.
+pub fn public_card(policy: &Policy, door_url: &str, identities: &CardIdentities) -> Value {
+    let issuers = &identities.issuers;
     let card = &policy.card;
     let skills: Vec<Value> = card
         .skills
@@ -137,6 +148,19 @@ pub fn public_card(policy: &Policy, door_url: &str, issuers: &[IssuerCard]) -> V
     for issuer in issuers.iter().filter(|i| i.public) {
         add_issuer(&mut value, issuer);
     }
+    if let (true, Some(ca)) = (
+        policy.auth_schemes().contains(&Scheme::Mtls),
+        &identities.client_ca_sha256,
+    ) {
+        value["securitySchemes"][scheme_key(Scheme::Mtls)] = json!({"mtlsSecurityScheme": {
+            "description": format!(
+                "A client certificate issued by the CA whose certificate has SHA-256 {ca}, with the clientAuth usage; the peer is the one bound to its SHA-256, to a URI SAN (a binding holding ://), or to a DNS SAN, compared exactly"
+            ),
+        }});
+        if let Some(requirements) = value["securityRequirements"].as_array_mut() {
+            requirements.push(json!({"schemes": {scheme_key(Scheme::Mtls): {"list": ["a2a"]}}}));
+        }
+    }
     if policy.auth_schemes().contains(&Scheme::Jwt) && !issuers.iter().any(|i| i.public) {
         // The providers are partners' own and are not listed here; the card still says a
         // provider's token is taken (each peer's extended card names its provider).
@@ -168,7 +192,7 @@ fn enabled_schemes(policy: &Policy) -> Vec<Scheme> {
         .auth_schemes()
         .iter()
         .copied()
-        .filter(|scheme| *scheme != Scheme::Jwt)
+        .filter(|scheme| !matches!(scheme, Scheme::Jwt | Scheme::Mtls))
         .collect()
 }
 
@@ -179,6 +203,7 @@ pub fn scheme_key(scheme: Scheme) -> &'static str {
         Scheme::Basic => "basicAuth",
         Scheme::ApiKey => "apiKeyAuth",
         Scheme::Jwt => "oauth2",
+        Scheme::Mtls => "mtlsAuth",
     }
 }
 
@@ -199,7 +224,7 @@ fn security_schemes(policy: &Policy) -> Value {
                 "name": policy.auth.api_key_header,
                 "description": "An API key issued by this gateway's administrator",
             }}),
-            Scheme::Jwt => continue,
+            Scheme::Jwt | Scheme::Mtls => continue,
         };
         schemes.insert(scheme_key(scheme).to_owned(), value);
     }

@@ -48,7 +48,7 @@ use crate::layers::auth::generated::{
 };
 use crate::layers::auth::layer::budget_key_of;
 use crate::layers::auth::password::PasswordChecker;
-use crate::layers::auth::scheme::{CredentialScheme, Failure, Presented};
+use crate::layers::auth::scheme::{Context, CredentialScheme, Failure, Presented};
 use crate::layers::auth::{
     AuthError, AuthLayer, Authenticator, FailedAttempts, Listener, Principal, Witness,
 };
@@ -222,7 +222,11 @@ impl CredentialScheme<AdminPrincipal> for ScrapeToken {
         false
     }
 
-    async fn verify(&self, _credentials: &str) -> Result<AdminPrincipal, Failure> {
+    async fn verify(
+        &self,
+        _credentials: &str,
+        _context: &Context<'_>,
+    ) -> Result<AdminPrincipal, Failure> {
         Ok(AdminPrincipal::Scraper)
     }
 }
@@ -345,6 +349,7 @@ pub fn admin_authenticator(
             throttle_notes: LocalLimiter::new(tracked_addresses, clock.clone()),
         }),
         counted_as: RefusalReason::AdminUnauthenticated,
+        takes_certificates: false,
     };
     Ok(Authenticator::with_schemes(
         schemes, listener, passwords, clock,

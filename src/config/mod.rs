@@ -28,7 +28,7 @@ pub use limits::LimitsPolicy;
 pub use log::{LogFormat, LogPolicy};
 pub use model::{A2aPolicy, BackendKind, ModelPolicy, OpenAiPolicy};
 pub use push::PushPolicy;
-pub use server::{ServerPolicy, check_admin_listen};
+pub use server::{ServerPolicy, ServerTlsPolicy, check_admin_listen};
 pub use signing::{SigningKeyPolicy, SigningPolicy};
 pub use tasks::TasksPolicy;
 
@@ -222,6 +222,19 @@ impl Policy {
         self.signing.validate()?;
         self.model.validate()?;
         self.auth.validate()?;
+        // Client certificates need the door's own TLS and a CA to check them against.
+        if self.auth.schemes.contains(&Scheme::Mtls)
+            && self
+                .server
+                .tls
+                .as_ref()
+                .is_none_or(|tls| tls.client_ca_file.is_none())
+        {
+            return Err(invalid(
+                "auth.schemes",
+                "\"mtls\" needs [server.tls] with client_ca_file",
+            ));
+        }
         self.limits.validate()?;
         self.tasks.validate()
     }

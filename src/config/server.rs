@@ -54,6 +54,43 @@ pub struct ServerPolicy {
     /// any other page are refused.
     #[serde(default)]
     pub admin_allowed_origins: Vec<String>,
+    /// `[server.tls]`: the door serves TLS itself, and may ask for client certificates.
+    #[serde(default)]
+    pub tls: Option<ServerTlsPolicy>,
+}
+
+/// `[server.tls]`: the door's certificate, and the CA its clients' certificates chain to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTlsPolicy {
+    /// The door's certificate chain (PEM), leaf first.
+    pub cert_file: std::path::PathBuf,
+    /// Its private key (PEM).
+    pub key_file: std::path::PathBuf,
+    /// The CA (PEM) client certificates must chain to; with it the door asks for one.
+    #[serde(default)]
+    pub client_ca_file: Option<std::path::PathBuf>,
+    /// Certificate revocation lists (PEM or DER) of that CA and its intermediates.
+    #[serde(default)]
+    pub client_crl_files: Vec<std::path::PathBuf>,
+    /// Whether a connection without a client certificate is refused in the handshake (else a
+    /// client may still use the other schemes).
+    #[serde(default)]
+    pub require_client_certificate: bool,
+}
+
+impl ServerTlsPolicy {
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.client_ca_file.is_none()
+            && (self.require_client_certificate || !self.client_crl_files.is_empty())
+        {
+            return Err(invalid(
+                "server.tls.client_ca_file",
+                "is needed to ask for client certificates (require_client_certificate, client_crl_files)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 fn default_header_read_timeout_seconds() -> u64 {
@@ -124,6 +161,9 @@ fn default_max_body_bytes() -> usize {
 impl ServerPolicy {
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         self.validate_a2a_path()?;
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
+        }
         if let Some(url) = &self.public_base_url
             && (!(url.starts_with("https://") || url.starts_with("http://")) || url.ends_with('/'))
         {

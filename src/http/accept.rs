@@ -20,6 +20,7 @@
 //!
 //! The request timeout and the body limit are tower layers inside (see `server.rs`).
 
+use crate::guard::certificate::ClientCertificate;
 use crate::http::stalled_writes::{ConnectionDeadline, GuardedIo};
 use crate::layers::client_addr::{Cidr, ClientAddr};
 use crate::layers::metrics::Metrics;
@@ -53,13 +54,42 @@ pub struct ConnectionLimits {
     pub shutdown_grace: Duration,
 }
 
-/// Serves `app` on `listener` until `shutdown` turns true, then drains.
+/// The connection's view of `app`: every request carries the remote address, the connection's
+/// write deadline and the client certificate its handshake verified.
+fn connection_app(
+    app: Router,
+    remote: std::net::SocketAddr,
+    deadline: Arc<ConnectionDeadline>,
+    certificate: Option<Arc<ClientCertificate>>,
+) -> impl tower::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future: Send,
+> + Clone
++ Send
++ 'static {
+    app.map_request(move |request: hyper::Request<hyper::body::Incoming>| {
+        let mut request = request.map(axum::body::Body::new);
+        request.extensions_mut().insert(ConnectInfo(remote));
+        request.extensions_mut().insert(deadline.clone());
+        if let Some(certificate) = &certificate {
+            request.extensions_mut().insert(certificate.clone());
+        }
+        request
+    })
+}
+
+/// Serves `app` on `listener` until `shutdown` turns true, then drains. With `tls`, each
+/// connection's handshake runs in the connection's own task, within the header-read timeout,
+/// and the client certificate it verified (if any) goes with every request of the connection.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
     mut shutdown: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let per_address = CappedCounts::<IpAddr>::default();
@@ -99,24 +129,41 @@ pub async fn serve(
                 };
                 let _ = stream.set_nodelay(true);
                 let deadline = ConnectionDeadline::new();
-                let bound = deadline.clone();
-                let app = app.clone().map_request(
-                    move |request: hyper::Request<hyper::body::Incoming>| {
-                        let mut request = request.map(axum::body::Body::new);
-                        request.extensions_mut().insert(ConnectInfo(remote));
-                        request.extensions_mut().insert(bound.clone());
-                        request
-                    },
-                );
-                let connection = http.serve_connection(
-                    TokioIo::new(GuardedIo::new(stream, limits.write_stall, deadline)),
-                    TowerToHyperService::new(app),
-                );
-                let connection = graceful.watch(connection);
+                let io = GuardedIo::new(stream, limits.write_stall, deadline.clone());
+                let (http, app, watcher, tls) = (http.clone(), app.clone(), graceful.watcher(), tls.clone());
+                let handshake_timeout = limits.header_read_timeout;
                 tokio::spawn(async move {
-                    // Errors here are the client's (a reset, a timed-out head, a client that
-                    // stopped reading): nothing to do.
-                    let _ = connection.await;
+                    // Errors here are the client's (a reset, a timed-out head or handshake, a
+                    // client that stopped reading): nothing to do.
+                    match tls {
+                        None => {
+                            let app = connection_app(app, remote, deadline, None);
+                            let connection = http.serve_connection(
+                                TokioIo::new(io),
+                                TowerToHyperService::new(app),
+                            );
+                            let _ = watcher.watch(connection).await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(Ok(tls)) =
+                                tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await
+                            else {
+                                return;
+                            };
+                            let certificate = tls
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|chain| chain.first())
+                                .map(|leaf| Arc::new(ClientCertificate::from_der(leaf.as_ref())));
+                            let app = connection_app(app, remote, deadline, certificate);
+                            let connection = http.serve_connection(
+                                TokioIo::new(tls),
+                                TowerToHyperService::new(app),
+                            );
+                            let _ = watcher.watch(connection).await;
+                        }
+                    }
                     drop(address_slot);
                     drop(slot);
                 });

@@ -9,6 +9,7 @@ pub mod event_stream;
 pub mod ready;
 pub mod rest;
 pub mod server;
+pub mod server_tls;
 mod sharing;
 pub mod sse;
 pub mod stalled_writes;

@@ -192,8 +192,11 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     let listeners = Listeners::bind(&options).await?;
     let door_url = card::door_url(policy, listeners.local_addr);
     let identity_providers = identity_providers(policy, &options.clock)?;
-    let issuer_cards = issuer_cards(policy, identity_providers.as_deref()).await;
-    let documents = Documents::build(&options, &store, &door_url, &issuer_cards).await?;
+    let card_identities = card::CardIdentities {
+        issuers: issuer_cards(policy, identity_providers.as_deref()).await,
+        client_ca_sha256: listeners.client_ca_sha256.clone(),
+    };
+    let documents = Documents::build(&options, &store, &door_url, &card_identities).await?;
     tracing::info!(policy = %options.policy_source, "policy loaded");
     tracing::info!(
         data_dir = %options.data_dir.display(),
@@ -382,6 +385,10 @@ struct Listeners {
     admin: tokio::net::TcpListener,
     local_addr: SocketAddr,
     admin_addr: SocketAddr,
+    /// The door's own TLS, with `[server.tls]`.
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The SHA-256 of the client CA's certificate, when client certificates are asked for.
+    client_ca_sha256: Option<String>,
 }
 
 impl Listeners {
@@ -393,6 +400,15 @@ impl Listeners {
         crate::config::check_admin_listen(admin_bind, addr).map_err(|reason| {
             StartError::Config(format!("--admin-listen / server.admin_listen {reason}"))
         })?;
+        // Read before binding: a wrong file stops start-up naming its setting.
+        let (tls, client_ca_sha256) = match &policy.server.tls {
+            Some(tls) => {
+                let (acceptor, ca) =
+                    crate::http::server_tls::acceptor(tls).map_err(StartError::Config)?;
+                (Some(acceptor), ca)
+            }
+            None => (None, None),
+        };
         let (door, local_addr) = bind(addr).await?;
         let (admin, admin_addr) = bind(admin_bind).await?;
         Ok(Self {
@@ -400,6 +416,8 @@ impl Listeners {
             admin,
             local_addr,
             admin_addr,
+            tls,
+            client_ca_sha256,
         })
     }
 }
@@ -428,13 +446,16 @@ impl Listeners {
             limits.clone(),
             shutdown_rx.clone(),
             metrics.clone(),
+            self.tls,
         ));
+        // The admin listener is loopback only, without TLS of its own.
         let admin_serving = tokio::spawn(crate::http::accept::serve(
             self.admin,
             admin_router,
             limits,
             shutdown_rx,
             metrics.clone(),
+            None,
         ));
         (shutdown_tx, serving, admin_serving)
     }
@@ -489,15 +510,16 @@ impl Documents {
         options: &GatewayOptions,
         store: &Store,
         door_url: &str,
-        issuers: &[card::IssuerCard],
+        identities: &card::CardIdentities,
     ) -> Result<Self, StartError> {
+        let issuers = &identities.issuers;
         let policy = &options.policy;
         let now = options.clock.now_millis();
         let today = crate::clock::utc_day(now);
         let policy_keys = keys::load(&policy.signing, &options.data_dir).map_err(|e| config(&e))?;
         let signing_keys = policy_keys.signing;
         let jku = policy.signing.jwks_url.as_deref();
-        let public_card = card::public_card(policy, door_url, issuers);
+        let public_card = card::public_card(policy, door_url, identities);
         // Fail closed: a card holding values the SDKs drop would verify in some clients only.
         if sign::holds_droppable_values(&public_card) {
             return Err(StartError::Config(

@@ -11,6 +11,7 @@ mod flood;
 mod gateway;
 mod idp;
 mod model;
+mod pki;
 mod policy;
 pub mod postgres;
 mod process;
@@ -24,8 +25,8 @@ mod upstream;
 
 #[allow(unused_imports)]
 pub use self::{
-    cli::*, flood::*, gateway::*, idp::*, model::*, policy::*, process::*, receiver::*, rpc::*,
-    sdk::*, store::*, tls::*, upstream::*,
+    cli::*, flood::*, gateway::*, idp::*, model::*, pki::*, policy::*, process::*, receiver::*,
+    rpc::*, sdk::*, store::*, tls::*, upstream::*,
 };
 
 /// Installs the process-wide rustls provider for the tests' own HTTP clients

@@ -21,8 +21,9 @@
 use super::FailedAttempts;
 use super::known_ids::KnownCredentialIds;
 use super::password::PasswordChecker;
-use super::scheme::{CredentialScheme, Failure, Presented};
+use super::scheme::{Context, CredentialScheme, Failure, Presented};
 use crate::clock::Clock;
+use crate::guard::certificate::ClientCertificate;
 use crate::guard::limited::RateLimited;
 use crate::guard::refusal::{Challenges, Refusal, RefusalReason};
 use crate::guard::unauthenticated::AuthError;
@@ -99,6 +100,8 @@ pub struct Listener<Who> {
     pub witness: Arc<dyn Witness<Who>>,
     /// The reason the listener's refusals are counted under.
     pub counted_as: RefusalReason,
+    /// Whether a client certificate is a credential here (a scheme takes certificates).
+    pub takes_certificates: bool,
 }
 
 /// A verdict and when (by the gateway's clock) it was reached.
@@ -127,6 +130,7 @@ struct Verified<Who> {
 struct Claimed<'h> {
     scheme: usize,
     credentials: &'h str,
+    context: Context<'h>,
 }
 
 /// Why a presented credential was refused, with the name it was made for, for the witness.
@@ -303,7 +307,17 @@ impl<Who: Principal> Authenticator<Who> {
         headers: &HeaderMap,
         client: IpAddr,
     ) -> Result<Who, AuthRefusal> {
-        match self.decide(headers, client).await {
+        self.authenticate_with(headers, client, None).await
+    }
+
+    /// Authenticates one request from `client` that came over a connection with `certificate`.
+    pub async fn authenticate_with(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+        certificate: Option<&ClientCertificate>,
+    ) -> Result<Who, AuthRefusal> {
+        match self.decide(headers, client, certificate).await {
             Ok(verified) => {
                 if !verified.witnessed.swap(true, Ordering::Relaxed) {
                     self.listener.witness.admitted(&verified.who).await;
@@ -332,8 +346,9 @@ impl<Who: Principal> Authenticator<Who> {
         &self,
         headers: &HeaderMap,
         client: IpAddr,
+        certificate: Option<&ClientCertificate>,
     ) -> Result<Arc<Verified<Who>>, Refused> {
-        let presented = match self.claimed(headers) {
+        let presented = match self.claimed(headers, certificate) {
             Ok(presented) => presented,
             Err(AuthError::MissingCredentials) => return Err(AuthError::MissingCredentials.into()),
             Err(error) => {
@@ -362,7 +377,7 @@ impl<Who: Principal> Authenticator<Who> {
                 }),
             };
         };
-        let key = cache_key(presented.scheme, presented.credentials);
+        let key = cache_key(&presented);
         let mut verified_here = false;
         let mut tried = None;
         let entry = match cache.get(&key).await {
@@ -429,7 +444,10 @@ impl<Who: Principal> Authenticator<Who> {
         if costly {
             self.spend_attempt(client).await?;
         }
-        match scheme.verify(presented.credentials).await {
+        match scheme
+            .verify(presented.credentials, &presented.context)
+            .await
+        {
             Ok(who) => {
                 let expired = self.expired(who.valid_until());
                 if costly && !expired {
@@ -486,9 +504,17 @@ impl<Who: Principal> Authenticator<Who> {
     }
 
     /// The request's one credential, claimed by a scheme and past its precheck.
-    fn claimed<'h>(&self, headers: &'h HeaderMap) -> Result<Claimed<'h>, AuthError> {
-        let presented = Presented::from_headers(headers, self.listener.key_header.as_ref())?
-            .ok_or(AuthError::MissingCredentials)?;
+    fn claimed<'h>(
+        &self,
+        headers: &'h HeaderMap,
+        certificate: Option<&'h ClientCertificate>,
+    ) -> Result<Claimed<'h>, AuthError> {
+        let presented = Presented::from_request(
+            headers,
+            self.listener.key_header.as_ref(),
+            certificate.filter(|_| self.listener.takes_certificates),
+        )?
+        .ok_or(AuthError::MissingCredentials)?;
         let scheme = self
             .schemes
             .iter()
@@ -500,15 +526,23 @@ impl<Who: Principal> Authenticator<Who> {
         Ok(Claimed {
             scheme,
             credentials,
+            context: Context { certificate },
         })
     }
 }
 
 /// The cache key of a presented credential: a hash, so no credential is kept in memory longer
-/// than the request.
-fn cache_key(scheme: usize, credentials: &str) -> [u8; 32] {
+/// than the request. The connection's certificate is part of it: a verdict on a token bound to
+/// a certificate holds for that certificate only.
+fn cache_key(presented: &Claimed<'_>) -> [u8; 32] {
     let mut hasher = Sha256::new();
-    hasher.update((scheme as u64).to_le_bytes());
-    hasher.update(credentials.as_bytes());
+    hasher.update((presented.scheme as u64).to_le_bytes());
+    hasher.update(
+        presented
+            .context
+            .certificate
+            .map_or([0; 32], |certificate| certificate.sha256),
+    );
+    hasher.update(presented.credentials.as_bytes());
     hasher.finalize().into()
 }

@@ -7,7 +7,7 @@
 
 use super::AuthError;
 use super::password::PasswordChecker;
-use super::scheme::{CredentialScheme, Failure, Presented};
+use super::scheme::{Context, CredentialScheme, Failure, Presented};
 use crate::store::StoreError;
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -108,7 +108,7 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for Basic<Who> {
         Ok(())
     }
 
-    async fn verify(&self, credentials: &str) -> Result<Who, Failure> {
+    async fn verify(&self, credentials: &str, _context: &Context<'_>) -> Result<Who, Failure> {
         let (name, password) = parse_basic(credentials)?;
         let login = self.logins.login(&name).await.map_err(|e| {
             tracing::error!(error = %e, "login look-up failed");

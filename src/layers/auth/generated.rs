@@ -6,7 +6,7 @@
 //! the records come from differs ([`TokenRecords`]).
 
 use super::AuthError;
-use super::scheme::{CredentialScheme, Failure, Presented};
+use super::scheme::{Context, CredentialScheme, Failure, Presented};
 use crate::store::StoreError;
 use crate::token::{self, CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
@@ -150,7 +150,7 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for GeneratedCredential<W
         self.refused
     }
 
-    async fn verify(&self, credentials: &str) -> Result<Who, Failure> {
+    async fn verify(&self, credentials: &str, _context: &Context<'_>) -> Result<Who, Failure> {
         let parsed = token::parse(self.kind, credentials).map_err(|_| self.malformed)?;
         let record = self
             .records

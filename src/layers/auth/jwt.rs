@@ -17,12 +17,13 @@
 //!   one signature check per token, not per request. Who it names is read from the store
 //!   through the authenticator's verdict cache, so a revocation, an expiry or an unbinding
 //!   refuses the token on the next request like any other credential of the peer.
-//! * A token bound to a client certificate (RFC 8705 `cnf`) is refused: the door has no
-//!   certificate to compare it with.
+//! * A token bound to a client certificate (RFC 8705 `cnf.x5t#S256`) is taken only over a
+//!   connection that presented that certificate.
 
-use super::scheme::{CredentialScheme, Failure, Presented};
+use super::scheme::{Context, CredentialScheme, Failure, Presented};
 use super::{AuthError, AuthenticatedPeer, Scheme, peer};
 use crate::clock::Clock;
+use crate::guard::certificate::ClientCertificate;
 use crate::guard::scopes::GrantedScopes;
 use crate::jose::access_token::{self, AccessToken, AccessTokenRules, TokenRejected};
 use crate::jose::fetch::{FetchPolicy, JwksCache, fetch_text};
@@ -327,12 +328,21 @@ impl CredentialScheme<AuthenticatedPeer> for IdentityProviderTokens {
         false
     }
 
-    async fn verify(&self, credentials: &str) -> Result<AuthenticatedPeer, Failure> {
+    async fn verify(
+        &self,
+        credentials: &str,
+        context: &Context<'_>,
+    ) -> Result<AuthenticatedPeer, Failure> {
         let verified = self.providers.verify(credentials).await?;
         let (issuer, token) = &*verified;
-        if token.certificate_thumbprint.is_some() {
-            tracing::debug!(issuer = %issuer.settings.name, "a certificate-bound token came without a certificate");
-            return Err(AuthError::InvalidToken.into());
+        // RFC 8705: a token bound to a certificate is taken only over a connection that
+        // presented that certificate.
+        if let Some(bound) = &token.certificate_thumbprint {
+            let presented = context.certificate.map(ClientCertificate::x5t_s256);
+            if presented.as_ref() != Some(bound) {
+                tracing::debug!(issuer = %issuer.settings.name, "a certificate-bound token came without its certificate");
+                return Err(AuthError::InvalidToken.into());
+            }
         }
         let identity = PeerIdentity {
             kind: IdentityKind::Token,

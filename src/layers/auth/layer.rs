@@ -4,6 +4,7 @@
 //! request, or answers the refusal.
 
 use super::authenticator::{Authenticator, Principal};
+use crate::guard::certificate::ClientCertificate;
 use crate::guard::future::{GuardFuture, take_readied};
 use crate::layers::client_addr::ClientAddr;
 use axum::body::Body;
@@ -117,7 +118,14 @@ where
         GuardFuture::check(
             take_readied(&mut self.inner),
             Box::pin(async move {
-                match authenticator.authenticate(request.headers(), client).await {
+                let certificate = request
+                    .extensions()
+                    .get::<Arc<ClientCertificate>>()
+                    .cloned();
+                let verdict = authenticator
+                    .authenticate_with(request.headers(), client, certificate.as_deref())
+                    .await;
+                match verdict {
                     Ok(who) => {
                         crate::layers::access_log::note_peer(
                             request.extensions(),

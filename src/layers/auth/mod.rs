@@ -46,6 +46,7 @@
 pub mod attempts;
 pub mod authenticator;
 pub mod basic;
+pub mod certificate;
 pub mod generated;
 pub mod jwt;
 pub mod known_ids;
@@ -189,6 +190,8 @@ pub enum Scheme {
     ApiKey,
     /// `Authorization: Bearer <an identity provider's JWT access token>` (`[[auth.issuers]]`)
     Jwt,
+    /// A client certificate the TLS handshake verified (`[server.tls]`)
+    Mtls,
 }
 
 impl Scheme {
@@ -199,6 +202,7 @@ impl Scheme {
             Self::Basic => "basic",
             Self::ApiKey => "api_key",
             Self::Jwt => "jwt",
+            Self::Mtls => "mtls",
         }
     }
 }
@@ -365,6 +369,7 @@ fn door_scheme(
             tokens(CredentialKind::PeerToken),
             REALM,
         )),
+        Scheme::Mtls => Box::new(certificate::ClientCertificates::new(store.clone())),
         Scheme::Jwt => Box::new(jwt::IdentityProviderTokens::new(
             settings
                 .identity_providers
@@ -464,6 +469,7 @@ impl Authenticator<AuthenticatedPeer> {
                     .build(),
             }),
             counted_as: RefusalReason::Unauthenticated,
+            takes_certificates: settings.schemes.contains(&Scheme::Mtls),
         };
         Ok(Self::with_schemes(schemes, listener, passwords, clock))
     }

@@ -8,6 +8,7 @@
 //! implementation and one line where the authenticator registers its schemes.
 
 use super::AuthError;
+use crate::guard::certificate::ClientCertificate;
 use async_trait::async_trait;
 use axum::http::{HeaderMap, HeaderName, header};
 
@@ -23,6 +24,17 @@ pub enum Presented<'h> {
     },
     /// A credential in a header of its own (an API key).
     Header(&'h str),
+    /// No credential in the headers, and a client certificate the TLS handshake verified (on a
+    /// listener that takes certificates).
+    Certificate(&'h ClientCertificate),
+}
+
+/// What a scheme may know about the request besides the credential: the client certificate
+/// the connection presented, if any (a certificate-bound token is checked against it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Context<'r> {
+    /// The verified client certificate.
+    pub certificate: Option<&'r ClientCertificate>,
 }
 
 impl std::fmt::Debug for Presented<'_> {
@@ -31,6 +43,7 @@ impl std::fmt::Debug for Presented<'_> {
         match self {
             Self::Authorization { scheme, .. } => write!(f, "Authorization({scheme} …)"),
             Self::Header(_) => f.write_str("Header(…)"),
+            Self::Certificate(_) => f.write_str("Certificate(…)"),
         }
     }
 }
@@ -42,6 +55,16 @@ impl<'h> Presented<'h> {
     pub fn from_headers(
         headers: &'h HeaderMap,
         key_header: Option<&HeaderName>,
+    ) -> Result<Option<Self>, AuthError> {
+        Self::from_request(headers, key_header, None)
+    }
+
+    /// As [`Presented::from_headers`], and when the headers carry none, the client certificate
+    /// (given only by listeners that take certificates).
+    pub fn from_request(
+        headers: &'h HeaderMap,
+        key_header: Option<&HeaderName>,
+        certificate: Option<&'h ClientCertificate>,
     ) -> Result<Option<Self>, AuthError> {
         let mut authorization = headers.get_all(header::AUTHORIZATION).iter();
         let first = authorization.next();
@@ -61,7 +84,7 @@ impl<'h> Presented<'h> {
         };
         match (first, key) {
             (Some(_), Some(_)) => Err(AuthError::AmbiguousCredentials),
-            (None, None) => Ok(None),
+            (None, None) => Ok(certificate.map(Self::Certificate)),
             (None, Some(key)) => {
                 let key = key.to_str().map_err(|_| AuthError::InvalidCredentials)?;
                 Ok(Some(Self::Header(key.trim())))
@@ -86,6 +109,7 @@ impl<'h> Presented<'h> {
         match self {
             Self::Authorization { credentials, .. } => credentials,
             Self::Header(value) => value,
+            Self::Certificate(certificate) => &certificate.sha256_hex,
         }
     }
 }
@@ -150,8 +174,8 @@ pub trait CredentialScheme<Who>: Send + Sync {
         true
     }
 
-    /// Verifies `credentials` (already prechecked).
-    async fn verify(&self, credentials: &str) -> Result<Who, Failure>;
+    /// Verifies `credentials` (already prechecked), on a request of `context`.
+    async fn verify(&self, credentials: &str, context: &Context<'_>) -> Result<Who, Failure>;
 }
 
 #[cfg(test)]

@@ -1,0 +1,93 @@
+//! The door's own TLS (`[server.tls]`): its certificate, and the client certificates it asks
+//! for.
+//!
+//! The configuration is explicit: the *ring* provider, the safe default protocol versions, and
+//! a client-certificate verifier over exactly the configured CA and revocation lists (no
+//! process-wide provider, no system roots for clients). A client certificate must chain to the
+//! CA, be within its validity, carry the `clientAuth` usage when it names usages, and not be
+//! revoked by a configured list; what it proves is decided by the `"mtls"` scheme.
+
+use crate::config::ServerTlsPolicy;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// The door's TLS acceptor, and the SHA-256 (hex) of the client CA's certificate when client
+/// certificates are asked for. Names the setting whose file is wrong.
+pub fn acceptor(
+    policy: &ServerTlsPolicy,
+) -> Result<(tokio_rustls::TlsAcceptor, Option<String>), String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = CertificateDer::pem_file_iter(&policy.cert_file)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("server.tls.cert_file: cannot read a PEM certificate chain ({e})"))?;
+    if chain.is_empty() {
+        return Err("server.tls.cert_file: holds no certificate".to_owned());
+    }
+    let key = PrivateKeyDer::from_pem_file(&policy.key_file)
+        .map_err(|e| format!("server.tls.key_file: cannot read a PEM private key ({e})"))?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("server.tls: {e}"))?;
+    let (builder, ca_sha256) = match &policy.client_ca_file {
+        None => (builder.with_no_client_auth(), None),
+        Some(path) => {
+            let cas = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| {
+                    format!("server.tls.client_ca_file: cannot read PEM certificates ({e})")
+                })?;
+            let first = cas
+                .first()
+                .ok_or("server.tls.client_ca_file: holds no certificate")?;
+            let ca_sha256: String = Sha256::digest(first.as_ref())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in cas {
+                roots
+                    .add(ca)
+                    .map_err(|e| format!("server.tls.client_ca_file: not a usable CA ({e})"))?;
+            }
+            let mut crls = Vec::new();
+            for path in &policy.client_crl_files {
+                let read = CertificateRevocationListDer::pem_file_iter(path)
+                    .and_then(|lists| lists.collect::<Result<Vec<_>, _>>());
+                match read {
+                    Ok(lists) if !lists.is_empty() => crls.extend(lists),
+                    _ => {
+                        // A DER file.
+                        let der = std::fs::read(path).map_err(|e| {
+                            format!(
+                                "server.tls.client_crl_files: cannot read a list ({})",
+                                e.kind()
+                            )
+                        })?;
+                        crls.push(CertificateRevocationListDer::from(der));
+                    }
+                }
+            }
+            // The lists given are enforced along the whole chain; a certificate whose issuer
+            // has no list here is not refused for that (an operator lists what they publish).
+            let mut verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                    .with_crls(crls)
+                    .allow_unknown_revocation_status();
+            if !policy.require_client_certificate {
+                verifier = verifier.allow_unauthenticated();
+            }
+            let verifier = verifier
+                .build()
+                .map_err(|e| format!("server.tls.client_crl_files: {e}"))?;
+            (builder.with_client_cert_verifier(verifier), Some(ca_sha256))
+        }
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("server.tls.key_file: does not fit the certificate ({e})"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca_sha256))
+}

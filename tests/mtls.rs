@@ -1,0 +1,269 @@
+//! Client certificates at the door: the door serves TLS itself (`[server.tls]`) and a
+//! certificate that chains to the partner CA, carries the clientAuth usage and is not revoked
+//! opens the door for the peer bound to one of its names or to its fingerprint. Certificates
+//! are made by each test with `openssl` (`TestPki`): a root, an intermediate, a revoked one, one
+//! for the wrong usage and one with a NUL in a name.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn server_file(name: &str) -> String {
+    repo_root()
+        .join("tests/data/tls")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn policy(pki: &TestPki, schemes: &[&str], require: bool) -> PolicyEdit {
+    let mut edit = PolicyEdit::default()
+        .insert("server.tls.cert_file", server_file("server.pem"))
+        .insert("server.tls.key_file", server_file("server.key"))
+        .insert(
+            "server.tls.client_ca_file",
+            pki.path("root.pem").to_str().unwrap(),
+        )
+        .insert(
+            "server.tls.client_crl_files",
+            [pki.path("inter.crl").to_str().unwrap()],
+        );
+    if require {
+        edit = edit.insert("server.tls.require_client_certificate", true);
+    }
+    match schemes {
+        ["bearer", "mtls"] => edit.set("auth.schemes", ["bearer", "mtls"]),
+        ["mtls"] => edit.set("auth.schemes", ["mtls"]),
+        ["bearer", "jwt", "mtls"] => edit.set("auth.schemes", ["bearer", "jwt", "mtls"]),
+        other => panic!("no policy for {other:?}"),
+    }
+}
+
+fn get_task(id: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id}}).to_string()
+}
+
+/// Posts to the door over TLS; `Err` when the handshake (or connection) failed.
+async fn post(
+    client: &reqwest::Client,
+    gw: &TestGateway,
+    token: Option<&str>,
+    body: String,
+) -> Result<(u16, Value), String> {
+    let mut request = client
+        .post(format!("https://127.0.0.1:{}/a2a/v1", gw.addr.port()))
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.map_err(|e| format!("{e:?}"))?;
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    Ok((
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    ))
+}
+
+fn cli_ok(gw: &TestGateway, args: &[&str]) {
+    let (code, _, stderr) = gw.cli(args);
+    assert_eq!(code, 0, "{args:?}: {stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_verified_certificate_opens_the_door_for_the_peer_bound_to_it() {
+    let pki = TestPki::generate();
+    let gw = TestGateway::start_with(policy(&pki, &["bearer", "mtls"], false).policy()).await;
+    let token = gw.add_peer("partner");
+    gw.add_peer("by-fingerprint");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--certificate-san",
+            "spiffe://acme.example/agent",
+        ],
+    );
+    let other = pki.sha256("other");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "by-fingerprint",
+            "--certificate-sha256",
+            &other,
+        ],
+    );
+    // The bound URI name, no Authorization header at all.
+    let (status, body) = post(&pki.client(Some("good")), &gw, None, get_task("x"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    // The fingerprint binding.
+    let (status, body) = post(&pki.client(Some("other")), &gw, None, get_task("x"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    // Without a certificate the other schemes still work; without either, nothing.
+    let plain = pki.client(None);
+    assert_eq!(
+        post(&plain, &gw, Some(&token), get_task("x"))
+            .await
+            .unwrap()
+            .0,
+        200
+    );
+    let (status, body) = post(&plain, &gw, None, get_task("x")).await.unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (401, json!("missing_credentials"))
+    );
+
+    // A name that holds a NUL matches nothing, not even the name before it.
+    let (status, body) = post(&pki.client(Some("nul")), &gw, None, get_task("x"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (401, json!("invalid_credentials"))
+    );
+    // Revoked by the intermediate's list, or made for servers: refused in the handshake.
+    for refused in ["revoked", "server-usage"] {
+        assert!(
+            post(&pki.client(Some(refused)), &gw, None, get_task("x"))
+                .await
+                .is_err(),
+            "{refused} was let through the handshake"
+        );
+    }
+    // Unbinding (or revoking the peer) refuses the certificate on the next request.
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "unbind",
+            "partner",
+            "--certificate-san",
+            "spiffe://acme.example/agent",
+        ],
+    );
+    let (status, _) = post(&pki.client(Some("good")), &gw, None, get_task("x"))
+        .await
+        .unwrap();
+    assert_eq!(status, 401);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_door_that_requires_certificates_refuses_connections_without_one() {
+    let pki = TestPki::generate();
+    let gw = TestGateway::start_with(policy(&pki, &["mtls"], true).policy()).await;
+    gw.add_peer("partner");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--certificate-san",
+            "spiffe://acme.example/agent",
+        ],
+    );
+    assert!(
+        post(&pki.client(None), &gw, None, get_task("x"))
+            .await
+            .is_err()
+    );
+    let (status, _) = post(&pki.client(Some("good")), &gw, None, get_task("x"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    // The card says which CA and how names are compared.
+    let card: Value = pki
+        .client(Some("good"))
+        .get(format!(
+            "https://127.0.0.1:{}/.well-known/agent-card.json",
+            gw.addr.port()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let description = card["securitySchemes"]["mtlsAuth"]["mtlsSecurityScheme"]["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(description.contains(&pki.sha256("root")), "{description}");
+    gw.stop().await;
+}
+
+/// RFC 8705: a token bound to a certificate is taken only over a connection that presented it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_certificate_bound_token_needs_its_certificate() {
+    use base64::Engine as _;
+    let pki = TestPki::generate();
+    let key = TestKey::new("acme-1", 21);
+    let keys = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(keys.path(), jwks(&[&key])).unwrap();
+    let issuer = "https://idp.acme.example";
+    let audience = "https://gw.example.com/a2a/v1";
+    let edit = policy(&pki, &["bearer", "jwt", "mtls"], false).push_table(
+        "auth.issuers",
+        &[
+            ("name", "acme".into()),
+            ("issuer", issuer.into()),
+            ("audience", audience.into()),
+            ("jwks_file", keys.path().to_str().unwrap().into()),
+        ],
+    );
+    let gw = TestGateway::start_with(edit.policy()).await;
+    gw.add_peer("partner");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    let hex = pki.sha256("good");
+    let bytes: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let thumbprint = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let bound = key.sign(
+        &json!({"alg": "ES256", "typ": "at+jwt", "kid": "acme-1"}),
+        &json!({"iss": issuer, "aud": audience, "client_id": "agent-a", "scope": "a2a:tasks:read",
+                "iat": now, "exp": now + 300, "cnf": {"x5t#S256": thumbprint}}),
+    );
+    let with_it = post(&pki.client(Some("good")), &gw, Some(&bound), get_task("x"))
+        .await
+        .unwrap();
+    assert_eq!(with_it.0, 200, "{with_it:?}");
+    for (client, what) in [
+        (pki.client(None), "no certificate"),
+        (pki.client(Some("other")), "another certificate"),
+    ] {
+        let (status, body) = post(&client, &gw, Some(&bound), get_task("x"))
+            .await
+            .unwrap();
+        assert_eq!(status, 401, "{what}: {body}");
+    }
+    gw.stop().await;
+}
