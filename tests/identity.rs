@@ -651,3 +651,64 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
     assert!(response.headers().contains_key("retry-after"));
     gw.stop().await;
 }
+
+/// Administrators sign in with the organisation's provider: its tokens for the admin API's
+/// audience, through the same stack, with the same refusals and the failed-attempt audit.
+#[tokio::test(flavor = "multi_thread")]
+async fn administrators_sign_in_with_the_organisations_provider() {
+    let key = TestKey::new("corp-1", 31);
+    let file = key_file(&[&key]);
+    let corp = "https://login.corp.example";
+    let admin_audience = "https://gw.example.com/admin";
+    let policy = PolicyEdit::default()
+        .insert("admin.issuer.name", "admin")
+        .insert("admin.issuer.issuer", corp)
+        .insert("admin.issuer.audience", admin_audience)
+        .insert("admin.issuer.jwks_file", file.path().to_str().unwrap());
+    let gw = TestGateway::start_with(policy.policy()).await;
+    let (code, _, stderr) =
+        gw.cli_with_stdin(&["admin", "add", "ada"], "a long enough password 1\n");
+    assert_eq!(code, 0, "{stderr}");
+    cli_ok(&gw, &["admin", "bind", "ada", "--subject", "ada@corp"]);
+    let get = |token: String| {
+        let url = format!("{}/v1/peers", gw.admin);
+        async move {
+            let response = reqwest::Client::new()
+                .get(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap();
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
+        }
+    };
+    let token = key.access_token(corp, admin_audience, "ada@corp", "", now_s());
+    let (status, body) = get(token.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    // A subject bound to nobody, a token for the door's audience: refused, and audited naming
+    // the subject the token named.
+    let stranger = key.access_token(corp, admin_audience, "mallory@corp", "", now_s());
+    assert_eq!(get(stranger).await.0, 401);
+    assert_eq!(
+        get(key.access_token(corp, AUDIENCE, "ada@corp", "", now_s()))
+            .await
+            .0,
+        401
+    );
+    // Failed sign-ins belong to no administrator's account: the operator reads them.
+    let (code, audit, stderr) = gw.cli(&["audit", "--since", "1h"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        audit.lines().any(|line| line.contains("admin.login_failed")
+            && line.contains("token subject admin:mallory@corp")),
+        "{audit}"
+    );
+    // Disabling the administrator refuses their still-valid token on the next request.
+    cli_ok(&gw, &["admin", "disable", "ada"]);
+    gw.clock.advance(Duration::from_secs(3));
+    assert_eq!(get(token).await.0, 401);
+    gw.stop().await;
+}

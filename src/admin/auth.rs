@@ -26,7 +26,7 @@
 //! let defaults = AccountDefaults { default_owner: None, rate_per_minute: 30 };
 //! let service = AccountService::new(store, clock.clone(), defaults);
 //! let passwords = peergate::layers::auth::password::PasswordChecker::new(1).unwrap();
-//! let auth = admin_authenticator(service, clock, (10, 1000), passwords, None).unwrap();
+//! let auth = admin_authenticator(service, clock, (10, 1000), passwords, (None, None)).unwrap();
 //! let app = Router::new()
 //!     .route("/v1/me", get(|admin: AuthenticatedAdmin| async move { admin.name().to_owned() }))
 //!     .layer(AdminAuthLayer::shared(Arc::new(auth)));
@@ -42,15 +42,17 @@
 use super::service::AccountService;
 use crate::clock::Clock;
 use crate::guard::refusal::{Challenges, Refusal, RefusalReason};
+use crate::jose::access_token;
 use crate::layers::auth::basic::{Basic, Login, Logins, basic_challenge};
 use crate::layers::auth::generated::{
     Carrier, GeneratedCredential, TokenRecord, TokenRecords, bearer_challenge,
 };
+use crate::layers::auth::jwt::IdentityProviders;
 use crate::layers::auth::layer::budget_key_of;
 use crate::layers::auth::password::PasswordChecker;
 use crate::layers::auth::scheme::{Context, CredentialScheme, Failure, Presented};
 use crate::layers::auth::{
-    AuthError, AuthLayer, Authenticator, FailedAttempts, Listener, Principal, Witness,
+    Attempt, AuthError, AuthLayer, Authenticator, FailedAttempts, Listener, Principal, Witness,
 };
 use crate::layers::limit::Quota;
 use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
@@ -231,6 +233,70 @@ impl CredentialScheme<AdminPrincipal> for ScrapeToken {
     }
 }
 
+/// The organisation's identity provider's access tokens (`[admin.issuer]`), for the
+/// administrator bound to their subject. A token bound to a client certificate is refused: the
+/// admin listener has no TLS of its own.
+pub struct AdminProviderTokens {
+    providers: Arc<IdentityProviders>,
+    store: Arc<dyn CredentialStore>,
+}
+
+#[async_trait]
+impl CredentialScheme<AdminPrincipal> for AdminProviderTokens {
+    /// None of its own: the administrator token's Bearer challenge invites it too.
+    fn challenge(&self) -> String {
+        String::new()
+    }
+
+    fn claims(&self, presented: &Presented<'_>) -> bool {
+        matches!(presented, Presented::Authorization { scheme, credentials }
+            if scheme.eq_ignore_ascii_case("bearer") && access_token::looks_like_jwt(credentials))
+    }
+
+    fn precheck(&self, credentials: &str) -> Result<(), AuthError> {
+        if credentials.len() > access_token::MAX_TOKEN_BYTES {
+            return Err(AuthError::InvalidCredentials);
+        }
+        Ok(())
+    }
+
+    fn refused(&self) -> AuthError {
+        AuthError::InvalidToken
+    }
+
+    fn verification_is_costly(&self) -> bool {
+        false
+    }
+
+    async fn verify(
+        &self,
+        credentials: &str,
+        _context: &Context<'_>,
+    ) -> Result<AdminPrincipal, Failure> {
+        let (issuer, token) = self.providers.verify_token(credentials).await?;
+        let tried = format!("{issuer}:{}", token.subject);
+        let unbound = || Failure {
+            error: AuthError::InvalidToken,
+            name: None,
+            subject: Some(tried.clone()),
+        };
+        if token.certificate_thumbprint.is_some() {
+            return Err(unbound());
+        }
+        let admin = self
+            .store
+            .find_bound_admin(&issuer, &token.subject)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "identity look-up failed");
+                AuthError::Unavailable
+            })?
+            .filter(|admin| admin.active)
+            .ok_or_else(unbound)?;
+        Ok(administrator(admin.id, admin.name))
+    }
+}
+
 struct AdminLogins(Arc<dyn CredentialStore>);
 
 fn administrator(id: String, name: String) -> AdminPrincipal {
@@ -282,9 +348,13 @@ struct SignInAudit {
 
 #[async_trait]
 impl Witness<AdminPrincipal> for SignInAudit {
-    async fn refused(&self, client: IpAddr, name: Option<&str>, error: AuthError) {
+    async fn refused(&self, attempt: Attempt<'_>, error: AuthError) {
         self.service
-            .record_failed_login(&client.to_string(), name, error.code())
+            .record_failed_login(
+                &attempt.client.to_string(),
+                (attempt.name, attempt.subject),
+                error.code(),
+            )
             .await;
     }
 
@@ -292,21 +362,22 @@ impl Witness<AdminPrincipal> for SignInAudit {
         let note = self.throttle_notes.check(&client, Quota::per_minute(1));
         if note.ready().is_some_and(|d| d.is_allowed()) {
             self.service
-                .record_failed_login(&client.to_string(), None, "throttled: failed-attempt budget spent; further refusals this minute are not recorded")
+                .record_failed_login(&client.to_string(), (None, None), "throttled: failed-attempt budget spent; further refusals this minute are not recorded")
                 .await;
         }
     }
 }
 
 /// The admin API's authenticator: `(failed_per_minute, tracked_addresses)` is its
-/// failed-attempt budget per client address, `passwords` the gateway's one Argon2 pool, and
-/// `scrape` the token that opens `GET /metrics`, when configured.
+/// failed-attempt budget per client address, `passwords` the gateway's one Argon2 pool,
+/// `scrape` the token that opens `GET /metrics`, and `provider` the organisation's identity
+/// provider (`[admin.issuer]`), when configured.
 pub fn admin_authenticator(
     service: AccountService,
     clock: Arc<dyn Clock>,
     (failed_per_minute, tracked_addresses): (u32, usize),
     passwords: PasswordChecker,
-    scrape: Option<ScrapeToken>,
+    (scrape, provider): (Option<ScrapeToken>, Option<Arc<IdentityProviders>>),
 ) -> Result<AdminAuthenticator, String> {
     let failures = FailedAttempts::new(
         Quota::per_minute(failed_per_minute),
@@ -318,6 +389,13 @@ pub fn admin_authenticator(
     let mut schemes: Vec<Box<dyn CredentialScheme<AdminPrincipal>>> = Vec::new();
     if let Some(scrape) = scrape {
         schemes.push(Box::new(scrape));
+    }
+    // Before the administrator tokens' scheme, which claims every Bearer credential.
+    if let Some(providers) = provider {
+        schemes.push(Box::new(AdminProviderTokens {
+            providers,
+            store: store.clone(),
+        }));
     }
     // Administrators wait for a password slot rather than be refused: a flood of Basic logins
     // at the door must not lock them out of the admin API.

@@ -620,6 +620,82 @@ impl AccountService {
         .await
     }
 
+    /// Binds `subject` at the identity provider `issuer` (`[admin.issuer]`'s name) to an
+    /// administrator: the provider's tokens for that subject sign them in to the admin API.
+    pub async fn bind_admin_identity(
+        &self,
+        caller: &Caller,
+        name: &str,
+        (issuer, subject): (&str, &str),
+    ) -> Result<(), ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(
+            Operation::new(caller, AuditAction::AdminIdentityBound, &target),
+            async |op| {
+                Self::operator_only(caller)?;
+                let identity = PeerIdentity::token(issuer, subject).map_err(|reason| {
+                    ServiceError::Invalid {
+                        field: "identity",
+                        reason,
+                    }
+                })?;
+                let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
+                tx.bind_admin_identity(
+                    &admin.id,
+                    (issuer, &identity.subject),
+                    self.clock.now_millis(),
+                )
+                .await
+                .map_err(store_conflict)?;
+                self.commit_with_audit(
+                    tx,
+                    op,
+                    format!("token {issuer}:{subject}"),
+                    Some(&admin.id),
+                )
+                .await?;
+                self.admin_changed(&admin.id);
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    /// Unbinds an administrator's subject at an identity provider.
+    pub async fn unbind_admin_identity(
+        &self,
+        caller: &Caller,
+        name: &str,
+        (issuer, subject): (&str, &str),
+    ) -> Result<(), ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(
+            Operation::new(caller, AuditAction::AdminIdentityUnbound, &target),
+            async |op| {
+                Self::operator_only(caller)?;
+                let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
+                if !tx
+                    .unbind_admin_identity(&admin.id, (issuer, subject))
+                    .await?
+                {
+                    return Err(ServiceError::NotFound(format!(
+                        "administrator \"{name}\" has no such identity bound"
+                    )));
+                }
+                self.commit_with_audit(
+                    tx,
+                    op,
+                    format!("token {issuer}:{subject}"),
+                    Some(&admin.id),
+                )
+                .await?;
+                self.admin_changed(&admin.id);
+                Ok(())
+            },
+        )
+        .await
+    }
+
     /// Issues an administrator token (for the admin API); returns it, once.
     pub async fn issue_admin_token(
         &self,
@@ -703,9 +779,16 @@ impl AccountService {
         .await
     }
 
-    /// Records a failed sign-in to the admin API. The name is recorded only when such an
-    /// administrator exists, so a password typed into the name field is never written down.
-    pub async fn record_failed_login(&self, client: &str, name: Option<&str>, why: &str) {
+    /// Records a failed sign-in to the admin API: `(name, subject)` are the login name tried
+    /// and the identity a verified token named. The name is recorded only when such an
+    /// administrator exists, so a password typed into the name field is never written down; a
+    /// token's subject (no secret) is recorded as it is.
+    pub async fn record_failed_login(
+        &self,
+        client: &str,
+        (name, subject): (Option<&str>, Option<&str>),
+        why: &str,
+    ) {
         let known = match name {
             Some(name) => self
                 .store
@@ -728,7 +811,7 @@ impl AccountService {
                 |a| format!("admin:{}", a.name),
             ),
             &format!("denied: {why}"),
-            String::new(),
+            subject.map_or_else(String::new, |subject| format!("token subject {subject}")),
             known.as_ref().map(|a| a.id.as_str()),
         );
         entry.actor = "anonymous".to_owned();

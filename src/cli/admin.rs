@@ -74,6 +74,33 @@ pub(super) enum AdminCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Bind an administrator to their subject at the organisation's identity provider
+    /// (`[admin.issuer]`): its access tokens for the admin API then sign them in.
+    Bind {
+        /// The administrator's name.
+        name: String,
+        /// The token's client_id (else its sub) that names them.
+        #[arg(long, value_name = "VALUE")]
+        subject: String,
+        /// The provider, as `[admin.issuer] name` names it.
+        #[arg(long, value_name = "NAME", default_value = "admin")]
+        issuer: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Unbind an administrator's subject (the same arguments as `admin bind`).
+    Unbind {
+        /// The administrator's name.
+        name: String,
+        /// The subject to unbind.
+        #[arg(long, value_name = "VALUE")]
+        subject: String,
+        /// The provider, as `[admin.issuer] name` names it.
+        #[arg(long, value_name = "NAME", default_value = "admin")]
+        issuer: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Print the admin API's OpenAPI document (the same the admin listener serves).
     Openapi,
 }
@@ -123,6 +150,36 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             eprintln!(
                 "revoked every admin API token of {name}; the next request with one is refused."
             );
+            Ok(())
+        }
+        AdminCommand::Bind {
+            name,
+            subject,
+            issuer,
+            data,
+        } => {
+            on_store(&data, None, async |accounts| {
+                accounts
+                    .bind_admin_identity(&operator, &name, (&issuer, &subject))
+                    .await
+            })
+            .await?;
+            eprintln!("bound token {issuer}:{subject} to administrator {name}.");
+            Ok(())
+        }
+        AdminCommand::Unbind {
+            name,
+            subject,
+            issuer,
+            data,
+        } => {
+            on_store(&data, None, async |accounts| {
+                accounts
+                    .unbind_admin_identity(&operator, &name, (&issuer, &subject))
+                    .await
+            })
+            .await?;
+            eprintln!("unbound token {issuer}:{subject} from administrator {name}. {CACHE_NOTE}");
             Ok(())
         }
         AdminCommand::Password { name, data } => {

@@ -103,7 +103,12 @@ pub fn is_valid_issuer_name(name: &str) -> bool {
 
 impl IssuerPolicy {
     fn validate(&self, at: usize) -> Result<(), Invalid> {
-        let key = |field: &str| format!("auth.issuers[{at}].{field}");
+        self.validate_as(&format!("auth.issuers[{at}]"))
+    }
+
+    /// Checks the issuer, naming its settings under `table` (`auth.issuers[0]`, `admin.issuer`).
+    pub(super) fn validate_as(&self, table: &str) -> Result<(), Invalid> {
+        let key = |field: &str| format!("{table}.{field}");
         if !is_valid_issuer_name(&self.name) {
             return Err(invalid(
                 key("name"),

@@ -19,7 +19,7 @@ mod signing;
 mod tasks;
 
 pub use accounts::{BudgetsPolicy, PeersPolicy};
-pub use auth::AuthPolicy;
+pub use auth::{AuthPolicy, IssuerPolicy};
 pub use capabilities::CapabilitiesPolicy;
 pub use card::{CardPolicy, ExtensionPolicy, ProviderPolicy, SkillPolicy};
 pub use cluster::ClusterPolicy;
@@ -148,6 +148,20 @@ pub struct Policy {
     /// `[log]`
     #[serde(default)]
     pub log: LogPolicy,
+    /// `[admin]`
+    #[serde(default)]
+    pub admin: AdminPolicy,
+}
+
+/// `[admin]`: how administrators sign in besides peergate's own passwords and tokens.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminPolicy {
+    /// `[admin.issuer]`: the organisation's identity provider, whose access tokens (for the
+    /// admin API's audience) sign in the administrator bound to their subject
+    /// (`peergate admin bind NAME --subject VALUE`).
+    #[serde(default)]
+    pub issuer: Option<auth::IssuerPolicy>,
 }
 
 /// The largest quota accepted anywhere, in requests per minute.
@@ -222,6 +236,9 @@ impl Policy {
         self.signing.validate()?;
         self.model.validate()?;
         self.auth.validate()?;
+        if let Some(issuer) = &self.admin.issuer {
+            issuer.validate_as("admin.issuer")?;
+        }
         // Client certificates need the door's own TLS and a CA to check them against.
         if self.auth.schemes.contains(&Scheme::Mtls)
             && self

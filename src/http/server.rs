@@ -698,29 +698,42 @@ async fn issuer_cards(
     cards
 }
 
-/// The identity providers of `[[auth.issuers]]`. A key set named by `jwks_file` is read and
-/// checked now: one that cannot be read, or holds no usable key, stops start-up.
+/// The identity providers of `[[auth.issuers]]`.
 fn identity_providers(
     policy: &Policy,
     clock: &Arc<dyn Clock>,
 ) -> Result<Option<Arc<crate::layers::auth::jwt::IdentityProviders>>, StartError> {
+    let issuers: Vec<(String, &crate::config::IssuerPolicy)> = policy
+        .auth
+        .issuers
+        .iter()
+        .enumerate()
+        .map(|(at, issuer)| (format!("auth.issuers[{at}]"), issuer))
+        .collect();
+    providers_of(&issuers, clock)
+}
+
+/// The providers of `issuers` (each with the table that names it). A key set named by
+/// `jwks_file` is read and checked now: one that cannot be read, or holds no usable key, stops
+/// start-up naming the setting.
+fn providers_of(
+    issuers: &[(String, &crate::config::IssuerPolicy)],
+    clock: &Arc<dyn Clock>,
+) -> Result<Option<Arc<crate::layers::auth::jwt::IdentityProviders>>, StartError> {
     use crate::layers::auth::jwt::{IdentityProviders, IssuerSettings, KeySource};
-    if policy.auth.issuers.is_empty() {
+    if issuers.is_empty() {
         return Ok(None);
     }
-    let mut issuers = Vec::new();
-    for (at, issuer) in policy.auth.issuers.iter().enumerate() {
+    let mut settings = Vec::new();
+    for (table, issuer) in issuers {
         let keys = match (&issuer.jwks_file, &issuer.jwks_uri) {
             (Some(path), _) => KeySource::Fixed(std::fs::read_to_string(path).map_err(|e| {
-                StartError::Config(format!(
-                    "auth.issuers[{at}].jwks_file: cannot be read ({})",
-                    e.kind()
-                ))
+                StartError::Config(format!("{table}.jwks_file: cannot be read ({})", e.kind()))
             })?),
             (None, Some(uri)) => KeySource::Uri(uri.clone()),
             (None, None) => KeySource::Discovery,
         };
-        issuers.push(IssuerSettings {
+        settings.push(IssuerSettings {
             name: issuer.name.clone(),
             rules: crate::jose::access_token::AccessTokenRules {
                 issuer: issuer.issuer.clone(),
@@ -736,7 +749,7 @@ fn identity_providers(
         });
     }
     let providers = IdentityProviders::new(
-        issuers,
+        settings,
         &crate::jose::fetch::FetchPolicy::default(),
         clock.clone(),
     )
@@ -874,7 +887,15 @@ fn admin_router(
                 policy.limits.tracked_addresses,
             ),
             authenticator.passwords().clone(),
-            scrape_token(policy)?,
+            (
+                scrape_token(policy)?,
+                match &policy.admin.issuer {
+                    Some(issuer) => {
+                        providers_of(&[("admin.issuer".to_owned(), issuer)], &options.clock)?
+                    }
+                    None => None,
+                },
+            ),
         )
         .map_err(StartError::Config)?,
     );

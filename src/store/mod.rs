@@ -139,6 +139,13 @@ pub trait CredentialStore: Send + Sync + std::fmt::Debug {
     /// What signing in to the admin API as `name` needs.
     async fn find_admin_login(&self, name: &str) -> Result<Option<AdminLogin>, StoreError>;
 
+    /// The administrator bound to `subject` at the identity provider named `issuer`.
+    async fn find_bound_admin(
+        &self,
+        issuer: &str,
+        subject: &str,
+    ) -> Result<Option<AdminLogin>, StoreError>;
+
     /// The administrator token with this id: its administrator (active only if the token is
     /// live too) and the secret's hash.
     async fn find_admin_token(
@@ -443,6 +450,20 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         identity: &PeerIdentity,
         now: i64,
     ) -> Result<(), StoreError>;
+    /// Binds `subject` at the identity provider named `issuer` to an administrator; one bound
+    /// to anyone already is [`StoreError::IdentityTaken`].
+    async fn bind_admin_identity(
+        &mut self,
+        admin_id: &str,
+        (issuer, subject): (&str, &str),
+        now: i64,
+    ) -> Result<(), StoreError>;
+    /// Unbinds it; returns whether it was bound to this administrator.
+    async fn unbind_admin_identity(
+        &mut self,
+        admin_id: &str,
+        (issuer, subject): (&str, &str),
+    ) -> Result<bool, StoreError>;
     /// Unbinds an identity from a peer; returns whether it was bound to it.
     async fn unbind_identity(
         &mut self,

@@ -454,10 +454,14 @@ pub enum AuditAction {
     PeerIdentityBound,
     /// An identity was unbound from a peer.
     PeerIdentityUnbound,
+    /// An identity provider's subject was bound to an administrator.
+    AdminIdentityBound,
+    /// It was unbound.
+    AdminIdentityUnbound,
 }
 
 impl AuditAction {
-    const ALL: [Self; 21] = [
+    const ALL: [Self; 23] = [
         Self::AdminCreated,
         Self::AdminDisabled,
         Self::AdminEnabled,
@@ -479,6 +483,8 @@ impl AuditAction {
         Self::ConversationDeleted,
         Self::PeerIdentityBound,
         Self::PeerIdentityUnbound,
+        Self::AdminIdentityBound,
+        Self::AdminIdentityUnbound,
     ];
 
     /// The stored and shown name.
@@ -505,6 +511,8 @@ impl AuditAction {
             Self::ConversationDeleted => "conversation.deleted",
             Self::PeerIdentityBound => "peer.identity_bound",
             Self::PeerIdentityUnbound => "peer.identity_unbound",
+            Self::AdminIdentityBound => "admin.identity_bound",
+            Self::AdminIdentityUnbound => "admin.identity_unbound",
         }
     }
 

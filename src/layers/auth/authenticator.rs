@@ -57,14 +57,36 @@ pub trait Witness<Who>: Send + Sync {
     }
 
     /// A presented credential was refused (not a missing one, and not one that could not be
-    /// checked). `name` is the login name tried, if the scheme has one.
-    async fn refused(&self, client: IpAddr, name: Option<&str>, error: AuthError) {
-        let _ = (client, name, error);
+    /// checked).
+    async fn refused(&self, attempt: Attempt<'_>, error: AuthError) {
+        let _ = (attempt, error);
     }
 
     /// The client's failed-attempt budget is spent: it was answered 429 without a check.
     async fn throttled(&self, client: IpAddr) {
         let _ = client;
+    }
+}
+
+/// Who a refused attempt came from and claimed to be.
+#[derive(Clone, Copy)]
+pub struct Attempt<'a> {
+    /// The client's address (its budget's key).
+    pub client: IpAddr,
+    /// The login name tried, if the scheme has one (possibly a password typed in the wrong
+    /// field: never written down unless it names someone).
+    pub name: Option<&'a str>,
+    /// The identity a verified token named, when it opened nothing.
+    pub subject: Option<&'a str>,
+}
+
+impl std::fmt::Debug for Attempt<'_> {
+    /// Without the name (see [`Attempt::name`]).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempt")
+            .field("client", &self.client)
+            .field("subject", &self.subject)
+            .finish_non_exhaustive()
     }
 }
 
@@ -133,10 +155,12 @@ struct Claimed<'h> {
     context: Context<'h>,
 }
 
-/// Why a presented credential was refused, with the name it was made for, for the witness.
+/// Why a presented credential was refused, with the name it was made for and the subject a
+/// verified token named, for the witness.
 struct Refused {
     refusal: AuthRefusal,
     name: Option<String>,
+    subject: Option<String>,
 }
 
 impl From<AuthRefusal> for Refused {
@@ -144,6 +168,7 @@ impl From<AuthRefusal> for Refused {
         Self {
             refusal,
             name: None,
+            subject: None,
         }
     }
 }
@@ -324,17 +349,23 @@ impl<Who: Principal> Authenticator<Who> {
                 }
                 Ok(verified.who.clone())
             }
-            Err(Refused { refusal, name }) => {
+            Err(Refused {
+                refusal,
+                name,
+                subject,
+            }) => {
                 match refusal {
                     AuthRefusal::Limited(_) => self.listener.witness.throttled(client).await,
                     AuthRefusal::Unauthenticated(
                         AuthError::MissingCredentials | AuthError::Unavailable | AuthError::Busy,
                     ) => {}
                     AuthRefusal::Unauthenticated(error) => {
-                        self.listener
-                            .witness
-                            .refused(client, name.as_deref(), error)
-                            .await;
+                        let attempt = Attempt {
+                            client,
+                            name: name.as_deref(),
+                            subject: subject.as_deref(),
+                        };
+                        self.listener.witness.refused(attempt, error).await;
                     }
                 }
                 Err(refusal)
@@ -368,18 +399,19 @@ impl<Who: Principal> Authenticator<Who> {
         }
         let Some(cache) = &self.verified else {
             // No cache: every attempt is verified and counted.
-            let mut tried = None;
+            let mut tried = (None, None);
             return match self.verify_counted(&presented, client, &mut tried).await? {
                 Some(verified) if self.still_valid(&verified.who) => Ok(verified),
                 _ => Err(Refused {
                     refusal: scheme.refused().into(),
-                    name: tried,
+                    name: tried.0,
+                    subject: tried.1,
                 }),
             };
         };
         let key = cache_key(&presented);
         let mut verified_here = false;
-        let mut tried = None;
+        let mut tried = (None, None);
         let entry = match cache.get(&key).await {
             Some(entry) if self.is_fresh(&entry) => entry,
             stale => {
@@ -400,6 +432,7 @@ impl<Who: Principal> Authenticator<Who> {
                     .map_err(|shared| Refused {
                         refusal: shared.refusal,
                         name: shared.name.clone(),
+                        subject: shared.subject.clone(),
                     })?;
                 if self.generation.load(Ordering::SeqCst) != generation {
                     // A revocation arrived while this verdict was being reached: keep it out.
@@ -418,7 +451,8 @@ impl<Who: Principal> Authenticator<Who> {
                 }
                 Err(Refused {
                     refusal: scheme.refused().into(),
-                    name: tried,
+                    name: tried.0,
+                    subject: tried.1,
                 })
             }
         }
@@ -437,7 +471,7 @@ impl<Who: Principal> Authenticator<Who> {
         &self,
         presented: &Claimed<'_>,
         client: IpAddr,
-        tried: &mut Option<String>,
+        tried: &mut (Option<String>, Option<String>),
     ) -> Result<Option<Arc<Verified<Who>>>, Refused> {
         let scheme = &self.schemes[presented.scheme];
         let costly = scheme.verification_is_costly();
@@ -465,11 +499,12 @@ impl<Who: Principal> Authenticator<Who> {
             Err(Failure {
                 error: AuthError::InvalidToken | AuthError::InvalidCredentials,
                 name,
+                subject,
             }) => {
                 if !costly {
                     self.spend_attempt(client).await?;
                 }
-                *tried = name;
+                *tried = (name, subject);
                 Ok(None)
             }
             // Nothing was decided about the credential (the password slots were busy, or the
@@ -483,9 +518,14 @@ impl<Who: Principal> Authenticator<Who> {
                 }
                 Err(error.into())
             }
-            Err(Failure { error, name }) => Err(Refused {
+            Err(Failure {
+                error,
+                name,
+                subject,
+            }) => Err(Refused {
                 refusal: error.into(),
                 name,
+                subject,
             }),
         }
     }

@@ -126,6 +126,7 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for Basic<Who> {
             _ => Err(Failure {
                 error: AuthError::InvalidCredentials,
                 name: Some(name),
+                subject: None,
             }),
         }
     }

@@ -165,6 +165,7 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for GeneratedCredential<W
             return Err(Failure {
                 error: self.refused,
                 name: Some(record.name),
+                subject: None,
             });
         }
         Ok(record.who)

@@ -154,6 +154,13 @@ impl IdentityProviders {
         issuer.discover(self.clock.now_millis()).await.ok()
     }
 
+    /// The name of the issuer of a token that verified, and its claims (see
+    /// [`IdentityProviders::verify`]).
+    pub async fn verify_token(&self, token: &str) -> Result<(String, AccessToken), AuthError> {
+        let verified = self.verify(token).await?;
+        Ok((verified.0.settings.name.clone(), verified.1.clone()))
+    }
+
     /// The token's issuer and verified claims: from memory when this token verified before,
     /// else checked, its signature with one of its issuer's keys.
     async fn verify(&self, token: &str) -> Result<Arc<(Arc<Issuer>, AccessToken)>, AuthError> {

@@ -56,7 +56,9 @@ pub mod scheme;
 
 pub use crate::guard::unauthenticated::AuthError;
 pub use attempts::FailedAttempts;
-pub use authenticator::{AuthRefusal, Authenticator, Listener, NoWitness, Principal, Witness};
+pub use authenticator::{
+    Attempt, AuthRefusal, Authenticator, Listener, NoWitness, Principal, Witness,
+};
 pub use basic::parse_basic;
 pub use layer::{Auth, AuthLayer, AuthMode};
 
@@ -533,6 +535,13 @@ mod tests {
             name: &str,
         ) -> Result<Option<crate::store::AdminLogin>, StoreError> {
             self.store.find_admin_login(name).await
+        }
+        async fn find_bound_admin(
+            &self,
+            issuer: &str,
+            subject: &str,
+        ) -> Result<Option<crate::store::AdminLogin>, StoreError> {
+            self.store.find_bound_admin(issuer, subject).await
         }
         async fn find_bound_peer(
             &self,

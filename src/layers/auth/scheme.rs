@@ -122,6 +122,9 @@ pub struct Failure {
     pub error: AuthError,
     /// The login name tried, if any.
     pub name: Option<String>,
+    /// The identity a verified token named (`issuer:subject`), when it opened nothing: not a
+    /// secret, so the admin API's audit names it.
+    pub subject: Option<String>,
 }
 
 impl std::fmt::Debug for Failure {
@@ -135,7 +138,11 @@ impl std::fmt::Debug for Failure {
 
 impl From<AuthError> for Failure {
     fn from(error: AuthError) -> Self {
-        Self { error, name: None }
+        Self {
+            error,
+            name: None,
+            subject: None,
+        }
     }
 }
 

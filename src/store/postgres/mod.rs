@@ -442,6 +442,28 @@ impl CredentialStore for PostgresStore {
         }))
     }
 
+    async fn find_bound_admin(
+        &self,
+        issuer: &str,
+        subject: &str,
+    ) -> Result<Option<AdminLogin>, StoreError> {
+        let row = sqlx::query(
+            "SELECT a.id, a.name, a.password_hash, a.status FROM admin_identities i \
+             JOIN admins a ON a.id = i.admin_id WHERE i.issuer = $1 AND i.subject = $2",
+        )
+        .bind(issuer)
+        .bind(subject)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(AdminLogin {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            password_hash: None,
+            active: row.try_get::<String, _>("status")? == "active",
+        }))
+    }
+
     async fn find_admin_login(&self, name: &str) -> Result<Option<AdminLogin>, StoreError> {
         let row = sqlx::query("SELECT id, name, password_hash, status FROM admins WHERE name = $1")
             .bind(name)

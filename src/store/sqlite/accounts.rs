@@ -483,6 +483,51 @@ impl AccountChanges for SqliteAccountChange {
         Ok(())
     }
 
+    async fn bind_admin_identity(
+        &mut self,
+        admin_id: &str,
+        (issuer, subject): (&str, &str),
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let holder: Option<String> = sqlx::query_scalar(
+            "SELECT a.name FROM admin_identities i JOIN admins a ON a.id = i.admin_id \
+             WHERE i.issuer = ? AND i.subject = ?",
+        )
+        .bind(issuer)
+        .bind(subject)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        if let Some(holder) = holder {
+            return Err(StoreError::IdentityTaken(holder));
+        }
+        sqlx::query(
+            "INSERT INTO admin_identities (issuer, subject, admin_id, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(issuer)
+        .bind(subject)
+        .bind(admin_id)
+        .bind(now)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn unbind_admin_identity(
+        &mut self,
+        admin_id: &str,
+        (issuer, subject): (&str, &str),
+    ) -> Result<bool, StoreError> {
+        let deleted = sqlx::query(
+            "DELETE FROM admin_identities WHERE issuer = ? AND subject = ? AND admin_id = ?",
+        )
+        .bind(issuer)
+        .bind(subject)
+        .bind(admin_id)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(deleted.rows_affected() > 0)
+    }
+
     async fn unbind_identity(
         &mut self,
         peer_id: &str,
