@@ -257,3 +257,23 @@ fn a_call_to_the_official_python_sdk_server() {
     let (code, _, stderr) = call_as(&other, UPSTREAM_TOKEN, "hello", &[]);
     assert_eq!(code, 3, "{stderr}");
 }
+
+#[test]
+fn the_credential_goes_only_to_the_origin_whose_card_was_verified() {
+    // A verified card whose interface is on another origin (here a port nothing listens on).
+    let served =
+        serve(PolicyEdit::default().insert("server.public_base_url", "http://localhost:1"));
+    let (code, _, stderr) = served.call("hello", &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("--allow-other-origin"), "{stderr}");
+    assert!(
+        !stderr.contains("cannot reach"),
+        "something was sent: {stderr}"
+    );
+    let (code, _, stderr) = served.call("hello", &["--allow-other-origin"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot reach http://localhost:1/"),
+        "{stderr}"
+    );
+}

@@ -601,6 +601,59 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
         "{answer}"
     );
 
+    // `peergate call` gets its own token from the provider at the token URL the verified card
+    // names, keeps it (0600) for the next call, and a wrong secret is refused by the provider.
+    let cache = tempfile::tempdir().unwrap();
+    let base = format!("http://{}", gw.addr);
+    let jwks_url = format!("{base}/.well-known/jwks.json");
+    let call_cli = |secret: &'static str| {
+        let (base, jwks_url, cache) = (base.clone(), jwks_url.clone(), cache.path().to_owned());
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(bin())
+                .args([
+                    "call",
+                    &base,
+                    "hello by client credentials",
+                    "--jwks",
+                    &jwks_url,
+                ])
+                .args([
+                    "--client-id",
+                    "agent-a",
+                    "--client-secret-env",
+                    "TEST_IDP_SECRET",
+                ])
+                .env("TEST_IDP_SECRET", secret)
+                .env("XDG_CACHE_HOME", &cache)
+                .output()
+                .unwrap()
+        })
+    };
+    let called = call_cli("secret-a").await.unwrap();
+    let stderr = String::from_utf8_lossy(&called.stderr);
+    assert_eq!(called.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&called.stdout).contains("hello by client credentials"));
+    let kept: Vec<_> = std::fs::read_dir(cache.path().join("peergate"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&kept[0]).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // The kept token serves the next call, whatever the secret now says.
+    assert_eq!(
+        call_cli("not the secret").await.unwrap().status.code(),
+        Some(0)
+    );
+    std::fs::remove_file(&kept[0]).unwrap();
+    assert_eq!(
+        call_cli("not the secret").await.unwrap().status.code(),
+        Some(4)
+    );
+
     // The provider rotates to a new key on the same address; the gateway's cached set lacks
     // the new kid, so it fetches again (past the cooldown since its last fetch).
     let port = idp.port;

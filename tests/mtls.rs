@@ -142,6 +142,42 @@ async fn a_verified_certificate_opens_the_door_for_the_peer_bound_to_it() {
             "{refused} was let through the handshake"
         );
     }
+    // `peergate call` presents the certificate (with its intermediate) and trusts the door's CA.
+    let chain = pki.path("good-chain.pem");
+    std::fs::write(
+        &chain,
+        [
+            std::fs::read(pki.path("good.pem")).unwrap(),
+            std::fs::read(pki.path("inter.pem")).unwrap(),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let base = format!("https://127.0.0.1:{}", gw.addr.port());
+    let jwks = format!("{base}/.well-known/jwks.json");
+    let (ca, key) = (server_file("ca.pem"), pki.path("good.key"));
+    let args = [
+        "call",
+        base.as_str(),
+        "hello over mutual TLS",
+        "--jwks",
+        jwks.as_str(),
+        "--ca",
+        ca.as_str(),
+        "--cert",
+        chain.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        cli(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("hello over mutual TLS"), "{stdout}");
+
     // Unbinding (or revoking the peer) refuses the certificate on the next request.
     cli_ok(
         &gw,

@@ -16,6 +16,8 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 pub fn door_url(policy: &Policy, listen: std::net::SocketAddr) -> String {
     let base = match &policy.server.public_base_url {
         Some(base) => base.clone(),
+        // The door's own TLS makes its own address an https one.
+        None if policy.server.tls.is_some() => format!("https://{listen}"),
         None => format!("http://{listen}"),
     };
     format!("{base}{}", policy.server.a2a_path)

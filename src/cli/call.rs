@@ -74,15 +74,38 @@ pub(super) struct CallArgs {
     #[arg(long)]
     insecure_unsigned: bool,
     /// A PEM file of CA certificates trusted besides the system's roots.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, visible_alias = "ca", value_name = "FILE")]
     ca_file: Option<PathBuf>,
+    /// Get an access token from the agent's identity provider with this client id (OAuth 2.0
+    /// client credentials), at the token URL the verified card names or --token-url.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["token", "basic", "api_key"])]
+    client_id: Option<String>,
+    /// The environment variable holding the client secret (never the secret itself).
+    #[arg(long, value_name = "VAR", requires = "client_id")]
+    client_secret_env: Option<String>,
+    /// The scopes to ask for [default: a2a:message a2a:tasks:read].
+    #[arg(long, value_name = "SCOPES", requires = "client_id")]
+    scope: Option<String>,
+    /// The provider's token endpoint, instead of the one the card names.
+    #[arg(long, value_name = "URL", requires = "client_id")]
+    token_url: Option<String>,
+    /// A client certificate (PEM, leaf first) to present when the agent asks for one.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
+    /// Send the credential to the card's interface even when it is on another origin than the
+    /// card (by default it goes only to the origin whose card was verified).
+    #[arg(long)]
+    allow_other_origin: bool,
     /// How long to wait for the answer, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     timeout: u64,
 }
 
 /// A failure with its exit status.
-fn exit(code: u8, message: impl Into<String>) -> CliError {
+pub(super) fn exit(code: u8, message: impl Into<String>) -> CliError {
     CliError {
         message: message.into(),
         exit_code: code,
@@ -95,8 +118,8 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
     let card_text = fetch_document(&client, &card_url, "the card").await?;
     let card = check_card(&client, &args, &card_text).await?;
     let (interface, verified) = card;
-    let endpoint = endpoint(&interface, &card_url, verified)?;
-    let credential = credential(&args, &interface.card)?;
+    let endpoint = endpoint(&interface, &card_url, verified, args.allow_other_origin)?;
+    let credential = credential(&args, &interface.card, &client, verified).await?;
 
     let mut message = json!({
         "messageId": uuid::Uuid::new_v4().to_string(),
@@ -288,8 +311,15 @@ fn allowed(url: &reqwest::Url) -> Result<(), CliError> {
     }
 }
 
-/// The interface's URL, checked: an unverified card may only point at its own origin.
-fn endpoint(interface: &Interface, card_url: &str, verified: bool) -> Result<String, CliError> {
+/// The interface's URL, checked: the credential goes to the origin whose card was read (and
+/// verified) only, unless the caller allows another one; an unverified card may never point
+/// elsewhere.
+fn endpoint(
+    interface: &Interface,
+    card_url: &str,
+    verified: bool,
+    allow_other_origin: bool,
+) -> Result<String, CliError> {
     let url = reqwest::Url::parse(&interface.url)
         .map_err(|_| exit(EXIT_OTHER, "the card's JSON-RPC interface URL is not a URL"))?;
     allowed(&url)?;
@@ -299,6 +329,15 @@ fn endpoint(interface: &Interface, card_url: &str, verified: bool) -> Result<Str
             EXIT_CARD_NOT_VERIFIED,
             format!(
                 "the unverified card points to another origin ({}); verify it with --jwks or --secret",
+                url.origin().ascii_serialization()
+            ),
+        ));
+    }
+    if !allow_other_origin && url.origin() != card.origin() {
+        return Err(exit(
+            EXIT_OTHER,
+            format!(
+                "the card's interface is on another origin ({}) than the card; the credential goes there only with --allow-other-origin",
                 url.origin().ascii_serialization()
             ),
         ));
@@ -313,7 +352,29 @@ enum Credential {
     None,
 }
 
-fn credential(args: &CallArgs, card: &Value) -> Result<Credential, CliError> {
+async fn credential(
+    args: &CallArgs,
+    card: &Value,
+    client: &reqwest::Client,
+    verified: bool,
+) -> Result<Credential, CliError> {
+    if let Some(client_id) = &args.client_id {
+        let token = super::client_credentials::access_token(
+            client,
+            super::client_credentials::Request {
+                client_id,
+                secret_env: args.client_secret_env.as_deref(),
+                scope: args
+                    .scope
+                    .as_deref()
+                    .unwrap_or("a2a:message a2a:tasks:read"),
+                token_url: args.token_url.as_deref(),
+                card: verified.then_some(card),
+            },
+        )
+        .await?;
+        return Ok(Credential::Bearer(token));
+    }
     if let Some(token) = &args.token {
         return Ok(Credential::Bearer(token.clone()));
     }
@@ -345,7 +406,13 @@ fn credential(args: &CallArgs, card: &Value) -> Result<Credential, CliError> {
 }
 
 fn client(args: &CallArgs) -> Result<reqwest::Client, CliError> {
-    let tls = crate::http::tls::client_config(args.ca_file.as_deref(), "--ca-file", false)?;
+    let identity = args.cert.as_deref().zip(args.key.as_deref());
+    let tls = crate::http::tls::client_config_presenting(
+        args.ca_file.as_deref(),
+        "--ca-file",
+        false,
+        identity,
+    )?;
     crate::http::tls::client_builder(&tls)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()

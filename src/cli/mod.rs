@@ -4,6 +4,7 @@
 mod admin;
 pub mod call;
 mod card;
+mod client_credentials;
 mod keys;
 mod peer;
 mod store;

@@ -64,6 +64,17 @@ pub fn client_config(
     setting: &'static str,
     require_roots: bool,
 ) -> Result<Arc<rustls::ClientConfig>, TlsSetupError> {
+    client_config_presenting(ca_file, setting, require_roots, None)
+}
+
+/// As [`client_config`], presenting the client certificate chain and key of the PEM files
+/// `identity` (certificate, key) when a server asks for one.
+pub fn client_config_presenting(
+    ca_file: Option<&Path>,
+    setting: &'static str,
+    require_roots: bool,
+    identity: Option<(&Path, &Path)>,
+) -> Result<Arc<rustls::ClientConfig>, TlsSetupError> {
     let mut roots = rustls::RootCertStore::empty();
     // A malformed system certificate is skipped, as every TLS client does.
     let _ = roots.add_parsable_certificates(system_roots().iter().cloned());
@@ -90,8 +101,20 @@ pub fn client_config(
     ))
     .with_safe_default_protocol_versions()
     .map_err(|e| TlsSetupError::Config(e.to_string()))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let config = match identity {
+        None => config.with_no_client_auth(),
+        Some((cert_file, key_file)) => {
+            let chain = CertificateDer::pem_file_iter(cert_file)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| TlsSetupError::Config(format!("--cert: {}", pem_reason(&e))))?;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key_file)
+                .map_err(|_| TlsSetupError::Config("--key: not a PEM private key".to_owned()))?;
+            config
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| TlsSetupError::Config(format!("--cert/--key: {e}")))?
+        }
+    };
     Ok(Arc::new(config))
 }
 

@@ -1,0 +1,231 @@
+//! `peergate call --client-id`: an access token from the agent's identity provider by OAuth 2.0
+//! client credentials (RFC 6749 §4.4), kept until shortly before it expires.
+//!
+//! * The secret comes from an environment variable the caller names, never from the command
+//!   line, and goes only to the token endpoint: the one `--token-url` names, or the one a
+//!   *verified* card names in its `oauth2SecurityScheme` (an unverified card could steer the
+//!   secret anywhere, so it is never asked). `https`, or `http` to loopback; no redirects.
+//! * The token is kept in the user's cache directory (`$XDG_CACHE_HOME/peergate`, else
+//!   `~/.cache/peergate`; the directory 0700, the file 0600) under a hash of the endpoint, the
+//!   client id and the scopes, and used again while more than a minute of it is left.
+
+use super::CliError;
+use super::call::{EXIT_AUTH_REFUSED, EXIT_OTHER, exit};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What a token request needs.
+pub(super) struct Request<'a> {
+    /// The client id.
+    pub client_id: &'a str,
+    /// The environment variable holding the secret.
+    pub secret_env: Option<&'a str>,
+    /// The scopes, space-separated.
+    pub scope: &'a str,
+    /// The endpoint the caller named.
+    pub token_url: Option<&'a str>,
+    /// The card, when its signature verified.
+    pub card: Option<&'a Value>,
+}
+
+/// How long before its end a kept token is no longer used.
+const MARGIN_SECONDS: u64 = 60;
+
+/// An access token for `request`: a kept one with time left, else a new one.
+pub(super) async fn access_token(
+    client: &reqwest::Client,
+    request: Request<'_>,
+) -> Result<String, CliError> {
+    let token_url = token_url(&request)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let kept = cache_path(&token_url, request.client_id, request.scope);
+    if let Some(token) = kept.as_ref().and_then(|path| read_kept(path, now)) {
+        return Ok(token);
+    }
+    let secret = match request.secret_env {
+        Some(name) => std::env::var(name).map_err(|_| {
+            exit(
+                EXIT_OTHER,
+                format!("--client-secret-env: the environment variable {name} is not set"),
+            )
+        })?,
+        None => {
+            return Err(exit(
+                EXIT_OTHER,
+                "--client-id needs --client-secret-env VAR naming the variable that holds the secret",
+            ));
+        }
+    };
+    let form = format!(
+        "grant_type=client_credentials&scope={}",
+        form_encode(request.scope)
+    );
+    let response = client
+        .post(&token_url)
+        // RFC 6749 §2.3.1: the id and secret are form-encoded before Basic.
+        .basic_auth(form_encode(request.client_id), Some(form_encode(&secret)))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("accept", "application/json")
+        .timeout(Duration::from_secs(20))
+        .body(form)
+        .send()
+        .await
+        .map_err(|_| {
+            exit(
+                EXIT_OTHER,
+                format!("cannot reach the token endpoint {token_url}"),
+            )
+        })?;
+    let status = response.status().as_u16();
+    let mut response = response;
+    let body = crate::http::client::read_bounded(&mut response, 64 * 1024)
+        .await
+        .map_err(|_| {
+            exit(
+                EXIT_OTHER,
+                "the token endpoint's answer broke off or is too large",
+            )
+        })?;
+    let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if status != 200 {
+        // The provider's error code (RFC 6749 §5.2) is a fixed word; nothing else is shown.
+        let code = answer["error"]
+            .as_str()
+            .filter(|c| c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+            .unwrap_or("no error code");
+        return Err(exit(
+            EXIT_AUTH_REFUSED,
+            format!("the identity provider refused the client (HTTP {status}, {code})"),
+        ));
+    }
+    let token = answer["access_token"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            exit(
+                EXIT_OTHER,
+                "the token endpoint's answer holds no access_token",
+            )
+        })?
+        .to_owned();
+    let lifetime = answer["expires_in"].as_u64().unwrap_or(0);
+    if let Some(path) = kept
+        && lifetime > MARGIN_SECONDS
+    {
+        keep(&path, &token, now + lifetime);
+    }
+    Ok(token)
+}
+
+/// The endpoint: the caller's, else the verified card's client-credentials flow's.
+fn token_url(request: &Request<'_>) -> Result<String, CliError> {
+    let url = match (request.token_url, request.card) {
+        (Some(url), _) => url.to_owned(),
+        (None, Some(card)) => card["securitySchemes"]
+            .as_object()
+            .into_iter()
+            .flat_map(|schemes| schemes.values())
+            .find_map(|scheme| {
+                scheme["oauth2SecurityScheme"]["flows"]["clientCredentials"]["tokenUrl"].as_str()
+            })
+            .ok_or_else(|| {
+                exit(
+                    EXIT_OTHER,
+                    "the card names no client-credentials token URL; give --token-url",
+                )
+            })?
+            .to_owned(),
+        (None, None) => {
+            return Err(exit(
+                EXIT_OTHER,
+                "the card is not verified, so its token URL is not used: give --token-url",
+            ));
+        }
+    };
+    let parsed =
+        reqwest::Url::parse(&url).map_err(|_| exit(EXIT_OTHER, "the token URL is not a URL"))?;
+    let host = parsed
+        .host_str()
+        .unwrap_or_default()
+        .trim_matches(['[', ']']);
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match parsed.scheme() {
+        "https" => Ok(url),
+        "http" if loopback => Ok(url),
+        _ => Err(exit(
+            EXIT_OTHER,
+            "the token URL must be https (http only to loopback)",
+        )),
+    }
+}
+
+/// `application/x-www-form-urlencoded` for one value.
+fn form_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_owned(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+/// Where the token for (endpoint, client, scopes) is kept; `None` without a home directory.
+fn cache_path(token_url: &str, client_id: &str, scope: &str) -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    let mut hasher = Sha256::new();
+    for part in [token_url, client_id, scope] {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    let name: String = hasher
+        .finalize()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Some(base.join("peergate").join(format!("token-{name}.json")))
+}
+
+fn read_kept(path: &PathBuf, now: u64) -> Option<String> {
+    let kept: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let expires_at = kept["expires_at"].as_u64()?;
+    (expires_at > now + MARGIN_SECONDS)
+        .then(|| kept["access_token"].as_str().map(str::to_owned))
+        .flatten()
+}
+
+/// Keeps the token for the next call; failing to is no error (the next call asks again).
+fn keep(path: &PathBuf, token: &str, expires_at: u64) {
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    let Some(dir) = path.parent() else { return };
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
+    let kept = serde_json::json!({"access_token": token, "expires_at": expires_at});
+    let temporary = path.with_extension("tmp");
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)
+        .and_then(|mut file| file.write_all(kept.to_string().as_bytes()));
+    if written.is_ok() {
+        let _ = std::fs::rename(&temporary, path);
+    }
+}
