@@ -104,7 +104,7 @@ enum Command {
     /// Call an agent: verify its card, send one message, print the answer. Exits 0 when
     /// answered, 3 when the card is not verified, 4 when the credential is refused, 5 when rate
     /// limited, 6 when the task failed or was rejected, 1 otherwise.
-    Call(call::CallArgs),
+    Call(Box<call::CallArgs>),
     /// Move the store of record (the embedded SQLite store into PostgreSQL).
     #[command(subcommand)]
     Store(StoreCommand),
@@ -424,7 +424,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Peer(command) => peer::run(command).await,
         Command::Admin(command) => admin::run(command).await,
         Command::Card(command) => card::run(command).await,
-        Command::Call(args) => call::run(args).await,
+        Command::Call(args) => call::run(*args).await,
         Command::Keys(command) => keys::run(command).await,
         Command::Store(command) => store::run(command).await,
         Command::Backup { file, data } => {
