@@ -736,15 +736,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_unverified_card_may_not_point_elsewhere() {
+    fn a_card_may_point_elsewhere_only_verified_and_allowed() {
         let interface = Interface {
             card: json!({}),
             url: "https://elsewhere.example/a2a".to_owned(),
         };
         let card = "https://agent.example/.well-known/agent-card.json";
-        let error = endpoint(&interface, card, false).unwrap_err();
+        let error = endpoint(&interface, card, false, true).unwrap_err();
         assert_eq!(error.exit_code, EXIT_CARD_NOT_VERIFIED);
-        assert!(endpoint(&interface, card, true).is_ok());
+        let error = endpoint(&interface, card, true, false).unwrap_err();
+        assert!(error.message.contains("--allow-other-origin"));
+        assert!(endpoint(&interface, card, true, true).is_ok());
     }
 
     #[test]
