@@ -765,3 +765,84 @@ async fn administrators_sign_in_with_the_organisations_provider() {
     assert_eq!(get(token).await.0, 401);
     gw.stop().await;
 }
+
+/// A flood of tokens naming kids the issuer never had costs its key server at most one fetch per
+/// cooldown, and a token with the real kid keeps working meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_kids_cost_the_key_server_one_fetch_per_cooldown() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let key = TestKey::new("acme-1", 41);
+    let set = jwks(&[&key]);
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counted = fetches.clone();
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let set = set.clone();
+            async move { ([("content-type", "application/json")], set) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let jwks_uri = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let extra = vec![
+        ("jwks_uri", json!(jwks_uri)),
+        ("dangerous_allow_http_loopback", json!(true)),
+    ];
+    let policy = policy_with(&[("acme", ACME, None, extra)])
+        .set("limits.failed_auth_per_ip_per_minute", 1_000_000)
+        .set("limits.per_ip_per_minute", 1_000_000);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    gw.add_peer("partner");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    let good = key.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    assert_eq!(call(&gw.door, &good, get_task("x")).await.0, 200);
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        1,
+        "the first token fetched the set"
+    );
+    // 200 made-up kids, 20 at a time (the per-address connection cap is 64).
+    for batch in 0..10 {
+        let flood: Vec<_> = (0..20)
+            .map(|i| {
+                let forger = TestKey::new(&format!("made-up-{batch}-{i}"), 42);
+                let token =
+                    forger.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+                let door = gw.door.clone();
+                tokio::spawn(async move { call(&door, &token, get_task("x")).await.0 })
+            })
+            .collect();
+        for refused in flood {
+            assert_eq!(refused.await.unwrap(), 401);
+        }
+    }
+    assert_eq!(call(&gw.door, &good, get_task("y")).await.0, 200);
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        1,
+        "200 unknown kids within the cooldown of the first fetch: no refetch"
+    );
+    // Past the cooldown, unknown kids cost one fetch between them.
+    gw.clock.advance(Duration::from_secs(31));
+    for i in 0..20 {
+        let made_up = TestKey::new(&format!("later-{i}"), 43);
+        let token = made_up.access_token(ACME, AUDIENCE, "agent-a", "", now_s());
+        assert_eq!(call(&gw.door, &token, get_task("x")).await.0, 401);
+    }
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "one fetch per cooldown");
+    gw.stop().await;
+}
