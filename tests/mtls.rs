@@ -303,3 +303,53 @@ async fn a_certificate_bound_token_needs_its_certificate() {
     }
     gw.stop().await;
 }
+
+/// The same with a real provider: panva's oidc-provider issues a token bound to the client's
+/// certificate (the client registered for RFC 8705 bound tokens).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_providers_certificate_bound_token_needs_its_certificate() {
+    let pki = TestPki::generate();
+    let key = TestKey::new("idp-1", 22);
+    let audience = "https://gw.example.com/a2a/v1";
+    let client = json!({"client_id": "agent-a", "client_secret": "secret-a",
+        "scope": "a2a:tasks:read", "tls_client_certificate_bound_access_tokens": true});
+    let Some(idp) = TestIdp::start_with_clients(audience, vec![client], &[&key], 0) else {
+        return;
+    };
+    let edit = policy(&pki, &["bearer", "jwt", "mtls"], false).push_table(
+        "auth.issuers",
+        &[
+            ("name", "acme".into()),
+            ("issuer", idp.issuer.as_str().into()),
+            ("audience", audience.into()),
+            ("dangerous_allow_http_loopback", true.into()),
+        ],
+    );
+    let gw = TestGateway::start_with(edit.policy()).await;
+    gw.add_peer("partner");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "partner",
+            "--issuer",
+            "acme",
+            "--subject",
+            "agent-a",
+        ],
+    );
+    let pem = std::fs::read_to_string(pki.path("good.pem")).unwrap();
+    let bound = idp
+        .token_for_certificate(("agent-a", "secret-a"), "a2a:tasks:read", Some(&pem))
+        .await;
+    let with_it = post(&pki.client(Some("good")), &gw, Some(&bound), get_task("x"))
+        .await
+        .unwrap();
+    assert_eq!(with_it.0, 200, "{with_it:?}");
+    let without = post(&pki.client(None), &gw, Some(&bound), get_task("x"))
+        .await
+        .unwrap();
+    assert_eq!(without.0, 401, "{without:?}");
+    gw.stop().await;
+}

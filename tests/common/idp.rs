@@ -143,14 +143,27 @@ impl TestIdp {
         keys: &[&TestKey],
         port: u16,
     ) -> Option<Self> {
+        let clients: Vec<Value> = clients
+            .iter()
+            .map(|(id, secret, scope)| {
+                json!({"client_id": id, "client_secret": secret, "scope": scope})
+            })
+            .collect();
+        Self::start_with_clients(audience, clients, keys, port)
+    }
+
+    /// As [`TestIdp::start`], with the clients' metadata as JSON (e.g.
+    /// `"tls_client_certificate_bound_access_tokens": true`).
+    pub fn start_with_clients(
+        audience: &str,
+        clients: Vec<Value>,
+        keys: &[&TestKey],
+        port: u16,
+    ) -> Option<Self> {
         let work = installed_idp()?;
         let mut file = tempfile::NamedTempFile::new().unwrap();
         let private = json!({"keys": keys.iter().map(|k| k.private_jwk()).collect::<Vec<_>>()});
         std::io::Write::write_all(&mut file, private.to_string().as_bytes()).unwrap();
-        let clients: Vec<Value> = clients
-            .iter()
-            .map(|(id, secret, scope)| json!({"client_id": id, "client_secret": secret, "scope": scope}))
-            .collect();
         let mut child = Command::new("node")
             .arg(work.join("server.mjs"))
             .env("IDP_PORT", port.to_string())
@@ -180,8 +193,31 @@ impl TestIdp {
 
     /// A client-credentials access token for `client` with `scope`.
     pub async fn token(&self, client: (&str, &str), scope: &str) -> String {
-        let response = reqwest::Client::new()
-            .post(format!("{}/token", self.issuer))
+        self.token_for_certificate(client, scope, None).await
+    }
+
+    /// A token bound (RFC 8705) to the PEM certificate `certificate` when given: the provider
+    /// reads it from the `x-client-cert` header, as behind a TLS-terminating proxy.
+    pub async fn token_for_certificate(
+        &self,
+        client: (&str, &str),
+        scope: &str,
+        certificate: Option<&str>,
+    ) -> String {
+        let mut request = reqwest::Client::new().post(format!("{}/token", self.issuer));
+        if let Some(pem) = certificate {
+            let encoded: String = pem
+                .bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                        (b as char).to_string()
+                    }
+                    other => format!("%{other:02X}"),
+                })
+                .collect();
+            request = request.header("x-client-cert", encoded);
+        }
+        let response = request
             .basic_auth(client.0, Some(client.1))
             .header("content-type", "application/x-www-form-urlencoded")
             .body(format!(
