@@ -866,3 +866,76 @@ async fn a_peers_stream_cap_holds_across_both_instances() {
     model.set(ModelBehaviour::Answer);
     model.release_one();
 }
+
+/// A binding removed through one instance refuses the identity's still-valid token on the other
+/// within a second, although that instance had verified it and keeps verdicts for five.
+#[tokio::test]
+async fn unbinding_through_one_instance_is_refused_on_the_other_within_a_second() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let key = TestKey::new("acme-1", 51);
+    let keys = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(keys.path(), jwks(&[&key])).unwrap();
+    let issuer = "https://idp.acme.example";
+    let audience = "https://door.example/a2a/v1";
+    let keys_path = keys.path().to_str().unwrap().to_owned();
+    let Some(shared) = Shared::start(&model, |policy| {
+        policy.set("auth.schemes", ["bearer", "jwt"]).push_table(
+            "auth.issuers",
+            &[
+                ("name", "acme".into()),
+                ("issuer", issuer.into()),
+                ("audience", audience.into()),
+                ("jwks_file", keys_path.as_str().into()),
+            ],
+        )
+    }) else {
+        return;
+    };
+    shared.peer("alice", "600/min");
+    let (code, _, stderr) = shared.cli(&[
+        "peer",
+        "bind",
+        "alice",
+        "--issuer",
+        "acme",
+        "--subject",
+        "agent-a",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (a, b) = (shared.instance(), shared.instance());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let token = key.access_token(issuer, audience, "agent-a", "a2a:tasks:read", now);
+    assert_eq!(
+        post_raw(&a.door(), Some(&token), get_task_request("none"))
+            .await
+            .0,
+        200
+    );
+    let (status, body) = admin_post(
+        &b,
+        "/v1/peers/alice/identities/unbind",
+        json!({"issuer": "acme", "subject": "agent-a"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let unbound_at = Instant::now();
+    let mut refused = false;
+    while unbound_at.elapsed() < Duration::from_secs(1) {
+        if post_raw(&a.door(), Some(&token), get_task_request("none"))
+            .await
+            .0
+            == 401
+        {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        refused,
+        "the other instance still took the unbound identity after a second"
+    );
+}
