@@ -3,7 +3,9 @@
 # (policies/bench.toml) for the public card (fetched, and revalidated: 304), an authenticated
 # SendMessage on the echo backend (checked afterwards against the tasks in the store), floods
 # of bad tokens (401: one revoked token, one failing its checksum, and distinct unknown tokens)
-# and a peer over its limit (429).
+# and a peer over its limit (429); then an identity provider's access tokens (the "jwt"
+# scheme): a remembered token against a peer token, distinct forged tokens with a known kid
+# (each a signature check), and a valid peer's latency while that flood runs.
 # Prints requests/s, p50, p99 and the ratio to the bare server's run of the same method.
 #
 #   bench/load.sh [SECONDS_PER_RUN] [CONNECTIONS]     (defaults: 10 and 50)
@@ -99,7 +101,42 @@ token=$("$peergate" peer add bench --rate 1000000000/min --data "$data" 2>/dev/n
 limited=$("$peergate" peer add limited --rate 1/min --data "$data" 2>/dev/null)
 revoked=$("$peergate" peer add revoked --data "$data" 2>/dev/null)
 "$peergate" peer revoke revoked --data "$data" 2>/dev/null
-"$peergate" serve --policy "${BENCH_POLICY:-policies/bench.toml}" --listen "127.0.0.1:$gate_port" --admin-listen "127.0.0.1:$admin_port" --data "$data" 2>"$work/peergate.log" &
+# An identity provider's key (ES256) and its JWKS, a peer bound to its subject, and a policy
+# that takes its tokens besides peer tokens.
+"$peergate" keys generate --alg ES256 --kid bench-idp --out "$work/idp.pem" >/dev/null 2>&1
+"$peergate" peer add idp-peer --rate 1000000000/min --data "$data" >/dev/null 2>&1
+"$peergate" peer bind idp-peer --issuer bench --subject bench-client --data "$data" 2>/dev/null
+openssl pkey -in "$work/idp.pem" -pubout -outform DER -out "$work/idp.pub.der"
+policy="$work/policy.toml"
+sed 's/^schemes = \["bearer"\]/schemes = ["bearer", "jwt"]/' "${BENCH_POLICY:-policies/bench.toml}" >"$policy"
+printf '\n[[auth.issuers]]\nname = "bench"\nissuer = "https://idp.bench.example"\naudience = "https://gw.bench.example/a2a/v1"\njwks_file = "%s"\n' "$work/jwks.json" >>"$policy"
+python3 - "$work" <<'PY'
+import base64, json, os, secrets, subprocess, sys, time
+work = sys.argv[1]
+b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+point = open(f"{work}/idp.pub.der", "rb").read()[-65:]
+json.dump({"keys": [{"kty": "EC", "crv": "P-256", "kid": "bench-idp", "alg": "ES256",
+                     "x": b64(point[1:33]), "y": b64(point[33:65])}]}, open(f"{work}/jwks.json", "w"))
+now = int(time.time())
+header = b64(json.dumps({"alg": "ES256", "typ": "at+jwt", "kid": "bench-idp"}).encode())
+def payload(jti):
+    return b64(json.dumps({"iss": "https://idp.bench.example", "aud": "https://gw.bench.example/a2a/v1",
+        "client_id": "bench-client", "scope": "a2a:message a2a:tasks:read", "iat": now,
+        "exp": now + 3600, "jti": jti}).encode())
+signing_input = f"{header}.{payload('bench')}"
+der = subprocess.run(["openssl", "dgst", "-sha256", "-sign", f"{work}/idp.pem"],
+                     input=signing_input.encode(), capture_output=True, check=True).stdout
+# DER ECDSA-Sig-Value to r || s, 32 bytes each.
+r_len = der[3]; r = der[4:4 + r_len]; s_len = der[5 + r_len]; s = der[6 + r_len:6 + r_len + s_len]
+raw = r.lstrip(b"\0").rjust(32, b"\0") + s.lstrip(b"\0").rjust(32, b"\0")
+open(f"{work}/jwt", "w").write(f"{signing_input}.{b64(raw)}")
+# Distinct forged tokens: the known kid, each its own claims, a signature that is not one.
+with open(f"{work}/forged", "w") as out:
+    for i in range(200000):
+        out.write(f"{header}.{payload(secrets.token_hex(8))}.{b64(secrets.token_bytes(64))}\n")
+PY
+jwt=$(cat "$work/jwt")
+"$peergate" serve --policy "$policy" --listen "127.0.0.1:$gate_port" --admin-listen "127.0.0.1:$admin_port" --data "$data" 2>"$work/peergate.log" &
 pids+=($!)
 wait_for_port "$gate_port"
 door="http://127.0.0.1:$gate_port/a2a/v1"
@@ -129,6 +166,24 @@ distinct_script=bench/wrk/distinct_tokens.lua
 run "401 flood: distinct unknown tokens" 401 "$door" "Bearer $(head -1 "$work/tokens")"
 status "$door" "Bearer $limited" >/dev/null
 run "429 flood: peer over its limit" 429 "$door" "Bearer $limited"
+get_body='{"jsonrpc":"2.0","id":2,"method":"GetTask","params":{"id":"0190a0a0-0000-7000-8000-000000000000"}}'
+BODY_SAVED=$send_body
+send_body=$get_body
+run "GetTask, peer token" 200 "$door" "Bearer $token"
+run "GetTask, remembered JWT" 200 "$door" "Bearer $jwt"
+cp "$work/forged" "$work/tokens"
+distinct_script=bench/wrk/distinct_tokens.lua
+run "401 flood: distinct forged JWTs" 401 "$door" "Bearer $(head -1 "$work/forged")"
+# A valid peer's latency while the forged-token flood runs beside it, half the connections each.
+TOKENS="$work/forged" BODY="$get_body" wrk -t1 -c$((connections / 2)) -d"${duration}s" -s bench/wrk/distinct_tokens.lua "$door" >/dev/null &
+flood=$!
+saved_connections=$connections
+connections=$((connections / 2))
+run "GetTask, peer token, beside the flood" 200 "$door" "Bearer $token"
+connections=$saved_connections
+wait "$flood" || true
+send_body=$BODY_SAVED
+run "SendMessage, echo, remembered JWT" 200 "$door" "Bearer $jwt"
 # Last: its writes would otherwise compete, as the kernel flushes them, with the runs after it.
 run "SendMessage, echo, task persisted" 200 "$door" "Bearer $token"
 # Every answer counted above must be a completed task in the store, not a JSON-RPC error.

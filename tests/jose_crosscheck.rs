@@ -392,3 +392,101 @@ fn a_short_ed25519_key_is_refused_by_peergate_and_panics_jsonwebtoken() {
         "jsonwebtoken no longer panics: {outcome:?}"
     );
 }
+
+/// Access tokens signed by jsonwebtoken (RS256 with an RSA key openssl made, PS256, ES256)
+/// verify under peergate's access-token verifier with the public halves in a JWKS, and a
+/// changed claim does not: the RSA check peergate does with ring agrees with an independent
+/// signer.
+#[test]
+fn access_tokens_jsonwebtoken_signs_verify_under_peergates_verifier() {
+    use peergate::jose::access_token::{self, AccessTokenRules};
+    jwt_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let openssl = |args: &[&str]| {
+        let output = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "openssl {args:?}");
+        output.stdout
+    };
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        "rsa_keygen_bits:2048",
+        "-out",
+        "rsa.pem",
+    ]);
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        "ec.pem",
+    ]);
+    // jsonwebtoken without its PEM feature reads DER: PKCS#1 for RSA, PKCS#8 for EC.
+    let rsa_der = openssl(&["rsa", "-in", "rsa.pem", "-outform", "DER", "-traditional"]);
+    let ec_der = openssl(&[
+        "pkcs8", "-topk8", "-nocrypt", "-in", "ec.pem", "-outform", "DER",
+    ]);
+    // The public halves as a JWKS, read off by openssl.
+    let modulus =
+        String::from_utf8(openssl(&["rsa", "-in", "rsa.pem", "-modulus", "-noout"])).unwrap();
+    let n = unhex(modulus.trim().trim_start_matches("Modulus="));
+    let spki = openssl(&["pkey", "-in", "ec.pem", "-pubout", "-outform", "DER"]);
+    let point = &spki[spki.len() - 65..];
+    let rsa = |kid: &str, alg: &str| json!({"kty": "RSA", "kid": kid, "alg": alg, "n": b64url(&n), "e": "AQAB"});
+    let jwks = json!({"keys": [
+        rsa("rsa-1", "RS256"),
+        rsa("rsa-pss", "PS256"),
+        {"kty": "EC", "crv": "P-256", "kid": "ec-1", "x": b64url(&point[1..33]), "y": b64url(&point[33..65])},
+    ]});
+    let mut keys = TrustedKeys::new();
+    assert_eq!(keys.add_issuer_jwks(&jwks.to_string()), Ok(0), "{jwks}");
+    let rules = AccessTokenRules {
+        issuer: "https://idp.example".to_owned(),
+        audience: "https://gw.example/a2a/v1".to_owned(),
+        algorithms: vec!["RS256".into(), "PS256".into(), "ES256".into()],
+        plain_jwt: false,
+        skew: std::time::Duration::from_secs(60),
+        max_lifetime: std::time::Duration::from_secs(3600),
+    };
+    let now = 1_800_000_000i64;
+    let claims = json!({"iss": rules.issuer, "aud": rules.audience, "client_id": "partner",
+        "scope": "a2a:message", "iat": now, "exp": now + 300});
+    for (kid, alg) in [
+        ("rsa-1", Algorithm::RS256),
+        ("rsa-pss", Algorithm::PS256),
+        ("ec-1", Algorithm::ES256),
+    ] {
+        let mut header = jsonwebtoken::Header::new(alg);
+        header.kid = Some(kid.to_owned());
+        header.typ = Some("at+jwt".to_owned());
+        let key = if alg == Algorithm::ES256 {
+            jsonwebtoken::EncodingKey::from_ec_der(&ec_der)
+        } else {
+            jsonwebtoken::EncodingKey::from_rsa_der(&rsa_der)
+        };
+        let token = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+        let parsed = access_token::parse(&token, false).unwrap();
+        let verified = access_token::verify(&parsed, &keys, &rules, now * 1000)
+            .unwrap_or_else(|e| panic!("{alg:?}: {e}"));
+        assert_eq!(verified.subject, "partner");
+        // The same signature over a changed claim.
+        let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
+        let mut changed = claims.clone();
+        changed["scope"] = json!("a2a:message a2a:push");
+        parts[1] = b64url(changed.to_string().as_bytes());
+        let forged = parts.join(".");
+        let parsed = access_token::parse(&forged, false).unwrap();
+        assert!(
+            access_token::verify(&parsed, &keys, &rules, now * 1000).is_err(),
+            "{alg:?}: a changed claim verified"
+        );
+    }
+}
