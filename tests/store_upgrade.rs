@@ -59,7 +59,9 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
             (7, true),
             (8, true),
             (9, true),
-            (10, true)
+            (10, true),
+            (11, true),
+            (12, true)
         ],
         "the old version is adopted, not run again; the newer migrations run"
     );
@@ -122,7 +124,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let again = Store::open(dir.path()).await.unwrap();
     assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
     again.close().await;
-    assert_eq!(applied_migrations(dir.path()).await.len(), 10);
+    assert_eq!(applied_migrations(dir.path()).await.len(), 12);
 }
 
 #[tokio::test]
@@ -242,7 +244,9 @@ async fn an_adoption_cut_short_is_finished_by_the_next_open() {
             (7, true),
             (8, true),
             (9, true),
-            (10, true)
+            (10, true),
+            (11, true),
+            (12, true)
         ]
     );
 }
