@@ -353,3 +353,66 @@ async fn a_providers_certificate_bound_token_needs_its_certificate() {
     assert_eq!(without.0, 401, "{without:?}");
     gw.stop().await;
 }
+
+/// Behind a TLS-terminating proxy (the nginx example): the certificate it verified and
+/// forwarded is read only when the request comes from a trusted proxy.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forwarded_certificate_counts_from_trusted_proxies_only() {
+    let pki = TestPki::generate();
+    let pem = std::fs::read_to_string(pki.path("good.pem")).unwrap();
+    let escaped: String = pem
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect();
+    for (proxies, expected) in [("127.0.0.1/32", 200), ("10.0.0.0/8", 401)] {
+        let policy = PolicyEdit::default()
+            .set("auth.schemes", ["bearer", "mtls"])
+            .insert(
+                "auth.forwarded_client_certificate_header",
+                "X-SSL-Client-Cert",
+            )
+            .set("server.trusted_proxies", [proxies]);
+        let gw = TestGateway::start_with(policy.policy()).await;
+        gw.add_peer("partner");
+        cli_ok(
+            &gw,
+            &[
+                "peer",
+                "bind",
+                "partner",
+                "--certificate-san",
+                "spiffe://acme.example/agent",
+            ],
+        );
+        let response = reqwest::Client::new()
+            .post(&gw.door)
+            .header("content-type", "application/json")
+            .header("x-ssl-client-cert", &escaped)
+            .body(get_task("x"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), expected, "proxies {proxies}");
+        gw.stop().await;
+    }
+    // Without trusted proxies the setting could never apply: refused at start, named.
+    let lone = PolicyEdit::default()
+        .set("auth.schemes", ["bearer", "mtls"])
+        .insert(
+            "auth.forwarded_client_certificate_header",
+            "X-SSL-Client-Cert",
+        );
+    let refused =
+        peergate::config::Policy::parse(&lone.text(), &peergate::config::PolicySource::Embedded)
+            .unwrap_err()
+            .to_string();
+    assert!(
+        refused.contains("auth.forwarded_client_certificate_header"),
+        "{refused}"
+    );
+}

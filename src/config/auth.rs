@@ -25,6 +25,11 @@ pub struct AuthPolicy {
     /// `"jwt"` in `schemes`).
     #[serde(default)]
     pub issuers: Vec<IssuerPolicy>,
+    /// The header a TLS-terminating proxy in `server.trusted_proxies` forwards the verified
+    /// client certificate in (URL-encoded PEM, nginx's `$ssl_client_escaped_cert`), for
+    /// `"mtls"` behind it. Read from trusted proxies only.
+    #[serde(default)]
+    pub forwarded_client_certificate_header: Option<String>,
 }
 
 /// `[[auth.issuers]]`: one identity provider whose JWT access tokens (RFC 9068) open the door
@@ -191,6 +196,7 @@ impl Default for AuthPolicy {
             credential_cache_seconds: default_credential_cache_seconds(),
             password_checks_at_once: default_password_checks_at_once(),
             issuers: Vec::new(),
+            forwarded_client_certificate_header: None,
         }
     }
 }

@@ -239,8 +239,25 @@ impl Policy {
         if let Some(issuer) = &self.admin.issuer {
             issuer.validate_as("admin.issuer")?;
         }
-        // Client certificates need the door's own TLS and a CA to check them against.
+        // Client certificates need the door's own TLS and a CA to check them against, or a
+        // trusted proxy that checked them.
+        let forwarded = &self.auth.forwarded_client_certificate_header;
+        if let Some(header) = forwarded {
+            if axum::http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                return Err(invalid(
+                    "auth.forwarded_client_certificate_header",
+                    "is not a header name",
+                ));
+            }
+            if self.server.trusted_proxies.is_empty() {
+                return Err(invalid(
+                    "auth.forwarded_client_certificate_header",
+                    "is read from server.trusted_proxies only, and none is listed",
+                ));
+            }
+        }
         if self.auth.schemes.contains(&Scheme::Mtls)
+            && forwarded.is_none()
             && self
                 .server
                 .tls
@@ -249,7 +266,7 @@ impl Policy {
         {
             return Err(invalid(
                 "auth.schemes",
-                "\"mtls\" needs [server.tls] with client_ca_file",
+                "\"mtls\" needs [server.tls] with client_ca_file, or a trusted proxy forwarding the certificate (auth.forwarded_client_certificate_header)",
             ));
         }
         self.limits.validate()?;

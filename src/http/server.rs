@@ -853,7 +853,18 @@ fn door_router(policy: &Policy, state: AppState, guards: &Guards, metrics: Arc<M
         .merge(door_routes)
         .layer(
             ServiceBuilder::new()
-                .layer(ClientAddrLayer::new(policy.trusted_proxies().to_vec()))
+                .layer(
+                    ClientAddrLayer::new(policy.trusted_proxies().to_vec())
+                        .forwarding_certificates_in(
+                            policy
+                                .auth
+                                .forwarded_client_certificate_header
+                                .as_deref()
+                                .and_then(|h| {
+                                    axum::http::HeaderName::from_bytes(h.as_bytes()).ok()
+                                }),
+                        ),
+                )
                 .layer(guards.per_ip.clone()),
         );
     Router::new()

@@ -24,8 +24,9 @@
 //! # });
 //! ```
 
+use crate::guard::certificate::ClientCertificate;
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, Request};
+use axum::http::{HeaderMap, HeaderName, Request};
 use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
@@ -111,6 +112,8 @@ impl Cidr {
 #[derive(Debug, Clone)]
 pub struct ClientAddrLayer {
     trusted_proxies: Arc<[Cidr]>,
+    /// The header a TLS-terminating proxy forwards the client certificate in, when it does.
+    certificate_header: Option<HeaderName>,
 }
 
 impl ClientAddrLayer {
@@ -118,7 +121,16 @@ impl ClientAddrLayer {
     pub fn new(trusted_proxies: Vec<Cidr>) -> Self {
         Self {
             trusted_proxies: trusted_proxies.into(),
+            certificate_header: None,
         }
+    }
+
+    /// Also reads the client certificate a trusted proxy verified and forwarded in `header`
+    /// (URL-encoded PEM, as nginx's `$ssl_client_escaped_cert`), on a connection without a
+    /// certificate of its own; from any other peer the header is ignored.
+    pub fn forwarding_certificates_in(mut self, header: Option<HeaderName>) -> Self {
+        self.certificate_header = header;
+        self
     }
 }
 
@@ -129,6 +141,7 @@ impl<S> Layer<S> for ClientAddrLayer {
         ClientAddrService {
             inner,
             trusted_proxies: self.trusted_proxies.clone(),
+            certificate_header: self.certificate_header.clone(),
         }
     }
 }
@@ -138,6 +151,7 @@ impl<S> Layer<S> for ClientAddrLayer {
 pub struct ClientAddrService<S> {
     inner: S,
     trusted_proxies: Arc<[Cidr]>,
+    certificate_header: Option<HeaderName>,
 }
 
 impl<S, B> Service<Request<B>> for ClientAddrService<S>
@@ -160,8 +174,48 @@ where
         let ip = resolve(socket, request.headers(), &self.trusted_proxies);
         crate::layers::access_log::note_client(request.extensions(), ip);
         request.extensions_mut().insert(ClientAddr(ip));
+        if let Some(header) = &self.certificate_header
+            && self
+                .trusted_proxies
+                .iter()
+                .any(|proxy| proxy.contains(socket))
+            && request
+                .extensions()
+                .get::<Arc<ClientCertificate>>()
+                .is_none()
+            && let Some(certificate) = forwarded_certificate(request.headers(), header)
+        {
+            request.extensions_mut().insert(Arc::new(certificate));
+        }
         self.inner.call(request)
     }
+}
+
+/// The certificate in `header`: exactly one value, URL-encoded PEM of one certificate. Anything
+/// else is no certificate.
+fn forwarded_certificate(headers: &HeaderMap, header: &HeaderName) -> Option<ClientCertificate> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut values = headers.get_all(header).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let bytes = value.as_bytes();
+    let mut pem = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            pem.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            pem.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let der = CertificateDer::from_pem_slice(&pem).ok()?;
+    Some(ClientCertificate::from_der(der.as_ref()))
 }
 
 /// The client address for a request from `socket` carrying `headers`.
