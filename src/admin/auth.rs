@@ -42,12 +42,13 @@
 use super::service::AccountService;
 use crate::clock::Clock;
 use crate::guard::refusal::{Challenges, Refusal, RefusalReason};
-use crate::jose::access_token;
 use crate::layers::auth::basic::{Basic, Login, Logins, basic_challenge};
 use crate::layers::auth::generated::{
     Carrier, GeneratedCredential, TokenRecord, TokenRecords, bearer_challenge,
 };
-use crate::layers::auth::jwt::IdentityProviders;
+use crate::layers::auth::jwt::{
+    IdentityProviderTokens, IdentityProviders, TokenBindings, VerifiedToken,
+};
 use crate::layers::auth::layer::budget_key_of;
 use crate::layers::auth::password::PasswordChecker;
 use crate::layers::auth::scheme::{Context, CredentialScheme, Failure, Presented};
@@ -233,66 +234,23 @@ impl CredentialScheme<AdminPrincipal> for ScrapeToken {
     }
 }
 
-/// The organisation's identity provider's access tokens (`[admin.issuer]`), for the
-/// administrator bound to their subject. A token bound to a client certificate is refused: the
-/// admin listener has no TLS of its own.
-pub struct AdminProviderTokens {
-    providers: Arc<IdentityProviders>,
-    store: Arc<dyn CredentialStore>,
-}
+/// The admin API's bindings of the organisation's provider's tokens (`[admin.issuer]`): the
+/// active administrator bound to the token's subject.
+struct AdminBindings(Arc<dyn CredentialStore>);
 
 #[async_trait]
-impl CredentialScheme<AdminPrincipal> for AdminProviderTokens {
-    /// None of its own: the administrator token's Bearer challenge invites it too.
-    fn challenge(&self) -> String {
-        String::new()
-    }
-
-    fn claims(&self, presented: &Presented<'_>) -> bool {
-        matches!(presented, Presented::Authorization { scheme, credentials }
-            if scheme.eq_ignore_ascii_case("bearer") && access_token::looks_like_jwt(credentials))
-    }
-
-    fn precheck(&self, credentials: &str) -> Result<(), AuthError> {
-        if credentials.len() > access_token::MAX_TOKEN_BYTES {
-            return Err(AuthError::InvalidCredentials);
-        }
-        Ok(())
-    }
-
-    fn refused(&self) -> AuthError {
-        AuthError::InvalidToken
-    }
-
-    fn verification_is_costly(&self) -> bool {
-        false
-    }
-
-    async fn verify(
-        &self,
-        credentials: &str,
-        _context: &Context<'_>,
-    ) -> Result<AdminPrincipal, Failure> {
-        let (issuer, token) = self.providers.verify_token(credentials).await?;
-        let tried = format!("{issuer}:{}", token.subject);
-        let unbound = || Failure {
-            error: AuthError::InvalidToken,
-            name: None,
-            subject: Some(tried.clone()),
-        };
-        if token.certificate_thumbprint.is_some() {
-            return Err(unbound());
-        }
+impl TokenBindings<AdminPrincipal> for AdminBindings {
+    async fn bound(&self, verified: VerifiedToken<'_>) -> Result<AdminPrincipal, Failure> {
         let admin = self
-            .store
-            .find_bound_admin(&issuer, &token.subject)
+            .0
+            .find_bound_admin(verified.issuer, &verified.token.subject)
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "identity look-up failed");
                 AuthError::Unavailable
             })?
             .filter(|admin| admin.active)
-            .ok_or_else(unbound)?;
+            .ok_or_else(|| verified.unbound())?;
         Ok(administrator(admin.id, admin.name))
     }
 }
@@ -392,10 +350,11 @@ pub fn admin_authenticator(
     }
     // Before the administrator tokens' scheme, which claims every Bearer credential.
     if let Some(providers) = provider {
-        schemes.push(Box::new(AdminProviderTokens {
+        schemes.push(Box::new(IdentityProviderTokens::new(
             providers,
-            store: store.clone(),
-        }));
+            Arc::new(AdminBindings(store.clone())),
+            ADMIN_REALM,
+        )));
     }
     // Administrators wait for a password slot rather than be refused: a flood of Basic logins
     // at the door must not lock them out of the admin API.

@@ -154,13 +154,6 @@ impl IdentityProviders {
         issuer.discover(self.clock.now_millis()).await.ok()
     }
 
-    /// The name of the issuer of a token that verified, and its claims (see
-    /// [`IdentityProviders::verify`]).
-    pub async fn verify_token(&self, token: &str) -> Result<(String, AccessToken), AuthError> {
-        let verified = self.verify(token).await?;
-        Ok((verified.0.settings.name.clone(), verified.1.clone()))
-    }
-
     /// The token's issuer and verified claims: from memory when this token verified before,
     /// else checked, its signature with one of its issuer's keys.
     async fn verify(&self, token: &str) -> Result<Arc<(Arc<Issuer>, AccessToken)>, AuthError> {
@@ -284,36 +277,69 @@ fn read_metadata(text: &str, issuer: &str, url: &str) -> Result<Discovered, Stri
     })
 }
 
-/// The door's `"jwt"` scheme: an identity provider's access token, for the peer its subject is
-/// bound to.
-pub struct IdentityProviderTokens {
+/// A token whose signature and claims verified, as a listener's bindings read it.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifiedToken<'a> {
+    /// The issuer's name in the policy.
+    pub issuer: &'a str,
+    /// Whether the issuer's policy requires each operation's scope.
+    pub require_scopes: bool,
+    /// The token's claims.
+    pub token: &'a AccessToken,
+}
+
+impl VerifiedToken<'_> {
+    /// The refusal for a token bound to nobody: an invalid token, naming the subject it named
+    /// (no secret) for the audit.
+    pub fn unbound(&self) -> Failure {
+        Failure {
+            error: AuthError::InvalidToken,
+            name: None,
+            subject: Some(format!("{}:{}", self.issuer, self.token.subject)),
+        }
+    }
+}
+
+/// Who a verified token names on one listener (a peer at the door, an administrator on the
+/// admin API): the one thing the providers' scheme leaves to the listener.
+#[async_trait]
+pub trait TokenBindings<Who>: Send + Sync {
+    /// Who `verified` is bound to, or the refusal.
+    async fn bound(&self, verified: VerifiedToken<'_>) -> Result<Who, Failure>;
+}
+
+/// Identity providers' access tokens as a scheme (`"jwt"` at the door, `[admin.issuer]` on the
+/// admin API): verified by [`IdentityProviders`], checked against the connection's certificate
+/// when bound to one (RFC 8705), and resolved by the listener's [`TokenBindings`].
+pub struct IdentityProviderTokens<Who> {
     providers: Arc<IdentityProviders>,
-    store: Arc<dyn CredentialStore>,
+    bindings: Arc<dyn TokenBindings<Who>>,
     realm: &'static str,
 }
 
-impl IdentityProviderTokens {
-    /// The scheme over `providers`, finding peers in `store`.
+impl<Who> IdentityProviderTokens<Who> {
+    /// The scheme over `providers`, finding who a token names with `bindings`.
     pub fn new(
         providers: Arc<IdentityProviders>,
-        store: Arc<dyn CredentialStore>,
+        bindings: Arc<dyn TokenBindings<Who>>,
         realm: &'static str,
     ) -> Self {
         Self {
             providers,
-            store,
+            bindings,
             realm,
         }
     }
 }
 
 #[async_trait]
-impl CredentialScheme<AuthenticatedPeer> for IdentityProviderTokens {
+impl<Who: Send + Sync + 'static> CredentialScheme<Who> for IdentityProviderTokens<Who> {
+    /// The listener's Bearer challenge (the same text as its other Bearer scheme's, sent once).
     fn challenge(&self) -> String {
         super::generated::bearer_challenge(self.realm)
     }
 
-    /// A Bearer credential shaped like a JWT (peer tokens never are).
+    /// A Bearer credential shaped like a JWT (peergate's own tokens never are).
     fn claims(&self, presented: &Presented<'_>) -> bool {
         matches!(presented, Presented::Authorization { scheme, credentials }
             if scheme.eq_ignore_ascii_case("bearer") && access_token::looks_like_jwt(credentials))
@@ -335,11 +361,7 @@ impl CredentialScheme<AuthenticatedPeer> for IdentityProviderTokens {
         false
     }
 
-    async fn verify(
-        &self,
-        credentials: &str,
-        context: &Context<'_>,
-    ) -> Result<AuthenticatedPeer, Failure> {
+    async fn verify(&self, credentials: &str, context: &Context<'_>) -> Result<Who, Failure> {
         let verified = self.providers.verify(credentials).await?;
         let (issuer, token) = &*verified;
         // RFC 8705: a token bound to a certificate is taken only over a connection that
@@ -351,9 +373,35 @@ impl CredentialScheme<AuthenticatedPeer> for IdentityProviderTokens {
                 return Err(AuthError::InvalidToken.into());
             }
         }
+        self.bindings
+            .bound(VerifiedToken {
+                issuer: &issuer.settings.name,
+                require_scopes: issuer.settings.require_scopes,
+                token,
+            })
+            .await
+    }
+}
+
+/// The door's bindings: the live peer bound to the token's (issuer, subject).
+pub struct PeerBindings {
+    store: Arc<dyn CredentialStore>,
+}
+
+impl PeerBindings {
+    /// Bindings read from `store`.
+    pub fn new(store: Arc<dyn CredentialStore>) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait]
+impl TokenBindings<AuthenticatedPeer> for PeerBindings {
+    async fn bound(&self, verified: VerifiedToken<'_>) -> Result<AuthenticatedPeer, Failure> {
+        let token = verified.token;
         let identity = PeerIdentity {
             kind: IdentityKind::Token,
-            issuer: issuer.settings.name.clone(),
+            issuer: verified.issuer.to_owned(),
             subject: token.subject.clone(),
         };
         let login = self
@@ -365,7 +413,7 @@ impl CredentialScheme<AuthenticatedPeer> for IdentityProviderTokens {
                 AuthError::Unavailable
             })?
             .filter(|login| login.active)
-            .ok_or(AuthError::InvalidToken)?;
+            .ok_or_else(|| verified.unbound())?;
         // The earlier of the token's end and the peer's.
         let valid_until = Some(
             login
@@ -378,8 +426,8 @@ impl CredentialScheme<AuthenticatedPeer> for IdentityProviderTokens {
             (login.rate_per_minute, login.max_streams),
             valid_until,
         );
-        peer.issuer = Some(issuer.settings.name.as_str().into());
-        if issuer.settings.require_scopes {
+        peer.issuer = Some(verified.issuer.into());
+        if verified.require_scopes {
             peer.granted = Some(GrantedScopes::from_names(
                 token.scopes.iter().map(String::as_str),
             ));

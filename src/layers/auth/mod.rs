@@ -377,7 +377,7 @@ fn door_scheme(
                 .identity_providers
                 .clone()
                 .ok_or(AuthConfigError::NoIssuers)?,
-            store.clone(),
+            Arc::new(jwt::PeerBindings::new(store.clone())),
             REALM,
         )),
         Scheme::Basic => Box::new(Basic::new(
