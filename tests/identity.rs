@@ -877,3 +877,55 @@ async fn unknown_kids_cost_the_key_server_one_fetch_per_cooldown() {
     assert_eq!(fetches.load(Ordering::SeqCst), 2, "one fetch per cooldown");
     gw.stop().await;
 }
+
+/// Scopes hold on the HTTP+JSON binding too: one table of operations, whatever the binding.
+#[tokio::test(flavor = "multi_thread")]
+async fn scopes_hold_on_the_http_json_binding() {
+    let key = TestKey::new("acme-1", 61);
+    let file = key_file(&[&key]);
+    let policy = policy_with(&[("acme", ACME, Some(file.path()), vec![])])
+        .set("capabilities.http_json", true);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    gw.add_peer("reader");
+    cli_ok(
+        &gw,
+        &[
+            "peer",
+            "bind",
+            "reader",
+            "--issuer",
+            "acme",
+            "--subject",
+            "reader-app",
+        ],
+    );
+    let read_only = key.access_token(ACME, AUDIENCE, "reader-app", "a2a:tasks:read", now_s());
+    let rest = format!("{}/rest", gw.door);
+    let client = reqwest::Client::new();
+    let send = client
+        .post(format!("{rest}/message:send"))
+        .bearer_auth(&read_only)
+        .header("content-type", "application/json")
+        .body(
+            json!({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(send.status(), 403);
+    assert!(
+        send.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains(r#"scope="a2a:message""#)
+    );
+    let list = client
+        .get(format!("{rest}/tasks"))
+        .bearer_auth(&read_only)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), 200);
+    gw.stop().await;
+}
