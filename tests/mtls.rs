@@ -133,8 +133,8 @@ async fn a_verified_certificate_opens_the_door_for_the_peer_bound_to_it() {
         (status, body["error"]["code"].clone()),
         (401, json!("invalid_credentials"))
     );
-    // Revoked by the intermediate's list, or made for servers: refused in the handshake.
-    for refused in ["revoked", "server-usage"] {
+    // Revoked by the intermediate's list, expired, or made for servers: refused in the handshake.
+    for refused in ["revoked", "expired", "server-usage"] {
         assert!(
             post(&pki.client(Some(refused)), &gw, None, get_task("x"))
                 .await

@@ -1,6 +1,6 @@
 //! A partner's PKI, made by each test with `openssl` in a temporary directory: a root CA, an
-//! intermediate, client certificates (good, revoked, for the wrong usage, with a NUL in a
-//! name), and the intermediate's revocation list.
+//! intermediate, client certificates (good, revoked, expired, for the wrong usage, with a NUL in
+//! a name), and the intermediate's revocation list.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -181,7 +181,7 @@ impl TestPki {
         write("crlnumber", "01\n");
         write(
             "ca.cnf",
-            "[ca]\ndefault_ca = intermediate\n[intermediate]\ndatabase = index.txt\ncrlnumber = crlnumber\ndefault_md = sha256\ndefault_crl_days = 2\n",
+            "[ca]\ndefault_ca = intermediate\n[intermediate]\ndatabase = index.txt\ncrlnumber = crlnumber\ndefault_md = sha256\ndefault_crl_days = 2\nnew_certs_dir = .\nserial = serial\npolicy = any\n[any]\ncommonName = supplied\n",
         );
         openssl(
             d,
@@ -195,6 +195,46 @@ impl TestPki {
                 "inter.pem",
                 "-revoke",
                 "revoked.pem",
+            ],
+        );
+        // One that expired: signed by the intermediate for two days in 2020.
+        key("expired.key");
+        openssl(
+            d,
+            &[
+                "req",
+                "-new",
+                "-key",
+                "expired.key",
+                "-out",
+                "expired.csr",
+                "-subj",
+                "/CN=expired",
+            ],
+        );
+        write("serial", "1000\n");
+        openssl(
+            d,
+            &[
+                "ca",
+                "-batch",
+                "-config",
+                "ca.cnf",
+                "-keyfile",
+                "inter.key",
+                "-cert",
+                "inter.pem",
+                "-in",
+                "expired.csr",
+                "-out",
+                "expired.pem",
+                "-startdate",
+                "20200101000000Z",
+                "-enddate",
+                "20200103000000Z",
+                "-extfile",
+                "good.ext",
+                "-notext",
             ],
         );
         openssl(
