@@ -306,6 +306,10 @@ struct SignInAudit {
 
 #[async_trait]
 impl Witness<AdminPrincipal> for SignInAudit {
+    fn keeps_refusals(&self) -> bool {
+        true
+    }
+
     async fn refused(&self, attempt: Attempt<'_>, error: AuthError) {
         self.service
             .record_failed_login(

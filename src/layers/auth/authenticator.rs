@@ -56,6 +56,12 @@ pub trait Witness<Who>: Send + Sync {
         let _ = who;
     }
 
+    /// Whether [`Witness::refused`] and [`Witness::throttled`] do anything: a witness that
+    /// keeps no refusals says no, and refusals (the floods) cost no call at all.
+    fn keeps_refusals(&self) -> bool {
+        false
+    }
+
     /// A presented credential was refused (not a missing one, and not one that could not be
     /// checked).
     async fn refused(&self, attempt: Attempt<'_>, error: AuthError) {
@@ -349,6 +355,7 @@ impl<Who: Principal> Authenticator<Who> {
                 }
                 Ok(verified.who.clone())
             }
+            Err(Refused { refusal, .. }) if !self.listener.witness.keeps_refusals() => Err(refusal),
             Err(Refused {
                 refusal,
                 name,

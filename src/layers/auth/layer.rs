@@ -118,6 +118,8 @@ where
         GuardFuture::check(
             take_readied(&mut self.inner),
             Box::pin(async move {
+                // A certificate also binds tokens (RFC 8705), so it goes along whenever the
+                // connection has one, whether or not certificates are a scheme here.
                 let certificate = request
                     .extensions()
                     .get::<Arc<ClientCertificate>>()
