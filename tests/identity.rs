@@ -131,18 +131,7 @@ async fn a_bound_subject_opens_the_door_as_its_peer_and_nothing_else_does() {
     ]);
     let gw = TestGateway::start_with(policy.policy()).await;
     let peer_token = gw.add_peer("partner");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--issuer",
-            "acme",
-            "--subject",
-            "agent-a",
-        ],
-    );
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     let listed = cli_ok(&gw, &["peer", "list"]);
     assert!(listed.contains("bound: token acme:agent-a"), "{listed}");
 
@@ -230,18 +219,7 @@ async fn unbinding_expiring_and_another_binding_apply_to_the_next_request() {
             .await;
     gw.add_peer("partner");
     gw.add_peer("another");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--issuer",
-            "acme",
-            "--subject",
-            "agent-a",
-        ],
-    );
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     // One identity names one peer.
     let (code, _, stderr) = gw.cli(&[
         "peer",
@@ -277,18 +255,7 @@ async fn unbinding_expiring_and_another_binding_apply_to_the_next_request() {
         401,
         "unbound"
     );
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--issuer",
-            "acme",
-            "--subject",
-            "agent-a",
-        ],
-    );
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     // A refusal is remembered for the credential cache's time, like any credential's.
     gw.clock.advance(Duration::from_secs(3));
     assert_eq!(
@@ -323,29 +290,10 @@ async fn scopes_narrow_what_a_token_may_do_and_never_widen_it() {
     let gw = TestGateway::start_with(policy.policy()).await;
     gw.add_peer("reader");
     gw.add_peer("trusted");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "reader",
-            "--issuer",
-            "acme",
-            "--subject",
-            "reader-app",
-        ],
-    );
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "trusted",
-            "--issuer",
-            "relaxed",
-            "--subject",
-            "trusted-app",
-        ],
+    gw.bind("reader", &["--issuer", "acme", "--subject", "reader-app"]);
+    gw.bind(
+        "trusted",
+        &["--issuer", "relaxed", "--subject", "trusted-app"],
     );
     let read_only = key.access_token(
         ACME,
@@ -395,18 +343,7 @@ async fn forged_tokens_cost_the_failed_attempt_budget_and_valid_ones_keep_workin
         .set("limits.failed_auth_per_ip_per_minute", 3);
     let gw = TestGateway::start_with(policy.policy()).await;
     gw.add_peer("partner");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--issuer",
-            "acme",
-            "--subject",
-            "agent-a",
-        ],
-    );
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     let good = key.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
     // The right kid, another key's signature.
     let forged = forger.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
@@ -549,18 +486,7 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
     let policy = policy_with(&[("acme", &idp.issuer, None, loopback)]);
     let gw = TestGateway::start_with(policy.policy()).await;
     gw.add_peer("partner");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--issuer",
-            "acme",
-            "--subject",
-            "agent-a",
-        ],
-    );
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     let token = idp
         .token(("agent-a", "secret-a"), "a2a:message a2a:tasks:read")
         .await;
@@ -710,18 +636,7 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
     )]);
     let gw = TestGateway::start_with(policy.policy()).await;
     gw.add_peer("partner");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--issuer",
-            "acme",
-            "--subject",
-            "agent-a",
-        ],
-    );
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     let token = second.access_token(&unreachable, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
     let response = reqwest::Client::new()
         .post(&gw.door)
@@ -827,18 +742,7 @@ async fn unknown_kids_cost_the_key_server_one_fetch_per_cooldown() {
         .set("limits.per_ip_per_minute", 1_000_000);
     let gw = TestGateway::start_with(policy.policy()).await;
     gw.add_peer("partner");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--issuer",
-            "acme",
-            "--subject",
-            "agent-a",
-        ],
-    );
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     let good = key.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
     assert_eq!(call(&gw.door, &good, get_task("x")).await.0, 200);
     assert_eq!(
@@ -887,18 +791,7 @@ async fn scopes_hold_on_the_http_json_binding() {
         .set("capabilities.http_json", true);
     let gw = TestGateway::start_with(policy.policy()).await;
     gw.add_peer("reader");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "reader",
-            "--issuer",
-            "acme",
-            "--subject",
-            "reader-app",
-        ],
-    );
+    gw.bind("reader", &["--issuer", "acme", "--subject", "reader-app"]);
     let read_only = key.access_token(ACME, AUDIENCE, "reader-app", "a2a:tasks:read", now_s());
     let rest = format!("{}/rest", gw.door);
     let client = reqwest::Client::new();

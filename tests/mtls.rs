@@ -79,27 +79,12 @@ async fn a_verified_certificate_opens_the_door_for_the_peer_bound_to_it() {
     let gw = TestGateway::start_with(policy(&pki, &["bearer", "mtls"], false).policy()).await;
     let token = gw.add_peer("partner");
     gw.add_peer("by-fingerprint");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--certificate-san",
-            "spiffe://acme.example/agent",
-        ],
+    gw.bind(
+        "partner",
+        &["--certificate-san", "spiffe://acme.example/agent"],
     );
     let other = pki.sha256("other");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "by-fingerprint",
-            "--certificate-sha256",
-            &other,
-        ],
-    );
+    gw.bind("by-fingerprint", &["--certificate-sha256", &other]);
     // The bound URI name, no Authorization header at all.
     let (status, body) = post(&pki.client(Some("good")), &gw, None, get_task("x"))
         .await
@@ -201,15 +186,9 @@ async fn a_door_that_requires_certificates_refuses_connections_without_one() {
     let pki = TestPki::generate();
     let gw = TestGateway::start_with(policy(&pki, &["mtls"], true).policy()).await;
     gw.add_peer("partner");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--certificate-san",
-            "spiffe://acme.example/agent",
-        ],
+    gw.bind(
+        "partner",
+        &["--certificate-san", "spiffe://acme.example/agent"],
     );
     assert!(
         post(&pki.client(None), &gw, None, get_task("x"))
@@ -262,18 +241,7 @@ async fn a_certificate_bound_token_needs_its_certificate() {
     );
     let gw = TestGateway::start_with(edit.policy()).await;
     gw.add_peer("partner");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--issuer",
-            "acme",
-            "--subject",
-            "agent-a",
-        ],
-    );
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     let hex = pki.sha256("good");
     let bytes: Vec<u8> = (0..32)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
@@ -327,18 +295,7 @@ async fn a_providers_certificate_bound_token_needs_its_certificate() {
     );
     let gw = TestGateway::start_with(edit.policy()).await;
     gw.add_peer("partner");
-    cli_ok(
-        &gw,
-        &[
-            "peer",
-            "bind",
-            "partner",
-            "--issuer",
-            "acme",
-            "--subject",
-            "agent-a",
-        ],
-    );
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     let pem = std::fs::read_to_string(pki.path("good.pem")).unwrap();
     let bound = idp
         .token_for_certificate(("agent-a", "secret-a"), "a2a:tasks:read", Some(&pem))
@@ -379,15 +336,9 @@ async fn a_forwarded_certificate_counts_from_trusted_proxies_only() {
             .set("server.trusted_proxies", [proxies]);
         let gw = TestGateway::start_with(policy.policy()).await;
         gw.add_peer("partner");
-        cli_ok(
-            &gw,
-            &[
-                "peer",
-                "bind",
-                "partner",
-                "--certificate-san",
-                "spiffe://acme.example/agent",
-            ],
+        gw.bind(
+            "partner",
+            &["--certificate-san", "spiffe://acme.example/agent"],
         );
         let response = reqwest::Client::new()
             .post(&gw.door)

@@ -95,6 +95,15 @@ impl TestGateway {
         add_peer(self.data.path(), name)
     }
 
+    /// Binds an identity to a peer with the real CLI (`peer bind NAME ARGS…`), asserting it
+    /// worked.
+    pub fn bind(&self, peer: &str, identity: &[&str]) {
+        let mut args = vec!["peer", "bind", peer];
+        args.extend_from_slice(identity);
+        let (code, _, stderr) = self.cli(&args);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+    }
+
     /// Runs a CLI command against this gateway's store.
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
         cli_on(self.data.path(), args)
