@@ -61,6 +61,27 @@ async fn advance_until(clock: &ManualClock, receiver: &PushReceiver, n: usize) {
     );
 }
 
+/// Waits (up to 10 s) until the gateway's metrics count `n` attempts to be tried again.
+async fn retries_counted(gw: &TestGateway, n: u32) {
+    let line = format!(r#"peergate_push_deliveries_total{{outcome="retried"}} {n}"#);
+    for _ in 0..100 {
+        let metrics = reqwest::Client::new()
+            .get(format!("{}/metrics", gw.admin))
+            .basic_auth("ada", Some("ada's admin password 1"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.lines().any(|l| l == line) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the gateway never counted {n} retried attempts");
+}
+
 fn error_message(response: &Value) -> String {
     response["error"]["message"]
         .as_str()
@@ -394,8 +415,11 @@ async fn a_failing_receiver_is_retried_with_backoff_then_kept_as_a_dead_letter_f
         json!({"url": receiver.url, "id": "inline"}),
     )
     .await;
-    // The working state is attempted once, then waits 1 s of the gateway's clock.
+    // The working state is attempted once, then waits 1 s of the gateway's clock. The clock
+    // moves only once the gateway has counted the failed attempt: it reads the clock for the
+    // retry's time before counting, so moving it earlier would push the retry back.
     receiver.wait_for(1).await;
+    retries_counted(&gw, 1).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         receiver.received().len(),
@@ -404,6 +428,7 @@ async fn a_failing_receiver_is_retried_with_backoff_then_kept_as_a_dead_letter_f
     );
     gw.clock.advance(Duration::from_millis(1_000));
     receiver.wait_for(2).await;
+    retries_counted(&gw, 2).await;
     gw.clock.advance(Duration::from_millis(2_000));
     receiver.wait_for(3).await;
     // Given up after the third attempt; the final state (queued behind it) now goes, and fails
