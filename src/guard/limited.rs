@@ -1,10 +1,9 @@
 //! A request refused by a rate limit: which [`Limit`] tripped, the honest wait, and the
 //! `RateLimit` headers every answer that passed a limit carries.
 
-use super::refusal::{Refusal, RefusalReason};
+use super::reason::RefusalReason;
 use crate::shared::gcra::{Quota, retry_after_seconds};
 use axum::http::{HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 
 /// Which limit a request ran into.
@@ -40,12 +39,6 @@ pub struct RateLimited {
     pub retry_after: Duration,
     /// The quota of that limit.
     pub quota: Quota,
-}
-
-impl IntoResponse for RateLimited {
-    fn into_response(self) -> Response {
-        Refusal::RateLimited(self).into_response()
-    }
 }
 
 impl Limit {

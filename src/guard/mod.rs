@@ -5,8 +5,10 @@
 //! answer to a refusal is decided below everything that refuses.
 
 pub mod certificate;
+pub mod challenges;
 pub mod future;
 pub mod limited;
+pub mod reason;
 pub mod refusal;
 pub mod scopes;
 pub mod unauthenticated;

@@ -18,131 +18,19 @@
 //! assert_eq!(response.extensions().get::<RefusalReason>(), Some(&RefusalReason::BodyTooLarge));
 //! ```
 
+pub use super::challenges::Challenges;
 use super::limited::{RateLimited, insert_rate_limit_headers};
+pub use super::reason::RefusalReason;
 use super::scopes::OperationScope;
 use super::unauthenticated::AuthError;
 use crate::shared::gcra::retry_after_seconds;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use std::sync::Arc;
-
-/// Why the gateway refused a request, for the metrics and the access log: a fixed label, never a
-/// name or a value from the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RefusalReason {
-    /// Missing or wrong credentials at the door.
-    Unauthenticated,
-    /// The per-IP limit.
-    PerIp,
-    /// The failed-authentication budget.
-    FailedAuth,
-    /// The per-peer limit.
-    PerPeer,
-    /// An `A2A-Version` the door does not speak.
-    VersionNotSupported,
-    /// A required extension not activated.
-    ExtensionRequired,
-    /// A body over the limit.
-    BodyTooLarge,
-    /// Missing or wrong credentials on the admin API.
-    AdminUnauthenticated,
-    /// Every password slot busy and the queue for them full.
-    PasswordChecksBusy,
-    /// A peer at its cap of open streams.
-    TooManyStreams,
-    /// A browser sending for another site's page (the admin API).
-    CrossSiteRequest,
-    /// A token without the scope its operation needs.
-    InsufficientScope,
-}
-
-impl RefusalReason {
-    /// Every reason, in declaration order: `ALL[r as usize] == r`.
-    pub const ALL: [Self; 12] = [
-        Self::Unauthenticated,
-        Self::PerIp,
-        Self::FailedAuth,
-        Self::PerPeer,
-        Self::VersionNotSupported,
-        Self::ExtensionRequired,
-        Self::BodyTooLarge,
-        Self::AdminUnauthenticated,
-        Self::PasswordChecksBusy,
-        Self::TooManyStreams,
-        Self::CrossSiteRequest,
-        Self::InsufficientScope,
-    ];
-
-    /// The label metrics and the access log show.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Unauthenticated => "unauthenticated",
-            Self::PerIp => "per_ip",
-            Self::FailedAuth => "failed_auth",
-            Self::PerPeer => "per_peer",
-            Self::VersionNotSupported => "version_not_supported",
-            Self::ExtensionRequired => "extension_required",
-            Self::BodyTooLarge => "body_too_large",
-            Self::AdminUnauthenticated => "admin_unauthenticated",
-            Self::PasswordChecksBusy => "password_checks_busy",
-            Self::TooManyStreams => "too_many_streams",
-            Self::CrossSiteRequest => "cross_site_request",
-            Self::InsufficientScope => "insufficient_scope",
-        }
-    }
-}
-
-// A reason added after the last one in `ALL` fails to compile here until `ALL` lists it.
-const _: () = assert!(RefusalReason::InsufficientScope as usize + 1 == RefusalReason::ALL.len());
 
 /// The id an internal error was logged under and answered with (`requestId`), on its response,
 /// so the access log names the same id.
 #[derive(Debug, Clone)]
 pub struct LoggedRequestId(pub String);
-
-/// The `WWW-Authenticate` challenges of one listener, one per enabled scheme. A Bearer
-/// challenge answering a token that was presented and refused carries `error="invalid_token"`
-/// (RFC 6750 §3.1); both forms are built once.
-#[derive(Debug, Clone)]
-pub struct Challenges {
-    plain: Arc<[HeaderValue]>,
-    invalid_token: Arc<[HeaderValue]>,
-    /// The reason the listener's refusals are counted under.
-    counted_as: RefusalReason,
-}
-
-impl Challenges {
-    /// Challenges from their texts (`Bearer realm="…"`, `Basic realm="…"`, …).
-    pub fn new<I: IntoIterator<Item = String>>(texts: I) -> Self {
-        let texts: Vec<String> = texts.into_iter().collect();
-        let build = |invalid: bool| -> Arc<[HeaderValue]> {
-            texts
-                .iter()
-                .filter_map(|text| {
-                    let text = if invalid && text.starts_with("Bearer ") {
-                        format!(r#"{text}, error="invalid_token""#)
-                    } else {
-                        text.clone()
-                    };
-                    HeaderValue::try_from(text).ok()
-                })
-                .collect()
-        };
-        Self {
-            plain: build(false),
-            invalid_token: build(true),
-            counted_as: RefusalReason::Unauthenticated,
-        }
-    }
-
-    /// The same challenges, for a listener whose refusals are counted under `reason` (the
-    /// admin API's as [`RefusalReason::AdminUnauthenticated`]).
-    pub fn counted_as(mut self, reason: RefusalReason) -> Self {
-        self.counted_as = reason;
-        self
-    }
-}
 
 /// Every way the gateway refuses a request over HTTP. JSON-RPC errors inside a 200 answer are
 /// the protocol's, not these: see `a2a::jsonrpc::RpcError`.
@@ -414,6 +302,33 @@ fn rate_limited_body(limited: &RateLimited) -> String {
     }
     body
 }
+
+impl IntoResponse for RateLimited {
+    fn into_response(self) -> Response {
+        Refusal::RateLimited(self).into_response()
+    }
+}
+
+impl AuthError {
+    /// The refusal that answers this failure with the listener's `challenges`.
+    pub fn refusal(self, challenges: &Challenges) -> Refusal {
+        Refusal::Unauthenticated {
+            error: self,
+            challenges: challenges.clone(),
+        }
+    }
+}
+
+impl IntoResponse for AuthError {
+    /// Only where a handler asks for a peer without the layer in front: Bearer alone.
+    fn into_response(self) -> Response {
+        self.refusal(&Challenges::new([BEARER_CHALLENGE.to_owned()]))
+            .into_response()
+    }
+}
+
+/// The door's one challenge where a handler asks for a peer without the layer in front.
+const BEARER_CHALLENGE: &str = r#"Bearer realm="peergate""#;
 
 /// Turns a 408 or 413 that a tower-http layer produced (with its own plain body) into the
 /// refusal's answer, so those statuses look like every other refusal.

@@ -1,9 +1,6 @@
 //! Why a request was not authenticated ([`AuthError`]), on the door and on the admin API alike:
 //! one set of reasons and codes, answered with the listener's own challenges.
 
-use super::refusal::{Challenges, Refusal};
-use axum::response::{IntoResponse, Response};
-
 /// Why a request was not authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -57,23 +54,4 @@ impl AuthError {
             Self::Busy => "auth_busy",
         }
     }
-
-    /// The refusal that answers this failure with the listener's `challenges`.
-    pub fn refusal(self, challenges: &Challenges) -> Refusal {
-        Refusal::Unauthenticated {
-            error: self,
-            challenges: challenges.clone(),
-        }
-    }
 }
-
-impl IntoResponse for AuthError {
-    /// Only where a handler asks for a peer without the layer in front: Bearer alone.
-    fn into_response(self) -> Response {
-        self.refusal(&Challenges::new([BEARER_CHALLENGE.to_owned()]))
-            .into_response()
-    }
-}
-
-/// The door's one challenge where a handler asks for a peer without the layer in front.
-const BEARER_CHALLENGE: &str = r#"Bearer realm="peergate""#;

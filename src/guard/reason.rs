@@ -1,0 +1,71 @@
+//! Why the gateway refused a request, as a fixed label the metrics and the access log count.
+
+/// Why the gateway refused a request, for the metrics and the access log: a fixed label, never a
+/// name or a value from the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// Missing or wrong credentials at the door.
+    Unauthenticated,
+    /// The per-IP limit.
+    PerIp,
+    /// The failed-authentication budget.
+    FailedAuth,
+    /// The per-peer limit.
+    PerPeer,
+    /// An `A2A-Version` the door does not speak.
+    VersionNotSupported,
+    /// A required extension not activated.
+    ExtensionRequired,
+    /// A body over the limit.
+    BodyTooLarge,
+    /// Missing or wrong credentials on the admin API.
+    AdminUnauthenticated,
+    /// Every password slot busy and the queue for them full.
+    PasswordChecksBusy,
+    /// A peer at its cap of open streams.
+    TooManyStreams,
+    /// A browser sending for another site's page (the admin API).
+    CrossSiteRequest,
+    /// A token without the scope its operation needs.
+    InsufficientScope,
+}
+
+impl RefusalReason {
+    /// Every reason, in declaration order: `ALL[r as usize] == r`.
+    pub const ALL: [Self; 12] = [
+        Self::Unauthenticated,
+        Self::PerIp,
+        Self::FailedAuth,
+        Self::PerPeer,
+        Self::VersionNotSupported,
+        Self::ExtensionRequired,
+        Self::BodyTooLarge,
+        Self::AdminUnauthenticated,
+        Self::PasswordChecksBusy,
+        Self::TooManyStreams,
+        Self::CrossSiteRequest,
+        Self::InsufficientScope,
+    ];
+
+    /// The label metrics and the access log show.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Unauthenticated => "unauthenticated",
+            Self::PerIp => "per_ip",
+            Self::FailedAuth => "failed_auth",
+            Self::PerPeer => "per_peer",
+            Self::VersionNotSupported => "version_not_supported",
+            Self::ExtensionRequired => "extension_required",
+            Self::BodyTooLarge => "body_too_large",
+            Self::AdminUnauthenticated => "admin_unauthenticated",
+            Self::PasswordChecksBusy => "password_checks_busy",
+            Self::TooManyStreams => "too_many_streams",
+            Self::CrossSiteRequest => "cross_site_request",
+            Self::InsufficientScope => "insufficient_scope",
+        }
+    }
+}
+
+// A reason added after the last one in `ALL` fails to compile here until `ALL` lists it.
+const _: () = assert!(RefusalReason::InsufficientScope as usize + 1 == RefusalReason::ALL.len());
