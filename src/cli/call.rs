@@ -9,6 +9,7 @@
 //! * a hostile agent exhausting memory: every body read is bounded.
 
 use super::CliError;
+use super::exit_status::*;
 use crate::http::event_stream::ServerSentEvents;
 use crate::jose::verify::{TrustedKeys, VerifyError, verify_card};
 use clap::Args;
@@ -16,19 +17,6 @@ use serde_json::{Value, json};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// Exit status: the agent answered (a message, a completed task, or a task waiting for input).
-pub const EXIT_ANSWERED: u8 = 0;
-/// Exit status: anything not covered below (network, protocol, usage).
-pub const EXIT_OTHER: u8 = 1;
-/// Exit status: the card failed verification (or carried no signature).
-pub const EXIT_CARD_NOT_VERIFIED: u8 = 3;
-/// Exit status: the agent refused the credential (HTTP 401 or 403).
-pub const EXIT_AUTH_REFUSED: u8 = 4;
-/// Exit status: rate limited (HTTP 429); the wait is printed.
-pub const EXIT_RATE_LIMITED: u8 = 5;
-/// Exit status: the task failed, was rejected or was canceled.
-pub const EXIT_TASK_FAILED: u8 = 6;
 
 /// Largest card or key set read.
 const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
@@ -102,14 +90,6 @@ pub(super) struct CallArgs {
     /// How long to wait for the answer, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     timeout: u64,
-}
-
-/// A failure with its exit status.
-pub(super) fn exit(code: u8, message: impl Into<String>) -> CliError {
-    CliError {
-        message: message.into(),
-        exit_code: code,
-    }
 }
 
 pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {

@@ -10,7 +10,7 @@
 //!   client id and the scopes, and used again while more than a minute of it is left.
 
 use super::CliError;
-use super::call::{EXIT_AUTH_REFUSED, EXIT_OTHER, exit};
+use super::exit_status::{EXIT_AUTH_REFUSED, EXIT_OTHER, exit};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;

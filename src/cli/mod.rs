@@ -5,6 +5,7 @@ mod admin;
 pub mod call;
 mod card;
 mod client_credentials;
+pub mod exit_status;
 mod keys;
 mod peer;
 mod store;
