@@ -13,6 +13,7 @@ pub mod guard;
 pub mod http;
 pub mod jose;
 pub mod layers;
+pub mod net;
 pub mod protocol;
 pub mod push;
 pub mod shared;

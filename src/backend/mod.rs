@@ -164,7 +164,7 @@ pub enum BackendSetupError {
     Client(String),
     /// The TLS configuration could not be built (a CA file, no roots).
     #[error(transparent)]
-    Tls(#[from] crate::http::tls::TlsSetupError),
+    Tls(#[from] crate::net::tls::TlsSetupError),
     /// The upstream agent's card could not be read, verified or used.
     #[error("cannot use the agent at {setting}: {reason}")]
     Upstream {
@@ -208,9 +208,8 @@ fn upstream_client_resolving(
     lookup: Arc<dyn crate::jose::fetch::Lookup>,
 ) -> Result<reqwest::Client, BackendSetupError> {
     let https = url.starts_with("https://");
-    let tls =
-        crate::http::tls::client_config(ca_file.map(std::path::Path::new), ca_setting, https)?;
-    let mut builder = crate::http::tls::client_builder(&tls)
+    let tls = crate::net::tls::client_config(ca_file.map(std::path::Path::new), ca_setting, https)?;
+    let mut builder = crate::net::tls::client_builder(&tls)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .connect_timeout(std::time::Duration::from_secs(5));
@@ -229,11 +228,11 @@ fn upstream_client_resolving(
 pub(crate) async fn read_answer_body(
     response: &mut reqwest::Response,
 ) -> Result<Vec<u8>, BackendError> {
-    crate::http::client::read_bounded(response, MAX_RESPONSE_BYTES)
+    crate::net::client::read_bounded(response, MAX_RESPONSE_BYTES)
         .await
         .map_err(|e| match e {
-            crate::http::client::BodyError::TooLarge => BackendError::TooLarge,
-            crate::http::client::BodyError::Broken(e) => classify(&e),
+            crate::net::client::BodyError::TooLarge => BackendError::TooLarge,
+            crate::net::client::BodyError::Broken(e) => classify(&e),
         })
 }
 
@@ -336,7 +335,7 @@ mod tests {
             "a private-side name is reached"
         );
         let refused = ask("8.8.8.8").await.unwrap_err();
-        let reason = crate::http::client::innermost_reason(&refused);
+        let reason = crate::net::client::innermost_reason(&refused);
         assert!(
             reason.contains("resolves to no loopback or private address"),
             "{reason}"

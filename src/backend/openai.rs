@@ -5,7 +5,7 @@ use super::{
     Usage,
 };
 use crate::config::OpenAiPolicy;
-use crate::http::event_stream::ServerSentEvents;
+use crate::net::event_stream::ServerSentEvents;
 use crate::store::ConversationRole;
 use async_trait::async_trait;
 use serde::Deserialize;

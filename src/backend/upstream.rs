@@ -21,7 +21,7 @@ use super::{
     Pieces, Prompt, Usage, classify,
 };
 use crate::config::A2aPolicy;
-use crate::http::event_stream::ServerSentEvents;
+use crate::net::event_stream::ServerSentEvents;
 use crate::protocol::types::{Artifact, Part, TaskState, parts_text};
 use async_trait::async_trait;
 use axum::http::{HeaderName, HeaderValue};
@@ -590,14 +590,14 @@ async fn read_card(client: &reqwest::Client, url: &str) -> Result<String, Backen
             ),
         ));
     }
-    let bytes = crate::http::client::read_bounded(&mut response, MAX_CARD_BYTES)
+    let bytes = crate::net::client::read_bounded(&mut response, MAX_CARD_BYTES)
         .await
         .map_err(|e| match e {
-            crate::http::client::BodyError::TooLarge => upstream(
+            crate::net::client::BodyError::TooLarge => upstream(
                 "model.a2a.url",
                 format!("its card is larger than {MAX_CARD_BYTES} bytes"),
             ),
-            crate::http::client::BodyError::Broken(e) => upstream(
+            crate::net::client::BodyError::Broken(e) => upstream(
                 "model.a2a.url",
                 format!("its card broke off ({})", unreachable_reason(&e)),
             ),

@@ -10,8 +10,8 @@
 
 use super::CliError;
 use super::exit_status::*;
-use crate::http::event_stream::ServerSentEvents;
 use crate::jose::verify::{TrustedKeys, VerifyError, verify_card};
+use crate::net::event_stream::ServerSentEvents;
 use clap::Args;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -387,13 +387,13 @@ async fn credential(
 
 fn client(args: &CallArgs) -> Result<reqwest::Client, CliError> {
     let identity = args.cert.as_deref().zip(args.key.as_deref());
-    let tls = crate::http::tls::client_config_presenting(
+    let tls = crate::net::tls::client_config_presenting(
         args.ca_file.as_deref(),
         "--ca-file",
         false,
         identity,
     )?;
-    crate::http::tls::client_builder(&tls)
+    crate::net::tls::client_builder(&tls)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .connect_timeout(Duration::from_secs(10))
@@ -434,14 +434,14 @@ async fn fetch_document(
 }
 
 async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, CliError> {
-    crate::http::client::read_bounded(&mut response, limit)
+    crate::net::client::read_bounded(&mut response, limit)
         .await
         .map_err(|e| match e {
-            crate::http::client::BodyError::TooLarge => exit(
+            crate::net::client::BodyError::TooLarge => exit(
                 EXIT_OTHER,
                 format!("the answer is larger than {limit} bytes"),
             ),
-            crate::http::client::BodyError::Broken(e) => {
+            crate::net::client::BodyError::Broken(e) => {
                 exit(EXIT_OTHER, format!("the answer broke off: {}", reason(&e)))
             }
         })
@@ -708,7 +708,7 @@ fn shortened(text: &str) -> String {
 
 /// The innermost reason of a client error (a refused certificate, a refused connection).
 fn reason(error: &reqwest::Error) -> String {
-    crate::http::client::innermost_reason(error)
+    crate::net::client::innermost_reason(error)
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ pub(super) async fn access_token(
         })?;
     let status = response.status().as_u16();
     let mut response = response;
-    let body = crate::http::client::read_bounded(&mut response, 64 * 1024)
+    let body = crate::net::client::read_bounded(&mut response, 64 * 1024)
         .await
         .map_err(|_| {
             exit(

@@ -271,8 +271,8 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
             Reach::Public
         },
     };
-    let tls = crate::http::tls::default_client_config().map_err(|e| fail(e.to_string()))?;
-    let client = crate::http::tls::client_builder(&tls)
+    let tls = crate::net::tls::default_client_config().map_err(|e| fail(e.to_string()))?;
+    let client = crate::net::tls::client_builder(&tls)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .timeout(policy.timeout)
@@ -284,17 +284,17 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
         .get(parsed)
         .send()
         .await
-        .map_err(|e| fail(crate::http::client::innermost_reason(&e)))?;
+        .map_err(|e| fail(crate::net::client::innermost_reason(&e)))?;
     if response.status() != reqwest::StatusCode::OK {
         return Err(fail(format!("HTTP status {}", response.status().as_u16())));
     }
-    let body = crate::http::client::read_bounded(&mut response, MAX_DOCUMENT_BYTES)
+    let body = crate::net::client::read_bounded(&mut response, MAX_DOCUMENT_BYTES)
         .await
         .map_err(|e| match e {
-            crate::http::client::BodyError::TooLarge => {
+            crate::net::client::BodyError::TooLarge => {
                 fail(format!("larger than {MAX_DOCUMENT_BYTES} bytes"))
             }
-            crate::http::client::BodyError::Broken(e) => fail(e.to_string()),
+            crate::net::client::BodyError::Broken(e) => fail(e.to_string()),
         })?;
     String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))
 }

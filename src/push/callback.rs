@@ -112,8 +112,8 @@ impl CallbackPolicy {
         timeout: Duration,
         loopback_only: bool,
     ) -> Result<reqwest::Client, String> {
-        let tls = crate::http::tls::default_client_config().map_err(|e| e.to_string())?;
-        crate::http::tls::client_builder(&tls)
+        let tls = crate::net::tls::default_client_config().map_err(|e| e.to_string())?;
+        crate::net::tls::client_builder(&tls)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .timeout(timeout)

@@ -1,0 +1,7 @@
+//! The connections peergate makes, never the ones it takes: TLS for outgoing clients, reading a
+//! bounded body, and reading a Server-Sent Events stream. It imports nothing of the gateway, so
+//! the model backends, the key-set fetcher, push delivery and `peergate call` all stand on it.
+
+pub mod client;
+pub mod event_stream;
+pub mod tls;
