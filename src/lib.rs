@@ -3,6 +3,7 @@
 
 pub mod a2a;
 pub mod admin;
+pub mod app;
 pub mod backend;
 pub mod cli;
 pub mod clock;

@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
+use peergate::app::{RunningGateway, start};
 use peergate::clock::ManualClock;
 use peergate::config::Policy;
-use peergate::http::server::{RunningGateway, start};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -216,7 +216,7 @@ async fn start_error(key: &[(&str, toml_edit::Value)]) -> String {
     let policy = PolicyEdit::default()
         .push_table("signing.keys", key)
         .policy();
-    let result = peergate::http::server::start(gateway_options(
+    let result = peergate::app::start(gateway_options(
         policy,
         data.path(),
         std::sync::Arc::new(peergate::clock::SystemClock),

@@ -88,7 +88,7 @@ async fn api_key_comes_from_the_named_environment_variable() {
         .insert("model.openai.api_key_env", var);
     // Named but unset: start-up refuses and names the variable, not a value.
     let data = tempfile::tempdir().unwrap();
-    let refused = peergate::http::server::start(gateway_options(
+    let refused = peergate::app::start(gateway_options(
         policy.policy(),
         data.path(),
         std::sync::Arc::new(peergate::clock::SystemClock),
@@ -405,7 +405,7 @@ async fn model_urls_and_ca_files_that_cannot_be_used_stop_start_up_naming_the_se
             .openai("https://localhost:1/v1", "m")
             .insert("model.openai.ca_file", ca_file.to_str().unwrap());
         let data = tempfile::tempdir().unwrap();
-        let started = peergate::http::server::start(gateway_options(
+        let started = peergate::app::start(gateway_options(
             policy.policy(),
             data.path(),
             std::sync::Arc::new(peergate::clock::SystemClock),

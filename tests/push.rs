@@ -552,7 +552,7 @@ async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_
     // Added before the server starts: this test's thread runs the server too, so it could not
     // apply a change the command line announces while the thread waits for the command.
     let alice = add_peer(data.path(), "alice");
-    let gw = peergate::http::server::start(gateway_options(
+    let gw = peergate::app::start(gateway_options(
         policy.clone(),
         data.path(),
         Arc::new(clock.clone()),
@@ -631,7 +631,7 @@ async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_
     let clock = ManualClock::new(clock.now_millis());
     // Past the claim of an attempt the stop may have cut short (the timeout and 15 s).
     clock.advance(Duration::from_secs(60));
-    let gw = peergate::http::server::start(gateway_options(policy, data.path(), Arc::new(clock)))
+    let gw = peergate::app::start(gateway_options(policy, data.path(), Arc::new(clock)))
         .await
         .unwrap();
     let received = receiver.wait_for(3).await;
@@ -867,12 +867,11 @@ async fn a_push_key_the_policy_names_but_cannot_be_read_stops_start_up_naming_th
     let policy = push_policy()
         .insert("push.key_env", "PEERGATE_TEST_UNSET_PUSH_KEY")
         .policy();
-    let refused =
-        peergate::http::server::start(gateway_options(policy, data.path(), Arc::new(SystemClock)))
-            .await
-            .err()
-            .expect("start-up stops")
-            .to_string();
+    let refused = peergate::app::start(gateway_options(policy, data.path(), Arc::new(SystemClock)))
+        .await
+        .err()
+        .expect("start-up stops")
+        .to_string();
     assert!(
         refused.contains("push.key_env") && refused.contains("PEERGATE_TEST_UNSET_PUSH_KEY"),
         "{refused}"

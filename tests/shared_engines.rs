@@ -99,7 +99,7 @@ async fn a_gateway_keeps_its_peer_limits_in_redis_and_answers_while_redis_is_awa
         Arc::new(SystemClock),
     );
     options.redis_url = Some(server.url());
-    let running = peergate::http::server::start(options).await.unwrap();
+    let running = peergate::app::start(options).await.unwrap();
     let door = format!("http://{}/a2a/v1", running.local_addr);
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask",
         "params": {"id": "no-such-task"}})

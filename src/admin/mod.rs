@@ -4,9 +4,8 @@
 //! * [`service`]: the rules, shared by the command line and the API;
 //! * [`budget`]: each administrator's model budget, checked before the model is asked;
 //! * [`auth`]: who may use the admin API;
-//! * [`api`]: the admin API's routes and its OpenAPI document.
+//! * The admin API's routes and its OpenAPI document are HTTP, in `crate::http::admin_api`.
 
-pub mod api;
 pub mod auth;
 pub mod budget;
 pub mod service;

@@ -236,7 +236,7 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             Ok(())
         }
         AdminCommand::Openapi => {
-            let document = crate::admin::api::openapi()
+            let document = crate::http::admin_api::openapi()
                 .to_pretty_json()
                 .map_err(|e| CliError::new(e.to_string()))?;
             println!("{document}");

@@ -11,10 +11,10 @@ mod peer;
 mod store;
 
 use crate::admin::{AccountDefaults, AccountService, Caller};
+use crate::app::{GatewayOptions, start};
 use crate::clock::{Clock, SystemClock, rfc3339_millis};
 use crate::config::MAX_RATE_PER_MINUTE;
 use crate::config::Policy;
-use crate::http::server::{GatewayOptions, start};
 use crate::store::Store;
 use admin::AdminCommand;
 use card::CardCommand;

@@ -1,12 +1,13 @@
-//! The HTTP side: the accept loop, the router and its wiring, and the cached documents.
+//! The HTTP side, inbound: the accept loop and TLS, the door's routes and the A2A bindings
+//! over HTTP, the admin API's routes, streams of events, and the cached documents.
 
 pub mod accept;
-mod account_changes;
+pub mod admin_api;
+pub mod content_type;
 pub mod document;
+pub mod door;
 pub mod ready;
 pub mod rest;
-pub mod server;
 pub mod server_tls;
-mod sharing;
 pub mod sse;
 pub mod stalled_writes;

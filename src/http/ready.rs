@@ -33,7 +33,7 @@ pub struct Readiness {
 
 impl Readiness {
     /// Readiness of `store`, `redis` when configured, and the backend named `backend`.
-    pub(super) fn new(store: Store, redis: Option<Redis>, backend: &'static str) -> Self {
+    pub(crate) fn new(store: Store, redis: Option<Redis>, backend: &'static str) -> Self {
         Self {
             store,
             redis,

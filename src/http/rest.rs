@@ -160,7 +160,7 @@ fn error_response(error: &jsonrpc::RpcError) -> Response {
 /// The request body as the method's params: a JSON object sent as JSON.
 fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Value, jsonrpc::RpcError> {
     use crate::jose::json::{Integers, StrictError, parse_object};
-    if !crate::http::server::is_json(headers) {
+    if !crate::http::content_type::is_json(headers) {
         return Err(jsonrpc::RpcError::ContentTypeNotSupported(
             "send the request body with Content-Type: application/json",
         ));

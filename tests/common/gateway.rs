@@ -5,9 +5,9 @@
 use super::cli::{add_peer, cli_on, cli_with_stdin_on};
 use super::policy::PolicyEdit;
 use super::store::TestStore;
+use peergate::app::{GatewayOptions, RunningGateway, start};
 use peergate::clock::{Clock, ManualClock, SystemClock};
 use peergate::config::{Policy, PolicySource};
-use peergate::http::server::{GatewayOptions, RunningGateway, start};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;

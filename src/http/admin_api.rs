@@ -6,9 +6,9 @@
 //! serves them, so a route cannot exist without its documentation or the other way round;
 //! `openapi.json` in the repository is that document, and a test keeps them equal.
 
-use super::auth::{AdminAuthLayer, AdminAuthenticator, AdminPrincipal, AuthenticatedAdmin};
-use super::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
+use crate::admin::auth::{AdminAuthLayer, AdminAuthenticator, AdminPrincipal, AuthenticatedAdmin};
 use crate::admin::budget::{Budgets, day_and_month};
+use crate::admin::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
 use crate::clock::{Clock, rfc3339_millis};
 use crate::guard::refusal::Refusal;
 use crate::layers::cross_site::CrossSiteLayer;
@@ -157,7 +157,7 @@ pub fn router(
         .split_for_parts();
     router
         .fallback(not_found)
-        .method_not_allowed_fallback(crate::http::server::method_not_allowed)
+        .method_not_allowed_fallback(crate::http::door::method_not_allowed)
         .with_state(state)
         .layer(CrossSiteLayer::new(allowed_origins))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))

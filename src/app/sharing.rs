@@ -12,7 +12,7 @@
 //! the same files or secrets on every instance) are then required, and start-up stops naming
 //! the missing one.
 
-use super::server::{GatewayOptions, StartError};
+use super::{GatewayOptions, StartError};
 use crate::a2a::agent::{Agent, SharedState};
 use crate::shared::changes::{ChangeNotifier, LocalChanges};
 use crate::shared::ownership::{LeasedInstances, TaskOwnership};

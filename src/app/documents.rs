@@ -1,0 +1,128 @@
+//! The documents served from memory, built at start-up: the signed cards and the key set.
+
+use super::{GatewayOptions, StartError, config};
+use crate::a2a::card;
+use crate::http::document::{self, CachedDocument};
+use crate::jose::{keys, sign};
+use crate::layers::auth::Scheme;
+use crate::store::{Store, StoreError};
+use axum::body::Bytes;
+use std::sync::Arc;
+
+/// The documents served from memory: the signed cards and the key set.
+pub(super) struct Documents {
+    pub(super) card: CachedDocument,
+    pub(super) extended: CachedDocument,
+    /// The extended card, signed, for `GetExtendedAgentCard`.
+    pub(super) extended_json: String,
+    /// The extended card of peers signed in with an identity provider the public card does
+    /// not list, by the provider's name: served, and signed for `GetExtendedAgentCard`.
+    pub(super) issuer_extended: std::collections::HashMap<String, (Arc<CachedDocument>, String)>,
+    pub(super) jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
+    /// What housekeeping needs to rebuild the key set when a day passes.
+    pub(super) refresh: JwksRefresh,
+}
+
+impl Documents {
+    pub(super) async fn build(
+        options: &GatewayOptions,
+        store: &Store,
+        door_url: &str,
+        identities: &card::CardIdentities,
+    ) -> Result<Self, StartError> {
+        let issuers = &identities.issuers;
+        let policy = &options.policy;
+        let now = options.clock.now_millis();
+        let today = crate::clock::utc_day(now);
+        let policy_keys = keys::load(&policy.signing, &options.data_dir).map_err(|e| config(&e))?;
+        let signing_keys = policy_keys.signing;
+        let jku = policy.signing.jwks_url.as_deref();
+        let public_card = card::public_card(policy, door_url, identities);
+        // Fail closed: a card holding values the SDKs drop would verify in some clients only.
+        if sign::holds_droppable_values(&public_card) {
+            return Err(StartError::Config(
+                "the Agent Card would hold an empty value (check the [card] keys: no empty strings or lists)"
+                    .to_owned(),
+            ));
+        }
+        // The card URL answers differently to requests carrying credentials.
+        let vary = if policy.auth_schemes().contains(&Scheme::ApiKey) {
+            format!("Authorization, {}", policy.auth.api_key_header)
+        } else {
+            "Authorization".to_owned()
+        };
+        let signed_card =
+            sign::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
+        let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
+        let signed_extended =
+            sign::sign_card(&card::extended_card(&public_card, None), &signing_keys, jku)
+                .map_err(|e| config(&e))?;
+        let mut issuer_extended = std::collections::HashMap::new();
+        for issuer in issuers.iter().filter(|i| !i.public) {
+            let signed = sign::sign_card(
+                &card::extended_card(&public_card, Some(issuer)),
+                &signing_keys,
+                jku,
+            )
+            .map_err(|e| config(&e))?;
+            let json = serde_json::to_string(&signed).unwrap_or_default();
+            let bytes = Bytes::from(json.clone());
+            let document =
+                CachedDocument::new(bytes, now, "private, max-age=60").varying_on("Authorization");
+            issuer_extended.insert(issuer.name.clone(), (Arc::new(document), json));
+        }
+        let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
+        let extended_bytes = Bytes::from(extended_json.clone());
+        let documents = store.documents();
+        let extended_changed = documents
+            .document_modified_at("extended-card", &document::etag_for(&extended_bytes), now)
+            .await?;
+        let published = Arc::new(policy_keys.published);
+        let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
+            build_jwks(store, &published, &today, now).await?,
+        )));
+        for key in &signing_keys {
+            tracing::info!(kid = key.kid(), alg = key.alg(), "the Agent Card is signed");
+        }
+        let card_changed = documents
+            .document_modified_at("public-card", &document::etag_for(&card_bytes), now)
+            .await?;
+        Ok(Self {
+            // The same URL serves the extended card to authenticated peers.
+            card: CachedDocument::new(card_bytes, card_changed, "public, max-age=60")
+                .varying_on(&vary),
+            extended: CachedDocument::new(extended_bytes, extended_changed, "private, max-age=60")
+                .varying_on(&vary),
+            extended_json,
+            issuer_extended,
+            jwks: jwks.clone(),
+            refresh: JwksRefresh {
+                published,
+                document: jwks,
+                day: today,
+            },
+        })
+    }
+}
+
+/// What housekeeping needs to rebuild the key set when the day changes.
+pub(super) struct JwksRefresh {
+    pub(super) published: Arc<Vec<keys::PublishedKey>>,
+    pub(super) document: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
+    pub(super) day: String,
+}
+
+/// The JWKS of `published` on `today`, with its validators.
+pub(super) async fn build_jwks(
+    store: &Store,
+    published: &[keys::PublishedKey],
+    today: &str,
+    now_millis: i64,
+) -> Result<CachedDocument, StoreError> {
+    let bytes = Bytes::from(keys::jwks_on(published, today).to_string());
+    let changed = store
+        .documents()
+        .document_modified_at("jwks", &document::etag_for(&bytes), now_millis)
+        .await?;
+    Ok(CachedDocument::new(bytes, changed, "public, max-age=300"))
+}

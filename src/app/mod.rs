@@ -1,0 +1,609 @@
+//! Start-up: the policy becomes a store, shared engines, the agent, the guard, the documents
+//! and two listeners, and housekeeping runs beside them until shutdown.
+
+mod account_changes;
+mod documents;
+mod housekeeping;
+mod identity;
+mod sharing;
+
+use crate::a2a::agent::{Agent, AgentSettings};
+use crate::a2a::card;
+use crate::admin::budget::{BudgetDefaults, Budgets};
+use crate::admin::{AccountDefaults, AccountService, admin_authenticator};
+use crate::backend::BackendSetupError;
+use crate::clock::Clock;
+use crate::config::{Policy, PolicySource};
+use crate::guard::refusal::{self};
+use crate::http::accept::ConnectionLimits;
+use crate::http::admin_api::AdminState;
+use crate::http::door::{DoorGuards, DoorState, door_router, panic_response};
+use crate::layers::auth::PeerAuthenticator;
+use crate::layers::auth::known_ids::KnownCredentialIds;
+use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
+use crate::layers::metrics::Metrics;
+use crate::shared::changes::ChangeNotifier;
+use crate::store::{Store, StoreError, StoreLocation};
+use axum::Router;
+use axum::http::StatusCode;
+use documents::Documents;
+use housekeeping::{Caches, housekeeping};
+use identity::{auth_settings, identity_providers, issuer_cards, providers_of};
+use sharing::{SharedLimits, Sharing};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
+
+/// Everything needed to start a gateway.
+pub struct GatewayOptions {
+    /// The policy.
+    pub policy: Policy,
+    /// Where it came from.
+    pub policy_source: PolicySource,
+    /// The data directory (the embedded store, and the default card-signing key).
+    pub data_dir: PathBuf,
+    /// A PostgreSQL store instead of the embedded one (`--store`, `PEERGATE_STORE_URL`).
+    pub store_url: Option<String>,
+    /// Redis, for what instances share (`--redis`, `PEERGATE_REDIS_URL`).
+    pub redis_url: Option<String>,
+    /// Overrides `server.listen`.
+    pub listen: Option<SocketAddr>,
+    /// Overrides `server.admin_listen`.
+    pub admin_listen: Option<SocketAddr>,
+    /// The clock; tests pass a manual one.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl GatewayOptions {
+    /// Where the store is.
+    pub fn store_location(&self) -> StoreLocation {
+        match &self.store_url {
+            Some(url) => StoreLocation::Postgres(url.clone()),
+            None => StoreLocation::Embedded(self.data_dir.clone()),
+        }
+    }
+}
+
+/// Why the gateway did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The store could not be opened.
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    /// The backend could not be set up.
+    #[error("{0}")]
+    Backend(#[from] BackendSetupError),
+    /// A setting the layers refuse.
+    #[error("{0}")]
+    Config(String),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The operating system's reason.
+        reason: std::io::ErrorKind,
+    },
+}
+
+/// A gateway that is serving.
+pub struct RunningGateway {
+    /// The bound address (useful with port 0).
+    pub local_addr: SocketAddr,
+    /// The door's URL as the card advertises it.
+    pub door_url: String,
+    /// The admin API's bound address.
+    pub admin_addr: SocketAddr,
+    shutdown: Option<tokio::sync::watch::Sender<bool>>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    admin_serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    accounts: AccountService,
+    sweeper: tokio::task::JoinHandle<()>,
+    /// Hears account changes from the command line and re-reads the known credential ids.
+    hearing: tokio::task::JoinHandle<()>,
+    /// The push-notification delivery loop; a delivery it cuts short is due again once its
+    /// claim lapses.
+    deliveries: Option<tokio::task::JoinHandle<()>>,
+    kept: Option<crate::app::sharing::Kept>,
+    agent: Arc<Agent>,
+    shutdown_grace: Duration,
+    store: Store,
+    authenticator: Arc<PeerAuthenticator>,
+}
+
+impl RunningGateway {
+    /// Stops accepting, lets in-flight requests finish, and closes the store.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(true);
+        }
+        let _ = (&mut self.serving).await;
+        let _ = (&mut self.admin_serving).await;
+        self.sweeper.abort();
+        self.hearing.abort();
+        // Turns running without a request (non-blocking sends, streams) store their answers
+        // before the store closes, within the grace period.
+        self.agent.settle(self.shutdown_grace).await;
+        if let Some(deliveries) = self.deliveries.take() {
+            deliveries.abort();
+        }
+        if let Some(kept) = self.kept.take() {
+            kept.stop().await;
+        }
+        self.store.close().await;
+    }
+
+    /// How many Argon2 password verifications ran since start-up.
+    pub fn password_verifications(&self) -> u64 {
+        self.authenticator.password_verifications()
+    }
+
+    /// The most Argon2 verifications that ever ran at once.
+    pub fn password_peak_concurrency(&self) -> usize {
+        self.authenticator.password_peak_concurrency()
+    }
+
+    /// The account service of this running server: changes made through it drop what the
+    /// server cached, so they apply to the very next request.
+    pub fn accounts(&self) -> &AccountService {
+        &self.accounts
+    }
+
+    /// Serves until `signal` completes, then shuts down gracefully.
+    pub async fn run_until(self, signal: impl std::future::Future<Output = ()>) {
+        signal.await;
+        self.shutdown().await;
+    }
+}
+
+/// Opens the store, binds the listener and starts serving.
+pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError> {
+    let policy = &options.policy;
+    let backend = crate::backend::from_policy(&policy.model).await?;
+    let store = Store::open_at(&options.store_location()).await?;
+    let sharing = Sharing::connect(&options, &store).await?;
+    store.claim_for_serving(sharing.serving).await?;
+    sharing.begin().await?;
+    let listeners = Listeners::bind(&options).await?;
+    let door_url = card::door_url(policy, listeners.local_addr);
+    let identity_providers = identity_providers(policy, &options.clock)?;
+    let card_identities = card::CardIdentities {
+        issuers: issuer_cards(policy, identity_providers.as_deref()).await,
+        client_ca_sha256: listeners.client_ca_sha256.clone(),
+    };
+    let documents = Documents::build(&options, &store, &door_url, &card_identities).await?;
+    tracing::info!(policy = %options.policy_source, "policy loaded");
+    tracing::info!(
+        data_dir = %options.data_dir.display(),
+        store = %store.describe(),
+        "store opened"
+    );
+    tracing::info!("model backend: {}", backend.describe());
+
+    let metrics = Arc::new(Metrics::default());
+    let cache_ttl = Duration::from_secs(policy.auth.credential_cache_seconds);
+    let mut budgets = Budgets::new(
+        store.usage(),
+        options.clock.clone(),
+        BudgetDefaults {
+            tokens_per_day: policy.budgets.tokens_per_day,
+            tokens_per_month: policy.budgets.tokens_per_month,
+        },
+        cache_ttl,
+    );
+    if let Some(spend) = &sharing.spend {
+        budgets = budgets.with_shared_spend(spend.clone());
+    }
+    let budgets = Arc::new(budgets);
+    let push = push_notifications(&options, &store, sharing.serving, &metrics)?;
+    let mut agent = Agent::new(
+        store.tasks(),
+        backend,
+        budgets.clone(),
+        metrics.clone(),
+        options.clock.clone(),
+        agent_settings(policy),
+    )
+    .with_shared_state(sharing.agent.clone())
+    .with_extended_card(
+        serde_json::value::RawValue::from_string(documents.extended_json.clone())
+            .map_err(|e| config(&e))?,
+    );
+    for (issuer, (_, json)) in &documents.issuer_extended {
+        agent = agent.with_issuer_extended_card(
+            issuer,
+            serde_json::value::RawValue::from_string(json.clone()).map_err(|e| config(&e))?,
+        );
+    }
+    if let Some(push) = &push {
+        agent = agent.with_push(push.clone());
+    }
+    let agent = Arc::new(agent);
+    agent.hear_cancels();
+    // No turn is in flight before serving: every working task was interrupted.
+    match agent.fail_interrupted_tasks(None).await? {
+        0 => {}
+        n => tracing::warn!(
+            tasks = n,
+            "tasks interrupted by the last stop are now failed (interrupted)"
+        ),
+    }
+    let shared = &sharing.limits;
+    let mut settings = auth_settings(policy, cache_ttl, shared.failed_auth.clone())?;
+    // Unknown credential ids are refused from memory: a flood of made-up tokens never reaches
+    // the store. The command line's announcements are heard before the ids are read, so a
+    // credential it issues meanwhile is in one or the other.
+    let announcements = match store.hear_announcements().await {
+        Ok(announcements) => Some(announcements),
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "the command line's changes reach this gateway by its periodic re-read (within {} s), not at once",
+                crate::layers::auth::known_ids::RECONCILE_EVERY.as_secs()
+            );
+            None
+        }
+    };
+    let known_ids = Arc::new(KnownCredentialIds::load(&*store.credentials()).await?);
+    settings.known_ids = Some(known_ids.clone());
+    settings.identity_providers = identity_providers;
+    let authenticator = Arc::new(
+        PeerAuthenticator::new(store.credentials(), options.clock.clone(), settings)
+            .map_err(|e| config(&e))?,
+    );
+    let (per_ip, per_peer) = limit_layers(&options, shared)?;
+    let guards = DoorGuards {
+        per_ip,
+        per_peer,
+        authenticator: authenticator.clone(),
+    };
+    let readiness = Arc::new(crate::http::ready::Readiness::new(
+        store.clone(),
+        sharing.redis.clone(),
+        policy.model.backend.name(),
+    ));
+    let state = DoorState {
+        agent: agent.clone(),
+        bounds: stream_bounds(policy),
+        card: Arc::new(documents.card),
+        extended: Arc::new(documents.extended),
+        issuer_extended: Arc::new(
+            documents
+                .issuer_extended
+                .iter()
+                .map(|(name, (document, _))| (name.clone(), document.clone()))
+                .collect(),
+        ),
+        jwks: documents.jwks.clone(),
+        readiness: readiness.clone(),
+    };
+    let router = door_router(policy, state, &guards, metrics.clone());
+
+    let forget = Arc::new(account_changes::ForgetOnChange {
+        authenticator: authenticator.clone(),
+        budgets: budgets.clone(),
+        reread: Arc::default(),
+    });
+    let accounts = account_service(&options, &store, sharing.changes.clone(), &forget);
+    let hearing =
+        account_changes::keep_current(store.credentials(), known_ids, announcements, forget);
+    let admin_router = admin_router(
+        &options,
+        AdminState::new(
+            accounts.clone(),
+            budgets.clone(),
+            metrics.clone(),
+            options.clock.clone(),
+        )
+        .with_readiness(readiness),
+        &authenticator,
+    )?;
+
+    let (local_addr, admin_addr) = (listeners.local_addr, listeners.admin_addr);
+    let (shutdown_tx, serving, admin_serving) =
+        listeners.serve(policy, router, admin_router, &metrics);
+    let registry = sharing.registry();
+    let state_agent = agent.clone();
+    let kept = sharing.keep(&options, agent.clone());
+    let sweeper = tokio::spawn(housekeeping(
+        store.clone(),
+        registry,
+        options.clock.clone(),
+        Caches {
+            per_ip: guards.per_ip,
+            per_peer: guards.per_peer,
+            authenticator: authenticator.clone(),
+            budgets,
+        },
+        agent,
+        Duration::from_secs(policy.server.request_timeout_seconds),
+        documents.refresh,
+    ));
+    // Started once the interrupted tasks are failed, so their last states are queued too.
+    let deliveries = push
+        .map(crate::push::deliver::spawn)
+        .transpose()
+        .map_err(|e| config(&e))?;
+    tracing::info!("admin API on http://{admin_addr} (OpenAPI at /openapi.json)");
+    tracing::info!(
+        "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
+    );
+    Ok(RunningGateway {
+        local_addr,
+        door_url,
+        admin_addr,
+        shutdown: Some(shutdown_tx),
+        serving,
+        admin_serving,
+        accounts,
+        sweeper,
+        hearing,
+        deliveries,
+        kept: Some(kept),
+        agent: state_agent,
+        shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
+        store,
+        authenticator,
+    })
+}
+
+pub(super) fn config(e: &dyn std::fmt::Display) -> StartError {
+    StartError::Config(e.to_string())
+}
+
+/// An accept loop, running.
+type Serving = tokio::task::JoinHandle<std::io::Result<()>>;
+
+/// The door's and the admin API's listeners, bound.
+struct Listeners {
+    door: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+    local_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    /// The door's own TLS, with `[server.tls]`.
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The SHA-256 of the client CA's certificate, when client certificates are asked for.
+    client_ca_sha256: Option<String>,
+}
+
+impl Listeners {
+    async fn bind(options: &GatewayOptions) -> Result<Self, StartError> {
+        let policy = &options.policy;
+        let addr = options.listen.unwrap_or(policy.server.listen);
+        let admin_bind = options.admin_listen.unwrap_or(policy.server.admin_listen);
+        // The command line may override the policy's address: the same rule applies.
+        crate::config::check_admin_listen(admin_bind, addr).map_err(|reason| {
+            StartError::Config(format!("--admin-listen / server.admin_listen {reason}"))
+        })?;
+        // Read before binding: a wrong file stops start-up naming its setting.
+        let (tls, client_ca_sha256) = match &policy.server.tls {
+            Some(tls) => {
+                let (acceptor, ca) =
+                    crate::http::server_tls::acceptor(tls).map_err(StartError::Config)?;
+                (Some(acceptor), ca)
+            }
+            None => (None, None),
+        };
+        let (door, local_addr) = bind(addr).await?;
+        let (admin, admin_addr) = bind(admin_bind).await?;
+        Ok(Self {
+            door,
+            admin,
+            local_addr,
+            admin_addr,
+            tls,
+            client_ca_sha256,
+        })
+    }
+}
+
+impl Listeners {
+    /// Starts both accept loops; they drain when the returned sender says so.
+    fn serve(
+        self,
+        policy: &Policy,
+        router: Router,
+        admin_router: Router,
+        metrics: &Arc<Metrics>,
+    ) -> (tokio::sync::watch::Sender<bool>, Serving, Serving) {
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(policy.server.header_read_timeout_seconds),
+            max_connections: policy.server.max_connections,
+            max_per_address: policy.server.max_connections_per_address,
+            exempt: policy.server.trusted_proxies.clone().into(),
+            write_stall: Duration::from_secs(policy.server.write_stall_seconds),
+            shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
+        };
+        let serving = tokio::spawn(crate::http::accept::serve(
+            self.door,
+            router,
+            limits.clone(),
+            shutdown_rx.clone(),
+            metrics.clone(),
+            self.tls,
+        ));
+        // The admin listener is loopback only, without TLS of its own.
+        let admin_serving = tokio::spawn(crate::http::accept::serve(
+            self.admin,
+            admin_router,
+            limits,
+            shutdown_rx,
+            metrics.clone(),
+            None,
+        ));
+        (shutdown_tx, serving, admin_serving)
+    }
+}
+
+/// The account service, publishing its changes to the caches of this gateway.
+fn account_service(
+    options: &GatewayOptions,
+    store: &Store,
+    changes: Arc<dyn ChangeNotifier>,
+    forget: &Arc<account_changes::ForgetOnChange>,
+) -> AccountService {
+    changes.subscribe(forget.clone());
+    AccountService::new(
+        store.clone(),
+        options.clock.clone(),
+        AccountDefaults {
+            default_owner: options.policy.peers.default_owner.clone(),
+            rate_per_minute: options.policy.peers.default_rate_per_minute,
+        },
+    )
+    .with_changes(changes)
+    .with_password_pool(forget.authenticator.passwords().clone())
+}
+
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), StartError> {
+    let fail = |e: std::io::Error| StartError::Bind {
+        addr,
+        reason: e.kind(),
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(fail)?;
+    let local = listener.local_addr().map_err(fail)?;
+    Ok((listener, local))
+}
+
+/// Push notifications when `capabilities.push_notifications` is on: the sealing key (named by
+/// the policy, or generated in the data directory for a lone instance) and the callback rules.
+fn push_notifications(
+    options: &GatewayOptions,
+    store: &Store,
+    serving: crate::store::Serving,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<crate::push::Push>>, StartError> {
+    let policy = &options.policy;
+    if !policy.capabilities.push_notifications {
+        return Ok(None);
+    }
+    let alone = matches!(serving, crate::store::Serving::Alone);
+    let key = crate::push::seal::SealingKey::load(&policy.push, &options.data_dir, alone)
+        .map_err(|e| config(&e))?;
+    let callbacks = crate::push::callback::CallbackPolicy::from_policy(&policy.push);
+    if callbacks.dangerous_allow_loopback {
+        tracing::warn!(
+            "push.dangerous_allow_loopback_callbacks is on: any peer can make this gateway POST to services on this host"
+        );
+    }
+    Ok(Some(Arc::new(crate::push::Push::new(
+        store.push(),
+        key,
+        callbacks,
+        crate::push::PushSettings::from_policy(&policy.push),
+        options.clock.clone(),
+        metrics.clone(),
+    ))))
+}
+
+fn agent_settings(policy: &Policy) -> AgentSettings {
+    AgentSettings {
+        instructions: policy.model.instructions.clone(),
+        task_retention: Duration::from_secs(u64::from(policy.tasks.retention_hours) * 3600),
+        context_messages: policy.tasks.context_messages,
+        max_text_bytes: policy.tasks.max_text_bytes,
+        backend_timeout: Duration::from_secs(policy.model.timeout_seconds),
+        non_blocking: policy.capabilities.non_blocking,
+        cancel_running: policy.capabilities.cancel_running,
+        streaming: policy.capabilities.streaming,
+        subscriptions: policy.capabilities.subscriptions,
+        longest_stream: Duration::from_secs(policy.server.request_timeout_seconds),
+        streams_per_peer: policy.limits.streams_per_peer,
+    }
+}
+
+/// How long a stream may last, and its connection after it.
+fn stream_bounds(policy: &Policy) -> crate::http::sse::StreamBounds {
+    crate::http::sse::StreamBounds {
+        longest: Duration::from_secs(policy.server.request_timeout_seconds),
+        grace: Duration::from_secs(policy.server.write_stall_seconds),
+    }
+}
+
+/// The per-IP and per-peer layers: in process, or over the shared limiters.
+fn limit_layers(
+    options: &GatewayOptions,
+    shared: &SharedLimits,
+) -> Result<(PerIpLimitLayer, PerPeerLimitLayer), StartError> {
+    let limits = &options.policy.limits;
+    let per_ip_quota = Quota::per_minute(limits.per_ip_per_minute);
+    let per_ip = match &shared.per_ip {
+        Some(limiter) => PerIpLimitLayer::with_limiter(per_ip_quota, limiter.clone()),
+        None => PerIpLimitLayer::new(
+            per_ip_quota,
+            limits.tracked_addresses,
+            options.clock.clone(),
+        )
+        .map_err(|e| config(&e))?,
+    };
+    let per_peer = match &shared.per_peer {
+        Some(limiter) => PerPeerLimitLayer::with_limiter(limiter.clone()),
+        None => PerPeerLimitLayer::new(limits.tracked_addresses, options.clock.clone())
+            .map_err(|e| config(&e))?,
+    };
+    Ok((per_ip, per_peer))
+}
+
+/// The admin API's listener: its routes behind administrator authentication (sharing the
+/// door's Argon2 pool), the panic catcher and the request timeout.
+fn admin_router(
+    options: &GatewayOptions,
+    state: AdminState,
+    authenticator: &PeerAuthenticator,
+) -> Result<Router, StartError> {
+    let policy = &options.policy;
+    let admin_authenticator = Arc::new(
+        admin_authenticator(
+            state.accounts().clone(),
+            options.clock.clone(),
+            (
+                policy.limits.failed_auth_per_ip_per_minute,
+                policy.limits.tracked_addresses,
+            ),
+            authenticator.passwords().clone(),
+            (
+                scrape_token(policy)?,
+                match &policy.admin.issuer {
+                    Some(issuer) => {
+                        providers_of(&[("admin.issuer".to_owned(), issuer)], &options.clock)?
+                    }
+                    None => None,
+                },
+            ),
+        )
+        .map_err(StartError::Config)?,
+    );
+    let allowed_origins = &policy.server.admin_allowed_origins;
+    Ok(
+        crate::http::admin_api::router(state, admin_authenticator, allowed_origins)
+            .layer(CatchPanicLayer::custom(panic_response))
+            .layer(TimeoutLayer::with_status_code(
+                StatusCode::REQUEST_TIMEOUT,
+                Duration::from_secs(policy.server.request_timeout_seconds),
+            ))
+            .layer(axum::middleware::map_response(
+                refusal::explain_layer_refusals,
+            )),
+    )
+}
+
+/// The scrape token `server.metrics_token_env` names, read from the environment. Fails closed:
+/// a named variable that is unset, or holds a short secret, stops start-up.
+fn scrape_token(policy: &Policy) -> Result<Option<crate::admin::ScrapeToken>, StartError> {
+    let Some(name) = &policy.server.metrics_token_env else {
+        return Ok(None);
+    };
+    let secret = std::env::var(name).map_err(|_| {
+        StartError::Config(format!(
+            "server.metrics_token_env: the environment variable {name} is not set (or not UTF-8)"
+        ))
+    })?;
+    crate::admin::ScrapeToken::new(&secret)
+        .map(Some)
+        .map_err(|why| StartError::Config(format!("server.metrics_token_env: {name} {why}")))
+}

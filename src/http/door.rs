@@ -1,0 +1,255 @@
+//! The door's routes: the Agent Card and its key set, the A2A bindings, `/health` and `/ready`,
+//! behind the guard layers in their order.
+
+use super::content_type::is_json;
+use crate::a2a::agent::Agent;
+use crate::a2a::card;
+use crate::config::Policy;
+use crate::guard::refusal::{self, Refusal};
+use crate::http::document::CachedDocument;
+use crate::layers::auth::{AuthLayer, AuthMode, AuthenticatedPeer, PeerAuthenticator};
+use crate::layers::client_addr::ClientAddr;
+use crate::layers::client_addr::ClientAddrLayer;
+use crate::layers::gate::GateLayer;
+use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer};
+use crate::layers::metrics::{Metrics, MetricsLayer};
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+
+/// What the door's handlers share.
+#[derive(Clone)]
+pub(crate) struct DoorState {
+    pub(crate) agent: Arc<Agent>,
+    /// How long a stream, and its connection, may last.
+    pub(crate) bounds: crate::http::sse::StreamBounds,
+    pub(crate) card: Arc<CachedDocument>,
+    pub(crate) extended: Arc<CachedDocument>,
+    /// The extended card by the identity provider a peer signed in with, when the public card
+    /// does not list it.
+    pub(crate) issuer_extended: Arc<std::collections::HashMap<String, Arc<CachedDocument>>>,
+    /// Rebuilt when the day changes, so a retiring key leaves on its date.
+    pub(crate) jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
+    /// What `/ready` asks.
+    pub(crate) readiness: Arc<super::ready::Readiness>,
+}
+
+/// The guard layers the door's routes share with housekeeping.
+pub(crate) struct DoorGuards {
+    pub(crate) per_ip: PerIpLimitLayer,
+    pub(crate) per_peer: PerPeerLimitLayer,
+    pub(crate) authenticator: Arc<PeerAuthenticator>,
+}
+
+/// The door's listener: the card routes, the A2A door and `/health`, behind their layers.
+pub(crate) fn door_router(
+    policy: &Policy,
+    state: DoorState,
+    guards: &DoorGuards,
+    metrics: Arc<Metrics>,
+) -> Router {
+    let a2a_path = policy.server.a2a_path.clone();
+    let request_timeout = Duration::from_secs(policy.server.request_timeout_seconds);
+    // Outer to inner (the layer added last runs first): client address, per-IP limit,
+    // authentication, per-peer limit, request timeout, body limit, protocol gate, handler.
+    let gate = GateLayer::new(
+        policy.gate.require_version_header,
+        policy
+            .card
+            .extensions
+            .iter()
+            .map(|e| (e.uri.clone(), e.required))
+            .collect(),
+        policy.server.max_body_bytes,
+    );
+    let json_rpc = Router::new()
+        .route(&a2a_path, post(door))
+        .route(&format!("{a2a_path}/"), post(door))
+        .layer(gate.clone());
+    // The HTTP+JSON binding, when on, under the same layers with the gate in its shape.
+    let bindings = if policy.capabilities.http_json {
+        json_rpc.merge(
+            crate::http::rest::routes(&card::http_json_path(policy)).layer(gate.for_http_json()),
+        )
+    } else {
+        json_rpc
+    };
+    // Each `Router::layer` call boxes every route once more, and each box is cloned for every
+    // request: layers are stacked with `ServiceBuilder` (outer first) where their types allow,
+    // so a request clones one box per stack instead of one per layer. The body limit changes
+    // the response body's type, which the layers outside it do not take: a box between.
+    let door_routes = bindings
+        .layer(
+            ServiceBuilder::new()
+                // Only requests that got this far read a body or wait for the model; the card
+                // and the refusals in front are answered from memory, so their floods pay for
+                // no timer.
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::REQUEST_TIMEOUT,
+                    request_timeout,
+                ))
+                .layer(RequestBodyLimitLayer::new(policy.server.max_body_bytes))
+                .layer(DefaultBodyLimit::disable()),
+        )
+        .layer(
+            ServiceBuilder::new()
+                .layer(AuthLayer::shared(guards.authenticator.clone()))
+                .layer(guards.per_peer.clone())
+                .layer(axum::middleware::map_response(
+                    refusal::explain_layer_refusals,
+                )),
+        );
+    // A credential on the card URL is checked by the same layer as on the door: a valid peer
+    // gets the extended card, an invalid credential a 401.
+    let card_routes = Router::new()
+        .route("/.well-known/agent-card.json", get(agent_card))
+        .route("/.well-known/agent.json", get(agent_card))
+        .layer(AuthLayer::shared(guards.authenticator.clone()).mode(AuthMode::Optional));
+    let guarded = Router::new()
+        .merge(card_routes)
+        .route("/.well-known/jwks.json", get(jwks_document))
+        .merge(door_routes)
+        .layer(
+            ServiceBuilder::new()
+                .layer(
+                    ClientAddrLayer::new(policy.trusted_proxies().to_vec())
+                        .forwarding_certificates_in(
+                            policy
+                                .auth
+                                .forwarded_client_certificate_header
+                                .as_deref()
+                                .and_then(|h| {
+                                    axum::http::HeaderName::from_bytes(h.as_bytes()).ok()
+                                }),
+                        ),
+                )
+                .layer(guards.per_ip.clone()),
+        );
+    Router::new()
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .merge(guarded)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(MetricsLayer::new(metrics, &a2a_path))
+        .layer(tower::util::option_layer(policy.log.access.then(|| {
+            crate::layers::access_log::AccessLogLayer::new(&a2a_path)
+        })))
+}
+
+impl axum::extract::FromRef<DoorState> for crate::http::rest::RestState {
+    fn from_ref(state: &DoorState) -> Self {
+        Self {
+            agent: state.agent.clone(),
+            bounds: state.bounds.clone(),
+        }
+    }
+}
+
+async fn door(
+    State(state): State<DoorState>,
+    peer: AuthenticatedPeer,
+    client: Option<Extension<ClientAddr>>,
+    deadline: Option<Extension<Arc<crate::http::stalled_writes::ConnectionDeadline>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut logged = None;
+    let answer = if is_json(&headers) {
+        // The turn runs in a task of its own: a client that hangs up (or a request timeout)
+        // must not cut it between storing the task and storing its answer.
+        let agent = state.agent.clone();
+        let client = client.map(|c| c.0.ip());
+        let turn = tokio::spawn(async move { agent.handle(&peer, client, &body).await });
+        match turn.await {
+            Ok(crate::a2a::agent::Answer::Body(answer)) => answer,
+            Ok(crate::a2a::agent::Answer::Internal { body, request_id }) => {
+                logged = Some(refusal::LoggedRequestId(request_id));
+                body
+            }
+            Ok(crate::a2a::agent::Answer::Events(events)) => {
+                let deadline = deadline.map(|Extension(deadline)| deadline);
+                return crate::http::sse::respond(events, &state.bounds, deadline.as_ref());
+            }
+            Ok(crate::a2a::agent::Answer::Refused(refusal)) => return refusal.into_response(),
+            Err(_) => return panic_response(Box::new("the turn panicked")),
+        }
+    } else {
+        crate::a2a::jsonrpc::refuse(
+            &body,
+            &crate::a2a::jsonrpc::RpcError::ContentTypeNotSupported(
+                "send the JSON-RPC request with Content-Type: application/json",
+            ),
+        )
+    };
+    let mut response = (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        answer,
+    )
+        .into_response();
+    if let Some(logged) = logged {
+        // The access log names the id the -32603 answer names.
+        response.extensions_mut().insert(logged);
+    }
+    response
+}
+
+/// The public card, or the extended card for a request that carries a valid credential. An
+/// invalid credential is a 401, never a quiet downgrade to the public card.
+async fn agent_card(
+    State(state): State<DoorState>,
+    peer: Option<Extension<AuthenticatedPeer>>,
+    headers: HeaderMap,
+) -> Response {
+    match peer {
+        Some(Extension(peer)) => peer
+            .issuer()
+            .and_then(|issuer| state.issuer_extended.get(issuer))
+            .unwrap_or(&state.extended)
+            .respond(&headers),
+        None => state.card.respond(&headers),
+    }
+}
+
+async fn jwks_document(State(state): State<DoorState>, headers: HeaderMap) -> Response {
+    let document = state.jwks.read().unwrap_or_else(|e| e.into_inner()).clone();
+    document.respond(&headers)
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(json!({"status": "healthy"}))
+}
+
+async fn ready(State(state): State<DoorState>) -> Response {
+    // Anyone reaches the door: whether it can serve, and nothing about its parts.
+    state.readiness.answer(false).await
+}
+
+async fn not_found() -> Response {
+    Refusal::NoRoute.into_response()
+}
+
+/// A known path asked with a method it does not take: the refusal's JSON, and axum adds `Allow`.
+pub(crate) async fn method_not_allowed() -> Response {
+    Refusal::MethodNotAllowed.into_response()
+}
+
+pub(crate) fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    Refusal::internal(&"a panic", "a request handler panicked").into_response()
+}
