@@ -1,7 +1,7 @@
 //! Entry points shared by the `fuzz/` targets and the stable test that replays their corpora,
 //! so both hold the code to the same properties.
 
-use crate::a2a::jsonrpc::{self, Method};
+use crate::protocol::jsonrpc::{self, Method};
 use crate::token::{self, CredentialKind};
 use std::net::IpAddr;
 

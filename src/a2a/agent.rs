@@ -17,12 +17,12 @@ mod stream;
 use stream::StreamRefused;
 pub use stream::{BUFFERED_BYTES, EventStream};
 
-use crate::a2a::jsonrpc::{self, Method, RpcError};
 use crate::admin::budget::Budgets;
 use crate::backend::{BackendError, ModelBackend, Prompt};
 use crate::clock::{Clock, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::metrics::{FinalState, Metrics};
+use crate::protocol::jsonrpc::{self, Method, RpcError};
 use crate::protocol::types::{
     self as a2a, Artifact, CancelTaskParams, GetTaskParams, Message, Role, SendMessageParams, Task,
     TaskState, TaskStatus,

@@ -5,8 +5,8 @@
 //! somewhere else.
 
 use crate::config::Policy;
+use crate::guard::scheme::Scheme;
 use crate::guard::scopes::OperationScope;
-use crate::layers::auth::Scheme;
 use serde_json::{Value, json};
 
 /// The A2A protocol version this door speaks.

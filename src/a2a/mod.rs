@@ -1,7 +1,7 @@
-//! The A2A protocol: its objects, the JSON-RPC envelope, the agent's turn, and the Agent Card.
+//! The A2A agent: the agent's turn and the Agent Card, over the protocol's objects and envelope
+//! (`crate::protocol`).
 
 pub mod agent;
 pub mod card;
-pub mod jsonrpc;
 /// The protocol's objects, which live below everything that speaks them.
 pub use crate::protocol::types;

@@ -15,6 +15,5 @@ pub use auth::{
     admin_authenticator,
 };
 pub use service::{
-    AccountDefaults, AccountService, Actor, BudgetChange, Caller, MAX_STREAMS_PER_PEER, NewPeer,
-    ServiceError,
+    AccountDefaults, AccountService, Actor, BudgetChange, Caller, NewPeer, ServiceError,
 };

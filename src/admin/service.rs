@@ -6,7 +6,7 @@
 //! Audit records are built from names, ids and numbers only, never from a secret.
 
 use crate::clock::{Clock, rfc3339_millis};
-use crate::config::MAX_RATE_PER_MINUTE;
+use crate::config::{MAX_RATE_PER_MINUTE, MAX_STREAMS_PER_PEER};
 use crate::layers::auth::password::{MIN_PASSWORD_CHARS, PasswordChecker, hash_password};
 use crate::shared::changes::{Change, ChangeNotifier};
 use crate::store::PeerIdentity;
@@ -215,11 +215,7 @@ impl std::fmt::Debug for AccountService {
 
 /// Checks a name for a peer or an administrator: 1 to 64 of letters, digits and `._-`.
 pub fn check_name(field: &'static str, name: &str) -> Result<(), ServiceError> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
+    if crate::config::is_account_name(name) {
         Ok(())
     } else {
         Err(ServiceError::Invalid {
@@ -280,9 +276,6 @@ async fn hashed_password(
 fn issue(kind: CredentialKind) -> Result<token::IssuedToken, ServiceError> {
     token::issue(kind).map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))
 }
-
-/// The most streams one peer may be allowed to hold open at once.
-pub const MAX_STREAMS_PER_PEER: u32 = 10_000;
 
 /// The furthest an expiry may lie ahead: anything later is a mistake (a year typed with an
 /// extra digit), and "never" is said by no expiry at all.

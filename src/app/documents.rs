@@ -2,9 +2,9 @@
 
 use super::{GatewayOptions, StartError, config};
 use crate::a2a::card;
+use crate::guard::scheme::Scheme;
 use crate::http::document::{self, CachedDocument};
 use crate::jose::{keys, sign};
-use crate::layers::auth::Scheme;
 use crate::store::{Store, StoreError};
 use axum::body::Bytes;
 use std::sync::Arc;
@@ -34,7 +34,10 @@ impl Documents {
         let policy = &options.policy;
         let now = options.clock.now_millis();
         let today = crate::clock::utc_day(now);
-        let policy_keys = keys::load(&policy.signing, &options.data_dir).map_err(|e| config(&e))?;
+        let policy_keys = policy
+            .signing
+            .load_keys(&options.data_dir)
+            .map_err(|e| config(&e))?;
         let signing_keys = policy_keys.signing;
         let jku = policy.signing.jwks_url.as_deref();
         let public_card = card::public_card(policy, door_url, identities);

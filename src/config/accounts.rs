@@ -56,7 +56,7 @@ fn default_rate_per_minute() -> u32 {
 impl PeersPolicy {
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         if let Some(owner) = &self.default_owner
-            && crate::admin::service::check_name("", owner).is_err()
+            && !super::is_account_name(owner)
         {
             return Err(invalid(
                 "peers.default_owner",

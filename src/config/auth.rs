@@ -1,7 +1,7 @@
 //! `[auth]`: which credentials open the door, and how long a verdict is trusted.
 
 use super::{Invalid, invalid};
-use crate::layers::auth::Scheme;
+use crate::guard::scheme::Scheme;
 use serde::Deserialize;
 
 /// `[auth]`

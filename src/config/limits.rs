@@ -65,7 +65,7 @@ impl LimitsPolicy {
                 "must be between 16 and 10000000",
             ));
         }
-        if !(1..=crate::admin::MAX_STREAMS_PER_PEER).contains(&self.streams_per_peer) {
+        if !(1..=super::MAX_STREAMS_PER_PEER).contains(&self.streams_per_peer) {
             return Err(invalid(
                 "limits.streams_per_peer",
                 "must be between 1 and 10000",

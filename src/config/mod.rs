@@ -32,8 +32,8 @@ pub use server::{ServerPolicy, ServerTlsPolicy, check_admin_listen};
 pub use signing::{SigningKeyPolicy, SigningPolicy};
 pub use tasks::TasksPolicy;
 
-use crate::layers::auth::Scheme;
-use crate::layers::client_addr::Cidr;
+use crate::guard::cidr::Cidr;
+use crate::guard::scheme::Scheme;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -166,6 +166,17 @@ pub struct AdminPolicy {
 
 /// The largest quota accepted anywhere, in requests per minute.
 pub const MAX_RATE_PER_MINUTE: u32 = 1_000_000_000;
+
+/// The most streams one peer may be allowed to hold open at once.
+pub const MAX_STREAMS_PER_PEER: u32 = 10_000;
+
+/// Whether `name` can name a peer or an administrator: 1 to 64 of letters, digits and `._-`.
+pub fn is_account_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
 
 impl Policy {
     /// Reads `path`, or the default path, falling back to the embedded copy only when no path

@@ -1,7 +1,7 @@
 //! `[server]`: where the gateway listens and how long it waits.
 
 use super::{Invalid, invalid};
-use crate::layers::client_addr::Cidr;
+use crate::guard::cidr::Cidr;
 use serde::Deserialize;
 use std::net::SocketAddr;
 

@@ -1,8 +1,11 @@
 //! `[signing]`: the keys that sign the Agent Card.
 
 use super::{Invalid, invalid};
-use crate::jose::sign::JwsAlgorithm;
+use crate::jose::keys::{PolicyKeys, PublishedKey, default_card_key, read_secret};
+use crate::jose::sign::{CardSigningKey, JwsAlgorithm, MIN_HMAC_SECRET_BYTES};
+use ed25519_dalek::pkcs8::DecodePrivateKey;
 use serde::Deserialize;
+use std::path::Path;
 
 /// `[signing]`: the keys that sign the Agent Card.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -65,5 +68,88 @@ impl SigningPolicy {
             return Err(invalid("signing.jwks_url", "must be an https URL"));
         }
         Ok(())
+    }
+}
+
+impl SigningPolicy {
+    /// Loads the keys this policy names; with none named, the default key of the data
+    /// directory.
+    pub fn load_keys(&self, data_dir: &Path) -> Result<PolicyKeys, String> {
+        let policy = self;
+        if policy.keys.is_empty() {
+            let key = default_card_key(data_dir).map_err(|e| e.to_string())?;
+            let published = key
+                .public_jwk()
+                .map(|jwk| PublishedKey { jwk, until: None });
+            return Ok(PolicyKeys {
+                signing: vec![key],
+                published: published.into_iter().collect(),
+            });
+        }
+        let mut signing = Vec::new();
+        let mut published = Vec::new();
+        for entry in &policy.keys {
+            let key = load_one(entry)?;
+            if let Some(jwk) = key.public_jwk() {
+                published.push(PublishedKey {
+                    jwk,
+                    until: entry.retiring_until.clone(),
+                });
+            }
+            if entry.retiring_until.is_none() {
+                signing.push(key);
+            }
+        }
+        if signing.is_empty() {
+            return Err(
+                "signing.keys: at least one key must sign (a key without retiring_until)"
+                    .to_owned(),
+            );
+        }
+        Ok(PolicyKeys { signing, published })
+    }
+}
+
+fn load_one(entry: &SigningKeyPolicy) -> Result<CardSigningKey, String> {
+    let kid = entry.kid.clone();
+    let name = |what: &str| format!("signing.keys kid \"{kid}\": {what}");
+    let private_pem = || -> Result<String, String> {
+        let file = entry
+            .private_key_file
+            .as_ref()
+            .ok_or_else(|| name("needs private_key_file"))?;
+        std::fs::read_to_string(file)
+            .map_err(|e| name(&format!("cannot read private_key_file: {}", e.kind())))
+    };
+    match entry.alg {
+        JwsAlgorithm::Hs256 => {
+            let secret = read_secret(
+                entry.secret_env.as_deref(),
+                entry.secret_file.as_deref(),
+                ("secret_env", "secret_file"),
+            )
+            .map_err(|e| name(&e))?
+            .ok_or_else(|| name("HS256 needs exactly one of secret_env or secret_file"))?;
+            if secret.len() < MIN_HMAC_SECRET_BYTES {
+                return Err(name(&format!(
+                    "the HS256 secret is {} bytes; at least {} are required",
+                    secret.len(),
+                    MIN_HMAC_SECRET_BYTES
+                )));
+            }
+            Ok(CardSigningKey::hs256(kid, secret))
+        }
+        JwsAlgorithm::EdDsa => {
+            let key = ed25519_dalek::SigningKey::from_pkcs8_pem(&private_pem()?)
+                .map_err(|_| name("private_key_file is not an Ed25519 PKCS#8 PEM key"))?;
+            Ok(CardSigningKey::ed25519(kid, key))
+        }
+        JwsAlgorithm::Es256 => {
+            let key = <p256::ecdsa::SigningKey as p256::pkcs8::DecodePrivateKey>::from_pkcs8_pem(
+                &private_pem()?,
+            )
+            .map_err(|_| name("private_key_file is not a P-256 PKCS#8 PEM key"))?;
+            Ok(CardSigningKey::p256(kid, key))
+        }
     }
 }

@@ -6,9 +6,11 @@
 
 pub mod certificate;
 pub mod challenges;
+pub mod cidr;
 pub mod future;
 pub mod limited;
 pub mod reason;
 pub mod refusal;
+pub mod scheme;
 pub mod scopes;
 pub mod unauthenticated;

@@ -4,6 +4,8 @@
 //! through that the peer record and the policy allow anyway, and quotas, budgets and
 //! capabilities never come from a token.
 
+use crate::protocol::jsonrpc::Method;
+
 /// The scope an A2A operation needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -71,6 +73,27 @@ impl GrantedScopes {
     /// Whether `scope` was granted.
     pub fn allows(self, scope: OperationScope) -> bool {
         self.0 & scope.bit() != 0
+    }
+}
+
+/// The scopes are the guard's, so the protocol's method names its scope here, not in the
+/// protocol folder (which imports nothing of the gateway).
+impl Method {
+    /// The scope an identity provider's token must grant for this method (the extended card
+    /// needs none: any authenticated peer may read its own).
+    pub fn scope(self) -> Option<OperationScope> {
+        match self {
+            Self::SendMessage | Self::SendStreamingMessage => Some(OperationScope::Message),
+            Self::GetTask | Self::ListTasks | Self::SubscribeToTask => {
+                Some(OperationScope::TasksRead)
+            }
+            Self::CancelTask => Some(OperationScope::TasksCancel),
+            Self::CreatePushConfig
+            | Self::GetPushConfig
+            | Self::ListPushConfigs
+            | Self::DeletePushConfig => Some(OperationScope::Push),
+            Self::GetExtendedAgentCard => None,
+        }
     }
 }
 

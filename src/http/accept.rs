@@ -21,8 +21,9 @@
 //! The request timeout and the body limit are tower layers inside (see `server.rs`).
 
 use crate::guard::certificate::ClientCertificate;
+use crate::guard::cidr::Cidr;
 use crate::http::stalled_writes::{ConnectionDeadline, GuardedIo};
-use crate::layers::client_addr::{Cidr, ClientAddr};
+use crate::layers::client_addr::ClientAddr;
 use crate::layers::metrics::Metrics;
 use crate::shared::capped_counts::CappedCounts;
 use axum::Router;

@@ -188,9 +188,9 @@ async fn door(
             Err(_) => return panic_response(Box::new("the turn panicked")),
         }
     } else {
-        crate::a2a::jsonrpc::refuse(
+        crate::protocol::jsonrpc::refuse(
             &body,
-            &crate::a2a::jsonrpc::RpcError::ContentTypeNotSupported(
+            &crate::protocol::jsonrpc::RpcError::ContentTypeNotSupported(
                 "send the JSON-RPC request with Content-Type: application/json",
             ),
         )

@@ -16,11 +16,11 @@
 //! | `GET /extendedAgentCard` | `GetExtendedAgentCard` |
 
 use crate::a2a::agent::{Agent, Answer};
-use crate::a2a::jsonrpc;
 use crate::http::sse::StreamBounds;
 use crate::http::stalled_writes::ConnectionDeadline;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::client_addr::ClientAddr;
+use crate::protocol::jsonrpc;
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -159,7 +159,7 @@ fn error_response(error: &jsonrpc::RpcError) -> Response {
 
 /// The request body as the method's params: a JSON object sent as JSON.
 fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Value, jsonrpc::RpcError> {
-    use crate::jose::json::{Integers, StrictError, parse_object};
+    use crate::protocol::json::{Integers, StrictError, parse_object};
     if !crate::http::content_type::is_json(headers) {
         return Err(jsonrpc::RpcError::ContentTypeNotSupported(
             "send the request body with Content-Type: application/json",

@@ -18,8 +18,8 @@
 //!    allowed skew; a lifetime no longer than the maximum; `client_id` or else `sub` a non-empty
 //!    string; a token that looks like an ID token (`nonce`, `at_hash`, `c_hash`) refused.
 
-use super::json::{self, Integers};
 use super::verify::TrustedKeys;
+use crate::protocol::json::{self, Integers};
 use base64::Engine as _;
 use serde_json::{Map, Value};
 use std::time::Duration;

@@ -5,7 +5,6 @@
 //! signed, and verifiable against `/.well-known/jwks.json`, from the first run.
 
 use crate::jose::sign::CardSigningKey;
-use crate::jose::sign::JwsAlgorithm;
 use base64::Engine as _;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
 use serde_json::{Value, json};
@@ -105,87 +104,9 @@ pub fn jwks_on(published: &[PublishedKey], today: &str) -> Value {
     json!({ "keys": keys })
 }
 
-/// Loads the keys `policy` names; with none named, the default key of the data directory.
-pub fn load(policy: &crate::config::SigningPolicy, data_dir: &Path) -> Result<PolicyKeys, String> {
-    if policy.keys.is_empty() {
-        let key = default_card_key(data_dir).map_err(|e| e.to_string())?;
-        let published = key
-            .public_jwk()
-            .map(|jwk| PublishedKey { jwk, until: None });
-        return Ok(PolicyKeys {
-            signing: vec![key],
-            published: published.into_iter().collect(),
-        });
-    }
-    let mut signing = Vec::new();
-    let mut published = Vec::new();
-    for entry in &policy.keys {
-        let key = load_one(entry)?;
-        if let Some(jwk) = key.public_jwk() {
-            published.push(PublishedKey {
-                jwk,
-                until: entry.retiring_until.clone(),
-            });
-        }
-        if entry.retiring_until.is_none() {
-            signing.push(key);
-        }
-    }
-    if signing.is_empty() {
-        return Err(
-            "signing.keys: at least one key must sign (a key without retiring_until)".to_owned(),
-        );
-    }
-    Ok(PolicyKeys { signing, published })
-}
-
-fn load_one(entry: &crate::config::SigningKeyPolicy) -> Result<CardSigningKey, String> {
-    let kid = entry.kid.clone();
-    let name = |what: &str| format!("signing.keys kid \"{kid}\": {what}");
-    let private_pem = || -> Result<String, String> {
-        let file = entry
-            .private_key_file
-            .as_ref()
-            .ok_or_else(|| name("needs private_key_file"))?;
-        std::fs::read_to_string(file)
-            .map_err(|e| name(&format!("cannot read private_key_file: {}", e.kind())))
-    };
-    match entry.alg {
-        JwsAlgorithm::Hs256 => {
-            let secret = read_secret(
-                entry.secret_env.as_deref(),
-                entry.secret_file.as_deref(),
-                ("secret_env", "secret_file"),
-            )
-            .map_err(|e| name(&e))?
-            .ok_or_else(|| name("HS256 needs exactly one of secret_env or secret_file"))?;
-            if secret.len() < crate::jose::sign::MIN_HMAC_SECRET_BYTES {
-                return Err(name(&format!(
-                    "the HS256 secret is {} bytes; at least {} are required",
-                    secret.len(),
-                    crate::jose::sign::MIN_HMAC_SECRET_BYTES
-                )));
-            }
-            Ok(CardSigningKey::hs256(kid, secret))
-        }
-        JwsAlgorithm::EdDsa => {
-            let key = ed25519_dalek::SigningKey::from_pkcs8_pem(&private_pem()?)
-                .map_err(|_| name("private_key_file is not an Ed25519 PKCS#8 PEM key"))?;
-            Ok(CardSigningKey::ed25519(kid, key))
-        }
-        JwsAlgorithm::Es256 => {
-            let key = <p256::ecdsa::SigningKey as p256::pkcs8::DecodePrivateKey>::from_pkcs8_pem(
-                &private_pem()?,
-            )
-            .map_err(|_| name("private_key_file is not a P-256 PKCS#8 PEM key"))?;
-            Ok(CardSigningKey::p256(kid, key))
-        }
-    }
-}
-
 /// The base64url secret named by an environment variable or a file (`None` when neither is
 /// named); `keys` names the two settings in errors. The secret itself is never shown.
-pub(crate) fn read_secret(
+pub fn read_secret(
     env: Option<&str>,
     file: Option<&str>,
     keys: (&str, &str),

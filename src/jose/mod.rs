@@ -3,7 +3,6 @@
 
 pub mod access_token;
 pub mod fetch;
-pub mod json;
 pub mod keys;
 pub mod sign;
 pub mod verify;

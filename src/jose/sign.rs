@@ -252,22 +252,15 @@ pub fn canonical_payload(card: &Value) -> Result<String, SignError> {
 fn has_unsafe_integer(value: &Value) -> bool {
     match value {
         Value::Number(n) => {
-            n.as_u64().is_some_and(|v| !exact_as_double(i128::from(v)))
-                || n.as_i64().is_some_and(|v| !exact_as_double(i128::from(v)))
+            n.as_u64()
+                .is_some_and(|v| !crate::protocol::json::exact_as_double(i128::from(v)))
+                || n.as_i64()
+                    .is_some_and(|v| !crate::protocol::json::exact_as_double(i128::from(v)))
         }
         Value::Array(items) => items.iter().any(has_unsafe_integer),
         Value::Object(map) => map.values().any(has_unsafe_integer),
         _ => false,
     }
-}
-
-/// Whether an integer keeps its own spelling through RFC 8785, which writes every number as
-/// the shortest form of the nearest IEEE double: `9007199254740993` becomes
-/// `9007199254740992` (two cards, one payload: refused), while `10000000000000000000` stays.
-pub fn exact_as_double(v: i128) -> bool {
-    #[allow(clippy::cast_precision_loss)]
-    let nearest = v as f64;
-    serde_json_canonicalizer::to_string(&nearest).is_ok_and(|text| text == v.to_string())
 }
 
 /// Whether `card` holds a value the SDKs drop before canonicalizing (an empty string, array or

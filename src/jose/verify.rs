@@ -11,8 +11,8 @@
 //! * The payload is the card as received without `signatures`, canonicalized by RFC 8785
 //!   (raw JCS), and also the form the official Python SDK computes (empty values dropped).
 
-use crate::jose::json::{self, Integers};
 use crate::jose::sign;
+use crate::protocol::json::{self, Integers};
 use base64::Engine as _;
 use hmac::{KeyInit as _, Mac as _};
 use serde_json::{Map, Value};

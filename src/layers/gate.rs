@@ -30,9 +30,9 @@
 //! # });
 //! ```
 
-use crate::a2a::jsonrpc::{self, RpcError, RpcId};
 use crate::guard::future::{GuardFuture, take_readied};
 use crate::guard::refusal::RefusalReason;
+use crate::protocol::jsonrpc::{self, RpcError, RpcId};
 use axum::Extension;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, header};

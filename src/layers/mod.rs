@@ -1,7 +1,7 @@
 //! The guard layers, outer to inner: the client address, the limits, authentication, the
 //! protocol gate; and the metrics layer around them all. Each decides early; an HTTP refusal
 //! is answered through [`crate::guard::refusal`], the gate's protocol errors as JSON-RPC errors
-//! from [`crate::a2a::jsonrpc`]'s one table.
+//! from [`crate::protocol::jsonrpc`]'s one table.
 
 pub mod access_log;
 pub mod auth;

@@ -1,5 +1,8 @@
-//! The A2A 1.0 protocol's objects, with nothing of the gateway in them: the lowest folder of the
+//! The A2A 1.0 protocol's objects, its JSON-RPC envelope and the strict JSON reader, with
+//! nothing of the gateway in them: the lowest folder of the
 //! request path, which every part that speaks the protocol (the agent, the backends, the
 //! cluster's event bus) can import without importing each other.
 
+pub mod json;
+pub mod jsonrpc;
 pub mod types;

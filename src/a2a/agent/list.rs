@@ -6,8 +6,8 @@
 //! for shape, not trusted: a forged token can only move within the caller's own tasks.
 
 use super::{Agent, checked_history_length, internal, invalid};
-use crate::a2a::jsonrpc::{self, RpcError};
 use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::types::Task;
 use crate::store::TaskQuery;
 use base64::Engine as _;

@@ -6,8 +6,8 @@
 //! and credentials are sealed ([`crate::push::seal`]) and `credentials` is never read back.
 
 use super::{Agent, internal, invalid, new_id};
-use crate::a2a::jsonrpc::{self, RpcError};
 use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::types::{PushConfigParams, PushConfigRef, is_valid_context_id};
 use crate::push::Push;
 use crate::push::seal::PushSecrets;

@@ -11,9 +11,9 @@
 //! one. A finished task cannot be subscribed to.
 
 use super::{Agent, TurnPlan, internal};
-use crate::a2a::jsonrpc::{self, RpcError, RpcId};
 use crate::clock::rfc3339_millis;
 use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::jsonrpc::{self, RpcError, RpcId};
 use crate::protocol::types::{GetTaskParams, SendMessageParams, Task, TaskState};
 use crate::shared::streams::StreamPermit;
 use serde_json::json;

@@ -257,7 +257,7 @@ impl Issuer {
 
 /// `jwks_uri` and `token_endpoint` from a metadata document whose `issuer` is `issuer`.
 fn read_metadata(text: &str, issuer: &str, url: &str) -> Result<Discovered, String> {
-    let document = crate::jose::json::parse(text, crate::jose::json::Integers::Any)
+    let document = crate::protocol::json::parse(text, crate::protocol::json::Integers::Any)
         .map_err(|e| format!("the metadata is not strict JSON: {e}"))?;
     if document.get("issuer").and_then(Value::as_str) != Some(issuer) {
         return Err("the metadata names another issuer".to_owned());

@@ -9,7 +9,7 @@
 //! two different cards would share one payload.
 //!
 //! ```
-//! use peergate::jose::json::{self, Integers, StrictError};
+//! use peergate::protocol::json::{self, Integers, StrictError};
 //! assert!(json::check(r#"{"a": {"b": 1}}"#).is_ok());
 //! assert!(matches!(json::check(r#"{"a": {"b": 1, "b": 2}}"#), Err(StrictError::Repeated(_))));
 //! assert!(json::parse("9007199254740993", Integers::ExactInDouble).is_err());
@@ -105,7 +105,7 @@ impl<const BUILD: bool> Reader<BUILD> {
         v: i128,
         value: impl FnOnce() -> Value,
     ) -> Result<Option<Value>, E> {
-        if self.integers == Integers::ExactInDouble && !crate::jose::sign::exact_as_double(v) {
+        if self.integers == Integers::ExactInDouble && !exact_as_double(v) {
             return Err(E::custom(INEXACT));
         }
         Ok(BUILD.then(value))
@@ -165,6 +165,15 @@ impl<'de, const BUILD: bool> Visitor<'de> for Reader<BUILD> {
         }
         Ok(BUILD.then_some(Value::Object(out)))
     }
+}
+
+/// Whether an integer keeps its own spelling through RFC 8785, which writes every number as
+/// the shortest form of the nearest IEEE double: `9007199254740993` becomes
+/// `9007199254740992` (two cards, one payload: refused), while `10000000000000000000` stays.
+pub fn exact_as_double(v: i128) -> bool {
+    #[allow(clippy::cast_precision_loss)]
+    let nearest = v as f64;
+    serde_json_canonicalizer::to_string(&nearest).is_ok_and(|text| text == v.to_string())
 }
 
 #[cfg(test)]

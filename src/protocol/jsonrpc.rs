@@ -5,7 +5,7 @@
 //! the single place where JSON-RPC errors get their code, message and `data`; every error goes
 //! out inside HTTP 200, because the official clients lose the code under any other status.
 
-use crate::jose::json::StrictError;
+use super::json::StrictError;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -72,24 +72,6 @@ pub enum Method {
 }
 
 impl Method {
-    /// The scope an identity provider's token must grant for this method (the extended card
-    /// needs none: any authenticated peer may read its own).
-    pub fn scope(self) -> Option<crate::guard::scopes::OperationScope> {
-        use crate::guard::scopes::OperationScope;
-        match self {
-            Self::SendMessage | Self::SendStreamingMessage => Some(OperationScope::Message),
-            Self::GetTask | Self::ListTasks | Self::SubscribeToTask => {
-                Some(OperationScope::TasksRead)
-            }
-            Self::CancelTask => Some(OperationScope::TasksCancel),
-            Self::CreatePushConfig
-            | Self::GetPushConfig
-            | Self::ListPushConfigs
-            | Self::DeletePushConfig => Some(OperationScope::Push),
-            Self::GetExtendedAgentCard => None,
-        }
-    }
-
     /// Looks up a method by its 1.0 name or its 0.3 alias; `None` for anything else.
     pub fn from_name(name: &str) -> Option<Self> {
         Some(match name {
@@ -399,7 +381,7 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
     }
     // Every string decoded (a lone surrogate anywhere is a parse error, as in the envelope) and
     // every object checked for repeated member names, params included.
-    let duplicated = match crate::jose::json::check(body) {
+    let duplicated = match super::json::check(body) {
         Ok(()) => false,
         Err(StrictError::Syntax(_)) => return Err(fail(RpcId::Null, RpcError::Parse)),
         Err(_) => true,

@@ -1,0 +1,122 @@
+//! The folders of `src/` import one way: each only from the folders below it in [`ORDER`], so
+//! the request path reads top to bottom and no change can quietly tie two parts into a circle.
+//! docs/development.md states the same order.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// From the top of the house to the bottom; a folder may import only from folders after it.
+const ORDER: &[&str] = &[
+    "cli", "app", "http", "a2a", "backend", "push", "admin", "layers", "config", "guard", "shared",
+    "store", "jose", "net", "clock", "protocol", "token",
+];
+
+/// Every `crate::<folder>` a source text names outside comments and its test module, including
+/// each folder of a grouped `use crate::{a::x, b::{y, z}}` over several lines.
+fn imported_folders(text: &str) -> BTreeSet<String> {
+    let code: String = text
+        .split("#[cfg(test)]")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + 7..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // The first identifier of each part at the group's own depth.
+            let mut depth = 0;
+            let mut start = true;
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    c if start && !c.is_whitespace() => {
+                        found.insert(ident(&group[j..]));
+                        start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            found.insert(ident(rest));
+        }
+    }
+    found.remove("");
+    found
+}
+
+fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_folder_imports_one_above_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let rank = |folder: &str| ORDER.iter().position(|f| *f == folder);
+    let mut upward = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).unwrap();
+        let folder = relative
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        // The binary, the library root and the fuzzing entry points stand above everything.
+        let Some(from) = rank(&folder) else {
+            assert!(
+                ["main", "lib", "fuzzing"].contains(&folder.as_str()),
+                "{folder} is not in ORDER: place it there"
+            );
+            continue;
+        };
+        for imported in imported_folders(&std::fs::read_to_string(file).unwrap()) {
+            if imported == folder {
+                continue;
+            }
+            let to = rank(&imported).unwrap_or_else(|| {
+                panic!(
+                    "{} imports crate::{imported}, not in ORDER",
+                    relative.display()
+                )
+            });
+            if to <= from {
+                upward.push(format!("{} imports crate::{imported}", relative.display()));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports against the order:\n{}",
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn the_reader_sees_plain_grouped_and_inline_imports_but_not_comments_or_tests() {
+    let text = "use crate::a::X;\nuse crate::{\n    b::{Y, Z},\n    c,\n};\nfn f() { crate::d::g(); } // crate::e\n#[cfg(test)]\nmod tests { use crate::f; }\n";
+    let found: Vec<String> = imported_folders(text).into_iter().collect();
+    assert_eq!(found, ["a", "b", "c", "d"]);
+}
