@@ -1,4 +1,5 @@
-//! `ListTasks`: the caller's own tasks, newest status first (then by id), a page at a time.
+//! Reading tasks: `GetTask`, and `ListTasks`: the caller's own tasks, newest status first (then
+//! by id), a page at a time.
 //!
 //! Every query is bound to the calling peer in the store, so no parameter can reach another
 //! peer's rows; the page token only says where in the caller's own list the next page starts.
@@ -8,7 +9,7 @@
 use super::{Agent, checked_history_length, internal, invalid};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::jsonrpc::{self, RpcError};
-use crate::protocol::types::Task;
+use crate::protocol::types::{GetTaskParams, Task};
 use crate::store::TaskQuery;
 use base64::Engine as _;
 use serde::Deserialize;
@@ -156,6 +157,50 @@ impl Agent {
             "totalSize": page.total,
         });
         serde_json::value::to_raw_value(&result).map_err(internal)
+    }
+}
+
+impl Agent {
+    pub(super) async fn get_task(
+        &self,
+        peer: &AuthenticatedPeer,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let params: GetTaskParams = jsonrpc::parse_params(params)?;
+        let history_length = params
+            .history_length
+            .map(|n| checked_history_length(n, "historyLength"))
+            .transpose()?;
+        let stored = self.load_task_json(peer, &params.id).await?;
+        let Some(n) = history_length else {
+            // The stored task is served as stored.
+            return RawValue::from_string(stored).map_err(internal);
+        };
+        let mut task: Task = serde_json::from_str(&stored).map_err(internal)?;
+        task.limit_history(n);
+        serde_json::value::to_raw_value(&task).map_err(internal)
+    }
+
+    pub(super) async fn load_task(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+    ) -> Result<Task, RpcError> {
+        let stored = self.load_task_json(peer, task_id).await?;
+        serde_json::from_str(&stored).map_err(internal)
+    }
+
+    /// The caller's own unexpired task as stored, or `TaskNotFound` for anything else.
+    pub(super) async fn load_task_json(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+    ) -> Result<String, RpcError> {
+        self.store
+            .find_task(peer.id(), task_id, self.clock.now_millis())
+            .await
+            .map_err(internal)?
+            .ok_or(RpcError::TaskNotFound)
     }
 }
 

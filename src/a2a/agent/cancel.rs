@@ -1,0 +1,220 @@
+//! `CancelTask`: a turn answered here is stopped, a waiting task canceled in the store, and a
+//! turn another instance answers is asked to stop through the shared seam.
+
+use super::*;
+
+impl Agent {
+    /// `CancelTask`: a finished task stays as it is (-32002); a task this instance is still
+    /// answering is stopped, stored CANCELED, and answered as stored.
+    pub(super) async fn cancel_task(
+        &self,
+        peer: &AuthenticatedPeer,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let params: CancelTaskParams = jsonrpc::parse_params(params)?;
+        let task = self.load_task(peer, &params.id).await?;
+        if task.status.state.is_interrupted() {
+            return self.cancel_waiting(peer, &params.id).await;
+        }
+        if task.status.state != TaskState::Working {
+            return Err(RpcError::TaskNotCancelable(
+                "it is already in a final state",
+            ));
+        }
+        if !self.settings.cancel_running {
+            return Err(RpcError::TaskNotCancelable(
+                "cancelling a task being answered is off (capabilities.cancel_running is false); it ends on its own",
+            ));
+        }
+        let cancel = self.take_cancel(peer.id(), &params.id);
+        let Some(cancel) = cancel else {
+            return self.cancel_elsewhere(peer, &params.id).await;
+        };
+        // Heard before the turn is told, so its final state cannot slip past.
+        let mut events = self.shared.events.subscribe(peer.id(), &params.id);
+        let finished_first = RpcError::TaskNotCancelable(
+            "it reached a final state before it could be canceled; read it with GetTask",
+        );
+        if cancel.send(()).is_err() {
+            // The turn ended between the read and the cancel.
+            return Err(finished_first);
+        }
+        let wait = self.settings.backend_timeout;
+        let stored = loop {
+            match tokio::time::timeout(wait, events.next()).await {
+                Ok(Some(event)) if event.state != TaskState::Working.as_str() => {
+                    break event.task_json.to_string();
+                }
+                Ok(Some(_)) => {}
+                // The store has the final state if the turn stored one.
+                Ok(None) | Err(_) => break self.load_task_json(peer, &params.id).await?,
+            }
+        };
+        let canceled: Task = serde_json::from_str(&stored).map_err(internal)?;
+        if canceled.status.state != TaskState::Canceled {
+            return Err(finished_first);
+        }
+        RawValue::from_string(stored).map_err(internal)
+    }
+
+    /// A task waiting for the peer (an agent behind the door asked for input): the agent's task
+    /// is canceled too, and the task stored CANCELED.
+    pub(super) async fn cancel_waiting(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+    ) -> Result<Box<RawValue>, RpcError> {
+        if !self.settings.cancel_running {
+            return Err(RpcError::TaskNotCancelable(
+                "cancelling is off (capabilities.cancel_running is false); the task waits for its answer until it expires",
+            ));
+        }
+        // Read again holding the context's turn: a message answering the task cannot slip in.
+        let context_id = self.load_task(peer, task_id).await?.context_id;
+        let wait = self.settings.backend_timeout.mul_f32(1.5);
+        let _held = self
+            .shared
+            .turns
+            .begin_turn(peer.id(), &context_id, wait)
+            .await
+            .ok_or(RpcError::ContextBusy)?;
+        let mut task = self.load_task(peer, task_id).await?;
+        if !task.status.state.is_interrupted() {
+            return Err(RpcError::TaskNotCancelable(
+                "a message answered it first; read it with GetTask",
+            ));
+        }
+        let agent_task = self
+            .store
+            .upstream_task(peer.id(), task_id)
+            .await
+            .map_err(internal)?;
+        if let Some(agent_task) = agent_task {
+            let canceled =
+                tokio::time::timeout(Duration::from_secs(5), self.backend.cancel(&agent_task))
+                    .await;
+            if !matches!(canceled, Ok(Ok(()))) {
+                tracing::warn!(task_id = %task_id, "the agent behind the door did not confirm the cancel");
+            }
+        }
+        let now = self.clock.now_millis();
+        task.status = TaskStatus {
+            state: TaskState::Canceled,
+            message: Message {
+                message_id: uuid::Uuid::new_v4().to_string(),
+                context_id: task.context_id.clone(),
+                task_id: task.id.clone(),
+                role: Role::Agent,
+                parts: vec![a2a::Part::text(CANCELED_WAITING_TEXT)],
+            },
+            timestamp: rfc3339_millis(now),
+        };
+        task.history.push(task.status.message.clone());
+        let task_json = serde_json::to_string(&task).map_err(internal)?;
+        let retention = i64::try_from(self.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
+        let heard = self.event(peer, task_id, TaskState::Canceled, &task_json);
+        self.store
+            .save_exchange(Exchange {
+                task_id: task.id.clone(),
+                peer_id: peer.id().to_owned(),
+                context_id: task.context_id.clone(),
+                state: TaskState::Canceled.as_str(),
+                task_json: task_json.clone(),
+                now,
+                expires_at: now.saturating_add(retention),
+                messages: Vec::new(),
+                usage: None,
+                audit: None,
+                instance: Some(self.shared.ownership.instance().into()),
+                notify: self.push.is_some(),
+                push_config: None,
+                upstream_task_id: None,
+            })
+            .await
+            .map_err(internal)?;
+        self.announce(heard);
+        self.metrics.task_finished(FinalState::Canceled);
+        RawValue::from_string(task_json).map_err(internal)
+    }
+
+    /// A working task this instance is not answering: asks the other instances, then follows
+    /// the store (every 200 ms, within the backend timeout) until the task is final.
+    pub(super) async fn cancel_elsewhere(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+    ) -> Result<Box<RawValue>, RpcError> {
+        self.shared.cancels.request(peer.id(), task_id);
+        let deadline = tokio::time::Instant::now() + self.settings.backend_timeout;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let stored = self.load_task_json(peer, task_id).await?;
+            let task: Task = serde_json::from_str(&stored).map_err(internal)?;
+            match task.status.state {
+                TaskState::Working => {}
+                TaskState::Canceled => return RawValue::from_string(stored).map_err(internal),
+                _ => break,
+            }
+        }
+        Err(RpcError::TaskNotCancelable(
+            "it reached a final state before it could be canceled, or no instance is answering it; read it with GetTask",
+        ))
+    }
+
+    /// The way to stop `task_id`, if this instance answers it for `peer_id` (taken once).
+    pub(super) fn take_cancel(
+        &self,
+        peer_id: &str,
+        task_id: &str,
+    ) -> Option<tokio::sync::oneshot::Sender<()>> {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running
+            .get_mut(task_id)
+            .filter(|turn| *turn.peer_id == *peer_id)
+            .and_then(|turn| turn.cancel.take())
+    }
+
+    /// Listens for other instances' cancel requests, stopping the turns this instance answers.
+    pub fn hear_cancels(self: &Arc<Self>) {
+        let agent = Arc::downgrade(self);
+        self.shared
+            .cancels
+            .subscribe(Arc::new(move |peer_id: &str, task_id: &str| {
+                let Some(agent) = agent.upgrade() else { return };
+                if let Some(cancel) = agent.take_cancel(peer_id, task_id) {
+                    let _ = cancel.send(());
+                }
+            }));
+    }
+}
+
+/// The agent's message of a task the peer canceled while the model was being asked.
+pub(super) const CANCELED_TEXT: &str = "Canceled by the peer before the model answered.";
+
+/// The agent's message of a task waiting for input that the peer canceled.
+pub(super) const CANCELED_WAITING_TEXT: &str =
+    "Canceled by the peer while the task waited for its input.";
+
+/// A turn registered as cancelable; it leaves the registry when this drops, however the turn
+/// ends (an error and a panic included).
+pub(super) struct Cancelable {
+    pub(super) running: Arc<std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>>,
+    pub(super) task_id: Option<String>,
+}
+
+impl Drop for Cancelable {
+    fn drop(&mut self) {
+        if let Some(task_id) = self.task_id.take() {
+            self.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&task_id);
+        }
+    }
+}
+
+/// A turn being answered here, and how to stop it.
+pub(super) struct RunningTurn {
+    pub(super) peer_id: Arc<str>,
+    pub(super) cancel: Option<tokio::sync::oneshot::Sender<()>>,
+}

@@ -1,0 +1,181 @@
+//! Turns that did not end well: the background turns a shutdown waits for, and the tasks left
+//! working by a crash, a lost turn or an instance that is gone, failed as interrupted.
+
+use super::*;
+
+impl Agent {
+    /// Counts a turn that runs without a request waiting on it, until the guard drops.
+    pub(crate) fn background_turn(&self) -> BackgroundTurn {
+        self.background
+            .0
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        BackgroundTurn {
+            background: self.background.clone(),
+        }
+    }
+
+    /// Waits at most `within` for the turns running in the background to store their answers
+    /// (a shutdown calls this before closing the store).
+    pub async fn settle(&self, within: Duration) {
+        let (count, settled) = &*self.background;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = settled.notified();
+            if count.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                tracing::warn!(
+                    turns = count.load(std::sync::atomic::Ordering::SeqCst),
+                    "turns still running at shutdown are left working; the next start fails them (interrupted)"
+                );
+                return;
+            }
+        }
+    }
+
+    /// Marks tasks left working as failed (interrupted), so a peer that asks for one learns what
+    /// happened instead of "not found" or a turn that never ends: all of them at start-up
+    /// (`None`, before serving), or those created before `created_before` (epoch ms) while
+    /// serving. Returns how many there were.
+    pub async fn fail_interrupted_tasks(
+        &self,
+        created_before: Option<i64>,
+    ) -> Result<usize, crate::store::StoreError> {
+        let working = self.store.working_tasks(created_before).await?;
+        let mut failed = 0;
+        for task in &working {
+            // Another live instance is still answering it.
+            if let Some(instance) = &task.instance
+                && instance != self.shared.ownership.instance()
+                && self.shared.ownership.is_live(instance).await
+            {
+                continue;
+            }
+            self.fail_interrupted(task).await?;
+            failed += 1;
+        }
+        Ok(failed)
+    }
+
+    /// Fails (interrupted) the working tasks of instances whose lease lapsed, whatever their
+    /// age: nobody is answering them. Returns how many there were.
+    pub async fn fail_tasks_of_gone_instances(&self) -> Result<usize, crate::store::StoreError> {
+        let working = self.store.working_tasks(None).await?;
+        let mut gone = std::collections::HashMap::new();
+        let mut failed = 0;
+        for task in &working {
+            let Some(instance) = task.instance.as_deref() else {
+                continue;
+            };
+            if instance == self.shared.ownership.instance() {
+                continue;
+            }
+            let is_gone = match gone.get(instance) {
+                Some(&is_gone) => is_gone,
+                None => {
+                    let is_gone = !self.shared.ownership.is_live(instance).await;
+                    gone.insert(instance.to_owned(), is_gone);
+                    is_gone
+                }
+            };
+            if is_gone {
+                self.fail_interrupted(task).await?;
+                failed += 1;
+            }
+        }
+        Ok(failed)
+    }
+
+    /// Stores a working task as failed (interrupted), unless it finished meanwhile.
+    pub(super) async fn fail_interrupted(
+        &self,
+        task: &WorkingTask,
+    ) -> Result<(), crate::store::StoreError> {
+        let WorkingTask { id, body, .. } = task;
+        let Ok(mut task) = serde_json::from_str::<Task>(body) else {
+            tracing::error!(task_id = %id, "an interrupted task could not be read");
+            return Ok(());
+        };
+        task.status.state = TaskState::Failed;
+        task.status.timestamp = rfc3339_millis(self.clock.now_millis());
+        task.status.message.parts = vec![a2a::Part::text(INTERRUPTED_TEXT.to_owned())];
+        if let Some(last) = task.history.last_mut()
+            && last.role == Role::Agent
+        {
+            *last = task.status.message.clone();
+        }
+        let body = serde_json::to_string(&task).unwrap_or_else(|_| body.clone());
+        self.store
+            .finish_working_task(
+                id,
+                TaskState::Failed.as_str(),
+                &body,
+                self.clock.now_millis(),
+            )
+            .await
+    }
+}
+
+/// A task stored as working whose turn is not over: dropped before [`UnfinishedTask::finished`]
+/// (an error, a panic, the turn's future dropped), it marks the stored task failed.
+pub(super) struct UnfinishedTask {
+    pub(super) store: Arc<dyn TaskStore>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) task_id: String,
+    pub(super) failed_json: String,
+}
+
+impl UnfinishedTask {
+    /// The final state is stored: nothing left to do.
+    pub(super) fn finished(&mut self) {
+        self.task_id.clear();
+    }
+}
+
+impl Drop for UnfinishedTask {
+    fn drop(&mut self) {
+        if self.task_id.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, id, body) = (
+            self.store.clone(),
+            std::mem::take(&mut self.task_id),
+            std::mem::take(&mut self.failed_json),
+        );
+        let now = self.clock.now_millis();
+        runtime.spawn(async move {
+            if let Err(e) = store
+                .finish_working_task(&id, TaskState::Failed.as_str(), &body, now)
+                .await
+            {
+                tracing::error!(task_id = %id, error = %e, "an unfinished task stays working until the next sweep");
+            }
+        });
+    }
+}
+
+/// The agent's message of a task that was under way when peergate stopped.
+pub const INTERRUPTED_TEXT: &str =
+    "The gateway stopped before the model answered (interrupted); send the message again.";
+
+/// The agent's message of a task whose turn ended without an answer being stored.
+pub(super) const UNFINISHED_TEXT: &str =
+    "The gateway could not finish this task (an internal error); send the message again.";
+
+/// A turn running in the background, counted until it drops.
+pub(crate) struct BackgroundTurn {
+    pub(super) background: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+}
+
+impl Drop for BackgroundTurn {
+    fn drop(&mut self) {
+        let (count, settled) = &*self.background;
+        if count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            settled.notify_waiters();
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The agent's own tests: truncation, the sweeps that fail interrupted tasks, and the order in
+//! which a task's states are heard.
+
+use super::turn::WORKING_TEXT;
+use super::*;
+
+#[test]
+fn truncates_on_a_character_boundary_with_a_marker() {
+    let text = "é".repeat(10); // 20 bytes
+    let cut = truncate_text(text, 5);
+    assert!(cut.starts_with("éé\n[peergate: message truncated from 20 to 4 bytes]"));
+    assert_eq!(truncate_text("short".into(), 5), "short");
+}
+
+#[tokio::test]
+async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Store::open(dir.path()).await.unwrap();
+    let agent = agent_over(&store, SharedState::default()).await;
+    let now = agent.clock.now_millis();
+    let task = agent.task(
+        "t1",
+        "c1",
+        "m1",
+        "hello",
+        TaskState::Working,
+        vec![a2a::Part::text(WORKING_TEXT)],
+        now,
+    );
+    store
+        .tasks()
+        .save_exchange(Exchange {
+            task_id: "t1".into(),
+            peer_id: "p1".into(),
+            context_id: "c1".into(),
+            state: TaskState::Working.as_str(),
+            task_json: serde_json::to_string(&task).unwrap(),
+            now,
+            expires_at: now + 3_600_000,
+            messages: Vec::new(),
+            usage: None,
+            audit: None,
+            instance: None,
+            notify: false,
+            push_config: None,
+            upstream_task_id: None,
+        })
+        .await
+        .unwrap();
+    // Still within its turn: left alone.
+    assert_eq!(agent.fail_interrupted_tasks(Some(now)).await.unwrap(), 0);
+    assert_eq!(
+        agent.fail_interrupted_tasks(Some(now + 1)).await.unwrap(),
+        1
+    );
+    let stored: Task = serde_json::from_str(
+        &store
+            .tasks()
+            .find_task("p1", "t1", now)
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stored.status.state, TaskState::Failed);
+    assert_eq!(
+        stored.status.message.parts[0].text.as_deref(),
+        Some(INTERRUPTED_TEXT)
+    );
+    assert_eq!(stored.history[0].parts[0].text.as_deref(), Some("hello"));
+    assert_eq!(
+        agent.fail_interrupted_tasks(None).await.unwrap(),
+        0,
+        "once only"
+    );
+}
+
+/// Records what the agent publishes.
+#[derive(Debug, Default)]
+struct Heard(std::sync::Mutex<Vec<(String, &'static str)>>);
+
+impl TaskEvents for Heard {
+    fn listening(&self) -> bool {
+        true
+    }
+    fn publish(&self, event: TaskEvent) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((event.task_id.to_string(), event.state));
+    }
+    fn subscribe(&self, _: &str, _: &str) -> crate::shared::events::TaskSubscription {
+        unreachable!("the agent only publishes")
+    }
+}
+
+/// Says one other instance is alive.
+#[derive(Debug)]
+struct OneOtherLive;
+
+#[async_trait::async_trait]
+impl TaskOwnership for OneOtherLive {
+    fn instance(&self) -> &str {
+        "ins_me"
+    }
+    async fn is_live(&self, instance: &str) -> bool {
+        matches!(instance, "ins_me" | "ins_live")
+    }
+}
+
+async fn agent_over(store: &crate::store::Store, shared: SharedState) -> Agent {
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::ManualClock::new(1_800_000_000_000));
+    let budgets = Arc::new(Budgets::new(
+        store.usage(),
+        clock.clone(),
+        crate::admin::budget::BudgetDefaults {
+            tokens_per_day: 1_000_000,
+            tokens_per_month: None,
+        },
+        Duration::from_secs(2),
+    ));
+    Agent::new(
+        store.tasks(),
+        Arc::new(crate::backend::echo::Echo),
+        budgets,
+        Arc::new(Metrics::default()),
+        clock,
+        AgentSettings {
+            instructions: String::new(),
+            task_retention: Duration::from_secs(3600),
+            context_messages: 20,
+            max_text_bytes: 1000,
+            backend_timeout: Duration::from_secs(1),
+            non_blocking: false,
+            cancel_running: false,
+            streaming: false,
+            subscriptions: false,
+            longest_stream: Duration::from_secs(60),
+            streams_per_peer: 8,
+        },
+    )
+    .with_shared_state(shared)
+}
+
+#[tokio::test]
+async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Store::open(dir.path()).await.unwrap();
+    let heard = Arc::new(Heard::default());
+    let shared = SharedState {
+        events: heard.clone(),
+        ..SharedState::default()
+    };
+    let agent = Arc::new(agent_over(&store, shared).await);
+    let mut change = store.accounts().begin_change().await.unwrap();
+    let owner = crate::store::AdminRecord {
+        id: "adm_1".into(),
+        name: "owner".into(),
+        status: crate::store::AdminStatus::Active,
+        has_password: false,
+        model_allowed: true,
+        tokens_per_day: None,
+        tokens_per_month: None,
+        created_at: 1,
+    };
+    change.insert_admin(&owner, None).await.unwrap();
+    change.commit().await.unwrap();
+    let peer = AuthenticatedPeer::for_tests("peer_1", "adm_1");
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}}}"#;
+    let answer: serde_json::Value =
+        serde_json::from_str(&agent.handle(&peer, None, body).await.body().unwrap()).unwrap();
+    let task_id = answer["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let heard = heard.0.lock().unwrap().clone();
+    assert_eq!(
+        heard,
+        [
+            (task_id.clone(), "TASK_STATE_WORKING"),
+            (task_id.clone(), "TASK_STATE_COMPLETED")
+        ]
+    );
+    let stored = store
+        .tasks()
+        .find_task("peer_1", &task_id, 1_800_000_000_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored.contains("TASK_STATE_COMPLETED"));
+}
+
+#[tokio::test]
+async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Store::open(dir.path()).await.unwrap();
+    let shared = SharedState {
+        ownership: Arc::new(OneOtherLive),
+        ..SharedState::default()
+    };
+    let agent = agent_over(&store, shared).await;
+    for (task, instance) in [
+        ("t_gone", Some("ins_gone")),
+        ("t_live", Some("ins_live")),
+        ("t_old", None),
+    ] {
+        let working = agent.task(
+            task,
+            "c1",
+            "m1",
+            "hello",
+            TaskState::Working,
+            vec![a2a::Part::text(WORKING_TEXT)],
+            1,
+        );
+        store
+            .tasks()
+            .save_exchange(Exchange {
+                task_id: task.into(),
+                peer_id: "p1".into(),
+                context_id: "c1".into(),
+                state: TaskState::Working.as_str(),
+                task_json: serde_json::to_string(&working).unwrap(),
+                now: 1,
+                expires_at: i64::MAX,
+                messages: Vec::new(),
+                usage: None,
+                audit: None,
+                instance: instance.map(Arc::from),
+                notify: false,
+                push_config: None,
+                upstream_task_id: None,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(agent.fail_interrupted_tasks(None).await.unwrap(), 2);
+    let left: Vec<String> = store
+        .tasks()
+        .working_tasks(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(
+        left,
+        ["t_live"],
+        "another live instance is still answering it"
+    );
+}

@@ -1,0 +1,439 @@
+//! `SendMessage`'s turn: the plan from the message, the refusals before the model, the task
+//! stored working before the model is asked, the model asked once, and the answer stored.
+
+use super::*;
+
+impl Agent {
+    pub(super) async fn send_message(
+        self: &Arc<Self>,
+        peer: &AuthenticatedPeer,
+        client: Option<IpAddr>,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let params: SendMessageParams = jsonrpc::parse_params(params)?;
+        let planned = self.plan(peer, params).await?;
+        let (mut turn, history_length) = (planned.turn, planned.history_length);
+        let return_immediately = planned.return_immediately;
+        if return_immediately && !self.settings.non_blocking {
+            return Err(RpcError::UnsupportedOperation(
+                "non-blocking sends are off (capabilities.non_blocking is false): send without configuration.returnImmediately",
+            ));
+        }
+        if let Some(refusal) = self.refusal(peer, client).await? {
+            return self.refuse(&mut turn, refusal, history_length).await;
+        }
+        let held = self.begin_turn(&turn).await?;
+        self.still_waiting(&mut turn).await?;
+        let (prompt, unfinished, working_json) =
+            self.store_working(&turn, planned.fresh_context).await?;
+        let (cancel, cancelable) = self.running_turn(&turn);
+        if !return_immediately {
+            let outcome = self.run_model(&turn, &prompt, cancel, None).await;
+            let as_message = outcome
+                .agent_reply
+                .as_ref()
+                .is_some_and(|reply| reply.as_message);
+            let answer = self
+                .finish(&turn, outcome, history_length, Some(unfinished))
+                .await;
+            drop(cancelable);
+            drop(held);
+            return if as_message {
+                answer.and_then(|task| message_answer(&task))
+            } else {
+                answer
+            };
+        }
+        // The working task is the answer; the turn goes on without the request, holding the
+        // context's turn until its final state is stored.
+        let agent = self.clone();
+        let counted = self.background_turn();
+        tokio::spawn(async move {
+            let outcome = agent.run_model(&turn, &prompt, cancel, None).await;
+            if let Err(e) = agent.finish(&turn, outcome, None, Some(unfinished)).await {
+                tracing::warn!(task_id = %turn.task_id, error = ?e, "a non-blocking turn could not store its answer");
+            }
+            drop(cancelable);
+            drop(held);
+            drop(counted);
+        });
+        task_answer(&working_json, history_length)
+    }
+
+    /// Reads a message into the turn it asks for: checked, and not yet stored.
+    pub(super) async fn plan(
+        &self,
+        peer: &AuthenticatedPeer,
+        params: SendMessageParams,
+    ) -> Result<PlannedTurn, RpcError> {
+        if let Some(id) = params.misplaced_id() {
+            return Err(invalid(
+                id,
+                &format!("belongs inside the message: send it as params.message.{id}"),
+            ));
+        }
+        let message = params.message;
+        let configuration = params.configuration.unwrap_or_default();
+        let history_length = configuration
+            .history_length
+            .map(|n| checked_history_length(n, "configuration.historyLength"))
+            .transpose()?;
+        let (text, context_id) = incoming(&message)?;
+        let text = truncate_text(text, self.settings.max_text_bytes);
+        let parts = forwarded_parts(&message.parts, &text, self.settings.max_text_bytes);
+        if let Some(task_id) = &message.task_id {
+            let continued = self
+                .continued_task(peer, task_id, message.context_id.as_deref())
+                .await?;
+            return Ok(PlannedTurn {
+                fresh_context: false,
+                turn: TurnPlan {
+                    peer: peer.clone(),
+                    task_id: task_id.clone(),
+                    push_config: None,
+                    context_id: continued.context_id,
+                    message_id: message.message_id,
+                    text,
+                    parts,
+                    continues: Some(continued.continuation),
+                    instance: self.shared.ownership.instance().into(),
+                },
+                history_length,
+                return_immediately: configuration.return_immediately.unwrap_or(false),
+            });
+        }
+        let task_id = new_id();
+        let push_config = match configuration.push_config {
+            Some(config) => Some(self.inline_push_config(peer, &task_id, config).await?),
+            None => None,
+        };
+        Ok(PlannedTurn {
+            fresh_context: message.context_id.is_none(),
+            turn: TurnPlan {
+                peer: peer.clone(),
+                task_id,
+                push_config,
+                context_id: context_id.unwrap_or_else(new_id),
+                message_id: message.message_id,
+                text,
+                parts,
+                continues: None,
+                instance: self.shared.ownership.instance().into(),
+            },
+            history_length,
+            return_immediately: configuration.return_immediately.unwrap_or(false),
+        })
+    }
+
+    /// The turn runs as the peer's owner: their switch and budget decide before the model is
+    /// asked. `Some` is the rejected outcome.
+    pub(super) async fn refusal(
+        &self,
+        peer: &AuthenticatedPeer,
+        client: Option<IpAddr>,
+    ) -> Result<Option<Outcome>, RpcError> {
+        let refusal = self
+            .budgets
+            .check(peer.owner_id())
+            .await
+            .map_err(internal)?
+            .err();
+        Ok(refusal.map(|refusal| self.refused_by_quota(peer, client, &refusal)))
+    }
+
+    /// Waits for the context's turn: long enough for one message ahead to finish (it is
+    /// bounded by the backend timeout), short enough that a queue does not pile up behind a
+    /// stuck model.
+    pub(super) async fn begin_turn(
+        &self,
+        turn: &TurnPlan,
+    ) -> Result<crate::shared::turns::Turn, RpcError> {
+        let wait = self.settings.backend_timeout.mul_f32(1.5);
+        self.shared
+            .turns
+            .begin_turn(turn.peer.id(), &turn.context_id, wait)
+            .await
+            .ok_or(RpcError::ContextBusy)
+    }
+
+    /// Registers a turn a peer may cancel (no receiver when cancelling running turns is off);
+    /// it stays cancelable until the returned guard drops.
+    pub(super) fn running_turn(
+        &self,
+        turn: &TurnPlan,
+    ) -> (Option<tokio::sync::oneshot::Receiver<()>>, Cancelable) {
+        let mut cancelable = Cancelable {
+            running: self.running.clone(),
+            task_id: None,
+        };
+        if !self.settings.cancel_running {
+            return (None, cancelable);
+        }
+        let (cancel, canceled) = tokio::sync::oneshot::channel();
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                turn.task_id.clone(),
+                RunningTurn {
+                    peer_id: turn.peer.id_arc(),
+                    cancel: Some(cancel),
+                },
+            );
+        cancelable.task_id = Some(turn.task_id.clone());
+        (Some(canceled), cancelable)
+    }
+
+    /// A message refused by its owner's budget: a rejected task and an audit record.
+    pub(super) fn refused_by_quota(
+        &self,
+        peer: &AuthenticatedPeer,
+        client: Option<IpAddr>,
+        refusal: &crate::admin::budget::BudgetRefusal,
+    ) -> Outcome {
+        Outcome {
+            state: TaskState::Rejected,
+            reply: refusal.to_string(),
+            messages: Vec::new(),
+            usage: None,
+            audit: Some(AuditEntry {
+                at: self.clock.now_millis(),
+                actor: format!("peer:{}", peer.name()),
+                action: crate::store::AuditAction::PeerRefusedByQuota,
+                target: format!("peer:{}", peer.name()),
+                outcome: format!("refused: {}", refusal.reason()),
+                client: client.map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
+                detail: refusal.to_string(),
+                owner_id: Some(peer.owner_id().to_owned()),
+            }),
+            agent_reply: None,
+        }
+    }
+
+    /// Stores the task as working and reads what the model will be asked. The returned guard
+    /// fails the stored task if the turn ends before its final state is stored.
+    pub(super) async fn store_working(
+        &self,
+        turn: &TurnPlan,
+        fresh_context: bool,
+    ) -> Result<(Prompt, UnfinishedTask, String), RpcError> {
+        let peer = &turn.peer;
+        // Stored before the model is asked: a store that cannot take it refuses the message
+        // with nothing spent, and a crash from here on leaves a task that reads as failed
+        // (interrupted) after the restart instead of one that never existed.
+        let now = self.clock.now_millis();
+        let working = turn.task(self, TaskState::Working, WORKING_TEXT, now);
+        let working_json = serde_json::to_string(&working).map_err(internal)?;
+        // Ready before the task is stored: whatever ends this turn early from here on (an
+        // error, a panic, the future dropped) turns the stored task failed instead of leaving
+        // it working.
+        let failed_json =
+            serde_json::to_string(&turn.task(self, TaskState::Failed, UNFINISHED_TEXT, now))
+                .map_err(internal)?;
+        let heard = self.event(peer, &turn.task_id, TaskState::Working, &working_json);
+        let mut exchange = turn.exchange(self, TaskState::Working, working_json.clone(), now);
+        exchange.push_config = turn.push_config.clone();
+        self.store
+            .save_exchange(exchange)
+            .await
+            .map_err(store_unavailable)?;
+        self.announce(heard);
+        self.wake_deliveries(turn);
+        let unfinished = UnfinishedTask {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            task_id: turn.task_id.clone(),
+            failed_json,
+        };
+        // A context peergate just named has no history yet: skip the read.
+        let history = if fresh_context {
+            Vec::new()
+        } else {
+            self.store
+                .context_history(peer.id(), &turn.context_id, self.settings.context_messages)
+                .await
+                .map_err(internal)?
+        };
+        let prompt = Prompt {
+            instructions: self.settings.instructions.clone(),
+            preface: preface(peer.name()),
+            history,
+            text: turn.text.clone(),
+            message_id: turn.message_id.clone(),
+            parts: turn.parts.clone(),
+            conversation: conversation_id(peer.id(), &turn.context_id),
+            continues: turn
+                .continues
+                .as_ref()
+                .and_then(|c| c.upstream_task_id.clone()),
+            agent_task: Arc::default(),
+        };
+        Ok((prompt, unfinished, working_json))
+    }
+
+    /// Asks the model once, within the one backend timeout, unless the peer cancels first;
+    /// says how the turn ended.
+    pub(super) async fn run_model(
+        &self,
+        turn: &TurnPlan,
+        prompt: &Prompt,
+        cancel: Option<tokio::sync::oneshot::Receiver<()>>,
+        pieces: Option<&crate::backend::Pieces>,
+    ) -> Outcome {
+        let peer = &turn.peer;
+        let started = std::time::Instant::now();
+        let asked = async {
+            match pieces {
+                Some(pieces) => self.backend.complete_streaming(prompt, pieces).await,
+                None => self.backend.complete(prompt).await,
+            }
+        };
+        let call = tokio::time::timeout(self.settings.backend_timeout, asked);
+        let answer = match cancel {
+            None => Some(call.await),
+            // A sender dropped without a word is no cancellation: only `Ok` stops the call.
+            Some(canceled) => tokio::select! {
+                answer = call => Some(answer),
+                Ok(()) = canceled => None,
+            },
+        };
+        self.metrics.backend_latency(started.elapsed());
+        // Stopped, timed out or failed: the agent's task (the one it named, or the one this
+        // message continued) is canceled, so it does not go on for nobody.
+        if !matches!(answer, Some(Ok(Ok(_)))) {
+            let agent_task = prompt.agent_task.get().or(prompt.continues.as_ref());
+            self.cancel_agent_task(turn, agent_task.map(String::as_str))
+                .await;
+        }
+        let Some(answer) = answer else {
+            // Dropping the call stopped it; what it cost is unknown, so the turn counts as a
+            // request with no tokens.
+            return Outcome {
+                state: TaskState::Canceled,
+                reply: CANCELED_TEXT.to_owned(),
+                messages: Vec::new(),
+                usage: Some(self.budgets.record(peer.owner_id(), 0)),
+                audit: None,
+                agent_reply: None,
+            };
+        };
+        match answer.unwrap_or(Err(BackendError::Timeout)) {
+            Ok(completion) => {
+                let tokens = completion
+                    .usage
+                    .prompt_tokens
+                    .saturating_add(completion.usage.completion_tokens);
+                Outcome {
+                    state: completion
+                        .reply
+                        .as_ref()
+                        .map_or(TaskState::Completed, |reply| reply.state),
+                    agent_reply: completion.reply.clone(),
+                    messages: vec![
+                        ConversationMessage {
+                            role: ConversationRole::Peer,
+                            text: turn.text.clone(),
+                        },
+                        ConversationMessage {
+                            role: ConversationRole::Agent,
+                            text: completion.text.clone(),
+                        },
+                    ],
+                    reply: completion.text,
+                    usage: Some(self.budgets.record(peer.owner_id(), tokens)),
+                    audit: None,
+                }
+            }
+            Err(error) => {
+                tracing::warn!(task_id = %turn.task_id, peer = %peer.name(), error = %error, "backend gave no answer");
+                Outcome {
+                    state: TaskState::Failed,
+                    reply: failure_text(&error),
+                    messages: Vec::new(),
+                    usage: None,
+                    audit: None,
+                    agent_reply: None,
+                }
+            }
+        }
+    }
+
+    /// Stops the agent's side of a turn that was canceled or timed out, if the agent behind the
+    /// door said which task it is (bounded: the peer's answer does not wait long for it).
+    pub(super) async fn cancel_agent_task(&self, turn: &TurnPlan, agent_task: Option<&str>) {
+        let Some(agent_task) = agent_task else {
+            return;
+        };
+        // Bounded by the backend's timeout too, so the request timeout (more than 2.5 times
+        // it) still covers the call, the cancel and storing the answer.
+        let wait = Duration::from_secs(5).min(self.settings.backend_timeout);
+        let canceled = tokio::time::timeout(wait, self.backend.cancel(agent_task)).await;
+        if !matches!(canceled, Ok(Ok(()))) {
+            tracing::warn!(task_id = %turn.task_id, "the agent behind the door did not confirm the cancel");
+        }
+    }
+
+    /// Stores the task's final state with what the turn adds (messages, usage, an audit record),
+    /// then answers it.
+    pub(super) async fn finish(
+        &self,
+        turn: &TurnPlan,
+        outcome: Outcome,
+        history_length: Option<usize>,
+        unfinished: Option<UnfinishedTask>,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let state = outcome.state;
+        let now = self.clock.now_millis();
+        let task = match &outcome.agent_reply {
+            // An agent's answer as it gave it; a direct message is kept as a completed task
+            // whose artifact is that message.
+            Some(reply) => {
+                let parts = if reply.parts.is_empty() {
+                    let text = if outcome.reply.is_empty() {
+                        format!("The agent behind this gateway answered {}.", state.as_str())
+                    } else {
+                        outcome.reply.clone()
+                    };
+                    vec![a2a::Part::text(text)]
+                } else {
+                    reply.parts.clone()
+                };
+                let artifacts = (!reply.as_message).then(|| reply.artifacts.clone());
+                turn.task_with(self, state, parts, artifacts, now)
+            }
+            None => turn.task(self, state, &outcome.reply, now),
+        };
+        // Serialized once: the stored copy is also the answer, unless the peer asked for less
+        // history.
+        let task_json = serde_json::to_string(&task).map_err(internal)?;
+        let answer = task_answer(&task_json, history_length)?;
+        let heard = self.event(&turn.peer, &turn.task_id, state, &task_json);
+        let mut finished = turn.exchange(self, state, task_json, now);
+        finished.messages = outcome.messages;
+        finished.usage = outcome.usage;
+        finished.audit = outcome.audit;
+        finished.upstream_task_id = outcome.agent_reply.and_then(|reply| reply.task_id);
+        if unfinished.is_none() {
+            // Refused before a working state was stored: this is the task's first state.
+            finished.push_config = turn.push_config.clone();
+        }
+        self.store.save_exchange(finished).await.map_err(internal)?;
+        self.announce(heard);
+        self.wake_deliveries(turn);
+        if let Some(mut stored) = unfinished {
+            stored.finished();
+        }
+        if state.is_final() {
+            self.metrics.task_finished(match state {
+                TaskState::Completed => FinalState::Completed,
+                TaskState::Rejected => FinalState::Rejected,
+                TaskState::Canceled => FinalState::Canceled,
+                _ => FinalState::Failed,
+            });
+        }
+        Ok(answer)
+    }
+}
+
+/// The agent's message of a task whose model call is under way.
+pub(super) const WORKING_TEXT: &str = "The model is being asked.";

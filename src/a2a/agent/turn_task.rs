@@ -1,0 +1,314 @@
+//! The task a turn writes: the turn's plan, each state built from it, a waiting task
+//! continued, every stored state announced to subscribers and queued for push delivery.
+
+use super::*;
+
+impl Agent {
+    /// The event for a stored state of a task, if anyone may be listening.
+    pub(super) fn event(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+        state: TaskState,
+        task_json: &str,
+    ) -> Option<TaskEvent> {
+        self.shared.events.listening().then(|| TaskEvent {
+            peer_id: peer.id_arc(),
+            task_id: task_id.into(),
+            state: state.as_str(),
+            task_json: task_json.into(),
+        })
+    }
+
+    /// Publishes an event once its state is durable.
+    pub(super) fn announce(&self, event: Option<TaskEvent>) {
+        if let Some(event) = event {
+            self.shared.events.publish(event);
+        }
+    }
+
+    /// Tells the push deliveries that a state of a task with a config sent along with its
+    /// message was just queued. Other states reach them at their next look at the queue (within
+    /// a second): waking them for every state would cost a query each on the hot path.
+    pub(super) fn wake_deliveries(&self, turn: &TurnPlan) {
+        if let Some(push) = &self.push
+            && turn.push_config.is_some()
+        {
+            push.wake();
+        }
+    }
+
+    /// The task for one message: the peer's text and the agent's reply in its history, and the
+    /// reply as an artifact when the model answered.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn task(
+        &self,
+        task_id: &str,
+        context_id: &str,
+        message_id: &str,
+        text: &str,
+        state: TaskState,
+        reply: Vec<a2a::Part>,
+        now: i64,
+    ) -> Task {
+        let message_for = |role: Role, message_id: String, parts: Vec<a2a::Part>| Message {
+            message_id,
+            context_id: context_id.to_owned(),
+            task_id: task_id.to_owned(),
+            role,
+            parts,
+        };
+        let user_message = message_for(
+            Role::User,
+            message_id.to_owned(),
+            vec![a2a::Part::text(text)],
+        );
+        let agent_message = message_for(Role::Agent, uuid::Uuid::new_v4().to_string(), reply);
+        let artifacts = match state {
+            TaskState::Completed => vec![Artifact {
+                artifact_id: uuid::Uuid::new_v4().to_string(),
+                name: Some("answer".to_owned()),
+                description: None,
+                parts: agent_message.parts.clone(),
+                metadata: None,
+            }],
+            _ => Vec::new(),
+        };
+        Task {
+            id: task_id.to_owned(),
+            context_id: context_id.to_owned(),
+            status: TaskStatus {
+                state,
+                message: agent_message.clone(),
+                timestamp: rfc3339_millis(now),
+            },
+            artifacts,
+            history: vec![user_message, agent_message],
+        }
+    }
+
+    /// A message naming a `taskId`: only a task waiting for the peer (an agent behind the door
+    /// asked for input) goes on; any other is refused, in a way that does not reveal other
+    /// peers' tasks.
+    pub(super) async fn continued_task(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+        context_id: Option<&str>,
+    ) -> Result<ContinuedTask, RpcError> {
+        let task = self.load_task(peer, task_id).await?;
+        if context_id.is_some_and(|c| c != task.context_id) {
+            return Err(invalid(
+                "message.contextId",
+                "does not match the task's contextId",
+            ));
+        }
+        if task.status.state == TaskState::Working {
+            return Err(RpcError::UnsupportedOperation(
+                "the task is still being answered; wait for its answer, then send a new message without taskId (and with the same contextId)",
+            ));
+        }
+        if !task.status.state.is_interrupted() {
+            return Err(RpcError::UnsupportedOperation(
+                "the task is already in a terminal state; send a new message without taskId (and with the same contextId) to continue the conversation",
+            ));
+        }
+        let upstream_task_id = self
+            .store
+            .upstream_task(peer.id(), task_id)
+            .await
+            .map_err(internal)?;
+        Ok(ContinuedTask {
+            context_id: task.context_id,
+            continuation: Continuation {
+                upstream_task_id,
+                earlier: task.history,
+            },
+        })
+    }
+
+    /// A turn continuing a task, once it holds the context: the task must still be waiting
+    /// (another message may have answered it meanwhile), and its history and the agent's task
+    /// are read again, as they are now.
+    pub(super) async fn still_waiting(&self, turn: &mut TurnPlan) -> Result<(), RpcError> {
+        if turn.continues.is_none() {
+            return Ok(());
+        }
+        let continued = self
+            .continued_task(&turn.peer, &turn.task_id, Some(&turn.context_id))
+            .await
+            .map_err(|_| {
+                RpcError::UnsupportedOperation(
+                    "another message answered the task first; read it with GetTask",
+                )
+            })?;
+        turn.continues = Some(continued.continuation);
+        Ok(())
+    }
+
+    /// A message refused by its owner's budget: a rejected task. A message continuing a task
+    /// rejects that task, under the context's turn, and the agent's task is canceled (nobody
+    /// will answer it now).
+    pub(super) async fn refuse(
+        &self,
+        turn: &mut TurnPlan,
+        refusal: Outcome,
+        history_length: Option<usize>,
+    ) -> Result<Box<RawValue>, RpcError> {
+        if turn.continues.is_none() {
+            return self.finish(turn, refusal, history_length, None).await;
+        }
+        let _held = self.begin_turn(turn).await?;
+        self.still_waiting(turn).await?;
+        let agent_task = turn
+            .continues
+            .as_ref()
+            .and_then(|c| c.upstream_task_id.clone());
+        self.cancel_agent_task(turn, agent_task.as_deref()).await;
+        self.finish(turn, refusal, history_length, None).await
+    }
+}
+
+/// `{"task": …}` for a stored task, with at most `history_length` history messages.
+pub(super) fn task_answer(
+    task_json: &str,
+    history_length: Option<usize>,
+) -> Result<Box<RawValue>, RpcError> {
+    let answer = match history_length {
+        None => format!("{{\"task\":{task_json}}}"),
+        Some(n) => {
+            let mut task: Task = serde_json::from_str(task_json).map_err(internal)?;
+            task.limit_history(n);
+            serde_json::to_string(&json!({"task": task})).map_err(internal)?
+        }
+    };
+    RawValue::from_string(answer).map_err(internal)
+}
+
+/// `{"message": …}`: the agent's message of a task answer, for an agent that answered with a
+/// message (the stored task keeps it; the message names that task).
+pub(super) fn message_answer(task_answer: &RawValue) -> Result<Box<RawValue>, RpcError> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        task: Task,
+    }
+    let answer: Answer = serde_json::from_str(task_answer.get()).map_err(internal)?;
+    serde_json::value::to_raw_value(&json!({"message": answer.task.status.message}))
+        .map_err(internal)
+}
+
+/// One message's turn: what every stored copy of its task shares.
+pub(super) struct TurnPlan {
+    pub(super) peer: AuthenticatedPeer,
+    pub(super) task_id: String,
+    /// A push-notification config sent with the message, stored with the task's first state.
+    pub(super) push_config: Option<crate::store::PushConfigRecord>,
+    pub(super) context_id: String,
+    pub(super) message_id: String,
+    pub(super) text: String,
+    /// The peer's text and data parts, as an agent behind the door gets them.
+    pub(super) parts: Vec<a2a::Part>,
+    /// The task waiting for the peer that this message answers.
+    pub(super) continues: Option<Continuation>,
+    pub(super) instance: Arc<str>,
+}
+
+/// A task waiting for the peer's input, which a message naming it continues.
+pub(super) struct Continuation {
+    /// The agent's own id of the task.
+    pub(super) upstream_task_id: Option<String>,
+    /// The task's history so far.
+    pub(super) earlier: Vec<Message>,
+}
+
+/// What a message naming a task waiting for input continues.
+pub(super) struct ContinuedTask {
+    pub(super) context_id: String,
+    pub(super) continuation: Continuation,
+}
+
+impl TurnPlan {
+    /// The task in `state` with the agent's `reply`, its status as of `now` (epoch ms).
+    pub(super) fn task(&self, agent: &Agent, state: TaskState, reply: &str, now: i64) -> Task {
+        self.task_with(agent, state, vec![a2a::Part::text(reply)], None, now)
+    }
+
+    /// The task in `state` with the agent's message `parts` and, when given, `artifacts` (else
+    /// the message as the answer's artifact once completed).
+    pub(super) fn task_with(
+        &self,
+        agent: &Agent,
+        state: TaskState,
+        parts: Vec<a2a::Part>,
+        artifacts: Option<Vec<Artifact>>,
+        now: i64,
+    ) -> Task {
+        let mut task = agent.task(
+            &self.task_id,
+            &self.context_id,
+            &self.message_id,
+            &self.text,
+            state,
+            parts,
+            now,
+        );
+        if let Some(artifacts) = artifacts {
+            task.artifacts = artifacts;
+        }
+        if let Some(continuation) = &self.continues {
+            let mut history = continuation.earlier.clone();
+            history.append(&mut task.history);
+            task.history = history;
+        }
+        task
+    }
+
+    /// The task as the store keeps it, as of `now` (the same instant as its status, so
+    /// ListTasks orders by the time clients see); what the turn adds is filled in by the caller.
+    pub(super) fn exchange(
+        &self,
+        agent: &Agent,
+        state: TaskState,
+        task_json: String,
+        now: i64,
+    ) -> Exchange {
+        let retention =
+            i64::try_from(agent.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
+        Exchange {
+            task_id: self.task_id.clone(),
+            peer_id: self.peer.id().to_owned(),
+            context_id: self.context_id.clone(),
+            state: state.as_str(),
+            task_json,
+            now,
+            expires_at: now.saturating_add(retention),
+            messages: Vec::new(),
+            usage: None,
+            audit: None,
+            instance: Some(self.instance.clone()),
+            notify: agent.push.is_some(),
+            push_config: None,
+            upstream_task_id: None,
+        }
+    }
+}
+
+/// A message read into its turn.
+pub(super) struct PlannedTurn {
+    pub(super) turn: TurnPlan,
+    pub(super) fresh_context: bool,
+    pub(super) history_length: Option<usize>,
+    pub(super) return_immediately: bool,
+}
+
+/// What a turn ended with.
+pub(super) struct Outcome {
+    pub(super) state: TaskState,
+    pub(super) reply: String,
+    /// The conversation messages it adds (none unless the model answered).
+    pub(super) messages: Vec<ConversationMessage>,
+    pub(super) usage: Option<crate::store::ExchangeUsage>,
+    pub(super) audit: Option<AuditEntry>,
+    /// An agent's answer as it gave it.
+    pub(super) agent_reply: Option<crate::backend::AgentReply>,
+}
