@@ -157,31 +157,13 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             subject,
             issuer,
             data,
-        } => {
-            on_store(&data, None, async |accounts| {
-                accounts
-                    .bind_admin_identity(&operator, &name, (&issuer, &subject))
-                    .await
-            })
-            .await?;
-            eprintln!("bound token {issuer}:{subject} to administrator {name}.");
-            Ok(())
-        }
+        } => bind(&name, (&issuer, &subject), true, &data).await,
         AdminCommand::Unbind {
             name,
             subject,
             issuer,
             data,
-        } => {
-            on_store(&data, None, async |accounts| {
-                accounts
-                    .unbind_admin_identity(&operator, &name, (&issuer, &subject))
-                    .await
-            })
-            .await?;
-            eprintln!("unbound token {issuer}:{subject} from administrator {name}. {CACHE_NOTE}");
-            Ok(())
-        }
+        } => bind(&name, (&issuer, &subject), false, &data).await,
         AdminCommand::Password { name, data } => {
             let password = read_password(&format!("administrator {name}"))?;
             on_store(&data, None, async |accounts| {
@@ -211,29 +193,14 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             tokens_per_month,
             data,
         } => {
-            let tokens_per_month = match tokens_per_month.as_deref() {
-                None => None,
-                Some("default") => Some(None),
-                Some(n) => Some(Some(n.parse::<u64>().map_err(|_| {
-                    CliError::new(format!(
-                        "--tokens-per-month: expected a number of tokens or `default` (got {n:?})"
-                    ))
-                })?)),
-            };
-            let change = BudgetChange {
-                model_allowed: model.map(|m| m == "allow"),
+            set_budget(
+                &name,
+                model,
                 tokens_per_day,
-                tokens_per_month,
-            };
-            let admin = on_store(&data, None, async |accounts| {
-                accounts.set_budget(&operator, &name, change).await
-            })
-            .await?;
-            eprintln!(
-                "administrator {name}: {}. {CACHE_NOTE}",
-                crate::admin::service::describe_budget(&admin)
-            );
-            Ok(())
+                tokens_per_month.as_deref(),
+                &data,
+            )
+            .await
         }
         AdminCommand::Openapi => {
             let document = crate::http::admin_api::openapi()
@@ -243,6 +210,69 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// `admin budget`: changes what the administrator's peers may spend on the model.
+async fn set_budget(
+    name: &str,
+    model: Option<String>,
+    tokens_per_day: Option<u64>,
+    tokens_per_month: Option<&str>,
+    data: &DataDir,
+) -> Result<(), CliError> {
+    let operator = Caller::operator();
+    let tokens_per_month = match tokens_per_month {
+        None => None,
+        Some("default") => Some(None),
+        Some(n) => Some(Some(n.parse::<u64>().map_err(|_| {
+            CliError::new(format!(
+                "--tokens-per-month: expected a number of tokens or `default` (got {n:?})"
+            ))
+        })?)),
+    };
+    let change = BudgetChange {
+        model_allowed: model.map(|m| m == "allow"),
+        tokens_per_day,
+        tokens_per_month,
+    };
+    let admin = on_store(data, None, async |accounts| {
+        accounts.set_budget(&operator, name, change).await
+    })
+    .await?;
+    eprintln!(
+        "administrator {name}: {}. {CACHE_NOTE}",
+        crate::admin::service::describe_budget(&admin)
+    );
+    Ok(())
+}
+
+/// `admin bind` (`bound`) and `admin unbind`: an identity provider's subject and the
+/// administrator it signs in.
+async fn bind(
+    name: &str,
+    (issuer, subject): (&str, &str),
+    bound: bool,
+    data: &DataDir,
+) -> Result<(), CliError> {
+    let operator = Caller::operator();
+    on_store(data, None, async |accounts| {
+        if bound {
+            accounts
+                .bind_admin_identity(&operator, name, (issuer, subject))
+                .await
+        } else {
+            accounts
+                .unbind_admin_identity(&operator, name, (issuer, subject))
+                .await
+        }
+    })
+    .await?;
+    if bound {
+        eprintln!("bound token {issuer}:{subject} to administrator {name}.");
+    } else {
+        eprintln!("unbound token {issuer}:{subject} from administrator {name}. {CACHE_NOTE}");
+    }
+    Ok(())
 }
 
 /// The administrator table: never a secret.

@@ -6,6 +6,27 @@ use crate::clock::{Clock as _, rfc3339_millis};
 use clap::Subcommand;
 use std::path::PathBuf;
 
+/// `peer add`'s arguments.
+#[derive(Debug, clap::Args)]
+pub(super) struct AddArgs {
+    /// Name: 1 to 64 of letters, digits and ._-
+    name: String,
+    /// The administrator the peer acts for [default: peers.default_owner from the policy].
+    #[arg(long, value_name = "NAME")]
+    owner: Option<String>,
+    /// Request quota, as N/min [default: peers.default_rate_per_minute from the policy].
+    #[arg(long, value_name = "N/min", value_parser = parse_rate)]
+    rate: Option<u32>,
+    /// Policy file, for the defaults.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Also bind this identity to the new peer (see `peer bind`).
+    #[command(flatten)]
+    identity: OptionalIdentity,
+    #[command(flatten)]
+    data: DataDir,
+}
+
 /// One identity to bind or unbind: exactly one of its forms.
 #[derive(Debug, clap::Args)]
 #[group(required = true, multiple = true)]
@@ -59,24 +80,7 @@ pub(super) struct OptionalIdentity {
 #[derive(Debug, Subcommand)]
 pub(super) enum PeerCommand {
     /// Add a peer and print its token, alone, on stdout. The token is shown only this once.
-    Add {
-        /// Name: 1 to 64 of letters, digits and ._-
-        name: String,
-        /// The administrator the peer acts for [default: peers.default_owner from the policy].
-        #[arg(long, value_name = "NAME")]
-        owner: Option<String>,
-        /// Request quota, as N/min [default: peers.default_rate_per_minute from the policy].
-        #[arg(long, value_name = "N/min", value_parser = parse_rate)]
-        rate: Option<u32>,
-        /// Policy file, for the defaults.
-        #[arg(long, value_name = "FILE")]
-        policy: Option<PathBuf>,
-        /// Also bind this identity to the new peer (see `peer bind`).
-        #[command(flatten)]
-        identity: OptionalIdentity,
-        #[command(flatten)]
-        data: DataDir,
-    },
+    Add(AddArgs),
     /// Bind an identity to a peer: an identity provider's subject (`--issuer NAME --subject
     /// VALUE`, VALUE being the token's client_id, else its sub), or a client certificate
     /// (`--certificate-san VALUE`, a URI SAN such as a SPIFFE id or a DNS SAN, or
@@ -184,51 +188,7 @@ pub(super) enum PeerCommand {
 
 pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
     match command {
-        PeerCommand::Add {
-            name,
-            owner,
-            rate,
-            policy,
-            identity,
-            data,
-        } => {
-            let identity = match (&identity.issuer, &identity.subject) {
-                (Some(issuer), Some(subject)) => Some(
-                    crate::store::PeerIdentity::token(issuer, subject).map_err(CliError::new)?,
-                ),
-                _ => None,
-            };
-            let (policy, source) = super::policy_for_defaults(policy.as_deref(), &data)?;
-            let created = super::on_new_or_existing_store(&data, Some(&policy), async |accounts| {
-                let created = accounts
-                    .create_peer(
-                        &Caller::operator(),
-                        NewPeer {
-                            name: name.clone(),
-                            owner,
-                            rate_per_minute: rate,
-                            expires_at: None,
-                        },
-                    )
-                    .await?;
-                if let Some(identity) = &identity {
-                    accounts
-                        .bind_identity(&Caller::operator(), &name, identity)
-                        .await?;
-                }
-                Ok(created)
-            })
-            .await?;
-            if let Some(identity) = &identity {
-                eprintln!("bound {} to peer {name}.", identity.describe());
-            }
-            eprintln!(
-                "added peer {name} ({}, owned by {}, {}/min; defaults from {source}). Its token is on stdout and is not shown again.",
-                created.peer.id, created.peer.owner_name, created.peer.rate_per_minute
-            );
-            println!("{}", created.token);
-            Ok(())
-        }
+        PeerCommand::Add(args) => add(args).await,
         PeerCommand::List { data } => {
             let (peers, identities) = on_store(&data, None, async |accounts| {
                 let caller = Caller::operator();
@@ -287,15 +247,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             streams,
             data,
         } => {
-            let cap = if streams == "default" {
-                None
-            } else {
-                Some(streams.parse::<u32>().map_err(|_| {
-                    CliError::new(format!(
-                        "cannot read the stream cap {streams:?}: give a number from 1 to 10000, or default"
-                    ))
-                })?)
-            };
+            let cap = stream_cap(&streams)?;
             on_store(&data, None, async |accounts| {
                 accounts.set_streams(&Caller::operator(), &name, cap).await
             })
@@ -305,15 +257,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             Ok(())
         }
         PeerCommand::Expire { name, when, data } => {
-            let at = if when == "never" {
-                None
-            } else {
-                Some(super::parse_when(
-                    &when,
-                    crate::clock::SystemClock.now_millis(),
-                    crate::clock::Relative::FromNow,
-                )?)
-            };
+            let at = expiry(&when)?;
             on_store(&data, None, async |accounts| {
                 accounts.set_expiry(&Caller::operator(), &name, at).await
             })
@@ -354,16 +298,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
                 accounts.rotate(&Caller::operator(), &name, grace).await
             })
             .await?;
-            match rotated.previous_valid_until {
-                Some(until) => eprintln!(
-                    "issued a new token for peer {name}; the old one works until {}. The new token is on stdout and is not shown again.",
-                    rfc3339_millis(until)
-                ),
-                None => eprintln!(
-                    "issued a new token for peer {name}; the old one stopped. {CACHE_NOTE} The new token is on stdout and is not shown again."
-                ),
-            }
-            println!("{}", rotated.token);
+            print_rotated(&name, &rotated);
             Ok(())
         }
         PeerCommand::Revoke { name, data } => {
@@ -386,6 +321,94 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// `peer add`: creates the peer (and binds its identity, when one is given) and prints its
+/// token.
+async fn add(args: AddArgs) -> Result<(), CliError> {
+    let AddArgs {
+        name,
+        owner,
+        rate,
+        policy,
+        identity,
+        data,
+    } = args;
+    let identity = match (&identity.issuer, &identity.subject) {
+        (Some(issuer), Some(subject)) => {
+            Some(crate::store::PeerIdentity::token(issuer, subject).map_err(CliError::new)?)
+        }
+        _ => None,
+    };
+    let (policy, source) = super::policy_for_defaults(policy.as_deref(), &data)?;
+    let created = super::on_new_or_existing_store(&data, Some(&policy), async |accounts| {
+        let created = accounts
+            .create_peer(
+                &Caller::operator(),
+                NewPeer {
+                    name: name.clone(),
+                    owner,
+                    rate_per_minute: rate,
+                    expires_at: None,
+                },
+            )
+            .await?;
+        if let Some(identity) = &identity {
+            accounts
+                .bind_identity(&Caller::operator(), &name, identity)
+                .await?;
+        }
+        Ok(created)
+    })
+    .await?;
+    if let Some(identity) = &identity {
+        eprintln!("bound {} to peer {name}.", identity.describe());
+    }
+    eprintln!(
+        "added peer {name} ({}, owned by {}, {}/min; defaults from {source}). Its token is on stdout and is not shown again.",
+        created.peer.id, created.peer.owner_name, created.peer.rate_per_minute
+    );
+    println!("{}", created.token);
+    Ok(())
+}
+
+/// `peer streams`' cap: a number, or `default` for the policy's.
+fn stream_cap(streams: &str) -> Result<Option<u32>, CliError> {
+    if streams == "default" {
+        return Ok(None);
+    }
+    streams.parse::<u32>().map(Some).map_err(|_| {
+        CliError::new(format!(
+            "cannot read the stream cap {streams:?}: give a number from 1 to 10000, or default"
+        ))
+    })
+}
+
+/// `peer expire`'s time: `never`, or a time as `parse_when` reads it, from now.
+fn expiry(when: &str) -> Result<Option<i64>, CliError> {
+    if when == "never" {
+        return Ok(None);
+    }
+    super::parse_when(
+        when,
+        crate::clock::SystemClock.now_millis(),
+        crate::clock::Relative::FromNow,
+    )
+    .map(Some)
+}
+
+/// What `peer rotate` says, and the new token on stdout.
+fn print_rotated(name: &str, rotated: &crate::admin::service::Rotated) {
+    match rotated.previous_valid_until {
+        Some(until) => eprintln!(
+            "issued a new token for peer {name}; the old one works until {}. The new token is on stdout and is not shown again.",
+            rfc3339_millis(until)
+        ),
+        None => eprintln!(
+            "issued a new token for peer {name}; the old one stopped. {CACHE_NOTE} The new token is on stdout and is not shown again."
+        ),
+    }
+    println!("{}", rotated.token);
 }
 
 /// The peer table: never a secret. Each bound identity follows its peer on a line of its own.
