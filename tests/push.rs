@@ -213,6 +213,12 @@ async fn configs_are_created_read_listed_and_deleted_on_the_callers_own_tasks_on
     )
     .await;
     assert_eq!(error_code(&gone), -32001, "{gone}");
+    // The specification's reason for -32001, which the SDKs map back to their task-not-found
+    // error: there is no reason of its own for a missing config.
+    assert_eq!(
+        gone["error"]["data"][0]["reason"], "TASK_NOT_FOUND",
+        "{gone}"
+    );
     gw.stop().await;
 }
 
@@ -712,6 +718,12 @@ async fn push_configs_over_the_http_json_binding() {
         .await
         .unwrap();
     assert_eq!(gone.status(), 404);
+    let gone: Value = gone.json().await.unwrap();
+    assert_eq!(gone["error"]["status"], "NOT_FOUND", "{gone}");
+    assert_eq!(
+        gone["error"]["details"][0]["reason"], "TASK_NOT_FOUND",
+        "{gone}"
+    );
     gw.stop().await;
 }
 

@@ -223,7 +223,9 @@ impl RpcError {
             Self::Internal { .. } => (-32603, "INTERNAL"),
             Self::StoreUnavailable { .. } => (-32603, "STORE_UNAVAILABLE"),
             Self::TaskNotFound => (-32001, "TASK_NOT_FOUND"),
-            Self::PushConfigNotFound => (-32001, "PUSH_NOTIFICATION_CONFIG_NOT_FOUND"),
+            // The specification has no reason of its own for a missing config: the SDKs map
+            // TASK_NOT_FOUND back to their task-not-found error, and an unknown reason to none.
+            Self::PushConfigNotFound => (-32001, "TASK_NOT_FOUND"),
             Self::TaskNotCancelable(_) => (-32002, "TASK_NOT_CANCELABLE"),
             Self::PushNotificationNotSupported => (-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"),
             Self::UnsupportedOperation(_) => (-32004, "UNSUPPORTED_OPERATION"),
