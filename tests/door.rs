@@ -421,6 +421,21 @@ async fn list_tasks_shows_the_callers_tasks_newest_first_a_page_at_a_time() {
     let failed = list_tasks(&gw.door, &alice, json!({"status": "TASK_STATE_FAILED"})).await;
     assert_eq!(failed["result"]["totalSize"], 0);
     assert_eq!(failed["result"]["tasks"], json!([]));
+    // ProtoJSON allows an enum's number: 3 is COMPLETED, 4 FAILED, 0 the unspecified state.
+    for (number, total) in [(3, 5), (4, 0), (0, 5)] {
+        let listed = list_tasks(&gw.door, &alice, json!({"status": number})).await;
+        assert_eq!(listed["result"]["totalSize"], total, "{number}: {listed}");
+    }
+    for wrong in [
+        json!(9),
+        json!(-1),
+        json!(2.5),
+        json!("TASK_STATE_DONE"),
+        json!(true),
+    ] {
+        let refused = list_tasks(&gw.door, &alice, json!({"status": wrong})).await;
+        assert_eq!(refused["error"]["code"], -32602, "{wrong}: {refused}");
+    }
     let since =
         peergate::clock::rfc3339_millis(peergate::clock::Clock::now_millis(&gw.clock) - 1_500);
     let recent = list_tasks(&gw.door, &alice, json!({"statusTimestampAfter": since})).await;

@@ -145,6 +145,28 @@ async fn the_rest_routes_answer_as_the_json_rpc_door_does() {
     assert_eq!(listed["tasks"][0]["id"], id);
     assert!(listed["tasks"][0]["artifacts"].is_array());
     assert_eq!(listed["nextPageToken"], "");
+    // The state filter by name or by its ProtoJSON number, as a query parameter.
+    for query in ["status=TASK_STATE_COMPLETED", "status=3"] {
+        let (status, listed) = call(
+            &gw,
+            Method::GET,
+            &format!("/tasks?{query}"),
+            Some(&alice),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (status, listed["totalSize"].clone()),
+            (200, json!(1)),
+            "{query}: {listed}"
+        );
+    }
+    let (status, listed) = call(&gw, Method::GET, "/tasks?status=4", Some(&alice), None).await;
+    assert_eq!(
+        (status, listed["totalSize"].clone()),
+        (200, json!(0)),
+        "{listed}"
+    );
 
     // Another peer's task is not found, with the binding's 404.
     let (status, theirs) = call(&gw, Method::GET, &format!("/tasks/{id}"), Some(&bob), None).await;

@@ -231,6 +231,10 @@ fn query_params(query: &[(String, String)]) -> Result<Value, jsonrpc::RpcError> 
                     });
                 }
             },
+            // An enum's number, as ProtoJSON allows; a name stays text.
+            "status" => value
+                .parse::<u64>()
+                .map_or_else(|_| json!(value), |n| json!(n)),
             "includeArtifacts" => match value.as_str() {
                 "true" => json!(true),
                 "false" => json!(false),

@@ -20,7 +20,7 @@ const DEFAULT_PAGE_SIZE: u32 = 50;
 /// The largest page (the specification's bound).
 const MAX_PAGE_SIZE: i64 = 100;
 
-/// The task states a `status` filter may name.
+/// The task states a `status` filter may name, in the order of their ProtoJSON numbers (1 to 8).
 const STATES: [&str; 8] = [
     "TASK_STATE_SUBMITTED",
     "TASK_STATE_WORKING",
@@ -38,8 +38,9 @@ const STATES: [&str; 8] = [
 struct ListTasksParams {
     #[serde(default)]
     context_id: Option<String>,
+    /// A state's name or, as ProtoJSON allows for enums, its number.
     #[serde(default)]
-    status: Option<String>,
+    status: Option<serde_json::Value>,
     #[serde(default)]
     page_size: Option<i64>,
     #[serde(default)]
@@ -50,6 +51,39 @@ struct ListTasksParams {
     status_timestamp_after: Option<String>,
     #[serde(default)]
     include_artifacts: Option<bool>,
+}
+
+/// The state a `status` filter names: its ProtoJSON name or number (`TaskState`'s numbers are
+/// [`STATES`]' positions from 1); the unspecified state (`""`, its name, 0) filters nothing.
+fn state_filter(status: &serde_json::Value) -> Result<Option<&'static str>, RpcError> {
+    let refused = || {
+        invalid(
+            "status",
+            "must name a task state, e.g. TASK_STATE_COMPLETED (or its number, 3)",
+        )
+    };
+    match status {
+        serde_json::Value::String(name)
+            if matches!(name.as_str(), "" | "TASK_STATE_UNSPECIFIED") =>
+        {
+            Ok(None)
+        }
+        serde_json::Value::String(name) => STATES
+            .iter()
+            .find(|state| **state == name.as_str())
+            .map(|state| Some(*state))
+            .ok_or_else(refused),
+        serde_json::Value::Number(n) => match n.as_u64() {
+            Some(0) => Ok(None),
+            Some(n) => usize::try_from(n - 1)
+                .ok()
+                .and_then(|i| STATES.get(i))
+                .map(|state| Some(*state))
+                .ok_or_else(refused),
+            None => Err(refused()),
+        },
+        _ => Err(refused()),
+    }
 }
 
 /// Where the next page starts: the last listed task's status time and id.
@@ -89,16 +123,10 @@ impl Agent {
         let context_id = params.context_id.as_deref().filter(|c| !c.is_empty());
         let status = params
             .status
-            .as_deref()
-            .filter(|s| !matches!(*s, "" | "TASK_STATE_UNSPECIFIED"));
-        if let Some(status) = status
-            && !STATES.contains(&status)
-        {
-            return Err(invalid(
-                "status",
-                "must name a task state, e.g. TASK_STATE_COMPLETED",
-            ));
-        }
+            .as_ref()
+            .map(state_filter)
+            .transpose()?
+            .flatten();
         let history_length = params
             .history_length
             .map(|n| checked_history_length(n, "historyLength"))
