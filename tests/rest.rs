@@ -342,3 +342,41 @@ async fn a_query_parameter_named_twice_is_refused_not_resolved() {
     assert_eq!(status, 200, "{body}");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn answers_and_errors_are_sent_as_application_a2a_json() {
+    use reqwest::Method;
+    let gw = TestGateway::start_with(full()).await;
+    let alice = gw.add_peer("alice");
+    let media_type = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let json = [("content-type", "application/json"), ("a2a-version", "1.0")];
+    let sent = raw(
+        &gw,
+        Method::POST,
+        "/message:send",
+        &alice,
+        &json,
+        Some(message("typed").to_string()),
+    )
+    .await;
+    assert_eq!(sent.status(), 200);
+    assert_eq!(media_type(&sent), "application/a2a+json");
+    let missing = raw(&gw, Method::GET, "/tasks/none-such", &alice, &json, None).await;
+    assert_eq!(missing.status(), 404);
+    assert_eq!(media_type(&missing), "application/a2a+json");
+    // The gate's refusal, in this binding's shape and type.
+    let old = [("a2a-version", "0.3")];
+    let refused = raw(&gw, Method::GET, "/tasks", &alice, &old, None).await;
+    assert_eq!(refused.status(), 400);
+    assert_eq!(media_type(&refused), "application/a2a+json");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(status_of(&body).2, "VERSION_NOT_SUPPORTED", "{body}");
+    gw.stop().await;
+}

@@ -21,13 +21,13 @@ use crate::http::stalled_writes::ConnectionDeadline;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::client_addr::ClientAddr;
 use crate::protocol::jsonrpc;
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use axum::{Json, Router};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -131,13 +131,26 @@ fn unwrap(body: &str) -> Response {
     if let Some(error) = response.get("error") {
         let (status, body) = jsonrpc::http_error(error);
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return (status, Json(body)).into_response();
+        return a2a_json(status, &body);
     }
     // `DeleteTaskPushNotificationConfig` answers `null`: an empty object here.
     match response.get("result") {
-        Some(Value::Null) | None => Json(json!({})).into_response(),
-        Some(result) => Json(result.clone()).into_response(),
+        Some(Value::Null) | None => a2a_json(StatusCode::OK, &json!({})),
+        Some(result) => a2a_json(StatusCode::OK, result),
     }
+}
+
+/// A body of this binding: JSON as `application/a2a+json`.
+fn a2a_json(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(jsonrpc::HTTP_JSON_MEDIA_TYPE),
+        )],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// An event of a JSON-RPC stream as this binding's: the bare result, or the error's
@@ -154,7 +167,7 @@ fn bare_result(event: String) -> String {
 fn error_response(error: &jsonrpc::RpcError) -> Response {
     let (status, body) = jsonrpc::http_error(&error.to_json());
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(body)).into_response()
+    a2a_json(status, &body)
 }
 
 /// The request body as the method's params: a JSON object sent as JSON.

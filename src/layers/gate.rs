@@ -223,8 +223,15 @@ where
             let (status, body) = jsonrpc::http_error(&refusal.to_json());
             let status = axum::http::StatusCode::from_u16(status)
                 .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
+            let media_type = HeaderValue::from_static(jsonrpc::HTTP_JSON_MEDIA_TYPE);
             return GuardFuture::answer(
-                (status, Extension(reason), axum::Json(body)).into_response(),
+                (
+                    status,
+                    [(header::CONTENT_TYPE, media_type)],
+                    Extension(reason),
+                    body.to_string(),
+                )
+                    .into_response(),
             );
         }
         let limit = self.shared.max_body_bytes;

@@ -101,6 +101,9 @@ impl Method {
     }
 }
 
+/// The media type of the HTTP+JSON binding's bodies, answers and errors alike (A2A 1.0.1).
+pub const HTTP_JSON_MEDIA_TYPE: &str = "application/a2a+json";
+
 /// The HTTP status and `google.rpc` status name the HTTP+JSON binding answers a JSON-RPC error
 /// code with (the specification's table, v1.0.1).
 pub fn http_status_for(code: i64) -> (u16, &'static str) {
