@@ -380,3 +380,79 @@ async fn answers_and_errors_are_sent_as_application_a2a_json() {
     assert_eq!(status_of(&body).2, "VERSION_NOT_SUPPORTED", "{body}");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn every_route_is_served_under_a_tenant_too() {
+    use reqwest::Method;
+    let gw = TestGateway::start_with(full()).await;
+    let (alice, bob) = (gw.add_peer("alice"), gw.add_peer("bob"));
+    let (status, sent) = call(
+        &gw,
+        Method::POST,
+        "/acme/message:send",
+        Some(&alice),
+        Some(message("under a tenant")),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let id = sent["task"]["id"].as_str().unwrap();
+    // The same task with and without the tenant: it names nothing here.
+    for path in [format!("/acme/tasks/{id}"), format!("/tasks/{id}")] {
+        let (status, got) = call(&gw, Method::GET, &path, Some(&alice), None).await;
+        assert_eq!(
+            (status, got["id"].as_str()),
+            (200, Some(id)),
+            "{path}: {got}"
+        );
+    }
+    let (status, listed) = call(
+        &gw,
+        Method::GET,
+        "/other/tasks?status=3",
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, listed["totalSize"].clone()),
+        (200, json!(1)),
+        "{listed}"
+    );
+    // Still only the caller's own tasks.
+    let (status, theirs) = call(
+        &gw,
+        Method::GET,
+        &format!("/acme/tasks/{id}"),
+        Some(&bob),
+        None,
+    )
+    .await;
+    assert_eq!(
+        status_of(&theirs),
+        (404, "NOT_FOUND", "TASK_NOT_FOUND"),
+        "{status}"
+    );
+    let (status, cancel) = call(
+        &gw,
+        Method::POST,
+        &format!("/acme/tasks/{id}:cancel"),
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(
+        status_of(&cancel).2,
+        "TASK_NOT_CANCELABLE",
+        "{status}: {cancel}"
+    );
+    let (status, _) = call(
+        &gw,
+        Method::GET,
+        "/acme/extendedAgentCard",
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    gw.stop().await;
+}

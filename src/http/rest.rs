@@ -14,6 +14,8 @@
 //! | `POST /tasks/{id}:cancel`, `GET`/`POST /tasks/{id}:subscribe` | `CancelTask`, `SubscribeToTask` |
 //! | `/tasks/{id}/pushNotificationConfigs[/{config}]` | the push-notification methods |
 //! | `GET /extendedAgentCard` | `GetExtendedAgentCard` |
+//!
+//! Each route is served under a tenant too (`/{tenant}/tasks`); the tenant names nothing here.
 
 use crate::a2a::agent::{Agent, Answer};
 use crate::http::sse::StreamBounds;
@@ -47,20 +49,27 @@ where
     S: Clone + Send + Sync + 'static,
     RestState: axum::extract::FromRef<S>,
 {
-    Router::new()
-        .route(&format!("{base}/message:send"), post(send))
-        .route(&format!("{base}/message:stream"), post(stream))
-        .route(&format!("{base}/tasks"), get(list))
-        .route(&format!("{base}/tasks/{{task}}"), any(task))
-        .route(
-            &format!("{base}/tasks/{{task}}/pushNotificationConfigs"),
-            any(push_configs),
-        )
-        .route(
-            &format!("{base}/tasks/{{task}}/pushNotificationConfigs/{{config}}"),
-            any(push_configs),
-        )
-        .route(&format!("{base}/extendedAgentCard"), get(extended_card))
+    // Every route also under a tenant (`/{tenant}/message:send`), as the specification has
+    // it. peergate serves one tenant: the segment is accepted and names nothing, and a peer
+    // reaches only its own tasks either way.
+    let mut router = Router::new();
+    for base in [base.to_owned(), format!("{base}/{{tenant}}")] {
+        router = router
+            .route(&format!("{base}/message:send"), post(send))
+            .route(&format!("{base}/message:stream"), post(stream))
+            .route(&format!("{base}/tasks"), get(list))
+            .route(&format!("{base}/tasks/{{task}}"), any(task))
+            .route(
+                &format!("{base}/tasks/{{task}}/pushNotificationConfigs"),
+                any(push_configs),
+            )
+            .route(
+                &format!("{base}/tasks/{{task}}/pushNotificationConfigs/{{config}}"),
+                any(push_configs),
+            )
+            .route(&format!("{base}/extendedAgentCard"), get(extended_card));
+    }
+    router
 }
 
 /// Request context every route passes on to the agent: the peer (only the authentication
@@ -282,9 +291,10 @@ async fn task(
     State(state): State<RestState>,
     caller: Caller,
     method: Method,
-    Path(segment): Path<String>,
+    Path(path): Path<HashMap<String, String>>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
+    let segment = path.get("task").cloned().unwrap_or_default();
     // Checked on every route of the path, not only where the parameters are read.
     if let Err(refused) = query_params(&query) {
         return error_response(&refused);
