@@ -820,7 +820,14 @@ async fn json_logs_and_the_access_log_name_each_request_and_never_a_secret() {
         .find(|line| line["status"] == 200 && line["route"] == "door")
         .expect("an access line for the SendMessage");
     assert_eq!(sent["peer"], peer_id.as_str(), "{sent}");
+    assert_eq!(sent["peer_name"], "alice", "{sent}");
     assert_eq!(sent["method"], "POST");
+    // The operation, as the binding's handler named it.
+    assert_eq!(
+        (&sent["binding"], &sent["a2a_method"]),
+        (&json!("jsonrpc"), &json!("SendMessage")),
+        "{sent}"
+    );
     assert!(sent["latency_ms"].as_f64().is_some(), "{sent}");
     assert!(
         sent["request_id"].as_str().is_some_and(|id| id.len() == 36),
@@ -832,6 +839,11 @@ async fn json_logs_and_the_access_log_name_each_request_and_never_a_secret() {
         .find(|line| line["status"] == 401)
         .expect("an access line for the 401");
     assert_eq!(refused["peer"], "-");
+    assert_eq!(refused["peer_name"], "-");
+    assert_eq!(
+        refused["a2a_method"], "-",
+        "refused before any operation: {refused}"
+    );
     assert_eq!(refused["reason"], "unauthenticated");
     for secret in [token.as_str(), wrong.as_str(), secret_text, "query-secret"] {
         assert!(!log.contains(secret), "the log holds {secret:?}");

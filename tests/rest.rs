@@ -456,3 +456,36 @@ async fn every_route_is_served_under_a_tenant_too() {
     assert_eq!(status, 200);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn metrics_count_each_operation_by_its_binding_and_method_not_its_path() {
+    use reqwest::Method;
+    let gw = TestGateway::start_with(full()).await;
+    let (code, _, stderr) = gw.cli_with_stdin(&["admin", "add", "ada"], "ada's admin password 1\n");
+    assert_eq!(code, 0, "{stderr}");
+    let alice = gw.add_peer("alice");
+    let sent = send_text(&gw.door, &alice, "over json-rpc", None).await;
+    let id = task_of(&sent)["id"].as_str().unwrap().to_owned();
+    for path in [format!("/tasks/{id}"), "/acme/tasks/none-such".to_owned()] {
+        call(&gw, Method::GET, &path, Some(&alice), None).await;
+    }
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", gw.admin))
+        .basic_auth("ada", Some("ada's admin password 1"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"peergate_a2a_calls_total{binding="jsonrpc",method="SendMessage"} 1"#,
+        // An answer and an error alike: the operation was asked.
+        r#"peergate_a2a_calls_total{binding="http_json",method="GetTask"} 2"#,
+        r#"peergate_a2a_calls_total{binding="http_json",method="SendMessage"} 0"#,
+        r#"peergate_a2a_calls_total{binding="jsonrpc",method="GetTask"} 0"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    gw.stop().await;
+}

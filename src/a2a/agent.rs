@@ -261,17 +261,32 @@ impl Agent {
     }
 
     /// Answers one JSON-RPC request body from `client`: one JSON-RPC response object, or, for
-    /// the streaming methods, a stream of them.
+    /// the streaming methods, a stream of them; with the method asked, when the body named one.
     pub async fn handle(
         self: &Arc<Self>,
         peer: &AuthenticatedPeer,
         client: Option<IpAddr>,
         body: &[u8],
+    ) -> (Option<Method>, Answer) {
+        match jsonrpc::parse_request(body) {
+            Ok(request) => (
+                Some(request.method),
+                self.answer(peer, client, request).await,
+            ),
+            Err(failure) => (
+                None,
+                Answer::Body(jsonrpc::failure(&failure.id, &failure.error)),
+            ),
+        }
+    }
+
+    /// Answers one well-formed request.
+    async fn answer(
+        self: &Arc<Self>,
+        peer: &AuthenticatedPeer,
+        client: Option<IpAddr>,
+        request: jsonrpc::RpcRequest,
     ) -> Answer {
-        let request = match jsonrpc::parse_request(body) {
-            Ok(request) => request,
-            Err(failure) => return Answer::Body(jsonrpc::failure(&failure.id, &failure.error)),
-        };
         if let Some(scope) = request.method.scope()
             && !peer.may(scope)
         {

@@ -88,6 +88,12 @@ impl Principal for AdminPrincipal {
             Self::Scraper => "metrics-scraper",
         }
     }
+    fn principal_name(&self) -> &str {
+        match self {
+            Self::Administrator { name, .. } => name,
+            Self::Scraper => "metrics-scraper",
+        }
+    }
 }
 
 /// The admin API's authenticator.

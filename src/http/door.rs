@@ -2,7 +2,7 @@
 //! behind the guard layers in their order.
 
 use super::content_type::is_json;
-use crate::a2a::agent::Agent;
+use crate::a2a::agent::{Agent, Answer};
 use crate::a2a::card;
 use crate::config::Policy;
 use crate::guard::refusal::{self, Refusal};
@@ -13,6 +13,7 @@ use crate::layers::client_addr::ClientAddrLayer;
 use crate::layers::gate::GateLayer;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer};
 use crate::layers::metrics::{Metrics, MetricsLayer};
+use crate::protocol::call::{A2aCall, Binding};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -167,47 +168,52 @@ async fn door(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut logged = None;
-    let answer = if is_json(&headers) {
-        // The turn runs in a task of its own: a client that hangs up (or a request timeout)
-        // must not cut it between storing the task and storing its answer.
-        let agent = state.agent.clone();
-        let client = client.map(|c| c.0.ip());
-        let turn = tokio::spawn(async move { agent.handle(&peer, client, &body).await });
-        match turn.await {
-            Ok(crate::a2a::agent::Answer::Body(answer)) => answer,
-            Ok(crate::a2a::agent::Answer::Internal { body, request_id }) => {
-                logged = Some(refusal::LoggedRequestId(request_id));
-                body
-            }
-            Ok(crate::a2a::agent::Answer::Events(events)) => {
-                let deadline = deadline.map(|Extension(deadline)| deadline);
-                return crate::http::sse::respond(events, &state.bounds, deadline.as_ref());
-            }
-            Ok(crate::a2a::agent::Answer::Refused(refusal)) => return refusal.into_response(),
-            Err(_) => return panic_response(Box::new("the turn panicked")),
-        }
-    } else {
-        crate::protocol::jsonrpc::refuse(
+    if !is_json(&headers) {
+        let refused = crate::protocol::jsonrpc::refuse(
             &body,
             &crate::protocol::jsonrpc::RpcError::ContentTypeNotSupported(
                 "send the JSON-RPC request with Content-Type: application/json",
             ),
-        )
+        );
+        return json_rpc_body(refused);
+    }
+    // The turn runs in a task of its own: a client that hangs up (or a request timeout) must
+    // not cut it between storing the task and storing its answer.
+    let agent = state.agent.clone();
+    let client = client.map(|c| c.0.ip());
+    let turn = tokio::spawn(async move { agent.handle(&peer, client, &body).await });
+    let Ok((method, answer)) = turn.await else {
+        return panic_response(Box::new("the turn panicked"));
     };
-    let mut response = (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        answer,
-    )
-        .into_response();
-    if let Some(logged) = logged {
-        // The access log names the id the -32603 answer names.
-        response.extensions_mut().insert(logged);
+    let mut response = match answer {
+        Answer::Body(answer) => json_rpc_body(answer),
+        Answer::Internal { body, request_id } => {
+            let mut response = json_rpc_body(body);
+            // The access log names the id the -32603 answer names.
+            response
+                .extensions_mut()
+                .insert(refusal::LoggedRequestId(request_id));
+            response
+        }
+        Answer::Events(events) => {
+            let deadline = deadline.map(|Extension(deadline)| deadline);
+            crate::http::sse::respond(events, &state.bounds, deadline.as_ref())
+        }
+        Answer::Refused(refusal) => refusal.into_response(),
+    };
+    if let Some(method) = method {
+        response.extensions_mut().insert(A2aCall {
+            binding: Binding::JsonRpc,
+            method,
+        });
     }
     response
+}
+
+/// A JSON-RPC response object as the answer.
+fn json_rpc_body(body: String) -> Response {
+    let json = HeaderValue::from_static("application/json");
+    ([(header::CONTENT_TYPE, json)], body).into_response()
 }
 
 /// The public card, or the extended card for a request that carries a valid credential. An

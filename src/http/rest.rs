@@ -22,6 +22,7 @@ use crate::http::sse::StreamBounds;
 use crate::http::stalled_writes::ConnectionDeadline;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::client_addr::ClientAddr;
+use crate::protocol::call::{A2aCall, Binding};
 use crate::protocol::jsonrpc;
 use axum::Router;
 use axum::body::Bytes;
@@ -105,21 +106,8 @@ async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> 
     let agent = state.agent.clone();
     let (peer, client) = (caller.peer, caller.client);
     let answer = tokio::spawn(async move { agent.handle(&peer, client, &body).await }).await;
-    match answer {
-        Ok(Answer::Body(body)) => unwrap(&body),
-        Ok(Answer::Internal { body, request_id }) => {
-            let mut response = unwrap(&body);
-            response
-                .extensions_mut()
-                .insert(crate::guard::refusal::LoggedRequestId(request_id));
-            response
-        }
-        Ok(Answer::Events(events)) => crate::http::sse::respond(
-            events.reshaped(bare_result),
-            &state.bounds,
-            caller.deadline.as_ref(),
-        ),
-        Ok(Answer::Refused(refusal)) => refusal.into_response(),
+    let mut response = match answer {
+        Ok((_, answer)) => respond(state, answer, caller.deadline.as_ref()),
         Err(_) => {
             let request_id = uuid::Uuid::new_v4().to_string();
             tracing::error!(request_id = %request_id, "the turn panicked");
@@ -131,6 +119,35 @@ async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> 
                 .insert(crate::guard::refusal::LoggedRequestId(request_id));
             response
         }
+    };
+    if let Some(method) = jsonrpc::Method::from_name(method) {
+        response.extensions_mut().insert(A2aCall {
+            binding: Binding::HttpJson,
+            method,
+        });
+    }
+    response
+}
+
+/// The agent's answer in this binding's shape.
+fn respond(
+    state: &RestState,
+    answer: Answer,
+    deadline: Option<&Arc<ConnectionDeadline>>,
+) -> Response {
+    match answer {
+        Answer::Body(body) => unwrap(&body),
+        Answer::Internal { body, request_id } => {
+            let mut response = unwrap(&body);
+            response
+                .extensions_mut()
+                .insert(crate::guard::refusal::LoggedRequestId(request_id));
+            response
+        }
+        Answer::Events(events) => {
+            crate::http::sse::respond(events.reshaped(bare_result), &state.bounds, deadline)
+        }
+        Answer::Refused(refusal) => refusal.into_response(),
     }
 }
 

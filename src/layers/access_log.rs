@@ -25,6 +25,7 @@
 //! ```
 
 use crate::guard::refusal::{LoggedRequestId, RefusalReason};
+use crate::protocol::call::A2aCall;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Extensions, Request};
@@ -43,6 +44,7 @@ use tower::{Layer, Service};
 pub struct AccessNote {
     client: OnceLock<IpAddr>,
     peer: OnceLock<Box<str>>,
+    peer_name: OnceLock<Box<str>>,
 }
 
 /// Notes the client address the client-address layer decided, if the access log is on.
@@ -52,10 +54,11 @@ pub fn note_client(extensions: &Extensions, client: IpAddr) {
     }
 }
 
-/// Notes the authenticated peer's id, if the access log is on.
-pub fn note_peer(extensions: &Extensions, peer_id: &str) {
+/// Notes the authenticated peer's (or administrator's) id and name, if the access log is on.
+pub fn note_peer(extensions: &Extensions, peer_id: &str, peer_name: &str) {
     if let Some(note) = extensions.get::<Arc<AccessNote>>() {
         let _ = note.peer.set(peer_id.into());
+        let _ = note.peer_name.set(peer_name.into());
     }
 }
 
@@ -144,13 +147,18 @@ impl Seen {
             .extensions()
             .get::<LoggedRequestId>()
             .map_or_else(|| uuid::Uuid::new_v4().to_string(), |id| id.0.clone());
+        // The operation as the binding's handler named it, whatever the path.
+        let call = response.extensions().get::<A2aCall>();
         tracing::info!(
             target: "peergate::access",
             request_id = %request_id,
             client = %client.map_or_else(|| "-".to_owned(), |ip| ip.to_string()),
             peer = self.note.peer.get().map_or("-", |peer| &**peer),
+            peer_name = self.note.peer_name.get().map_or("-", |name| &**name),
             method = %self.method,
             route = self.route,
+            binding = call.map_or("-", |call| call.binding.label()),
+            a2a_method = call.map_or("-", |call| call.method.name()),
             status = response.status().as_u16(),
             reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.label()),
             latency_ms = self.started.elapsed().as_secs_f64() * 1000.0,

@@ -26,6 +26,8 @@
 //! ```
 
 use crate::guard::refusal::RefusalReason;
+use crate::protocol::call::{A2aCall, Binding};
+use crate::protocol::jsonrpc::Method;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
@@ -78,6 +80,8 @@ pub struct Metrics {
     rejections: [AtomicU64; REASONS.len()],
     tasks: [AtomicU64; STATES.len()],
     push: [AtomicU64; PUSH_OUTCOMES.len()],
+    /// A2A operations answered, by binding and method.
+    a2a_calls: [[AtomicU64; Method::ALL.len()]; Binding::ALL.len()],
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -91,6 +95,7 @@ impl Default for Metrics {
             rejections: std::array::from_fn(|_| AtomicU64::new(0)),
             tasks: std::array::from_fn(|_| AtomicU64::new(0)),
             push: std::array::from_fn(|_| AtomicU64::new(0)),
+            a2a_calls: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_count: AtomicU64::new(0),
             latency_sum_micros: AtomicU64::new(0),
@@ -106,6 +111,11 @@ impl Metrics {
             .position(|s| *s == status.as_u16())
             .unwrap_or(STATUSES.len());
         self.requests[route][status].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an A2A operation answered (whatever the answer).
+    pub fn a2a_call(&self, call: A2aCall) {
+        self.a2a_calls[call.binding as usize][call.method as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a refusal.
@@ -198,6 +208,18 @@ impl Metrics {
                 "peergate_push_deliveries_total{{outcome=\"{outcome}\"}} {}",
                 load(count)
             );
+        }
+        out.push_str("# HELP peergate_a2a_calls_total A2A operations answered, by binding and method (errors included).\n# TYPE peergate_a2a_calls_total counter\n");
+        for (binding, row) in Binding::ALL.iter().zip(&self.a2a_calls) {
+            for (method, count) in Method::ALL.iter().zip(row) {
+                let _ = writeln!(
+                    out,
+                    "peergate_a2a_calls_total{{binding=\"{}\",method=\"{}\"}} {}",
+                    binding.label(),
+                    method.name(),
+                    load(count)
+                );
+            }
         }
         out.push_str("# HELP peergate_backend_latency_seconds Time the model took per call.\n# TYPE peergate_backend_latency_seconds histogram\n");
         for (bound, count) in BUCKETS.iter().zip(&self.latency_buckets) {
@@ -342,6 +364,10 @@ where
         // The refusal map typed the reason; reading it costs one extension look-up.
         if let Some(reason) = response.extensions().get::<RefusalReason>() {
             this.metrics.rejected(*reason);
+        }
+        // The binding's handler named the operation; the path cannot.
+        if let Some(call) = response.extensions().get::<A2aCall>() {
+            this.metrics.a2a_call(*call);
         }
         Poll::Ready(Ok(response))
     }

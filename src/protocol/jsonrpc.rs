@@ -72,6 +72,38 @@ pub enum Method {
 }
 
 impl Method {
+    /// Every method, in declaration order: `ALL[m as usize] == m`.
+    pub const ALL: [Self; 11] = [
+        Self::SendMessage,
+        Self::SendStreamingMessage,
+        Self::GetTask,
+        Self::ListTasks,
+        Self::CancelTask,
+        Self::SubscribeToTask,
+        Self::CreatePushConfig,
+        Self::GetPushConfig,
+        Self::ListPushConfigs,
+        Self::DeletePushConfig,
+        Self::GetExtendedAgentCard,
+    ];
+
+    /// The method's 1.0 name, which the metrics and the access log show whatever the binding.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SendMessage => "SendMessage",
+            Self::SendStreamingMessage => "SendStreamingMessage",
+            Self::GetTask => "GetTask",
+            Self::ListTasks => "ListTasks",
+            Self::CancelTask => "CancelTask",
+            Self::SubscribeToTask => "SubscribeToTask",
+            Self::CreatePushConfig => "CreateTaskPushNotificationConfig",
+            Self::GetPushConfig => "GetTaskPushNotificationConfig",
+            Self::ListPushConfigs => "ListTaskPushNotificationConfigs",
+            Self::DeletePushConfig => "DeleteTaskPushNotificationConfig",
+            Self::GetExtendedAgentCard => "GetExtendedAgentCard",
+        }
+    }
+
     /// Looks up a method by its 1.0 name or its 0.3 alias; `None` for anything else.
     pub fn from_name(name: &str) -> Option<Self> {
         Some(match name {

@@ -41,6 +41,10 @@ pub trait Principal: Clone + Send + Sync + 'static {
     /// The id whose change drops its cached verdicts ([`Authenticator::forget`]).
     fn principal_id(&self) -> &str;
 
+    /// The name an operator knows it by, for the access log (a peer's or an administrator's
+    /// name; never a secret).
+    fn principal_name(&self) -> &str;
+
     /// When the credential stops working (an expiry, the end of a rotation's grace), epoch ms.
     fn valid_until(&self) -> Option<i64> {
         None

@@ -132,6 +132,7 @@ where
                         crate::layers::access_log::note_peer(
                             request.extensions(),
                             who.principal_id(),
+                            who.principal_name(),
                         );
                         request.extensions_mut().insert(who);
                         Ok((request, None))

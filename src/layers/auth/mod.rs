@@ -162,6 +162,9 @@ impl Principal for AuthenticatedPeer {
     fn principal_id(&self) -> &str {
         &self.id
     }
+    fn principal_name(&self) -> &str {
+        &self.name
+    }
     fn valid_until(&self) -> Option<i64> {
         self.valid_until
     }
