@@ -186,75 +186,21 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
 
     let metrics = Arc::new(Metrics::default());
     let cache_ttl = Duration::from_secs(policy.auth.credential_cache_seconds);
-    let mut budgets = Budgets::new(
-        store.usage(),
-        options.clock.clone(),
-        BudgetDefaults {
-            tokens_per_day: policy.budgets.tokens_per_day,
-            tokens_per_month: policy.budgets.tokens_per_month,
-        },
-        cache_ttl,
-    );
-    if let Some(spend) = &sharing.spend {
-        budgets = budgets.with_shared_spend(spend.clone());
-    }
-    let budgets = Arc::new(budgets);
+    let budgets = budgets(&options, &store, &sharing, cache_ttl);
     let push = push_notifications(&options, &store, sharing.serving, &metrics)?;
-    let mut agent = Agent::new(
-        store.tasks(),
+    let agent = agent(
+        &options,
+        &store,
         backend,
-        budgets.clone(),
-        metrics.clone(),
-        options.clock.clone(),
-        agent_settings(policy),
+        (&budgets, &metrics),
+        &sharing,
+        &documents,
+        push.as_ref(),
     )
-    .with_shared_state(sharing.agent.clone())
-    .with_extended_card(
-        serde_json::value::RawValue::from_string(documents.extended_json.clone())
-            .map_err(|e| config(&e))?,
-    );
-    for (issuer, (_, json)) in &documents.issuer_extended {
-        agent = agent.with_issuer_extended_card(
-            issuer,
-            serde_json::value::RawValue::from_string(json.clone()).map_err(|e| config(&e))?,
-        );
-    }
-    if let Some(push) = &push {
-        agent = agent.with_push(push.clone());
-    }
-    let agent = Arc::new(agent);
-    agent.hear_cancels();
-    // No turn is in flight before serving: every working task was interrupted.
-    match agent.fail_interrupted_tasks(None).await? {
-        0 => {}
-        n => tracing::warn!(
-            tasks = n,
-            "tasks interrupted by the last stop are now failed (interrupted)"
-        ),
-    }
+    .await?;
     let shared = &sharing.limits;
-    let mut settings = auth_settings(policy, cache_ttl, shared.failed_auth.clone())?;
-    // Unknown credential ids are refused from memory: a flood of made-up tokens never reaches
-    // the store. The command line's announcements are heard before the ids are read, so a
-    // credential it issues meanwhile is in one or the other.
-    let announcements = match store.hear_announcements().await {
-        Ok(announcements) => Some(announcements),
-        Err(e) => {
-            tracing::warn!(
-                error = %e,
-                "the command line's changes reach this gateway by its periodic re-read (within {} s), not at once",
-                crate::layers::auth::known_ids::RECONCILE_EVERY.as_secs()
-            );
-            None
-        }
-    };
-    let known_ids = Arc::new(KnownCredentialIds::load(&*store.credentials()).await?);
-    settings.known_ids = Some(known_ids.clone());
-    settings.identity_providers = identity_providers;
-    let authenticator = Arc::new(
-        PeerAuthenticator::new(store.credentials(), options.clock.clone(), settings)
-            .map_err(|e| config(&e))?,
-    );
+    let (authenticator, known_ids, announcements) =
+        door_authenticator(&options, &store, shared, cache_ttl, identity_providers).await?;
     let (per_ip, per_peer) = limit_layers(&options, shared)?;
     let guards = DoorGuards {
         per_ip,
@@ -266,41 +212,16 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         sharing.redis.clone(),
         policy.model.backend.name(),
     ));
-    let state = DoorState {
-        agent: agent.clone(),
-        bounds: stream_bounds(policy),
-        card: Arc::new(documents.card),
-        extended: Arc::new(documents.extended),
-        issuer_extended: Arc::new(
-            documents
-                .issuer_extended
-                .iter()
-                .map(|(name, (document, _))| (name.clone(), document.clone()))
-                .collect(),
-        ),
-        jwks: documents.jwks.clone(),
-        readiness: readiness.clone(),
-    };
+    let state = door_state(policy, agent.clone(), &documents, readiness.clone());
     let router = door_router(policy, state, &guards, metrics.clone());
 
-    let forget = Arc::new(account_changes::ForgetOnChange {
-        authenticator: authenticator.clone(),
-        budgets: budgets.clone(),
-        reread: Arc::default(),
-    });
-    let accounts = account_service(&options, &store, sharing.changes.clone(), &forget);
-    let hearing =
-        account_changes::keep_current(store.credentials(), known_ids, announcements, forget);
-    let admin_router = admin_router(
+    let (accounts, hearing, admin_router) = admin_side(
         &options,
-        AdminState::new(
-            accounts.clone(),
-            budgets.clone(),
-            metrics.clone(),
-            options.clock.clone(),
-        )
-        .with_readiness(readiness),
-        &authenticator,
+        &store,
+        &sharing,
+        (&authenticator, &budgets, &metrics),
+        readiness,
+        (known_ids, announcements),
     )?;
 
     let (local_addr, admin_addr) = (listeners.local_addr, listeners.admin_addr);
@@ -349,6 +270,174 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         store,
         authenticator,
     })
+}
+
+/// Each owner's model budget, spent through the shared engine when there is one.
+fn budgets(
+    options: &GatewayOptions,
+    store: &Store,
+    sharing: &Sharing,
+    cache_ttl: Duration,
+) -> Arc<Budgets> {
+    let policy = &options.policy;
+    let mut budgets = Budgets::new(
+        store.usage(),
+        options.clock.clone(),
+        BudgetDefaults {
+            tokens_per_day: policy.budgets.tokens_per_day,
+            tokens_per_month: policy.budgets.tokens_per_month,
+        },
+        cache_ttl,
+    );
+    if let Some(spend) = &sharing.spend {
+        budgets = budgets.with_shared_spend(spend.clone());
+    }
+    Arc::new(budgets)
+}
+
+/// The agent over the store and the backend, hearing cancels, with the tasks the last stop
+/// interrupted failed (no turn is in flight before serving).
+async fn agent(
+    options: &GatewayOptions,
+    store: &Store,
+    backend: Arc<dyn crate::backend::ModelBackend>,
+    (budgets, metrics): (&Arc<Budgets>, &Arc<Metrics>),
+    sharing: &Sharing,
+    documents: &Documents,
+    push: Option<&Arc<crate::push::Push>>,
+) -> Result<Arc<Agent>, StartError> {
+    let policy = &options.policy;
+    let mut agent = Agent::new(
+        store.tasks(),
+        backend,
+        budgets.clone(),
+        metrics.clone(),
+        options.clock.clone(),
+        agent_settings(policy),
+    )
+    .with_shared_state(sharing.agent.clone())
+    .with_extended_card(
+        serde_json::value::RawValue::from_string(documents.extended_json.clone())
+            .map_err(|e| config(&e))?,
+    );
+    for (issuer, (_, json)) in &documents.issuer_extended {
+        agent = agent.with_issuer_extended_card(
+            issuer,
+            serde_json::value::RawValue::from_string(json.clone()).map_err(|e| config(&e))?,
+        );
+    }
+    if let Some(push) = push {
+        agent = agent.with_push(push.clone());
+    }
+    let agent = Arc::new(agent);
+    agent.hear_cancels();
+    match agent.fail_interrupted_tasks(None).await? {
+        0 => {}
+        n => tracing::warn!(
+            tasks = n,
+            "tasks interrupted by the last stop are now failed (interrupted)"
+        ),
+    }
+    Ok(agent)
+}
+
+/// The door's authenticator, the credential ids it knows, and the command line's
+/// announcements that keep them current (when they can be heard).
+type DoorAuthenticator = (
+    Arc<PeerAuthenticator>,
+    Arc<KnownCredentialIds>,
+    Option<crate::store::Announcements>,
+);
+
+/// The door's authenticator, with the credential ids it refuses unknown ones by, and the
+/// command line's announcements that keep them current (heard before the ids are read).
+async fn door_authenticator(
+    options: &GatewayOptions,
+    store: &Store,
+    shared: &SharedLimits,
+    cache_ttl: Duration,
+    identity_providers: Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+) -> Result<DoorAuthenticator, StartError> {
+    let policy = &options.policy;
+    let mut settings = auth_settings(policy, cache_ttl, shared.failed_auth.clone())?;
+    // Unknown credential ids are refused from memory: a flood of made-up tokens never reaches
+    // the store. The command line's announcements are heard before the ids are read, so a
+    // credential it issues meanwhile is in one or the other.
+    let announcements = match store.hear_announcements().await {
+        Ok(announcements) => Some(announcements),
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "the command line's changes reach this gateway by its periodic re-read (within {} s), not at once",
+                crate::layers::auth::known_ids::RECONCILE_EVERY.as_secs()
+            );
+            None
+        }
+    };
+    let known_ids = Arc::new(KnownCredentialIds::load(&*store.credentials()).await?);
+    settings.known_ids = Some(known_ids.clone());
+    settings.identity_providers = identity_providers;
+    let authenticator = Arc::new(
+        PeerAuthenticator::new(store.credentials(), options.clock.clone(), settings)
+            .map_err(|e| config(&e))?,
+    );
+    Ok((authenticator, known_ids, announcements))
+}
+
+/// The admin side: the account service, whose changes reach this gateway's caches (and the
+/// other instances'), the task keeping the known credential ids current, and the admin API.
+fn admin_side(
+    options: &GatewayOptions,
+    store: &Store,
+    sharing: &Sharing,
+    (authenticator, budgets, metrics): (&Arc<PeerAuthenticator>, &Arc<Budgets>, &Arc<Metrics>),
+    readiness: Arc<crate::http::ready::Readiness>,
+    (known_ids, announcements): (Arc<KnownCredentialIds>, Option<crate::store::Announcements>),
+) -> Result<(AccountService, tokio::task::JoinHandle<()>, axum::Router), StartError> {
+    let forget = Arc::new(account_changes::ForgetOnChange {
+        authenticator: authenticator.clone(),
+        budgets: budgets.clone(),
+        reread: Arc::default(),
+    });
+    let accounts = account_service(options, store, sharing.changes.clone(), &forget);
+    let hearing =
+        account_changes::keep_current(store.credentials(), known_ids, announcements, forget);
+    let admin_router = admin_router(
+        options,
+        AdminState::new(
+            accounts.clone(),
+            budgets.clone(),
+            metrics.clone(),
+            options.clock.clone(),
+        )
+        .with_readiness(readiness),
+        authenticator,
+    )?;
+    Ok((accounts, hearing, admin_router))
+}
+
+/// What the door's handlers share: the agent, the documents, readiness.
+fn door_state(
+    policy: &Policy,
+    agent: Arc<Agent>,
+    documents: &Documents,
+    readiness: Arc<crate::http::ready::Readiness>,
+) -> DoorState {
+    DoorState {
+        agent,
+        bounds: stream_bounds(policy),
+        card: Arc::new(documents.card.clone()),
+        extended: Arc::new(documents.extended.clone()),
+        issuer_extended: Arc::new(
+            documents
+                .issuer_extended
+                .iter()
+                .map(|(name, (document, _))| (name.clone(), document.clone()))
+                .collect(),
+        ),
+        jwks: documents.jwks.clone(),
+        readiness,
+    }
 }
 
 pub(super) fn config(e: &dyn std::fmt::Display) -> StartError {
