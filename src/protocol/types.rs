@@ -47,6 +47,10 @@ impl<'de> Deserialize<'de> for Role {
 /// `TaskState`, as far as peergate produces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskState {
+    /// Accepted, not yet worked on: peergate stores a task working at once, but an agent
+    /// behind the door may report it, and `ListTasks` may filter by it.
+    #[serde(rename = "TASK_STATE_SUBMITTED")]
+    Submitted,
     /// Stored, the model being asked (only ever seen after a crash turned it `Failed`, or by
     /// a concurrent `GetTask`).
     #[serde(rename = "TASK_STATE_WORKING")]
@@ -76,6 +80,7 @@ impl TaskState {
     /// The ProtoJSON name.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Submitted => "TASK_STATE_SUBMITTED",
             Self::Working => "TASK_STATE_WORKING",
             Self::Completed => "TASK_STATE_COMPLETED",
             Self::Failed => "TASK_STATE_FAILED",
@@ -99,19 +104,30 @@ impl TaskState {
         matches!(self, Self::InputRequired | Self::AuthRequired)
     }
 
+    /// Every state, in the order of their ProtoJSON numbers from 1 (0 is the unspecified
+    /// state, which no task is in).
+    pub const BY_NUMBER: [Self; 8] = [
+        Self::Submitted,
+        Self::Working,
+        Self::Completed,
+        Self::Failed,
+        Self::Canceled,
+        Self::InputRequired,
+        Self::Rejected,
+        Self::AuthRequired,
+    ];
+
     /// The state a stored name stands for.
     pub fn from_name(name: &str) -> Option<Self> {
-        [
-            Self::Working,
-            Self::Completed,
-            Self::Failed,
-            Self::Rejected,
-            Self::Canceled,
-            Self::InputRequired,
-            Self::AuthRequired,
-        ]
-        .into_iter()
-        .find(|state| state.as_str() == name)
+        Self::BY_NUMBER
+            .into_iter()
+            .find(|state| state.as_str() == name)
+    }
+
+    /// The state with ProtoJSON number `n` (1 to 8).
+    pub fn from_number(n: u64) -> Option<Self> {
+        let i = usize::try_from(n.checked_sub(1)?).ok()?;
+        Self::BY_NUMBER.get(i).copied()
     }
 }
 
@@ -446,4 +462,31 @@ pub fn is_valid_context_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_states_read_by_the_specifications_numbers_and_names() {
+        for (n, name) in [
+            (1, "TASK_STATE_SUBMITTED"),
+            (2, "TASK_STATE_WORKING"),
+            (3, "TASK_STATE_COMPLETED"),
+            (4, "TASK_STATE_FAILED"),
+            (5, "TASK_STATE_CANCELED"),
+            (6, "TASK_STATE_INPUT_REQUIRED"),
+            (7, "TASK_STATE_REJECTED"),
+            (8, "TASK_STATE_AUTH_REQUIRED"),
+        ] {
+            let state = TaskState::from_number(n).unwrap();
+            assert_eq!(state.as_str(), name);
+            assert_eq!(TaskState::from_name(name), Some(state));
+        }
+        for n in [0, 9, u64::MAX] {
+            assert_eq!(TaskState::from_number(n), None, "{n}");
+        }
+        assert_eq!(TaskState::from_name("TASK_STATE_UNSPECIFIED"), None);
+    }
 }

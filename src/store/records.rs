@@ -263,7 +263,7 @@ pub struct TaskQuery<'a> {
     /// Only this conversation's tasks.
     pub context_id: Option<&'a str>,
     /// Only tasks in this state.
-    pub state: Option<&'a str>,
+    pub state: Option<crate::protocol::types::TaskState>,
     /// Only tasks whose status changed at or after this (epoch ms).
     pub status_since: Option<i64>,
     /// Only tasks after this one in the order (its status time and id): the page cursor.

@@ -9,7 +9,7 @@
 use super::{Agent, checked_history_length, internal, invalid};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::jsonrpc::{self, RpcError};
-use crate::protocol::types::{GetTaskParams, Task};
+use crate::protocol::types::{GetTaskParams, Task, TaskState};
 use crate::store::TaskQuery;
 use base64::Engine as _;
 use serde::Deserialize;
@@ -19,18 +19,6 @@ use serde_json::value::RawValue;
 const DEFAULT_PAGE_SIZE: u32 = 50;
 /// The largest page (the specification's bound).
 const MAX_PAGE_SIZE: i64 = 100;
-
-/// The task states a `status` filter may name, in the order of their ProtoJSON numbers (1 to 8).
-const STATES: [&str; 8] = [
-    "TASK_STATE_SUBMITTED",
-    "TASK_STATE_WORKING",
-    "TASK_STATE_COMPLETED",
-    "TASK_STATE_FAILED",
-    "TASK_STATE_CANCELED",
-    "TASK_STATE_INPUT_REQUIRED",
-    "TASK_STATE_REJECTED",
-    "TASK_STATE_AUTH_REQUIRED",
-];
 
 /// `ListTasksRequest`.
 #[derive(Debug, Default, Deserialize)]
@@ -53,9 +41,9 @@ struct ListTasksParams {
     include_artifacts: Option<bool>,
 }
 
-/// The state a `status` filter names: its ProtoJSON name or number (`TaskState`'s numbers are
-/// [`STATES`]' positions from 1); the unspecified state (`""`, its name, 0) filters nothing.
-fn state_filter(status: &serde_json::Value) -> Result<Option<&'static str>, RpcError> {
+/// The state a `status` filter names: its ProtoJSON name or number; the unspecified state
+/// (`""`, its name, 0) filters nothing.
+fn state_filter(status: &serde_json::Value) -> Result<Option<TaskState>, RpcError> {
     let refused = || {
         invalid(
             "status",
@@ -68,18 +56,10 @@ fn state_filter(status: &serde_json::Value) -> Result<Option<&'static str>, RpcE
         {
             Ok(None)
         }
-        serde_json::Value::String(name) => STATES
-            .iter()
-            .find(|state| **state == name.as_str())
-            .map(|state| Some(*state))
-            .ok_or_else(refused),
+        serde_json::Value::String(name) => TaskState::from_name(name).map(Some).ok_or_else(refused),
         serde_json::Value::Number(n) => match n.as_u64() {
             Some(0) => Ok(None),
-            Some(n) => usize::try_from(n - 1)
-                .ok()
-                .and_then(|i| STATES.get(i))
-                .map(|state| Some(*state))
-                .ok_or_else(refused),
+            Some(n) => TaskState::from_number(n).map(Some).ok_or_else(refused),
             None => Err(refused()),
         },
         _ => Err(refused()),

@@ -2,6 +2,7 @@
 //! transaction among many turns.
 
 use super::PostgresStore;
+use crate::protocol::types::TaskState;
 use crate::store::batch::Batch;
 use crate::store::{
     ConversationMessage, ConversationRole, Exchange, StoreError, TaskPage, TaskQuery, TaskStore,
@@ -155,7 +156,7 @@ impl TaskStore for PostgresStore {
                 .bind(query.peer_id)
                 .bind(now)
                 .bind(query.context_id)
-                .bind(query.state)
+                .bind(query.state.map(TaskState::as_str))
                 .bind(query.status_since)
         };
         let (after_at, after_id) = query.after.unzip();

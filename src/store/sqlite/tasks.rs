@@ -2,6 +2,7 @@
 
 use super::writer::{Job, PendingExchange};
 use super::{BEGIN_WRITE, SqliteStore};
+use crate::protocol::types::TaskState;
 use crate::store::{
     ConversationMessage, ConversationRole, Exchange, StoreError, TaskPage, TaskQuery, TaskStore,
     WorkingTask,
@@ -145,8 +146,8 @@ impl TaskStore for SqliteStore {
                 .bind(now)
                 .bind(query.context_id)
                 .bind(query.context_id)
-                .bind(query.state)
-                .bind(query.state)
+                .bind(query.state.map(TaskState::as_str))
+                .bind(query.state.map(TaskState::as_str))
                 .bind(query.status_since)
                 .bind(query.status_since)
         };
