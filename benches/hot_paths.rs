@@ -172,9 +172,9 @@ fn exchange_writes(c: &mut Criterion) {
         peer_id: peer_id.clone(),
         context_id: format!("ctx-{task}"),
         state: if working {
-            "TASK_STATE_WORKING"
+            peergate::protocol::types::TaskState::Working
         } else {
-            "TASK_STATE_COMPLETED"
+            peergate::protocol::types::TaskState::Completed
         },
         task_json: "x".repeat(if working { 600 } else { 1900 }),
         now: 1_764_547_200_000,

@@ -815,7 +815,7 @@ async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String
                 task_id: "t1".into(),
                 peer_id: peer_id.clone(),
                 context_id: "ctx".into(),
-                state,
+                state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
                 task_json: format!("{{\"id\":\"t1\",\"status\":{{\"state\":\"{state}\"}}}}"),
                 now,
                 expires_at: now + 60_000,

@@ -280,7 +280,7 @@ async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_oth
         events_a.publish(TaskEvent {
             peer_id: peer.into(),
             task_id: task.into(),
-            state: "TASK_STATE_COMPLETED",
+            state: peergate::protocol::types::TaskState::from_name("TASK_STATE_COMPLETED").unwrap(),
             task_json: task_json.into(),
         });
     }
@@ -289,7 +289,7 @@ async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_oth
         .expect("heard within two seconds")
         .unwrap();
     assert_eq!((&*event.peer_id, &*event.task_id), ("alice", "t1"));
-    assert_eq!(event.state, "TASK_STATE_COMPLETED");
+    assert_eq!(event.state.as_str(), "TASK_STATE_COMPLETED");
     assert_eq!(
         &*event.task_json, task_json,
         "the task as stored, unchanged"
@@ -298,27 +298,27 @@ async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_oth
     events_a.publish(TaskEvent {
         peer_id: "alice".into(),
         task_id: "t1".into(),
-        state: "TASK_STATE_CANCELED",
+        state: peergate::protocol::types::TaskState::from_name("TASK_STATE_CANCELED").unwrap(),
         task_json: task_json.into(),
     });
     let canceled = tokio::time::timeout(Duration::from_secs(2), subscription.next())
         .await
         .expect("heard within two seconds")
         .unwrap();
-    assert_eq!(canceled.state, "TASK_STATE_CANCELED");
+    assert_eq!(canceled.state.as_str(), "TASK_STATE_CANCELED");
     // And the states of a task waiting for the peer.
     for state in ["TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"] {
         events_a.publish(TaskEvent {
             peer_id: "alice".into(),
             task_id: "t1".into(),
-            state,
+            state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
             task_json: task_json.into(),
         });
         let heard = tokio::time::timeout(Duration::from_secs(2), subscription.next())
             .await
             .expect("heard within two seconds")
             .unwrap();
-        assert_eq!(heard.state, state);
+        assert_eq!(heard.state.as_str(), state);
     }
 }
 

@@ -18,8 +18,8 @@ pub struct TaskEvent {
     pub peer_id: Arc<str>,
     /// The task.
     pub task_id: Arc<str>,
-    /// Its state, e.g. `TASK_STATE_WORKING`.
-    pub state: &'static str,
+    /// Its state.
+    pub state: crate::protocol::types::TaskState,
     /// The task as stored, JSON.
     pub task_json: Arc<str>,
 }
@@ -104,7 +104,7 @@ mod tests {
         TaskEvent {
             peer_id: peer.into(),
             task_id: task.into(),
-            state,
+            state: crate::protocol::types::TaskState::from_name(state).unwrap(),
             task_json: "{}".into(),
         }
     }
@@ -120,11 +120,11 @@ mod tests {
         events.publish(event("alice", "t1", "TASK_STATE_WORKING"));
         events.publish(event("alice", "t1", "TASK_STATE_COMPLETED"));
         assert_eq!(
-            subscription.next().await.unwrap().state,
+            subscription.next().await.unwrap().state.as_str(),
             "TASK_STATE_WORKING"
         );
         let last = subscription.next().await.unwrap();
         assert_eq!((&*last.peer_id, &*last.task_id), ("alice", "t1"));
-        assert_eq!(last.state, "TASK_STATE_COMPLETED");
+        assert_eq!(last.state.as_str(), "TASK_STATE_COMPLETED");
     }
 }

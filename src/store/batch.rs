@@ -69,7 +69,7 @@ mod tests {
             task_id: task.into(),
             peer_id: "p".into(),
             context_id: context.into(),
-            state: "TASK_STATE_COMPLETED",
+            state: crate::protocol::types::TaskState::Completed,
             task_json: "{}".into(),
             now,
             expires_at: now + 1,

@@ -229,8 +229,8 @@ pub struct Exchange {
     pub peer_id: String,
     /// Conversation.
     pub context_id: String,
-    /// Final state name.
-    pub state: &'static str,
+    /// The state it is stored in.
+    pub state: crate::protocol::types::TaskState,
     /// The task as served, JSON.
     pub task_json: String,
     /// Now, epoch ms.

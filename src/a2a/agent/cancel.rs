@@ -42,7 +42,7 @@ impl Agent {
         let wait = self.settings.backend_timeout;
         let stored = loop {
             match tokio::time::timeout(wait, events.next()).await {
-                Ok(Some(event)) if event.state != TaskState::Working.as_str() => {
+                Ok(Some(event)) if event.state != TaskState::Working => {
                     break event.task_json.to_string();
                 }
                 Ok(Some(_)) => {}
@@ -118,7 +118,7 @@ impl Agent {
                 task_id: task.id.clone(),
                 peer_id: peer.id().to_owned(),
                 context_id: task.context_id.clone(),
-                state: TaskState::Canceled.as_str(),
+                state: TaskState::Canceled,
                 task_json: task_json.clone(),
                 now,
                 expires_at: now.saturating_add(retention),

@@ -327,9 +327,9 @@ impl Agent {
             let final_json = loop {
                 tokio::select! {
                     event = heard.next() => match event {
-                        Some(event) if event.state == TaskState::Working.as_str() => {}
+                        Some(event) if event.state == TaskState::Working => {}
                         // A task waiting for the peer again: its status, and the stream goes on.
-                        Some(event) if !is_final_name(event.state) => {
+                        Some(event) if !event.state.is_final() => {
                             if let Ok(stored) = serde_json::from_str::<Task>(&event.task_json) {
                                 stream.send(&json!({"statusUpdate": {
                                     "taskId": stored.id,
@@ -375,11 +375,6 @@ impl Agent {
         });
         Ok(receiver)
     }
-}
-
-/// Whether a stored state's name is a final one.
-fn is_final_name(state: &str) -> bool {
-    TaskState::from_name(state).is_some_and(TaskState::is_final)
 }
 
 /// A status update carrying a piece of the model's text as it arrives, at `now` (epoch ms).

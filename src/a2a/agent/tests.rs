@@ -33,7 +33,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
             task_id: "t1".into(),
             peer_id: "p1".into(),
             context_id: "c1".into(),
-            state: TaskState::Working.as_str(),
+            state: TaskState::Working,
             task_json: serde_json::to_string(&task).unwrap(),
             now,
             expires_at: now + 3_600_000,
@@ -87,7 +87,7 @@ impl TaskEvents for Heard {
         self.0
             .lock()
             .unwrap()
-            .push((event.task_id.to_string(), event.state));
+            .push((event.task_id.to_string(), event.state.as_str()));
     }
     fn subscribe(&self, _: &str, _: &str) -> crate::shared::events::TaskSubscription {
         unreachable!("the agent only publishes")
@@ -216,7 +216,7 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
                 task_id: task.into(),
                 peer_id: "p1".into(),
                 context_id: "c1".into(),
-                state: TaskState::Working.as_str(),
+                state: TaskState::Working,
                 task_json: serde_json::to_string(&working).unwrap(),
                 now: 1,
                 expires_at: i64::MAX,

@@ -15,7 +15,7 @@ impl Agent {
         self.shared.events.listening().then(|| TaskEvent {
             peer_id: peer.id_arc(),
             task_id: task_id.into(),
-            state: state.as_str(),
+            state,
             task_json: task_json.into(),
         })
     }
@@ -278,7 +278,7 @@ impl TurnPlan {
             task_id: self.task_id.clone(),
             peer_id: self.peer.id().to_owned(),
             context_id: self.context_id.clone(),
-            state: state.as_str(),
+            state,
             task_json,
             now,
             expires_at: now.saturating_add(retention),

@@ -323,7 +323,7 @@ fn deliver_event(shared: &Shared, payload: &str) {
     shared.events.publish(TaskEvent {
         peer_id: (&*wire.peer).into(),
         task_id: (&*wire.task).into(),
-        state: wire.state.as_str(),
+        state: wire.state,
         task_json: (&*wire.task_json).into(),
     });
 }
@@ -379,9 +379,7 @@ impl TaskEvents for BusEvents {
     }
 
     fn publish(&self, event: TaskEvent) {
-        let Some(state) = TaskState::from_name(event.state) else {
-            return;
-        };
+        let state = event.state;
         let wire = WireEvent {
             from: Cow::Borrowed(&self.0.instance),
             peer: Cow::Borrowed(&event.peer_id),

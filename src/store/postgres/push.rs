@@ -58,7 +58,7 @@ pub(super) async fn queue_states(
         .into_iter()
         .collect();
     for e in notify.iter().filter(|e| configured.contains(&e.task_id)) {
-        queue_state(tx, &e.task_id, e.state, &e.task_json, e.now).await?;
+        queue_state(tx, &e.task_id, e.state.as_str(), &e.task_json, e.now).await?;
     }
     Ok(())
 }

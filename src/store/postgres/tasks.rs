@@ -250,7 +250,7 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
         row.push_bind(e.task_id.as_str())
             .push_bind(e.peer_id.as_str())
             .push_bind(e.context_id.as_str())
-            .push_bind(e.state)
+            .push_bind(e.state.as_str())
             .push_bind(e.task_json.as_str())
             .push_bind(*created_at)
             .push_bind(e.expires_at)

@@ -258,7 +258,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
                 e.task_id,
                 e.peer_id,
                 e.context_id,
-                e.state,
+                e.state.as_str(),
                 e.task_json,
                 created_at,
                 e.expires_at,
@@ -343,7 +343,7 @@ fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resu
                 crate::store::records::task_notification(&e.task_json),
                 e.now,
                 e.task_id,
-                e.state,
+                e.state.as_str(),
             ])?;
     }
     Ok(())
@@ -360,7 +360,7 @@ mod tests {
             task_id: task.into(),
             peer_id: "peer_1".into(),
             context_id: "ctx".into(),
-            state: "TASK_STATE_COMPLETED",
+            state: crate::protocol::types::TaskState::Completed,
             task_json: "{}".into(),
             now: 1,
             expires_at: i64::MAX,
