@@ -61,24 +61,11 @@ async fn advance_until(clock: &ManualClock, receiver: &PushReceiver, n: usize) {
     );
 }
 
-/// `/metrics` as the administrator the dead-letter test adds.
-async fn metrics_as_ada(gw: &TestGateway) -> String {
-    reqwest::Client::new()
-        .get(format!("{}/metrics", gw.admin))
-        .basic_auth("ada", Some("ada's admin password 1"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// Waits (up to 10 s) until the gateway's metrics count `n` attempts to be tried again.
 async fn retries_counted(gw: &TestGateway, n: u32) {
     let line = format!(r#"peergate_push_deliveries_total{{outcome="retried"}} {n}"#);
     for _ in 0..100 {
-        let metrics = metrics_as_ada(gw).await;
+        let metrics = gw.metrics_as("ada", "ada's admin password 1").await;
         if metrics.lines().any(|l| l == line) {
             return;
         }
@@ -482,7 +469,7 @@ async fn a_failing_receiver_is_retried_with_backoff_then_kept_as_a_dead_letter_f
     let theirs = admin("bob", "bob's admin password 22").await;
     assert_eq!(theirs["deliveries"], json!([]), "{theirs}");
     // Operators count the attempts: two given up after two retries each.
-    let metrics = metrics_as_ada(&gw).await;
+    let metrics = gw.metrics_as("ada", "ada's admin password 1").await;
     for line in [
         r#"peergate_push_deliveries_total{outcome="delivered"} 0"#,
         r#"peergate_push_deliveries_total{outcome="retried"} 4"#,

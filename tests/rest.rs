@@ -469,15 +469,7 @@ async fn metrics_count_each_operation_by_its_binding_and_method_not_its_path() {
     for path in [format!("/tasks/{id}"), "/acme/tasks/none-such".to_owned()] {
         call(&gw, Method::GET, &path, Some(&alice), None).await;
     }
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", gw.admin))
-        .basic_auth("ada", Some("ada's admin password 1"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics_as("ada", "ada's admin password 1").await;
     for line in [
         r#"peergate_a2a_calls_total{binding="jsonrpc",method="SendMessage"} 1"#,
         // An answer and an error alike: the operation was asked.

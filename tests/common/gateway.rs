@@ -104,6 +104,19 @@ impl TestGateway {
         assert_eq!(code, 0, "{args:?}: {stderr}");
     }
 
+    /// `/metrics` on the admin listener, as administrator `name`.
+    pub async fn metrics_as(&self, name: &str, password: &str) -> String {
+        reqwest::Client::new()
+            .get(format!("{}/metrics", self.admin))
+            .basic_auth(name, Some(password))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Runs a CLI command against this gateway's store.
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
         cli_on(self.data.path(), args)
