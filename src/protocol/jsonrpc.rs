@@ -401,65 +401,8 @@ struct Envelope {
 /// Reads one JSON-RPC request from a body.
 pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
     let fail = |id: RpcId, error: RpcError| RpcFailure { id, error };
-    // The whole body must be UTF-8, including members the envelope would skip unread.
-    let Ok(body) = std::str::from_utf8(body) else {
-        return Err(fail(RpcId::Null, RpcError::Parse));
-    };
-    let first = body.bytes().find(|b| !b.is_ascii_whitespace());
-    if first == Some(b'[') {
-        // Batches are refused whole; a valid JSON array is still a batch.
-        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(body) {
-            Ok(_) => fail(
-                RpcId::Null,
-                RpcError::InvalidRequest("batch requests are not supported; send one object"),
-            ),
-            Err(_) => fail(RpcId::Null, RpcError::Parse),
-        });
-    }
-    // Every string decoded (a lone surrogate anywhere is a parse error, as in the envelope) and
-    // every object checked for repeated member names, params included.
-    let duplicated = match super::json::check(body) {
-        Ok(()) => false,
-        Err(StrictError::Syntax(_)) => return Err(fail(RpcId::Null, RpcError::Parse)),
-        Err(_) => true,
-    };
-    let envelope: Envelope = match serde_json::from_str(body) {
-        Ok(envelope) => envelope,
-        Err(e) if e.is_data() => {
-            return Err(fail(
-                RpcId::Null,
-                RpcError::InvalidRequest(
-                    "the body must be one JSON object with jsonrpc, method and id, each at most once",
-                ),
-            ));
-        }
-        Err(_) => return Err(fail(RpcId::Null, RpcError::Parse)),
-    };
-    let id = match envelope.id {
-        None | Some(Value::Null) => RpcId::Null,
-        Some(Value::String(s)) if s.len() <= MAX_ID_BYTES => RpcId::Str(s),
-        Some(Value::String(_)) => {
-            return Err(fail(
-                RpcId::Null,
-                RpcError::InvalidRequest("id must be at most 256 bytes long"),
-            ));
-        }
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(i) if (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&i) => RpcId::Int(i),
-            _ => {
-                return Err(fail(
-                    RpcId::Null,
-                    RpcError::InvalidRequest("id must be a string or an integer within ±(2^53−1)"),
-                ));
-            }
-        },
-        Some(_) => {
-            return Err(fail(
-                RpcId::Null,
-                RpcError::InvalidRequest("id must be a string or an integer"),
-            ));
-        }
-    };
+    let (envelope, duplicated) = read_envelope(body).map_err(|e| fail(RpcId::Null, e))?;
+    let id = request_id(envelope.id).map_err(|e| fail(RpcId::Null, e))?;
     if duplicated {
         return Err(fail(
             id,
@@ -498,6 +441,57 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
         method,
         params: envelope.params,
     })
+}
+
+/// The body as one envelope, and whether some object in it repeats a member name (answered
+/// under the request's id, so it is told, not refused, here). Errors here have no id to
+/// answer under.
+fn read_envelope(body: &[u8]) -> Result<(Envelope, bool), RpcError> {
+    // The whole body must be UTF-8, including members the envelope would skip unread.
+    let body = std::str::from_utf8(body).map_err(|_| RpcError::Parse)?;
+    let first = body.bytes().find(|b| !b.is_ascii_whitespace());
+    if first == Some(b'[') {
+        // Batches are refused whole; a valid JSON array is still a batch.
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(body) {
+            Ok(_) => RpcError::InvalidRequest("batch requests are not supported; send one object"),
+            Err(_) => RpcError::Parse,
+        });
+    }
+    // Every string decoded (a lone surrogate anywhere is a parse error, as in the envelope) and
+    // every object checked for repeated member names, params included.
+    let duplicated = match super::json::check(body) {
+        Ok(()) => false,
+        Err(StrictError::Syntax(_)) => return Err(RpcError::Parse),
+        Err(_) => true,
+    };
+    match serde_json::from_str(body) {
+        Ok(envelope) => Ok((envelope, duplicated)),
+        Err(e) if e.is_data() => Err(RpcError::InvalidRequest(
+            "the body must be one JSON object with jsonrpc, method and id, each at most once",
+        )),
+        Err(_) => Err(RpcError::Parse),
+    }
+}
+
+/// The request's id: a string of at most 256 bytes, an integer JSON numbers hold exactly, or
+/// none (`null`).
+fn request_id(id: Option<Value>) -> Result<RpcId, RpcError> {
+    match id {
+        None | Some(Value::Null) => Ok(RpcId::Null),
+        Some(Value::String(s)) if s.len() <= MAX_ID_BYTES => Ok(RpcId::Str(s)),
+        Some(Value::String(_)) => Err(RpcError::InvalidRequest(
+            "id must be at most 256 bytes long",
+        )),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(i) if (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&i) => Ok(RpcId::Int(i)),
+            _ => Err(RpcError::InvalidRequest(
+                "id must be a string or an integer within ±(2^53−1)",
+            )),
+        },
+        Some(_) => Err(RpcError::InvalidRequest(
+            "id must be a string or an integer",
+        )),
+    }
 }
 
 /// The deepest nesting of arrays and objects in syntactically valid JSON text.
