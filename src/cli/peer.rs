@@ -48,21 +48,19 @@ pub(super) struct IdentityArgs {
 impl IdentityArgs {
     fn identity(&self) -> Result<crate::store::PeerIdentity, CliError> {
         use crate::store::PeerIdentity;
-        let identity = match (
-            &self.issuer,
-            &self.subject,
-            &self.certificate_san,
-            &self.certificate_sha256,
-        ) {
-            (Some(issuer), Some(subject), None, None) => PeerIdentity::token(issuer, subject),
-            (None, None, Some(san), None) => PeerIdentity::certificate_san(san),
-            (None, None, None, Some(hex)) => PeerIdentity::certificate_sha256(hex),
-            _ => Err(
+        PeerIdentity::one_of(
+            self.issuer.as_deref(),
+            self.subject.as_deref(),
+            self.certificate_san.as_deref(),
+            self.certificate_sha256.as_deref(),
+        )
+        .unwrap_or_else(|| {
+            Err(
                 "give --issuer and --subject, or --certificate-san, or --certificate-sha256"
                     .to_owned(),
-            ),
-        };
-        identity.map_err(CliError::new)
+            )
+        })
+        .map_err(CliError::new)
     }
 }
 

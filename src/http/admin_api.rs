@@ -323,18 +323,16 @@ impl IdentityView {
 
     /// The identity this names: exactly one of its forms.
     fn identity(&self) -> Result<PeerIdentity, ApiError> {
-        let identity = match (
-            &self.issuer,
-            &self.subject,
-            &self.certificate_san,
-            &self.certificate_sha256,
-        ) {
-            (Some(issuer), Some(subject), None, None) => PeerIdentity::token(issuer, subject),
-            (None, None, Some(san), None) => PeerIdentity::certificate_san(san),
-            (None, None, None, Some(hex)) => PeerIdentity::certificate_sha256(hex),
-            _ => Err("give issuer and subject, or certificateSan, or certificateSha256".to_owned()),
-        };
-        identity.map_err(ApiError::Body)
+        PeerIdentity::one_of(
+            self.issuer.as_deref(),
+            self.subject.as_deref(),
+            self.certificate_san.as_deref(),
+            self.certificate_sha256.as_deref(),
+        )
+        .unwrap_or_else(|| {
+            Err("give issuer and subject, or certificateSan, or certificateSha256".to_owned())
+        })
+        .map_err(ApiError::Body)
     }
 }
 

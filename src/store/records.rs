@@ -91,6 +91,23 @@ impl PeerIdentity {
         })
     }
 
+    /// The identity exactly one of its forms names: an issuer with a subject, a SAN, or a
+    /// fingerprint, as the command line and the admin API take them; `None` when not exactly
+    /// one form is given (each caller names the forms in its own words).
+    pub fn one_of(
+        issuer: Option<&str>,
+        subject: Option<&str>,
+        san: Option<&str>,
+        sha256: Option<&str>,
+    ) -> Option<Result<Self, String>> {
+        match (issuer, subject, san, sha256) {
+            (Some(issuer), Some(subject), None, None) => Some(Self::token(issuer, subject)),
+            (None, None, Some(san), None) => Some(Self::certificate_san(san)),
+            (None, None, None, Some(hex)) => Some(Self::certificate_sha256(hex)),
+            _ => None,
+        }
+    }
+
     /// How lists and audit records show it.
     pub fn describe(&self) -> String {
         match self.kind {
@@ -657,4 +674,34 @@ pub enum DeliveryOutcome {
 /// The push notification a stored task state becomes: the task as a `StreamResponse`.
 pub(crate) fn task_notification(task_json: &str) -> String {
     format!("{{\"task\":{task_json}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_identity_is_named_by_exactly_one_of_its_forms() {
+        let hex = "ab".repeat(32);
+        let token = PeerIdentity::one_of(Some("acme"), Some("app"), None, None);
+        assert_eq!(token.unwrap().unwrap().describe(), "token acme:app");
+        let san = PeerIdentity::one_of(None, None, Some("spiffe://a/b"), None);
+        assert_eq!(
+            san.unwrap().unwrap().describe(),
+            "certificate SAN spiffe://a/b"
+        );
+        assert!(PeerIdentity::one_of(None, None, None, Some(&hex)).is_some());
+        // None, half of one, or two of them: not one identity.
+        for (issuer, subject, san, sha) in [
+            (None, None, None, None),
+            (Some("acme"), None, None, None),
+            (Some("acme"), Some("app"), Some("spiffe://a/b"), None),
+            (None, None, Some("spiffe://a/b"), Some(hex.as_str())),
+        ] {
+            assert!(PeerIdentity::one_of(issuer, subject, san, sha).is_none());
+        }
+        // A form that is given but wrong says what is wrong with it.
+        let short = PeerIdentity::one_of(None, None, None, Some("abc"));
+        assert!(short.unwrap().is_err());
+    }
 }
