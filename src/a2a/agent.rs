@@ -1,4 +1,5 @@
-//! The agent behind the door: one JSON-RPC request in, one answer out.
+//! The agent behind the door: the typed A2A service ([`crate::a2a::service::A2aService`]) every
+//! binding calls.
 //!
 //! `SendMessage` joins the message's text, loads the last messages of its context, asks the
 //! backend once and stores the finished task together with both sides of the exchange.
@@ -10,7 +11,7 @@
 //! one context are answered one after the other; the second waits for the first (at most one
 //! and a half times the backend timeout, then `-32000`).
 //!
-//! This file holds the agent and dispatches each method; the rest is by concern: the turn
+//! This file holds the agent and its service methods; the rest is by concern: the turn
 //! (`turn`, `turn_task`, `message`), reading and listing tasks (`reads`), cancellation
 //! (`cancel`), push configs (`push`), streams (`stream`), and turns that did not end well
 //! (`recovery`).
@@ -29,18 +30,19 @@ use message::*;
 use recovery::*;
 use turn_task::*;
 
-use stream::StreamRefused;
-pub use stream::{BUFFERED_BYTES, EventStream};
+pub use stream::{BUFFERED_BYTES, EventStream, StreamEvent, StreamRefused};
 
+use crate::a2a::service::{A2aService, Caller, SignedCard};
 use crate::admin::budget::Budgets;
 use crate::backend::{BackendError, ModelBackend, Prompt};
 use crate::clock::{Clock, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::metrics::{FinalState, Metrics};
-use crate::protocol::jsonrpc::{self, Method, RpcError};
+use crate::protocol::error::A2aError;
+use crate::protocol::jsonrpc::Method;
 use crate::protocol::types::{
-    self as a2a, Artifact, CancelTaskParams, Message, Role, SendMessageParams, Task, TaskState,
-    TaskStatus,
+    self as a2a, Artifact, CancelTaskRequest, Message, Role, SendMessageRequest,
+    SendMessageResponse, Task, TaskState, TaskStatus,
 };
 use crate::shared::events::{LocalTaskEvents, TaskEvent, TaskEvents};
 use crate::shared::ownership::{SingleInstance, TaskOwnership};
@@ -48,7 +50,6 @@ use crate::shared::turns::{LocalTurnLocks, TurnLocks};
 use crate::store::{
     AuditEntry, ConversationMessage, ConversationRole, Exchange, TaskStore, WorkingTask,
 };
-use serde_json::json;
 use serde_json::value::RawValue;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -80,61 +81,6 @@ pub struct AgentSettings {
     /// Streams a peer may hold open at once, unless its record says otherwise
     /// (`limits.streams_per_peer`).
     pub streams_per_peer: u32,
-}
-
-/// How the agent answers one request.
-#[derive(Debug)]
-pub enum Answer {
-    /// One JSON-RPC response object.
-    Body(String),
-    /// One JSON-RPC response object: an internal error (`-32603`), whose detail was logged under
-    /// `request_id`, the id the answer names (the access log names it too).
-    Internal {
-        /// The response object.
-        body: String,
-        /// The id of the log line with the detail.
-        request_id: String,
-    },
-    /// JSON-RPC response objects, one per event, until the sender closes (Server-Sent Events).
-    Events(EventStream),
-    /// Refused at the HTTP level: a stream past the peer's cap, an operation its token's
-    /// scopes do not open.
-    Refused(crate::guard::refusal::Refusal),
-}
-
-impl Answer {
-    /// The body of a one-response answer (`None` for a stream).
-    pub fn body(self) -> Option<String> {
-        match self {
-            Self::Body(body) | Self::Internal { body, .. } => Some(body),
-            Self::Events(_) | Self::Refused(_) => None,
-        }
-    }
-
-    /// The answer to request `id` that opens a stream, or why it did not.
-    fn stream(id: &jsonrpc::RpcId, opened: Result<EventStream, StreamRefused>) -> Self {
-        match opened {
-            Ok(events) => Self::Events(events),
-            Err(StreamRefused::Rpc(error)) => Self::failure(id, &error),
-            Err(StreamRefused::AtCap(cap)) => {
-                Self::Refused(crate::guard::refusal::Refusal::TooManyStreams { cap })
-            }
-        }
-    }
-
-    /// The answer to request `id` that failed with `error`.
-    fn failure(id: &jsonrpc::RpcId, error: &RpcError) -> Self {
-        let body = jsonrpc::failure(id, error);
-        match error {
-            RpcError::Internal { request_id } | RpcError::StoreUnavailable { request_id } => {
-                Self::Internal {
-                    body,
-                    request_id: request_id.clone(),
-                }
-            }
-            _ => Self::Body(body),
-        }
-    }
 }
 
 /// The A2A agent.
@@ -252,6 +198,35 @@ impl Agent {
         self
     }
 
+    /// Whether `method` is served here at all, asked before its request is read: an operation
+    /// the policy leaves off is refused the same way whatever the request says.
+    pub fn offered(&self, method: Method) -> Result<(), A2aError> {
+        match method {
+            Method::SendStreamingMessage if !self.settings.streaming => {
+                Err(A2aError::UnsupportedOperation(
+                    "streaming is off (capabilities.streaming is false): send the message with SendMessage",
+                ))
+            }
+            Method::SubscribeToTask
+                if !(self.settings.streaming && self.settings.subscriptions) =>
+            {
+                Err(A2aError::UnsupportedOperation(
+                    "task subscriptions are off (capabilities.subscriptions is false): follow the task with GetTask",
+                ))
+            }
+            // Each answers -32003 while push notifications are off.
+            Method::CreatePushConfig
+            | Method::GetPushConfig
+            | Method::ListPushConfigs
+            | Method::DeletePushConfig
+                if self.push.is_none() =>
+            {
+                Err(A2aError::PushNotificationNotSupported)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The extended card `peer` gets.
     fn extended_card_for(&self, peer: &AuthenticatedPeer) -> Box<RawValue> {
         peer.issuer()
@@ -259,64 +234,97 @@ impl Agent {
             .unwrap_or(&self.extended_card)
             .clone()
     }
+}
 
-    /// Answers one JSON-RPC request body from `client`: one JSON-RPC response object, or, for
-    /// the streaming methods, a stream of them; with the method asked, when the body named one.
-    pub async fn handle(
-        self: &Arc<Self>,
-        peer: &AuthenticatedPeer,
-        client: Option<IpAddr>,
-        body: &[u8],
-    ) -> (Option<Method>, Answer) {
-        match jsonrpc::parse_request(body) {
-            Ok(request) => (
-                Some(request.method),
-                self.answer(peer, client, request).await,
-            ),
-            Err(failure) => (
-                None,
-                Answer::Body(jsonrpc::failure(&failure.id, &failure.error)),
-            ),
-        }
+#[async_trait::async_trait]
+impl A2aService for Arc<Agent> {
+    fn offered(&self, method: Method) -> Result<(), A2aError> {
+        Agent::offered(self, method)
     }
 
-    /// Answers one well-formed request.
-    async fn answer(
-        self: &Arc<Self>,
-        peer: &AuthenticatedPeer,
-        client: Option<IpAddr>,
-        request: jsonrpc::RpcRequest,
-    ) -> Answer {
-        if let Some(scope) = request.method.scope()
-            && !peer.may(scope)
-        {
-            return Answer::Refused(crate::guard::refusal::Refusal::InsufficientScope { scope });
-        }
-        let params = request.params.as_deref();
-        let outcome = match request.method {
-            Method::SendMessage => self.send_message(peer, client, params).await,
-            Method::GetTask => self.get_task(peer, params).await,
-            Method::ListTasks => self.list_tasks(peer, params).await,
-            Method::CancelTask => self.cancel_task(peer, params).await,
-            Method::GetExtendedAgentCard => Ok(self.extended_card_for(peer)),
-            // Each answers -32003 while push notifications are off.
-            Method::CreatePushConfig => self.create_push_config(peer, params).await,
-            Method::GetPushConfig => self.get_push_config(peer, params).await,
-            Method::ListPushConfigs => self.list_push_configs(peer, params).await,
-            Method::DeletePushConfig => self.delete_push_config(peer, params).await,
-            Method::SendStreamingMessage => {
-                let opened = self.send_streaming(peer, client, &request.id, params).await;
-                return Answer::stream(&request.id, opened);
-            }
-            Method::SubscribeToTask => {
-                let opened = self.subscribe_to_task(peer, &request.id, params).await;
-                return Answer::stream(&request.id, opened);
-            }
-        };
-        match outcome {
-            Ok(result) => Answer::Body(jsonrpc::success(&request.id, &result)),
-            Err(error) => Answer::failure(&request.id, &error),
-        }
+    async fn send_message(
+        &self,
+        caller: &Caller,
+        request: a2a::SendMessageRequest,
+    ) -> Result<a2a::SendMessageResponse, A2aError> {
+        Agent::send_message(self, &caller.peer, caller.client, request).await
+    }
+
+    async fn send_streaming_message(
+        &self,
+        caller: &Caller,
+        request: a2a::SendMessageRequest,
+    ) -> Result<EventStream, StreamRefused> {
+        self.send_streaming(&caller.peer, caller.client, request)
+            .await
+    }
+
+    async fn get_task(
+        &self,
+        caller: &Caller,
+        request: a2a::GetTaskRequest,
+    ) -> Result<Task, A2aError> {
+        Agent::get_task(self, &caller.peer, request).await
+    }
+
+    async fn list_tasks(
+        &self,
+        caller: &Caller,
+        request: a2a::ListTasksRequest,
+    ) -> Result<a2a::ListTasksResponse, A2aError> {
+        Agent::list_tasks(self, &caller.peer, request).await
+    }
+
+    async fn cancel_task(
+        &self,
+        caller: &Caller,
+        request: CancelTaskRequest,
+    ) -> Result<Task, A2aError> {
+        Agent::cancel_task(self, &caller.peer, request).await
+    }
+
+    async fn subscribe_to_task(
+        &self,
+        caller: &Caller,
+        request: a2a::SubscribeToTaskRequest,
+    ) -> Result<EventStream, StreamRefused> {
+        Agent::subscribe_to_task(self, &caller.peer, request).await
+    }
+
+    async fn create_push_config(
+        &self,
+        caller: &Caller,
+        request: a2a::PushConfigParams,
+    ) -> Result<a2a::TaskPushNotificationConfig, A2aError> {
+        Agent::create_push_config(self, &caller.peer, request).await
+    }
+
+    async fn get_push_config(
+        &self,
+        caller: &Caller,
+        request: a2a::PushConfigRef,
+    ) -> Result<a2a::TaskPushNotificationConfig, A2aError> {
+        Agent::get_push_config(self, &caller.peer, request).await
+    }
+
+    async fn list_push_configs(
+        &self,
+        caller: &Caller,
+        request: a2a::PushConfigRef,
+    ) -> Result<a2a::ListTaskPushNotificationConfigsResponse, A2aError> {
+        Agent::list_push_configs(self, &caller.peer, request).await
+    }
+
+    async fn delete_push_config(
+        &self,
+        caller: &Caller,
+        request: a2a::PushConfigRef,
+    ) -> Result<(), A2aError> {
+        Agent::delete_push_config(self, &caller.peer, request).await
+    }
+
+    async fn get_extended_agent_card(&self, caller: &Caller) -> Result<SignedCard, A2aError> {
+        Ok(SignedCard(self.extended_card_for(&caller.peer)))
     }
 }
 
@@ -326,29 +334,29 @@ fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
-fn invalid(field: &str, description: &str) -> RpcError {
-    RpcError::InvalidParams {
+fn invalid(field: &str, description: &str) -> A2aError {
+    A2aError::InvalidParams {
         field: field.to_owned(),
         description: description.to_owned(),
     }
 }
 
-fn checked_history_length(n: i64, field: &str) -> Result<usize, RpcError> {
+fn checked_history_length(n: i64, field: &str) -> Result<usize, A2aError> {
     usize::try_from(n).map_err(|_| invalid(field, "must not be negative"))
 }
 
 /// The store could not take the task before the model call: logged under a request id.
-fn store_unavailable(error: impl std::fmt::Display) -> RpcError {
+fn store_unavailable(error: impl std::fmt::Display) -> A2aError {
     let request_id = uuid::Uuid::new_v4().to_string();
     tracing::error!(request_id = %request_id, error = %error, "cannot record a task; the model was not asked");
-    RpcError::StoreUnavailable { request_id }
+    A2aError::StoreUnavailable { request_id }
 }
 
 /// Logs the detail under a fresh request id and answers with that id only.
-fn internal(error: impl std::fmt::Display) -> RpcError {
+fn internal(error: impl std::fmt::Display) -> A2aError {
     let request_id = uuid::Uuid::new_v4().to_string();
     tracing::error!(request_id = %request_id, error = %error, "internal error");
-    RpcError::Internal { request_id }
+    A2aError::Internal { request_id }
 }
 
 #[cfg(test)]

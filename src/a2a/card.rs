@@ -242,7 +242,7 @@ fn security_requirements(policy: &Policy) -> Value {
         .collect()
 }
 
-/// The bindings the policy serves: JSON-RPC always, HTTP+JSON when switched on.
+/// The bindings the policy serves: JSON-RPC always, HTTP+JSON and gRPC when switched on.
 fn interfaces(policy: &Policy, door_url: &str) -> Value {
     let mut interfaces = vec![json!({
         "url": door_url,
@@ -253,6 +253,14 @@ fn interfaces(policy: &Policy, door_url: &str) -> Value {
         interfaces.push(json!({
             "url": format!("{door_url}/rest"),
             "protocolBinding": "HTTP+JSON",
+            "protocolVersion": PROTOCOL_VERSION,
+        }));
+    }
+    if let Some(grpc) = &policy.grpc {
+        // A gRPC interface's URL is the address a client dials: `host:port`.
+        interfaces.push(json!({
+            "url": grpc.advertised(),
+            "protocolBinding": "GRPC",
             "protocolVersion": PROTOCOL_VERSION,
         }));
     }

@@ -33,7 +33,7 @@ use axum::response::{IntoResponse, Response};
 pub struct LoggedRequestId(pub String);
 
 /// Every way the gateway refuses a request over HTTP. JSON-RPC errors inside a 200 answer are
-/// the protocol's, not these: see `a2a::jsonrpc::RpcError`.
+/// the protocol's, not these: see `protocol::error::A2aError`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {

@@ -17,13 +17,19 @@
 //!
 //! Each route is served under a tenant too (`/{tenant}/tasks`); the tenant names nothing here.
 
-use crate::a2a::agent::{Agent, Answer};
+use crate::a2a::agent::{Agent, EventStream, StreamEvent, StreamRefused};
+use crate::a2a::service::{A2aService, Caller as ServiceCaller};
+use crate::guard::refusal::{LoggedRequestId, Refusal};
 use crate::http::sse::StreamBounds;
 use crate::http::stalled_writes::ConnectionDeadline;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::client_addr::ClientAddr;
 use crate::protocol::call::{A2aCall, Binding};
-use crate::protocol::jsonrpc;
+use crate::protocol::error::A2aError;
+use crate::protocol::jsonrpc::{self, Method as A2aMethod};
+use crate::protocol::types::{
+    CancelTaskRequest, GetTaskRequest, PushConfigRef, SubscribeToTaskRequest,
+};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, Query, State};
@@ -31,8 +37,11 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 /// What the binding's routes need.
@@ -73,12 +82,11 @@ where
     router
 }
 
-/// Request context every route passes on to the agent: the peer (only the authentication
+/// Request context every route passes on to the service: the peer (only the authentication
 /// layer makes one, so a route without it refuses), its address, and the connection's deadline
 /// a stream bounds.
 struct Caller {
-    peer: AuthenticatedPeer,
-    client: Option<std::net::IpAddr>,
+    caller: ServiceCaller,
     deadline: Option<Arc<ConnectionDeadline>>,
 }
 
@@ -90,79 +98,133 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             .await
             .map_err(IntoResponse::into_response)?;
         Ok(Self {
-            peer,
-            client: parts.extensions.get::<ClientAddr>().map(ClientAddr::ip),
+            caller: ServiceCaller {
+                peer,
+                client: parts.extensions.get::<ClientAddr>().map(ClientAddr::ip),
+            },
             deadline: parts.extensions.get::<Arc<ConnectionDeadline>>().cloned(),
         })
     }
 }
 
-/// Asks the agent `method` with `params` and answers in this binding's shape.
-async fn ask(state: &RestState, caller: Caller, method: &str, params: Value) -> Response {
-    let request = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let body = request.to_string().into_bytes();
+/// Calls the service's `method` with `request` as `ask` says and answers in this binding's
+/// shape: the result as it is (`{}` for none), an error as a `google.rpc.Status` body with its
+/// HTTP status. The scope and whether the operation is offered come first, then whether the
+/// request could be read.
+async fn call<T, R, F, Fut>(
+    state: &RestState,
+    caller: Caller,
+    method: A2aMethod,
+    request: Result<T, A2aError>,
+    ask: F,
+) -> Response
+where
+    F: FnOnce(Arc<Agent>, ServiceCaller, T) -> Fut,
+    Fut: Future<Output = Result<R, A2aError>> + Send + 'static,
+    R: Serialize + Send + 'static,
+{
+    let request = match admitted(state, &caller, method, request) {
+        Ok(request) => request,
+        Err(refused) => return called(refused.into_response(), method),
+    };
     // As on the JSON-RPC door: the turn runs in a task of its own, so a client that hangs up
     // cannot cut it between storing the task and storing its answer.
-    let agent = state.agent.clone();
-    let (peer, client) = (caller.peer, caller.client);
-    let answer = tokio::spawn(async move { agent.handle(&peer, client, &body).await }).await;
-    let mut response = match answer {
-        Ok((_, answer)) => respond(state, answer, caller.deadline.as_ref()),
-        Err(_) => {
-            let request_id = uuid::Uuid::new_v4().to_string();
-            tracing::error!(request_id = %request_id, "the turn panicked");
-            let mut response = error_response(&jsonrpc::RpcError::Internal {
-                request_id: request_id.clone(),
-            });
-            response
-                .extensions_mut()
-                .insert(crate::guard::refusal::LoggedRequestId(request_id));
-            response
-        }
+    let response = match tokio::spawn(ask(state.agent.clone(), caller.caller, request)).await {
+        Ok(Ok(result)) => success(&result),
+        Ok(Err(error)) => error_response(&error),
+        Err(_) => panicked(),
     };
-    if let Some(method) = jsonrpc::Method::from_name(method) {
-        response.extensions_mut().insert(A2aCall {
-            binding: Binding::HttpJson,
-            method,
-        });
+    called(response, method)
+}
+
+/// Opens the service's stream `method` with `request` as `ask` says: Server-Sent Events of
+/// bare `StreamResponse` objects.
+async fn stream_call<T, F, Fut>(
+    state: &RestState,
+    caller: Caller,
+    method: A2aMethod,
+    request: Result<T, A2aError>,
+    ask: F,
+) -> Response
+where
+    F: FnOnce(Arc<Agent>, ServiceCaller, T) -> Fut,
+    Fut: Future<Output = Result<EventStream, StreamRefused>> + Send + 'static,
+{
+    let request = match admitted(state, &caller, method, request) {
+        Ok(request) => request,
+        Err(refused) => return called(refused.into_response(), method),
+    };
+    let response = match tokio::spawn(ask(state.agent.clone(), caller.caller, request)).await {
+        Ok(Ok(events)) => {
+            let deadline = caller.deadline.as_ref();
+            crate::http::sse::respond(events, bare_event, &state.bounds, deadline)
+        }
+        Ok(Err(StreamRefused::Rpc(error))) => error_response(&error),
+        Ok(Err(StreamRefused::AtCap(cap))) => Refusal::TooManyStreams { cap }.into_response(),
+        Err(_) => panicked(),
+    };
+    called(response, method)
+}
+
+/// The request, once the caller's token opens `method`, the policy offers it, and it was read.
+fn admitted<T>(
+    state: &RestState,
+    caller: &Caller,
+    method: A2aMethod,
+    request: Result<T, A2aError>,
+) -> Result<T, NotAdmitted> {
+    if let Some(scope) = method.scope()
+        && !caller.caller.peer.may(scope)
+    {
+        return Err(NotAdmitted::Refused(Refusal::InsufficientScope { scope }));
     }
+    let offered = state.agent.offered(method);
+    offered.and(request).map_err(NotAdmitted::Failed)
+}
+
+/// Why a call did not reach the service.
+enum NotAdmitted {
+    /// The guard's refusal (the token's scopes).
+    Refused(Refusal),
+    /// The protocol's error: an operation that is off, a request that could not be read.
+    Failed(A2aError),
+}
+
+impl IntoResponse for NotAdmitted {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Refused(refusal) => refusal.into_response(),
+            Self::Failed(error) => error_response(&error),
+        }
+    }
+}
+
+/// The response, marked with the call it answered for the metrics and the access log.
+fn called(mut response: Response, method: A2aMethod) -> Response {
+    response.extensions_mut().insert(A2aCall {
+        binding: Binding::HttpJson,
+        method,
+    });
     response
 }
 
-/// The agent's answer in this binding's shape.
-fn respond(
-    state: &RestState,
-    answer: Answer,
-    deadline: Option<&Arc<ConnectionDeadline>>,
-) -> Response {
-    match answer {
-        Answer::Body(body) => unwrap(&body),
-        Answer::Internal { body, request_id } => {
-            let mut response = unwrap(&body);
-            response
-                .extensions_mut()
-                .insert(crate::guard::refusal::LoggedRequestId(request_id));
-            response
-        }
-        Answer::Events(events) => {
-            crate::http::sse::respond(events.reshaped(bare_result), &state.bounds, deadline)
-        }
-        Answer::Refused(refusal) => refusal.into_response(),
-    }
+/// The turn's task panicked: logged under a request id, answered as an internal error.
+fn panicked() -> Response {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    tracing::error!(request_id = %request_id, "the turn panicked");
+    error_response(&A2aError::Internal { request_id })
 }
 
-/// A JSON-RPC response body as this binding's response.
-fn unwrap(body: &str) -> Response {
-    let response: Value = serde_json::from_str(body).unwrap_or(Value::Null);
-    if let Some(error) = response.get("error") {
-        let (status, body) = jsonrpc::http_error(error);
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return a2a_json(status, &body);
-    }
-    // `DeleteTaskPushNotificationConfig` answers `null`: an empty object here.
-    match response.get("result") {
-        Some(Value::Null) | None => a2a_json(StatusCode::OK, &json!({})),
-        Some(result) => a2a_json(StatusCode::OK, result),
+/// A result as this binding's body: `()` (a deleted config) is `{}`.
+fn success<R: Serialize>(result: &R) -> Response {
+    match serde_json::to_value(result) {
+        Ok(Value::Null) => a2a_json(StatusCode::OK, &json!({})),
+        Ok(body) => a2a_json(StatusCode::OK, &body),
+        Err(e) => {
+            let request_id = uuid::Uuid::new_v4().to_string();
+            tracing::error!(request_id = %request_id, error = %e, "an answer could not be encoded");
+            error_response(&A2aError::Internal { request_id })
+        }
     }
 }
 
@@ -179,84 +241,95 @@ fn a2a_json(status: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-/// An event of a JSON-RPC stream as this binding's: the bare result, or the error's
+/// A stream event as this binding's: the bare `StreamResponse`, or the error's
 /// `google.rpc.Status` body.
-fn bare_result(event: String) -> String {
-    let response: Value = serde_json::from_str(&event).unwrap_or(Value::Null);
-    let data = match response.get("error") {
-        Some(error) => jsonrpc::http_error(error).1,
-        None => response["result"].clone(),
-    };
-    data.to_string()
+fn bare_event(event: StreamEvent) -> String {
+    match event {
+        StreamEvent::Response(json) => json.get().to_owned(),
+        StreamEvent::Error(error) => error.http_body().to_string(),
+    }
 }
 
-fn error_response(error: &jsonrpc::RpcError) -> Response {
-    let (status, body) = jsonrpc::http_error(&error.to_json());
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    a2a_json(status, &body)
+/// An error as this binding's response; an internal one names the id its log line has.
+fn error_response(error: &A2aError) -> Response {
+    let status =
+        StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = a2a_json(status, &error.http_body());
+    if let A2aError::Internal { request_id } | A2aError::StoreUnavailable { request_id } = error {
+        response
+            .extensions_mut()
+            .insert(LoggedRequestId(request_id.clone()));
+    }
+    response
 }
 
-/// The request body as the method's params: a JSON object sent as JSON.
-fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Value, jsonrpc::RpcError> {
+/// The request body as the operation's request: a JSON object sent as JSON.
+fn body_request<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, A2aError> {
     use crate::protocol::json::{Integers, StrictError, parse_object};
     if !crate::http::content_type::is_json(headers) {
-        return Err(jsonrpc::RpcError::ContentTypeNotSupported(
+        return Err(A2aError::ContentTypeNotSupported(
             "send the request body with Content-Type: application/json",
         ));
     }
     // As strict as the JSON-RPC door: a repeated member name is refused, not resolved.
     match parse_object(body, Integers::Any) {
-        Ok(object) => Ok(Value::Object(object)),
-        Err(StrictError::Value(_)) => Err(jsonrpc::RpcError::InvalidParams {
+        Ok(object) => typed(Value::Object(object)),
+        Err(StrictError::Value(_)) => Err(A2aError::InvalidParams {
             field: "body".to_owned(),
             description: "must be a JSON object".to_owned(),
         }),
-        Err(StrictError::Repeated(_)) => Err(jsonrpc::RpcError::InvalidRequest(
+        Err(StrictError::Repeated(_)) => Err(A2aError::InvalidRequest(
             "a member name is repeated in an object",
         )),
-        Err(_) => Err(jsonrpc::RpcError::Parse),
+        Err(_) => Err(A2aError::Parse),
     }
 }
 
+/// Parameters gathered from the route and the query as the operation's request, read as the
+/// JSON-RPC binding reads its `params` (the same words for what is wrong).
+fn typed<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> {
+    let raw = serde_json::value::to_raw_value(&params).map_err(|_| A2aError::Parse)?;
+    jsonrpc::parse_params(Some(&raw))
+}
+
 async fn send(
-    state: State<RestState>,
-    caller: Caller,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    send_as("SendMessage", state, caller, headers, body).await
-}
-
-async fn stream(
-    state: State<RestState>,
-    caller: Caller,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    send_as("SendStreamingMessage", state, caller, headers, body).await
-}
-
-/// A message sent with `method`: the body is its params.
-async fn send_as(
-    method: &str,
     State(state): State<RestState>,
     caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match body_params(&headers, &body) {
-        Ok(params) => ask(&state, caller, method, params).await,
-        Err(refused) => error_response(&refused),
-    }
+    let request = body_request(&headers, &body);
+    call(
+        &state,
+        caller,
+        A2aMethod::SendMessage,
+        request,
+        |agent, caller, request| async move { agent.send_message(&caller, request).await },
+    )
+    .await
+}
+
+async fn stream(
+    State(state): State<RestState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let method = A2aMethod::SendStreamingMessage;
+    let request = body_request(&headers, &body);
+    stream_call(&state, caller, method, request, |agent, caller, request| async move {
+        agent.send_streaming_message(&caller, request).await
+    })
+    .await
 }
 
 /// Query parameters as params: numbers and booleans where the method expects them. A parameter
 /// named twice is refused rather than resolved: a proxy in front may have read the other one.
-fn query_params(query: &[(String, String)]) -> Result<Value, jsonrpc::RpcError> {
+fn query_params(query: &[(String, String)]) -> Result<Value, A2aError> {
     let mut params = serde_json::Map::new();
     for (name, value) in query {
         if params.contains_key(name) {
-            return Err(jsonrpc::RpcError::InvalidRequest(
+            return Err(A2aError::InvalidRequest(
                 "a query parameter is named more than once; name each at most once",
             ));
         }
@@ -264,7 +337,7 @@ fn query_params(query: &[(String, String)]) -> Result<Value, jsonrpc::RpcError> 
             "pageSize" | "historyLength" => match value.parse::<i64>() {
                 Ok(n) => json!(n),
                 Err(_) => {
-                    return Err(jsonrpc::RpcError::InvalidParams {
+                    return Err(A2aError::InvalidParams {
                         field: name.clone(),
                         description: "must be an integer".to_owned(),
                     });
@@ -278,7 +351,7 @@ fn query_params(query: &[(String, String)]) -> Result<Value, jsonrpc::RpcError> 
                 "true" => json!(true),
                 "false" => json!(false),
                 _ => {
-                    return Err(jsonrpc::RpcError::InvalidParams {
+                    return Err(A2aError::InvalidParams {
                         field: name.clone(),
                         description: "must be true or false".to_owned(),
                     });
@@ -296,10 +369,15 @@ async fn list(
     caller: Caller,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    match query_params(&query) {
-        Ok(params) => ask(&state, caller, "ListTasks", params).await,
-        Err(refused) => error_response(&refused),
-    }
+    let request = query_params(&query).and_then(typed);
+    call(
+        &state,
+        caller,
+        A2aMethod::ListTasks,
+        request,
+        |agent, caller, request| async move { agent.list_tasks(&caller, request).await },
+    )
+    .await
 }
 
 /// `/tasks/{id}`, `/tasks/{id}:cancel` and `/tasks/{id}:subscribe`: one path segment, told
@@ -313,31 +391,53 @@ async fn task(
 ) -> Response {
     let segment = path.get("task").cloned().unwrap_or_default();
     // Checked on every route of the path, not only where the parameters are read.
-    if let Err(refused) = query_params(&query) {
-        return error_response(&refused);
-    }
+    let mut params = match query_params(&query) {
+        Ok(params) => params,
+        Err(refused) => return error_response(&refused),
+    };
     if let Some(id) = segment.strip_suffix(":cancel") {
         if method != Method::POST {
             return StatusCode::METHOD_NOT_ALLOWED.into_response();
         }
-        return ask(&state, caller, "CancelTask", json!({"id": id})).await;
+        let request = Ok(CancelTaskRequest { id: id.to_owned() });
+        return call(
+            &state,
+            caller,
+            A2aMethod::CancelTask,
+            request,
+            |agent, caller, request| async move { agent.cancel_task(&caller, request).await },
+        )
+        .await;
     }
     if let Some(id) = segment.strip_suffix(":subscribe") {
         // The specification's text says POST, its proto GET: both are served.
         if method != Method::POST && method != Method::GET {
             return StatusCode::METHOD_NOT_ALLOWED.into_response();
         }
-        return ask(&state, caller, "SubscribeToTask", json!({"id": id})).await;
+        let request = Ok(SubscribeToTaskRequest { id: id.to_owned() });
+        let method = A2aMethod::SubscribeToTask;
+        return stream_call(
+            &state,
+            caller,
+            method,
+            request,
+            |agent, caller, request| async move { agent.subscribe_to_task(&caller, request).await },
+        )
+        .await;
     }
     if method != Method::GET {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }
-    let mut params = match query_params(&query) {
-        Ok(params) => params,
-        Err(refused) => return error_response(&refused),
-    };
     params["id"] = json!(segment);
-    ask(&state, caller, "GetTask", params).await
+    let request = typed::<GetTaskRequest>(params);
+    call(
+        &state,
+        caller,
+        A2aMethod::GetTask,
+        request,
+        |agent, caller, request| async move { agent.get_task(&caller, request).await },
+    )
+    .await
 }
 
 /// `/tasks/{task}/pushNotificationConfigs[/{config}]`: create (POST) and list (GET) on the
@@ -352,29 +452,64 @@ async fn push_configs(
     Query(query): Query<Vec<(String, String)>>,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = query_params(&query) {
-        return error_response(&refused);
-    }
+    let mut params = match query_params(&query) {
+        Ok(params) => params,
+        Err(refused) => return error_response(&refused),
+    };
     let task = path.get("task").cloned().unwrap_or_default();
-    let (name, mut params) = match (path.get("config"), method) {
-        (None, Method::POST) => match body_params(&headers, &body) {
-            Ok(params) => ("CreateTaskPushNotificationConfig", params),
-            Err(refused) => return error_response(&refused),
-        },
-        (None, Method::GET) => match query_params(&query) {
-            Ok(params) => ("ListTaskPushNotificationConfigs", params),
-            Err(refused) => return error_response(&refused),
-        },
-        (Some(config), Method::GET) => ("GetTaskPushNotificationConfig", json!({"id": config})),
-        (Some(config), Method::DELETE) => {
-            ("DeleteTaskPushNotificationConfig", json!({"id": config}))
-        }
+    let config = path.get("config").cloned();
+    let operation = match (&config, &method) {
+        (None, &Method::POST) => A2aMethod::CreatePushConfig,
+        (None, &Method::GET) => A2aMethod::ListPushConfigs,
+        (Some(_), &Method::GET) => A2aMethod::GetPushConfig,
+        (Some(_), &Method::DELETE) => A2aMethod::DeletePushConfig,
         _ => return StatusCode::METHOD_NOT_ALLOWED.into_response(),
     };
+    if operation == A2aMethod::CreatePushConfig {
+        let request = body_request::<Value>(&headers, &body).and_then(|mut params| {
+            params["taskId"] = json!(task);
+            typed(params)
+        });
+        return call(&state, caller, operation, request, |agent, caller, request| async move {
+            agent.create_push_config(&caller, request).await
+        })
+        .await;
+    }
+    if let Some(config) = config {
+        params = json!({"id": config});
+    }
     params["taskId"] = json!(task);
-    ask(&state, caller, name, params).await
+    let request = typed::<PushConfigRef>(params);
+    match operation {
+        A2aMethod::ListPushConfigs => {
+            call(&state, caller, operation, request, |agent, caller, request| async move {
+                agent.list_push_configs(&caller, request).await
+            })
+            .await
+        }
+        A2aMethod::GetPushConfig => {
+            call(&state, caller, operation, request, |agent, caller, request| async move {
+                agent.get_push_config(&caller, request).await
+            })
+            .await
+        }
+        _ => {
+            call(&state, caller, operation, request, |agent, caller, request| async move {
+                agent.delete_push_config(&caller, request).await
+            })
+            .await
+        }
+    }
 }
 
 async fn extended_card(State(state): State<RestState>, caller: Caller) -> Response {
-    ask(&state, caller, "GetExtendedAgentCard", json!({})).await
+    let method = A2aMethod::GetExtendedAgentCard;
+    call(
+        &state,
+        caller,
+        method,
+        Ok(()),
+        |agent, caller, ()| async move { agent.get_extended_agent_card(&caller).await },
+    )
+    .await
 }

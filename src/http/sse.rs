@@ -7,7 +7,7 @@
 //! to ever finish is closed rather than kept. Dropping the body (the connection closed) drops
 //! the events it buffered and the stream's place among its peer's open streams.
 
-use crate::a2a::agent::EventStream;
+use crate::a2a::agent::{EventStream, StreamEvent};
 use crate::http::stalled_writes::{ConnectionDeadline, DeadlineGuard};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
@@ -18,8 +18,9 @@ use std::time::Duration;
 /// How often a quiet stream sends a comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-struct Events {
+struct Events<F> {
     events: EventStream,
+    frame: F,
     keep_alive: tokio::time::Interval,
     ends_at: tokio::time::Instant,
     ended: bool,
@@ -36,16 +37,21 @@ pub struct StreamBounds {
     pub grace: Duration,
 }
 
-/// The response streaming `events` within `bounds`, on the connection whose deadline is
-/// `deadline` (when the accept loop gave one).
-pub fn respond(
+/// The response streaming `events`, each framed by `frame` in the binding's shape, within
+/// `bounds`, on the connection whose deadline is `deadline` (when the accept loop gave one).
+pub fn respond<F>(
     events: EventStream,
+    frame: F,
     bounds: &StreamBounds,
     deadline: Option<&Arc<ConnectionDeadline>>,
-) -> Response {
+) -> Response
+where
+    F: FnMut(StreamEvent) -> String + Send + 'static,
+{
     let now = tokio::time::Instant::now();
     let state = Events {
         events,
+        frame,
         keep_alive: tokio::time::interval_at(now + KEEP_ALIVE, KEEP_ALIVE),
         ends_at: now + bounds.longest,
         ended: false,
@@ -57,7 +63,7 @@ pub fn respond(
         }
         let chunk = tokio::select! {
             event = state.events.next() => match event {
-                Some(event) => Bytes::from(format!("data: {event}\n\n")),
+                Some(event) => Bytes::from(format!("data: {}\n\n", (state.frame)(event))),
                 None => return None,
             },
             _ = state.keep_alive.tick() => Bytes::from_static(b": keep-alive\n\n"),
@@ -102,6 +108,10 @@ mod tests {
         let deadline = ConnectionDeadline::new();
         let response = respond(
             EventStream::from_receiver(receiver, place),
+            |event| match event {
+                StreamEvent::Response(json) => json.get().to_owned(),
+                StreamEvent::Error(error) => error.to_json().to_string(),
+            },
             &bounds,
             Some(&deadline),
         );
@@ -109,7 +119,8 @@ mod tests {
             response.headers()[header::CONTENT_TYPE],
             "text/event-stream"
         );
-        events.send("{\"a\":1}".to_owned()).await.unwrap();
+        let json = serde_json::value::RawValue::from_string("{\"a\":1}".to_owned()).unwrap();
+        events.send(StreamEvent::Response(json)).await.unwrap();
         let mut body = response.into_body().into_data_stream();
         let mut seen = Vec::new();
         while let Some(chunk) = body.next().await {

@@ -32,7 +32,8 @@
 
 use crate::guard::future::{GuardFuture, take_readied};
 use crate::guard::refusal::RefusalReason;
-use crate::protocol::jsonrpc::{self, RpcError, RpcId};
+use crate::protocol::error::A2aError;
+use crate::protocol::jsonrpc::{self, RpcId};
 use axum::Extension;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, header};
@@ -108,18 +109,18 @@ pub struct Gate<S> {
 
 impl GateSettings {
     /// The refusal for this request, if any, and the extensions it activates.
-    fn check(&self, request: &Request<Body>) -> Result<Vec<&str>, RpcError> {
+    fn check(&self, request: &Request<Body>) -> Result<Vec<&str>, A2aError> {
         let version = requested_version(request)?;
         match version.as_deref() {
             None if self.require_version => {
-                return Err(RpcError::VersionNotSupported {
+                return Err(A2aError::VersionNotSupported {
                     requested: String::new(),
                 });
             }
             None => {}
             Some(v) if is_v1(v) => {}
             Some(v) => {
-                return Err(RpcError::VersionNotSupported {
+                return Err(A2aError::VersionNotSupported {
                     requested: v.chars().take(16).collect(),
                 });
             }
@@ -132,7 +133,7 @@ impl GateSettings {
             .map(|(uri, _)| uri.clone())
             .collect();
         if !missing.is_empty() {
-            return Err(RpcError::ExtensionSupportRequired { missing });
+            return Err(A2aError::ExtensionSupportRequired { missing });
         }
         Ok(self
             .extensions
@@ -153,9 +154,9 @@ fn is_v1(version: &str) -> bool {
 /// The version the request names. Named twice (two header lines, or two query parameters) is
 /// refused rather than first-wins: a proxy in front and the gateway behind it could otherwise
 /// each act on a different one.
-fn requested_version(request: &Request<Body>) -> Result<Option<String>, RpcError> {
-    const TWICE: RpcError =
-        RpcError::InvalidRequest("A2A-Version is named more than once; send it once");
+fn requested_version(request: &Request<Body>) -> Result<Option<String>, A2aError> {
+    const TWICE: A2aError =
+        A2aError::InvalidRequest("A2A-Version is named more than once; send it once");
     let mut headers = request.headers().get_all("a2a-version").iter();
     if let Some(value) = headers.next() {
         if headers.next().is_some() {
@@ -216,13 +217,13 @@ where
             Err(refusal) => refusal,
         };
         let reason = match refusal {
-            RpcError::ExtensionSupportRequired { .. } => RefusalReason::ExtensionRequired,
+            A2aError::ExtensionSupportRequired { .. } => RefusalReason::ExtensionRequired,
             _ => RefusalReason::VersionNotSupported,
         };
         if self.shared.http_json {
-            let (status, body) = jsonrpc::http_error(&refusal.to_json());
-            let status = axum::http::StatusCode::from_u16(status)
+            let status = axum::http::StatusCode::from_u16(refusal.http_status())
                 .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
+            let body = refusal.http_body();
             let media_type = HeaderValue::from_static(jsonrpc::HTTP_JSON_MEDIA_TYPE);
             return GuardFuture::answer(
                 (

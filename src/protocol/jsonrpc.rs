@@ -1,10 +1,11 @@
 //! The JSON-RPC 2.0 envelope of the A2A door.
 //!
 //! [`parse_request`] turns raw bytes into a [`RpcRequest`] or the error to answer with; it never
-//! panics on any input (the `jsonrpc_envelope` fuzz target holds it to that). [`RpcError`] is
+//! panics on any input (the `jsonrpc_envelope` fuzz target holds it to that). [`A2aError`] is
 //! the single place where JSON-RPC errors get their code, message and `data`; every error goes
 //! out inside HTTP 200, because the official clients lose the code under any other status.
 
+use super::error::A2aError;
 use super::json::StrictError;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -136,36 +137,8 @@ impl Method {
 /// The media type of the HTTP+JSON binding's bodies, answers and errors alike (A2A 1.0.1).
 pub const HTTP_JSON_MEDIA_TYPE: &str = "application/a2a+json";
 
-/// The HTTP status and `google.rpc` status name the HTTP+JSON binding answers a JSON-RPC error
-/// code with (the specification's table, v1.0.1).
-pub fn http_status_for(code: i64) -> (u16, &'static str) {
-    match code {
-        -32700 | -32600 | -32602 | -32005 => (400, "INVALID_ARGUMENT"),
-        -32601 | -32001 => (404, "NOT_FOUND"),
-        -32002 | -32003 | -32004 | -32007 | -32008 | -32009 => (400, "FAILED_PRECONDITION"),
-        // Another message of the context is still being answered: retry later.
-        -32000 => (409, "ABORTED"),
-        _ => (500, "INTERNAL"),
-    }
-}
-
-/// The HTTP+JSON binding's error body (`google.rpc.Status`) for a JSON-RPC `error` member, and
-/// its HTTP status.
-pub fn http_error(error: &Value) -> (u16, Value) {
-    let (status, name) = http_status_for(error["code"].as_i64().unwrap_or(-32603));
-    (
-        status,
-        json!({"error": {
-            "code": status,
-            "status": name,
-            "message": error["message"],
-            "details": error["data"],
-        }}),
-    )
-}
-
 /// The response refusing `body` with `error`, under the body's id when it can be read.
-pub fn refuse(body: &[u8], error: &RpcError) -> String {
+pub fn refuse(body: &[u8], error: &A2aError) -> String {
     let id = match parse_request(body) {
         Ok(request) => request.id,
         Err(failure) => failure.id,
@@ -190,178 +163,7 @@ pub struct RpcFailure {
     /// The id to echo (`Null` when it could not be read).
     pub id: RpcId,
     /// What to answer.
-    pub error: RpcError,
-}
-
-/// Every JSON-RPC error the door answers with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RpcError {
-    /// `-32700`: not JSON, or not UTF-8.
-    Parse,
-    /// `-32600`: not a single JSON-RPC 2.0 request object.
-    InvalidRequest(&'static str),
-    /// `-32601`
-    MethodNotFound,
-    /// `-32602`: the params are wrong; names the field.
-    InvalidParams {
-        /// The offending field, dotted from `params`.
-        field: String,
-        /// What is wrong with it.
-        description: String,
-    },
-    /// `-32603`: something failed inside peergate; the detail is only in the log, under this id.
-    Internal {
-        /// Correlates the answer with the log line.
-        request_id: String,
-    },
-    /// `-32603` too, but said: the store cannot record the task, so the model was not asked.
-    StoreUnavailable {
-        /// Correlates the answer with the log line.
-        request_id: String,
-    },
-    /// `-32001`: no such task for this caller.
-    TaskNotFound,
-    /// `-32002`: says why (finished, or not cancelable here).
-    TaskNotCancelable(&'static str),
-    /// `-32003`: push notifications are not offered.
-    PushNotificationNotSupported,
-    /// `-32001` too: the caller's task has no push-notification config with that id.
-    PushConfigNotFound,
-    /// `-32004`
-    UnsupportedOperation(&'static str),
-    /// `-32005`
-    ContentTypeNotSupported(&'static str),
-    /// `-32008`: a required extension was not activated.
-    ExtensionSupportRequired {
-        /// The required URIs the request did not list.
-        missing: Vec<String>,
-    },
-    /// `-32009`: the requested protocol version is not served here.
-    VersionNotSupported {
-        /// What the request asked for (`""` when it named none).
-        requested: String,
-    },
-    /// `-32000` (implementation-defined): another message of the same context is still being
-    /// answered and did not finish in time.
-    ContextBusy,
-}
-
-impl RpcError {
-    /// The one table of JSON-RPC errors: (code, `google.rpc.ErrorInfo` reason).
-    fn entry(&self) -> (i64, &'static str) {
-        match self {
-            Self::Parse => (-32700, "JSON_PARSE"),
-            Self::InvalidRequest(_) => (-32600, "INVALID_REQUEST"),
-            Self::MethodNotFound => (-32601, "METHOD_NOT_FOUND"),
-            Self::InvalidParams { .. } => (-32602, "INVALID_PARAMS"),
-            Self::Internal { .. } => (-32603, "INTERNAL"),
-            Self::StoreUnavailable { .. } => (-32603, "STORE_UNAVAILABLE"),
-            Self::TaskNotFound => (-32001, "TASK_NOT_FOUND"),
-            // The specification has no reason of its own for a missing config: the SDKs map
-            // TASK_NOT_FOUND back to their task-not-found error, and an unknown reason to none.
-            Self::PushConfigNotFound => (-32001, "TASK_NOT_FOUND"),
-            Self::TaskNotCancelable(_) => (-32002, "TASK_NOT_CANCELABLE"),
-            Self::PushNotificationNotSupported => (-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"),
-            Self::UnsupportedOperation(_) => (-32004, "UNSUPPORTED_OPERATION"),
-            Self::ContentTypeNotSupported(_) => (-32005, "CONTENT_TYPE_NOT_SUPPORTED"),
-            Self::ExtensionSupportRequired { .. } => (-32008, "EXTENSION_SUPPORT_REQUIRED"),
-            Self::VersionNotSupported { .. } => (-32009, "VERSION_NOT_SUPPORTED"),
-            Self::ContextBusy => (-32000, "CONTEXT_BUSY"),
-        }
-    }
-
-    /// The JSON-RPC error code.
-    pub fn code(&self) -> i64 {
-        self.entry().0
-    }
-
-    /// The `google.rpc.ErrorInfo` reason.
-    pub fn reason(&self) -> &'static str {
-        self.entry().1
-    }
-
-    fn message(&self) -> String {
-        match self {
-            Self::Parse => "Invalid JSON payload: the body must be UTF-8 JSON".to_owned(),
-            Self::InvalidRequest(why) => format!("Request payload validation error: {why}"),
-            Self::MethodNotFound => "Method not found".to_owned(),
-            Self::InvalidParams { field, description } => {
-                format!("Invalid parameters: {field}: {description}")
-            }
-            Self::Internal { .. } => "Internal error".to_owned(),
-            Self::StoreUnavailable { .. } => {
-                "Internal error: the gateway cannot store this message right now, so the model was not asked; retry later".to_owned()
-            }
-            Self::TaskNotFound => "Task not found".to_owned(),
-            Self::PushConfigNotFound => {
-                "Push notification config not found for this task".to_owned()
-            }
-            Self::TaskNotCancelable(why) => format!("Task cannot be canceled: {why}"),
-            Self::PushNotificationNotSupported => {
-                "Push notifications are not supported by this agent (capabilities.pushNotifications is false)".to_owned()
-            }
-            Self::UnsupportedOperation(why) => format!("Unsupported operation: {why}"),
-            Self::ContentTypeNotSupported(why) => format!("Content type not supported: {why}"),
-            Self::ExtensionSupportRequired { missing } => format!(
-                "Extension support required: activate {} with the A2A-Extensions header",
-                missing.join(", ")
-            ),
-            Self::VersionNotSupported { requested } if requested.is_empty() => {
-                "Version not supported: send A2A-Version: 1.0".to_owned()
-            }
-            Self::VersionNotSupported { .. } => {
-                "Version not supported: this agent speaks A2A 1.x; send A2A-Version: 1.0".to_owned()
-            }
-            Self::ContextBusy => {
-                "Another message in this contextId is still being answered; retry after it completes".to_owned()
-            }
-        }
-    }
-
-    /// The `error` member: code, message and `data` (an `ErrorInfo`, plus a `BadRequest` naming
-    /// the field for invalid params).
-    pub fn to_json(&self) -> Value {
-        let mut metadata = serde_json::Map::new();
-        match self {
-            Self::Internal { request_id } | Self::StoreUnavailable { request_id } => {
-                metadata.insert("requestId".to_owned(), Value::String(request_id.clone()));
-            }
-            Self::ExtensionSupportRequired { missing } => {
-                metadata.insert(
-                    "missingExtensions".to_owned(),
-                    Value::String(missing.join(",")),
-                );
-            }
-            Self::VersionNotSupported { .. } => {
-                metadata.insert(
-                    "supportedVersions".to_owned(),
-                    Value::String("1.0".to_owned()),
-                );
-            }
-            _ => {}
-        }
-        // A2A's own errors (-32001 and below) belong to the protocol's domain; the others are
-        // JSON-RPC's or peergate's.
-        let domain = if (-32099..=-32001).contains(&self.code()) {
-            "a2a-protocol.org"
-        } else {
-            "peergate"
-        };
-        let mut data = vec![json!({
-            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-            "reason": self.reason(),
-            "domain": domain,
-            "metadata": metadata,
-        })];
-        if let Self::InvalidParams { field, description } = self {
-            data.push(json!({
-                "@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [{"field": field, "description": description}],
-            }));
-        }
-        json!({"code": self.code(), "message": self.message(), "data": data})
-    }
+    pub error: A2aError,
 }
 
 #[derive(serde::Serialize)]
@@ -378,11 +180,11 @@ pub fn success(id: &RpcId, result: &RawValue) -> String {
         id: id.to_json(),
         result,
     };
-    serde_json::to_string(&body).unwrap_or_else(|_| failure(id, &RpcError::Parse))
+    serde_json::to_string(&body).unwrap_or_else(|_| failure(id, &A2aError::Parse))
 }
 
 /// An error response body.
-pub fn failure(id: &RpcId, error: &RpcError) -> String {
+pub fn failure(id: &RpcId, error: &A2aError) -> String {
     json!({"jsonrpc": "2.0", "id": id.to_json(), "error": error.to_json()}).to_string()
 }
 
@@ -400,13 +202,13 @@ struct Envelope {
 
 /// Reads one JSON-RPC request from a body.
 pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
-    let fail = |id: RpcId, error: RpcError| RpcFailure { id, error };
+    let fail = |id: RpcId, error: A2aError| RpcFailure { id, error };
     let (envelope, duplicated) = read_envelope(body).map_err(|e| fail(RpcId::Null, e))?;
     let id = request_id(envelope.id).map_err(|e| fail(RpcId::Null, e))?;
     if duplicated {
         return Err(fail(
             id,
-            RpcError::InvalidRequest(
+            A2aError::InvalidRequest(
                 "a member name is repeated in an object; each may appear once",
             ),
         ));
@@ -414,17 +216,17 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
     if envelope.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
         return Err(fail(
             id,
-            RpcError::InvalidRequest("jsonrpc must be \"2.0\""),
+            A2aError::InvalidRequest("jsonrpc must be \"2.0\""),
         ));
     }
     let Some(Value::String(method)) = envelope.method else {
         return Err(fail(
             id,
-            RpcError::InvalidRequest("method must be a string"),
+            A2aError::InvalidRequest("method must be a string"),
         ));
     };
     let Some(method) = Method::from_name(&method) else {
-        return Err(fail(id, RpcError::MethodNotFound));
+        return Err(fail(id, A2aError::MethodNotFound));
     };
     if envelope
         .params
@@ -433,7 +235,7 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
     {
         return Err(fail(
             id,
-            RpcError::InvalidRequest("params nest deeper than 64 levels"),
+            A2aError::InvalidRequest("params nest deeper than 64 levels"),
         ));
     }
     Ok(RpcRequest {
@@ -446,49 +248,49 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
 /// The body as one envelope, and whether some object in it repeats a member name (answered
 /// under the request's id, so it is told, not refused, here). Errors here have no id to
 /// answer under.
-fn read_envelope(body: &[u8]) -> Result<(Envelope, bool), RpcError> {
+fn read_envelope(body: &[u8]) -> Result<(Envelope, bool), A2aError> {
     // The whole body must be UTF-8, including members the envelope would skip unread.
-    let body = std::str::from_utf8(body).map_err(|_| RpcError::Parse)?;
+    let body = std::str::from_utf8(body).map_err(|_| A2aError::Parse)?;
     let first = body.bytes().find(|b| !b.is_ascii_whitespace());
     if first == Some(b'[') {
         // Batches are refused whole; a valid JSON array is still a batch.
         return Err(match serde_json::from_str::<serde::de::IgnoredAny>(body) {
-            Ok(_) => RpcError::InvalidRequest("batch requests are not supported; send one object"),
-            Err(_) => RpcError::Parse,
+            Ok(_) => A2aError::InvalidRequest("batch requests are not supported; send one object"),
+            Err(_) => A2aError::Parse,
         });
     }
     // Every string decoded (a lone surrogate anywhere is a parse error, as in the envelope) and
     // every object checked for repeated member names, params included.
     let duplicated = match super::json::check(body) {
         Ok(()) => false,
-        Err(StrictError::Syntax(_)) => return Err(RpcError::Parse),
+        Err(StrictError::Syntax(_)) => return Err(A2aError::Parse),
         Err(_) => true,
     };
     match serde_json::from_str(body) {
         Ok(envelope) => Ok((envelope, duplicated)),
-        Err(e) if e.is_data() => Err(RpcError::InvalidRequest(
+        Err(e) if e.is_data() => Err(A2aError::InvalidRequest(
             "the body must be one JSON object with jsonrpc, method and id, each at most once",
         )),
-        Err(_) => Err(RpcError::Parse),
+        Err(_) => Err(A2aError::Parse),
     }
 }
 
 /// The request's id: a string of at most 256 bytes, an integer JSON numbers hold exactly, or
 /// none (`null`).
-fn request_id(id: Option<Value>) -> Result<RpcId, RpcError> {
+fn request_id(id: Option<Value>) -> Result<RpcId, A2aError> {
     match id {
         None | Some(Value::Null) => Ok(RpcId::Null),
         Some(Value::String(s)) if s.len() <= MAX_ID_BYTES => Ok(RpcId::Str(s)),
-        Some(Value::String(_)) => Err(RpcError::InvalidRequest(
+        Some(Value::String(_)) => Err(A2aError::InvalidRequest(
             "id must be at most 256 bytes long",
         )),
         Some(Value::Number(n)) => match n.as_i64() {
             Some(i) if (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&i) => Ok(RpcId::Int(i)),
-            _ => Err(RpcError::InvalidRequest(
+            _ => Err(A2aError::InvalidRequest(
                 "id must be a string or an integer within ±(2^53−1)",
             )),
         },
-        Some(_) => Err(RpcError::InvalidRequest(
+        Some(_) => Err(A2aError::InvalidRequest(
             "id must be a string or an integer",
         )),
     }
@@ -522,20 +324,20 @@ fn nesting_depth(json: &str) -> usize {
 }
 
 /// Parses a method's params into `T`, naming what is wrong on failure.
-pub fn parse_params<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Result<T, RpcError> {
+pub fn parse_params<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Result<T, A2aError> {
     let Some(raw) = params else {
-        return Err(RpcError::InvalidParams {
+        return Err(A2aError::InvalidParams {
             field: "params".to_owned(),
             description: "params must be an object".to_owned(),
         });
     };
     if !raw.get().trim_start().starts_with('{') {
-        return Err(RpcError::InvalidParams {
+        return Err(A2aError::InvalidParams {
             field: "params".to_owned(),
             description: "params must be an object".to_owned(),
         });
     }
-    serde_json::from_str(raw.get()).map_err(|e| RpcError::InvalidParams {
+    serde_json::from_str(raw.get()).map_err(|e| A2aError::InvalidParams {
         field: "params".to_owned(),
         description: describe_serde_error(&e),
     })

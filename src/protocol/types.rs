@@ -133,14 +133,14 @@ impl TaskState {
 
 /// `SendMessageRequest`.
 #[derive(Debug, Deserialize)]
-pub struct SendMessageParams {
+pub struct SendMessageRequest {
     /// The peer's message.
     pub message: IncomingMessage,
     /// `SendMessageConfiguration`.
     #[serde(default)]
     pub configuration: Option<SendMessageConfiguration>,
     /// A `contextId` or `taskId` beside `message` instead of inside it: refused by
-    /// [`SendMessageParams::misplaced_ids`] rather than ignored, which silently started a new
+    /// [`SendMessageRequest::misplaced_ids`] rather than ignored, which silently started a new
     /// conversation.
     #[serde(default, rename = "contextId")]
     misplaced_context_id: Option<serde::de::IgnoredAny>,
@@ -148,7 +148,7 @@ pub struct SendMessageParams {
     misplaced_task_id: Option<serde::de::IgnoredAny>,
 }
 
-impl SendMessageParams {
+impl SendMessageRequest {
     /// The name of an id given beside `message` instead of inside it, if any.
     pub fn misplaced_id(&self) -> Option<&'static str> {
         if self.misplaced_context_id.is_some() {
@@ -315,7 +315,7 @@ impl IncomingPart {
 
 /// `GetTaskRequest`.
 #[derive(Debug, Deserialize)]
-pub struct GetTaskParams {
+pub struct GetTaskRequest {
     /// Task id.
     pub id: String,
     /// How many history messages to return.
@@ -325,9 +325,143 @@ pub struct GetTaskParams {
 
 /// `CancelTaskRequest`.
 #[derive(Debug, Deserialize)]
-pub struct CancelTaskParams {
+pub struct CancelTaskRequest {
     /// Task id.
     pub id: String,
+}
+
+/// `SubscribeToTaskRequest`.
+#[derive(Debug, Deserialize)]
+pub struct SubscribeToTaskRequest {
+    /// Task id.
+    pub id: String,
+}
+
+/// `ListTasksRequest`: every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTasksRequest {
+    /// Only this conversation's tasks.
+    #[serde(default, alias = "context_id")]
+    pub context_id: Option<String>,
+    /// A state's name or, as ProtoJSON allows for enums, its number; read by the service,
+    /// which names what is wrong with it.
+    #[serde(default)]
+    pub status: Option<Value>,
+    /// Tasks a page.
+    #[serde(default, alias = "page_size")]
+    pub page_size: Option<i64>,
+    /// Where the page starts.
+    #[serde(default, alias = "page_token")]
+    pub page_token: Option<String>,
+    /// History messages per task.
+    #[serde(default, alias = "history_length")]
+    pub history_length: Option<i64>,
+    /// Only tasks whose status changed after this RFC 3339 time.
+    #[serde(default, alias = "status_timestamp_after")]
+    pub status_timestamp_after: Option<String>,
+    /// Whether tasks carry their artifacts.
+    #[serde(default, alias = "include_artifacts")]
+    pub include_artifacts: Option<bool>,
+}
+
+/// `SendMessageResponse`: the task, or the agent's direct message.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SendMessageResponse {
+    /// `{"task": …}`
+    Task(Task),
+    /// `{"message": …}`
+    Message(Message),
+}
+
+/// `ListTasksResponse`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTasksResponse {
+    /// The page.
+    pub tasks: Vec<Task>,
+    /// Where the next page starts; always present, `""` on the last page.
+    pub next_page_token: String,
+    /// The page's size as asked (or the default).
+    pub page_size: u32,
+    /// The caller's matching tasks in all.
+    pub total_size: u64,
+}
+
+/// `TaskPushNotificationConfig` as answered: its token and scheme, never its credentials.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskPushNotificationConfig {
+    /// The task.
+    pub task_id: String,
+    /// The config.
+    pub id: String,
+    /// Where notifications go.
+    pub url: String,
+    /// Sent back with every notification.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The scheme of the `Authorization` header sent; its credentials are never read back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<AuthenticationScheme>,
+}
+
+/// `AuthenticationInfo` as answered: the scheme only.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuthenticationScheme {
+    /// Such as `Bearer`.
+    pub scheme: String,
+}
+
+/// `ListTaskPushNotificationConfigsResponse`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTaskPushNotificationConfigsResponse {
+    /// The page.
+    pub configs: Vec<TaskPushNotificationConfig>,
+    /// Where the next page starts; `""` on the last page.
+    pub next_page_token: String,
+}
+
+/// `StreamResponse`: one event of a stream.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StreamResponse {
+    /// The task as it stands (a stream's first event).
+    Task(Task),
+    /// The agent's direct message.
+    Message(Message),
+    /// `TaskStatusUpdateEvent`
+    StatusUpdate(TaskStatusUpdateEvent),
+    /// `TaskArtifactUpdateEvent`
+    ArtifactUpdate(TaskArtifactUpdateEvent),
+}
+
+/// `TaskStatusUpdateEvent`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatusUpdateEvent {
+    /// The task.
+    pub task_id: String,
+    /// Its conversation.
+    pub context_id: String,
+    /// The new status.
+    pub status: TaskStatus,
+}
+
+/// `TaskArtifactUpdateEvent`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskArtifactUpdateEvent {
+    /// The task.
+    pub task_id: String,
+    /// Its conversation.
+    pub context_id: String,
+    /// The artifact, whole.
+    pub artifact: Artifact,
+    /// Whether this is the artifact's last chunk (always: artifacts are sent whole).
+    pub last_chunk: bool,
 }
 
 /// An outgoing `Part`: text from peergate's own backends; any kind an upstream agent sent

@@ -9,20 +9,19 @@ impl Agent {
     pub(super) async fn cancel_task(
         &self,
         peer: &AuthenticatedPeer,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, RpcError> {
-        let params: CancelTaskParams = jsonrpc::parse_params(params)?;
+        params: CancelTaskRequest,
+    ) -> Result<Task, A2aError> {
         let task = self.load_task(peer, &params.id).await?;
         if task.status.state.is_interrupted() {
             return self.cancel_waiting(peer, &params.id).await;
         }
         if task.status.state != TaskState::Working {
-            return Err(RpcError::TaskNotCancelable(
+            return Err(A2aError::TaskNotCancelable(
                 "it is already in a final state",
             ));
         }
         if !self.settings.cancel_running {
-            return Err(RpcError::TaskNotCancelable(
+            return Err(A2aError::TaskNotCancelable(
                 "cancelling a task being answered is off (capabilities.cancel_running is false); it ends on its own",
             ));
         }
@@ -32,7 +31,7 @@ impl Agent {
         };
         // Heard before the turn is told, so its final state cannot slip past.
         let mut events = self.shared.events.subscribe(peer.id(), &params.id);
-        let finished_first = RpcError::TaskNotCancelable(
+        let finished_first = A2aError::TaskNotCancelable(
             "it reached a final state before it could be canceled; read it with GetTask",
         );
         if cancel.send(()).is_err() {
@@ -54,7 +53,7 @@ impl Agent {
         if canceled.status.state != TaskState::Canceled {
             return Err(finished_first);
         }
-        RawValue::from_string(stored).map_err(internal)
+        Ok(canceled)
     }
 
     /// A task waiting for the peer (an agent behind the door asked for input): the agent's task
@@ -63,9 +62,9 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         task_id: &str,
-    ) -> Result<Box<RawValue>, RpcError> {
+    ) -> Result<Task, A2aError> {
         if !self.settings.cancel_running {
-            return Err(RpcError::TaskNotCancelable(
+            return Err(A2aError::TaskNotCancelable(
                 "cancelling is off (capabilities.cancel_running is false); the task waits for its answer until it expires",
             ));
         }
@@ -77,10 +76,10 @@ impl Agent {
             .turns
             .begin_turn(peer.id(), &context_id, wait)
             .await
-            .ok_or(RpcError::ContextBusy)?;
+            .ok_or(A2aError::ContextBusy)?;
         let mut task = self.load_task(peer, task_id).await?;
         if !task.status.state.is_interrupted() {
-            return Err(RpcError::TaskNotCancelable(
+            return Err(A2aError::TaskNotCancelable(
                 "a message answered it first; read it with GetTask",
             ));
         }
@@ -119,7 +118,7 @@ impl Agent {
                 peer_id: peer.id().to_owned(),
                 context_id: task.context_id.clone(),
                 state: TaskState::Canceled,
-                task_json: task_json.clone(),
+                task_json,
                 now,
                 expires_at: now.saturating_add(retention),
                 messages: Vec::new(),
@@ -134,7 +133,7 @@ impl Agent {
             .map_err(internal)?;
         self.announce(heard);
         self.metrics.task_finished(FinalState::Canceled);
-        RawValue::from_string(task_json).map_err(internal)
+        Ok(task)
     }
 
     /// A working task this instance is not answering: asks the other instances, then follows
@@ -143,20 +142,19 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         task_id: &str,
-    ) -> Result<Box<RawValue>, RpcError> {
+    ) -> Result<Task, A2aError> {
         self.shared.cancels.request(peer.id(), task_id);
         let deadline = tokio::time::Instant::now() + self.settings.backend_timeout;
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let stored = self.load_task_json(peer, task_id).await?;
-            let task: Task = serde_json::from_str(&stored).map_err(internal)?;
+            let task = self.load_task(peer, task_id).await?;
             match task.status.state {
                 TaskState::Working => {}
-                TaskState::Canceled => return RawValue::from_string(stored).map_err(internal),
+                TaskState::Canceled => return Ok(task),
                 _ => break,
             }
         }
-        Err(RpcError::TaskNotCancelable(
+        Err(A2aError::TaskNotCancelable(
             "it reached a final state before it could be canceled, or no instance is answering it; read it with GetTask",
         ))
     }

@@ -6,7 +6,7 @@ use super::*;
 /// The checked text of an incoming message and its `contextId` (`None`: a new context).
 pub(super) fn incoming(
     message: &a2a::IncomingMessage,
-) -> Result<(String, Option<String>), RpcError> {
+) -> Result<(String, Option<String>), A2aError> {
     if message.role != Role::User {
         return Err(invalid("message.role", "must be ROLE_USER"));
     }
@@ -17,13 +17,13 @@ pub(super) fn incoming(
         return Err(invalid("message.parts", "must hold at least one part"));
     }
     if let Some(i) = message.parts.iter().position(|p| p.content_members() != 1) {
-        return Err(RpcError::InvalidParams {
+        return Err(A2aError::InvalidParams {
             field: format!("message.parts[{i}]"),
             description: "must carry exactly one of text, raw, url or data".to_owned(),
         });
     }
     let Some(text) = message_text(&message.parts) else {
-        return Err(RpcError::ContentTypeNotSupported(
+        return Err(A2aError::ContentTypeNotSupported(
             "the message carries no text: send at least one non-empty text or data part",
         ));
     };

@@ -7,14 +7,15 @@
 
 use super::{Agent, internal, invalid, new_id};
 use crate::layers::auth::AuthenticatedPeer;
-use crate::protocol::jsonrpc::{self, RpcError};
-use crate::protocol::types::{PushConfigParams, PushConfigRef, is_valid_context_id};
+use crate::protocol::error::A2aError;
+use crate::protocol::types::{
+    AuthenticationScheme, ListTaskPushNotificationConfigsResponse, PushConfigParams, PushConfigRef,
+    TaskPushNotificationConfig, is_valid_context_id,
+};
 use crate::push::Push;
 use crate::push::seal::PushSecrets;
 use crate::store::{PushConfigRecord, StoreError};
 use base64::Engine;
-use serde_json::json;
-use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// Largest `token`, in bytes.
@@ -26,19 +27,18 @@ const MAX_PAGE: i64 = 100;
 const DEFAULT_PAGE: i64 = 50;
 
 impl Agent {
-    fn push(&self) -> Result<&Arc<Push>, RpcError> {
+    fn push(&self) -> Result<&Arc<Push>, A2aError> {
         self.push
             .as_ref()
-            .ok_or(RpcError::PushNotificationNotSupported)
+            .ok_or(A2aError::PushNotificationNotSupported)
     }
 
     pub(super) async fn create_push_config(
         &self,
         peer: &AuthenticatedPeer,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, RpcError> {
+        params: PushConfigParams,
+    ) -> Result<TaskPushNotificationConfig, A2aError> {
         let push = self.push()?;
-        let params: PushConfigParams = jsonrpc::parse_params(params)?;
         let task_id = params
             .task_id
             .clone()
@@ -60,33 +60,31 @@ impl Agent {
                 ),
                 other => internal(other),
             })?;
-        self.config_answer(push, &record)
+        self.config_view(push, &record)
     }
 
     pub(super) async fn get_push_config(
         &self,
         peer: &AuthenticatedPeer,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, RpcError> {
+        params: PushConfigRef,
+    ) -> Result<TaskPushNotificationConfig, A2aError> {
         let push = self.push()?;
-        let params: PushConfigRef = jsonrpc::parse_params(params)?;
         let (task_id, config_id) = self.own_config(peer, &params).await?;
         let record = push
             .store
             .push_config(peer.id(), task_id, config_id)
             .await
             .map_err(internal)?
-            .ok_or(RpcError::PushConfigNotFound)?;
-        self.config_answer(push, &record)
+            .ok_or(A2aError::PushConfigNotFound)?;
+        self.config_view(push, &record)
     }
 
     pub(super) async fn list_push_configs(
         &self,
         peer: &AuthenticatedPeer,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, RpcError> {
+        params: PushConfigRef,
+    ) -> Result<ListTaskPushNotificationConfigsResponse, A2aError> {
         let push = self.push()?;
-        let params: PushConfigRef = jsonrpc::parse_params(params)?;
         let (task_id, _) = named(&params)?;
         self.load_task(peer, task_id).await?;
         let size = params.page_size.unwrap_or(DEFAULT_PAGE);
@@ -123,24 +121,24 @@ impl Agent {
             .iter()
             .map(|r| self.config_view(push, r))
             .collect::<Result<Vec<_>, _>>()?;
-        serde_json::value::to_raw_value(&json!({"configs": configs, "nextPageToken": next}))
-            .map_err(internal)
+        Ok(ListTaskPushNotificationConfigsResponse {
+            configs,
+            next_page_token: next,
+        })
     }
 
     /// Deleting a config that is not there succeeds: the call is idempotent.
     pub(super) async fn delete_push_config(
         &self,
         peer: &AuthenticatedPeer,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, RpcError> {
+        params: PushConfigRef,
+    ) -> Result<(), A2aError> {
         let push = self.push()?;
-        let params: PushConfigRef = jsonrpc::parse_params(params)?;
         let (task_id, config_id) = self.own_config(peer, &params).await?;
         push.store
             .delete_push_config(peer.id(), task_id, config_id)
             .await
-            .map_err(internal)?;
-        RawValue::from_string("null".to_owned()).map_err(internal)
+            .map_err(internal)
     }
 
     /// The task and config a get or delete names, once the task is known to be the caller's.
@@ -148,7 +146,7 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         params: &'p PushConfigRef,
-    ) -> Result<(&'p str, &'p str), RpcError> {
+    ) -> Result<(&'p str, &'p str), A2aError> {
         let (task_id, config_id) = named(params)?;
         self.load_task(peer, task_id).await?;
         Ok((
@@ -163,7 +161,7 @@ impl Agent {
         peer: &AuthenticatedPeer,
         task_id: &str,
         params: PushConfigParams,
-    ) -> Result<PushConfigRecord, RpcError> {
+    ) -> Result<PushConfigRecord, A2aError> {
         let push = self.push()?;
         self.push_config_record(
             push,
@@ -184,7 +182,7 @@ impl Agent {
         task_id: &str,
         params: PushConfigParams,
         field: &str,
-    ) -> Result<PushConfigRecord, RpcError> {
+    ) -> Result<PushConfigRecord, A2aError> {
         let params = match params.nested {
             Some(nested) => *nested,
             None => params,
@@ -256,37 +254,28 @@ impl Agent {
         })
     }
 
-    fn config_answer(
-        &self,
-        push: &Push,
-        record: &PushConfigRecord,
-    ) -> Result<Box<RawValue>, RpcError> {
-        serde_json::value::to_raw_value(&self.config_view(push, record)?).map_err(internal)
-    }
-
     /// A config as answered: its token and scheme, never its credentials.
     fn config_view(
         &self,
         push: &Push,
         record: &PushConfigRecord,
-    ) -> Result<serde_json::Value, RpcError> {
+    ) -> Result<TaskPushNotificationConfig, A2aError> {
         let secrets = push
             .key
             .open(&record.task_id, &record.id, &record.sealed)
             .map_err(internal)?;
-        let mut view = json!({"taskId": record.task_id, "id": record.id, "url": record.url});
-        if let Some(token) = secrets.token {
-            view["token"] = json!(token);
-        }
-        if let Some(scheme) = secrets.scheme {
-            view["authentication"] = json!({"scheme": scheme});
-        }
-        Ok(view)
+        Ok(TaskPushNotificationConfig {
+            task_id: record.task_id.clone(),
+            id: record.id.clone(),
+            url: record.url.clone(),
+            token: secrets.token,
+            authentication: secrets.scheme.map(|scheme| AuthenticationScheme { scheme }),
+        })
     }
 }
 
 /// The task and config a request names.
-fn named(params: &PushConfigRef) -> Result<(&str, Option<&str>), RpcError> {
+fn named(params: &PushConfigRef) -> Result<(&str, Option<&str>), A2aError> {
     match params.task_and_config() {
         (Some(task), config) if !task.is_empty() => Ok((task, config.filter(|c| !c.is_empty()))),
         _ => Err(invalid("taskId", "is required")),

@@ -8,42 +8,21 @@
 
 use super::{Agent, checked_history_length, internal, invalid};
 use crate::layers::auth::AuthenticatedPeer;
-use crate::protocol::jsonrpc::{self, RpcError};
-use crate::protocol::types::{GetTaskParams, Task, TaskState};
+use crate::protocol::error::A2aError;
+use crate::protocol::types::{
+    GetTaskRequest, ListTasksRequest, ListTasksResponse, Task, TaskState,
+};
 use crate::store::TaskQuery;
 use base64::Engine as _;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 
 /// The page size when none is asked for.
 const DEFAULT_PAGE_SIZE: u32 = 50;
 /// The largest page (the specification's bound).
 const MAX_PAGE_SIZE: i64 = 100;
 
-/// `ListTasksRequest`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ListTasksParams {
-    #[serde(default)]
-    context_id: Option<String>,
-    /// A state's name or, as ProtoJSON allows for enums, its number.
-    #[serde(default)]
-    status: Option<serde_json::Value>,
-    #[serde(default)]
-    page_size: Option<i64>,
-    #[serde(default)]
-    page_token: Option<String>,
-    #[serde(default)]
-    history_length: Option<i64>,
-    #[serde(default)]
-    status_timestamp_after: Option<String>,
-    #[serde(default)]
-    include_artifacts: Option<bool>,
-}
-
 /// The state a `status` filter names: its ProtoJSON name or number; the unspecified state
 /// (`""`, its name, 0) filters nothing.
-fn state_filter(status: &serde_json::Value) -> Result<Option<TaskState>, RpcError> {
+fn state_filter(status: &serde_json::Value) -> Result<Option<TaskState>, A2aError> {
     let refused = || {
         invalid(
             "status",
@@ -86,13 +65,8 @@ impl Agent {
     pub(super) async fn list_tasks(
         &self,
         peer: &AuthenticatedPeer,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, RpcError> {
-        // `params` may be left out: every field is optional.
-        let params: ListTasksParams = match params {
-            None => ListTasksParams::default(),
-            Some(_) => jsonrpc::parse_params(params)?,
-        };
+        params: ListTasksRequest,
+    ) -> Result<ListTasksResponse, A2aError> {
         let page_size = match params.page_size {
             None => DEFAULT_PAGE_SIZE,
             Some(n) if (1..=MAX_PAGE_SIZE).contains(&n) => u32::try_from(n).unwrap_or(1),
@@ -158,13 +132,12 @@ impl Agent {
             tasks.push(task);
         }
         // `nextPageToken` is always present ("" on the last page), as the specification asks.
-        let result = serde_json::json!({
-            "tasks": tasks,
-            "nextPageToken": next_page_token,
-            "pageSize": page_size,
-            "totalSize": page.total,
-        });
-        serde_json::value::to_raw_value(&result).map_err(internal)
+        Ok(ListTasksResponse {
+            tasks,
+            next_page_token,
+            page_size,
+            total_size: page.total,
+        })
     }
 }
 
@@ -172,28 +145,24 @@ impl Agent {
     pub(super) async fn get_task(
         &self,
         peer: &AuthenticatedPeer,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, RpcError> {
-        let params: GetTaskParams = jsonrpc::parse_params(params)?;
+        params: GetTaskRequest,
+    ) -> Result<Task, A2aError> {
         let history_length = params
             .history_length
             .map(|n| checked_history_length(n, "historyLength"))
             .transpose()?;
-        let stored = self.load_task_json(peer, &params.id).await?;
-        let Some(n) = history_length else {
-            // The stored task is served as stored.
-            return RawValue::from_string(stored).map_err(internal);
-        };
-        let mut task: Task = serde_json::from_str(&stored).map_err(internal)?;
-        task.limit_history(n);
-        serde_json::value::to_raw_value(&task).map_err(internal)
+        let mut task = self.load_task(peer, &params.id).await?;
+        if let Some(n) = history_length {
+            task.limit_history(n);
+        }
+        Ok(task)
     }
 
     pub(super) async fn load_task(
         &self,
         peer: &AuthenticatedPeer,
         task_id: &str,
-    ) -> Result<Task, RpcError> {
+    ) -> Result<Task, A2aError> {
         let stored = self.load_task_json(peer, task_id).await?;
         serde_json::from_str(&stored).map_err(internal)
     }
@@ -203,12 +172,12 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         task_id: &str,
-    ) -> Result<String, RpcError> {
+    ) -> Result<String, A2aError> {
         self.store
             .find_task(peer.id(), task_id, self.clock.now_millis())
             .await
             .map_err(internal)?
-            .ok_or(RpcError::TaskNotFound)
+            .ok_or(A2aError::TaskNotFound)
     }
 }
 

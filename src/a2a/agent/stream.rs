@@ -13,10 +13,13 @@
 use super::{Agent, TurnPlan, internal};
 use crate::clock::rfc3339_millis;
 use crate::layers::auth::AuthenticatedPeer;
-use crate::protocol::jsonrpc::{self, RpcError, RpcId};
-use crate::protocol::types::{GetTaskParams, SendMessageParams, Task, TaskState};
+use crate::protocol::error::A2aError;
+use crate::protocol::jsonrpc::Method;
+use crate::protocol::types::{
+    Message, Part, Role, SendMessageRequest, StreamResponse, SubscribeToTaskRequest, Task,
+    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
 use crate::shared::streams::StreamPermit;
-use serde_json::json;
 use serde_json::value::{RawValue, to_raw_value};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -30,63 +33,72 @@ const BUFFERED_EVENTS: usize = 64;
 /// event larger than this is still sent when nothing else waits).
 pub const BUFFERED_BYTES: usize = 1024 * 1024;
 
+/// One event of a stream: a `StreamResponse`, encoded once as ProtoJSON when it is made (the
+/// buffer a slow reader may fill is bounded in bytes), or the error that ends the stream.
+/// Each binding frames it in its own way.
+#[derive(Debug)]
+pub enum StreamEvent {
+    /// A `StreamResponse` as ProtoJSON.
+    Response(Box<RawValue>),
+    /// The error the stream ends with.
+    Error(A2aError),
+}
+
+impl StreamEvent {
+    /// Bytes it holds in a stream's buffer.
+    fn size(&self) -> usize {
+        match self {
+            Self::Response(json) => json.get().len(),
+            Self::Error(_) => 256,
+        }
+    }
+}
+
 /// A stream's events as the response reads them, holding the stream's place among its peer's
 /// open streams until it is dropped.
 #[derive(Debug)]
 pub struct EventStream {
-    events: mpsc::Receiver<String>,
+    events: mpsc::Receiver<StreamEvent>,
     buffered: Arc<AtomicUsize>,
-    reshape: Option<fn(String) -> String>,
     _place: StreamPermit,
 }
 
 impl EventStream {
     /// Events sent into `events` as they come, holding `place` (for a stream made elsewhere
     /// than a turn: tests, another binding's adapter).
-    pub fn from_receiver(events: mpsc::Receiver<String>, place: StreamPermit) -> Self {
+    pub fn from_receiver(events: mpsc::Receiver<StreamEvent>, place: StreamPermit) -> Self {
         Self {
             events,
             buffered: Arc::default(),
-            reshape: None,
             _place: place,
         }
     }
 
     /// The next event; `None` once the stream ended.
-    pub async fn next(&mut self) -> Option<String> {
+    pub async fn next(&mut self) -> Option<StreamEvent> {
         let event = self.events.recv().await?;
+        let size = event.size();
         let _ = self
             .buffered
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |waiting| {
-                Some(waiting.saturating_sub(event.len()))
+                Some(waiting.saturating_sub(size))
             });
-        Some(match self.reshape {
-            Some(reshape) => reshape(event),
-            None => event,
-        })
-    }
-
-    /// The same stream with each event passed through `reshape` (another binding's shape).
-    pub fn reshaped(mut self, reshape: fn(String) -> String) -> Self {
-        self.reshape = Some(reshape);
-        self
+        Some(event)
     }
 }
 
 /// A stream's two ends: what the turn sends into, and what the response reads.
-fn stream_pair(id: &RpcId, place: StreamPermit) -> (Stream, EventStream) {
+fn stream_pair(place: StreamPermit) -> (Stream, EventStream) {
     let (events, receiver) = mpsc::channel(BUFFERED_EVENTS);
     let buffered = Arc::new(AtomicUsize::new(0));
     (
         Stream {
-            id: id.clone(),
             events: Some(events),
             buffered: buffered.clone(),
         },
         EventStream {
             events: receiver,
             buffered,
-            reshape: None,
             _place: place,
         },
     )
@@ -94,15 +106,15 @@ fn stream_pair(id: &RpcId, place: StreamPermit) -> (Stream, EventStream) {
 
 /// Why a stream was not opened.
 #[derive(Debug)]
-pub(crate) enum StreamRefused {
+pub enum StreamRefused {
     /// The protocol's error.
-    Rpc(RpcError),
+    Rpc(A2aError),
     /// The peer holds as many open streams as it may (its cap).
     AtCap(u32),
 }
 
-impl From<RpcError> for StreamRefused {
-    fn from(error: RpcError) -> Self {
+impl From<A2aError> for StreamRefused {
+    fn from(error: A2aError) -> Self {
         Self::Rpc(error)
     }
 }
@@ -111,11 +123,10 @@ impl From<RpcError> for StreamRefused {
 /// without an event (a sweep, a lost publication).
 const SUBSCRIPTION_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The response events of one stream, under the request's id. Nothing here ever waits for
-/// the client: a turn must not stall because a peer stopped reading.
+/// The response events of one stream. Nothing here ever waits for the client: a turn must not
+/// stall because a peer stopped reading.
 struct Stream {
-    id: RpcId,
-    events: Option<mpsc::Sender<String>>,
+    events: Option<mpsc::Sender<StreamEvent>>,
     /// Bytes sent and not yet read by the response.
     buffered: Arc<AtomicUsize>,
 }
@@ -124,9 +135,9 @@ impl Stream {
     /// Sends one event; a client that left, or fell [`BUFFERED_EVENTS`] events or
     /// [`BUFFERED_BYTES`] behind, gets no more (its stream ends; the turn goes on and is
     /// stored).
-    fn push(&mut self, event: String) {
+    fn push(&mut self, event: StreamEvent) {
         let Some(events) = &self.events else { return };
-        let size = event.len();
+        let size = event.size();
         let waiting = self.buffered.fetch_add(size, Ordering::SeqCst);
         if waiting > 0 && waiting + size > BUFFERED_BYTES {
             self.buffered.fetch_sub(size, Ordering::SeqCst);
@@ -148,18 +159,32 @@ impl Stream {
         }
     }
 
-    fn send(&mut self, result: &serde_json::Value) {
-        if let Ok(raw) = to_raw_value(result) {
-            self.push(jsonrpc::success(&self.id, &raw));
+    fn send(&mut self, response: &StreamResponse) {
+        match to_raw_value(response) {
+            Ok(json) => self.push(StreamEvent::Response(json)),
+            Err(e) => self.fail(internal(e)),
         }
     }
 
-    fn send_raw(&mut self, result: &RawValue) {
-        self.push(jsonrpc::success(&self.id, result));
+    fn fail(&mut self, error: A2aError) {
+        self.push(StreamEvent::Error(error));
     }
 
-    fn fail(&mut self, error: &RpcError) {
-        self.push(jsonrpc::failure(&self.id, error));
+    /// The events a finished task ends a stream with: its answer, then its status.
+    fn send_final(&mut self, task: Task) {
+        for artifact in task.artifacts {
+            self.send(&StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                artifact,
+                last_chunk: true,
+            }));
+        }
+        self.send(&StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: task.id,
+            context_id: task.context_id,
+            status: task.status,
+        }));
     }
 }
 
@@ -179,18 +204,12 @@ impl Agent {
         self: &Arc<Self>,
         peer: &AuthenticatedPeer,
         client: Option<IpAddr>,
-        id: &RpcId,
-        params: Option<&RawValue>,
+        params: SendMessageRequest,
     ) -> Result<EventStream, StreamRefused> {
-        if !self.settings.streaming {
-            return Err(StreamRefused::Rpc(RpcError::UnsupportedOperation(
-                "streaming is off (capabilities.streaming is false): send the message with SendMessage",
-            )));
-        }
-        let params: SendMessageParams = jsonrpc::parse_params(params)?;
+        self.offered(Method::SendStreamingMessage)?;
         let planned = self.plan(peer, params).await?;
         let place = self.stream_place(peer).await?;
-        let (stream, receiver) = stream_pair(id, place);
+        let (stream, receiver) = stream_pair(place);
         let agent = self.clone();
         let counted = self.background_turn();
         tokio::spawn(async move {
@@ -211,31 +230,31 @@ impl Agent {
     ) {
         let refusal = match self.refusal(&turn.peer, client).await {
             Ok(refusal) => refusal,
-            Err(error) => return stream.fail(&error),
+            Err(error) => return stream.fail(error),
         };
         if let Some(refusal) = refusal {
-            match self.refuse(&mut turn, refusal, None).await {
-                Ok(answer) => stream.send_raw(&answer),
-                Err(error) => stream.fail(&error),
+            match self.refuse(&mut turn, refusal).await {
+                Ok(task) => stream.send(&StreamResponse::Task(task)),
+                Err(error) => stream.fail(error),
             }
             return;
         }
         let held = match self.begin_turn(&turn).await {
             Ok(held) => held,
-            Err(error) => return stream.fail(&error),
+            Err(error) => return stream.fail(error),
         };
         if let Err(error) = self.still_waiting(&mut turn).await {
-            return stream.fail(&error);
+            return stream.fail(error);
         }
         let (prompt, unfinished, working_json) =
             match self.store_working(&turn, fresh_context).await {
                 Ok(stored) => stored,
-                Err(error) => return stream.fail(&error),
+                Err(error) => return stream.fail(error),
             };
         let Ok(working) = serde_json::from_str::<Task>(&working_json) else {
-            return stream.fail(&internal("a stored task could not be read"));
+            return stream.fail(internal("a stored task could not be read"));
         };
-        stream.send(&json!({"task": working}));
+        stream.send(&StreamResponse::Task(working.clone()));
         let (cancel, cancelable) = self.running_turn(&turn);
         // Unbounded, but filled only while the model call is polled: bounded by the backend's
         // response limit.
@@ -265,52 +284,32 @@ impl Agent {
             let estimate = u64::try_from(streamed).unwrap_or(u64::MAX).div_ceil(4);
             outcome.usage = Some(self.budgets.record(turn.peer.owner_id(), estimate));
         }
-        let answer = self.finish(&turn, outcome, None, Some(unfinished)).await;
+        let answer = self.finish(&turn, outcome, Some(unfinished)).await;
         drop(cancelable);
         drop(held);
-        let task = match answer.map(|raw| serde_json::from_str::<serde_json::Value>(raw.get())) {
-            Ok(Ok(answer)) => answer["task"].clone(),
-            Ok(Err(e)) => return stream.fail(&internal(e)),
-            Err(error) => return stream.fail(&error),
-        };
-        for artifact in task["artifacts"].as_array().into_iter().flatten() {
-            stream.send(&json!({"artifactUpdate": {
-                "taskId": turn.task_id,
-                "contextId": turn.context_id,
-                "artifact": artifact,
-                "lastChunk": true,
-            }}));
+        match answer {
+            Ok(task) => stream.send_final(task),
+            Err(error) => stream.fail(error),
         }
-        stream.send(&json!({"statusUpdate": {
-            "taskId": turn.task_id,
-            "contextId": turn.context_id,
-            "status": task["status"],
-        }}));
     }
 
     /// `SubscribeToTask`: the task as stored, then its stored states until the final one.
     pub(super) async fn subscribe_to_task(
         self: &Arc<Self>,
         peer: &AuthenticatedPeer,
-        id: &RpcId,
-        params: Option<&RawValue>,
+        params: SubscribeToTaskRequest,
     ) -> Result<EventStream, StreamRefused> {
-        if !(self.settings.streaming && self.settings.subscriptions) {
-            return Err(StreamRefused::Rpc(RpcError::UnsupportedOperation(
-                "task subscriptions are off (capabilities.subscriptions is false): follow the task with GetTask",
-            )));
-        }
-        let params: GetTaskParams = jsonrpc::parse_params(params)?;
+        self.offered(Method::SubscribeToTask)?;
         // Listening before the task is read, so a final state stored in between is heard.
         let mut heard = self.shared.events.subscribe(peer.id(), &params.id);
         let task = self.load_task(peer, &params.id).await?;
         if task.status.state.is_final() {
-            return Err(StreamRefused::Rpc(RpcError::UnsupportedOperation(
+            return Err(StreamRefused::Rpc(A2aError::UnsupportedOperation(
                 "the task is already in a final state: read it with GetTask",
             )));
         }
         let place = self.stream_place(peer).await?;
-        let (mut stream, receiver) = stream_pair(id, place);
+        let (mut stream, receiver) = stream_pair(place);
         let closed = stream
             .events
             .clone()
@@ -318,33 +317,32 @@ impl Agent {
         let (agent, peer, task_id) = (self.clone(), peer.clone(), params.id.clone());
         let counted = self.background_turn();
         tokio::spawn(async move {
-            stream.send(&json!({"task": task}));
+            stream.send(&StreamResponse::Task(task));
             let ends_at = tokio::time::Instant::now() + agent.settings.longest_stream;
             let mut recheck = tokio::time::interval(SUBSCRIPTION_RECHECK);
             recheck.tick().await;
             // Ends at the task's final state, when the client leaves, or at the longest a
             // stream may last, whichever comes first.
-            let final_json = loop {
+            let final_task = loop {
                 tokio::select! {
                     event = heard.next() => match event {
                         Some(event) if event.state == TaskState::Working => {}
                         // A task waiting for the peer again: its status, and the stream goes on.
                         Some(event) if !event.state.is_final() => {
                             if let Ok(stored) = serde_json::from_str::<Task>(&event.task_json) {
-                                stream.send(&json!({"statusUpdate": {
-                                    "taskId": stored.id,
-                                    "contextId": stored.context_id,
-                                    "status": stored.status,
-                                }}));
+                                stream.send(&StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                                    task_id: stored.id,
+                                    context_id: stored.context_id,
+                                    status: stored.status,
+                                }));
                             }
                         }
-                        Some(event) => break Some(event.task_json.to_string()),
+                        Some(event) => break serde_json::from_str::<Task>(&event.task_json).ok(),
                         None => break None,
                     },
                     _ = recheck.tick() => {
-                        if let Ok(stored) = agent.load_task_json(&peer, &task_id).await
-                            && serde_json::from_str::<Task>(&stored)
-                                .is_ok_and(|task| task.status.state.is_final())
+                        if let Ok(stored) = agent.load_task(&peer, &task_id).await
+                            && stored.status.state.is_final()
                         {
                             break Some(stored);
                         }
@@ -353,23 +351,9 @@ impl Agent {
                     () = tokio::time::sleep_until(ends_at) => break None,
                 }
             };
-            if let Some(stored) = final_json
-                && let Ok(stored) = serde_json::from_str::<serde_json::Value>(&stored)
-            {
+            if let Some(stored) = final_task {
                 // The same events a streamed turn ends with: the answer, then the status.
-                for artifact in stored["artifacts"].as_array().into_iter().flatten() {
-                    stream.send(&json!({"artifactUpdate": {
-                        "taskId": stored["id"],
-                        "contextId": stored["contextId"],
-                        "artifact": artifact,
-                        "lastChunk": true,
-                    }}));
-                }
-                stream.send(&json!({"statusUpdate": {
-                    "taskId": stored["id"],
-                    "contextId": stored["contextId"],
-                    "status": stored["status"],
-                }}));
+                stream.send_final(stored);
             }
             drop(counted);
         });
@@ -378,20 +362,20 @@ impl Agent {
 }
 
 /// A status update carrying a piece of the model's text as it arrives, at `now` (epoch ms).
-fn piece_update(working: &Task, piece: &str, now: i64) -> serde_json::Value {
-    json!({"statusUpdate": {
-        "taskId": working.id,
-        "contextId": working.context_id,
-        "status": {
-            "state": TaskState::Working.as_str(),
-            "message": {
-                "messageId": uuid::Uuid::new_v4().to_string(),
-                "role": "ROLE_AGENT",
-                "parts": [{"text": piece}],
-                "taskId": working.id,
-                "contextId": working.context_id,
+fn piece_update(working: &Task, piece: &str, now: i64) -> StreamResponse {
+    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+        task_id: working.id.clone(),
+        context_id: working.context_id.clone(),
+        status: TaskStatus {
+            state: TaskState::Working,
+            message: Message {
+                message_id: uuid::Uuid::new_v4().to_string(),
+                context_id: working.context_id.clone(),
+                task_id: working.id.clone(),
+                role: Role::Agent,
+                parts: vec![Part::text(piece)],
             },
-            "timestamp": rfc3339_millis(now),
+            timestamp: rfc3339_millis(now),
         },
-    }})
+    })
 }

@@ -8,19 +8,19 @@ impl Agent {
         self: &Arc<Self>,
         peer: &AuthenticatedPeer,
         client: Option<IpAddr>,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, RpcError> {
-        let params: SendMessageParams = jsonrpc::parse_params(params)?;
+        params: SendMessageRequest,
+    ) -> Result<SendMessageResponse, A2aError> {
         let planned = self.plan(peer, params).await?;
         let (mut turn, history_length) = (planned.turn, planned.history_length);
         let return_immediately = planned.return_immediately;
         if return_immediately && !self.settings.non_blocking {
-            return Err(RpcError::UnsupportedOperation(
+            return Err(A2aError::UnsupportedOperation(
                 "non-blocking sends are off (capabilities.non_blocking is false): send without configuration.returnImmediately",
             ));
         }
         if let Some(refusal) = self.refusal(peer, client).await? {
-            return self.refuse(&mut turn, refusal, history_length).await;
+            let task = self.refuse(&mut turn, refusal).await?;
+            return Ok(task_answer(task, history_length));
         }
         let held = self.begin_turn(&turn).await?;
         self.still_waiting(&mut turn).await?;
@@ -33,16 +33,13 @@ impl Agent {
                 .agent_reply
                 .as_ref()
                 .is_some_and(|reply| reply.as_message);
-            let answer = self
-                .finish(&turn, outcome, history_length, Some(unfinished))
-                .await;
+            let answer = self.finish(&turn, outcome, Some(unfinished)).await;
             drop(cancelable);
             drop(held);
-            return if as_message {
-                answer.and_then(|task| message_answer(&task))
-            } else {
-                answer
-            };
+            return answer.map(|task| match as_message {
+                true => SendMessageResponse::Message(task.status.message),
+                false => task_answer(task, history_length),
+            });
         }
         // The working task is the answer; the turn goes on without the request, holding the
         // context's turn until its final state is stored.
@@ -50,22 +47,23 @@ impl Agent {
         let counted = self.background_turn();
         tokio::spawn(async move {
             let outcome = agent.run_model(&turn, &prompt, cancel, None).await;
-            if let Err(e) = agent.finish(&turn, outcome, None, Some(unfinished)).await {
+            if let Err(e) = agent.finish(&turn, outcome, Some(unfinished)).await {
                 tracing::warn!(task_id = %turn.task_id, error = ?e, "a non-blocking turn could not store its answer");
             }
             drop(cancelable);
             drop(held);
             drop(counted);
         });
-        task_answer(&working_json, history_length)
+        let working: Task = serde_json::from_str(&working_json).map_err(internal)?;
+        Ok(task_answer(working, history_length))
     }
 
     /// Reads a message into the turn it asks for: checked, and not yet stored.
     pub(super) async fn plan(
         &self,
         peer: &AuthenticatedPeer,
-        params: SendMessageParams,
-    ) -> Result<PlannedTurn, RpcError> {
+        params: SendMessageRequest,
+    ) -> Result<PlannedTurn, A2aError> {
         if let Some(id) = params.misplaced_id() {
             return Err(invalid(
                 id,
@@ -131,7 +129,7 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         client: Option<IpAddr>,
-    ) -> Result<Option<Outcome>, RpcError> {
+    ) -> Result<Option<Outcome>, A2aError> {
         let refusal = self
             .budgets
             .check(peer.owner_id())
@@ -147,13 +145,13 @@ impl Agent {
     pub(super) async fn begin_turn(
         &self,
         turn: &TurnPlan,
-    ) -> Result<crate::shared::turns::Turn, RpcError> {
+    ) -> Result<crate::shared::turns::Turn, A2aError> {
         let wait = self.settings.backend_timeout.mul_f32(1.5);
         self.shared
             .turns
             .begin_turn(turn.peer.id(), &turn.context_id, wait)
             .await
-            .ok_or(RpcError::ContextBusy)
+            .ok_or(A2aError::ContextBusy)
     }
 
     /// Registers a turn a peer may cancel (no receiver when cancelling running turns is off);
@@ -216,7 +214,7 @@ impl Agent {
         &self,
         turn: &TurnPlan,
         fresh_context: bool,
-    ) -> Result<(Prompt, UnfinishedTask, String), RpcError> {
+    ) -> Result<(Prompt, UnfinishedTask, String), A2aError> {
         let peer = &turn.peer;
         // Stored before the model is asked: a store that cannot take it refuses the message
         // with nothing spent, and a crash from here on leaves a task that reads as failed
@@ -374,14 +372,13 @@ impl Agent {
     }
 
     /// Stores the task's final state with what the turn adds (messages, usage, an audit record),
-    /// then answers it.
+    /// then answers with it.
     pub(super) async fn finish(
         &self,
         turn: &TurnPlan,
         outcome: Outcome,
-        history_length: Option<usize>,
         unfinished: Option<UnfinishedTask>,
-    ) -> Result<Box<RawValue>, RpcError> {
+    ) -> Result<Task, A2aError> {
         let state = outcome.state;
         let now = self.clock.now_millis();
         let task = match &outcome.agent_reply {
@@ -403,10 +400,7 @@ impl Agent {
             }
             None => turn.task(self, state, &outcome.reply, now),
         };
-        // Serialized once: the stored copy is also the answer, unless the peer asked for less
-        // history.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
-        let answer = task_answer(&task_json, history_length)?;
         let heard = self.event(&turn.peer, &turn.task_id, state, &task_json);
         let mut finished = turn.exchange(self, state, task_json, now);
         finished.messages = outcome.messages;
@@ -431,7 +425,7 @@ impl Agent {
                 _ => FinalState::Failed,
             });
         }
-        Ok(answer)
+        Ok(task)
     }
 }
 

@@ -95,7 +95,7 @@ impl Agent {
         peer: &AuthenticatedPeer,
         task_id: &str,
         context_id: Option<&str>,
-    ) -> Result<ContinuedTask, RpcError> {
+    ) -> Result<ContinuedTask, A2aError> {
         let task = self.load_task(peer, task_id).await?;
         if context_id.is_some_and(|c| c != task.context_id) {
             return Err(invalid(
@@ -104,12 +104,12 @@ impl Agent {
             ));
         }
         if task.status.state == TaskState::Working {
-            return Err(RpcError::UnsupportedOperation(
+            return Err(A2aError::UnsupportedOperation(
                 "the task is still being answered; wait for its answer, then send a new message without taskId (and with the same contextId)",
             ));
         }
         if !task.status.state.is_interrupted() {
-            return Err(RpcError::UnsupportedOperation(
+            return Err(A2aError::UnsupportedOperation(
                 "the task is already in a terminal state; send a new message without taskId (and with the same contextId) to continue the conversation",
             ));
         }
@@ -130,7 +130,7 @@ impl Agent {
     /// A turn continuing a task, once it holds the context: the task must still be waiting
     /// (another message may have answered it meanwhile), and its history and the agent's task
     /// are read again, as they are now.
-    pub(super) async fn still_waiting(&self, turn: &mut TurnPlan) -> Result<(), RpcError> {
+    pub(super) async fn still_waiting(&self, turn: &mut TurnPlan) -> Result<(), A2aError> {
         if turn.continues.is_none() {
             return Ok(());
         }
@@ -138,7 +138,7 @@ impl Agent {
             .continued_task(&turn.peer, &turn.task_id, Some(&turn.context_id))
             .await
             .map_err(|_| {
-                RpcError::UnsupportedOperation(
+                A2aError::UnsupportedOperation(
                     "another message answered the task first; read it with GetTask",
                 )
             })?;
@@ -153,10 +153,9 @@ impl Agent {
         &self,
         turn: &mut TurnPlan,
         refusal: Outcome,
-        history_length: Option<usize>,
-    ) -> Result<Box<RawValue>, RpcError> {
+    ) -> Result<Task, A2aError> {
         if turn.continues.is_none() {
-            return self.finish(turn, refusal, history_length, None).await;
+            return self.finish(turn, refusal, None).await;
         }
         let _held = self.begin_turn(turn).await?;
         self.still_waiting(turn).await?;
@@ -165,36 +164,16 @@ impl Agent {
             .as_ref()
             .and_then(|c| c.upstream_task_id.clone());
         self.cancel_agent_task(turn, agent_task.as_deref()).await;
-        self.finish(turn, refusal, history_length, None).await
+        self.finish(turn, refusal, None).await
     }
 }
 
-/// `{"task": …}` for a stored task, with at most `history_length` history messages.
-pub(super) fn task_answer(
-    task_json: &str,
-    history_length: Option<usize>,
-) -> Result<Box<RawValue>, RpcError> {
-    let answer = match history_length {
-        None => format!("{{\"task\":{task_json}}}"),
-        Some(n) => {
-            let mut task: Task = serde_json::from_str(task_json).map_err(internal)?;
-            task.limit_history(n);
-            serde_json::to_string(&json!({"task": task})).map_err(internal)?
-        }
-    };
-    RawValue::from_string(answer).map_err(internal)
-}
-
-/// `{"message": …}`: the agent's message of a task answer, for an agent that answered with a
-/// message (the stored task keeps it; the message names that task).
-pub(super) fn message_answer(task_answer: &RawValue) -> Result<Box<RawValue>, RpcError> {
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        task: Task,
+/// `{"task": …}` with at most `history_length` history messages.
+pub(super) fn task_answer(mut task: Task, history_length: Option<usize>) -> SendMessageResponse {
+    if let Some(n) = history_length {
+        task.limit_history(n);
     }
-    let answer: Answer = serde_json::from_str(task_answer.get()).map_err(internal)?;
-    serde_json::value::to_raw_value(&json!({"message": answer.task.status.message}))
-        .map_err(internal)
+    SendMessageResponse::Task(task)
 }
 
 /// One message's turn: what every stored copy of its task shares.

@@ -1,0 +1,111 @@
+//! The A2A operations as one typed service: every binding (JSON-RPC, HTTP+JSON, gRPC) decodes
+//! its request into the operation's typed request, calls the service, and encodes the typed
+//! answer or the [`A2aError`] in its own form (the forms are one table,
+//! [`crate::protocol::error`]). No binding decides anything about tasks; the service does not
+//! know which binding asked.
+//!
+//! The caller is always an authenticated peer: the guard in front of every binding made it.
+
+use crate::a2a::agent::{EventStream, StreamRefused};
+use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::error::A2aError;
+use crate::protocol::jsonrpc::Method;
+use crate::protocol::types::{
+    CancelTaskRequest, GetTaskRequest, ListTaskPushNotificationConfigsResponse, ListTasksRequest,
+    ListTasksResponse, PushConfigParams, PushConfigRef, SendMessageRequest, SendMessageResponse,
+    SubscribeToTaskRequest, Task, TaskPushNotificationConfig,
+};
+use serde_json::value::RawValue;
+use std::net::IpAddr;
+
+/// Who asks: the peer the guard authenticated, and the address it came from.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The authenticated peer.
+    pub peer: AuthenticatedPeer,
+    /// Its address, when the listener knows it.
+    pub client: Option<IpAddr>,
+}
+
+/// A signed Agent Card, served as signed: re-encoding it would be a different document.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(transparent)]
+pub struct SignedCard(pub Box<RawValue>);
+
+/// One method per A2A 1.0 operation.
+#[async_trait::async_trait]
+pub trait A2aService: Send + Sync {
+    /// Whether the operation is served here at all (the policy's capabilities). Every binding
+    /// asks before it reads the request, so an operation that is off is refused alike
+    /// whatever the request holds.
+    fn offered(&self, method: Method) -> Result<(), A2aError>;
+
+    /// `SendMessage`: the task (or the agent's direct message) once the turn is stored.
+    async fn send_message(
+        &self,
+        caller: &Caller,
+        request: SendMessageRequest,
+    ) -> Result<SendMessageResponse, A2aError>;
+
+    /// `SendStreamingMessage`: the turn's events as they happen.
+    async fn send_streaming_message(
+        &self,
+        caller: &Caller,
+        request: SendMessageRequest,
+    ) -> Result<EventStream, StreamRefused>;
+
+    /// `GetTask`: the caller's own task.
+    async fn get_task(&self, caller: &Caller, request: GetTaskRequest) -> Result<Task, A2aError>;
+
+    /// `ListTasks`: a page of the caller's tasks.
+    async fn list_tasks(
+        &self,
+        caller: &Caller,
+        request: ListTasksRequest,
+    ) -> Result<ListTasksResponse, A2aError>;
+
+    /// `CancelTask`: the task as canceled.
+    async fn cancel_task(
+        &self,
+        caller: &Caller,
+        request: CancelTaskRequest,
+    ) -> Result<Task, A2aError>;
+
+    /// `SubscribeToTask`: the task, then its stored states until the final one.
+    async fn subscribe_to_task(
+        &self,
+        caller: &Caller,
+        request: SubscribeToTaskRequest,
+    ) -> Result<EventStream, StreamRefused>;
+
+    /// `CreateTaskPushNotificationConfig`.
+    async fn create_push_config(
+        &self,
+        caller: &Caller,
+        request: PushConfigParams,
+    ) -> Result<TaskPushNotificationConfig, A2aError>;
+
+    /// `GetTaskPushNotificationConfig`.
+    async fn get_push_config(
+        &self,
+        caller: &Caller,
+        request: PushConfigRef,
+    ) -> Result<TaskPushNotificationConfig, A2aError>;
+
+    /// `ListTaskPushNotificationConfigs`.
+    async fn list_push_configs(
+        &self,
+        caller: &Caller,
+        request: PushConfigRef,
+    ) -> Result<ListTaskPushNotificationConfigsResponse, A2aError>;
+
+    /// `DeleteTaskPushNotificationConfig`: idempotent.
+    async fn delete_push_config(
+        &self,
+        caller: &Caller,
+        request: PushConfigRef,
+    ) -> Result<(), A2aError>;
+
+    /// `GetExtendedAgentCard`: the card this caller gets.
+    async fn get_extended_agent_card(&self, caller: &Caller) -> Result<SignedCard, A2aError>;
+}
