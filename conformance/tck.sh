@@ -10,8 +10,8 @@
 #   python3 -m venv TCK_DIR/.venv && TCK_DIR/.venv/bin/pip install -e TCK_DIR
 #
 # The kit sends no credentials, so haproxy (apt-get install haproxy) sits in front of peergate
-# and adds a peer's bearer token to every request; the card's URL (server.public_base_url)
-# names haproxy, the per-IP limit is raised so the kit's bursts are not refused, and push
+# and adds a peer's bearer token to every request (over HTTP/2 for the gRPC listener, when the
+# policy has one); the card's URLs (server.public_base_url, grpc.public_address) name haproxy, the per-IP limit is raised so the kit's bursts are not refused, and push
 # callbacks may reach loopback (the kit's webhook receiver is on http://localhost). Reports land
 # in TCK_DIR/reports/; the summary is printed.
 set -euo pipefail
@@ -21,6 +21,8 @@ name=${2:-default}
 gate_port=18300
 admin_port=18301
 proxy_port=18302
+grpc_port=18303
+grpc_proxy_port=18304
 
 command -v haproxy >/dev/null || { echo "haproxy is needed: apt-get install haproxy" >&2; exit 1; }
 cargo build --quiet --release --bin peergate
@@ -32,10 +34,12 @@ peergate="$target_dir/release/peergate"
 with_workdir
 
 token=$("$peergate" peer add tck --rate 1000000/min --data "$work/data" 2>/dev/null)
-python3 - "policies/$name.toml" "$work/policy.toml" "$proxy_port" <<'PY'
-import sys
-source, target, port = sys.argv[1:]
+python3 - "policies/$name.toml" "$work/policy.toml" "$proxy_port" "$grpc_port" "$grpc_proxy_port" <<'PY'
+import re, sys
+source, target, port, grpc_port, grpc_proxy_port = sys.argv[1:]
 text = open(source).read()
+text = re.sub(r'(\[grpc\]\n(?:#.*\n)*)listen = "[^"]*"',
+              rf'\1listen = "127.0.0.1:{grpc_port}"\npublic_address = "127.0.0.1:{grpc_proxy_port}"', text)
 text = text.replace("[server]\n", f'[server]\npublic_base_url = "http://127.0.0.1:{port}"\n', 1)
 text = text.replace("per_ip_per_minute = 120", "per_ip_per_minute = 1000000", 1)
 # The kit's webhook receiver listens on http://localhost: allowed for this run only.
@@ -58,6 +62,12 @@ frontend door
   default_backend gate
 backend gate
   server peergate 127.0.0.1:$gate_port
+frontend grpc
+  bind 127.0.0.1:$grpc_proxy_port proto h2
+  http-request set-header Authorization "Bearer $token"
+  default_backend grpc_gate
+backend grpc_gate
+  server peergate 127.0.0.1:$grpc_port proto h2
 CFG
 haproxy -f "$work/haproxy.cfg" -db >/dev/null 2>&1 &
 pids+=($!)

@@ -501,6 +501,12 @@ fn the_full_policy_is_the_default_with_every_capability_on() {
     );
     default.remove("capabilities");
     full.remove("capabilities");
+    // The gRPC listener is the full policy's too, and only its.
+    assert!(default.get("grpc").is_none());
+    assert_eq!(
+        full.remove("grpc").unwrap()["listen"].as_str(),
+        Some("127.0.0.1:8082")
+    );
     let values = |document: &toml_edit::DocumentMut| {
         let text = document.to_string();
         text.lines()
@@ -511,7 +517,7 @@ fn the_full_policy_is_the_default_with_every_capability_on() {
     assert_eq!(
         values(&default),
         values(&full),
-        "only [capabilities] differs"
+        "only [capabilities] and [grpc] differ"
     );
     let policy = peergate::config::Policy::load(Some(&repo_root().join("policies/full.toml")))
         .unwrap()

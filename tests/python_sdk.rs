@@ -1,5 +1,6 @@
 //! The official Python client (`a2a-sdk`, pinned in `tests/interop/requirements.txt`) against
-//! the real `peergate serve` binary: discover, send, get, follow up, unknown task.
+//! the real `peergate serve` binary: discover, send, get, follow up, unknown task; and with
+//! `policies/full.toml` over JSON-RPC and over gRPC, the same answers and the same errors.
 //!
 //! The client lives in its own virtual environment under the target directory, created and
 //! filled from PyPI on first use (python3 with the `venv` module is required; on Debian:
@@ -49,4 +50,27 @@ fn official_python_client_streams_lists_sends_without_waiting_and_meets_the_erro
         summary["non_blocking_final_state"], "TASK_STATE_COMPLETED",
         "{summary}"
     );
+}
+
+#[test]
+fn official_python_client_over_grpc_and_http_json_gets_the_same_answers_and_errors() {
+    let python = python_with_sdk();
+    let script = repo_root().join("tests/interop/a2a_python_full.py");
+    // The same expectations as over JSON-RPC (streams, lists, non-blocking sends, the errors
+    // by their ErrorInfo reasons, push configs), over the card's other interfaces.
+    for binding in ["GRPC", "HTTP+JSON"] {
+        let args = ["--binding", binding];
+        let summary = run_full_policy_client_with(&python, &script, "python-sdk", &args);
+        assert_eq!(
+            summary["non_blocking_final_state"], "TASK_STATE_COMPLETED",
+            "{binding}: {summary}"
+        );
+        let interface = summary["interface"][0].as_str().unwrap_or_default();
+        let expected = match binding {
+            // A gRPC interface names host:port; the bound one, not the policy's port 0.
+            "GRPC" => interface.starts_with("127.0.0.1:") && !interface.ends_with(":0"),
+            _ => interface.ends_with("/a2a/v1/rest"),
+        };
+        assert!(expected, "{binding}: {summary}");
+    }
 }

@@ -15,7 +15,7 @@ use crate::backend::BackendSetupError;
 use crate::clock::Clock;
 use crate::config::{Policy, PolicySource};
 use crate::guard::refusal::{self};
-use crate::http::accept::ConnectionLimits;
+use crate::http::accept::{ConnectionLimits, Protocol};
 use crate::http::admin_api::AdminState;
 use crate::http::door::{DoorGuards, DoorState, door_router, panic_response};
 use crate::layers::auth::PeerAuthenticator;
@@ -53,6 +53,8 @@ pub struct GatewayOptions {
     pub listen: Option<SocketAddr>,
     /// Overrides `server.admin_listen`.
     pub admin_listen: Option<SocketAddr>,
+    /// Overrides `grpc.listen` (only with `[grpc]`).
+    pub grpc_listen: Option<SocketAddr>,
     /// The clock; tests pass a manual one.
     pub clock: Arc<dyn Clock>,
 }
@@ -98,9 +100,12 @@ pub struct RunningGateway {
     pub door_url: String,
     /// The admin API's bound address.
     pub admin_addr: SocketAddr,
+    /// The gRPC listener's bound address, with `[grpc]`.
+    pub grpc_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::watch::Sender<bool>>,
-    serving: tokio::task::JoinHandle<std::io::Result<()>>,
-    admin_serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    serving: Serving,
+    admin_serving: Serving,
+    grpc_serving: Option<Serving>,
     accounts: AccountService,
     sweeper: tokio::task::JoinHandle<()>,
     /// Hears account changes from the command line and re-reads the known credential ids.
@@ -123,6 +128,9 @@ impl RunningGateway {
         }
         let _ = (&mut self.serving).await;
         let _ = (&mut self.admin_serving).await;
+        if let Some(grpc_serving) = &mut self.grpc_serving {
+            let _ = grpc_serving.await;
+        }
         self.sweeper.abort();
         self.hearing.abort();
         // Turns running without a request (non-blocking sends, streams) store their answers
@@ -161,14 +169,15 @@ impl RunningGateway {
 }
 
 /// Opens the store, binds the listener and starts serving.
-pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError> {
+pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartError> {
+    let grpc_bound = grpc_listener(&mut options).await?;
     let policy = &options.policy;
     let backend = crate::backend::from_policy(&policy.model).await?;
     let store = Store::open_at(&options.store_location()).await?;
     let sharing = Sharing::connect(&options, &store).await?;
     store.claim_for_serving(sharing.serving).await?;
     sharing.begin().await?;
-    let listeners = Listeners::bind(&options).await?;
+    let listeners = Listeners::bind(&options, grpc_bound).await?;
     let door_url = card::door_url(policy, listeners.local_addr);
     let identity_providers = identity_providers(policy, &options.clock)?;
     let card_identities = card::CardIdentities {
@@ -214,6 +223,7 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     ));
     let state = door_state(policy, agent.clone(), &documents, readiness.clone());
     let router = door_router(policy, state, &guards, metrics.clone());
+    let grpc_router = grpc_router(policy, &agent, &readiness, &guards, &metrics);
 
     let (accounts, hearing, admin_router) = admin_side(
         &options,
@@ -225,8 +235,9 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
     )?;
 
     let (local_addr, admin_addr) = (listeners.local_addr, listeners.admin_addr);
-    let (shutdown_tx, serving, admin_serving) =
-        listeners.serve(policy, router, admin_router, &metrics);
+    let grpc_addr = listeners.grpc.as_ref().map(|(_, addr)| *addr);
+    let (shutdown_tx, serving, admin_serving, grpc_serving) =
+        listeners.serve(policy, (router, admin_router, grpc_router), &metrics);
     let registry = sharing.registry();
     let state_agent = agent.clone();
     let kept = sharing.keep(&options, agent.clone());
@@ -250,6 +261,9 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         .transpose()
         .map_err(|e| config(&e))?;
     tracing::info!("admin API on http://{admin_addr} (OpenAPI at /openapi.json)");
+    if let Some(grpc_addr) = grpc_addr {
+        tracing::info!("gRPC binding on {grpc_addr} (lf.a2a.v1.A2AService, grpc.health.v1.Health)");
+    }
     tracing::info!(
         "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
     );
@@ -257,9 +271,11 @@ pub async fn start(options: GatewayOptions) -> Result<RunningGateway, StartError
         local_addr,
         door_url,
         admin_addr,
+        grpc_addr,
         shutdown: Some(shutdown_tx),
         serving,
         admin_serving,
+        grpc_serving,
         accounts,
         sweeper,
         hearing,
@@ -440,6 +456,57 @@ fn door_state(
     }
 }
 
+/// The gRPC listener, with `[grpc]`, bound first: a card naming no address of its own names
+/// the bound one (port 0 in tests).
+async fn grpc_listener(
+    options: &mut GatewayOptions,
+) -> Result<Option<(tokio::net::TcpListener, SocketAddr)>, StartError> {
+    let Some(grpc) = options.policy.grpc.as_mut() else {
+        return match options.grpc_listen {
+            Some(_) => Err(StartError::Config(
+                "--grpc-listen: the policy has no [grpc] section; add one to serve gRPC".to_owned(),
+            )),
+            None => Ok(None),
+        };
+    };
+    if let Some(addr) = options.grpc_listen {
+        grpc.listen = addr;
+    }
+    if grpc.listen.ip().is_unspecified() && grpc.public_address.is_none() {
+        return Err(StartError::Config(
+            "grpc.public_address: is required when the gRPC listener binds an unspecified address; name the host:port partners reach".to_owned(),
+        ));
+    }
+    let (listener, bound) = bind(grpc.listen).await?;
+    if grpc.public_address.is_none() {
+        grpc.public_address = Some(bound.to_string());
+    }
+    Ok(Some((listener, bound)))
+}
+
+/// The gRPC listener's routes, with `[grpc]`: the same agent behind the same guards.
+fn grpc_router(
+    policy: &Policy,
+    agent: &Arc<Agent>,
+    readiness: &Arc<crate::http::ready::Readiness>,
+    guards: &DoorGuards,
+    metrics: &Arc<Metrics>,
+) -> Option<Router> {
+    policy.grpc.as_ref()?;
+    let state = crate::http::grpc::GrpcState {
+        agent: agent.clone(),
+        readiness: readiness.clone(),
+        longest_stream: stream_bounds(policy).longest,
+        max_message_bytes: policy.server.max_body_bytes,
+    };
+    Some(crate::http::grpc::grpc_router(
+        policy,
+        state,
+        guards,
+        metrics.clone(),
+    ))
+}
+
 pub(super) fn config(e: &dyn std::fmt::Display) -> StartError {
     StartError::Config(e.to_string())
 }
@@ -453,14 +520,21 @@ struct Listeners {
     admin: tokio::net::TcpListener,
     local_addr: SocketAddr,
     admin_addr: SocketAddr,
+    /// The gRPC listener, with `[grpc]`.
+    grpc: Option<(tokio::net::TcpListener, SocketAddr)>,
     /// The door's own TLS, with `[server.tls]`.
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The same for the gRPC listener, offering HTTP/2.
+    grpc_tls: Option<tokio_rustls::TlsAcceptor>,
     /// The SHA-256 of the client CA's certificate, when client certificates are asked for.
     client_ca_sha256: Option<String>,
 }
 
 impl Listeners {
-    async fn bind(options: &GatewayOptions) -> Result<Self, StartError> {
+    async fn bind(
+        options: &GatewayOptions,
+        grpc: Option<(tokio::net::TcpListener, SocketAddr)>,
+    ) -> Result<Self, StartError> {
         let policy = &options.policy;
         let addr = options.listen.unwrap_or(policy.server.listen);
         let admin_bind = options.admin_listen.unwrap_or(policy.server.admin_listen);
@@ -471,11 +545,19 @@ impl Listeners {
         // Read before binding: a wrong file stops start-up naming its setting.
         let (tls, client_ca_sha256) = match &policy.server.tls {
             Some(tls) => {
-                let (acceptor, ca) =
-                    crate::http::server_tls::acceptor(tls).map_err(StartError::Config)?;
+                let (acceptor, ca) = crate::http::server_tls::acceptor(tls, b"http/1.1")
+                    .map_err(StartError::Config)?;
                 (Some(acceptor), ca)
             }
             None => (None, None),
+        };
+        let grpc_tls = match (&policy.server.tls, &policy.grpc) {
+            (Some(tls), Some(_)) => Some(
+                crate::http::server_tls::acceptor(tls, b"h2")
+                    .map_err(StartError::Config)?
+                    .0,
+            ),
+            _ => None,
         };
         let (door, local_addr) = bind(addr).await?;
         let (admin, admin_addr) = bind(admin_bind).await?;
@@ -484,21 +566,27 @@ impl Listeners {
             admin,
             local_addr,
             admin_addr,
+            grpc,
             tls,
+            grpc_tls,
             client_ca_sha256,
         })
     }
 }
 
 impl Listeners {
-    /// Starts both accept loops; they drain when the returned sender says so.
+    /// Starts the accept loops; they drain when the returned sender says so.
     fn serve(
         self,
         policy: &Policy,
-        router: Router,
-        admin_router: Router,
+        (router, admin_router, grpc_router): (Router, Router, Option<Router>),
         metrics: &Arc<Metrics>,
-    ) -> (tokio::sync::watch::Sender<bool>, Serving, Serving) {
+    ) -> (
+        tokio::sync::watch::Sender<bool>,
+        Serving,
+        Serving,
+        Option<Serving>,
+    ) {
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         let limits = ConnectionLimits {
             header_read_timeout: Duration::from_secs(policy.server.header_read_timeout_seconds),
@@ -510,22 +598,38 @@ impl Listeners {
         };
         let serving = tokio::spawn(crate::http::accept::serve(
             self.door,
-            router,
+            (router, Protocol::Http1),
             limits.clone(),
             shutdown_rx.clone(),
             metrics.clone(),
             self.tls,
         ));
+        let grpc_serving = match (self.grpc, grpc_router, &policy.grpc) {
+            (Some((listener, _)), Some(router), Some(grpc)) => {
+                let protocol = Protocol::Http2 {
+                    max_concurrent_streams: grpc.max_concurrent_streams,
+                };
+                Some(tokio::spawn(crate::http::accept::serve(
+                    listener,
+                    (router, protocol),
+                    limits.clone(),
+                    shutdown_rx.clone(),
+                    metrics.clone(),
+                    self.grpc_tls,
+                )))
+            }
+            _ => None,
+        };
         // The admin listener is loopback only, without TLS of its own.
         let admin_serving = tokio::spawn(crate::http::accept::serve(
             self.admin,
-            admin_router,
+            (admin_router, Protocol::Http1),
             limits,
             shutdown_rx,
             metrics.clone(),
             None,
         ));
-        (shutdown_tx, serving, admin_serving)
+        (shutdown_tx, serving, admin_serving, grpc_serving)
     }
 }
 

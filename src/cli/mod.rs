@@ -68,6 +68,9 @@ enum Command {
         /// Address of the admin API [default: server.admin_listen from the policy].
         #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
         admin_listen: Option<SocketAddr>,
+        /// Address of the gRPC listener [default: grpc.listen from the policy; needs [grpc]].
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+        grpc_listen: Option<SocketAddr>,
         /// Redis, for what instances share (redis://host:port/db): the door's limits, and with a
         /// PostgreSQL store everything several instances serving it together share. Prefer the
         /// environment variable when it holds a password.
@@ -398,6 +401,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             policy,
             listen,
             admin_listen,
+            grpc_listen,
             redis,
             data,
         } => {
@@ -412,6 +416,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 redis_url: redis,
                 listen,
                 admin_listen,
+                grpc_listen,
                 clock: Arc::new(clock),
             })
             .await?;

@@ -10,6 +10,7 @@ mod capabilities;
 mod card;
 mod cluster;
 mod gate;
+pub mod grpc;
 mod limits;
 mod log;
 mod model;
@@ -148,6 +149,9 @@ pub struct Policy {
     /// `[log]`
     #[serde(default)]
     pub log: LogPolicy,
+    /// `[grpc]`: the gRPC binding, when present.
+    #[serde(default)]
+    pub grpc: Option<grpc::GrpcPolicy>,
     /// `[admin]`
     #[serde(default)]
     pub admin: AdminPolicy,
@@ -242,6 +246,9 @@ impl Policy {
         self.budgets.validate()?;
         self.cluster.validate()?;
         self.capabilities.validate()?;
+        if let Some(grpc) = &self.grpc {
+            grpc.validate()?;
+        }
         self.push.validate()?;
         self.card.validate()?;
         self.signing.validate()?;

@@ -28,8 +28,8 @@ use crate::layers::metrics::Metrics;
 use crate::shared::capped_counts::CappedCounts;
 use axum::Router;
 use axum::extract::ConnectInfo;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -81,12 +81,83 @@ fn connection_app(
     })
 }
 
-/// Serves `app` on `listener` until `shutdown` turns true, then drains. With `tls`, each
-/// connection's handshake runs in the connection's own task, within the header-read timeout,
-/// and the client certificate it verified (if any) goes with every request of the connection.
+/// The HTTP a listener speaks.
+#[derive(Debug, Clone, Copy)]
+pub enum Protocol {
+    /// HTTP/1.1: the door and the admin API.
+    Http1,
+    /// HTTP/2 only (prior knowledge, or ALPN `h2` over TLS): the gRPC listener.
+    Http2 {
+        /// Requests one connection may have in flight at once.
+        max_concurrent_streams: u32,
+    },
+}
+
+/// One connection's HTTP server, as the listener's protocol has it.
+#[derive(Clone)]
+enum Connections {
+    Http1(hyper::server::conn::http1::Builder),
+    Http2(hyper::server::conn::http2::Builder<TokioExecutor>),
+}
+
+impl Connections {
+    fn new(protocol: Protocol, limits: &ConnectionLimits) -> Self {
+        match protocol {
+            Protocol::Http1 => {
+                let mut http = hyper::server::conn::http1::Builder::new();
+                http.timer(TokioTimer::new())
+                    .header_read_timeout(limits.header_read_timeout);
+                Self::Http1(http)
+            }
+            Protocol::Http2 {
+                max_concurrent_streams,
+            } => {
+                // HTTP/2 has no head to time; a connection that stops answering pings within
+                // the header-read timeout is closed instead.
+                let mut http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                http.timer(TokioTimer::new())
+                    .max_concurrent_streams(max_concurrent_streams)
+                    .keep_alive_interval(Some(limits.header_read_timeout))
+                    .keep_alive_timeout(limits.header_read_timeout);
+                Self::Http2(http)
+            }
+        }
+    }
+
+    /// Serves `app` on `io` until the connection ends or the listener drains.
+    async fn serve<I, S>(&self, io: I, app: S, watcher: Watcher)
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+        S: tower::Service<
+                hyper::Request<hyper::body::Incoming>,
+                Response = axum::response::Response,
+                Error = std::convert::Infallible,
+                Future: Send + 'static,
+            > + Clone
+            + Send
+            + 'static,
+    {
+        // Errors here are the client's (a reset, a timed-out head, a client that stopped
+        // reading): nothing to do.
+        let app = TowerToHyperService::new(app);
+        match self {
+            Self::Http1(http) => {
+                let _ = watcher.watch(http.serve_connection(io, app)).await;
+            }
+            Self::Http2(http) => {
+                let _ = watcher.watch(http.serve_connection(io, app)).await;
+            }
+        }
+    }
+}
+
+/// Serves `app` on `listener` in `protocol` until `shutdown` turns true, then drains. With
+/// `tls`, each connection's handshake runs in the connection's own task, within the
+/// header-read timeout, and the client certificate it verified (if any) goes with every
+/// request of the connection.
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    (app, protocol): (Router, Protocol),
     limits: ConnectionLimits,
     mut shutdown: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
@@ -95,9 +166,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let per_address = CappedCounts::<IpAddr>::default();
     let graceful = GracefulShutdown::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+    let http = Connections::new(protocol, &limits);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -134,16 +203,10 @@ pub async fn serve(
                 let (http, app, watcher, tls) = (http.clone(), app.clone(), graceful.watcher(), tls.clone());
                 let handshake_timeout = limits.header_read_timeout;
                 tokio::spawn(async move {
-                    // Errors here are the client's (a reset, a timed-out head or handshake, a
-                    // client that stopped reading): nothing to do.
                     match tls {
                         None => {
                             let app = connection_app(app, remote, deadline, None);
-                            let connection = http.serve_connection(
-                                TokioIo::new(io),
-                                TowerToHyperService::new(app),
-                            );
-                            let _ = watcher.watch(connection).await;
+                            http.serve(TokioIo::new(io), app, watcher).await;
                         }
                         Some(acceptor) => {
                             let Ok(Ok(tls)) =
@@ -158,11 +221,7 @@ pub async fn serve(
                                 .and_then(|chain| chain.first())
                                 .map(|leaf| Arc::new(ClientCertificate::from_der(leaf.as_ref())));
                             let app = connection_app(app, remote, deadline, certificate);
-                            let connection = http.serve_connection(
-                                TokioIo::new(tls),
-                                TowerToHyperService::new(app),
-                            );
-                            let _ = watcher.watch(connection).await;
+                            http.serve(TokioIo::new(tls), app, watcher).await;
                         }
                     }
                     drop(address_slot);

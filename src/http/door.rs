@@ -2,8 +2,10 @@
 //! behind the guard layers in their order.
 
 use super::content_type::is_json;
-use crate::a2a::agent::{Agent, Answer};
+use crate::a2a::agent::Agent;
 use crate::a2a::card;
+use crate::a2a::jsonrpc_binding::{self, Answer};
+use crate::a2a::service::Caller;
 use crate::config::Policy;
 use crate::guard::refusal::{self, Refusal};
 use crate::http::document::CachedDocument;
@@ -61,19 +63,7 @@ pub(crate) fn door_router(
     metrics: Arc<Metrics>,
 ) -> Router {
     let a2a_path = policy.server.a2a_path.clone();
-    let request_timeout = Duration::from_secs(policy.server.request_timeout_seconds);
-    // Outer to inner (the layer added last runs first): client address, per-IP limit,
-    // authentication, per-peer limit, request timeout, body limit, protocol gate, handler.
-    let gate = GateLayer::new(
-        policy.gate.require_version_header,
-        policy
-            .card
-            .extensions
-            .iter()
-            .map(|e| (e.uri.clone(), e.required))
-            .collect(),
-        policy.server.max_body_bytes,
-    );
+    let gate = gate(policy);
     let json_rpc = Router::new()
         .route(&a2a_path, post(door))
         .route(&format!("{a2a_path}/"), post(door))
@@ -86,11 +76,56 @@ pub(crate) fn door_router(
     } else {
         json_rpc
     };
+    // A credential on the card URL is checked by the same layer as on the door: a valid peer
+    // gets the extended card, an invalid credential a 401.
+    let card_routes = Router::new()
+        .route("/.well-known/agent-card.json", get(agent_card))
+        .route("/.well-known/agent.json", get(agent_card))
+        .layer(AuthLayer::shared(guards.authenticator.clone()).mode(AuthMode::Optional));
+    let guarded = Router::new()
+        .merge(card_routes)
+        .route("/.well-known/jwks.json", get(jwks_document))
+        .merge(behind_peer_guard(bindings, policy, guards));
+    let routes = Router::new()
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .merge(behind_address_guard(guarded, policy, guards))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state);
+    observed(routes, policy, metrics, &a2a_path)
+}
+
+/// The protocol gate of the A2A bindings, in the JSON-RPC shape.
+pub(crate) fn gate(policy: &Policy) -> GateLayer {
+    GateLayer::new(
+        policy.gate.require_version_header,
+        policy
+            .card
+            .extensions
+            .iter()
+            .map(|e| (e.uri.clone(), e.required))
+            .collect(),
+        policy.server.max_body_bytes,
+    )
+}
+
+/// The guard's inner layers in front of every A2A binding, outer to inner (the layer added last
+/// runs first): authentication, per-peer limit, request timeout, body limit.
+pub(crate) fn behind_peer_guard<S>(
+    routes: Router<S>,
+    policy: &Policy,
+    guards: &DoorGuards,
+) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let request_timeout = Duration::from_secs(policy.server.request_timeout_seconds);
     // Each `Router::layer` call boxes every route once more, and each box is cloned for every
     // request: layers are stacked with `ServiceBuilder` (outer first) where their types allow,
     // so a request clones one box per stack instead of one per layer. The body limit changes
     // the response body's type, which the layers outside it do not take: a box between.
-    let door_routes = bindings
+    routes
         .layer(
             ServiceBuilder::new()
                 // Only requests that got this far read a body or wait for the model; the card
@@ -110,44 +145,47 @@ pub(crate) fn door_router(
                 .layer(axum::middleware::map_response(
                     refusal::explain_layer_refusals,
                 )),
-        );
-    // A credential on the card URL is checked by the same layer as on the door: a valid peer
-    // gets the extended card, an invalid credential a 401.
-    let card_routes = Router::new()
-        .route("/.well-known/agent-card.json", get(agent_card))
-        .route("/.well-known/agent.json", get(agent_card))
-        .layer(AuthLayer::shared(guards.authenticator.clone()).mode(AuthMode::Optional));
-    let guarded = Router::new()
-        .merge(card_routes)
-        .route("/.well-known/jwks.json", get(jwks_document))
-        .merge(door_routes)
-        .layer(
-            ServiceBuilder::new()
-                .layer(
-                    ClientAddrLayer::new(policy.trusted_proxies().to_vec())
-                        .forwarding_certificates_in(
-                            policy
-                                .auth
-                                .forwarded_client_certificate_header
-                                .as_deref()
-                                .and_then(|h| {
-                                    axum::http::HeaderName::from_bytes(h.as_bytes()).ok()
-                                }),
-                        ),
-                )
-                .layer(guards.per_ip.clone()),
-        );
-    Router::new()
-        .route("/health", get(health))
-        .route("/ready", get(ready))
-        .merge(guarded)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
+        )
+}
+
+/// The guard's outer layers: the client's address (through trusted proxies), then the
+/// per-address limit.
+pub(crate) fn behind_address_guard<S>(
+    routes: Router<S>,
+    policy: &Policy,
+    guards: &DoorGuards,
+) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let forwarded_certificates = policy
+        .auth
+        .forwarded_client_certificate_header
+        .as_deref()
+        .and_then(|h| axum::http::HeaderName::from_bytes(h.as_bytes()).ok());
+    routes.layer(
+        ServiceBuilder::new()
+            .layer(
+                ClientAddrLayer::new(policy.trusted_proxies().to_vec())
+                    .forwarding_certificates_in(forwarded_certificates),
+            )
+            .layer(guards.per_ip.clone()),
+    )
+}
+
+/// A listener's routes, with what every request passes on its way out: a caught panic, the
+/// metrics, and the access log when the policy keeps one.
+pub(crate) fn observed(
+    routes: Router,
+    policy: &Policy,
+    metrics: Arc<Metrics>,
+    a2a_path: &str,
+) -> Router {
+    routes
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(MetricsLayer::new(metrics, &a2a_path))
+        .layer(MetricsLayer::new(metrics, a2a_path))
         .layer(tower::util::option_layer(policy.log.access.then(|| {
-            crate::layers::access_log::AccessLogLayer::new(&a2a_path)
+            crate::layers::access_log::AccessLogLayer::new(a2a_path)
         })))
 }
 
@@ -171,7 +209,7 @@ async fn door(
     if !is_json(&headers) {
         let refused = crate::protocol::jsonrpc::refuse(
             &body,
-            &crate::protocol::jsonrpc::RpcError::ContentTypeNotSupported(
+            &crate::protocol::error::A2aError::ContentTypeNotSupported(
                 "send the JSON-RPC request with Content-Type: application/json",
             ),
         );
@@ -180,8 +218,11 @@ async fn door(
     // The turn runs in a task of its own: a client that hangs up (or a request timeout) must
     // not cut it between storing the task and storing its answer.
     let agent = state.agent.clone();
-    let client = client.map(|c| c.0.ip());
-    let turn = tokio::spawn(async move { agent.handle(&peer, client, &body).await });
+    let caller = Caller {
+        peer,
+        client: client.map(|c| c.0.ip()),
+    };
+    let turn = tokio::spawn(async move { jsonrpc_binding::handle(&agent, &caller, &body).await });
     let Ok((method, answer)) = turn.await else {
         return panic_response(Box::new("the turn panicked"));
     };
@@ -195,9 +236,10 @@ async fn door(
                 .insert(refusal::LoggedRequestId(request_id));
             response
         }
-        Answer::Events(events) => {
+        Answer::Events { id, events } => {
             let deadline = deadline.map(|Extension(deadline)| deadline);
-            crate::http::sse::respond(events, &state.bounds, deadline.as_ref())
+            let frame = move |event| jsonrpc_binding::event(&id, event);
+            crate::http::sse::respond(events, frame, &state.bounds, deadline.as_ref())
         }
         Answer::Refused(refusal) => refusal.into_response(),
     };

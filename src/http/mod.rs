@@ -6,6 +6,7 @@ pub mod admin_api;
 pub mod content_type;
 pub mod document;
 pub mod door;
+pub mod grpc;
 pub mod ready;
 pub mod rest;
 pub mod server_tls;

@@ -63,6 +63,11 @@ impl Readiness {
         response
     }
 
+    /// Whether this instance can serve, as `/ready` answers (the gRPC health check asks).
+    pub async fn is_ready(&self) -> bool {
+        self.check().await.0
+    }
+
     async fn check(&self) -> (bool, Value) {
         // Held while the parts are asked: concurrent callers wait for one answer.
         let mut last = self.last.lock().await;

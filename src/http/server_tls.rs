@@ -14,10 +14,12 @@ use rustls::server::WebPkiClientVerifier;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
-/// The door's TLS acceptor, and the SHA-256 (hex) of the client CA's certificate when client
-/// certificates are asked for. Names the setting whose file is wrong.
+/// The door's TLS acceptor offering `alpn` (`http/1.1` for the door, `h2` for the gRPC
+/// listener), and the SHA-256 (hex) of the client CA's certificate when client certificates
+/// are asked for. Names the setting whose file is wrong.
 pub fn acceptor(
     policy: &ServerTlsPolicy,
+    alpn: &[u8],
 ) -> Result<(tokio_rustls::TlsAcceptor, Option<String>), String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = CertificateDer::pem_file_iter(&policy.cert_file)
@@ -88,6 +90,6 @@ pub fn acceptor(
     let mut config = builder
         .with_single_cert(chain, key)
         .map_err(|e| format!("server.tls.key_file: does not fit the certificate ({e})"))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok((tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca_sha256))
 }

@@ -288,8 +288,10 @@ fn door_route(door_path: &str, path: &str) -> usize {
     match path {
         "/.well-known/agent-card.json" | "/.well-known/agent.json" => 1,
         "/.well-known/jwks.json" => 2,
-        "/health" | "/ready" => 3,
+        // The gRPC listener's health check and methods count as the door's.
+        "/health" | "/ready" | "/grpc.health.v1.Health/Check" => 3,
         p if p.trim_end_matches('/') == door_path => 0,
+        p if p.starts_with("/lf.a2a.v1.A2AService/") => 0,
         _ => 5,
     }
 }

@@ -11,17 +11,20 @@ pub enum Binding {
     JsonRpc,
     /// HTTP+JSON (REST).
     HttpJson,
+    /// gRPC.
+    Grpc,
 }
 
 impl Binding {
     /// Every binding, in declaration order: `ALL[b as usize] == b`.
-    pub const ALL: [Self; 2] = [Self::JsonRpc, Self::HttpJson];
+    pub const ALL: [Self; 3] = [Self::JsonRpc, Self::HttpJson, Self::Grpc];
 
     /// The label the metrics and the access log show.
     pub fn label(self) -> &'static str {
         match self {
             Self::JsonRpc => "jsonrpc",
             Self::HttpJson => "http_json",
+            Self::Grpc => "grpc",
         }
     }
 }
@@ -36,5 +39,5 @@ pub struct A2aCall {
 }
 
 // A binding or method added without its place in `ALL` fails to compile here.
-const _: () = assert!(Binding::HttpJson as usize + 1 == Binding::ALL.len());
+const _: () = assert!(Binding::Grpc as usize + 1 == Binding::ALL.len());
 const _: () = assert!(Method::GetExtendedAgentCard as usize + 1 == Method::ALL.len());

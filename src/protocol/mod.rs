@@ -4,6 +4,8 @@
 //! cluster's event bus) can import without importing each other.
 
 pub mod call;
+pub mod error;
+pub mod grpc;
 pub mod json;
 pub mod jsonrpc;
 pub mod types;

@@ -18,6 +18,8 @@ use tempfile::TempDir;
 pub fn gateway_options(policy: Policy, data: &Path, clock: Arc<dyn Clock>) -> GatewayOptions {
     // The tests' own clients need a provider; peergate's clients bring their own.
     crate::common::install_test_crypto();
+    // A policy serving gRPC gets a port of its own too.
+    let grpc_listen = policy.grpc.as_ref().map(|_| "127.0.0.1:0".parse().unwrap());
     GatewayOptions {
         policy,
         policy_source: PolicySource::Embedded,
@@ -26,6 +28,7 @@ pub fn gateway_options(policy: Policy, data: &Path, clock: Arc<dyn Clock>) -> Ga
         redis_url: None,
         listen: Some("127.0.0.1:0".parse().unwrap()),
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        grpc_listen,
         clock,
     }
 }
@@ -36,6 +39,8 @@ pub struct TestGateway {
     /// The admin API's base URL.
     pub admin: String,
     pub door: String,
+    /// The gRPC listener's address, when the policy serves gRPC.
+    pub grpc: Option<SocketAddr>,
     /// The data directory; the store is in it or derived from it (see `store.rs`).
     pub data: TempDir,
     pub clock: ManualClock,
@@ -69,6 +74,7 @@ impl TestGateway {
             addr: running.local_addr,
             admin: format!("http://{}", running.admin_addr),
             door: format!("http://{}/a2a/v1", running.local_addr),
+            grpc: running.grpc_addr,
             data,
             clock,
             running: Some(running),

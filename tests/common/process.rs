@@ -15,6 +15,8 @@ pub struct ServeProcess {
     pub addr: SocketAddr,
     /// The admin API's address.
     pub admin_addr: SocketAddr,
+    /// The gRPC listener's address, with `[grpc]`.
+    pub grpc_addr: Option<SocketAddr>,
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -65,6 +67,7 @@ impl ServeProcess {
             .arg(bin())
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args(grpc_listen(cwd, extra))
             .args(extra)
             .current_dir(cwd)
             .env("RUST_LOG", "info")
@@ -80,7 +83,7 @@ impl ServeProcess {
         let sink = log.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
-            let mut admin_addr = None;
+            let (mut admin_addr, mut grpc_addr) = (None, None);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 // Logged before the address is handed over, so a test that has the address
                 // also sees the line.
@@ -92,25 +95,31 @@ impl ServeProcess {
                     })
                 };
                 let admin = address_after("admin API on http://");
+                let grpc = address_after("gRPC binding on ");
                 let addr = address_after("listening on http://");
                 sink.lock().unwrap().push(line);
                 if let Some(admin) = admin {
                     admin_addr = Some(admin);
                 }
+                if let Some(grpc) = grpc {
+                    grpc_addr = Some(grpc);
+                }
                 if let Some(addr) = addr
                     && let Some(tx) = tx.take()
                 {
-                    let _ = tx.send((addr, admin_addr.take().unwrap_or_default()));
+                    let admin = admin_addr.take().unwrap_or_default();
+                    let _ = tx.send((addr, admin, grpc_addr.take()));
                 }
             }
         });
-        let (addr, admin_addr) = rx
+        let (addr, admin_addr, grpc_addr) = rx
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|_| panic!("peergate did not start: {:?}", log.lock().unwrap()));
         Self {
             child,
             addr: addr.parse().unwrap(),
             admin_addr: admin_addr.parse().expect("admin API address in the log"),
+            grpc_addr: grpc_addr.map(|addr| addr.parse().expect("gRPC address in the log")),
             log,
         }
     }
@@ -196,4 +205,20 @@ pub fn resident_mib(pid: u32) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap();
     kib / 1024
+}
+
+/// `--grpc-listen 127.0.0.1:0` when the policy among `args` serves gRPC, so tests never fight
+/// over its port.
+fn grpc_listen(cwd: &Path, args: &[&str]) -> Vec<&'static str> {
+    let policy = args
+        .iter()
+        .position(|arg| *arg == "--policy")
+        .and_then(|at| args.get(at + 1))
+        .and_then(|path| std::fs::read_to_string(cwd.join(path)).ok());
+    match policy {
+        Some(text) if text.lines().any(|line| line.trim() == "[grpc]") => {
+            vec!["--grpc-listen", "127.0.0.1:0"]
+        }
+        _ => Vec::new(),
+    }
 }

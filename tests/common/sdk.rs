@@ -10,15 +10,16 @@ use std::process::Command;
 /// (`program script --base-url … --token …`) against it, and returns the client's JSON summary
 /// and the server's door URL.
 pub fn run_sdk_client(program: &Path, script: &Path, peer: &str) -> (Value, String) {
-    run_sdk_client_serving(program, script, peer, &[])
+    run_sdk_client_serving(program, script, peer, (&[], &[]))
 }
 
-/// Like [`run_sdk_client`], with `serve_args` (e.g. `--policy FILE`) for the server.
+/// Like [`run_sdk_client`], with `serve_args` (e.g. `--policy FILE`) for the server and
+/// `client_args` for the client.
 pub fn run_sdk_client_serving(
     program: &Path,
     script: &Path,
     peer: &str,
-    serve_args: &[&str],
+    (serve_args, client_args): (&[&str], &[&str]),
 ) -> (Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -32,6 +33,7 @@ pub fn run_sdk_client_serving(
             "--token",
             &token,
         ])
+        .args(client_args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -51,9 +53,19 @@ pub fn run_sdk_client_serving(
 /// errors for cancelling (-32002) and subscribing to (-32004) a finished task, and a push
 /// config created, read, listed and deleted. Returns the summary for the client's own checks.
 pub fn run_full_policy_client(program: &Path, script: &Path, peer: &str) -> Value {
+    run_full_policy_client_with(program, script, peer, &[])
+}
+
+/// Like [`run_full_policy_client`], with `client_args` (e.g. `--binding GRPC`) for the client.
+pub fn run_full_policy_client_with(
+    program: &Path,
+    script: &Path,
+    peer: &str,
+    client_args: &[&str],
+) -> Value {
     let full = super::cli::repo_root().join("policies/full.toml");
-    let (summary, _) =
-        run_sdk_client_serving(program, script, peer, &["--policy", full.to_str().unwrap()]);
+    let serve_args = ["--policy", full.to_str().unwrap()];
+    let (summary, _) = run_sdk_client_serving(program, script, peer, (&serve_args, client_args));
     assert_eq!(
         summary["stream_final_state"], "TASK_STATE_COMPLETED",
         "{summary}"

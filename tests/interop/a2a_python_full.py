@@ -5,7 +5,9 @@ blocking, follows the task, meets the errors for cancelling and subscribing
 to a finished task, and creates, reads, lists and deletes a push-notification
 config on its own task.
 
-Usage: a2a_python_full.py --base-url http://127.0.0.1:PORT --token TOKEN
+Usage: a2a_python_full.py --base-url http://127.0.0.1:PORT --token TOKEN [--binding GRPC]
+The client speaks the card's interface of that binding (JSONRPC by default); over gRPC the
+token travels in the `authorization` metadata.
 Prints one JSON summary on stdout; exits 0 only if every expectation held,
 otherwise prints a one-line reason on stderr and exits 1.
 """
@@ -14,6 +16,7 @@ import asyncio
 import json
 import sys
 
+import grpc
 import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.helpers import get_message_text, new_text_message
@@ -39,15 +42,49 @@ def code_of(error):
     return JSON_RPC_ERROR_CODE_MAP.get(type(error))
 
 
-async def run(base_url, token):
+def with_token(details, token):
+    metadata = list(details.metadata or []) + [("authorization", f"Bearer {token}")]
+    return details._replace(metadata=metadata)
+
+
+# One object per kind of call: grpc.aio files an interceptor under the first kind it is.
+class UnaryCredential(grpc.aio.UnaryUnaryClientInterceptor):
+    """Adds the bearer token to every unary call's metadata."""
+
+    def __init__(self, token):
+        self.token = token
+
+    async def intercept_unary_unary(self, continuation, details, request):
+        return await continuation(with_token(details, self.token), request)
+
+
+class StreamCredential(grpc.aio.UnaryStreamClientInterceptor):
+    """Adds the bearer token to every streaming call's metadata."""
+
+    def __init__(self, token):
+        self.token = token
+
+    async def intercept_unary_stream(self, continuation, details, request):
+        return await continuation(with_token(details, self.token), request)
+
+
+def client(http, card, token, binding, streaming):
+    config = ClientConfig(httpx_client=http, streaming=streaming,
+                          supported_protocol_bindings=[binding],
+                          grpc_channel_factory=lambda url: grpc.aio.insecure_channel(
+                              url, interceptors=[UnaryCredential(token),
+                                                 StreamCredential(token)]))
+    return ClientFactory(config).create(card)
+
+
+async def run(base_url, token, binding):
     out = {}
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
         card = await A2ACardResolver(http, base_url).get_agent_card()
         expect(card.capabilities.streaming, "the card does not say streaming")
-        streaming = ClientFactory(ClientConfig(httpx_client=http, streaming=True,
-                                               supported_protocol_bindings=["JSONRPC"])).create(card)
-        blocking = ClientFactory(ClientConfig(httpx_client=http, streaming=False,
-                                              supported_protocol_bindings=["JSONRPC"])).create(card)
+        out["interface"] = [i.url for i in card.supported_interfaces if i.protocol_binding == binding]
+        streaming = client(http, card, token, binding, streaming=True)
+        blocking = client(http, card, token, binding, streaming=False)
 
         # 1. A streamed message: the task, the text as it arrives, the final status.
         msg = new_text_message("stream this", role=Role.ROLE_USER)
@@ -130,9 +167,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--token", required=True)
+    ap.add_argument("--binding", default="JSONRPC", choices=["JSONRPC", "HTTP+JSON", "GRPC"])
     args = ap.parse_args()
     try:
-        summary = asyncio.run(run(args.base_url.rstrip("/"), args.token))
+        summary = asyncio.run(run(args.base_url.rstrip("/"), args.token, args.binding))
     except Failed as e:
         print(f"FAIL: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,61 @@
+//! `[grpc]`: the gRPC binding (A2A 1.0's `a2a.proto` over HTTP/2) on a listener of its own,
+//! behind the same guard as the door. Off when the section is absent.
+
+use super::{Invalid, invalid};
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+/// `[grpc]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcPolicy {
+    /// Address the gRPC listener binds.
+    pub listen: SocketAddr,
+    /// What the card's `GRPC` interface names (`host:port`); the listen address when absent.
+    #[serde(default)]
+    pub public_address: Option<String>,
+    /// Requests one HTTP/2 connection may have in flight at once.
+    #[serde(default = "default_max_concurrent_streams")]
+    pub max_concurrent_streams: u32,
+}
+
+fn default_max_concurrent_streams() -> u32 {
+    100
+}
+
+impl GrpcPolicy {
+    /// What the card names.
+    pub fn advertised(&self) -> String {
+        self.public_address
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string())
+    }
+
+    pub(super) fn validate(&self) -> Result<(), Invalid> {
+        // A card naming 0.0.0.0 sends every partner nowhere.
+        if self.listen.ip().is_unspecified() && self.public_address.is_none() {
+            return Err(invalid(
+                "grpc.public_address",
+                "is required when grpc.listen is an unspecified address: name the host:port partners reach",
+            ));
+        }
+        if let Some(address) = &self.public_address {
+            let well_formed = address
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !well_formed || address.contains('/') {
+                return Err(invalid(
+                    "grpc.public_address",
+                    "must be host:port, as a gRPC client dials it",
+                ));
+            }
+        }
+        if !(1..=1000).contains(&self.max_concurrent_streams) {
+            return Err(invalid(
+                "grpc.max_concurrent_streams",
+                "must be between 1 and 1000",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,569 @@
+//! The gRPC binding (`[grpc]`): A2A 1.0's `lf.a2a.v1.A2AService` over HTTP/2 on a listener of
+//! its own, and `grpc.health.v1.Health`.
+//!
+//! Decode, call, encode, as the other bindings: tonic frames the messages, the codec reads each
+//! request into its protobuf message by reflection ([`crate::protocol::grpc`]), whose ProtoJSON
+//! the operation's typed request reads; the typed answer's ProtoJSON is written back as the
+//! response message. An [`A2aError`] becomes a status with the code of the one error table and
+//! the same `google.rpc.ErrorInfo` in `grpc-status-details-bin`.
+//!
+//! The guard in front is the door's, layer for layer (per-address limit, authentication with
+//! the credential in the `authorization` metadata, per-peer limit, body limit, timeout, the
+//! protocol gate reading `a2a-version` and `a2a-extensions`); its refusals are HTTP responses,
+//! and [`as_grpc_status`] turns each into a status in the one place: 401 `UNAUTHENTICATED`,
+//! 403 `PERMISSION_DENIED`, 429 `RESOURCE_EXHAUSTED` with a `RetryInfo` delay.
+
+use crate::a2a::agent::{Agent, EventStream, StreamEvent, StreamRefused};
+use crate::a2a::service::{A2aService, Caller};
+use crate::config::Policy;
+use crate::guard::refusal::Refusal;
+use crate::http::door::{self, DoorGuards};
+use crate::http::ready::Readiness;
+use crate::layers::auth::AuthenticatedPeer;
+use crate::layers::client_addr::ClientAddr;
+use crate::layers::metrics::Metrics;
+use crate::protocol::call::{A2aCall, Binding};
+use crate::protocol::error::{A2aError, GrpcCode};
+use crate::protocol::grpc::{self as messages, A2A_SERVICE, HEALTH_SERVICE};
+use crate::protocol::jsonrpc::{self, Method};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use prost_reflect::{DynamicMessage, MessageDescriptor};
+use serde::Serialize;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::server::{Grpc, ServerStreamingService, UnaryService};
+
+/// What the binding's handlers share.
+#[derive(Clone)]
+pub(crate) struct GrpcState {
+    pub(crate) agent: Arc<Agent>,
+    pub(crate) readiness: Arc<Readiness>,
+    /// The longest a stream stays open.
+    pub(crate) longest_stream: Duration,
+    /// The largest request message, as the door's body limit.
+    pub(crate) max_message_bytes: usize,
+}
+
+/// Each operation's method name (the path's last segment), its request and response
+/// messages, and whether it answers with a stream.
+const OPERATIONS: [(&str, Method, &str, &str); 11] = [
+    (
+        "SendMessage",
+        Method::SendMessage,
+        "SendMessageRequest",
+        "SendMessageResponse",
+    ),
+    (
+        "SendStreamingMessage",
+        Method::SendStreamingMessage,
+        "SendMessageRequest",
+        "StreamResponse",
+    ),
+    ("GetTask", Method::GetTask, "GetTaskRequest", "Task"),
+    (
+        "ListTasks",
+        Method::ListTasks,
+        "ListTasksRequest",
+        "ListTasksResponse",
+    ),
+    (
+        "CancelTask",
+        Method::CancelTask,
+        "CancelTaskRequest",
+        "Task",
+    ),
+    (
+        "SubscribeToTask",
+        Method::SubscribeToTask,
+        "SubscribeToTaskRequest",
+        "StreamResponse",
+    ),
+    (
+        "CreateTaskPushNotificationConfig",
+        Method::CreatePushConfig,
+        "TaskPushNotificationConfig",
+        "TaskPushNotificationConfig",
+    ),
+    (
+        "GetTaskPushNotificationConfig",
+        Method::GetPushConfig,
+        "GetTaskPushNotificationConfigRequest",
+        "TaskPushNotificationConfig",
+    ),
+    (
+        "ListTaskPushNotificationConfigs",
+        Method::ListPushConfigs,
+        "ListTaskPushNotificationConfigsRequest",
+        "ListTaskPushNotificationConfigsResponse",
+    ),
+    (
+        "DeleteTaskPushNotificationConfig",
+        Method::DeletePushConfig,
+        "DeleteTaskPushNotificationConfigRequest",
+        "google.protobuf.Empty",
+    ),
+    (
+        "GetExtendedAgentCard",
+        Method::GetExtendedAgentCard,
+        "GetExtendedAgentCardRequest",
+        "AgentCard",
+    ),
+];
+
+/// The gRPC listener's routes: the A2A service behind the door's guard (with the gate in the
+/// shape [`as_grpc_status`] reads), the health check in front of it as `/ready` is, and
+/// `UNIMPLEMENTED` for anything else.
+pub(crate) fn grpc_router(
+    policy: &Policy,
+    state: GrpcState,
+    guards: &DoorGuards,
+    metrics: Arc<Metrics>,
+) -> Router {
+    let a2a = Router::new()
+        .route(&format!("/{A2A_SERVICE}/{{method}}"), post(a2a_method))
+        .layer(door::gate(policy).for_http_json());
+    let guarded =
+        door::behind_address_guard(door::behind_peer_guard(a2a, policy, guards), policy, guards);
+    let routes = Router::new()
+        .route(&format!("/{HEALTH_SERVICE}/Check"), post(health_check))
+        .merge(guarded)
+        .fallback(|| async { unimplemented() })
+        .with_state(state)
+        .layer(axum::middleware::map_response(as_grpc_status));
+    door::observed(routes, policy, metrics, &format!("/{A2A_SERVICE}"))
+}
+
+/// A message's full name: A2A's own are in its package.
+fn full_name(name: &str) -> String {
+    if name.contains('.') {
+        name.to_owned()
+    } else {
+        format!("lf.a2a.v1.{name}")
+    }
+}
+
+/// One A2A method called over gRPC.
+async fn a2a_method(
+    State(state): State<GrpcState>,
+    Path(name): Path<String>,
+    request: Request,
+) -> Response {
+    let Some(&(_, method, request_name, response_name)) =
+        OPERATIONS.iter().find(|(known, ..)| *known == name)
+    else {
+        return unimplemented();
+    };
+    let Some(peer) = request.extensions().get::<AuthenticatedPeer>().cloned() else {
+        // Only the authentication layer makes a peer: a route without it refuses.
+        return Refusal::internal(&"no peer", "a gRPC route is missing its guard").into_response();
+    };
+    let caller = Caller {
+        peer,
+        client: request.extensions().get::<ClientAddr>().map(ClientAddr::ip),
+    };
+    if let Some(scope) = method.scope()
+        && !caller.peer.may(scope)
+    {
+        return called(Refusal::InsufficientScope { scope }.into_response(), method);
+    }
+    let (Some(request_type), Some(response_type)) = (
+        messages::descriptor(&full_name(request_name)),
+        messages::descriptor(&full_name(response_name)),
+    ) else {
+        return unimplemented();
+    };
+    let mut grpc =
+        Grpc::new(ReflectCodec(request_type)).max_decoding_message_size(state.max_message_bytes);
+    let call = Call {
+        state: state.clone(),
+        caller,
+        method,
+        response_type,
+    };
+    let response = if matches!(
+        method,
+        Method::SendStreamingMessage | Method::SubscribeToTask
+    ) {
+        grpc.server_streaming(call, request).await
+    } else {
+        grpc.unary(call, request).await
+    };
+    called(response.map(Body::new), method)
+}
+
+/// The response, marked with the call it answered for the metrics and the access log.
+fn called(mut response: Response, method: Method) -> Response {
+    response.extensions_mut().insert(A2aCall {
+        binding: Binding::Grpc,
+        method,
+    });
+    response
+}
+
+/// A method this service does not have.
+fn unimplemented() -> Response {
+    tonic::Status::unimplemented("no such method on this service").into_http()
+}
+
+/// One call of an A2A method: the service asked with the decoded request.
+#[derive(Clone)]
+struct Call {
+    state: GrpcState,
+    caller: Caller,
+    method: Method,
+    response_type: MessageDescriptor,
+}
+
+impl UnaryService<DynamicMessage> for Call {
+    type Response = DynamicMessage;
+    type Future = BoxFuture<'static, Result<tonic::Response<DynamicMessage>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<DynamicMessage>) -> Self::Future {
+        let call = self.clone();
+        Box::pin(async move {
+            let request = messages::read(request.get_ref()).map_err(|e| status(&e))?;
+            // As on the other bindings: the turn runs in a task of its own, so a client that
+            // hangs up cannot cut it between storing the task and storing its answer.
+            let (agent, caller, method) = (call.state.agent.clone(), call.caller, call.method);
+            let answer = tokio::spawn(async move { unary(&agent, &caller, method, request).await })
+                .await
+                .unwrap_or_else(|_| Err(panicked()));
+            let message = answer.and_then(|json| messages::write(&call.response_type, &json));
+            message.map(tonic::Response::new).map_err(|e| status(&e))
+        })
+    }
+}
+
+/// Asks the service's unary `method` with the ProtoJSON `request`; the answer as ProtoJSON.
+async fn unary(
+    service: &dyn A2aService,
+    caller: &Caller,
+    method: Method,
+    request: Value,
+) -> Result<Value, A2aError> {
+    service.offered(method)?;
+    match method {
+        Method::SendMessage => json(service.send_message(caller, typed(request)?).await),
+        Method::GetTask => json(service.get_task(caller, typed(request)?).await),
+        Method::ListTasks => json(service.list_tasks(caller, typed(request)?).await),
+        Method::CancelTask => json(service.cancel_task(caller, typed(request)?).await),
+        Method::CreatePushConfig => json(service.create_push_config(caller, typed(request)?).await),
+        Method::GetPushConfig => json(service.get_push_config(caller, typed(request)?).await),
+        Method::ListPushConfigs => json(service.list_push_configs(caller, typed(request)?).await),
+        Method::DeletePushConfig => {
+            // `google.protobuf.Empty`.
+            service.delete_push_config(caller, typed(request)?).await?;
+            Ok(Value::Object(serde_json::Map::new()))
+        }
+        Method::GetExtendedAgentCard => json(service.get_extended_agent_card(caller).await),
+        // The streams are served by the streaming handler.
+        _ => Err(A2aError::MethodNotFound),
+    }
+}
+
+/// A request's ProtoJSON as the operation's typed request, read as the JSON-RPC binding reads
+/// its `params` (the same words for what is wrong).
+fn typed<T: serde::de::DeserializeOwned>(request: Value) -> Result<T, A2aError> {
+    let raw = serde_json::value::to_raw_value(&request).map_err(|_| A2aError::Parse)?;
+    jsonrpc::parse_params(Some(&raw))
+}
+
+/// A typed answer as ProtoJSON.
+fn json<R: Serialize>(answer: Result<R, A2aError>) -> Result<Value, A2aError> {
+    answer.and_then(|answer| {
+        serde_json::to_value(answer).map_err(|e| internal(&e, "an answer could not be encoded"))
+    })
+}
+
+impl ServerStreamingService<DynamicMessage> for Call {
+    type Response = DynamicMessage;
+    type ResponseStream = BoxStream<'static, Result<DynamicMessage, tonic::Status>>;
+    type Future = BoxFuture<'static, Result<tonic::Response<Self::ResponseStream>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<DynamicMessage>) -> Self::Future {
+        let call = self.clone();
+        Box::pin(async move {
+            let request = messages::read(request.get_ref()).map_err(|e| status(&e))?;
+            let (agent, caller, method) = (call.state.agent.clone(), call.caller, call.method);
+            let opened = tokio::spawn(async move { open(&agent, &caller, method, request).await })
+                .await
+                .unwrap_or_else(|_| Err(StreamRefused::Rpc(panicked())));
+            match opened {
+                Ok(events) => Ok(tonic::Response::new(messages_of(
+                    events,
+                    call.response_type,
+                    call.state.longest_stream,
+                ))),
+                Err(StreamRefused::Rpc(error)) => Err(status(&error)),
+                Err(StreamRefused::AtCap(cap)) => {
+                    Err(refusal_status(Refusal::TooManyStreams { cap }.into_response()).await)
+                }
+            }
+        })
+    }
+}
+
+/// Opens the service's stream `method` with the ProtoJSON `request`.
+async fn open(
+    service: &dyn A2aService,
+    caller: &Caller,
+    method: Method,
+    request: Value,
+) -> Result<EventStream, StreamRefused> {
+    service.offered(method)?;
+    match method {
+        Method::SendStreamingMessage => {
+            service
+                .send_streaming_message(caller, typed(request)?)
+                .await
+        }
+        _ => service.subscribe_to_task(caller, typed(request)?).await,
+    }
+}
+
+/// A stream's events as `StreamResponse` messages, ending at its error, its end, or the
+/// longest a stream may last.
+fn messages_of(
+    events: EventStream,
+    response_type: MessageDescriptor,
+    longest: Duration,
+) -> BoxStream<'static, Result<DynamicMessage, tonic::Status>> {
+    let ends_at = tokio::time::Instant::now() + longest;
+    let state = (events, response_type, false);
+    Box::pin(futures_util::stream::unfold(
+        state,
+        move |(mut events, response_type, ended)| async move {
+            if ended {
+                return None;
+            }
+            let event = tokio::select! {
+                event = events.next() => event?,
+                () = tokio::time::sleep_until(ends_at) => return None,
+            };
+            let item = match event {
+                StreamEvent::Response(json) => serde_json::from_str::<Value>(json.get())
+                    .map_err(|e| internal(&e, "a stream event could not be read"))
+                    .and_then(|json| messages::write(&response_type, &json))
+                    .map_err(|e| status(&e)),
+                StreamEvent::Error(error) => Err(status(&error)),
+            };
+            let ended = item.is_err();
+            Some((item, (events, response_type, ended)))
+        },
+    ))
+}
+
+/// An [`A2aError`] as a gRPC status: the table's code, the same message and `ErrorInfo`.
+fn status(error: &A2aError) -> tonic::Status {
+    let code = error.grpc_code();
+    let details = messages::status_details(code, &error.message(), &error.details());
+    tonic::Status::with_details(grpc_code(code), error.message(), details.into())
+}
+
+fn grpc_code(code: GrpcCode) -> tonic::Code {
+    tonic::Code::from_i32(i32::from(code.number()))
+}
+
+fn panicked() -> A2aError {
+    internal(&"the turn panicked", "a gRPC call panicked")
+}
+
+fn internal(error: &dyn std::fmt::Display, what: &str) -> A2aError {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    tracing::error!(request_id = %request_id, error = %error, "{what}");
+    A2aError::Internal { request_id }
+}
+
+/// The headers of a refusal a gRPC client acts on, kept as metadata beside the status.
+const KEPT_HEADERS: [HeaderName; 5] = [
+    header::RETRY_AFTER,
+    header::WWW_AUTHENTICATE,
+    HeaderName::from_static("ratelimit-limit"),
+    HeaderName::from_static("ratelimit-remaining"),
+    HeaderName::from_static("ratelimit-reset"),
+];
+
+/// Any answer that is not already gRPC (a refusal of the guard in front, a timeout) as a gRPC
+/// status, keeping the headers a client acts on and the extensions the metrics and the access
+/// log read.
+async fn as_grpc_status(response: Response) -> Response {
+    let is_grpc = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/grpc"));
+    if is_grpc {
+        return response;
+    }
+    let headers = response.headers().clone();
+    let extensions = response.extensions().clone();
+    let mut answer = refusal_status(response).await.into_http::<Body>();
+    for name in KEPT_HEADERS {
+        if let Some(value) = headers.get(&name) {
+            answer.headers_mut().insert(name, value.clone());
+        }
+    }
+    let kept = std::mem::replace(answer.extensions_mut(), extensions);
+    answer.extensions_mut().extend(kept);
+    answer
+}
+
+/// A refusal's HTTP response in gRPC's words: the code its status (or, from the protocol
+/// gate, its `google.rpc.Status` name) says, its message, its `ErrorInfo`, and a `RetryInfo`
+/// when it says when to come back.
+async fn refusal_status(response: Response) -> tonic::Status {
+    let (parts, body) = response.into_parts();
+    // Refusals are small and already in memory.
+    let body = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let error = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|body| body.get("error").cloned())
+        .unwrap_or(Value::Null);
+    let code = error["status"]
+        .as_str()
+        .and_then(GrpcCode::from_name)
+        .unwrap_or_else(|| GrpcCode::for_http_refusal(parts.status.as_u16()));
+    let message = error["message"]
+        .as_str()
+        .map_or_else(|| default_message(parts.status), str::to_owned);
+    let mut details = match error.get("details") {
+        Some(Value::Array(details)) => details.clone(),
+        _ => vec![serde_json::json!({
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": error["code"].as_str().unwrap_or("REFUSED").to_ascii_uppercase(),
+            "domain": "peergate",
+        })],
+    };
+    if let Some(seconds) = retry_after(&parts.headers) {
+        details.push(messages::retry_info(seconds));
+    }
+    let details = messages::status_details(code, &message, &Value::Array(details));
+    tonic::Status::with_details(grpc_code(code), message, details.into())
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn default_message(status: StatusCode) -> String {
+    status
+        .canonical_reason()
+        .unwrap_or("refused")
+        .to_ascii_lowercase()
+}
+
+/// `grpc.health.v1.Health/Check`: `SERVING` when `/ready` would answer 200, for the server
+/// (`""`) and the A2A service; any other service is `NOT_FOUND`.
+async fn health_check(State(state): State<GrpcState>, request: Request) -> Response {
+    let (Some(request_type), Some(response_type)) = (
+        messages::descriptor("grpc.health.v1.HealthCheckRequest"),
+        messages::descriptor("grpc.health.v1.HealthCheckResponse"),
+    ) else {
+        return unimplemented();
+    };
+    let check = HealthCheck {
+        readiness: state.readiness.clone(),
+        response_type,
+    };
+    Grpc::new(ReflectCodec(request_type))
+        .max_decoding_message_size(4096)
+        .unary(check, request)
+        .await
+        .map(Body::new)
+}
+
+#[derive(Clone)]
+struct HealthCheck {
+    readiness: Arc<Readiness>,
+    response_type: MessageDescriptor,
+}
+
+impl UnaryService<DynamicMessage> for HealthCheck {
+    type Response = DynamicMessage;
+    type Future = BoxFuture<'static, Result<tonic::Response<DynamicMessage>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<DynamicMessage>) -> Self::Future {
+        let check = self.clone();
+        Box::pin(async move {
+            let asked = messages::read(request.get_ref()).map_err(|e| status(&e))?;
+            let service = asked["service"].as_str().unwrap_or("");
+            if !service.is_empty() && service != A2A_SERVICE {
+                return Err(tonic::Status::not_found("no such service here"));
+            }
+            let serving = if check.readiness.is_ready().await {
+                "SERVING"
+            } else {
+                "NOT_SERVING"
+            };
+            let answer = serde_json::json!({ "status": serving });
+            messages::write(&check.response_type, &answer)
+                .map(tonic::Response::new)
+                .map_err(|e| status(&e))
+        })
+    }
+}
+
+/// Reads each request into its protobuf message, writes each answer's.
+struct ReflectCodec(MessageDescriptor);
+
+impl Codec for ReflectCodec {
+    type Encode = DynamicMessage;
+    type Decode = DynamicMessage;
+    type Encoder = MessageEncoder;
+    type Decoder = MessageDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        MessageEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        MessageDecoder(self.0.clone())
+    }
+}
+
+struct MessageEncoder;
+
+impl Encoder for MessageEncoder {
+    type Item = DynamicMessage;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+        prost::Message::encode(&item, dst)
+            .map_err(|_| tonic::Status::internal("an answer did not fit its buffer"))
+    }
+}
+
+struct MessageDecoder(MessageDescriptor);
+
+impl Decoder for MessageDecoder {
+    type Item = DynamicMessage;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Self::Error> {
+        DynamicMessage::decode(self.0.clone(), src)
+            .map(Some)
+            .map_err(|_| {
+                tonic::Status::invalid_argument(format!(
+                    "the request is not a {} message",
+                    self.0.full_name()
+                ))
+            })
+    }
+}
