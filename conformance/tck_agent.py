@@ -18,6 +18,7 @@ import json
 import os
 import sys
 
+import grpc
 import httpx
 import uvicorn
 from starlette.applications import Starlette
@@ -34,7 +35,10 @@ from a2a.helpers import (
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.request_handlers.grpc_handler import GrpcHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes.rest_routes import create_rest_routes
+from a2a.types import a2a_pb2_grpc
 from a2a.server.tasks import (
     BasePushNotificationSender,
     InMemoryPushNotificationConfigStore,
@@ -161,18 +165,27 @@ class BearerOnRpc(BaseHTTPMiddleware):
         self.expected = f'Bearer {token}'
 
     async def dispatch(self, request, call_next):
-        if request.method == 'POST' and request.headers.get('authorization') != self.expected:
+        # Every route but the card's: JSON-RPC posts, and the HTTP+JSON binding's reads too.
+        guarded = not request.url.path.startswith('/.well-known/')
+        if guarded and request.headers.get('authorization') != self.expected:
             return JSONResponse({'error': 'unauthorized'}, status_code=401)
         return await call_next(request)
 
 
-def card(public_url: str) -> AgentCard:
+def card(public_url: str, grpc_public: str | None) -> AgentCard:
+    base = public_url.rstrip('/')
+    interfaces = [
+        AgentInterface(url=base + '/', protocol_binding='JSONRPC', protocol_version='1.0'),
+        AgentInterface(url=base + '/rest', protocol_binding='HTTP+JSON', protocol_version='1.0'),
+    ]
+    if grpc_public:
+        interfaces.append(AgentInterface(url=grpc_public, protocol_binding='GRPC',
+                                         protocol_version='1.0'))
     return AgentCard(
         name='TCK scenario agent',
         description='Behaves as the conformance kit scenarios describe',
         version='1.0.0',
-        supported_interfaces=[AgentInterface(url=public_url.rstrip('/') + '/',
-                                             protocol_binding='JSONRPC', protocol_version='1.0')],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         security_schemes={'bearer': SecurityScheme(
             http_auth_security_scheme=HTTPAuthSecurityScheme(scheme='Bearer'))},
@@ -222,9 +235,11 @@ def main() -> None:
     parser.add_argument('--port', type=int, required=True)
     parser.add_argument('--public-url', required=True)
     parser.add_argument('--sign-jwks-out')
+    parser.add_argument('--grpc-port', type=int, help='serve the gRPC binding here too')
+    parser.add_argument('--grpc-public', help='the host:port the card names for gRPC')
     args = parser.parse_args()
     token = os.environ.get('TCK_AGENT_TOKEN') or sys.exit('TCK_AGENT_TOKEN must be set')
-    served = card(args.public_url)
+    served = card(args.public_url, args.grpc_public)
     pushes = InMemoryPushNotificationConfigStore()
     handler = DefaultRequestHandler(
         agent_executor=ScenarioExecutor(),
@@ -239,9 +254,22 @@ def main() -> None:
         served, card_modifier=signer(args.sign_jwks_out) if args.sign_jwks_out else None,
         cache_control='max-age=60')
     routes += create_jsonrpc_routes(handler, rpc_url='/')
+    routes += create_rest_routes(handler, path_prefix='/rest')
     app = Starlette(routes=routes)
     app.add_middleware(BearerOnRpc, token=token)
-    uvicorn.run(app, host='127.0.0.1', port=args.port, log_level='warning')
+    asyncio.run(serve(app, handler, args))
+
+
+async def serve(app, handler, args) -> None:
+    """The HTTP bindings with uvicorn and, with --grpc-port, the gRPC binding beside them (the
+    kit reaches that port only through the proxy that adds the token)."""
+    if args.grpc_port:
+        server = grpc.aio.server()
+        a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
+        server.add_insecure_port(f'127.0.0.1:{args.grpc_port}')
+        await server.start()
+    config = uvicorn.Config(app, host='127.0.0.1', port=args.port, log_level='warning')
+    await uvicorn.Server(config).serve()
 
 
 if __name__ == '__main__':

@@ -263,7 +263,7 @@ impl A2aService for Arc<Agent> {
         &self,
         caller: &Caller,
         request: a2a::GetTaskRequest,
-    ) -> Result<Task, A2aError> {
+    ) -> Result<a2a::StoredTask, A2aError> {
         Agent::get_task(self, &caller.peer, request).await
     }
 
@@ -279,7 +279,7 @@ impl A2aService for Arc<Agent> {
         &self,
         caller: &Caller,
         request: CancelTaskRequest,
-    ) -> Result<Task, A2aError> {
+    ) -> Result<a2a::StoredTask, A2aError> {
         Agent::cancel_task(self, &caller.peer, request).await
     }
 

@@ -13,7 +13,7 @@ use crate::protocol::jsonrpc::Method;
 use crate::protocol::types::{
     CancelTaskRequest, GetTaskRequest, ListTaskPushNotificationConfigsResponse, ListTasksRequest,
     ListTasksResponse, PushConfigParams, PushConfigRef, SendMessageRequest, SendMessageResponse,
-    SubscribeToTaskRequest, Task, TaskPushNotificationConfig,
+    StoredTask, SubscribeToTaskRequest, TaskPushNotificationConfig,
 };
 use serde_json::value::RawValue;
 use std::net::IpAddr;
@@ -55,7 +55,11 @@ pub trait A2aService: Send + Sync {
     ) -> Result<EventStream, StreamRefused>;
 
     /// `GetTask`: the caller's own task.
-    async fn get_task(&self, caller: &Caller, request: GetTaskRequest) -> Result<Task, A2aError>;
+    async fn get_task(
+        &self,
+        caller: &Caller,
+        request: GetTaskRequest,
+    ) -> Result<StoredTask, A2aError>;
 
     /// `ListTasks`: a page of the caller's tasks.
     async fn list_tasks(
@@ -69,7 +73,7 @@ pub trait A2aService: Send + Sync {
         &self,
         caller: &Caller,
         request: CancelTaskRequest,
-    ) -> Result<Task, A2aError>;
+    ) -> Result<StoredTask, A2aError>;
 
     /// `SubscribeToTask`: the task, then its stored states until the final one.
     async fn subscribe_to_task(

@@ -18,6 +18,7 @@ use crate::guard::refusal::{self};
 use crate::http::accept::{ConnectionLimits, Protocol};
 use crate::http::admin_api::AdminState;
 use crate::http::door::{DoorGuards, DoorState, door_router, panic_response};
+use crate::http::ready::Readiness;
 use crate::layers::auth::PeerAuthenticator;
 use crate::layers::auth::known_ids::KnownCredentialIds;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
@@ -186,11 +187,8 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     };
     let documents = Documents::build(&options, &store, &door_url, &card_identities).await?;
     tracing::info!(policy = %options.policy_source, "policy loaded");
-    tracing::info!(
-        data_dir = %options.data_dir.display(),
-        store = %store.describe(),
-        "store opened"
-    );
+    let described = store.describe();
+    tracing::info!(data_dir = %options.data_dir.display(), store = %described, "store opened");
     tracing::info!("model backend: {}", backend.describe());
 
     let metrics = Arc::new(Metrics::default());
@@ -216,10 +214,11 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         per_peer,
         authenticator: authenticator.clone(),
     };
-    let readiness = Arc::new(crate::http::ready::Readiness::new(
+    let backend_name = policy.model.backend.name();
+    let readiness = Arc::new(Readiness::new(
         store.clone(),
         sharing.redis.clone(),
-        policy.model.backend.name(),
+        backend_name,
     ));
     let state = door_state(policy, agent.clone(), &documents, readiness.clone());
     let router = door_router(policy, state, &guards, metrics.clone());
@@ -239,34 +238,26 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let (shutdown_tx, serving, admin_serving, grpc_serving) =
         listeners.serve(policy, (router, admin_router, grpc_router), &metrics);
     let registry = sharing.registry();
-    let state_agent = agent.clone();
     let kept = sharing.keep(&options, agent.clone());
-    let sweeper = tokio::spawn(housekeeping(
-        store.clone(),
-        registry,
-        options.clock.clone(),
-        Caches {
-            per_ip: guards.per_ip,
-            per_peer: guards.per_peer,
-            authenticator: authenticator.clone(),
-            budgets,
-        },
-        agent,
-        Duration::from_secs(policy.server.request_timeout_seconds),
+    let caches = Caches {
+        per_ip: guards.per_ip,
+        per_peer: guards.per_peer,
+        authenticator: authenticator.clone(),
+        budgets,
+    };
+    let sweeper = spawn_housekeeping(
+        &options,
+        (&store, registry),
+        caches,
+        &agent,
         documents.refresh,
-    ));
+    );
     // Started once the interrupted tasks are failed, so their last states are queued too.
     let deliveries = push
         .map(crate::push::deliver::spawn)
         .transpose()
         .map_err(|e| config(&e))?;
-    tracing::info!("admin API on http://{admin_addr} (OpenAPI at /openapi.json)");
-    if let Some(grpc_addr) = grpc_addr {
-        tracing::info!("gRPC binding on {grpc_addr} (lf.a2a.v1.A2AService, grpc.health.v1.Health)");
-    }
-    tracing::info!(
-        "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
-    );
+    announce_listeners(local_addr, admin_addr, grpc_addr, &door_url);
     Ok(RunningGateway {
         local_addr,
         door_url,
@@ -281,7 +272,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         hearing,
         deliveries,
         kept: Some(kept),
-        agent: state_agent,
+        agent,
         shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
         store,
         authenticator,
@@ -454,6 +445,41 @@ fn door_state(
         jwks: documents.jwks.clone(),
         readiness,
     }
+}
+
+/// The housekeeping loop over this gateway's store and caches.
+fn spawn_housekeeping(
+    options: &GatewayOptions,
+    (store, registry): (&Store, Option<Arc<dyn crate::store::InstanceRegistry>>),
+    caches: Caches,
+    agent: &Arc<Agent>,
+    refresh: documents::JwksRefresh,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(housekeeping(
+        store.clone(),
+        registry,
+        options.clock.clone(),
+        caches,
+        agent.clone(),
+        Duration::from_secs(options.policy.server.request_timeout_seconds),
+        refresh,
+    ))
+}
+
+/// Where each listener is: the tests read these lines for the bound addresses.
+fn announce_listeners(
+    local_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    grpc_addr: Option<SocketAddr>,
+    door_url: &str,
+) {
+    tracing::info!("admin API on http://{admin_addr} (OpenAPI at /openapi.json)");
+    if let Some(grpc_addr) = grpc_addr {
+        tracing::info!("gRPC binding on {grpc_addr} (lf.a2a.v1.A2AService, grpc.health.v1.Health)");
+    }
+    tracing::info!(
+        "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
+    );
 }
 
 /// The gRPC listener, with `[grpc]`, bound first: a card naming no address of its own names

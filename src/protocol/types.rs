@@ -365,12 +365,58 @@ pub struct ListTasksRequest {
     pub include_artifacts: Option<bool>,
 }
 
+/// A task as it was stored: typed to read, decoded once, and answered with the ProtoJSON it
+/// was stored as, so an answer costs no second encoding.
+#[derive(Debug, Clone)]
+pub struct StoredTask {
+    /// The task.
+    pub task: Task,
+    json: Box<serde_json::value::RawValue>,
+}
+
+impl StoredTask {
+    /// A stored task's text, decoded.
+    pub fn read(json: &str) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            task: serde_json::from_str(json)?,
+            json: serde_json::value::RawValue::from_string(json.to_owned())?,
+        })
+    }
+
+    /// `task` with `json`, the text it was stored as.
+    pub fn new(task: Task, json: String) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            task,
+            json: serde_json::value::RawValue::from_string(json)?,
+        })
+    }
+
+    /// The task with at most `n` history messages (`historyLength`), encoded again only when
+    /// that drops some.
+    pub fn with_history(mut self, n: Option<usize>) -> Result<Self, serde_json::Error> {
+        match n {
+            Some(n) if n < self.task.history.len() => {
+                self.task.limit_history(n);
+                let json = serde_json::to_string(&self.task)?;
+                Self::new(self.task, json)
+            }
+            _ => Ok(self),
+        }
+    }
+}
+
+impl Serialize for StoredTask {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(serializer)
+    }
+}
+
 /// `SendMessageResponse`: the task, or the agent's direct message.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SendMessageResponse {
     /// `{"task": …}`
-    Task(Task),
+    Task(StoredTask),
     /// `{"message": …}`
     Message(Message),
 }

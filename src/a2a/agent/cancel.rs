@@ -10,7 +10,7 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         params: CancelTaskRequest,
-    ) -> Result<Task, A2aError> {
+    ) -> Result<a2a::StoredTask, A2aError> {
         let task = self.load_task(peer, &params.id).await?;
         if task.status.state.is_interrupted() {
             return self.cancel_waiting(peer, &params.id).await;
@@ -49,8 +49,8 @@ impl Agent {
                 Ok(None) | Err(_) => break self.load_task_json(peer, &params.id).await?,
             }
         };
-        let canceled: Task = serde_json::from_str(&stored).map_err(internal)?;
-        if canceled.status.state != TaskState::Canceled {
+        let canceled = a2a::StoredTask::read(&stored).map_err(internal)?;
+        if canceled.task.status.state != TaskState::Canceled {
             return Err(finished_first);
         }
         Ok(canceled)
@@ -62,7 +62,7 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         task_id: &str,
-    ) -> Result<Task, A2aError> {
+    ) -> Result<a2a::StoredTask, A2aError> {
         if !self.settings.cancel_running {
             return Err(A2aError::TaskNotCancelable(
                 "cancelling is off (capabilities.cancel_running is false); the task waits for its answer until it expires",
@@ -118,7 +118,7 @@ impl Agent {
                 peer_id: peer.id().to_owned(),
                 context_id: task.context_id.clone(),
                 state: TaskState::Canceled,
-                task_json,
+                task_json: task_json.clone(),
                 now,
                 expires_at: now.saturating_add(retention),
                 messages: Vec::new(),
@@ -133,7 +133,7 @@ impl Agent {
             .map_err(internal)?;
         self.announce(heard);
         self.metrics.task_finished(FinalState::Canceled);
-        Ok(task)
+        a2a::StoredTask::new(task, task_json).map_err(internal)
     }
 
     /// A working task this instance is not answering: asks the other instances, then follows
@@ -142,15 +142,15 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         task_id: &str,
-    ) -> Result<Task, A2aError> {
+    ) -> Result<a2a::StoredTask, A2aError> {
         self.shared.cancels.request(peer.id(), task_id);
         let deadline = tokio::time::Instant::now() + self.settings.backend_timeout;
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let task = self.load_task(peer, task_id).await?;
-            match task.status.state {
+            let stored = self.load_stored_task(peer, task_id).await?;
+            match stored.task.status.state {
                 TaskState::Working => {}
-                TaskState::Canceled => return Ok(task),
+                TaskState::Canceled => return Ok(stored),
                 _ => break,
             }
         }

@@ -10,7 +10,7 @@ use super::{Agent, checked_history_length, internal, invalid};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
 use crate::protocol::types::{
-    GetTaskRequest, ListTasksRequest, ListTasksResponse, Task, TaskState,
+    GetTaskRequest, ListTasksRequest, ListTasksResponse, StoredTask, Task, TaskState,
 };
 use crate::store::TaskQuery;
 use base64::Engine as _;
@@ -146,16 +146,13 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         params: GetTaskRequest,
-    ) -> Result<Task, A2aError> {
+    ) -> Result<StoredTask, A2aError> {
         let history_length = params
             .history_length
             .map(|n| checked_history_length(n, "historyLength"))
             .transpose()?;
-        let mut task = self.load_task(peer, &params.id).await?;
-        if let Some(n) = history_length {
-            task.limit_history(n);
-        }
-        Ok(task)
+        let stored = self.load_stored_task(peer, &params.id).await?;
+        stored.with_history(history_length).map_err(internal)
     }
 
     pub(super) async fn load_task(
@@ -165,6 +162,16 @@ impl Agent {
     ) -> Result<Task, A2aError> {
         let stored = self.load_task_json(peer, task_id).await?;
         serde_json::from_str(&stored).map_err(internal)
+    }
+
+    /// The caller's own task, decoded once, with the text it is stored as.
+    pub(super) async fn load_stored_task(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &str,
+    ) -> Result<StoredTask, A2aError> {
+        let stored = self.load_task_json(peer, task_id).await?;
+        StoredTask::read(&stored).map_err(internal)
     }
 
     /// The caller's own unexpired task as stored, or `TaskNotFound` for anything else.

@@ -234,7 +234,7 @@ impl Agent {
         };
         if let Some(refusal) = refusal {
             match self.refuse(&mut turn, refusal).await {
-                Ok(task) => stream.send(&StreamResponse::Task(task)),
+                Ok(stored) => stream.send(&StreamResponse::Task(stored.task)),
                 Err(error) => stream.fail(error),
             }
             return;
@@ -288,7 +288,7 @@ impl Agent {
         drop(cancelable);
         drop(held);
         match answer {
-            Ok(task) => stream.send_final(task),
+            Ok(stored) => stream.send_final(stored.task),
             Err(error) => stream.fail(error),
         }
     }

@@ -20,7 +20,7 @@ impl Agent {
         }
         if let Some(refusal) = self.refusal(peer, client).await? {
             let task = self.refuse(&mut turn, refusal).await?;
-            return Ok(task_answer(task, history_length));
+            return task_answer(task, history_length);
         }
         let held = self.begin_turn(&turn).await?;
         self.still_waiting(&mut turn).await?;
@@ -36,10 +36,11 @@ impl Agent {
             let answer = self.finish(&turn, outcome, Some(unfinished)).await;
             drop(cancelable);
             drop(held);
-            return answer.map(|task| match as_message {
-                true => SendMessageResponse::Message(task.status.message),
-                false => task_answer(task, history_length),
-            });
+            return match (answer, as_message) {
+                (Ok(stored), true) => Ok(SendMessageResponse::Message(stored.task.status.message)),
+                (Ok(stored), false) => task_answer(stored, history_length),
+                (Err(error), _) => Err(error),
+            };
         }
         // The working task is the answer; the turn goes on without the request, holding the
         // context's turn until its final state is stored.
@@ -54,8 +55,8 @@ impl Agent {
             drop(held);
             drop(counted);
         });
-        let working: Task = serde_json::from_str(&working_json).map_err(internal)?;
-        Ok(task_answer(working, history_length))
+        let working = a2a::StoredTask::read(&working_json).map_err(internal)?;
+        task_answer(working, history_length)
     }
 
     /// Reads a message into the turn it asks for: checked, and not yet stored.
@@ -378,7 +379,7 @@ impl Agent {
         turn: &TurnPlan,
         outcome: Outcome,
         unfinished: Option<UnfinishedTask>,
-    ) -> Result<Task, A2aError> {
+    ) -> Result<a2a::StoredTask, A2aError> {
         let state = outcome.state;
         let now = self.clock.now_millis();
         let task = match &outcome.agent_reply {
@@ -400,7 +401,9 @@ impl Agent {
             }
             None => turn.task(self, state, &outcome.reply, now),
         };
+        // Encoded once: the stored copy is also the answer.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
+        let answer = a2a::StoredTask::new(task, task_json.clone()).map_err(internal)?;
         let heard = self.event(&turn.peer, &turn.task_id, state, &task_json);
         let mut finished = turn.exchange(self, state, task_json, now);
         finished.messages = outcome.messages;
@@ -425,7 +428,7 @@ impl Agent {
                 _ => FinalState::Failed,
             });
         }
-        Ok(task)
+        Ok(answer)
     }
 }
 

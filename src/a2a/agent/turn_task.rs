@@ -153,7 +153,7 @@ impl Agent {
         &self,
         turn: &mut TurnPlan,
         refusal: Outcome,
-    ) -> Result<Task, A2aError> {
+    ) -> Result<a2a::StoredTask, A2aError> {
         if turn.continues.is_none() {
             return self.finish(turn, refusal, None).await;
         }
@@ -169,11 +169,12 @@ impl Agent {
 }
 
 /// `{"task": …}` with at most `history_length` history messages.
-pub(super) fn task_answer(mut task: Task, history_length: Option<usize>) -> SendMessageResponse {
-    if let Some(n) = history_length {
-        task.limit_history(n);
-    }
-    SendMessageResponse::Task(task)
+pub(super) fn task_answer(
+    stored: a2a::StoredTask,
+    history_length: Option<usize>,
+) -> Result<SendMessageResponse, A2aError> {
+    let stored = stored.with_history(history_length).map_err(internal)?;
+    Ok(SendMessageResponse::Task(stored))
 }
 
 /// One message's turn: what every stored copy of its task shares.
