@@ -37,6 +37,7 @@ use futures_util::stream::BoxStream;
 use prost_reflect::{DynamicMessage, MessageDescriptor};
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -248,8 +249,8 @@ async fn unary(
     service: &dyn A2aService,
     caller: &Caller,
     method: Method,
-    request: Value,
-) -> Result<Value, A2aError> {
+    request: Box<RawValue>,
+) -> Result<String, A2aError> {
     service.offered(method)?;
     match method {
         Method::SendMessage => json(service.send_message(caller, typed(request)?).await),
@@ -262,7 +263,7 @@ async fn unary(
         Method::DeletePushConfig => {
             // `google.protobuf.Empty`.
             service.delete_push_config(caller, typed(request)?).await?;
-            Ok(Value::Object(serde_json::Map::new()))
+            Ok("{}".to_owned())
         }
         Method::GetExtendedAgentCard => json(service.get_extended_agent_card(caller).await),
         // The streams are served by the streaming handler.
@@ -272,15 +273,14 @@ async fn unary(
 
 /// A request's ProtoJSON as the operation's typed request, read as the JSON-RPC binding reads
 /// its `params` (the same words for what is wrong).
-fn typed<T: serde::de::DeserializeOwned>(request: Value) -> Result<T, A2aError> {
-    let raw = serde_json::value::to_raw_value(&request).map_err(|_| A2aError::Parse)?;
-    jsonrpc::parse_params(Some(&raw))
+fn typed<T: serde::de::DeserializeOwned>(request: Box<RawValue>) -> Result<T, A2aError> {
+    jsonrpc::parse_params(Some(&request))
 }
 
-/// A typed answer as ProtoJSON.
-fn json<R: Serialize>(answer: Result<R, A2aError>) -> Result<Value, A2aError> {
+/// A typed answer as ProtoJSON text.
+fn json<R: Serialize>(answer: Result<R, A2aError>) -> Result<String, A2aError> {
     answer.and_then(|answer| {
-        serde_json::to_value(answer).map_err(|e| internal(&e, "an answer could not be encoded"))
+        serde_json::to_string(&answer).map_err(|e| internal(&e, "an answer could not be encoded"))
     })
 }
 
@@ -317,7 +317,7 @@ async fn open(
     service: &dyn A2aService,
     caller: &Caller,
     method: Method,
-    request: Value,
+    request: Box<RawValue>,
 ) -> Result<EventStream, StreamRefused> {
     service.offered(method)?;
     match method {
@@ -350,10 +350,9 @@ fn messages_of(
                 () = tokio::time::sleep_until(ends_at) => return None,
             };
             let item = match event {
-                StreamEvent::Response(json) => serde_json::from_str::<Value>(json.get())
-                    .map_err(|e| internal(&e, "a stream event could not be read"))
-                    .and_then(|json| messages::write(&response_type, &json))
-                    .map_err(|e| status(&e)),
+                StreamEvent::Response(json) => {
+                    messages::write(&response_type, json.get()).map_err(|e| status(&e))
+                }
                 StreamEvent::Error(error) => Err(status(&error)),
             };
             let ended = item.is_err();
@@ -503,6 +502,7 @@ impl UnaryService<DynamicMessage> for HealthCheck {
         let check = self.clone();
         Box::pin(async move {
             let asked = messages::read(request.get_ref()).map_err(|e| status(&e))?;
+            let asked: Value = serde_json::from_str(asked.get()).unwrap_or(Value::Null);
             let service = asked["service"].as_str().unwrap_or("");
             if !service.is_empty() && service != A2A_SERVICE {
                 return Err(tonic::Status::not_found("no such service here"));
@@ -512,7 +512,7 @@ impl UnaryService<DynamicMessage> for HealthCheck {
             } else {
                 "NOT_SERVING"
             };
-            let answer = serde_json::json!({ "status": serving });
+            let answer = serde_json::json!({ "status": serving }).to_string();
             messages::write(&check.response_type, &answer)
                 .map(tonic::Response::new)
                 .map_err(|e| status(&e))

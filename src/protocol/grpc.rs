@@ -8,6 +8,7 @@
 
 use super::error::{A2aError, GrpcCode};
 use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
 
@@ -34,24 +35,28 @@ pub fn descriptor(name: &str) -> Option<MessageDescriptor> {
     pool().get_message_by_name(name)
 }
 
-/// A protobuf message as ProtoJSON: what a typed request reads.
-pub fn read(message: &DynamicMessage) -> Result<Value, A2aError> {
-    serde_json::to_value(message).map_err(|_| A2aError::InvalidParams {
+/// A protobuf message as ProtoJSON text: what a typed request reads (written straight to text,
+/// with no JSON tree between).
+pub fn read(message: &DynamicMessage) -> Result<Box<RawValue>, A2aError> {
+    serde_json::value::to_raw_value(message).map_err(|_| A2aError::InvalidParams {
         field: "request".to_owned(),
         description: "cannot be read as its ProtoJSON form".to_owned(),
     })
 }
 
-/// A typed answer's ProtoJSON as message `descriptor`. Members the message does not have are
-/// left out: an answer carries what the protocol's message can hold.
-pub fn write(descriptor: &MessageDescriptor, json: &Value) -> Result<DynamicMessage, A2aError> {
+/// A typed answer's ProtoJSON text as message `descriptor`. Members the message does not have
+/// are left out: an answer carries what the protocol's message can hold.
+pub fn write(descriptor: &MessageDescriptor, json: &str) -> Result<DynamicMessage, A2aError> {
     let options = DeserializeOptions::new().deny_unknown_fields(false);
-    DynamicMessage::deserialize_with_options(descriptor.clone(), json, &options).map_err(|e| {
-        internal(format!(
-            "an answer does not fit {}: {e}",
-            descriptor.full_name()
-        ))
-    })
+    let mut text = serde_json::Deserializer::from_str(json);
+    DynamicMessage::deserialize_with_options(descriptor.clone(), &mut text, &options)
+        .and_then(|message| text.end().map(|()| message))
+        .map_err(|e| {
+            internal(format!(
+                "an answer does not fit {}: {e}",
+                descriptor.full_name()
+            ))
+        })
 }
 
 /// A `google.rpc.Status` with `code`, `message` and `details` (ProtoJSON `Any` objects, as the
@@ -72,7 +77,7 @@ pub fn status_details(code: GrpcCode, message: &str, details: &Value) -> Vec<u8>
         .collect();
     let status = json!({"code": code.number(), "message": message, "details": known});
     descriptor("google.rpc.Status")
-        .and_then(|status_type| write(&status_type, &status).ok())
+        .and_then(|status_type| write(&status_type, &status.to_string()).ok())
         .map(|status| prost::Message::encode_to_vec(&status))
         .unwrap_or_default()
 }
@@ -96,10 +101,10 @@ mod tests {
     use super::*;
 
     fn round_trip(name: &str, json: &Value) -> Value {
-        let message = write(&descriptor(name).unwrap(), json).unwrap();
+        let message = write(&descriptor(name).unwrap(), &json.to_string()).unwrap();
         let bytes = prost::Message::encode_to_vec(&message);
         let decoded = DynamicMessage::decode(descriptor(name).unwrap(), bytes.as_slice()).unwrap();
-        read(&decoded).unwrap()
+        serde_json::from_str(read(&decoded).unwrap().get()).unwrap()
     }
 
     #[test]
@@ -134,6 +139,7 @@ mod tests {
         let bytes = status_details(error.grpc_code(), &error.message(), &details);
         let status_type = descriptor("google.rpc.Status").unwrap();
         let status = read(&DynamicMessage::decode(status_type, bytes.as_slice()).unwrap()).unwrap();
+        let status: Value = serde_json::from_str(status.get()).unwrap();
         assert_eq!(status["code"], 5);
         assert_eq!(status["details"][0]["reason"], "TASK_NOT_FOUND");
         assert_eq!(status["details"][0]["domain"], "a2a-protocol.org");
