@@ -187,51 +187,17 @@ pub(super) enum PeerCommand {
 pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
     match command {
         PeerCommand::Add(args) => add(args).await,
-        PeerCommand::List { data } => {
-            let (peers, identities) = on_store(&data, None, async |accounts| {
-                let caller = Caller::operator();
-                Ok((
-                    accounts.list_peers(&caller).await?,
-                    accounts.identities(&caller).await?,
-                ))
-            })
-            .await?;
-            print_peers(peers, &identities);
-            Ok(())
-        }
+        PeerCommand::List { data } => list(&data).await,
         PeerCommand::Bind {
             name,
             identity,
             data,
-        } => {
-            let identity = identity.identity()?;
-            on_store(&data, None, async |accounts| {
-                accounts
-                    .bind_identity(&Caller::operator(), &name, &identity)
-                    .await
-            })
-            .await?;
-            eprintln!("bound {} to peer {name}.", identity.describe());
-            Ok(())
-        }
+        } => bind(&name, &identity.identity()?, &data, true).await,
         PeerCommand::Unbind {
             name,
             identity,
             data,
-        } => {
-            let identity = identity.identity()?;
-            on_store(&data, None, async |accounts| {
-                accounts
-                    .unbind_identity(&Caller::operator(), &name, &identity)
-                    .await
-            })
-            .await?;
-            eprintln!(
-                "unbound {} from peer {name}. {CACHE_NOTE}",
-                identity.describe()
-            );
-            Ok(())
-        }
+        } => bind(&name, &identity.identity()?, &data, false).await,
         PeerCommand::Limit { name, rate, data } => {
             on_store(&data, None, async |accounts| {
                 accounts.set_limit(&Caller::operator(), &name, rate).await
@@ -244,31 +210,8 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             name,
             streams,
             data,
-        } => {
-            let cap = stream_cap(&streams)?;
-            on_store(&data, None, async |accounts| {
-                accounts.set_streams(&Caller::operator(), &name, cap).await
-            })
-            .await?;
-            let shown = cap.map_or_else(|| "the policy's number of".to_owned(), |n| n.to_string());
-            eprintln!("peer {name} may now hold {shown} streams open at once. {CACHE_NOTE}");
-            Ok(())
-        }
-        PeerCommand::Expire { name, when, data } => {
-            let at = expiry(&when)?;
-            on_store(&data, None, async |accounts| {
-                accounts.set_expiry(&Caller::operator(), &name, at).await
-            })
-            .await?;
-            match at {
-                Some(at) => eprintln!(
-                    "peer {name} expires at {}. {CACHE_NOTE}",
-                    rfc3339_millis(at)
-                ),
-                None => eprintln!("peer {name} no longer expires."),
-            }
-            Ok(())
-        }
+        } => set_streams(&name, &streams, &data).await,
+        PeerCommand::Expire { name, when, data } => expire(&name, &when, &data).await,
         PeerCommand::Password { name, data } => {
             let password = read_password(&format!("peer {name}"))?;
             on_store(&data, None, async |accounts| {
@@ -280,17 +223,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             eprintln!("password set for peer {name} (stored as an Argon2id hash).");
             Ok(())
         }
-        PeerCommand::Key { name, data } => {
-            let key = on_store(&data, None, async |accounts| {
-                accounts.issue_api_key(&Caller::operator(), &name).await
-            })
-            .await?;
-            eprintln!(
-                "issued an API key for peer {name}; any earlier key stopped working. It is on stdout and is not shown again."
-            );
-            println!("{key}");
-            Ok(())
-        }
+        PeerCommand::Key { name, data } => issue_key(&name, &data).await,
         PeerCommand::Rotate { name, grace, data } => {
             let rotated = on_store(&data, None, async |accounts| {
                 accounts.rotate(&Caller::operator(), &name, grace).await
@@ -307,18 +240,102 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             eprintln!("revoked peer {name}. {CACHE_NOTE}");
             Ok(())
         }
-        PeerCommand::Reinstate { name, data } => {
-            let token = on_store(&data, None, async |accounts| {
-                accounts.reinstate(&Caller::operator(), &name).await
-            })
-            .await?;
-            eprintln!(
-                "reinstated peer {name}: its new token is on stdout and is not shown again; its old credentials stay revoked."
-            );
-            println!("{token}");
-            Ok(())
-        }
+        PeerCommand::Reinstate { name, data } => reinstate(&name, &data).await,
     }
+}
+
+/// `peer list`: every peer with its bindings.
+async fn list(data: &DataDir) -> Result<(), CliError> {
+    let (peers, identities) = on_store(data, None, async |accounts| {
+        let caller = Caller::operator();
+        Ok((
+            accounts.list_peers(&caller).await?,
+            accounts.identities(&caller).await?,
+        ))
+    })
+    .await?;
+    print_peers(peers, &identities);
+    Ok(())
+}
+
+/// `peer bind` (`bind`) and `peer unbind`: one identity to or from the peer.
+async fn bind(
+    name: &str,
+    identity: &crate::store::PeerIdentity,
+    data: &DataDir,
+    bind: bool,
+) -> Result<(), CliError> {
+    on_store(data, None, async |accounts| {
+        let caller = Caller::operator();
+        match bind {
+            true => accounts.bind_identity(&caller, name, identity).await,
+            false => accounts.unbind_identity(&caller, name, identity).await,
+        }
+    })
+    .await?;
+    match bind {
+        true => eprintln!("bound {} to peer {name}.", identity.describe()),
+        false => eprintln!(
+            "unbound {} from peer {name}. {CACHE_NOTE}",
+            identity.describe()
+        ),
+    }
+    Ok(())
+}
+
+/// `peer streams`: the peer's own cap on open streams, or the policy's.
+async fn set_streams(name: &str, streams: &str, data: &DataDir) -> Result<(), CliError> {
+    let cap = stream_cap(streams)?;
+    on_store(data, None, async |accounts| {
+        accounts.set_streams(&Caller::operator(), name, cap).await
+    })
+    .await?;
+    let shown = cap.map_or_else(|| "the policy's number of".to_owned(), |n| n.to_string());
+    eprintln!("peer {name} may now hold {shown} streams open at once. {CACHE_NOTE}");
+    Ok(())
+}
+
+/// `peer expire`: when the peer's credentials stop working, or never.
+async fn expire(name: &str, when: &str, data: &DataDir) -> Result<(), CliError> {
+    let at = expiry(when)?;
+    on_store(data, None, async |accounts| {
+        accounts.set_expiry(&Caller::operator(), name, at).await
+    })
+    .await?;
+    match at {
+        Some(at) => eprintln!(
+            "peer {name} expires at {}. {CACHE_NOTE}",
+            rfc3339_millis(at)
+        ),
+        None => eprintln!("peer {name} no longer expires."),
+    }
+    Ok(())
+}
+
+/// `peer key`: a new API key, printed once.
+async fn issue_key(name: &str, data: &DataDir) -> Result<(), CliError> {
+    let key = on_store(data, None, async |accounts| {
+        accounts.issue_api_key(&Caller::operator(), name).await
+    })
+    .await?;
+    eprintln!(
+        "issued an API key for peer {name}; any earlier key stopped working. It is on stdout and is not shown again."
+    );
+    println!("{key}");
+    Ok(())
+}
+
+/// `peer reinstate`: a revoked peer back, with a new token printed once.
+async fn reinstate(name: &str, data: &DataDir) -> Result<(), CliError> {
+    let token = on_store(data, None, async |accounts| {
+        accounts.reinstate(&Caller::operator(), name).await
+    })
+    .await?;
+    eprintln!(
+        "reinstated peer {name}: its new token is on stdout and is not shown again; its old credentials stay revoked."
+    );
+    println!("{token}");
+    Ok(())
 }
 
 /// `peer add`: creates the peer (and binds its identity, when one is given) and prints its
