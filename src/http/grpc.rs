@@ -54,69 +54,74 @@ pub(crate) struct GrpcState {
     pub(crate) max_message_bytes: usize,
 }
 
-/// Each operation's method name (the path's last segment), its request and response
-/// messages, and whether it answers with a stream.
+/// Each operation's method name (the path's last segment), the operation, and the full names
+/// of its request and response messages.
 const OPERATIONS: [(&str, Method, &str, &str); 11] = [
     (
         "SendMessage",
         Method::SendMessage,
-        "SendMessageRequest",
-        "SendMessageResponse",
+        "lf.a2a.v1.SendMessageRequest",
+        "lf.a2a.v1.SendMessageResponse",
     ),
     (
         "SendStreamingMessage",
         Method::SendStreamingMessage,
-        "SendMessageRequest",
-        "StreamResponse",
+        "lf.a2a.v1.SendMessageRequest",
+        "lf.a2a.v1.StreamResponse",
     ),
-    ("GetTask", Method::GetTask, "GetTaskRequest", "Task"),
+    (
+        "GetTask",
+        Method::GetTask,
+        "lf.a2a.v1.GetTaskRequest",
+        "lf.a2a.v1.Task",
+    ),
     (
         "ListTasks",
         Method::ListTasks,
-        "ListTasksRequest",
-        "ListTasksResponse",
+        "lf.a2a.v1.ListTasksRequest",
+        "lf.a2a.v1.ListTasksResponse",
     ),
     (
         "CancelTask",
         Method::CancelTask,
-        "CancelTaskRequest",
-        "Task",
+        "lf.a2a.v1.CancelTaskRequest",
+        "lf.a2a.v1.Task",
     ),
     (
         "SubscribeToTask",
         Method::SubscribeToTask,
-        "SubscribeToTaskRequest",
-        "StreamResponse",
+        "lf.a2a.v1.SubscribeToTaskRequest",
+        "lf.a2a.v1.StreamResponse",
     ),
     (
         "CreateTaskPushNotificationConfig",
         Method::CreatePushConfig,
-        "TaskPushNotificationConfig",
-        "TaskPushNotificationConfig",
+        "lf.a2a.v1.TaskPushNotificationConfig",
+        "lf.a2a.v1.TaskPushNotificationConfig",
     ),
     (
         "GetTaskPushNotificationConfig",
         Method::GetPushConfig,
-        "GetTaskPushNotificationConfigRequest",
-        "TaskPushNotificationConfig",
+        "lf.a2a.v1.GetTaskPushNotificationConfigRequest",
+        "lf.a2a.v1.TaskPushNotificationConfig",
     ),
     (
         "ListTaskPushNotificationConfigs",
         Method::ListPushConfigs,
-        "ListTaskPushNotificationConfigsRequest",
-        "ListTaskPushNotificationConfigsResponse",
+        "lf.a2a.v1.ListTaskPushNotificationConfigsRequest",
+        "lf.a2a.v1.ListTaskPushNotificationConfigsResponse",
     ),
     (
         "DeleteTaskPushNotificationConfig",
         Method::DeletePushConfig,
-        "DeleteTaskPushNotificationConfigRequest",
+        "lf.a2a.v1.DeleteTaskPushNotificationConfigRequest",
         "google.protobuf.Empty",
     ),
     (
         "GetExtendedAgentCard",
         Method::GetExtendedAgentCard,
-        "GetExtendedAgentCardRequest",
-        "AgentCard",
+        "lf.a2a.v1.GetExtendedAgentCardRequest",
+        "lf.a2a.v1.AgentCard",
     ),
 ];
 
@@ -141,15 +146,6 @@ pub(crate) fn grpc_router(
         .with_state(state)
         .layer(axum::middleware::map_response(as_grpc_status));
     door::observed(routes, policy, metrics, &format!("/{A2A_SERVICE}"))
-}
-
-/// A message's full name: A2A's own are in its package.
-fn full_name(name: &str) -> String {
-    if name.contains('.') {
-        name.to_owned()
-    } else {
-        format!("lf.a2a.v1.{name}")
-    }
 }
 
 /// One A2A method called over gRPC.
@@ -177,8 +173,8 @@ async fn a2a_method(
         return called(Refusal::InsufficientScope { scope }.into_response(), method);
     }
     let (Some(request_type), Some(response_type)) = (
-        messages::descriptor(&full_name(request_name)),
-        messages::descriptor(&full_name(response_name)),
+        messages::descriptor(request_name),
+        messages::descriptor(response_name),
     ) else {
         return unimplemented();
     };
