@@ -30,7 +30,7 @@ use message::*;
 use recovery::*;
 use turn_task::*;
 
-pub use stream::{BUFFERED_BYTES, EventStream, StreamEvent, StreamRefused};
+pub use crate::a2a::events::{BUFFERED_BYTES, EventStream, StreamEvent, StreamRefused};
 
 use crate::a2a::service::{A2aService, Caller, SignedCard};
 use crate::admin::budget::Budgets;

@@ -1,7 +1,7 @@
 //! The JSON-RPC binding over the typed service: one request body in, one response object (or a
 //! stream of them) out. Decode, call, encode; every decision is the service's.
 
-use crate::a2a::agent::{EventStream, StreamEvent, StreamRefused};
+use crate::a2a::events::{EventStream, StreamEvent, StreamRefused};
 use crate::a2a::service::{A2aService, Caller};
 use crate::guard::refusal::Refusal;
 use crate::protocol::error::A2aError;

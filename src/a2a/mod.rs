@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod card;
+pub mod events;
 pub mod jsonrpc_binding;
 pub mod service;
 /// The protocol's objects, which live below everything that speaks them.

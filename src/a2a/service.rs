@@ -6,7 +6,7 @@
 //!
 //! The caller is always an authenticated peer: the guard in front of every binding made it.
 
-use crate::a2a::agent::{EventStream, StreamRefused};
+use crate::a2a::events::{EventStream, StreamRefused};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;

@@ -13,7 +13,8 @@
 //! and [`as_grpc_status`] turns each into a status in the one place: 401 `UNAUTHENTICATED`,
 //! 403 `PERMISSION_DENIED`, 429 `RESOURCE_EXHAUSTED` with a `RetryInfo` delay.
 
-use crate::a2a::agent::{Agent, EventStream, StreamEvent, StreamRefused};
+use crate::a2a::agent::Agent;
+use crate::a2a::events::{EventStream, StreamEvent, StreamRefused};
 use crate::a2a::service::{A2aService, Caller};
 use crate::config::Policy;
 use crate::guard::refusal::Refusal;

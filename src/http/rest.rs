@@ -17,7 +17,8 @@
 //!
 //! Each route is served under a tenant too (`/{tenant}/tasks`); the tenant names nothing here.
 
-use crate::a2a::agent::{Agent, EventStream, StreamEvent, StreamRefused};
+use crate::a2a::agent::Agent;
+use crate::a2a::events::{EventStream, StreamEvent, StreamRefused};
 use crate::a2a::service::{A2aService, Caller as ServiceCaller};
 use crate::guard::refusal::{LoggedRequestId, Refusal};
 use crate::http::sse::StreamBounds;

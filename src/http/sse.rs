@@ -7,7 +7,7 @@
 //! to ever finish is closed rather than kept. Dropping the body (the connection closed) drops
 //! the events it buffered and the stream's place among its peer's open streams.
 
-use crate::a2a::agent::{EventStream, StreamEvent};
+use crate::a2a::events::{EventStream, StreamEvent};
 use crate::http::stalled_writes::{ConnectionDeadline, DeadlineGuard};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};

@@ -11,182 +11,23 @@
 //! one. A finished task cannot be subscribed to.
 
 use super::{Agent, TurnPlan, internal};
+use crate::a2a::events::{EventStream, Stream, StreamRefused, stream_pair};
 use crate::clock::rfc3339_millis;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
 use crate::protocol::types::{
     Message, Part, Role, SendMessageRequest, StreamResponse, SubscribeToTaskRequest, Task,
-    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::shared::streams::StreamPermit;
-use serde_json::value::{RawValue, to_raw_value};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::mpsc;
-
-/// Events buffered for a client that reads slowly; one that falls further behind is cut off.
-const BUFFERED_EVENTS: usize = 64;
-
-/// Bytes of events buffered for a client that reads slowly; past them it is cut off too (one
-/// event larger than this is still sent when nothing else waits).
-pub const BUFFERED_BYTES: usize = 1024 * 1024;
-
-/// One event of a stream: a `StreamResponse`, encoded once as ProtoJSON when it is made (the
-/// buffer a slow reader may fill is bounded in bytes), or the error that ends the stream.
-/// Each binding frames it in its own way.
-#[derive(Debug)]
-pub enum StreamEvent {
-    /// A `StreamResponse` as ProtoJSON.
-    Response(Box<RawValue>),
-    /// The error the stream ends with.
-    Error(A2aError),
-}
-
-impl StreamEvent {
-    /// Bytes it holds in a stream's buffer.
-    fn size(&self) -> usize {
-        match self {
-            Self::Response(json) => json.get().len(),
-            Self::Error(_) => 256,
-        }
-    }
-}
-
-/// A stream's events as the response reads them, holding the stream's place among its peer's
-/// open streams until it is dropped.
-#[derive(Debug)]
-pub struct EventStream {
-    events: mpsc::Receiver<StreamEvent>,
-    buffered: Arc<AtomicUsize>,
-    _place: StreamPermit,
-}
-
-impl EventStream {
-    /// Events sent into `events` as they come, holding `place` (for a stream made elsewhere
-    /// than a turn: tests, another binding's adapter).
-    pub fn from_receiver(events: mpsc::Receiver<StreamEvent>, place: StreamPermit) -> Self {
-        Self {
-            events,
-            buffered: Arc::default(),
-            _place: place,
-        }
-    }
-
-    /// The next event; `None` once the stream ended.
-    pub async fn next(&mut self) -> Option<StreamEvent> {
-        let event = self.events.recv().await?;
-        let size = event.size();
-        let _ = self
-            .buffered
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |waiting| {
-                Some(waiting.saturating_sub(size))
-            });
-        Some(event)
-    }
-}
-
-/// A stream's two ends: what the turn sends into, and what the response reads.
-fn stream_pair(place: StreamPermit) -> (Stream, EventStream) {
-    let (events, receiver) = mpsc::channel(BUFFERED_EVENTS);
-    let buffered = Arc::new(AtomicUsize::new(0));
-    (
-        Stream {
-            events: Some(events),
-            buffered: buffered.clone(),
-        },
-        EventStream {
-            events: receiver,
-            buffered,
-            _place: place,
-        },
-    )
-}
-
-/// Why a stream was not opened.
-#[derive(Debug)]
-pub enum StreamRefused {
-    /// The protocol's error.
-    Rpc(A2aError),
-    /// The peer holds as many open streams as it may (its cap).
-    AtCap(u32),
-}
-
-impl From<A2aError> for StreamRefused {
-    fn from(error: A2aError) -> Self {
-        Self::Rpc(error)
-    }
-}
 
 /// How often a subscription looks at the store, in case its task's final state was stored
 /// without an event (a sweep, a lost publication).
 const SUBSCRIPTION_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The response events of one stream. Nothing here ever waits for the client: a turn must not
-/// stall because a peer stopped reading.
-struct Stream {
-    events: Option<mpsc::Sender<StreamEvent>>,
-    /// Bytes sent and not yet read by the response.
-    buffered: Arc<AtomicUsize>,
-}
-
-impl Stream {
-    /// Sends one event; a client that left, or fell [`BUFFERED_EVENTS`] events or
-    /// [`BUFFERED_BYTES`] behind, gets no more (its stream ends; the turn goes on and is
-    /// stored).
-    fn push(&mut self, event: StreamEvent) {
-        let Some(events) = &self.events else { return };
-        let size = event.size();
-        let waiting = self.buffered.fetch_add(size, Ordering::SeqCst);
-        if waiting > 0 && waiting + size > BUFFERED_BYTES {
-            self.buffered.fetch_sub(size, Ordering::SeqCst);
-            tracing::info!("a stream's client fell behind and was cut off; its turn goes on");
-            self.events = None;
-            return;
-        }
-        match events.try_send(event) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.buffered.fetch_sub(size, Ordering::SeqCst);
-                tracing::info!("a stream's client fell behind and was cut off; its turn goes on");
-                self.events = None;
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.buffered.fetch_sub(size, Ordering::SeqCst);
-                self.events = None;
-            }
-        }
-    }
-
-    fn send(&mut self, response: &StreamResponse) {
-        match to_raw_value(response) {
-            Ok(json) => self.push(StreamEvent::Response(json)),
-            Err(e) => self.fail(internal(e)),
-        }
-    }
-
-    fn fail(&mut self, error: A2aError) {
-        self.push(StreamEvent::Error(error));
-    }
-
-    /// The events a finished task ends a stream with: its answer, then its status.
-    fn send_final(&mut self, task: Task) {
-        for artifact in task.artifacts {
-            self.send(&StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                task_id: task.id.clone(),
-                context_id: task.context_id.clone(),
-                artifact,
-                last_chunk: true,
-            }));
-        }
-        self.send(&StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-            task_id: task.id,
-            context_id: task.context_id,
-            status: task.status,
-        }));
-    }
-}
 
 impl Agent {
     /// A place among the peer's open streams: its own cap, else the policy's.
@@ -311,8 +152,7 @@ impl Agent {
         let place = self.stream_place(peer).await?;
         let (mut stream, receiver) = stream_pair(place);
         let closed = stream
-            .events
-            .clone()
+            .sender()
             .ok_or_else(|| internal("a new stream has no sender"))?;
         let (agent, peer, task_id) = (self.clone(), peer.clone(), params.id.clone());
         let counted = self.background_turn();

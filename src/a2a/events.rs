@@ -1,0 +1,183 @@
+//! A stream's two ends: what a turn or a subscription sends its events into ([`Stream`]),
+//! and what a binding's response reads ([`EventStream`]), with the bounds a slow reader meets.
+//! The agent fills streams; the bindings frame their events; neither imports the other.
+
+use crate::protocol::error::A2aError;
+use crate::protocol::types::{
+    StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent,
+};
+use crate::shared::streams::StreamPermit;
+use serde_json::value::{RawValue, to_raw_value};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::mpsc;
+
+/// Events buffered for a client that reads slowly; one that falls further behind is cut off.
+const BUFFERED_EVENTS: usize = 64;
+
+/// Bytes of events buffered for a client that reads slowly; past them it is cut off too (one
+/// event larger than this is still sent when nothing else waits).
+pub const BUFFERED_BYTES: usize = 1024 * 1024;
+
+/// One event of a stream: a `StreamResponse`, encoded once as ProtoJSON when it is made (the
+/// buffer a slow reader may fill is bounded in bytes), or the error that ends the stream.
+/// Each binding frames it in its own way.
+#[derive(Debug)]
+pub enum StreamEvent {
+    /// A `StreamResponse` as ProtoJSON.
+    Response(Box<RawValue>),
+    /// The error the stream ends with.
+    Error(A2aError),
+}
+
+impl StreamEvent {
+    /// Bytes it holds in a stream's buffer.
+    fn size(&self) -> usize {
+        match self {
+            Self::Response(json) => json.get().len(),
+            Self::Error(_) => 256,
+        }
+    }
+}
+
+/// A stream's events as the response reads them, holding the stream's place among its peer's
+/// open streams until it is dropped.
+#[derive(Debug)]
+pub struct EventStream {
+    events: mpsc::Receiver<StreamEvent>,
+    buffered: Arc<AtomicUsize>,
+    _place: StreamPermit,
+}
+
+impl EventStream {
+    /// Events sent into `events` as they come, holding `place` (for a stream made elsewhere
+    /// than a turn: tests, another binding's adapter).
+    pub fn from_receiver(events: mpsc::Receiver<StreamEvent>, place: StreamPermit) -> Self {
+        Self {
+            events,
+            buffered: Arc::default(),
+            _place: place,
+        }
+    }
+
+    /// The next event; `None` once the stream ended.
+    pub async fn next(&mut self) -> Option<StreamEvent> {
+        let event = self.events.recv().await?;
+        let size = event.size();
+        let _ = self
+            .buffered
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |waiting| {
+                Some(waiting.saturating_sub(size))
+            });
+        Some(event)
+    }
+}
+
+/// A stream's two ends: what the turn sends into, and what the response reads.
+pub(crate) fn stream_pair(place: StreamPermit) -> (Stream, EventStream) {
+    let (events, receiver) = mpsc::channel(BUFFERED_EVENTS);
+    let buffered = Arc::new(AtomicUsize::new(0));
+    (
+        Stream {
+            events: Some(events),
+            buffered: buffered.clone(),
+        },
+        EventStream {
+            events: receiver,
+            buffered,
+            _place: place,
+        },
+    )
+}
+
+/// Why a stream was not opened.
+#[derive(Debug)]
+pub enum StreamRefused {
+    /// The protocol's error.
+    Rpc(A2aError),
+    /// The peer holds as many open streams as it may (its cap).
+    AtCap(u32),
+}
+
+impl From<A2aError> for StreamRefused {
+    fn from(error: A2aError) -> Self {
+        Self::Rpc(error)
+    }
+}
+
+/// The response events of one stream. Nothing here ever waits for the client: a turn must not
+/// stall because a peer stopped reading.
+pub(crate) struct Stream {
+    events: Option<mpsc::Sender<StreamEvent>>,
+    /// Bytes sent and not yet read by the response.
+    buffered: Arc<AtomicUsize>,
+}
+
+impl Stream {
+    /// Sends one event; a client that left, or fell [`BUFFERED_EVENTS`] events or
+    /// [`BUFFERED_BYTES`] behind, gets no more (its stream ends; the turn goes on and is
+    /// stored).
+    fn push(&mut self, event: StreamEvent) {
+        let Some(events) = &self.events else { return };
+        let size = event.size();
+        let waiting = self.buffered.fetch_add(size, Ordering::SeqCst);
+        if waiting > 0 && waiting + size > BUFFERED_BYTES {
+            self.buffered.fetch_sub(size, Ordering::SeqCst);
+            tracing::info!("a stream's client fell behind and was cut off; its turn goes on");
+            self.events = None;
+            return;
+        }
+        match events.try_send(event) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.buffered.fetch_sub(size, Ordering::SeqCst);
+                tracing::info!("a stream's client fell behind and was cut off; its turn goes on");
+                self.events = None;
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.buffered.fetch_sub(size, Ordering::SeqCst);
+                self.events = None;
+            }
+        }
+    }
+
+    pub(crate) fn send(&mut self, response: &StreamResponse) {
+        match to_raw_value(response) {
+            Ok(json) => self.push(StreamEvent::Response(json)),
+            Err(e) => {
+                let request_id = uuid::Uuid::new_v4().to_string();
+                tracing::error!(request_id = %request_id, error = %e, "a stream event could not be encoded");
+                self.fail(A2aError::Internal { request_id });
+            }
+        }
+    }
+
+    pub(crate) fn fail(&mut self, error: A2aError) {
+        self.push(StreamEvent::Error(error));
+    }
+
+    /// The events a finished task ends a stream with: its answer, then its status.
+    pub(crate) fn send_final(&mut self, task: Task) {
+        for artifact in task.artifacts {
+            self.send(&StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                artifact,
+                last_chunk: true,
+            }));
+        }
+        self.send(&StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: task.id,
+            context_id: task.context_id,
+            status: task.status,
+        }));
+    }
+}
+
+impl Stream {
+    /// A sender of the stream's channel, to hear when its reader has gone (`closed()`); `None`
+    /// once the stream was cut off.
+    pub(crate) fn sender(&self) -> Option<mpsc::Sender<StreamEvent>> {
+        self.events.clone()
+    }
+}
