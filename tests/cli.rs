@@ -1391,3 +1391,38 @@ fn a_copy_removed_under_the_backup_is_never_reported_written() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     remover.join().unwrap();
 }
+
+#[test]
+fn a_grpc_listener_that_cannot_be_served_as_asked_stops_start_up_naming_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The flag without a [grpc] section: nothing to override.
+    let (code, _, stderr) = cli_on(
+        &data,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--grpc-listen") && stderr.contains("[grpc]"),
+        "{stderr}"
+    );
+    // A listener on every address with no address for the card: a card naming 0.0.0.0 would
+    // send every partner nowhere.
+    let full = std::fs::read_to_string(repo_root().join("policies/full.toml")).unwrap();
+    let policy = dir.path().join("grpc.toml");
+    std::fs::write(&policy, full.replace("127.0.0.1:8082", "0.0.0.0:8082")).unwrap();
+    let (code, _, stderr) = cli_on(&data, &["serve", "--policy", policy.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("grpc.public_address") && stderr.contains("unspecified"),
+        "{stderr}"
+    );
+}

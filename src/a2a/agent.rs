@@ -354,9 +354,7 @@ fn store_unavailable(error: impl std::fmt::Display) -> A2aError {
 
 /// Logs the detail under a fresh request id and answers with that id only.
 fn internal(error: impl std::fmt::Display) -> A2aError {
-    let request_id = uuid::Uuid::new_v4().to_string();
-    tracing::error!(request_id = %request_id, error = %error, "internal error");
-    A2aError::Internal { request_id }
+    A2aError::internal(&error, "internal error")
 }
 
 #[cfg(test)]

@@ -144,11 +144,10 @@ impl Stream {
     pub(crate) fn send(&mut self, response: &StreamResponse) {
         match to_raw_value(response) {
             Ok(json) => self.push(StreamEvent::Response(json)),
-            Err(e) => {
-                let request_id = uuid::Uuid::new_v4().to_string();
-                tracing::error!(request_id = %request_id, error = %e, "a stream event could not be encoded");
-                self.fail(A2aError::Internal { request_id });
-            }
+            Err(e) => self.fail(A2aError::internal(
+                &e,
+                "a stream event could not be encoded",
+            )),
         }
     }
 

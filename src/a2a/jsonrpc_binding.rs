@@ -173,7 +173,5 @@ async fn answer(service: &dyn A2aService, caller: &Caller, request: RpcRequest) 
 
 /// A typed answer that would not encode: logged, answered as an internal error.
 fn encoding_failed(error: serde_json::Error) -> A2aError {
-    let request_id = uuid::Uuid::new_v4().to_string();
-    tracing::error!(request_id = %request_id, error = %error, "an answer could not be encoded");
-    A2aError::Internal { request_id }
+    A2aError::internal(&error, "an answer could not be encoded")
 }

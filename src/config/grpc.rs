@@ -59,3 +59,50 @@ impl GrpcPolicy {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(listen: &str, public_address: Option<&str>, streams: u32) -> GrpcPolicy {
+        GrpcPolicy {
+            listen: listen.parse().unwrap(),
+            public_address: public_address.map(str::to_owned),
+            max_concurrent_streams: streams,
+        }
+    }
+
+    #[test]
+    fn the_card_names_a_reachable_host_and_port_or_start_up_stops() {
+        assert!(policy("127.0.0.1:8082", None, 100).validate().is_ok());
+        assert_eq!(
+            policy("127.0.0.1:8082", None, 100).advertised(),
+            "127.0.0.1:8082"
+        );
+        let named = policy("0.0.0.0:8082", Some("agents.example.com:443"), 100);
+        assert!(named.validate().is_ok());
+        assert_eq!(named.advertised(), "agents.example.com:443");
+        for (listen, public, streams, key) in [
+            ("0.0.0.0:8082", None, 100, "grpc.public_address"),
+            ("[::]:8082", None, 100, "grpc.public_address"),
+            (
+                "127.0.0.1:8082",
+                Some("agents.example.com"),
+                100,
+                "grpc.public_address",
+            ),
+            (
+                "127.0.0.1:8082",
+                Some("https://agents.example.com:443"),
+                100,
+                "grpc.public_address",
+            ),
+            ("127.0.0.1:8082", Some(":443"), 100, "grpc.public_address"),
+            ("127.0.0.1:8082", None, 0, "grpc.max_concurrent_streams"),
+            ("127.0.0.1:8082", None, 1001, "grpc.max_concurrent_streams"),
+        ] {
+            let refused = policy(listen, public, streams).validate().unwrap_err();
+            assert_eq!(refused.key, key, "{listen} {public:?} {streams}");
+        }
+    }
+}

@@ -373,10 +373,8 @@ fn panicked() -> A2aError {
     internal(&"the turn panicked", "a gRPC call panicked")
 }
 
-fn internal(error: &dyn std::fmt::Display, what: &str) -> A2aError {
-    let request_id = uuid::Uuid::new_v4().to_string();
-    tracing::error!(request_id = %request_id, error = %error, "{what}");
-    A2aError::Internal { request_id }
+fn internal(error: &dyn std::fmt::Display, what: &'static str) -> A2aError {
+    A2aError::internal(error, what)
 }
 
 /// The headers of a refusal a gRPC client acts on, kept as metadata beside the status.

@@ -211,9 +211,7 @@ fn called(mut response: Response, method: A2aMethod) -> Response {
 
 /// The turn's task panicked: logged under a request id, answered as an internal error.
 fn panicked() -> Response {
-    let request_id = uuid::Uuid::new_v4().to_string();
-    tracing::error!(request_id = %request_id, "the turn panicked");
-    error_response(&A2aError::Internal { request_id })
+    error_response(&A2aError::internal(&"a panic", "the turn panicked"))
 }
 
 /// A result as this binding's body: `()` (a deleted config) is `{}`.
@@ -221,11 +219,7 @@ fn success<R: Serialize>(result: &R) -> Response {
     match serde_json::to_value(result) {
         Ok(Value::Null) => a2a_json(StatusCode::OK, &json!({})),
         Ok(body) => a2a_json(StatusCode::OK, &body),
-        Err(e) => {
-            let request_id = uuid::Uuid::new_v4().to_string();
-            tracing::error!(request_id = %request_id, error = %e, "an answer could not be encoded");
-            error_response(&A2aError::Internal { request_id })
-        }
+        Err(e) => error_response(&A2aError::internal(&e, "an answer could not be encoded")),
     }
 }
 

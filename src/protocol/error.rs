@@ -109,6 +109,14 @@ impl A2aError {
         }
     }
 
+    /// An internal failure: logs `detail` under a new request id, which the answer names (and
+    /// nothing else of it), as the guard's `Refusal::internal` does for its refusals.
+    pub fn internal(detail: &dyn std::fmt::Display, context: &'static str) -> Self {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        tracing::error!(request_id = %request_id, error = %detail, "{context}");
+        Self::Internal { request_id }
+    }
+
     /// The JSON-RPC error code.
     pub fn code(&self) -> i64 {
         self.entry().code

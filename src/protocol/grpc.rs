@@ -91,9 +91,7 @@ pub fn retry_info(seconds: u64) -> Value {
 }
 
 fn internal(detail: String) -> A2aError {
-    let request_id = uuid::Uuid::new_v4().to_string();
-    tracing::error!(request_id = %request_id, error = %detail, "a gRPC message could not be converted");
-    A2aError::Internal { request_id }
+    A2aError::internal(&detail, "a gRPC message could not be converted")
 }
 
 #[cfg(test)]
