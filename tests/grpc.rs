@@ -136,3 +136,105 @@ async fn the_grpc_binding_stands_behind_the_same_guard_and_answers_in_grpc_statu
     }
     gw.stop().await;
 }
+
+/// Over TLS (the door's certificate on the gRPC listener), with an identity provider's access
+/// token whose scopes cover reading only, and a message past the body limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn over_tls_scopes_and_the_body_limit_hold_on_the_grpc_binding() {
+    const ISSUER: &str = "https://idp.acme.example";
+    const AUDIENCE: &str = "https://gw.example.com/a2a/v1";
+    const LIMIT: usize = 4096;
+    let tls = |name: &str| {
+        repo_root()
+            .join("tests/data/tls")
+            .join(name)
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let key = TestKey::new("acme-1", 71);
+    let keys = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(keys.path(), jwks(&[&key])).unwrap();
+    let full = PolicyEdit::from_text(
+        &std::fs::read_to_string(repo_root().join("policies/full.toml")).unwrap(),
+    )
+    .set("server.max_body_bytes", LIMIT as i64)
+    .insert("server.tls.cert_file", tls("server.pem"))
+    .insert("server.tls.key_file", tls("server.key"))
+    .set("auth.schemes", ["bearer", "jwt"])
+    .push_table(
+        "auth.issuers",
+        &[
+            ("name", "acme".into()),
+            ("issuer", ISSUER.into()),
+            ("audience", AUDIENCE.into()),
+            ("jwks_file", keys.path().to_str().unwrap().into()),
+        ],
+    );
+    let gw = TestGateway::start_with(full.policy()).await;
+    let token = gw.add_peer("alice");
+    gw.add_peer("reader");
+    gw.bind("reader", &["--issuer", "acme", "--subject", "reader-app"]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let read_only = key.access_token(ISSUER, AUDIENCE, "reader-app", "a2a:tasks:read", now);
+    let grpc = gw.grpc.expect("full.toml serves gRPC").to_string();
+    let python = python_with_sdk();
+    let script = repo_root().join("tests/interop/a2a_python_grpc_tls.py");
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args(["--grpc", &grpc, "--ca", &tls("ca.pem"), "--token", &token])
+            .args(["--read-only-token", &read_only])
+            .args(["--too-large", &LIMIT.to_string()])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: Value = serde_json::from_str(stdout.trim()).unwrap();
+
+    // TLS with the door's certificate; plaintext is not answered.
+    assert_eq!(summary["state"], "TASK_STATE_COMPLETED", "{summary}");
+    assert!(
+        summary["reply"]
+            .as_str()
+            .unwrap()
+            .starts_with("echo: over tls")
+    );
+    assert_eq!(summary["plaintext"]["code"], "UNAVAILABLE");
+
+    // What the scopes do not cover is PERMISSION_DENIED, with the challenge naming the scope;
+    // what they cover is answered (no task, and an empty list: the reader's own tasks).
+    assert_eq!(summary["read_only_send"]["code"], "PERMISSION_DENIED");
+    assert_eq!(
+        summary["read_only_send"]["reasons"],
+        json!([["INSUFFICIENT_SCOPE", "peergate"]])
+    );
+    assert_eq!(
+        summary["read_only_send"]["challenge"],
+        json!([r#"Bearer realm="peergate", error="insufficient_scope", scope="a2a:message""#])
+    );
+    assert_eq!(summary["read_only_get"]["code"], "NOT_FOUND");
+    assert_eq!(summary["read_only_listed"], 0);
+
+    // Past the body limit: RESOURCE_EXHAUSTED in the door's words, and the connection serves on.
+    assert_eq!(
+        summary["too_large"]["code"], "RESOURCE_EXHAUSTED",
+        "{summary}"
+    );
+    assert_eq!(
+        summary["too_large"]["reasons"],
+        json!([["BODY_TOO_LARGE", "peergate"]])
+    );
+    assert_eq!(summary["after_too_large"], "TASK_STATE_COMPLETED");
+    gw.stop().await;
+}

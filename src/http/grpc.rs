@@ -35,6 +35,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
+use http_body_util::BodyExt;
 use prost_reflect::{DynamicMessage, MessageDescriptor};
 use serde::Serialize;
 use serde_json::Value;
@@ -179,6 +180,9 @@ async fn a2a_method(
     ) else {
         return unimplemented();
     };
+    // Over HTTP/2 a message has no length to refuse up front: the body limit meets it while
+    // tonic reads, and says so in gRPC's words rather than as an unknown error.
+    let request = request.map(|body| Body::new(body.map_err(body_too_large)));
     let mut grpc =
         Grpc::new(ReflectCodec(request_type)).max_decoding_message_size(state.max_message_bytes);
     let call = Call {
@@ -433,17 +437,43 @@ async fn refusal_status(response: Response) -> tonic::Status {
         .map_or_else(|| default_message(parts.status), str::to_owned);
     let mut details = match error.get("details") {
         Some(Value::Array(details)) => details.clone(),
-        _ => vec![serde_json::json!({
-            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-            "reason": error["code"].as_str().unwrap_or("REFUSED").to_ascii_uppercase(),
-            "domain": "peergate",
-        })],
+        _ => vec![peergate_error_info(
+            error["code"].as_str().unwrap_or("refused"),
+        )],
     };
     if let Some(seconds) = retry_after(&parts.headers) {
         details.push(messages::retry_info(seconds));
     }
     let details = messages::status_details(code, &message, &Value::Array(details));
     tonic::Status::with_details(grpc_code(code), message, details.into())
+}
+
+/// The guard's refusal `code` as a `google.rpc.ErrorInfo` in peergate's domain.
+fn peergate_error_info(code: &str) -> Value {
+    serde_json::json!({
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": code.to_ascii_uppercase(),
+        "domain": "peergate",
+    })
+}
+
+/// A request body's read error, with the body limit's in the words [`refusal_status`] gives
+/// the 413 answered when the length is known (tonic answers a `Status` found in an error's
+/// sources as it is, anything else as `UNKNOWN`).
+fn body_too_large(error: axum::Error) -> axum::BoxError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(cause) = source {
+        if cause.is::<http_body_util::LengthLimitError>() {
+            let refusal = Refusal::BodyTooLarge;
+            let code = GrpcCode::for_http_refusal(refusal.status().as_u16());
+            let message = refusal.to_string();
+            let details = Value::Array(vec![peergate_error_info(refusal.code())]);
+            let details = messages::status_details(code, &message, &details);
+            return tonic::Status::with_details(grpc_code(code), message, details.into()).into();
+        }
+        source = cause.source();
+    }
+    error.into()
 }
 
 fn retry_after(headers: &HeaderMap) -> Option<u64> {
