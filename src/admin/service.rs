@@ -832,21 +832,9 @@ impl AccountService {
                 check_future(new.expires_at, now)?;
                 let issued = issue(CredentialKind::PeerToken)?;
                 let mut tx = self.store.accounts().begin_change().await?;
-                let owner = match (&caller.actor, &new.owner) {
-                    (Actor::Admin { id, name }, None) => (id.clone(), name.clone()),
-                    (Actor::Admin { name, .. }, Some(owner)) if owner == name => {
-                        (tx_admin_id(&mut tx, owner).await?, owner.clone())
-                    }
-                    (Actor::Admin { .. }, Some(_)) => {
-                        return Err(ServiceError::Forbidden(
-                            "an administrator can only create peers they own",
-                        ));
-                    }
-                    (Actor::Operator, owner) => {
-                        self.operator_owner(&mut tx, caller, owner.as_deref())
-                            .await?
-                    }
-                };
+                let owner = self
+                    .new_peer_owner(&mut tx, caller, new.owner.as_deref())
+                    .await?;
                 let peer = PeerRecord {
                     id: new_id("peer"),
                     name: new.name.clone(),
@@ -896,6 +884,26 @@ impl AccountService {
             },
         )
         .await
+    }
+
+    /// The owner (id, name) of a peer `caller` adds: an administrator owns the peers they
+    /// add; the operator names an owner or gets the default one.
+    async fn new_peer_owner(
+        &self,
+        tx: &mut WriteTx,
+        caller: &Caller,
+        named: Option<&str>,
+    ) -> Result<(String, String), ServiceError> {
+        match (&caller.actor, named) {
+            (Actor::Admin { id, name }, None) => Ok((id.clone(), name.clone())),
+            (Actor::Admin { name, .. }, Some(owner)) if owner == name => {
+                Ok((tx_admin_id(tx, owner).await?, owner.to_owned()))
+            }
+            (Actor::Admin { .. }, Some(_)) => Err(ServiceError::Forbidden(
+                "an administrator can only create peers they own",
+            )),
+            (Actor::Operator, owner) => self.operator_owner(tx, caller, owner).await,
+        }
     }
 
     /// The owner of a peer the operator adds: the one named, or the policy's default owner,

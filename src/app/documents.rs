@@ -17,7 +17,7 @@ pub(super) struct Documents {
     pub(super) extended_json: String,
     /// The extended card of peers signed in with an identity provider the public card does
     /// not list, by the provider's name: served, and signed for `GetExtendedAgentCard`.
-    pub(super) issuer_extended: std::collections::HashMap<String, (Arc<CachedDocument>, String)>,
+    pub(super) issuer_extended: IssuerExtended,
     pub(super) jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
     /// What housekeeping needs to rebuild the key set when a day passes.
     pub(super) refresh: JwksRefresh,
@@ -48,32 +48,15 @@ impl Documents {
                     .to_owned(),
             ));
         }
-        // The card URL answers differently to requests carrying credentials.
-        let vary = if policy.auth_schemes().contains(&Scheme::ApiKey) {
-            format!("Authorization, {}", policy.auth.api_key_header)
-        } else {
-            "Authorization".to_owned()
-        };
+        let vary = card_vary(policy);
         let signed_card =
             sign::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
         let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
         let signed_extended =
             sign::sign_card(&card::extended_card(&public_card, None), &signing_keys, jku)
                 .map_err(|e| config(&e))?;
-        let mut issuer_extended = std::collections::HashMap::new();
-        for issuer in issuers.iter().filter(|i| !i.public) {
-            let signed = sign::sign_card(
-                &card::extended_card(&public_card, Some(issuer)),
-                &signing_keys,
-                jku,
-            )
-            .map_err(|e| config(&e))?;
-            let json = serde_json::to_string(&signed).unwrap_or_default();
-            let bytes = Bytes::from(json.clone());
-            let document =
-                CachedDocument::new(bytes, now, "private, max-age=60").varying_on("Authorization");
-            issuer_extended.insert(issuer.name.clone(), (Arc::new(document), json));
-        }
+        let issuer_extended =
+            issuer_extended_cards(&public_card, issuers, (&signing_keys, jku), now)?;
         let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
         let extended_bytes = Bytes::from(extended_json.clone());
         let documents = store.documents();
@@ -107,6 +90,43 @@ impl Documents {
         })
     }
 }
+
+/// What the card URL's answer varies on: it answers differently to requests carrying
+/// credentials.
+fn card_vary(policy: &crate::config::Policy) -> String {
+    if policy.auth_schemes().contains(&Scheme::ApiKey) {
+        format!("Authorization, {}", policy.auth.api_key_header)
+    } else {
+        "Authorization".to_owned()
+    }
+}
+
+/// The extended card each non-public issuer's peers read, signed, by issuer name.
+fn issuer_extended_cards(
+    public_card: &serde_json::Value,
+    issuers: &[card::IssuerCard],
+    (signing_keys, jku): (&[sign::CardSigningKey], Option<&str>),
+    now: i64,
+) -> Result<IssuerExtended, StartError> {
+    let mut issuer_extended = std::collections::HashMap::new();
+    for issuer in issuers.iter().filter(|i| !i.public) {
+        let signed = sign::sign_card(
+            &card::extended_card(public_card, Some(issuer)),
+            signing_keys,
+            jku,
+        )
+        .map_err(|e| config(&e))?;
+        let json = serde_json::to_string(&signed).unwrap_or_default();
+        let bytes = Bytes::from(json.clone());
+        let document =
+            CachedDocument::new(bytes, now, "private, max-age=60").varying_on("Authorization");
+        issuer_extended.insert(issuer.name.clone(), (Arc::new(document), json));
+    }
+    Ok(issuer_extended)
+}
+
+/// Each non-public issuer's extended card, as served and as text, by issuer name.
+type IssuerExtended = std::collections::HashMap<String, (Arc<CachedDocument>, String)>;
 
 /// What housekeeping needs to rebuild the key set when the day changes.
 pub(super) struct JwksRefresh {

@@ -19,6 +19,16 @@ pub(super) struct Caches {
 }
 
 impl Caches {
+    /// The guards' caches and the budgets'.
+    pub(super) fn of(guards: crate::http::door::DoorGuards, budgets: Arc<Budgets>) -> Self {
+        Self {
+            per_ip: guards.per_ip,
+            per_peer: guards.per_peer,
+            authenticator: guards.authenticator,
+            budgets,
+        }
+    }
+
     fn purge(&self) {
         self.per_ip.limiter().forget_rested();
         self.per_peer.limiter().forget_rested();

@@ -24,7 +24,7 @@ use crate::layers::auth::known_ids::KnownCredentialIds;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, Quota};
 use crate::layers::metrics::Metrics;
 use crate::shared::changes::ChangeNotifier;
-use crate::store::{Store, StoreError, StoreLocation};
+use crate::store::{Announcements, Store, StoreError, StoreLocation};
 use axum::Router;
 use axum::http::StatusCode;
 use documents::Documents;
@@ -181,48 +181,26 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let listeners = Listeners::bind(&options, grpc_bound).await?;
     let door_url = card::door_url(policy, listeners.local_addr);
     let identity_providers = identity_providers(policy, &options.clock)?;
-    let card_identities = card::CardIdentities {
-        issuers: issuer_cards(policy, identity_providers.as_deref()).await,
-        client_ca_sha256: listeners.client_ca_sha256.clone(),
-    };
-    let documents = Documents::build(&options, &store, &door_url, &card_identities).await?;
-    tracing::info!(policy = %options.policy_source, "policy loaded");
-    let described = store.describe();
-    tracing::info!(data_dir = %options.data_dir.display(), store = %described, "store opened");
-    tracing::info!("model backend: {}", backend.describe());
+    let documents =
+        published_documents(&options, &store, &listeners, &door_url, &identity_providers).await?;
+    log_opened(&options, &store, backend.as_ref());
 
     let metrics = Arc::new(Metrics::default());
-    let cache_ttl = Duration::from_secs(policy.auth.credential_cache_seconds);
-    let budgets = budgets(&options, &store, &sharing, cache_ttl);
+    let budgets = budgets(&options, &store, &sharing);
     let push = push_notifications(&options, &store, sharing.serving, &metrics)?;
-    let agent = agent(
-        &options,
+    let shared = (&sharing, &documents, push.as_ref());
+    let agent = agent(&options, &store, backend, (&budgets, &metrics), shared).await?;
+    let (guards, known_ids, announcements) =
+        door_guards(&options, &store, &sharing.limits, identity_providers).await?;
+    let authenticator = guards.authenticator.clone();
+    let (readiness, router, grpc_router) = a2a_routers(
         &store,
-        backend,
-        (&budgets, &metrics),
         &sharing,
-        &documents,
-        push.as_ref(),
-    )
-    .await?;
-    let shared = &sharing.limits;
-    let (authenticator, known_ids, announcements) =
-        door_authenticator(&options, &store, shared, cache_ttl, identity_providers).await?;
-    let (per_ip, per_peer) = limit_layers(&options, shared)?;
-    let guards = DoorGuards {
-        per_ip,
-        per_peer,
-        authenticator: authenticator.clone(),
-    };
-    let backend_name = policy.model.backend.name();
-    let readiness = Arc::new(Readiness::new(
-        store.clone(),
-        sharing.redis.clone(),
-        backend_name,
-    ));
-    let state = door_state(policy, agent.clone(), &documents, readiness.clone());
-    let router = door_router(policy, state, &guards, metrics.clone());
-    let grpc_router = grpc_router(policy, &agent, &readiness, &guards, &metrics);
+        (&agent, &documents),
+        &guards,
+        &metrics,
+        policy,
+    );
 
     let (accounts, hearing, admin_router) = admin_side(
         &options,
@@ -239,19 +217,9 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         listeners.serve(policy, (router, admin_router, grpc_router), &metrics);
     let registry = sharing.registry();
     let kept = sharing.keep(&options, agent.clone());
-    let caches = Caches {
-        per_ip: guards.per_ip,
-        per_peer: guards.per_peer,
-        authenticator: authenticator.clone(),
-        budgets,
-    };
-    let sweeper = spawn_housekeeping(
-        &options,
-        (&store, registry),
-        caches,
-        &agent,
-        documents.refresh,
-    );
+    let caches = Caches::of(guards, budgets);
+    let housekeeping = (&store, registry);
+    let sweeper = spawn_housekeeping(&options, housekeeping, caches, &agent, documents.refresh);
     // Started once the interrupted tasks are failed, so their last states are queued too.
     let deliveries = push
         .map(crate::push::deliver::spawn)
@@ -279,14 +247,53 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     })
 }
 
-/// Each owner's model budget, spent through the shared engine when there is one.
-fn budgets(
+/// The documents the gateway publishes (its cards, with the issuers and client CA they name).
+async fn published_documents(
     options: &GatewayOptions,
     store: &Store,
-    sharing: &Sharing,
-    cache_ttl: Duration,
-) -> Arc<Budgets> {
+    listeners: &Listeners,
+    door_url: &str,
+    identity_providers: &Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+) -> Result<Documents, StartError> {
+    let card_identities = card::CardIdentities {
+        issuers: issuer_cards(&options.policy, identity_providers.as_deref()).await,
+        client_ca_sha256: listeners.client_ca_sha256.clone(),
+    };
+    Documents::build(options, store, door_url, &card_identities).await
+}
+
+/// What start-up opened, once the documents are built.
+fn log_opened(options: &GatewayOptions, store: &Store, backend: &dyn crate::backend::ModelBackend) {
+    tracing::info!(policy = %options.policy_source, "policy loaded");
+    let described = store.describe();
+    tracing::info!(data_dir = %options.data_dir.display(), store = %described, "store opened");
+    tracing::info!("model backend: {}", backend.describe());
+}
+
+/// The door's guards (authentication and both limits), with the credential ids the
+/// authenticator refuses unknown ones by and the announcements that keep them current.
+async fn door_guards(
+    options: &GatewayOptions,
+    store: &Store,
+    shared: &SharedLimits,
+    identity_providers: Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+) -> Result<(DoorGuards, Arc<KnownCredentialIds>, Option<Announcements>), StartError> {
+    let cache_ttl = Duration::from_secs(options.policy.auth.credential_cache_seconds);
+    let (authenticator, known_ids, announcements) =
+        door_authenticator(options, store, shared, cache_ttl, identity_providers).await?;
+    let (per_ip, per_peer) = limit_layers(options, shared)?;
+    let guards = DoorGuards {
+        per_ip,
+        per_peer,
+        authenticator,
+    };
+    Ok((guards, known_ids, announcements))
+}
+
+/// Each owner's model budget, spent through the shared engine when there is one.
+fn budgets(options: &GatewayOptions, store: &Store, sharing: &Sharing) -> Arc<Budgets> {
     let policy = &options.policy;
+    let cache_ttl = Duration::from_secs(policy.auth.credential_cache_seconds);
     let mut budgets = Budgets::new(
         store.usage(),
         options.clock.clone(),
@@ -309,9 +316,7 @@ async fn agent(
     store: &Store,
     backend: Arc<dyn crate::backend::ModelBackend>,
     (budgets, metrics): (&Arc<Budgets>, &Arc<Metrics>),
-    sharing: &Sharing,
-    documents: &Documents,
-    push: Option<&Arc<crate::push::Push>>,
+    (sharing, documents, push): (&Sharing, &Documents, Option<&Arc<crate::push::Push>>),
 ) -> Result<Arc<Agent>, StartError> {
     let policy = &options.policy;
     let mut agent = Agent::new(
@@ -353,7 +358,7 @@ async fn agent(
 type DoorAuthenticator = (
     Arc<PeerAuthenticator>,
     Arc<KnownCredentialIds>,
-    Option<crate::store::Announcements>,
+    Option<Announcements>,
 );
 
 /// The door's authenticator, with the credential ids it refuses unknown ones by, and the
@@ -424,6 +429,28 @@ fn admin_side(
 }
 
 /// What the door's handlers share: the agent, the documents, readiness.
+/// What `/ready` asks, the door's routes and, when the policy serves gRPC, the gRPC
+/// listener's: both over the same agent, readiness and guards.
+fn a2a_routers(
+    store: &Store,
+    sharing: &Sharing,
+    (agent, documents): (&Arc<Agent>, &Documents),
+    guards: &DoorGuards,
+    metrics: &Arc<Metrics>,
+    policy: &Policy,
+) -> (Arc<Readiness>, Router, Option<Router>) {
+    let backend_name = policy.model.backend.name();
+    let readiness = Arc::new(Readiness::new(
+        store.clone(),
+        sharing.redis.clone(),
+        backend_name,
+    ));
+    let state = door_state(policy, agent.clone(), documents, readiness.clone());
+    let router = door_router(policy, state, guards, metrics.clone());
+    let grpc = grpc_router(policy, agent, &readiness, guards, metrics);
+    (readiness, router, grpc)
+}
+
 fn door_state(
     policy: &Policy,
     agent: Arc<Agent>,

@@ -108,18 +108,7 @@ pub(super) enum AdminCommand {
 pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
     let operator = Caller::operator();
     match command {
-        AdminCommand::Add { name, data } => {
-            let password = read_password(&format!("administrator {name}"))?;
-            let added = super::on_new_or_existing_store(&data, None, async |accounts| {
-                accounts.add_admin(&operator, &name, Some(password)).await
-            })
-            .await?;
-            eprintln!(
-                "added administrator {name} ({}); password stored as an Argon2id hash.",
-                added.id
-            );
-            Ok(())
-        }
+        AdminCommand::Add { name, data } => add(&operator, &name, &data).await,
         AdminCommand::List { data } => {
             print_admins(on_store(&data, None, admins_with_usage).await?);
             Ok(())
@@ -164,28 +153,8 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             issuer,
             data,
         } => bind(&name, (&issuer, &subject), false, &data).await,
-        AdminCommand::Password { name, data } => {
-            let password = read_password(&format!("administrator {name}"))?;
-            on_store(&data, None, async |accounts| {
-                accounts
-                    .set_admin_password(&operator, &name, password)
-                    .await
-            })
-            .await?;
-            eprintln!("password set for administrator {name} (stored as an Argon2id hash).");
-            Ok(())
-        }
-        AdminCommand::Token { name, data } => {
-            let token = on_store(&data, None, async |accounts| {
-                accounts.issue_admin_token(&operator, &name).await
-            })
-            .await?;
-            eprintln!(
-                "issued an admin API token for {name}. It is on stdout and is not shown again."
-            );
-            println!("{token}");
-            Ok(())
-        }
+        AdminCommand::Password { name, data } => set_password(&operator, &name, &data).await,
+        AdminCommand::Token { name, data } => issue_token(&operator, &name, &data).await,
         AdminCommand::Budget {
             name,
             model,
@@ -210,6 +179,42 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// `admin add`: an administrator with a password read from the terminal or stdin.
+async fn add(operator: &Caller, name: &str, data: &DataDir) -> Result<(), CliError> {
+    let password = read_password(&format!("administrator {name}"))?;
+    let added = super::on_new_or_existing_store(data, None, async |accounts| {
+        accounts.add_admin(operator, name, Some(password)).await
+    })
+    .await?;
+    eprintln!(
+        "added administrator {name} ({}); password stored as an Argon2id hash.",
+        added.id
+    );
+    Ok(())
+}
+
+/// `admin password`: a new password, read as `admin add` reads one.
+async fn set_password(operator: &Caller, name: &str, data: &DataDir) -> Result<(), CliError> {
+    let password = read_password(&format!("administrator {name}"))?;
+    on_store(data, None, async |accounts| {
+        accounts.set_admin_password(operator, name, password).await
+    })
+    .await?;
+    eprintln!("password set for administrator {name} (stored as an Argon2id hash).");
+    Ok(())
+}
+
+/// `admin token`: an admin API token, printed once on stdout.
+async fn issue_token(operator: &Caller, name: &str, data: &DataDir) -> Result<(), CliError> {
+    let token = on_store(data, None, async |accounts| {
+        accounts.issue_admin_token(operator, name).await
+    })
+    .await?;
+    eprintln!("issued an admin API token for {name}. It is on stdout and is not shown again.");
+    println!("{token}");
+    Ok(())
 }
 
 /// `admin budget`: changes what the administrator's peers may spend on the model.

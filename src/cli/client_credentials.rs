@@ -46,28 +46,48 @@ pub(super) async fn access_token(
     if let Some(token) = kept.as_ref().and_then(|path| read_kept(path, now)) {
         return Ok(token);
     }
-    let secret = match request.secret_env {
+    let secret = client_secret(&request)?;
+    let (token, lifetime) = ask_token_endpoint(client, &token_url, &request, &secret).await?;
+    if let Some(path) = kept
+        && lifetime > MARGIN_SECONDS
+    {
+        keep(&path, &token, now + lifetime);
+    }
+    Ok(token)
+}
+
+/// The client secret, from the variable `--client-secret-env` names.
+fn client_secret(request: &Request<'_>) -> Result<String, CliError> {
+    match request.secret_env {
         Some(name) => std::env::var(name).map_err(|_| {
             exit(
                 EXIT_OTHER,
                 format!("--client-secret-env: the environment variable {name} is not set"),
             )
-        })?,
-        None => {
-            return Err(exit(
-                EXIT_OTHER,
-                "--client-id needs --client-secret-env VAR naming the variable that holds the secret",
-            ));
-        }
-    };
+        }),
+        None => Err(exit(
+            EXIT_OTHER,
+            "--client-id needs --client-secret-env VAR naming the variable that holds the secret",
+        )),
+    }
+}
+
+/// The token endpoint's access token and its lifetime in seconds (0 when not given), for the
+/// client credentials grant; a refusal shows the provider's error code and nothing else.
+async fn ask_token_endpoint(
+    client: &reqwest::Client,
+    token_url: &str,
+    request: &Request<'_>,
+    secret: &str,
+) -> Result<(String, u64), CliError> {
     let form = format!(
         "grant_type=client_credentials&scope={}",
         form_encode(request.scope)
     );
     let response = client
-        .post(&token_url)
+        .post(token_url)
         // RFC 6749 §2.3.1: the id and secret are form-encoded before Basic.
-        .basic_auth(form_encode(request.client_id), Some(form_encode(&secret)))
+        .basic_auth(form_encode(request.client_id), Some(form_encode(secret)))
         .header("content-type", "application/x-www-form-urlencoded")
         .header("accept", "application/json")
         .timeout(Duration::from_secs(20))
@@ -113,12 +133,7 @@ pub(super) async fn access_token(
         })?
         .to_owned();
     let lifetime = answer["expires_in"].as_u64().unwrap_or(0);
-    if let Some(path) = kept
-        && lifetime > MARGIN_SECONDS
-    {
-        keep(&path, &token, now + lifetime);
-    }
-    Ok(token)
+    Ok((token, lifetime))
 }
 
 /// The endpoint: the caller's, else the verified card's client-credentials flow's.

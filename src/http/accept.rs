@@ -151,6 +151,51 @@ impl Connections {
     }
 }
 
+/// The per-address slot a connection from `ip` holds while open: `Some(None)` for an address
+/// exempt from the cap (a trusted proxy), `None` when the address is at its cap.
+fn address_slot(
+    limits: &ConnectionLimits,
+    per_address: &CappedCounts<IpAddr>,
+    ip: IpAddr,
+) -> Option<Option<crate::shared::capped_counts::Place<IpAddr>>> {
+    if limits.exempt.iter().any(|proxy| proxy.contains(ip)) {
+        return Some(None);
+    }
+    let key = ClientAddr::of_socket(ip).limit_key();
+    let cap = u32::try_from(limits.max_per_address).unwrap_or(u32::MAX);
+    per_address.take(key, cap).map(Some)
+}
+
+/// One accepted connection, served to its end: with `tls`, after the handshake (within its
+/// timeout), the verified client certificate going with every request.
+async fn serve_connection(
+    io: GuardedIo<tokio::net::TcpStream>,
+    (remote, deadline): (std::net::SocketAddr, Arc<ConnectionDeadline>),
+    (http, app, watcher): (Connections, Router, Watcher),
+    tls: Option<(tokio_rustls::TlsAcceptor, Duration)>,
+) {
+    match tls {
+        None => {
+            let app = connection_app(app, remote, deadline, None);
+            http.serve(TokioIo::new(io), app, watcher).await;
+        }
+        Some((acceptor, handshake_timeout)) => {
+            let Ok(Ok(tls)) = tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await
+            else {
+                return;
+            };
+            let certificate = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|leaf| Arc::new(ClientCertificate::from_der(leaf.as_ref())));
+            let app = connection_app(app, remote, deadline, certificate);
+            http.serve(TokioIo::new(tls), app, watcher).await;
+        }
+    }
+}
+
 /// Serves `app` on `listener` in `protocol` until `shutdown` turns true, then drains. With
 /// `tls`, each connection's handshake runs in the connection's own task, within the
 /// header-read timeout, and the client certificate it verified (if any) goes with every
@@ -185,45 +230,18 @@ pub async fn serve(
                     drop(stream);
                     continue;
                 };
-                let address_slot = if limits.exempt.iter().any(|proxy| proxy.contains(remote.ip())) {
-                    None
-                } else {
-                    let key = ClientAddr::of_socket(remote.ip()).limit_key();
-                    let cap = u32::try_from(limits.max_per_address).unwrap_or(u32::MAX);
-                    let Some(address_slot) = per_address.take(key, cap) else {
-                        metrics.connection_refused();
-                        drop(stream);
-                        continue;
-                    };
-                    Some(address_slot)
+                let Some(address_slot) = address_slot(&limits, &per_address, remote.ip()) else {
+                    metrics.connection_refused();
+                    drop(stream);
+                    continue;
                 };
                 let _ = stream.set_nodelay(true);
                 let deadline = ConnectionDeadline::new();
                 let io = GuardedIo::new(stream, limits.write_stall, deadline.clone());
-                let (http, app, watcher, tls) = (http.clone(), app.clone(), graceful.watcher(), tls.clone());
-                let handshake_timeout = limits.header_read_timeout;
+                let served = (http.clone(), app.clone(), graceful.watcher());
+                let tls = tls.clone().map(|acceptor| (acceptor, limits.header_read_timeout));
                 tokio::spawn(async move {
-                    match tls {
-                        None => {
-                            let app = connection_app(app, remote, deadline, None);
-                            http.serve(TokioIo::new(io), app, watcher).await;
-                        }
-                        Some(acceptor) => {
-                            let Ok(Ok(tls)) =
-                                tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await
-                            else {
-                                return;
-                            };
-                            let certificate = tls
-                                .get_ref()
-                                .1
-                                .peer_certificates()
-                                .and_then(|chain| chain.first())
-                                .map(|leaf| Arc::new(ClientCertificate::from_der(leaf.as_ref())));
-                            let app = connection_app(app, remote, deadline, certificate);
-                            http.serve(TokioIo::new(tls), app, watcher).await;
-                        }
-                    }
+                    serve_connection(io, (remote, deadline), served, tls).await;
                     drop(address_slot);
                     drop(slot);
                 });

@@ -217,6 +217,31 @@ fn claims(
     rules: &AccessTokenRules,
     now: i64,
 ) -> Result<AccessToken, TokenRejected> {
+    addressed_to_this_door(payload, rules)?;
+    let exp = expiry(payload, rules, now)?;
+    let named = |name: &str| {
+        payload
+            .get(name)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let subject = named("client_id")
+        .or_else(|| named("sub"))
+        .ok_or(TokenRejected::Claim("client_id and sub are both missing"))?
+        .to_owned();
+    Ok(AccessToken {
+        subject,
+        scopes: scopes(payload)?,
+        expires_at: exp.saturating_mul(1000),
+        certificate_thumbprint: certificate_thumbprint(payload)?,
+    })
+}
+
+/// The issuer's, for this door, and an access token rather than an ID token.
+fn addressed_to_this_door(
+    payload: &Map<String, Value>,
+    rules: &AccessTokenRules,
+) -> Result<(), TokenRejected> {
     if payload.get("iss").and_then(Value::as_str) != Some(rules.issuer.as_str()) {
         return Err(TokenRejected::Claim("iss is not the issuer's"));
     }
@@ -235,6 +260,16 @@ fn claims(
             ));
         }
     }
+    Ok(())
+}
+
+/// `exp` (in seconds), once `exp`, `nbf` and `iat` hold at `now` (milliseconds) within the
+/// skew and the lifetime is within the issuer's maximum.
+fn expiry(
+    payload: &Map<String, Value>,
+    rules: &AccessTokenRules,
+    now: i64,
+) -> Result<i64, TokenRejected> {
     let seconds = |name: &str| -> Result<Option<i64>, TokenRejected> {
         match payload.get(name) {
             None => Ok(None),
@@ -264,17 +299,12 @@ fn claims(
             "lifetime is longer than the issuer's maximum",
         ));
     }
-    let named = |name: &str| {
-        payload
-            .get(name)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    let subject = named("client_id")
-        .or_else(|| named("sub"))
-        .ok_or(TokenRejected::Claim("client_id and sub are both missing"))?
-        .to_owned();
-    let scopes = match (payload.get("scope"), payload.get("scp")) {
+    Ok(exp)
+}
+
+/// The granted scopes: RFC 9068's space-separated `scope`, or a `scp` list.
+fn scopes(payload: &Map<String, Value>) -> Result<Vec<String>, TokenRejected> {
+    Ok(match (payload.get("scope"), payload.get("scp")) {
         (Some(Value::String(scope)), _) => scope
             .split(' ')
             .filter(|s| !s.is_empty())
@@ -291,25 +321,21 @@ fn claims(
                 "scope is neither a string nor a scp list",
             ));
         }
-    };
-    let certificate_thumbprint = match payload.get("cnf") {
-        None => None,
-        Some(cnf) => match cnf.get("x5t#S256") {
-            Some(Value::String(thumbprint)) => Some(thumbprint.clone()),
-            // A confirmation this door cannot check (a DPoP key, say) is not ignored.
-            _ => {
-                return Err(TokenRejected::Claim(
-                    "cnf names a confirmation this door cannot check",
-                ));
-            }
-        },
-    };
-    Ok(AccessToken {
-        subject,
-        scopes,
-        expires_at: exp.saturating_mul(1000),
-        certificate_thumbprint,
     })
+}
+
+/// The certificate the token is bound to (RFC 8705 `cnf.x5t#S256`), if any.
+fn certificate_thumbprint(payload: &Map<String, Value>) -> Result<Option<String>, TokenRejected> {
+    match payload.get("cnf") {
+        None => Ok(None),
+        Some(cnf) => match cnf.get("x5t#S256") {
+            Some(Value::String(thumbprint)) => Ok(Some(thumbprint.clone())),
+            // A confirmation this door cannot check (a DPoP key, say) is not ignored.
+            _ => Err(TokenRejected::Claim(
+                "cnf names a confirmation this door cannot check",
+            )),
+        },
+    }
 }
 
 /// Looks at the unverified `iss` of a token, to choose its issuer.

@@ -170,20 +170,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        out.push_str("# HELP peergate_requests_total HTTP requests answered, by route and status.\n# TYPE peergate_requests_total counter\n");
-        for (route, row) in ROUTES.iter().zip(&self.requests) {
-            for (i, count) in row.iter().enumerate() {
-                let n = load(count);
-                if n == 0 {
-                    continue;
-                }
-                let status = STATUSES.get(i).map_or("other".to_owned(), u16::to_string);
-                let _ = writeln!(
-                    out,
-                    "peergate_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
-                );
-            }
-        }
+        self.write_requests(&mut out);
         out.push_str("# HELP peergate_rejections_total Requests refused before the agent, by reason.\n# TYPE peergate_rejections_total counter\n");
         for (reason, count) in REASONS.iter().zip(&self.rejections) {
             let _ = writeln!(
@@ -221,6 +208,38 @@ impl Metrics {
                 );
             }
         }
+        self.write_backend_latency(&mut out);
+        out.push_str("# HELP peergate_connections_refused_total Connections closed unread at the connection cap.\n# TYPE peergate_connections_refused_total counter\n");
+        let _ = writeln!(
+            out,
+            "peergate_connections_refused_total {}",
+            load(&self.connections_refused)
+        );
+        out
+    }
+
+    /// `peergate_requests_total`, the rows that counted anything.
+    fn write_requests(&self, out: &mut String) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        out.push_str("# HELP peergate_requests_total HTTP requests answered, by route and status.\n# TYPE peergate_requests_total counter\n");
+        for (route, row) in ROUTES.iter().zip(&self.requests) {
+            for (i, count) in row.iter().enumerate() {
+                let n = load(count);
+                if n == 0 {
+                    continue;
+                }
+                let status = STATUSES.get(i).map_or("other".to_owned(), u16::to_string);
+                let _ = writeln!(
+                    out,
+                    "peergate_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                );
+            }
+        }
+    }
+
+    /// `peergate_backend_latency_seconds`, the histogram.
+    fn write_backend_latency(&self, out: &mut String) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         out.push_str("# HELP peergate_backend_latency_seconds Time the model took per call.\n# TYPE peergate_backend_latency_seconds histogram\n");
         for (bound, count) in BUCKETS.iter().zip(&self.latency_buckets) {
             let _ = writeln!(
@@ -240,13 +259,6 @@ impl Metrics {
             load(&self.latency_sum_micros) as f64 / 1e6
         );
         let _ = writeln!(out, "peergate_backend_latency_seconds_count {count}");
-        out.push_str("# HELP peergate_connections_refused_total Connections closed unread at the connection cap.\n# TYPE peergate_connections_refused_total counter\n");
-        let _ = writeln!(
-            out,
-            "peergate_connections_refused_total {}",
-            load(&self.connections_refused)
-        );
-        out
     }
 }
 

@@ -316,7 +316,16 @@ impl Agent {
                 agent_reply: None,
             };
         };
-        match answer.unwrap_or(Err(BackendError::Timeout)) {
+        self.outcome_of(turn, answer.unwrap_or(Err(BackendError::Timeout)))
+    }
+
+    /// How a turn ended, from the model's answer or failure.
+    fn outcome_of(
+        &self,
+        turn: &TurnPlan,
+        answer: Result<crate::backend::Completion, BackendError>,
+    ) -> Outcome {
+        match answer {
             Ok(completion) => {
                 let tokens = completion
                     .usage
@@ -339,12 +348,12 @@ impl Agent {
                         },
                     ],
                     reply: completion.text,
-                    usage: Some(self.budgets.record(peer.owner_id(), tokens)),
+                    usage: Some(self.budgets.record(turn.peer.owner_id(), tokens)),
                     audit: None,
                 }
             }
             Err(error) => {
-                tracing::warn!(task_id = %turn.task_id, peer = %peer.name(), error = %error, "backend gave no answer");
+                tracing::warn!(task_id = %turn.task_id, peer = %turn.peer.name(), error = %error, "backend gave no answer");
                 Outcome {
                     state: TaskState::Failed,
                     reply: failure_text(&error),

@@ -420,9 +420,38 @@ impl<Who: Principal> Authenticator<Who> {
                 }),
             };
         };
-        let key = cache_key(&presented);
-        let mut verified_here = false;
         let mut tried = (None, None);
+        let (entry, verified_here) = self
+            .verdict_through(cache, &presented, client, &mut tried)
+            .await?;
+        match entry.who {
+            Some(verified) if self.still_valid(&verified.who) => Ok(verified),
+            // Refused, or expired (possibly while cached): a repeat costs an attempt like the
+            // first one did.
+            Some(_) | None => {
+                if !verified_here {
+                    self.spend_attempt(client).await?;
+                }
+                Err(Refused {
+                    refusal: scheme.refused().into(),
+                    name: tried.0,
+                    subject: tried.1,
+                })
+            }
+        }
+    }
+
+    /// The cached verdict on `presented`, or one reached now (and cached unless a revocation
+    /// arrived meanwhile); with whether it was reached by this call.
+    async fn verdict_through(
+        &self,
+        cache: &Cache<[u8; 32], CachedVerdict<Who>>,
+        presented: &Claimed<'_>,
+        client: IpAddr,
+        tried: &mut (Option<String>, Option<String>),
+    ) -> Result<(CachedVerdict<Who>, bool), Refused> {
+        let key = cache_key(presented);
+        let mut verified_here = false;
         let entry = match cache.get(&key).await {
             Some(entry) if self.is_fresh(&entry) => entry,
             stale => {
@@ -433,7 +462,7 @@ impl<Who: Principal> Authenticator<Who> {
                 let entry = cache
                     .try_get_with(key, async {
                         verified_here = true;
-                        let who = self.verify_counted(&presented, client, &mut tried).await?;
+                        let who = self.verify_counted(presented, client, tried).await?;
                         Ok::<_, Refused>(CachedVerdict {
                             who,
                             at_millis: self.clock.now_millis(),
@@ -452,21 +481,7 @@ impl<Who: Principal> Authenticator<Who> {
                 entry
             }
         };
-        match entry.who {
-            Some(verified) if self.still_valid(&verified.who) => Ok(verified),
-            // Refused, or expired (possibly while cached): a repeat costs an attempt like the
-            // first one did.
-            Some(_) | None => {
-                if !verified_here {
-                    self.spend_attempt(client).await?;
-                }
-                Err(Refused {
-                    refusal: scheme.refused().into(),
-                    name: tried.0,
-                    subject: tried.1,
-                })
-            }
-        }
+        Ok((entry, verified_here))
     }
 
     /// Counts one attempt against the client's budget; refuses when it is spent.

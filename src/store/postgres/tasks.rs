@@ -274,59 +274,78 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
         super::push::upsert_config(&mut tx, config).await?;
     }
     super::push::queue_states(&mut tx, exchanges).await?;
-    if !batch.contexts.is_empty() {
-        let mut contexts = QueryBuilder::<Postgres>::new(
-            "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",
-        );
-        contexts.push_values(
-            &batch.contexts,
-            |mut row, ((peer, context), (first, last))| {
-                row.push_bind(*peer)
-                    .push_bind(*context)
-                    .push_bind(*first)
-                    .push_bind(*last);
-            },
-        );
-        contexts.push(
-            " ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at",
-        );
-        contexts.build().execute(&mut *tx).await?;
-        let mut insert = QueryBuilder::<Postgres>::new(
-            "INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) ",
-        );
-        insert.push_values(&batch.messages, |mut row, (e, m)| {
-            row.push_bind(e.peer_id.as_str())
-                .push_bind(e.context_id.as_str())
-                .push_bind(e.task_id.as_str())
-                .push_bind(m.role.as_str())
-                .push_bind(m.text.as_str())
-                .push_bind(e.now);
-        });
-        insert.build().execute(&mut *tx).await?;
-    }
-    if !batch.usage.is_empty() {
-        let mut upsert = QueryBuilder::<Postgres>::new(
-            "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) ",
-        );
-        upsert.push_values(
-            &batch.usage,
-            |mut row, ((owner, peer, day), (tokens, requests))| {
-                row.push_bind(*owner)
-                    .push_bind(*peer)
-                    .push_bind(*day)
-                    .push_bind(i64::try_from(*tokens).unwrap_or(i64::MAX))
-                    .push_bind(i64::try_from(*requests).unwrap_or(i64::MAX));
-            },
-        );
-        upsert.push(
-            " ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
-             SET tokens = usage.tokens + excluded.tokens, requests = usage.requests + excluded.requests",
-        );
-        upsert.build().execute(&mut *tx).await?;
-    }
+    write_conversation(&mut tx, &batch).await?;
+    add_usage(&mut tx, &batch).await?;
     for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
         super::accounts::insert_audit(&mut tx, entry).await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// The batch's contexts (first and latest time) and conversation messages.
+async fn write_conversation(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    batch: &Batch<'_>,
+) -> Result<(), StoreError> {
+    if batch.contexts.is_empty() {
+        return Ok(());
+    }
+    let mut contexts = QueryBuilder::<Postgres>::new(
+        "INSERT INTO contexts (peer_id, context_id, created_at, updated_at) ",
+    );
+    contexts.push_values(
+        &batch.contexts,
+        |mut row, ((peer, context), (first, last))| {
+            row.push_bind(*peer)
+                .push_bind(*context)
+                .push_bind(*first)
+                .push_bind(*last);
+        },
+    );
+    contexts
+        .push(" ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at");
+    contexts.build().execute(&mut **tx).await?;
+    let mut insert = QueryBuilder::<Postgres>::new(
+        "INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) ",
+    );
+    insert.push_values(&batch.messages, |mut row, (e, m)| {
+        row.push_bind(e.peer_id.as_str())
+            .push_bind(e.context_id.as_str())
+            .push_bind(e.task_id.as_str())
+            .push_bind(m.role.as_str())
+            .push_bind(m.text.as_str())
+            .push_bind(e.now);
+    });
+    insert.build().execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// The batch's tokens and requests, added to each (owner, peer, day).
+async fn add_usage(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    batch: &Batch<'_>,
+) -> Result<(), StoreError> {
+    if batch.usage.is_empty() {
+        return Ok(());
+    }
+    let mut upsert = QueryBuilder::<Postgres>::new(
+        "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) ",
+    );
+    upsert.push_values(
+        &batch.usage,
+        |mut row, ((owner, peer, day), (tokens, requests))| {
+            row.push_bind(*owner)
+                .push_bind(*peer)
+                .push_bind(*day)
+                .push_bind(i64::try_from(*tokens).unwrap_or(i64::MAX))
+                .push_bind(i64::try_from(*requests).unwrap_or(i64::MAX));
+        },
+    );
+    upsert.push(
+        " ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
+         SET tokens = usage.tokens + excluded.tokens, requests = usage.requests + excluded.requests",
+    );
+    upsert.build().execute(&mut **tx).await?;
     Ok(())
 }

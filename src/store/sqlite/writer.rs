@@ -115,63 +115,7 @@ fn run(
         if batch.is_empty() {
             continue;
         }
-        // A full disk: refused before anything is written (or the model asked), and the
-        // reserve's room kept for account changes.
-        if !reserve.admits_exchanges() {
-            for waiting in batch.drain(..) {
-                let _ = waiting.done.send(Err(StoreError::DiskFull));
-            }
-            continue;
-        }
-        let exchanges: Vec<&Exchange> = batch.iter().map(|p| &p.exchange).collect();
-        let outcome = {
-            let _turn = turn.blocking_lock();
-            write(&mut connection, &exchanges)
-        };
-        drop(exchanges);
-        match outcome {
-            Ok(()) => {
-                for waiting in batch.drain(..) {
-                    let _ = waiting.done.send(Ok(()));
-                }
-            }
-            Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) => {
-                reserve.on_full();
-                for waiting in batch.drain(..) {
-                    let _ = waiting.done.send(Err(StoreError::DiskFull));
-                }
-            }
-            Err(error) if batch.len() == 1 => {
-                if let Some(waiting) = batch.pop() {
-                    let _ = waiting.done.send(Err(error.into()));
-                }
-            }
-            Err(error) if !one_exchange_can_cause(&error) => {
-                // A lock held elsewhere past the busy timeout, a full disk, a failing device:
-                // retrying each exchange alone would meet it again, once per exchange.
-                let reason = error.to_string();
-                for waiting in batch.drain(..) {
-                    let _ = waiting
-                        .done
-                        .send(Err(StoreError::Engine(reason.clone().into())));
-                }
-            }
-            Err(_) => {
-                // One exchange must not sink the others: each alone.
-                for waiting in batch.drain(..) {
-                    let outcome = {
-                        let _turn = turn.blocking_lock();
-                        write(&mut connection, &[&waiting.exchange])
-                    };
-                    let _ = waiting.done.send(outcome.map_err(|error| {
-                        if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
-                            reserve.on_full();
-                        }
-                        StoreError::from(error)
-                    }));
-                }
-            }
-        }
+        commit(&mut connection, &mut batch, turn, reserve);
     }
     // Nothing more is taken: what is still queued is refused, then the connection closes (the
     // last one to close checkpoints the WAL into the file).
@@ -189,6 +133,73 @@ fn run(
     drop(connection);
     if let Some(stopped) = stop {
         let _ = stopped.send(());
+    }
+}
+
+/// Commits one batch and answers each of its waiters, each exchange alone when one of them
+/// failed the batch.
+fn commit(
+    connection: &mut Connection,
+    batch: &mut Vec<PendingExchange>,
+    turn: &tokio::sync::Mutex<()>,
+    reserve: &Reserve,
+) {
+    // A full disk: refused before anything is written (or the model asked), and the
+    // reserve's room kept for account changes.
+    if !reserve.admits_exchanges() {
+        for waiting in batch.drain(..) {
+            let _ = waiting.done.send(Err(StoreError::DiskFull));
+        }
+        return;
+    }
+    let exchanges: Vec<&Exchange> = batch.iter().map(|p| &p.exchange).collect();
+    let outcome = {
+        let _turn = turn.blocking_lock();
+        write(connection, &exchanges)
+    };
+    drop(exchanges);
+    match outcome {
+        Ok(()) => {
+            for waiting in batch.drain(..) {
+                let _ = waiting.done.send(Ok(()));
+            }
+        }
+        Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) => {
+            reserve.on_full();
+            for waiting in batch.drain(..) {
+                let _ = waiting.done.send(Err(StoreError::DiskFull));
+            }
+        }
+        Err(error) if batch.len() == 1 => {
+            if let Some(waiting) = batch.pop() {
+                let _ = waiting.done.send(Err(error.into()));
+            }
+        }
+        Err(error) if !one_exchange_can_cause(&error) => {
+            // A lock held elsewhere past the busy timeout, a full disk, a failing device:
+            // retrying each exchange alone would meet it again, once per exchange.
+            let reason = error.to_string();
+            for waiting in batch.drain(..) {
+                let _ = waiting
+                    .done
+                    .send(Err(StoreError::Engine(reason.clone().into())));
+            }
+        }
+        Err(_) => {
+            // One exchange must not sink the others: each alone.
+            for waiting in batch.drain(..) {
+                let outcome = {
+                    let _turn = turn.blocking_lock();
+                    write(connection, &[&waiting.exchange])
+                };
+                let _ = waiting.done.send(outcome.map_err(|error| {
+                    if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+                        reserve.on_full();
+                    }
+                    StoreError::from(error)
+                }));
+            }
+        }
     }
 }
 
@@ -269,24 +280,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
         }
     }
     // Configs sent with a message first, so they hear its task's first state.
-    for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
-        tx.prepare_cached(super::push::UPSERT_CONFIG)?
-            .execute(params![
-                config.task_id,
-                config.id,
-                config.peer_id,
-                config.url,
-                config.sealed,
-                config.created_at,
-            ])?;
-        tx.prepare_cached(super::push::RETARGET_DELIVERIES)?
-            .execute(params![
-                config.url,
-                config.sealed,
-                config.task_id,
-                config.id
-            ])?;
-    }
+    write_push_configs(&tx, exchanges)?;
     queue_states(&tx, exchanges)?;
     if !batch.contexts.is_empty() {
         let mut upsert = tx.prepare_cached(UPSERT_CONTEXT)?;
@@ -317,6 +311,36 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
             ])?;
         }
     }
+    write_audit(&tx, exchanges)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// The push configs sent with the messages, each retargeting its queued deliveries.
+fn write_push_configs(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
+    for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
+        tx.prepare_cached(super::push::UPSERT_CONFIG)?
+            .execute(params![
+                config.task_id,
+                config.id,
+                config.peer_id,
+                config.url,
+                config.sealed,
+                config.created_at,
+            ])?;
+        tx.prepare_cached(super::push::RETARGET_DELIVERIES)?
+            .execute(params![
+                config.url,
+                config.sealed,
+                config.task_id,
+                config.id
+            ])?;
+    }
+    Ok(())
+}
+
+/// The audit entries the exchanges carry.
+fn write_audit(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
     for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
         tx.prepare_cached(super::accounts::INSERT_AUDIT)?
             .execute(params![
@@ -330,7 +354,6 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
                 entry.owner_id,
             ])?;
     }
-    tx.commit()?;
     Ok(())
 }
 
