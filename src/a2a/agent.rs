@@ -39,6 +39,7 @@ use crate::clock::{Clock, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::metrics::{FinalState, Metrics};
 use crate::protocol::error::A2aError;
+use crate::protocol::ids::{ContextId, MessageId, TaskId};
 use crate::protocol::jsonrpc::Method;
 use crate::protocol::types::{
     self as a2a, Artifact, CancelTaskRequest, Message, Role, SendMessageRequest,

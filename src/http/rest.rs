@@ -394,7 +394,7 @@ async fn task(
         if method != Method::POST {
             return StatusCode::METHOD_NOT_ALLOWED.into_response();
         }
-        let request = Ok(CancelTaskRequest { id: id.to_owned() });
+        let request = Ok(CancelTaskRequest { id: id.into() });
         return call(
             &state,
             caller,
@@ -409,7 +409,7 @@ async fn task(
         if method != Method::POST && method != Method::GET {
             return StatusCode::METHOD_NOT_ALLOWED.into_response();
         }
-        let request = Ok(SubscribeToTaskRequest { id: id.to_owned() });
+        let request = Ok(SubscribeToTaskRequest { id: id.into() });
         let method = A2aMethod::SubscribeToTask;
         return stream_call(
             &state,

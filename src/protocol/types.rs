@@ -5,6 +5,7 @@
 //! accepted, and the 0.3 spellings of roles and parts where they are unambiguous. Outgoing
 //! objects always use the 1.0 camelCase names and enum spellings.
 
+use super::ids::{ContextId, MessageId, TaskId};
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -259,13 +260,13 @@ impl PushConfigRef {
 pub struct IncomingMessage {
     /// `messageId`
     #[serde(rename = "messageId", alias = "message_id")]
-    pub message_id: String,
+    pub message_id: MessageId,
     /// `contextId`
     #[serde(default, rename = "contextId", alias = "context_id")]
-    pub context_id: Option<String>,
+    pub context_id: Option<ContextId>,
     /// `taskId`
     #[serde(default, rename = "taskId", alias = "task_id")]
-    pub task_id: Option<String>,
+    pub task_id: Option<TaskId>,
     /// `role`
     pub role: Role,
     /// `parts`
@@ -317,7 +318,7 @@ impl IncomingPart {
 #[derive(Debug, Deserialize)]
 pub struct GetTaskRequest {
     /// Task id.
-    pub id: String,
+    pub id: TaskId,
     /// How many history messages to return.
     #[serde(default, rename = "historyLength", alias = "history_length")]
     pub history_length: Option<i64>,
@@ -327,14 +328,14 @@ pub struct GetTaskRequest {
 #[derive(Debug, Deserialize)]
 pub struct CancelTaskRequest {
     /// Task id.
-    pub id: String,
+    pub id: TaskId,
 }
 
 /// `SubscribeToTaskRequest`.
 #[derive(Debug, Deserialize)]
 pub struct SubscribeToTaskRequest {
     /// Task id.
-    pub id: String,
+    pub id: TaskId,
 }
 
 /// `ListTasksRequest`: every field optional.
@@ -343,7 +344,7 @@ pub struct SubscribeToTaskRequest {
 pub struct ListTasksRequest {
     /// Only this conversation's tasks.
     #[serde(default, alias = "context_id")]
-    pub context_id: Option<String>,
+    pub context_id: Option<ContextId>,
     /// A state's name or, as ProtoJSON allows for enums, its number; read by the service,
     /// which names what is wrong with it.
     #[serde(default)]
@@ -440,7 +441,7 @@ pub struct ListTasksResponse {
 #[serde(rename_all = "camelCase")]
 pub struct TaskPushNotificationConfig {
     /// The task.
-    pub task_id: String,
+    pub task_id: TaskId,
     /// The config.
     pub id: String,
     /// Where notifications go.
@@ -489,9 +490,9 @@ pub enum StreamResponse {
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatusUpdateEvent {
     /// The task.
-    pub task_id: String,
+    pub task_id: TaskId,
     /// Its conversation.
-    pub context_id: String,
+    pub context_id: ContextId,
     /// The new status.
     pub status: TaskStatus,
 }
@@ -501,9 +502,9 @@ pub struct TaskStatusUpdateEvent {
 #[serde(rename_all = "camelCase")]
 pub struct TaskArtifactUpdateEvent {
     /// The task.
-    pub task_id: String,
+    pub task_id: TaskId,
     /// Its conversation.
-    pub context_id: String,
+    pub context_id: ContextId,
     /// The artifact, whole.
     pub artifact: Artifact,
     /// Whether this is the artifact's last chunk (always: artifacts are sent whole).
@@ -567,11 +568,11 @@ pub fn parts_text(parts: &[Part]) -> String {
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     /// Unique id.
-    pub message_id: String,
+    pub message_id: MessageId,
     /// Conversation.
-    pub context_id: String,
+    pub context_id: ContextId,
     /// Task.
-    pub task_id: String,
+    pub task_id: TaskId,
     /// Author.
     pub role: Role,
     /// Content.
@@ -613,9 +614,9 @@ pub struct Artifact {
 #[serde(rename_all = "camelCase")]
 pub struct Task {
     /// Server-generated id.
-    pub id: String,
+    pub id: TaskId,
     /// Conversation.
-    pub context_id: String,
+    pub context_id: ContextId,
     /// Current status.
     pub status: TaskStatus,
     /// The answer, when there is one.

@@ -100,7 +100,7 @@ impl Agent {
         task.status = TaskStatus {
             state: TaskState::Canceled,
             message: Message {
-                message_id: uuid::Uuid::new_v4().to_string(),
+                message_id: MessageId::new_random(),
                 context_id: task.context_id.clone(),
                 task_id: task.id.clone(),
                 role: Role::Agent,
@@ -114,9 +114,9 @@ impl Agent {
         let heard = self.event(peer, task_id, TaskState::Canceled, &task_json);
         self.store
             .save_exchange(Exchange {
-                task_id: task.id.clone(),
+                task_id: task.id.to_string(),
                 peer_id: peer.id().to_owned(),
-                context_id: task.context_id.clone(),
+                context_id: task.context_id.to_string(),
                 state: TaskState::Canceled,
                 task_json: task_json.clone(),
                 now,

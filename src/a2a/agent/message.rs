@@ -6,7 +6,7 @@ use super::*;
 /// The checked text of an incoming message and its `contextId` (`None`: a new context).
 pub(super) fn incoming(
     message: &a2a::IncomingMessage,
-) -> Result<(String, Option<String>), A2aError> {
+) -> Result<(String, Option<ContextId>), A2aError> {
     if message.role != Role::User {
         return Err(invalid("message.role", "must be ROLE_USER"));
     }

@@ -8,6 +8,7 @@
 use super::{Agent, internal, invalid, new_id};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
+use crate::protocol::ids::TaskId;
 use crate::protocol::types::{
     AuthenticationScheme, ListTaskPushNotificationConfigsResponse, PushConfigParams, PushConfigRef,
     TaskPushNotificationConfig, is_valid_context_id,
@@ -265,7 +266,7 @@ impl Agent {
             .open(&record.task_id, &record.id, &record.sealed)
             .map_err(internal)?;
         Ok(TaskPushNotificationConfig {
-            task_id: record.task_id.clone(),
+            task_id: TaskId::from(record.task_id.clone()),
             id: record.id.clone(),
             url: record.url.clone(),
             token: secrets.token,

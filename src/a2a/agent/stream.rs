@@ -209,7 +209,7 @@ fn piece_update(working: &Task, piece: &str, now: i64) -> StreamResponse {
         status: TaskStatus {
             state: TaskState::Working,
             message: Message {
-                message_id: uuid::Uuid::new_v4().to_string(),
+                message_id: crate::protocol::ids::MessageId::new_random(),
                 context_id: working.context_id.clone(),
                 task_id: working.id.clone(),
                 role: Role::Agent,

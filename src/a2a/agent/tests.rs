@@ -19,9 +19,9 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
     let agent = agent_over(&store, SharedState::default()).await;
     let now = agent.clock.now_millis();
     let task = agent.task(
-        "t1",
-        "c1",
-        "m1",
+        &"t1".into(),
+        &"c1".into(),
+        &"m1".into(),
         "hello",
         TaskState::Working,
         vec![a2a::Part::text(WORKING_TEXT)],
@@ -203,9 +203,9 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
         ("t_old", None),
     ] {
         let working = agent.task(
-            task,
-            "c1",
-            "m1",
+            &task.into(),
+            &"c1".into(),
+            &"m1".into(),
             "hello",
             TaskState::Working,
             vec![a2a::Part::text(WORKING_TEXT)],

@@ -110,9 +110,9 @@ impl Agent {
             fresh_context: message.context_id.is_none(),
             turn: TurnPlan {
                 peer: peer.clone(),
-                task_id,
+                task_id: TaskId::from(task_id),
                 push_config,
-                context_id: context_id.unwrap_or_else(new_id),
+                context_id: context_id.unwrap_or_else(|| ContextId::from(new_id())),
                 message_id: message.message_id,
                 text,
                 parts,
@@ -173,13 +173,13 @@ impl Agent {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(
-                turn.task_id.clone(),
+                turn.task_id.to_string(),
                 RunningTurn {
                     peer_id: turn.peer.id_arc(),
                     cancel: Some(cancel),
                 },
             );
-        cancelable.task_id = Some(turn.task_id.clone());
+        cancelable.task_id = Some(turn.task_id.to_string());
         (Some(canceled), cancelable)
     }
 
@@ -241,7 +241,7 @@ impl Agent {
         let unfinished = UnfinishedTask {
             store: self.store.clone(),
             clock: self.clock.clone(),
-            task_id: turn.task_id.clone(),
+            task_id: turn.task_id.to_string(),
             failed_json,
         };
         // A context peergate just named has no history yet: skip the read.
@@ -258,7 +258,7 @@ impl Agent {
             preface: preface(peer.name()),
             history,
             text: turn.text.clone(),
-            message_id: turn.message_id.clone(),
+            message_id: turn.message_id.to_string(),
             parts: turn.parts.clone(),
             conversation: conversation_id(peer.id(), &turn.context_id),
             continues: turn

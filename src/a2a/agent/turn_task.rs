@@ -43,27 +43,23 @@ impl Agent {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn task(
         &self,
-        task_id: &str,
-        context_id: &str,
-        message_id: &str,
+        task_id: &TaskId,
+        context_id: &ContextId,
+        message_id: &MessageId,
         text: &str,
         state: TaskState,
         reply: Vec<a2a::Part>,
         now: i64,
     ) -> Task {
-        let message_for = |role: Role, message_id: String, parts: Vec<a2a::Part>| Message {
+        let message_for = |role: Role, message_id: MessageId, parts: Vec<a2a::Part>| Message {
             message_id,
-            context_id: context_id.to_owned(),
-            task_id: task_id.to_owned(),
+            context_id: context_id.clone(),
+            task_id: task_id.clone(),
             role,
             parts,
         };
-        let user_message = message_for(
-            Role::User,
-            message_id.to_owned(),
-            vec![a2a::Part::text(text)],
-        );
-        let agent_message = message_for(Role::Agent, uuid::Uuid::new_v4().to_string(), reply);
+        let user_message = message_for(Role::User, message_id.clone(), vec![a2a::Part::text(text)]);
+        let agent_message = message_for(Role::Agent, MessageId::new_random(), reply);
         let artifacts = match state {
             TaskState::Completed => vec![Artifact {
                 artifact_id: uuid::Uuid::new_v4().to_string(),
@@ -75,8 +71,8 @@ impl Agent {
             _ => Vec::new(),
         };
         Task {
-            id: task_id.to_owned(),
-            context_id: context_id.to_owned(),
+            id: task_id.clone(),
+            context_id: context_id.clone(),
             status: TaskStatus {
                 state,
                 message: agent_message.clone(),
@@ -97,7 +93,7 @@ impl Agent {
         context_id: Option<&str>,
     ) -> Result<ContinuedTask, A2aError> {
         let task = self.load_task(peer, task_id).await?;
-        if context_id.is_some_and(|c| c != task.context_id) {
+        if context_id.is_some_and(|c| task.context_id != *c) {
             return Err(invalid(
                 "message.contextId",
                 "does not match the task's contextId",
@@ -180,11 +176,11 @@ pub(super) fn task_answer(
 /// One message's turn: what every stored copy of its task shares.
 pub(super) struct TurnPlan {
     pub(super) peer: AuthenticatedPeer,
-    pub(super) task_id: String,
+    pub(super) task_id: TaskId,
     /// A push-notification config sent with the message, stored with the task's first state.
     pub(super) push_config: Option<crate::store::PushConfigRecord>,
-    pub(super) context_id: String,
-    pub(super) message_id: String,
+    pub(super) context_id: ContextId,
+    pub(super) message_id: MessageId,
     pub(super) text: String,
     /// The peer's text and data parts, as an agent behind the door gets them.
     pub(super) parts: Vec<a2a::Part>,
@@ -203,7 +199,7 @@ pub(super) struct Continuation {
 
 /// What a message naming a task waiting for input continues.
 pub(super) struct ContinuedTask {
-    pub(super) context_id: String,
+    pub(super) context_id: ContextId,
     pub(super) continuation: Continuation,
 }
 
@@ -255,9 +251,9 @@ impl TurnPlan {
         let retention =
             i64::try_from(agent.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
         Exchange {
-            task_id: self.task_id.clone(),
+            task_id: self.task_id.to_string(),
             peer_id: self.peer.id().to_owned(),
-            context_id: self.context_id.clone(),
+            context_id: self.context_id.to_string(),
             state,
             task_json,
             now,
