@@ -2,8 +2,10 @@
 # The same SendMessage over JSON-RPC and over gRPC, in one run, with one load generator
 # (h2load: HTTP/1.1 for the JSON-RPC door, HTTP/2 for the gRPC listener, one request in
 # flight per connection on both), peergate on policies/bench.toml with a [grpc] listener.
-# Prints requests/s, p50 and p99 of each, and the gRPC run's ratio to the JSON-RPC run; then
-# checks that every request was answered (the store holds one task per answer).
+# First the floor: the bare server of examples/bare_axum.rs answering a fixed 200 bytes over
+# HTTP/1.1 and, through tonic's server core, over gRPC on HTTP/2, with the same requests.
+# Prints requests/s, p50 and p99 of each, and each gRPC run's ratio to the HTTP/1.1 run before
+# it; then checks that every request was answered (the store holds one task per answer).
 #
 #   bench/grpc.sh [SECONDS_PER_RUN] [CONNECTIONS]     (defaults: 10 and 50)
 #
@@ -15,17 +17,20 @@ cd "$(dirname "$0")/.."
 
 duration=${1:-10}
 connections=${2:-50}
+bare_port=18093
+bare_grpc_port=18094
 gate_port=18095
 admin_port=18096
 grpc_port=18097
 
 command -v h2load >/dev/null || { echo "h2load is needed: apt-get install nghttp2-client" >&2; exit 1; }
 
-cargo build --quiet --release --bin peergate
+cargo build --quiet --release --bin peergate --example bare_axum
 # shellcheck source=bench/common.sh
 source bench/common.sh
 target_dir=$(target_dir)
 peergate=${BENCH_PEERGATE:-$target_dir/release/peergate}
+bare="$target_dir/release/examples/bare_axum"
 
 with_workdir
 
@@ -87,25 +92,38 @@ run() {
   # The log's third column is each request's time in microseconds.
   local p50 p99
   read -r p50 p99 < <(awk '{print $3}' "$log" | sort -n | awk '{a[NR]=$1} END {printf "%.2fms %.2fms\n", a[int(NR*0.5)]/1000, a[int(NR*0.99)]/1000}')
-  [ -n "$baseline" ] || baseline=$rps
-  local ratio
-  ratio=$(awk -v a="$rps" -v b="$baseline" 'BEGIN {printf "%.0f%%", 100 * a / b}')
-  results+=("$(printf '%-34s %12s %10s %10s %7s %s' "$name" "$rps" "$p50" "$p99" "$ratio" "(2xx: $ok)")")
-  answered=$((answered + ok))
+  # An HTTP/1.1 run is the baseline of the gRPC run after it.
+  local ratio=""
+  if [ "${1:-}" = --h1 ]; then
+    baseline=$rps
+  else
+    ratio=$(awk -v a="$rps" -v b="$baseline" 'BEGIN {printf "%.0f%%", 100 * a / b}')
+  fi
+  results+=("$(printf '%-40s %12s %10s %10s %7s %s' "$name" "$rps" "$p50" "$p99" "$ratio" "(2xx: $ok)")")
+  counted=$ok
 }
 
 answered=2
+printf '{"jsonrpc":"2.0","id":1}' >"$work/bare.json"
+"$bare" "127.0.0.1:$bare_port" "127.0.0.1:$bare_grpc_port" 2>/dev/null &
+pids+=($!)
+wait_for_port "$bare_port"
+wait_for_port "$bare_grpc_port"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
 echo "h2load -c$connections -m1 -D$duration, server and load generator on the same cores"
+run "bare axum POST, fixed 200 bytes (HTTP/1.1)" "http://127.0.0.1:$bare_port/a2a/v1" "$work/bare.json" application/json --h1
+run "bare tonic unary, fixed 200 bytes (HTTP/2)" "http://127.0.0.1:$bare_grpc_port/lf.a2a.v1.A2AService/SendMessage" "$work/send.grpc" application/grpc
 run "SendMessage, JSON-RPC (HTTP/1.1)" "http://127.0.0.1:$gate_port/a2a/v1" "$work/send.json" application/json --h1
+answered=$((answered + counted))
 run "SendMessage, gRPC (HTTP/2)" "http://127.0.0.1:$grpc_port/lf.a2a.v1.A2AService/SendMessage" "$work/send.grpc" application/grpc
-printf '%-34s %12s %10s %10s %7s\n' "scenario" "requests/s" "p50" "p99" "ratio"
+answered=$((answered + counted))
+printf '%-40s %12s %10s %10s %7s\n' "scenario" "requests/s" "p50" "p99" "ratio"
 printf '%s\n' "${results[@]}"
 
 # Every answer counted above must be a completed task in the store: a gRPC error is HTTP 200.
+# peergate is the first server started; the bare one stays for the exit trap.
 kill "${pids[0]}"
 wait "${pids[0]}" 2>/dev/null || true
-pids=()
 stored=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM tasks WHERE state = ?", ("TASK_STATE_COMPLETED",)).fetchone()[0])' "$data/peergate.sqlite3")
 echo "SendMessage: h2load counted $answered answers (with the two checks); the store holds $stored completed tasks"
 if [ "$stored" -lt "$answered" ]; then

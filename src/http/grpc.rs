@@ -26,6 +26,7 @@ use crate::layers::metrics::Metrics;
 use crate::protocol::call::{A2aCall, Binding};
 use crate::protocol::error::{A2aError, GrpcCode};
 use crate::protocol::grpc::{self as messages, A2A_SERVICE, HEALTH_SERVICE};
+use crate::protocol::grpc_answers as answers;
 use crate::protocol::jsonrpc::{self, Method};
 use axum::Router;
 use axum::body::Body;
@@ -226,8 +227,8 @@ struct Call {
 }
 
 impl UnaryService<DynamicMessage> for Call {
-    type Response = DynamicMessage;
-    type Future = BoxFuture<'static, Result<tonic::Response<DynamicMessage>, tonic::Status>>;
+    type Response = Encoded;
+    type Future = BoxFuture<'static, Result<tonic::Response<Encoded>, tonic::Status>>;
 
     fn call(&mut self, request: tonic::Request<DynamicMessage>) -> Self::Future {
         let call = self.clone();
@@ -236,28 +237,47 @@ impl UnaryService<DynamicMessage> for Call {
             // As on the other bindings: the turn runs in a task of its own, so a client that
             // hangs up cannot cut it between storing the task and storing its answer.
             let (agent, caller, method) = (call.state.agent.clone(), call.caller, call.method);
-            let answer = tokio::spawn(async move { unary(&agent, &caller, method, request).await })
-                .await
-                .unwrap_or_else(|_| Err(panicked()));
-            let message = answer.and_then(|json| messages::write(&call.response_type, &json));
-            message.map(tonic::Response::new).map_err(|e| status(&e))
+            let response_type = call.response_type;
+            let answer = tokio::spawn(async move {
+                unary(&agent, &caller, method, request, &response_type).await
+            })
+            .await
+            .unwrap_or_else(|_| Err(panicked()));
+            answer
+                .map(|bytes| tonic::Response::new(Encoded(bytes)))
+                .map_err(|e| status(&e))
         })
     }
 }
 
-/// Asks the service's unary `method` with the ProtoJSON `request`; the answer as ProtoJSON.
+/// Asks the service's unary `method` with the ProtoJSON `request`; the answer encoded as
+/// `response_type`. The answers on the turn's path are written straight from their typed
+/// responses ([`answers`]), the others through their ProtoJSON.
 async fn unary(
     service: &dyn A2aService,
     caller: &Caller,
     method: Method,
     request: Box<RawValue>,
-) -> Result<String, A2aError> {
+    response_type: &MessageDescriptor,
+) -> Result<Vec<u8>, A2aError> {
     service.offered(method)?;
-    match method {
-        Method::SendMessage => json(service.send_message(caller, typed(request)?).await),
-        Method::GetTask => json(service.get_task(caller, typed(request)?).await),
-        Method::ListTasks => json(service.list_tasks(caller, typed(request)?).await),
-        Method::CancelTask => json(service.cancel_task(caller, typed(request)?).await),
+    let json = match method {
+        Method::SendMessage => {
+            let answer = service.send_message(caller, typed(request)?).await?;
+            return answers::send_message_response(&answer);
+        }
+        Method::GetTask => {
+            let answer = service.get_task(caller, typed(request)?).await?;
+            return answers::encoded_task(&answer.task);
+        }
+        Method::ListTasks => {
+            let answer = service.list_tasks(caller, typed(request)?).await?;
+            return answers::list_tasks_response(&answer);
+        }
+        Method::CancelTask => {
+            let answer = service.cancel_task(caller, typed(request)?).await?;
+            return answers::encoded_task(&answer.task);
+        }
         Method::CreatePushConfig => json(service.create_push_config(caller, typed(request)?).await),
         Method::GetPushConfig => json(service.get_push_config(caller, typed(request)?).await),
         Method::ListPushConfigs => json(service.list_push_configs(caller, typed(request)?).await),
@@ -269,7 +289,8 @@ async fn unary(
         Method::GetExtendedAgentCard => json(service.get_extended_agent_card(caller).await),
         // The streams are served by the streaming handler.
         _ => Err(A2aError::MethodNotFound),
-    }
+    }?;
+    messages::write(response_type, &json).map(|message| prost::Message::encode_to_vec(&message))
 }
 
 /// A request's ProtoJSON as the operation's typed request, read as the JSON-RPC binding reads
@@ -286,8 +307,8 @@ fn json<R: Serialize>(answer: Result<R, A2aError>) -> Result<String, A2aError> {
 }
 
 impl ServerStreamingService<DynamicMessage> for Call {
-    type Response = DynamicMessage;
-    type ResponseStream = BoxStream<'static, Result<DynamicMessage, tonic::Status>>;
+    type Response = Encoded;
+    type ResponseStream = BoxStream<'static, Result<Encoded, tonic::Status>>;
     type Future = BoxFuture<'static, Result<tonic::Response<Self::ResponseStream>, tonic::Status>>;
 
     fn call(&mut self, request: tonic::Request<DynamicMessage>) -> Self::Future {
@@ -337,7 +358,7 @@ fn messages_of(
     events: EventStream,
     response_type: MessageDescriptor,
     longest: Duration,
-) -> BoxStream<'static, Result<DynamicMessage, tonic::Status>> {
+) -> BoxStream<'static, Result<Encoded, tonic::Status>> {
     let ends_at = tokio::time::Instant::now() + longest;
     let state = (events, response_type, false);
     Box::pin(futures_util::stream::unfold(
@@ -351,9 +372,9 @@ fn messages_of(
                 () = tokio::time::sleep_until(ends_at) => return None,
             };
             let item = match event {
-                StreamEvent::Response(json) => {
-                    messages::write(&response_type, json.get()).map_err(|e| status(&e))
-                }
+                StreamEvent::Response(json) => messages::write(&response_type, json.get())
+                    .map(|message| Encoded(prost::Message::encode_to_vec(&message)))
+                    .map_err(|e| status(&e)),
                 StreamEvent::Error(error) => Err(status(&error)),
             };
             let ended = item.is_err();
@@ -520,8 +541,8 @@ struct HealthCheck {
 }
 
 impl UnaryService<DynamicMessage> for HealthCheck {
-    type Response = DynamicMessage;
-    type Future = BoxFuture<'static, Result<tonic::Response<DynamicMessage>, tonic::Status>>;
+    type Response = Encoded;
+    type Future = BoxFuture<'static, Result<tonic::Response<Encoded>, tonic::Status>>;
 
     fn call(&mut self, request: tonic::Request<DynamicMessage>) -> Self::Future {
         let check = self.clone();
@@ -539,17 +560,23 @@ impl UnaryService<DynamicMessage> for HealthCheck {
             };
             let answer = serde_json::json!({ "status": serving }).to_string();
             messages::write(&check.response_type, &answer)
-                .map(tonic::Response::new)
+                .map(|message| {
+                    tonic::Response::new(Encoded(prost::Message::encode_to_vec(&message)))
+                })
                 .map_err(|e| status(&e))
         })
     }
 }
 
-/// Reads each request into its protobuf message, writes each answer's.
+/// Reads each request into its protobuf message by reflection; writes each answer as the
+/// bytes it was encoded to.
 struct ReflectCodec(MessageDescriptor);
 
+/// An answer already encoded as its protobuf message.
+struct Encoded(Vec<u8>);
+
 impl Codec for ReflectCodec {
-    type Encode = DynamicMessage;
+    type Encode = Encoded;
     type Decode = DynamicMessage;
     type Encoder = MessageEncoder;
     type Decoder = MessageDecoder;
@@ -566,12 +593,12 @@ impl Codec for ReflectCodec {
 struct MessageEncoder;
 
 impl Encoder for MessageEncoder {
-    type Item = DynamicMessage;
+    type Item = Encoded;
     type Error = tonic::Status;
 
-    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
-        prost::Message::encode(&item, dst)
-            .map_err(|_| tonic::Status::internal("an answer did not fit its buffer"))
+    fn encode(&mut self, item: Encoded, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+        prost::bytes::BufMut::put_slice(dst, &item.0);
+        Ok(())
     }
 }
 

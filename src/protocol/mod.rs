@@ -6,6 +6,7 @@
 pub mod call;
 pub mod error;
 pub mod grpc;
+pub mod grpc_answers;
 pub mod ids;
 pub mod json;
 pub mod jsonrpc;

@@ -24,6 +24,17 @@ pub enum Role {
     Agent,
 }
 
+impl Role {
+    /// The role's ProtoJSON number.
+    pub fn number(self) -> i32 {
+        match self {
+            Self::Unspecified => 0,
+            Self::User => 1,
+            Self::Agent => 2,
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Role {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         // ProtoJSON accepts the enum's name or its number; 0.3 used lowercase names.
@@ -123,6 +134,12 @@ impl TaskState {
         Self::BY_NUMBER
             .into_iter()
             .find(|state| state.as_str() == name)
+    }
+
+    /// The state's ProtoJSON number (1 to 8).
+    pub fn number(self) -> i32 {
+        let i = Self::BY_NUMBER.iter().position(|state| *state == self);
+        i.map_or(0, |i| i as i32 + 1)
     }
 
     /// The state with ProtoJSON number `n` (1 to 8).

@@ -1,0 +1,291 @@
+//! The answers on the turn's path (SendMessage, GetTask, CancelTask, ListTasks) as A2A's
+//! protobuf messages, written straight from the typed responses.
+//!
+//! The message types are the ones prost generates from the same descriptor set the reflection
+//! path reads (`build.rs`), so the field numbers are the proto's, not written here. A task the
+//! gateway answers with is always its typed [`Task`] encoded (the stored text is that task's
+//! JSON), so nothing the reflection path would carry is missing. A value the proto cannot
+//! hold (a part's `raw` that is not base64, metadata that is not an object, a status time that
+//! is not RFC 3339) is an internal error, as it is on the reflection path.
+
+use super::error::A2aError;
+use super::types::{
+    Artifact, ListTasksResponse, Message, Part, SendMessageResponse, Task, TaskStatus,
+};
+use base64::Engine;
+use prost::Message as _;
+use serde_json::Value;
+
+/// A2A's own package, generated.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/lf.a2a.v1.rs"));
+}
+
+/// `SendMessageResponse`, encoded.
+pub fn send_message_response(answer: &SendMessageResponse) -> Result<Vec<u8>, A2aError> {
+    use proto::send_message_response::Payload;
+    let payload = match answer {
+        SendMessageResponse::Task(stored) => Payload::Task(task(&stored.task)?),
+        SendMessageResponse::Message(message) => Payload::Message(self::message(message)?),
+    };
+    let answer = proto::SendMessageResponse {
+        payload: Some(payload),
+    };
+    Ok(answer.encode_to_vec())
+}
+
+/// `Task`, encoded.
+pub fn encoded_task(answer: &Task) -> Result<Vec<u8>, A2aError> {
+    Ok(task(answer)?.encode_to_vec())
+}
+
+/// `ListTasksResponse`, encoded.
+pub fn list_tasks_response(answer: &ListTasksResponse) -> Result<Vec<u8>, A2aError> {
+    let answer = proto::ListTasksResponse {
+        tasks: answer.tasks.iter().map(task).collect::<Result<_, _>>()?,
+        next_page_token: answer.next_page_token.clone(),
+        page_size: i32::try_from(answer.page_size).unwrap_or(i32::MAX),
+        total_size: i32::try_from(answer.total_size).unwrap_or(i32::MAX),
+    };
+    Ok(answer.encode_to_vec())
+}
+
+fn task(task: &Task) -> Result<proto::Task, A2aError> {
+    Ok(proto::Task {
+        id: task.id.to_string(),
+        context_id: task.context_id.to_string(),
+        status: Some(status(&task.status)?),
+        artifacts: task
+            .artifacts
+            .iter()
+            .map(artifact)
+            .collect::<Result<_, _>>()?,
+        history: task.history.iter().map(message).collect::<Result<_, _>>()?,
+        metadata: None,
+    })
+}
+
+fn status(status: &TaskStatus) -> Result<proto::TaskStatus, A2aError> {
+    let at: jiff::Timestamp = status
+        .timestamp
+        .parse()
+        .map_err(|e| cannot("a status time", &e))?;
+    Ok(proto::TaskStatus {
+        state: status.state.number(),
+        message: Some(message(&status.message)?),
+        timestamp: Some(prost_types::Timestamp {
+            seconds: at.as_second(),
+            nanos: at.subsec_nanosecond(),
+        }),
+    })
+}
+
+fn message(message: &Message) -> Result<proto::Message, A2aError> {
+    Ok(proto::Message {
+        message_id: message.message_id.to_string(),
+        context_id: message.context_id.to_string(),
+        task_id: message.task_id.to_string(),
+        role: message.role.number(),
+        parts: message.parts.iter().map(part).collect::<Result<_, _>>()?,
+        metadata: None,
+        extensions: Vec::new(),
+        reference_task_ids: Vec::new(),
+    })
+}
+
+fn artifact(artifact: &Artifact) -> Result<proto::Artifact, A2aError> {
+    Ok(proto::Artifact {
+        artifact_id: artifact.artifact_id.clone(),
+        name: artifact.name.clone().unwrap_or_default(),
+        description: artifact.description.clone().unwrap_or_default(),
+        parts: artifact.parts.iter().map(part).collect::<Result<_, _>>()?,
+        metadata: artifact.metadata.as_ref().map(structure).transpose()?,
+        extensions: Vec::new(),
+    })
+}
+
+fn part(part: &Part) -> Result<proto::Part, A2aError> {
+    use proto::part::Content;
+    // One content member at most, as the oneof holds; the typed part is built with one.
+    let content = if let Some(text) = &part.text {
+        Some(Content::Text(text.clone()))
+    } else if let Some(raw) = &part.raw {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(raw)
+            .map_err(|e| cannot("a part's raw bytes", &e))?;
+        Some(Content::Raw(bytes))
+    } else if let Some(url) = &part.url {
+        Some(Content::Url(url.clone()))
+    } else {
+        part.data.as_ref().map(|data| Content::Data(value(data)))
+    };
+    Ok(proto::Part {
+        content,
+        metadata: part.metadata.as_ref().map(structure).transpose()?,
+        filename: part.filename.clone().unwrap_or_default(),
+        media_type: part.media_type.clone().unwrap_or_default(),
+    })
+}
+
+/// A JSON object as `google.protobuf.Struct`.
+fn structure(object: &Value) -> Result<prost_types::Struct, A2aError> {
+    match object {
+        Value::Object(members) => Ok(fields(members)),
+        _ => Err(cannot("metadata", &"not an object")),
+    }
+}
+
+/// Any JSON value as `google.protobuf.Value`.
+fn value(json: &Value) -> prost_types::Value {
+    use prost_types::value::Kind;
+    let kind = match json {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(f64::NAN)),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.iter().map(value).collect(),
+        }),
+        Value::Object(members) => Kind::StructValue(fields(members)),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+fn fields(members: &serde_json::Map<String, Value>) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: members
+            .iter()
+            .map(|(name, member)| (name.clone(), value(member)))
+            .collect(),
+    }
+}
+
+fn cannot(what: &str, error: &dyn std::fmt::Display) -> A2aError {
+    A2aError::internal(
+        &format!("{what} does not fit its protobuf field: {error}"),
+        "a gRPC answer could not be encoded",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::grpc::{descriptor, write};
+    use crate::protocol::types::{Role, StoredTask, TaskState};
+    use prost_reflect::DynamicMessage;
+    use serde_json::json;
+
+    /// A task with every kind of part, metadata at each level the typed objects hold, both
+    /// roles in its history and a status time with milliseconds.
+    fn every_kind() -> Task {
+        let message = |id: &str, role: Role, parts: Vec<Part>| Message {
+            message_id: id.into(),
+            context_id: "c-1".into(),
+            task_id: "t-1".into(),
+            role,
+            parts,
+        };
+        let data = Part {
+            data: Some(json!({"n": 1.5, "list": [null, true, "x", {"deep": []}], "empty": {}})),
+            metadata: Some(json!({"source": "agent", "count": 3})),
+            ..Part::default()
+        };
+        let file = Part {
+            url: Some("https://files.example/report.pdf".to_owned()),
+            filename: Some("report.pdf".to_owned()),
+            media_type: Some("application/pdf".to_owned()),
+            ..Part::default()
+        };
+        let raw = Part {
+            raw: Some("aGVsbG8=".to_owned()),
+            media_type: Some("text/plain".to_owned()),
+            ..Part::default()
+        };
+        let reply = message(
+            "m-2",
+            Role::Agent,
+            vec![Part::text("the answer"), data.clone()],
+        );
+        Task {
+            id: "t-1".into(),
+            context_id: "c-1".into(),
+            status: TaskStatus {
+                state: TaskState::InputRequired,
+                message: reply.clone(),
+                timestamp: "2026-12-02T06:40:01.123Z".to_owned(),
+            },
+            artifacts: vec![Artifact {
+                artifact_id: "a-1".to_owned(),
+                name: Some("answer".to_owned()),
+                description: None,
+                parts: vec![Part::text("the answer"), file, raw],
+                metadata: Some(json!({"k": "v"})),
+            }],
+            history: vec![message("m-1", Role::User, vec![Part::text("hi")]), reply],
+        }
+    }
+
+    /// The message `bytes` decode to, as message `name`.
+    fn decoded(name: &str, bytes: &[u8]) -> DynamicMessage {
+        DynamicMessage::decode(descriptor(name).unwrap(), bytes).unwrap()
+    }
+
+    /// What the reflection path writes for the typed answer's ProtoJSON.
+    fn reflected(name: &str, answer: &impl serde::Serialize) -> DynamicMessage {
+        write(
+            &descriptor(name).unwrap(),
+            &serde_json::to_string(answer).unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_task_is_the_message_the_reflection_path_writes() {
+        let task = every_kind();
+        let direct = decoded("lf.a2a.v1.Task", &encoded_task(&task).unwrap());
+        assert_eq!(direct, reflected("lf.a2a.v1.Task", &task));
+        for state in TaskState::BY_NUMBER {
+            let mut task = every_kind();
+            task.status.state = state;
+            let direct = decoded("lf.a2a.v1.Task", &encoded_task(&task).unwrap());
+            assert_eq!(direct, reflected("lf.a2a.v1.Task", &task), "{state:?}");
+        }
+    }
+
+    #[test]
+    fn send_and_list_answers_are_the_messages_the_reflection_path_writes() {
+        let task = every_kind();
+        let json = serde_json::to_string(&task).unwrap();
+        let stored = SendMessageResponse::Task(StoredTask::new(task.clone(), json).unwrap());
+        let name = "lf.a2a.v1.SendMessageResponse";
+        let direct = decoded(name, &send_message_response(&stored).unwrap());
+        assert_eq!(direct, reflected(name, &stored));
+        let direct_message = SendMessageResponse::Message(task.status.message.clone());
+        let direct = decoded(name, &send_message_response(&direct_message).unwrap());
+        assert_eq!(direct, reflected(name, &direct_message));
+
+        let listed = ListTasksResponse {
+            tasks: vec![task.clone(), task],
+            next_page_token: "next".to_owned(),
+            page_size: 2,
+            total_size: 7,
+        };
+        let name = "lf.a2a.v1.ListTasksResponse";
+        let direct = decoded(name, &list_tasks_response(&listed).unwrap());
+        assert_eq!(direct, reflected(name, &listed));
+    }
+
+    #[test]
+    fn what_the_proto_cannot_hold_is_refused_not_dropped() {
+        let mut task = every_kind();
+        task.artifacts[0].parts[2].raw = Some("not base64!".to_owned());
+        assert!(encoded_task(&task).is_err());
+        let mut task = every_kind();
+        task.artifacts[0].metadata = Some(json!(["not", "an", "object"]));
+        assert!(encoded_task(&task).is_err());
+        let mut task = every_kind();
+        task.status.timestamp = "yesterday".to_owned();
+        assert!(encoded_task(&task).is_err());
+    }
+}
