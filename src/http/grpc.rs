@@ -26,7 +26,7 @@ use crate::layers::metrics::Metrics;
 use crate::protocol::call::{A2aCall, Binding};
 use crate::protocol::error::{A2aError, GrpcCode};
 use crate::protocol::grpc::{self as messages, A2A_SERVICE, HEALTH_SERVICE};
-use crate::protocol::grpc_answers as answers;
+use crate::protocol::grpc_generated as generated;
 use crate::protocol::jsonrpc::{self, Method};
 use axum::Router;
 use axum::body::Body;
@@ -184,8 +184,8 @@ async fn a2a_method(
     // Over HTTP/2 a message has no length to refuse up front: the body limit meets it while
     // tonic reads, and says so in gRPC's words rather than as an unknown error.
     let request = request.map(|body| Body::new(body.map_err(body_too_large)));
-    let mut grpc =
-        Grpc::new(ReflectCodec(request_type)).max_decoding_message_size(state.max_message_bytes);
+    let mut grpc = Grpc::new(RequestCodec::for_method(method, request_type))
+        .max_decoding_message_size(state.max_message_bytes);
     let call = Call {
         state: state.clone(),
         caller,
@@ -226,14 +226,14 @@ struct Call {
     response_type: MessageDescriptor,
 }
 
-impl UnaryService<DynamicMessage> for Call {
+impl UnaryService<Decoded> for Call {
     type Response = Encoded;
     type Future = BoxFuture<'static, Result<tonic::Response<Encoded>, tonic::Status>>;
 
-    fn call(&mut self, request: tonic::Request<DynamicMessage>) -> Self::Future {
+    fn call(&mut self, request: tonic::Request<Decoded>) -> Self::Future {
         let call = self.clone();
         Box::pin(async move {
-            let request = messages::read(request.get_ref()).map_err(|e| status(&e))?;
+            let request = Asked::read(request.into_inner()).map_err(|e| status(&e))?;
             // As on the other bindings: the turn runs in a task of its own, so a client that
             // hangs up cannot cut it between storing the task and storing its answer.
             let (agent, caller, method) = (call.state.agent.clone(), call.caller, call.method);
@@ -250,40 +250,44 @@ impl UnaryService<DynamicMessage> for Call {
     }
 }
 
-/// Asks the service's unary `method` with the ProtoJSON `request`; the answer encoded as
+/// Asks the service's unary `method` with `request`; the answer encoded as
 /// `response_type`. The answers on the turn's path are written straight from their typed
-/// responses ([`answers`]), the others through their ProtoJSON.
+/// responses ([`generated`]), the others through their ProtoJSON.
 async fn unary(
     service: &dyn A2aService,
     caller: &Caller,
     method: Method,
-    request: Box<RawValue>,
+    request: Asked,
     response_type: &MessageDescriptor,
 ) -> Result<Vec<u8>, A2aError> {
     service.offered(method)?;
     let json = match method {
         Method::SendMessage => {
-            let answer = service.send_message(caller, typed(request)?).await?;
-            return answers::send_message_response(&answer);
+            let answer = service
+                .send_message(caller, request.send_message()?)
+                .await?;
+            return generated::send_message_response(&answer);
         }
         Method::GetTask => {
-            let answer = service.get_task(caller, typed(request)?).await?;
-            return answers::encoded_task(&answer.task);
+            let answer = service.get_task(caller, request.typed()?).await?;
+            return generated::encoded_task(&answer.task);
         }
         Method::ListTasks => {
-            let answer = service.list_tasks(caller, typed(request)?).await?;
-            return answers::list_tasks_response(&answer);
+            let answer = service.list_tasks(caller, request.typed()?).await?;
+            return generated::list_tasks_response(&answer);
         }
         Method::CancelTask => {
-            let answer = service.cancel_task(caller, typed(request)?).await?;
-            return answers::encoded_task(&answer.task);
+            let answer = service.cancel_task(caller, request.typed()?).await?;
+            return generated::encoded_task(&answer.task);
         }
-        Method::CreatePushConfig => json(service.create_push_config(caller, typed(request)?).await),
-        Method::GetPushConfig => json(service.get_push_config(caller, typed(request)?).await),
-        Method::ListPushConfigs => json(service.list_push_configs(caller, typed(request)?).await),
+        Method::CreatePushConfig => {
+            json(service.create_push_config(caller, request.typed()?).await)
+        }
+        Method::GetPushConfig => json(service.get_push_config(caller, request.typed()?).await),
+        Method::ListPushConfigs => json(service.list_push_configs(caller, request.typed()?).await),
         Method::DeletePushConfig => {
             // `google.protobuf.Empty`.
-            service.delete_push_config(caller, typed(request)?).await?;
+            service.delete_push_config(caller, request.typed()?).await?;
             Ok("{}".to_owned())
         }
         Method::GetExtendedAgentCard => json(service.get_extended_agent_card(caller).await),
@@ -293,10 +297,47 @@ async fn unary(
     messages::write(response_type, &json).map(|message| prost::Message::encode_to_vec(&message))
 }
 
-/// A request's ProtoJSON as the operation's typed request, read as the JSON-RPC binding reads
-/// its `params` (the same words for what is wrong).
-fn typed<T: serde::de::DeserializeOwned>(request: Box<RawValue>) -> Result<T, A2aError> {
-    jsonrpc::parse_params(Some(&request))
+/// A request as its codec decoded it: the turn's message as its generated type, any other by
+/// reflection.
+enum Decoded {
+    SendMessage(Box<generated::proto::SendMessageRequest>),
+    Reflected(DynamicMessage),
+}
+
+/// A request ready for the operation's typed reader.
+enum Asked {
+    SendMessage(Box<generated::proto::SendMessageRequest>),
+    ProtoJson(Box<RawValue>),
+}
+
+impl Asked {
+    fn read(decoded: Decoded) -> Result<Self, A2aError> {
+        match decoded {
+            Decoded::SendMessage(request) => Ok(Self::SendMessage(request)),
+            Decoded::Reflected(message) => messages::read(&message).map(Self::ProtoJson),
+        }
+    }
+
+    /// The turn's request, typed: read from the generated message, or from its ProtoJSON.
+    fn send_message(self) -> Result<crate::protocol::types::SendMessageRequest, A2aError> {
+        match self {
+            Self::SendMessage(request) => generated::send_message_request(*request),
+            Self::ProtoJson(json) => jsonrpc::parse_params(Some(&json)),
+        }
+    }
+
+    /// The operation's typed request, read from its ProtoJSON as the JSON-RPC binding reads
+    /// its `params` (the same words for what is wrong).
+    fn typed<T: serde::de::DeserializeOwned>(self) -> Result<T, A2aError> {
+        match self {
+            Self::ProtoJson(json) => jsonrpc::parse_params(Some(&json)),
+            // Only SendMessage and SendStreamingMessage are decoded so, and they read it above.
+            Self::SendMessage(_) => Err(internal(
+                &"a SendMessageRequest asked for another request type",
+                "a gRPC request was decoded as the wrong message",
+            )),
+        }
+    }
 }
 
 /// A typed answer as ProtoJSON text.
@@ -306,15 +347,15 @@ fn json<R: Serialize>(answer: Result<R, A2aError>) -> Result<String, A2aError> {
     })
 }
 
-impl ServerStreamingService<DynamicMessage> for Call {
+impl ServerStreamingService<Decoded> for Call {
     type Response = Encoded;
     type ResponseStream = BoxStream<'static, Result<Encoded, tonic::Status>>;
     type Future = BoxFuture<'static, Result<tonic::Response<Self::ResponseStream>, tonic::Status>>;
 
-    fn call(&mut self, request: tonic::Request<DynamicMessage>) -> Self::Future {
+    fn call(&mut self, request: tonic::Request<Decoded>) -> Self::Future {
         let call = self.clone();
         Box::pin(async move {
-            let request = messages::read(request.get_ref()).map_err(|e| status(&e))?;
+            let request = Asked::read(request.into_inner()).map_err(|e| status(&e))?;
             let (agent, caller, method) = (call.state.agent.clone(), call.caller, call.method);
             let opened = tokio::spawn(async move { open(&agent, &caller, method, request).await })
                 .await
@@ -334,21 +375,21 @@ impl ServerStreamingService<DynamicMessage> for Call {
     }
 }
 
-/// Opens the service's stream `method` with the ProtoJSON `request`.
+/// Opens the service's stream `method` with `request`.
 async fn open(
     service: &dyn A2aService,
     caller: &Caller,
     method: Method,
-    request: Box<RawValue>,
+    request: Asked,
 ) -> Result<EventStream, StreamRefused> {
     service.offered(method)?;
     match method {
         Method::SendStreamingMessage => {
             service
-                .send_streaming_message(caller, typed(request)?)
+                .send_streaming_message(caller, request.send_message()?)
                 .await
         }
-        _ => service.subscribe_to_task(caller, typed(request)?).await,
+        _ => service.subscribe_to_task(caller, request.typed()?).await,
     }
 }
 
@@ -527,7 +568,7 @@ async fn health_check(State(state): State<GrpcState>, request: Request) -> Respo
         readiness: state.readiness.clone(),
         response_type,
     };
-    Grpc::new(ReflectCodec(request_type))
+    Grpc::new(RequestCodec::reflected(request_type))
         .max_decoding_message_size(4096)
         .unary(check, request)
         .await
@@ -540,14 +581,20 @@ struct HealthCheck {
     response_type: MessageDescriptor,
 }
 
-impl UnaryService<DynamicMessage> for HealthCheck {
+impl UnaryService<Decoded> for HealthCheck {
     type Response = Encoded;
     type Future = BoxFuture<'static, Result<tonic::Response<Encoded>, tonic::Status>>;
 
-    fn call(&mut self, request: tonic::Request<DynamicMessage>) -> Self::Future {
+    fn call(&mut self, request: tonic::Request<Decoded>) -> Self::Future {
         let check = self.clone();
         Box::pin(async move {
-            let asked = messages::read(request.get_ref()).map_err(|e| status(&e))?;
+            let Asked::ProtoJson(asked) =
+                Asked::read(request.into_inner()).map_err(|e| status(&e))?
+            else {
+                return Err(tonic::Status::invalid_argument(
+                    "not a health check request",
+                ));
+            };
             let asked: Value = serde_json::from_str(asked.get()).unwrap_or(Value::Null);
             let service = asked["service"].as_str().unwrap_or("");
             if !service.is_empty() && service != A2A_SERVICE {
@@ -568,16 +615,37 @@ impl UnaryService<DynamicMessage> for HealthCheck {
     }
 }
 
-/// Reads each request into its protobuf message by reflection; writes each answer as the
-/// bytes it was encoded to.
-struct ReflectCodec(MessageDescriptor);
+/// Reads each request into its protobuf message (SendMessage's as its generated type, any other
+/// by reflection); writes each answer as the bytes it was encoded to.
+struct RequestCodec {
+    request_type: MessageDescriptor,
+    generated: bool,
+}
+
+impl RequestCodec {
+    /// The codec for `method`'s request, of type `request_type`.
+    fn for_method(method: Method, request_type: MessageDescriptor) -> Self {
+        Self {
+            request_type,
+            generated: matches!(method, Method::SendMessage | Method::SendStreamingMessage),
+        }
+    }
+
+    /// A codec reading every request by reflection.
+    fn reflected(request_type: MessageDescriptor) -> Self {
+        Self {
+            request_type,
+            generated: false,
+        }
+    }
+}
 
 /// An answer already encoded as its protobuf message.
 struct Encoded(Vec<u8>);
 
-impl Codec for ReflectCodec {
+impl Codec for RequestCodec {
     type Encode = Encoded;
-    type Decode = DynamicMessage;
+    type Decode = Decoded;
     type Encoder = MessageEncoder;
     type Decoder = MessageDecoder;
 
@@ -586,7 +654,10 @@ impl Codec for ReflectCodec {
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        MessageDecoder(self.0.clone())
+        MessageDecoder {
+            request_type: self.request_type.clone(),
+            generated: self.generated,
+        }
     }
 }
 
@@ -602,20 +673,30 @@ impl Encoder for MessageEncoder {
     }
 }
 
-struct MessageDecoder(MessageDescriptor);
+struct MessageDecoder {
+    request_type: MessageDescriptor,
+    generated: bool,
+}
 
 impl Decoder for MessageDecoder {
-    type Item = DynamicMessage;
+    type Item = Decoded;
     type Error = tonic::Status;
 
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Self::Error> {
-        DynamicMessage::decode(self.0.clone(), src)
-            .map(Some)
-            .map_err(|_| {
-                tonic::Status::invalid_argument(format!(
-                    "the request is not a {} message",
-                    self.0.full_name()
-                ))
-            })
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Decoded>, Self::Error> {
+        let decoded = if self.generated {
+            <generated::proto::SendMessageRequest as prost::Message>::decode(src)
+                .map(|request| Decoded::SendMessage(Box::new(request)))
+                .ok()
+        } else {
+            DynamicMessage::decode(self.request_type.clone(), src)
+                .map(Decoded::Reflected)
+                .ok()
+        };
+        decoded.map(Some).ok_or_else(|| {
+            tonic::Status::invalid_argument(format!(
+                "the request is not a {} message",
+                self.request_type.full_name()
+            ))
+        })
     }
 }

@@ -6,7 +6,7 @@
 pub mod call;
 pub mod error;
 pub mod grpc;
-pub mod grpc_answers;
+pub mod grpc_generated;
 pub mod ids;
 pub mod json;
 pub mod jsonrpc;

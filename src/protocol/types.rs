@@ -167,6 +167,16 @@ pub struct SendMessageRequest {
 }
 
 impl SendMessageRequest {
+    /// A request as a binding with no room for misplaced ids (a protobuf message) reads it.
+    pub fn new(message: IncomingMessage, configuration: Option<SendMessageConfiguration>) -> Self {
+        Self {
+            message,
+            configuration,
+            misplaced_context_id: None,
+            misplaced_task_id: None,
+        }
+    }
+
     /// The name of an id given beside `message` instead of inside it, if any.
     pub fn misplaced_id(&self) -> Option<&'static str> {
         if self.misplaced_context_id.is_some() {

@@ -1,5 +1,10 @@
-//! The answers on the turn's path (SendMessage, GetTask, CancelTask, ListTasks) as A2A's
-//! protobuf messages, written straight from the typed responses.
+//! The messages on the turn's path without reflection: a `SendMessageRequest` read straight
+//! into the typed request, and the answers (SendMessage, GetTask, CancelTask, ListTasks)
+//! written straight from the typed responses.
+//!
+//! A request is read as the ProtoJSON reader reads the same message: a field at its default
+//! value is absent (ProtoJSON leaves it out), and a required one that is absent is refused in
+//! the same words. A differential test holds both directions to the reflection path.
 //!
 //! The message types are the ones prost generates from the same descriptor set the reflection
 //! path reads (`build.rs`), so the field numbers are the proto's, not written here. A task the
@@ -10,7 +15,9 @@
 
 use super::error::A2aError;
 use super::types::{
-    Artifact, ListTasksResponse, Message, Part, SendMessageResponse, Task, TaskStatus,
+    Artifact, IncomingMessage, IncomingPart, ListTasksResponse, Message, Part, PushAuthentication,
+    PushConfigParams, Role, SendMessageConfiguration, SendMessageRequest, SendMessageResponse,
+    Task, TaskStatus,
 };
 use base64::Engine;
 use prost::Message as _;
@@ -20,6 +27,130 @@ use serde_json::Value;
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/lf.a2a.v1.rs"));
+}
+
+/// A decoded `SendMessageRequest` as the typed request.
+pub fn send_message_request(
+    request: proto::SendMessageRequest,
+) -> Result<SendMessageRequest, A2aError> {
+    let message = request.message.ok_or_else(|| missing("message"))?;
+    let configuration = request.configuration.map(configuration);
+    Ok(SendMessageRequest::new(incoming(message)?, configuration))
+}
+
+fn incoming(message: proto::Message) -> Result<IncomingMessage, A2aError> {
+    if message.message_id.is_empty() {
+        return Err(missing("messageId"));
+    }
+    let role = match message.role {
+        0 => return Err(missing("role")),
+        1 => Role::User,
+        2 => Role::Agent,
+        _ => return Err(invalid_params("unknown role")),
+    };
+    if message.parts.is_empty() {
+        return Err(missing("parts"));
+    }
+    Ok(IncomingMessage {
+        message_id: message.message_id.into(),
+        context_id: non_empty(message.context_id).map(Into::into),
+        task_id: non_empty(message.task_id).map(Into::into),
+        role,
+        parts: message
+            .parts
+            .into_iter()
+            .map(incoming_part)
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+fn incoming_part(part: proto::Part) -> Result<IncomingPart, A2aError> {
+    use proto::part::Content;
+    let mut read = IncomingPart {
+        text: None,
+        raw: None,
+        url: None,
+        data: None,
+        file: None,
+    };
+    match part.content {
+        Some(Content::Text(text)) => read.text = Some(text),
+        Some(Content::Raw(bytes)) => {
+            let text = base64::engine::general_purpose::STANDARD.encode(bytes);
+            read.raw = Some(Value::String(text));
+        }
+        Some(Content::Url(url)) => read.url = Some(Value::String(url)),
+        Some(Content::Data(data)) => read.data = Some(json(data)?),
+        None => {}
+    }
+    Ok(read)
+}
+
+fn configuration(configuration: proto::SendMessageConfiguration) -> SendMessageConfiguration {
+    SendMessageConfiguration {
+        history_length: configuration.history_length.map(i64::from),
+        return_immediately: configuration.return_immediately.then_some(true),
+        push_config: configuration
+            .task_push_notification_config
+            .map(|config| PushConfigParams {
+                task_id: non_empty(config.task_id),
+                id: non_empty(config.id),
+                url: non_empty(config.url),
+                token: non_empty(config.token),
+                authentication: config.authentication.map(|auth| PushAuthentication {
+                    scheme: non_empty(auth.scheme),
+                    schemes: None,
+                    credentials: non_empty(auth.credentials),
+                }),
+                nested: None,
+            }),
+    }
+}
+
+/// `google.protobuf.Value` as JSON; a number JSON cannot hold is refused as ProtoJSON's writer
+/// refuses it.
+fn json(value: prost_types::Value) -> Result<Value, A2aError> {
+    use prost_types::value::Kind;
+    Ok(match value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(b),
+        Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(n)
+            .map(Value::Number)
+            .ok_or_else(|| A2aError::InvalidParams {
+                field: "request".to_owned(),
+                description: "cannot be read as its ProtoJSON form".to_owned(),
+            })?,
+        Some(Kind::StringValue(s)) => Value::String(s),
+        Some(Kind::ListValue(list)) => Value::Array(
+            list.values
+                .into_iter()
+                .map(json)
+                .collect::<Result<_, _>>()?,
+        ),
+        Some(Kind::StructValue(object)) => Value::Object(
+            object
+                .fields
+                .into_iter()
+                .map(|(name, member)| Ok((name, json(member)?)))
+                .collect::<Result<_, A2aError>>()?,
+        ),
+    })
+}
+
+fn non_empty(text: String) -> Option<String> {
+    (!text.is_empty()).then_some(text)
+}
+
+/// A required member absent, in the words the JSON reader uses.
+fn missing(name: &str) -> A2aError {
+    invalid_params(&format!("missing field `{name}`"))
+}
+
+fn invalid_params(description: &str) -> A2aError {
+    A2aError::InvalidParams {
+        field: "params".to_owned(),
+        description: description.to_owned(),
+    }
 }
 
 /// `SendMessageResponse`, encoded.
@@ -172,7 +303,7 @@ fn cannot(what: &str, error: &dyn std::fmt::Display) -> A2aError {
 mod tests {
     use super::*;
     use crate::protocol::grpc::{descriptor, write};
-    use crate::protocol::types::{Role, StoredTask, TaskState};
+    use crate::protocol::types::{StoredTask, TaskState};
     use prost_reflect::DynamicMessage;
     use serde_json::json;
 
@@ -287,5 +418,133 @@ mod tests {
         let mut task = every_kind();
         task.status.timestamp = "yesterday".to_owned();
         assert!(encoded_task(&task).is_err());
+    }
+
+    /// The typed request each path reads from `request`'s bytes, as text to compare: straight
+    /// from the generated message, and from the ProtoJSON of the message reflection decodes.
+    fn both_reads(request: &proto::SendMessageRequest) -> (String, String) {
+        let bytes = request.encode_to_vec();
+        let direct = send_message_request(proto::SendMessageRequest::decode(&bytes[..]).unwrap());
+        let name = "lf.a2a.v1.SendMessageRequest";
+        let reflected = crate::protocol::grpc::read(&decoded(name, &bytes)).and_then(|json| {
+            crate::protocol::jsonrpc::parse_params::<SendMessageRequest>(Some(&json))
+        });
+        (format!("{direct:?}"), format!("{reflected:?}"))
+    }
+
+    fn text_part(text: &str) -> proto::Part {
+        proto::Part {
+            content: Some(proto::part::Content::Text(text.to_owned())),
+            ..proto::Part::default()
+        }
+    }
+
+    #[test]
+    fn a_send_message_request_reads_as_its_proto_json_does() {
+        use proto::part::Content;
+        let number = |n: f64| prost_types::Value {
+            kind: Some(prost_types::value::Kind::NumberValue(n)),
+        };
+        let data = prost_types::Value {
+            kind: Some(prost_types::value::Kind::StructValue(prost_types::Struct {
+                fields: [
+                    ("whole".to_owned(), number(1.0)),
+                    ("half".to_owned(), number(2.5)),
+                    ("none".to_owned(), prost_types::Value { kind: None }),
+                    (
+                        "list".to_owned(),
+                        value(&json!([null, true, "x", {"deep": []}])),
+                    ),
+                ]
+                .into_iter()
+                .collect(),
+            })),
+        };
+        let full = proto::Message {
+            message_id: "m-1".to_owned(),
+            context_id: "c-1".to_owned(),
+            task_id: "t-1".to_owned(),
+            role: 1,
+            parts: vec![
+                text_part("hello"),
+                text_part(""),
+                proto::Part {
+                    content: Some(Content::Raw(b"bytes".to_vec())),
+                    media_type: "text/plain".to_owned(),
+                    ..proto::Part::default()
+                },
+                proto::Part {
+                    content: Some(Content::Url("https://files.example/a".to_owned())),
+                    filename: "a".to_owned(),
+                    ..proto::Part::default()
+                },
+                proto::Part {
+                    content: Some(Content::Data(data)),
+                    metadata: Some(structure(&json!({"k": "v"})).unwrap()),
+                    ..proto::Part::default()
+                },
+                proto::Part::default(),
+            ],
+            metadata: Some(structure(&json!({"trace": 1})).unwrap()),
+            extensions: vec!["https://ext.example/1".to_owned()],
+            reference_task_ids: vec!["t-0".to_owned()],
+        };
+        let minimal = proto::Message {
+            message_id: "m-2".to_owned(),
+            role: 1,
+            parts: vec![text_part("hi")],
+            ..proto::Message::default()
+        };
+        let push = proto::TaskPushNotificationConfig {
+            url: "https://hooks.example/a2a".to_owned(),
+            token: "tok".to_owned(),
+            authentication: Some(proto::AuthenticationInfo {
+                scheme: "Bearer".to_owned(),
+                credentials: "secret".to_owned(),
+            }),
+            ..proto::TaskPushNotificationConfig::default()
+        };
+        let configurations = [
+            None,
+            Some(proto::SendMessageConfiguration::default()),
+            Some(proto::SendMessageConfiguration {
+                accepted_output_modes: vec!["text/plain".to_owned()],
+                task_push_notification_config: Some(push),
+                history_length: Some(3),
+                return_immediately: true,
+            }),
+            Some(proto::SendMessageConfiguration {
+                task_push_notification_config: Some(proto::TaskPushNotificationConfig::default()),
+                history_length: Some(0),
+                ..proto::SendMessageConfiguration::default()
+            }),
+        ];
+        let broken = |edit: fn(&mut proto::Message)| {
+            let mut message = minimal.clone();
+            edit(&mut message);
+            Some(message)
+        };
+        let messages = [
+            Some(full),
+            Some(minimal.clone()),
+            None,
+            broken(|m| m.message_id.clear()),
+            broken(|m| m.role = 0),
+            broken(|m| m.role = 2),
+            broken(|m| m.role = 7),
+            broken(|m| m.parts.clear()),
+        ];
+        for message in &messages {
+            for configuration in &configurations {
+                let request = proto::SendMessageRequest {
+                    tenant: "acme".to_owned(),
+                    message: message.clone(),
+                    configuration: configuration.clone(),
+                    metadata: Some(structure(&json!({"x": 1})).unwrap()),
+                };
+                let (direct, reflected) = both_reads(&request);
+                assert_eq!(direct, reflected, "{request:?}");
+            }
+        }
     }
 }
