@@ -9,6 +9,29 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 
+/// Runs `tests/interop/SCRIPT` with the official SDK's Python and `args`; its JSON summary.
+async fn run_grpc_script(script: &str, args: &[String]) -> Value {
+    let python = python_with_sdk();
+    let script = repo_root().join("tests/interop").join(script);
+    let args = args.to_vec();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
 #[tokio::test]
 async fn the_grpc_binding_stands_behind_the_same_guard_and_answers_in_grpc_statuses() {
     let full = PolicyEdit::from_text(
@@ -22,25 +45,15 @@ async fn the_grpc_binding_stands_behind_the_same_guard_and_answers_in_grpc_statu
     let (code, limited, stderr) = gw.cli(&["peer", "add", "carol", "--rate", "3/min"]);
     assert_eq!(code, 0, "{stderr}");
     let grpc = gw.grpc.expect("full.toml serves gRPC").to_string();
-    let python = python_with_sdk();
-    let script = repo_root().join("tests/interop/a2a_python_grpc_guard.py");
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .args(["--grpc", &grpc, "--token", &alice, "--other-token", &bob])
-            .args(["--limited-token", limited.trim()])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let summary: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let summary = run_grpc_script(
+        "a2a_python_grpc_guard.py",
+        &["--grpc", &grpc, "--token", &alice, "--other-token", &bob]
+            .into_iter()
+            .chain(["--limited-token", limited.trim()])
+            .map(str::to_owned)
+            .collect::<Vec<_>>(),
+    )
+    .await;
     let code_of = |key: &str| summary[key]["code"].as_str().unwrap_or_default().to_owned();
     let reasons = |key: &str| summary[key]["reasons"].clone();
 
@@ -181,26 +194,16 @@ async fn over_tls_scopes_and_the_body_limit_hold_on_the_grpc_binding() {
         .as_secs() as i64;
     let read_only = key.access_token(ISSUER, AUDIENCE, "reader-app", "a2a:tasks:read", now);
     let grpc = gw.grpc.expect("full.toml serves gRPC").to_string();
-    let python = python_with_sdk();
-    let script = repo_root().join("tests/interop/a2a_python_grpc_tls.py");
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .args(["--grpc", &grpc, "--ca", &tls("ca.pem"), "--token", &token])
-            .args(["--read-only-token", &read_only])
-            .args(["--too-large", &LIMIT.to_string()])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let summary: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let (ca, limit) = (tls("ca.pem"), LIMIT.to_string());
+    let summary = run_grpc_script(
+        "a2a_python_grpc_tls.py",
+        &["--grpc", &grpc, "--ca", &ca, "--token", &token]
+            .into_iter()
+            .chain(["--read-only-token", &read_only, "--too-large", &limit])
+            .map(str::to_owned)
+            .collect::<Vec<_>>(),
+    )
+    .await;
 
     // TLS with the door's certificate; plaintext is not answered.
     assert_eq!(summary["state"], "TASK_STATE_COMPLETED", "{summary}");
