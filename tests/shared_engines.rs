@@ -269,7 +269,7 @@ async fn a_task_event_stored_on_one_instance_is_heard_by_a_subscriber_on_the_oth
     // Nobody subscribes anywhere: task contents stay off Redis.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!events_a.listening(), "no subscriber on any instance");
-    let mut subscription = events_b.subscribe("alice", "t1");
+    let mut subscription = events_b.subscribe(&"alice".into(), "t1");
     assert!(
         eventually(Duration::from_secs(2), || events_a.listening()).await,
         "the other instance heard that someone listens"
@@ -336,18 +336,22 @@ async fn a_context_takes_one_turn_at_a_time_across_instances_and_redis_away_orde
         RedisTurnLocks::new(&redis, hold),
     );
     let wait = Duration::from_secs(2);
-    let turn = a.begin_turn("alice", "ctx", wait).await.expect("free");
+    let turn = a
+        .begin_turn(&"alice".into(), "ctx", wait)
+        .await
+        .expect("free");
     assert!(
-        b.begin_turn("alice", "ctx", Duration::from_millis(200))
+        b.begin_turn(&"alice".into(), "ctx", Duration::from_millis(200))
             .await
             .is_none(),
         "held on the other instance"
     );
     assert!(
-        b.begin_turn("bob", "ctx", wait).await.is_some(),
+        b.begin_turn(&"bob".into(), "ctx", wait).await.is_some(),
         "contexts are per peer"
     );
-    let waiter = tokio::spawn(async move { b.begin_turn("alice", "ctx", wait).await.is_some() });
+    let waiter =
+        tokio::spawn(async move { b.begin_turn(&"alice".into(), "ctx", wait).await.is_some() });
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(turn);
     assert!(
@@ -357,11 +361,11 @@ async fn a_context_takes_one_turn_at_a_time_across_instances_and_redis_away_orde
     // Redis away: turns are still given, ordered within this instance.
     server.stop();
     let first = a
-        .begin_turn("carol", "ctx", wait)
+        .begin_turn(&"carol".into(), "ctx", wait)
         .await
         .expect("given locally");
     assert!(
-        a.begin_turn("carol", "ctx", Duration::from_millis(100))
+        a.begin_turn(&"carol".into(), "ctx", Duration::from_millis(100))
             .await
             .is_none()
     );

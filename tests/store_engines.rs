@@ -100,7 +100,7 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
         let issued = token::issue(CredentialKind::PeerToken).unwrap();
         change
             .insert_credential(
-                "peer_1",
+                &"peer_1".into(),
                 CredentialKind::PeerToken,
                 &issued.token_id,
                 &issued.secret_hash,
@@ -153,7 +153,7 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
         // A grace period shorter than the peer's expiry wins; revocation ends it.
         let mut change = store.accounts().begin_change().await.unwrap();
         change
-            .expire_credentials("peer_1", CredentialKind::PeerToken, 7_000)
+            .expire_credentials(&"peer_1".into(), CredentialKind::PeerToken, 7_000)
             .await
             .unwrap();
         change.commit().await.unwrap();
@@ -165,7 +165,7 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
             .unwrap();
         assert_eq!(found.valid_until, Some(7_000), "{engine}");
         let mut change = store.accounts().begin_change().await.unwrap();
-        change.revoke_peer("peer_1", 8).await.unwrap();
+        change.revoke_peer(&"peer_1".into(), 8).await.unwrap();
         change.commit().await.unwrap();
         let found = store
             .credentials()
@@ -233,7 +233,10 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         a.unwrap();
         b.unwrap();
         c.unwrap();
-        let history = tasks.context_history("peer_1", "ctx", 3).await.unwrap();
+        let history = tasks
+            .context_history(&"peer_1".into(), "ctx", 3)
+            .await
+            .unwrap();
         assert_eq!(history.len(), 3, "{engine}: the last three, oldest first");
         assert_eq!(history[2].role, ConversationRole::Agent, "{engine}");
         assert_eq!(
@@ -261,7 +264,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         // Another peer reads nothing; a working task is found by the sweep with its instance.
         assert!(
             tasks
-                .find_task("peer_2", "t1", 100)
+                .find_task(&"peer_2".into(), "t1", 100)
                 .await
                 .unwrap()
                 .is_none(),
@@ -269,7 +272,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         );
         assert!(
             tasks
-                .find_task("peer_1", "t1", 100)
+                .find_task(&"peer_1".into(), "t1", 100)
                 .await
                 .unwrap()
                 .is_some(),
@@ -291,7 +294,11 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             .save_exchange(exchange("t3", "TASK_STATE_COMPLETED", 103, ""))
             .await
             .unwrap();
-        let t3 = tasks.find_task("peer_1", "t3", 103).await.unwrap().unwrap();
+        let t3 = tasks
+            .find_task(&"peer_1".into(), "t3", 103)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(t3, "{}", "{engine}");
         assert_eq!(
             tasks.delete_expired_tasks(10_000).await.unwrap(),
@@ -391,16 +398,19 @@ async fn the_push_notification_queue_on_every_engine() {
             .save_exchange(state("t1", "TASK_STATE_COMPLETED", 200, None))
             .await
             .unwrap();
-        let listed = push.push_configs("peer_1", "t1", None, 10).await.unwrap();
+        let listed = push
+            .push_configs(&"peer_1".into(), "t1", None, 10)
+            .await
+            .unwrap();
         assert_eq!(listed.len(), 2, "{engine}");
         assert!(
-            push.push_configs("peer_2", "t1", None, 10)
+            push.push_configs(&"peer_2".into(), "t1", None, 10)
                 .await
                 .unwrap()
                 .is_empty()
         );
         assert!(
-            push.push_config("peer_2", "t1", "a")
+            push.push_config(&"peer_2".into(), "t1", "a")
                 .await
                 .unwrap()
                 .is_none()
@@ -510,7 +520,9 @@ async fn the_push_notification_queue_on_every_engine() {
                 .is_empty()
         );
         // Deleting the config keeps its dead letter.
-        push.delete_push_config("peer_1", "t1", "b").await.unwrap();
+        push.delete_push_config(&"peer_1".into(), "t1", "b")
+            .await
+            .unwrap();
         assert_eq!(
             push.failed_deliveries(Some("adm_1"), 10)
                 .await
@@ -565,8 +577,12 @@ async fn the_push_notification_queue_on_every_engine() {
         )
         .await
         .unwrap();
-        push.delete_push_config("peer_1", "t2", "z").await.unwrap();
-        push.delete_push_config("peer_1", "t2", "z").await.unwrap();
+        push.delete_push_config(&"peer_1".into(), "t2", "z")
+            .await
+            .unwrap();
+        push.delete_push_config(&"peer_1".into(), "t2", "z")
+            .await
+            .unwrap();
         assert!(
             push.claim_deliveries(60_000, 70_000, 10)
                 .await
@@ -578,7 +594,7 @@ async fn the_push_notification_queue_on_every_engine() {
         // Expired tasks take their configs and deliveries with them.
         tasks.delete_expired_tasks(5_000).await.unwrap();
         assert!(
-            push.push_configs("peer_1", "t1", None, 10)
+            push.push_configs(&"peer_1".into(), "t1", None, 10)
                 .await
                 .unwrap()
                 .is_empty()
@@ -809,7 +825,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
             .unwrap();
         assert_eq!(
             tasks
-                .upstream_task("peer_1", "t1")
+                .upstream_task(&"peer_1".into(), "t1")
                 .await
                 .unwrap()
                 .as_deref(),
@@ -817,7 +833,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
             "{engine}"
         );
         assert_eq!(
-            tasks.upstream_task("peer_2", "t1").await.unwrap(),
+            tasks.upstream_task(&"peer_2".into(), "t1").await.unwrap(),
             None,
             "{engine}: another peer's"
         );
@@ -828,7 +844,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
             .unwrap();
         assert_eq!(
             tasks
-                .upstream_task("peer_1", "t1")
+                .upstream_task(&"peer_1".into(), "t1")
                 .await
                 .unwrap()
                 .as_deref(),
@@ -853,7 +869,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
             .await
             .unwrap();
         let stored = tasks
-            .find_task("peer_1", "t1", 10_300)
+            .find_task(&"peer_1".into(), "t1", 10_300)
             .await
             .unwrap()
             .unwrap();

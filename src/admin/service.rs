@@ -9,12 +9,12 @@ use crate::clock::{Clock, rfc3339_millis};
 use crate::config::{MAX_RATE_PER_MINUTE, MAX_STREAMS_PER_PEER};
 use crate::layers::auth::password::{MIN_PASSWORD_CHARS, PasswordChecker, hash_password};
 use crate::shared::changes::{Change, ChangeNotifier};
-use crate::store::PeerIdentity;
 use crate::store::records::{AdminStatus, AuditAction, PeerStatus};
 use crate::store::{
     AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerRecord,
     PeerUsage, Store, StoreError,
 };
+use crate::store::{PeerId, PeerIdentity};
 use crate::token::{self, CredentialKind};
 
 /// One account change under way.
@@ -419,18 +419,18 @@ impl AccountService {
         }
     }
 
-    fn peer_changed(&self, peer_id: &str) {
+    fn peer_changed(&self, peer_id: &PeerId) {
         if let Some(changes) = &self.changes {
-            changes.publish(Change::Peer(peer_id.to_owned()));
+            changes.publish(Change::Peer(peer_id.clone()));
         }
     }
 
     /// A credential was issued: every instance's set of known credential ids must hold it
     /// before the credential is handed out.
-    fn credential_issued(&self, peer_id: &str, token_id: &str) {
+    fn credential_issued(&self, peer_id: &PeerId, token_id: &str) {
         if let Some(changes) = &self.changes {
             changes.publish(Change::CredentialIssued {
-                peer_id: peer_id.to_owned(),
+                peer_id: peer_id.clone(),
                 token_id: token_id.to_owned(),
             });
         }
@@ -836,7 +836,7 @@ impl AccountService {
                     .new_peer_owner(&mut tx, caller, new.owner.as_deref())
                     .await?;
                 let peer = PeerRecord {
-                    id: new_id("peer"),
+                    id: new_id("peer").into(),
                     name: new.name.clone(),
                     status: PeerStatus::Active,
                     rate_per_minute: rate,
@@ -1066,7 +1066,7 @@ impl AccountService {
             .list_peers(caller)
             .await?
             .into_iter()
-            .map(|peer| peer.id)
+            .map(|peer| String::from(peer.id.as_str()))
             .collect();
         let mut by_peer: std::collections::HashMap<String, Vec<PeerIdentity>> =
             std::collections::HashMap::new();

@@ -23,6 +23,7 @@ use crate::shared::redis::spend::RedisSpend;
 use crate::shared::redis::turns::RedisTurnLocks;
 use crate::shared::redis::{Redis, RedisSetupError};
 use crate::shared::spend::SharedSpend;
+use crate::store::PeerId;
 use crate::store::{InstanceRegistry, Serving, Store};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ use std::time::Duration;
 #[derive(Default)]
 pub(super) struct SharedLimits {
     pub per_ip: Option<Arc<dyn RateLimiter<IpAddr>>>,
-    pub per_peer: Option<Arc<dyn RateLimiter<Arc<str>>>>,
+    pub per_peer: Option<Arc<dyn RateLimiter<PeerId>>>,
     pub failed_auth: Option<Arc<dyn RateLimiter<IpAddr>>>,
 }
 
@@ -207,7 +208,7 @@ fn shared_limits(options: &GatewayOptions, redis: &Redis) -> SharedLimits {
             capacity,
             clock.clone(),
         ))),
-        per_peer: Some(Arc::new(RedisLimiter::<Arc<str>>::new(
+        per_peer: Some(Arc::new(RedisLimiter::<PeerId>::new(
             redis,
             "peergate:peer",
             capacity,

@@ -450,7 +450,7 @@ fn print_peers(
             peer.expires_at
                 .map_or_else(|| "never".to_owned(), rfc3339_millis),
         );
-        for identity in identities.get(&peer.id).into_iter().flatten() {
+        for identity in identities.get(peer.id.as_str()).into_iter().flatten() {
             println!("  bound: {}", identity.describe());
         }
     }

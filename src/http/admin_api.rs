@@ -344,14 +344,14 @@ impl PeerView {
     fn at(p: PeerRecord, now: i64, identities: &Identities) -> Self {
         Self {
             identities: identities
-                .get(&p.id)
+                .get(p.id.as_str())
                 .into_iter()
                 .flatten()
                 .map(IdentityView::of)
                 .collect(),
             status: p.standing(now).to_owned(),
             name: p.name,
-            id: p.id,
+            id: p.id.to_string(),
             owner: p.owner_name,
             rate_per_minute: p.rate_per_minute,
             max_streams: p.max_streams,

@@ -9,6 +9,7 @@
 //! [`crate::store::StoreEngine::announce`]); both carry them in the one wire form of
 //! [`Change::to_wire`].
 
+use crate::store::PeerId;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
@@ -18,12 +19,12 @@ use std::sync::{Arc, RwLock};
 #[non_exhaustive]
 pub enum Change {
     /// A peer's credentials, quota or expiry changed (by its id).
-    Peer(String),
+    Peer(PeerId),
     /// A peer was given a credential (a token or an API key): its id is known from now on.
     /// Implies [`Change::Peer`].
     CredentialIssued {
         /// The peer's id.
-        peer_id: String,
+        peer_id: PeerId,
         /// The credential's public token id (never its secret).
         token_id: String,
     },
@@ -84,9 +85,9 @@ impl Change {
             return None;
         }
         let change = match (&*wire.kind, wire.token) {
-            ("peer", _) => Self::Peer(wire.id.into_owned()),
+            ("peer", _) => Self::Peer(wire.id.as_ref().into()),
             ("credential", Some(token)) => Self::CredentialIssued {
-                peer_id: wire.id.into_owned(),
+                peer_id: wire.id.as_ref().into(),
                 token_id: token.into_owned(),
             },
             ("admin", _) => Self::Admin(wire.id.into_owned()),

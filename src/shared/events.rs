@@ -8,6 +8,7 @@
 //! subscriber on one instance hears a task answered on another. Streaming, subscriptions and
 //! push notifications stand on this seam.
 
+use crate::store::PeerId;
 use std::sync::Arc;
 use tokio::sync::broadcast;
 
@@ -15,7 +16,7 @@ use tokio::sync::broadcast;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskEvent {
     /// The peer that owns the task (events never cross peers).
-    pub peer_id: Arc<str>,
+    pub peer_id: PeerId,
     /// The task.
     pub task_id: Arc<str>,
     /// Its state.
@@ -31,23 +32,23 @@ pub trait TaskEvents: Send + Sync + std::fmt::Debug {
     /// Tells the task's subscribers.
     fn publish(&self, event: TaskEvent);
     /// Events of one task of one peer, from now on.
-    fn subscribe(&self, peer_id: &str, task_id: &str) -> TaskSubscription;
+    fn subscribe(&self, peer_id: &PeerId, task_id: &str) -> TaskSubscription;
 }
 
 /// The events of one task, as they come.
 #[derive(Debug)]
 pub struct TaskSubscription {
     events: broadcast::Receiver<TaskEvent>,
-    peer_id: Arc<str>,
+    peer_id: PeerId,
     task_id: Arc<str>,
 }
 
 impl TaskSubscription {
     /// Reads `events`, keeping only those of `task_id` of `peer_id`.
-    pub fn new(events: broadcast::Receiver<TaskEvent>, peer_id: &str, task_id: &str) -> Self {
+    pub fn new(events: broadcast::Receiver<TaskEvent>, peer_id: &PeerId, task_id: &str) -> Self {
         Self {
             events,
-            peer_id: peer_id.into(),
+            peer_id: peer_id.clone(),
             task_id: task_id.into(),
         }
     }
@@ -91,7 +92,7 @@ impl TaskEvents for LocalTaskEvents {
         let _ = self.sender.send(event);
     }
 
-    fn subscribe(&self, peer_id: &str, task_id: &str) -> TaskSubscription {
+    fn subscribe(&self, peer_id: &PeerId, task_id: &str) -> TaskSubscription {
         TaskSubscription::new(self.sender.subscribe(), peer_id, task_id)
     }
 }
@@ -113,7 +114,7 @@ mod tests {
     async fn a_subscriber_hears_its_task_of_its_peer_only() {
         let events = LocalTaskEvents::default();
         assert!(!events.listening(), "nobody subscribed yet");
-        let mut subscription = events.subscribe("alice", "t1");
+        let mut subscription = events.subscribe(&"alice".into(), "t1");
         assert!(events.listening());
         events.publish(event("alice", "t2", "TASK_STATE_WORKING"));
         events.publish(event("bob", "t1", "TASK_STATE_WORKING"));

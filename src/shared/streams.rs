@@ -9,15 +9,15 @@
 //! ([`crate::shared::redis::streams`]), so the cap holds across instances.
 
 use crate::shared::capped_counts::CappedCounts;
+use crate::store::PeerId;
 use async_trait::async_trait;
-use std::sync::Arc;
 
 /// Counts open streams per peer against a cap.
 #[async_trait]
 pub trait OpenStreams: Send + Sync + std::fmt::Debug {
     /// A place for one more open stream of `peer_id` if it holds fewer than `cap`, given back
     /// when the permit drops; `None` at the cap.
-    async fn open(&self, peer_id: &str, cap: u32) -> Option<StreamPermit>;
+    async fn open(&self, peer_id: &PeerId, cap: u32) -> Option<StreamPermit>;
 }
 
 /// One open stream's place; given back when dropped.
@@ -39,24 +39,26 @@ impl std::fmt::Debug for StreamPermit {
 /// The in-process engine: a count per peer that holds any open stream.
 #[derive(Debug, Default, Clone)]
 pub struct LocalOpenStreams {
-    counts: CappedCounts<Arc<str>>,
+    counts: CappedCounts<PeerId>,
 }
 
 impl LocalOpenStreams {
     /// How many streams `peer_id` holds open here.
-    pub fn held(&self, peer_id: &str) -> u32 {
-        self.counts.held(&Arc::from(peer_id))
+    pub fn held(&self, peer_id: &PeerId) -> u32 {
+        self.counts.held(peer_id)
     }
 
     /// Takes a place at once, in memory.
-    pub fn open_now(&self, peer_id: &str, cap: u32) -> Option<StreamPermit> {
-        self.counts.take(peer_id.into(), cap).map(StreamPermit::new)
+    pub fn open_now(&self, peer_id: &PeerId, cap: u32) -> Option<StreamPermit> {
+        self.counts
+            .take(peer_id.clone(), cap)
+            .map(StreamPermit::new)
     }
 }
 
 #[async_trait]
 impl OpenStreams for LocalOpenStreams {
-    async fn open(&self, peer_id: &str, cap: u32) -> Option<StreamPermit> {
+    async fn open(&self, peer_id: &PeerId, cap: u32) -> Option<StreamPermit> {
         self.open_now(peer_id, cap)
     }
 }
@@ -69,13 +71,23 @@ mod tests {
     async fn a_peer_holds_at_most_its_cap_and_places_come_back_when_dropped() {
         let streams = LocalOpenStreams::default();
         let held: Vec<_> = (0..3)
-            .map(|_| streams.open_now("mallory", 3).expect("under the cap"))
+            .map(|_| {
+                streams
+                    .open_now(&"mallory".into(), 3)
+                    .expect("under the cap")
+            })
             .collect();
-        assert!(streams.open("mallory", 3).await.is_none(), "past the cap");
-        assert!(streams.open("alice", 3).await.is_some(), "another peer");
+        assert!(
+            streams.open(&"mallory".into(), 3).await.is_none(),
+            "past the cap"
+        );
+        assert!(
+            streams.open(&"alice".into(), 3).await.is_some(),
+            "another peer"
+        );
         drop(held);
-        assert_eq!(streams.held("mallory"), 0);
+        assert_eq!(streams.held(&"mallory".into()), 0);
         assert_eq!(streams.counts.keys(), 0, "peers with none are forgotten");
-        assert!(streams.open("mallory", 3).await.is_some());
+        assert!(streams.open(&"mallory".into(), 3).await.is_some());
     }
 }

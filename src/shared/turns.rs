@@ -5,6 +5,7 @@
 //! it. An engine for several instances holds a shared lock with a fencing token instead; the
 //! agent sees only [`TurnLocks`] and the [`Turn`] it holds.
 
+use crate::store::PeerId;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use tokio::sync::OwnedMutexGuard;
 pub trait TurnLocks: Send + Sync + std::fmt::Debug {
     /// Waits at most `wait` for the turn of `context_id` of `peer_id`; `None` when it did not
     /// come in time.
-    async fn begin_turn(&self, peer_id: &str, context_id: &str, wait: Duration) -> Option<Turn>;
+    async fn begin_turn(&self, peer_id: &PeerId, context_id: &str, wait: Duration) -> Option<Turn>;
 }
 
 /// A turn being held; the next waiter's turn begins when it drops.
@@ -40,7 +41,7 @@ impl std::fmt::Debug for Turn {
 }
 
 /// A conversation's key: contexts are namespaced by peer.
-type ContextKey = (String, String);
+type ContextKey = (PeerId, String);
 type LockMap = Mutex<HashMap<ContextKey, Arc<tokio::sync::Mutex<()>>>>;
 
 /// One lock per (peer, context) in this process, kept only while someone holds or waits for it.
@@ -65,8 +66,8 @@ struct LocalTurn {
 
 #[async_trait]
 impl TurnLocks for LocalTurnLocks {
-    async fn begin_turn(&self, peer_id: &str, context_id: &str, wait: Duration) -> Option<Turn> {
-        let key = (peer_id.to_owned(), context_id.to_owned());
+    async fn begin_turn(&self, peer_id: &PeerId, context_id: &str, wait: Duration) -> Option<Turn> {
+        let key = (peer_id.clone(), context_id.to_owned());
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
             locks.entry(key.clone()).or_default().clone()
@@ -103,18 +104,18 @@ mod tests {
         let locks = LocalTurnLocks::default();
         {
             let _turn = locks
-                .begin_turn("p", "c", Duration::from_secs(1))
+                .begin_turn(&"p".into(), "c", Duration::from_secs(1))
                 .await
                 .unwrap();
             assert!(
                 locks
-                    .begin_turn("p", "c", Duration::from_millis(10))
+                    .begin_turn(&"p".into(), "c", Duration::from_millis(10))
                     .await
                     .is_none()
             );
             assert!(
                 locks
-                    .begin_turn("p", "other", Duration::from_millis(10))
+                    .begin_turn(&"p".into(), "other", Duration::from_millis(10))
                     .await
                     .is_some()
             );

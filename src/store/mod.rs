@@ -27,8 +27,9 @@ pub mod sqlite;
 pub use records::{
     AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationEntry,
     ConversationMessage, ConversationRole, ConversationSummary, CredentialRecord, DeliveryOutcome,
-    Exchange, ExchangeUsage, FailedDelivery, IdentityKind, PeerIdentity, PeerLogin, PeerRecord,
-    PeerStatus, PeerUsage, PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
+    Exchange, ExchangeUsage, FailedDelivery, IdentityKind, PeerId, PeerIdentity, PeerLogin,
+    PeerRecord, PeerStatus, PeerUsage, PushConfigRecord, PushDelivery, TaskPage, TaskQuery,
+    WorkingTask,
 };
 
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -155,7 +156,7 @@ pub trait CredentialStore: Send + Sync + std::fmt::Debug {
 
     /// Notes that a peer was seen at `now` (epoch ms). Returns at once: the engine writes it
     /// later, batched, and a failure costs only the timestamp.
-    fn record_peer_use(&self, peer_id: &str, now: i64);
+    fn record_peer_use(&self, peer_id: &PeerId, now: i64);
 
     /// The ids of every peer credential (tokens and API keys, revoked ones too).
     async fn credential_ids(&self) -> Result<Vec<String>, StoreError>;
@@ -167,7 +168,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
     /// The last `limit` messages of a peer's context, oldest first.
     async fn context_history(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         context_id: &str,
         limit: u32,
     ) -> Result<Vec<ConversationMessage>, StoreError>;
@@ -180,7 +181,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
     /// exactly like a task that never existed.
     async fn find_task(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         now: i64,
     ) -> Result<Option<String>, StoreError>;
@@ -188,7 +189,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
     /// The id an agent behind the door gave one of the peer's tasks, if it gave one.
     async fn upstream_task(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
     ) -> Result<Option<String>, StoreError>;
 
@@ -236,7 +237,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
     /// One config of a peer's task.
     async fn push_config(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         id: &str,
     ) -> Result<Option<PushConfigRecord>, StoreError>;
@@ -244,7 +245,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
     /// A page of a peer's task's configs, by id, after `after`.
     async fn push_configs(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         after: Option<&str>,
         limit: u32,
@@ -253,7 +254,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
     /// Deletes a config and its pending deliveries (nothing if there is none).
     async fn delete_push_config(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         id: &str,
     ) -> Result<(), StoreError>;
@@ -295,7 +296,7 @@ pub trait ConversationStore: Send + Sync + std::fmt::Debug {
     /// Every message of one conversation, oldest first; `None` when there is no such one.
     async fn conversation(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         context_id: &str,
     ) -> Result<Option<Vec<ConversationEntry>>, StoreError>;
 }
@@ -401,7 +402,7 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     /// Adds a credential to a peer.
     async fn insert_credential(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         kind: CredentialKind,
         token_id: &str,
         secret_hash: &TokenSecretHash,
@@ -410,7 +411,7 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     /// Revokes a peer's live credentials (of one kind, or all) now; the rows stay for audits.
     async fn revoke_credentials(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         kind: Option<CredentialKind>,
         now: i64,
     ) -> Result<(), StoreError>;
@@ -418,35 +419,35 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     /// period), or less where they already end sooner.
     async fn expire_credentials(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         kind: CredentialKind,
         until: i64,
     ) -> Result<(), StoreError>;
     /// Marks a peer revoked, with every credential it holds.
-    async fn revoke_peer(&mut self, peer_id: &str, now: i64) -> Result<(), StoreError>;
+    async fn revoke_peer(&mut self, peer_id: &PeerId, now: i64) -> Result<(), StoreError>;
     /// Marks a revoked peer active again. Its old credentials stay revoked.
-    async fn reinstate_peer(&mut self, peer_id: &str) -> Result<(), StoreError>;
+    async fn reinstate_peer(&mut self, peer_id: &PeerId) -> Result<(), StoreError>;
     /// Sets a peer's quota.
-    async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError>;
+    async fn set_peer_rate(&mut self, peer_id: &PeerId, rate: u32) -> Result<(), StoreError>;
     /// Sets a peer's own cap on open streams (`None`: the policy's).
     async fn set_peer_streams(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         max_streams: Option<u32>,
     ) -> Result<(), StoreError>;
     /// Sets or clears a peer's expiry.
     async fn set_peer_expiry(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         expires_at: Option<i64>,
     ) -> Result<(), StoreError>;
     /// Sets a peer's Basic password (an Argon2id PHC string).
-    async fn set_peer_password(&mut self, peer_id: &str, phc: &str) -> Result<(), StoreError>;
+    async fn set_peer_password(&mut self, peer_id: &PeerId, phc: &str) -> Result<(), StoreError>;
     /// Binds an identity to a peer; one bound to any peer already is
     /// [`StoreError::IdentityTaken`].
     async fn bind_identity(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         identity: &PeerIdentity,
         now: i64,
     ) -> Result<(), StoreError>;
@@ -467,14 +468,14 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     /// Unbinds an identity from a peer; returns whether it was bound to it.
     async fn unbind_identity(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         identity: &PeerIdentity,
     ) -> Result<bool, StoreError>;
     /// Deletes a conversation: its messages, and the tasks that carried its text. Returns
     /// whether it existed.
     async fn delete_conversation(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         context_id: &str,
     ) -> Result<bool, StoreError>;
 

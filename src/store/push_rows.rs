@@ -14,7 +14,7 @@ where
     Ok(PushConfigRecord {
         task_id: row.try_get("task_id")?,
         id: row.try_get("id")?,
-        peer_id: row.try_get("peer_id")?,
+        peer_id: row.try_get::<String, _>("peer_id")?.into(),
         url: row.try_get("url")?,
         sealed: row.try_get("sealed")?,
         created_at: row.try_get("created_at")?,
@@ -33,7 +33,7 @@ where
         id: row.try_get("id")?,
         task_id: row.try_get("task_id")?,
         config_id: row.try_get("config_id")?,
-        peer_id: row.try_get("peer_id")?,
+        peer_id: row.try_get::<String, _>("peer_id")?.into(),
         url: row.try_get("url")?,
         sealed: row.try_get("sealed")?,
         body: row.try_get("body")?,

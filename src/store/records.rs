@@ -5,6 +5,64 @@
 
 use crate::token::TokenSecretHash;
 
+/// A peer's stable id: the gateway's own name for a partner record, never a protocol id and
+/// never chosen by the partner. Everything a peer owns (tasks, push configs, streams, turns,
+/// limits) is keyed by it, so a task id or a context id cannot be passed in its place. Shared
+/// (`Arc<str>`), because every authenticated request carries it through the layers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct PeerId(std::sync::Arc<str>);
+
+impl PeerId {
+    /// The id as text, for the store's and the log's seams.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for PeerId {
+    fn from(text: String) -> Self {
+        Self(text.into())
+    }
+}
+
+impl From<&str> for PeerId {
+    fn from(text: &str) -> Self {
+        Self(text.into())
+    }
+}
+
+impl std::ops::Deref for PeerId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for PeerId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for PeerId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for PeerId {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl std::fmt::Display for PeerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// How a peer identity is proven (a binding's kind).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -133,7 +191,7 @@ fn checked_text(text: &str, what: &str) -> Result<String, String> {
 #[derive(Debug, Clone)]
 pub struct PeerRecord {
     /// Stable id.
-    pub id: String,
+    pub id: PeerId,
     /// Unique name chosen by the administrator.
     pub name: String,
     /// Whether it is let in.
@@ -170,7 +228,7 @@ impl PeerRecord {
 #[derive(Debug, Clone)]
 pub struct CredentialRecord {
     /// The peer the credential belongs to.
-    pub peer_id: String,
+    pub peer_id: PeerId,
     /// That peer's name.
     pub peer_name: String,
     /// Hash of the secret.
@@ -192,7 +250,7 @@ pub struct CredentialRecord {
 #[derive(Debug, Clone)]
 pub struct PeerLogin {
     /// The peer.
-    pub peer_id: String,
+    pub peer_id: PeerId,
     /// Its name.
     pub peer_name: String,
     /// Argon2id PHC string, if a password was set.
@@ -243,7 +301,7 @@ pub struct Exchange {
     /// Task id.
     pub task_id: String,
     /// Owning peer.
-    pub peer_id: String,
+    pub peer_id: PeerId,
     /// Conversation.
     pub context_id: String,
     /// The state it is stored in.
@@ -276,7 +334,7 @@ pub struct Exchange {
 #[derive(Debug, Clone, Copy)]
 pub struct TaskQuery<'a> {
     /// The peer whose tasks these are; no other peer's row is ever read.
-    pub peer_id: &'a str,
+    pub peer_id: &'a PeerId,
     /// Only this conversation's tasks.
     pub context_id: Option<&'a str>,
     /// Only tasks in this state.
@@ -601,7 +659,7 @@ pub struct PushConfigRecord {
     /// Its id, unique within the task.
     pub id: String,
     /// The peer that owns the task; no other peer's call ever reads the row.
-    pub peer_id: String,
+    pub peer_id: PeerId,
     /// Where deliveries go (checked when stored and again before each delivery).
     pub url: String,
     /// The token and credentials, encrypted (see [`crate::push::seal`]).
@@ -620,7 +678,7 @@ pub struct PushDelivery {
     /// The configuration it is delivered under.
     pub config_id: String,
     /// The peer whose task it is (deliveries in flight are capped per peer).
-    pub peer_id: String,
+    pub peer_id: PeerId,
     /// Where it goes.
     pub url: String,
     /// The configuration's token and credentials, encrypted.

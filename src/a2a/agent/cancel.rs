@@ -162,27 +162,27 @@ impl Agent {
     /// The way to stop `task_id`, if this instance answers it for `peer_id` (taken once).
     pub(super) fn take_cancel(
         &self,
-        peer_id: &str,
+        peer_id: &crate::store::PeerId,
         task_id: &str,
     ) -> Option<tokio::sync::oneshot::Sender<()>> {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         running
             .get_mut(task_id)
-            .filter(|turn| *turn.peer_id == *peer_id)
+            .filter(|turn| turn.peer_id == *peer_id)
             .and_then(|turn| turn.cancel.take())
     }
 
     /// Listens for other instances' cancel requests, stopping the turns this instance answers.
     pub fn hear_cancels(self: &Arc<Self>) {
         let agent = Arc::downgrade(self);
-        self.shared
-            .cancels
-            .subscribe(Arc::new(move |peer_id: &str, task_id: &str| {
+        self.shared.cancels.subscribe(Arc::new(
+            move |peer_id: &crate::store::PeerId, task_id: &str| {
                 let Some(agent) = agent.upgrade() else { return };
                 if let Some(cancel) = agent.take_cancel(peer_id, task_id) {
                     let _ = cancel.send(());
                 }
-            }));
+            },
+        ));
     }
 }
 
@@ -213,6 +213,6 @@ impl Drop for Cancelable {
 
 /// A turn being answered here, and how to stop it.
 pub(super) struct RunningTurn {
-    pub(super) peer_id: Arc<str>,
+    pub(super) peer_id: crate::store::PeerId,
     pub(super) cancel: Option<tokio::sync::oneshot::Sender<()>>,
 }

@@ -56,7 +56,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
     let stored: Task = serde_json::from_str(
         &store
             .tasks()
-            .find_task("p1", "t1", now)
+            .find_task(&"p1".into(), "t1", now)
             .await
             .unwrap()
             .unwrap(),
@@ -89,7 +89,11 @@ impl TaskEvents for Heard {
             .unwrap()
             .push((event.task_id.to_string(), event.state.as_str()));
     }
-    fn subscribe(&self, _: &str, _: &str) -> crate::shared::events::TaskSubscription {
+    fn subscribe(
+        &self,
+        _: &crate::store::PeerId,
+        _: &str,
+    ) -> crate::shared::events::TaskSubscription {
         unreachable!("the agent only publishes")
     }
 }
@@ -181,7 +185,7 @@ async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
     );
     let stored = store
         .tasks()
-        .find_task("peer_1", &task_id, 1_800_000_000_000)
+        .find_task(&"peer_1".into(), &task_id, 1_800_000_000_000)
         .await
         .unwrap()
         .unwrap();

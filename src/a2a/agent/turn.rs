@@ -175,7 +175,7 @@ impl Agent {
             .insert(
                 turn.task_id.to_string(),
                 RunningTurn {
-                    peer_id: turn.peer.id_arc(),
+                    peer_id: turn.peer.id().clone(),
                     cancel: Some(cancel),
                 },
             );

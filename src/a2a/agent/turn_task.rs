@@ -13,7 +13,7 @@ impl Agent {
         task_json: &str,
     ) -> Option<TaskEvent> {
         self.shared.events.listening().then(|| TaskEvent {
-            peer_id: peer.id_arc(),
+            peer_id: peer.id().clone(),
             task_id: task_id.into(),
             state,
             task_json: task_json.into(),

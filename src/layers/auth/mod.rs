@@ -68,7 +68,7 @@ pub use crate::guard::scheme::Scheme;
 use crate::guard::scopes::{GrantedScopes, OperationScope};
 use crate::layers::limit::Quota;
 use crate::shared::rate_limit::RateLimiter;
-use crate::store::{CredentialStore, StoreError};
+use crate::store::{CredentialStore, PeerId, StoreError};
 use crate::token::CredentialKind;
 use async_trait::async_trait;
 use axum::extract::FromRequestParts;
@@ -86,7 +86,7 @@ use std::time::Duration;
 /// A peer whose credential was verified for this request. Only this module constructs it.
 #[derive(Debug, Clone)]
 pub struct AuthenticatedPeer {
-    id: Arc<str>,
+    id: PeerId,
     name: Arc<str>,
     owner_id: Arc<str>,
     rate_per_minute: u32,
@@ -104,12 +104,8 @@ pub struct AuthenticatedPeer {
 
 impl AuthenticatedPeer {
     /// The peer's stable id.
-    pub fn id(&self) -> &str {
+    pub fn id(&self) -> &PeerId {
         &self.id
-    }
-    /// The peer's id, shared.
-    pub fn id_arc(&self) -> Arc<str> {
-        self.id.clone()
     }
     /// The peer's name.
     pub fn name(&self) -> &str {
@@ -257,12 +253,12 @@ const REALM: &str = "peergate";
 /// A peer as a scheme of `scheme` verified it.
 fn peer(
     scheme: Scheme,
-    (id, name, owner_id): (String, String, String),
+    (id, name, owner_id): (PeerId, String, String),
     (rate_per_minute, max_streams): (u32, Option<u32>),
     valid_until: Option<i64>,
 ) -> AuthenticatedPeer {
     AuthenticatedPeer {
-        id: id.into(),
+        id,
         name: name.into(),
         owner_id: owner_id.into(),
         rate_per_minute,
@@ -376,7 +372,7 @@ fn door_scheme(
 struct LastUse {
     store: Arc<dyn CredentialStore>,
     clock: Arc<dyn Clock>,
-    recently_touched: Cache<Arc<str>, ()>,
+    recently_touched: Cache<PeerId, ()>,
 }
 
 #[async_trait]
@@ -530,7 +526,7 @@ mod tests {
         {
             self.store.find_admin_token(token_id).await
         }
-        fn record_peer_use(&self, peer_id: &str, now: i64) {
+        fn record_peer_use(&self, peer_id: &PeerId, now: i64) {
             self.store.record_peer_use(peer_id, now);
         }
         async fn credential_ids(&self) -> Result<Vec<String>, StoreError> {

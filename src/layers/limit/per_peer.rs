@@ -9,6 +9,7 @@ use crate::clock::Clock;
 use crate::guard::future::{GuardFuture, take_readied};
 use crate::layers::auth::{AuthError, AuthenticatedPeer};
 use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
+use crate::store::PeerId;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request};
 use axum::response::{IntoResponse, Response};
@@ -24,7 +25,7 @@ pub struct PerPeerLimitLayer {
 }
 
 struct PerPeerShared {
-    limiter: Arc<dyn RateLimiter<Arc<str>>>,
+    limiter: Arc<dyn RateLimiter<PeerId>>,
 }
 
 impl PerPeerLimitLayer {
@@ -37,14 +38,14 @@ impl PerPeerLimitLayer {
     }
 
     /// Counts with `limiter` (an engine shared by several instances).
-    pub fn with_limiter(limiter: Arc<dyn RateLimiter<Arc<str>>>) -> Self {
+    pub fn with_limiter(limiter: Arc<dyn RateLimiter<PeerId>>) -> Self {
         Self {
             shared: Arc::new(PerPeerShared { limiter }),
         }
     }
 
     /// The limiter, for periodic purging.
-    pub fn limiter(&self) -> Arc<dyn RateLimiter<Arc<str>>> {
+    pub fn limiter(&self) -> Arc<dyn RateLimiter<PeerId>> {
         self.shared.limiter.clone()
     }
 }
@@ -86,7 +87,7 @@ where
             return GuardFuture::answer(AuthError::MissingCredentials.into_response());
         };
         let quota = Quota::per_minute(peer.rate_per_minute());
-        match self.shared.limiter.check(&peer.id_arc(), quota) {
+        match self.shared.limiter.check(peer.id(), quota) {
             LimitCheck::Ready(decision) => match verdict(decision, quota) {
                 Ok(headers) => GuardFuture::pass(&mut self.inner, request, Some(headers)),
                 Err(refusal) => GuardFuture::answer(refusal.into_response()),

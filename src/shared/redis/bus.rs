@@ -26,6 +26,7 @@ use super::{Degradation, Redis};
 use crate::protocol::types::TaskState;
 use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
 use crate::shared::events::{LocalTaskEvents, TaskEvent, TaskEvents, TaskSubscription};
+use crate::store::PeerId;
 use futures_util::StreamExt as _;
 use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
@@ -280,9 +281,10 @@ fn hear_cancel(shared: &Shared, payload: &str) {
     if *wire.from == *shared.instance {
         return;
     }
+    let peer = PeerId::from(&*wire.peer);
     let listeners = shared.cancels.0.read().unwrap_or_else(|e| e.into_inner());
     for listener in listeners.iter() {
-        listener(&wire.peer, &wire.task);
+        listener(&peer, &wire.task);
     }
 }
 
@@ -348,7 +350,7 @@ impl ChangeNotifier for BusChanges {
 struct BusCancels(Arc<Shared>);
 
 impl crate::shared::cancels::CancelRequests for BusCancels {
-    fn request(&self, peer_id: &str, task_id: &str) {
+    fn request(&self, peer_id: &PeerId, task_id: &str) {
         let wire = WireCancel {
             from: Cow::Borrowed(&self.0.instance),
             peer: Cow::Borrowed(peer_id),
@@ -394,7 +396,7 @@ impl TaskEvents for BusEvents {
         self.0.events.publish(event);
     }
 
-    fn subscribe(&self, peer_id: &str, task_id: &str) -> TaskSubscription {
+    fn subscribe(&self, peer_id: &PeerId, task_id: &str) -> TaskSubscription {
         let first = !self.0.events.listening();
         let subscription = self.0.events.subscribe(peer_id, task_id);
         if first {

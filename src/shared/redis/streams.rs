@@ -11,6 +11,7 @@
 
 use super::{Degradation, Redis};
 use crate::shared::streams::{LocalOpenStreams, OpenStreams, StreamPermit};
+use crate::store::PeerId;
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use std::sync::Arc;
@@ -67,7 +68,7 @@ impl RedisOpenStreams {
     }
 }
 
-fn key(peer_id: &str) -> String {
+fn key(peer_id: &PeerId) -> String {
     format!("peergate:streams:{peer_id}")
 }
 
@@ -77,7 +78,7 @@ fn lasts_ms() -> u64 {
 
 #[async_trait]
 impl OpenStreams for RedisOpenStreams {
-    async fn open(&self, peer_id: &str, cap: u32) -> Option<StreamPermit> {
+    async fn open(&self, peer_id: &PeerId, cap: u32) -> Option<StreamPermit> {
         let member = uuid::Uuid::new_v4().simple().to_string();
         let mut connection = self.connection.clone();
         let taken: Result<i64, _> = self

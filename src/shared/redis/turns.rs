@@ -11,6 +11,7 @@
 
 use super::{Degradation, Redis};
 use crate::shared::turns::{LocalTurnLocks, Turn, TurnLocks};
+use crate::store::PeerId;
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use std::sync::Arc;
@@ -96,7 +97,7 @@ impl Drop for RedisTurn {
 
 #[async_trait]
 impl TurnLocks for RedisTurnLocks {
-    async fn begin_turn(&self, peer_id: &str, context_id: &str, wait: Duration) -> Option<Turn> {
+    async fn begin_turn(&self, peer_id: &PeerId, context_id: &str, wait: Duration) -> Option<Turn> {
         let deadline = tokio::time::Instant::now() + wait;
         let local = self.local.begin_turn(peer_id, context_id, wait).await?;
         let mut turn = RedisTurn {

@@ -6,6 +6,7 @@
 //! `UPDATE`, `DELETE` and `TRUNCATE` in the database itself (triggers).
 
 use super::PostgresStore;
+use crate::store::PeerId;
 use crate::store::{
     AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerRecord,
     StoreError,
@@ -64,7 +65,7 @@ pub(super) const PEER_COLUMNS: &str = "SELECT p.id, p.name, p.status, p.rate_per
 
 fn peer_record(row: &sqlx::postgres::PgRow) -> Result<PeerRecord, StoreError> {
     Ok(PeerRecord {
-        id: row.try_get("id")?,
+        id: row.try_get::<String, _>("id")?.into(),
         name: row.try_get("name")?,
         status: super::named(row, "status", PeerStatus::from_name)?,
         rate_per_minute: super::rate(row)?,
@@ -218,7 +219,7 @@ impl AccountChanges for PostgresAccountChange {
             "INSERT INTO admins (id, name, password_hash, status, model_allowed, tokens_per_day, tokens_per_month, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO NOTHING",
         )
-        .bind(&admin.id)
+        .bind(admin.id.as_str())
         .bind(&admin.name)
         .bind(password_hash)
         .bind(admin.status.as_str())
@@ -328,7 +329,7 @@ impl AccountChanges for PostgresAccountChange {
             "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id, expires_at, max_streams) \
              VALUES ($1, $2, 'active', $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING",
         )
-        .bind(&peer.id)
+        .bind(peer.id.as_str())
         .bind(&peer.name)
         .bind(i64::from(peer.rate_per_minute))
         .bind(peer.created_at)
@@ -345,7 +346,7 @@ impl AccountChanges for PostgresAccountChange {
 
     async fn insert_credential(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         kind: CredentialKind,
         token_id: &str,
         secret_hash: &TokenSecretHash,
@@ -355,7 +356,7 @@ impl AccountChanges for PostgresAccountChange {
             "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at, kind) VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(token_id)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(&secret_hash.0[..])
         .bind(now)
         .bind(kind.as_str())
@@ -366,7 +367,7 @@ impl AccountChanges for PostgresAccountChange {
 
     async fn revoke_credentials(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         kind: Option<CredentialKind>,
         now: i64,
     ) -> Result<(), StoreError> {
@@ -375,7 +376,7 @@ impl AccountChanges for PostgresAccountChange {
 
     async fn expire_credentials(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         kind: CredentialKind,
         until: i64,
     ) -> Result<(), StoreError> {
@@ -385,34 +386,34 @@ impl AccountChanges for PostgresAccountChange {
         )
         .bind(until)
         .bind(until)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(kind.as_str())
         .execute(&mut *self.tx)
         .await?;
         Ok(())
     }
 
-    async fn revoke_peer(&mut self, peer_id: &str, now: i64) -> Result<(), StoreError> {
+    async fn revoke_peer(&mut self, peer_id: &PeerId, now: i64) -> Result<(), StoreError> {
         // The password goes too: reinstating the peer must not bring it back.
         sqlx::query("UPDATE peers SET status = 'revoked', password_hash = NULL WHERE id = $1")
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         revoke_credentials(&mut self.tx, peer_id, None, now).await
     }
 
-    async fn reinstate_peer(&mut self, peer_id: &str) -> Result<(), StoreError> {
+    async fn reinstate_peer(&mut self, peer_id: &PeerId) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET status = 'active' WHERE id = $1")
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
     }
 
-    async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError> {
+    async fn set_peer_rate(&mut self, peer_id: &PeerId, rate: u32) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET rate_per_minute = $1 WHERE id = $2")
             .bind(i64::from(rate))
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
@@ -420,12 +421,12 @@ impl AccountChanges for PostgresAccountChange {
 
     async fn set_peer_streams(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         max_streams: Option<u32>,
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET max_streams = $1 WHERE id = $2")
             .bind(max_streams.map(i64::from))
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
@@ -433,12 +434,12 @@ impl AccountChanges for PostgresAccountChange {
 
     async fn set_peer_expiry(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         expires_at: Option<i64>,
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET expires_at = $1 WHERE id = $2")
             .bind(expires_at)
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
@@ -446,7 +447,7 @@ impl AccountChanges for PostgresAccountChange {
 
     async fn bind_identity(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         identity: &PeerIdentity,
         now: i64,
     ) -> Result<(), StoreError> {
@@ -468,7 +469,7 @@ impl AccountChanges for PostgresAccountChange {
         .bind(identity.kind.as_str())
         .bind(&identity.issuer)
         .bind(&identity.subject)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(now)
         .execute(&mut *self.tx)
         .await?;
@@ -522,7 +523,7 @@ impl AccountChanges for PostgresAccountChange {
 
     async fn unbind_identity(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         identity: &PeerIdentity,
     ) -> Result<bool, StoreError> {
         let deleted = sqlx::query(
@@ -531,16 +532,16 @@ impl AccountChanges for PostgresAccountChange {
         .bind(identity.kind.as_str())
         .bind(&identity.issuer)
         .bind(&identity.subject)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .execute(&mut *self.tx)
         .await?;
         Ok(deleted.rows_affected() > 0)
     }
 
-    async fn set_peer_password(&mut self, peer_id: &str, phc: &str) -> Result<(), StoreError> {
+    async fn set_peer_password(&mut self, peer_id: &PeerId, phc: &str) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET password_hash = $1 WHERE id = $2")
             .bind(phc)
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
@@ -548,11 +549,11 @@ impl AccountChanges for PostgresAccountChange {
 
     async fn delete_conversation(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         context_id: &str,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM contexts WHERE peer_id = $1 AND context_id = $2")
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .bind(context_id)
             .execute(&mut *self.tx)
             .await?;
@@ -560,7 +561,7 @@ impl AccountChanges for PostgresAccountChange {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM {table} WHERE peer_id = $1 AND context_id = $2"
             )))
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .bind(context_id)
             .execute(&mut *self.tx)
             .await?;
@@ -594,7 +595,7 @@ pub(super) async fn insert_audit(
 /// Marks a peer's live credentials (of one kind, or all) revoked; the rows stay for audits.
 async fn revoke_credentials(
     tx: &mut PgConnection,
-    peer_id: &str,
+    peer_id: &PeerId,
     kind: Option<CredentialKind>,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -603,7 +604,7 @@ async fn revoke_credentials(
          WHERE peer_id = $2 AND revoked_at IS NULL AND ($3::TEXT IS NULL OR kind = $4)",
     )
     .bind(now)
-    .bind(peer_id)
+    .bind(peer_id.as_str())
     .bind(kind.map(CredentialKind::as_str))
     .bind(kind.map(CredentialKind::as_str))
     .execute(&mut *tx)

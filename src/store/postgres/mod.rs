@@ -15,6 +15,7 @@ use super::{
     CredentialStore, DocumentStore, PeerLogin, PeerUsage, Serving, StoreEngine, StoreError,
     UsageStore,
 };
+use crate::store::PeerId;
 use crate::store::PeerIdentity;
 use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
@@ -382,7 +383,7 @@ impl CredentialStore for PostgresStore {
         let revoked_at: Option<i64> = row.try_get("revoked_at")?;
         let status: String = row.try_get("status")?;
         Ok(Some(CredentialRecord {
-            peer_id: row.try_get("peer_id")?,
+            peer_id: row.try_get::<String, _>("peer_id")?.into(),
             peer_name: row.try_get("name")?,
             secret_hash: hash,
             active: revoked_at.is_none() && status == "active",
@@ -403,7 +404,7 @@ impl CredentialStore for PostgresStore {
         let Some(row) = row else { return Ok(None) };
         let status: String = row.try_get("status")?;
         Ok(Some(PeerLogin {
-            peer_id: row.try_get("id")?,
+            peer_id: row.try_get::<String, _>("id")?.into(),
             peer_name: row.try_get("name")?,
             password_hash: row.try_get("password_hash")?,
             active: status == "active",
@@ -431,7 +432,7 @@ impl CredentialStore for PostgresStore {
         let Some(row) = row else { return Ok(None) };
         let status: String = row.try_get("status")?;
         Ok(Some(PeerLogin {
-            peer_id: row.try_get("id")?,
+            peer_id: row.try_get::<String, _>("id")?.into(),
             peer_name: row.try_get("name")?,
             password_hash: None,
             active: status == "active",
@@ -505,11 +506,11 @@ impl CredentialStore for PostgresStore {
         )))
     }
 
-    fn record_peer_use(&self, peer_id: &str, now: i64) {
+    fn record_peer_use(&self, peer_id: &PeerId, now: i64) {
         let uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(uses) = uses.as_ref() {
             // Full or closed: the timestamp waits for the next note.
-            let _ = uses.try_send((peer_id.into(), now));
+            let _ = uses.try_send((peer_id.as_str().into(), now));
         }
     }
 }
@@ -541,11 +542,11 @@ impl ConversationStore for PostgresStore {
 
     async fn conversation(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         context_id: &str,
     ) -> Result<Option<Vec<ConversationEntry>>, StoreError> {
         let exists = sqlx::query("SELECT 1 FROM contexts WHERE peer_id = $1 AND context_id = $2")
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .bind(context_id)
             .fetch_optional(&self.pool)
             .await?;
@@ -556,7 +557,7 @@ impl ConversationStore for PostgresStore {
             "SELECT role, body, task_id, created_at FROM messages \
              WHERE peer_id = $1 AND context_id = $2 ORDER BY seq",
         )
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(context_id)
         .fetch_all(&self.pool)
         .await?;

@@ -1,6 +1,7 @@
 //! Push-notification configs and the delivery queue in PostgreSQL.
 
 use super::PostgresStore;
+use crate::store::PeerId;
 use crate::store::{
     DeliveryOutcome, Exchange, FailedDelivery, PushConfigRecord, PushDelivery, PushStore,
     StoreError,
@@ -73,8 +74,8 @@ pub(super) async fn upsert_config(
          ON CONFLICT (task_id, id) DO UPDATE SET url = excluded.url, sealed = excluded.sealed",
     )
     .bind(&config.task_id)
-    .bind(&config.id)
-    .bind(&config.peer_id)
+    .bind(config.id.as_str())
+    .bind(config.peer_id.as_str())
     .bind(&config.url)
     .bind(&config.sealed)
     .bind(config.created_at)
@@ -88,7 +89,7 @@ pub(super) async fn upsert_config(
     .bind(&config.url)
     .bind(&config.sealed)
     .bind(&config.task_id)
-    .bind(&config.id)
+    .bind(config.id.as_str())
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -110,7 +111,7 @@ impl PushStore for PostgresStore {
         let others: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM push_configs WHERE task_id = $1 AND id <> $2")
                 .bind(&config.task_id)
-                .bind(&config.id)
+                .bind(config.id.as_str())
                 .fetch_one(&mut *tx)
                 .await?;
         if others >= i64::from(max_per_task) {
@@ -123,14 +124,14 @@ impl PushStore for PostgresStore {
 
     async fn push_config(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         id: &str,
     ) -> Result<Option<PushConfigRecord>, StoreError> {
         sqlx::query("SELECT * FROM push_configs WHERE task_id = $1 AND id = $2 AND peer_id = $3")
             .bind(task_id)
             .bind(id)
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .fetch_optional(&self.pool)
             .await?
             .as_ref()
@@ -140,7 +141,7 @@ impl PushStore for PostgresStore {
 
     async fn push_configs(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         after: Option<&str>,
         limit: u32,
@@ -149,7 +150,7 @@ impl PushStore for PostgresStore {
             "SELECT * FROM push_configs WHERE task_id = $1 AND peer_id = $2 AND ($3::TEXT IS NULL OR id > $3) ORDER BY id LIMIT $4",
         )
         .bind(task_id)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(after)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
@@ -161,7 +162,7 @@ impl PushStore for PostgresStore {
 
     async fn delete_push_config(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         id: &str,
     ) -> Result<(), StoreError> {
@@ -170,7 +171,7 @@ impl PushStore for PostgresStore {
             sqlx::query("DELETE FROM push_configs WHERE task_id = $1 AND id = $2 AND peer_id = $3")
                 .bind(task_id)
                 .bind(id)
-                .bind(peer_id)
+                .bind(peer_id.as_str())
                 .execute(&mut *tx)
                 .await?;
         if deleted.rows_affected() > 0 {

@@ -3,6 +3,7 @@
 
 use super::PostgresStore;
 use crate::protocol::types::TaskState;
+use crate::store::PeerId;
 use crate::store::batch::Batch;
 use crate::store::{
     ConversationMessage, ConversationRole, Exchange, StoreError, TaskPage, TaskQuery, TaskStore,
@@ -25,7 +26,7 @@ pub(super) const MAX_BATCH: usize = 256;
 impl TaskStore for PostgresStore {
     async fn context_history(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         context_id: &str,
         limit: u32,
     ) -> Result<Vec<ConversationMessage>, StoreError> {
@@ -35,7 +36,7 @@ impl TaskStore for PostgresStore {
         let rows = sqlx::query(
             "SELECT role, body FROM messages WHERE peer_id = $1 AND context_id = $2 ORDER BY seq DESC LIMIT $3",
         )
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(context_id)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
@@ -71,7 +72,7 @@ impl TaskStore for PostgresStore {
 
     async fn find_task(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         now: i64,
     ) -> Result<Option<String>, StoreError> {
@@ -79,7 +80,7 @@ impl TaskStore for PostgresStore {
             "SELECT body FROM tasks WHERE id = $1 AND peer_id = $2 AND expires_at > $3",
         )
         .bind(task_id)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(now)
         .fetch_optional(&self.pool)
         .await?;
@@ -88,12 +89,12 @@ impl TaskStore for PostgresStore {
 
     async fn upstream_task(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
     ) -> Result<Option<String>, StoreError> {
         let row = sqlx::query("SELECT upstream_task_id FROM tasks WHERE id = $1 AND peer_id = $2")
             .bind(task_id)
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .fetch_optional(&self.pool)
             .await?;
         Ok(row
@@ -153,7 +154,7 @@ impl TaskStore for PostgresStore {
              AND ($4::TEXT IS NULL OR state = $4) AND ($5::BIGINT IS NULL OR status_at >= $5)";
         let filtered = |sql: String| {
             sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(query.peer_id)
+                .bind(query.peer_id.as_str())
                 .bind(now)
                 .bind(query.context_id)
                 .bind(query.state.map(TaskState::as_str))

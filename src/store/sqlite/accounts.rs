@@ -6,6 +6,7 @@
 //! path, this one included, can rewrite history.
 
 use super::{BEGIN_WRITE, SqliteStore};
+use crate::store::PeerId;
 use crate::store::{
     AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerRecord,
     StoreError,
@@ -64,7 +65,7 @@ pub(super) const PEER_COLUMNS: &str = "SELECT p.id, p.name, p.status, p.rate_per
 
 fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> {
     Ok(PeerRecord {
-        id: row.try_get("id")?,
+        id: row.try_get::<String, _>("id")?.into(),
         name: row.try_get("name")?,
         status: super::named(row, "status", PeerStatus::from_name)?,
         rate_per_minute: super::rate(row)?,
@@ -232,7 +233,7 @@ impl AccountChanges for SqliteAccountChange {
             "INSERT INTO admins (id, name, password_hash, status, model_allowed, tokens_per_day, tokens_per_month, created_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
         )
-        .bind(&admin.id)
+        .bind(admin.id.as_str())
         .bind(&admin.name)
         .bind(password_hash)
         .bind(admin.status.as_str())
@@ -336,7 +337,7 @@ impl AccountChanges for SqliteAccountChange {
             "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id, expires_at, max_streams) \
              VALUES (?, ?, 'active', ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
         )
-        .bind(&peer.id)
+        .bind(peer.id.as_str())
         .bind(&peer.name)
         .bind(i64::from(peer.rate_per_minute))
         .bind(peer.created_at)
@@ -353,7 +354,7 @@ impl AccountChanges for SqliteAccountChange {
 
     async fn insert_credential(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         kind: CredentialKind,
         token_id: &str,
         secret_hash: &TokenSecretHash,
@@ -363,7 +364,7 @@ impl AccountChanges for SqliteAccountChange {
             "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at, kind) VALUES (?, ?, ?, ?, ?)",
         )
         .bind(token_id)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(&secret_hash.0[..])
         .bind(now)
         .bind(kind.as_str())
@@ -374,7 +375,7 @@ impl AccountChanges for SqliteAccountChange {
 
     async fn revoke_credentials(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         kind: Option<CredentialKind>,
         now: i64,
     ) -> Result<(), StoreError> {
@@ -383,7 +384,7 @@ impl AccountChanges for SqliteAccountChange {
 
     async fn expire_credentials(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         kind: CredentialKind,
         until: i64,
     ) -> Result<(), StoreError> {
@@ -393,34 +394,34 @@ impl AccountChanges for SqliteAccountChange {
         )
         .bind(until)
         .bind(until)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(kind.as_str())
         .execute(&mut *self.tx)
         .await?;
         Ok(())
     }
 
-    async fn revoke_peer(&mut self, peer_id: &str, now: i64) -> Result<(), StoreError> {
+    async fn revoke_peer(&mut self, peer_id: &PeerId, now: i64) -> Result<(), StoreError> {
         // The password goes too: reinstating the peer must not bring it back.
         sqlx::query("UPDATE peers SET status = 'revoked', password_hash = NULL WHERE id = ?")
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         revoke_credentials(&mut self.tx, peer_id, None, now).await
     }
 
-    async fn reinstate_peer(&mut self, peer_id: &str) -> Result<(), StoreError> {
+    async fn reinstate_peer(&mut self, peer_id: &PeerId) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET status = 'active' WHERE id = ?")
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
     }
 
-    async fn set_peer_rate(&mut self, peer_id: &str, rate: u32) -> Result<(), StoreError> {
+    async fn set_peer_rate(&mut self, peer_id: &PeerId, rate: u32) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET rate_per_minute = ? WHERE id = ?")
             .bind(i64::from(rate))
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
@@ -428,12 +429,12 @@ impl AccountChanges for SqliteAccountChange {
 
     async fn set_peer_streams(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         max_streams: Option<u32>,
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET max_streams = ? WHERE id = ?")
             .bind(max_streams.map(i64::from))
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
@@ -441,12 +442,12 @@ impl AccountChanges for SqliteAccountChange {
 
     async fn set_peer_expiry(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         expires_at: Option<i64>,
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET expires_at = ? WHERE id = ?")
             .bind(expires_at)
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
@@ -454,7 +455,7 @@ impl AccountChanges for SqliteAccountChange {
 
     async fn bind_identity(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         identity: &PeerIdentity,
         now: i64,
     ) -> Result<(), StoreError> {
@@ -476,7 +477,7 @@ impl AccountChanges for SqliteAccountChange {
         .bind(identity.kind.as_str())
         .bind(&identity.issuer)
         .bind(&identity.subject)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(now)
         .execute(&mut *self.tx)
         .await?;
@@ -530,7 +531,7 @@ impl AccountChanges for SqliteAccountChange {
 
     async fn unbind_identity(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         identity: &PeerIdentity,
     ) -> Result<bool, StoreError> {
         let deleted = sqlx::query(
@@ -539,16 +540,16 @@ impl AccountChanges for SqliteAccountChange {
         .bind(identity.kind.as_str())
         .bind(&identity.issuer)
         .bind(&identity.subject)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .execute(&mut *self.tx)
         .await?;
         Ok(deleted.rows_affected() > 0)
     }
 
-    async fn set_peer_password(&mut self, peer_id: &str, phc: &str) -> Result<(), StoreError> {
+    async fn set_peer_password(&mut self, peer_id: &PeerId, phc: &str) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET password_hash = ? WHERE id = ?")
             .bind(phc)
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         Ok(())
@@ -556,11 +557,11 @@ impl AccountChanges for SqliteAccountChange {
 
     async fn delete_conversation(
         &mut self,
-        peer_id: &str,
+        peer_id: &PeerId,
         context_id: &str,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM contexts WHERE peer_id = ? AND context_id = ?")
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .bind(context_id)
             .execute(&mut *self.tx)
             .await?;
@@ -568,7 +569,7 @@ impl AccountChanges for SqliteAccountChange {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM {table} WHERE peer_id = ? AND context_id = ?"
             )))
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .bind(context_id)
             .execute(&mut *self.tx)
             .await?;
@@ -604,7 +605,7 @@ pub(super) const INSERT_AUDIT: &str = "INSERT INTO audit (at, actor, action, tar
 /// Marks a peer's live credentials (of one kind, or all) revoked; the rows stay for audits.
 async fn revoke_credentials(
     tx: &mut SqliteConnection,
-    peer_id: &str,
+    peer_id: &PeerId,
     kind: Option<CredentialKind>,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -613,7 +614,7 @@ async fn revoke_credentials(
          WHERE peer_id = ? AND revoked_at IS NULL AND (? IS NULL OR kind = ?)",
     )
     .bind(now)
-    .bind(peer_id)
+    .bind(peer_id.as_str())
     .bind(kind.map(CredentialKind::as_str))
     .bind(kind.map(CredentialKind::as_str))
     .execute(&mut *tx)

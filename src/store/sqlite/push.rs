@@ -1,6 +1,7 @@
 //! Push-notification configs and the delivery queue in SQLite.
 
 use super::{BEGIN_WRITE, SqliteStore};
+use crate::store::PeerId;
 use crate::store::{
     DeliveryOutcome, FailedDelivery, PushConfigRecord, PushDelivery, PushStore, StoreError,
 };
@@ -53,8 +54,8 @@ pub(super) async fn upsert_config(
 ) -> Result<(), StoreError> {
     sqlx::query(UPSERT_CONFIG)
         .bind(&config.task_id)
-        .bind(&config.id)
-        .bind(&config.peer_id)
+        .bind(config.id.as_str())
+        .bind(config.peer_id.as_str())
         .bind(&config.url)
         .bind(&config.sealed)
         .bind(config.created_at)
@@ -64,7 +65,7 @@ pub(super) async fn upsert_config(
         .bind(&config.url)
         .bind(&config.sealed)
         .bind(&config.task_id)
-        .bind(&config.id)
+        .bind(config.id.as_str())
         .execute(&mut *tx)
         .await?;
     Ok(())
@@ -82,7 +83,7 @@ impl PushStore for SqliteStore {
         let others: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM push_configs WHERE task_id = ? AND id <> ?")
                 .bind(&config.task_id)
-                .bind(&config.id)
+                .bind(config.id.as_str())
                 .fetch_one(&mut *tx)
                 .await?;
         if others >= i64::from(max_per_task) {
@@ -95,14 +96,14 @@ impl PushStore for SqliteStore {
 
     async fn push_config(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         id: &str,
     ) -> Result<Option<PushConfigRecord>, StoreError> {
         sqlx::query("SELECT * FROM push_configs WHERE task_id = ? AND id = ? AND peer_id = ?")
             .bind(task_id)
             .bind(id)
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .fetch_optional(&self.reader)
             .await?
             .as_ref()
@@ -112,7 +113,7 @@ impl PushStore for SqliteStore {
 
     async fn push_configs(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         after: Option<&str>,
         limit: u32,
@@ -121,7 +122,7 @@ impl PushStore for SqliteStore {
             "SELECT * FROM push_configs WHERE task_id = ? AND peer_id = ? AND (? IS NULL OR id > ?) ORDER BY id LIMIT ?",
         )
         .bind(task_id)
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(after)
         .bind(after)
         .bind(i64::from(limit))
@@ -134,7 +135,7 @@ impl PushStore for SqliteStore {
 
     async fn delete_push_config(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         id: &str,
     ) -> Result<(), StoreError> {
@@ -144,7 +145,7 @@ impl PushStore for SqliteStore {
             sqlx::query("DELETE FROM push_configs WHERE task_id = ? AND id = ? AND peer_id = ?")
                 .bind(task_id)
                 .bind(id)
-                .bind(peer_id)
+                .bind(peer_id.as_str())
                 .execute(&mut *tx)
                 .await?;
         if deleted.rows_affected() > 0 {

@@ -3,6 +3,7 @@
 use super::writer::{Job, PendingExchange};
 use super::{BEGIN_WRITE, SqliteStore};
 use crate::protocol::types::TaskState;
+use crate::store::PeerId;
 use crate::store::{
     ConversationMessage, ConversationRole, Exchange, StoreError, TaskPage, TaskQuery, TaskStore,
     WorkingTask,
@@ -14,7 +15,7 @@ use sqlx::Row;
 impl TaskStore for SqliteStore {
     async fn context_history(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         context_id: &str,
         limit: u32,
     ) -> Result<Vec<ConversationMessage>, StoreError> {
@@ -24,7 +25,7 @@ impl TaskStore for SqliteStore {
         let rows = sqlx::query(
             "SELECT role, body FROM messages WHERE peer_id = ? AND context_id = ? ORDER BY seq DESC LIMIT ?",
         )
-        .bind(peer_id)
+        .bind(peer_id.as_str())
         .bind(context_id)
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
@@ -60,14 +61,14 @@ impl TaskStore for SqliteStore {
 
     async fn find_task(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
         now: i64,
     ) -> Result<Option<String>, StoreError> {
         let row =
             sqlx::query("SELECT body FROM tasks WHERE id = ? AND peer_id = ? AND expires_at > ?")
                 .bind(task_id)
-                .bind(peer_id)
+                .bind(peer_id.as_str())
                 .bind(now)
                 .fetch_optional(&self.reader)
                 .await?;
@@ -76,12 +77,12 @@ impl TaskStore for SqliteStore {
 
     async fn upstream_task(
         &self,
-        peer_id: &str,
+        peer_id: &PeerId,
         task_id: &str,
     ) -> Result<Option<String>, StoreError> {
         let row = sqlx::query("SELECT upstream_task_id FROM tasks WHERE id = ? AND peer_id = ?")
             .bind(task_id)
-            .bind(peer_id)
+            .bind(peer_id.as_str())
             .fetch_optional(&self.reader)
             .await?;
         Ok(row
@@ -142,7 +143,7 @@ impl TaskStore for SqliteStore {
              AND (? IS NULL OR state = ?) AND (? IS NULL OR status_at >= ?)";
         let filtered = |sql: String| {
             sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(query.peer_id)
+                .bind(query.peer_id.as_str())
                 .bind(now)
                 .bind(query.context_id)
                 .bind(query.context_id)

@@ -267,7 +267,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
         for (e, created_at) in &batch.tasks {
             upsert.execute(params![
                 e.task_id,
-                e.peer_id,
+                e.peer_id.as_str(),
                 e.context_id,
                 e.state.as_str(),
                 e.task_json,
@@ -290,7 +290,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
         let mut insert = tx.prepare_cached(INSERT_MESSAGE)?;
         for (e, m) in &batch.messages {
             insert.execute(params![
-                e.peer_id,
+                e.peer_id.as_str(),
                 e.context_id,
                 e.task_id,
                 m.role.as_str(),
@@ -323,7 +323,7 @@ fn write_push_configs(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite
             .execute(params![
                 config.task_id,
                 config.id,
-                config.peer_id,
+                config.peer_id.as_str(),
                 config.url,
                 config.sealed,
                 config.created_at,
