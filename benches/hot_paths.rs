@@ -70,7 +70,7 @@ fn seams(c: &mut Criterion) {
     use peergate::shared::rate_limit::{LocalLimiter, RateLimiter};
     use std::sync::Arc;
     let quota = Quota::per_minute(1_000_000_000);
-    let clock = ManualClock::new(0);
+    let clock = ManualClock::new(peergate::clock::Timestamp::UNIX_EPOCH);
     let limiter: Arc<dyn RateLimiter<IpAddr>> =
         Arc::new(LocalLimiter::new(100_000, Arc::new(clock.clone())));
     let key = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
@@ -177,8 +177,8 @@ fn exchange_writes(c: &mut Criterion) {
             peergate::protocol::types::TaskState::Completed
         },
         task_json: "x".repeat(if working { 600 } else { 1900 }),
-        now: 1_764_547_200_000,
-        expires_at: i64::MAX,
+        now: peergate::clock::from_millis(1_764_547_200_000),
+        expires_at: peergate::clock::Timestamp::MAX,
         messages: if working {
             Vec::new()
         } else {

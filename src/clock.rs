@@ -6,18 +6,20 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-/// A source of wall-clock time in milliseconds since the Unix epoch.
+pub use jiff::Timestamp;
+
+/// A source of wall-clock time.
 pub trait Clock: Send + Sync + 'static {
-    /// Milliseconds since 1970-01-01T00:00:00Z.
-    fn now_millis(&self) -> i64;
+    /// The current instant.
+    fn now(&self) -> Timestamp;
 
     /// Nanoseconds on a clock that never goes back (not the wall clock: a step of the system
     /// time must not refill or drain every rate-limit budget), for rate limiting. Only
     /// differences between two readings mean anything.
     fn monotonic_nanos(&self) -> i64 {
-        self.now_millis().saturating_mul(1_000_000)
+        i64::try_from(self.now().as_nanosecond()).unwrap_or(i64::MAX)
     }
 }
 
@@ -26,11 +28,8 @@ pub trait Clock: Send + Sync + 'static {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
-    fn now_millis(&self) -> i64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0)
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
     }
 
     fn monotonic_nanos(&self) -> i64 {
@@ -50,52 +49,72 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
-    /// A clock standing at `start_millis`.
-    pub fn new(start_millis: i64) -> Self {
+    /// A clock standing at `start` (to the millisecond).
+    pub fn new(start: Timestamp) -> Self {
         Self {
-            millis: Arc::new(AtomicI64::new(start_millis)),
+            millis: Arc::new(AtomicI64::new(start.as_millisecond())),
         }
     }
 
     /// Moves the clock forward by `by`.
-    pub fn advance(&self, by: std::time::Duration) {
+    pub fn advance(&self, by: Duration) {
         let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
         self.millis.fetch_add(by, Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
-    fn now_millis(&self) -> i64 {
-        self.millis.load(Ordering::SeqCst)
+    fn now(&self) -> Timestamp {
+        from_millis(self.millis.load(Ordering::SeqCst))
     }
 }
 
-/// Formats epoch milliseconds as RFC 3339 UTC with millisecond precision,
-/// the form the A2A spec asks for (`2025-10-28T10:30:00.000Z`).
-pub fn rfc3339_millis(epoch_millis: i64) -> String {
-    match jiff::Timestamp::from_millisecond(epoch_millis) {
-        Ok(at) => at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-        // Outside years -9999..=9999: no store or clock here produces such a time.
-        Err(_) => "9999-12-31T23:59:59.999Z".to_owned(),
-    }
+/// `at` plus `by`, or the last representable instant: an expiry that far away never comes.
+pub fn later(at: Timestamp, by: Duration) -> Timestamp {
+    at.saturating_add(by).unwrap_or(Timestamp::MAX)
 }
 
-/// The UTC day of epoch milliseconds, `YYYY-MM-DD`.
-pub fn utc_day(epoch_millis: i64) -> String {
-    rfc3339_millis(epoch_millis)[..10].to_owned()
+/// `at` minus `by`, or the first representable instant.
+pub fn earlier(at: Timestamp, by: Duration) -> Timestamp {
+    at.saturating_sub(by).unwrap_or(Timestamp::MIN)
+}
+
+/// How long from `from` to `to`; zero when `to` is not later.
+pub fn elapsed(from: Timestamp, to: Timestamp) -> Duration {
+    Duration::try_from(to.duration_since(from)).unwrap_or(Duration::ZERO)
+}
+
+/// The instant `millis` after the Unix epoch, saturating at jiff's range (years -9999..=9999):
+/// the stores keep time as epoch milliseconds, and this reads them back.
+pub fn from_millis(millis: i64) -> Timestamp {
+    Timestamp::from_millisecond(millis).unwrap_or(if millis < 0 {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    })
+}
+
+/// Formats an instant as RFC 3339 UTC with millisecond precision, the form the A2A spec asks
+/// for (`2025-10-28T10:30:00.000Z`).
+pub fn rfc3339_millis(at: Timestamp) -> String {
+    at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+/// The UTC day of an instant, `YYYY-MM-DD`.
+pub fn utc_day(at: Timestamp) -> String {
+    at.strftime("%Y-%m-%d").to_string()
 }
 
 /// Parses `YYYY-MM-DD` (midnight UTC) or RFC 3339 (`YYYY-MM-DDTHH:MM:SS[.fff]` with `Z` or an
-/// offset such as `+02:00`) into epoch milliseconds. Nothing looser: no missing seconds, no
-/// missing offset, no space for the `T`.
-pub fn parse_rfc3339(text: &str) -> Option<i64> {
+/// offset such as `+02:00`). Nothing looser: no missing seconds, no missing offset, no space
+/// for the `T`.
+pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
     let b = text.as_bytes();
     if b.len() == 10 {
         let date: jiff::civil::Date = text.parse().ok()?;
-        let midnight = jiff::tz::TimeZone::UTC
+        return jiff::tz::TimeZone::UTC
             .to_timestamp(date.to_datetime(jiff::civil::Time::midnight()))
-            .ok()?;
-        return Some(midnight.as_millisecond());
+            .ok();
     }
     let shaped = b.len() >= 20
         && matches!(b[10], b'T' | b't')
@@ -105,8 +124,7 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     if !shaped {
         return None;
     }
-    let at: jiff::Timestamp = text.parse().ok()?;
-    Some(at.as_millisecond())
+    text.parse().ok()
 }
 
 /// Which way an age such as `24h` counts from now.
@@ -123,47 +141,56 @@ pub const TIME_SYNTAX: &str = "RFC 3339 with any offset (2027-01-31T09:00:00Z, 2
 
 /// The one time syntax of the command line and the admin API: RFC 3339 with any offset, a
 /// date (midnight UTC), or an age in minutes, hours or days counted from `now` the way
-/// `relative` says. Epoch milliseconds.
-pub fn parse_time(text: &str, now: i64, relative: Relative) -> Option<i64> {
+/// `relative` says.
+pub fn parse_time(text: &str, now: Timestamp, relative: Relative) -> Option<Timestamp> {
     let text = text.trim();
     if let Some(at) = parse_rfc3339(text) {
         return Some(at);
     }
-    let age = [("m", 60_000i64), ("h", 3_600_000), ("d", 86_400_000)]
+    let age = [("m", 60u64), ("h", 3_600), ("d", 86_400)]
         .into_iter()
         .find_map(|(suffix, unit)| {
             let digits = text.strip_suffix(suffix)?;
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
-            digits.parse::<i64>().ok()?.checked_mul(unit)
+            digits.parse::<u64>().ok()?.checked_mul(unit)
         })?;
-    Some(match relative {
-        Relative::Ago => now.saturating_sub(age),
-        Relative::FromNow => now.saturating_add(age),
-    })
+    let age = Duration::from_secs(age);
+    match relative {
+        Relative::Ago => now.checked_sub(age).ok(),
+        Relative::FromNow => now.checked_add(age).ok(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn at(millis: i64) -> Timestamp {
+        Timestamp::from_millisecond(millis).unwrap()
+    }
+
     #[test]
     fn formats_known_instants() {
-        assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339_millis(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(rfc3339_millis(at(0)), "1970-01-01T00:00:00.000Z");
         assert_eq!(
-            rfc3339_millis(1_798_761_599_999),
+            rfc3339_millis(at(951_782_400_123)),
+            "2000-02-29T00:00:00.123Z"
+        );
+        assert_eq!(
+            rfc3339_millis(at(1_798_761_599_999)),
             "2026-12-31T23:59:59.999Z"
         );
+        assert_eq!(utc_day(at(1_798_761_599_999)), "2026-12-31");
     }
 
     #[test]
     fn parses_what_it_formats() {
         for millis in [0, 1_795_996_800_123, 951_782_400_000, -86_400_000] {
-            assert_eq!(parse_rfc3339(&rfc3339_millis(millis)), Some(millis));
+            assert_eq!(parse_rfc3339(&rfc3339_millis(at(millis))), Some(at(millis)));
         }
-        assert_eq!(parse_rfc3339("2026-11-30"), Some(1_795_996_800_000));
+        assert_eq!(parse_rfc3339("2026-11-30"), Some(at(1_795_996_800_000)));
         for bad in [
             "2026-02-30",
             "2026-13-01",
@@ -180,30 +207,31 @@ mod tests {
     #[test]
     fn one_time_syntax_offsets_dates_and_ages() {
         let noon = parse_rfc3339("2026-11-30T12:00:00Z").unwrap();
+        let epoch = Timestamp::UNIX_EPOCH;
         for same in [
             "2026-11-30T12:00:00Z",
             "2026-11-30T13:00:00+01:00",
             "2026-11-30T07:00:00.000-05:00",
             " 2026-11-30T12:00:00z ",
         ] {
-            assert_eq!(parse_time(same, 0, Relative::Ago), Some(noon), "{same}");
+            assert_eq!(parse_time(same, epoch, Relative::Ago), Some(noon), "{same}");
         }
         assert_eq!(
-            parse_time("2026-11-30", 0, Relative::Ago),
+            parse_time("2026-11-30", epoch, Relative::Ago),
             parse_rfc3339("2026-11-30T00:00:00Z")
         );
-        let hour = 3_600_000;
+        let hour = Duration::from_secs(3_600);
         assert_eq!(
             parse_time("30m", noon, Relative::Ago),
-            Some(noon - hour / 2)
+            Some(earlier(noon, hour / 2))
         );
         assert_eq!(
             parse_time("24h", noon, Relative::Ago),
-            Some(noon - 24 * hour)
+            Some(earlier(noon, hour * 24))
         );
         assert_eq!(
             parse_time("7d", noon, Relative::FromNow),
-            Some(noon + 168 * hour)
+            Some(later(noon, hour * 168))
         );
         for bad in [
             "",
@@ -213,16 +241,29 @@ mod tests {
             "1.5h",
             "yesterday",
             "99999999999999999d",
+            "999999999d",
         ] {
             assert_eq!(parse_time(bad, noon, Relative::Ago), None, "{bad}");
         }
     }
 
     #[test]
+    fn arithmetic_saturates_instead_of_panicking() {
+        let far = Duration::from_secs(u64::MAX);
+        assert_eq!(later(Timestamp::UNIX_EPOCH, far), Timestamp::MAX);
+        assert_eq!(earlier(Timestamp::UNIX_EPOCH, far), Timestamp::MIN);
+        assert_eq!(from_millis(i64::MAX), Timestamp::MAX);
+        assert_eq!(from_millis(i64::MIN), Timestamp::MIN);
+        let (a, b) = (at(1_000), at(3_500));
+        assert_eq!(elapsed(a, b), Duration::from_millis(2_500));
+        assert_eq!(elapsed(b, a), Duration::ZERO);
+    }
+
+    #[test]
     fn manual_clock_moves_only_when_told() {
-        let clock = ManualClock::new(1_000);
-        assert_eq!(clock.now_millis(), 1_000);
-        clock.advance(std::time::Duration::from_secs(2));
-        assert_eq!(clock.now_millis(), 3_000);
+        let clock = ManualClock::new(at(1_000));
+        assert_eq!(clock.now(), at(1_000));
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(clock.now(), at(3_000));
     }
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use peergate::clock::{Clock, parse_rfc3339, rfc3339_millis};
+use peergate::clock::{Clock, Timestamp, later, parse_rfc3339, rfc3339_millis};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -139,14 +139,15 @@ fn task_state(response: &Value) -> String {
         .to_owned()
 }
 
-/// Milliseconds from `now` to one second past the next UTC midnight.
-fn to_next_day(now: i64) -> Duration {
+/// From `now` to one second past the next UTC midnight.
+fn to_next_day(now: Timestamp) -> Duration {
     let day = 86_400_000;
+    let now = now.as_millisecond();
     Duration::from_millis(u64::try_from(day - now.rem_euclid(day) + 1000).unwrap())
 }
 
-/// Milliseconds from `now` to one second into the next UTC month.
-fn to_next_month(now: i64) -> Duration {
+/// From `now` to one second into the next UTC month.
+fn to_next_month(now: Timestamp) -> Duration {
     let today = rfc3339_millis(now);
     let (year, month): (i64, u32) = (today[..4].parse().unwrap(), today[5..7].parse().unwrap());
     let (year, month) = if month == 12 {
@@ -155,7 +156,7 @@ fn to_next_month(now: i64) -> Duration {
         (year, month + 1)
     };
     let start = parse_rfc3339(&format!("{year:04}-{month:02}-01")).unwrap();
-    Duration::from_millis(u64::try_from(start - now + 1000).unwrap())
+    Duration::try_from(start.duration_since(now)).unwrap() + Duration::from_secs(1)
 }
 
 #[tokio::test]
@@ -205,7 +206,7 @@ async fn a_spent_budget_rejects_tasks_without_asking_the_model_until_the_day_ren
     assert_eq!(refusal["client"], "127.0.0.1");
 
     // Past midnight UTC the budget renews.
-    gw.clock.advance(to_next_day(gw.clock.now_millis()));
+    gw.clock.advance(to_next_day(gw.clock.now()));
     let response = send_text(&gw.door, &token, "a new day", None).await;
     assert_eq!(task_state(&response), "TASK_STATE_COMPLETED", "{response}");
     assert_eq!(model.requests().len(), 4);
@@ -225,13 +226,13 @@ async fn a_monthly_budget_outlasts_the_day_and_renews_with_the_month() {
     let rejected = send_text(&gw.door, &token, "more", None).await;
     assert!(reply_text(task_of(&rejected)).contains("monthly model budget of 30 tokens"));
     // A new day is not enough when the month's budget is spent, unless the month changed too.
-    let now = gw.clock.now_millis();
+    let now = gw.clock.now();
     if to_next_day(now) < to_next_month(now) {
         gw.clock.advance(to_next_day(now));
         let still = send_text(&gw.door, &token, "next day", None).await;
         assert_eq!(task_state(&still), "TASK_STATE_REJECTED", "{still}");
     }
-    gw.clock.advance(to_next_month(gw.clock.now_millis()));
+    gw.clock.advance(to_next_month(gw.clock.now()));
     let renewed = send_text(&gw.door, &token, "next month", None).await;
     assert_eq!(task_state(&renewed), "TASK_STATE_COMPLETED", "{renewed}");
     assert_eq!(model.requests().len(), 3);
@@ -546,7 +547,7 @@ async fn rotation_stops_the_old_token_at_once_or_after_the_grace_period() {
     assert_eq!(status, 200, "{rotated}");
     let third = rotated["token"].as_str().unwrap().to_owned();
     let until = parse_rfc3339(rotated["previousTokenValidUntil"].as_str().unwrap()).unwrap();
-    assert_eq!(until, gw.clock.now_millis() + 3_600_000);
+    assert_eq!(until, later(gw.clock.now(), Duration::from_secs(3_600)));
     assert_eq!(probe(second.clone()).await, 200);
     assert_eq!(probe(third.clone()).await, 200);
     gw.clock.advance(Duration::from_secs(3599));
@@ -1035,7 +1036,7 @@ fn base64_encode(text: &str) -> String {
 #[tokio::test]
 async fn a_peer_stops_at_its_expiry_by_the_gateway_clock() {
     let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
-    let in_an_hour = rfc3339_millis(gw.clock.now_millis() + 3_600_000);
+    let in_an_hour = rfc3339_millis(later(gw.clock.now(), Duration::from_secs(3_600)));
     let (status, created) = ada
         .post(
             "/v1/peers",
@@ -1177,15 +1178,15 @@ async fn the_scrape_token_opens_metrics_and_nothing_else() {
 #[tokio::test]
 async fn one_time_syntax_on_the_api_and_the_command_line() {
     let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
-    let now = gw.clock.now_millis();
-    let day = 86_400_000;
+    let now = gw.clock.now();
+    let day = Duration::from_secs(86_400);
     // An age is from now for an expiry, an offset is honoured, a date is midnight UTC.
     let (status, created) = ada
         .post("/v1/peers", json!({"name": "weekly", "expiresAt": "7d"}))
         .await;
     assert_eq!(status, 201, "{created}");
     let at = parse_rfc3339(created["peer"]["expiresAt"].as_str().unwrap()).unwrap();
-    assert_eq!(at, now + 7 * day);
+    assert_eq!(at, later(now, 7 * day));
     let (status, body) = ada
         .put(
             "/v1/peers/weekly/expiry",

@@ -89,7 +89,7 @@ async fn conditional_requests_get_304_without_a_body() {
 #[tokio::test]
 async fn last_modified_survives_a_restart_and_moves_only_when_the_card_changes() {
     let data = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(1_800_000_000_000);
+    let clock = ManualClock::new(peergate::clock::from_millis(1_800_000_000_000));
     // A fixed public URL: with port 0 the listen address, and so the card, would change.
     let fixed =
         || PolicyEdit::default().insert("server.public_base_url", "https://gateway.example.com");
@@ -237,7 +237,7 @@ async fn a_card_that_would_hold_empty_values_stops_start_up() {
     let policy = PolicyEdit::default()
         .set("card.skills.0.tags", [""])
         .policy();
-    let clock = ManualClock::new(0);
+    let clock = ManualClock::new(peergate::clock::Timestamp::UNIX_EPOCH);
     let result = start(gateway_options(policy, data.path(), Arc::new(clock))).await;
     let message = result.err().expect("start-up must fail").to_string();
     assert!(message.contains("empty value"), "{message}");

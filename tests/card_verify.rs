@@ -581,7 +581,7 @@ async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_coold
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let clock = ManualClock::new(0);
+    let clock = ManualClock::new(peergate::clock::Timestamp::UNIX_EPOCH);
     let policy = FetchPolicy {
         dangerous_allow_http_loopback: true,
         ..Default::default()
@@ -657,7 +657,7 @@ async fn a_failed_refetch_keeps_the_good_key_set_and_a_slow_key_server_blocks_no
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let clock = ManualClock::new(0);
+    let clock = ManualClock::new(peergate::clock::Timestamp::UNIX_EPOCH);
     let policy = FetchPolicy {
         dangerous_allow_http_loopback: true,
         ..Default::default()

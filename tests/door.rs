@@ -436,8 +436,10 @@ async fn list_tasks_shows_the_callers_tasks_newest_first_a_page_at_a_time() {
         let refused = list_tasks(&gw.door, &alice, json!({"status": wrong})).await;
         assert_eq!(refused["error"]["code"], -32602, "{wrong}: {refused}");
     }
-    let since =
-        peergate::clock::rfc3339_millis(peergate::clock::Clock::now_millis(&gw.clock) - 1_500);
+    let since = peergate::clock::rfc3339_millis(peergate::clock::earlier(
+        peergate::clock::Clock::now(&gw.clock),
+        Duration::from_millis(1_500),
+    ));
     let recent = list_tasks(&gw.door, &alice, json!({"statusTimestampAfter": since})).await;
     assert_eq!(recent["result"]["totalSize"], 2, "{recent}");
 
@@ -1190,11 +1192,15 @@ async fn the_sweeper_removes_expired_tasks_from_the_store() {
     send_text(&gw.door, &token, "one", None).await;
     send_text(&gw.door, &token, "two", None).await;
     let store = TestStore::from_env().open(gw.data.path()).await;
-    let now = peergate::clock::Clock::now_millis(&gw.clock);
+    let now = peergate::clock::Clock::now(&gw.clock);
     assert_eq!(store.tasks().delete_expired_tasks(now).await.unwrap(), 0);
-    let day = 24 * 3600 * 1000;
+    let day = Duration::from_secs(24 * 3600);
     assert_eq!(
-        store.tasks().delete_expired_tasks(now + day).await.unwrap(),
+        store
+            .tasks()
+            .delete_expired_tasks(peergate::clock::later(now, day))
+            .await
+            .unwrap(),
         2
     );
     store.close().await;

@@ -474,8 +474,13 @@ fn access_tokens_jsonwebtoken_signs_verify_under_peergates_verifier() {
         };
         let token = jsonwebtoken::encode(&header, &claims, &key).unwrap();
         let parsed = access_token::parse(&token, false).unwrap();
-        let verified = access_token::verify(&parsed, &keys, &rules, now * 1000)
-            .unwrap_or_else(|e| panic!("{alg:?}: {e}"));
+        let verified = access_token::verify(
+            &parsed,
+            &keys,
+            &rules,
+            peergate::clock::from_millis(now * 1000),
+        )
+        .unwrap_or_else(|e| panic!("{alg:?}: {e}"));
         assert_eq!(verified.subject, "partner");
         // The same signature over a changed claim.
         let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
@@ -485,7 +490,13 @@ fn access_tokens_jsonwebtoken_signs_verify_under_peergates_verifier() {
         let forged = parts.join(".");
         let parsed = access_token::parse(&forged, false).unwrap();
         assert!(
-            access_token::verify(&parsed, &keys, &rules, now * 1000).is_err(),
+            access_token::verify(
+                &parsed,
+                &keys,
+                &rules,
+                peergate::clock::from_millis(now * 1000)
+            )
+            .is_err(),
             "{alg:?}: a changed claim verified"
         );
     }

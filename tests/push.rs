@@ -538,7 +538,7 @@ async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_
     receiver.answer(500);
     let data = tempfile::tempdir().unwrap();
     let policy: Policy = push_policy().policy();
-    let clock = ManualClock::new(SystemClock.now_millis());
+    let clock = ManualClock::new(SystemClock.now());
     // Added before the server starts: this test's thread runs the server too, so it could not
     // apply a change the command line announces while the thread waits for the command.
     let alice = add_peer(data.path(), "alice");
@@ -618,7 +618,7 @@ async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_
     // Started again on the same store (and key), with the receiver back: every state is
     // delivered, the one that failed before the stop included.
     receiver.answer(200);
-    let clock = ManualClock::new(clock.now_millis());
+    let clock = ManualClock::new(clock.now());
     // Past the claim of an attempt the stop may have cut short (the timeout and 15 s).
     clock.advance(Duration::from_secs(60));
     let gw = peergate::app::start(gateway_options(policy, data.path(), Arc::new(clock)))
@@ -788,14 +788,14 @@ async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String
         peer_id: peer_id.clone(),
         url: url.to_owned(),
         sealed: push.key.seal("t1", "c1", &Default::default()),
-        created_at: 1,
+        created_at: peergate::clock::from_millis(1),
     };
     let delivering = peergate::push::deliver::spawn(push.clone()).unwrap();
     for (state, with) in [
         ("TASK_STATE_WORKING", Some(config)),
         ("TASK_STATE_COMPLETED", None),
     ] {
-        let now = SystemClock.now_millis();
+        let now = SystemClock.now();
         store
             .tasks()
             .save_exchange(Exchange {
@@ -805,7 +805,7 @@ async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String
                 state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
                 task_json: format!("{{\"id\":\"t1\",\"status\":{{\"state\":\"{state}\"}}}}"),
                 now,
-                expires_at: now + 60_000,
+                expires_at: peergate::clock::later(now, Duration::from_secs(60)),
                 messages: Vec::new(),
                 usage: None,
                 audit: None,

@@ -14,6 +14,11 @@ use peergate::token::{self, CredentialKind};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The instant `millis` after the epoch (the stores keep milliseconds).
+fn at(millis: i64) -> peergate::clock::Timestamp {
+    peergate::clock::from_millis(millis)
+}
+
 /// Every engine this machine can run, each with a fresh store.
 async fn engines() -> Vec<(&'static str, Store, tempfile::TempDir)> {
     let mut stores = Vec::new();
@@ -53,7 +58,7 @@ fn admin(id: &str, name: &str) -> AdminRecord {
         model_allowed: true,
         tokens_per_day: Some(500),
         tokens_per_month: None,
-        created_at: 1,
+        created_at: at(1),
     }
 }
 
@@ -64,17 +69,17 @@ fn peer(id: &str, name: &str, owner: &str) -> PeerRecord {
         status: PeerStatus::Active,
         rate_per_minute: 30,
         max_streams: Some(12),
-        created_at: 2,
+        created_at: at(2),
         last_used_at: None,
         owner_id: owner.into(),
         owner_name: String::new(),
-        expires_at: Some(10_000),
+        expires_at: Some(at(10_000)),
     }
 }
 
 fn entry(action: AuditAction) -> AuditEntry {
     AuditEntry {
-        at: 5,
+        at: at(5),
         actor: "operator".into(),
         action,
         target: "peer:alice".into(),
@@ -104,7 +109,7 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
                 CredentialKind::PeerToken,
                 &issued.token_id,
                 &issued.secret_hash,
-                3,
+                at(3),
             )
             .await
             .unwrap();
@@ -146,14 +151,14 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
         );
         assert_eq!(
             found.valid_until,
-            Some(10_000),
+            Some(at(10_000)),
             "{engine}: the peer's expiry"
         );
 
         // A grace period shorter than the peer's expiry wins; revocation ends it.
         let mut change = store.accounts().begin_change().await.unwrap();
         change
-            .expire_credentials(&"peer_1".into(), CredentialKind::PeerToken, 7_000)
+            .expire_credentials(&"peer_1".into(), CredentialKind::PeerToken, at(7_000))
             .await
             .unwrap();
         change.commit().await.unwrap();
@@ -163,9 +168,9 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(found.valid_until, Some(7_000), "{engine}");
+        assert_eq!(found.valid_until, Some(at(7_000)), "{engine}");
         let mut change = store.accounts().begin_change().await.unwrap();
-        change.revoke_peer(&"peer_1".into(), 8).await.unwrap();
+        change.revoke_peer(&"peer_1".into(), at(8)).await.unwrap();
         change.commit().await.unwrap();
         let found = store
             .credentials()
@@ -175,7 +180,7 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
             .unwrap();
         assert!(!found.active, "{engine}");
 
-        let audit = store.accounts().audit_since(0, None).await.unwrap();
+        let audit = store.accounts().audit_since(at(0), None).await.unwrap();
         let actions: Vec<AuditAction> = audit.iter().map(|r| r.entry.action).collect();
         assert_eq!(
             actions,
@@ -196,8 +201,8 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             context_id: "ctx".into(),
             state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
             task_json: format!("{{\"id\":\"{task}\",\"state\":\"{state}\"}}"),
-            now,
-            expires_at: now + 1_000,
+            now: at(now),
+            expires_at: at(now + 1_000),
             messages: if text.is_empty() {
                 Vec::new()
             } else {
@@ -264,7 +269,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         // Another peer reads nothing; a working task is found by the sweep with its instance.
         assert!(
             tasks
-                .find_task(&"peer_2".into(), "t1", 100)
+                .find_task(&"peer_2".into(), "t1", at(100))
                 .await
                 .unwrap()
                 .is_none(),
@@ -272,7 +277,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         );
         assert!(
             tasks
-                .find_task(&"peer_1".into(), "t1", 100)
+                .find_task(&"peer_1".into(), "t1", at(100))
                 .await
                 .unwrap()
                 .is_some(),
@@ -282,7 +287,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         assert_eq!(working.len(), 1, "{engine}");
         assert_eq!(working[0].instance.as_deref(), Some("ins_a"), "{engine}");
         tasks
-            .finish_working_task("t3", "TASK_STATE_FAILED", "{}", 103)
+            .finish_working_task("t3", "TASK_STATE_FAILED", "{}", at(103))
             .await
             .unwrap();
         assert!(
@@ -295,13 +300,13 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             .await
             .unwrap();
         let t3 = tasks
-            .find_task(&"peer_1".into(), "t3", 103)
+            .find_task(&"peer_1".into(), "t3", at(103))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(t3, "{}", "{engine}");
         assert_eq!(
-            tasks.delete_expired_tasks(10_000).await.unwrap(),
+            tasks.delete_expired_tasks(at(10_000)).await.unwrap(),
             3,
             "{engine}"
         );
@@ -310,24 +315,24 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         let documents = store.documents();
         assert_eq!(
             documents
-                .document_modified_at("card", "\"a\"", 1)
+                .document_modified_at("card", "\"a\"", at(1))
                 .await
                 .unwrap(),
-            1
+            at(1)
         );
         assert_eq!(
             documents
-                .document_modified_at("card", "\"a\"", 2)
+                .document_modified_at("card", "\"a\"", at(2))
                 .await
                 .unwrap(),
-            1
+            at(1)
         );
         assert_eq!(
             documents
-                .document_modified_at("card", "\"b\"", 3)
+                .document_modified_at("card", "\"b\"", at(3))
                 .await
                 .unwrap(),
-            3
+            at(3)
         );
         store.close().await;
         // A closed store refuses exchanges, and SQLite leaves no log beside its file.
@@ -355,7 +360,7 @@ async fn the_push_notification_queue_on_every_engine() {
             peer_id: "peer_1".into(),
             url: format!("https://hooks.example.com/{id}"),
             sealed: format!("sealed-{id}"),
-            created_at: 1,
+            created_at: at(1),
         };
         let state =
             |task: &str, state: &'static str, now: i64, with: Option<PushConfigRecord>| Exchange {
@@ -364,8 +369,8 @@ async fn the_push_notification_queue_on_every_engine() {
                 context_id: "ctx".into(),
                 state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
                 task_json: format!("{{\"id\":\"{task}\",\"state\":\"{state}\"}}"),
-                now,
-                expires_at: 5_000,
+                now: at(now),
+                expires_at: at(5_000),
                 messages: Vec::new(),
                 usage: None,
                 audit: None,
@@ -421,7 +426,7 @@ async fn the_push_notification_queue_on_every_engine() {
         let claimed = |now: i64, until: i64| {
             let push = push.clone();
             async move {
-                let mut due = push.claim_deliveries(now, until, 10).await.unwrap();
+                let mut due = push.claim_deliveries(at(now), at(until), 10).await.unwrap();
                 due.sort_by(|x, y| x.config_id.cmp(&y.config_id));
                 due
             }
@@ -443,7 +448,7 @@ async fn the_push_notification_queue_on_every_engine() {
         let again = claimed(10_300, 20_300).await;
         assert_eq!(again.len(), 2, "{engine}");
         let late = first[0].claimed_until;
-        push.record_delivery(first[0].id, late, DeliveryOutcome::Delivered, "", 400)
+        push.record_delivery(first[0].id, late, DeliveryOutcome::Delivered, "", at(400))
             .await
             .unwrap();
         let current = claimed(20_300, 20_350).await;
@@ -457,16 +462,16 @@ async fn the_push_notification_queue_on_every_engine() {
             current[0].claimed_until,
             DeliveryOutcome::Delivered,
             "",
-            20_301,
+            at(20_301),
         )
         .await
         .unwrap();
         push.record_delivery(
             current[1].id,
             current[1].claimed_until,
-            DeliveryOutcome::RetryAt(30_000),
+            DeliveryOutcome::RetryAt(at(30_000)),
             "HTTP 503",
-            20_301,
+            at(20_301),
         )
         .await
         .unwrap();
@@ -497,7 +502,7 @@ async fn the_push_notification_queue_on_every_engine() {
             retried[0].claimed_until,
             DeliveryOutcome::GiveUp,
             "HTTP 503",
-            30_001,
+            at(30_001),
         )
         .await
         .unwrap();
@@ -512,7 +517,7 @@ async fn the_push_notification_queue_on_every_engine() {
             ("alice", 2, "HTTP 503"),
             "{engine}"
         );
-        assert_eq!(dead[0].failed_at, 30_001);
+        assert_eq!(dead[0].failed_at, at(30_001));
         assert!(
             push.failed_deliveries(Some("adm_2"), 10)
                 .await
@@ -549,12 +554,12 @@ async fn the_push_notification_queue_on_every_engine() {
             working.claimed_until,
             DeliveryOutcome::Delivered,
             "",
-            600,
+            at(600),
         )
         .await
         .unwrap();
         tasks
-            .finish_working_task("t2", "TASK_STATE_FAILED", "{\"failed\":1}", 800)
+            .finish_working_task("t2", "TASK_STATE_FAILED", "{\"failed\":1}", at(800))
             .await
             .unwrap();
         tasks
@@ -573,7 +578,7 @@ async fn the_push_notification_queue_on_every_engine() {
             swept[0].claimed_until,
             DeliveryOutcome::Delivered,
             "",
-            40_201,
+            at(40_201),
         )
         .await
         .unwrap();
@@ -584,7 +589,7 @@ async fn the_push_notification_queue_on_every_engine() {
             .await
             .unwrap();
         assert!(
-            push.claim_deliveries(60_000, 70_000, 10)
+            push.claim_deliveries(at(60_000), at(70_000), 10)
                 .await
                 .unwrap()
                 .iter()
@@ -592,7 +597,7 @@ async fn the_push_notification_queue_on_every_engine() {
             "{engine}"
         );
         // Expired tasks take their configs and deliveries with them.
-        tasks.delete_expired_tasks(5_000).await.unwrap();
+        tasks.delete_expired_tasks(at(5_000)).await.unwrap();
         assert!(
             push.push_configs(&"peer_1".into(), "t1", None, 10)
                 .await
@@ -747,7 +752,12 @@ async fn the_audit_log_is_append_only_in_postgresql_too() {
         );
     }
     assert_eq!(
-        store.accounts().audit_since(0, None).await.unwrap().len(),
+        store
+            .accounts()
+            .audit_since(at(0), None)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     store.close().await;
@@ -799,8 +809,8 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
                 context_id: "ctx".into(),
                 state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
                 task_json: format!("{{\"id\":\"t1\",\"state\":\"{state}\"}}"),
-                now,
-                expires_at: now + 1_000_000,
+                now: at(now),
+                expires_at: at(now + 1_000_000),
                 messages: Vec::new(),
                 usage: None,
                 audit: None,
@@ -853,10 +863,14 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
         );
         // A sweep of turns older than the continuation leaves it alone; it names ins_b.
         assert!(
-            tasks.working_tasks(Some(5_000)).await.unwrap().is_empty(),
+            tasks
+                .working_tasks(Some(at(5_000)))
+                .await
+                .unwrap()
+                .is_empty(),
             "{engine}"
         );
-        let working = tasks.working_tasks(Some(20_000)).await.unwrap();
+        let working = tasks.working_tasks(Some(at(20_000))).await.unwrap();
         assert_eq!(working.len(), 1, "{engine}");
         assert_eq!(working[0].instance.as_deref(), Some("ins_b"), "{engine}");
         // Finished, it stays finished.
@@ -869,7 +883,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
             .await
             .unwrap();
         let stored = tasks
-            .find_task(&"peer_1".into(), "t1", 10_300)
+            .find_task(&"peer_1".into(), "t1", at(10_300))
             .await
             .unwrap()
             .unwrap();

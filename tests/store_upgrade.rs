@@ -91,7 +91,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let created = i64::from_str_radix(&FIRST_TASK.replace('-', "")[..12], 16).unwrap();
     let task = store
         .tasks()
-        .find_task(&alice.id, FIRST_TASK, created)
+        .find_task(&alice.id, FIRST_TASK, peergate::clock::from_millis(created))
         .await
         .unwrap()
         .expect("the answered task survives the upgrade");
@@ -116,7 +116,11 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
         .await
         .unwrap();
     assert_eq!(spent, 380);
-    let audit = store.accounts().audit_since(0, None).await.unwrap();
+    let audit = store
+        .accounts()
+        .audit_since(peergate::clock::Timestamp::UNIX_EPOCH, None)
+        .await
+        .unwrap();
     assert_eq!(audit.len(), 12);
     store.close().await;
 

@@ -35,7 +35,7 @@ pub use crate::a2a::events::{BUFFERED_BYTES, EventStream, StreamEvent, StreamRef
 use crate::a2a::service::{A2aService, Caller, SignedCard};
 use crate::admin::budget::Budgets;
 use crate::backend::{BackendError, ModelBackend, Prompt};
-use crate::clock::{Clock, rfc3339_millis};
+use crate::clock::{Clock, Timestamp, later, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::metrics::{FinalState, Metrics};
 use crate::protocol::error::A2aError;

@@ -18,7 +18,7 @@
 //! budget is not overshot once per instance; while the shared counters cannot be read, each
 //! instance counts on its own as above.
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp, elapsed};
 use crate::shared::spend::SharedSpend;
 use crate::store::{ExchangeUsage, StoreError, UsageStore};
 use std::collections::HashMap;
@@ -84,7 +84,7 @@ impl BudgetRefusal {
 #[derive(Debug, Clone)]
 struct CachedBudget {
     budget: Budget,
-    at_millis: i64,
+    at: Timestamp,
 }
 
 #[derive(Debug, Clone)]
@@ -96,15 +96,18 @@ struct Spent {
     month_tokens: u64,
 }
 
-const DAY_MILLIS: i64 = 86_400_000;
+/// Days since the epoch (UTC) of an instant.
+fn day_index(at: Timestamp) -> i64 {
+    at.as_second().div_euclid(86_400)
+}
 
 /// The budgets of every administrator, as the running gateway sees them.
 pub struct Budgets {
     store: Arc<dyn UsageStore>,
     clock: Arc<dyn Clock>,
     defaults: BudgetDefaults,
-    ttl_millis: i64,
-    /// Settings by administrator, bounded in number; fresh for `ttl_millis` by the gateway's
+    ttl: Duration,
+    /// Settings by administrator, bounded in number; fresh for `ttl` by the gateway's
     /// clock (so tests move time), and dropped by the cache itself some time after.
     settings: moka::sync::Cache<String, CachedBudget>,
     spent: Mutex<HashMap<String, Spent>>,
@@ -121,8 +124,8 @@ impl std::fmt::Debug for Budgets {
 }
 
 /// The UTC day (`YYYY-MM-DD`) and month (`YYYY-MM`) of an instant.
-pub fn day_and_month(millis: i64) -> (String, String) {
-    let day = crate::clock::utc_day(millis);
+pub fn day_and_month(at: Timestamp) -> (String, String) {
+    let day = crate::clock::utc_day(at);
     let month = day[..7].to_owned();
     (day, month)
 }
@@ -139,7 +142,7 @@ impl Budgets {
             store,
             clock,
             defaults,
-            ttl_millis: i64::try_from(cache.as_millis()).unwrap_or(i64::MAX),
+            ttl: cache,
             settings: moka::sync::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(cache.max(Duration::from_secs(1)))
@@ -178,8 +181,8 @@ impl Budgets {
 
     /// Counts `tokens` against `owner_id` and returns what the store must record.
     pub fn record(&self, owner_id: &str, tokens: u64) -> ExchangeUsage {
-        let now = self.clock.now_millis();
-        let today = now.div_euclid(DAY_MILLIS);
+        let now = self.clock.now();
+        let today = day_index(now);
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
         let day = match spent.get_mut(owner_id) {
             Some(entry) if entry.day_index == today => {
@@ -213,7 +216,7 @@ impl Budgets {
 
     /// Forgets everything cached (call periodically to bound memory).
     pub fn purge(&self) {
-        let today = self.clock.now_millis().div_euclid(DAY_MILLIS);
+        let today = day_index(self.clock.now());
         self.spent
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -223,9 +226,9 @@ impl Budgets {
 
     /// The effective budget of `owner_id` (cached).
     pub async fn budget(&self, owner_id: &str) -> Result<Budget, StoreError> {
-        let now = self.clock.now_millis();
+        let now = self.clock.now();
         if let Some(cached) = self.settings.get(owner_id)
-            && now - cached.at_millis < self.ttl_millis
+            && elapsed(cached.at, now) < self.ttl
         {
             return Ok(cached.budget);
         }
@@ -244,13 +247,8 @@ impl Budgets {
                 tokens_per_month: None,
             },
         };
-        self.settings.insert(
-            owner_id.to_owned(),
-            CachedBudget {
-                budget,
-                at_millis: now,
-            },
-        );
+        self.settings
+            .insert(owner_id.to_owned(), CachedBudget { budget, at: now });
         Ok(budget)
     }
 
@@ -262,7 +260,7 @@ impl Budgets {
         day: &str,
         (day_tokens, month_tokens): (u64, u64),
     ) {
-        let day_index = self.clock.now_millis().div_euclid(DAY_MILLIS);
+        let day_index = day_index(self.clock.now());
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
         match spent.get_mut(owner_id) {
             Some(entry) if entry.day_index == day_index => {
@@ -284,7 +282,7 @@ impl Budgets {
     /// Tokens spent today and this month: (day, month).
     async fn spent(&self, owner_id: &str) -> Result<(u64, u64), StoreError> {
         if let Some(shared) = &self.shared {
-            let (day, month) = day_and_month(self.clock.now_millis());
+            let (day, month) = day_and_month(self.clock.now());
             match shared.spent(owner_id, &day, &month).await {
                 Ok(Some(spent)) => {
                     self.remember_shared_reading(owner_id, &day, spent);
@@ -303,8 +301,8 @@ impl Budgets {
                 Err(_) => {}
             }
         }
-        let now = self.clock.now_millis();
-        let today = now.div_euclid(DAY_MILLIS);
+        let now = self.clock.now();
+        let today = day_index(now);
         if let Some(spent) = self
             .spent
             .lock()

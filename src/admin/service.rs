@@ -5,7 +5,7 @@
 //! (another administrator's peer, a bad value) leaves an audit record of the refusal instead.
 //! Audit records are built from names, ids and numbers only, never from a secret.
 
-use crate::clock::{Clock, rfc3339_millis};
+use crate::clock::{Clock, Timestamp, rfc3339_millis};
 use crate::config::{MAX_RATE_PER_MINUTE, MAX_STREAMS_PER_PEER};
 use crate::layers::auth::password::{MIN_PASSWORD_CHARS, PasswordChecker, hash_password};
 use crate::shared::changes::{Change, ChangeNotifier};
@@ -169,8 +169,8 @@ pub struct NewPeer {
     pub owner: Option<String>,
     /// Its quota; the policy's default when absent.
     pub rate_per_minute: Option<u32>,
-    /// When it stops being let in, epoch ms.
-    pub expires_at: Option<i64>,
+    /// When it stops being let in.
+    pub expires_at: Option<Timestamp>,
 }
 
 /// A change to an administrator's budget; absent fields stay as they are.
@@ -191,8 +191,8 @@ pub struct Rotated {
     pub peer: PeerRecord,
     /// The new token; shown once.
     pub token: String,
-    /// Until when the old token still works (epoch ms); `None` when it stopped at once.
-    pub previous_valid_until: Option<i64>,
+    /// Until when the old token still works; `None` when it stopped at once.
+    pub previous_valid_until: Option<Timestamp>,
 }
 
 /// Administrators, peers, credentials, conversations and the audit log, under one set of rules.
@@ -279,17 +279,17 @@ fn issue(kind: CredentialKind) -> Result<token::IssuedToken, ServiceError> {
 
 /// The furthest an expiry may lie ahead: anything later is a mistake (a year typed with an
 /// extra digit), and "never" is said by no expiry at all.
-const LONGEST_EXPIRY_MS: i64 = 100 * 366 * 24 * 3600 * 1000;
+const LONGEST_EXPIRY: std::time::Duration = std::time::Duration::from_secs(100 * 366 * 24 * 3600);
 
 /// Refuses an expiry that is not in the future, or lies more than a hundred years ahead.
-fn check_future(expires_at: Option<i64>, now: i64) -> Result<(), ServiceError> {
+fn check_future(expires_at: Option<Timestamp>, now: Timestamp) -> Result<(), ServiceError> {
     if expires_at.is_some_and(|at| at <= now) {
         return Err(ServiceError::Invalid {
             field: "expiry",
             reason: "must be in the future (revoke the peer to stop it now)".to_owned(),
         });
     }
-    if expires_at.is_some_and(|at| at > now.saturating_add(LONGEST_EXPIRY_MS)) {
+    if expires_at.is_some_and(|at| at > crate::clock::later(now, LONGEST_EXPIRY)) {
         return Err(ServiceError::Invalid {
             field: "expiry",
             reason:
@@ -352,7 +352,7 @@ impl AccountService {
         owner_id: Option<&str>,
     ) -> AuditEntry {
         AuditEntry {
-            at: self.clock.now_millis(),
+            at: self.clock.now(),
             actor: caller.actor.label(),
             action,
             target: target.to_owned(),
@@ -481,7 +481,7 @@ impl AccountService {
                     model_allowed: true,
                     tokens_per_day: None,
                     tokens_per_month: None,
-                    created_at: self.clock.now_millis(),
+                    created_at: self.clock.now(),
                 };
                 let mut tx = self.store.accounts().begin_change().await?;
                 tx.insert_admin(&admin, phc.as_deref())
@@ -546,7 +546,7 @@ impl AccountService {
             Operation::new(caller, AuditAction::AdminDisabled, &target),
             async |op| {
                 let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
-                tx.disable_admin(&admin.id, self.clock.now_millis()).await?;
+                tx.disable_admin(&admin.id, self.clock.now()).await?;
                 self.finish_admin_change(tx, op, String::new(), &admin.id)
                     .await
             },
@@ -581,8 +581,7 @@ impl AccountService {
             Operation::new(caller, AuditAction::AdminTokensRevoked, &target),
             async |op| {
                 let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
-                tx.revoke_admin_tokens(&admin.id, self.clock.now_millis())
-                    .await?;
+                tx.revoke_admin_tokens(&admin.id, self.clock.now()).await?;
                 self.commit_with_audit(tx, op, String::new(), Some(&admin.id))
                     .await
             },
@@ -633,13 +632,9 @@ impl AccountService {
                     }
                 })?;
                 let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
-                tx.bind_admin_identity(
-                    &admin.id,
-                    (issuer, &identity.subject),
-                    self.clock.now_millis(),
-                )
-                .await
-                .map_err(store_conflict)?;
+                tx.bind_admin_identity(&admin.id, (issuer, &identity.subject), self.clock.now())
+                    .await
+                    .map_err(store_conflict)?;
                 self.commit_with_audit(
                     tx,
                     op,
@@ -712,7 +707,7 @@ impl AccountService {
                     &admin.id,
                     &issued.token_id,
                     &issued.secret_hash,
-                    self.clock.now_millis(),
+                    self.clock.now(),
                 )
                 .await?;
                 self.commit_with_audit(
@@ -828,7 +823,7 @@ impl AccountService {
                 check_peer_name(&new.name)?;
                 let rate = new.rate_per_minute.unwrap_or(self.defaults.rate_per_minute);
                 check_rate(rate)?;
-                let now = self.clock.now_millis();
+                let now = self.clock.now();
                 check_future(new.expires_at, now)?;
                 let issued = issue(CredentialKind::PeerToken)?;
                 let mut tx = self.store.accounts().begin_change().await?;
@@ -935,7 +930,7 @@ impl AccountService {
             model_allowed: true,
             tokens_per_day: None,
             tokens_per_month: None,
-            created_at: self.clock.now_millis(),
+            created_at: self.clock.now(),
         };
         tx.insert_admin(&admin, None)
             .await
@@ -1021,7 +1016,7 @@ impl AccountService {
                         "peer \"{name}\" is revoked; reinstate it first"
                     )));
                 }
-                tx.bind_identity(&peer.id, identity, self.clock.now_millis())
+                tx.bind_identity(&peer.id, identity, self.clock.now())
                     .await
                     .map_err(store_conflict)?;
                 self.finish_change(tx, op, &peer, identity.describe()).await
@@ -1140,12 +1135,12 @@ impl AccountService {
         .await
     }
 
-    /// Sets (or with `None` clears) a peer's expiry, epoch ms.
+    /// Sets (or with `None` clears) a peer's expiry.
     pub async fn set_expiry(
         &self,
         caller: &Caller,
         name: &str,
-        expires_at: Option<i64>,
+        expires_at: Option<Timestamp>,
     ) -> Result<(), ServiceError> {
         self.audited(
             Operation::new(
@@ -1154,10 +1149,11 @@ impl AccountService {
                 format!("peer:{name}"),
             ),
             async |op| {
-                check_future(expires_at, self.clock.now_millis())?;
+                check_future(expires_at, self.clock.now())?;
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
                 tx.set_peer_expiry(&peer.id, expires_at).await?;
-                let show = |at: Option<i64>| at.map_or_else(|| "never".to_owned(), rfc3339_millis);
+                let show =
+                    |at: Option<Timestamp>| at.map_or_else(|| "never".to_owned(), rfc3339_millis);
                 let detail = format!("expiry {} -> {}", show(peer.expires_at), show(expires_at));
                 self.finish_change(tx, op, &peer, detail).await
             },
@@ -1201,7 +1197,7 @@ impl AccountService {
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
                 let peer = active(peer)?;
                 let issued = issue(CredentialKind::ApiKey)?;
-                let now = self.clock.now_millis();
+                let now = self.clock.now();
                 tx.revoke_credentials(&peer.id, Some(CredentialKind::ApiKey), now)
                     .await?;
                 tx.insert_credential(
@@ -1245,14 +1241,14 @@ impl AccountService {
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
                 let peer = active(peer)?;
                 let issued = issue(CredentialKind::PeerToken)?;
-                let now = self.clock.now_millis();
+                let now = self.clock.now();
                 let previous_valid_until = if grace_seconds == 0 {
                     tx.revoke_credentials(&peer.id, Some(CredentialKind::PeerToken), now)
                         .await?;
                     None
                 } else {
-                    // At most 30 days of milliseconds: no overflow.
-                    let until = now + i64::try_from(grace_seconds * 1000).unwrap_or(i64::MAX / 2);
+                    let until =
+                        crate::clock::later(now, std::time::Duration::from_secs(grace_seconds));
                     tx.expire_credentials(&peer.id, CredentialKind::PeerToken, until)
                         .await?;
                     Some(until)
@@ -1295,7 +1291,7 @@ impl AccountService {
             ),
             async |op| {
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
-                tx.revoke_peer(&peer.id, self.clock.now_millis()).await?;
+                tx.revoke_peer(&peer.id, self.clock.now()).await?;
                 let detail = "peer revoked with all its credentials".to_owned();
                 self.finish_change(tx, op, &peer, detail).await
             },
@@ -1324,7 +1320,7 @@ impl AccountService {
                     CredentialKind::PeerToken,
                     &issued.token_id,
                     &issued.secret_hash,
-                    self.clock.now_millis(),
+                    self.clock.now(),
                 )
                 .await?;
                 let detail = format!("reinstated with new token id {}", issued.token_id);
@@ -1434,12 +1430,12 @@ impl AccountService {
         Ok((total, peers))
     }
 
-    /// Audit records since `since` (epoch ms): the caller's own account, or all for the
+    /// Audit records since `since`: the caller's own account, or all for the
     /// operator.
     pub async fn audit(
         &self,
         caller: &Caller,
-        since: i64,
+        since: Timestamp,
     ) -> Result<Vec<AuditRecord>, ServiceError> {
         Ok(self
             .store

@@ -2,6 +2,7 @@
 
 use super::{GatewayOptions, StartError, config};
 use crate::a2a::card;
+use crate::clock::Timestamp;
 use crate::guard::scheme::Scheme;
 use crate::http::document::{self, CachedDocument};
 use crate::jose::{keys, sign};
@@ -32,7 +33,7 @@ impl Documents {
     ) -> Result<Self, StartError> {
         let issuers = &identities.issuers;
         let policy = &options.policy;
-        let now = options.clock.now_millis();
+        let now = options.clock.now();
         let today = crate::clock::utc_day(now);
         let policy_keys = policy
             .signing
@@ -106,7 +107,7 @@ fn issuer_extended_cards(
     public_card: &serde_json::Value,
     issuers: &[card::IssuerCard],
     (signing_keys, jku): (&[sign::CardSigningKey], Option<&str>),
-    now: i64,
+    now: Timestamp,
 ) -> Result<IssuerExtended, StartError> {
     let mut issuer_extended = std::collections::HashMap::new();
     for issuer in issuers.iter().filter(|i| !i.public) {
@@ -140,12 +141,12 @@ pub(super) async fn build_jwks(
     store: &Store,
     published: &[keys::PublishedKey],
     today: &str,
-    now_millis: i64,
+    now: Timestamp,
 ) -> Result<CachedDocument, StoreError> {
     let bytes = Bytes::from(keys::jwks_on(published, today).to_string());
     let changed = store
         .documents()
-        .document_modified_at("jwks", &document::etag_for(&bytes), now_millis)
+        .document_modified_at("jwks", &document::etag_for(&bytes), now)
         .await?;
     Ok(CachedDocument::new(bytes, changed, "public, max-age=300"))
 }

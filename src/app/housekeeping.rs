@@ -53,9 +53,9 @@ pub(super) async fn housekeeping(
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
-        let today = crate::clock::utc_day(clock.now_millis());
+        let today = crate::clock::utc_day(clock.now());
         if today != jwks.day {
-            match build_jwks(&store, &jwks.published, &today, clock.now_millis()).await {
+            match build_jwks(&store, &jwks.published, &today, clock.now()).await {
                 Ok(document) => {
                     *jwks.document.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(document);
                     jwks.day = today;
@@ -66,8 +66,7 @@ pub(super) async fn housekeeping(
         caches.purge();
         // A task still working past the request timeout lost its turn (its answer could not be
         // stored): say so instead of leaving it working until the next start.
-        let cutoff =
-            clock.now_millis() - i64::try_from(request_timeout.as_millis()).unwrap_or(i64::MAX / 2);
+        let cutoff = crate::clock::earlier(clock.now(), request_timeout);
         match agent.fail_interrupted_tasks(Some(cutoff)).await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(
@@ -87,7 +86,7 @@ pub(super) async fn housekeeping(
         if !leading {
             continue;
         }
-        match store.tasks().delete_expired_tasks(clock.now_millis()).await {
+        match store.tasks().delete_expired_tasks(clock.now()).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(removed = n, "expired tasks removed"),
             Err(e) => tracing::warn!(error = %e, "could not remove expired tasks"),

@@ -12,7 +12,7 @@ mod store;
 
 use crate::admin::{AccountDefaults, AccountService, Caller};
 use crate::app::{GatewayOptions, start};
-use crate::clock::{Clock, SystemClock, rfc3339_millis};
+use crate::clock::{Clock, SystemClock, Timestamp, rfc3339_millis};
 use crate::config::MAX_RATE_PER_MINUTE;
 use crate::config::Policy;
 use crate::store::Store;
@@ -367,7 +367,11 @@ async fn accounts(
 
 /// A time given on the command line, in the admin API's syntax: RFC 3339 with any offset, a
 /// date, or an age (`30m`, `24h`, `7d`) counted from now the way `relative` says.
-fn parse_when(text: &str, now: i64, relative: crate::clock::Relative) -> Result<i64, CliError> {
+fn parse_when(
+    text: &str,
+    now: Timestamp,
+    relative: crate::clock::Relative,
+) -> Result<Timestamp, CliError> {
     crate::clock::parse_time(text, now, relative).ok_or_else(|| {
         CliError::new(format!(
             "cannot read the time {text:?}: use {}",
@@ -380,7 +384,7 @@ fn parse_when(text: &str, now: i64, relative: crate::clock::Relative) -> Result<
 async fn admins_with_usage(
     accounts: &AccountService,
 ) -> Result<Vec<(crate::store::AdminRecord, u64)>, crate::admin::ServiceError> {
-    let (today, _) = crate::admin::budget::day_and_month(SystemClock.now_millis());
+    let (today, _) = crate::admin::budget::day_and_month(SystemClock.now());
     let mut listed = Vec::new();
     for admin in accounts.list_admins().await? {
         let (spent, _) = accounts
@@ -449,9 +453,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Audit { since, data } => {
             let since = since
-                .map(|s| parse_when(&s, clock.now_millis(), crate::clock::Relative::Ago))
+                .map(|s| parse_when(&s, clock.now(), crate::clock::Relative::Ago))
                 .transpose()?
-                .unwrap_or(i64::MIN);
+                .unwrap_or(Timestamp::MIN);
             let records = on_store(&data, None, async |accounts| {
                 accounts.audit(&Caller::operator(), since).await
             })

@@ -400,13 +400,13 @@ fn stream_cap(streams: &str) -> Result<Option<u32>, CliError> {
 }
 
 /// `peer expire`'s time: `never`, or a time as `parse_when` reads it, from now.
-fn expiry(when: &str) -> Result<Option<i64>, CliError> {
+fn expiry(when: &str) -> Result<Option<crate::clock::Timestamp>, CliError> {
     if when == "never" {
         return Ok(None);
     }
     super::parse_when(
         when,
-        crate::clock::SystemClock.now_millis(),
+        crate::clock::SystemClock.now(),
         crate::clock::Relative::FromNow,
     )
     .map(Some)
@@ -431,7 +431,7 @@ fn print_peers(
     peers: Vec<crate::store::PeerRecord>,
     identities: &std::collections::HashMap<String, Vec<crate::store::PeerIdentity>>,
 ) {
-    let now = crate::clock::SystemClock.now_millis();
+    let now = crate::clock::SystemClock.now();
     println!(
         "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
         "NAME", "ID", "STATUS", "LIMIT", "CREATED", "LAST USED", "OWNER", "EXPIRES"

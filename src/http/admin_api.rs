@@ -9,7 +9,7 @@
 use crate::admin::auth::{AdminAuthLayer, AdminAuthenticator, AdminPrincipal, AuthenticatedAdmin};
 use crate::admin::budget::{Budgets, day_and_month};
 use crate::admin::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
-use crate::clock::{Clock, rfc3339_millis};
+use crate::clock::{Clock, Timestamp, rfc3339_millis};
 use crate::guard::refusal::Refusal;
 use crate::layers::cross_site::CrossSiteLayer;
 use crate::layers::metrics::{Metrics, MetricsLayer};
@@ -341,7 +341,7 @@ type Identities = std::collections::HashMap<String, Vec<PeerIdentity>>;
 
 impl PeerView {
     /// The peer as it stands at `now`, with its identities.
-    fn at(p: PeerRecord, now: i64, identities: &Identities) -> Self {
+    fn at(p: PeerRecord, now: Timestamp, identities: &Identities) -> Self {
         Self {
             identities: identities
                 .get(p.id.as_str())
@@ -392,9 +392,9 @@ struct CreatedPeerView {
 fn parse_time(
     field: &'static str,
     text: &str,
-    now: i64,
+    now: Timestamp,
     relative: crate::clock::Relative,
-) -> Result<i64, ApiError> {
+) -> Result<Timestamp, ApiError> {
     crate::clock::parse_time(text, now, relative).ok_or_else(|| {
         ApiError::Service(ServiceError::Invalid {
             field,
@@ -415,7 +415,7 @@ async fn list_peers(
     Ok(Json(PeerList {
         peers: peers
             .into_iter()
-            .map(|p| PeerView::at(p, state.clock.now_millis(), &identities))
+            .map(|p| PeerView::at(p, state.clock.now(), &identities))
             .collect(),
     }))
 }
@@ -431,7 +431,7 @@ async fn create_peer(
     body: Bytes,
 ) -> Result<(StatusCode, Json<CreatedPeerView>), ApiError> {
     let request: CreatePeerRequest = parse_body(&body)?;
-    let now = state.clock.now_millis();
+    let now = state.clock.now();
     let expires_at = request
         .expires_at
         .as_deref()
@@ -452,7 +452,7 @@ async fn create_peer(
     Ok((
         StatusCode::CREATED,
         Json(CreatedPeerView {
-            peer: PeerView::at(created.peer, state.clock.now_millis(), &Identities::new()),
+            peer: PeerView::at(created.peer, state.clock.now(), &Identities::new()),
             token: created.token,
         }),
     ))
@@ -477,11 +477,7 @@ async fn peer_view(
 ) -> Result<Json<PeerView>, ApiError> {
     let peer = state.service.show_peer(caller, name).await?;
     let identities = state.service.identities(caller).await?;
-    Ok(Json(PeerView::at(
-        peer,
-        state.clock.now_millis(),
-        &identities,
-    )))
+    Ok(Json(PeerView::at(peer, state.clock.now(), &identities)))
 }
 
 #[utoipa::path(post, path = "/v1/peers/{name}/identities", tag = "peers",
@@ -622,7 +618,7 @@ async fn set_expiry(
             "missing field `expiresAt` (use null for never)".to_owned(),
         ));
     };
-    let now = state.clock.now_millis();
+    let now = state.clock.now();
     let at = expires_at
         .as_deref()
         .map(|t| parse_time("expiresAt", t, now, crate::clock::Relative::FromNow))
@@ -751,7 +747,7 @@ async fn reinstate(
     let peer = state.service.show_peer(&caller, &name).await?;
     let identities = state.service.identities(&caller).await?;
     Ok(Json(ReinstatedPeerView {
-        peer: PeerView::at(peer, state.clock.now_millis(), &identities),
+        peer: PeerView::at(peer, state.clock.now(), &identities),
         token,
     }))
 }
@@ -955,7 +951,7 @@ async fn usage(
     admin: AuthenticatedAdmin,
 ) -> Result<Json<UsageView>, ApiError> {
     let caller = caller(&admin);
-    let (day, month) = day_and_month(state.clock.now_millis());
+    let (day, month) = day_and_month(state.clock.now());
     let (tokens_today, peers) = state.service.usage(&caller, admin.id(), &day).await?;
     let (tokens_this_month, _) = state.service.usage(&caller, admin.id(), &month).await?;
     let budget = state
@@ -1036,11 +1032,11 @@ async fn audit(
         .since
         .as_deref()
         .map(|t| {
-            let now = state.clock.now_millis();
+            let now = state.clock.now();
             parse_time("since", t, now, crate::clock::Relative::Ago)
         })
         .transpose()?
-        .unwrap_or(i64::MIN);
+        .unwrap_or(Timestamp::MIN);
     let records = state.service.audit(&caller(&admin), since).await?;
     Ok(Json(AuditList {
         records: records.into_iter().map(AuditView::from).collect(),

@@ -24,9 +24,13 @@ pub struct CachedDocument {
 }
 
 impl CachedDocument {
-    /// A document whose content last changed at `last_modified_millis`.
-    pub fn new(bytes: Bytes, last_modified_millis: i64, cache_control: &'static str) -> Self {
-        let last_modified_secs = last_modified_millis.div_euclid(1000);
+    /// A document whose content last changed at `last_modified`.
+    pub fn new(
+        bytes: Bytes,
+        last_modified: crate::clock::Timestamp,
+        cache_control: &'static str,
+    ) -> Self {
+        let last_modified_secs = last_modified.as_second();
         let time = UNIX_EPOCH + Duration::from_secs(u64::try_from(last_modified_secs).unwrap_or(0));
         Self {
             etag: HeaderValue::from_str(&etag_for(&bytes))

@@ -19,6 +19,7 @@
 //!    string; a token that looks like an ID token (`nonce`, `at_hash`, `c_hash`) refused.
 
 use super::verify::TrustedKeys;
+use crate::clock::Timestamp;
 use crate::protocol::json::{self, Integers};
 use base64::Engine as _;
 use serde_json::{Map, Value};
@@ -55,8 +56,8 @@ pub struct AccessToken {
     pub subject: String,
     /// The scopes granted (`scope`, space-separated, or a `scp` array).
     pub scopes: Vec<String>,
-    /// When it expires, epoch ms.
-    pub expires_at: i64,
+    /// When it expires.
+    pub expires_at: Timestamp,
     /// The SHA-256 thumbprint of the client certificate it is bound to (RFC 8705
     /// `cnf.x5t#S256`, base64url), if it is bound to one.
     pub certificate_thumbprint: Option<String>,
@@ -178,12 +179,12 @@ pub fn parse(token: &str, plain_jwt_allowed: bool) -> Result<Parsed<'_>, TokenRe
 }
 
 /// Steps 4 and 5: the signature under `keys` (the chosen issuer's alone) and the claims, at
-/// `now` (epoch ms).
+/// `now`.
 pub fn verify(
     parsed: &Parsed<'_>,
     keys: &TrustedKeys,
     rules: &AccessTokenRules,
-    now: i64,
+    now: Timestamp,
 ) -> Result<AccessToken, TokenRejected> {
     let alg = parsed
         .header
@@ -215,7 +216,7 @@ pub fn verify(
 fn claims(
     payload: &Map<String, Value>,
     rules: &AccessTokenRules,
-    now: i64,
+    now: Timestamp,
 ) -> Result<AccessToken, TokenRejected> {
     addressed_to_this_door(payload, rules)?;
     let exp = expiry(payload, rules, now)?;
@@ -232,7 +233,7 @@ fn claims(
     Ok(AccessToken {
         subject,
         scopes: scopes(payload)?,
-        expires_at: exp.saturating_mul(1000),
+        expires_at: crate::clock::from_millis(exp.saturating_mul(1000)),
         certificate_thumbprint: certificate_thumbprint(payload)?,
     })
 }
@@ -263,12 +264,12 @@ fn addressed_to_this_door(
     Ok(())
 }
 
-/// `exp` (in seconds), once `exp`, `nbf` and `iat` hold at `now` (milliseconds) within the
+/// `exp` (in seconds, as the token says), once `exp`, `nbf` and `iat` hold at `now` within the
 /// skew and the lifetime is within the issuer's maximum.
 fn expiry(
     payload: &Map<String, Value>,
     rules: &AccessTokenRules,
-    now: i64,
+    now: Timestamp,
 ) -> Result<i64, TokenRejected> {
     let seconds = |name: &str| -> Result<Option<i64>, TokenRejected> {
         match payload.get(name) {
@@ -281,7 +282,7 @@ fn expiry(
         }
     };
     let skew = i64::try_from(rules.skew.as_secs()).unwrap_or(i64::MAX);
-    let now_s = now.div_euclid(1000);
+    let now_s = now.as_second();
     let exp = seconds("exp")?.ok_or(TokenRejected::Claim("exp is missing"))?;
     if now_s >= exp.saturating_add(skew) {
         return Err(TokenRejected::Claim("exp has passed"));
@@ -418,7 +419,12 @@ mod tests {
 
     fn check(token: &str, rules: &AccessTokenRules) -> Result<AccessToken, TokenRejected> {
         let parsed = parse(token, rules.plain_jwt)?;
-        verify(&parsed, &keys().trusted, rules, NOW)
+        verify(
+            &parsed,
+            &keys().trusted,
+            rules,
+            crate::clock::from_millis(NOW),
+        )
     }
 
     #[test]
@@ -427,7 +433,7 @@ mod tests {
         let verified = check(&token(&keys, &header(), &claims()), &rules()).unwrap();
         assert_eq!(verified.subject, "partner-a");
         assert_eq!(verified.scopes, ["a2a:message", "a2a:tasks:read"]);
-        assert_eq!(verified.expires_at, NOW + 300_000);
+        assert_eq!(verified.expires_at.as_millisecond(), NOW + 300_000);
         let ed = json!({"alg": "EdDSA", "kid": "ed1", "typ": "application/AT+JWT"});
         assert!(check(&token(&keys, &ed, &claims()), &rules()).is_ok());
         // sub when there is no client_id; aud as an array.

@@ -329,10 +329,10 @@ pub struct JwksCache {
 #[derive(Default)]
 struct CachedJwks {
     /// The last key set that was fetched and usable, and when.
-    good: Option<(String, i64)>,
+    good: Option<(String, crate::clock::Timestamp)>,
     /// The last fetch, failed or not, and when: a key server that is down is not asked again
     /// before the cooldown either.
-    last_attempt: Option<(Result<(), FetchError>, i64)>,
+    last_attempt: Option<(Result<(), FetchError>, crate::clock::Timestamp)>,
 }
 
 impl JwksCache {
@@ -371,11 +371,11 @@ impl JwksCache {
             entries.entry(url.to_owned()).or_default().clone()
         };
         let mut entry = slot.lock().await;
-        let now = self.clock.now_millis();
+        let now = self.clock.now();
         let shown = || {
             reqwest::Url::parse(url).map_or_else(|_| "<not a URL>".to_owned(), |u| shown_url(&u))
         };
-        let age = |at: i64| Duration::from_millis(u64::try_from(now - at).unwrap_or(0));
+        let age = |at: crate::clock::Timestamp| crate::clock::elapsed(at, now);
         let good = entry
             .good
             .as_ref()

@@ -15,6 +15,7 @@
 //!   has a token, so the receiver can tell the notification is for a config it made.
 
 use super::Push;
+use crate::clock::later;
 use crate::store::{DeliveryOutcome, PushDelivery};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,12 +25,12 @@ use tokio::sync::Semaphore;
 const POLL: Duration = Duration::from_secs(1);
 
 /// Longest wait between two attempts of one delivery.
-const MAX_BACKOFF_MS: i64 = 300_000;
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// The wait before attempt `attempts + 1`, once `attempts` have failed.
-pub fn backoff_ms(attempts: u32) -> i64 {
-    let doubled = 1_000i64.saturating_mul(1i64 << attempts.saturating_sub(1).min(20));
-    doubled.min(MAX_BACKOFF_MS)
+pub fn backoff(attempts: u32) -> Duration {
+    let doubled = Duration::from_secs(1).saturating_mul(1u32 << attempts.saturating_sub(1).min(20));
+    doubled.min(MAX_BACKOFF)
 }
 
 /// The two clients deliveries go through: `https` callbacks resolve to public addresses
@@ -59,18 +60,19 @@ async fn run(push: Arc<Push>, clients: Clients) {
     let busy = PeersInFlight::default();
     // Longer than an attempt can take: the callback's check (at most 5 s to resolve) and the
     // request's timeout.
-    let claim_ms = i64::try_from(push.settings.timeout.as_millis())
-        .unwrap_or(i64::MAX)
-        .saturating_add(15_000);
+    let claim = push
+        .settings
+        .timeout
+        .saturating_add(Duration::from_secs(15));
     let mut store_down = false;
     loop {
         while attempts.try_join_next().is_some() {}
         let free = u32::try_from(slots.available_permits()).unwrap_or(u32::MAX);
         if free > 0 {
-            let now = push.clock.now_millis();
+            let now = push.clock.now();
             match push
                 .store
-                .claim_deliveries(now, now.saturating_add(claim_ms), free)
+                .claim_deliveries(now, later(now, claim), free)
                 .await
             {
                 Ok(due) => {
@@ -79,13 +81,14 @@ async fn run(push: Arc<Push>, clients: Clients) {
                         // A peer at its share waits a second, so one peer whose callbacks
                         // hang cannot hold every slot; the others' deliveries go first.
                         if busy.count(&delivery.peer_id) >= push.settings.deliveries_per_peer {
-                            let later = DeliveryOutcome::Deferred(now.saturating_add(1_000));
+                            let deferred =
+                                DeliveryOutcome::Deferred(later(now, Duration::from_secs(1)));
                             if let Err(error) = push
                                 .store
                                 .record_delivery(
                                     delivery.id,
                                     delivery.claimed_until,
-                                    later,
+                                    deferred,
                                     "",
                                     now,
                                 )
@@ -164,13 +167,13 @@ impl Drop for InFlight {
 /// Attempts one delivery and records what became of it.
 async fn attempt(push: &Push, clients: &Clients, delivery: PushDelivery) {
     let failure = send(push, clients, &delivery).await.err();
-    let now = push.clock.now_millis();
+    let now = push.clock.now();
     let attempts = delivery.attempts.saturating_add(1);
     let outcome = match &failure {
         None => DeliveryOutcome::Delivered,
         Some(Failure::Permanent(_)) => DeliveryOutcome::GiveUp,
         Some(_) if attempts >= push.settings.max_attempts => DeliveryOutcome::GiveUp,
-        Some(_) => DeliveryOutcome::RetryAt(now.saturating_add(backoff_ms(attempts))),
+        Some(_) => DeliveryOutcome::RetryAt(later(now, backoff(attempts))),
     };
     let reason = failure.as_ref().map(Failure::reason).unwrap_or_default();
     push.metrics.push_attempted(outcome);
@@ -271,13 +274,8 @@ mod tests {
 
     #[test]
     fn backoff_doubles_from_one_second_up_to_five_minutes() {
-        let waits: Vec<i64> = (1..=10).map(backoff_ms).collect();
-        assert_eq!(
-            waits,
-            [
-                1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000
-            ]
-        );
-        assert_eq!(backoff_ms(u32::MAX), MAX_BACKOFF_MS);
+        let waits: Vec<u64> = (1..=10).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
     }
 }

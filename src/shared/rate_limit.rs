@@ -12,7 +12,7 @@
 //! use peergate::shared::rate_limit::{LocalLimiter, RateLimiter};
 //! use std::sync::Arc;
 //!
-//! let clock = ManualClock::new(0);
+//! let clock = ManualClock::new(peergate::clock::Timestamp::UNIX_EPOCH);
 //! let limiter = LocalLimiter::new(100, Arc::new(clock.clone()));
 //! let quota = Quota::per_minute(1);
 //! assert!(limiter.check(&"alice", quota).ready().unwrap().is_allowed());

@@ -1,5 +1,6 @@
 //! The group commit's shape, shared by every engine: what one batch of exchanges writes.
 
+use crate::clock::Timestamp;
 use crate::store::{ConversationMessage, Exchange};
 use std::collections::HashMap;
 
@@ -15,9 +16,9 @@ use std::collections::HashMap;
 #[derive(Default)]
 pub(crate) struct Batch<'a> {
     /// Each task's latest copy, with the time its first copy was made.
-    pub(crate) tasks: Vec<(&'a Exchange, i64)>,
+    pub(crate) tasks: Vec<(&'a Exchange, Timestamp)>,
     /// Each context's first and latest time.
-    pub(crate) contexts: HashMap<(&'a str, &'a str), (i64, i64)>,
+    pub(crate) contexts: HashMap<(&'a str, &'a str), (Timestamp, Timestamp)>,
     /// Every conversation message the batch adds, with its exchange.
     pub(crate) messages: Vec<(&'a Exchange, &'a ConversationMessage)>,
     /// Tokens and requests per (owner, peer, day).
@@ -64,7 +65,12 @@ mod tests {
     use super::*;
     use crate::store::ConversationRole;
 
+    fn at(millis: i64) -> Timestamp {
+        crate::clock::from_millis(millis)
+    }
+
     fn exchange(task: &str, context: &str, now: i64, tokens: Option<u64>) -> Exchange {
+        let now = at(now);
         Exchange {
             task_id: task.into(),
             peer_id: "p".into(),
@@ -72,7 +78,7 @@ mod tests {
             state: crate::protocol::types::TaskState::Completed,
             task_json: "{}".into(),
             now,
-            expires_at: now + 1,
+            expires_at: crate::clock::later(now, std::time::Duration::from_millis(1)),
             messages: vec![ConversationMessage {
                 role: ConversationRole::Peer,
                 text: "hi".into(),
@@ -97,10 +103,10 @@ mod tests {
         let again = exchange("t1", "c", 30, None);
         let batch = Batch::of(&[&first, &second, &again]);
         assert_eq!(batch.tasks.len(), 2);
-        assert_eq!(batch.tasks[0].0.now, 30, "the later copy of t1 wins");
-        assert_eq!(batch.tasks[0].1, 10, "created when its first copy was");
+        assert_eq!(batch.tasks[0].0.now, at(30), "the later copy of t1 wins");
+        assert_eq!(batch.tasks[0].1, at(10), "created when its first copy was");
         assert_eq!(batch.contexts.len(), 1);
-        assert_eq!(batch.contexts[&("p", "c")], (10, 30));
+        assert_eq!(batch.contexts[&("p", "c")], (at(10), at(30)));
         assert_eq!(batch.messages.len(), 3);
         assert_eq!(batch.usage.len(), 1);
         assert_eq!(batch.usage[&("a", "p", "2026-11-30")], (7, 2));

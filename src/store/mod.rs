@@ -32,6 +32,7 @@ pub use records::{
     WorkingTask,
 };
 
+use crate::clock::Timestamp;
 use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
 use std::path::Path;
@@ -154,9 +155,9 @@ pub trait CredentialStore: Send + Sync + std::fmt::Debug {
         token_id: &str,
     ) -> Result<Option<(AdminLogin, TokenSecretHash)>, StoreError>;
 
-    /// Notes that a peer was seen at `now` (epoch ms). Returns at once: the engine writes it
+    /// Notes that a peer was seen at `now`. Returns at once: the engine writes it
     /// later, batched, and a failure costs only the timestamp.
-    fn record_peer_use(&self, peer_id: &PeerId, now: i64);
+    fn record_peer_use(&self, peer_id: &PeerId, now: Timestamp);
 
     /// The ids of every peer credential (tokens and API keys, revoked ones too).
     async fn credential_ids(&self) -> Result<Vec<String>, StoreError>;
@@ -183,7 +184,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
         &self,
         peer_id: &PeerId,
         task_id: &str,
-        now: i64,
+        now: Timestamp,
     ) -> Result<Option<String>, StoreError>;
 
     /// The id an agent behind the door gave one of the peer's tasks, if it gave one.
@@ -197,7 +198,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
     /// given: a task continued after waiting for input counts from its continuation).
     async fn working_tasks(
         &self,
-        created_before: Option<i64>,
+        created_before: Option<Timestamp>,
     ) -> Result<Vec<WorkingTask>, StoreError>;
 
     /// Replaces a working task with its final state, if it is still working.
@@ -206,15 +207,19 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
         id: &str,
         state: &str,
         body: &str,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError>;
 
     /// A page of a peer's tasks that have not expired, newest status first, then by id
     /// (descending), with how many match the filters in all.
-    async fn list_tasks(&self, query: &TaskQuery<'_>, now: i64) -> Result<TaskPage, StoreError>;
+    async fn list_tasks(
+        &self,
+        query: &TaskQuery<'_>,
+        now: Timestamp,
+    ) -> Result<TaskPage, StoreError>;
 
     /// Deletes tasks whose retention ended; returns how many.
-    async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError>;
+    async fn delete_expired_tasks(&self, now: Timestamp) -> Result<u64, StoreError>;
 }
 
 /// Push-notification configurations and the durable queue of their deliveries.
@@ -259,12 +264,12 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
         id: &str,
     ) -> Result<(), StoreError>;
 
-    /// Claims at most `limit` due deliveries until `claim_until` (epoch ms): each the oldest
+    /// Claims at most `limit` due deliveries until `claim_until`: each the oldest
     /// pending one of its config.
     async fn claim_deliveries(
         &self,
-        now: i64,
-        claim_until: i64,
+        now: Timestamp,
+        claim_until: Timestamp,
         limit: u32,
     ) -> Result<Vec<PushDelivery>, StoreError>;
 
@@ -273,10 +278,10 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
     async fn record_delivery(
         &self,
         id: i64,
-        claimed_until: i64,
+        claimed_until: Timestamp,
         outcome: DeliveryOutcome,
         error: &str,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError>;
 
     /// Deliveries given up, newest first, of the peers of `owner_id` (every peer's for `None`).
@@ -345,7 +350,7 @@ pub trait AccountStore: Send + Sync + std::fmt::Debug {
     /// first.
     async fn audit_since(
         &self,
-        since: i64,
+        since: Timestamp,
         owner_id: Option<&str>,
     ) -> Result<Vec<AuditRecord>, StoreError>;
 }
@@ -378,7 +383,11 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         status: AdminStatus,
     ) -> Result<(), StoreError>;
     /// Revokes every live administrator token of an administrator.
-    async fn revoke_admin_tokens(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError>;
+    async fn revoke_admin_tokens(
+        &mut self,
+        admin_id: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError>;
     /// Sets an administrator's model switch and budgets.
     async fn set_admin_budget(
         &mut self,
@@ -395,7 +404,7 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         admin_id: &str,
         token_id: &str,
         secret_hash: &TokenSecretHash,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError>;
     /// Adds a peer (without credentials); a taken name is [`StoreError::DuplicatePeer`].
     async fn insert_peer(&mut self, peer: &PeerRecord) -> Result<(), StoreError>;
@@ -406,14 +415,14 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         kind: CredentialKind,
         token_id: &str,
         secret_hash: &TokenSecretHash,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError>;
     /// Revokes a peer's live credentials (of one kind, or all) now; the rows stay for audits.
     async fn revoke_credentials(
         &mut self,
         peer_id: &PeerId,
         kind: Option<CredentialKind>,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError>;
     /// Lets a peer's live credentials of `kind` work until `until` (a rotation's grace
     /// period), or less where they already end sooner.
@@ -421,10 +430,10 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         &mut self,
         peer_id: &PeerId,
         kind: CredentialKind,
-        until: i64,
+        until: Timestamp,
     ) -> Result<(), StoreError>;
     /// Marks a peer revoked, with every credential it holds.
-    async fn revoke_peer(&mut self, peer_id: &PeerId, now: i64) -> Result<(), StoreError>;
+    async fn revoke_peer(&mut self, peer_id: &PeerId, now: Timestamp) -> Result<(), StoreError>;
     /// Marks a revoked peer active again. Its old credentials stay revoked.
     async fn reinstate_peer(&mut self, peer_id: &PeerId) -> Result<(), StoreError>;
     /// Sets a peer's quota.
@@ -439,7 +448,7 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     async fn set_peer_expiry(
         &mut self,
         peer_id: &PeerId,
-        expires_at: Option<i64>,
+        expires_at: Option<Timestamp>,
     ) -> Result<(), StoreError>;
     /// Sets a peer's Basic password (an Argon2id PHC string).
     async fn set_peer_password(&mut self, peer_id: &PeerId, phc: &str) -> Result<(), StoreError>;
@@ -449,7 +458,7 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         &mut self,
         peer_id: &PeerId,
         identity: &PeerIdentity,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError>;
     /// Binds `subject` at the identity provider named `issuer` to an administrator; one bound
     /// to anyone already is [`StoreError::IdentityTaken`].
@@ -457,7 +466,7 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         &mut self,
         admin_id: &str,
         (issuer, subject): (&str, &str),
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError>;
     /// Unbinds it; returns whether it was bound to this administrator.
     async fn unbind_admin_identity(
@@ -480,7 +489,7 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     ) -> Result<bool, StoreError>;
 
     /// Disables an administrator and revokes their administrator tokens.
-    async fn disable_admin(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError> {
+    async fn disable_admin(&mut self, admin_id: &str, now: Timestamp) -> Result<(), StoreError> {
         self.set_admin_status(admin_id, AdminStatus::Disabled)
             .await?;
         self.revoke_admin_tokens(admin_id, now).await
@@ -496,8 +505,8 @@ pub trait DocumentStore: Send + Sync + std::fmt::Debug {
         &self,
         name: &str,
         etag: &str,
-        now: i64,
-    ) -> Result<i64, StoreError>;
+        now: Timestamp,
+    ) -> Result<Timestamp, StoreError>;
 }
 
 /// What every engine also does: say what it is, and close.

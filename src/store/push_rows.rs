@@ -1,6 +1,7 @@
 //! Push records read the same way from every engine's result rows.
 
 use super::{FailedDelivery, PushConfigRecord, PushDelivery, StoreError};
+use crate::clock::from_millis;
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
 /// A config from a `push_configs` row.
@@ -17,7 +18,7 @@ where
         peer_id: row.try_get::<String, _>("peer_id")?.into(),
         url: row.try_get("url")?,
         sealed: row.try_get("sealed")?,
-        created_at: row.try_get("created_at")?,
+        created_at: from_millis(row.try_get("created_at")?),
     })
 }
 
@@ -38,7 +39,7 @@ where
         sealed: row.try_get("sealed")?,
         body: row.try_get("body")?,
         attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
-        claimed_until,
+        claimed_until: from_millis(claimed_until),
     })
 }
 
@@ -60,7 +61,7 @@ where
         last_error: row
             .try_get::<Option<String>, _>("last_error")?
             .unwrap_or_default(),
-        created_at: row.try_get("created_at")?,
-        failed_at: row.try_get("updated_at")?,
+        created_at: from_millis(row.try_get("created_at")?),
+        failed_at: from_millis(row.try_get("updated_at")?),
     })
 }

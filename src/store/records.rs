@@ -3,6 +3,7 @@
 //! None holds a secret in clear: credentials appear only as hashes, passwords only as PHC
 //! strings, and only in the login records the authentication layers need.
 
+use crate::clock::Timestamp;
 use crate::token::TokenSecretHash;
 
 /// A peer's stable id: the gateway's own name for a partner record, never a protocol id and
@@ -200,22 +201,22 @@ pub struct PeerRecord {
     pub rate_per_minute: u32,
     /// Streams it may hold open at once; `None` for the policy's `limits.streams_per_peer`.
     pub max_streams: Option<u32>,
-    /// Creation time, epoch ms.
-    pub created_at: i64,
-    /// Last authenticated request, epoch ms (updated at most once a minute).
-    pub last_used_at: Option<i64>,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last authenticated request (updated at most once a minute).
+    pub last_used_at: Option<Timestamp>,
     /// The administrator the peer acts for.
     pub owner_id: String,
     /// That administrator's name.
     pub owner_name: String,
-    /// When the peer stops being let in, epoch ms; `None` for never.
-    pub expires_at: Option<i64>,
+    /// When the peer stops being let in; `None` for never.
+    pub expires_at: Option<Timestamp>,
 }
 
 impl PeerRecord {
     /// How the peer stands at `now`: `revoked`, `expired` (active, but past its expiry: no
     /// credential of it is let in), or `active`.
-    pub fn standing(&self, now: i64) -> &'static str {
+    pub fn standing(&self, now: Timestamp) -> &'static str {
         match self.status {
             PeerStatus::Revoked => "revoked",
             PeerStatus::Active if self.expires_at.is_some_and(|at| at <= now) => "expired",
@@ -242,8 +243,8 @@ pub struct CredentialRecord {
     /// The administrator the peer acts for.
     pub owner_id: String,
     /// When the credential stops working (a rotation's grace period or the peer's expiry,
-    /// whichever comes first), epoch ms.
-    pub valid_until: Option<i64>,
+    /// whichever comes first).
+    pub valid_until: Option<Timestamp>,
 }
 
 /// What Basic authentication needs to know about a peer name.
@@ -263,8 +264,8 @@ pub struct PeerLogin {
     pub max_streams: Option<u32>,
     /// The administrator the peer acts for.
     pub owner_id: String,
-    /// When the peer expires, epoch ms.
-    pub valid_until: Option<i64>,
+    /// When the peer expires.
+    pub valid_until: Option<Timestamp>,
 }
 
 /// One message of a conversation, as the model sees it.
@@ -308,10 +309,10 @@ pub struct Exchange {
     pub state: crate::protocol::types::TaskState,
     /// The task as served, JSON.
     pub task_json: String,
-    /// Now, epoch ms.
-    pub now: i64,
-    /// When `GetTask` stops finding it, epoch ms.
-    pub expires_at: i64,
+    /// Now.
+    pub now: Timestamp,
+    /// When `GetTask` stops finding it.
+    pub expires_at: Timestamp,
     /// The conversation messages this exchange adds (empty when the backend failed).
     pub messages: Vec<ConversationMessage>,
     /// Model tokens spent, counted against the owner's budget.
@@ -339,10 +340,10 @@ pub struct TaskQuery<'a> {
     pub context_id: Option<&'a str>,
     /// Only tasks in this state.
     pub state: Option<crate::protocol::types::TaskState>,
-    /// Only tasks whose status changed at or after this (epoch ms).
-    pub status_since: Option<i64>,
+    /// Only tasks whose status changed at or after this.
+    pub status_since: Option<Timestamp>,
     /// Only tasks after this one in the order (its status time and id): the page cursor.
-    pub after: Option<(i64, &'a str)>,
+    pub after: Option<(Timestamp, &'a str)>,
     /// At most this many.
     pub limit: u32,
 }
@@ -351,7 +352,7 @@ pub struct TaskQuery<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct TaskPage {
     /// The tasks, in order: (status time, id, the task as stored, JSON).
-    pub tasks: Vec<(i64, String, String)>,
+    pub tasks: Vec<(Timestamp, String, String)>,
     /// How many tasks match the filters, on every page.
     pub total: u64,
 }
@@ -395,8 +396,8 @@ pub struct AdminRecord {
     pub tokens_per_day: Option<u64>,
     /// Tokens per UTC month; `None` takes the policy's default.
     pub tokens_per_month: Option<u64>,
-    /// Creation time, epoch ms.
-    pub created_at: i64,
+    /// Creation time.
+    pub created_at: Timestamp,
 }
 
 /// What signing in to the admin API needs about a name.
@@ -416,8 +417,8 @@ pub struct AdminLogin {
 /// every field from names, ids and numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEntry {
-    /// When, epoch ms.
-    pub at: i64,
+    /// When.
+    pub at: Timestamp,
     /// Who: `admin:NAME`, `operator` (the command line) or `peer:NAME`.
     pub actor: String,
     /// What happened.
@@ -450,10 +451,10 @@ pub struct ConversationSummary {
     pub peer_name: String,
     /// The peer's `contextId`.
     pub context_id: String,
-    /// First message, epoch ms.
-    pub created_at: i64,
-    /// Last message, epoch ms.
-    pub updated_at: i64,
+    /// First message.
+    pub created_at: Timestamp,
+    /// Last message.
+    pub updated_at: Timestamp,
     /// Messages in it.
     pub messages: i64,
 }
@@ -467,8 +468,8 @@ pub struct ConversationEntry {
     pub text: String,
     /// The task it belongs to.
     pub task_id: String,
-    /// When, epoch ms.
-    pub at: i64,
+    /// When.
+    pub at: Timestamp,
 }
 
 /// Tokens a peer spent in a window.
@@ -664,8 +665,8 @@ pub struct PushConfigRecord {
     pub url: String,
     /// The token and credentials, encrypted (see [`crate::push::seal`]).
     pub sealed: String,
-    /// Creation time, epoch ms.
-    pub created_at: i64,
+    /// Creation time.
+    pub created_at: Timestamp,
 }
 
 /// A delivery taken from the queue to be attempted.
@@ -687,9 +688,9 @@ pub struct PushDelivery {
     pub body: String,
     /// Attempts made before this one.
     pub attempts: u32,
-    /// Until when this claim holds (epoch ms); its outcome is recorded only while the row still
+    /// Until when this claim holds; its outcome is recorded only while the row still
     /// carries this claim, so an instance whose claim lapsed cannot undo another's.
-    pub claimed_until: i64,
+    pub claimed_until: Timestamp,
 }
 
 /// A delivery given up after its last attempt, as an administrator sees it.
@@ -709,10 +710,10 @@ pub struct FailedDelivery {
     pub attempts: u32,
     /// Why the last attempt failed (never the receiver's body).
     pub last_error: String,
-    /// When the state change was queued, epoch ms.
-    pub created_at: i64,
-    /// When it was given up, epoch ms.
-    pub failed_at: i64,
+    /// When the state change was queued.
+    pub created_at: Timestamp,
+    /// When it was given up.
+    pub failed_at: Timestamp,
 }
 
 /// What became of an attempted delivery.
@@ -720,13 +721,13 @@ pub struct FailedDelivery {
 pub enum DeliveryOutcome {
     /// The receiver answered 2xx: the row goes.
     Delivered,
-    /// Failed; try again at this time (epoch ms).
-    RetryAt(i64),
+    /// Failed; try again at this time.
+    RetryAt(Timestamp),
     /// Failed for the last time: kept as a dead letter.
     GiveUp,
     /// Not attempted (its peer had as many deliveries in flight as it may): due again at this
     /// time, no attempt counted.
-    Deferred(i64),
+    Deferred(Timestamp),
 }
 
 /// The push notification a stored task state becomes: the task as a `StreamResponse`.

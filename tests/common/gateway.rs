@@ -58,7 +58,7 @@ impl TestGateway {
     /// Starts with `policy` on a fresh store, port 0 and a manual clock.
     pub async fn start_with(policy: Policy) -> Self {
         let data = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(SystemClock.now_millis());
+        let clock = ManualClock::new(SystemClock.now());
         let options = gateway_options(policy, data.path(), Arc::new(clock.clone()));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -96,7 +96,7 @@ impl Agent {
                 tracing::warn!(task_id = %task_id, "the agent behind the door did not confirm the cancel");
             }
         }
-        let now = self.clock.now_millis();
+        let now = self.clock.now();
         task.status = TaskStatus {
             state: TaskState::Canceled,
             message: Message {
@@ -110,17 +110,16 @@ impl Agent {
         };
         task.history.push(task.status.message.clone());
         let task_json = serde_json::to_string(&task).map_err(internal)?;
-        let retention = i64::try_from(self.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
         let heard = self.event(peer, task_id, TaskState::Canceled, &task_json);
         self.store
             .save_exchange(Exchange {
                 task_id: task.id.to_string(),
-                peer_id: peer.id().to_owned(),
+                peer_id: peer.id().clone(),
                 context_id: task.context_id.to_string(),
                 state: TaskState::Canceled,
                 task_json: task_json.clone(),
                 now,
-                expires_at: now.saturating_add(retention),
+                expires_at: later(now, self.settings.task_retention),
                 messages: Vec::new(),
                 usage: None,
                 audit: None,

@@ -249,9 +249,9 @@ impl Agent {
             sealed: push.key.seal(task_id, &id, &secrets),
             task_id: task_id.to_owned(),
             id,
-            peer_id: peer.id().to_owned(),
+            peer_id: peer.id().clone(),
             url,
-            created_at: self.clock.now_millis(),
+            created_at: self.clock.now(),
         })
     }
 

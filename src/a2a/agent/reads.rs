@@ -7,6 +7,7 @@
 //! for shape, not trusted: a forged token can only move within the caller's own tasks.
 
 use super::{Agent, checked_history_length, internal, invalid};
+use crate::clock::Timestamp;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
 use crate::protocol::types::{
@@ -45,19 +46,22 @@ fn state_filter(status: &serde_json::Value) -> Result<Option<TaskState>, A2aErro
     }
 }
 
-/// Where the next page starts: the last listed task's status time and id.
-fn page_token(status_at: i64, id: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{status_at}:{id}"))
+/// Where the next page starts: the last listed task's status time (epoch milliseconds, as the
+/// store orders them) and id.
+fn page_token(status_at: Timestamp, id: &str) -> String {
+    let millis = status_at.as_millisecond();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{millis}:{id}"))
 }
 
-fn read_page_token(token: &str) -> Option<(i64, String)> {
+fn read_page_token(token: &str) -> Option<(Timestamp, String)> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .ok()?;
     let text = String::from_utf8(bytes).ok()?;
     let (at, id) = text.split_once(':')?;
     (!id.is_empty() && id.len() <= 128).then_some(())?;
-    Some((at.parse().ok()?, id.to_owned()))
+    let at = Timestamp::from_millisecond(at.parse().ok()?).ok()?;
+    Some((at, id.to_owned()))
 }
 
 impl Agent {
@@ -110,7 +114,7 @@ impl Agent {
         };
         let mut page = self
             .store
-            .list_tasks(&query, self.clock.now_millis())
+            .list_tasks(&query, self.clock.now())
             .await
             .map_err(internal)?;
         let more = page.tasks.len() > page_size as usize;
@@ -181,7 +185,7 @@ impl Agent {
         task_id: &str,
     ) -> Result<String, A2aError> {
         self.store
-            .find_task(peer.id(), task_id, self.clock.now_millis())
+            .find_task(peer.id(), task_id, self.clock.now())
             .await
             .map_err(internal)?
             .ok_or(A2aError::TaskNotFound)
@@ -194,12 +198,22 @@ mod tests {
 
     #[test]
     fn a_page_token_reads_back_and_junk_is_refused() {
-        let token = page_token(1_700_000_000_123, "019a-task");
+        let at = Timestamp::from_millisecond(1_700_000_000_123).unwrap();
+        let token = page_token(at, "019a-task");
         assert_eq!(
-            read_page_token(&token),
-            Some((1_700_000_000_123, "019a-task".to_owned()))
+            token, "MTcwMDAwMDAwMDEyMzowMTlhLXRhc2s",
+            "the same text as before"
         );
-        for junk in ["", "!!", "bm90LWEtdG9rZW4", &page_token(5, "")] {
+        assert_eq!(read_page_token(&token), Some((at, "019a-task".to_owned())));
+        let out_of_range =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}:t1", i64::MAX));
+        for junk in [
+            "",
+            "!!",
+            "bm90LWEtdG9rZW4",
+            &page_token(at, ""),
+            &out_of_range,
+        ] {
             assert_eq!(read_page_token(junk), None, "{junk}");
         }
     }

@@ -36,11 +36,11 @@ impl Agent {
 
     /// Marks tasks left working as failed (interrupted), so a peer that asks for one learns what
     /// happened instead of "not found" or a turn that never ends: all of them at start-up
-    /// (`None`, before serving), or those created before `created_before` (epoch ms) while
+    /// (`None`, before serving), or those created before `created_before` while
     /// serving. Returns how many there were.
     pub async fn fail_interrupted_tasks(
         &self,
-        created_before: Option<i64>,
+        created_before: Option<Timestamp>,
     ) -> Result<usize, crate::store::StoreError> {
         let working = self.store.working_tasks(created_before).await?;
         let mut failed = 0;
@@ -98,7 +98,7 @@ impl Agent {
             return Ok(());
         };
         task.status.state = TaskState::Failed;
-        task.status.timestamp = rfc3339_millis(self.clock.now_millis());
+        task.status.timestamp = rfc3339_millis(self.clock.now());
         task.status.message.parts = vec![a2a::Part::text(INTERRUPTED_TEXT.to_owned())];
         if let Some(last) = task.history.last_mut()
             && last.role == Role::Agent
@@ -107,12 +107,7 @@ impl Agent {
         }
         let body = serde_json::to_string(&task).unwrap_or_else(|_| body.clone());
         self.store
-            .finish_working_task(
-                id,
-                TaskState::Failed.as_str(),
-                &body,
-                self.clock.now_millis(),
-            )
+            .finish_working_task(id, TaskState::Failed.as_str(), &body, self.clock.now())
             .await
     }
 }
@@ -146,7 +141,7 @@ impl Drop for UnfinishedTask {
             std::mem::take(&mut self.task_id),
             std::mem::take(&mut self.failed_json),
         );
-        let now = self.clock.now_millis();
+        let now = self.clock.now();
         runtime.spawn(async move {
             if let Err(e) = store
                 .finish_working_task(&id, TaskState::Failed.as_str(), &body, now)

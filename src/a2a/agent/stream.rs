@@ -12,7 +12,7 @@
 
 use super::{Agent, TurnPlan, internal};
 use crate::a2a::events::{EventStream, Stream, StreamRefused, stream_pair};
-use crate::clock::rfc3339_millis;
+use crate::clock::{Timestamp, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
@@ -109,7 +109,7 @@ impl Agent {
                     outcome = &mut asked => break outcome,
                     Some(piece) = arriving.recv() => {
                         streamed += piece.len();
-                        stream.send(&piece_update(&working, &piece, self.clock.now_millis()));
+                        stream.send(&piece_update(&working, &piece, self.clock.now()));
                     }
                 }
             }
@@ -117,7 +117,7 @@ impl Agent {
         drop(pieces);
         while let Ok(piece) = arriving.try_recv() {
             streamed += piece.len();
-            stream.send(&piece_update(&working, &piece, self.clock.now_millis()));
+            stream.send(&piece_update(&working, &piece, self.clock.now()));
         }
         // The peer read text whose cost the model did not report (a turn canceled or cut short,
         // or a server that ignores `include_usage`): it counts, at about four bytes a token.
@@ -201,8 +201,8 @@ impl Agent {
     }
 }
 
-/// A status update carrying a piece of the model's text as it arrives, at `now` (epoch ms).
-fn piece_update(working: &Task, piece: &str, now: i64) -> StreamResponse {
+/// A status update carrying a piece of the model's text as it arrives, at `now`.
+fn piece_update(working: &Task, piece: &str, now: Timestamp) -> StreamResponse {
     StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
         task_id: working.id.clone(),
         context_id: working.context_id.clone(),

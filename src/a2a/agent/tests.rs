@@ -4,6 +4,10 @@
 use super::turn::WORKING_TEXT;
 use super::*;
 
+fn at(millis: i64) -> Timestamp {
+    crate::clock::from_millis(millis)
+}
+
 #[test]
 fn truncates_on_a_character_boundary_with_a_marker() {
     let text = "é".repeat(10); // 20 bytes
@@ -17,7 +21,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
     let dir = tempfile::tempdir().unwrap();
     let store = crate::store::Store::open(dir.path()).await.unwrap();
     let agent = agent_over(&store, SharedState::default()).await;
-    let now = agent.clock.now_millis();
+    let now = agent.clock.now();
     let task = agent.task(
         &"t1".into(),
         &"c1".into(),
@@ -36,7 +40,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
             state: TaskState::Working,
             task_json: serde_json::to_string(&task).unwrap(),
             now,
-            expires_at: now + 3_600_000,
+            expires_at: later(now, Duration::from_secs(3_600)),
             messages: Vec::new(),
             usage: None,
             audit: None,
@@ -50,7 +54,10 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
     // Still within its turn: left alone.
     assert_eq!(agent.fail_interrupted_tasks(Some(now)).await.unwrap(), 0);
     assert_eq!(
-        agent.fail_interrupted_tasks(Some(now + 1)).await.unwrap(),
+        agent
+            .fail_interrupted_tasks(Some(later(now, Duration::from_millis(1))))
+            .await
+            .unwrap(),
         1
     );
     let stored: Task = serde_json::from_str(
@@ -113,7 +120,9 @@ impl TaskOwnership for OneOtherLive {
 }
 
 async fn agent_over(store: &crate::store::Store, shared: SharedState) -> Agent {
-    let clock: Arc<dyn Clock> = Arc::new(crate::clock::ManualClock::new(1_800_000_000_000));
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::ManualClock::new(
+        crate::clock::from_millis(1_800_000_000_000),
+    ));
     let budgets = Arc::new(Budgets::new(
         store.usage(),
         clock.clone(),
@@ -165,7 +174,7 @@ async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
         model_allowed: true,
         tokens_per_day: None,
         tokens_per_month: None,
-        created_at: 1,
+        created_at: at(1),
     };
     change.insert_admin(&owner, None).await.unwrap();
     change.commit().await.unwrap();
@@ -185,7 +194,7 @@ async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
     );
     let stored = store
         .tasks()
-        .find_task(&"peer_1".into(), &task_id, 1_800_000_000_000)
+        .find_task(&"peer_1".into(), &task_id, at(1_800_000_000_000))
         .await
         .unwrap()
         .unwrap();
@@ -213,7 +222,7 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
             "hello",
             TaskState::Working,
             vec![a2a::Part::text(WORKING_TEXT)],
-            1,
+            at(1),
         );
         store
             .tasks()
@@ -223,8 +232,8 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
                 context_id: "c1".into(),
                 state: TaskState::Working,
                 task_json: serde_json::to_string(&working).unwrap(),
-                now: 1,
-                expires_at: i64::MAX,
+                now: at(1),
+                expires_at: at(i64::MAX),
                 messages: Vec::new(),
                 usage: None,
                 audit: None,

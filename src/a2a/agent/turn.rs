@@ -196,7 +196,7 @@ impl Agent {
             messages: Vec::new(),
             usage: None,
             audit: Some(AuditEntry {
-                at: self.clock.now_millis(),
+                at: self.clock.now(),
                 actor: format!("peer:{}", peer.name()),
                 action: crate::store::AuditAction::PeerRefusedByQuota,
                 target: format!("peer:{}", peer.name()),
@@ -220,7 +220,7 @@ impl Agent {
         // Stored before the model is asked: a store that cannot take it refuses the message
         // with nothing spent, and a crash from here on leaves a task that reads as failed
         // (interrupted) after the restart instead of one that never existed.
-        let now = self.clock.now_millis();
+        let now = self.clock.now();
         let working = turn.task(self, TaskState::Working, WORKING_TEXT, now);
         let working_json = serde_json::to_string(&working).map_err(internal)?;
         // Ready before the task is stored: whatever ends this turn early from here on (an
@@ -390,7 +390,7 @@ impl Agent {
         unfinished: Option<UnfinishedTask>,
     ) -> Result<a2a::StoredTask, A2aError> {
         let state = outcome.state;
-        let now = self.clock.now_millis();
+        let now = self.clock.now();
         let task = match &outcome.agent_reply {
             // An agent's answer as it gave it; a direct message is kept as a completed task
             // whose artifact is that message.

@@ -49,7 +49,7 @@ impl Agent {
         text: &str,
         state: TaskState,
         reply: Vec<a2a::Part>,
-        now: i64,
+        now: Timestamp,
     ) -> Task {
         let message_for = |role: Role, message_id: MessageId, parts: Vec<a2a::Part>| Message {
             message_id,
@@ -204,8 +204,14 @@ pub(super) struct ContinuedTask {
 }
 
 impl TurnPlan {
-    /// The task in `state` with the agent's `reply`, its status as of `now` (epoch ms).
-    pub(super) fn task(&self, agent: &Agent, state: TaskState, reply: &str, now: i64) -> Task {
+    /// The task in `state` with the agent's `reply`, its status as of `now`.
+    pub(super) fn task(
+        &self,
+        agent: &Agent,
+        state: TaskState,
+        reply: &str,
+        now: Timestamp,
+    ) -> Task {
         self.task_with(agent, state, vec![a2a::Part::text(reply)], None, now)
     }
 
@@ -217,7 +223,7 @@ impl TurnPlan {
         state: TaskState,
         parts: Vec<a2a::Part>,
         artifacts: Option<Vec<Artifact>>,
-        now: i64,
+        now: Timestamp,
     ) -> Task {
         let mut task = agent.task(
             &self.task_id,
@@ -246,18 +252,16 @@ impl TurnPlan {
         agent: &Agent,
         state: TaskState,
         task_json: String,
-        now: i64,
+        now: Timestamp,
     ) -> Exchange {
-        let retention =
-            i64::try_from(agent.settings.task_retention.as_millis()).unwrap_or(i64::MAX);
         Exchange {
             task_id: self.task_id.to_string(),
-            peer_id: self.peer.id().to_owned(),
+            peer_id: self.peer.id().clone(),
             context_id: self.context_id.to_string(),
             state,
             task_json,
             now,
-            expires_at: now.saturating_add(retention),
+            expires_at: later(now, agent.settings.task_retention),
             messages: Vec::new(),
             usage: None,
             audit: None,

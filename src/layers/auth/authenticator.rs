@@ -22,7 +22,7 @@ use super::FailedAttempts;
 use super::known_ids::KnownCredentialIds;
 use super::password::PasswordChecker;
 use super::scheme::{Context, CredentialScheme, Failure, Presented};
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp, elapsed};
 use crate::guard::certificate::ClientCertificate;
 use crate::guard::limited::RateLimited;
 use crate::guard::refusal::{Challenges, Refusal, RefusalReason};
@@ -45,8 +45,8 @@ pub trait Principal: Clone + Send + Sync + 'static {
     /// name; never a secret).
     fn principal_name(&self) -> &str;
 
-    /// When the credential stops working (an expiry, the end of a rotation's grace), epoch ms.
-    fn valid_until(&self) -> Option<i64> {
+    /// When the credential stops working (an expiry, the end of a rotation's grace).
+    fn valid_until(&self) -> Option<Timestamp> {
         None
     }
 }
@@ -140,14 +140,14 @@ pub struct Listener<Who> {
 struct CachedVerdict<Who> {
     /// Who, or `None` for a credential that was refused.
     who: Option<Arc<Verified<Who>>>,
-    at_millis: i64,
+    at: Timestamp,
 }
 
 impl<Who> Clone for CachedVerdict<Who> {
     fn clone(&self) -> Self {
         Self {
             who: self.who.clone(),
-            at_millis: self.at_millis,
+            at: self.at,
         }
     }
 }
@@ -203,7 +203,7 @@ pub struct Authenticator<Who: Principal> {
     challenges: Challenges,
     /// Recent verdicts by credential hash.
     verified: Option<Cache<[u8; 32], CachedVerdict<Who>>>,
-    cache_ttl_millis: i64,
+    cache_ttl: Duration,
     /// Bumped by every `forget`: a verification that started before a revocation must not put
     /// its (now stale) verdict into the cache.
     generation: AtomicU64,
@@ -214,7 +214,7 @@ impl<Who: Principal> std::fmt::Debug for Authenticator<Who> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Authenticator")
             .field("schemes", &self.schemes.len())
-            .field("cache_ttl_millis", &self.cache_ttl_millis)
+            .field("cache_ttl", &self.cache_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -244,7 +244,7 @@ impl<Who: Principal> Authenticator<Who> {
                 .build()
         });
         Self {
-            cache_ttl_millis: i64::try_from(listener.cache_ttl.as_millis()).unwrap_or(i64::MAX),
+            cache_ttl: listener.cache_ttl,
             clock,
             schemes,
             challenges,
@@ -465,7 +465,7 @@ impl<Who: Principal> Authenticator<Who> {
                         let who = self.verify_counted(presented, client, tried).await?;
                         Ok::<_, Refused>(CachedVerdict {
                             who,
-                            at_millis: self.clock.now_millis(),
+                            at: self.clock.now(),
                         })
                     })
                     .await
@@ -557,8 +557,8 @@ impl<Who: Principal> Authenticator<Who> {
     }
 
     /// Whether a credential that ends at `valid_until` has ended by the gateway's clock.
-    fn expired(&self, valid_until: Option<i64>) -> bool {
-        valid_until.is_some_and(|until| self.clock.now_millis() >= until)
+    fn expired(&self, valid_until: Option<Timestamp>) -> bool {
+        valid_until.is_some_and(|until| self.clock.now() >= until)
     }
 
     fn still_valid(&self, who: &Who) -> bool {
@@ -566,7 +566,7 @@ impl<Who: Principal> Authenticator<Who> {
     }
 
     fn is_fresh(&self, entry: &CachedVerdict<Who>) -> bool {
-        self.clock.now_millis() - entry.at_millis < self.cache_ttl_millis
+        elapsed(entry.at, self.clock.now()) < self.cache_ttl
     }
 
     /// The request's one credential, claimed by a scheme and past its precheck.

@@ -22,7 +22,7 @@
 
 use super::scheme::{Context, CredentialScheme, Failure, Presented};
 use super::{AuthError, AuthenticatedPeer, Scheme, peer};
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp, elapsed, later};
 use crate::guard::certificate::ClientCertificate;
 use crate::guard::scopes::GrantedScopes;
 use crate::jose::access_token::{self, AccessToken, AccessTokenRules, TokenRejected};
@@ -83,7 +83,7 @@ struct Issuer {
     /// The fixed set, when keys come from a file.
     fixed: Option<Arc<TrustedKeys>>,
     /// The last discovery and when it was tried (a failure is retried after the cooldown).
-    discovered: tokio::sync::Mutex<(Option<Discovered>, Option<i64>)>,
+    discovered: tokio::sync::Mutex<(Option<Discovered>, Option<Timestamp>)>,
     /// The last fetched set's text and its parsed keys.
     parsed: std::sync::Mutex<Option<(String, Arc<TrustedKeys>)>>,
 }
@@ -151,18 +151,17 @@ impl IdentityProviders {
     /// Discovery for the issuer named `name` (for the card), fetching it if need be.
     pub async fn discovered(&self, name: &str) -> Option<Discovered> {
         let issuer = self.issuers.values().find(|i| i.settings.name == name)?;
-        issuer.discover(self.clock.now_millis()).await.ok()
+        issuer.discover(self.clock.now()).await.ok()
     }
 
     /// The token's issuer and verified claims: from memory when this token verified before,
     /// else checked, its signature with one of its issuer's keys.
     async fn verify(&self, token: &str) -> Result<Arc<(Arc<Issuer>, AccessToken)>, AuthError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let now = self.clock.now_millis();
+        let now = self.clock.now();
         if let Some(known) = self.verified.get(&key).await {
             // Remembered until it expires, by the gateway's clock.
-            let skew = known.0.settings.rules.skew.as_millis() as i64;
-            if now < known.1.expires_at.saturating_add(skew) {
+            if now < later(known.1.expires_at, known.0.settings.rules.skew) {
                 return Ok(known);
             }
             self.verified.invalidate(&key).await;
@@ -196,7 +195,7 @@ impl IdentityProviders {
 
 impl Issuer {
     /// The issuer's keys; with `unknown_kid`, a token named a `kid` the cached set lacks.
-    async fn keys(&self, unknown_kid: bool, now: i64) -> Result<Arc<TrustedKeys>, AuthError> {
+    async fn keys(&self, unknown_kid: bool, now: Timestamp) -> Result<Arc<TrustedKeys>, AuthError> {
         if let Some(fixed) = &self.fixed {
             return Ok(fixed.clone());
         }
@@ -225,13 +224,15 @@ impl Issuer {
 
     /// The provider's metadata: OpenID Connect discovery, else RFC 8414's. Its `issuer` must be
     /// the configured one exactly. A failure is retried after the key cache's cooldown.
-    async fn discover(&self, now: i64) -> Result<Discovered, AuthError> {
+    async fn discover(&self, now: Timestamp) -> Result<Discovered, AuthError> {
         let mut state = self.discovered.lock().await;
         if let Some(found) = &state.0 {
             return Ok(found.clone());
         }
-        let cooldown = JwksCache::COOLDOWN.as_millis() as i64;
-        if state.1.is_some_and(|at| now - at < cooldown) {
+        if state
+            .1
+            .is_some_and(|at| elapsed(at, now) < JwksCache::COOLDOWN)
+        {
             return Err(AuthError::Unavailable);
         }
         state.1 = Some(now);

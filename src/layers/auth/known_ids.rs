@@ -110,7 +110,7 @@ mod tests {
     async fn ids_are_known_from_the_store_notifications_and_a_re_read() {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(dir.path()).await.unwrap();
-        let clock = ManualClock::new(1_800_000_000_000);
+        let clock = ManualClock::new(crate::clock::from_millis(1_800_000_000_000));
         let accounts = AccountService::new(
             store.clone(),
             Arc::new(clock.clone()),

@@ -62,7 +62,7 @@ pub use authenticator::{
 pub use basic::parse_basic;
 pub use layer::{Auth, AuthLayer, AuthMode};
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp};
 use crate::guard::refusal::RefusalReason;
 pub use crate::guard::scheme::Scheme;
 use crate::guard::scopes::{GrantedScopes, OperationScope};
@@ -92,9 +92,9 @@ pub struct AuthenticatedPeer {
     rate_per_minute: u32,
     max_streams: Option<u32>,
     scheme: Scheme,
-    /// When the credential stops working (expiry, or the end of a rotation's grace), epoch ms;
+    /// When the credential stops working (expiry, or the end of a rotation's grace);
     /// checked on every request, cached verdicts included.
-    valid_until: Option<i64>,
+    valid_until: Option<Timestamp>,
     /// The operations an identity provider's token narrowed the peer to (`None`: every
     /// operation the peer may do, as with the credentials peergate issues).
     granted: Option<GrantedScopes>,
@@ -161,7 +161,7 @@ impl Principal for AuthenticatedPeer {
     fn principal_name(&self) -> &str {
         &self.name
     }
-    fn valid_until(&self) -> Option<i64> {
+    fn valid_until(&self) -> Option<Timestamp> {
         self.valid_until
     }
 }
@@ -255,7 +255,7 @@ fn peer(
     scheme: Scheme,
     (id, name, owner_id): (PeerId, String, String),
     (rate_per_minute, max_streams): (u32, Option<u32>),
-    valid_until: Option<i64>,
+    valid_until: Option<Timestamp>,
 ) -> AuthenticatedPeer {
     AuthenticatedPeer {
         id,
@@ -384,8 +384,7 @@ impl Witness<AuthenticatedPeer> for LastUse {
             return;
         }
         self.recently_touched.insert(peer.id.clone(), ()).await;
-        self.store
-            .record_peer_use(&peer.id, self.clock.now_millis());
+        self.store.record_peer_use(&peer.id, self.clock.now());
     }
 }
 
@@ -526,7 +525,7 @@ mod tests {
         {
             self.store.find_admin_token(token_id).await
         }
-        fn record_peer_use(&self, peer_id: &PeerId, now: i64) {
+        fn record_peer_use(&self, peer_id: &PeerId, now: Timestamp) {
             self.store.record_peer_use(peer_id, now);
         }
         async fn credential_ids(&self) -> Result<Vec<String>, StoreError> {
@@ -539,7 +538,9 @@ mod tests {
         use crate::admin::{AccountDefaults, AccountService, Caller, NewPeer};
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(dir.path()).await.unwrap();
-        let clock: Arc<dyn Clock> = Arc::new(crate::clock::ManualClock::new(1_800_000_000_000));
+        let clock: Arc<dyn Clock> = Arc::new(crate::clock::ManualClock::new(
+            crate::clock::from_millis(1_800_000_000_000),
+        ));
         let accounts = AccountService::new(
             store.clone(),
             clock.clone(),

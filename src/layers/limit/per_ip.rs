@@ -13,7 +13,7 @@
 //! use std::sync::Arc;
 //! use tower::ServiceExt;
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
-//! let clock = Arc::new(ManualClock::new(0));
+//! let clock = Arc::new(ManualClock::new(peergate::clock::Timestamp::UNIX_EPOCH));
 //! let app = Router::new()
 //!     .route("/", get(|| async { "ok" }))
 //!     .layer(PerIpLimitLayer::new(Quota::per_minute(1), 1000, clock).unwrap())

@@ -6,6 +6,7 @@
 //! `UPDATE`, `DELETE` and `TRUNCATE` in the database itself (triggers).
 
 use super::PostgresStore;
+use crate::clock::{Timestamp, from_millis};
 use crate::store::PeerId;
 use crate::store::{
     AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerRecord,
@@ -34,7 +35,7 @@ pub(super) fn admin_record(row: &sqlx::postgres::PgRow) -> Result<AdminRecord, S
         model_allowed: row.try_get("model_allowed")?,
         tokens_per_day: count("tokens_per_day")?,
         tokens_per_month: count("tokens_per_month")?,
-        created_at: row.try_get("created_at")?,
+        created_at: from_millis(row.try_get("created_at")?),
     })
 }
 
@@ -42,7 +43,7 @@ fn audit_record(row: &sqlx::postgres::PgRow) -> Result<AuditRecord, StoreError> 
     Ok(AuditRecord {
         seq: row.try_get("seq")?,
         entry: AuditEntry {
-            at: row.try_get("at")?,
+            at: from_millis(row.try_get("at")?),
             actor: row.try_get("actor")?,
             action: super::named(row, "action", AuditAction::from_name)?,
             target: row.try_get("target")?,
@@ -69,11 +70,15 @@ fn peer_record(row: &sqlx::postgres::PgRow) -> Result<PeerRecord, StoreError> {
         name: row.try_get("name")?,
         status: super::named(row, "status", PeerStatus::from_name)?,
         rate_per_minute: super::rate(row)?,
-        created_at: row.try_get("created_at")?,
-        last_used_at: row.try_get("last_used_at")?,
+        created_at: from_millis(row.try_get("created_at")?),
+        last_used_at: row
+            .try_get::<Option<i64>, _>("last_used_at")?
+            .map(from_millis),
         owner_id: row.try_get("owner_id")?,
         owner_name: row.try_get("owner_name")?,
-        expires_at: row.try_get("expires_at")?,
+        expires_at: row
+            .try_get::<Option<i64>, _>("expires_at")?
+            .map(from_millis),
         max_streams: super::max_streams(row)?,
     })
 }
@@ -152,9 +157,10 @@ impl AccountStore for PostgresStore {
 
     async fn audit_since(
         &self,
-        since: i64,
+        since: Timestamp,
         owner_id: Option<&str>,
     ) -> Result<Vec<AuditRecord>, StoreError> {
+        let since = since.as_millisecond();
         let rows = sqlx::query(
             "SELECT seq, at, actor, action, target, outcome, client, detail, owner_id FROM audit \
              WHERE at >= $1 AND ($2::TEXT IS NULL OR owner_id = $3) ORDER BY seq",
@@ -226,7 +232,7 @@ impl AccountChanges for PostgresAccountChange {
         .bind(admin.model_allowed)
         .bind(admin.tokens_per_day.map(signed))
         .bind(admin.tokens_per_month.map(signed))
-        .bind(admin.created_at)
+        .bind(admin.created_at.as_millisecond())
         .execute(&mut *self.tx)
         .await?;
         if inserted.rows_affected() == 0 {
@@ -248,7 +254,12 @@ impl AccountChanges for PostgresAccountChange {
         Ok(())
     }
 
-    async fn revoke_admin_tokens(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError> {
+    async fn revoke_admin_tokens(
+        &mut self,
+        admin_id: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         sqlx::query(
             "UPDATE admin_tokens SET revoked_at = $1 WHERE admin_id = $2 AND revoked_at IS NULL",
         )
@@ -292,8 +303,9 @@ impl AccountChanges for PostgresAccountChange {
         admin_id: &str,
         token_id: &str,
         secret_hash: &TokenSecretHash,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         sqlx::query(
             "INSERT INTO admin_tokens (token_id, admin_id, secret_hash, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -332,9 +344,9 @@ impl AccountChanges for PostgresAccountChange {
         .bind(peer.id.as_str())
         .bind(&peer.name)
         .bind(i64::from(peer.rate_per_minute))
-        .bind(peer.created_at)
+        .bind(peer.created_at.as_millisecond())
         .bind(&peer.owner_id)
-        .bind(peer.expires_at)
+        .bind(peer.expires_at.map(Timestamp::as_millisecond))
         .bind(peer.max_streams.map(i64::from))
         .execute(&mut *self.tx)
         .await?;
@@ -350,8 +362,9 @@ impl AccountChanges for PostgresAccountChange {
         kind: CredentialKind,
         token_id: &str,
         secret_hash: &TokenSecretHash,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         sqlx::query(
             "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at, kind) VALUES ($1, $2, $3, $4, $5)",
         )
@@ -369,7 +382,7 @@ impl AccountChanges for PostgresAccountChange {
         &mut self,
         peer_id: &PeerId,
         kind: Option<CredentialKind>,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
         revoke_credentials(&mut self.tx, peer_id, kind, now).await
     }
@@ -378,8 +391,9 @@ impl AccountChanges for PostgresAccountChange {
         &mut self,
         peer_id: &PeerId,
         kind: CredentialKind,
-        until: i64,
+        until: Timestamp,
     ) -> Result<(), StoreError> {
+        let until = until.as_millisecond();
         sqlx::query(
             "UPDATE credentials SET expires_at = LEAST(coalesce(expires_at, $1), $2) \
              WHERE peer_id = $3 AND kind = $4 AND revoked_at IS NULL",
@@ -393,7 +407,7 @@ impl AccountChanges for PostgresAccountChange {
         Ok(())
     }
 
-    async fn revoke_peer(&mut self, peer_id: &PeerId, now: i64) -> Result<(), StoreError> {
+    async fn revoke_peer(&mut self, peer_id: &PeerId, now: Timestamp) -> Result<(), StoreError> {
         // The password goes too: reinstating the peer must not bring it back.
         sqlx::query("UPDATE peers SET status = 'revoked', password_hash = NULL WHERE id = $1")
             .bind(peer_id.as_str())
@@ -435,8 +449,9 @@ impl AccountChanges for PostgresAccountChange {
     async fn set_peer_expiry(
         &mut self,
         peer_id: &PeerId,
-        expires_at: Option<i64>,
+        expires_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
+        let expires_at = expires_at.map(Timestamp::as_millisecond);
         sqlx::query("UPDATE peers SET expires_at = $1 WHERE id = $2")
             .bind(expires_at)
             .bind(peer_id.as_str())
@@ -449,8 +464,9 @@ impl AccountChanges for PostgresAccountChange {
         &mut self,
         peer_id: &PeerId,
         identity: &PeerIdentity,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         let holder: Option<String> = sqlx::query_scalar(
             "SELECT p.name FROM peer_identities i JOIN peers p ON p.id = i.peer_id \
              WHERE i.kind = $1 AND i.issuer = $2 AND i.subject = $3",
@@ -480,8 +496,9 @@ impl AccountChanges for PostgresAccountChange {
         &mut self,
         admin_id: &str,
         (issuer, subject): (&str, &str),
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         let holder: Option<String> = sqlx::query_scalar(
             "SELECT a.name FROM admin_identities i JOIN admins a ON a.id = i.admin_id \
              WHERE i.issuer = $1 AND i.subject = $2",
@@ -579,7 +596,7 @@ pub(super) async fn insert_audit(
         "INSERT INTO audit (at, actor, action, target, outcome, client, detail, owner_id) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
-    .bind(entry.at)
+    .bind(entry.at.as_millisecond())
     .bind(&entry.actor)
     .bind(entry.action.as_str())
     .bind(&entry.target)
@@ -597,8 +614,9 @@ async fn revoke_credentials(
     tx: &mut PgConnection,
     peer_id: &PeerId,
     kind: Option<CredentialKind>,
-    now: i64,
+    now: Timestamp,
 ) -> Result<(), StoreError> {
+    let now = now.as_millisecond();
     sqlx::query(
         "UPDATE credentials SET revoked_at = $1 \
          WHERE peer_id = $2 AND revoked_at IS NULL AND ($3::TEXT IS NULL OR kind = $4)",

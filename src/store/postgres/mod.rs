@@ -15,6 +15,7 @@ use super::{
     CredentialStore, DocumentStore, PeerLogin, PeerUsage, Serving, StoreEngine, StoreError,
     UsageStore,
 };
+use crate::clock::{Timestamp, from_millis};
 use crate::store::PeerId;
 use crate::store::PeerIdentity;
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -390,7 +391,9 @@ impl CredentialStore for PostgresStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
-            valid_until: row.try_get("valid_until")?,
+            valid_until: row
+                .try_get::<Option<i64>, _>("valid_until")?
+                .map(from_millis),
         }))
     }
 
@@ -411,7 +414,9 @@ impl CredentialStore for PostgresStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
-            valid_until: row.try_get("expires_at")?,
+            valid_until: row
+                .try_get::<Option<i64>, _>("expires_at")?
+                .map(from_millis),
         }))
     }
 
@@ -439,7 +444,9 @@ impl CredentialStore for PostgresStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
-            valid_until: row.try_get("expires_at")?,
+            valid_until: row
+                .try_get::<Option<i64>, _>("expires_at")?
+                .map(from_millis),
         }))
     }
 
@@ -506,7 +513,8 @@ impl CredentialStore for PostgresStore {
         )))
     }
 
-    fn record_peer_use(&self, peer_id: &PeerId, now: i64) {
+    fn record_peer_use(&self, peer_id: &PeerId, now: Timestamp) {
+        let now = now.as_millisecond();
         let uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(uses) = uses.as_ref() {
             // Full or closed: the timestamp waits for the next note.
@@ -532,8 +540,8 @@ impl ConversationStore for PostgresStore {
                 Ok(ConversationSummary {
                     peer_name: row.try_get("name")?,
                     context_id: row.try_get("context_id")?,
-                    created_at: row.try_get("created_at")?,
-                    updated_at: row.try_get("updated_at")?,
+                    created_at: from_millis(row.try_get("created_at")?),
+                    updated_at: from_millis(row.try_get("updated_at")?),
                     messages: row.try_get("messages")?,
                 })
             })
@@ -567,7 +575,7 @@ impl ConversationStore for PostgresStore {
                     role: row.try_get("role")?,
                     text: row.try_get("body")?,
                     task_id: row.try_get("task_id")?,
-                    at: row.try_get("created_at")?,
+                    at: from_millis(row.try_get("created_at")?),
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()
@@ -633,8 +641,9 @@ impl DocumentStore for PostgresStore {
         &self,
         name: &str,
         etag: &str,
-        now: i64,
-    ) -> Result<i64, StoreError> {
+        now: Timestamp,
+    ) -> Result<Timestamp, StoreError> {
+        let now = now.as_millisecond();
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query("SELECT etag, modified_at FROM documents WHERE name = $1 FOR UPDATE")
             .bind(name)
@@ -643,7 +652,7 @@ impl DocumentStore for PostgresStore {
         if let Some(row) = row
             && row.try_get::<String, _>("etag")? == etag
         {
-            return Ok(row.try_get("modified_at")?);
+            return Ok(from_millis(row.try_get("modified_at")?));
         }
         sqlx::query(
             "INSERT INTO documents (name, etag, modified_at) VALUES ($1, $2, $3) \
@@ -655,7 +664,7 @@ impl DocumentStore for PostgresStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(now)
+        Ok(from_millis(now))
     }
 }
 

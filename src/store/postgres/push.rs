@@ -1,6 +1,7 @@
 //! Push-notification configs and the delivery queue in PostgreSQL.
 
 use super::PostgresStore;
+use crate::clock::Timestamp;
 use crate::store::PeerId;
 use crate::store::{
     DeliveryOutcome, Exchange, FailedDelivery, PushConfigRecord, PushDelivery, PushStore,
@@ -17,8 +18,9 @@ pub(super) async fn queue_state(
     task_id: &str,
     state: &str,
     task_json: &str,
-    now: i64,
+    now: Timestamp,
 ) -> Result<(), StoreError> {
+    let now = now.as_millisecond();
     sqlx::query(
         "INSERT INTO push_deliveries (task_id, config_id, peer_id, url, sealed, body, state, attempts, next_attempt_at, created_at, updated_at) \
          SELECT task_id, id, peer_id, url, sealed, $1, 'pending', 0, $2, $2, $2 FROM push_configs WHERE task_id = $3 \
@@ -78,7 +80,7 @@ pub(super) async fn upsert_config(
     .bind(config.peer_id.as_str())
     .bind(&config.url)
     .bind(&config.sealed)
-    .bind(config.created_at)
+    .bind(config.created_at.as_millisecond())
     .execute(&mut *tx)
     .await?;
     // What is still queued under it goes where the config now says, with its new secrets.
@@ -189,10 +191,12 @@ impl PushStore for PostgresStore {
 
     async fn claim_deliveries(
         &self,
-        now: i64,
-        claim_until: i64,
+        now: Timestamp,
+        claim_until: Timestamp,
         limit: u32,
     ) -> Result<Vec<PushDelivery>, StoreError> {
+        let now = now.as_millisecond();
+        let claim_until = claim_until.as_millisecond();
         let rows = sqlx::query(
             "UPDATE push_deliveries SET claimed_until = $1 WHERE id IN ( \
                SELECT d.id FROM push_deliveries d \
@@ -217,11 +221,13 @@ impl PushStore for PostgresStore {
     async fn record_delivery(
         &self,
         id: i64,
-        claimed_until: i64,
+        claimed_until: Timestamp,
         outcome: DeliveryOutcome,
         error: &str,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let claimed_until = claimed_until.as_millisecond();
+        let now = now.as_millisecond();
         let query = match outcome {
             DeliveryOutcome::Delivered => {
                 sqlx::query("DELETE FROM push_deliveries WHERE id = $1 AND claimed_until = $2")
@@ -232,7 +238,7 @@ impl PushStore for PostgresStore {
                 "UPDATE push_deliveries SET attempts = attempts + 1, next_attempt_at = $1, claimed_until = NULL, \
                  last_error = $2, updated_at = $3 WHERE id = $4 AND claimed_until = $5",
             )
-            .bind(at)
+            .bind(at.as_millisecond())
             .bind(error)
             .bind(now)
             .bind(id)
@@ -241,7 +247,7 @@ impl PushStore for PostgresStore {
                 "UPDATE push_deliveries SET next_attempt_at = $1, claimed_until = NULL \
                  WHERE id = $2 AND claimed_until = $3",
             )
-            .bind(at)
+            .bind(at.as_millisecond())
             .bind(id)
             .bind(claimed_until),
             DeliveryOutcome::GiveUp => sqlx::query(

@@ -2,6 +2,7 @@
 //! transaction among many turns.
 
 use super::PostgresStore;
+use crate::clock::{Timestamp, from_millis};
 use crate::protocol::types::TaskState;
 use crate::store::PeerId;
 use crate::store::batch::Batch;
@@ -74,8 +75,9 @@ impl TaskStore for PostgresStore {
         &self,
         peer_id: &PeerId,
         task_id: &str,
-        now: i64,
+        now: Timestamp,
     ) -> Result<Option<String>, StoreError> {
+        let now = now.as_millisecond();
         let row = sqlx::query(
             "SELECT body FROM tasks WHERE id = $1 AND peer_id = $2 AND expires_at > $3",
         )
@@ -105,8 +107,9 @@ impl TaskStore for PostgresStore {
 
     async fn working_tasks(
         &self,
-        created_before: Option<i64>,
+        created_before: Option<Timestamp>,
     ) -> Result<Vec<WorkingTask>, StoreError> {
+        let created_before = created_before.map(Timestamp::as_millisecond);
         let rows = sqlx::query(
             "SELECT id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND ($1::BIGINT IS NULL OR COALESCE(status_at, created_at) < $2)",
         )
@@ -130,7 +133,7 @@ impl TaskStore for PostgresStore {
         id: &str,
         state: &str,
         body: &str,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         let finished = sqlx::query(
@@ -138,7 +141,7 @@ impl TaskStore for PostgresStore {
         )
         .bind(state)
         .bind(body)
-        .bind(now)
+        .bind(now.as_millisecond())
         .bind(id)
         .execute(&mut *tx)
         .await?;
@@ -149,7 +152,12 @@ impl TaskStore for PostgresStore {
         Ok(())
     }
 
-    async fn list_tasks(&self, query: &TaskQuery<'_>, now: i64) -> Result<TaskPage, StoreError> {
+    async fn list_tasks(
+        &self,
+        query: &TaskQuery<'_>,
+        now: Timestamp,
+    ) -> Result<TaskPage, StoreError> {
+        let now = now.as_millisecond();
         const FILTERS: &str = "peer_id = $1 AND expires_at > $2 AND ($3::TEXT IS NULL OR context_id = $3) \
              AND ($4::TEXT IS NULL OR state = $4) AND ($5::BIGINT IS NULL OR status_at >= $5)";
         let filtered = |sql: String| {
@@ -158,9 +166,10 @@ impl TaskStore for PostgresStore {
                 .bind(now)
                 .bind(query.context_id)
                 .bind(query.state.map(TaskState::as_str))
-                .bind(query.status_since)
+                .bind(query.status_since.map(Timestamp::as_millisecond))
         };
         let (after_at, after_id) = query.after.unzip();
+        let after_at = after_at.map(Timestamp::as_millisecond);
         let rows = filtered(format!(
             "SELECT id, body, COALESCE(status_at, created_at) AS status_at FROM tasks WHERE {FILTERS} AND ($6::BIGINT IS NULL OR status_at < $6 \
              OR (status_at = $6 AND id < $7)) ORDER BY status_at DESC, id DESC LIMIT $8"
@@ -178,7 +187,7 @@ impl TaskStore for PostgresStore {
             .iter()
             .map(|row| {
                 Ok((
-                    row.try_get("status_at")?,
+                    from_millis(row.try_get("status_at")?),
                     row.try_get("id")?,
                     row.try_get("body")?,
                 ))
@@ -190,7 +199,8 @@ impl TaskStore for PostgresStore {
         })
     }
 
-    async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
+    async fn delete_expired_tasks(&self, now: Timestamp) -> Result<u64, StoreError> {
+        let now = now.as_millisecond();
         let mut tx = self.pool.begin().await?;
         for table in ["push_deliveries", "push_configs"] {
             sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -253,10 +263,10 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
             .push_bind(e.context_id.as_str())
             .push_bind(e.state.as_str())
             .push_bind(e.task_json.as_str())
-            .push_bind(*created_at)
-            .push_bind(e.expires_at)
+            .push_bind(created_at.as_millisecond())
+            .push_bind(e.expires_at.as_millisecond())
             .push_bind(e.instance.as_deref())
-            .push_bind(e.now)
+            .push_bind(e.now.as_millisecond())
             .push_bind(e.upstream_task_id.as_deref());
     });
     // A finished task replaces the working copy stored before the model was asked, unless a
@@ -300,8 +310,8 @@ async fn write_conversation(
         |mut row, ((peer, context), (first, last))| {
             row.push_bind(*peer)
                 .push_bind(*context)
-                .push_bind(*first)
-                .push_bind(*last);
+                .push_bind(first.as_millisecond())
+                .push_bind(last.as_millisecond());
         },
     );
     contexts
@@ -316,7 +326,7 @@ async fn write_conversation(
             .push_bind(e.task_id.as_str())
             .push_bind(m.role.as_str())
             .push_bind(m.text.as_str())
-            .push_bind(e.now);
+            .push_bind(e.now.as_millisecond());
     });
     insert.build().execute(&mut **tx).await?;
     Ok(())

@@ -6,6 +6,7 @@
 //! path, this one included, can rewrite history.
 
 use super::{BEGIN_WRITE, SqliteStore};
+use crate::clock::{Timestamp, from_millis};
 use crate::store::PeerId;
 use crate::store::{
     AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerRecord,
@@ -34,7 +35,7 @@ pub(super) fn admin_record(row: &sqlx::sqlite::SqliteRow) -> Result<AdminRecord,
         model_allowed: row.try_get("model_allowed")?,
         tokens_per_day: count("tokens_per_day")?,
         tokens_per_month: count("tokens_per_month")?,
-        created_at: row.try_get("created_at")?,
+        created_at: from_millis(row.try_get("created_at")?),
     })
 }
 
@@ -42,7 +43,7 @@ fn audit_record(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError
     Ok(AuditRecord {
         seq: row.try_get("seq")?,
         entry: AuditEntry {
-            at: row.try_get("at")?,
+            at: from_millis(row.try_get("at")?),
             actor: row.try_get("actor")?,
             action: super::named(row, "action", AuditAction::from_name)?,
             target: row.try_get("target")?,
@@ -69,11 +70,15 @@ fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> 
         name: row.try_get("name")?,
         status: super::named(row, "status", PeerStatus::from_name)?,
         rate_per_minute: super::rate(row)?,
-        created_at: row.try_get("created_at")?,
-        last_used_at: row.try_get("last_used_at")?,
+        created_at: from_millis(row.try_get("created_at")?),
+        last_used_at: row
+            .try_get::<Option<i64>, _>("last_used_at")?
+            .map(from_millis),
         owner_id: row.try_get("owner_id")?,
         owner_name: row.try_get("owner_name")?,
-        expires_at: row.try_get("expires_at")?,
+        expires_at: row
+            .try_get::<Option<i64>, _>("expires_at")?
+            .map(from_millis),
         max_streams: super::max_streams(row)?,
     })
 }
@@ -156,9 +161,10 @@ impl AccountStore for SqliteStore {
 
     async fn audit_since(
         &self,
-        since: i64,
+        since: Timestamp,
         owner_id: Option<&str>,
     ) -> Result<Vec<AuditRecord>, StoreError> {
+        let since = since.as_millisecond();
         let rows = sqlx::query(
             "SELECT seq, at, actor, action, target, outcome, client, detail, owner_id FROM audit \
              WHERE at >= ? AND (? IS NULL OR owner_id = ?) ORDER BY seq",
@@ -240,7 +246,7 @@ impl AccountChanges for SqliteAccountChange {
         .bind(admin.model_allowed)
         .bind(admin.tokens_per_day.map(signed))
         .bind(admin.tokens_per_month.map(signed))
-        .bind(admin.created_at)
+        .bind(admin.created_at.as_millisecond())
         .execute(&mut *self.tx)
         .await?;
         if inserted.rows_affected() == 0 {
@@ -262,7 +268,12 @@ impl AccountChanges for SqliteAccountChange {
         Ok(())
     }
 
-    async fn revoke_admin_tokens(&mut self, admin_id: &str, now: i64) -> Result<(), StoreError> {
+    async fn revoke_admin_tokens(
+        &mut self,
+        admin_id: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         sqlx::query(
             "UPDATE admin_tokens SET revoked_at = ? WHERE admin_id = ? AND revoked_at IS NULL",
         )
@@ -306,8 +317,9 @@ impl AccountChanges for SqliteAccountChange {
         admin_id: &str,
         token_id: &str,
         secret_hash: &TokenSecretHash,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         sqlx::query(
             "INSERT INTO admin_tokens (token_id, admin_id, secret_hash, created_at) VALUES (?, ?, ?, ?)",
         )
@@ -340,9 +352,9 @@ impl AccountChanges for SqliteAccountChange {
         .bind(peer.id.as_str())
         .bind(&peer.name)
         .bind(i64::from(peer.rate_per_minute))
-        .bind(peer.created_at)
+        .bind(peer.created_at.as_millisecond())
         .bind(&peer.owner_id)
-        .bind(peer.expires_at)
+        .bind(peer.expires_at.map(Timestamp::as_millisecond))
         .bind(peer.max_streams.map(i64::from))
         .execute(&mut *self.tx)
         .await?;
@@ -358,8 +370,9 @@ impl AccountChanges for SqliteAccountChange {
         kind: CredentialKind,
         token_id: &str,
         secret_hash: &TokenSecretHash,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         sqlx::query(
             "INSERT INTO credentials (token_id, peer_id, secret_hash, created_at, kind) VALUES (?, ?, ?, ?, ?)",
         )
@@ -377,7 +390,7 @@ impl AccountChanges for SqliteAccountChange {
         &mut self,
         peer_id: &PeerId,
         kind: Option<CredentialKind>,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
         revoke_credentials(&mut self.tx, peer_id, kind, now).await
     }
@@ -386,8 +399,9 @@ impl AccountChanges for SqliteAccountChange {
         &mut self,
         peer_id: &PeerId,
         kind: CredentialKind,
-        until: i64,
+        until: Timestamp,
     ) -> Result<(), StoreError> {
+        let until = until.as_millisecond();
         sqlx::query(
             "UPDATE credentials SET expires_at = min(coalesce(expires_at, ?), ?) \
              WHERE peer_id = ? AND kind = ? AND revoked_at IS NULL",
@@ -401,7 +415,7 @@ impl AccountChanges for SqliteAccountChange {
         Ok(())
     }
 
-    async fn revoke_peer(&mut self, peer_id: &PeerId, now: i64) -> Result<(), StoreError> {
+    async fn revoke_peer(&mut self, peer_id: &PeerId, now: Timestamp) -> Result<(), StoreError> {
         // The password goes too: reinstating the peer must not bring it back.
         sqlx::query("UPDATE peers SET status = 'revoked', password_hash = NULL WHERE id = ?")
             .bind(peer_id.as_str())
@@ -443,8 +457,9 @@ impl AccountChanges for SqliteAccountChange {
     async fn set_peer_expiry(
         &mut self,
         peer_id: &PeerId,
-        expires_at: Option<i64>,
+        expires_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
+        let expires_at = expires_at.map(Timestamp::as_millisecond);
         sqlx::query("UPDATE peers SET expires_at = ? WHERE id = ?")
             .bind(expires_at)
             .bind(peer_id.as_str())
@@ -457,8 +472,9 @@ impl AccountChanges for SqliteAccountChange {
         &mut self,
         peer_id: &PeerId,
         identity: &PeerIdentity,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         let holder: Option<String> = sqlx::query_scalar(
             "SELECT p.name FROM peer_identities i JOIN peers p ON p.id = i.peer_id \
              WHERE i.kind = ? AND i.issuer = ? AND i.subject = ?",
@@ -488,8 +504,9 @@ impl AccountChanges for SqliteAccountChange {
         &mut self,
         admin_id: &str,
         (issuer, subject): (&str, &str),
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let now = now.as_millisecond();
         let holder: Option<String> = sqlx::query_scalar(
             "SELECT a.name FROM admin_identities i JOIN admins a ON a.id = i.admin_id \
              WHERE i.issuer = ? AND i.subject = ?",
@@ -584,7 +601,7 @@ pub(super) async fn insert_audit(
     entry: &AuditEntry,
 ) -> Result<(), StoreError> {
     sqlx::query(INSERT_AUDIT)
-        .bind(entry.at)
+        .bind(entry.at.as_millisecond())
         .bind(&entry.actor)
         .bind(entry.action.as_str())
         .bind(&entry.target)
@@ -607,8 +624,9 @@ async fn revoke_credentials(
     tx: &mut SqliteConnection,
     peer_id: &PeerId,
     kind: Option<CredentialKind>,
-    now: i64,
+    now: Timestamp,
 ) -> Result<(), StoreError> {
+    let now = now.as_millisecond();
     sqlx::query(
         "UPDATE credentials SET revoked_at = ? \
          WHERE peer_id = ? AND revoked_at IS NULL AND (? IS NULL OR kind = ?)",

@@ -25,6 +25,7 @@ use super::{
     CredentialStore, DocumentStore, PeerLogin, PeerUsage, Serving, StoreEngine, StoreError,
     UsageStore,
 };
+use crate::clock::{Timestamp, from_millis};
 use crate::store::PeerId;
 use crate::store::PeerIdentity;
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -431,7 +432,9 @@ impl CredentialStore for SqliteStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
-            valid_until: row.try_get("valid_until")?,
+            valid_until: row
+                .try_get::<Option<i64>, _>("valid_until")?
+                .map(from_millis),
         }))
     }
 
@@ -452,7 +455,9 @@ impl CredentialStore for SqliteStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
-            valid_until: row.try_get("expires_at")?,
+            valid_until: row
+                .try_get::<Option<i64>, _>("expires_at")?
+                .map(from_millis),
         }))
     }
 
@@ -480,7 +485,9 @@ impl CredentialStore for SqliteStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             owner_id: row.try_get("owner_id")?,
-            valid_until: row.try_get("expires_at")?,
+            valid_until: row
+                .try_get::<Option<i64>, _>("expires_at")?
+                .map(from_millis),
         }))
     }
 
@@ -547,7 +554,8 @@ impl CredentialStore for SqliteStore {
         )))
     }
 
-    fn record_peer_use(&self, peer_id: &PeerId, now: i64) {
+    fn record_peer_use(&self, peer_id: &PeerId, now: Timestamp) {
+        let now = now.as_millisecond();
         let uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(uses) = uses.as_ref() {
             // Full or closed: the timestamp waits for the next note.
@@ -573,8 +581,8 @@ impl ConversationStore for SqliteStore {
                 Ok(ConversationSummary {
                     peer_name: row.try_get("name")?,
                     context_id: row.try_get("context_id")?,
-                    created_at: row.try_get("created_at")?,
-                    updated_at: row.try_get("updated_at")?,
+                    created_at: from_millis(row.try_get("created_at")?),
+                    updated_at: from_millis(row.try_get("updated_at")?),
                     messages: row.try_get("messages")?,
                 })
             })
@@ -608,7 +616,7 @@ impl ConversationStore for SqliteStore {
                     role: row.try_get("role")?,
                     text: row.try_get("body")?,
                     task_id: row.try_get("task_id")?,
-                    at: row.try_get("created_at")?,
+                    at: from_millis(row.try_get("created_at")?),
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()
@@ -674,8 +682,9 @@ impl DocumentStore for SqliteStore {
         &self,
         name: &str,
         etag: &str,
-        now: i64,
-    ) -> Result<i64, StoreError> {
+        now: Timestamp,
+    ) -> Result<Timestamp, StoreError> {
+        let now = now.as_millisecond();
         let _turn = self.write_turn().await;
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let row = sqlx::query("SELECT etag, modified_at FROM documents WHERE name = ?")
@@ -685,7 +694,7 @@ impl DocumentStore for SqliteStore {
         if let Some(row) = row
             && row.try_get::<String, _>("etag")? == etag
         {
-            return Ok(row.try_get("modified_at")?);
+            return Ok(from_millis(row.try_get("modified_at")?));
         }
         sqlx::query(
             "INSERT INTO documents (name, etag, modified_at) VALUES (?, ?, ?) \
@@ -697,7 +706,7 @@ impl DocumentStore for SqliteStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(now)
+        Ok(from_millis(now))
     }
 }
 

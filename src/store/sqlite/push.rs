@@ -1,6 +1,7 @@
 //! Push-notification configs and the delivery queue in SQLite.
 
 use super::{BEGIN_WRITE, SqliteStore};
+use crate::clock::Timestamp;
 use crate::store::PeerId;
 use crate::store::{
     DeliveryOutcome, FailedDelivery, PushConfigRecord, PushDelivery, PushStore, StoreError,
@@ -16,8 +17,9 @@ pub(super) async fn queue_state(
     task_id: &str,
     state: &str,
     task_json: &str,
-    now: i64,
+    now: Timestamp,
 ) -> Result<(), StoreError> {
+    let now = now.as_millisecond();
     sqlx::query(QUEUE_STATE)
         .bind(crate::store::records::task_notification(task_json))
         .bind(now)
@@ -58,7 +60,7 @@ pub(super) async fn upsert_config(
         .bind(config.peer_id.as_str())
         .bind(&config.url)
         .bind(&config.sealed)
-        .bind(config.created_at)
+        .bind(config.created_at.as_millisecond())
         .execute(&mut *tx)
         .await?;
     sqlx::query(RETARGET_DELIVERIES)
@@ -163,10 +165,12 @@ impl PushStore for SqliteStore {
 
     async fn claim_deliveries(
         &self,
-        now: i64,
-        claim_until: i64,
+        now: Timestamp,
+        claim_until: Timestamp,
         limit: u32,
     ) -> Result<Vec<PushDelivery>, StoreError> {
+        let now = now.as_millisecond();
+        let claim_until = claim_until.as_millisecond();
         let rows = sqlx::query(
             "UPDATE push_deliveries SET claimed_until = ? WHERE id IN ( \
                SELECT d.id FROM push_deliveries d \
@@ -195,11 +199,13 @@ impl PushStore for SqliteStore {
     async fn record_delivery(
         &self,
         id: i64,
-        claimed_until: i64,
+        claimed_until: Timestamp,
         outcome: DeliveryOutcome,
         error: &str,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let claimed_until = claimed_until.as_millisecond();
+        let now = now.as_millisecond();
         let query = match outcome {
             DeliveryOutcome::Delivered => {
                 sqlx::query("DELETE FROM push_deliveries WHERE id = ? AND claimed_until = ?")
@@ -210,7 +216,7 @@ impl PushStore for SqliteStore {
                 "UPDATE push_deliveries SET attempts = attempts + 1, next_attempt_at = ?, claimed_until = NULL, \
                  last_error = ?, updated_at = ? WHERE id = ? AND claimed_until = ?",
             )
-            .bind(at)
+            .bind(at.as_millisecond())
             .bind(error)
             .bind(now)
             .bind(id)
@@ -219,7 +225,7 @@ impl PushStore for SqliteStore {
                 "UPDATE push_deliveries SET next_attempt_at = ?, claimed_until = NULL \
                  WHERE id = ? AND claimed_until = ?",
             )
-            .bind(at)
+            .bind(at.as_millisecond())
             .bind(id)
             .bind(claimed_until),
             DeliveryOutcome::GiveUp => sqlx::query(

@@ -2,6 +2,7 @@
 
 use super::writer::{Job, PendingExchange};
 use super::{BEGIN_WRITE, SqliteStore};
+use crate::clock::{Timestamp, from_millis};
 use crate::protocol::types::TaskState;
 use crate::store::PeerId;
 use crate::store::{
@@ -63,8 +64,9 @@ impl TaskStore for SqliteStore {
         &self,
         peer_id: &PeerId,
         task_id: &str,
-        now: i64,
+        now: Timestamp,
     ) -> Result<Option<String>, StoreError> {
+        let now = now.as_millisecond();
         let row =
             sqlx::query("SELECT body FROM tasks WHERE id = ? AND peer_id = ? AND expires_at > ?")
                 .bind(task_id)
@@ -93,8 +95,9 @@ impl TaskStore for SqliteStore {
 
     async fn working_tasks(
         &self,
-        created_before: Option<i64>,
+        created_before: Option<Timestamp>,
     ) -> Result<Vec<WorkingTask>, StoreError> {
+        let created_before = created_before.map(Timestamp::as_millisecond);
         let rows = sqlx::query(
             "SELECT id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND (? IS NULL OR COALESCE(status_at, created_at) < ?)",
         )
@@ -118,7 +121,7 @@ impl TaskStore for SqliteStore {
         id: &str,
         state: &str,
         body: &str,
-        now: i64,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
@@ -127,7 +130,7 @@ impl TaskStore for SqliteStore {
         )
         .bind(state)
         .bind(body)
-        .bind(now)
+        .bind(now.as_millisecond())
         .bind(id)
         .execute(&mut *tx)
         .await?;
@@ -138,7 +141,12 @@ impl TaskStore for SqliteStore {
         Ok(())
     }
 
-    async fn list_tasks(&self, query: &TaskQuery<'_>, now: i64) -> Result<TaskPage, StoreError> {
+    async fn list_tasks(
+        &self,
+        query: &TaskQuery<'_>,
+        now: Timestamp,
+    ) -> Result<TaskPage, StoreError> {
+        let now = now.as_millisecond();
         const FILTERS: &str = "peer_id = ? AND expires_at > ? AND (? IS NULL OR context_id = ?) \
              AND (? IS NULL OR state = ?) AND (? IS NULL OR status_at >= ?)";
         let filtered = |sql: String| {
@@ -149,10 +157,11 @@ impl TaskStore for SqliteStore {
                 .bind(query.context_id)
                 .bind(query.state.map(TaskState::as_str))
                 .bind(query.state.map(TaskState::as_str))
-                .bind(query.status_since)
-                .bind(query.status_since)
+                .bind(query.status_since.map(Timestamp::as_millisecond))
+                .bind(query.status_since.map(Timestamp::as_millisecond))
         };
         let (after_at, after_id) = query.after.unzip();
+        let after_at = after_at.map(Timestamp::as_millisecond);
         let rows = filtered(format!(
             "SELECT id, body, COALESCE(status_at, created_at) AS status_at FROM tasks WHERE {FILTERS} AND (? IS NULL OR status_at < ? \
              OR (status_at = ? AND id < ?)) ORDER BY status_at DESC, id DESC LIMIT ?"
@@ -172,7 +181,7 @@ impl TaskStore for SqliteStore {
             .iter()
             .map(|row| {
                 Ok((
-                    row.try_get("status_at")?,
+                    from_millis(row.try_get("status_at")?),
                     row.try_get("id")?,
                     row.try_get("body")?,
                 ))
@@ -184,7 +193,8 @@ impl TaskStore for SqliteStore {
         })
     }
 
-    async fn delete_expired_tasks(&self, now: i64) -> Result<u64, StoreError> {
+    async fn delete_expired_tasks(&self, now: Timestamp) -> Result<u64, StoreError> {
+        let now = now.as_millisecond();
         // One statement each, so the write lock is never held across awaits (a command-line
         // change waits on it); the tasks go last, so a sweep cut short leaves nothing that the
         // next one cannot find.

@@ -271,10 +271,10 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
                 e.context_id,
                 e.state.as_str(),
                 e.task_json,
-                created_at,
-                e.expires_at,
+                created_at.as_millisecond(),
+                e.expires_at.as_millisecond(),
                 e.instance.as_deref(),
-                e.now,
+                e.now.as_millisecond(),
                 e.upstream_task_id,
             ])?;
         }
@@ -285,7 +285,12 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
     if !batch.contexts.is_empty() {
         let mut upsert = tx.prepare_cached(UPSERT_CONTEXT)?;
         for ((peer, context), (first, last)) in &batch.contexts {
-            upsert.execute(params![peer, context, first, last])?;
+            upsert.execute(params![
+                peer,
+                context,
+                first.as_millisecond(),
+                last.as_millisecond()
+            ])?;
         }
         let mut insert = tx.prepare_cached(INSERT_MESSAGE)?;
         for (e, m) in &batch.messages {
@@ -295,7 +300,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
                 e.task_id,
                 m.role.as_str(),
                 m.text,
-                e.now
+                e.now.as_millisecond()
             ])?;
         }
     }
@@ -326,7 +331,7 @@ fn write_push_configs(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite
                 config.peer_id.as_str(),
                 config.url,
                 config.sealed,
-                config.created_at,
+                config.created_at.as_millisecond(),
             ])?;
         tx.prepare_cached(super::push::RETARGET_DELIVERIES)?
             .execute(params![
@@ -344,7 +349,7 @@ fn write_audit(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resul
     for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
         tx.prepare_cached(super::accounts::INSERT_AUDIT)?
             .execute(params![
-                entry.at,
+                entry.at.as_millisecond(),
                 entry.actor,
                 entry.action.as_str(),
                 entry.target,
@@ -364,7 +369,7 @@ fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resu
         tx.prepare_cached(super::push::QUEUE_STATE)?
             .execute(params![
                 crate::store::records::task_notification(&e.task_json),
-                e.now,
+                e.now.as_millisecond(),
                 e.task_id,
                 e.state.as_str(),
             ])?;
@@ -385,8 +390,8 @@ mod tests {
             context_id: "ctx".into(),
             state: crate::protocol::types::TaskState::Completed,
             task_json: "{}".into(),
-            now: 1,
-            expires_at: i64::MAX,
+            now: crate::clock::from_millis(1),
+            expires_at: crate::clock::Timestamp::MAX,
             messages: Vec::new(),
             usage: None,
             audit: None,
