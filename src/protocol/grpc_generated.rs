@@ -15,9 +15,9 @@
 
 use super::error::A2aError;
 use super::types::{
-    Artifact, IncomingMessage, IncomingPart, ListTasksResponse, Message, Part, PushAuthentication,
-    PushConfigParams, Role, SendMessageConfiguration, SendMessageRequest, SendMessageResponse,
-    Task, TaskStatus,
+    Artifact, IncomingMessage, IncomingPart, ListTasksResponse, Message, Part, PartContent,
+    PushAuthentication, PushConfigParams, Role, SendMessageConfiguration, SendMessageRequest,
+    SendMessageResponse, Task, TaskStatus,
 };
 use base64::Engine;
 use prost::Message as _;
@@ -238,21 +238,18 @@ fn artifact(artifact: &Artifact) -> Result<proto::Artifact, A2aError> {
 
 fn part(part: &Part) -> Result<proto::Part, A2aError> {
     use proto::part::Content;
-    // One content member at most, as the oneof holds; the typed part is built with one.
-    let content = if let Some(text) = &part.text {
-        Some(Content::Text(text.clone()))
-    } else if let Some(raw) = &part.raw {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(raw)
-            .map_err(|e| cannot("a part's raw bytes", &e))?;
-        Some(Content::Raw(bytes))
-    } else if let Some(url) = &part.url {
-        Some(Content::Url(url.clone()))
-    } else {
-        part.data.as_ref().map(|data| Content::Data(value(data)))
+    let content = match &part.content {
+        PartContent::Text(text) => Content::Text(text.clone()),
+        PartContent::Raw(raw) => Content::Raw(
+            base64::engine::general_purpose::STANDARD
+                .decode(raw)
+                .map_err(|e| cannot("a part's raw bytes", &e))?,
+        ),
+        PartContent::Url(url) => Content::Url(url.clone()),
+        PartContent::Data(data) => Content::Data(value(data)),
     };
     Ok(proto::Part {
-        content,
+        content: Some(content),
         metadata: part.metadata.as_ref().map(structure).transpose()?,
         filename: part.filename.clone().unwrap_or_default(),
         media_type: part.media_type.clone().unwrap_or_default(),
@@ -318,20 +315,21 @@ mod tests {
             parts,
         };
         let data = Part {
-            data: Some(json!({"n": 1.5, "list": [null, true, "x", {"deep": []}], "empty": {}})),
             metadata: Some(json!({"source": "agent", "count": 3})),
-            ..Part::default()
+            ..Part::of(PartContent::Data(
+                json!({"n": 1.5, "list": [null, true, "x", {"deep": []}], "empty": {}}),
+            ))
         };
         let file = Part {
-            url: Some("https://files.example/report.pdf".to_owned()),
             filename: Some("report.pdf".to_owned()),
             media_type: Some("application/pdf".to_owned()),
-            ..Part::default()
+            ..Part::of(PartContent::Url(
+                "https://files.example/report.pdf".to_owned(),
+            ))
         };
         let raw = Part {
-            raw: Some("aGVsbG8=".to_owned()),
             media_type: Some("text/plain".to_owned()),
-            ..Part::default()
+            ..Part::of(PartContent::Raw("aGVsbG8=".to_owned()))
         };
         let reply = message(
             "m-2",
@@ -410,7 +408,7 @@ mod tests {
     #[test]
     fn what_the_proto_cannot_hold_is_refused_not_dropped() {
         let mut task = every_kind();
-        task.artifacts[0].parts[2].raw = Some("not base64!".to_owned());
+        task.artifacts[0].parts[2].content = PartContent::Raw("not base64!".to_owned());
         assert!(encoded_task(&task).is_err());
         let mut task = every_kind();
         task.artifacts[0].metadata = Some(json!(["not", "an", "object"]));

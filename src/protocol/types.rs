@@ -538,41 +538,149 @@ pub struct TaskArtifactUpdateEvent {
     pub last_chunk: bool,
 }
 
-/// An outgoing `Part`: text from peergate's own backends; any kind an upstream agent sent
-/// (exactly one of `text`, `raw`, `url`, `data`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Part {
-    /// Text content.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    /// Base64 bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raw: Option<String>,
+/// What a part carries: exactly one kind of content, as `Part`'s oneof in `a2a.proto` holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartContent {
+    /// Text.
+    Text(String),
+    /// Bytes, base64 as ProtoJSON writes them.
+    Raw(String),
     /// A file's URL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
+    Url(String),
     /// Structured data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<Value>,
+    Data(Value),
+}
+
+impl PartContent {
+    /// The member's name on the wire.
+    pub fn member(&self) -> &'static str {
+        match self {
+            Self::Text(_) => "text",
+            Self::Raw(_) => "raw",
+            Self::Url(_) => "url",
+            Self::Data(_) => "data",
+        }
+    }
+
+    /// The content as the model reads it: text as it is, data as compact JSON; files are
+    /// nothing a model reads.
+    pub fn readable_text(&self) -> Option<std::borrow::Cow<'_, str>> {
+        match self {
+            Self::Text(text) => Some(std::borrow::Cow::Borrowed(text)),
+            Self::Data(data) => Some(std::borrow::Cow::Owned(data.to_string())),
+            Self::Raw(_) | Self::Url(_) => None,
+        }
+    }
+}
+
+/// An outgoing `Part`: text from peergate's own backends; any kind an upstream agent sent.
+/// On the wire its content is one member (`text`, `raw`, `url` or `data`) beside the optional
+/// ones, in that order; reading a part with no content or two kinds fails.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "WirePart")]
+pub struct Part {
+    /// The content.
+    pub content: PartContent,
     /// A file's name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filename: Option<String>,
     /// The content's media type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
     /// Extension metadata.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
 }
 
 impl Part {
     /// A text part.
     pub fn text(text: impl Into<String>) -> Self {
+        Self::of(PartContent::Text(text.into()))
+    }
+
+    /// A part carrying `content` and nothing else.
+    pub fn of(content: PartContent) -> Self {
         Self {
-            text: Some(text.into()),
-            ..Self::default()
+            content,
+            filename: None,
+            media_type: None,
+            metadata: None,
         }
+    }
+
+    /// The part's text, if it is a text part.
+    pub fn as_text(&self) -> Option<&str> {
+        match &self.content {
+            PartContent::Text(text) => Some(text),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for Part {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let optional = [
+            self.filename.is_some(),
+            self.media_type.is_some(),
+            self.metadata.is_some(),
+        ];
+        let len = 1 + optional.iter().filter(|present| **present).count();
+        let mut map = serializer.serialize_map(Some(len))?;
+        match &self.content {
+            PartContent::Text(text) | PartContent::Raw(text) | PartContent::Url(text) => {
+                map.serialize_entry(self.content.member(), text)?;
+            }
+            PartContent::Data(data) => map.serialize_entry("data", data)?,
+        }
+        if let Some(filename) = &self.filename {
+            map.serialize_entry("filename", filename)?;
+        }
+        if let Some(media_type) = &self.media_type {
+            map.serialize_entry("mediaType", media_type)?;
+        }
+        if let Some(metadata) = &self.metadata {
+            map.serialize_entry("metadata", metadata)?;
+        }
+        map.end()
+    }
+}
+
+/// A `Part` as its members arrive, before its one content member is checked.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WirePart {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    raw: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+    /// `null` is no content, as ProtoJSON reads a message field.
+    #[serde(default)]
+    data: Option<Value>,
+    #[serde(default)]
+    filename: Option<String>,
+    #[serde(default)]
+    media_type: Option<String>,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+impl TryFrom<WirePart> for Part {
+    type Error = &'static str;
+
+    fn try_from(wire: WirePart) -> Result<Self, Self::Error> {
+        let content = match (wire.text, wire.raw, wire.url, wire.data) {
+            (Some(text), None, None, None) => PartContent::Text(text),
+            (None, Some(raw), None, None) => PartContent::Raw(raw),
+            (None, None, Some(url), None) => PartContent::Url(url),
+            (None, None, None, Some(data)) => PartContent::Data(data),
+            _ => return Err("a part must carry exactly one of text, raw, url or data"),
+        };
+        Ok(Self {
+            content,
+            filename: wire.filename,
+            media_type: wire.media_type,
+            metadata: wire.metadata,
+        })
     }
 }
 
@@ -581,11 +689,7 @@ impl Part {
 pub fn parts_text(parts: &[Part]) -> String {
     parts
         .iter()
-        .filter_map(|part| match (&part.text, &part.data) {
-            (Some(text), _) => Some(text.clone()),
-            (None, Some(data)) => Some(data.to_string()),
-            _ => None,
-        })
+        .filter_map(|part| part.content.readable_text())
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -75,10 +75,7 @@ pub(super) fn forwarded_parts(
         .iter()
         .filter_map(|part| match (&part.text, &part.data) {
             (Some(text), _) => Some(a2a::Part::text(text.clone())),
-            (None, Some(data)) => Some(a2a::Part {
-                data: Some(data.clone()),
-                ..a2a::Part::default()
-            }),
+            (None, Some(data)) => Some(a2a::Part::of(a2a::PartContent::Data(data.clone()))),
             _ => None,
         })
         .collect()

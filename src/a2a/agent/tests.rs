@@ -71,10 +71,10 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
     .unwrap();
     assert_eq!(stored.status.state, TaskState::Failed);
     assert_eq!(
-        stored.status.message.parts[0].text.as_deref(),
+        stored.status.message.parts[0].as_text(),
         Some(INTERRUPTED_TEXT)
     );
-    assert_eq!(stored.history[0].parts[0].text.as_deref(), Some("hello"));
+    assert_eq!(stored.history[0].parts[0].as_text(), Some("hello"));
     assert_eq!(
         agent.fail_interrupted_tasks(None).await.unwrap(),
         0,
