@@ -781,6 +781,51 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_part_is_one_content_member_then_its_optional_ones_in_the_wire_order() {
+        let file = Part {
+            filename: Some("r.pdf".to_owned()),
+            media_type: Some("application/pdf".to_owned()),
+            metadata: Some(serde_json::json!({"k": 1})),
+            ..Part::of(PartContent::Url("https://files.example/r.pdf".to_owned()))
+        };
+        let text = r#"{"url":"https://files.example/r.pdf","filename":"r.pdf","mediaType":"application/pdf","metadata":{"k":1}}"#;
+        assert_eq!(serde_json::to_string(&file).unwrap(), text);
+        assert_eq!(serde_json::from_str::<Part>(text).unwrap(), file);
+        for (part, text) in [
+            (Part::text("hi"), r#"{"text":"hi"}"#),
+            (
+                Part::of(PartContent::Raw("aGk=".to_owned())),
+                r#"{"raw":"aGk="}"#,
+            ),
+            (
+                Part::of(PartContent::Data(serde_json::json!({"n": [1]}))),
+                r#"{"data":{"n":[1]}}"#,
+            ),
+        ] {
+            assert_eq!(serde_json::to_string(&part).unwrap(), text);
+            assert_eq!(serde_json::from_str::<Part>(text).unwrap(), part);
+        }
+        for bad in [
+            r#"{"filename":"r.pdf"}"#,
+            r#"{"text":"a","raw":"aGk="}"#,
+            r#"{"data":null}"#,
+        ] {
+            assert!(serde_json::from_str::<Part>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_model_reads_text_and_data_parts_and_not_files() {
+        let parts = [
+            Part::text("one"),
+            Part::of(PartContent::Url("https://files.example/r.pdf".to_owned())),
+            Part::of(PartContent::Data(serde_json::json!({"n": 2}))),
+            Part::of(PartContent::Raw("aGk=".to_owned())),
+        ];
+        assert_eq!(parts_text(&parts), "one\n{\"n\":2}");
+    }
+
+    #[test]
     fn task_states_read_by_the_specifications_numbers_and_names() {
         for (n, name) in [
             (1, "TASK_STATE_SUBMITTED"),
