@@ -478,7 +478,7 @@ fn access_tokens_jsonwebtoken_signs_verify_under_peergates_verifier() {
             &parsed,
             &keys,
             &rules,
-            peergate::clock::from_millis(now * 1000),
+            peergate::clock::Timestamp::from_second(now).unwrap(),
         )
         .unwrap_or_else(|e| panic!("{alg:?}: {e}"));
         assert_eq!(verified.subject, "partner");
@@ -494,7 +494,7 @@ fn access_tokens_jsonwebtoken_signs_verify_under_peergates_verifier() {
                 &parsed,
                 &keys,
                 &rules,
-                peergate::clock::from_millis(now * 1000)
+                peergate::clock::Timestamp::from_second(now).unwrap()
             )
             .is_err(),
             "{alg:?}: a changed claim verified"

@@ -11,10 +11,9 @@ use crate::layers::auth::password::{MIN_PASSWORD_CHARS, PasswordChecker, hash_pa
 use crate::shared::changes::{Change, ChangeNotifier};
 use crate::store::records::{AdminStatus, AuditAction, PeerStatus};
 use crate::store::{
-    AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerRecord,
-    PeerUsage, Store, StoreError,
+    AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerId,
+    PeerIdentity, PeerRecord, PeerUsage, Store, StoreError,
 };
-use crate::store::{PeerId, PeerIdentity};
 use crate::token::{self, CredentialKind};
 
 /// One account change under way.
@@ -1057,16 +1056,16 @@ impl AccountService {
         &self,
         caller: &Caller,
     ) -> Result<std::collections::HashMap<String, Vec<PeerIdentity>>, ServiceError> {
-        let visible: std::collections::HashSet<String> = self
+        let visible: std::collections::HashSet<PeerId> = self
             .list_peers(caller)
             .await?
             .into_iter()
-            .map(|peer| String::from(peer.id.as_str()))
+            .map(|peer| peer.id)
             .collect();
         let mut by_peer: std::collections::HashMap<String, Vec<PeerIdentity>> =
             std::collections::HashMap::new();
         for (peer_id, identity) in self.store.accounts().list_identities().await? {
-            if visible.contains(&peer_id) {
+            if visible.contains(peer_id.as_str()) {
                 by_peer.entry(peer_id).or_default().push(identity);
             }
         }

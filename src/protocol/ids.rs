@@ -2,37 +2,34 @@
 //! context id belongs. Each is the text the peer or the gateway chose, unchanged on the wire
 //! (`#[serde(transparent)]`), and read as `&str` at the store and log seams.
 
-use serde::{Deserialize, Serialize};
-use std::fmt;
-
+/// A text id as a type of its own, held in `$inner` (`String`, or `Arc<str>` for an id many
+/// requests share). Used here for the protocol's ids and by the store for a peer's.
 macro_rules! text_id {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $name:ident($inner:ty)) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(
+            Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord,
+            serde::Serialize, serde::Deserialize,
+        )]
         #[serde(transparent)]
-        pub struct $name(String);
+        pub struct $name($inner);
 
         impl $name {
             /// The id as text.
             pub fn as_str(&self) -> &str {
                 &self.0
             }
-
-            /// The id's text, owned.
-            pub fn into_string(self) -> String {
-                self.0
-            }
         }
 
         impl From<String> for $name {
             fn from(text: String) -> Self {
-                Self(text)
+                Self(text.into())
             }
         }
 
         impl From<&str> for $name {
             fn from(text: &str) -> Self {
-                Self(text.to_owned())
+                Self(text.into())
             }
         }
 
@@ -57,37 +54,38 @@ macro_rules! text_id {
 
         impl PartialEq<str> for $name {
             fn eq(&self, other: &str) -> bool {
-                self.0 == other
+                self.as_str() == other
             }
         }
 
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
-                self.0 == *other
+                self.as_str() == *other
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(&self.0)
             }
         }
     };
 }
+pub(crate) use text_id;
 
 text_id! {
     /// A task's id (`Task.id`, `taskId`): the gateway's own, never the agent's behind it.
-    TaskId
+    TaskId(String)
 }
 
 text_id! {
     /// A conversation's id (`contextId`).
-    ContextId
+    ContextId(String)
 }
 
 text_id! {
     /// A message's id (`messageId`), chosen by its sender.
-    MessageId
+    MessageId(String)
 }
 
 impl MessageId {

@@ -6,62 +6,12 @@
 use crate::clock::Timestamp;
 use crate::token::TokenSecretHash;
 
-/// A peer's stable id: the gateway's own name for a partner record, never a protocol id and
-/// never chosen by the partner. Everything a peer owns (tasks, push configs, streams, turns,
-/// limits) is keyed by it, so a task id or a context id cannot be passed in its place. Shared
-/// (`Arc<str>`), because every authenticated request carries it through the layers.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(transparent)]
-pub struct PeerId(std::sync::Arc<str>);
-
-impl PeerId {
-    /// The id as text, for the store's and the log's seams.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for PeerId {
-    fn from(text: String) -> Self {
-        Self(text.into())
-    }
-}
-
-impl From<&str> for PeerId {
-    fn from(text: &str) -> Self {
-        Self(text.into())
-    }
-}
-
-impl std::ops::Deref for PeerId {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::borrow::Borrow<str> for PeerId {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
-impl AsRef<str> for PeerId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl PartialEq<str> for PeerId {
-    fn eq(&self, other: &str) -> bool {
-        *self.0 == *other
-    }
-}
-
-impl std::fmt::Display for PeerId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+crate::protocol::ids::text_id! {
+    /// A peer's stable id: the gateway's own name for a partner record, never a protocol id and
+    /// never chosen by the partner. Everything a peer owns (tasks, push configs, streams, turns,
+    /// limits) is keyed by it, so a task id or a context id cannot be passed in its place.
+    /// Shared (`Arc<str>`), because every authenticated request carries it through the layers.
+    PeerId(std::sync::Arc<str>)
 }
 
 /// How a peer identity is proven (a binding's kind).
