@@ -168,9 +168,9 @@ fn exchange_writes(c: &mut Criterion) {
     });
     let day: Arc<str> = Arc::from("2026-12-01");
     let exchange = |task: &str, working: bool| Exchange {
-        task_id: task.to_owned(),
+        task_id: task.into(),
         peer_id: peer_id.clone(),
-        context_id: format!("ctx-{task}"),
+        context_id: format!("ctx-{task}").into(),
         state: if working {
             peergate::protocol::types::TaskState::Working
         } else {

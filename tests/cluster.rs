@@ -523,7 +523,7 @@ async fn working(store: &Store) -> Vec<(String, Option<String>)> {
         .await
         .unwrap()
         .into_iter()
-        .map(|t| (t.id, t.instance))
+        .map(|t| (t.id.to_string(), t.instance))
         .collect();
     working.sort();
     working

@@ -582,7 +582,7 @@ async fn a_queued_notification_survives_a_restart_and_secrets_are_not_stored_in_
         .id;
     let rows = store
         .push()
-        .push_configs(&alice_id, &task_id, None, 10)
+        .push_configs(&alice_id, &task_id.as_str().into(), None, 10)
         .await
         .unwrap();
     assert_eq!(rows.len(), 1);

@@ -239,7 +239,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         b.unwrap();
         c.unwrap();
         let history = tasks
-            .context_history(&"peer_1".into(), "ctx", 3)
+            .context_history(&"peer_1".into(), &"ctx".into(), 3)
             .await
             .unwrap();
         assert_eq!(history.len(), 3, "{engine}: the last three, oldest first");
@@ -269,7 +269,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         // Another peer reads nothing; a working task is found by the sweep with its instance.
         assert!(
             tasks
-                .find_task(&"peer_2".into(), "t1", at(100))
+                .find_task(&"peer_2".into(), &"t1".into(), at(100))
                 .await
                 .unwrap()
                 .is_none(),
@@ -277,7 +277,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         );
         assert!(
             tasks
-                .find_task(&"peer_1".into(), "t1", at(100))
+                .find_task(&"peer_1".into(), &"t1".into(), at(100))
                 .await
                 .unwrap()
                 .is_some(),
@@ -287,7 +287,12 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         assert_eq!(working.len(), 1, "{engine}");
         assert_eq!(working[0].instance.as_deref(), Some("ins_a"), "{engine}");
         tasks
-            .finish_working_task("t3", "TASK_STATE_FAILED", "{}", at(103))
+            .finish_working_task(
+                &"t3".into(),
+                peergate::protocol::types::TaskState::Failed,
+                "{}",
+                at(103),
+            )
             .await
             .unwrap();
         assert!(
@@ -300,7 +305,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             .await
             .unwrap();
         let t3 = tasks
-            .find_task(&"peer_1".into(), "t3", at(103))
+            .find_task(&"peer_1".into(), &"t3".into(), at(103))
             .await
             .unwrap()
             .unwrap();
@@ -404,18 +409,18 @@ async fn the_push_notification_queue_on_every_engine() {
             .await
             .unwrap();
         let listed = push
-            .push_configs(&"peer_1".into(), "t1", None, 10)
+            .push_configs(&"peer_1".into(), &"t1".into(), None, 10)
             .await
             .unwrap();
         assert_eq!(listed.len(), 2, "{engine}");
         assert!(
-            push.push_configs(&"peer_2".into(), "t1", None, 10)
+            push.push_configs(&"peer_2".into(), &"t1".into(), None, 10)
                 .await
                 .unwrap()
                 .is_empty()
         );
         assert!(
-            push.push_config(&"peer_2".into(), "t1", "a")
+            push.push_config(&"peer_2".into(), &"t1".into(), "a")
                 .await
                 .unwrap()
                 .is_none()
@@ -525,7 +530,7 @@ async fn the_push_notification_queue_on_every_engine() {
                 .is_empty()
         );
         // Deleting the config keeps its dead letter.
-        push.delete_push_config(&"peer_1".into(), "t1", "b")
+        push.delete_push_config(&"peer_1".into(), &"t1".into(), "b")
             .await
             .unwrap();
         assert_eq!(
@@ -559,7 +564,12 @@ async fn the_push_notification_queue_on_every_engine() {
         .await
         .unwrap();
         tasks
-            .finish_working_task("t2", "TASK_STATE_FAILED", "{\"failed\":1}", at(800))
+            .finish_working_task(
+                &"t2".into(),
+                peergate::protocol::types::TaskState::Failed,
+                "{\"failed\":1}",
+                at(800),
+            )
             .await
             .unwrap();
         tasks
@@ -582,10 +592,10 @@ async fn the_push_notification_queue_on_every_engine() {
         )
         .await
         .unwrap();
-        push.delete_push_config(&"peer_1".into(), "t2", "z")
+        push.delete_push_config(&"peer_1".into(), &"t2".into(), "z")
             .await
             .unwrap();
-        push.delete_push_config(&"peer_1".into(), "t2", "z")
+        push.delete_push_config(&"peer_1".into(), &"t2".into(), "z")
             .await
             .unwrap();
         assert!(
@@ -599,7 +609,7 @@ async fn the_push_notification_queue_on_every_engine() {
         // Expired tasks take their configs and deliveries with them.
         tasks.delete_expired_tasks(at(5_000)).await.unwrap();
         assert!(
-            push.push_configs(&"peer_1".into(), "t1", None, 10)
+            push.push_configs(&"peer_1".into(), &"t1".into(), None, 10)
                 .await
                 .unwrap()
                 .is_empty()
@@ -835,7 +845,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
             .unwrap();
         assert_eq!(
             tasks
-                .upstream_task(&"peer_1".into(), "t1")
+                .upstream_task(&"peer_1".into(), &"t1".into())
                 .await
                 .unwrap()
                 .as_deref(),
@@ -843,7 +853,10 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
             "{engine}"
         );
         assert_eq!(
-            tasks.upstream_task(&"peer_2".into(), "t1").await.unwrap(),
+            tasks
+                .upstream_task(&"peer_2".into(), &"t1".into())
+                .await
+                .unwrap(),
             None,
             "{engine}: another peer's"
         );
@@ -854,7 +867,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
             .unwrap();
         assert_eq!(
             tasks
-                .upstream_task(&"peer_1".into(), "t1")
+                .upstream_task(&"peer_1".into(), &"t1".into())
                 .await
                 .unwrap()
                 .as_deref(),
@@ -883,7 +896,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
             .await
             .unwrap();
         let stored = tasks
-            .find_task(&"peer_1".into(), "t1", at(10_300))
+            .find_task(&"peer_1".into(), &"t1".into(), at(10_300))
             .await
             .unwrap()
             .unwrap();

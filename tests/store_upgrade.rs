@@ -91,14 +91,18 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let created = i64::from_str_radix(&FIRST_TASK.replace('-', "")[..12], 16).unwrap();
     let task = store
         .tasks()
-        .find_task(&alice.id, FIRST_TASK, peergate::clock::from_millis(created))
+        .find_task(
+            &alice.id,
+            &FIRST_TASK.into(),
+            peergate::clock::from_millis(created),
+        )
         .await
         .unwrap()
         .expect("the answered task survives the upgrade");
     assert!(task.contains("TASK_STATE_COMPLETED"), "{task}");
     let history = store
         .tasks()
-        .context_history(&alice.id, "ctx-1", 20)
+        .context_history(&alice.id, &"ctx-1".into(), 20)
         .await
         .unwrap();
     assert_eq!(history.len(), 4);
@@ -156,7 +160,7 @@ async fn a_gateway_on_an_upgraded_store_answers_the_old_token_in_the_old_context
     let alice = store.accounts().find_peer("alice").await.unwrap().unwrap();
     let history = store
         .tasks()
-        .context_history(&alice.id, "ctx-1", 20)
+        .context_history(&alice.id, &"ctx-1".into(), 20)
         .await
         .unwrap();
     assert_eq!(history.len(), 6, "the new turn joined the old conversation");

@@ -8,6 +8,7 @@
 use crate::clock::{Clock, Timestamp, rfc3339_millis};
 use crate::config::{MAX_RATE_PER_MINUTE, MAX_STREAMS_PER_PEER};
 use crate::layers::auth::password::{MIN_PASSWORD_CHARS, PasswordChecker, hash_password};
+use crate::protocol::ids::ContextId;
 use crate::shared::changes::{Change, ChangeNotifier};
 use crate::store::records::{AdminStatus, AuditAction, PeerStatus};
 use crate::store::{
@@ -1381,7 +1382,7 @@ impl AccountService {
             let peer = self.readable_peer(caller, peer).await?;
             self.store
                 .conversations()
-                .conversation(&peer.id, context_id)
+                .conversation(&peer.id, &ContextId::from(context_id))
                 .await?
                 .ok_or_else(|| ServiceError::NotFound("no such conversation".to_owned()))
         })
@@ -1404,7 +1405,10 @@ impl AccountService {
             async |op| {
                 Self::account(caller)?;
                 let (mut tx, record) = self.begin_change(caller, peer).await?;
-                if !tx.delete_conversation(&record.id, context_id).await? {
+                if !tx
+                    .delete_conversation(&record.id, &ContextId::from(context_id))
+                    .await?
+                {
                     return Err(ServiceError::NotFound("no such conversation".to_owned()));
                 }
                 let detail = format!("context {context_id}");

@@ -24,6 +24,8 @@ mod push_rows;
 pub mod records;
 pub mod sqlite;
 
+use crate::protocol::ids::{ContextId, TaskId};
+use crate::protocol::types::TaskState;
 pub use records::{
     AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationEntry,
     ConversationMessage, ConversationRole, ConversationSummary, CredentialRecord, DeliveryOutcome,
@@ -170,7 +172,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
     async fn context_history(
         &self,
         peer_id: &PeerId,
-        context_id: &str,
+        context_id: &ContextId,
         limit: u32,
     ) -> Result<Vec<ConversationMessage>, StoreError>;
 
@@ -183,7 +185,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
     async fn find_task(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         now: Timestamp,
     ) -> Result<Option<String>, StoreError>;
 
@@ -191,7 +193,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
     async fn upstream_task(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
     ) -> Result<Option<String>, StoreError>;
 
     /// Tasks still marked working (whose working state was stored before `created_before`, if
@@ -204,8 +206,8 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
     /// Replaces a working task with its final state, if it is still working.
     async fn finish_working_task(
         &self,
-        id: &str,
-        state: &str,
+        id: &TaskId,
+        state: TaskState,
         body: &str,
         now: Timestamp,
     ) -> Result<(), StoreError>;
@@ -243,7 +245,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
     async fn push_config(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         id: &str,
     ) -> Result<Option<PushConfigRecord>, StoreError>;
 
@@ -251,7 +253,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
     async fn push_configs(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<PushConfigRecord>, StoreError>;
@@ -260,7 +262,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
     async fn delete_push_config(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         id: &str,
     ) -> Result<(), StoreError>;
 
@@ -302,7 +304,7 @@ pub trait ConversationStore: Send + Sync + std::fmt::Debug {
     async fn conversation(
         &self,
         peer_id: &PeerId,
-        context_id: &str,
+        context_id: &ContextId,
     ) -> Result<Option<Vec<ConversationEntry>>, StoreError>;
 }
 
@@ -485,7 +487,7 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     async fn delete_conversation(
         &mut self,
         peer_id: &PeerId,
-        context_id: &str,
+        context_id: &ContextId,
     ) -> Result<bool, StoreError>;
 
     /// Disables an administrator and revokes their administrator tokens.

@@ -4,6 +4,7 @@
 //! strings, and only in the login records the authentication layers need.
 
 use crate::clock::Timestamp;
+use crate::protocol::ids::{ContextId, TaskId};
 use crate::token::TokenSecretHash;
 
 crate::protocol::ids::text_id! {
@@ -250,11 +251,11 @@ impl ConversationRole {
 #[derive(Debug, Clone)]
 pub struct Exchange {
     /// Task id.
-    pub task_id: String,
+    pub task_id: TaskId,
     /// Owning peer.
     pub peer_id: PeerId,
     /// Conversation.
-    pub context_id: String,
+    pub context_id: ContextId,
     /// The state it is stored in.
     pub state: crate::protocol::types::TaskState,
     /// The task as served, JSON.
@@ -287,13 +288,13 @@ pub struct TaskQuery<'a> {
     /// The peer whose tasks these are; no other peer's row is ever read.
     pub peer_id: &'a PeerId,
     /// Only this conversation's tasks.
-    pub context_id: Option<&'a str>,
+    pub context_id: Option<&'a ContextId>,
     /// Only tasks in this state.
     pub state: Option<crate::protocol::types::TaskState>,
     /// Only tasks whose status changed at or after this.
     pub status_since: Option<Timestamp>,
     /// Only tasks after this one in the order (its status time and id): the page cursor.
-    pub after: Option<(Timestamp, &'a str)>,
+    pub after: Option<(Timestamp, &'a TaskId)>,
     /// At most this many.
     pub limit: u32,
 }
@@ -311,7 +312,7 @@ pub struct TaskPage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkingTask {
     /// Its id.
-    pub id: String,
+    pub id: TaskId,
     /// The task as stored, JSON.
     pub body: String,
     /// The instance that was answering it (`None` before instances were recorded).

@@ -61,7 +61,7 @@ impl Agent {
     pub(super) async fn cancel_waiting(
         &self,
         peer: &AuthenticatedPeer,
-        task_id: &str,
+        task_id: &TaskId,
     ) -> Result<a2a::StoredTask, A2aError> {
         if !self.settings.cancel_running {
             return Err(A2aError::TaskNotCancelable(
@@ -113,9 +113,9 @@ impl Agent {
         let heard = self.event(peer, task_id, TaskState::Canceled, &task_json);
         self.store
             .save_exchange(Exchange {
-                task_id: task.id.to_string(),
+                task_id: task.id.clone(),
                 peer_id: peer.id().clone(),
-                context_id: task.context_id.to_string(),
+                context_id: task.context_id.clone(),
                 state: TaskState::Canceled,
                 task_json: task_json.clone(),
                 now,
@@ -140,7 +140,7 @@ impl Agent {
     pub(super) async fn cancel_elsewhere(
         &self,
         peer: &AuthenticatedPeer,
-        task_id: &str,
+        task_id: &TaskId,
     ) -> Result<a2a::StoredTask, A2aError> {
         self.shared.cancels.request(peer.id(), task_id);
         let deadline = tokio::time::Instant::now() + self.settings.backend_timeout;

@@ -44,6 +44,7 @@ impl Agent {
             .task_id
             .clone()
             .filter(|t| !t.is_empty())
+            .map(TaskId::from)
             .ok_or_else(|| invalid("taskId", "is required"))?;
         self.load_task(peer, &task_id).await?;
         let record = self
@@ -73,7 +74,7 @@ impl Agent {
         let (task_id, config_id) = self.own_config(peer, &params).await?;
         let record = push
             .store
-            .push_config(peer.id(), task_id, config_id)
+            .push_config(peer.id(), &task_id, config_id)
             .await
             .map_err(internal)?
             .ok_or(A2aError::PushConfigNotFound)?;
@@ -87,7 +88,8 @@ impl Agent {
     ) -> Result<ListTaskPushNotificationConfigsResponse, A2aError> {
         let push = self.push()?;
         let (task_id, _) = named(&params)?;
-        self.load_task(peer, task_id).await?;
+        let task_id = TaskId::from(task_id);
+        self.load_task(peer, &task_id).await?;
         let size = params.page_size.unwrap_or(DEFAULT_PAGE);
         if !(1..=MAX_PAGE).contains(&size) {
             return Err(invalid("pageSize", "must be between 1 and 100"));
@@ -107,7 +109,7 @@ impl Agent {
         let limit = u32::try_from(size).unwrap_or(50);
         let mut records = push
             .store
-            .push_configs(peer.id(), task_id, after.as_deref(), limit + 1)
+            .push_configs(peer.id(), &task_id, after.as_deref(), limit + 1)
             .await
             .map_err(internal)?;
         let more = records.len() > limit as usize;
@@ -137,7 +139,7 @@ impl Agent {
         let push = self.push()?;
         let (task_id, config_id) = self.own_config(peer, &params).await?;
         push.store
-            .delete_push_config(peer.id(), task_id, config_id)
+            .delete_push_config(peer.id(), &task_id, config_id)
             .await
             .map_err(internal)
     }
@@ -147,9 +149,11 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         params: &'p PushConfigRef,
-    ) -> Result<(&'p str, &'p str), A2aError> {
+    ) -> Result<(TaskId, &'p str), A2aError> {
         let (task_id, config_id) = named(params)?;
-        self.load_task(peer, task_id).await?;
+        // The 0.3 shape may name the task `id`: the name is read as text, then typed here.
+        let task_id = TaskId::from(task_id);
+        self.load_task(peer, &task_id).await?;
         Ok((
             task_id,
             config_id.ok_or_else(|| invalid("id", "is required"))?,

@@ -10,6 +10,7 @@ use super::{Agent, checked_history_length, internal, invalid};
 use crate::clock::Timestamp;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
+use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::{
     GetTaskRequest, ListTasksRequest, ListTasksResponse, StoredTask, Task, TaskState,
 };
@@ -53,7 +54,7 @@ fn page_token(status_at: Timestamp, id: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{millis}:{id}"))
 }
 
-fn read_page_token(token: &str) -> Option<(Timestamp, String)> {
+fn read_page_token(token: &str) -> Option<(Timestamp, TaskId)> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .ok()?;
@@ -61,7 +62,7 @@ fn read_page_token(token: &str) -> Option<(Timestamp, String)> {
     let (at, id) = text.split_once(':')?;
     (!id.is_empty() && id.len() <= 128).then_some(())?;
     let at = Timestamp::from_millisecond(at.parse().ok()?).ok()?;
-    Some((at, id.to_owned()))
+    Some((at, TaskId::from(id)))
 }
 
 impl Agent {
@@ -78,7 +79,11 @@ impl Agent {
         };
         // Protobuf's defaults (an empty id, the unspecified state) mean "no filter", as some
         // clients send every field.
-        let context_id = params.context_id.as_deref().filter(|c| !c.is_empty());
+        let context_id = params
+            .context_id
+            .as_deref()
+            .filter(|c| !c.is_empty())
+            .map(ContextId::from);
         let status = params
             .status
             .as_ref()
@@ -105,10 +110,10 @@ impl Agent {
         };
         let query = TaskQuery {
             peer_id: peer.id(),
-            context_id,
+            context_id: context_id.as_ref(),
             state: status,
             status_since,
-            after: after.as_ref().map(|(at, id)| (*at, id.as_str())),
+            after: after.as_ref().map(|(at, id)| (*at, id)),
             // One more than the page: whether it came says whether another page follows.
             limit: page_size + 1,
         };
@@ -162,7 +167,7 @@ impl Agent {
     pub(super) async fn load_task(
         &self,
         peer: &AuthenticatedPeer,
-        task_id: &str,
+        task_id: &TaskId,
     ) -> Result<Task, A2aError> {
         let stored = self.load_task_json(peer, task_id).await?;
         serde_json::from_str(&stored).map_err(internal)
@@ -172,7 +177,7 @@ impl Agent {
     pub(super) async fn load_stored_task(
         &self,
         peer: &AuthenticatedPeer,
-        task_id: &str,
+        task_id: &TaskId,
     ) -> Result<StoredTask, A2aError> {
         let stored = self.load_task_json(peer, task_id).await?;
         StoredTask::read(&stored).map_err(internal)
@@ -182,7 +187,7 @@ impl Agent {
     pub(super) async fn load_task_json(
         &self,
         peer: &AuthenticatedPeer,
-        task_id: &str,
+        task_id: &TaskId,
     ) -> Result<String, A2aError> {
         self.store
             .find_task(peer.id(), task_id, self.clock.now())
@@ -204,7 +209,7 @@ mod tests {
             token, "MTcwMDAwMDAwMDEyMzowMTlhLXRhc2s",
             "the same text as before"
         );
-        assert_eq!(read_page_token(&token), Some((at, "019a-task".to_owned())));
+        assert_eq!(read_page_token(&token), Some((at, "019a-task".into())));
         let out_of_range =
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}:t1", i64::MAX));
         for junk in [

@@ -107,7 +107,7 @@ impl Agent {
         }
         let body = serde_json::to_string(&task).unwrap_or_else(|_| body.clone());
         self.store
-            .finish_working_task(id, TaskState::Failed.as_str(), &body, self.clock.now())
+            .finish_working_task(id, TaskState::Failed, &body, self.clock.now())
             .await
     }
 }
@@ -138,13 +138,13 @@ impl Drop for UnfinishedTask {
         };
         let (store, id, body) = (
             self.store.clone(),
-            std::mem::take(&mut self.task_id),
+            TaskId::from(std::mem::take(&mut self.task_id)),
             std::mem::take(&mut self.failed_json),
         );
         let now = self.clock.now();
         runtime.spawn(async move {
             if let Err(e) = store
-                .finish_working_task(&id, TaskState::Failed.as_str(), &body, now)
+                .finish_working_task(&id, TaskState::Failed, &body, now)
                 .await
             {
                 tracing::error!(task_id = %id, error = %e, "an unfinished task stays working until the next sweep");

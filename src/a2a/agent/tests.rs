@@ -63,7 +63,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
     let stored: Task = serde_json::from_str(
         &store
             .tasks()
-            .find_task(&"p1".into(), "t1", now)
+            .find_task(&"p1".into(), &"t1".into(), now)
             .await
             .unwrap()
             .unwrap(),
@@ -194,7 +194,11 @@ async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
     );
     let stored = store
         .tasks()
-        .find_task(&"peer_1".into(), &task_id, at(1_800_000_000_000))
+        .find_task(
+            &"peer_1".into(),
+            &task_id.as_str().into(),
+            at(1_800_000_000_000),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -252,7 +256,7 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
         .await
         .unwrap()
         .into_iter()
-        .map(|t| t.id)
+        .map(|t| t.id.to_string())
         .collect();
     assert_eq!(
         left,

@@ -82,7 +82,7 @@ impl Agent {
         let parts = forwarded_parts(&message.parts, &text, self.settings.max_text_bytes);
         if let Some(task_id) = &message.task_id {
             let continued = self
-                .continued_task(peer, task_id, message.context_id.as_deref())
+                .continued_task(peer, task_id, message.context_id.as_ref())
                 .await?;
             return Ok(PlannedTurn {
                 fresh_context: false,

@@ -89,8 +89,8 @@ impl Agent {
     pub(super) async fn continued_task(
         &self,
         peer: &AuthenticatedPeer,
-        task_id: &str,
-        context_id: Option<&str>,
+        task_id: &TaskId,
+        context_id: Option<&ContextId>,
     ) -> Result<ContinuedTask, A2aError> {
         let task = self.load_task(peer, task_id).await?;
         if context_id.is_some_and(|c| task.context_id != *c) {
@@ -255,9 +255,9 @@ impl TurnPlan {
         now: Timestamp,
     ) -> Exchange {
         Exchange {
-            task_id: self.task_id.to_string(),
+            task_id: self.task_id.clone(),
             peer_id: self.peer.id().clone(),
-            context_id: self.context_id.to_string(),
+            context_id: self.context_id.clone(),
             state,
             task_json,
             now,

@@ -7,6 +7,7 @@
 
 use super::PostgresStore;
 use crate::clock::{Timestamp, from_millis};
+use crate::protocol::ids::ContextId;
 use crate::store::PeerId;
 use crate::store::{
     AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerRecord,
@@ -567,11 +568,11 @@ impl AccountChanges for PostgresAccountChange {
     async fn delete_conversation(
         &mut self,
         peer_id: &PeerId,
-        context_id: &str,
+        context_id: &ContextId,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM contexts WHERE peer_id = $1 AND context_id = $2")
             .bind(peer_id.as_str())
-            .bind(context_id)
+            .bind(context_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         for table in ["messages", "tasks"] {
@@ -579,7 +580,7 @@ impl AccountChanges for PostgresAccountChange {
                 "DELETE FROM {table} WHERE peer_id = $1 AND context_id = $2"
             )))
             .bind(peer_id.as_str())
-            .bind(context_id)
+            .bind(context_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         }

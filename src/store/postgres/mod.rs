@@ -16,6 +16,7 @@ use super::{
     UsageStore,
 };
 use crate::clock::{Timestamp, from_millis};
+use crate::protocol::ids::ContextId;
 use crate::store::PeerId;
 use crate::store::PeerIdentity;
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -551,11 +552,11 @@ impl ConversationStore for PostgresStore {
     async fn conversation(
         &self,
         peer_id: &PeerId,
-        context_id: &str,
+        context_id: &ContextId,
     ) -> Result<Option<Vec<ConversationEntry>>, StoreError> {
         let exists = sqlx::query("SELECT 1 FROM contexts WHERE peer_id = $1 AND context_id = $2")
             .bind(peer_id.as_str())
-            .bind(context_id)
+            .bind(context_id.as_str())
             .fetch_optional(&self.pool)
             .await?;
         if exists.is_none() {
@@ -566,7 +567,7 @@ impl ConversationStore for PostgresStore {
              WHERE peer_id = $1 AND context_id = $2 ORDER BY seq",
         )
         .bind(peer_id.as_str())
-        .bind(context_id)
+        .bind(context_id.as_str())
         .fetch_all(&self.pool)
         .await?;
         rows.iter()

@@ -2,6 +2,7 @@
 
 use super::PostgresStore;
 use crate::clock::Timestamp;
+use crate::protocol::ids::TaskId;
 use crate::store::PeerId;
 use crate::store::{
     DeliveryOutcome, Exchange, FailedDelivery, PushConfigRecord, PushDelivery, PushStore,
@@ -60,7 +61,10 @@ pub(super) async fn queue_states(
         .await?
         .into_iter()
         .collect();
-    for e in notify.iter().filter(|e| configured.contains(&e.task_id)) {
+    for e in notify
+        .iter()
+        .filter(|e| configured.contains(e.task_id.as_str()))
+    {
         queue_state(tx, &e.task_id, e.state.as_str(), &e.task_json, e.now).await?;
     }
     Ok(())
@@ -127,11 +131,11 @@ impl PushStore for PostgresStore {
     async fn push_config(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         id: &str,
     ) -> Result<Option<PushConfigRecord>, StoreError> {
         sqlx::query("SELECT * FROM push_configs WHERE task_id = $1 AND id = $2 AND peer_id = $3")
-            .bind(task_id)
+            .bind(task_id.as_str())
             .bind(id)
             .bind(peer_id.as_str())
             .fetch_optional(&self.pool)
@@ -144,14 +148,14 @@ impl PushStore for PostgresStore {
     async fn push_configs(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<PushConfigRecord>, StoreError> {
         sqlx::query(
             "SELECT * FROM push_configs WHERE task_id = $1 AND peer_id = $2 AND ($3::TEXT IS NULL OR id > $3) ORDER BY id LIMIT $4",
         )
-        .bind(task_id)
+        .bind(task_id.as_str())
         .bind(peer_id.as_str())
         .bind(after)
         .bind(i64::from(limit))
@@ -165,13 +169,13 @@ impl PushStore for PostgresStore {
     async fn delete_push_config(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         id: &str,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         let deleted =
             sqlx::query("DELETE FROM push_configs WHERE task_id = $1 AND id = $2 AND peer_id = $3")
-                .bind(task_id)
+                .bind(task_id.as_str())
                 .bind(id)
                 .bind(peer_id.as_str())
                 .execute(&mut *tx)
@@ -180,7 +184,7 @@ impl PushStore for PostgresStore {
             sqlx::query(
                 "DELETE FROM push_deliveries WHERE task_id = $1 AND config_id = $2 AND state = 'pending'",
             )
-            .bind(task_id)
+            .bind(task_id.as_str())
             .bind(id)
             .execute(&mut *tx)
             .await?;

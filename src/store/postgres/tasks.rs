@@ -3,6 +3,7 @@
 
 use super::PostgresStore;
 use crate::clock::{Timestamp, from_millis};
+use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::TaskState;
 use crate::store::PeerId;
 use crate::store::batch::Batch;
@@ -28,7 +29,7 @@ impl TaskStore for PostgresStore {
     async fn context_history(
         &self,
         peer_id: &PeerId,
-        context_id: &str,
+        context_id: &ContextId,
         limit: u32,
     ) -> Result<Vec<ConversationMessage>, StoreError> {
         if limit == 0 {
@@ -38,7 +39,7 @@ impl TaskStore for PostgresStore {
             "SELECT role, body FROM messages WHERE peer_id = $1 AND context_id = $2 ORDER BY seq DESC LIMIT $3",
         )
         .bind(peer_id.as_str())
-        .bind(context_id)
+        .bind(context_id.as_str())
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
@@ -74,14 +75,14 @@ impl TaskStore for PostgresStore {
     async fn find_task(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         now: Timestamp,
     ) -> Result<Option<String>, StoreError> {
         let now = now.as_millisecond();
         let row = sqlx::query(
             "SELECT body FROM tasks WHERE id = $1 AND peer_id = $2 AND expires_at > $3",
         )
-        .bind(task_id)
+        .bind(task_id.as_str())
         .bind(peer_id.as_str())
         .bind(now)
         .fetch_optional(&self.pool)
@@ -92,10 +93,10 @@ impl TaskStore for PostgresStore {
     async fn upstream_task(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
     ) -> Result<Option<String>, StoreError> {
         let row = sqlx::query("SELECT upstream_task_id FROM tasks WHERE id = $1 AND peer_id = $2")
-            .bind(task_id)
+            .bind(task_id.as_str())
             .bind(peer_id.as_str())
             .fetch_optional(&self.pool)
             .await?;
@@ -120,7 +121,7 @@ impl TaskStore for PostgresStore {
         rows.iter()
             .map(|row| {
                 Ok(WorkingTask {
-                    id: row.try_get("id")?,
+                    id: row.try_get::<String, _>("id")?.into(),
                     body: row.try_get("body")?,
                     instance: row.try_get("instance")?,
                 })
@@ -130,8 +131,8 @@ impl TaskStore for PostgresStore {
 
     async fn finish_working_task(
         &self,
-        id: &str,
-        state: &str,
+        id: &TaskId,
+        state: TaskState,
         body: &str,
         now: Timestamp,
     ) -> Result<(), StoreError> {
@@ -139,14 +140,14 @@ impl TaskStore for PostgresStore {
         let finished = sqlx::query(
             "UPDATE tasks SET state = $1, body = $2, status_at = $3 WHERE id = $4 AND state = 'TASK_STATE_WORKING'",
         )
-        .bind(state)
+        .bind(state.as_str())
         .bind(body)
         .bind(now.as_millisecond())
-        .bind(id)
+        .bind(id.as_str())
         .execute(&mut *tx)
         .await?;
         if finished.rows_affected() > 0 {
-            super::push::queue_state(&mut tx, id, state, body, now).await?;
+            super::push::queue_state(&mut tx, id, state.as_str(), body, now).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -164,7 +165,7 @@ impl TaskStore for PostgresStore {
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(query.peer_id.as_str())
                 .bind(now)
-                .bind(query.context_id)
+                .bind(query.context_id.map(ContextId::as_str))
                 .bind(query.state.map(TaskState::as_str))
                 .bind(query.status_since.map(Timestamp::as_millisecond))
         };
@@ -175,7 +176,7 @@ impl TaskStore for PostgresStore {
              OR (status_at = $6 AND id < $7)) ORDER BY status_at DESC, id DESC LIMIT $8"
         ))
         .bind(after_at)
-        .bind(after_id)
+        .bind(after_id.map(TaskId::as_str))
         .bind(i64::from(query.limit))
         .fetch_all(&self.pool)
         .await?;

@@ -7,6 +7,7 @@
 
 use super::{BEGIN_WRITE, SqliteStore};
 use crate::clock::{Timestamp, from_millis};
+use crate::protocol::ids::ContextId;
 use crate::store::PeerId;
 use crate::store::{
     AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerRecord,
@@ -575,11 +576,11 @@ impl AccountChanges for SqliteAccountChange {
     async fn delete_conversation(
         &mut self,
         peer_id: &PeerId,
-        context_id: &str,
+        context_id: &ContextId,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM contexts WHERE peer_id = ? AND context_id = ?")
             .bind(peer_id.as_str())
-            .bind(context_id)
+            .bind(context_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         for table in ["messages", "tasks"] {
@@ -587,7 +588,7 @@ impl AccountChanges for SqliteAccountChange {
                 "DELETE FROM {table} WHERE peer_id = ? AND context_id = ?"
             )))
             .bind(peer_id.as_str())
-            .bind(context_id)
+            .bind(context_id.as_str())
             .execute(&mut *self.tx)
             .await?;
         }

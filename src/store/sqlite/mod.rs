@@ -26,6 +26,7 @@ use super::{
     UsageStore,
 };
 use crate::clock::{Timestamp, from_millis};
+use crate::protocol::ids::ContextId;
 use crate::store::PeerId;
 use crate::store::PeerIdentity;
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -592,11 +593,11 @@ impl ConversationStore for SqliteStore {
     async fn conversation(
         &self,
         peer_id: &PeerId,
-        context_id: &str,
+        context_id: &ContextId,
     ) -> Result<Option<Vec<ConversationEntry>>, StoreError> {
         let exists = sqlx::query("SELECT 1 FROM contexts WHERE peer_id = ? AND context_id = ?")
             .bind(peer_id.as_str())
-            .bind(context_id)
+            .bind(context_id.as_str())
             .fetch_optional(&self.reader)
             .await?;
         if exists.is_none() {
@@ -607,7 +608,7 @@ impl ConversationStore for SqliteStore {
              WHERE peer_id = ? AND context_id = ? ORDER BY seq",
         )
         .bind(peer_id.as_str())
-        .bind(context_id)
+        .bind(context_id.as_str())
         .fetch_all(&self.reader)
         .await?;
         rows.iter()

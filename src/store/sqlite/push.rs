@@ -2,6 +2,7 @@
 
 use super::{BEGIN_WRITE, SqliteStore};
 use crate::clock::Timestamp;
+use crate::protocol::ids::TaskId;
 use crate::store::PeerId;
 use crate::store::{
     DeliveryOutcome, FailedDelivery, PushConfigRecord, PushDelivery, PushStore, StoreError,
@@ -99,11 +100,11 @@ impl PushStore for SqliteStore {
     async fn push_config(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         id: &str,
     ) -> Result<Option<PushConfigRecord>, StoreError> {
         sqlx::query("SELECT * FROM push_configs WHERE task_id = ? AND id = ? AND peer_id = ?")
-            .bind(task_id)
+            .bind(task_id.as_str())
             .bind(id)
             .bind(peer_id.as_str())
             .fetch_optional(&self.reader)
@@ -116,14 +117,14 @@ impl PushStore for SqliteStore {
     async fn push_configs(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<PushConfigRecord>, StoreError> {
         sqlx::query(
             "SELECT * FROM push_configs WHERE task_id = ? AND peer_id = ? AND (? IS NULL OR id > ?) ORDER BY id LIMIT ?",
         )
-        .bind(task_id)
+        .bind(task_id.as_str())
         .bind(peer_id.as_str())
         .bind(after)
         .bind(after)
@@ -138,14 +139,14 @@ impl PushStore for SqliteStore {
     async fn delete_push_config(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         id: &str,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let deleted =
             sqlx::query("DELETE FROM push_configs WHERE task_id = ? AND id = ? AND peer_id = ?")
-                .bind(task_id)
+                .bind(task_id.as_str())
                 .bind(id)
                 .bind(peer_id.as_str())
                 .execute(&mut *tx)
@@ -154,7 +155,7 @@ impl PushStore for SqliteStore {
             sqlx::query(
                 "DELETE FROM push_deliveries WHERE task_id = ? AND config_id = ? AND state = 'pending'",
             )
-            .bind(task_id)
+            .bind(task_id.as_str())
             .bind(id)
             .execute(&mut *tx)
             .await?;

@@ -3,6 +3,7 @@
 use super::writer::{Job, PendingExchange};
 use super::{BEGIN_WRITE, SqliteStore};
 use crate::clock::{Timestamp, from_millis};
+use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::TaskState;
 use crate::store::PeerId;
 use crate::store::{
@@ -17,7 +18,7 @@ impl TaskStore for SqliteStore {
     async fn context_history(
         &self,
         peer_id: &PeerId,
-        context_id: &str,
+        context_id: &ContextId,
         limit: u32,
     ) -> Result<Vec<ConversationMessage>, StoreError> {
         if limit == 0 {
@@ -27,7 +28,7 @@ impl TaskStore for SqliteStore {
             "SELECT role, body FROM messages WHERE peer_id = ? AND context_id = ? ORDER BY seq DESC LIMIT ?",
         )
         .bind(peer_id.as_str())
-        .bind(context_id)
+        .bind(context_id.as_str())
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
         .await?;
@@ -63,13 +64,13 @@ impl TaskStore for SqliteStore {
     async fn find_task(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
         now: Timestamp,
     ) -> Result<Option<String>, StoreError> {
         let now = now.as_millisecond();
         let row =
             sqlx::query("SELECT body FROM tasks WHERE id = ? AND peer_id = ? AND expires_at > ?")
-                .bind(task_id)
+                .bind(task_id.as_str())
                 .bind(peer_id.as_str())
                 .bind(now)
                 .fetch_optional(&self.reader)
@@ -80,10 +81,10 @@ impl TaskStore for SqliteStore {
     async fn upstream_task(
         &self,
         peer_id: &PeerId,
-        task_id: &str,
+        task_id: &TaskId,
     ) -> Result<Option<String>, StoreError> {
         let row = sqlx::query("SELECT upstream_task_id FROM tasks WHERE id = ? AND peer_id = ?")
-            .bind(task_id)
+            .bind(task_id.as_str())
             .bind(peer_id.as_str())
             .fetch_optional(&self.reader)
             .await?;
@@ -108,7 +109,7 @@ impl TaskStore for SqliteStore {
         rows.iter()
             .map(|row| {
                 Ok(WorkingTask {
-                    id: row.try_get("id")?,
+                    id: row.try_get::<String, _>("id")?.into(),
                     body: row.try_get("body")?,
                     instance: row.try_get("instance")?,
                 })
@@ -118,8 +119,8 @@ impl TaskStore for SqliteStore {
 
     async fn finish_working_task(
         &self,
-        id: &str,
-        state: &str,
+        id: &TaskId,
+        state: TaskState,
         body: &str,
         now: Timestamp,
     ) -> Result<(), StoreError> {
@@ -128,14 +129,14 @@ impl TaskStore for SqliteStore {
         let finished = sqlx::query(
             "UPDATE tasks SET state = ?, body = ?, status_at = ? WHERE id = ? AND state = 'TASK_STATE_WORKING'",
         )
-        .bind(state)
+        .bind(state.as_str())
         .bind(body)
         .bind(now.as_millisecond())
-        .bind(id)
+        .bind(id.as_str())
         .execute(&mut *tx)
         .await?;
         if finished.rows_affected() > 0 {
-            super::push::queue_state(&mut tx, id, state, body, now).await?;
+            super::push::queue_state(&mut tx, id, state.as_str(), body, now).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -153,8 +154,8 @@ impl TaskStore for SqliteStore {
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(query.peer_id.as_str())
                 .bind(now)
-                .bind(query.context_id)
-                .bind(query.context_id)
+                .bind(query.context_id.map(ContextId::as_str))
+                .bind(query.context_id.map(ContextId::as_str))
                 .bind(query.state.map(TaskState::as_str))
                 .bind(query.state.map(TaskState::as_str))
                 .bind(query.status_since.map(Timestamp::as_millisecond))
@@ -169,7 +170,7 @@ impl TaskStore for SqliteStore {
         .bind(after_at)
         .bind(after_at)
         .bind(after_at)
-        .bind(after_id)
+        .bind(after_id.map(TaskId::as_str))
         .bind(i64::from(query.limit))
         .fetch_all(&self.reader)
         .await?;

@@ -266,9 +266,9 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
         let mut upsert = tx.prepare_cached(UPSERT_TASK)?;
         for (e, created_at) in &batch.tasks {
             upsert.execute(params![
-                e.task_id,
+                e.task_id.as_str(),
                 e.peer_id.as_str(),
-                e.context_id,
+                e.context_id.as_str(),
                 e.state.as_str(),
                 e.task_json,
                 created_at.as_millisecond(),
@@ -296,8 +296,8 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
         for (e, m) in &batch.messages {
             insert.execute(params![
                 e.peer_id.as_str(),
-                e.context_id,
-                e.task_id,
+                e.context_id.as_str(),
+                e.task_id.as_str(),
                 m.role.as_str(),
                 m.text,
                 e.now.as_millisecond()
@@ -370,7 +370,7 @@ fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resu
             .execute(params![
                 crate::store::records::task_notification(&e.task_json),
                 e.now.as_millisecond(),
-                e.task_id,
+                e.task_id.as_str(),
                 e.state.as_str(),
             ])?;
     }
