@@ -583,3 +583,143 @@ async fn the_agent_sees_message_ids_apart_per_peer_and_text_within_the_limit() {
         echoed.len()
     );
 }
+
+/// The admin listener's `/ready` once `check` holds for its body, or a failure after 20 s.
+async fn admin_ready_until(
+    server: &ServeProcess,
+    check: impl Fn(u16, &Value) -> bool,
+) -> (u16, Value) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let response = reqwest::get(format!("http://{}/ready", server.admin_addr))
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap();
+        if check(status, &body) {
+            return (status, body);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/ready stayed {status}: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_not_up_yet_is_waited_for_and_one_that_goes_away_leaves_the_door_open() {
+    const SCRAPE: &str = "scrape-token-for-the-agent-probe-0123456789";
+    let port = common::postgres::free_port();
+    // The agent comes up two seconds after peergate starts: start-up waits for it.
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        UpstreamAgent::start_on(true, true, port)
+    });
+    let policy = PolicyEdit::default()
+        .set("model.backend", "a2a")
+        .insert("model.a2a.url", format!("http://127.0.0.1:{port}").as_str())
+        .insert(
+            "model.a2a.card_jwks_file",
+            repo_root()
+                .join("tests/data/upstream/signing.jwks.json")
+                .to_str()
+                .unwrap(),
+        )
+        .insert("model.a2a.token_env", UPSTREAM_TOKEN_ENV)
+        .insert("model.a2a.startup_wait_seconds", 25)
+        .insert("server.metrics_token_env", "PEERGATE_TEST_SCRAPE");
+    let door = ServedPolicy::start(
+        &policy,
+        &["alice"],
+        &[
+            (UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN),
+            ("PEERGATE_TEST_SCRAPE", SCRAPE),
+        ],
+    );
+    let agent = late.join().unwrap();
+    let log = door.server.log_text();
+    assert!(
+        log.contains("the agent at model.a2a.url is not up yet; retrying"),
+        "{log}"
+    );
+    let answer = send_text(&door.server.door(), &door.tokens[0], "hi", None).await;
+    assert_eq!(artifact_text(task_of(&answer)), "upstream says: hi");
+    let (status, body) = admin_ready_until(&door.server, |_, body| body["agent"] == "ok").await;
+    assert_eq!(
+        (status, body["status"].clone()),
+        (200, json!("ready")),
+        "{body}"
+    );
+
+    // The agent goes away: the instance still serves (a load balancer keeps it), says it is
+    // degraded and why, and the peer is told the agent could not be reached.
+    drop(agent);
+    let (status, body) =
+        admin_ready_until(&door.server, |_, body| body["agent"] == "unreachable").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"status": "degraded", "store": "ok", "redis": "not_configured",
+            "backend": "a2a", "agent": "unreachable"})
+    );
+    let door_ready = reqwest::get(format!("http://{}/ready", door.server.addr))
+        .await
+        .unwrap();
+    assert_eq!(door_ready.status(), 200);
+    assert_eq!(
+        door_ready.json::<Value>().await.unwrap(),
+        json!({"status": "degraded"})
+    );
+    let metrics = reqwest::Client::new()
+        .get(format!("http://{}/metrics", door.server.admin_addr))
+        .bearer_auth(SCRAPE)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("peergate_part_up{part=\"agent\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("peergate_part_up{part=\"store\"} 1"),
+        "{metrics}"
+    );
+    let answer = send_text(&door.server.door(), &door.tokens[0], "hi again", None).await;
+    let task = task_of(&answer);
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED");
+    assert_eq!(
+        task["status"]["message"]["parts"][0]["text"],
+        "The agent behind this gateway could not be reached. Please retry later."
+    );
+
+    // Back on the same port: ready again.
+    let _agent = UpstreamAgent::start_on(true, true, port);
+    let (status, body) = admin_ready_until(&door.server, |_, body| body["agent"] == "ok").await;
+    assert_eq!(
+        (status, body["status"].clone()),
+        (200, json!("ready")),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn an_agent_still_down_after_the_wait_stops_start_up_naming_the_setting() {
+    let port = common::postgres::free_port();
+    let policy = PolicyEdit::default()
+        .set("model.backend", "a2a")
+        .insert("model.a2a.url", format!("http://127.0.0.1:{port}").as_str())
+        .insert("model.a2a.dangerous_accept_unsigned_card", true)
+        .insert("model.a2a.startup_wait_seconds", 1);
+    let stderr = refused_start(policy, &[]);
+    assert!(stderr.contains("model.a2a.url"), "{stderr}");
+    assert!(stderr.contains("not up"), "{stderr}");
+    assert!(
+        stderr.contains("waited 1 s, model.a2a.startup_wait_seconds"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not up yet; retrying"), "{stderr}");
+}

@@ -112,6 +112,14 @@ impl Shared {
         stdout.trim().to_owned()
     }
 
+    /// Makes the shared database refuse every connection, ending the open ones: the store is
+    /// gone for every instance, while the cluster keeps serving the other tests.
+    fn cut_off_store(&self) {
+        postgres::cluster()
+            .expect("the cluster this pair was started on")
+            .cut_off(&self.store_url);
+    }
+
     async fn store(&self) -> Store {
         Store::open_at(&StoreLocation::Postgres(self.store_url.clone()))
             .await
@@ -767,6 +775,19 @@ async fn readiness(instance: &ServeProcess) -> (u16, Value) {
 }
 
 /// Polls `/ready` until its status is `want` (answers are reused for a second).
+/// The admin listener's `/ready` body once `check` holds for it (within 15 s).
+async fn readiness_until(instance: &ServeProcess, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, body) = readiness(instance).await;
+        if check(&body) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "/ready stayed {status}: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn readiness_becomes(instance: &ServeProcess, want: u16) -> Value {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -780,7 +801,7 @@ async fn readiness_becomes(instance: &ServeProcess, want: u16) -> Value {
 }
 
 #[tokio::test]
-async fn ready_answers_503_while_redis_is_away_and_health_stays_200() {
+async fn ready_stays_200_degraded_while_redis_is_away_and_503_without_the_store() {
     let Some(mut pair) = pair(ModelBehaviour::Answer, "600/min").await else {
         return;
     };
@@ -790,30 +811,47 @@ async fn ready_answers_503_while_redis_is_away_and_health_stays_200() {
         json!({"status": "ready", "store": "ok", "redis": "ok", "backend": "openai"})
     );
     pair.shared.redis.stop();
-    let body = readiness_becomes(&pair.a, 503).await;
-    assert_eq!(body["redis"], "unreachable", "{body}");
-    assert_eq!(body["store"], "ok", "{body}");
-    // The door, which anyone reaches, says only that it is not ready.
+    // The door keeps answering without Redis (limits kept locally): a load balancer must keep
+    // the instance, so /ready stays 200 and says what is missing.
+    let body = readiness_until(&pair.a, |body| body["redis"] == "unreachable").await;
+    assert_eq!(
+        body,
+        json!({"status": "degraded", "store": "ok", "redis": "unreachable", "backend": "openai"})
+    );
+    // The door, which anyone reaches, says only that it is degraded.
     let door = reqwest::get(format!("http://{}/ready", pair.a.addr))
         .await
         .unwrap();
-    assert_eq!(door.status(), 503);
-    assert_eq!(door.headers()["retry-after"], "1");
+    assert_eq!(door.status(), 200);
     assert_eq!(
         door.json::<Value>().await.unwrap(),
-        json!({"status": "not_ready"})
+        json!({"status": "degraded"})
     );
     assert!(
         !body.to_string().contains("127.0.0.1"),
         "names an address: {body}"
     );
+    let answered = send_text(&pair.a.door(), &pair.token, "without redis", None).await;
+    assert_eq!(state_of(&answered), "TASK_STATE_COMPLETED");
     // Liveness is not readiness: the process is alive all along.
     let health = reqwest::get(format!("http://{}/health", pair.a.addr))
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
     pair.shared.redis.restart();
-    readiness_becomes(&pair.a, 200).await;
+    let body = readiness_until(&pair.a, |body| body["status"] == "ready").await;
+    assert_eq!(body["redis"], "ok", "{body}");
+
+    // Without the store it cannot serve anyone: 503, with Retry-After.
+    pair.shared.cut_off_store();
+    let body = readiness_becomes(&pair.a, 503).await;
+    assert_eq!(body["status"], "not_ready", "{body}");
+    assert_eq!(body["store"], "unreachable", "{body}");
+    let door = reqwest::get(format!("http://{}/ready", pair.a.addr))
+        .await
+        .unwrap();
+    assert_eq!(door.status(), 503);
+    assert_eq!(door.headers()["retry-after"], "1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -928,4 +966,39 @@ async fn unbinding_through_one_instance_is_refused_on_the_other_within_a_second(
         refused_within_a_second(&a, &token).await,
         "the other instance still took the unbound identity after a second"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn haproxy_checking_ready_keeps_both_instances_without_redis_and_drops_them_without_the_store()
+ {
+    let Some(mut pair) = pair(ModelBehaviour::Answer, "600/min").await else {
+        return;
+    };
+    let Some(haproxy) = common::haproxy::Haproxy::start(&[pair.a.addr, pair.b.addr]) else {
+        return;
+    };
+    haproxy.until(&["UP", "UP"]).await;
+    let door = format!("http://127.0.0.1:{}/a2a/v1", haproxy.port);
+    let answered = send_text(&door, &pair.token, "through haproxy", None).await;
+    assert_eq!(state_of(&answered), "TASK_STATE_COMPLETED");
+
+    // Redis goes away: both instances see it (degraded), haproxy keeps both, and partners are
+    // answered through it, by each instance in turn.
+    pair.shared.redis.stop();
+    for instance in [&pair.a, &pair.b] {
+        readiness_until(instance, |body| body["redis"] == "unreachable").await;
+    }
+    // Several checks (every 300 ms, down after two failures) have seen the degraded answer.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(haproxy.states().await, ["UP", "UP"]);
+    for i in 0..6 {
+        let answered = send_text(&door, &pair.token, &format!("without redis {i}"), None).await;
+        assert_eq!(state_of(&answered), "TASK_STATE_COMPLETED", "{answered}");
+    }
+
+    // The store goes away: neither instance can serve, and haproxy takes both out.
+    pair.shared.cut_off_store();
+    haproxy.until(&["DOWN", "DOWN"]).await;
+    let (status, _) = post_raw(&door, Some(&pair.token), "{}".to_owned()).await;
+    assert_eq!(status, 503, "haproxy answers for the instances it took out");
 }

@@ -182,6 +182,11 @@ impl Agent {
         self
     }
 
+    /// The backend it asks (readiness probes it).
+    pub fn backend(&self) -> Arc<dyn ModelBackend> {
+        self.backend.clone()
+    }
+
     /// Where this agent's task events are heard.
     pub fn task_events(&self) -> Arc<dyn TaskEvents> {
         self.shared.events.clone()

@@ -439,12 +439,13 @@ fn a2a_routers(
     metrics: &Arc<Metrics>,
     policy: &Policy,
 ) -> (Arc<Readiness>, Router, Option<Router>) {
-    let backend_name = policy.model.backend.name();
     let readiness = Arc::new(Readiness::new(
         store.clone(),
         sharing.redis.clone(),
-        backend_name,
+        (policy.model.backend.name(), agent.backend()),
+        metrics.clone(),
     ));
+    readiness.probe_in_background();
     let state = door_state(policy, agent.clone(), documents, readiness.clone());
     let router = door_router(policy, state, guards, metrics.clone());
     let grpc = grpc_router(policy, agent, &readiness, guards, metrics);

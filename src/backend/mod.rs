@@ -120,6 +120,11 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
     /// A one-line description for the start-up log. Never includes a secret.
     fn describe(&self) -> String;
 
+    /// What it is, in what a peer reads: "model", or "agent" for an agent behind the door.
+    fn what(&self) -> &'static str {
+        "model"
+    }
+
     /// Asks the model once.
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, BackendError>;
 
@@ -141,6 +146,13 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
         let completion = self.complete(prompt).await?;
         let _ = pieces.send(completion.text.clone());
         Ok(completion)
+    }
+
+    /// Whether the backend answers now, asked in the background for `/ready` (within
+    /// `timeout`); `None` for a backend that is not probed, whose calls say so themselves.
+    async fn reachable(&self, timeout: std::time::Duration) -> Option<bool> {
+        let _ = timeout;
+        None
     }
 }
 
@@ -173,6 +185,11 @@ pub enum BackendSetupError {
         /// What was wrong, without any of the agent's words.
         reason: String,
     },
+    /// The upstream agent is not up yet: its card could not be fetched (no connection, no
+    /// answer in time, a 5xx status). Start-up retries this one, within
+    /// `model.a2a.startup_wait_seconds`.
+    #[error("cannot use the agent at model.a2a.url: it is not up ({0})")]
+    NotUp(String),
     /// A variable the policy names is not set.
     #[error("the environment variable {var} named by {setting} is not set or not valid UTF-8")]
     MissingVariable {
@@ -271,7 +288,9 @@ pub async fn from_policy(model: &ModelPolicy) -> Result<Arc<dyn ModelBackend>, B
                 .a2a
                 .as_ref()
                 .ok_or(BackendSetupError::MissingSection("model.a2a"))?;
-            Ok(Arc::new(upstream::UpstreamAgent::connect(policy).await?))
+            Ok(Arc::new(
+                upstream::UpstreamAgent::connect_waiting(policy).await?,
+            ))
         }
         BackendKind::Echo => Ok(Arc::new(echo::Echo)),
         BackendKind::Openai => {

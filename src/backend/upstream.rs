@@ -39,6 +39,8 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 pub struct UpstreamAgent {
     client: reqwest::Client,
     rpc_url: String,
+    /// Where its card is read: what the readiness probe asks.
+    card_url: String,
     credential: Option<(HeaderName, HeaderValue)>,
     /// The agent's card says it streams.
     streams: bool,
@@ -133,10 +135,41 @@ impl UpstreamAgent {
         Ok(Self {
             client,
             rpc_url,
+            card_url,
             credential,
             streams: card["capabilities"]["streaming"] == true,
             name: card["name"].as_str().unwrap_or("an A2A agent").to_owned(),
         })
+    }
+
+    /// [`Self::connect`], retried with backoff (1 s, doubling up to 10 s) while the agent is
+    /// not up yet, for at most `model.a2a.startup_wait_seconds`; each wait is logged.
+    pub async fn connect_waiting(policy: &A2aPolicy) -> Result<Self, BackendSetupError> {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_secs(policy.startup_wait_seconds);
+        let mut pause = Duration::from_secs(1);
+        loop {
+            match Self::connect(policy).await {
+                Err(BackendSetupError::NotUp(reason)) => {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(BackendSetupError::NotUp(format!(
+                            "{reason}; waited {} s, model.a2a.startup_wait_seconds",
+                            policy.startup_wait_seconds
+                        )));
+                    }
+                    let wait = pause.min(left);
+                    tracing::warn!(
+                        reason = %reason,
+                        retry_in_ms = wait.as_millis() as u64,
+                        "the agent at model.a2a.url is not up yet; retrying"
+                    );
+                    tokio::time::sleep(wait).await;
+                    pause = (pause * 2).min(Duration::from_secs(10));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The message forwarded for `prompt`.
@@ -213,6 +246,10 @@ impl UpstreamAgent {
 
 #[async_trait]
 impl ModelBackend for UpstreamAgent {
+    fn what(&self) -> &'static str {
+        "agent"
+    }
+
     fn describe(&self) -> String {
         format!(
             "the A2A agent \"{}\" at {}{}",
@@ -224,6 +261,18 @@ impl ModelBackend for UpstreamAgent {
                 ""
             }
         )
+    }
+
+    /// The card's address answers (any status under 500): the agent's server is up. Its card
+    /// is not read again, so nothing it serves now changes where messages go.
+    async fn reachable(&self, timeout: Duration) -> Option<bool> {
+        let answered = self
+            .client
+            .get(&self.card_url)
+            .timeout(timeout)
+            .send()
+            .await;
+        Some(answered.is_ok_and(|response| !response.status().is_server_error()))
     }
 
     /// Through the agent's stream when it streams: its first event names its task, so a cancel
@@ -545,12 +594,20 @@ async fn read_card(client: &reqwest::Client, url: &str) -> Result<String, Backen
         .timeout(Duration::from_secs(10))
         .send()
         .await
-        .map_err(|e| {
-            upstream(
+        .map_err(|e| match classify(&e) {
+            // A certificate is a setting to fix, not an agent still starting.
+            BackendError::Certificate => upstream(
                 "model.a2a.url",
                 format!("its card could not be read ({})", unreachable_reason(&e)),
-            )
+            ),
+            _ => BackendSetupError::NotUp(unreachable_reason(&e).to_owned()),
         })?;
+    if response.status().is_server_error() {
+        return Err(BackendSetupError::NotUp(format!(
+            "its card was answered with HTTP status {}",
+            response.status().as_u16()
+        )));
+    }
     if response.status() != reqwest::StatusCode::OK {
         return Err(upstream(
             "model.a2a.url",

@@ -78,11 +78,27 @@ pub struct A2aPolicy {
     /// A PEM file of CA certificates trusted for the agent besides the system's roots.
     #[serde(default)]
     pub ca_file: Option<String>,
+    /// How long start-up waits for an agent that is not up yet (its card unreachable, or
+    /// answered with a 5xx status), retrying with backoff; 0 does not wait. A card that
+    /// answers but does not verify stops start-up at once.
+    #[serde(default = "default_startup_wait_seconds")]
+    pub startup_wait_seconds: u64,
+}
+
+/// An agent started beside peergate (the same unit, the same compose file) is given a minute.
+fn default_startup_wait_seconds() -> u64 {
+    60
 }
 
 impl A2aPolicy {
     fn validate(&self) -> Result<(), Invalid> {
         check_upstream_url("model.a2a.url", &self.url)?;
+        if self.startup_wait_seconds > 3600 {
+            return Err(invalid(
+                "model.a2a.startup_wait_seconds",
+                "must be at most 3600 (an hour)",
+            ));
+        }
         if let Some(rpc_url) = &self.rpc_url {
             check_upstream_url("model.a2a.rpc_url", rpc_url)?;
             // One client serves both: its checks follow url's scheme.

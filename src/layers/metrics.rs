@@ -73,9 +73,39 @@ pub enum FinalState {
     Canceled,
 }
 
+/// A part the gateway depends on, for [`Metrics::part_up`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Part {
+    /// The store of record.
+    Store,
+    /// Redis, shared by several instances.
+    Redis,
+    /// The agent behind `backend = "a2a"`.
+    Agent,
+}
+
+impl Part {
+    const ALL: [Self; 3] = [Self::Store, Self::Redis, Self::Agent];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Store => "store",
+            Self::Redis => "redis",
+            Self::Agent => "agent",
+        }
+    }
+}
+
+/// A part's gauge before anything was seen of it: not written.
+const PART_UNSEEN: u8 = u8::MAX;
+
 /// The gateway's counters.
 #[derive(Debug)]
 pub struct Metrics {
+    /// Each part's last state (1 answers, 0 not), as `/ready` and its probes saw it.
+    parts: [std::sync::atomic::AtomicU8; Part::ALL.len()],
     requests: [[AtomicU64; STATUSES.len() + 1]; ROUTES.len()],
     rejections: [AtomicU64; REASONS.len()],
     tasks: [AtomicU64; STATES.len()],
@@ -100,6 +130,7 @@ impl Default for Metrics {
             latency_count: AtomicU64::new(0),
             latency_sum_micros: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
+            parts: std::array::from_fn(|_| std::sync::atomic::AtomicU8::new(PART_UNSEEN)),
         }
     }
 }
@@ -111,6 +142,11 @@ impl Metrics {
             .position(|s| *s == status.as_u16())
             .unwrap_or(STATUSES.len());
         self.requests[route][status].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records whether `part` answers.
+    pub fn part_up(&self, part: Part, up: bool) {
+        self.parts[part as usize].store(u8::from(up), Ordering::Relaxed);
     }
 
     /// Counts an A2A operation answered (whatever the answer).
@@ -209,6 +245,13 @@ impl Metrics {
             }
         }
         self.write_backend_latency(&mut out);
+        out.push_str("# HELP peergate_part_up Whether a part the gateway depends on answers (1) or not (0), as /ready and its probes last saw it.\n# TYPE peergate_part_up gauge\n");
+        for (part, state) in Part::ALL.iter().zip(&self.parts) {
+            let state = state.load(Ordering::Relaxed);
+            if state != PART_UNSEEN {
+                let _ = writeln!(out, "peergate_part_up{{part=\"{}\"}} {state}", part.label());
+            }
+        }
         out.push_str("# HELP peergate_connections_refused_total Connections closed unread at the connection cap.\n# TYPE peergate_connections_refused_total counter\n");
         let _ = writeln!(
             out,

@@ -9,6 +9,7 @@
 mod cli;
 mod flood;
 mod gateway;
+pub mod haproxy;
 mod idp;
 mod model;
 mod pki;

@@ -155,6 +155,29 @@ impl Cluster {
         );
     }
 
+    /// Makes the database at `url` refuse new connections and ends its open ones, as a store
+    /// that went away would.
+    pub fn cut_off(&self, url: &str) {
+        let name = url.rsplit('/').next().unwrap();
+        let admin = format!("postgres://postgres@127.0.0.1:{}/postgres", self.port);
+        for sql in [
+            format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false"),
+            format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+            ),
+        ] {
+            let out = Command::new("psql")
+                .args([admin.as_str(), "-q", "-c", sql.as_str()])
+                .output()
+                .expect("run psql");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()

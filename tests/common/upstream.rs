@@ -24,10 +24,17 @@ impl UpstreamAgent {
 
     /// Like [`UpstreamAgent::start`]; the card says the agent streams only when `streams`.
     pub fn start_with(signed: bool, streams: bool) -> Self {
+        Self::start_on(signed, streams, 0)
+    }
+
+    /// Like [`UpstreamAgent::start_with`], on `port` (0: a free one).
+    pub fn start_on(signed: bool, streams: bool, port: u16) -> Self {
         let python = super::sdk::python_with_sdk();
         let mut command = Command::new(python);
         command
             .arg(repo_root().join("tests/interop/a2a_python_upstream.py"))
+            .arg("--port")
+            .arg(port.to_string())
             .env("UPSTREAM_TOKEN", UPSTREAM_TOKEN)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

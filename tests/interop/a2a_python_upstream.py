@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A scripted A2A 1.0 agent on the official Python SDK (a2a-sdk), the upstream peergate's
-`a2a` backend is tested against. It listens on 127.0.0.1 on a free port and prints
+`a2a` backend is tested against. It listens on 127.0.0.1 on a free port (or `--port`) and prints
 `PORT <n>` once it serves.
 
 The card (GET /.well-known/agent-card.json) is public, signed with --sign-jwk when given; the
@@ -271,6 +271,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument('--sign-jwk', help='JSON file holding a private JWK; the served card is signed with it')
     ap.add_argument('--no-streaming', action='store_true', help='the card says the agent does not stream')
+    ap.add_argument('--port', type=int, default=0, help='the port to listen on (default: a free one)')
     args = ap.parse_args()
     token = os.environ.get('UPSTREAM_TOKEN')
     if not token:
@@ -278,7 +279,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(('127.0.0.1', 0))
+    sock.bind(('127.0.0.1', args.port))
     port = sock.getsockname()[1]
     app = build_app(port, token, args.sign_jwk, not args.no_streaming)
     server = uvicorn.Server(uvicorn.Config(app, log_level='warning'))

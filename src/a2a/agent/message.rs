@@ -121,10 +121,19 @@ pub(super) fn preface(peer_name: &str) -> String {
     )
 }
 
-pub(super) fn failure_text(error: &BackendError) -> String {
-    let why = match error {
-        BackendError::Timeout => "it did not answer in time",
-        _ => "it returned an error",
-    };
-    format!("The model behind this gateway could not answer ({why}). Please retry later.")
+/// What the peer reads when the backend, a "model" or an "agent" (`what`), gave no answer:
+/// why in a word, never the error itself.
+pub(super) fn failure_text(what: &str, error: &BackendError) -> String {
+    match error {
+        // Not an error of the backend's: it was never asked.
+        BackendError::Unreachable | BackendError::Certificate => {
+            format!("The {what} behind this gateway could not be reached. Please retry later.")
+        }
+        BackendError::Timeout => format!(
+            "The {what} behind this gateway could not answer (it did not answer in time). Please retry later."
+        ),
+        _ => format!(
+            "The {what} behind this gateway could not answer (it returned an error). Please retry later."
+        ),
+    }
 }

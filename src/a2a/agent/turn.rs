@@ -356,7 +356,7 @@ impl Agent {
                 tracing::warn!(task_id = %turn.task_id, peer = %turn.peer.name(), error = %error, "backend gave no answer");
                 Outcome {
                     state: TaskState::Failed,
-                    reply: failure_text(&error),
+                    reply: failure_text(self.backend.what(), &error),
                     messages: Vec::new(),
                     usage: None,
                     audit: None,

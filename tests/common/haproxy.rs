@@ -1,0 +1,121 @@
+//! haproxy on loopback in front of peergate instances, checking each one's `/ready` as a load
+//! balancer in front of several instances should, with its statistics page to read what it
+//! decided.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The proxy process; killed when dropped.
+pub struct Haproxy {
+    child: Child,
+    /// Where partners reach the instances through it.
+    pub port: u16,
+    stats_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Haproxy {
+    /// haproxy in front of `servers`, round robin, each checked with `GET /ready` every 300 ms
+    /// (down after two failed checks, up after two good ones); `None` (after one loud line)
+    /// when haproxy is not installed outside CI.
+    pub fn start(servers: &[SocketAddr]) -> Option<Self> {
+        let installed = Command::new("haproxy")
+            .arg("-v")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("haproxy is not installed (Debian package haproxy); CI must have it");
+            }
+            eprintln!(
+                "SKIPPED: haproxy is not installed (apt-get install haproxy); the load-balancer check is not tested"
+            );
+            return None;
+        }
+        let (port, stats_port) = (super::postgres::free_port(), super::postgres::free_port());
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = format!(
+            "defaults\n  mode http\n  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n\
+             frontend door\n  bind 127.0.0.1:{port}\n  default_backend peergate\n\
+             backend peergate\n  balance roundrobin\n  option httpchk GET /ready\n  http-check expect status 200\n\
+             \x20 default-server inter 300ms fall 2 rise 2\n"
+        );
+        for (i, server) in servers.iter().enumerate() {
+            config.push_str(&format!("  server instance{i} {server} check\n"));
+        }
+        config.push_str(&format!(
+            "listen stats\n  bind 127.0.0.1:{stats_port}\n  stats enable\n  stats uri /stats\n"
+        ));
+        let path = dir.path().join("haproxy.cfg");
+        std::fs::write(&path, config).unwrap();
+        let child = Command::new("haproxy")
+            .arg("-f")
+            .arg(&path)
+            .arg("-db")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start haproxy");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", stats_port)).is_err() {
+            assert!(Instant::now() < deadline, "haproxy did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Self {
+            child,
+            port,
+            stats_port,
+            _dir: dir,
+        })
+    }
+
+    /// Each server's status as haproxy's checks decided it (`UP`, `DOWN`, …), in order.
+    pub async fn states(&self) -> Vec<String> {
+        let csv = reqwest::get(format!("http://127.0.0.1:{}/stats;csv", self.stats_port))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap()
+            .trim_start_matches("# ")
+            .split(',')
+            .collect();
+        let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
+        let (proxy, server, status) = (column("pxname"), column("svname"), column("status"));
+        lines
+            .map(|line| line.split(',').collect::<Vec<_>>())
+            .filter(|row| row[proxy] == "peergate" && row[server].starts_with("instance"))
+            .map(|row| row[status].to_owned())
+            .collect()
+    }
+
+    /// The servers' statuses once they are `want` (within 15 s).
+    pub async fn until(&self, want: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let states = self.states().await;
+            if states == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "haproxy's servers stayed {states:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
