@@ -414,7 +414,7 @@ fn without_a_default_owner_peer_add_needs_an_owner() {
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        PolicyEdit::default().remove("peers.default_owner").text(),
+        PolicyEdit::default().set("peers.default_owner", "").text(),
     )
     .unwrap();
     let (code, _, stderr) = cli_on(
@@ -1425,4 +1425,74 @@ fn a_grpc_listener_that_cannot_be_served_as_asked_stops_start_up_naming_why() {
         stderr.contains("grpc.public_address") && stderr.contains("unspecified"),
         "{stderr}"
     );
+}
+
+#[test]
+fn policy_init_writes_each_profile_and_policy_check_validates_it_without_dialling_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    for profile in ["narrow", "full", "agent"] {
+        let path = dir.path().join(format!("{profile}.toml"));
+        let (code, _, stderr) = cli(&[
+            "policy",
+            "init",
+            "--profile",
+            profile,
+            "--out",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        // Only what differs from the defaults, commented.
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("# A starting policy"), "{text}");
+        assert!(!text.contains("[limits]"), "{profile}: {text}");
+        // The agent profile names an agent nobody runs: checking dials nothing.
+        let (code, stdout, stderr) = cli(&["policy", "check", "--policy", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "{profile}: {stderr}");
+        assert!(stderr.contains("valid"), "{stderr}");
+        // The policy in effect: the file over the defaults, every section present.
+        let effective: toml::Table = toml::from_str(&stdout).unwrap();
+        assert_eq!(
+            effective["limits"]["per_ip_per_minute"].as_integer(),
+            Some(120)
+        );
+        let backend = effective["model"]["backend"].as_str().unwrap();
+        assert_eq!(backend, if profile == "agent" { "a2a" } else { "echo" });
+        let streaming = effective["capabilities"]["streaming"].as_bool().unwrap();
+        assert_eq!(streaming, profile == "full");
+    }
+    // It does not overwrite.
+    let path = dir.path().join("narrow.toml");
+    let (code, _, stderr) = cli(&["policy", "init", "--out", path.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("cannot create"), "{stderr}");
+    // A misspelt key is named with its line.
+    std::fs::write(&path, "[server]\n\nlisen = \"127.0.0.1:9000\"\n").unwrap();
+    let (code, _, stderr) = cli(&["policy", "check", "--policy", path.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("line 3, key `server.lisen`"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_fragment_serves_as_it_is_over_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("fragment.toml");
+    // A fragment as the docs show them: no [server], no [card], no [model].
+    std::fs::write(&policy, "[capabilities]\nstreaming = true\n").unwrap();
+    let server = ServeProcess::start_with(
+        dir.path(),
+        &dir.path().join("data"),
+        &["--policy", policy.to_str().unwrap()],
+        &[],
+    );
+    let card: Value = reqwest::get(format!(
+        "http://{}/.well-known/agent-card.json",
+        server.addr
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(card["capabilities"]["streaming"], true, "{card}");
+    assert_eq!(card["name"], "peergate", "the default's");
 }

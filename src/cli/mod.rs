@@ -8,6 +8,7 @@ mod client_credentials;
 pub mod exit_status;
 mod keys;
 mod peer;
+mod policy;
 mod store;
 
 use crate::admin::{AccountDefaults, AccountService, Caller};
@@ -109,6 +110,9 @@ enum Command {
     /// answered, 3 when the card is not verified, 4 when the credential is refused, 5 when rate
     /// limited, 6 when the task failed or was rejected, 1 otherwise.
     Call(Box<call::CallArgs>),
+    /// Check a policy without serving, or write a starting one.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
     /// Move the store of record (the embedded SQLite store into PostgreSQL).
     #[command(subcommand)]
     Store(StoreCommand),
@@ -437,6 +441,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Call(args) => call::run(*args).await,
         Command::Keys(command) => keys::run(command).await,
         Command::Store(command) => store::run(command).await,
+        Command::Policy(command) => policy::run(command).await,
         Command::Backup { file, data } => {
             let bytes = tokio::task::spawn_blocking({
                 let file = file.clone();

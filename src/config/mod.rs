@@ -155,6 +155,12 @@ pub struct Policy {
     /// `[admin]`
     #[serde(default)]
     pub admin: AdminPolicy,
+    /// The dotted keys the operator's file set to something other than the embedded default.
+    #[serde(skip)]
+    operator_set: std::collections::BTreeSet<String>,
+    /// The policy in effect: the operator's file over the embedded defaults.
+    #[serde(skip)]
+    effective: toml::Table,
 }
 
 /// `[admin]`: how administrators sign in besides peergate's own passwords and tokens.
@@ -201,21 +207,56 @@ impl Policy {
         Ok((policy, source))
     }
 
-    /// Parses and validates policy text.
+    /// Parses policy text over the embedded defaults, and validates the result. The text
+    /// holds only what differs: its tables merge into the defaults key by key, and anything
+    /// else it sets (a value, an array, an array of tables) replaces the default's. A full
+    /// copy of `policies/default.toml` is such a text too.
     pub fn parse(text: &str, source: &PolicySource) -> Result<Self, PolicyError> {
-        let policy: Policy = toml::from_str(text).map_err(|e| {
-            let location = e
+        let syntax = |e: toml::de::Error| PolicyError::Syntax {
+            source_name: source.clone(),
+            location: e
                 .span()
                 .map(|span| describe_location(text, span.start))
-                .unwrap_or_default();
+                .unwrap_or_default(),
+            reason: e.message().replace('\n', " ").trim().to_owned(),
+        };
+        let operator: toml::Table = toml::from_str(text).map_err(syntax)?;
+        let defaults = embedded_defaults();
+        let mut merged = defaults.clone();
+        layer(&mut merged, operator.clone());
+        let mut policy = Policy::deserialize(merged.clone()).map_err(|e| {
+            let (reason, key) = split_error(&e);
             PolicyError::Syntax {
                 source_name: source.clone(),
-                location,
-                reason: e.message().replace('\n', " ").trim().to_owned(),
+                location: key
+                    .map(|key| match line_of(text, &key) {
+                        Some(line) => format!(" (line {line}, key `{key}`)"),
+                        None => format!(" (key `{key}`)"),
+                    })
+                    .unwrap_or_default(),
+                reason,
             }
         })?;
+        let mut set = std::collections::BTreeSet::new();
+        changed_keys("", &operator, Some(&defaults), &mut set);
+        policy.operator_set = set;
+        policy.effective = merged;
+        // `default_owner = ""` is how a layered policy says "none".
+        policy.peers.default_owner = policy.peers.default_owner.filter(|o| !o.is_empty());
         policy.validate(source)?;
         Ok(policy)
+    }
+
+    /// The policy in effect as TOML: the operator's file over the embedded defaults. It holds
+    /// no secret: the policy names the environment variables that hold them.
+    pub fn effective_text(&self) -> String {
+        toml::to_string_pretty(&self.effective).unwrap_or_default()
+    }
+
+    /// Whether the operator's policy sets `key` (dotted, e.g. `card.name`) to something other
+    /// than the embedded default.
+    pub fn sets(&self, key: &str) -> bool {
+        self.operator_set.contains(key)
     }
 
     fn validate(&self, source: &PolicySource) -> Result<(), PolicyError> {
@@ -292,6 +333,108 @@ impl Policy {
     }
 }
 
+/// The embedded defaults as a table (they are checked to parse by the tests).
+fn embedded_defaults() -> toml::Table {
+    static DEFAULTS: std::sync::OnceLock<toml::Table> = std::sync::OnceLock::new();
+    DEFAULTS
+        .get_or_init(|| toml::from_str(EMBEDDED_DEFAULT).unwrap_or_default())
+        .clone()
+}
+
+/// Lays `over` onto `base`: tables merge key by key; anything else replaces.
+fn layer(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(base)), toml::Value::Table(over)) => layer(base, over),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// The dotted keys `over` sets to something other than `base` does (a table's keys one by one).
+fn changed_keys(
+    prefix: &str,
+    over: &toml::Table,
+    base: Option<&toml::Table>,
+    out: &mut std::collections::BTreeSet<String>,
+) {
+    for (key, value) in over {
+        let dotted = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        let default = base.and_then(|base| base.get(key));
+        match value {
+            toml::Value::Table(table) => {
+                let default = default.and_then(toml::Value::as_table);
+                changed_keys(&dotted, table, default, out);
+            }
+            value if Some(value) != default => {
+                out.insert(dotted);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A deserialization error's reason, and the dotted key it is about (an unknown key's own
+/// name, or the key whose value was wrong).
+fn split_error(error: &toml::de::Error) -> (String, Option<String>) {
+    let text = error.to_string();
+    let (reason, path) = match text.split_once("\nin `") {
+        Some((reason, rest)) => (reason, rest.split('`').next()),
+        None => (text.as_str(), None),
+    };
+    let unknown = reason
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next());
+    let key = match (path, unknown) {
+        (Some(path), Some(field)) => Some(format!("{path}.{field}")),
+        (None, Some(field)) => Some(field.to_owned()),
+        (Some(path), None) => Some(path.to_owned()),
+        (None, None) => None,
+    };
+    (reason.replace('\n', " ").trim().to_owned(), key)
+}
+
+/// The line of `text` that sets the dotted `key` (or opens it as a table), if it does.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let mut table = String::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        let header = line
+            .strip_prefix("[[")
+            .and_then(|l| l.strip_suffix("]]"))
+            .or_else(|| line.strip_prefix('[').and_then(|l| l.strip_suffix(']')));
+        if let Some(header) = header {
+            table = header.trim().to_owned();
+            if table == key {
+                return Some(number + 1);
+            }
+            continue;
+        }
+        let Some((name, _)) = line.split_once('=') else {
+            continue;
+        };
+        let name = name.trim().trim_matches('"');
+        if name.is_empty() || name.starts_with('#') {
+            continue;
+        }
+        let dotted = if table.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{table}.{name}")
+        };
+        if dotted == key {
+            return Some(number + 1);
+        }
+    }
+    None
+}
+
 /// ` (line N, key `table.key`)` for the byte offset where a TOML error was found.
 fn describe_location(text: &str, offset: usize) -> String {
     let offset = offset.min(text.len());
@@ -351,6 +494,49 @@ mod tests {
         assert_eq!(policy.server.a2a_path, "/a2a/v1");
         assert_eq!(policy.tasks.retention_hours, 24);
         assert_eq!(policy.tasks.context_messages, 20);
+    }
+
+    #[test]
+    fn a_fragment_layers_over_the_embedded_defaults() {
+        let fragment = "[server]\nlisten = \"127.0.0.1:9000\"\n\n[[card.skills]]\nid = \"x\"\nname = \"X\"\ndescription = \"x\"\ntags = [\"t\"]\n";
+        let policy = Policy::parse(fragment, &PolicySource::File("p.toml".into())).unwrap();
+        assert_eq!(policy.server.listen.to_string(), "127.0.0.1:9000");
+        // Everything else is the default's, and an array replaces the default's whole.
+        assert_eq!(policy.server.max_body_bytes, 1_048_576);
+        assert_eq!(policy.tasks.retention_hours, 24);
+        assert_eq!(policy.card.name, "peergate");
+        assert_eq!(policy.card.skills.len(), 1);
+        assert_eq!(policy.card.skills[0].id, "x");
+        assert!(policy.sets("server.listen") && policy.sets("card.skills"));
+        assert!(!policy.sets("card.name") && !policy.sets("server.max_body_bytes"));
+        // A full copy of the defaults sets nothing; an empty file is the defaults.
+        let copy = Policy::parse(EMBEDDED_DEFAULT, &PolicySource::Embedded).unwrap();
+        assert!(copy.operator_set.is_empty(), "{:?}", copy.operator_set);
+        let empty = Policy::parse("", &PolicySource::File("p.toml".into())).unwrap();
+        assert_eq!(empty.peers.default_owner.as_deref(), Some("operator"));
+        let none = Policy::parse("[peers]\ndefault_owner = \"\"\n", &PolicySource::Embedded);
+        assert_eq!(none.unwrap().peers.default_owner, None);
+    }
+
+    #[test]
+    fn a_fragments_unknown_key_or_wrong_value_names_the_key_and_its_line() {
+        for (text, key) in [
+            (
+                "\n[tasks]\nretention_hourz = 3\n",
+                "line 3, key `tasks.retention_hourz`",
+            ),
+            (
+                "[tasks]\nretention_hours = -1\n",
+                "line 2, key `tasks.retention_hours`",
+            ),
+            ("[servr]\nlisten = \"x\"\n", "line 1, key `servr`"),
+        ] {
+            let err = Policy::parse(text, &PolicySource::File("p.toml".into()))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("p.toml") && err.contains(key), "{text}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
     }
 
     #[test]

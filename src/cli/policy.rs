@@ -1,0 +1,80 @@
+//! `peergate policy …`: checking a policy without serving, and writing a starting one.
+
+use super::CliError;
+use crate::config::Policy;
+use clap::{Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub(super) enum PolicyCommand {
+    /// Check a policy without serving, opening the store or dialling anything: exits 0 and
+    /// prints the policy in effect (the file over the built-in defaults; secrets appear only as
+    /// the names of the variables that hold them), else 1 naming the key and why.
+    Check {
+        /// Policy file [default: policies/default.toml, else the built-in defaults].
+        #[arg(long = "policy", value_name = "FILE")]
+        policy: Option<PathBuf>,
+    },
+    /// Write a commented starting policy: only what differs from the built-in defaults.
+    Init {
+        /// narrow: the narrow door to a model; full: the rest of A2A 1.0 switched on; agent:
+        /// in front of an A2A agent you run.
+        #[arg(long, value_enum, default_value_t = Profile::Narrow)]
+        profile: Profile,
+        /// Write it to FILE (which must not exist yet) instead of standard output.
+        #[arg(long = "out", value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// A starting policy's shape.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(super) enum Profile {
+    Narrow,
+    Full,
+    Agent,
+}
+
+impl Profile {
+    fn text(self) -> &'static str {
+        match self {
+            Self::Narrow => include_str!("../../policies/starting/narrow.toml"),
+            Self::Full => include_str!("../../policies/starting/full.toml"),
+            Self::Agent => include_str!("../../policies/starting/agent.toml"),
+        }
+    }
+}
+
+pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
+    match command {
+        PolicyCommand::Check { policy } => {
+            let (policy, source) = Policy::load(policy.as_deref())?;
+            print!("{}", policy.effective_text());
+            eprintln!("policy {source}: valid");
+            Ok(())
+        }
+        PolicyCommand::Init { profile, out } => {
+            let text = profile.text();
+            match out {
+                None => print!("{text}"),
+                Some(path) => {
+                    use std::io::Write;
+                    let mut file = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&path)
+                        .map_err(|e| {
+                            CliError::new(format!("cannot create {}: {}", path.display(), e.kind()))
+                        })?;
+                    file.write_all(text.as_bytes())?;
+                    eprintln!(
+                        "wrote a starting policy to {}; check it with `peergate policy check --policy {}`",
+                        path.display(),
+                        path.display()
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}
