@@ -723,3 +723,69 @@ async fn an_agent_still_down_after_the_wait_stops_start_up_naming_the_setting() 
     );
     assert!(stderr.contains("not up yet; retrying"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_public_card_is_the_agents_own_where_the_policy_does_not_say_otherwise() {
+    install_test_crypto();
+    let upstream = UpstreamAgent::start(true);
+    let agents: Value = reqwest::get(format!("{}/.well-known/agent-card.json", upstream.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let card_of = |door: &ServedPolicy| {
+        let url = format!("http://{}/.well-known/agent-card.json", door.server.addr);
+        async move {
+            reqwest::get(url)
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let served = door(upstream.policy(), &[]);
+    let card = card_of(&served).await;
+    for member in [
+        "name",
+        "description",
+        "version",
+        "skills",
+        "defaultInputModes",
+        "defaultOutputModes",
+        "provider",
+    ] {
+        assert_eq!(card[member], agents[member], "{member}: {card}");
+    }
+    assert_eq!(card["name"], "SDK upstream");
+    // The door's own: its interface, its schemes, its capabilities, its signature.
+    assert_ne!(card["supportedInterfaces"], agents["supportedInterfaces"]);
+    assert!(
+        card["supportedInterfaces"][0]["url"]
+            .as_str()
+            .unwrap()
+            .contains(&served.server.addr.to_string()),
+        "{card}"
+    );
+    // The agent's card says it takes push configs; the narrow door does not.
+    assert_eq!(agents["capabilities"]["pushNotifications"], true);
+    assert_ne!(card["capabilities"]["pushNotifications"], true, "{card}");
+    assert!(card["securitySchemes"].get("bearer").is_none(), "{card}");
+    assert!(card["signatures"].is_array(), "{card}");
+    drop(served);
+
+    // What the policy's [card] sets wins, member by member.
+    let served = door(
+        upstream
+            .policy()
+            .set("card.name", "Example Corp front door")
+            .set("card.description", "Our agent, through our door."),
+        &[],
+    );
+    let card = card_of(&served).await;
+    assert_eq!(card["name"], "Example Corp front door");
+    assert_eq!(card["description"], "Our agent, through our door.");
+    assert_eq!(card["version"], agents["version"]);
+    assert_eq!(card["skills"], agents["skills"]);
+}

@@ -4,6 +4,7 @@
 //! listens on; never from a request's `Host` header, so a client cannot make the card point
 //! somewhere else.
 
+use crate::backend::AgentDescription;
 use crate::config::Policy;
 use crate::guard::scheme::Scheme;
 use crate::guard::scopes::OperationScope;
@@ -113,12 +114,88 @@ pub struct CardIdentities {
 }
 
 /// The public card as JSON, with the public identity providers and the client-certificate
-/// scheme of `identities`.
-pub fn public_card(policy: &Policy, door_url: &str, identities: &CardIdentities) -> Value {
-    let issuers = &identities.issuers;
+/// scheme of `identities`. In front of an agent, what the `agent` says of itself (name,
+/// description, version, skills, default modes, provider, links) is the card's wherever the
+/// policy's `[card]` does not set it; the interfaces, security schemes, capabilities and the
+/// signature are always the gateway's.
+pub fn public_card(
+    policy: &Policy,
+    door_url: &str,
+    identities: &CardIdentities,
+    agent: Option<&AgentDescription>,
+) -> Value {
     let card = &policy.card;
-    let skills: Vec<Value> = card
-        .skills
+    // The agent's word for `key`, unless the operator's policy sets it.
+    let agents = |key: &str| agent.filter(|_| !policy.sets(key));
+    let word = |key: &str, own: &String, agent_word: fn(&AgentDescription) -> &Option<String>| {
+        agents(key)
+            .and_then(|agent| agent_word(agent).clone())
+            .unwrap_or_else(|| own.clone())
+    };
+    let skills: Vec<Value> = match agents("card.skills").and_then(|a| a.skills.clone()) {
+        Some(skills) => skills,
+        None => policy_skills(&card.skills),
+    };
+    let modes = |agent_modes: Option<&Vec<String>>, default: &[&str]| match agent_modes {
+        Some(modes) => json!(modes),
+        None => json!(default),
+    };
+    let mut value = json!({
+        "name": word("card.name", &card.name, |a| &a.name),
+        "description": word("card.description", &card.description, |a| &a.description),
+        "version": word("card.version", &card.version, |a| &a.version),
+        "supportedInterfaces": interfaces(policy, door_url),
+        "capabilities": capabilities(policy),
+        "securitySchemes": security_schemes(policy),
+        // Alternatives, one per enabled scheme. SDK clients attach credentials only for schemes
+        // listed here.
+        "securityRequirements": security_requirements(policy),
+        "defaultInputModes": modes(
+            agent.and_then(|a| a.default_input_modes.as_ref()),
+            &["text/plain", "application/json"],
+        ),
+        "defaultOutputModes": modes(
+            agent.and_then(|a| a.default_output_modes.as_ref()),
+            &["text/plain"],
+        ),
+        "skills": skills,
+    });
+    add_sign_in(&mut value, policy, identities);
+    match (
+        &card.provider,
+        agents("card.provider").and_then(|a| a.provider.as_ref()),
+    ) {
+        (Some(provider), _) => {
+            value["provider"] = json!({"organization": provider.organization, "url": provider.url});
+        }
+        (None, Some((organization, url))) => {
+            value["provider"] = json!({"organization": organization, "url": url});
+        }
+        (None, None) => {}
+    }
+    let links = [
+        (
+            "documentationUrl",
+            &card.documentation_url,
+            agent.and_then(|a| a.documentation_url.as_ref()),
+        ),
+        (
+            "iconUrl",
+            &card.icon_url,
+            agent.and_then(|a| a.icon_url.as_ref()),
+        ),
+    ];
+    for (member, own, agents_own) in links {
+        if let Some(url) = own.as_ref().or(agents_own) {
+            value[member] = json!(url);
+        }
+    }
+    value
+}
+
+/// The skills of the policy's `[[card.skills]]`.
+fn policy_skills(skills: &[crate::config::SkillPolicy]) -> Vec<Value> {
+    skills
         .iter()
         .map(|skill| {
             let mut value = json!({
@@ -132,23 +209,15 @@ pub fn public_card(policy: &Policy, door_url: &str, identities: &CardIdentities)
             }
             value
         })
-        .collect();
-    let mut value = json!({
-        "name": card.name,
-        "description": card.description,
-        "version": card.version,
-        "supportedInterfaces": interfaces(policy, door_url),
-        "capabilities": capabilities(policy),
-        "securitySchemes": security_schemes(policy),
-        // Alternatives, one per enabled scheme. SDK clients attach credentials only for schemes
-        // listed here.
-        "securityRequirements": security_requirements(policy),
-        "defaultInputModes": ["text/plain", "application/json"],
-        "defaultOutputModes": ["text/plain"],
-        "skills": skills,
-    });
+        .collect()
+}
+
+/// The ways of signing in besides peergate's own credentials: the public identity providers,
+/// client certificates, and partners' own providers.
+fn add_sign_in(value: &mut Value, policy: &Policy, identities: &CardIdentities) {
+    let issuers = &identities.issuers;
     for issuer in issuers.iter().filter(|i| i.public) {
-        add_issuer(&mut value, issuer);
+        add_issuer(value, issuer);
     }
     if let (true, Some(ca)) = (
         policy.auth_schemes().contains(&Scheme::Mtls),
@@ -175,16 +244,6 @@ pub fn public_card(policy: &Policy, door_url: &str, identities: &CardIdentities)
             requirements.push(json!({"schemes": {PARTNER_TOKENS: {"list": ["a2a"]}}}));
         }
     }
-    if let Some(provider) = &card.provider {
-        value["provider"] = json!({"organization": provider.organization, "url": provider.url});
-    }
-    if let Some(url) = &card.documentation_url {
-        value["documentationUrl"] = json!(url);
-    }
-    if let Some(url) = &card.icon_url {
-        value["iconUrl"] = json!(url);
-    }
-    value
 }
 
 /// The schemes the card describes as one entry each; identity providers are described per
@@ -297,21 +356,29 @@ fn capabilities(policy: &Policy) -> Value {
 }
 
 /// The extended card an authenticated peer gets: the public card plus peergate's own `ask`
-/// skill, which also names the gateway's version, and the identity provider the peer signed in
-/// with when the public card does not list it.
-pub fn extended_card(public: &Value, issuer: Option<&IssuerCard>) -> Value {
+/// skill, which also names the gateway's version and what answers (`what`: "model", or
+/// "agent" in front of one), and the identity provider the peer signed in with when the public
+/// card does not list it.
+pub fn extended_card(public: &Value, issuer: Option<&IssuerCard>, what: &str) -> Value {
     let mut card = public.clone();
     card.as_object_mut().map(|c| c.remove("signatures"));
     if let Some(issuer) = issuer.filter(|i| !i.public) {
         add_issuer(&mut card, issuer);
     }
+    let version = env!("CARGO_PKG_VERSION");
+    let description = if what == "agent" {
+        format!(
+            "Send a message (text, data and file parts); the operator's agent behind this gateway answers it, as a task or a message. Served by peergate {version}."
+        )
+    } else {
+        format!(
+            "Send text (text and data parts); the operator's model answers once, and the task comes back completed. The last messages of the same contextId go with it. Served by peergate {version}."
+        )
+    };
     let ask = json!({
         "id": "ask",
-        "name": "Ask the model",
-        "description": format!(
-            "Send text (text and data parts); the operator's model answers once, and the task comes back completed. The last messages of the same contextId go with it. Served by peergate {}.",
-            env!("CARGO_PKG_VERSION")
-        ),
+        "name": format!("Ask the {what}"),
+        "description": description,
         "tags": ["ask", format!("peergate-{}", env!("CARGO_PKG_VERSION"))],
         "inputModes": ["text/plain", "application/json"],
         "outputModes": ["text/plain"],

@@ -29,7 +29,10 @@ impl Documents {
         options: &GatewayOptions,
         store: &Store,
         door_url: &str,
-        identities: &card::CardIdentities,
+        (identities, agent): (
+            &card::CardIdentities,
+            Option<&crate::backend::AgentDescription>,
+        ),
     ) -> Result<Self, StartError> {
         let issuers = &identities.issuers;
         let policy = &options.policy;
@@ -41,7 +44,9 @@ impl Documents {
             .map_err(|e| config(&e))?;
         let signing_keys = policy_keys.signing;
         let jku = policy.signing.jwks_url.as_deref();
-        let public_card = card::public_card(policy, door_url, identities);
+        let public_card = card::public_card(policy, door_url, identities, agent);
+        // What answers behind the door, as the extended card's own skill names it.
+        let what = if agent.is_some() { "agent" } else { "model" };
         // Fail closed: a card holding values the SDKs drop would verify in some clients only.
         if sign::holds_droppable_values(&public_card) {
             return Err(StartError::Config(
@@ -53,11 +58,14 @@ impl Documents {
         let signed_card =
             sign::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
         let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
-        let signed_extended =
-            sign::sign_card(&card::extended_card(&public_card, None), &signing_keys, jku)
-                .map_err(|e| config(&e))?;
+        let signed_extended = sign::sign_card(
+            &card::extended_card(&public_card, None, what),
+            &signing_keys,
+            jku,
+        )
+        .map_err(|e| config(&e))?;
         let issuer_extended =
-            issuer_extended_cards(&public_card, issuers, (&signing_keys, jku), now)?;
+            issuer_extended_cards((&public_card, what), issuers, (&signing_keys, jku), now)?;
         let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
         let extended_bytes = Bytes::from(extended_json.clone());
         let documents = store.documents();
@@ -104,7 +112,7 @@ fn card_vary(policy: &crate::config::Policy) -> String {
 
 /// The extended card each non-public issuer's peers read, signed, by issuer name.
 fn issuer_extended_cards(
-    public_card: &serde_json::Value,
+    (public_card, what): (&serde_json::Value, &str),
     issuers: &[card::IssuerCard],
     (signing_keys, jku): (&[sign::CardSigningKey], Option<&str>),
     now: Timestamp,
@@ -112,7 +120,7 @@ fn issuer_extended_cards(
     let mut issuer_extended = std::collections::HashMap::new();
     for issuer in issuers.iter().filter(|i| !i.public) {
         let signed = sign::sign_card(
-            &card::extended_card(public_card, Some(issuer)),
+            &card::extended_card(public_card, Some(issuer), what),
             signing_keys,
             jku,
         )

@@ -181,8 +181,15 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let listeners = Listeners::bind(&options, grpc_bound).await?;
     let door_url = card::door_url(policy, listeners.local_addr);
     let identity_providers = identity_providers(policy, &options.clock)?;
-    let documents =
-        published_documents(&options, &store, &listeners, &door_url, &identity_providers).await?;
+    let documents = published_documents(
+        &options,
+        &store,
+        &listeners,
+        &door_url,
+        &identity_providers,
+        backend.description(),
+    )
+    .await?;
     log_opened(&options, &store, backend.as_ref());
 
     let metrics = Arc::new(Metrics::default());
@@ -254,12 +261,13 @@ async fn published_documents(
     listeners: &Listeners,
     door_url: &str,
     identity_providers: &Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+    agent: Option<&crate::backend::AgentDescription>,
 ) -> Result<Documents, StartError> {
     let card_identities = card::CardIdentities {
         issuers: issuer_cards(&options.policy, identity_providers.as_deref()).await,
         client_ca_sha256: listeners.client_ca_sha256.clone(),
     };
-    Documents::build(options, store, door_url, &card_identities).await
+    Documents::build(options, store, door_url, (&card_identities, agent)).await
 }
 
 /// What start-up opened, once the documents are built.

@@ -45,6 +45,8 @@ pub struct UpstreamAgent {
     /// The agent's card says it streams.
     streams: bool,
     name: String,
+    /// What its card says of it, for the public card.
+    described: super::AgentDescription,
 }
 
 impl std::fmt::Debug for UpstreamAgent {
@@ -139,6 +141,7 @@ impl UpstreamAgent {
             credential,
             streams: card["capabilities"]["streaming"] == true,
             name: card["name"].as_str().unwrap_or("an A2A agent").to_owned(),
+            described: super::AgentDescription::of_card(&card),
         })
     }
 
@@ -248,6 +251,10 @@ impl UpstreamAgent {
 impl ModelBackend for UpstreamAgent {
     fn what(&self) -> &'static str {
         "agent"
+    }
+
+    fn description(&self) -> Option<&super::AgentDescription> {
+        Some(&self.described)
     }
 
     fn describe(&self) -> String {

@@ -185,8 +185,11 @@ impl Agent {
     }
 }
 
-/// The agent's message of a task the peer canceled while the model was being asked.
-pub(super) const CANCELED_TEXT: &str = "Canceled by the peer before the model answered.";
+/// The agent's message of a task the peer canceled while the backend (`what`: "model" or
+/// "agent") was being asked.
+pub(super) fn canceled_text(what: &str) -> String {
+    format!("Canceled by the peer before the {what} answered.")
+}
 
 /// The agent's message of a task waiting for input that the peer canceled.
 pub(super) const CANCELED_WAITING_TEXT: &str =

@@ -99,7 +99,7 @@ impl Agent {
         };
         task.status.state = TaskState::Failed;
         task.status.timestamp = rfc3339_millis(self.clock.now());
-        task.status.message.parts = vec![a2a::Part::text(INTERRUPTED_TEXT.to_owned())];
+        task.status.message.parts = vec![a2a::Part::text(interrupted_text(self.backend.what()))];
         if let Some(last) = task.history.last_mut()
             && last.role == Role::Agent
         {
@@ -153,9 +153,11 @@ impl Drop for UnfinishedTask {
     }
 }
 
-/// The agent's message of a task that was under way when peergate stopped.
-pub const INTERRUPTED_TEXT: &str =
-    "The gateway stopped before the model answered (interrupted); send the message again.";
+/// The agent's message of a task that was under way when peergate stopped, before the
+/// backend (`what`: "model" or "agent") answered.
+pub fn interrupted_text(what: &str) -> String {
+    format!("The gateway stopped before the {what} answered (interrupted); send the message again.")
+}
 
 /// The agent's message of a task whose turn ended without an answer being stored.
 pub(super) const UNFINISHED_TEXT: &str =

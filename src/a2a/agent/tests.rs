@@ -1,7 +1,7 @@
 //! The agent's own tests: truncation, the sweeps that fail interrupted tasks, and the order in
 //! which a task's states are heard.
 
-use super::turn::WORKING_TEXT;
+use super::turn::working_text;
 use super::*;
 
 fn at(millis: i64) -> Timestamp {
@@ -28,7 +28,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
         &"m1".into(),
         "hello",
         TaskState::Working,
-        vec![a2a::Part::text(WORKING_TEXT)],
+        vec![a2a::Part::text(working_text("model"))],
         now,
     );
     store
@@ -72,7 +72,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
     assert_eq!(stored.status.state, TaskState::Failed);
     assert_eq!(
         stored.status.message.parts[0].as_text(),
-        Some(INTERRUPTED_TEXT)
+        Some(interrupted_text("model").as_str())
     );
     assert_eq!(stored.history[0].parts[0].as_text(), Some("hello"));
     assert_eq!(
@@ -225,7 +225,7 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
             &"m1".into(),
             "hello",
             TaskState::Working,
-            vec![a2a::Part::text(WORKING_TEXT)],
+            vec![a2a::Part::text(working_text("model"))],
             at(1),
         );
         store

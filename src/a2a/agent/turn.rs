@@ -221,7 +221,12 @@ impl Agent {
         // with nothing spent, and a crash from here on leaves a task that reads as failed
         // (interrupted) after the restart instead of one that never existed.
         let now = self.clock.now();
-        let working = turn.task(self, TaskState::Working, WORKING_TEXT, now);
+        let working = turn.task(
+            self,
+            TaskState::Working,
+            &working_text(self.backend.what()),
+            now,
+        );
         let working_json = serde_json::to_string(&working).map_err(internal)?;
         // Ready before the task is stored: whatever ends this turn early from here on (an
         // error, a panic, the future dropped) turns the stored task failed instead of leaving
@@ -309,7 +314,7 @@ impl Agent {
             // request with no tokens.
             return Outcome {
                 state: TaskState::Canceled,
-                reply: CANCELED_TEXT.to_owned(),
+                reply: canceled_text(self.backend.what()),
                 messages: Vec::new(),
                 usage: Some(self.budgets.record(peer.owner_id(), 0)),
                 audit: None,
@@ -441,5 +446,8 @@ impl Agent {
     }
 }
 
-/// The agent's message of a task whose model call is under way.
-pub(super) const WORKING_TEXT: &str = "The model is being asked.";
+/// The agent's message of a task whose backend call is under way; `what` the backend is
+/// ("model", or "agent").
+pub(super) fn working_text(what: &str) -> String {
+    format!("The {what} is being asked.")
+}
