@@ -791,6 +791,15 @@ async fn json_logs_and_the_access_log_name_each_request_and_never_a_secret() {
     let wrong = format!("{}AAAAAA", &token[..token.len() - 6]);
     let (status, _) = post_raw(&door, Some(&wrong), "{}".to_owned()).await;
     assert_eq!(status, 401);
+    // A JSON-RPC error travels under HTTP 200.
+    let (status, _) = post_raw(
+        &door,
+        Some(&token),
+        json!({"jsonrpc": "2.0", "id": 9, "method": "GetTask", "params": {"id": "no-such-task"}})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(status, 200);
     let _ = reqwest::get(format!(
         "http://{}/health?token=query-secret",
         served.server.addr
@@ -829,6 +838,25 @@ async fn json_logs_and_the_access_log_name_each_request_and_never_a_secret() {
         "{sent}"
     );
     assert!(sent["latency_ms"].as_f64().is_some(), "{sent}");
+    // Milliseconds with three decimals at most.
+    let latency = sent["latency_ms"].to_string();
+    assert!(
+        latency
+            .split('.')
+            .nth(1)
+            .is_none_or(|decimals| decimals.len() <= 3),
+        "{latency}"
+    );
+    assert_eq!(sent["rpc_error"], "-", "{sent}");
+    let not_found = access
+        .iter()
+        .find(|line| line["a2a_method"] == "GetTask")
+        .expect("an access line for the GetTask");
+    assert_eq!(
+        (&not_found["status"], &not_found["rpc_error"]),
+        (&json!(200), &json!("-32001")),
+        "the JSON-RPC error code beside the 200: {not_found}"
+    );
     assert!(
         sent["request_id"].as_str().is_some_and(|id| id.len() == 36),
         "{sent}"

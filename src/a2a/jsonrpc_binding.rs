@@ -14,13 +14,15 @@ use serde_json::value::to_raw_value;
 pub enum Answer {
     /// One JSON-RPC response object.
     Body(String),
-    /// One JSON-RPC response object: an internal error (`-32603`), whose detail was logged under
-    /// `request_id`, the id the answer names (the access log names it too).
-    Internal {
+    /// One JSON-RPC response object holding an error.
+    Failure {
         /// The response object.
         body: String,
-        /// The id of the log line with the detail.
-        request_id: String,
+        /// The error's JSON-RPC code (the access log names it: the HTTP status is 200).
+        code: i64,
+        /// For an internal error (`-32603`), the id of the log line with the detail, which
+        /// the answer names (the access log names it too).
+        request_id: Option<String>,
     },
     /// JSON-RPC response objects under request `id`, one per event ([`event`] frames each),
     /// until the stream ends (Server-Sent Events).
@@ -39,22 +41,23 @@ impl Answer {
     /// The body of a one-response answer (`None` for a stream).
     pub fn body(self) -> Option<String> {
         match self {
-            Self::Body(body) | Self::Internal { body, .. } => Some(body),
+            Self::Body(body) | Self::Failure { body, .. } => Some(body),
             Self::Events { .. } | Self::Refused(_) => None,
         }
     }
 
     /// The answer to request `id` that failed with `error`.
     fn failure(id: &RpcId, error: &A2aError) -> Self {
-        let body = jsonrpc::failure(id, error);
-        match error {
+        let request_id = match error {
             A2aError::Internal { request_id } | A2aError::StoreUnavailable { request_id } => {
-                Self::Internal {
-                    body,
-                    request_id: request_id.clone(),
-                }
+                Some(request_id.clone())
             }
-            _ => Self::Body(body),
+            _ => None,
+        };
+        Self::Failure {
+            body: jsonrpc::failure(id, error),
+            code: error.code(),
+            request_id,
         }
     }
 
@@ -94,10 +97,7 @@ pub async fn handle(
 ) -> (Option<Method>, Answer) {
     match jsonrpc::parse_request(body) {
         Ok(request) => (Some(request.method), answer(service, caller, request).await),
-        Err(failure) => (
-            None,
-            Answer::Body(jsonrpc::failure(&failure.id, &failure.error)),
-        ),
+        Err(failure) => (None, Answer::failure(&failure.id, &failure.error)),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::layers::client_addr::ClientAddrLayer;
 use crate::layers::gate::GateLayer;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer};
 use crate::layers::metrics::{Metrics, MetricsLayer};
-use crate::protocol::call::{A2aCall, Binding};
+use crate::protocol::call::{A2aCall, Binding, JsonRpcErrorCode};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -207,13 +207,14 @@ async fn door(
     body: Bytes,
 ) -> Response {
     if !is_json(&headers) {
-        let refused = crate::protocol::jsonrpc::refuse(
-            &body,
-            &crate::protocol::error::A2aError::ContentTypeNotSupported(
-                "send the JSON-RPC request with Content-Type: application/json",
-            ),
+        let error = crate::protocol::error::A2aError::ContentTypeNotSupported(
+            "send the JSON-RPC request with Content-Type: application/json",
         );
-        return json_rpc_body(refused);
+        let mut response = json_rpc_body(crate::protocol::jsonrpc::refuse(&body, &error));
+        response
+            .extensions_mut()
+            .insert(JsonRpcErrorCode(error.code()));
+        return response;
     }
     // The turn runs in a task of its own: a client that hangs up (or a request timeout) must
     // not cut it between storing the task and storing its answer.
@@ -228,12 +229,19 @@ async fn door(
     };
     let mut response = match answer {
         Answer::Body(answer) => json_rpc_body(answer),
-        Answer::Internal { body, request_id } => {
+        Answer::Failure {
+            body,
+            code,
+            request_id,
+        } => {
             let mut response = json_rpc_body(body);
+            response.extensions_mut().insert(JsonRpcErrorCode(code));
             // The access log names the id the -32603 answer names.
-            response
-                .extensions_mut()
-                .insert(refusal::LoggedRequestId(request_id));
+            if let Some(request_id) = request_id {
+                response
+                    .extensions_mut()
+                    .insert(refusal::LoggedRequestId(request_id));
+            }
             response
         }
         Answer::Events { id, events } => {

@@ -3,9 +3,11 @@
 //! Each line (target `peergate::access`, level INFO) holds the request id (for an internal
 //! error, the `requestId` it answered and logged its cause under), the client address
 //! (as the client-address layer decided it, behind trusted proxies), the peer id or `-`, the
-//! method, the route (`door`, `card`, `jwks`, `health`, `other`: a fixed label, never the raw
-//! path or its query), the status, the refusal reason when there is one (`unauthenticated`,
-//! `per_ip`, `body_too_large`, …), and the latency in milliseconds. Never a credential, a
+//! peer's name or `-`, the HTTP method, the route (`door`, `card`, `jwks`, `health`, `other`: a
+//! fixed label, never the raw path or its query), the binding and the A2A method the service
+//! call named (or `-`), the status, the JSON-RPC error code of an error answered with 200 (or
+//! `-`), the refusal reason when there is one (`unauthenticated`, `per_ip`, `body_too_large`,
+//! …), and the latency in milliseconds with at most three decimals. Never a credential, a
 //! header, a body or a prompt. With `--log-format json` each is one JSON object.
 //!
 //! The layer is outermost; the layers inside it write what they decide into the request's
@@ -25,7 +27,7 @@
 //! ```
 
 use crate::guard::refusal::{LoggedRequestId, RefusalReason};
-use crate::protocol::call::A2aCall;
+use crate::protocol::call::{A2aCall, JsonRpcErrorCode};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Extensions, Request};
@@ -160,8 +162,14 @@ impl Seen {
             binding = call.map_or("-", |call| call.binding.label()),
             a2a_method = call.map_or("-", |call| call.method.name()),
             status = response.status().as_u16(),
+            // A JSON-RPC error is answered with HTTP 200: its code says what went wrong.
+            rpc_error = %response
+                .extensions()
+                .get::<JsonRpcErrorCode>()
+                .map_or_else(|| "-".to_owned(), |code| code.0.to_string()),
             reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.label()),
-            latency_ms = self.started.elapsed().as_secs_f64() * 1000.0,
+            // Milliseconds to the microsecond: three decimals at most.
+            latency_ms = self.started.elapsed().as_micros() as f64 / 1000.0,
             "request"
         );
     }

@@ -38,6 +38,11 @@ pub struct A2aCall {
     pub method: Method,
 }
 
+/// The JSON-RPC error code of an answer that is an error object under HTTP 200: a response
+/// extension the JSON-RPC binding sets, for the access log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonRpcErrorCode(pub i64);
+
 // A binding or method added without its place in `ALL` fails to compile here.
 const _: () = assert!(Binding::Grpc as usize + 1 == Binding::ALL.len());
 const _: () = assert!(Method::GetExtendedAgentCard as usize + 1 == Method::ALL.len());
