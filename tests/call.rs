@@ -153,8 +153,16 @@ fn streaming_basic_and_api_key_calls() {
     );
     let (code, stdout, stderr) = served.call("streamed words", &["--stream"]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("streamed words"), "{stdout}");
+    // Streamed as it came, and not printed again when it arrives whole.
+    assert_eq!(stdout.matches("streamed words").count(), 1, "{stdout}");
     context_of(&stderr);
+    // The task's id beside its context.
+    assert!(
+        stderr
+            .lines()
+            .any(|line| line.starts_with("task: ") && line.len() > 6),
+        "{stderr}"
+    );
 
     let (code, _, stderr) = cli_with_stdin_on(
         &served.data,

@@ -1070,7 +1070,7 @@ fn every_command_says_which_store_and_a_missing_or_foreign_one_is_refused_plainl
             assert!(!err.contains("code:"), "{err}");
             assert_eq!(err.trim_end().lines().count(), 1, "{err}");
         }
-        _ => eprintln!("SKIPPED: setpriv cannot run the command as another user here"),
+        _ => skipped("setpriv cannot run the command as another user here"),
     }
     // A store that belongs to another user is refused even where access checks would pass
     // (root): files made beside it would be this user's, and the gateway's user locked out.
@@ -1329,7 +1329,7 @@ fn a_backup_is_never_written_where_another_user_could_take_or_swap_it() {
             .arg(&script)
             .spawn();
         let Ok(mut attacker) = attacker else {
-            eprintln!("SKIPPED: setpriv cannot run a racing user here");
+            skipped("setpriv cannot run a racing user here");
             return;
         };
         std::thread::sleep(Duration::from_millis(50));

@@ -19,7 +19,9 @@ fn available(tool: &str, package: &str) -> bool {
             !std::env::var("CI").is_ok_and(|v| v == "true"),
             "{tool} is not installed (Debian package {package}); CI must have it"
         );
-        eprintln!("SKIPPED: {tool} is not installed (Debian package {package})");
+        skipped(&format!(
+            "{tool} is not installed (Debian package {package})"
+        ));
     }
     found
 }
@@ -98,7 +100,7 @@ async fn behind_the_nginx_example_the_card_and_the_client_address_are_right() {
             !std::env::var("CI").is_ok_and(|v| v == "true"),
             "CI runs as root"
         );
-        eprintln!("SKIPPED: running nginx for the proxy example needs root");
+        skipped("running nginx for the proxy example needs root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

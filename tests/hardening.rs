@@ -646,7 +646,7 @@ impl SmallDisk {
             !std::env::var("CI").is_ok_and(|v| v == "true"),
             "{why}; CI must allow it"
         );
-        eprintln!("SKIPPED: {why}");
+        skipped(&why);
         None
     }
 

@@ -60,10 +60,10 @@ fn official_js_client_discovers_sends_gets_and_follows_up() {
         .iter()
         .any(|code| stderr.contains(code));
         if !output.status.success() && offline && !std::env::var("CI").is_ok_and(|v| v == "true") {
-            eprintln!(
-                "SKIPPED: npm cannot reach its registry to install @a2a-js/sdk: {}",
+            skipped(&format!(
+                "npm cannot reach its registry to install @a2a-js/sdk: {}",
                 stderr.lines().next().unwrap_or("")
-            );
+            ));
             return;
         }
         assert!(output.status.success(), "npm ci failed: {stderr}");

@@ -505,6 +505,10 @@ async fn streamed(mut response: reqwest::Response, json: bool) -> Result<Value, 
     let mut events = ServerSentEvents::default();
     let mut last = Value::Null;
     let mut printed = false;
+    // The text printed from status updates since the last artifact: a gateway streams a
+    // model's answer as status updates and then sends it whole as the artifact, which is not
+    // printed again.
+    let mut streamed = String::new();
     let mut read = 0usize;
     let mut take = |data: String, last: &mut Value| -> Result<(), CliError> {
         let answer: Value = serde_json::from_str(&data)
@@ -514,12 +518,19 @@ async fn streamed(mut response: reqwest::Response, json: bool) -> Result<Value, 
             println!("{result}");
         } else {
             let piece = if let Some(update) = result.get("statusUpdate") {
-                (update["status"]["state"] == "TASK_STATE_WORKING")
-                    .then(|| parts_text(&update["status"]["message"]["parts"]))
+                let piece = (update["status"]["state"] == "TASK_STATE_WORKING")
+                    .then(|| parts_text(&update["status"]["message"]["parts"]));
+                if let Some(piece) = &piece {
+                    streamed.push_str(piece);
+                }
+                piece
             } else {
-                result
-                    .get("artifactUpdate")
-                    .map(|update| parts_text(&update["artifact"]["parts"]))
+                result.get("artifactUpdate").and_then(|update| {
+                    let whole = parts_text(&update["artifact"]["parts"]);
+                    let again = !streamed.is_empty() && whole == streamed;
+                    streamed.clear();
+                    (!again).then_some(whole)
+                })
             };
             if let Some(piece) = piece.filter(|p| !p.is_empty()) {
                 print!("{}", printable(&piece));
@@ -654,6 +665,15 @@ fn report(result: &Value) -> Result<(), CliError> {
     let state = inner["status"]["state"]
         .as_str()
         .unwrap_or("TASK_STATE_UNSPECIFIED");
+    // Beside the context: what GetTask, CancelTask or a subscription would name it by (a task
+    // waiting for input says so in its own line below).
+    if !matches!(
+        state,
+        "TASK_STATE_INPUT_REQUIRED" | "TASK_STATE_AUTH_REQUIRED"
+    ) && let Some(id) = inner["id"].as_str()
+    {
+        eprintln!("task: {}", printable(id));
+    }
     match state {
         "TASK_STATE_COMPLETED" => Ok(()),
         "TASK_STATE_INPUT_REQUIRED" | "TASK_STATE_AUTH_REQUIRED" => {

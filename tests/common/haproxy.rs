@@ -29,8 +29,8 @@ impl Haproxy {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("haproxy is not installed (Debian package haproxy); CI must have it");
             }
-            eprintln!(
-                "SKIPPED: haproxy is not installed (apt-get install haproxy); the load-balancer check is not tested"
+            super::skipped(
+                "haproxy is not installed (apt-get install haproxy); the load-balancer check is not tested",
             );
             return None;
         }

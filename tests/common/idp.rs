@@ -92,7 +92,7 @@ fn installed_idp() -> Option<PathBuf> {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     if Command::new("node").arg("--version").output().is_err() {
         assert!(!ci, "Node.js is not installed; CI must have it");
-        eprintln!("SKIPPED: Node.js is not installed; the identity-provider tests do not run");
+        super::skipped("Node.js is not installed; the identity-provider tests do not run");
         return None;
     }
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("oidc-provider");
@@ -111,10 +111,10 @@ fn installed_idp() -> Option<PathBuf> {
             .expect("run npm");
         let stderr = String::from_utf8_lossy(&output.stderr);
         if !output.status.success() && !ci {
-            eprintln!(
-                "SKIPPED: npm could not install oidc-provider: {}",
+            super::skipped(&format!(
+                "npm could not install oidc-provider: {}",
                 stderr.lines().next().unwrap_or("")
-            );
+            ));
             return None;
         }
         assert!(output.status.success(), "npm ci failed: {stderr}");

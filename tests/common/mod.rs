@@ -30,6 +30,18 @@ pub use self::{
     rpc::*, sdk::*, store::*, tls::*, upstream::*,
 };
 
+/// Says that a test skips what it cannot check here, and why, on a line `cargo test` shows
+/// even for a test that passes (written to the process's standard error, past the test
+/// harness's capture of `eprintln!`); under CI (`CI=true`) a skip is a failure instead.
+pub fn skipped(why: &str) {
+    assert!(
+        !std::env::var("CI").is_ok_and(|v| v == "true"),
+        "{why}; CI must not skip it"
+    );
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
 /// Installs the process-wide rustls provider for the tests' own HTTP clients
 /// (`reqwest::Client::new()`). peergate never installs one: each of its clients is built on an
 /// explicit configuration.

@@ -43,9 +43,7 @@ pub fn cluster() -> Option<&'static Cluster> {
                 panic!("PostgreSQL is not installed (Debian package postgresql); CI must have it")
             }
             None => {
-                eprintln!(
-                    "SKIPPED: PostgreSQL is not installed (apt-get install postgresql); the PostgreSQL store is not tested"
-                );
+                super::skipped("PostgreSQL is not installed (apt-get install postgresql); the PostgreSQL store is not tested");
                 None
             }
         })

@@ -25,8 +25,8 @@ impl RedisServer {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("Redis is not installed (Debian package redis-server); CI must have it");
             }
-            eprintln!(
-                "SKIPPED: Redis is not installed (apt-get install redis-server); the Redis engines are not tested"
+            super::skipped(
+                "Redis is not installed (apt-get install redis-server); the Redis engines are not tested",
             );
             return None;
         }
