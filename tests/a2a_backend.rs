@@ -616,17 +616,7 @@ async fn an_agent_not_up_yet_is_waited_for_and_one_that_goes_away_leaves_the_doo
         std::thread::sleep(std::time::Duration::from_secs(2));
         UpstreamAgent::start_on(true, true, port)
     });
-    let policy = PolicyEdit::default()
-        .set("model.backend", "a2a")
-        .insert("model.a2a.url", format!("http://127.0.0.1:{port}").as_str())
-        .insert(
-            "model.a2a.card_jwks_file",
-            repo_root()
-                .join("tests/data/upstream/signing.jwks.json")
-                .to_str()
-                .unwrap(),
-        )
-        .insert("model.a2a.token_env", UPSTREAM_TOKEN_ENV)
+    let policy = UpstreamAgent::policy_at(&format!("http://127.0.0.1:{port}"))
         .insert("model.a2a.startup_wait_seconds", 25)
         .insert("server.metrics_token_env", "PEERGATE_TEST_SCRAPE");
     let door = ServedPolicy::start(
@@ -734,19 +724,8 @@ async fn the_public_card_is_the_agents_own_where_the_policy_does_not_say_otherwi
         .json()
         .await
         .unwrap();
-    let card_of = |door: &ServedPolicy| {
-        let url = format!("http://{}/.well-known/agent-card.json", door.server.addr);
-        async move {
-            reqwest::get(url)
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        }
-    };
     let served = door(upstream.policy(), &[]);
-    let card = card_of(&served).await;
+    let card = served.server.card().await;
     for member in [
         "name",
         "description",
@@ -783,7 +762,7 @@ async fn the_public_card_is_the_agents_own_where_the_policy_does_not_say_otherwi
             .set("card.description", "Our agent, through our door."),
         &[],
     );
-    let card = card_of(&served).await;
+    let card = served.server.card().await;
     assert_eq!(card["name"], "Example Corp front door");
     assert_eq!(card["description"], "Our agent, through our door.");
     assert_eq!(card["version"], agents["version"]);

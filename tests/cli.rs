@@ -1512,15 +1512,7 @@ async fn a_policy_fragment_serves_as_it_is_over_the_defaults() {
         &["--policy", policy.to_str().unwrap()],
         &[],
     );
-    let card: Value = reqwest::get(format!(
-        "http://{}/.well-known/agent-card.json",
-        server.addr
-    ))
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let card = server.card().await;
     assert_eq!(card["capabilities"]["streaming"], true, "{card}");
     assert_eq!(card["name"], "peergate", "the default's");
 }

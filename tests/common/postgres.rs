@@ -140,10 +140,14 @@ impl Cluster {
     /// parameters), from the next session on.
     pub fn log_statements_of(&self, url: &str) {
         let name = url.rsplit('/').next().unwrap();
+        self.run_sql(&format!("ALTER DATABASE {name} SET log_statement = 'all'"));
+    }
+
+    /// Runs `sql` as the superuser, in the cluster's own database.
+    fn run_sql(&self, sql: &str) {
         let admin = format!("postgres://postgres@127.0.0.1:{}/postgres", self.port);
-        let set = format!("ALTER DATABASE {name} SET log_statement = 'all'");
         let out = Command::new("psql")
-            .args([admin.as_str(), "-q", "-c", set.as_str()])
+            .args([admin.as_str(), "-q", "-c", sql])
             .output()
             .expect("run psql");
         assert!(
@@ -157,23 +161,12 @@ impl Cluster {
     /// that went away would.
     pub fn cut_off(&self, url: &str) {
         let name = url.rsplit('/').next().unwrap();
-        let admin = format!("postgres://postgres@127.0.0.1:{}/postgres", self.port);
-        for sql in [
-            format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false"),
-            format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
-            ),
-        ] {
-            let out = Command::new("psql")
-                .args([admin.as_str(), "-q", "-c", sql.as_str()])
-                .output()
-                .expect("run psql");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        self.run_sql(&format!(
+            "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false"
+        ));
+        self.run_sql(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        ));
     }
 
     /// The server's log so far.

@@ -128,6 +128,12 @@ impl ServeProcess {
         format!("http://{}/a2a/v1", self.addr)
     }
 
+    /// The public Agent Card it serves.
+    pub async fn card(&self) -> serde_json::Value {
+        let url = format!("http://{}/.well-known/agent-card.json", self.addr);
+        reqwest::get(url).await.unwrap().json().await.unwrap()
+    }
+
     /// The log once it holds `needle` (its lines are read by a thread of their own, so a line
     /// written before an answer may arrive after it), or as it is after ten seconds.
     pub fn log_with(&self, needle: &str) -> String {

@@ -69,9 +69,14 @@ impl UpstreamAgent {
     /// A policy with this agent as the `a2a` backend, its card verified with its key set and
     /// the credential taken from `PEERGATE_TEST_UPSTREAM_TOKEN`.
     pub fn policy(&self) -> PolicyEdit {
+        Self::policy_at(&self.url)
+    }
+
+    /// [`UpstreamAgent::policy`] for an agent at `url` (which may not be up yet).
+    pub fn policy_at(url: &str) -> PolicyEdit {
         PolicyEdit::default()
             .set("model.backend", "a2a")
-            .insert("model.a2a.url", self.url.as_str())
+            .insert("model.a2a.url", url)
             .insert(
                 "model.a2a.card_jwks_file",
                 repo_root()
