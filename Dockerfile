@@ -30,5 +30,12 @@ COPY --from=build /src/policies/default.toml /etc/peergate/policy.toml
 USER peergate
 VOLUME /var/lib/peergate
 EXPOSE 8080
+# The door listens on every address in the container, so the card cannot guess the URL partners
+# reach: give it, e.g. `docker run -e PEERGATE_PUBLIC_BASE_URL=https://agents.example.com …`
+# (start-up refuses without it, naming the setting).
+# Healthy while /ready answers 200 (ready, or degraded without Redis or the agent); no curl in
+# the image: bash's /dev/tcp speaks the one request.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+  CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080 && printf 'GET /ready HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && head -n1 <&3 | grep -q ' 200 '"]
 ENTRYPOINT ["/usr/local/bin/peergate"]
 CMD ["serve", "--policy", "/etc/peergate/policy.toml", "--data", "/var/lib/peergate", "--listen", "0.0.0.0:8080"]

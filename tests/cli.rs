@@ -1455,6 +1455,48 @@ fn a_grpc_listener_that_cannot_be_served_as_asked_stops_start_up_naming_why() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_door_on_every_address_needs_the_url_partners_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap();
+    // As a container's command would run it: refused, naming the setting and how to give it.
+    let (code, _, stderr) = cli(&[
+        "serve",
+        "--data",
+        data_arg,
+        "--listen",
+        "0.0.0.0:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("server.public_base_url") && stderr.contains("PEERGATE_PUBLIC_BASE_URL"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    // Given from the environment, it serves, and the card names it.
+    let server = ServeProcess::start_args(
+        dir.path(),
+        &["--data", data_arg],
+        &[("PEERGATE_PUBLIC_BASE_URL", "https://agents.example.com")],
+    );
+    let card = server.card().await;
+    let url = card["supportedInterfaces"][0]["url"].as_str().unwrap();
+    assert!(url.starts_with("https://agents.example.com/"), "{card}");
+    // A bad one is refused as the policy's own value would be, without echoing it.
+    for bad in [
+        "https://agents.example.com/",
+        "https://user:secret@agents.example.com",
+    ] {
+        let (code, _, stderr) = cli(&["serve", "--data", data_arg, "--public-base-url", bad]);
+        assert_ne!(code, 0);
+        assert!(stderr.contains("server.public_base_url"), "{stderr}");
+        assert!(!stderr.contains("secret"), "{stderr}");
+    }
+}
+
 #[test]
 fn policy_init_writes_each_profile_and_policy_check_validates_it_without_dialling_anything() {
     let dir = tempfile::tempdir().unwrap();

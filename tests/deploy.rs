@@ -212,3 +212,25 @@ async fn behind_the_nginx_example_the_card_and_the_client_address_are_right() {
         assert!(line.contains("client=127.0.0.3"), "{line}");
     }
 }
+
+#[test]
+fn the_images_health_check_passes_while_the_door_is_ready_and_fails_when_it_is_gone() {
+    // The HEALTHCHECK's command, as Docker would run it (bash is in the image; curl is not),
+    // pointed at a served instance's port instead of the image's 8080.
+    let dockerfile = std::fs::read_to_string(repo_root().join("Dockerfile")).unwrap();
+    let argv = dockerfile
+        .split("HEALTHCHECK")
+        .nth(1)
+        .and_then(|rest| rest.split("CMD ").nth(1))
+        .and_then(|rest| rest.lines().next())
+        .expect("a HEALTHCHECK with a CMD");
+    let argv: Vec<String> = serde_json::from_str(argv).expect("CMD in exec form");
+    assert_eq!(argv[..2], ["bash", "-c"]);
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServeProcess::start(dir.path(), &dir.path().join("data"));
+    let script = argv[2].replace("/8080", &format!("/{}", server.addr.port()));
+    let check = || Command::new("bash").args(["-c", &script]).status().unwrap();
+    assert!(check().success(), "unhealthy while ready: {script}");
+    server.kill();
+    assert!(!check().success(), "healthy with nothing listening");
+}

@@ -599,6 +599,12 @@ impl Listeners {
     ) -> Result<Self, StartError> {
         let policy = &options.policy;
         let addr = options.listen.unwrap_or(policy.server.listen);
+        // The card names the door's URL: on every address, only the operator knows it.
+        if addr.ip().is_unspecified() && policy.server.public_base_url.is_none() {
+            return Err(StartError::Config(format!(
+                "server.public_base_url: is required when the door listens on every address ({addr}, from --listen or server.listen): the card would name http://{addr}, which no partner can reach; set it (or --public-base-url, PEERGATE_PUBLIC_BASE_URL) to the URL partners use"
+            )));
+        }
         let admin_bind = options.admin_listen.unwrap_or(policy.server.admin_listen);
         // The command line may override the policy's address: the same rule applies.
         crate::config::check_admin_listen(admin_bind, addr).map_err(|reason| {

@@ -72,6 +72,11 @@ enum Command {
         /// Address of the gRPC listener [default: grpc.listen from the policy; needs [grpc]].
         #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
         grpc_listen: Option<SocketAddr>,
+        /// The URL partners reach the door at, as the card names it [default:
+        /// server.public_base_url from the policy]; required when --listen is an unspecified
+        /// address (0.0.0.0, [::]), as in a container.
+        #[arg(long, value_name = "URL", env = "PEERGATE_PUBLIC_BASE_URL")]
+        public_base_url: Option<String>,
         /// Redis, for what instances share (redis://host:port/db): the door's limits, and with a
         /// PostgreSQL store everything several instances serving it together share. Prefer the
         /// environment variable when it holds a password.
@@ -410,10 +415,16 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             listen,
             admin_listen,
             grpc_listen,
+            public_base_url,
             redis,
             data,
         } => {
-            let (policy, policy_source) = Policy::load(policy.as_deref())?;
+            let (mut policy, policy_source) = Policy::load(policy.as_deref())?;
+            if let Some(url) = public_base_url {
+                policy.server.public_base_url = Some(url);
+                // The same checks as the policy's own value.
+                policy.revalidate(&policy_source)?;
+            }
             let serving_sqlite = data.store.is_none().then(|| data.dir.clone());
             let source_for_cli = policy_source.clone();
             let gateway = start(GatewayOptions {

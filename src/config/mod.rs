@@ -259,6 +259,11 @@ impl Policy {
         self.operator_set.contains(key)
     }
 
+    /// Checks the policy again after the command line changed it.
+    pub fn revalidate(&self, source: &PolicySource) -> Result<(), PolicyError> {
+        self.validate(source)
+    }
+
     fn validate(&self, source: &PolicySource) -> Result<(), PolicyError> {
         self.check()
             .map_err(|Invalid { key, reason }| PolicyError::Invalid {

@@ -164,12 +164,15 @@ impl ServerPolicy {
         if let Some(tls) = &self.tls {
             tls.validate()?;
         }
+        // The card publishes it: a user or password in it would be published too.
         if let Some(url) = &self.public_base_url
-            && (!(url.starts_with("https://") || url.starts_with("http://")) || url.ends_with('/'))
+            && (!(url.starts_with("https://") || url.starts_with("http://"))
+                || url.ends_with('/')
+                || url.contains('@'))
         {
             return Err(invalid(
                 "server.public_base_url",
-                "must be an http(s) URL without a trailing `/`, e.g. https://gateway.example.com",
+                "must be an http(s) URL without a trailing `/` or a user, e.g. https://gateway.example.com",
             ));
         }
         if !(1..=300).contains(&self.header_read_timeout_seconds) {
