@@ -1530,6 +1530,40 @@ fn policy_init_writes_each_profile_and_policy_check_validates_it_without_diallin
         let streaming = effective["capabilities"]["streaming"].as_bool().unwrap();
         assert_eq!(streaming, profile == "full");
     }
+    // What several instances must share: each missing setting named, and exit 1.
+    let full = dir.path().join("full.toml");
+    let (code, _, stderr) = cli(&[
+        "policy",
+        "check",
+        "--cluster",
+        "--policy",
+        full.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    for setting in [
+        "server.public_base_url",
+        "[[signing.keys]]",
+        "push.key_env or push.key_file",
+    ] {
+        assert!(
+            stderr.contains(&format!("missing for several instances: {setting}")),
+            "{setting}: {stderr}"
+        );
+    }
+    std::fs::write(
+        &full,
+        "[server]\npublic_base_url = \"https://agents.example.com\"\n\n[[signing.keys]]\nkid = \"k1\"\nalg = \"EdDSA\"\nprivate_key_file = \"keys/card.pem\"\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = cli(&[
+        "policy",
+        "check",
+        "--cluster",
+        "--policy",
+        full.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("missing"), "{stderr}");
     // It does not overwrite.
     let path = dir.path().join("narrow.toml");
     let (code, _, stderr) = cli(&["policy", "init", "--out", path.to_str().unwrap()]);
@@ -1557,4 +1591,35 @@ async fn a_policy_fragment_serves_as_it_is_over_the_defaults() {
     let card = server.card().await;
     assert_eq!(card["capabilities"]["streaming"], true, "{card}");
     assert_eq!(card["name"], "peergate", "the default's");
+}
+
+#[test]
+fn a_backup_takes_the_push_notification_key_with_it() {
+    if skip_unless_sqlite("the backup copies the SQLite file") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    add_peer(&data, "alice");
+    // Without a generated key, the backup is the store alone.
+    let alone = dir.path().join("alone.sqlite3");
+    let (code, err) = backup_to(&alone, &data);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !dir.path()
+            .join("alone.sqlite3.push-notification.key")
+            .exists()
+    );
+    // With one (the first start with push notifications on generates it), it goes beside.
+    let key = b"key-bytes-as-generated-0123456789abcdef";
+    std::fs::write(data.join("push-notification.key"), key).unwrap();
+    let file = dir.path().join("backup.sqlite3");
+    let (code, err) = backup_to(&file, &data);
+    assert_eq!(code, 0, "{err}");
+    let copied = dir.path().join("backup.sqlite3.push-notification.key");
+    assert_eq!(std::fs::read(&copied).unwrap(), key);
+    let mode = std::fs::metadata(&copied).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(err.contains("push-notification key"), "{err}");
 }

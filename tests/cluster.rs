@@ -693,10 +693,7 @@ async fn instances_that_would_serve_differently_refuse_to_start() {
             "server.public_base_url",
             "server.public_base_url must be set",
         ),
-        (
-            "signing.keys",
-            "[signing] keys must name the card-signing keys",
-        ),
+        ("signing.keys", "[[signing.keys]] must be set"),
     ] {
         let text = std::fs::read_to_string(&shared.policy).unwrap();
         let path = cwd.join("refused.toml");

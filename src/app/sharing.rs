@@ -233,16 +233,10 @@ fn refused(e: RedisSetupError) -> StartError {
 
 /// Refuses settings under which instances serving together would serve different cards.
 fn same_card_everywhere(options: &GatewayOptions) -> Result<(), StartError> {
-    let policy = &options.policy;
-    if policy.server.public_base_url.is_none() {
-        return Err(StartError::Config(
-            "server.public_base_url must be set when several instances serve one store (--redis with a PostgreSQL store): the card names the door's URL, and every instance must name the load balancer's".to_owned(),
-        ));
+    match options.policy.missing_for_several_instances().first() {
+        Some((setting, why)) => Err(StartError::Config(format!(
+            "{setting} must be set when several instances serve one store (--redis with a PostgreSQL store): {why}"
+        ))),
+        None => Ok(()),
     }
-    if policy.signing.keys.is_empty() {
-        return Err(StartError::Config(
-            "[signing] keys must name the card-signing keys when several instances serve one store (--redis with a PostgreSQL store): a key generated in each data directory would differ per instance; give every instance the same key files or secrets".to_owned(),
-        ));
-    }
-    Ok(())
 }

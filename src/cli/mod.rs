@@ -455,7 +455,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Policy(command) => policy::run(command).await,
         Command::Backup { file, data } => {
             let bytes = tokio::task::spawn_blocking({
-                let file = file.clone();
+                let (file, data) = (file.clone(), data.clone());
                 move || crate::store::sqlite::backup(&data, &file)
             })
             .await
@@ -465,7 +465,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 "wrote a consistent copy of the store to {} ({bytes} bytes)",
                 file.display()
             );
-            Ok(())
+            copy_push_key(&data, &file)
         }
         Command::Audit { since, data } => {
             let since = since
@@ -492,6 +492,40 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// Copies the push-notification key the store's sealed push configs need (generated in the
+/// data directory), when there is one, beside the backup `file` (`FILE.push-notification.key`,
+/// mode 0600, never overwriting): a store restored without it cannot open them.
+fn copy_push_key(data: &Path, file: &Path) -> Result<(), CliError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let key = data.join(crate::push::seal::GENERATED_KEY_FILE);
+    let Ok(bytes) = std::fs::read(&key) else {
+        return Ok(());
+    };
+    let mut beside = file.as_os_str().to_owned();
+    beside.push(format!(".{}", crate::push::seal::GENERATED_KEY_FILE));
+    let beside = PathBuf::from(beside);
+    let mut copy = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&beside)
+        .map_err(|e| {
+            CliError::new(format!(
+                "cannot write the push-notification key beside the backup, {}: {}",
+                beside.display(),
+                e.kind()
+            ))
+        })?;
+    copy.write_all(&bytes)?;
+    eprintln!(
+        "copied the push-notification key to {} (mode 0600); restore it as {} with the store, or its push configs cannot be opened",
+        beside.display(),
+        crate::push::seal::GENERATED_KEY_FILE
+    );
+    Ok(())
 }
 
 /// A document from a URL (fetched under `policy`) or a file.

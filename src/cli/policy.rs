@@ -14,6 +14,10 @@ pub(super) enum PolicyCommand {
         /// Policy file [default: policies/default.toml, else the built-in defaults].
         #[arg(long = "policy", value_name = "FILE")]
         policy: Option<PathBuf>,
+        /// Also check what several instances serving one store must share (exits 1 when a
+        /// setting is missing).
+        #[arg(long)]
+        cluster: bool,
     },
     /// Write a commented starting policy: only what differs from the built-in defaults.
     Init {
@@ -47,11 +51,33 @@ impl Profile {
 
 pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
     match command {
-        PolicyCommand::Check { policy } => {
+        PolicyCommand::Check { policy, cluster } => {
             let (policy, source) = Policy::load(policy.as_deref())?;
             print!("{}", policy.effective_text());
             eprintln!("policy {source}: valid");
-            Ok(())
+            if !cluster {
+                return Ok(());
+            }
+            let missing = policy.missing_for_several_instances();
+            for (setting, why) in &missing {
+                eprintln!("missing for several instances: {setting}: {why}");
+            }
+            if policy.server.trusted_proxies.is_empty() {
+                eprintln!(
+                    "note: server.trusted_proxies is empty; name the load balancer there, or every client counts as its address"
+                );
+            }
+            eprintln!(
+                "every instance also needs the same PEERGATE_STORE_URL (PostgreSQL) and PEERGATE_REDIS_URL, and the files and variables this policy names"
+            );
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(CliError::new(format!(
+                    "policy {source}: {} setting(s) several instances must share are missing",
+                    missing.len()
+                )))
+            }
         }
         PolicyCommand::Init { profile, out } => {
             let text = profile.text();

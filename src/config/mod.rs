@@ -259,6 +259,35 @@ impl Policy {
         self.operator_set.contains(key)
     }
 
+    /// What several instances serving one store must share that this policy does not name:
+    /// each as the setting and why. Start-up refuses a shared store with any of them missing
+    /// (the push key only when push notifications are on).
+    pub fn missing_for_several_instances(&self) -> Vec<(&'static str, &'static str)> {
+        let mut missing = Vec::new();
+        if self.server.public_base_url.is_none() {
+            missing.push((
+                "server.public_base_url",
+                "the card names the door's URL, and every instance must name the load balancer's",
+            ));
+        }
+        if self.signing.keys.is_empty() {
+            missing.push((
+                "[[signing.keys]]",
+                "a key generated in each data directory would differ per instance; give every instance the same key files or secrets",
+            ));
+        }
+        if self.capabilities.push_notifications
+            && self.push.key_env.is_none()
+            && self.push.key_file.is_none()
+        {
+            missing.push((
+                "push.key_env or push.key_file",
+                "the key that seals push configs in the shared store must be the same on every instance (`peergate keys push` writes one)",
+            ));
+        }
+        missing
+    }
+
     /// Checks the policy again after the command line changed it.
     pub fn revalidate(&self, source: &PolicySource) -> Result<(), PolicyError> {
         self.validate(source)
