@@ -1,5 +1,5 @@
-//! haproxy on loopback in front of peergate instances, checking each one's `/ready` as a load
-//! balancer in front of several instances should, with its statistics page to read what it
+//! haproxy on loopback in front of peergate instances, from the deployment example
+//! `deploy/haproxy.cfg` (checking each one's `/ready`), with its statistics page to read what it
 //! decided.
 
 use std::net::SocketAddr;
@@ -16,9 +16,9 @@ pub struct Haproxy {
 }
 
 impl Haproxy {
-    /// haproxy in front of `servers`, round robin, each checked with `GET /ready` every 300 ms
-    /// (down after two failed checks, up after two good ones); `None` (after one loud line)
-    /// when haproxy is not installed outside CI.
+    /// `deploy/haproxy.cfg` in front of `servers` (its bind and servers replaced, its checks
+    /// every 300 ms instead of 2 s); `None` (after one loud line) when haproxy is not installed
+    /// outside CI.
     pub fn start(servers: &[SocketAddr]) -> Option<Self> {
         let installed = Command::new("haproxy")
             .arg("-v")
@@ -36,15 +36,34 @@ impl Haproxy {
         }
         let (port, stats_port) = (super::postgres::free_port(), super::postgres::free_port());
         let dir = tempfile::tempdir().unwrap();
-        let mut config = format!(
-            "defaults\n  mode http\n  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n\
-             frontend door\n  bind 127.0.0.1:{port}\n  default_backend peergate\n\
-             backend peergate\n  balance roundrobin\n  option httpchk GET /ready\n  http-check expect status 200\n\
-             \x20 default-server inter 300ms fall 2 rise 2\n"
-        );
-        for (i, server) in servers.iter().enumerate() {
-            config.push_str(&format!("  server instance{i} {server} check\n"));
+        // The deployment example as it is, on loopback: its bind, its servers, and checks every
+        // 300 ms instead of 2 s so the test does not wait.
+        let example =
+            std::fs::read_to_string(super::cli::repo_root().join("deploy/haproxy.cfg")).unwrap();
+        let mut config = String::new();
+        for line in example.lines() {
+            let kept = line.trim_start();
+            if kept.starts_with("server ") {
+                continue;
+            }
+            if kept.starts_with("bind ") {
+                config.push_str(&format!("  bind 127.0.0.1:{port}\n"));
+            } else if kept.starts_with("default-server ") {
+                config.push_str("  default-server inter 300ms fall 2 rise 2\n");
+            } else {
+                config.push_str(line);
+                config.push('\n');
+            }
+            if kept.starts_with("default-server ") {
+                for (i, server) in servers.iter().enumerate() {
+                    config.push_str(&format!("  server instance{i} {server} check\n"));
+                }
+            }
         }
+        assert!(
+            config.contains("option httpchk GET /ready"),
+            "deploy/haproxy.cfg checks /ready"
+        );
         config.push_str(&format!(
             "listen stats\n  bind 127.0.0.1:{stats_port}\n  stats enable\n  stats uri /stats\n"
         ));
