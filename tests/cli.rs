@@ -1623,3 +1623,43 @@ fn a_backup_takes_the_push_notification_key_with_it() {
     assert_eq!(mode & 0o777, 0o600);
     assert!(err.contains("push-notification key"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peer_added_without_a_token_signs_in_only_the_way_it_was_given() {
+    let policy = PolicyEdit::default().set("auth.schemes", ["bearer", "basic"]);
+    let served = ServedPolicy::start(&policy, &[], &[]);
+    let (code, stdout, stderr) = cli_on(&served.data, &["peer", "add", "bob", "--no-token"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "", "no token on stdout");
+    assert!(stderr.contains("with no token"), "{stderr}");
+    let password = "a long enough password for bob";
+    let (code, _, stderr) = cli_with_stdin_on(
+        &served.data,
+        &["peer", "password", "bob"],
+        &format!("{password}\n"),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message":
+        {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "by password"}]}}});
+    let answered: Value = reqwest::Client::new()
+        .post(served.server.door())
+        .basic_auth("bob", Some(password))
+        .json(&send)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        task_of(&answered)["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    // No token was ever issued to it: the audit log has its creation and its password.
+    let (code, audit, stderr) = cli_on(&served.data, &["audit"]);
+    assert_eq!(code, 0, "{stderr}");
+    let bobs: Vec<&str> = audit.lines().filter(|l| l.contains("peer:bob")).collect();
+    assert!(bobs.iter().any(|l| l.contains("peer.created")), "{audit}");
+    assert!(bobs.iter().any(|l| l.contains("password set")), "{audit}");
+    assert!(!bobs.iter().any(|l| l.contains("token id")), "{audit}");
+}

@@ -156,8 +156,8 @@ impl<'c> Operation<'c> {
 pub struct CreatedPeer {
     /// The peer.
     pub peer: PeerRecord,
-    /// The token; shown once.
-    pub token: String,
+    /// The token; shown once. `None` when none was asked for ([`NewPeer::without_token`]).
+    pub token: Option<String>,
 }
 
 /// A new peer.
@@ -171,6 +171,9 @@ pub struct NewPeer {
     pub rate_per_minute: Option<u32>,
     /// When it stops being let in.
     pub expires_at: Option<Timestamp>,
+    /// Issue no bearer token: the peer signs in another way (a password, an API key, an
+    /// identity bound to it), and no token of its can be used in their place.
+    pub without_token: bool,
 }
 
 /// A change to an administrator's budget; absent fields stay as they are.
@@ -825,7 +828,11 @@ impl AccountService {
                 check_rate(rate)?;
                 let now = self.clock.now();
                 check_future(new.expires_at, now)?;
-                let issued = issue(CredentialKind::PeerToken)?;
+                let issued = if new.without_token {
+                    None
+                } else {
+                    Some(issue(CredentialKind::PeerToken)?)
+                };
                 let mut tx = self.store.accounts().begin_change().await?;
                 let owner = self
                     .new_peer_owner(&mut tx, caller, new.owner.as_deref())
@@ -843,14 +850,6 @@ impl AccountService {
                     expires_at: new.expires_at,
                 };
                 tx.insert_peer(&peer).await.map_err(store_conflict)?;
-                tx.insert_credential(
-                    &peer.id,
-                    CredentialKind::PeerToken,
-                    &issued.token_id,
-                    &issued.secret_hash,
-                    now,
-                )
-                .await?;
                 tx.audit(&self.entry(
                     op.caller,
                     op.action,
@@ -860,21 +859,33 @@ impl AccountService {
                     Some(&peer.owner_id),
                 ))
                 .await?;
-                tx.audit(&self.entry(
-                    caller,
-                    AuditAction::CredentialIssued,
-                    &target,
-                    "ok",
-                    format!("token id {}", issued.token_id),
-                    Some(&peer.owner_id),
-                ))
-                .await?;
+                if let Some(issued) = &issued {
+                    tx.insert_credential(
+                        &peer.id,
+                        CredentialKind::PeerToken,
+                        &issued.token_id,
+                        &issued.secret_hash,
+                        now,
+                    )
+                    .await?;
+                    tx.audit(&self.entry(
+                        caller,
+                        AuditAction::CredentialIssued,
+                        &target,
+                        "ok",
+                        format!("token id {}", issued.token_id),
+                        Some(&peer.owner_id),
+                    ))
+                    .await?;
+                }
                 tx.commit().await?;
                 // Announced before the token is handed out: the known credential ids hold it.
-                self.credential_issued(&peer.id, &issued.token_id);
+                if let Some(issued) = &issued {
+                    self.credential_issued(&peer.id, &issued.token_id);
+                }
                 Ok(CreatedPeer {
                     peer,
-                    token: issued.token,
+                    token: issued.map(|issued| issued.token),
                 })
             },
         )

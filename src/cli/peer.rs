@@ -23,6 +23,10 @@ pub(super) struct AddArgs {
     /// Also bind this identity to the new peer (see `peer bind`).
     #[command(flatten)]
     identity: OptionalIdentity,
+    /// Issue no bearer token: the peer signs in another way (`peer password`, `peer key`, or
+    /// an identity bound to it).
+    #[arg(long)]
+    no_token: bool,
     #[command(flatten)]
     data: DataDir,
 }
@@ -347,6 +351,7 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
         rate,
         policy,
         identity,
+        no_token,
         data,
     } = args;
     let identity = match (&identity.issuer, &identity.subject) {
@@ -365,6 +370,7 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
                     owner,
                     rate_per_minute: rate,
                     expires_at: None,
+                    without_token: no_token,
                 },
             )
             .await?;
@@ -379,11 +385,22 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
     if let Some(identity) = &identity {
         eprintln!("bound {} to peer {name}.", identity.describe());
     }
-    eprintln!(
-        "added peer {name} ({}, owned by {}, {}/min; defaults from {source}). Its token is on stdout and is not shown again.",
-        created.peer.id, created.peer.owner_name, created.peer.rate_per_minute
+    let (id, owner, rate) = (
+        &created.peer.id,
+        &created.peer.owner_name,
+        created.peer.rate_per_minute,
     );
-    println!("{}", created.token);
+    match &created.token {
+        Some(token) => {
+            eprintln!(
+                "added peer {name} ({id}, owned by {owner}, {rate}/min; defaults from {source}). Its token is on stdout and is not shown again."
+            );
+            println!("{token}");
+        }
+        None => eprintln!(
+            "added peer {name} ({id}, owned by {owner}, {rate}/min; defaults from {source}) with no token: give it a password (peer password), an API key (peer key) or an identity (peer bind)."
+        ),
+    }
     Ok(())
 }
 

@@ -379,13 +379,19 @@ struct CreatePeerRequest {
     /// RFC 3339 (`2027-01-31T00:00:00Z`) or a date; never expires when absent.
     #[serde(default)]
     expires_at: Option<String>,
+    /// `false` issues no bearer token (the peer signs in with a password, an API key or an
+    /// identity); a token is issued when absent.
+    #[serde(default)]
+    issue_token: Option<bool>,
 }
 
 /// A created peer and its token. The token is in this response and nowhere else, ever.
 #[derive(Serialize, ToSchema)]
 struct CreatedPeerView {
     peer: PeerView,
-    token: String,
+    /// Absent when `issueToken` was `false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
 }
 
 /// A time in the one syntax the command line takes too ([`crate::clock::parse_time`]).
@@ -446,6 +452,7 @@ async fn create_peer(
                 owner: None,
                 rate_per_minute: request.rate_per_minute,
                 expires_at,
+                without_token: request.issue_token == Some(false),
             },
         )
         .await?;

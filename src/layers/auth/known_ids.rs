@@ -128,7 +128,8 @@ mod tests {
                 .create_peer(&Caller::operator(), peer)
                 .await
                 .unwrap()
-                .token;
+                .token
+                .unwrap();
             token_id(&token)
         };
         let first = add("alice").await;

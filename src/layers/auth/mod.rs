@@ -595,16 +595,13 @@ mod tests {
             )
             .await
             .unwrap();
-        let token_id = crate::token::parse(CredentialKind::PeerToken, &created.token)
+        let token = created.token.clone().unwrap();
+        let token_id = crate::token::parse(CredentialKind::PeerToken, &token)
             .unwrap()
             .token_id
             .to_owned();
         auth.credential_issued(&created.peer.id, &token_id);
-        assert!(
-            auth.authenticate(&bearer(&created.token), client)
-                .await
-                .is_ok()
-        );
+        assert!(auth.authenticate(&bearer(&token), client).await.is_ok());
         assert_eq!(counting.looked_up.load(Ordering::SeqCst), 1);
         store.close().await;
     }
