@@ -1078,7 +1078,7 @@ async fn prometheus_metrics(
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)] // built by `crate::http::ready`; this type only documents it
 struct ReadinessView {
-    /// `ready` or `not_ready`.
+    /// `ready`, `degraded` (serving without Redis or the agent) or `not_ready`.
     status: String,
     /// `ok`, `disk_full` or `unreachable`.
     store: String,
@@ -1086,12 +1086,15 @@ struct ReadinessView {
     redis: String,
     /// The backend's kind: `echo`, `openai` or `a2a`.
     backend: String,
+    /// For an agent behind the door (`a2a`): `ok` or `unreachable`, as the last probe found it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<String>,
 }
 
 #[utoipa::path(get, path = "/ready", tag = "operations", security(()),
     responses(
-        (status = 200, description = "Every part can serve", body = ReadinessView),
-        (status = 503, description = "A part cannot serve (with Retry-After)", body = ReadinessView)))]
+        (status = 200, description = "This instance serves: ready, or degraded without Redis or the agent", body = ReadinessView),
+        (status = 503, description = "It cannot serve: its store does not answer or is full (with Retry-After)", body = ReadinessView)))]
 async fn readiness(State(state): State<AdminState>) -> Response {
     match &state.readiness {
         Some(readiness) => readiness.answer(true).await,
