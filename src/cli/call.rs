@@ -151,7 +151,7 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
         if args.json {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&result).unwrap_or_default()
+                printable_json(&serde_json::to_string_pretty(&result).unwrap_or_default())
             );
         } else {
             println!("{}", printable(&answer_text(&result)));
@@ -515,7 +515,7 @@ async fn streamed(mut response: reqwest::Response, json: bool) -> Result<Value, 
             .map_err(|_| exit(EXIT_OTHER, "a streamed event is not JSON"))?;
         let result = rpc_result(&answer)?;
         if json {
-            println!("{result}");
+            println!("{}", printable_json(&result.to_string()));
         } else {
             let piece = if let Some(update) = result.get("statusUpdate") {
                 let piece = (update["status"]["state"] == "TASK_STATE_WORKING")
@@ -709,13 +709,34 @@ fn report(result: &Value) -> Result<(), CliError> {
 fn printable(text: &str) -> String {
     text.chars()
         .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
+            if (c.is_control() && c != '\n' && c != '\t') || is_bidi_control(c) {
                 '?'
             } else {
                 c
             }
         })
         .collect()
+}
+
+/// The characters that reorder how text around them is shown (embeddings, overrides,
+/// isolates): a line could read differently from what it holds.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+}
+
+/// JSON as `--json` prints it: what serde_json leaves raw among the control characters (C1,
+/// DEL) and the bidirectional controls escaped as `\uXXXX`, so the terminal shows them and
+/// does not obey them; the JSON means the same.
+fn printable_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if (c.is_control() && !matches!(c, '\n' | '\t' | '\r')) || is_bidi_control(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// At most 200 characters of what an agent said in an error, marked when cut.
@@ -779,6 +800,27 @@ mod tests {
         assert_eq!(
             printable("ok\u{1b}[2J\nnext\tcol\u{7}"),
             "ok?[2J\nnext\tcol?"
+        );
+        // C1 (a CSI of its own) and the bidirectional overrides and isolates too.
+        assert_eq!(
+            printable("a\u{9b}2Jb\u{202e}txt.exe\u{2066}c\u{2069}"),
+            "a?2Jb?txt.exe?c?"
+        );
+    }
+
+    #[test]
+    fn json_output_escapes_what_a_terminal_would_obey_and_means_the_same() {
+        let answer = serde_json::json!({"text": "a\u{9b}2J\u{1b}[0m\u{202e}b\u{7f}"});
+        let printed = printable_json(&answer.to_string());
+        assert!(
+            printed
+                .chars()
+                .all(|c| !c.is_control() && !is_bidi_control(c)),
+            "{printed:?}"
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&printed).unwrap(),
+            answer
         );
     }
 
