@@ -421,6 +421,10 @@ async fn a_misbehaving_agent_is_asked_once_and_bounded_and_its_words_stay_behind
         ("huge", "an answer over 4 MiB is cut off"),
         ("hang", "an agent that does not answer is given up on"),
         ("rpc-error", "a JSON-RPC error"),
+        (
+            "repeated",
+            "an answer with a member twice is refused, not read last-wins",
+        ),
     ] {
         let before = agent.posts();
         let answer = send_text(&url, token, text, None).await;

@@ -431,8 +431,7 @@ struct FollowedTask {
 impl FollowedTask {
     /// Takes one event; `Some` once the answer is complete.
     fn take(&mut self, data: &str, pieces: &Pieces) -> Result<Option<Completion>, BackendError> {
-        let answer: Value = serde_json::from_str(data)
-            .map_err(|_| BackendError::InvalidResponse("a streamed event is not JSON"))?;
+        let answer = strict_json(data, "a streamed event is not JSON")?;
         let result = result_of(answer)?;
         if let Some(message) = result.get("message") {
             let message: UpstreamMessage = serde_json::from_value(message.clone())
@@ -560,8 +559,20 @@ fn completion_of_message(message: UpstreamMessage) -> Result<Completion, Backend
 /// A JSON-RPC response object, read within [`MAX_RESPONSE_BYTES`].
 async fn read_answer(mut response: reqwest::Response) -> Result<Value, BackendError> {
     let bytes = super::read_answer_body(&mut response).await?;
-    serde_json::from_slice(&bytes)
-        .map_err(|_| BackendError::InvalidResponse("not a JSON-RPC response"))
+    strict_json(
+        std::str::from_utf8(&bytes).unwrap_or("\u{0}"),
+        "not a JSON-RPC response",
+    )
+}
+
+/// `text` read as the project reads any JSON it is given: a member twice is refused, not
+/// read last-wins (two readers of the same answer must not see two different answers).
+fn strict_json(text: &str, not_json: &'static str) -> Result<Value, BackendError> {
+    use crate::protocol::json::{Integers, StrictError, parse};
+    parse(text, Integers::Any).map_err(|e| match e {
+        StrictError::Repeated(_) => BackendError::InvalidResponse("a member appears twice"),
+        _ => BackendError::InvalidResponse(not_json),
+    })
 }
 
 /// The `result` of a JSON-RPC response; an error keeps its code only.

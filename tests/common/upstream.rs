@@ -100,7 +100,7 @@ impl Drop for UpstreamAgent {
 
 /// A misbehaving A2A agent on loopback: a real HTTP server with an unsigned card whose
 /// JSON-RPC endpoint misbehaves as the message's text says ("redirect", "huge", "hang",
-/// "rpc-error"; anything else gets a completed task). It counts what it receives.
+/// "repeated", "rpc-error"; anything else gets a completed task). It counts what it receives.
 pub struct MisbehavingAgent {
     pub url: String,
     posts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -162,6 +162,12 @@ impl MisbehavingAgent {
                             tokio::time::sleep(std::time::Duration::from_secs(60)).await;
                             "late".into_response()
                         }
+                        // A member twice: read last-wins, the task would be a completed one.
+                        "repeated" => (
+                            [("content-type", "application/json")],
+                            r#"{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"agent-task-1","contextId":"c","status":{"state":"TASK_STATE_FAILED"},"status":{"state":"TASK_STATE_COMPLETED"},"artifacts":[{"artifactId":"a","parts":[{"text":"read last-wins"}]}]}}}"#,
+                        )
+                            .into_response(),
                         "rpc-error" => axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": 1,
                             "error": {"code": -32603, "message": AGENT_SECRET,
                                 "data": {"trace": AGENT_SECRET}}}))
