@@ -926,12 +926,9 @@ fn a_command_line_mistake_is_told_whole_on_one_line() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_of_a_live_store_restores_every_answered_task_and_token() {
-    if skip_unless_sqlite("the backup copies the SQLite file") {
+    let Some((dir, data, token)) = sqlite_store_with_alice() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let token = add_peer(&data, "alice");
+    };
     let server = ServeProcess::start(dir.path(), &data);
     let door = server.door();
     let mut answered = Vec::new();
@@ -1258,6 +1255,18 @@ async fn ready_on_the_door_says_only_whether_and_the_admin_listener_says_what() 
 }
 
 /// `peergate backup FILE --data DATA`: (exit code, stderr).
+/// A SQLite store holding the peer alice, and alice's token, for the backup tests; `None`
+/// (said once) when the suite runs on another engine.
+fn sqlite_store_with_alice() -> Option<(tempfile::TempDir, std::path::PathBuf, String)> {
+    if skip_unless_sqlite("the backup copies the SQLite file") {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let token = add_peer(&data, "alice");
+    Some((dir, data, token))
+}
+
 fn backup_to(file: &std::path::Path, data: &std::path::Path) -> (i32, String) {
     let (code, _, err) = cli(&[
         "backup",
@@ -1271,12 +1280,9 @@ fn backup_to(file: &std::path::Path, data: &std::path::Path) -> (i32, String) {
 #[test]
 fn a_backup_is_never_written_where_another_user_could_take_or_swap_it() {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-    if skip_unless_sqlite("the backup copies the SQLite file") {
+    let Some((dir, data, _)) = sqlite_store_with_alice() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    add_peer(&data, "alice");
+    };
     // A directory anyone can write to, without the sticky bit: refused, nothing written.
     let open = dir.path().join("open");
     std::fs::create_dir(&open).unwrap();
@@ -1366,12 +1372,9 @@ fn rustix_uid() -> u32 {
 
 #[test]
 fn a_copy_removed_under_the_backup_is_never_reported_written() {
-    if skip_unless_sqlite("the backup copies the SQLite file") {
+    let Some((dir, data, token)) = sqlite_store_with_alice() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let token = add_peer(&data, "alice");
+    };
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1595,13 +1598,10 @@ async fn a_policy_fragment_serves_as_it_is_over_the_defaults() {
 
 #[test]
 fn a_backup_takes_the_push_notification_key_with_it() {
-    if skip_unless_sqlite("the backup copies the SQLite file") {
-        return;
-    }
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    add_peer(&data, "alice");
+    let Some((dir, data, _)) = sqlite_store_with_alice() else {
+        return;
+    };
     // Without a generated key, the backup is the store alone.
     let alone = dir.path().join("alone.sqlite3");
     let (code, err) = backup_to(&alone, &data);
