@@ -728,7 +728,7 @@ async fn the_public_card_is_the_agents_own_where_the_policy_does_not_say_otherwi
         .json()
         .await
         .unwrap();
-    let served = door(upstream.policy(), &[]);
+    let served = door(upstream.policy(), &["alice"]);
     let card = served.server.card().await;
     for member in [
         "name",
@@ -756,6 +756,26 @@ async fn the_public_card_is_the_agents_own_where_the_policy_does_not_say_otherwi
     assert_ne!(card["capabilities"]["pushNotifications"], true, "{card}");
     assert!(card["securitySchemes"].get("bearer").is_none(), "{card}");
     assert!(card["signatures"].is_array(), "{card}");
+    // The extended card's own skill says what answers behind the door.
+    let extended: Value = reqwest::Client::new()
+        .get(format!(
+            "http://{}/.well-known/agent-card.json",
+            served.server.addr
+        ))
+        .bearer_auth(&served.tokens[0])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ask = extended["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|skill| skill["id"] == "ask")
+        .unwrap_or_else(|| panic!("{extended}"));
+    assert_eq!(ask["name"], "Ask the agent", "{ask}");
     drop(served);
 
     // What the policy's [card] sets wins, member by member.

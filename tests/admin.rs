@@ -1608,3 +1608,26 @@ async fn a_peers_stream_cap_is_set_shown_and_reset_through_the_api() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_peer_created_with_issue_token_false_is_given_no_token() {
+    let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    let (status, body) = ada
+        .post(
+            "/v1/peers",
+            json!({"name": "by-password", "issueToken": false}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["peer"]["name"], "by-password");
+    assert!(body.get("token").is_none(), "{body}");
+    let (status, body) = ada.post("/v1/peers", json!({"name": "with-token"})).await;
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        body["token"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("pgt_")),
+        "{body}"
+    );
+    gw.stop().await;
+}

@@ -498,8 +498,6 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
 /// data directory), when there is one, beside the backup `file` (`FILE.push-notification.key`,
 /// mode 0600, never overwriting): a store restored without it cannot open them.
 fn copy_push_key(data: &Path, file: &Path) -> Result<(), CliError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let key = data.join(crate::push::seal::GENERATED_KEY_FILE);
     let Ok(bytes) = std::fs::read(&key) else {
         return Ok(());
@@ -507,19 +505,13 @@ fn copy_push_key(data: &Path, file: &Path) -> Result<(), CliError> {
     let mut beside = file.as_os_str().to_owned();
     beside.push(format!(".{}", crate::push::seal::GENERATED_KEY_FILE));
     let beside = PathBuf::from(beside);
-    let mut copy = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&beside)
-        .map_err(|e| {
-            CliError::new(format!(
-                "cannot write the push-notification key beside the backup, {}: {}",
-                beside.display(),
-                e.kind()
-            ))
-        })?;
-    copy.write_all(&bytes)?;
+    crate::jose::keys::write_private(&beside, &bytes).map_err(|e| {
+        CliError::new(format!(
+            "cannot write the push-notification key beside the backup, {}: {}",
+            beside.display(),
+            e.kind()
+        ))
+    })?;
     eprintln!(
         "copied the push-notification key to {} (mode 0600); restore it as {} with the store, or its push configs cannot be opened",
         beside.display(),

@@ -439,11 +439,7 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
     let mut table = String::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();
-        let header = line
-            .strip_prefix("[[")
-            .and_then(|l| l.strip_suffix("]]"))
-            .or_else(|| line.strip_prefix('[').and_then(|l| l.strip_suffix(']')));
-        if let Some(header) = header {
+        if let Some(header) = table_header(line) {
             table = header.trim().to_owned();
             if table == key {
                 return Some(number + 1);
@@ -469,6 +465,13 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
     None
 }
 
+/// The table a `[table]` or `[[table]]` header line opens.
+fn table_header(line: &str) -> Option<&str> {
+    line.strip_prefix("[[")
+        .and_then(|l| l.strip_suffix("]]"))
+        .or_else(|| line.strip_prefix('[').and_then(|l| l.strip_suffix(']')))
+}
+
 /// ` (line N, key `table.key`)` for the byte offset where a TOML error was found.
 fn describe_location(text: &str, offset: usize) -> String {
     let offset = offset.min(text.len());
@@ -485,12 +488,7 @@ fn describe_location(text: &str, offset: usize) -> String {
     let table = text
         .lines()
         .take(line_number - 1)
-        .filter_map(|l| {
-            let l = l.trim();
-            l.strip_prefix("[[")
-                .and_then(|l| l.strip_suffix("]]"))
-                .or_else(|| l.strip_prefix('[').and_then(|l| l.strip_suffix(']')))
-        })
+        .filter_map(|l| table_header(l.trim()))
         .last();
     match table {
         Some(table) => format!(" (line {line_number}, key `{}.{key}`)", table.trim()),
