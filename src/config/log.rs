@@ -11,7 +11,8 @@ pub struct LogPolicy {
     #[serde(default)]
     pub format: LogFormat,
     /// One line per request on the door's listener (target `peergate::access`): time, request
-    /// id, client address, peer id or none, method, route, status, refusal reason, latency.
+    /// id, client address, peer id and name or none, method, route, binding and A2A method,
+    /// status, the JSON-RPC error code of an error answered 200, refusal reason, latency.
     /// Never a credential, a body, a prompt or a query string.
     #[serde(default)]
     pub access: bool,
