@@ -356,8 +356,22 @@ async fn the_system_roots_are_the_default_trust() {
     )
     .await;
     assert_failed_cleanly(task_of(&response));
+    // The reason is the real one: the issuer, not an expiry or a host name.
     let log = refusing.server.log_with("TLS certificate was not accepted");
-    assert!(log.contains("TLS certificate was not accepted"), "{log}");
+    assert!(log.contains("its issuer is not trusted"), "{log}");
+
+    // The same server dialled by an address its certificate does not name (the IPv4-mapped
+    // form of 127.0.0.1 reaches the same listener): the host name is the reason.
+    let elsewhere = model.base_url.replace("localhost", "[::ffff:127.0.0.1]");
+    let misnamed = ServedPolicy::start(
+        &PolicyEdit::default().openai(&elsewhere, "test-model"),
+        &["alice"],
+        &[("SSL_CERT_FILE", ca.to_str().unwrap())],
+    );
+    let response = send_text(&misnamed.server.door(), &misnamed.tokens[0], "host", None).await;
+    assert_failed_cleanly(task_of(&response));
+    let log = misnamed.server.log_with("TLS certificate was not accepted");
+    assert!(log.contains("not valid for the host name dialled"), "{log}");
 }
 
 #[tokio::test]

@@ -95,11 +95,10 @@ pub enum BackendError {
     /// The connection failed or broke.
     #[error("the model server could not be reached")]
     Unreachable,
-    /// The server's TLS certificate did not check out against the roots peergate trusts.
-    #[error(
-        "the model server's TLS certificate was not accepted (it must chain to the system's roots or the policy's CA file)"
-    )]
-    Certificate,
+    /// The server's TLS certificate did not check out: expired, for another host, from an
+    /// issuer neither the system's roots nor the policy's CA file hold.
+    #[error("the model server's TLS certificate was not accepted: {0}")]
+    Certificate(crate::net::tls::CertificateProblem),
     /// The server answered with a non-success HTTP status.
     #[error("the model server answered with HTTP status {0}")]
     Status(u16),
@@ -336,23 +335,8 @@ pub(crate) fn classify(error: &reqwest::Error) -> BackendError {
     if error.is_timeout() {
         return BackendError::Timeout;
     }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(inner) = source {
-        if let Some(tls) = inner.downcast_ref::<rustls::Error>()
-            && matches!(
-                tls,
-                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
-            )
-        {
-            return BackendError::Certificate;
-        }
-        // rustls reports through io::Errors, whose `source` skips the error they wrap.
-        source = match inner.downcast_ref::<std::io::Error>() {
-            Some(io) => io
-                .get_ref()
-                .map(|e| e as &(dyn std::error::Error + 'static)),
-            None => inner.source(),
-        };
+    if let Some(problem) = crate::net::tls::certificate_problem(error) {
+        return BackendError::Certificate(problem);
     }
     BackendError::Unreachable
 }

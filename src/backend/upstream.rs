@@ -596,13 +596,13 @@ fn upstream(setting: &'static str, reason: impl Into<String>) -> BackendSetupErr
 }
 
 /// Why the card could not be fetched, in words for the operator.
-fn unreachable_reason(error: &reqwest::Error) -> &'static str {
+fn unreachable_reason(error: &reqwest::Error) -> String {
     match classify(error) {
-        BackendError::Timeout => "no answer within 10 s",
-        BackendError::Certificate => {
-            "its TLS certificate was not accepted (the system's roots and model.a2a.ca_file)"
-        }
-        _ => "the connection failed",
+        BackendError::Timeout => "no answer within 10 s".to_owned(),
+        BackendError::Certificate(problem) => format!(
+            "its TLS certificate was not accepted: {problem} (trusted: the system's roots and model.a2a.ca_file)"
+        ),
+        _ => "the connection failed".to_owned(),
     }
 }
 
@@ -614,11 +614,11 @@ async fn read_card(client: &reqwest::Client, url: &str) -> Result<String, Backen
         .await
         .map_err(|e| match classify(&e) {
             // A certificate is a setting to fix, not an agent still starting.
-            BackendError::Certificate => upstream(
+            BackendError::Certificate(_) => upstream(
                 "model.a2a.url",
                 format!("its card could not be read ({})", unreachable_reason(&e)),
             ),
-            _ => BackendSetupError::NotUp(unreachable_reason(&e).to_owned()),
+            _ => BackendSetupError::NotUp(unreachable_reason(&e)),
         })?;
     if response.status().is_server_error() {
         return Err(BackendSetupError::NotUp(format!(

@@ -28,6 +28,9 @@ pub async fn read_bounded(
 /// The innermost reason in an error's chain (a resolver's refusal, a refused connection):
 /// the part an operator can act on.
 pub fn innermost_reason(error: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(problem) = crate::net::tls::certificate_problem(error) {
+        return format!("the TLS certificate was not accepted: {problem}");
+    }
     let mut reason = error.to_string();
     let mut source = error.source();
     while let Some(inner) = source {

@@ -41,6 +41,73 @@ pub enum TlsSetupError {
     Config(String),
 }
 
+/// Why a server's certificate was refused, in words an operator can act on: an expired
+/// certificate, one for another host and one from an unknown issuer are three different fixes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertificateProblem {
+    /// Past its `notAfter`.
+    #[error("it has expired")]
+    Expired,
+    /// Before its `notBefore` (or this machine's clock is behind).
+    #[error("it is not valid yet (or this machine's clock is wrong)")]
+    NotValidYet,
+    /// It does not name the host that was dialled.
+    #[error("it is not valid for the host name dialled")]
+    WrongHost,
+    /// It does not chain to a trusted root.
+    #[error("its issuer is not trusted (it chains to neither the system's roots nor the CA file)")]
+    UnknownIssuer,
+    /// Its issuer revoked it.
+    #[error("it has been revoked")]
+    Revoked,
+    /// The server sent none.
+    #[error("the server presented none")]
+    Absent,
+    /// Anything else: a bad signature, an unsupported algorithm, a wrong usage.
+    #[error("it is malformed, badly signed or not for this use")]
+    Other,
+}
+
+/// The certificate problem behind a failed connection, if a refused certificate is what
+/// failed it. Walks the error's chain, through the `io::Error`s rustls reports by.
+pub fn certificate_problem(
+    error: &(dyn std::error::Error + 'static),
+) -> Option<CertificateProblem> {
+    use rustls::CertificateError as E;
+    let mut source = Some(error);
+    while let Some(inner) = source {
+        match inner.downcast_ref::<rustls::Error>() {
+            Some(rustls::Error::InvalidCertificate(why)) => {
+                return Some(match why {
+                    E::Expired | E::ExpiredContext { .. } => CertificateProblem::Expired,
+                    E::NotValidYet | E::NotValidYetContext { .. } => {
+                        CertificateProblem::NotValidYet
+                    }
+                    E::NotValidForName | E::NotValidForNameContext { .. } => {
+                        CertificateProblem::WrongHost
+                    }
+                    E::UnknownIssuer => CertificateProblem::UnknownIssuer,
+                    E::Revoked => CertificateProblem::Revoked,
+                    _ => CertificateProblem::Other,
+                });
+            }
+            Some(rustls::Error::NoCertificatesPresented) => {
+                return Some(CertificateProblem::Absent);
+            }
+            _ => {}
+        }
+        // rustls reports through io::Errors, whose `source` skips the error they wrap.
+        source = match inner.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
+            None => inner.source(),
+        };
+    }
+    None
+}
+
 /// The system's root certificates, read once.
 fn system_roots() -> &'static [CertificateDer<'static>] {
     static ROOTS: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
@@ -145,6 +212,27 @@ fn pem_reason(error: &rustls::pki_types::pem::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_certificate_is_named_by_its_reason_through_the_io_error() {
+        use rustls::CertificateError as E;
+        for (why, problem) in [
+            (E::Expired, CertificateProblem::Expired),
+            (E::NotValidForName, CertificateProblem::WrongHost),
+            (E::UnknownIssuer, CertificateProblem::UnknownIssuer),
+            (E::NotValidYet, CertificateProblem::NotValidYet),
+            (E::Revoked, CertificateProblem::Revoked),
+            (E::BadSignature, CertificateProblem::Other),
+        ] {
+            let io = std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                rustls::Error::InvalidCertificate(why),
+            );
+            assert_eq!(certificate_problem(&io), Some(problem));
+        }
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(certificate_problem(&refused), None);
+    }
 
     #[test]
     fn building_clients_installs_no_process_wide_provider() {

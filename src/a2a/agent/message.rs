@@ -126,7 +126,7 @@ pub(super) fn preface(peer_name: &str) -> String {
 pub(super) fn failure_text(what: &str, error: &BackendError) -> String {
     match error {
         // Not an error of the backend's: it was never asked.
-        BackendError::Unreachable | BackendError::Certificate => {
+        BackendError::Unreachable | BackendError::Certificate(_) => {
             format!("The {what} behind this gateway could not be reached. Please retry later.")
         }
         BackendError::Timeout => format!(
