@@ -69,8 +69,20 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("peergate: {}", e.message);
+            eprintln!("peergate: {}", bounded(&e.message));
             ExitCode::from(e.exit_code)
         }
+    }
+}
+
+/// The longest failure line printed: a message that quotes what it was given (a card, a key
+/// set, an answer) stays readable, and a hostile document cannot fill a terminal or a log.
+const MAX_ERROR_CHARS: usize = 2000;
+
+/// `message` cut to [`MAX_ERROR_CHARS`] characters, marked when cut.
+fn bounded(message: &str) -> std::borrow::Cow<'_, str> {
+    match message.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((cut, _)) => format!("{}… (cut)", &message[..cut]).into(),
+        None => message.into(),
     }
 }

@@ -109,6 +109,48 @@ async fn an_hs256_card_verifies_with_the_secret_and_fails_with_another() {
     gw.stop().await;
 }
 
+#[test]
+fn a_hostile_cards_header_names_do_not_make_a_long_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = format!("k={}", b64(&[9u8; 32]));
+    // A megabyte kid, then a thousand signatures that each fail with a reason of their own.
+    let long = b64(json!({"alg": "HS256", "kid": "k".repeat(1 << 20)})
+        .to_string()
+        .as_bytes());
+    let many: Vec<Value> = (0..1000)
+        .map(|i| {
+            let header = json!({"alg": "HS256", "kid": format!("other-{i}")}).to_string();
+            json!({"protected": b64(header.as_bytes()), "signature": "AA"})
+        })
+        .collect();
+    for signatures in [json!([{"protected": long, "signature": "AA"}]), json!(many)] {
+        let file = dir.path().join("card.json");
+        std::fs::write(
+            &file,
+            json!({"name": "x", "signatures": signatures}).to_string(),
+        )
+        .unwrap();
+        let (code, _, stderr) = cli(&[
+            "card",
+            "verify",
+            file.to_str().unwrap(),
+            "--secret",
+            &secret,
+        ]);
+        assert_ne!(code, 0);
+        assert!(
+            stderr.starts_with("peergate: card not verified"),
+            "{stderr:.300}"
+        );
+        assert!(
+            stderr.len() < 2200,
+            "{} bytes: {:.300}",
+            stderr.len(),
+            stderr
+        );
+    }
+}
+
 /// A card signed by a known Ed25519 key, the key as JWKS, and the protected header it used.
 fn signed_card() -> (Value, ed25519_dalek::SigningKey, String) {
     let key = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);

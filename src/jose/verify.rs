@@ -518,6 +518,9 @@ pub fn verify_compact(compact: &str, keys: &TrustedKeys) -> Result<Verified, Str
     verify_entry(&entry, &[payload.as_str()], keys)
 }
 
+/// The longest `alg` or `kid` a signature's header may hold.
+const MAX_HEADER_NAME: usize = 256;
+
 fn verify_entry(entry: &Value, payloads: &[&str], keys: &TrustedKeys) -> Result<Verified, String> {
     let protected = entry
         .get("protected")
@@ -567,6 +570,12 @@ fn verify_entry(entry: &Value, payloads: &[&str], keys: &TrustedKeys) -> Result<
         .get("kid")
         .and_then(Value::as_str)
         .ok_or("no \"kid\"")?;
+    // Both are echoed in the reasons below, which an operator reads on one line.
+    if alg.len() > MAX_HEADER_NAME || kid.len() > MAX_HEADER_NAME {
+        return Err(format!(
+            "\"alg\" or \"kid\" is longer than {MAX_HEADER_NAME} bytes"
+        ));
+    }
     let key = keys
         .by_kid(kid)
         .ok_or_else(|| format!("no key supplied for kid {kid:?}"))?;
