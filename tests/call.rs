@@ -43,7 +43,12 @@ impl Served {
     /// `peergate call BASE TEXT --token TOKEN` with `extra` (and no keys unless given).
     fn call_with(&self, text: &str, extra: &[&str]) -> (i32, String, String) {
         let base = self.base();
-        let mut args = vec!["call", base.as_str(), text];
+        let mut args = vec![
+            "call",
+            base.as_str(),
+            text,
+            "--dangerous-allow-http-loopback",
+        ];
         if !extra
             .iter()
             .any(|a| a.starts_with("--token") || *a == "--basic" || *a == "--api-key")
@@ -175,7 +180,14 @@ fn streaming_basic_and_api_key_calls() {
     let (base, jwks) = (served.base(), served.jwks());
     let (code, stdout, stderr) = cli_with_stdin(
         &[
-            "call", &base, "by basic", "--jwks", &jwks, "--basic", "caller",
+            "call",
+            &base,
+            "by basic",
+            "--jwks",
+            &jwks,
+            "--basic",
+            "caller",
+            "--dangerous-allow-http-loopback",
         ],
         "a long enough password\n",
     );
@@ -190,21 +202,47 @@ fn streaming_basic_and_api_key_calls() {
 }
 
 #[test]
-fn plain_http_to_another_host_is_refused_before_anything_is_sent() {
-    let (code, _, stderr) = cli(&[
-        "call",
-        "http://192.0.2.1:8080",
-        "hi",
-        "--token",
-        "secret-token",
-        "--insecure-unsigned",
-    ]);
+fn plain_http_and_private_addresses_are_refused_before_anything_is_sent() {
+    let call = |url: &str, extra: &[&str]| {
+        let mut args = vec![
+            "call",
+            url,
+            "hi",
+            "--token",
+            "secret-token",
+            "--insecure-unsigned",
+        ];
+        args.extend_from_slice(extra);
+        cli(&args)
+    };
+    for (url, extra, why) in [
+        // Plain http: only to loopback, and only under the dangerous switch.
+        ("http://127.0.0.1:9", &[][..], "only https is fetched"),
+        (
+            "http://192.0.2.1:8080",
+            &["--dangerous-allow-http-loopback"][..],
+            "http is allowed only to loopback",
+        ),
+        // The address guard `card verify` uses: no private, link-local or metadata address
+        // unless the caller says the agent is on their own network.
+        ("https://10.0.0.7", &[][..], "not a public one"),
+        (
+            "https://169.254.169.254",
+            &["--allow-private-network"][..],
+            "link-local",
+        ),
+        ("https://127.0.0.1:9", &[][..], "not a public one"),
+    ] {
+        let (code, _, stderr) = call(url, extra);
+        assert_eq!(code, 1, "{url}: {stderr}");
+        assert!(stderr.contains(why), "{url}: {stderr}");
+        assert!(!stderr.contains("secret-token"));
+    }
+    // With the switch, https on the private network is dialled (nothing listens on port 9 of
+    // loopback, which the private side includes): refused by the network, not by the guard.
+    let (code, _, stderr) = call("https://127.0.0.1:9", &["--allow-private-network"]);
     assert_eq!(code, 1, "{stderr}");
-    assert!(
-        stderr.contains("plain http is used only to loopback"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains("secret-token"));
+    assert!(!stderr.contains("not a public one"), "{stderr}");
 }
 
 #[test]
@@ -213,7 +251,15 @@ fn a_call_to_the_official_python_sdk_server() {
     let keys = |name: &str| repo_root().join("tests/data/upstream").join(name);
     let (jwks, other) = (keys("signing.jwks.json"), keys("other.jwks.json"));
     let call_as = |jwks: &std::path::Path, token: &str, text: &str, extra: &[&str]| {
-        let mut args = vec!["call", agent.url.as_str(), text, "--token", token, "--jwks"];
+        let mut args = vec![
+            "call",
+            agent.url.as_str(),
+            text,
+            "--dangerous-allow-http-loopback",
+            "--token",
+            token,
+            "--jwks",
+        ];
         args.push(jwks.to_str().unwrap());
         args.extend_from_slice(extra);
         cli(&args)
@@ -284,4 +330,86 @@ fn the_credential_goes_only_to_the_origin_whose_card_was_verified() {
         stderr.contains("cannot reach http://localhost:1/"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn a_key_set_kept_by_one_call_verifies_the_next_while_the_key_server_is_down() {
+    let served = serve(PolicyEdit::default());
+    // The gateway's key set, served from a key server of its own that can go away.
+    let jwks = reqwest::get(served.jwks())
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(move || {
+            let jwks = jwks.clone();
+            async move { jwks }
+        }),
+    );
+    let key_server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let call = |cache: &std::path::Path| {
+        let (base, token, url, cache) = (
+            served.base(),
+            served.token.clone(),
+            url.clone(),
+            cache.to_owned(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(bin())
+                .args([
+                    "call",
+                    &base,
+                    "kept keys",
+                    "--token",
+                    &token,
+                    "--jwks",
+                    &url,
+                ])
+                .arg("--dangerous-allow-http-loopback")
+                .env("XDG_CACHE_HOME", &cache)
+                .output()
+                .unwrap();
+            (
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        })
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let (code, stderr) = call(cache.path()).await.unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    // Kept for the next run, readable by its owner only, naming the URL it came from.
+    let kept: Vec<_> = std::fs::read_dir(cache.path().join("peergate"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("jwks-")
+        })
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&kept[0]).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let file: Value = serde_json::from_slice(&std::fs::read(&kept[0]).unwrap()).unwrap();
+    assert_eq!(file["url"], url.as_str());
+
+    key_server.abort();
+    let _ = key_server.await;
+    assert!(reqwest::get(&url).await.is_err(), "the key server is down");
+    let (code, stderr) = call(cache.path()).await.unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("card verified: kid ed-"), "{stderr}");
+    // Without what the first run kept, the card cannot be verified.
+    let empty = tempfile::tempdir().unwrap();
+    let (code, stderr) = call(empty.path()).await.unwrap();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("cannot fetch"), "{stderr}");
 }

@@ -542,6 +542,7 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
                     "hello by client credentials",
                     "--jwks",
                     &jwks_url,
+                    "--dangerous-allow-http-loopback",
                 ])
                 .args([
                     "--client-id",

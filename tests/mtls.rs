@@ -145,6 +145,7 @@ async fn a_verified_certificate_opens_the_door_for_the_peer_bound_to_it() {
         "call",
         base.as_str(),
         "hello over mutual TLS",
+        "--dangerous-allow-http-loopback",
         "--jwks",
         jwks.as_str(),
         "--ca",

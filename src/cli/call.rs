@@ -4,13 +4,20 @@
 //! What the design rules out:
 //! * a forged or altered card steering the credential elsewhere: without a verified signature
 //!   (`--insecure-unsigned`), the interface must be on the card's own origin;
-//! * the credential crossing a network in clear: `http://` is used only to loopback;
+//! * the credential crossing a network in clear: `http://` is used only to loopback, and only
+//!   under `--dangerous-allow-http-loopback`;
+//! * the caller's machine being used against its own network: every URL (the card, its key
+//!   sets, the token endpoint, the agent) goes through one guarded client
+//!   ([`crate::jose::fetch::Fetcher`]), shared with `peergate card verify`, which refuses
+//!   private, link-local and metadata addresses unless `--allow-private-network`;
 //! * the credential leaving through a redirect: none is followed;
 //! * a hostile agent exhausting memory: every body read is bounded.
 
 use super::CliError;
 use super::exit_status::*;
-use crate::jose::verify::{TrustedKeys, VerifyError, verify_card};
+use super::fetching::{CardKeys, ReachArgs};
+use crate::jose::fetch::Fetcher;
+use crate::jose::verify::VerifyError;
 use crate::net::event_stream::ServerSentEvents;
 use clap::Args;
 use serde_json::{Value, json};
@@ -18,8 +25,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Largest card or key set read.
-const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
 /// Largest answer read.
 const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
@@ -51,7 +56,9 @@ pub(super) struct CallArgs {
     /// Print the whole JSON-RPC result instead of the answer's text.
     #[arg(long)]
     json: bool,
-    /// A JWKS that verifies the card: a file or a URL (repeatable).
+    /// A JWKS that verifies the card: a file or a URL (repeatable). A URL's set is kept
+    /// (under $XDG_CACHE_HOME/peergate) and used for 10 minutes without asking again; when the
+    /// key server fails, the last good set is used for up to a day.
     #[arg(long = "jwks", value_name = "FILE|URL")]
     jwks: Vec<String>,
     /// An HS256 key that verifies the card, as KID=BASE64URL (repeatable).
@@ -90,16 +97,27 @@ pub(super) struct CallArgs {
     /// How long to wait for the answer, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     timeout: u64,
+    #[command(flatten)]
+    reach: ReachArgs,
 }
 
 pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
-    let client = client(&args)?;
+    let fetcher = fetcher(&args)?;
     let card_url = card_url(&args.url)?;
-    let card_text = fetch_document(&client, &card_url, "the card").await?;
-    let card = check_card(&client, &args, &card_text).await?;
-    let (interface, verified) = card;
+    let card_text = fetcher
+        .text(&card_url)
+        .await
+        .map_err(|e| exit(EXIT_OTHER, format!("cannot read the card: {e}")))?;
+    let keys = CardKeys::new(&args.secrets, &args.jwks, fetcher.clone());
+    let (interface, verified) = check_card(&keys, &args, &card_text).await?;
     let endpoint = endpoint(&interface, &card_url, verified, args.allow_other_origin)?;
-    let credential = credential(&args, &interface.card, &client, verified).await?;
+    let client = fetcher.client_for(&endpoint).map_err(|why| {
+        exit(
+            EXIT_OTHER,
+            format!("the card's interface {endpoint}: {why}"),
+        )
+    })?;
+    let credential = credential(&args, &interface.card, &fetcher, verified).await?;
 
     let mut message = json!({
         "messageId": uuid::Uuid::new_v4().to_string(),
@@ -120,7 +138,7 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
     let request = json!({"jsonrpc": "2.0", "id": 1, "method": method,
         "params": {"message": message}});
     let mut call = client
-        .post(endpoint.as_str())
+        .post(endpoint.clone())
         .header("A2A-Version", "1.0")
         .header("Content-Type", "application/json")
         .timeout(Duration::from_secs(args.timeout))
@@ -170,26 +188,11 @@ struct Interface {
 /// Parses and verifies the card; returns the JSON-RPC interface and whether a signature
 /// verified.
 async fn check_card(
-    client: &reqwest::Client,
+    keys: &CardKeys,
     args: &CallArgs,
     card_text: &str,
 ) -> Result<(Interface, bool), CliError> {
-    let mut keys = TrustedKeys::new();
-    for secret in &args.secrets {
-        keys.add_secret_arg(secret)
-            .map_err(|e| exit(EXIT_OTHER, e.to_string()))?;
-    }
-    for source in &args.jwks {
-        let text = if source.starts_with("https://") || source.starts_with("http://") {
-            fetch_document(client, source, "the JWKS").await?
-        } else {
-            std::fs::read_to_string(source)
-                .map_err(|e| exit(EXIT_OTHER, format!("cannot read {source}: {}", e.kind())))?
-        };
-        keys.add_jwks(&text)
-            .map_err(|e| exit(EXIT_OTHER, e.to_string()))?;
-    }
-    let verified = if keys.is_empty() {
+    let verified = if keys.none_named() {
         if !args.insecure_unsigned {
             return Err(exit(
                 EXIT_CARD_NOT_VERIFIED,
@@ -199,7 +202,7 @@ async fn check_card(
         eprintln!("warning: the card was not verified (--insecure-unsigned)");
         false
     } else {
-        match verify_card(card_text, &keys) {
+        match keys.verify(card_text).await? {
             Ok(verified) => {
                 eprintln!(
                     "card verified: kid {} ({})",
@@ -251,7 +254,12 @@ fn jsonrpc_url(card: &Value) -> Option<String> {
 fn card_url(given: &str) -> Result<String, CliError> {
     let url = reqwest::Url::parse(given)
         .map_err(|_| exit(EXIT_OTHER, format!("{given:?} is not a URL")))?;
-    allowed(&url)?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(exit(
+            EXIT_OTHER,
+            "credentials in a URL are refused: use --token, --basic or --api-key",
+        ));
+    }
     if url.path().ends_with(".json") {
         Ok(url.to_string())
     } else {
@@ -259,35 +267,6 @@ fn card_url(given: &str) -> Result<String, CliError> {
             "{}/.well-known/agent-card.json",
             url.as_str().trim_end_matches('/')
         ))
-    }
-}
-
-/// `https`, or `http` to loopback; never credentials in the URL.
-fn allowed(url: &reqwest::Url) -> Result<(), CliError> {
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(exit(
-            EXIT_OTHER,
-            "credentials in a URL are refused: use --token, --basic or --api-key",
-        ));
-    }
-    let host = url.host_str().unwrap_or_default();
-    let loopback = host == "localhost"
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    match url.scheme() {
-        "https" => Ok(()),
-        "http" if loopback => Ok(()),
-        "http" => Err(exit(
-            EXIT_OTHER,
-            format!("plain http is used only to loopback; use https for {host}"),
-        )),
-        other => Err(exit(
-            EXIT_OTHER,
-            format!("the scheme {other:?} is not used"),
-        )),
     }
 }
 
@@ -299,10 +278,9 @@ fn endpoint(
     card_url: &str,
     verified: bool,
     allow_other_origin: bool,
-) -> Result<String, CliError> {
+) -> Result<reqwest::Url, CliError> {
     let url = reqwest::Url::parse(&interface.url)
         .map_err(|_| exit(EXIT_OTHER, "the card's JSON-RPC interface URL is not a URL"))?;
-    allowed(&url)?;
     let card = reqwest::Url::parse(card_url).map_err(|_| exit(EXIT_OTHER, "not a URL"))?;
     if !verified && url.origin() != card.origin() {
         return Err(exit(
@@ -322,7 +300,7 @@ fn endpoint(
             ),
         ));
     }
-    Ok(url.to_string())
+    Ok(url)
 }
 
 enum Credential {
@@ -335,12 +313,12 @@ enum Credential {
 async fn credential(
     args: &CallArgs,
     card: &Value,
-    client: &reqwest::Client,
+    fetcher: &Fetcher,
     verified: bool,
 ) -> Result<Credential, CliError> {
     if let Some(client_id) = &args.client_id {
         let token = super::client_credentials::access_token(
-            client,
+            fetcher,
             super::client_credentials::Request {
                 client_id,
                 secret_env: args.client_secret_env.as_deref(),
@@ -385,7 +363,9 @@ async fn credential(
     Ok(Credential::None)
 }
 
-fn client(args: &CallArgs) -> Result<reqwest::Client, CliError> {
+/// The command's one guarded client: the caller's roots and client certificate, the reach the
+/// flags allow.
+fn fetcher(args: &CallArgs) -> Result<Fetcher, CliError> {
     let identity = args.cert.as_deref().zip(args.key.as_deref());
     let tls = crate::net::tls::client_config_presenting(
         args.ca_file.as_deref(),
@@ -393,44 +373,7 @@ fn client(args: &CallArgs) -> Result<reqwest::Client, CliError> {
         false,
         identity,
     )?;
-    crate::net::tls::client_builder(&tls)
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| exit(EXIT_OTHER, format!("cannot build the HTTP client: {e}")))
-}
-
-async fn fetch_document(
-    client: &reqwest::Client,
-    url: &str,
-    what: &str,
-) -> Result<String, CliError> {
-    let parsed =
-        reqwest::Url::parse(url).map_err(|_| exit(EXIT_OTHER, format!("{url:?} is not a URL")))?;
-    allowed(&parsed)?;
-    let response = client
-        .get(parsed)
-        .timeout(Duration::from_secs(20))
-        .send()
-        .await
-        .map_err(|e| {
-            exit(
-                EXIT_OTHER,
-                format!("cannot read {what} at {url}: {}", reason(&e)),
-            )
-        })?;
-    if response.status() != reqwest::StatusCode::OK {
-        return Err(exit(
-            EXIT_OTHER,
-            format!(
-                "cannot read {what} at {url}: HTTP status {}",
-                response.status().as_u16()
-            ),
-        ));
-    }
-    let body = read_bounded(response, MAX_DOCUMENT_BYTES).await?;
-    String::from_utf8(body).map_err(|_| exit(EXIT_OTHER, format!("{what} is not UTF-8")))
+    args.reach.fetcher(&tls)
 }
 
 async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, CliError> {
@@ -771,12 +714,8 @@ mod tests {
     }
 
     #[test]
-    fn plain_http_goes_to_loopback_only() {
-        assert!(card_url("http://127.0.0.1:8080").is_ok());
-        assert!(card_url("http://[::1]:8080/").is_ok());
-        assert!(card_url("http://localhost:8080").is_ok());
-        let error = card_url("http://agent.example").unwrap_err();
-        assert!(error.message.contains("use https"), "{}", error.message);
+    fn the_card_url_is_the_well_known_path_unless_a_json_file_is_named() {
+        assert!(card_url("https://user:pw@agent.example").is_err());
         assert_eq!(
             card_url("https://agent.example/").unwrap(),
             "https://agent.example/.well-known/agent-card.json"

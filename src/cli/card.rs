@@ -1,6 +1,7 @@
 //! `peergate card …`: checking Agent Cards.
 
-use super::{CliError, read_source};
+use super::CliError;
+use super::fetching::{CardKeys, ReachArgs};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -13,12 +14,12 @@ pub(super) enum CardCommand {
         /// An HS256 key as KID=BASE64URL (at least 32 bytes).
         #[arg(long = "secret", value_name = "KID=BASE64URL")]
         secrets: Vec<String>,
-        /// A JWKS: an https URL or a file.
+        /// A JWKS: an https URL or a file (a URL's set is kept for the next run; see
+        /// `peergate call --help`).
         #[arg(long = "jwks", value_name = "FILE|URL")]
         jwks: Vec<String>,
-        /// DANGEROUS, for tests and local development only: fetch http:// URLs on loopback.
-        #[arg(long)]
-        dangerous_allow_http_loopback: bool,
+        #[command(flatten)]
+        reach: ReachArgs,
     },
 }
 
@@ -28,29 +29,24 @@ pub(super) async fn run(command: CardCommand) -> Result<(), CliError> {
             source,
             secrets,
             jwks,
-            dangerous_allow_http_loopback,
+            reach,
         } => {
-            let policy = crate::jose::fetch::FetchPolicy {
-                dangerous_allow_http_loopback,
-                ..Default::default()
+            let fetcher = reach.fetcher(&crate::net::tls::default_client_config()?)?;
+            let card = if source.starts_with("https://") || source.starts_with("http://") {
+                fetcher.text(&source).await?
+            } else {
+                std::fs::read_to_string(&source)
+                    .map_err(|e| CliError::new(format!("cannot read {source}: {}", e.kind())))?
             };
-            let mut keys = crate::jose::verify::TrustedKeys::new();
-            for secret in &secrets {
-                keys.add_secret_arg(secret)?;
+            let keys = CardKeys::new(&secrets, &jwks, fetcher);
+            if keys.none_named() {
+                return Err(CliError::new(
+                    "no keys: give --secret KID=BASE64URL or --jwks FILE|URL".to_owned(),
+                ));
             }
-            for source in &jwks {
-                keys.add_jwks(&read_source(source, &policy).await?)?;
-            }
-            if keys.is_empty() {
-                return Err(CliError::new(if jwks.is_empty() {
-                    "no keys: give --secret KID=BASE64URL or --jwks FILE|URL".to_owned()
-                } else {
-                    "no keys: the key sets given with --jwks hold no key (an empty \"keys\" array)"
-                        .to_owned()
-                }));
-            }
-            let card = read_source(&source, &policy).await?;
-            let verified = crate::jose::verify::verify_card(&card, &keys)
+            let verified = keys
+                .verify(&card)
+                .await?
                 .map_err(|e| CliError::new(format!("card not verified: {e}")))?;
             println!(
                 "verified: signature by kid {} ({})",

@@ -35,10 +35,14 @@ const MARGIN_SECONDS: u64 = 60;
 
 /// An access token for `request`: a kept one with time left, else a new one.
 pub(super) async fn access_token(
-    client: &reqwest::Client,
+    fetcher: &crate::jose::fetch::Fetcher,
     request: Request<'_>,
 ) -> Result<String, CliError> {
     let token_url = token_url(&request)?;
+    let client = fetcher
+        .client_for(&token_url)
+        .map_err(|why| exit(EXIT_OTHER, format!("the token URL {token_url}: {why}")))?;
+    let token_url = token_url.to_string();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -137,7 +141,7 @@ async fn ask_token_endpoint(
 }
 
 /// The endpoint: the caller's, else the verified card's client-credentials flow's.
-fn token_url(request: &Request<'_>) -> Result<String, CliError> {
+fn token_url(request: &Request<'_>) -> Result<reqwest::Url, CliError> {
     let url = match (request.token_url, request.card) {
         (Some(url), _) => url.to_owned(),
         (None, Some(card)) => card["securitySchemes"]
@@ -161,24 +165,8 @@ fn token_url(request: &Request<'_>) -> Result<String, CliError> {
             ));
         }
     };
-    let parsed =
-        reqwest::Url::parse(&url).map_err(|_| exit(EXIT_OTHER, "the token URL is not a URL"))?;
-    let host = parsed
-        .host_str()
-        .unwrap_or_default()
-        .trim_matches(['[', ']']);
-    let loopback = host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    match parsed.scheme() {
-        "https" => Ok(url),
-        "http" if loopback => Ok(url),
-        _ => Err(exit(
-            EXIT_OTHER,
-            "the token URL must be https (http only to loopback)",
-        )),
-    }
+    // Its scheme and address are the fetcher's to check, as every other URL's.
+    reqwest::Url::parse(&url).map_err(|_| exit(EXIT_OTHER, "the token URL is not a URL"))
 }
 
 /// `application/x-www-form-urlencoded` for one value.
@@ -197,9 +185,6 @@ fn form_encode(value: &str) -> String {
 
 /// Where the token for (endpoint, client, scopes) is kept; `None` without a home directory.
 fn cache_path(token_url: &str, client_id: &str, scope: &str) -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
     let mut hasher = Sha256::new();
     for part in [token_url, client_id, scope] {
         hasher.update(part.as_bytes());
@@ -211,7 +196,7 @@ fn cache_path(token_url: &str, client_id: &str, scope: &str) -> Option<PathBuf> 
         .take(16)
         .map(|b| format!("{b:02x}"))
         .collect();
-    Some(base.join("peergate").join(format!("token-{name}.json")))
+    Some(super::fetching::cache_directory()?.join(format!("token-{name}.json")))
 }
 
 fn read_kept(path: &PathBuf, now: u64) -> Option<String> {

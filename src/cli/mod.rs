@@ -6,6 +6,7 @@ pub mod call;
 mod card;
 mod client_credentials;
 pub mod exit_status;
+mod fetching;
 mod keys;
 mod peer;
 mod policy;
@@ -518,19 +519,6 @@ fn copy_push_key(data: &Path, file: &Path) -> Result<(), CliError> {
         crate::push::seal::GENERATED_KEY_FILE
     );
     Ok(())
-}
-
-/// A document from a URL (fetched under `policy`) or a file.
-async fn read_source(
-    source: &str,
-    policy: &crate::jose::fetch::FetchPolicy,
-) -> Result<String, CliError> {
-    if source.starts_with("https://") || source.starts_with("http://") {
-        Ok(crate::jose::fetch::fetch_text(source, policy).await?)
-    } else {
-        std::fs::read_to_string(source)
-            .map_err(|e| CliError::new(format!("cannot read {source}: {}", e.kind())))
-    }
 }
 
 /// One line from standard input, or a prompt without echo when it is a terminal.

@@ -50,8 +50,11 @@ impl Lookup for SystemLookup {
 /// How documents may be fetched.
 #[derive(Clone)]
 pub struct FetchPolicy {
-    /// DANGEROUS: allow `http://` to loopback addresses (tests, local development).
+    /// DANGEROUS: allow loopback addresses, and `http://` to them (tests, local development).
     pub dangerous_allow_http_loopback: bool,
+    /// Allow `https://` to private-side addresses ([`is_private_side`]): an agent on the
+    /// caller's own network. Plain `http` stays loopback-only.
+    pub allow_private_network: bool,
     /// How long a fetch may take.
     pub timeout: Duration,
     /// The resolver.
@@ -62,6 +65,7 @@ impl Default for FetchPolicy {
     fn default() -> Self {
         Self {
             dangerous_allow_http_loopback: false,
+            allow_private_network: false,
             timeout: Duration::from_secs(5),
             lookup: Arc::new(SystemLookup),
         }
@@ -152,6 +156,9 @@ pub(crate) enum Reach {
     /// The private side only ([`is_private_side`]): plain `http` to a model or an agent that
     /// the operator runs, which must never leave the private network unencrypted.
     PrivateSide,
+    /// Public addresses and the private side (loopback included): `https` from a client the
+    /// caller pointed at an agent on their own network.
+    PublicOrPrivateSide,
 }
 
 impl Reach {
@@ -163,6 +170,7 @@ impl Reach {
             Self::PublicOrLoopback => is_allowed(ip, true),
             Self::Loopback => loopback,
             Self::PrivateSide => is_private_side(ip),
+            Self::PublicOrPrivateSide => is_allowed(ip, false) || is_private_side(ip),
         }
     }
 
@@ -173,6 +181,9 @@ impl Reach {
             }
             Self::PrivateSide => format!(
                 "{host} resolves to no loopback or private address (plain http stays on the private network; use https)"
+            ),
+            Self::PublicOrPrivateSide => format!(
+                "{host} resolves to no public or private-network address (link-local and metadata addresses are refused)"
             ),
             Self::Public | Self::PublicOrLoopback => format!(
                 "{host} resolves to no public address (private, loopback, link-local and metadata addresses are refused)"
@@ -220,83 +231,163 @@ fn shown_url(url: &reqwest::Url) -> String {
 
 /// Fetches a small text document under `policy`.
 pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, FetchError> {
-    let parsed = reqwest::Url::parse(url).map_err(|_| FetchError {
-        url: "<not a URL>".to_owned(),
-        reason: "not a URL".to_owned(),
+    let tls = crate::net::tls::default_client_config().map_err(|e| FetchError {
+        url: "<not fetched>".to_owned(),
+        reason: e.to_string(),
     })?;
-    let shown = shown_url(&parsed);
-    let fail = |reason: String| FetchError {
-        url: shown.clone(),
-        reason,
-    };
-    if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(fail("credentials in the URL are refused".to_owned()));
-    }
-    let host = parsed
-        .host_str()
-        .ok_or_else(|| fail("no host".to_owned()))?;
-    let literal: Option<IpAddr> = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse()
-        .ok();
-    let loopback_http = match parsed.scheme() {
-        "https" => false,
-        "http" if policy.dangerous_allow_http_loopback => true,
-        "http" => {
-            return Err(fail(
-                "only https is fetched; for plain http to this machine's loopback (a local test) add --dangerous-allow-http-loopback"
-                    .to_owned(),
-            ));
-        }
-        other => return Err(fail(format!("scheme {other:?} is not fetched"))),
-    };
-    if let Some(ip) = literal {
-        let allowed = if loopback_http {
-            ip.is_loopback() || ip.to_string() == "::1"
-        } else {
-            is_allowed(ip, false)
+    Fetcher::new(policy.clone(), &tls)
+        .map_err(|reason| FetchError {
+            url: "<not fetched>".to_owned(),
+            reason,
+        })?
+        .text(url)
+        .await
+}
+
+/// The one guarded HTTP client of a command that reads cards and key sets and then calls an
+/// agent (`peergate call`, `peergate card verify`): every URL it is given, whoever named it,
+/// passes the same checks and the same address guard.
+///
+/// * `https`, or `http` to a loopback address only under
+///   [`FetchPolicy::dangerous_allow_http_loopback`], which also lets `https` reach loopback;
+/// * `https` to a private-network address only under [`FetchPolicy::allow_private_network`];
+/// * every address a name resolves to is checked after resolution, by the only resolver the
+///   clients use ([`GuardedResolver`]); an address written in the URL gets the same check;
+/// * no redirects, no proxy, no credentials in a URL.
+#[derive(Clone)]
+pub struct Fetcher {
+    policy: FetchPolicy,
+    /// For `https` URLs.
+    https: reqwest::Client,
+    /// For `http` URLs to loopback, when the policy allows them.
+    loopback_http: Option<reqwest::Client>,
+}
+
+impl Fetcher {
+    /// The clients for `policy`, their TLS `tls` (roots, and a client certificate when the
+    /// caller presents one).
+    pub fn new(policy: FetchPolicy, tls: &Arc<rustls::ClientConfig>) -> Result<Self, String> {
+        let build = |reach: Reach| {
+            crate::net::tls::client_builder(tls)
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .timeout(policy.timeout)
+                .connect_timeout(policy.timeout.min(Duration::from_secs(10)))
+                .dns_resolver(Arc::new(GuardedResolver {
+                    lookup: policy.lookup.clone(),
+                    reach,
+                }))
+                .build()
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))
         };
-        if !allowed {
-            return Err(fail("the address is not a public one".to_owned()));
-        }
-    } else if loopback_http && host != "localhost" {
-        return Err(fail("http is allowed only to loopback".to_owned()));
-    }
-    let resolver = GuardedResolver {
-        lookup: policy.lookup.clone(),
-        reach: if loopback_http {
-            Reach::Loopback
+        let https = build(policy.https_reach())?;
+        let loopback_http = if policy.dangerous_allow_http_loopback {
+            Some(build(Reach::Loopback)?)
         } else {
-            Reach::Public
-        },
-    };
-    let tls = crate::net::tls::default_client_config().map_err(|e| fail(e.to_string()))?;
-    let client = crate::net::tls::client_builder(&tls)
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .timeout(policy.timeout)
-        .dns_resolver(Arc::new(resolver))
-        .build()
-        .map_err(|e| fail(e.to_string()))?;
-    // The resolver's refusal is the useful part of the error chain.
-    let mut response = client
-        .get(parsed)
-        .send()
-        .await
-        .map_err(|e| fail(crate::net::client::innermost_reason(&e)))?;
-    if response.status() != reqwest::StatusCode::OK {
-        return Err(fail(format!("HTTP status {}", response.status().as_u16())));
+            None
+        };
+        Ok(Self {
+            policy,
+            https,
+            loopback_http,
+        })
     }
-    let body = crate::net::client::read_bounded(&mut response, MAX_DOCUMENT_BYTES)
-        .await
-        .map_err(|e| match e {
-            crate::net::client::BodyError::TooLarge => {
-                fail(format!("larger than {MAX_DOCUMENT_BYTES} bytes"))
+
+    /// The client for `url`, after its checks; the reason it may not be used otherwise.
+    pub fn client_for(&self, url: &reqwest::Url) -> Result<&reqwest::Client, String> {
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("credentials in the URL are refused".to_owned());
+        }
+        let host = url.host_str().ok_or("the URL has no host")?;
+        let literal: Option<IpAddr> = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .ok();
+        match url.scheme() {
+            "https" => {
+                let reach = self.policy.https_reach();
+                if let Some(ip) = literal
+                    && !reach.admits(ip)
+                {
+                    return Err(match reach {
+                        Reach::PublicOrLoopback => "the address is neither public nor loopback",
+                        Reach::PublicOrPrivateSide => {
+                            "the address is neither public nor on the private network (link-local and metadata addresses are refused)"
+                        }
+                        _ => "the address is not a public one",
+                    }
+                    .to_owned());
+                }
+                Ok(&self.https)
             }
-            crate::net::client::BodyError::Broken(e) => fail(e.to_string()),
+            "http" => {
+                let Some(client) = &self.loopback_http else {
+                    return Err(
+                        "only https is fetched; for plain http to this machine's loopback (a local test) add --dangerous-allow-http-loopback"
+                            .to_owned(),
+                    );
+                };
+                let loopback = match literal {
+                    Some(ip) => Reach::Loopback.admits(ip),
+                    None => host == "localhost",
+                };
+                if !loopback {
+                    return Err("http is allowed only to loopback".to_owned());
+                }
+                Ok(client)
+            }
+            other => Err(format!("scheme {other:?} is not fetched")),
+        }
+    }
+
+    /// A small text document: status 200, at most [`MAX_DOCUMENT_BYTES`], UTF-8.
+    pub async fn text(&self, url: &str) -> Result<String, FetchError> {
+        let parsed = reqwest::Url::parse(url).map_err(|_| FetchError {
+            url: "<not a URL>".to_owned(),
+            reason: "not a URL".to_owned(),
         })?;
-    String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))
+        let shown = shown_url(&parsed);
+        let fail = |reason: String| FetchError {
+            url: shown.clone(),
+            reason,
+        };
+        let client = self.client_for(&parsed).map_err(&fail)?;
+        // The resolver's refusal is the useful part of the error chain.
+        let mut response = client
+            .get(parsed)
+            .send()
+            .await
+            .map_err(|e| fail(crate::net::client::innermost_reason(&e)))?;
+        if response.status() != reqwest::StatusCode::OK {
+            return Err(fail(format!("HTTP status {}", response.status().as_u16())));
+        }
+        let body = crate::net::client::read_bounded(&mut response, MAX_DOCUMENT_BYTES)
+            .await
+            .map_err(|e| match e {
+                crate::net::client::BodyError::TooLarge => {
+                    fail(format!("larger than {MAX_DOCUMENT_BYTES} bytes"))
+                }
+                crate::net::client::BodyError::Broken(e) => {
+                    fail(crate::net::client::innermost_reason(&e))
+                }
+            })?;
+        String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))
+    }
+}
+
+impl FetchPolicy {
+    /// Which addresses an `https` URL may reach.
+    fn https_reach(&self) -> Reach {
+        match (
+            self.allow_private_network,
+            self.dangerous_allow_http_loopback,
+        ) {
+            (true, _) => Reach::PublicOrPrivateSide,
+            (false, true) => Reach::PublicOrLoopback,
+            (false, false) => Reach::Public,
+        }
+    }
 }
 
 /// Remote JWKS for a long-lived verifier: each URL is fetched once and reused for
@@ -317,6 +408,12 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
 /// [`TrustedKeys::add_issuer_jwks`]: crate::jose::verify::TrustedKeys::add_issuer_jwks
 pub struct JwksCache {
     policy: FetchPolicy,
+    /// The client to fetch with, when the caller brings one (its own roots, a client
+    /// certificate); otherwise each fetch builds one from `policy`.
+    fetcher: Option<Fetcher>,
+    /// Where good sets are kept between runs of a short-lived process (`peergate call`):
+    /// each URL in a file of its own, with the time it was fetched.
+    directory: Option<std::path::PathBuf>,
     /// Whether a set is an identity provider's, which keeps its usable keys and skips the
     /// others ([`TrustedKeys::add_issuer_jwks`]), rather than a card signer's, refused whole
     /// for one bad key.
@@ -347,9 +444,58 @@ impl JwksCache {
     pub fn new(policy: FetchPolicy, clock: Arc<dyn crate::clock::Clock>) -> Self {
         Self {
             policy,
+            fetcher: None,
+            directory: None,
             issuer_keys: false,
             clock,
             entries: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The same cache fetching with `fetcher`.
+    pub fn fetching_with(mut self, fetcher: Fetcher) -> Self {
+        self.fetcher = Some(fetcher);
+        self
+    }
+
+    /// The same cache keeping its good sets in `directory` (made 0700 when missing) between
+    /// runs. A file that cannot be read or written is only a cache miss.
+    pub fn kept_in(mut self, directory: std::path::PathBuf) -> Self {
+        self.directory = Some(directory);
+        self
+    }
+
+    /// The file `url`'s set is kept in.
+    fn kept_file(&self, url: &str) -> Option<std::path::PathBuf> {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(url.as_bytes());
+        let name: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        Some(self.directory.as_ref()?.join(format!("jwks-{name}.json")))
+    }
+
+    /// The set kept for `url` by an earlier run, and when it was fetched.
+    fn read_kept(&self, url: &str) -> Option<(String, crate::clock::Timestamp)> {
+        let kept: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.kept_file(url)?).ok()?).ok()?;
+        // A file for another URL (a collision, or a copy) is not used.
+        if kept["url"] != url {
+            return None;
+        }
+        let at = crate::clock::Timestamp::from_second(kept["fetched_at"].as_i64()?).ok()?;
+        Some((kept["jwks"].as_str()?.to_owned(), at))
+    }
+
+    fn keep(&self, url: &str, text: &str, at: crate::clock::Timestamp) {
+        let Some(file) = self.kept_file(url) else {
+            return;
+        };
+        let kept = serde_json::json!({"url": url, "fetched_at": at.as_second(), "jwks": text});
+        // Written whole under a name of this process's, then renamed over the old one: a run
+        // beside this one reads either set, never half of one.
+        let temporary = file.with_extension(format!("{}.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&temporary);
+        if crate::jose::keys::write_private(&temporary, kept.to_string().as_bytes()).is_ok() {
+            let _ = std::fs::rename(&temporary, &file);
         }
     }
 
@@ -371,6 +517,9 @@ impl JwksCache {
             entries.entry(url.to_owned()).or_default().clone()
         };
         let mut entry = slot.lock().await;
+        if entry.good.is_none() && entry.last_attempt.is_none() {
+            entry.good = self.read_kept(url);
+        }
         let now = self.clock.now();
         let shown = || {
             reqwest::Url::parse(url).map_or_else(|_| "<not a URL>".to_owned(), |u| shown_url(&u))
@@ -401,7 +550,11 @@ impl JwksCache {
                 }),
             };
         }
-        let fetched = fetch_text(url, &self.policy).await.and_then(|text| {
+        let fetched = match &self.fetcher {
+            Some(fetcher) => fetcher.text(url).await,
+            None => fetch_text(url, &self.policy).await,
+        };
+        let fetched = fetched.and_then(|text| {
             let mut keys = crate::jose::verify::TrustedKeys::new();
             let usable = if self.issuer_keys {
                 keys.add_issuer_jwks(&text).map(|_| ())
@@ -415,6 +568,7 @@ impl JwksCache {
         });
         match fetched {
             Ok(text) => {
+                self.keep(url, &text, now);
                 entry.good = Some((text.clone(), now));
                 entry.last_attempt = Some((Ok(()), now));
                 Ok(text)

@@ -21,9 +21,12 @@ pub fn cli(args: &[&str]) -> (i32, String, String) {
 
 /// Runs the CLI in `cwd`.
 pub fn cli_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
+    // Nothing kept by one run (a key set, a token) is read by another test's.
+    let cache = tempfile::tempdir().unwrap();
     let out = Command::new(bin())
         .args(args)
         .current_dir(cwd)
+        .env("XDG_CACHE_HOME", cache.path())
         .stdin(Stdio::null())
         .output()
         .expect("run peergate");

@@ -1,0 +1,130 @@
+//! What `peergate call` and `peergate card verify` share to read cards and key sets: one guarded
+//! client with one address guard and one loopback switch ([`Fetcher`]), and the JWKS cache
+//! kept between runs ([`JwksCache`]), so the two commands cannot disagree about where they may
+//! connect or which keys they trust.
+
+use super::CliError;
+use super::exit_status::{EXIT_OTHER, exit};
+use crate::clock::SystemClock;
+use crate::jose::fetch::{FetchPolicy, Fetcher, JwksCache};
+use crate::jose::verify::{TrustedKeys, Verified, VerifyError, verify_card};
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a command may connect.
+#[derive(Debug, Args)]
+pub(super) struct ReachArgs {
+    /// DANGEROUS, for tests and local development only: reach loopback addresses, and plain
+    /// http:// to them.
+    #[arg(long)]
+    pub dangerous_allow_http_loopback: bool,
+    /// Reach https:// addresses on your own network (RFC 1918, unique local, shared address
+    /// space, loopback): an agent inside your organisation. Link-local and metadata addresses
+    /// stay refused.
+    #[arg(long)]
+    pub allow_private_network: bool,
+}
+
+impl ReachArgs {
+    /// The one client of a command, on `tls` (the roots and any client certificate).
+    pub fn fetcher(&self, tls: &Arc<rustls::ClientConfig>) -> Result<Fetcher, CliError> {
+        let policy = FetchPolicy {
+            dangerous_allow_http_loopback: self.dangerous_allow_http_loopback,
+            allow_private_network: self.allow_private_network,
+            timeout: Duration::from_secs(20),
+            ..Default::default()
+        };
+        Fetcher::new(policy, tls).map_err(|reason| exit(EXIT_OTHER, reason))
+    }
+}
+
+/// Where a command keeps what it learnt for the next run (`$XDG_CACHE_HOME/peergate`, else
+/// `~/.cache/peergate`); `None` without a home directory.
+pub(super) fn cache_directory() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("peergate"))
+}
+
+/// The keys a card is verified with: `--secret`s, and `--jwks` files and URLs, the URLs through
+/// the JWKS cache (a set fetched within [`JwksCache::MAX_AGE`] is not asked for again; when the
+/// key server fails, the last good set stays in use for [`JwksCache::MAX_STALE`]).
+pub(super) struct CardKeys {
+    secrets: Vec<String>,
+    files: Vec<String>,
+    urls: Vec<String>,
+    cache: JwksCache,
+}
+
+impl CardKeys {
+    /// The keys `secrets` and `jwks` (files or URLs) name, URLs fetched with `fetcher`.
+    pub fn new(secrets: &[String], jwks: &[String], fetcher: Fetcher) -> Self {
+        let (urls, files) = jwks
+            .iter()
+            .cloned()
+            .partition(|source| source.starts_with("https://") || source.starts_with("http://"));
+        let mut cache =
+            JwksCache::new(FetchPolicy::default(), Arc::new(SystemClock)).fetching_with(fetcher);
+        if let Some(directory) = cache_directory() {
+            cache = cache.kept_in(directory);
+        }
+        Self {
+            secrets: secrets.to_vec(),
+            files,
+            urls,
+            cache,
+        }
+    }
+
+    /// Whether no key was named at all.
+    pub fn none_named(&self) -> bool {
+        self.secrets.is_empty() && self.files.is_empty() && self.urls.is_empty()
+    }
+
+    async fn load(&self, refetch: bool) -> Result<TrustedKeys, CliError> {
+        let mut keys = TrustedKeys::new();
+        for secret in &self.secrets {
+            keys.add_secret_arg(secret)
+                .map_err(|e| exit(EXIT_OTHER, e.to_string()))?;
+        }
+        for file in &self.files {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| exit(EXIT_OTHER, format!("cannot read {file}: {}", e.kind())))?;
+            keys.add_jwks(&text)
+                .map_err(|e| exit(EXIT_OTHER, format!("{file}: {e}")))?;
+        }
+        for url in &self.urls {
+            let text = self
+                .cache
+                .get(url, refetch)
+                .await
+                .map_err(|e| exit(EXIT_OTHER, e.to_string()))?;
+            keys.add_jwks(&text)
+                .map_err(|e| exit(EXIT_OTHER, e.to_string()))?;
+        }
+        Ok(keys)
+    }
+
+    /// Verifies `card_text`: the outer error is a key that could not be read, the inner one
+    /// the verification's. When the card fails against key sets from the cache, they are
+    /// fetched again (at most once per [`JwksCache::COOLDOWN`]) and the card checked once
+    /// more: the signer may have rotated to a key the kept set does not hold yet.
+    pub async fn verify(&self, card_text: &str) -> Result<Result<Verified, VerifyError>, CliError> {
+        let keys = self.load(false).await?;
+        if keys.is_empty() {
+            return Err(exit(
+                EXIT_OTHER,
+                "no keys: the key sets given with --jwks hold no key (an empty \"keys\" array)",
+            ));
+        }
+        Ok(match verify_card(card_text, &keys) {
+            Err(VerifyError::NoValidSignature(_)) if !self.urls.is_empty() => {
+                verify_card(card_text, &self.load(true).await?)
+            }
+            outcome => outcome,
+        })
+    }
+}
