@@ -214,6 +214,96 @@ async fn a_spent_budget_rejects_tasks_without_asking_the_model_until_the_day_ren
 }
 
 #[tokio::test]
+async fn a_peers_own_budget_stops_that_peer_only_and_counts_what_it_spent_before() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let (gw, ada, _) = gateway_with_admins(model.policy(5)).await;
+    let (small, other) = (
+        ada.create_peer("small-partner").await,
+        ada.create_peer("other-partner").await,
+    );
+    // Each answer reports 18 tokens. small-partner spends 36 before it has a budget of its own;
+    // the 30 it is then given are spent already: what it spent today is read from the store.
+    for _ in 0..2 {
+        let response = send_text(&gw.door, &small, "hello", None).await;
+        assert_eq!(task_state(&response), "TASK_STATE_COMPLETED", "{response}");
+    }
+    let (status, peer) = ada
+        .put(
+            "/v1/peers/small-partner/budget",
+            json!({"tokensPerDay": 30}),
+        )
+        .await;
+    assert_eq!(status, 200, "{peer}");
+    assert_eq!(peer["tokensPerDay"], 30);
+    let asked = model.requests().len();
+    let rejected = send_text(&gw.door, &small, "one more", None).await;
+    assert_eq!(task_state(&rejected), "TASK_STATE_REJECTED", "{rejected}");
+    let why = reply_text(task_of(&rejected));
+    assert!(
+        why.contains("This peer's daily model budget of 30 tokens is spent"),
+        "{why}"
+    );
+    assert_eq!(model.requests().len(), asked, "the model was not asked");
+    let refusal = find_record(
+        &ada.audit().await,
+        "peer.refused_by_quota",
+        "peer:small-partner",
+    )
+    .clone();
+    assert_eq!(refusal["outcome"], "refused: peer_daily_budget_spent");
+    // The owner's other peer, and the owner's budget, are untouched.
+    let response = send_text(&gw.door, &other, "hello", None).await;
+    assert_eq!(task_state(&response), "TASK_STATE_COMPLETED", "{response}");
+
+    // A budget counts what the peer spends from then on: 100 allows 64 more tokens.
+    let (status, _) = ada
+        .put(
+            "/v1/peers/small-partner/budget",
+            json!({"tokensPerDay": 100}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let mut answered = 0;
+    while task_state(&send_text(&gw.door, &small, "again", None).await) == "TASK_STATE_COMPLETED" {
+        answered += 1;
+        assert!(answered < 10, "the budget never ran out");
+    }
+    assert_eq!(answered, 4, "36 + 4 x 18 = 108 >= 100");
+
+    // Not zero, not missing; null leaves it only its owner's (the operator's command line too).
+    for wrong in [json!({"tokensPerDay": 0}), json!({})] {
+        let (status, body) = ada
+            .put("/v1/peers/small-partner/budget", wrong.clone())
+            .await;
+        assert_eq!(status, 400, "{wrong}: {body}");
+    }
+    let (code, _, stderr) = gw.cli(&[
+        "peer",
+        "budget",
+        "small-partner",
+        "--tokens-per-day",
+        "none",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    gw.clock.advance(Duration::from_secs(3));
+    let response = send_text(&gw.door, &small, "free again", None).await;
+    assert_eq!(task_state(&response), "TASK_STATE_COMPLETED", "{response}");
+    let (_, peer) = ada.get("/v1/peers/small-partner").await;
+    assert_eq!(peer["tokensPerDay"], Value::Null);
+    let (code, _, stderr) = gw.cli(&["peer", "budget", "small-partner", "--tokens-per-day", "40"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_, list, _) = gw.cli(&["peer", "list"]);
+    assert!(list.contains("  budget: 40 tokens a day"), "{list}");
+    assert!(
+        ada.audit().await.iter().any(|r| r["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("tokens per day 30 -> 100"))),
+        "the change is audited"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn a_monthly_budget_outlasts_the_day_and_renews_with_the_month() {
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let (gw, ada, _) = gateway_with_admins(model.policy(5)).await;
@@ -849,7 +939,7 @@ async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 22, "{document:#}");
+    assert_eq!(operations, 23, "{document:#}");
     gw.stop().await;
 }
 

@@ -1096,10 +1096,12 @@ fn mistakes_are_told_with_what_to_do_instead() {
     // A key set that holds no key is not "give --jwks" when --jwks was given.
     let empty = dir.path().join("empty.json");
     std::fs::write(&empty, r#"{"keys":[]}"#).unwrap();
+    let card = dir.path().join("card.json");
+    std::fs::write(&card, r#"{"name":"a card"}"#).unwrap();
     let (code, _, err) = cli(&[
         "card",
         "verify",
-        "card.json",
+        card.to_str().unwrap(),
         "--jwks",
         empty.to_str().unwrap(),
     ]);

@@ -69,6 +69,7 @@ fn peer(id: &str, name: &str, owner: &str) -> PeerRecord {
         status: PeerStatus::Active,
         rate_per_minute: 30,
         max_streams: Some(12),
+        tokens_per_day: Some(700),
         created_at: at(2),
         last_used_at: None,
         owner_id: owner.into(),
@@ -138,6 +139,9 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
             (peers[0].owner_name.as_str(), peers[0].status),
             ("ada", PeerStatus::Active)
         );
+        assert_eq!(peers[0].tokens_per_day, Some(700), "{engine}");
+        let budget = store.usage().peer_tokens_per_day(&peers[0].id).await;
+        assert_eq!(budget.unwrap(), Some(700), "{engine}");
         let parsed = token::parse(CredentialKind::PeerToken, &issued.token).unwrap();
         let found = store
             .credentials()
@@ -253,6 +257,14 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             80,
             "{engine}"
         );
+        for (peer, spent) in [("peer_1", 80), ("peer_2", 0)] {
+            let tokens = store
+                .usage()
+                .peer_tokens_spent(&peer.into(), "2026-11-30")
+                .await
+                .unwrap();
+            assert_eq!(tokens, spent, "{engine}: {peer}");
+        }
         let by_peer = store
             .usage()
             .usage_by_peer("adm_1", "2026-11-30")

@@ -1,10 +1,12 @@
-//! Model budgets: each administrator's switch and token allowance, checked before the model is
-//! asked.
+//! Model budgets: each administrator's switch and token allowance, and a peer's own daily
+//! allowance, checked before the model is asked.
 //!
 //! A peer's turn runs as its owning administrator. Before the backend is called, [`Budgets`]
 //! answers whether that administrator may use the model now: not disabled, the model allowed,
 //! and the tokens spent this UTC day (and, when a monthly budget is set, this UTC month) below
-//! the budget. Spending is counted from the usage the backend reports.
+//! the budget; and, when the peer has a daily budget of its own, whether the peer spent less
+//! than that today. Both are counted from the usage the backend reports, the same way; a
+//! peer's spending is kept under the key `peer:ID`, which no administrator's id can be.
 //!
 //! The hot path reads no store: the settings are cached for `auth.credential_cache_seconds` (by
 //! the gateway's clock, and dropped at once when changed through the running gateway's account
@@ -20,7 +22,7 @@
 
 use crate::clock::{Clock, Timestamp, elapsed};
 use crate::shared::spend::SharedSpend;
-use crate::store::{ExchangeUsage, StoreError, UsageStore};
+use crate::store::{ExchangeUsage, PeerId, StoreError, UsageStore};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,6 +64,9 @@ pub enum BudgetRefusal {
     /// Today's tokens are spent.
     #[error("The daily model budget of {0} tokens is spent; it renews at 00:00 UTC.")]
     DailyBudgetSpent(u64),
+    /// The peer's own daily tokens are spent.
+    #[error("This peer's daily model budget of {0} tokens is spent; it renews at 00:00 UTC.")]
+    PeerDailyBudgetSpent(u64),
     /// This month's tokens are spent.
     #[error(
         "The monthly model budget of {0} tokens is spent; it renews on the first day of next month (UTC)."
@@ -77,6 +82,24 @@ impl BudgetRefusal {
             Self::ModelForbidden => "model_forbidden",
             Self::DailyBudgetSpent(_) => "daily_budget_spent",
             Self::MonthlyBudgetSpent(_) => "monthly_budget_spent",
+            Self::PeerDailyBudgetSpent(_) => "peer_daily_budget_spent",
+        }
+    }
+}
+
+/// Whose spending is counted: an administrator's, or a peer's own.
+#[derive(Debug, Clone, Copy)]
+enum Spender<'a> {
+    Owner(&'a str),
+    Peer(&'a PeerId),
+}
+
+impl Spender<'_> {
+    /// The key its spending is counted under, here and in the shared counters.
+    fn key(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Self::Owner(id) => std::borrow::Cow::Owned(id.to_owned()),
+            Self::Peer(id) => std::borrow::Cow::Owned(format!("peer:{}", id.as_str())),
         }
     }
 }
@@ -110,6 +133,8 @@ pub struct Budgets {
     /// Settings by administrator, bounded in number; fresh for `ttl` by the gateway's
     /// clock (so tests move time), and dropped by the cache itself some time after.
     settings: moka::sync::Cache<String, CachedBudget>,
+    /// Peers' own daily budgets, cached as the settings are.
+    peer_settings: moka::sync::Cache<PeerId, (Option<u64>, Timestamp)>,
     spent: Mutex<HashMap<String, Spent>>,
     /// Where every instance counts, when there are several.
     shared: Option<Arc<dyn SharedSpend>>,
@@ -147,6 +172,10 @@ impl Budgets {
                 .max_capacity(100_000)
                 .time_to_live(cache.max(Duration::from_secs(1)))
                 .build(),
+            peer_settings: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(cache.max(Duration::from_secs(1)))
+                .build(),
             spent: Mutex::default(),
             shared: None,
         }
@@ -158,8 +187,12 @@ impl Budgets {
         self
     }
 
-    /// Whether `owner_id` may use the model now.
-    pub async fn check(&self, owner_id: &str) -> Result<Result<(), BudgetRefusal>, StoreError> {
+    /// Whether `peer_id`, acting for `owner_id`, may use the model now.
+    pub async fn check(
+        &self,
+        owner_id: &str,
+        peer_id: &PeerId,
+    ) -> Result<Result<(), BudgetRefusal>, StoreError> {
         let budget = self.budget(owner_id).await?;
         if !budget.owner_active {
             return Ok(Err(BudgetRefusal::OwnerDisabled));
@@ -167,7 +200,7 @@ impl Budgets {
         if !budget.model_allowed {
             return Ok(Err(BudgetRefusal::ModelForbidden));
         }
-        let (day_tokens, month_tokens) = self.spent(owner_id).await?;
+        let (day_tokens, month_tokens) = self.spent(Spender::Owner(owner_id)).await?;
         if day_tokens >= budget.tokens_per_day {
             return Ok(Err(BudgetRefusal::DailyBudgetSpent(budget.tokens_per_day)));
         }
@@ -176,15 +209,52 @@ impl Budgets {
         {
             return Ok(Err(BudgetRefusal::MonthlyBudgetSpent(per_month)));
         }
+        if let Some(per_day) = self.peer_budget(peer_id).await? {
+            let (day_tokens, _) = self.spent(Spender::Peer(peer_id)).await?;
+            if day_tokens >= per_day {
+                return Ok(Err(BudgetRefusal::PeerDailyBudgetSpent(per_day)));
+            }
+        }
         Ok(Ok(()))
     }
 
-    /// Counts `tokens` against `owner_id` and returns what the store must record.
-    pub fn record(&self, owner_id: &str, tokens: u64) -> ExchangeUsage {
+    /// A peer's own daily budget (cached).
+    async fn peer_budget(&self, peer_id: &PeerId) -> Result<Option<u64>, StoreError> {
+        let now = self.clock.now();
+        if let Some((budget, at)) = self.peer_settings.get(peer_id)
+            && elapsed(at, now) < self.ttl
+        {
+            return Ok(budget);
+        }
+        let budget = self.store.peer_tokens_per_day(peer_id).await?;
+        self.peer_settings.insert(peer_id.clone(), (budget, now));
+        Ok(budget)
+    }
+
+    /// Counts `tokens` against `owner_id` and `peer_id` and returns what the store must
+    /// record.
+    pub fn record(&self, owner_id: &str, peer_id: &PeerId, tokens: u64) -> ExchangeUsage {
+        let day = self.count(owner_id, tokens);
+        // Only a peer with a budget is counted on its own (the check before the turn cached
+        // whether it has one). One given a budget later starts from the store, which records
+        // every exchange's tokens with its peer.
+        if matches!(self.peer_settings.get(peer_id), Some((Some(_), _))) {
+            self.count(&Spender::Peer(peer_id).key(), tokens);
+        }
+        ExchangeUsage {
+            owner_id: owner_id.to_owned(),
+            day,
+            tokens,
+        }
+    }
+
+    /// Adds `tokens` to what `key` spent today, here and in the shared counters; returns the
+    /// day they count for.
+    fn count(&self, key: &str, tokens: u64) -> Arc<str> {
         let now = self.clock.now();
         let today = day_index(now);
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
-        let day = match spent.get_mut(owner_id) {
+        let day = match spent.get_mut(key) {
             Some(entry) if entry.day_index == today => {
                 entry.day_tokens = entry.day_tokens.saturating_add(tokens);
                 entry.month_tokens = entry.month_tokens.saturating_add(tokens);
@@ -195,13 +265,9 @@ impl Budgets {
         };
         drop(spent);
         if let Some(shared) = &self.shared {
-            shared.add(owner_id, &day, &day[..7], tokens);
+            shared.add(key, &day, &day[..7], tokens);
         }
-        ExchangeUsage {
-            owner_id: owner_id.to_owned(),
-            day,
-            tokens,
-        }
+        day
     }
 
     /// Drops the cached settings of an administrator, so a change applies to the next request.
@@ -209,9 +275,20 @@ impl Budgets {
         self.settings.invalidate(owner_id);
     }
 
+    /// Drops the cached budget of a peer, so a change applies to the next request.
+    pub fn forget_peer(&self, peer_id: &PeerId) {
+        self.peer_settings.invalidate(peer_id);
+        // Not counted while it had no budget: the next check reads the store again.
+        self.spent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(Spender::Peer(peer_id).key().as_ref());
+    }
+
     /// Drops every cached setting (changes may have been missed).
     pub fn forget_everyone(&self) {
         self.settings.invalidate_all();
+        self.peer_settings.invalidate_all();
     }
 
     /// Forgets everything cached (call periodically to bound memory).
@@ -222,6 +299,7 @@ impl Budgets {
             .unwrap_or_else(|e| e.into_inner())
             .retain(|_, s| s.day_index == today);
         self.settings.run_pending_tasks();
+        self.peer_settings.run_pending_tasks();
     }
 
     /// The effective budget of `owner_id` (cached).
@@ -279,8 +357,18 @@ impl Budgets {
         }
     }
 
+    /// What `spender` spent in `period`, by the store.
+    async fn stored_spending(&self, spender: Spender<'_>, period: &str) -> Result<u64, StoreError> {
+        match spender {
+            Spender::Owner(owner_id) => self.store.tokens_spent(owner_id, period).await,
+            Spender::Peer(peer_id) => self.store.peer_tokens_spent(peer_id, period).await,
+        }
+    }
+
     /// Tokens spent today and this month: (day, month).
-    async fn spent(&self, owner_id: &str) -> Result<(u64, u64), StoreError> {
+    async fn spent(&self, spender: Spender<'_>) -> Result<(u64, u64), StoreError> {
+        let key = spender.key();
+        let owner_id = key.as_ref();
         if let Some(shared) = &self.shared {
             let (day, month) = day_and_month(self.clock.now());
             match shared.spent(owner_id, &day, &month).await {
@@ -290,8 +378,8 @@ impl Budgets {
                 }
                 Ok(None) => {
                     let spent = (
-                        self.store.tokens_spent(owner_id, &day).await?,
-                        self.store.tokens_spent(owner_id, &month).await?,
+                        self.stored_spending(spender, &day).await?,
+                        self.stored_spending(spender, &month).await?,
                     );
                     shared.seed(owner_id, &day, &month, spent).await;
                     self.remember_shared_reading(owner_id, &day, spent);
@@ -316,8 +404,8 @@ impl Budgets {
         let (day, month) = day_and_month(now);
         let fresh = Spent {
             day_index: today,
-            day_tokens: self.store.tokens_spent(owner_id, &day).await?,
-            month_tokens: self.store.tokens_spent(owner_id, &month).await?,
+            day_tokens: self.stored_spending(spender, &day).await?,
+            month_tokens: self.stored_spending(spender, &month).await?,
             day: Arc::from(day),
         };
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());

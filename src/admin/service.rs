@@ -843,6 +843,7 @@ impl AccountService {
                     status: PeerStatus::Active,
                     rate_per_minute: rate,
                     max_streams: None,
+                    tokens_per_day: None,
                     created_at: now,
                     last_used_at: None,
                     owner_id: owner.0,
@@ -1102,6 +1103,44 @@ impl AccountService {
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
                 tx.set_peer_rate(&peer.id, rate).await?;
                 let detail = format!("rate {} -> {rate}/min", peer.rate_per_minute);
+                self.finish_change(tx, op, &peer, detail).await
+            },
+        )
+        .await
+    }
+
+    /// Sets a peer's own daily token budget, or with `None` leaves it only its owner's. Both
+    /// apply: a turn is refused when either is spent.
+    pub async fn set_peer_budget(
+        &self,
+        caller: &Caller,
+        name: &str,
+        tokens_per_day: Option<u64>,
+    ) -> Result<(), ServiceError> {
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::PeerLimitChanged,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                if tokens_per_day == Some(0) {
+                    return Err(ServiceError::Invalid {
+                        field: "tokensPerDay",
+                        reason: "must be at least 1 (revoke the peer to stop it), or none"
+                            .to_owned(),
+                    });
+                }
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                tx.set_peer_budget(&peer.id, tokens_per_day).await?;
+                let show = |n: Option<u64>| {
+                    n.map_or_else(|| "none (the owner's)".to_owned(), |n| n.to_string())
+                };
+                let detail = format!(
+                    "tokens per day {} -> {}",
+                    show(peer.tokens_per_day),
+                    show(tokens_per_day)
+                );
                 self.finish_change(tx, op, &peer, detail).await
             },
         )

@@ -33,7 +33,10 @@ pub(super) struct ForgetOnChange {
 impl ChangeListener for ForgetOnChange {
     fn changed(&self, change: &Change) {
         match change {
-            Change::Peer(peer_id) => self.authenticator.forget_peer(peer_id),
+            Change::Peer(peer_id) => {
+                self.authenticator.forget_peer(peer_id);
+                self.budgets.forget_peer(peer_id);
+            }
             Change::CredentialIssued { peer_id, token_id } => {
                 self.authenticator.credential_issued(peer_id, token_id);
             }

@@ -153,6 +153,17 @@ pub(super) enum PeerCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Give a peer a daily token budget of its own, besides its owner's, e.g. `peergate peer
+    /// budget NAME --tokens-per-day 50000`; `none` leaves it only its owner's.
+    Budget {
+        /// The peer's name.
+        name: String,
+        /// Tokens per UTC day (at least 1), or `none`.
+        #[arg(long, value_name = "N|none")]
+        tokens_per_day: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Set the password a peer uses with Basic authentication. Read from standard input (one
     /// line), or asked for when standard input is a terminal; never taken from the command line.
     Password {
@@ -216,6 +227,11 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             data,
         } => set_streams(&name, &streams, &data).await,
         PeerCommand::Expire { name, when, data } => expire(&name, &when, &data).await,
+        PeerCommand::Budget {
+            name,
+            tokens_per_day,
+            data,
+        } => set_budget(&name, &tokens_per_day, &data).await,
         PeerCommand::Password { name, data } => {
             let password = read_password(&format!("peer {name}"))?;
             on_store(&data, None, async |accounts| {
@@ -404,6 +420,31 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `peer budget`: the peer's own daily budget, or none.
+async fn set_budget(name: &str, tokens_per_day: &str, data: &DataDir) -> Result<(), CliError> {
+    let budget = match tokens_per_day {
+        "none" => None,
+        n => Some(n.parse::<u64>().map_err(|_| {
+            CliError::new(format!(
+                "cannot read --tokens-per-day {n:?}: give a number of tokens, or none"
+            ))
+        })?),
+    };
+    on_store(data, None, async |accounts| {
+        accounts
+            .set_peer_budget(&Caller::operator(), name, budget)
+            .await
+    })
+    .await?;
+    match budget {
+        Some(n) => eprintln!(
+            "peer {name} may now spend {n} tokens a day (and no more than its owner's budget allows). {CACHE_NOTE}"
+        ),
+        None => eprintln!("peer {name} now spends only from its owner's budget. {CACHE_NOTE}"),
+    }
+    Ok(())
+}
+
 /// `peer streams`' cap: a number, or `default` for the policy's.
 fn stream_cap(streams: &str) -> Result<Option<u32>, CliError> {
     if streams == "default" {
@@ -467,6 +508,9 @@ fn print_peers(
             peer.expires_at
                 .map_or_else(|| "never".to_owned(), rfc3339_millis),
         );
+        if let Some(budget) = peer.tokens_per_day {
+            println!("  budget: {budget} tokens a day");
+        }
         for identity in identities.get(peer.id.as_str()).into_iter().flatten() {
             println!("  bound: {}", identity.describe());
         }

@@ -104,6 +104,7 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(show_peer))
         .routes(routes!(set_limit))
         .routes(routes!(set_streams))
+        .routes(routes!(set_peer_budget))
         .routes(routes!(bind_identity))
         .routes(routes!(unbind_identity))
         .routes(routes!(set_expiry))
@@ -282,6 +283,8 @@ struct PeerView {
     rate_per_minute: u32,
     /// Streams it may hold open at once; `null`: the policy's `limits.streams_per_peer`.
     max_streams: Option<u32>,
+    /// Its own daily token budget, besides its owner's; `null`: none of its own.
+    tokens_per_day: Option<u64>,
     created_at: String,
     last_used_at: Option<String>,
     expires_at: Option<String>,
@@ -355,6 +358,7 @@ impl PeerView {
             owner: p.owner_name,
             rate_per_minute: p.rate_per_minute,
             max_streams: p.max_streams,
+            tokens_per_day: p.tokens_per_day,
             created_at: rfc3339_millis(p.created_at),
             last_used_at: p.last_used_at.map(rfc3339_millis),
             expires_at: p.expires_at.map(rfc3339_millis),
@@ -586,6 +590,41 @@ async fn set_streams(
     state
         .service
         .set_streams(&caller, &name, max_streams)
+        .await?;
+    peer_view(&state, &caller, &name).await
+}
+
+/// A peer's own daily token budget.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PeerBudgetRequest {
+    /// Tokens per UTC day, at least 1; `null` for none of its own (its owner's budget still
+    /// applies either way). Required.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u64>, required = true)]
+    tokens_per_day: Option<Option<u64>>,
+}
+
+#[utoipa::path(put, path = "/v1/peers/{name}/budget", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = PeerBudgetRequest,
+    responses((status = 200, body = PeerView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn set_peer_budget(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<PeerView>, ApiError> {
+    let request: PeerBudgetRequest = parse_body(&body)?;
+    let Some(tokens_per_day) = request.tokens_per_day else {
+        return Err(ApiError::Body(
+            "tokensPerDay is required: a number, or null for none of its own".to_owned(),
+        ));
+    };
+    let caller = caller(&admin);
+    state
+        .service
+        .set_peer_budget(&caller, &name, tokens_per_day)
         .await?;
     peer_view(&state, &caller, &name).await
 }

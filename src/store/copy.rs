@@ -67,6 +67,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("owner_id", Kind::Text),
             ("expires_at", Kind::OptInt),
             ("max_streams", Kind::OptInt),
+            ("tokens_per_day", Kind::OptInt),
         ],
     ),
     (

@@ -318,6 +318,12 @@ pub trait UsageStore: Send + Sync + std::fmt::Debug {
     /// `YYYY-MM` for a month).
     async fn tokens_spent(&self, admin_id: &str, period: &str) -> Result<u64, StoreError>;
 
+    /// Tokens one peer spent on days starting with `period`, whoever owned it.
+    async fn peer_tokens_spent(&self, peer_id: &PeerId, period: &str) -> Result<u64, StoreError>;
+
+    /// A peer's own daily token budget; `None` when it has none or is gone.
+    async fn peer_tokens_per_day(&self, peer_id: &PeerId) -> Result<Option<u64>, StoreError>;
+
     /// Tokens and requests per peer of an administrator in `period`.
     async fn usage_by_peer(
         &self,
@@ -440,6 +446,12 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     async fn reinstate_peer(&mut self, peer_id: &PeerId) -> Result<(), StoreError>;
     /// Sets a peer's quota.
     async fn set_peer_rate(&mut self, peer_id: &PeerId, rate: u32) -> Result<(), StoreError>;
+    /// Sets a peer's own daily token budget (`None`: none of its own).
+    async fn set_peer_budget(
+        &mut self,
+        peer_id: &PeerId,
+        tokens_per_day: Option<u64>,
+    ) -> Result<(), StoreError>;
     /// Sets a peer's own cap on open streams (`None`: the policy's).
     async fn set_peer_streams(
         &mut self,

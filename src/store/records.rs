@@ -152,6 +152,8 @@ pub struct PeerRecord {
     pub rate_per_minute: u32,
     /// Streams it may hold open at once; `None` for the policy's `limits.streams_per_peer`.
     pub max_streams: Option<u32>,
+    /// Its own daily token budget, besides its owner's; `None` for none of its own.
+    pub tokens_per_day: Option<u64>,
     /// Creation time.
     pub created_at: Timestamp,
     /// Last authenticated request (updated at most once a minute).

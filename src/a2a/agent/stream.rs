@@ -123,7 +123,11 @@ impl Agent {
         // or a server that ignores `include_usage`): it counts, at about four bytes a token.
         if streamed > 0 && outcome.usage.as_ref().is_none_or(|usage| usage.tokens == 0) {
             let estimate = u64::try_from(streamed).unwrap_or(u64::MAX).div_ceil(4);
-            outcome.usage = Some(self.budgets.record(turn.peer.owner_id(), estimate));
+            outcome.usage = Some(self.budgets.record(
+                turn.peer.owner_id(),
+                turn.peer.id(),
+                estimate,
+            ));
         }
         let answer = self.finish(&turn, outcome, Some(unfinished)).await;
         drop(cancelable);

@@ -133,7 +133,7 @@ impl Agent {
     ) -> Result<Option<Outcome>, A2aError> {
         let refusal = self
             .budgets
-            .check(peer.owner_id())
+            .check(peer.owner_id(), peer.id())
             .await
             .map_err(internal)?
             .err();
@@ -316,7 +316,7 @@ impl Agent {
                 state: TaskState::Canceled,
                 reply: canceled_text(self.backend.what()),
                 messages: Vec::new(),
-                usage: Some(self.budgets.record(peer.owner_id(), 0)),
+                usage: Some(self.budgets.record(peer.owner_id(), peer.id(), 0)),
                 audit: None,
                 agent_reply: None,
             };
@@ -353,7 +353,10 @@ impl Agent {
                         },
                     ],
                     reply: completion.text,
-                    usage: Some(self.budgets.record(turn.peer.owner_id(), tokens)),
+                    usage: Some(
+                        self.budgets
+                            .record(turn.peer.owner_id(), turn.peer.id(), tokens),
+                    ),
                     audit: None,
                 }
             }

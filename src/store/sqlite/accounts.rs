@@ -62,8 +62,8 @@ fn signed(n: u64) -> i64 {
 
 /// The columns of a [`PeerRecord`], from `peers p` joined with its owner `a`.
 pub(super) const PEER_COLUMNS: &str = "SELECT p.id, p.name, p.status, p.rate_per_minute, p.created_at, \
-     p.last_used_at, p.owner_id, a.name AS owner_name, p.expires_at, p.max_streams \
-     FROM peers p JOIN admins a ON a.id = p.owner_id";
+     p.last_used_at, p.owner_id, a.name AS owner_name, p.expires_at, p.max_streams, \
+     p.tokens_per_day FROM peers p JOIN admins a ON a.id = p.owner_id";
 
 fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> {
     Ok(PeerRecord {
@@ -81,6 +81,9 @@ fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> 
             .try_get::<Option<i64>, _>("expires_at")?
             .map(from_millis),
         max_streams: super::max_streams(row)?,
+        tokens_per_day: row
+            .try_get::<Option<i64>, _>("tokens_per_day")?
+            .map(|n| u64::try_from(n).unwrap_or(0)),
     })
 }
 
@@ -347,8 +350,8 @@ impl AccountChanges for SqliteAccountChange {
             None => {}
         }
         let inserted = sqlx::query(
-            "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id, expires_at, max_streams) \
-             VALUES (?, ?, 'active', ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+            "INSERT INTO peers (id, name, status, rate_per_minute, created_at, owner_id, expires_at, max_streams, tokens_per_day) \
+             VALUES (?, ?, 'active', ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
         )
         .bind(peer.id.as_str())
         .bind(&peer.name)
@@ -357,6 +360,7 @@ impl AccountChanges for SqliteAccountChange {
         .bind(&peer.owner_id)
         .bind(peer.expires_at.map(Timestamp::as_millisecond))
         .bind(peer.max_streams.map(i64::from))
+        .bind(peer.tokens_per_day.map(signed))
         .execute(&mut *self.tx)
         .await?;
         if inserted.rows_affected() == 0 {
@@ -436,6 +440,19 @@ impl AccountChanges for SqliteAccountChange {
     async fn set_peer_rate(&mut self, peer_id: &PeerId, rate: u32) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET rate_per_minute = ? WHERE id = ?")
             .bind(i64::from(rate))
+            .bind(peer_id.as_str())
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_peer_budget(
+        &mut self,
+        peer_id: &PeerId,
+        tokens_per_day: Option<u64>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET tokens_per_day = ? WHERE id = ?")
+            .bind(tokens_per_day.map(signed))
             .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;

@@ -650,6 +650,27 @@ impl UsageStore for SqliteStore {
         Ok(u64::try_from(total.unwrap_or(0)).unwrap_or(0))
     }
 
+    async fn peer_tokens_spent(&self, peer_id: &PeerId, period: &str) -> Result<u64, StoreError> {
+        let total: Option<i64> = sqlx::query_scalar(
+            "SELECT SUM(tokens) FROM usage WHERE peer_id = ? AND substr(day, 1, length(?)) = ?",
+        )
+        .bind(peer_id.as_str())
+        .bind(period)
+        .bind(period)
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(u64::try_from(total.unwrap_or(0)).unwrap_or(0))
+    }
+
+    async fn peer_tokens_per_day(&self, peer_id: &PeerId) -> Result<Option<u64>, StoreError> {
+        let budget: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT tokens_per_day FROM peers WHERE id = ?")
+                .bind(peer_id.as_str())
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(budget.flatten().map(|n| u64::try_from(n).unwrap_or(0)))
+    }
+
     async fn usage_by_peer(
         &self,
         admin_id: &str,
