@@ -1265,6 +1265,77 @@ async fn the_scrape_token_opens_metrics_and_nothing_else() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_metrics_listener_serves_metrics_on_any_address_to_the_scrape_token_only() {
+    const SECRET: &str = "scrape-token-for-the-test-0123456789abcdef";
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let policy = PolicyEdit::default()
+        .insert("server.metrics_token_env", "PEERGATE_TEST_SCRAPE")
+        .insert("server.metrics_listen", format!("0.0.0.0:{port}").as_str());
+    let served = ServedPolicy::start(&policy, &["alice"], &[("PEERGATE_TEST_SCRAPE", SECRET)]);
+    let metrics = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let get = |path: &str, authorization: Option<String>| {
+        let mut request = client.get(format!("{metrics}{path}"));
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        request.send()
+    };
+    let scraped = get("/metrics", Some(format!("Bearer {SECRET}")))
+        .await
+        .unwrap();
+    assert_eq!(scraped.status(), 200);
+    assert!(scraped.text().await.unwrap().contains("peergate_"));
+    for authorization in [
+        None,
+        Some(format!("Bearer {}", &SECRET[1..])),
+        Some("Basic YWRtaW46YWRtaW4=".to_owned()),
+    ] {
+        let refused = get("/metrics", authorization.clone()).await.unwrap();
+        assert_eq!(refused.status(), 401, "{authorization:?}");
+        let challenge = refused.headers()["www-authenticate"].to_str().unwrap();
+        assert!(challenge.starts_with("Bearer"), "{challenge}");
+    }
+    // Nothing of the admin API is here, whatever the credential.
+    for path in ["/v1/peers", "/openapi.json", "/ready"] {
+        let response = get(path, Some(format!("Bearer {SECRET}"))).await.unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+    }
+    drop(served);
+
+    // Without the scrape token it does not start, and names both settings.
+    let served = ServedPolicy::start(&PolicyEdit::default(), &["alice"], &[]);
+    let ServedPolicy {
+        dir, data, server, ..
+    } = served;
+    drop(server);
+    let policy_path = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy_path,
+        PolicyEdit::default()
+            .insert("server.metrics_listen", "0.0.0.0:9464")
+            .text(),
+    )
+    .unwrap();
+    let output = std::process::Command::new(bin())
+        .args(["serve", "--policy", policy_path.to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(store_args(&data))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("server.metrics_listen") && stderr.contains("server.metrics_token_env"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn one_time_syntax_on_the_api_and_the_command_line() {
     let (gw, ada, _) = gateway_with_admins(PolicyEdit::default().policy()).await;

@@ -234,3 +234,108 @@ fn the_images_health_check_passes_while_the_door_is_ready_and_fails_when_it_is_g
     server.kill();
     assert!(!check().success(), "healthy with nothing listening");
 }
+
+#[test]
+fn the_compose_example_is_valid_and_its_policy_passes_the_cluster_check() {
+    if !available("docker-compose", "docker-compose") {
+        return;
+    }
+    // Checked where it is shipped, with the files it mounts (empty ones will do for `config`).
+    let shipped = repo_root().join("deploy/docker-compose.yml");
+    let dir = tempfile::tempdir().unwrap();
+    let compose = dir.path().join("docker-compose.yml");
+    std::fs::copy(&shipped, &compose).unwrap();
+    let config = |env: &[(&str, &str)]| {
+        Command::new("docker-compose")
+            .args(["--file", compose.to_str().unwrap(), "config"])
+            .env_remove("POSTGRES_PASSWORD")
+            .env_remove("PEERGATE_METRICS_TOKEN")
+            .env_remove("PEERGATE_PUBLIC_BASE_URL")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let env = [
+        ("POSTGRES_PASSWORD", "a-test-password"),
+        (
+            "PEERGATE_METRICS_TOKEN",
+            "a-scrape-token-of-at-least-32-bytes!!",
+        ),
+        ("PEERGATE_PUBLIC_BASE_URL", "https://agents.example.com"),
+    ];
+    let output = config(&env);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Two instances on the one store and the one Redis, started once both are healthy.
+    for instance in ["peergate-1:", "peergate-2:"] {
+        assert!(text.contains(instance), "{text}");
+    }
+    assert_eq!(
+        text.matches(
+            "PEERGATE_STORE_URL: postgres://peergate:a-test-password@postgres:5432/peergate"
+        )
+        .count(),
+        2,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("PEERGATE_REDIS_URL: redis://redis:6379/0")
+            .count(),
+        2
+    );
+    assert_eq!(text.matches("condition: service_healthy").count(), 4);
+    // Only the instances publish ports: the door and the metrics listener, each.
+    assert_eq!(text.matches("published:").count(), 4, "{text}");
+    // A missing secret stops it, by name.
+    let output = config(&env[1..]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("POSTGRES_PASSWORD"));
+
+    // The policy its comment gives, with the key it says to make, passes the cluster check.
+    let shipped = std::fs::read_to_string(&shipped).unwrap();
+    let policy: String = shipped
+        .lines()
+        .skip_while(|line| line.trim() != "#   [server]")
+        .take_while(|line| line.starts_with("#   "))
+        .map(|line| {
+            let line = line.trim_start_matches("#   ");
+            let line = line.split("   #").next().unwrap();
+            format!("{line}\n")
+        })
+        .collect();
+    assert!(policy.contains("[[signing.keys]]"), "{policy}");
+    let key = dir.path().join("card-signing.pem");
+    let (code, _, stderr) = cli(&[
+        "keys",
+        "generate",
+        "--alg",
+        "EdDSA",
+        "--kid",
+        "card-1",
+        "--out",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let policy_file = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy_file,
+        policy.replace("/etc/peergate/card-signing.pem", key.to_str().unwrap()),
+    )
+    .unwrap();
+    let output = Command::new(bin())
+        .args(["policy", "check", "--cluster", "--policy"])
+        .arg(&policy_file)
+        .env("PEERGATE_PUBLIC_BASE_URL", "https://agents.example.com")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{policy}\n{stderr}");
+    assert!(
+        !stderr.contains("missing for several instances"),
+        "{stderr}"
+    );
+}

@@ -195,6 +195,12 @@ impl ScrapeToken {
         })
     }
 
+    /// Whether `credentials` (a Bearer credential) is this token, compared in constant time.
+    pub fn opens(&self, credentials: &str) -> bool {
+        use subtle::ConstantTimeEq as _;
+        bool::from(Self::hash(credentials).ct_eq(&self.digest))
+    }
+
     fn hash(secret: &str) -> [u8; 32] {
         use sha2::Digest as _;
         sha2::Sha256::digest(secret.as_bytes()).into()
@@ -211,14 +217,11 @@ impl CredentialScheme<AdminPrincipal> for ScrapeToken {
     /// Only the one Bearer credential whose hash is the token's; any other goes on to the
     /// administrator schemes.
     fn claims(&self, presented: &Presented<'_>) -> bool {
-        use subtle::ConstantTimeEq as _;
         match presented {
             Presented::Authorization {
                 scheme,
                 credentials,
-            } if scheme.eq_ignore_ascii_case("bearer") => {
-                bool::from(Self::hash(credentials).ct_eq(&self.digest))
-            }
+            } if scheme.eq_ignore_ascii_case("bearer") => self.opens(credentials),
             _ => false,
         }
     }

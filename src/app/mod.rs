@@ -220,8 +220,11 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
 
     let (local_addr, admin_addr) = (listeners.local_addr, listeners.admin_addr);
     let grpc_addr = listeners.grpc.as_ref().map(|(_, addr)| *addr);
-    let (shutdown_tx, serving, admin_serving, grpc_serving) =
-        listeners.serve(policy, (router, admin_router, grpc_router), &metrics);
+    let (shutdown_tx, serving, admin_serving, grpc_serving) = listeners.serve(
+        policy,
+        (router, admin_router, grpc_router),
+        (&metrics, scrape_token(policy)?),
+    );
     let registry = sharing.registry();
     let kept = sharing.keep(&options, agent.clone());
     let caches = Caches::of(guards, budgets);
@@ -584,6 +587,8 @@ struct Listeners {
     admin_addr: SocketAddr,
     /// The gRPC listener, with `[grpc]`.
     grpc: Option<(tokio::net::TcpListener, SocketAddr)>,
+    /// The metrics listener, with `server.metrics_listen`.
+    metrics: Option<(tokio::net::TcpListener, SocketAddr)>,
     /// The door's own TLS, with `[server.tls]`.
     tls: Option<tokio_rustls::TlsAcceptor>,
     /// The same for the gRPC listener, offering HTTP/2.
@@ -629,12 +634,17 @@ impl Listeners {
         };
         let (door, local_addr) = bind(addr).await?;
         let (admin, admin_addr) = bind(admin_bind).await?;
+        let metrics = match policy.server.metrics_listen {
+            Some(metrics) => Some(bind(metrics).await?),
+            None => None,
+        };
         Ok(Self {
             door,
             admin,
             local_addr,
             admin_addr,
             grpc,
+            metrics,
             tls,
             grpc_tls,
             client_ca_sha256,
@@ -648,7 +658,7 @@ impl Listeners {
         self,
         policy: &Policy,
         (router, admin_router, grpc_router): (Router, Router, Option<Router>),
-        metrics: &Arc<Metrics>,
+        (metrics, scrape_token): (&Arc<Metrics>, Option<crate::admin::ScrapeToken>),
     ) -> (
         tokio::sync::watch::Sender<bool>,
         Serving,
@@ -688,15 +698,43 @@ impl Listeners {
             }
             _ => None,
         };
+        // The metrics listener opens /metrics to the scrape token only; it is served, and
+        // drained, with the admin listener.
+        let scraping = match (self.metrics, scrape_token) {
+            (Some((listener, addr)), Some(token)) => {
+                tracing::info!("metrics on http://{addr}/metrics (the scrape token only)");
+                Some(crate::http::accept::serve(
+                    listener,
+                    (
+                        crate::http::metrics_listener::router(metrics.clone(), token),
+                        Protocol::Http1,
+                    ),
+                    limits.clone(),
+                    shutdown_rx.clone(),
+                    metrics.clone(),
+                    None,
+                ))
+            }
+            _ => None,
+        };
         // The admin listener is loopback only, without TLS of its own.
-        let admin_serving = tokio::spawn(crate::http::accept::serve(
+        let admin = crate::http::accept::serve(
             self.admin,
             (admin_router, Protocol::Http1),
             limits,
             shutdown_rx,
             metrics.clone(),
             None,
-        ));
+        );
+        let admin_serving = tokio::spawn(async move {
+            match scraping {
+                Some(scraping) => {
+                    let (admin, scraping) = tokio::join!(admin, scraping);
+                    admin.and(scraping)
+                }
+                None => admin.await,
+            }
+        });
         (shutdown_tx, serving, admin_serving, grpc_serving)
     }
 }

@@ -18,6 +18,10 @@ pub(super) enum PolicyCommand {
         /// setting is missing).
         #[arg(long)]
         cluster: bool,
+        /// The URL partners reach the door at, as `serve` takes it [default:
+        /// server.public_base_url from the policy].
+        #[arg(long, value_name = "URL", env = "PEERGATE_PUBLIC_BASE_URL")]
+        public_base_url: Option<String>,
     },
     /// Write a commented starting policy: only what differs from the built-in defaults.
     Init {
@@ -51,8 +55,17 @@ impl Profile {
 
 pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
     match command {
-        PolicyCommand::Check { policy, cluster } => {
-            let (policy, source) = Policy::load(policy.as_deref())?;
+        PolicyCommand::Check {
+            policy,
+            cluster,
+            public_base_url,
+        } => {
+            let (mut policy, source) = Policy::load(policy.as_deref())?;
+            // What `serve` would run with: the command line's (or the environment's) URL.
+            if let Some(url) = public_base_url {
+                policy.server.public_base_url = Some(url);
+                policy.revalidate(&source)?;
+            }
             print!("{}", policy.effective_text());
             eprintln!("policy {source}: valid");
             if !cluster {
@@ -65,6 +78,11 @@ pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
             if policy.server.trusted_proxies.is_empty() {
                 eprintln!(
                     "note: server.trusted_proxies is empty; name the load balancer there, or every client counts as its address"
+                );
+            }
+            if policy.server.metrics_token_env.is_none() {
+                eprintln!(
+                    "note: server.metrics_token_env is unset; a scraper of every instance needs the same scrape token (and server.metrics_listen to reach it from elsewhere)"
                 );
             }
             eprintln!(

@@ -49,6 +49,11 @@ pub struct ServerPolicy {
     /// listener's `GET /metrics` and nothing else.
     #[serde(default)]
     pub metrics_token_env: Option<String>,
+    /// A listener of its own for `GET /metrics` and nothing else, on any address (a scraper in
+    /// another container); it takes only the scrape token, so `metrics_token_env` is required
+    /// with it.
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
     /// Web origins (`https://host[:port]`) whose pages may send requests to the admin API (a
     /// console on its own origin behind a proxy: no CORS headers are ever sent); requests from
     /// any other page are refused.
@@ -217,6 +222,24 @@ impl ServerPolicy {
                 "server.metrics_token_env",
                 "must name an environment variable: letters, digits and _, not starting with a digit",
             ));
+        }
+        if let Some(metrics) = self.metrics_listen {
+            if self.metrics_token_env.is_none() {
+                return Err(invalid(
+                    "server.metrics_listen",
+                    "needs server.metrics_token_env: the metrics listener opens /metrics to the scrape token only",
+                ));
+            }
+            if metrics.port() != 0
+                && [self.listen, self.admin_listen]
+                    .iter()
+                    .any(|other| other.port() == metrics.port())
+            {
+                return Err(invalid(
+                    "server.metrics_listen",
+                    "must use a port of its own, not the door's or the admin API's",
+                ));
+            }
         }
         for origin in &self.admin_allowed_origins {
             check_origin(origin)
