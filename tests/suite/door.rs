@@ -1,9 +1,7 @@
 //! The A2A door over real HTTP on 127.0.0.1: discovery, authentication, the JSON-RPC rules,
 //! the message and task rules.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -1,8 +1,6 @@
 //! The protocol gate over real HTTP: `A2A-Version` and required `A2A-Extensions`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 const REQUIRED: &str = "https://example.com/ext/audit/v1";

@@ -6,9 +6,7 @@
 //! installed, or the registry cannot be reached outside CI, the test says so and does nothing
 //! (the Python SDK test in `tests/python_sdk.rs` always runs).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::Command;
 

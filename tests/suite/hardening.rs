@@ -1,9 +1,7 @@
 //! Hostile clients and failing parts: slow and excess connections, chunked and slow bodies, a
 //! model server that truncates, resets or hangs, SIGKILL mid-request and SIGTERM.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,10 +2,8 @@
 //! operator runs them behind a load balancer. Both are started by the tests (skipped loudly
 //! without the packages, failing under CI).
 
-mod common;
-
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 use peergate::store::{Store, StoreLocation};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -971,7 +969,7 @@ async fn haproxy_checking_ready_keeps_both_instances_without_redis_and_drops_the
     let Some(mut pair) = pair(ModelBehaviour::Answer, "600/min").await else {
         return;
     };
-    let Some(haproxy) = common::haproxy::Haproxy::start(&[pair.a.addr, pair.b.addr]) else {
+    let Some(haproxy) = crate::common::haproxy::Haproxy::start(&[pair.a.addr, pair.b.addr]) else {
         return;
     };
     haproxy.until(&["UP", "UP"]).await;

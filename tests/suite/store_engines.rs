@@ -2,9 +2,7 @@
 //! store and against PostgreSQL (a throwaway cluster of this test binary; skipped loudly when
 //! PostgreSQL is not installed, failing under CI).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use peergate::store::{
     AdminRecord, AdminStatus, AuditAction, AuditEntry, ConversationMessage, ConversationRole,
     DeliveryOutcome, Exchange, ExchangeUsage, PeerRecord, PeerStatus, PushConfigRecord,
@@ -789,7 +787,7 @@ async fn the_audit_log_is_append_only_in_postgresql_too() {
 fn a_bad_or_unreachable_store_url_is_named_without_its_password() {
     let data = tempfile::tempdir().unwrap();
     let dir = data.path().to_str().unwrap();
-    let (code, _, stderr) = common::cli(&[
+    let (code, _, stderr) = crate::common::cli(&[
         "peer",
         "list",
         "--data",
@@ -804,7 +802,7 @@ fn a_bad_or_unreachable_store_url_is_named_without_its_password() {
     );
     assert!(!stderr.contains("s3cret-pw"), "{stderr}");
     // Nothing listens on port 1: start-up stops, naming where it looked.
-    let (code, _, stderr) = common::cli(&[
+    let (code, _, stderr) = crate::common::cli(&[
         "peer",
         "list",
         "--data",

@@ -1,9 +1,7 @@
 //! Administrators over HTTP: the admin API on its own listener, ownership, budgets turning tasks
 //! REJECTED, conversations, rotation, the audit log, `/metrics` and the OpenAPI document.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use peergate::clock::{Clock, Timestamp, later, parse_rfc3339, rfc3339_millis};
 use reqwest::Method;
 use serde_json::{Value, json};

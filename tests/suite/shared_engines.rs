@@ -1,9 +1,7 @@
 //! The shared-state engines for several instances, against a real Redis server the test starts
 //! (skipped loudly without the package, failing under CI).
 
-mod common;
-
-use common::redis::RedisServer;
+use crate::common::redis::RedisServer;
 use peergate::clock::SystemClock;
 use peergate::layers::limit::{Decision, Quota};
 use peergate::shared::rate_limit::RateLimiter;
@@ -85,7 +83,7 @@ async fn while_redis_is_away_each_instance_limits_locally_and_shares_again_after
 
 #[tokio::test]
 async fn a_gateway_keeps_its_peer_limits_in_redis_and_answers_while_redis_is_away() {
-    use common::*;
+    use crate::common::*;
     let Some(mut server) = RedisServer::start() else {
         return;
     };
@@ -160,7 +158,7 @@ async fn the_failed_attempt_budget_is_shared_and_a_refund_gives_one_back() {
 #[test]
 fn a_bad_redis_url_stops_start_up_without_echoing_it() {
     let data = tempfile::tempdir().unwrap();
-    let (code, _, stderr) = common::cli(&[
+    let (code, _, stderr) = crate::common::cli(&[
         "serve",
         "--data",
         data.path().to_str().unwrap(),

@@ -1,10 +1,8 @@
 //! The card verifier: end to end against a running peergate, every rejection rule, the
 //! Wycheproof JWS vectors, and the remote-fetch rules.
 
-mod common;
-
 use base64::Engine as _;
-use common::*;
+use crate::common::*;
 use peergate::jose::fetch::{FetchPolicy, Lookup, fetch_text};
 use peergate::jose::sign::{self, CardSigningKey};
 use peergate::jose::verify::{TrustedKeys, verify_card, verify_compact};

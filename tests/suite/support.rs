@@ -2,9 +2,7 @@
 //! key the policy does not have fails instead of leaving the default in place, and the store
 //! engine is one the suites know.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use peergate::config::EMBEDDED_DEFAULT;
 
 /// The panic message of `f`.

@@ -6,9 +6,7 @@
 //! is a file); the provider's own tokens come from panva's `oidc-provider`, a real OpenID
 //! Provider started on loopback (`TestIdp`), whose keys the gateway discovers and refetches.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -628,7 +626,7 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
     gw.stop().await;
 
     // A provider the gateway never reached: 503 with Retry-After, nothing decided.
-    let unreachable = format!("http://127.0.0.1:{}", common::postgres::free_port());
+    let unreachable = format!("http://127.0.0.1:{}", crate::common::postgres::free_port());
     let policy = policy_with(&[(
         "acme",
         &unreachable,

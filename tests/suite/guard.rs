@@ -1,10 +1,8 @@
 //! The guard layers over real HTTP: client address, per-IP limit, the three authentication
 //! schemes, the failed-attempt budget and the per-peer limit. Time moves by a manual clock.
 
-mod common;
-
 use base64::Engine as _;
-use common::*;
+use crate::common::*;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use std::sync::Arc;

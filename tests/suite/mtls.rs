@@ -4,9 +4,7 @@
 //! are made by each test with `openssl` (`TestPki`): a root, an intermediate, a revoked one, one
 //! for the wrong usage and one with a NUL in a name.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn server_file(name: &str) -> String {

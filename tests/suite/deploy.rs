@@ -3,9 +3,7 @@
 //! example by `nginx -t`. Without a tool the test says so in one loud line and skips, except
 //! under `CI=true`, where `.ci/run` installs them.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 /// Whether `tool` runs; under CI its absence fails the test.
@@ -119,7 +117,7 @@ async fn behind_the_nginx_example_the_card_and_the_client_address_are_right() {
     );
     // nginx on the example's server block: its port, certificate and upstream moved to the
     // test's, nothing else changed.
-    let port = common::postgres::free_port();
+    let port = crate::common::postgres::free_port();
     let tls = root.join("tests/data/tls");
     let site = std::fs::read_to_string(root.join("deploy/nginx.conf"))
         .unwrap()

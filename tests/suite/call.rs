@@ -2,9 +2,7 @@
 //! publishes, the answer printed, the context id on stderr, and one exit status per way a call
 //! can end.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 /// A served peergate with `policy` (credential cache off) and its peer `caller`.

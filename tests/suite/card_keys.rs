@@ -1,10 +1,8 @@
 //! Configured card-signing keys: generation, several signatures, rotation, the JWKS, and the
 //! settings that stop start-up.
 
-mod common;
-
 use base64::Engine as _;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
 

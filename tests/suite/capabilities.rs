@@ -1,9 +1,7 @@
 //! The parts of A2A 1.0 beyond the narrow door, switched on by `[capabilities]` and refused
 //! with the specification's errors while off, over real HTTP against a real model server.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

@@ -1,9 +1,7 @@
 //! The openai backend against a real OpenAI-compatible server on 127.0.0.1: what it is sent,
 //! the 20-message window, racing messages in one context, and every way it can fail.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -1,9 +1,7 @@
 //! The Agent Card's HTTP caching over real HTTP: ETag, Last-Modified across restarts,
 //! Cache-Control, and 304 answers to If-None-Match and If-Modified-Since.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use peergate::app::{RunningGateway, start};
 use peergate::clock::ManualClock;
 use peergate::config::Policy;

@@ -1,8 +1,6 @@
 //! The command line as a contract, and the `serve` binary across restarts and revocations.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

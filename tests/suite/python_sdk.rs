@@ -6,9 +6,7 @@
 //! filled from PyPI on first use (python3 with the `venv` module is required; on Debian:
 //! `apt-get install python3-venv`).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn official_python_client_discovers_sends_gets_and_follows_up() {

@@ -2,9 +2,7 @@
 //! routes, errors as `google.rpc.Status` with the binding's HTTP statuses, streams of bare
 //! `StreamResponse` objects, behind the same guards.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn full() -> peergate::config::Policy {

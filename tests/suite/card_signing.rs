@@ -1,8 +1,6 @@
 //! The card-signing path against the official SDK's test vectors, byte for byte
 //! (`tests/data/a2a_card_signing_vectors.json`, generated with the Python SDK wheels).
 
-mod common;
-
 use base64::Engine as _;
 use peergate::jose::sign::{self, CardSigningKey};
 use serde_json::Value;

@@ -2,9 +2,7 @@
 //! callbacks checked against the network behind the gateway, secrets encrypted at rest, and
 //! at-least-once delivery from the store's queue to a real receiver on loopback.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use peergate::clock::{Clock, ManualClock, SystemClock};
 use peergate::config::Policy;
 use serde_json::{Value, json};

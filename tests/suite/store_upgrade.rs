@@ -7,9 +7,7 @@
 //!
 //! Every test here is about SQLite files, and is skipped on another store engine.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use peergate::store::Store;
 use peergate::store::sqlite::DATABASE_FILE;
 use peergate::token::{self, CredentialKind};

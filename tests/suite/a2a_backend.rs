@@ -2,9 +2,7 @@
 //! (the official Python SDK's server, `tests/interop/a2a_python_upstream.py`), reached by the
 //! built binary over HTTP.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// A peergate in front of the agent `policy` names, holding its credential, with `peers`.
@@ -614,7 +612,7 @@ async fn admin_ready_until(
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_not_up_yet_is_waited_for_and_one_that_goes_away_leaves_the_door_open() {
     const SCRAPE: &str = "scrape-token-for-the-agent-probe-0123456789";
-    let port = common::postgres::free_port();
+    let port = crate::common::postgres::free_port();
     // The agent comes up two seconds after peergate starts: start-up waits for it.
     let late = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_secs(2));
@@ -702,7 +700,7 @@ async fn an_agent_not_up_yet_is_waited_for_and_one_that_goes_away_leaves_the_doo
 
 #[tokio::test]
 async fn an_agent_still_down_after_the_wait_stops_start_up_naming_the_setting() {
-    let port = common::postgres::free_port();
+    let port = crate::common::postgres::free_port();
     let policy = PolicyEdit::default()
         .set("model.backend", "a2a")
         .insert("model.a2a.url", format!("http://127.0.0.1:{port}").as_str())

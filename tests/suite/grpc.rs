@@ -4,9 +4,7 @@
 //! task, and health checking as `/ready`. The whole client flow over gRPC is in
 //! `tests/python_sdk.rs`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// Runs `tests/interop/SCRIPT` with the official SDK's Python and `args`; its JSON summary.
