@@ -1,8 +1,8 @@
 //! Configured card-signing keys: generation, several signatures, rotation, the JWKS, and the
 //! settings that stop start-up.
 
-use base64::Engine as _;
 use crate::common::*;
+use base64::Engine as _;
 use serde_json::Value;
 use std::path::Path;
 

@@ -1,8 +1,8 @@
 //! The card verifier: end to end against a running peergate, every rejection rule, the
 //! Wycheproof JWS vectors, and the remote-fetch rules.
 
-use base64::Engine as _;
 use crate::common::*;
+use base64::Engine as _;
 use peergate::jose::fetch::{FetchPolicy, Lookup, fetch_text};
 use peergate::jose::sign::{self, CardSigningKey};
 use peergate::jose::verify::{TrustedKeys, verify_card, verify_compact};

@@ -1,8 +1,8 @@
 //! The guard layers over real HTTP: client address, per-IP limit, the three authentication
 //! schemes, the failed-attempt budget and the per-peer limit. Time moves by a manual clock.
 
-use base64::Engine as _;
 use crate::common::*;
+use base64::Engine as _;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use std::sync::Arc;

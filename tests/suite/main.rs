@@ -18,6 +18,7 @@ mod card_verify;
 mod cli;
 mod cluster;
 mod deploy;
+mod docs;
 mod door;
 mod fuzz_corpus;
 mod gate;

@@ -1,0 +1,169 @@
+//! What a newcomer reads, checked so it cannot drift: the README short and in the order of a
+//! first day, a table of contents in every file under `docs/` that leads to its headings, and
+//! a command table that names every command and every flag the binary has.
+
+use crate::common::*;
+use clap::CommandFactory as _;
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo_root().join(path)).unwrap()
+}
+
+#[test]
+fn the_readme_is_short_and_in_the_order_of_a_first_day() {
+    let readme = read("README.md");
+    assert!(readme.len() < 15 * 1024, "{} bytes", readme.len());
+    let mut at = 0;
+    for section in [
+        "## Try it",
+        "## Put it in front of your model or agent",
+        "## Add partners",
+        "## Run several instances",
+        "## Operate it",
+        "## Read on",
+    ] {
+        let found = readme[at..]
+            .find(&format!("\n{section}\n"))
+            .unwrap_or_else(|| panic!("{section} missing, or out of order"));
+        at += found + 1;
+    }
+    // The second command is the one CI runs.
+    let ci = read(".ci/run");
+    let test_command = ci.lines().last().unwrap();
+    assert!(test_command.starts_with("cargo test"), "{test_command}");
+    let try_it = &readme[readme.find("## Try it").unwrap()..];
+    let block: Vec<&str> = try_it.lines().skip(3).take(2).collect();
+    assert_eq!(
+        block[0].split('#').next().unwrap().trim(),
+        "cargo run -- serve"
+    );
+    assert_eq!(block[1], test_command);
+}
+
+/// A heading's anchor as GitHub makes it.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect::<String>()
+        .replace('_', "")
+}
+
+#[test]
+fn every_docs_file_has_contents_that_lead_to_its_headings() {
+    let mut files: Vec<_> = std::fs::read_dir(repo_root().join("docs"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "md"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 7, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let (_, after) = text
+            .split_once("**Contents**\n\n")
+            .unwrap_or_else(|| panic!("{name} has no table of contents"));
+        let listed: Vec<&str> = after
+            .lines()
+            .take_while(|line| line.trim_start().starts_with("- ["))
+            .filter_map(|line| line.split_once("](#")?.1.strip_suffix(')'))
+            .collect();
+        let mut fenced = false;
+        let headings: Vec<String> = text
+            .lines()
+            .filter(|line| {
+                if line.starts_with("```") {
+                    fenced = !fenced;
+                }
+                !fenced && line.starts_with("## ")
+            })
+            .map(|line| anchor(&line[3..]))
+            .collect();
+        assert!(
+            headings.len() >= 2,
+            "{name}: too few sections to need contents"
+        );
+        for heading in &headings {
+            assert!(
+                listed.contains(&heading.as_str()),
+                "{name}: {heading} is not in its contents"
+            );
+        }
+        let all: Vec<String> = text
+            .lines()
+            .filter(|line| line.starts_with("## ") || line.starts_with("### "))
+            .map(|line| anchor(line.trim_start_matches('#')))
+            .collect();
+        for link in &listed {
+            assert!(
+                all.iter().any(|a| a == link),
+                "{name}: #{link} leads nowhere"
+            );
+        }
+    }
+}
+
+/// Every leaf command of `command`, with its path from `peergate`.
+fn leaves(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+    let path = format!("{path} {}", command.get_name());
+    let subcommands: Vec<_> = command
+        .get_subcommands()
+        .filter(|sub| sub.get_name() != "help")
+        .collect();
+    if subcommands.is_empty() {
+        out.push((path.trim_start().to_owned(), command.clone()));
+    }
+    for sub in subcommands {
+        leaves(sub, &path, out);
+    }
+}
+
+#[test]
+fn the_command_table_names_every_command_and_every_flag() {
+    let docs = read("docs/administration.md");
+    let section = &docs[docs.find("## Command line").unwrap()..];
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|line| line.starts_with("| `peergate "))
+        .collect();
+    // Said once for every command, in the section's first paragraph.
+    let everywhere = ["data", "store", "log-format", "help", "version"];
+    for flag in ["--data", "--store", "--log-format"] {
+        assert!(section.contains(flag), "{flag} is not explained");
+    }
+    let mut commands = Vec::new();
+    leaves(&peergate::cli::Cli::command(), "", &mut commands);
+    assert!(commands.len() > 30, "{}", commands.len());
+    let mut missing = Vec::new();
+    for (path, command) in &commands {
+        let usage = path.replacen("peergate", "`peergate", 1);
+        let mine: Vec<&&str> = rows
+            .iter()
+            .filter(|row| {
+                row[2..].starts_with(&usage) && row[2 + usage.len()..].starts_with([' ', '`', '\\'])
+            })
+            .collect();
+        if mine.is_empty() {
+            missing.push(format!("{path}: no row"));
+            continue;
+        }
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if arg.is_hide_set() || everywhere.contains(&long) {
+                continue;
+            }
+            if !mine.iter().any(|row| row.contains(&format!("--{long}"))) {
+                missing.push(format!("{path}: --{long}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in the command table:\n{}",
+        missing.join("\n")
+    );
+}
