@@ -479,6 +479,30 @@ async fn a_budget_spent_through_one_instance_is_refused_on_the_other_and_tasks_a
 }
 
 #[tokio::test]
+async fn a_peers_own_budget_spent_through_one_instance_is_refused_on_the_other() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let token = shared.peer("bob", "600/min");
+    // Each answer costs 18 tokens: bob's own 30 a day allow two; its owner's budget is larger.
+    let (code, _, stderr) = shared.cli(&["peer", "budget", "bob", "--tokens-per-day", "30"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (a, b) = (shared.instance(), shared.instance());
+    let first = rpc(&b.door(), &token, send_request("one", None)).await;
+    assert_eq!(state_of(&first), "TASK_STATE_COMPLETED", "{first}");
+    let second = rpc(&a.door(), &token, send_request("two", None)).await;
+    assert_eq!(state_of(&second), "TASK_STATE_COMPLETED", "{second}");
+    let third = rpc(&b.door(), &token, send_request("three", None)).await;
+    assert_eq!(
+        state_of(&third),
+        "TASK_STATE_REJECTED",
+        "B counted only its own spending: {third}"
+    );
+    assert!(third.to_string().contains("This peer's daily model budget of 30 tokens"));
+}
+
+#[tokio::test]
 async fn two_messages_of_one_context_through_both_instances_are_answered_in_turn() {
     let Some(Pair {
         model,
