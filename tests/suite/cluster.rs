@@ -733,6 +733,27 @@ async fn instances_that_would_serve_differently_refuse_to_start() {
         );
         assert!(stderr.contains(setting), "{stderr}");
     }
+    // With push notifications on, without a shared push key: a key generated per data
+    // directory would seal configs one instance cannot open on the other.
+    let text = std::fs::read_to_string(&shared.policy).unwrap();
+    let path = cwd.join("refused.toml");
+    let push_on = PolicyEdit::from_text(&text).set("capabilities.push_notifications", true);
+    std::fs::write(&path, push_on.text()).unwrap();
+    let stderr = refused_start(
+        cwd,
+        &[
+            "--policy",
+            path.to_str().unwrap(),
+            "--store",
+            store,
+            "--redis",
+            &redis,
+        ],
+    );
+    assert!(
+        stderr.contains("push.key_env or push.key_file must be set"),
+        "{stderr}"
+    );
     // One instance with Redis serves; one without is refused, and the other way round.
     let policy = shared.policy.to_str().unwrap();
     let with_redis = shared.instance();
