@@ -696,6 +696,12 @@ async fn an_agent_not_up_yet_is_waited_for_and_one_that_goes_away_leaves_the_doo
         (200, json!("ready")),
         "{body}"
     );
+    // The operator's log says each change once: the agent went away, and came back.
+    let log = door.server.log_with("answers again");
+    let lines = |needle: &str| log.lines().filter(|line| line.contains(needle)).count();
+    assert_eq!(lines("does not answer; serving degraded"), 1, "{log}");
+    assert_eq!(lines("answers again"), 1, "{log}");
+    assert!(log.contains("agent"), "{log}");
 }
 
 #[tokio::test]
