@@ -421,11 +421,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             data,
         } => {
             let (mut policy, policy_source) = Policy::load(policy.as_deref())?;
-            if let Some(url) = public_base_url {
-                policy.server.public_base_url = Some(url);
-                // The same checks as the policy's own value.
-                policy.revalidate(&policy_source)?;
-            }
+            policy.override_public_base_url(public_base_url, &policy_source)?;
             let serving_sqlite = data.store.is_none().then(|| data.dir.clone());
             let source_for_cli = policy_source.clone();
             let gateway = start(GatewayOptions {

@@ -62,10 +62,7 @@ pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
         } => {
             let (mut policy, source) = Policy::load(policy.as_deref())?;
             // What `serve` would run with: the command line's (or the environment's) URL.
-            if let Some(url) = public_base_url {
-                policy.server.public_base_url = Some(url);
-                policy.revalidate(&source)?;
-            }
+            policy.override_public_base_url(public_base_url, &source)?;
             print!("{}", policy.effective_text());
             eprintln!("policy {source}: valid");
             if !cluster {

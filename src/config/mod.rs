@@ -288,8 +288,17 @@ impl Policy {
         missing
     }
 
-    /// Checks the policy again after the command line changed it.
-    pub fn revalidate(&self, source: &PolicySource) -> Result<(), PolicyError> {
+    /// Puts the command line's (or `PEERGATE_PUBLIC_BASE_URL`'s) door URL in place of the
+    /// policy's, with the same checks as the policy's own value.
+    pub fn override_public_base_url(
+        &mut self,
+        url: Option<String>,
+        source: &PolicySource,
+    ) -> Result<(), PolicyError> {
+        let Some(url) = url else {
+            return Ok(());
+        };
+        self.server.public_base_url = Some(url);
         self.validate(source)
     }
 
