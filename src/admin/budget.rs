@@ -235,12 +235,11 @@ impl Budgets {
     /// record.
     pub fn record(&self, owner_id: &str, peer_id: &PeerId, tokens: u64) -> ExchangeUsage {
         let day = self.count(owner_id, tokens);
-        // Only a peer with a budget is counted on its own (the check before the turn cached
-        // whether it has one). One given a budget later starts from the store, which records
-        // every exchange's tokens with its peer.
-        if matches!(self.peer_settings.get(peer_id), Some((Some(_), _))) {
-            self.count(&Spender::Peer(peer_id).key(), tokens);
-        }
+        // Every peer is counted, budget or not: whether it has one may have changed, or left
+        // the cache, while the turn ran. The count moves only once a check has seeded it here
+        // (or in the shared counters); until then the store, which records every exchange's
+        // tokens with its peer, is where a first check reads it from.
+        self.count(&Spender::Peer(peer_id).key(), tokens);
         ExchangeUsage {
             owner_id: owner_id.to_owned(),
             day,
@@ -278,11 +277,6 @@ impl Budgets {
     /// Drops the cached budget of a peer, so a change applies to the next request.
     pub fn forget_peer(&self, peer_id: &PeerId) {
         self.peer_settings.invalidate(peer_id);
-        // Not counted while it had no budget: the next check reads the store again.
-        self.spent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(Spender::Peer(peer_id).key().as_ref());
     }
 
     /// Drops every cached setting (changes may have been missed).

@@ -302,6 +302,30 @@ async fn a_peers_own_budget_stops_that_peer_only_and_counts_what_it_spent_before
 }
 
 #[tokio::test]
+async fn a_peers_budget_counts_turns_that_outlast_the_settings_cache() {
+    // Each answer takes 1.5 s, longer than the budgets' settings stay cached (1 s with the
+    // credential cache off): what a turn spent still counts when it ends.
+    let model = FakeModel::start(ModelBehaviour::Slow(Duration::from_millis(1500))).await;
+    let policy = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .set("model.timeout_seconds", 5)
+        .without_credential_cache();
+    let (gw, ada, _) = gateway_with_admins(policy.policy()).await;
+    let token = ada.create_peer("slow-partner").await;
+    let (status, _) = ada
+        .put("/v1/peers/slow-partner/budget", json!({"tokensPerDay": 30}))
+        .await;
+    assert_eq!(status, 200);
+    for _ in 0..2 {
+        let response = send_text(&gw.door, &token, "hello", None).await;
+        assert_eq!(task_state(&response), "TASK_STATE_COMPLETED", "{response}");
+    }
+    let rejected = send_text(&gw.door, &token, "one more", None).await;
+    assert_eq!(task_state(&rejected), "TASK_STATE_REJECTED", "{rejected}");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn a_monthly_budget_outlasts_the_day_and_renews_with_the_month() {
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let (gw, ada, _) = gateway_with_admins(model.policy(5)).await;
