@@ -15,7 +15,7 @@
 
 use super::CliError;
 use super::exit_status::*;
-use super::fetching::{CardKeys, ReachArgs};
+use super::fetching::{CardKeyArgs, CardKeys, ReachArgs};
 use crate::jose::fetch::Fetcher;
 use crate::jose::verify::VerifyError;
 use crate::net::event_stream::ServerSentEvents;
@@ -56,14 +56,8 @@ pub(super) struct CallArgs {
     /// Print the whole JSON-RPC result instead of the answer's text.
     #[arg(long)]
     json: bool,
-    /// A JWKS that verifies the card: a file or a URL (repeatable). A URL's set is kept
-    /// (under $XDG_CACHE_HOME/peergate) and used for 10 minutes without asking again; when the
-    /// key server fails, the last good set is used for up to a day.
-    #[arg(long = "jwks", value_name = "FILE|URL")]
-    jwks: Vec<String>,
-    /// An HS256 key that verifies the card, as KID=BASE64URL (repeatable).
-    #[arg(long = "secret", value_name = "KID=BASE64URL")]
-    secrets: Vec<String>,
+    #[command(flatten)]
+    keys: CardKeyArgs,
     /// INSECURE: use a card that carries no signature, or whose signature cannot be checked for
     /// want of keys. A signature that fails against the keys given is still refused.
     #[arg(long)]
@@ -108,13 +102,20 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
         .text(&card_url)
         .await
         .map_err(|e| exit(EXIT_OTHER, format!("cannot read the card: {e}")))?;
-    let keys = CardKeys::new(&args.secrets, &args.jwks, fetcher.clone());
+    let keys = CardKeys::new(
+        &args.keys,
+        fetcher.clone(),
+        &args.reach.trust(args.ca_file.as_deref()),
+    );
     let (interface, verified) = check_card(&keys, &args, &card_text).await?;
     let endpoint = endpoint(&interface, &card_url, verified, args.allow_other_origin)?;
     let client = fetcher.client_for(&endpoint).map_err(|why| {
         exit(
             EXIT_OTHER,
-            format!("the card's interface {endpoint}: {why}"),
+            format!(
+                "the card's interface {}: {why}",
+                crate::jose::fetch::shown_url(&endpoint)
+            ),
         )
     })?;
     let credential = credential(&args, &interface.card, &fetcher, verified).await?;
@@ -155,7 +156,11 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
     let response = call.send().await.map_err(|e| {
         exit(
             EXIT_OTHER,
-            format!("cannot reach {endpoint}: {}", reason(&e)),
+            format!(
+                "cannot reach {}: {}",
+                crate::jose::fetch::shown_url(&endpoint),
+                reason(&e)
+            ),
         )
     })?;
     refused(&response)?;

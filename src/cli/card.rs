@@ -1,7 +1,7 @@
 //! `peergate card …`: checking Agent Cards.
 
 use super::CliError;
-use super::fetching::{CardKeys, ReachArgs};
+use super::fetching::{CardKeyArgs, CardKeys, ReachArgs};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -11,13 +11,8 @@ pub(super) enum CardCommand {
     Verify {
         /// The card: an https URL or a file.
         source: String,
-        /// An HS256 key as KID=BASE64URL (at least 32 bytes).
-        #[arg(long = "secret", value_name = "KID=BASE64URL")]
-        secrets: Vec<String>,
-        /// A JWKS: an https URL or a file (a URL's set is kept for the next run; see
-        /// `peergate call --help`).
-        #[arg(long = "jwks", value_name = "FILE|URL")]
-        jwks: Vec<String>,
+        #[command(flatten)]
+        keys: CardKeyArgs,
         #[command(flatten)]
         reach: ReachArgs,
     },
@@ -27,8 +22,7 @@ pub(super) async fn run(command: CardCommand) -> Result<(), CliError> {
     match command {
         CardCommand::Verify {
             source,
-            secrets,
-            jwks,
+            keys,
             reach,
         } => {
             let fetcher = reach.fetcher(&crate::net::tls::default_client_config()?)?;
@@ -38,7 +32,7 @@ pub(super) async fn run(command: CardCommand) -> Result<(), CliError> {
                 std::fs::read_to_string(&source)
                     .map_err(|e| CliError::new(format!("cannot read {source}: {}", e.kind())))?
             };
-            let keys = CardKeys::new(&secrets, &jwks, fetcher);
+            let keys = CardKeys::new(&keys, fetcher, &reach.trust(None));
             if keys.none_named() {
                 return Err(CliError::new(
                     "no keys: give --secret KID=BASE64URL or --jwks FILE|URL".to_owned(),

@@ -39,9 +39,10 @@ pub(super) async fn access_token(
     request: Request<'_>,
 ) -> Result<String, CliError> {
     let token_url = token_url(&request)?;
-    let client = fetcher
-        .client_for(&token_url)
-        .map_err(|why| exit(EXIT_OTHER, format!("the token URL {token_url}: {why}")))?;
+    let client = fetcher.client_for(&token_url).map_err(|why| {
+        let shown = crate::jose::fetch::shown_url(&token_url);
+        exit(EXIT_OTHER, format!("the token URL {shown}: {why}"))
+    })?;
     let token_url = token_url.to_string();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -101,7 +102,13 @@ async fn ask_token_endpoint(
         .map_err(|_| {
             exit(
                 EXIT_OTHER,
-                format!("cannot reach the token endpoint {token_url}"),
+                format!(
+                    "cannot reach the token endpoint {}",
+                    reqwest::Url::parse(token_url).map_or_else(
+                        |_| "<not a URL>".to_owned(),
+                        |u| crate::jose::fetch::shown_url(&u)
+                    )
+                ),
             )
         })?;
     let status = response.status().as_u16();

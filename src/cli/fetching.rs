@@ -27,7 +27,46 @@ pub(super) struct ReachArgs {
     pub allow_private_network: bool,
 }
 
+/// The keys a card is verified with, as both commands take them.
+#[derive(Debug, Args)]
+pub(super) struct CardKeyArgs {
+    /// A JWKS that verifies the card: a file or a URL (repeatable). A URL's set is kept under
+    /// $XDG_CACHE_HOME/peergate (0600) and used for 10 minutes without asking again, and asked
+    /// for again at once when the card does not verify with it.
+    #[arg(long = "jwks", value_name = "FILE|URL")]
+    pub jwks: Vec<String>,
+    /// An HS256 key that verifies the card, as KID=BASE64URL (at least 32 bytes; repeatable).
+    #[arg(long = "secret", value_name = "KID=BASE64URL")]
+    pub secrets: Vec<String>,
+    /// When a key server does not answer, use the set kept from an earlier run for up to a
+    /// day (by default a set older than 10 minutes is not used: a key withdrawn since stays
+    /// withdrawn).
+    #[arg(long)]
+    pub use_stale_jwks: bool,
+}
+
 impl ReachArgs {
+    /// What a kept key set was fetched under: a run trusting other addresses or other roots
+    /// never uses it.
+    pub fn trust(&self, ca_file: Option<&std::path::Path>) -> String {
+        use sha2::Digest as _;
+        let roots = ca_file
+            .and_then(|path| std::fs::read(path).ok())
+            .map_or_else(
+                || "system".to_owned(),
+                |pem| {
+                    sha2::Sha256::digest(&pem)
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect()
+                },
+            );
+        format!(
+            "loopback={} private={} roots={roots}",
+            self.dangerous_allow_http_loopback, self.allow_private_network
+        )
+    }
+
     /// The one client of a command, on `tls` (the roots and any client certificate).
     pub fn fetcher(&self, tls: &Arc<rustls::ClientConfig>) -> Result<Fetcher, CliError> {
         let policy = FetchPolicy {
@@ -50,8 +89,9 @@ pub(super) fn cache_directory() -> Option<PathBuf> {
 }
 
 /// The keys a card is verified with: `--secret`s, and `--jwks` files and URLs, the URLs through
-/// the JWKS cache (a set fetched within [`JwksCache::MAX_AGE`] is not asked for again; when the
-/// key server fails, the last good set stays in use for [`JwksCache::MAX_STALE`]).
+/// the JWKS cache (a set fetched within [`JwksCache::MAX_AGE`] is not asked for again; with
+/// `--use-stale-jwks`, when the key server fails, the last good set stays in use for
+/// [`JwksCache::MAX_STALE`]).
 pub(super) struct CardKeys {
     secrets: Vec<String>,
     files: Vec<String>,
@@ -60,19 +100,22 @@ pub(super) struct CardKeys {
 }
 
 impl CardKeys {
-    /// The keys `secrets` and `jwks` (files or URLs) name, URLs fetched with `fetcher`.
-    pub fn new(secrets: &[String], jwks: &[String], fetcher: Fetcher) -> Self {
-        let (urls, files) = jwks
-            .iter()
-            .cloned()
-            .partition(|source| source.starts_with("https://") || source.starts_with("http://"));
+    /// The keys `args` name, URLs fetched with `fetcher` under `trust` ([`ReachArgs::trust`]).
+    pub fn new(args: &CardKeyArgs, fetcher: Fetcher, trust: &str) -> Self {
+        let (urls, files) =
+            args.jwks.iter().cloned().partition(|source| {
+                source.starts_with("https://") || source.starts_with("http://")
+            });
         let mut cache =
             JwksCache::new(FetchPolicy::default(), Arc::new(SystemClock)).fetching_with(fetcher);
+        if !args.use_stale_jwks {
+            cache = cache.stale_for(JwksCache::MAX_AGE);
+        }
         if let Some(directory) = cache_directory() {
-            cache = cache.kept_in(directory);
+            cache = cache.kept_in(directory, trust.to_owned());
         }
         Self {
-            secrets: secrets.to_vec(),
+            secrets: args.secrets.clone(),
             files,
             urls,
             cache,

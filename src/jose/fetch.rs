@@ -220,8 +220,17 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
+/// Whether `path` belongs to this process's user and no one else may write it: what another
+/// user could have put there is not trusted.
+fn private_to_this_user(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path).is_ok_and(|meta| {
+        meta.uid() == rustix::process::geteuid().as_raw() && meta.mode() & 0o022 == 0
+    })
+}
+
 /// `url` as errors show it: without credentials or query.
-fn shown_url(url: &reqwest::Url) -> String {
+pub(crate) fn shown_url(url: &reqwest::Url) -> String {
     let mut shown = url.clone();
     let _ = shown.set_username("");
     let _ = shown.set_password(None);
@@ -412,8 +421,12 @@ pub struct JwksCache {
     /// certificate); otherwise each fetch builds one from `policy`.
     fetcher: Option<Fetcher>,
     /// Where good sets are kept between runs of a short-lived process (`peergate call`):
-    /// each URL in a file of its own, with the time it was fetched.
-    directory: Option<std::path::PathBuf>,
+    /// each URL in a file of its own, with the time it was fetched, named also by the
+    /// `context` it was fetched under (which addresses and roots were trusted), so a run that
+    /// trusts less never uses what a run trusting more fetched.
+    directory: Option<(std::path::PathBuf, String)>,
+    /// How long a good set stays in use while every refetch fails.
+    max_stale: Duration,
     /// Whether a set is an identity provider's, which keeps its usable keys and skips the
     /// others ([`TrustedKeys::add_issuer_jwks`]), rather than a card signer's, refused whole
     /// for one bad key.
@@ -446,6 +459,7 @@ impl JwksCache {
             policy,
             fetcher: None,
             directory: None,
+            max_stale: Self::MAX_STALE,
             issuer_keys: false,
             clock,
             entries: std::sync::Mutex::default(),
@@ -459,37 +473,82 @@ impl JwksCache {
     }
 
     /// The same cache keeping its good sets in `directory` (made 0700 when missing) between
-    /// runs. A file that cannot be read or written is only a cache miss.
-    pub fn kept_in(mut self, directory: std::path::PathBuf) -> Self {
-        self.directory = Some(directory);
+    /// runs, for fetches under `context` (what was trusted: reach, roots). A file that cannot
+    /// be read, is not this user's alone, or does not hold a usable set is only a cache miss.
+    pub fn kept_in(mut self, directory: std::path::PathBuf, context: String) -> Self {
+        self.directory = Some((directory, context));
+        self
+    }
+
+    /// The same cache keeping a good set through failing refetches for `max_stale` only (at
+    /// least [`JwksCache::MAX_AGE`]: a set is used that long anyway).
+    pub fn stale_for(mut self, max_stale: Duration) -> Self {
+        self.max_stale = max_stale.max(Self::MAX_AGE);
         self
     }
 
     /// The file `url`'s set is kept in.
     fn kept_file(&self, url: &str) -> Option<std::path::PathBuf> {
         use sha2::Digest as _;
-        let digest = sha2::Sha256::digest(url.as_bytes());
-        let name: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-        Some(self.directory.as_ref()?.join(format!("jwks-{name}.json")))
+        let (directory, context) = self.directory.as_ref()?;
+        let mut digest = sha2::Sha256::new();
+        digest.update(url.as_bytes());
+        digest.update([0]);
+        digest.update(context.as_bytes());
+        let name: String = digest
+            .finalize()
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Some(directory.join(format!("jwks-{name}.json")))
     }
 
-    /// The set kept for `url` by an earlier run, and when it was fetched.
-    fn read_kept(&self, url: &str) -> Option<(String, crate::clock::Timestamp)> {
-        let kept: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(self.kept_file(url)?).ok()?).ok()?;
-        // A file for another URL (a collision, or a copy) is not used.
-        if kept["url"] != url {
+    /// The set kept for `url` by an earlier run, and when it was fetched: only from a file and
+    /// directory this user owns and nobody else may write, fetched in the past, and usable.
+    fn read_kept(
+        &self,
+        url: &str,
+        now: crate::clock::Timestamp,
+    ) -> Option<(String, crate::clock::Timestamp)> {
+        let file = self.kept_file(url)?;
+        for path in [file.as_path(), file.parent()?] {
+            if !private_to_this_user(path) {
+                return None;
+            }
+        }
+        let kept: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).ok()?).ok()?;
+        // A file for another URL or context (a collision, or a copy) is not used.
+        let context = self.directory.as_ref().map(|(_, context)| context.as_str());
+        if kept["url"] != url || kept["context"].as_str() != context {
             return None;
         }
         let at = crate::clock::Timestamp::from_second(kept["fetched_at"].as_i64()?).ok()?;
-        Some((kept["jwks"].as_str()?.to_owned(), at))
+        if at > now {
+            return None;
+        }
+        let text = kept["jwks"].as_str()?.to_owned();
+        self.usable(&text).ok()?;
+        Some((text, at))
+    }
+
+    /// Whether `text` is a key set this cache may keep.
+    fn usable(&self, text: &str) -> Result<(), String> {
+        let mut keys = crate::jose::verify::TrustedKeys::new();
+        let usable = if self.issuer_keys {
+            keys.add_issuer_jwks(text).map(|_| ())
+        } else {
+            keys.add_jwks(text)
+        };
+        usable.map_err(|why| why.to_string())
     }
 
     fn keep(&self, url: &str, text: &str, at: crate::clock::Timestamp) {
         let Some(file) = self.kept_file(url) else {
             return;
         };
-        let kept = serde_json::json!({"url": url, "fetched_at": at.as_second(), "jwks": text});
+        let context = self.directory.as_ref().map(|(_, context)| context.as_str());
+        let kept = serde_json::json!({"url": url, "context": context, "fetched_at": at.as_second(), "jwks": text});
         // Written whole under a name of this process's, then renamed over the old one: a run
         // beside this one reads either set, never half of one.
         let temporary = file.with_extension(format!("{}.tmp", std::process::id()));
@@ -517,10 +576,21 @@ impl JwksCache {
             entries.entry(url.to_owned()).or_default().clone()
         };
         let mut entry = slot.lock().await;
-        if entry.good.is_none() && entry.last_attempt.is_none() {
-            entry.good = self.read_kept(url);
-        }
         let now = self.clock.now();
+        // A kept set is used only where this run may fetch it from itself.
+        if let Some(fetcher) = &self.fetcher {
+            let parsed = reqwest::Url::parse(url).map_err(|_| FetchError {
+                url: "<not a URL>".to_owned(),
+                reason: "not a URL".to_owned(),
+            })?;
+            fetcher.client_for(&parsed).map_err(|reason| FetchError {
+                url: shown_url(&parsed),
+                reason,
+            })?;
+        }
+        if entry.good.is_none() && entry.last_attempt.is_none() {
+            entry.good = self.read_kept(url, now);
+        }
         let shown = || {
             reqwest::Url::parse(url).map_or_else(|_| "<not a URL>".to_owned(), |u| shown_url(&u))
         };
@@ -528,7 +598,7 @@ impl JwksCache {
         let good = entry
             .good
             .as_ref()
-            .filter(|(_, at)| age(*at) < Self::MAX_STALE)
+            .filter(|(_, at)| age(*at) < self.max_stale)
             .cloned();
         if let Some((text, at)) = &good
             && age(*at) < Self::MAX_AGE
@@ -555,13 +625,7 @@ impl JwksCache {
             None => fetch_text(url, &self.policy).await,
         };
         let fetched = fetched.and_then(|text| {
-            let mut keys = crate::jose::verify::TrustedKeys::new();
-            let usable = if self.issuer_keys {
-                keys.add_issuer_jwks(&text).map(|_| ())
-            } else {
-                keys.add_jwks(&text)
-            };
-            usable.map(|()| text).map_err(|why| FetchError {
+            self.usable(&text).map(|()| text).map_err(|why| FetchError {
                 url: shown(),
                 reason: format!("not a usable key set: {why}"),
             })

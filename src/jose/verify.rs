@@ -542,6 +542,7 @@ fn verify_entry(entry: &Value, payloads: &[&str], keys: &TrustedKeys) -> Result<
         None => {}
         Some(Value::Object(unprotected)) => {
             if let Some(name) = unprotected.keys().find(|name| header.contains_key(*name)) {
+                let name: String = name.chars().take(32).collect();
                 return Err(format!(
                     "\"{name}\" is in both the protected and the unprotected header"
                 ));

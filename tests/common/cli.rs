@@ -48,8 +48,10 @@ pub fn cli_on(data: &Path, args: &[&str]) -> (i32, String, String) {
 /// Runs the CLI with `input` on standard input.
 pub fn cli_with_stdin(args: &[&str], input: &str) -> (i32, String, String) {
     use std::io::Write;
+    let cache = tempfile::tempdir().unwrap();
     let mut child = Command::new(bin())
         .args(args)
+        .env("XDG_CACHE_HOME", cache.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1313,11 +1313,22 @@ async fn the_metrics_listener_serves_metrics_on_any_address_to_the_scrape_token_
         .unwrap();
     assert_eq!(scraped.status(), 200);
     assert!(scraped.text().await.unwrap().contains("peergate_"));
-    for authorization in [
-        None,
-        Some(format!("Bearer {}", &SECRET[1..])),
-        Some("Basic YWRtaW46YWRtaW4=".to_owned()),
-    ] {
+    // A real administrator's password opens /metrics on the admin listener, never here (it
+    // would cross the network in clear).
+    use base64::Engine as _;
+    add_admin(&served.data, "ada", PASSWORD_A);
+    let ada = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("ada:{PASSWORD_A}"))
+    );
+    let on_admin = client
+        .get(format!("http://{}/metrics", served.server.admin_addr))
+        .header("authorization", &ada)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_admin.status(), 200, "the password is right");
+    for authorization in [None, Some(format!("Bearer {}", &SECRET[1..])), Some(ada)] {
         let refused = get("/metrics", authorization.clone()).await.unwrap();
         assert_eq!(refused.status(), 401, "{authorization:?}");
         let challenge = refused.headers()["www-authenticate"].to_str().unwrap();

@@ -230,6 +230,12 @@ fn plain_http_and_private_addresses_are_refused_before_anything_is_sent() {
             "link-local",
         ),
         ("https://127.0.0.1:9", &[][..], "not a public one"),
+        // A name is checked after it is resolved, by the only resolver the client uses.
+        (
+            "https://localhost:9",
+            &[][..],
+            "resolves to no public address",
+        ),
     ] {
         let (code, _, stderr) = call(url, extra);
         assert_eq!(code, 1, "{url}: {stderr}");
@@ -350,7 +356,7 @@ async fn a_key_set_kept_by_one_call_verifies_the_next_while_the_key_server_is_do
         }),
     );
     let key_server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let call = |cache: &std::path::Path| {
+    let call_with = |cache: &std::path::Path, extra: &'static [&'static str]| {
         let (base, token, url, cache) = (
             served.base(),
             served.token.clone(),
@@ -369,6 +375,7 @@ async fn a_key_set_kept_by_one_call_verifies_the_next_while_the_key_server_is_do
                     &url,
                 ])
                 .arg("--dangerous-allow-http-loopback")
+                .args(extra)
                 .env("XDG_CACHE_HOME", &cache)
                 .output()
                 .unwrap();
@@ -378,6 +385,7 @@ async fn a_key_set_kept_by_one_call_verifies_the_next_while_the_key_server_is_do
             )
         })
     };
+    let call = |cache: &std::path::Path| call_with(cache, &[]);
     let cache = tempfile::tempdir().unwrap();
     let (code, stderr) = call(cache.path()).await.unwrap();
     assert_eq!(code, 0, "{stderr}");
@@ -410,4 +418,31 @@ async fn a_key_set_kept_by_one_call_verifies_the_next_while_the_key_server_is_do
     let (code, stderr) = call(empty.path()).await.unwrap();
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("cannot fetch"), "{stderr}");
+    // Nor with a kept set that is not to be trusted: fetched "in the future", or writable by
+    // others.
+    let kept_path = kept[0].clone();
+    let rewrite = |edit: &dyn Fn(&mut Value)| {
+        let mut kept: Value = serde_json::from_slice(&std::fs::read(&kept_path).unwrap()).unwrap();
+        edit(&mut kept);
+        std::fs::write(&kept_path, kept.to_string()).unwrap();
+    };
+    let fetched_at = file["fetched_at"].as_i64().unwrap();
+    rewrite(&|kept| kept["fetched_at"] = (fetched_at + 3600).into());
+    let (code, stderr) = call(cache.path()).await.unwrap();
+    assert_eq!(code, 1, "a set from the future: {stderr}");
+    rewrite(&|kept| kept["fetched_at"] = fetched_at.into());
+    std::fs::set_permissions(&kept_path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, stderr) = call(cache.path()).await.unwrap();
+    assert_eq!(code, 1, "a set others may write: {stderr}");
+    std::fs::set_permissions(&kept_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, stderr) = call(cache.path()).await.unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    // A set older than 10 minutes is used through a failing key server only when asked to.
+    rewrite(&|kept| kept["fetched_at"] = (fetched_at - 11 * 60).into());
+    let (code, stderr) = call(cache.path()).await.unwrap();
+    assert_eq!(code, 1, "a withdrawn key could still verify: {stderr}");
+    let (code, stderr) = call_with(cache.path(), &["--use-stale-jwks"])
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "{stderr}");
 }

@@ -499,7 +499,11 @@ async fn a_peers_own_budget_spent_through_one_instance_is_refused_on_the_other()
         "TASK_STATE_REJECTED",
         "B counted only its own spending: {third}"
     );
-    assert!(third.to_string().contains("This peer's daily model budget of 30 tokens"));
+    assert!(
+        third
+            .to_string()
+            .contains("This peer's daily model budget of 30 tokens")
+    );
 }
 
 #[tokio::test]

@@ -286,8 +286,17 @@ fn the_compose_example_is_valid_and_its_policy_passes_the_cluster_check() {
         2
     );
     assert_eq!(text.matches("condition: service_healthy").count(), 4);
-    // Only the instances publish ports: the door and the metrics listener, each.
-    assert_eq!(text.matches("published:").count(), 4, "{text}");
+    // Only the instances publish ports, the door and the metrics listener each, and only on
+    // the host's loopback.
+    let published: Vec<&str> = text
+        .lines()
+        .filter(|line| line.trim_start().starts_with("- ") && line.ends_with("/tcp"))
+        .collect();
+    assert_eq!(published.len(), 4, "{text}");
+    assert!(
+        published.iter().all(|line| line.contains("127.0.0.1:")),
+        "{published:?}"
+    );
     // A missing secret stops it, by name.
     let output = config(&env[1..]);
     assert!(!output.status.success());

@@ -40,16 +40,16 @@ fn the_readme_is_short_and_in_the_order_of_a_first_day() {
     assert_eq!(block[1], test_command);
 }
 
-/// A heading's anchor as GitHub makes it.
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped except `-` and
+/// `_`, spaces as `-`.
 fn anchor(heading: &str) -> String {
     heading
         .trim()
         .to_lowercase()
         .chars()
-        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
         .map(|c| if c == ' ' { '-' } else { c })
-        .collect::<String>()
-        .replace('_', "")
+        .collect()
 }
 
 #[test]
@@ -64,9 +64,15 @@ fn every_docs_file_has_contents_that_lead_to_its_headings() {
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
-        let (_, after) = text
+        let (before, after) = text
             .split_once("**Contents**\n\n")
             .unwrap_or_else(|| panic!("{name} has no table of contents"));
+        assert!(
+            !before
+                .lines()
+                .any(|line| line.trim_start().starts_with("- [")),
+            "{name}: a list of links before its contents"
+        );
         let listed: Vec<&str> = after
             .lines()
             .take_while(|line| line.trim_start().starts_with("- ["))
