@@ -173,3 +173,43 @@ fn the_command_table_names_every_command_and_every_flag() {
         missing.join("\n")
     );
 }
+
+#[test]
+fn the_readmes_peergate_commands_are_ones_the_binary_takes() {
+    use clap::Parser as _;
+    let readme = read("README.md");
+    let mut checked = 0;
+    let mut in_shell = false;
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_shell = line == "```sh";
+            continue;
+        }
+        if !in_shell {
+            continue;
+        }
+        let line = line.split(" #").next().unwrap();
+        for command in line.split(" ; ").flat_map(|part| part.split(" && ")) {
+            let command = command.trim();
+            let command = match command
+                .strip_prefix("cargo run -q -- ")
+                .or_else(|| command.strip_prefix("cargo run -- "))
+            {
+                Some(rest) => format!("peergate {rest}"),
+                None => command.to_owned(),
+            };
+            // Only plain words: what the shell would change is left to the shell.
+            if !command.starts_with("peergate ")
+                || command.contains(['$', '"', '\'', '\\', '(', ')', '<', '>', '|'])
+            {
+                continue;
+            }
+            let words: Vec<&str> = command.split_whitespace().collect();
+            if let Err(e) = peergate::cli::Cli::try_parse_from(&words) {
+                panic!("{command}: {e}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8, "{checked}");
+}
