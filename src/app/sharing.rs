@@ -72,7 +72,7 @@ impl Sharing {
         };
         if registry.is_none() {
             // The embedded store has one process: only the door's limits go to Redis.
-            let redis = Redis::connect(url).await.map_err(refused)?;
+            let redis = connect(options, url).await?;
             tracing::info!(
                 "per-IP, per-peer and failed-authentication limits are kept in Redis, shared by every gateway using it"
             );
@@ -83,7 +83,7 @@ impl Sharing {
             });
         }
         same_card_everywhere(options)?;
-        let redis = Redis::connect(url).await.map_err(refused)?;
+        let redis = connect(options, url).await?;
         let leases = registry.map(|registry| {
             let leases = LeasedInstances::new(registry.clone(), lease(options));
             (Arc::new(leases), registry)
@@ -239,4 +239,16 @@ fn same_card_everywhere(options: &GatewayOptions) -> Result<(), StartError> {
         ))),
         None => Ok(()),
     }
+}
+
+/// Redis at `url`, with the policy's timeout and breaker.
+async fn connect(options: &GatewayOptions, url: &str) -> Result<Redis, StartError> {
+    let cluster = &options.policy.cluster;
+    Redis::connect_with(
+        url,
+        Duration::from_millis(cluster.redis_timeout_ms),
+        cluster.redis_breaker_timeouts,
+    )
+    .await
+    .map_err(refused)
 }

@@ -13,18 +13,34 @@ pub struct ClusterPolicy {
     /// interrupted within about `lease_seconds` × 7/3 of its death.
     #[serde(default = "default_lease_seconds")]
     pub lease_seconds: u32,
+    /// How long a call to Redis waits for its answer, in milliseconds.
+    #[serde(default = "default_redis_timeout_ms")]
+    pub redis_timeout_ms: u64,
+    /// Timeouts within a second that open the breaker in front of Redis.
+    #[serde(default = "default_redis_breaker_timeouts")]
+    pub redis_breaker_timeouts: u32,
 }
 
 impl Default for ClusterPolicy {
     fn default() -> Self {
         Self {
             lease_seconds: default_lease_seconds(),
+            redis_timeout_ms: default_redis_timeout_ms(),
+            redis_breaker_timeouts: default_redis_breaker_timeouts(),
         }
     }
 }
 
 fn default_lease_seconds() -> u32 {
     15
+}
+
+fn default_redis_timeout_ms() -> u64 {
+    u64::try_from(crate::shared::redis::DEFAULT_TIMEOUT.as_millis()).unwrap_or(500)
+}
+
+fn default_redis_breaker_timeouts() -> u32 {
+    crate::shared::redis::DEFAULT_BREAKER_TIMEOUTS
 }
 
 impl ClusterPolicy {
@@ -35,6 +51,18 @@ impl ClusterPolicy {
             return Err(invalid(
                 "cluster.lease_seconds",
                 "must be between 2 and 300",
+            ));
+        }
+        if !(50..=10_000).contains(&self.redis_timeout_ms) {
+            return Err(invalid(
+                "cluster.redis_timeout_ms",
+                "must be between 50 and 10000",
+            ));
+        }
+        if !(1..=100).contains(&self.redis_breaker_timeouts) {
+            return Err(invalid(
+                "cluster.redis_breaker_timeouts",
+                "must be between 1 and 100",
             ));
         }
         Ok(())

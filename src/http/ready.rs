@@ -117,7 +117,11 @@ impl Readiness {
         let redis = async {
             match &self.redis {
                 None => None,
-                Some(redis) => Some(redis.answers(PART_TIMEOUT).await),
+                // An open breaker means requests do not ask Redis: degraded, whatever one
+                // PING says.
+                Some(redis) => {
+                    Some(!redis.breaker().is_open() && redis.answers(PART_TIMEOUT).await)
+                }
             }
         };
         let (redis, agent) = tokio::join!(redis, self.backend.reachable(PART_TIMEOUT));

@@ -53,6 +53,23 @@ impl RedisServer {
         }
     }
 
+    /// SIGSTOP: the server keeps its connections and answers nothing (a hung Redis, not one
+    /// that refuses).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`RedisServer::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// Starts the server again on the same port.
     pub fn restart(&mut self) {
         self.stop();

@@ -1046,3 +1046,110 @@ async fn haproxy_checking_ready_keeps_both_instances_without_redis_and_drops_the
     let (status, _) = post_raw(&door, Some(&pair.token), "{}".to_owned()).await;
     assert_eq!(status, 503, "haproxy answers for the instances it took out");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_that_hangs_is_cut_off_by_the_breaker_and_taken_back_once_it_answers() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    // Every sender is 127.0.0.1: the per-address limit must not be what answers them.
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p.set("limits.per_ip_per_minute", 10_000_000))
+    else {
+        return;
+    };
+    let token = shared.peer("alice", "10000000/min");
+    let bob = shared.peer("bob", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    let pair = Pair {
+        model,
+        shared,
+        token,
+        a,
+        b,
+    };
+    // Load on both instances throughout: four senders each, counting what they get.
+    let (stop, answered, failed) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(std::sync::Mutex::new(Vec::<String>::new())),
+    );
+    let mut senders = Vec::new();
+    for door in [pair.a.door(), pair.b.door()] {
+        for _ in 0..4 {
+            let (door, token) = (door.clone(), pair.token.clone());
+            let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
+            senders.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let body = send_request("under load", None).to_string();
+                    let (status, response) = post_raw(&door, Some(&token), body).await;
+                    if status == 200 && state_of(&response) == "TASK_STATE_COMPLETED" {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failed.lock().unwrap().push(format!("{status} {response}"));
+                    }
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = answered.load(Ordering::Relaxed);
+
+    // Stopped, not gone: connections stay open and nothing answers.
+    pair.shared.redis.pause();
+    for instance in [&pair.a, &pair.b] {
+        instance.log_with("the circuit breaker is open");
+        let body = readiness_until(instance, |body| body["redis"] == "unreachable").await;
+        assert_eq!(body["status"], "degraded", "{body}");
+    }
+    let during = answered.load(Ordering::Relaxed);
+    // A revocation made while Redis hangs still holds on both instances: the store says so,
+    // and each instance reads it again within the credential cache time.
+    let (status, body) = admin_post(&pair.a, "/v1/peers/bob/revoke", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for door in [pair.a.door(), pair.b.door()] {
+        let body = send_request("revoked", None).to_string();
+        let (status, _) = post_raw(&door, Some(&bob), body).await;
+        assert_eq!(
+            status, 401,
+            "a revoked credential was admitted while Redis hung"
+        );
+    }
+    let while_stopped = answered.load(Ordering::Relaxed) - during;
+
+    pair.shared.redis.resume();
+    for instance in [&pair.a, &pair.b] {
+        instance.log_with("the circuit breaker is closed");
+        readiness_until(instance, |body| body["status"] == "ready").await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for sender in senders {
+        sender.await.unwrap();
+    }
+    let failed = failed.lock().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert!(before > 0, "nothing answered before");
+    assert!(
+        while_stopped > 100,
+        "the door kept answering while Redis hung: {while_stopped}"
+    );
+    // Each change said once per instance.
+    for instance in [&pair.a, &pair.b] {
+        let log = instance.log_text();
+        assert_eq!(
+            log.matches("the circuit breaker is open").count(),
+            1,
+            "{log}"
+        );
+        assert_eq!(
+            log.matches("the circuit breaker is closed").count(),
+            1,
+            "{log}"
+        );
+    }
+}

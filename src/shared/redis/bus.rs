@@ -85,6 +85,11 @@ impl Shared {
 
     /// Publishes `payload` on `channel` without making anyone wait.
     fn publish(self: &Arc<Self>, channel: &'static str, payload: String) {
+        // Lost like any publish while Redis is away; other instances catch up as they do
+        // then (the credential cache time, and forgetting everything when it is back).
+        if self.health.bypassed() {
+            return;
+        }
         let shared = self.clone();
         tokio::spawn(async move {
             let mut connection = shared.connection.clone();
@@ -162,7 +167,7 @@ impl RedisBus {
             changes: LocalChanges::default(),
             events: LocalTaskEvents::default(),
             subscribed: AtomicBool::new(false),
-            health: Degradation::new("change notifications and task events"),
+            health: redis.degradation("change notifications and task events"),
             cancels: CancelListeners::default(),
             started: tokio::time::Instant::now(),
             interest_until: AtomicU64::new(0),

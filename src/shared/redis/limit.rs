@@ -80,7 +80,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
             script: Arc::new(redis::Script::new(GCRA)),
             prefix: prefix.into(),
             fallback: Arc::new(LocalLimiter::new(capacity, clock)),
-            health: Degradation::new("rate limits"),
+            health: redis.degradation("rate limits"),
         }
     }
 
@@ -99,13 +99,19 @@ impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
         let (fallback, health) = (self.fallback.clone(), self.health.clone());
         let key = key.clone();
         LimitCheck::Pending(Box::pin(async move {
-            let answer: Result<(i64, i64, i64), _> = script
-                .key(redis_key)
-                .arg(interval)
-                .arg(burst)
-                .arg(cost)
-                .invoke_async(&mut connection)
-                .await;
+            // With the breaker open, straight to the fallback: nothing waits on Redis.
+            let answer: Result<(i64, i64, i64), Option<redis::RedisError>> = if health.bypassed() {
+                Err(None)
+            } else {
+                script
+                    .key(redis_key)
+                    .arg(interval)
+                    .arg(burst)
+                    .arg(cost)
+                    .invoke_async(&mut connection)
+                    .await
+                    .map_err(Some)
+            };
             match answer {
                 Ok((allowed, value, reset)) => {
                     health.answered();
@@ -122,7 +128,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
                     }
                 }
                 Err(error) => {
-                    health.failed(&error);
+                    if let Some(error) = error {
+                        health.failed(&error);
+                    }
                     match cost {
                         0 => fallback.peek(&key, quota).await,
                         c if c < 0 => {

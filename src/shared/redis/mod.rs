@@ -9,8 +9,10 @@
 //!
 //! Every engine logs one warning when Redis goes away and one when it answers again, and
 //! counts the answers it gave without Redis ([`Degradation::local_answers`]). The door keeps
-//! answering valid peers throughout: Redis shares state, it never decides alone.
+//! answering valid peers throughout: Redis shares state, it never decides alone. A Redis that
+//! hangs instead of refusing is cut off by one [`breaker::Breaker`] for all of them.
 
+pub mod breaker;
 pub mod bus;
 pub mod limit;
 pub mod spend;
@@ -43,6 +45,7 @@ pub enum RedisSetupError {
 pub struct Redis {
     client: redis::Client,
     connection: ConnectionManager,
+    breaker: Arc<breaker::Breaker>,
 }
 
 impl std::fmt::Debug for Redis {
@@ -52,9 +55,26 @@ impl std::fmt::Debug for Redis {
     }
 }
 
+/// How long a call waits for Redis's answer, unless the policy says otherwise
+/// (`cluster.redis_timeout_ms`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Timeouts within a second that open the breaker, unless the policy says otherwise
+/// (`cluster.redis_breaker_timeouts`).
+pub const DEFAULT_BREAKER_TIMEOUTS: u32 = 3;
+
 impl Redis {
-    /// Connects to `url`; a refusal never echoes the URL.
+    /// Connects to `url` with the default timeout and breaker; a refusal never echoes the URL.
     pub async fn connect(url: &str) -> Result<Self, RedisSetupError> {
+        Self::connect_with(url, DEFAULT_TIMEOUT, DEFAULT_BREAKER_TIMEOUTS).await
+    }
+
+    /// Connects to `url`: each call waits `timeout` for its answer, and `breaker_timeouts`
+    /// timeouts within a second open the breaker.
+    pub async fn connect_with(
+        url: &str,
+        timeout: Duration,
+        breaker_timeouts: u32,
+    ) -> Result<Self, RedisSetupError> {
         if !url.starts_with("redis://") {
             return Err(RedisSetupError::Url);
         }
@@ -63,12 +83,37 @@ impl Redis {
         // without it.
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_millis(500)))
+            .set_response_timeout(Some(timeout))
             .set_number_of_retries(1);
         let connection = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(|e| RedisSetupError::Unreachable(format!("{:?}", e.kind())))?;
-        Ok(Self { client, connection })
+        let breaker = Arc::new(breaker::Breaker::new(
+            connection.clone(),
+            breaker_timeouts,
+            timeout,
+        ));
+        Ok(Self {
+            client,
+            connection,
+            breaker,
+        })
+    }
+
+    /// The breaker every engine on this connection shares.
+    pub fn breaker(&self) -> &Arc<breaker::Breaker> {
+        &self.breaker
+    }
+
+    /// The degradation record of the engine that shares `what`, behind this connection's
+    /// breaker.
+    pub fn degradation(&self, what: &'static str) -> Degradation {
+        Degradation {
+            what,
+            away: Arc::default(),
+            local_answers: Arc::default(),
+            breaker: Some(self.breaker.clone()),
+        }
     }
 
     /// The shared connection (cheap to clone).
@@ -98,6 +143,8 @@ pub struct Degradation {
     what: &'static str,
     away: Arc<AtomicBool>,
     local_answers: Arc<AtomicU64>,
+    /// The connection's breaker (none for an engine made without a connection).
+    breaker: Option<Arc<breaker::Breaker>>,
 }
 
 impl Degradation {
@@ -107,11 +154,25 @@ impl Degradation {
             what,
             away: Arc::default(),
             local_answers: Arc::default(),
+            breaker: None,
         }
+    }
+
+    /// Whether the breaker is open, so this answer is given without asking Redis (and is
+    /// counted as one).
+    pub fn bypassed(&self) -> bool {
+        let open = self.breaker.as_ref().is_some_and(|b| b.is_open());
+        if open {
+            self.local_answers.fetch_add(1, Ordering::Relaxed);
+        }
+        open
     }
 
     /// Redis answered.
     pub fn answered(&self) {
+        if let Some(breaker) = &self.breaker {
+            breaker.answered();
+        }
         if self.away.swap(false, Ordering::Relaxed) {
             tracing::warn!(
                 shared = self.what,
@@ -122,6 +183,11 @@ impl Degradation {
 
     /// Redis did not answer, so this answer was given without it.
     pub fn failed(&self, error: &redis::RedisError) {
+        if error.is_timeout()
+            && let Some(breaker) = &self.breaker
+        {
+            breaker.timed_out();
+        }
         if !self.away.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 shared = self.what,

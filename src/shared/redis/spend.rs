@@ -46,7 +46,7 @@ impl RedisSpend {
         Self {
             connection: redis.connection(),
             add: Arc::new(redis::Script::new(ADD)),
-            health: Degradation::new("budget spending"),
+            health: redis.degradation("budget spending"),
             short: Arc::default(),
         }
     }
@@ -79,6 +79,9 @@ impl SharedSpend for RedisSpend {
         day: &str,
         month: &str,
     ) -> Result<Option<(u64, u64)>, SpendUnavailable> {
+        if self.health.bypassed() {
+            return Err(SpendUnavailable);
+        }
         let mut connection = self.connection.clone();
         self.forget_short_counters(&mut connection).await;
         let read: Result<(Option<u64>, Option<u64>), _> = redis::cmd("MGET")
@@ -100,6 +103,9 @@ impl SharedSpend for RedisSpend {
     }
 
     async fn seed(&self, owner_id: &str, day: &str, month: &str, spent: (u64, u64)) {
+        if self.health.bypassed() {
+            return;
+        }
         let mut connection = self.connection.clone();
         let seeded: Result<(), _> = redis::pipe()
             .cmd("SET")
@@ -127,6 +133,12 @@ impl SharedSpend for RedisSpend {
         let mut connection = self.connection.clone();
         let (add, health, short) = (self.add.clone(), self.health.clone(), self.short.clone());
         let keys = [key(owner_id, day), key(owner_id, month)];
+        if health.bypassed() {
+            // Not added: the shared counters fall short, and are dropped (then seeded again
+            // from the store) when Redis is asked again.
+            short.lock().unwrap_or_else(|e| e.into_inner()).extend(keys);
+            return;
+        }
         tokio::spawn(async move {
             let added: Result<i64, _> = add
                 .key(&keys[0])

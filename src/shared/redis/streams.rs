@@ -63,7 +63,7 @@ impl RedisOpenStreams {
             take: Arc::new(redis::Script::new(TAKE)),
             renew: Arc::new(redis::Script::new(RENEW)),
             fallback: LocalOpenStreams::default(),
-            health: Degradation::new("open stream counts"),
+            health: redis.degradation("open stream counts"),
         }
     }
 }
@@ -79,6 +79,9 @@ fn lasts_ms() -> u64 {
 #[async_trait]
 impl OpenStreams for RedisOpenStreams {
     async fn open(&self, peer_id: &PeerId, cap: u32) -> Option<StreamPermit> {
+        if self.health.bypassed() {
+            return self.fallback.open_now(peer_id, cap);
+        }
         let member = uuid::Uuid::new_v4().simple().to_string();
         let mut connection = self.connection.clone();
         let taken: Result<i64, _> = self
