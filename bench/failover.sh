@@ -78,6 +78,7 @@ class Model(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 ThreadingHTTPServer.daemon_threads = True
+ThreadingHTTPServer.request_queue_size = 1024
 ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Model).serve_forever()
 PY
 pids+=($!)
