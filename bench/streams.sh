@@ -187,8 +187,10 @@ async def main():
     await asyncio.sleep(3)
     held = rss_kib()
     cpu0 = cpu_seconds()
-    await asyncio.sleep(10)
-    idle_cpu = cpu_seconds() - cpu0
+    idle = float(os.environ.get("IDLE_SECONDS", "10"))
+    print(f"idling {idle:.0f} s with the streams open (server pid {server})", flush=True)
+    await asyncio.sleep(idle)
+    idle_cpu = (cpu_seconds() - cpu0) * 10 / idle
     # One more on the first peer: past its cap.
     extra = Stream()
     one_more = asyncio.create_task(subscribe(tokens[0], tasks[0], extra, opened))
@@ -201,12 +203,14 @@ async def main():
     delivered = time.time() - done_start
     await asyncio.sleep(3)
     after = rss_kib()
+    await asyncio.sleep(27)
+    later = rss_kib()
     order = ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
     in_order = sum(1 for s in streams if not s.refused and s.closed and s.states and s.states[-1] == "TASK_STATE_COMPLETED"
                    and all(order.index(a) <= order.index(b) for a, b in zip(s.states, s.states[1:]) if a in order and b in order))
     n = len(streams) - len(refused)
     print(f"streams: {len(streams)} asked, {n} open after {open_after:.1f} s, {len(refused)} refused {refused[:2]}")
-    print(f"memory: {before} KiB before, {held} KiB with the streams open: {(held - before) / max(n, 1):.1f} KiB per stream; {after} KiB after they closed ({100 * (after - before) / before:+.1f} % of before)")
+    print(f"memory: {before} KiB before, {held} KiB with the streams open: {(held - before) / max(n, 1):.1f} KiB per stream; {after} KiB 3 s after they closed ({100 * (after - before) / before:+.1f} % of before), {later} KiB 30 s after ({100 * (later - before) / before:+.1f} %)")
     print(f"idle: {idle_cpu:.2f} s of CPU in 10 s with {n} streams open")
     print(f"events: {in_order} of {n} streams saw their task complete, in order, and closed; all delivered {delivered:.1f} s after the model answered; {sum(s.events for s in streams)} events")
     print(f"past the cap: {extra.refused}")
