@@ -33,6 +33,23 @@ pub trait TaskEvents: Send + Sync + std::fmt::Debug {
     fn publish(&self, event: TaskEvent);
     /// Events of one task of one peer, from now on.
     fn subscribe(&self, peer_id: &PeerId, task_id: &str) -> TaskSubscription;
+    /// Whether every event published anywhere reaches every subscriber here, but for one that
+    /// fell behind (which [`TaskSubscription::heard`] reports). True in one process; not across
+    /// instances, where a publication can be lost while the bus is away.
+    fn lossless(&self) -> bool {
+        false
+    }
+}
+
+/// What a subscription heard.
+#[derive(Debug)]
+pub enum Heard {
+    /// An event of its task.
+    Event(TaskEvent),
+    /// It fell behind and skipped events, some of which may have been its task's.
+    Missed,
+    /// No more events can come.
+    Closed,
 }
 
 /// The events of one task, as they come.
@@ -57,12 +74,24 @@ impl TaskSubscription {
     /// behind skips what it missed (the task itself is in the store).
     pub async fn next(&mut self) -> Option<TaskEvent> {
         loop {
+            match self.heard().await {
+                Heard::Event(event) => return Some(event),
+                Heard::Missed => {}
+                Heard::Closed => return None,
+            }
+        }
+    }
+
+    /// The next event of the task, or that events were missed, or that none can come.
+    pub async fn heard(&mut self) -> Heard {
+        loop {
             match self.events.recv().await {
                 Ok(event) if event.task_id == self.task_id && event.peer_id == self.peer_id => {
-                    return Some(event);
+                    return Heard::Event(event);
                 }
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return None,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => return Heard::Missed,
+                Err(broadcast::error::RecvError::Closed) => return Heard::Closed,
             }
         }
     }
@@ -94,6 +123,10 @@ impl TaskEvents for LocalTaskEvents {
 
     fn subscribe(&self, peer_id: &PeerId, task_id: &str) -> TaskSubscription {
         TaskSubscription::new(self.sender.subscribe(), peer_id, task_id)
+    }
+
+    fn lossless(&self) -> bool {
+        true
     }
 }
 
@@ -127,5 +160,25 @@ mod tests {
         let last = subscription.next().await.unwrap();
         assert_eq!((&*last.peer_id, &*last.task_id), ("alice", "t1"));
         assert_eq!(last.state.as_str(), "TASK_STATE_COMPLETED");
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_fell_behind_is_told_so_and_then_hears_on() {
+        let events = LocalTaskEvents::default();
+        let mut subscription = events.subscribe(&"alice".into(), "t1");
+        // More than the channel holds, then its own final state, which stays in the channel.
+        for n in 0..1100 {
+            events.publish(event("bob", &format!("t{n}"), "TASK_STATE_WORKING"));
+        }
+        events.publish(event("alice", "t1", "TASK_STATE_COMPLETED"));
+        assert!(matches!(subscription.heard().await, Heard::Missed));
+        match subscription.heard().await {
+            Heard::Event(event) => assert_eq!(event.state.as_str(), "TASK_STATE_COMPLETED"),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            events.lossless(),
+            "one process: only falling behind loses an event"
+        );
     }
 }

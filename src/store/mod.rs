@@ -203,14 +203,14 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
         created_before: Option<Timestamp>,
     ) -> Result<Vec<WorkingTask>, StoreError>;
 
-    /// Replaces a working task with its final state, if it is still working.
+    /// Replaces a working task with its final state, if it is still working; whether it was.
     async fn finish_working_task(
         &self,
         id: &TaskId,
         state: TaskState,
         body: &str,
         now: Timestamp,
-    ) -> Result<(), StoreError>;
+    ) -> Result<bool, StoreError>;
 
     /// A page of a peer's tasks that have not expired, newest status first, then by id
     /// (descending), with how many match the filters in all.

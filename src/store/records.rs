@@ -315,6 +315,8 @@ pub struct TaskPage {
 pub struct WorkingTask {
     /// Its id.
     pub id: TaskId,
+    /// The peer it belongs to.
+    pub peer_id: PeerId,
     /// The task as stored, JSON.
     pub body: String,
     /// The instance that was answering it (`None` before instances were recorded).

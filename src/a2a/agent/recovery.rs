@@ -92,7 +92,9 @@ impl Agent {
         &self,
         task: &WorkingTask,
     ) -> Result<(), crate::store::StoreError> {
-        let WorkingTask { id, body, .. } = task;
+        let WorkingTask {
+            id, peer_id, body, ..
+        } = task;
         let Ok(mut task) = serde_json::from_str::<Task>(body) else {
             tracing::error!(task_id = %id, "an interrupted task could not be read");
             return Ok(());
@@ -106,9 +108,21 @@ impl Agent {
             *last = task.status.message.clone();
         }
         let body = serde_json::to_string(&task).unwrap_or_else(|_| body.clone());
-        self.store
+        let finished = self
+            .store
             .finish_working_task(id, TaskState::Failed, &body, self.clock.now())
-            .await
+            .await?;
+        // Announced like every other final state, so a subscription ends on the event and
+        // need not look at the store for it.
+        if finished && self.shared.events.listening() {
+            self.shared.events.publish(TaskEvent {
+                peer_id: peer_id.clone(),
+                task_id: id.as_str().into(),
+                state: TaskState::Failed,
+                task_json: body.into(),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -119,6 +133,9 @@ pub(super) struct UnfinishedTask {
     pub(super) clock: Arc<dyn Clock>,
     pub(super) task_id: String,
     pub(super) failed_json: String,
+    /// Where its failure is announced, and whose task it is.
+    pub(super) events: Arc<dyn crate::shared::events::TaskEvents>,
+    pub(super) peer_id: crate::store::PeerId,
 }
 
 impl UnfinishedTask {
@@ -141,13 +158,23 @@ impl Drop for UnfinishedTask {
             TaskId::from(std::mem::take(&mut self.task_id)),
             std::mem::take(&mut self.failed_json),
         );
+        let (events, peer_id) = (self.events.clone(), self.peer_id.clone());
         let now = self.clock.now();
         runtime.spawn(async move {
-            if let Err(e) = store
+            match store
                 .finish_working_task(&id, TaskState::Failed, &body, now)
                 .await
             {
-                tracing::error!(task_id = %id, error = %e, "an unfinished task stays working until the next sweep");
+                Ok(true) if events.listening() => events.publish(TaskEvent {
+                    peer_id,
+                    task_id: id.as_str().into(),
+                    state: TaskState::Failed,
+                    task_json: body.into(),
+                }),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(task_id = %id, error = %e, "an unfinished task stays working until the next sweep");
+                }
             }
         });
     }

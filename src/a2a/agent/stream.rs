@@ -20,13 +20,16 @@ use crate::protocol::types::{
     Message, Part, Role, SendMessageRequest, StreamResponse, SubscribeToTaskRequest, Task,
     TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
+use crate::shared::events::Heard;
 use crate::shared::streams::StreamPermit;
 use std::net::IpAddr;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-/// How often a subscription looks at the store, in case its task's final state was stored
-/// without an event (a sweep, a lost publication).
+/// How often a subscription looks at the store where events can be lost (across instances, a
+/// publication made while the bus was away), in case its task's final state was stored
+/// without reaching it. In one process every final state is announced (the sweep's too), so a
+/// subscription reads the store only when it fell behind the events.
 const SUBSCRIPTION_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Agent {
@@ -163,16 +166,23 @@ impl Agent {
         tokio::spawn(async move {
             stream.send(&StreamResponse::Task(task));
             let ends_at = tokio::time::Instant::now() + agent.settings.longest_stream;
-            let mut recheck = tokio::time::interval(SUBSCRIPTION_RECHECK);
-            recheck.tick().await;
+            let mut recheck = (!agent.shared.events.lossless())
+                .then(|| tokio::time::interval(SUBSCRIPTION_RECHECK));
+            if let Some(recheck) = &mut recheck {
+                recheck.tick().await;
+            }
+            let load_final = async |agent: &Agent| match agent.load_task(&peer, &task_id).await {
+                Ok(stored) if stored.status.state.is_final() => Some(stored),
+                _ => None,
+            };
             // Ends at the task's final state, when the client leaves, or at the longest a
             // stream may last, whichever comes first.
             let final_task = loop {
                 tokio::select! {
-                    event = heard.next() => match event {
-                        Some(event) if event.state == TaskState::Working => {}
+                    heard = heard.heard() => match heard {
+                        Heard::Event(event) if event.state == TaskState::Working => {}
                         // A task waiting for the peer again: its status, and the stream goes on.
-                        Some(event) if !event.state.is_final() => {
+                        Heard::Event(event) if !event.state.is_final() => {
                             if let Ok(stored) = serde_json::from_str::<Task>(&event.task_json) {
                                 stream.send(&StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                                     task_id: stored.id,
@@ -181,13 +191,17 @@ impl Agent {
                                 }));
                             }
                         }
-                        Some(event) => break serde_json::from_str::<Task>(&event.task_json).ok(),
-                        None => break None,
+                        Heard::Event(event) => break serde_json::from_str::<Task>(&event.task_json).ok(),
+                        // Fell behind: what was skipped may have been the final state.
+                        Heard::Missed => {
+                            if let Some(stored) = load_final(&agent).await {
+                                break Some(stored);
+                            }
+                        }
+                        Heard::Closed => break None,
                     },
-                    _ = recheck.tick() => {
-                        if let Ok(stored) = agent.load_task(&peer, &task_id).await
-                            && stored.status.state.is_final()
-                        {
+                    () = tick(&mut recheck) => {
+                        if let Some(stored) = load_final(&agent).await {
                             break Some(stored);
                         }
                     }
@@ -202,6 +216,16 @@ impl Agent {
             drop(counted);
         });
         Ok(receiver)
+    }
+}
+
+/// The next tick of `recheck`, or never without one.
+async fn tick(recheck: &mut Option<tokio::time::Interval>) {
+    match recheck {
+        Some(recheck) => {
+            recheck.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

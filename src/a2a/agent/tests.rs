@@ -20,7 +20,12 @@ fn truncates_on_a_character_boundary_with_a_marker() {
 async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
     let dir = tempfile::tempdir().unwrap();
     let store = crate::store::Store::open(dir.path()).await.unwrap();
-    let agent = agent_over(&store, SharedState::default()).await;
+    let heard = Arc::new(Heard::default());
+    let shared = SharedState {
+        events: heard.clone(),
+        ..SharedState::default()
+    };
+    let agent = agent_over(&store, shared).await;
     let now = agent.clock.now();
     let task = agent.task(
         &"t1".into(),
@@ -75,11 +80,17 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
         Some(interrupted_text("model").as_str())
     );
     assert_eq!(stored.history[0].parts[0].as_text(), Some("hello"));
+    // Announced, as every final state is: a subscription ends on it without reading the store.
+    assert_eq!(
+        *heard.0.lock().unwrap(),
+        [("t1".to_owned(), "TASK_STATE_FAILED")]
+    );
     assert_eq!(
         agent.fail_interrupted_tasks(None).await.unwrap(),
         0,
         "once only"
     );
+    assert_eq!(heard.0.lock().unwrap().len(), 1, "announced once");
 }
 
 /// Records what the agent publishes.

@@ -248,6 +248,8 @@ impl Agent {
             clock: self.clock.clone(),
             task_id: turn.task_id.to_string(),
             failed_json,
+            events: self.shared.events.clone(),
+            peer_id: turn.peer.id().clone(),
         };
         // A context peergate just named has no history yet: skip the read.
         let history = if fresh_context {

@@ -112,7 +112,7 @@ impl TaskStore for PostgresStore {
     ) -> Result<Vec<WorkingTask>, StoreError> {
         let created_before = created_before.map(Timestamp::as_millisecond);
         let rows = sqlx::query(
-            "SELECT id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND ($1::BIGINT IS NULL OR COALESCE(status_at, created_at) < $2)",
+            "SELECT id, peer_id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND ($1::BIGINT IS NULL OR COALESCE(status_at, created_at) < $2)",
         )
         .bind(created_before)
         .bind(created_before)
@@ -122,6 +122,7 @@ impl TaskStore for PostgresStore {
             .map(|row| {
                 Ok(WorkingTask {
                     id: row.try_get::<String, _>("id")?.into(),
+                    peer_id: row.try_get::<String, _>("peer_id")?.into(),
                     body: row.try_get("body")?,
                     instance: row.try_get("instance")?,
                 })
@@ -135,7 +136,7 @@ impl TaskStore for PostgresStore {
         state: TaskState,
         body: &str,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
         let finished = sqlx::query(
             "UPDATE tasks SET state = $1, body = $2, status_at = $3 WHERE id = $4 AND state = 'TASK_STATE_WORKING'",
@@ -150,7 +151,7 @@ impl TaskStore for PostgresStore {
             super::push::queue_state(&mut tx, id, state.as_str(), body, now).await?;
         }
         tx.commit().await?;
-        Ok(())
+        Ok(finished.rows_affected() > 0)
     }
 
     async fn list_tasks(

@@ -100,7 +100,7 @@ impl TaskStore for SqliteStore {
     ) -> Result<Vec<WorkingTask>, StoreError> {
         let created_before = created_before.map(Timestamp::as_millisecond);
         let rows = sqlx::query(
-            "SELECT id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND (? IS NULL OR COALESCE(status_at, created_at) < ?)",
+            "SELECT id, peer_id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' AND (? IS NULL OR COALESCE(status_at, created_at) < ?)",
         )
         .bind(created_before)
         .bind(created_before)
@@ -110,6 +110,7 @@ impl TaskStore for SqliteStore {
             .map(|row| {
                 Ok(WorkingTask {
                     id: row.try_get::<String, _>("id")?.into(),
+                    peer_id: row.try_get::<String, _>("peer_id")?.into(),
                     body: row.try_get("body")?,
                     instance: row.try_get("instance")?,
                 })
@@ -123,7 +124,7 @@ impl TaskStore for SqliteStore {
         state: TaskState,
         body: &str,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let _turn = self.write_turn().await;
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let finished = sqlx::query(
@@ -139,7 +140,7 @@ impl TaskStore for SqliteStore {
             super::push::queue_state(&mut tx, id, state.as_str(), body, now).await?;
         }
         tx.commit().await?;
-        Ok(())
+        Ok(finished.rows_affected() > 0)
     }
 
     async fn list_tasks(
