@@ -205,15 +205,34 @@ async def main():
     after = rss_kib()
     await asyncio.sleep(27)
     later = rss_kib()
+    sockets = sum(1 for fd in os.listdir(f"/proc/{server}/fd") if os.readlink(f"/proc/{server}/fd/{fd}").startswith("socket:"))
     order = ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
     in_order = sum(1 for s in streams if not s.refused and s.closed and s.states and s.states[-1] == "TASK_STATE_COMPLETED"
                    and all(order.index(a) <= order.index(b) for a, b in zip(s.states, s.states[1:]) if a in order and b in order))
     n = len(streams) - len(refused)
     print(f"streams: {len(streams)} asked, {n} open after {open_after:.1f} s, {len(refused)} refused {refused[:2]}")
-    print(f"memory: {before} KiB before, {held} KiB with the streams open: {(held - before) / max(n, 1):.1f} KiB per stream; {after} KiB 3 s after they closed ({100 * (after - before) / before:+.1f} % of before), {later} KiB 30 s after ({100 * (later - before) / before:+.1f} %)")
+    print(f"memory: {before} KiB before, {held} KiB with the streams open: {(held - before) / max(n, 1):.1f} KiB per stream; {after} KiB 3 s after they closed ({100 * (after - before) / before:+.1f} % of before), {later} KiB 30 s after ({100 * (later - before) / before:+.1f} %), with {sockets} sockets open")
     print(f"idle: {idle_cpu:.2f} s of CPU in 10 s with {n} streams open")
     print(f"events: {in_order} of {n} streams saw their task complete, in order, and closed; all delivered {delivered:.1f} s after the model answered; {sum(s.events for s in streams)} events")
     print(f"past the cap: {extra.refused}")
+    # A second wave of the same size: memory that grows again is held by peergate; memory that
+    # does not is the allocator keeping what the first wave freed, for reuse.
+    os.remove(release)
+    tasks = await asyncio.gather(*(working_task(t) for t in tokens))
+    second, waiting = [], []
+    for token, task in zip(tokens, tasks):
+        for _ in range(per_peer):
+            stream = Stream()
+            second.append(stream)
+            waiting.append(asyncio.create_task(subscribe(token, task, stream, opened)))
+    for _ in second:
+        await opened.acquire()
+    await asyncio.sleep(3)
+    held_again = rss_kib()
+    open(release, "w").close()
+    await asyncio.wait_for(asyncio.gather(*waiting), timeout=600)
+    await asyncio.sleep(3)
+    print(f"a second wave: {held_again} KiB with its {sum(1 for s in second if not s.refused)} streams open ({(held_again - held) / 1024:+.1f} MiB against the first), {rss_kib()} KiB after")
     short = [(s.states, s.closed) for s in streams if not s.refused and not (s.closed and s.states and s.states[-1] == "TASK_STATE_COMPLETED")]
     if short:
         from collections import Counter
