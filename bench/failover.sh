@@ -60,27 +60,7 @@ as_postgres() {
 }
 
 # The model: 200 ms an answer, 18 tokens.
-python3 - "$model_port" >/dev/null 2>&1 <<'PY' &
-import json, sys, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class Model(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        time.sleep(0.2)
-        body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "an answer"}, "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-ThreadingHTTPServer.daemon_threads = True
-ThreadingHTTPServer.request_queue_size = 1024
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Model).serve_forever()
-PY
+python3 bench/model.py "$model_port" --delay 0.2 >/dev/null 2>&1 &
 pids+=($!)
 wait_for_port "$model_port"
 

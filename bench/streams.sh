@@ -29,29 +29,7 @@ peergate=${BENCH_PEERGATE:-$(target_dir)/release/peergate}
 with_workdir
 
 # The model answers each call once $work/release exists.
-python3 - "$model_port" "$work/release" >/dev/null 2>&1 <<'PY' &
-import json, os, sys, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-port, release = int(sys.argv[1]), sys.argv[2]
-class Model(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        while not os.path.exists(release):
-            time.sleep(0.05)
-        body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "the answer"}, "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-ThreadingHTTPServer.daemon_threads = True
-ThreadingHTTPServer.request_queue_size = 1024
-ThreadingHTTPServer(("127.0.0.1", port), Model).serve_forever()
-PY
+python3 bench/model.py "$model_port" --release "$work/release" >/dev/null 2>&1 &
 pids+=($!)
 wait_for_port "$model_port"
 
