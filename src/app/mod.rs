@@ -5,6 +5,7 @@ mod account_changes;
 mod documents;
 mod housekeeping;
 mod identity;
+mod open_files;
 mod sharing;
 
 use crate::a2a::agent::{Agent, AgentSettings};
@@ -603,6 +604,7 @@ impl Listeners {
         grpc: Option<(tokio::net::TcpListener, SocketAddr)>,
     ) -> Result<Self, StartError> {
         let policy = &options.policy;
+        open_files::fit(policy);
         let addr = options.listen.unwrap_or(policy.server.listen);
         // The card names the door's URL: on every address, only the operator knows it.
         if addr.ip().is_unspecified() && policy.server.public_base_url.is_none() {

@@ -898,3 +898,28 @@ async fn one_address_holds_only_its_share_of_connections_unless_it_is_a_trusted_
         gw.stop().await;
     }
 }
+
+#[test]
+fn the_open_files_limit_is_raised_for_the_connections_the_policy_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The defaults allow 1,024 connections on the door: a soft limit of 512 is raised to what
+    // they need (1,024 and 256 besides), below the hard limit.
+    let server = ServeProcess::start_in_shell(dir.path(), "ulimit -Sn 512;", &data, &[], &[]);
+    let log = server.log_with("raised the open-files limit");
+    let line = log
+        .lines()
+        .find(|line| line.contains("raised the open-files limit"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        line.contains("from=512") && line.contains("to=1280"),
+        "{line}"
+    );
+    drop(server);
+    // A hard limit below it: the log says what to raise, and the door still serves.
+    let server = ServeProcess::start_in_shell(dir.path(), "ulimit -n 512;", &data, &[], &[]);
+    let log = server.log_with("open-files limit is below");
+    assert!(log.contains("LimitNOFILE"), "{log}");
+    let health = std::net::TcpStream::connect(server.addr);
+    assert!(health.is_ok(), "the door serves");
+}
