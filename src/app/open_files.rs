@@ -33,22 +33,25 @@ pub(super) fn fit(policy: &Policy) {
         return;
     }
     let hard = limit.maximum.unwrap_or(u64::MAX);
-    let raised = needed.min(hard);
-    if raised > soft
-        && setrlimit(
+    let mut raised = needed.min(hard);
+    if raised > soft {
+        match setrlimit(
             Resource::Nofile,
             Rlimit {
                 current: Some(raised),
                 maximum: limit.maximum,
             },
-        )
-        .is_ok()
-    {
-        tracing::info!(
-            from = soft,
-            to = raised,
-            "raised the open-files limit for server.max_connections"
-        );
+        ) {
+            Ok(()) => tracing::info!(
+                from = soft,
+                to = raised,
+                "raised the open-files limit for server.max_connections"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "could not raise the open-files limit");
+                raised = soft;
+            }
+        }
     }
     if raised < needed {
         tracing::warn!(

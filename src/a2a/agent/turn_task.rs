@@ -4,7 +4,9 @@
 use super::*;
 
 impl Agent {
-    /// The event for a stored state of a task, if anyone may be listening.
+    /// The event for a state of a task about to be stored, if anyone may be listening. A final
+    /// state's is built whatever: a subscriber may start listening between now and the store's
+    /// commit, and only this event ends its stream ([`Agent::announce`] decides then).
     pub(super) fn event(
         &self,
         peer: &AuthenticatedPeer,
@@ -12,7 +14,7 @@ impl Agent {
         state: TaskState,
         task_json: &str,
     ) -> Option<TaskEvent> {
-        self.shared.events.listening().then(|| TaskEvent {
+        (state.is_final() || self.shared.events.listening()).then(|| TaskEvent {
             peer_id: peer.id().clone(),
             task_id: task_id.into(),
             state,
@@ -20,9 +22,11 @@ impl Agent {
         })
     }
 
-    /// Publishes an event once its state is durable.
+    /// Publishes an event once its state is durable, if anyone listens now.
     pub(super) fn announce(&self, event: Option<TaskEvent>) {
-        if let Some(event) = event {
+        if let Some(event) = event
+            && self.shared.events.listening()
+        {
             self.shared.events.publish(event);
         }
     }

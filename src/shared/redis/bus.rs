@@ -85,11 +85,8 @@ impl Shared {
 
     /// Publishes `payload` on `channel` without making anyone wait.
     fn publish(self: &Arc<Self>, channel: &'static str, payload: String) {
-        // Lost like any publish while Redis is away; other instances catch up as they do
-        // then (the credential cache time, and forgetting everything when it is back).
-        if self.health.bypassed() {
-            return;
-        }
+        // Sent even while the breaker is open: nobody waits on it, and a revocation or a
+        // cancel that arrives late, once Redis answers again, still arrives.
         let shared = self.clone();
         tokio::spawn(async move {
             let mut connection = shared.connection.clone();

@@ -31,7 +31,7 @@ pub struct RedisSpend {
     add: Arc<redis::Script>,
     health: Degradation,
     /// Counters an unconfirmed increment left short, to delete once Redis answers.
-    short: Arc<std::sync::Mutex<Vec<String>>>,
+    short: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl std::fmt::Debug for RedisSpend {

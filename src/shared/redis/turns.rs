@@ -81,6 +81,9 @@ impl Drop for RedisTurn {
         );
         let (mut connection, release) = (self.connection.clone(), self.release.clone());
         let local = self.local.take();
+        if key.is_empty() {
+            return;
+        }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 // Unreleased, the lock still expires after its hold time.
@@ -111,7 +114,9 @@ impl TurnLocks for RedisTurnLocks {
         let mut pause = Duration::from_millis(5);
         loop {
             if self.health.bypassed() {
-                // Ordered here only, without waiting on a Redis that does not answer.
+                // Ordered here only, without waiting on a Redis that does not answer; nothing
+                // was set there, so nothing is released.
+                turn.key.clear();
                 return turn.local.take();
             }
             let taken: Result<Option<String>, _> = redis::cmd("SET")
