@@ -37,7 +37,6 @@ admin_base=18200
 for tool in wrk haproxy redis-server psql; do
   command -v "$tool" >/dev/null || { echo "$tool is needed: apt-get install wrk haproxy postgresql redis-server" >&2; exit 1; }
 done
-pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 
 cargo build --quiet --release --bin peergate --example bare_axum
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
@@ -50,15 +49,11 @@ pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  as_postgres "$pg_bin/pg_ctl" -D "$work/pg" -m fast stop >/dev/null 2>&1 || true
+  stop_postgres "$work/pg"
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-# PostgreSQL refuses to run as root.
-as_postgres() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
 
 # wait_for_port and send_body
 # shellcheck source=bench/common.sh
@@ -131,12 +126,7 @@ run "peergate, SQLite, one instance" "http://127.0.0.1:$sqlite_port/a2a/v1" "Bea
 stop_last
 
 # PostgreSQL (defaults, on a socket of its own) and Redis (nothing on disk).
-mkdir "$work/pg" && chown postgres:postgres "$work/pg" 2>/dev/null || true
-as_postgres "$pg_bin/initdb" -D "$work/pg" --auth=trust --username=postgres -E UTF8 >/dev/null
-as_postgres "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg/log" -o "-p $pg_port -k $work/pg -c listen_addresses=127.0.0.1 -c max_connections=200 -c shared_preload_libraries=pg_stat_statements" start >/dev/null
-wait_for_port "$pg_port"
-admin_url="postgres://postgres@127.0.0.1:$pg_port/postgres"
-for _ in $(seq 50); do psql "$admin_url" -qc 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+start_postgres "$work/pg" "$pg_port" max_connections=200 shared_preload_libraries=pg_stat_statements
 psql "$admin_url" -qc 'CREATE DATABASE peergate' -c 'CREATE EXTENSION pg_stat_statements' >/dev/null
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
 pids+=($!)

@@ -25,3 +25,31 @@ with_workdir() {
   pids=()
   trap 'for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 }
+
+# as_postgres COMMAND...: runs COMMAND as the postgres user when this script runs as root
+# (PostgreSQL refuses to run as root).
+as_postgres() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# start_postgres DIR PORT [SETTING...]: a throwaway PostgreSQL cluster in DIR on 127.0.0.1:PORT
+# (its socket in DIR too), with each SETTING as `-c SETTING`; sets admin_url. Stop it with
+# stop_postgres DIR.
+start_postgres() {
+  local dir=$1 port=$2
+  shift 2
+  local settings="-p $port -k $dir -c listen_addresses=127.0.0.1"
+  for setting in "$@"; do settings+=" -c $setting"; done
+  pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  mkdir "$dir" && chown postgres:postgres "$dir" 2>/dev/null || true
+  as_postgres "$pg_bin/initdb" -D "$dir" --auth=trust --username=postgres -E UTF8 >/dev/null
+  as_postgres "$pg_bin/pg_ctl" -D "$dir" -l "$dir/log" -o "$settings" start >/dev/null
+  wait_for_port "$port"
+  admin_url="postgres://postgres@127.0.0.1:$port/postgres"
+  for _ in $(seq 50); do psql "$admin_url" -qc 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+}
+
+# stop_postgres DIR: stops the cluster start_postgres made there, if it runs.
+stop_postgres() {
+  [ -n "${pg_bin:-}" ] && as_postgres "$pg_bin/pg_ctl" -D "$1" -m fast stop >/dev/null 2>&1 || true
+}

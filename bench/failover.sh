@@ -38,7 +38,6 @@ quota_per_minute=600
 for tool in wrk haproxy redis-server psql; do
   command -v "$tool" >/dev/null || { echo "$tool is needed: apt-get install wrk haproxy postgresql redis-server" >&2; exit 1; }
 done
-pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 # shellcheck source=bench/common.sh
 source bench/common.sh
 
@@ -51,25 +50,17 @@ pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  as_postgres "$pg_bin/pg_ctl" -D "$work/pg" -m fast stop >/dev/null 2>&1 || true
+  stop_postgres "$work/pg"
   rm -rf "$work"
 }
 trap cleanup EXIT
-as_postgres() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
 
 # The model: 200 ms an answer, 18 tokens.
 python3 bench/model.py "$model_port" --delay 0.2 >/dev/null 2>&1 &
 pids+=($!)
 wait_for_port "$model_port"
 
-mkdir "$work/pg" && chown postgres:postgres "$work/pg" 2>/dev/null || true
-as_postgres "$pg_bin/initdb" -D "$work/pg" --auth=trust --username=postgres -E UTF8 >/dev/null
-as_postgres "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg/log" -o "-p $pg_port -k $work/pg -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
-wait_for_port "$pg_port"
-admin_url="postgres://postgres@127.0.0.1:$pg_port/postgres"
-for _ in $(seq 50); do psql "$admin_url" -qc 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+start_postgres "$work/pg" "$pg_port" max_connections=200
 psql "$admin_url" -qc 'CREATE DATABASE peergate' >/dev/null
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
 pids+=($!)
