@@ -239,7 +239,12 @@ impl Budgets {
         // the cache, while the turn ran. The count moves only once a check has seeded it here
         // (or in the shared counters); until then the store, which records every exchange's
         // tokens with its peer, is where a first check reads it from.
-        self.count(&Spender::Peer(peer_id).key(), tokens);
+        let peer_key = Spender::Peer(peer_id).key();
+        self.count(&peer_key, tokens);
+        // Both shared counters in one call.
+        if let Some(shared) = &self.shared {
+            shared.add(&[owner_id, &peer_key], &day, &day[..7], tokens);
+        }
         ExchangeUsage {
             owner_id: owner_id.to_owned(),
             day,
@@ -247,8 +252,7 @@ impl Budgets {
         }
     }
 
-    /// Adds `tokens` to what `key` spent today, here and in the shared counters; returns the
-    /// day they count for.
+    /// Adds `tokens` to what `key` spent today here; returns the day they count for.
     fn count(&self, key: &str, tokens: u64) -> Arc<str> {
         let now = self.clock.now();
         let today = day_index(now);
@@ -263,9 +267,6 @@ impl Budgets {
             _ => Arc::from(day_and_month(now).0),
         };
         drop(spent);
-        if let Some(shared) = &self.shared {
-            shared.add(key, &day, &day[..7], tokens);
-        }
         day
     }
 

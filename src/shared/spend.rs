@@ -24,6 +24,7 @@ pub trait SharedSpend: Send + Sync + std::fmt::Debug {
     /// Starts the counters of `owner_id` at what the store holds, unless another instance
     /// already did.
     async fn seed(&self, owner_id: &str, day: &str, month: &str, spent: (u64, u64));
-    /// Adds `tokens` to the counters of `owner_id` that exist, without waiting.
-    fn add(&self, owner_id: &str, day: &str, month: &str, tokens: u64);
+    /// Adds `tokens` to the counters of each of `spenders` (an administrator, a peer) that
+    /// exist, in one call, without waiting.
+    fn add(&self, spenders: &[&str], day: &str, month: &str, tokens: u64);
 }

@@ -387,14 +387,14 @@ async fn spending_on_one_instance_is_counted_on_the_other() {
         "not counted yet"
     );
     // Adding to counters that do not exist starts nothing from zero.
-    a.add("adm_1", day, month, 5);
+    a.add(&["adm_1"], day, month, 5);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(b.spent("adm_1", day, month).await, Ok(None));
     // Seeded from the store once; a second seed does not overwrite.
     a.seed("adm_1", day, month, (100, 1_000)).await;
     b.seed("adm_1", day, month, (0, 0)).await;
-    a.add("adm_1", day, month, 7);
-    b.add("adm_1", day, month, 3);
+    a.add(&["adm_1"], day, month, 7);
+    b.add(&["adm_1"], day, month, 3);
     let mut seen = None;
     for _ in 0..100 {
         seen = b.spent("adm_1", day, month).await.unwrap();

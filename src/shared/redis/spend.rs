@@ -129,10 +129,13 @@ impl SharedSpend for RedisSpend {
         }
     }
 
-    fn add(&self, owner_id: &str, day: &str, month: &str, tokens: u64) {
+    fn add(&self, spenders: &[&str], day: &str, month: &str, tokens: u64) {
         let mut connection = self.connection.clone();
         let (add, health, short) = (self.add.clone(), self.health.clone(), self.short.clone());
-        let keys = [key(owner_id, day), key(owner_id, month)];
+        let keys: Vec<String> = spenders
+            .iter()
+            .flat_map(|spender| [key(spender, day), key(spender, month)])
+            .collect();
         if health.bypassed() {
             // Not added: the shared counters fall short, and are dropped (then seeded again
             // from the store) when Redis is asked again.
@@ -140,9 +143,11 @@ impl SharedSpend for RedisSpend {
             return;
         }
         tokio::spawn(async move {
-            let added: Result<i64, _> = add
-                .key(&keys[0])
-                .key(&keys[1])
+            let mut invocation = add.prepare_invoke();
+            for key in &keys {
+                invocation.key(key);
+            }
+            let added: Result<i64, _> = invocation
                 .arg(tokens)
                 .invoke_async(&mut connection)
                 .await;
