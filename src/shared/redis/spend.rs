@@ -147,10 +147,7 @@ impl SharedSpend for RedisSpend {
             for key in &keys {
                 invocation.key(key);
             }
-            let added: Result<i64, _> = invocation
-                .arg(tokens)
-                .invoke_async(&mut connection)
-                .await;
+            let added: Result<i64, _> = invocation.arg(tokens).invoke_async(&mut connection).await;
             if let Err(error) = added {
                 health.failed(&error);
                 short.lock().unwrap_or_else(|e| e.into_inner()).extend(keys);
