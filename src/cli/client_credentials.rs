@@ -12,7 +12,6 @@
 use super::CliError;
 use super::exit_status::{EXIT_AUTH_REFUSED, EXIT_OTHER, exit};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -192,47 +191,27 @@ fn form_encode(value: &str) -> String {
 
 /// Where the token for (endpoint, client, scopes) is kept; `None` without a home directory.
 fn cache_path(token_url: &str, client_id: &str, scope: &str) -> Option<PathBuf> {
-    let mut hasher = Sha256::new();
-    for part in [token_url, client_id, scope] {
-        hasher.update(part.as_bytes());
-        hasher.update([0]);
-    }
-    let name: String = hasher
-        .finalize()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let name = crate::jose::fetch::file_name_digest(&[
+        token_url.as_bytes(),
+        client_id.as_bytes(),
+        scope.as_bytes(),
+    ]);
     Some(super::fetching::cache_directory()?.join(format!("token-{name}.json")))
 }
 
+/// The token kept for the next call, from a file only this user owns and may write (a token
+/// another user planted would send this call, and its message, to their account).
 fn read_kept(path: &PathBuf, now: u64) -> Option<String> {
-    let kept: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let kept: Value = serde_json::from_slice(&crate::jose::keys::read_own_private(path)?).ok()?;
     let expires_at = kept["expires_at"].as_u64()?;
     (expires_at > now + MARGIN_SECONDS)
         .then(|| kept["access_token"].as_str().map(str::to_owned))
         .flatten()
 }
 
-/// Keeps the token for the next call; failing to is no error (the next call asks again).
+/// Keeps the token for the next call (0600, in a 0700 directory); failing to is no error (the
+/// next call asks again).
 fn keep(path: &PathBuf, token: &str, expires_at: u64) {
-    use std::io::Write as _;
-    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
-    let Some(dir) = path.parent() else { return };
-    let _ = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir);
     let kept = serde_json::json!({"access_token": token, "expires_at": expires_at});
-    let temporary = path.with_extension("tmp");
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temporary)
-        .and_then(|mut file| file.write_all(kept.to_string().as_bytes()));
-    if written.is_ok() {
-        let _ = std::fs::rename(&temporary, path);
-    }
+    let _ = crate::jose::keys::replace_private(path, kept.to_string().as_bytes());
 }

@@ -49,17 +49,11 @@ impl ReachArgs {
     /// What a kept key set was fetched under: a run trusting other addresses or other roots
     /// never uses it.
     pub fn trust(&self, ca_file: Option<&std::path::Path>) -> String {
-        use sha2::Digest as _;
         let roots = ca_file
             .and_then(|path| std::fs::read(path).ok())
             .map_or_else(
                 || "system".to_owned(),
-                |pem| {
-                    sha2::Sha256::digest(&pem)
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect()
-                },
+                |pem| crate::jose::fetch::file_name_digest(&[&pem]),
             );
         format!(
             "loopback={} private={} roots={roots}",

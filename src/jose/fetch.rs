@@ -220,13 +220,21 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
-/// Whether `path` belongs to this process's user and no one else may write it: what another
-/// user could have put there is not trusted.
-fn private_to_this_user(path: &std::path::Path) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    std::fs::symlink_metadata(path).is_ok_and(|meta| {
-        meta.uid() == rustix::process::geteuid().as_raw() && meta.mode() & 0o022 == 0
-    })
+/// A file name for what `parts` name together: the first 16 bytes of the SHA-256 of the parts,
+/// each ended by a NUL, in hex. What a name stands for cannot be read from it.
+pub(crate) fn file_name_digest(parts: &[&[u8]]) -> String {
+    use sha2::Digest as _;
+    let mut digest = sha2::Sha256::new();
+    for part in parts {
+        digest.update(part);
+        digest.update([0]);
+    }
+    digest
+        .finalize()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `url` as errors show it: without credentials or query.
@@ -489,18 +497,8 @@ impl JwksCache {
 
     /// The file `url`'s set is kept in.
     fn kept_file(&self, url: &str) -> Option<std::path::PathBuf> {
-        use sha2::Digest as _;
         let (directory, context) = self.directory.as_ref()?;
-        let mut digest = sha2::Sha256::new();
-        digest.update(url.as_bytes());
-        digest.update([0]);
-        digest.update(context.as_bytes());
-        let name: String = digest
-            .finalize()
-            .iter()
-            .take(16)
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let name = file_name_digest(&[url.as_bytes(), context.as_bytes()]);
         Some(directory.join(format!("jwks-{name}.json")))
     }
 
@@ -512,12 +510,8 @@ impl JwksCache {
         now: crate::clock::Timestamp,
     ) -> Option<(String, crate::clock::Timestamp)> {
         let file = self.kept_file(url)?;
-        for path in [file.as_path(), file.parent()?] {
-            if !private_to_this_user(path) {
-                return None;
-            }
-        }
-        let kept: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).ok()?).ok()?;
+        let kept: serde_json::Value =
+            serde_json::from_slice(&crate::jose::keys::read_own_private(&file)?).ok()?;
         // A file for another URL or context (a collision, or a copy) is not used.
         let context = self.directory.as_ref().map(|(_, context)| context.as_str());
         if kept["url"] != url || kept["context"].as_str() != context {
@@ -549,13 +543,8 @@ impl JwksCache {
         };
         let context = self.directory.as_ref().map(|(_, context)| context.as_str());
         let kept = serde_json::json!({"url": url, "context": context, "fetched_at": at.as_second(), "jwks": text});
-        // Written whole under a name of this process's, then renamed over the old one: a run
-        // beside this one reads either set, never half of one.
-        let temporary = file.with_extension(format!("{}.tmp", std::process::id()));
-        let _ = std::fs::remove_file(&temporary);
-        if crate::jose::keys::write_private(&temporary, kept.to_string().as_bytes()).is_ok() {
-            let _ = std::fs::rename(&temporary, &file);
-        }
+        // Failing to keep it is no error: the next run fetches it again.
+        let _ = crate::jose::keys::replace_private(&file, kept.to_string().as_bytes());
     }
 
     /// The same cache for an identity provider's key sets (see [`JwksCache::issuer_keys`]).

@@ -205,6 +205,27 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     options.open(path)?.write_all(bytes)
 }
 
+/// Replaces `path` with `bytes`, mode 0600: written whole under a name of this process's, then
+/// renamed over the old file, so a reader beside it reads the old or the new, never half.
+pub(crate) fn replace_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temporary = path.with_extension(format!("{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&temporary);
+    write_private(&temporary, bytes)?;
+    std::fs::rename(&temporary, path)
+}
+
+/// `path`'s contents, only if it and its directory belong to this process's user and nobody
+/// else may write them: what another user could have put there is not trusted.
+pub(crate) fn read_own_private(path: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt as _;
+    let own = |path: &Path| {
+        std::fs::symlink_metadata(path).is_ok_and(|meta| {
+            meta.uid() == rustix::process::geteuid().as_raw() && meta.mode() & 0o022 == 0
+        })
+    };
+    (own(path) && own(path.parent()?)).then(|| std::fs::read(path).ok())?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -579,6 +579,17 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
         call_cli("not the secret").await.unwrap().status.code(),
         Some(0)
     );
+    // Not when others may write it: another user could have planted it.
+    std::fs::set_permissions(&kept[0], std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(
+        call_cli("not the secret").await.unwrap().status.code(),
+        Some(4)
+    );
+    std::fs::set_permissions(&kept[0], std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(
+        call_cli("not the secret").await.unwrap().status.code(),
+        Some(0)
+    );
     std::fs::remove_file(&kept[0]).unwrap();
     assert_eq!(
         call_cli("not the secret").await.unwrap().status.code(),
