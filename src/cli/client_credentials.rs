@@ -201,7 +201,7 @@ fn cache_path(token_url: &str, client_id: &str, scope: &str) -> Option<PathBuf> 
 
 /// The token kept for the next call, from a file only this user owns and may write (a token
 /// another user planted would send this call, and its message, to their account).
-fn read_kept(path: &PathBuf, now: u64) -> Option<String> {
+fn read_kept(path: &std::path::Path, now: u64) -> Option<String> {
     let kept: Value = serde_json::from_slice(&crate::jose::keys::read_own_private(path)?).ok()?;
     let expires_at = kept["expires_at"].as_u64()?;
     (expires_at > now + MARGIN_SECONDS)
@@ -211,7 +211,7 @@ fn read_kept(path: &PathBuf, now: u64) -> Option<String> {
 
 /// Keeps the token for the next call (0600, in a 0700 directory); failing to is no error (the
 /// next call asks again).
-fn keep(path: &PathBuf, token: &str, expires_at: u64) {
+fn keep(path: &std::path::Path, token: &str, expires_at: u64) {
     let kept = serde_json::json!({"access_token": token, "expires_at": expires_at});
     let _ = crate::jose::keys::replace_private(path, kept.to_string().as_bytes());
 }
