@@ -1,7 +1,7 @@
 //! `peergate card …`: checking Agent Cards.
 
 use super::CliError;
-use super::fetching::{CardKeyArgs, CardKeys, ReachArgs};
+use super::fetching::{CardKeyArgs, CardKeys, ReachArgs, document};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -26,12 +26,7 @@ pub(super) async fn run(command: CardCommand) -> Result<(), CliError> {
             reach,
         } => {
             let fetcher = reach.fetcher(&crate::net::tls::default_client_config()?)?;
-            let card = if source.starts_with("https://") || source.starts_with("http://") {
-                fetcher.text(&source).await?
-            } else {
-                std::fs::read_to_string(&source)
-                    .map_err(|e| CliError::new(format!("cannot read {source}: {}", e.kind())))?
-            };
+            let card = document(&fetcher, &source).await?;
             let keys = CardKeys::new(&keys, fetcher, &reach.trust(None));
             if keys.none_named() {
                 return Err(CliError::new(

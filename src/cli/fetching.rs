@@ -73,6 +73,21 @@ impl ReachArgs {
     }
 }
 
+/// Whether a `FILE|URL` argument names a URL.
+pub(super) fn is_url(source: &str) -> bool {
+    source.starts_with("https://") || source.starts_with("http://")
+}
+
+/// A `FILE|URL` argument's document: fetched with `fetcher`, or read from the file.
+pub(super) async fn document(fetcher: &Fetcher, source: &str) -> Result<String, CliError> {
+    if is_url(source) {
+        Ok(fetcher.text(source).await?)
+    } else {
+        std::fs::read_to_string(source)
+            .map_err(|e| CliError::new(format!("cannot read {source}: {}", e.kind())))
+    }
+}
+
 /// Where a command keeps what it learnt for the next run (`$XDG_CACHE_HOME/peergate`, else
 /// `~/.cache/peergate`); `None` without a home directory.
 pub(super) fn cache_directory() -> Option<PathBuf> {
@@ -96,10 +111,7 @@ pub(super) struct CardKeys {
 impl CardKeys {
     /// The keys `args` name, URLs fetched with `fetcher` under `trust` ([`ReachArgs::trust`]).
     pub fn new(args: &CardKeyArgs, fetcher: Fetcher, trust: &str) -> Self {
-        let (urls, files) =
-            args.jwks.iter().cloned().partition(|source| {
-                source.starts_with("https://") || source.starts_with("http://")
-            });
+        let (urls, files) = args.jwks.iter().cloned().partition(|s| is_url(s));
         let mut cache =
             JwksCache::new(FetchPolicy::default(), Arc::new(SystemClock)).fetching_with(fetcher);
         if !args.use_stale_jwks {
