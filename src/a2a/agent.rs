@@ -34,6 +34,7 @@ pub use crate::a2a::events::{BUFFERED_BYTES, EventStream, StreamEvent, StreamRef
 
 use crate::a2a::service::{A2aService, Caller, SignedCard};
 use crate::admin::budget::Budgets;
+use crate::admin::budget::SharedReading;
 use crate::backend::{BackendError, ModelBackend, Prompt};
 use crate::clock::{Clock, Timestamp, later, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
@@ -45,9 +46,10 @@ use crate::protocol::types::{
     self as a2a, Artifact, CancelTaskRequest, Message, Role, SendMessageRequest,
     SendMessageResponse, Task, TaskState, TaskStatus,
 };
+use crate::shared::admission::LockAnswer;
 use crate::shared::events::{LocalTaskEvents, TaskEvent, TaskEvents};
 use crate::shared::ownership::{SingleInstance, TaskOwnership};
-use crate::shared::turns::{LocalTurnLocks, TurnLocks};
+use crate::shared::turns::{LocalTurnLocks, LockSaid, PreparedTurn, SpendingAfter, TurnLocks};
 use crate::store::{
     AuditEntry, ConversationMessage, ConversationRole, Exchange, TaskStore, WorkingTask,
 };
@@ -253,7 +255,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::SendMessageRequest,
     ) -> Result<a2a::SendMessageResponse, A2aError> {
-        Agent::send_message(self, &caller.peer, caller.client, request).await
+        Agent::send_message(self, caller, request).await
     }
 
     async fn send_streaming_message(
@@ -261,8 +263,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::SendMessageRequest,
     ) -> Result<EventStream, StreamRefused> {
-        self.send_streaming(&caller.peer, caller.client, request)
-            .await
+        self.send_streaming(caller, request).await
     }
 
     async fn get_task(
@@ -270,6 +271,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::GetTaskRequest,
     ) -> Result<a2a::StoredTask, A2aError> {
+        caller.admit(None, None).await?;
         Agent::get_task(self, &caller.peer, request).await
     }
 
@@ -278,6 +280,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::ListTasksRequest,
     ) -> Result<a2a::ListTasksResponse, A2aError> {
+        caller.admit(None, None).await?;
         Agent::list_tasks(self, &caller.peer, request).await
     }
 
@@ -286,6 +289,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: CancelTaskRequest,
     ) -> Result<a2a::StoredTask, A2aError> {
+        caller.admit(None, None).await?;
         Agent::cancel_task(self, &caller.peer, request).await
     }
 
@@ -294,6 +298,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::SubscribeToTaskRequest,
     ) -> Result<EventStream, StreamRefused> {
+        caller.admit(None, None).await?;
         Agent::subscribe_to_task(self, &caller.peer, request).await
     }
 
@@ -302,6 +307,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigParams,
     ) -> Result<a2a::TaskPushNotificationConfig, A2aError> {
+        caller.admit(None, None).await?;
         Agent::create_push_config(self, &caller.peer, request).await
     }
 
@@ -310,6 +316,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigRef,
     ) -> Result<a2a::TaskPushNotificationConfig, A2aError> {
+        caller.admit(None, None).await?;
         Agent::get_push_config(self, &caller.peer, request).await
     }
 
@@ -318,6 +325,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigRef,
     ) -> Result<a2a::ListTaskPushNotificationConfigsResponse, A2aError> {
+        caller.admit(None, None).await?;
         Agent::list_push_configs(self, &caller.peer, request).await
     }
 
@@ -326,10 +334,12 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigRef,
     ) -> Result<(), A2aError> {
+        caller.admit(None, None).await?;
         Agent::delete_push_config(self, &caller.peer, request).await
     }
 
     async fn get_extended_agent_card(&self, caller: &Caller) -> Result<SignedCard, A2aError> {
+        caller.admit(None, None).await?;
         Ok(SignedCard(self.extended_card_for(&caller.peer)))
     }
 }

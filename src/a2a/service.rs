@@ -7,6 +7,7 @@
 //! The caller is always an authenticated peer: the guard in front of every binding made it.
 
 use crate::a2a::events::{EventStream, StreamRefused};
+use crate::guard::admission::{Admission, Settled};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
@@ -15,6 +16,7 @@ use crate::protocol::types::{
     ListTasksResponse, PushConfigParams, PushConfigRef, SendMessageRequest, SendMessageResponse,
     StoredTask, SubscribeToTaskRequest, TaskPushNotificationConfig,
 };
+use crate::shared::admission::{LockAsk, SpendAsk};
 use serde_json::value::RawValue;
 use std::net::IpAddr;
 
@@ -25,6 +27,43 @@ pub struct Caller {
     pub peer: AuthenticatedPeer,
     /// Its address, when the listener knows it.
     pub client: Option<IpAddr>,
+    /// The request's shared checks, still to be asked (across instances; `None` in one
+    /// process, where every limit was decided in front).
+    pub admission: Option<Admission>,
+}
+
+impl Caller {
+    /// The caller's `peer` from `client`, with the request's `admission` (from its extensions).
+    pub fn new(
+        peer: AuthenticatedPeer,
+        client: Option<IpAddr>,
+        extensions: &axum::http::Extensions,
+    ) -> Self {
+        Self {
+            peer,
+            client,
+            admission: extensions.get::<Admission>().cloned(),
+        }
+    }
+
+    /// Asks the request's shared checks, with a turn's budget read and lock when given, in
+    /// one call: what was read and taken, or the protocol's form of a limit's refusal (the
+    /// guard in front answers it as its 429).
+    pub async fn admit(
+        &self,
+        spend: Option<SpendAsk>,
+        lock: Option<LockAsk>,
+    ) -> Result<Settled, A2aError> {
+        let Some(admission) = &self.admission else {
+            return Ok(Settled::default());
+        };
+        admission
+            .settle(spend, lock)
+            .await
+            .map_err(|refused| A2aError::RateLimited {
+                retry_after_seconds: crate::shared::gcra::retry_after_seconds(refused.retry_after),
+            })
+    }
 }
 
 /// A signed Agent Card, served as signed: re-encoding it would be a different document.

@@ -21,7 +21,9 @@
 //! instance counts on its own as above.
 
 use crate::clock::{Clock, Timestamp, elapsed};
-use crate::shared::spend::SharedSpend;
+use crate::shared::admission::SpendAsk;
+use crate::shared::spend::{SharedSpend, SpendUnavailable};
+use crate::shared::turns::{SpendingAfter, Spent as TurnSpent};
 use crate::store::{ExchangeUsage, PeerId, StoreError, UsageStore};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -100,6 +102,29 @@ impl Spender<'_> {
         match self {
             Self::Owner(id) => std::borrow::Cow::Owned(id.to_owned()),
             Self::Peer(id) => std::borrow::Cow::Owned(format!("peer:{}", id.as_str())),
+        }
+    }
+}
+
+/// What a request's admission call read of the shared counters (see [`Budgets::ask`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedReading {
+    /// Not read with the admission: the check asks for itself.
+    NotRead,
+    /// The counters in [`SpendAsk::caps`]'s order (`None`: not started yet).
+    Read([Option<u64>; 4]),
+    /// Redis did not answer: counted here.
+    Unavailable,
+}
+
+impl SharedReading {
+    /// The (day, month) counters of the owner (`first` 0) or the peer (2), as
+    /// [`SharedSpend::spent`] answers them; `None` when not read.
+    fn pair(self, first: usize) -> Option<Result<Option<(u64, u64)>, SpendUnavailable>> {
+        match self {
+            Self::NotRead => None,
+            Self::Unavailable => Some(Err(SpendUnavailable)),
+            Self::Read(counters) => Some(Ok(counters[first].zip(counters[first + 1]))),
         }
     }
 }
@@ -193,6 +218,48 @@ impl Budgets {
         owner_id: &str,
         peer_id: &PeerId,
     ) -> Result<Result<(), BudgetRefusal>, StoreError> {
+        self.check_read(owner_id, peer_id, SharedReading::NotRead)
+            .await
+    }
+
+    /// The shared counters a check of `peer_id` acting for `owner_id` reads, with their caps,
+    /// to be read in the request's admission call (`None` with no shared counters).
+    pub async fn ask(
+        &self,
+        owner_id: &str,
+        peer_id: &PeerId,
+    ) -> Result<Option<SpendAsk>, StoreError> {
+        // Counters left short by an unconfirmed increment are dropped (and seeded again) by the
+        // check's own read, not read with the admission.
+        if self.shared.as_ref().is_none_or(|s| s.has_short_counters()) {
+            return Ok(None);
+        }
+        let budget = self.budget(owner_id).await?;
+        let peer_day = self.peer_budget(peer_id).await?;
+        let (day, month) = day_and_month(self.clock.now());
+        Ok(Some(SpendAsk {
+            spenders: [
+                owner_id.to_owned(),
+                Spender::Peer(peer_id).key().into_owned(),
+            ],
+            day,
+            month,
+            caps: [
+                Some(budget.tokens_per_day),
+                budget.tokens_per_month,
+                peer_day,
+                None,
+            ],
+        }))
+    }
+
+    /// [`Budgets::check`], with the shared counters as the admission call read them.
+    pub async fn check_read(
+        &self,
+        owner_id: &str,
+        peer_id: &PeerId,
+        reading: SharedReading,
+    ) -> Result<Result<(), BudgetRefusal>, StoreError> {
         let budget = self.budget(owner_id).await?;
         if !budget.owner_active {
             return Ok(Err(BudgetRefusal::OwnerDisabled));
@@ -200,7 +267,9 @@ impl Budgets {
         if !budget.model_allowed {
             return Ok(Err(BudgetRefusal::ModelForbidden));
         }
-        let (day_tokens, month_tokens) = self.spent(Spender::Owner(owner_id)).await?;
+        let (day_tokens, month_tokens) = self
+            .spent(Spender::Owner(owner_id), reading.pair(0))
+            .await?;
         if day_tokens >= budget.tokens_per_day {
             return Ok(Err(BudgetRefusal::DailyBudgetSpent(budget.tokens_per_day)));
         }
@@ -210,7 +279,7 @@ impl Budgets {
             return Ok(Err(BudgetRefusal::MonthlyBudgetSpent(per_month)));
         }
         if let Some(per_day) = self.peer_budget(peer_id).await? {
-            let (day_tokens, _) = self.spent(Spender::Peer(peer_id)).await?;
+            let (day_tokens, _) = self.spent(Spender::Peer(peer_id), reading.pair(2)).await?;
             if day_tokens >= per_day {
                 return Ok(Err(BudgetRefusal::PeerDailyBudgetSpent(per_day)));
             }
@@ -232,8 +301,15 @@ impl Budgets {
     }
 
     /// Counts `tokens` against `owner_id` and `peer_id` and returns what the store must
-    /// record.
-    pub fn record(&self, owner_id: &str, peer_id: &PeerId, tokens: u64) -> ExchangeUsage {
+    /// record. The shared counters get them with the turn's release when `after` is given (one
+    /// call after the answer), else at once.
+    pub fn record(
+        &self,
+        owner_id: &str,
+        peer_id: &PeerId,
+        tokens: u64,
+        after: Option<&SpendingAfter>,
+    ) -> ExchangeUsage {
         let day = self.count(owner_id, tokens);
         // Every peer is counted, budget or not: whether it has one may have changed, or left
         // the cache, while the turn ran. The count moves only once a check has seeded it here
@@ -241,9 +317,16 @@ impl Budgets {
         // tokens with its peer, is where a first check reads it from.
         let peer_key = Spender::Peer(peer_id).key();
         self.count(&peer_key, tokens);
-        // Both shared counters in one call.
-        if let Some(shared) = &self.shared {
-            shared.add(&[owner_id, &peer_key], &day, &day[..7], tokens);
+        // Both shared counters in one call; nothing to add for a turn that spent nothing.
+        match (&self.shared, after) {
+            (Some(_), _) if tokens == 0 => {}
+            (Some(_), Some(after)) => after.add(TurnSpent {
+                spenders: vec![owner_id.to_owned(), peer_key.into_owned()],
+                day: day.clone(),
+                tokens,
+            }),
+            (Some(shared), None) => shared.add(&[owner_id, &peer_key], &day, &day[..7], tokens),
+            (None, _) => {}
         }
         ExchangeUsage {
             owner_id: owner_id.to_owned(),
@@ -360,13 +443,22 @@ impl Budgets {
         }
     }
 
-    /// Tokens spent today and this month: (day, month).
-    async fn spent(&self, spender: Spender<'_>) -> Result<(u64, u64), StoreError> {
+    /// Tokens spent today and this month: (day, month). `read` is what the admission call
+    /// read of the shared counters; `None` asks them here.
+    async fn spent(
+        &self,
+        spender: Spender<'_>,
+        read: Option<Result<Option<(u64, u64)>, SpendUnavailable>>,
+    ) -> Result<(u64, u64), StoreError> {
         let key = spender.key();
         let owner_id = key.as_ref();
         if let Some(shared) = &self.shared {
             let (day, month) = day_and_month(self.clock.now());
-            match shared.spent(owner_id, &day, &month).await {
+            let read = match read {
+                Some(read) => read,
+                None => shared.spent(owner_id, &day, &month).await,
+            };
+            match read {
                 Ok(Some(spent)) => {
                     self.remember_shared_reading(owner_id, &day, spent);
                     return Ok(spent);

@@ -6,16 +6,15 @@ use crate::clock::Clock;
 use crate::config::Policy;
 use crate::layers::auth::AuthSettings;
 use crate::layers::limit::Quota;
-use crate::shared::rate_limit::RateLimiter;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub(super) fn auth_settings(
     policy: &Policy,
     cache_ttl: Duration,
-    failed_attempts: Option<Arc<dyn RateLimiter<IpAddr>>>,
+    failed_attempts: Option<crate::layers::auth::SharedAttempts>,
 ) -> Result<AuthSettings, StartError> {
+    let (failed_attempts, admitted_attempts) = failed_attempts.unzip();
     Ok(AuthSettings {
         schemes: policy.auth_schemes().to_vec(),
         api_key_header: axum::http::HeaderName::from_bytes(policy.auth.api_key_header.as_bytes())
@@ -26,6 +25,7 @@ pub(super) fn auth_settings(
         failed_auth_quota: Quota::per_minute(policy.limits.failed_auth_per_ip_per_minute),
         tracked_addresses: policy.limits.tracked_addresses,
         failed_attempts,
+        admitted_attempts,
         known_ids: None,
         identity_providers: None,
     })

@@ -833,20 +833,22 @@ fn limit_layers(
 ) -> Result<(PerIpLimitLayer, PerPeerLimitLayer), StartError> {
     let limits = &options.policy.limits;
     let per_ip_quota = Quota::per_minute(limits.per_ip_per_minute);
-    let per_ip = match &shared.per_ip {
-        Some(limiter) => PerIpLimitLayer::with_limiter(per_ip_quota, limiter.clone()),
-        None => PerIpLimitLayer::new(
-            per_ip_quota,
-            limits.tracked_addresses,
-            options.clock.clone(),
-        )
-        .map_err(|e| config(&e))?,
+    let capacity = limits.tracked_addresses;
+    let clock = options.clock.clone();
+    let (per_ip, per_peer) = match &shared.admission {
+        Some(engine) => (
+            PerIpLimitLayer::admitted(per_ip_quota, capacity, clock.clone(), engine.clone()),
+            PerPeerLimitLayer::admitted(capacity, clock, engine.clone()),
+        ),
+        None => (
+            PerIpLimitLayer::new(per_ip_quota, capacity, clock.clone()),
+            PerPeerLimitLayer::new(capacity, clock),
+        ),
     };
-    let per_peer = match &shared.per_peer {
-        Some(limiter) => PerPeerLimitLayer::with_limiter(limiter.clone()),
-        None => PerPeerLimitLayer::new(limits.tracked_addresses, options.clock.clone())
-            .map_err(|e| config(&e))?,
-    };
+    let (per_ip, per_peer) = (
+        per_ip.map_err(|e| config(&e))?,
+        per_peer.map_err(|e| config(&e))?,
+    );
     Ok((per_ip, per_peer))
 }
 

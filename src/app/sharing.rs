@@ -14,16 +14,16 @@
 
 use super::{GatewayOptions, StartError};
 use crate::a2a::agent::{Agent, SharedState};
+use crate::shared::admission::SharedAdmission;
 use crate::shared::changes::{ChangeNotifier, LocalChanges};
 use crate::shared::ownership::{LeasedInstances, TaskOwnership};
-use crate::shared::rate_limit::RateLimiter;
+use crate::shared::redis::admission::RedisAdmission;
 use crate::shared::redis::bus::RedisBus;
 use crate::shared::redis::limit::RedisLimiter;
 use crate::shared::redis::spend::RedisSpend;
 use crate::shared::redis::turns::RedisTurnLocks;
 use crate::shared::redis::{Redis, RedisSetupError};
 use crate::shared::spend::SharedSpend;
-use crate::store::PeerId;
 use crate::store::{InstanceRegistry, Serving, Store};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -32,9 +32,11 @@ use std::time::Duration;
 /// The door's limits kept in Redis for every instance (`--redis`); none without it.
 #[derive(Default)]
 pub(super) struct SharedLimits {
-    pub per_ip: Option<Arc<dyn RateLimiter<IpAddr>>>,
-    pub per_peer: Option<Arc<dyn RateLimiter<PeerId>>>,
-    pub failed_auth: Option<Arc<dyn RateLimiter<IpAddr>>>,
+    /// Each request's shared checks, asked in one call (the per-IP and per-peer limits, the
+    /// failed attempts of a request that carries an admission, a message's budget and turn).
+    pub admission: Option<Arc<dyn SharedAdmission>>,
+    /// Failed attempts, and the in-process limiter that answers for them while Redis does not.
+    pub failed_auth: Option<crate::layers::auth::SharedAttempts>,
 }
 
 /// The engines of every shared seam, for this instance.
@@ -97,8 +99,10 @@ impl Sharing {
         // store the answer, and lapses by itself if its instance dies.
         let timeout = options.policy.model.timeout_seconds;
         let hold = Duration::from_secs(timeout.saturating_mul(2) + 10);
+        let spend = Arc::new(RedisSpend::new(&redis));
         let agent = SharedState {
-            turns: Arc::new(RedisTurnLocks::new(&redis, hold)),
+            // A turn's spending goes to the counters with its release, in one call.
+            turns: Arc::new(RedisTurnLocks::new(&redis, hold).with_spend(spend.clone())),
             events: bus.events(),
             ownership,
             cancels: bus.cancels(),
@@ -112,7 +116,7 @@ impl Sharing {
             limits: shared_limits(options, &redis),
             changes: bus.changes(),
             agent,
-            spend: Some(Arc::new(RedisSpend::new(&redis))),
+            spend: Some(spend),
             leases,
             bus: Some(bus),
             redis: Some(redis),
@@ -199,27 +203,16 @@ impl Kept {
 
 /// The door's limits over `redis`.
 fn shared_limits(options: &GatewayOptions, redis: &Redis) -> SharedLimits {
-    let capacity = options.policy.limits.tracked_addresses;
-    let clock = &options.clock;
+    let failed_auth = RedisLimiter::<IpAddr>::new(
+        redis,
+        "peergate:failed-auth",
+        options.policy.limits.tracked_addresses,
+        options.clock.clone(),
+    );
+    let local = failed_auth.fallback();
     SharedLimits {
-        per_ip: Some(Arc::new(RedisLimiter::<IpAddr>::new(
-            redis,
-            "peergate:ip",
-            capacity,
-            clock.clone(),
-        ))),
-        per_peer: Some(Arc::new(RedisLimiter::<PeerId>::new(
-            redis,
-            "peergate:peer",
-            capacity,
-            clock.clone(),
-        ))),
-        failed_auth: Some(Arc::new(RedisLimiter::<IpAddr>::new(
-            redis,
-            "peergate:failed-auth",
-            capacity,
-            clock.clone(),
-        ))),
+        admission: Some(Arc::new(RedisAdmission::new(redis))),
+        failed_auth: Some((Arc::new(failed_auth), local)),
     }
 }
 

@@ -113,6 +113,75 @@ impl<S: Service<Request<Body>, Response = Response>> Future for GuardFuture<S> {
     }
 }
 
+/// How a layer finishes an answer with its request's [`Admission`](crate::guard::admission::Admission):
+/// the pending checks asked, a refusal answering instead.
+pub type Finish = fn(
+    crate::guard::admission::Admission,
+    Response,
+) -> Pin<Box<dyn Future<Output = Response> + Send>>;
+
+pin_project! {
+    /// A [`GuardFuture`] whose answer is finished with the request's admission on its way out
+    /// (see [`crate::guard::admission`]): the guard layers in front of an A2A binding when
+    /// several instances share limits.
+    pub struct AdmittedFuture<S: Service<Request<Body>>> {
+        #[pin]
+        state: AdmittedState<S>,
+    }
+}
+
+pin_project! {
+    #[project = AdmittedProj]
+    enum AdmittedState<S: Service<Request<Body>>> {
+        Guarded {
+            #[pin]
+            future: GuardFuture<S>,
+            then: Option<(crate::guard::admission::Admission, Finish)>,
+        },
+        Finishing { future: Pin<Box<dyn Future<Output = Response> + Send>> },
+    }
+}
+
+impl<S: Service<Request<Body>>> AdmittedFuture<S> {
+    /// `future`'s answer, finished by `finish` with `admission` when there is one.
+    pub fn new(
+        future: GuardFuture<S>,
+        admission: Option<crate::guard::admission::Admission>,
+        finish: Finish,
+    ) -> Self {
+        Self {
+            state: AdmittedState::Guarded {
+                future,
+                then: admission.map(|admission| (admission, finish)),
+            },
+        }
+    }
+}
+
+impl<S: Service<Request<Body>, Response = Response>> Future for AdmittedFuture<S> {
+    type Output = Result<Response, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                AdmittedProj::Guarded { future, then } => {
+                    let response = ready!(future.poll(cx))?;
+                    let Some((admission, finish)) = then.take() else {
+                        return Poll::Ready(Ok(response));
+                    };
+                    this.state.set(AdmittedState::Finishing {
+                        future: finish(admission, response),
+                    });
+                }
+                AdmittedProj::Finishing { future } => {
+                    return Poll::Ready(Ok(ready!(future.as_mut().poll(cx))));
+                }
+            }
+        }
+    }
+}
+
 /// Takes the service that was polled ready, leaving a fresh clone for the next call (the
 /// pattern tower documents for services that move into their future).
 pub fn take_readied<S: Clone>(inner: &mut S) -> S {

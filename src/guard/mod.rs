@@ -4,6 +4,7 @@
 //! guard layers, the handlers and the admin API import it; it imports none of them, so the
 //! answer to a refusal is decided below everything that refuses.
 
+pub mod admission;
 pub mod certificate;
 pub mod challenges;
 pub mod cidr;

@@ -202,6 +202,7 @@ async fn door(
     State(state): State<DoorState>,
     peer: AuthenticatedPeer,
     client: Option<Extension<ClientAddr>>,
+    admission: Option<Extension<crate::guard::admission::Admission>>,
     deadline: Option<Extension<Arc<crate::http::stalled_writes::ConnectionDeadline>>>,
     headers: HeaderMap,
     body: Bytes,
@@ -222,6 +223,7 @@ async fn door(
     let caller = Caller {
         peer,
         client: client.map(|c| c.0.ip()),
+        admission: admission.map(|a| a.0),
     };
     let turn = tokio::spawn(async move { jsonrpc_binding::handle(&agent, &caller, &body).await });
     let Ok((method, answer)) = turn.await else {

@@ -166,10 +166,11 @@ async fn a2a_method(
         // Only the authentication layer makes a peer: a route without it refuses.
         return Refusal::internal(&"no peer", "a gRPC route is missing its guard").into_response();
     };
-    let caller = Caller {
+    let caller = Caller::new(
         peer,
-        client: request.extensions().get::<ClientAddr>().map(ClientAddr::ip),
-    };
+        request.extensions().get::<ClientAddr>().map(ClientAddr::ip),
+        request.extensions(),
+    );
     if let Some(scope) = method.scope()
         && !caller.peer.may(scope)
     {

@@ -99,10 +99,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             .await
             .map_err(IntoResponse::into_response)?;
         Ok(Self {
-            caller: ServiceCaller {
+            caller: ServiceCaller::new(
                 peer,
-                client: parts.extensions.get::<ClientAddr>().map(ClientAddr::ip),
-            },
+                parts.extensions.get::<ClientAddr>().map(ClientAddr::ip),
+                &parts.extensions,
+            ),
             deadline: parts.extensions.get::<Arc<ConnectionDeadline>>().cloned(),
         })
     }

@@ -56,6 +56,13 @@ pub enum A2aError {
     /// `-32000` (implementation-defined): another message of the same context is still being
     /// answered and did not finish in time.
     ContextBusy,
+    /// A rate limit refused the request after it reached the service (its shared count was
+    /// asked with the operation's own checks). The guard layer in front answers HTTP 429 with
+    /// `Retry-After` in its place; this form is for a caller without that layer.
+    RateLimited {
+        /// Whole seconds until a retry passes.
+        retry_after_seconds: u64,
+    },
 }
 
 impl A2aError {
@@ -100,6 +107,7 @@ impl A2aError {
             }
             // Another message of the context is still being answered: retry later.
             Self::ContextBusy => (-32000, "CONTEXT_BUSY", 409, Aborted),
+            Self::RateLimited { .. } => (-32000, "RATE_LIMITED", 429, ResourceExhausted),
         };
         Entry {
             code,
@@ -183,6 +191,9 @@ impl A2aError {
             Self::ContextBusy => {
                 "Another message in this contextId is still being answered; retry after it completes".to_owned()
             }
+            Self::RateLimited {
+                retry_after_seconds,
+            } => format!("Too many requests: retry after {retry_after_seconds} s"),
         }
     }
 

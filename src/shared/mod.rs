@@ -4,6 +4,7 @@
 //! | seam | used by | in process |
 //! |---|---|---|
 //! | [`rate_limit::RateLimiter`] | per-IP, per-peer and failed-authentication limits | GCRA on the monotonic clock; across instances, [`redis::limit::RedisLimiter`] |
+//! | [`admission::SharedAdmission`] | the guard and the agent: one request's limits, budget read and turn lock in one question | none (each check answers where it is made) |
 //! | [`turns::TurnLocks`] | the agent: one turn at a time per (peer, context) | a mutex per context |
 //! | [`changes::ChangeNotifier`] | caches of peers and administrators (credentials, budgets) | direct calls |
 //! | [`events::TaskEvents`] | whoever waits on a task (streaming, subscriptions, push) | a broadcast channel |
@@ -14,6 +15,7 @@
 //!
 //! The engines for several instances are in [`redis`], with what each does while Redis is away.
 
+pub mod admission;
 pub mod cancels;
 pub mod capped_counts;
 pub mod changes;

@@ -27,4 +27,9 @@ pub trait SharedSpend: Send + Sync + std::fmt::Debug {
     /// Adds `tokens` to the counters of each of `spenders` (an administrator, a peer) that
     /// exist, in one call, without waiting.
     fn add(&self, spenders: &[&str], day: &str, month: &str, tokens: u64);
+    /// Whether some counters fell short (an increment Redis did not confirm) and wait to be
+    /// dropped by the next [`SharedSpend::spent`]: until then they are not read elsewhere.
+    fn has_short_counters(&self) -> bool {
+        false
+    }
 }

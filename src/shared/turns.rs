@@ -18,11 +18,108 @@ pub trait TurnLocks: Send + Sync + std::fmt::Debug {
     /// Waits at most `wait` for the turn of `context_id` of `peer_id`; `None` when it did not
     /// come in time.
     async fn begin_turn(&self, peer_id: &PeerId, context_id: &str, wait: Duration) -> Option<Turn>;
+
+    /// Prepares the turn of `context_id` to be taken with the request's admission call (see
+    /// [`crate::shared::admission`]): this process's turn, when nobody here holds it, and the
+    /// shared lock to ask for with it. Nothing to ask by default (turns ordered in process).
+    fn prepare_turn(&self, _peer_id: &PeerId, _context_id: &str) -> PreparedTurn {
+        PreparedTurn::default()
+    }
+
+    /// The turn `prepared` began, given what the admission call said of its lock; waits at
+    /// most `wait` for what it still lacks, as [`TurnLocks::begin_turn`] does.
+    async fn begin_prepared_turn(
+        &self,
+        prepared: PreparedTurn,
+        said: LockSaid,
+        peer_id: &PeerId,
+        context_id: &str,
+        wait: Duration,
+    ) -> Option<Turn> {
+        let _ = (prepared, said);
+        self.begin_turn(peer_id, context_id, wait).await
+    }
+}
+
+/// A turn prepared for the admission call: what to ask, and what it holds meanwhile (released
+/// when dropped unused, the shared lock too unless [`PreparedTurn::not_taken`] says the call
+/// did not take it).
+#[derive(Default)]
+pub struct PreparedTurn {
+    /// The shared lock to ask for (`None`: nothing to ask).
+    pub ask: Option<crate::shared::admission::LockAsk>,
+    /// What is held meanwhile.
+    pub(crate) held: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Cleared when the admission call is known not to have taken the shared lock, so that
+    /// dropping the prepared turn sends no release.
+    pub(crate) may_hold: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PreparedTurn {
+    /// The admission call did not take the shared lock (it refused, or another turn holds
+    /// it): nothing to release.
+    pub fn not_taken(&self) {
+        self.may_hold
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for PreparedTurn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedTurn")
+            .field("ask", &self.ask)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the admission call said of a prepared turn's shared lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockSaid {
+    /// Asked, and this is the answer.
+    Answered(crate::shared::admission::LockAnswer),
+    /// Asked, and Redis did not answer: turns are ordered in process only.
+    Unanswered,
+    /// Not asked.
+    NotAsked,
+}
+
+/// The shared budget counters a turn's spending goes to, sent with the turn's release in one
+/// call (see [`Turn::spending`]).
+#[derive(Debug, Clone, Default)]
+pub struct SpendingAfter(Arc<Mutex<Option<Spent>>>);
+
+/// Tokens for the shared counters of `spenders` on `day` (and its month).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spent {
+    /// The administrator, then the peer (`peer:ID`).
+    pub spenders: Vec<String>,
+    /// The UTC day (`YYYY-MM-DD`).
+    pub day: Arc<str>,
+    /// The tokens.
+    pub tokens: u64,
+}
+
+impl SpendingAfter {
+    /// Adds `spent` to what the turn sends with its release (a second addition counts on the
+    /// first one's day: a turn past midnight is seeded again from the store anyway).
+    pub fn add(&self, spent: Spent) {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_mut() {
+            Some(held) => held.tokens = held.tokens.saturating_add(spent.tokens),
+            None => *slot = Some(spent),
+        }
+    }
+
+    /// What the turn spent, taken.
+    pub fn take(&self) -> Option<Spent> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 /// A turn being held; the next waiter's turn begins when it drops.
 pub struct Turn {
     _held: Box<dyn Send + Sync>,
+    spending: Option<SpendingAfter>,
 }
 
 impl Turn {
@@ -30,7 +127,21 @@ impl Turn {
     pub fn new(held: impl Send + Sync + 'static) -> Self {
         Self {
             _held: Box::new(held),
+            spending: None,
         }
+    }
+
+    /// A turn whose release also sends what was added to `spending`.
+    pub fn sending_spending(held: impl Send + Sync + 'static, spending: SpendingAfter) -> Self {
+        Self {
+            _held: Box::new(held),
+            spending: Some(spending),
+        }
+    }
+
+    /// Where the turn's spending goes to be sent with its release (`None`: sent on its own).
+    pub fn spending(&self) -> Option<&SpendingAfter> {
+        self.spending.as_ref()
     }
 }
 
@@ -80,6 +191,26 @@ impl TurnLocks for LocalTurnLocks {
         };
         // On timeout `turn` drops here and tidies the map like a finished turn.
         turn.guard = Some(tokio::time::timeout(wait, lock.lock_owned()).await.ok()?);
+        Some(Turn::new(turn))
+    }
+}
+
+impl LocalTurnLocks {
+    /// The turn of `context_id` now, if nobody in this process holds or awaits it.
+    pub fn try_begin_turn(&self, peer_id: &PeerId, context_id: &str) -> Option<Turn> {
+        let key = (peer_id.clone(), context_id.to_owned());
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            locks.entry(key.clone()).or_default().clone()
+        };
+        let mut turn = LocalTurn {
+            locks: self.locks.clone(),
+            key,
+            lock: lock.clone(),
+            guard: None,
+        };
+        // When held, `turn` drops here and tidies the map like a finished turn.
+        turn.guard = Some(lock.try_lock_owned().ok()?);
         Some(Turn::new(turn))
     }
 }

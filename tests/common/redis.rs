@@ -90,6 +90,48 @@ impl RedisServer {
     }
 }
 
+impl RedisServer {
+    /// Starts watching every command the server runs (`MONITOR`), until [`Monitor::stop`].
+    pub fn monitor(&self) -> Monitor {
+        use std::io::{BufRead, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.write_all(b"MONITOR\r\n").unwrap();
+        let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+        let mut ok = String::new();
+        reader.read_line(&mut ok).unwrap();
+        assert_eq!(ok.trim(), "+OK", "MONITOR");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = lines.clone();
+        std::thread::spawn(move || {
+            for line in reader.lines() {
+                let Ok(line) = line else { break };
+                seen.lock()
+                    .unwrap()
+                    .push(line.trim_start_matches('+').to_owned());
+            }
+        });
+        Monitor { stream, lines }
+    }
+}
+
+/// The commands a Redis server ran while watched, one line each as `MONITOR` prints them
+/// (`<time> [<db> <client>] "COMMAND" "arg" ...`; a script's own commands show `lua` as the
+/// client).
+pub struct Monitor {
+    stream: std::net::TcpStream,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    /// Stops watching; the lines seen.
+    pub fn stop(self) -> Vec<String> {
+        // What the server sent before this point is read before the socket closes.
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        std::mem::take(&mut *self.lines.lock().unwrap())
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();

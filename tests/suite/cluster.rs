@@ -213,6 +213,105 @@ async fn a_peers_quota_holds_across_both_instances() {
     );
 }
 
+/// The commands clients sent while `monitor` watched (a script's own commands left out), but
+/// the instances' presence announcements, which run on their own clock.
+fn client_commands(lines: &[String]) -> Vec<&String> {
+    lines
+        .iter()
+        .filter(|line| !line.contains(" lua]") && !line.contains("\"PUBLISH\""))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_message_asks_redis_once_before_its_answer_once_after_and_a_refusal_once() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let alice = shared.peer("alice", "600/min");
+    let bob = shared.peer("bob", "1/min");
+    let a = shared.instance();
+    // The scripts loaded and the budget's counters started.
+    for _ in 0..2 {
+        let answer = rpc(&a.door(), &alice, send_request("warm up", None)).await;
+        assert_eq!(state_of(&answer), "TASK_STATE_COMPLETED", "{answer}");
+    }
+    let answer = rpc(&a.door(), &bob, send_request("bob's one", None)).await;
+    assert_eq!(state_of(&answer), "TASK_STATE_COMPLETED", "{answer}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let monitor = shared.redis.monitor();
+    let context = uuid::Uuid::new_v4().to_string();
+    for i in 0..10 {
+        // Half in a context of their own, half continuing one.
+        let named = (i % 2 == 1).then_some(context.as_str());
+        let answer = rpc(&a.door(), &alice, send_request("hello", named)).await;
+        assert_eq!(state_of(&answer), "TASK_STATE_COMPLETED", "{answer}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines = monitor.stop();
+    let sent = client_commands(&lines);
+    let before: Vec<_> = sent
+        .iter()
+        .filter(|l| l.contains("peergate:ip:") && l.contains("peergate:peer:"))
+        .collect();
+    let after: Vec<_> = sent
+        .iter()
+        .filter(|l| {
+            l.contains("\"EVALSHA\"")
+                && l.split('"')
+                    .nth(7)
+                    .is_some_and(|k| k.starts_with("peergate:turn:"))
+        })
+        .collect();
+    assert_eq!(
+        sent.len(),
+        20,
+        "two calls per message, one before its answer and one after: {sent:#?}"
+    );
+    // Before: both limits, four budget counters and the context's lock, in one script.
+    assert_eq!(before.len(), 10, "{sent:#?}");
+    for line in &before {
+        assert!(line.contains("\"EVALSHA\""), "{line}");
+        assert!(
+            line.contains("peergate:spent:") && line.contains("peergate:turn:"),
+            "{line}"
+        );
+    }
+    // After: the lock's release with the tokens spent, in one script.
+    assert_eq!(after.len(), 10, "{sent:#?}");
+    assert!(
+        after.iter().all(|l| l.contains("peergate:spent:")),
+        "the release carries the spending: {after:#?}"
+    );
+
+    let monitor = shared.redis.monitor();
+    let (status, body) = post_raw(
+        &a.door(),
+        Some(&bob),
+        send_request("again", None).to_string(),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    let (status, body) = post_raw(
+        &a.door(),
+        Some(&made_up_token()),
+        send_request("who?", None).to_string(),
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines = monitor.stop();
+    let sent = client_commands(&lines);
+    assert_eq!(sent.len(), 2, "one call per refusal: {sent:#?}");
+    assert!(sent[0].contains("peergate:peer:"), "{}", sent[0]);
+    assert!(
+        sent[1].contains("peergate:ip:") && sent[1].contains("peergate:failed-auth:"),
+        "the address's limit and its failed attempt in one call: {}",
+        sent[1]
+    );
+}
+
 #[tokio::test]
 async fn a_revocation_through_one_instance_is_refused_on_the_other_within_a_second() {
     let Some(Pair {
@@ -476,6 +575,56 @@ async fn a_budget_spent_through_one_instance_is_refused_on_the_other_and_tasks_a
         let found = get_task(&other.door(), &token, id, None).await;
         assert_eq!(found_state(&found), "TASK_STATE_COMPLETED", "{found}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spending_redis_missed_while_it_hung_is_counted_once_it_answers() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    // Each answer costs 18 tokens: two answers spend the day.
+    let (code, _, stderr) = shared.cli(&["admin", "budget", "ada", "--tokens-per-day", "30"]);
+    assert_eq!(code, 0, "{stderr}");
+    let token = shared.peer("alice", "600/min");
+    let a = shared.instance();
+    let first = rpc(&a.door(), &token, send_request("one", None)).await;
+    assert_eq!(state_of(&first), "TASK_STATE_COMPLETED", "{first}");
+
+    // Redis hangs; three requests at once time out together and open the breaker.
+    shared.redis.pause();
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let (door, token) = (a.door(), token.clone());
+            tokio::spawn(
+                async move { post_raw(&door, Some(&token), get_task_request("none")).await },
+            )
+        })
+        .collect();
+    for request in waiting {
+        request.await.unwrap();
+    }
+    assert!(
+        a.log_with("the circuit breaker is open")
+            .contains("the circuit breaker is open")
+    );
+    // Answered and counted here; its tokens never reach the shared counters.
+    let second = rpc(&a.door(), &token, send_request("two", None)).await;
+    assert_eq!(state_of(&second), "TASK_STATE_COMPLETED", "{second}");
+
+    shared.redis.resume();
+    assert!(
+        a.log_with("the circuit breaker is closed")
+            .contains("the circuit breaker is closed")
+    );
+    // The counters Redis holds miss the second answer: they are dropped and started again
+    // from the store, which has both.
+    let third = rpc(&a.door(), &token, send_request("three", None)).await;
+    assert_eq!(
+        state_of(&third),
+        "TASK_STATE_REJECTED",
+        "the shared counters missed what was spent while Redis hung: {third}"
+    );
 }
 
 #[tokio::test]

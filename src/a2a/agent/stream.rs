@@ -10,8 +10,9 @@
 //! (heard through [`crate::shared::events`], so across instances too), closing at the final
 //! one. A finished task cannot be subscribed to.
 
-use super::{Agent, TurnPlan, internal};
+use super::{AdmittedTurn, Agent, TurnPlan, internal};
 use crate::a2a::events::{EventStream, Stream, StreamRefused, stream_pair};
+use crate::a2a::service::Caller;
 use crate::clock::{Timestamp, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
@@ -46,19 +47,28 @@ impl Agent {
     /// `SendStreamingMessage`: checks the message, then streams its turn.
     pub(super) async fn send_streaming(
         self: &Arc<Self>,
-        peer: &AuthenticatedPeer,
-        client: Option<IpAddr>,
+        caller: &Caller,
         params: SendMessageRequest,
     ) -> Result<EventStream, StreamRefused> {
+        let (peer, client) = (&caller.peer, caller.client);
         self.offered(Method::SendStreamingMessage)?;
-        let planned = self.plan(peer, params).await?;
+        let admitted = self.admit_turn(caller, &params.message).await?;
+        let planned = self
+            .plan(peer, params, admitted.fresh_context.clone())
+            .await?;
         let place = self.stream_place(peer).await?;
         let (stream, receiver) = stream_pair(place);
         let agent = self.clone();
         let counted = self.background_turn();
         tokio::spawn(async move {
             agent
-                .stream_turn(planned.turn, planned.fresh_context, client, stream)
+                .stream_turn(
+                    planned.turn,
+                    planned.fresh_context,
+                    client,
+                    stream,
+                    admitted,
+                )
                 .await;
             drop(counted);
         });
@@ -71,19 +81,20 @@ impl Agent {
         fresh_context: bool,
         client: Option<IpAddr>,
         mut stream: Stream,
+        admitted: AdmittedTurn,
     ) {
-        let refusal = match self.refusal(&turn.peer, client).await {
+        let refusal = match self.refusal(&turn.peer, client, admitted.reading).await {
             Ok(refusal) => refusal,
             Err(error) => return stream.fail(error),
         };
         if let Some(refusal) = refusal {
-            match self.refuse(&mut turn, refusal).await {
+            match self.refuse(&mut turn, refusal, admitted).await {
                 Ok(stored) => stream.send(&StreamResponse::Task(stored.task)),
                 Err(error) => stream.fail(error),
             }
             return;
         }
-        let held = match self.begin_turn(&turn).await {
+        let held = match self.begin_admitted_turn(&mut turn, admitted).await {
             Ok(held) => held,
             Err(error) => return stream.fail(error),
         };
@@ -130,6 +141,7 @@ impl Agent {
                 turn.peer.owner_id(),
                 turn.peer.id(),
                 estimate,
+                turn.spending.as_ref(),
             ));
         }
         let answer = self.finish(&turn, outcome, Some(unfinished)).await;

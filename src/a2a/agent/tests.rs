@@ -191,7 +191,11 @@ async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
     change.commit().await.unwrap();
     let peer = AuthenticatedPeer::for_tests("peer_1", "adm_1");
     let body = br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}}}"#;
-    let caller = crate::a2a::service::Caller { peer, client: None };
+    let caller = crate::a2a::service::Caller {
+        peer,
+        client: None,
+        admission: None,
+    };
     let (_, answer) = crate::a2a::jsonrpc_binding::handle(&agent, &caller, body).await;
     let answer: serde_json::Value = serde_json::from_str(&answer.body().unwrap()).unwrap();
     let task_id = answer["result"]["task"]["id"].as_str().unwrap().to_owned();

@@ -6,11 +6,14 @@ use super::*;
 impl Agent {
     pub(super) async fn send_message(
         self: &Arc<Self>,
-        peer: &AuthenticatedPeer,
-        client: Option<IpAddr>,
+        caller: &Caller,
         params: SendMessageRequest,
     ) -> Result<SendMessageResponse, A2aError> {
-        let planned = self.plan(peer, params).await?;
+        let (peer, client) = (&caller.peer, caller.client);
+        let admitted = self.admit_turn(caller, &params.message).await?;
+        let planned = self
+            .plan(peer, params, admitted.fresh_context.clone())
+            .await?;
         let (mut turn, history_length) = (planned.turn, planned.history_length);
         let return_immediately = planned.return_immediately;
         if return_immediately && !self.settings.non_blocking {
@@ -18,11 +21,11 @@ impl Agent {
                 "non-blocking sends are off (capabilities.non_blocking is false): send without configuration.returnImmediately",
             ));
         }
-        if let Some(refusal) = self.refusal(peer, client).await? {
-            let task = self.refuse(&mut turn, refusal).await?;
+        if let Some(refusal) = self.refusal(peer, client, admitted.reading).await? {
+            let task = self.refuse(&mut turn, refusal, admitted).await?;
             return task_answer(task, history_length);
         }
-        let held = self.begin_turn(&turn).await?;
+        let held = self.begin_admitted_turn(&mut turn, admitted).await?;
         self.still_waiting(&mut turn).await?;
         let (prompt, unfinished, working_json) =
             self.store_working(&turn, planned.fresh_context).await?;
@@ -59,11 +62,108 @@ impl Agent {
         task_answer(working, history_length)
     }
 
-    /// Reads a message into the turn it asks for: checked, and not yet stored.
+    /// A message's admission, before anything else is done for it: the request's shared checks
+    /// (its limits), its owner's and its own budget counters and its context's turn lock, in
+    /// one call (see [`crate::guard::admission`]). A message that names no context gets its
+    /// new one here, so that its lock can be asked too; one that names only its task learns
+    /// its context from the store, and its lock is asked on its own once it does.
+    pub(super) async fn admit_turn(
+        &self,
+        caller: &Caller,
+        message: &a2a::IncomingMessage,
+    ) -> Result<AdmittedTurn, A2aError> {
+        let peer = &caller.peer;
+        if caller.admission.is_none() {
+            return Ok(AdmittedTurn::default());
+        }
+        let fresh_context = (message.context_id.is_none() && message.task_id.is_none())
+            .then(|| ContextId::from(new_id()));
+        let context = match &message.context_id {
+            Some(named) if a2a::is_valid_context_id(named) => Some(named.clone()),
+            Some(_) => None,
+            None => fresh_context.clone(),
+        };
+        let prepared = match &context {
+            Some(context) => self.shared.turns.prepare_turn(peer.id(), context),
+            None => PreparedTurn::default(),
+        };
+        let spend = self
+            .budgets
+            .ask(peer.owner_id(), peer.id())
+            .await
+            .map_err(internal)?;
+        let (spend_asked, lock_asked) = (spend.is_some(), prepared.ask.is_some());
+        let settled = match caller.admit(spend, prepared.ask.clone()).await {
+            Ok(settled) => settled,
+            Err(refused) => {
+                // Refused by a limit, before anything else was done: no lock to release.
+                prepared.not_taken();
+                return Err(refused);
+            }
+        };
+        let said = match (lock_asked, settled.answered, settled.lock) {
+            (false, ..) => LockSaid::NotAsked,
+            (true, true, Some(answer)) => LockSaid::Answered(answer),
+            (true, ..) => LockSaid::Unanswered,
+        };
+        if matches!(
+            said,
+            LockSaid::Answered(LockAnswer::Held | LockAnswer::NotTried)
+        ) {
+            prepared.not_taken();
+        }
+        let reading = match (spend_asked, settled.answered, settled.counters) {
+            (false, ..) => SharedReading::NotRead,
+            (true, true, Some(counters)) => SharedReading::Read(counters),
+            (true, ..) => SharedReading::Unavailable,
+        };
+        Ok(AdmittedTurn {
+            fresh_context,
+            context: context.filter(|_| lock_asked),
+            prepared,
+            said,
+            reading,
+        })
+    }
+
+    /// The turn an admission prepared, once this process's turn and the shared lock are held
+    /// (asked on their own when the admission could not ask for them).
+    pub(super) async fn begin_admitted_turn(
+        &self,
+        turn: &mut TurnPlan,
+        admitted: AdmittedTurn,
+    ) -> Result<crate::shared::turns::Turn, A2aError> {
+        let wait = self.turn_wait();
+        let held = if admitted.context.as_ref() == Some(&turn.context_id) {
+            self.shared
+                .turns
+                .begin_prepared_turn(
+                    admitted.prepared,
+                    admitted.said,
+                    turn.peer.id(),
+                    &turn.context_id,
+                    wait,
+                )
+                .await
+        } else {
+            drop(admitted);
+            self.shared
+                .turns
+                .begin_turn(turn.peer.id(), &turn.context_id, wait)
+                .await
+        };
+        let held = held.ok_or(A2aError::ContextBusy)?;
+        turn.spending = held.spending().cloned();
+        Ok(held)
+    }
+
+    /// Reads a message into the turn it asks for: checked, and not yet stored. A message that
+    /// names no context gets `fresh_context` when given (named at its admission).
     pub(super) async fn plan(
         &self,
         peer: &AuthenticatedPeer,
         params: SendMessageRequest,
+        fresh_context: Option<ContextId>,
     ) -> Result<PlannedTurn, A2aError> {
         if let Some(id) = params.misplaced_id() {
             return Err(invalid(
@@ -96,6 +196,7 @@ impl Agent {
                     parts,
                     continues: Some(continued.continuation),
                     instance: self.shared.ownership.instance().into(),
+                    spending: None,
                 },
                 history_length,
                 return_immediately: configuration.return_immediately.unwrap_or(false),
@@ -112,12 +213,15 @@ impl Agent {
                 peer: peer.clone(),
                 task_id: TaskId::from(task_id),
                 push_config,
-                context_id: context_id.unwrap_or_else(|| ContextId::from(new_id())),
+                context_id: context_id
+                    .or(fresh_context)
+                    .unwrap_or_else(|| ContextId::from(new_id())),
                 message_id: message.message_id,
                 text,
                 parts,
                 continues: None,
                 instance: self.shared.ownership.instance().into(),
+                spending: None,
             },
             history_length,
             return_immediately: configuration.return_immediately.unwrap_or(false),
@@ -130,29 +234,22 @@ impl Agent {
         &self,
         peer: &AuthenticatedPeer,
         client: Option<IpAddr>,
+        reading: SharedReading,
     ) -> Result<Option<Outcome>, A2aError> {
         let refusal = self
             .budgets
-            .check(peer.owner_id(), peer.id())
+            .check_read(peer.owner_id(), peer.id(), reading)
             .await
             .map_err(internal)?
             .err();
         Ok(refusal.map(|refusal| self.refused_by_quota(peer, client, &refusal)))
     }
 
-    /// Waits for the context's turn: long enough for one message ahead to finish (it is
-    /// bounded by the backend timeout), short enough that a queue does not pile up behind a
-    /// stuck model.
-    pub(super) async fn begin_turn(
-        &self,
-        turn: &TurnPlan,
-    ) -> Result<crate::shared::turns::Turn, A2aError> {
-        let wait = self.settings.backend_timeout.mul_f32(1.5);
-        self.shared
-            .turns
-            .begin_turn(turn.peer.id(), &turn.context_id, wait)
-            .await
-            .ok_or(A2aError::ContextBusy)
+    /// How long a message waits for its context's turn: long enough for one message ahead to
+    /// finish (it is bounded by the backend timeout), short enough that a queue does not pile
+    /// up behind a stuck model.
+    pub(super) fn turn_wait(&self) -> Duration {
+        self.settings.backend_timeout.mul_f32(1.5)
     }
 
     /// Registers a turn a peer may cancel (no receiver when cancelling running turns is off);
@@ -318,7 +415,12 @@ impl Agent {
                 state: TaskState::Canceled,
                 reply: canceled_text(self.backend.what()),
                 messages: Vec::new(),
-                usage: Some(self.budgets.record(peer.owner_id(), peer.id(), 0)),
+                usage: Some(self.budgets.record(
+                    peer.owner_id(),
+                    peer.id(),
+                    0,
+                    turn.spending.as_ref(),
+                )),
                 audit: None,
                 agent_reply: None,
             };
@@ -355,10 +457,12 @@ impl Agent {
                         },
                     ],
                     reply: completion.text,
-                    usage: Some(
-                        self.budgets
-                            .record(turn.peer.owner_id(), turn.peer.id(), tokens),
-                    ),
+                    usage: Some(self.budgets.record(
+                        turn.peer.owner_id(),
+                        turn.peer.id(),
+                        tokens,
+                        turn.spending.as_ref(),
+                    )),
                     audit: None,
                 }
             }

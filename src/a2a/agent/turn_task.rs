@@ -153,11 +153,12 @@ impl Agent {
         &self,
         turn: &mut TurnPlan,
         refusal: Outcome,
+        admitted: AdmittedTurn,
     ) -> Result<a2a::StoredTask, A2aError> {
         if turn.continues.is_none() {
             return self.finish(turn, refusal, None).await;
         }
-        let _held = self.begin_turn(turn).await?;
+        let _held = self.begin_admitted_turn(turn, admitted).await?;
         self.still_waiting(turn).await?;
         let agent_task = turn
             .continues
@@ -191,6 +192,35 @@ pub(super) struct TurnPlan {
     /// The task waiting for the peer that this message answers.
     pub(super) continues: Option<Continuation>,
     pub(super) instance: Arc<str>,
+    /// Where the turn's spending goes to reach the shared counters with its release (`None`:
+    /// added on its own).
+    pub(super) spending: Option<SpendingAfter>,
+}
+
+/// What a message's admission asked and holds (see [`Agent::admit_turn`]); dropped unused, it
+/// lets go of the turn it prepared.
+#[derive(Debug)]
+pub(super) struct AdmittedTurn {
+    /// The context named for a message that names none.
+    pub(super) fresh_context: Option<ContextId>,
+    /// The context whose turn was prepared and its lock asked.
+    pub(super) context: Option<ContextId>,
+    pub(super) prepared: PreparedTurn,
+    pub(super) said: LockSaid,
+    pub(super) reading: SharedReading,
+}
+
+impl Default for AdmittedTurn {
+    /// Nothing asked: each check asks on its own.
+    fn default() -> Self {
+        Self {
+            fresh_context: None,
+            context: None,
+            prepared: PreparedTurn::default(),
+            said: LockSaid::NotAsked,
+            reading: SharedReading::NotRead,
+        }
+    }
 }
 
 /// A task waiting for the peer's input, which a message naming it continues.

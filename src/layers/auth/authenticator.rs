@@ -23,6 +23,7 @@ use super::known_ids::KnownCredentialIds;
 use super::password::PasswordChecker;
 use super::scheme::{Context, CredentialScheme, Failure, Presented};
 use crate::clock::{Clock, Timestamp, elapsed};
+use crate::guard::admission::Admission;
 use crate::guard::certificate::ClientCertificate;
 use crate::guard::limited::RateLimited;
 use crate::guard::refusal::{Challenges, Refusal, RefusalReason};
@@ -352,7 +353,20 @@ impl<Who: Principal> Authenticator<Who> {
         client: IpAddr,
         certificate: Option<&ClientCertificate>,
     ) -> Result<Who, AuthRefusal> {
-        match self.decide(headers, client, certificate).await {
+        self.authenticate_admitted(headers, client, certificate, None)
+            .await
+    }
+
+    /// Authenticates one request whose shared checks wait in `admission`: a failed attempt is
+    /// counted in the same call as they are (see [`crate::guard::admission`]).
+    pub async fn authenticate_admitted(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+        certificate: Option<&ClientCertificate>,
+        admission: Option<&Admission>,
+    ) -> Result<Who, AuthRefusal> {
+        match self.decide(headers, client, certificate, admission).await {
             Ok(verified) => {
                 if !verified.witnessed.swap(true, Ordering::Relaxed) {
                     self.listener.witness.admitted(&verified.who).await;
@@ -389,12 +403,13 @@ impl<Who: Principal> Authenticator<Who> {
         headers: &HeaderMap,
         client: IpAddr,
         certificate: Option<&ClientCertificate>,
+        admission: Option<&Admission>,
     ) -> Result<Arc<Verified<Who>>, Refused> {
         let presented = match self.claimed(headers, certificate) {
             Ok(presented) => presented,
             Err(AuthError::MissingCredentials) => return Err(AuthError::MissingCredentials.into()),
             Err(error) => {
-                self.spend_attempt(client).await?;
+                self.spend_attempt(client, admission).await?;
                 return Err(error.into());
             }
         };
@@ -405,13 +420,16 @@ impl<Who: Principal> Authenticator<Who> {
             && let Some(id) = scheme.credential_id(presented.credentials)
             && !known.holds(id)
         {
-            self.spend_attempt(client).await?;
+            self.spend_attempt(client, admission).await?;
             return Err(scheme.refused().into());
         }
         let Some(cache) = &self.verified else {
             // No cache: every attempt is verified and counted.
             let mut tried = (None, None);
-            return match self.verify_counted(&presented, client, &mut tried).await? {
+            return match self
+                .verify_counted(&presented, client, admission, &mut tried)
+                .await?
+            {
                 Some(verified) if self.still_valid(&verified.who) => Ok(verified),
                 _ => Err(Refused {
                     refusal: scheme.refused().into(),
@@ -422,7 +440,7 @@ impl<Who: Principal> Authenticator<Who> {
         };
         let mut tried = (None, None);
         let (entry, verified_here) = self
-            .verdict_through(cache, &presented, client, &mut tried)
+            .verdict_through(cache, &presented, client, admission, &mut tried)
             .await?;
         match entry.who {
             Some(verified) if self.still_valid(&verified.who) => Ok(verified),
@@ -430,7 +448,7 @@ impl<Who: Principal> Authenticator<Who> {
             // first one did.
             Some(_) | None => {
                 if !verified_here {
-                    self.spend_attempt(client).await?;
+                    self.spend_attempt(client, admission).await?;
                 }
                 Err(Refused {
                     refusal: scheme.refused().into(),
@@ -448,6 +466,7 @@ impl<Who: Principal> Authenticator<Who> {
         cache: &Cache<[u8; 32], CachedVerdict<Who>>,
         presented: &Claimed<'_>,
         client: IpAddr,
+        admission: Option<&Admission>,
         tried: &mut (Option<String>, Option<String>),
     ) -> Result<(CachedVerdict<Who>, bool), Refused> {
         let key = cache_key(presented);
@@ -462,7 +481,9 @@ impl<Who: Principal> Authenticator<Who> {
                 let entry = cache
                     .try_get_with(key, async {
                         verified_here = true;
-                        let who = self.verify_counted(presented, client, tried).await?;
+                        let who = self
+                            .verify_counted(presented, client, admission, tried)
+                            .await?;
                         Ok::<_, Refused>(CachedVerdict {
                             who,
                             at: self.clock.now(),
@@ -485,8 +506,15 @@ impl<Who: Principal> Authenticator<Who> {
     }
 
     /// Counts one attempt against the client's budget; refuses when it is spent.
-    async fn spend_attempt(&self, client: IpAddr) -> Result<(), RateLimited> {
-        self.listener.failures.spend(client).await
+    async fn spend_attempt(
+        &self,
+        client: IpAddr,
+        admission: Option<&Admission>,
+    ) -> Result<(), RateLimited> {
+        self.listener
+            .failures
+            .spend_admitted(client, admission)
+            .await
     }
 
     /// Verifies, counting a failure against the client's budget: before the work for a costly
@@ -497,12 +525,13 @@ impl<Who: Principal> Authenticator<Who> {
         &self,
         presented: &Claimed<'_>,
         client: IpAddr,
+        admission: Option<&Admission>,
         tried: &mut (Option<String>, Option<String>),
     ) -> Result<Option<Arc<Verified<Who>>>, Refused> {
         let scheme = &self.schemes[presented.scheme];
         let costly = scheme.verification_is_costly();
         if costly {
-            self.spend_attempt(client).await?;
+            self.spend_attempt(client, admission).await?;
         }
         match scheme
             .verify(presented.credentials, &presented.context)
@@ -515,7 +544,7 @@ impl<Who: Principal> Authenticator<Who> {
                 } else if !costly && expired {
                     // Kept with its principal (so a change drops it from the cache), but no
                     // success: it costs an attempt like a wrong one.
-                    self.spend_attempt(client).await?;
+                    self.spend_attempt(client, admission).await?;
                 }
                 Ok(Some(Arc::new(Verified {
                     who,
@@ -528,7 +557,7 @@ impl<Who: Principal> Authenticator<Who> {
                 subject,
             }) => {
                 if !costly {
-                    self.spend_attempt(client).await?;
+                    self.spend_attempt(client, admission).await?;
                 }
                 *tried = (name, subject);
                 Ok(None)

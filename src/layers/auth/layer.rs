@@ -124,8 +124,17 @@ where
                     .extensions()
                     .get::<Arc<ClientCertificate>>()
                     .cloned();
+                let admission = request
+                    .extensions()
+                    .get::<crate::guard::admission::Admission>()
+                    .cloned();
                 let verdict = authenticator
-                    .authenticate_with(request.headers(), client, certificate.as_deref())
+                    .authenticate_admitted(
+                        request.headers(),
+                        client,
+                        certificate.as_deref(),
+                        admission.as_ref(),
+                    )
                     .await;
                 match verdict {
                     Ok(who) => {

@@ -55,7 +55,7 @@ pub mod password;
 pub mod scheme;
 
 pub use crate::guard::unauthenticated::AuthError;
-pub use attempts::FailedAttempts;
+pub use attempts::{FailedAttempts, SharedAttempts};
 pub use authenticator::{
     Attempt, AuthRefusal, Authenticator, Listener, NoWitness, Principal, Witness,
 };
@@ -199,6 +199,9 @@ pub struct AuthSettings {
     /// Where the failed-attempt budget is counted when not in this process (Redis, shared by
     /// every instance).
     pub failed_attempts: Option<Arc<dyn RateLimiter<IpAddr>>>,
+    /// With `failed_attempts`: the in-process limiter that answers for attempts counted in a
+    /// request's [`crate::guard::admission::Admission`] while Redis does not.
+    pub admitted_attempts: Option<Arc<crate::shared::rate_limit::LocalLimiter<IpAddr>>>,
     /// The credential ids the store holds, so unknown ones are refused without a store read
     /// (`None`: every id is looked up).
     pub known_ids: Option<Arc<known_ids::KnownCredentialIds>>,
@@ -217,6 +220,7 @@ impl Default for AuthSettings {
             failed_auth_quota: Quota::per_minute(10),
             tracked_addresses: 100_000,
             failed_attempts: None,
+            admitted_attempts: None,
             known_ids: None,
             identity_providers: None,
         }
@@ -401,11 +405,14 @@ impl Authenticator<AuthenticatedPeer> {
         if settings.api_key_header == header::AUTHORIZATION {
             return Err(AuthConfigError::ApiKeyHeader);
         }
-        let failures = match &settings.failed_attempts {
-            Some(shared) => {
+        let failures = match (&settings.failed_attempts, &settings.admitted_attempts) {
+            (Some(shared), Some(local)) => {
+                FailedAttempts::admitted(settings.failed_auth_quota, shared.clone(), local.clone())
+            }
+            (Some(shared), None) => {
                 FailedAttempts::with_limiter(settings.failed_auth_quota, shared.clone())
             }
-            None => FailedAttempts::new(
+            (None, _) => FailedAttempts::new(
                 settings.failed_auth_quota,
                 settings.tracked_addresses,
                 clock.clone(),

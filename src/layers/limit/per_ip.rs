@@ -32,8 +32,10 @@
 
 use super::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};
 use crate::clock::Clock;
-use crate::guard::future::{GuardFuture, take_readied};
+use crate::guard::admission::{Admission, Admitting, LocalKey};
+use crate::guard::future::{AdmittedFuture, GuardFuture, take_readied};
 use crate::layers::client_addr::ClientAddr;
+use crate::shared::admission::{LimitAsk, SharedAdmission};
 use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use axum::body::Body;
 use axum::http::Request;
@@ -53,6 +55,14 @@ pub struct PerIpLimitLayer {
 struct PerIpShared {
     limiter: Arc<dyn RateLimiter<IpAddr>>,
     quota: Quota,
+    /// Across instances: the in-process limiter that checks first, and the engine each
+    /// request's [`Admission`] asks.
+    admitted: Option<Admitting<IpAddr>>,
+}
+
+/// The shared key of an address's budget.
+fn shared_key(key: IpAddr) -> String {
+    format!("peergate:ip:{key}")
 }
 
 impl PerIpLimitLayer {
@@ -72,8 +82,32 @@ impl PerIpLimitLayer {
     /// `quota` per address, counted by `limiter` (an engine shared by several instances).
     pub fn with_limiter(quota: Quota, limiter: Arc<dyn RateLimiter<IpAddr>>) -> Self {
         Self {
-            shared: Arc::new(PerIpShared { limiter, quota }),
+            shared: Arc::new(PerIpShared {
+                limiter,
+                quota,
+                admitted: None,
+            }),
         }
+    }
+
+    /// `quota` per address across instances: checked first in this process with the whole
+    /// quota (a flood on this instance is refused without asking anyone), then counted in the
+    /// request's [`Admission`], asked of `engine` with the request's other shared checks.
+    pub fn admitted(
+        quota: Quota,
+        capacity: usize,
+        clock: Arc<dyn Clock>,
+        engine: Arc<dyn SharedAdmission>,
+    ) -> Result<Self, LimitConfigError> {
+        check_config(quota, capacity)?;
+        let local = Arc::new(LocalLimiter::new(capacity, clock));
+        Ok(Self {
+            shared: Arc::new(PerIpShared {
+                limiter: local.clone(),
+                quota,
+                admitted: Some(Admitting { local, engine }),
+            }),
+        })
     }
 
     /// The limiter, for periodic purging.
@@ -107,13 +141,13 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = GuardFuture<S>;
+    type Future = AdmittedFuture<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
         // Without a client address every request shares one key: fail closed, not open.
         let key = request
             .extensions()
@@ -125,24 +159,57 @@ where
             retry_after,
             quota,
         };
-        match self.shared.limiter.check(&key, quota) {
-            LimitCheck::Ready(Decision::Allowed { .. }) => {
-                GuardFuture::pass(&mut self.inner, request, None)
+        let admission = match (
+            &self.shared.admitted,
+            self.shared.limiter.check(&key, quota),
+        ) {
+            (_, LimitCheck::Ready(Decision::Denied { retry_after })) => {
+                let refusal = GuardFuture::answer(refused(retry_after).into_response());
+                return AdmittedFuture::new(refusal, None, finish);
             }
-            LimitCheck::Ready(Decision::Denied { retry_after }) => {
-                GuardFuture::answer(refused(retry_after).into_response())
+            (Some(Admitting { local, engine }), LimitCheck::Ready(Decision::Allowed { .. })) => {
+                let admission = Admission::new(engine.clone());
+                let ask = LimitAsk {
+                    key: shared_key(key),
+                    quota,
+                };
+                let local = LocalKey::new(local.clone(), key, quota);
+                admission.defer(Limit::PerIp, ask, local, true);
+                request.extensions_mut().insert(admission.clone());
+                Some(admission)
             }
-            LimitCheck::Pending(decision) => GuardFuture::check(
-                take_readied(&mut self.inner),
-                Box::pin(async move {
-                    match decision.await {
-                        Decision::Allowed { .. } => Ok((request, None)),
-                        Decision::Denied { retry_after } => {
-                            Err(refused(retry_after).into_response())
-                        }
-                    }
-                }),
-            ),
-        }
+            (None, LimitCheck::Ready(Decision::Allowed { .. })) => None,
+            (_, LimitCheck::Pending(decision)) => {
+                return AdmittedFuture::new(
+                    GuardFuture::check(
+                        take_readied(&mut self.inner),
+                        Box::pin(async move {
+                            match decision.await {
+                                Decision::Allowed { .. } => Ok((request, None)),
+                                Decision::Denied { retry_after } => {
+                                    Err(refused(retry_after).into_response())
+                                }
+                            }
+                        }),
+                    ),
+                    None,
+                    finish,
+                );
+            }
+        };
+        AdmittedFuture::new(
+            GuardFuture::pass(&mut self.inner, request, None),
+            admission,
+            finish,
+        )
     }
+}
+
+/// Whatever the request left pending is asked before its answer leaves (a card, a refusal of
+/// an inner layer); a refusal answers instead.
+fn finish(
+    admission: Admission,
+    response: Response,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
+    Box::pin(admission.answer(response))
 }

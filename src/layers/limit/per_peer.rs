@@ -6,8 +6,10 @@
 
 use super::{Decision, Limit, LimitConfigError, Quota, RateLimited, check_config};
 use crate::clock::Clock;
-use crate::guard::future::{GuardFuture, take_readied};
+use crate::guard::admission::{Admission, Admitting, LocalKey};
+use crate::guard::future::{AdmittedFuture, GuardFuture, take_readied};
 use crate::layers::auth::{AuthError, AuthenticatedPeer};
+use crate::shared::admission::{LimitAsk, SharedAdmission};
 use crate::shared::rate_limit::{LimitCheck, LocalLimiter, RateLimiter};
 use crate::store::PeerId;
 use axum::body::Body;
@@ -26,6 +28,9 @@ pub struct PerPeerLimitLayer {
 
 struct PerPeerShared {
     limiter: Arc<dyn RateLimiter<PeerId>>,
+    /// Across instances: the in-process limiter that answers while Redis does not, and the
+    /// engine a request's [`Admission`] asks.
+    admitted: Option<Admitting<PeerId>>,
 }
 
 impl PerPeerLimitLayer {
@@ -40,8 +45,29 @@ impl PerPeerLimitLayer {
     /// Counts with `limiter` (an engine shared by several instances).
     pub fn with_limiter(limiter: Arc<dyn RateLimiter<PeerId>>) -> Self {
         Self {
-            shared: Arc::new(PerPeerShared { limiter }),
+            shared: Arc::new(PerPeerShared {
+                limiter,
+                admitted: None,
+            }),
         }
+    }
+
+    /// Across instances: each peer's request is counted in its [`Admission`], asked of
+    /// `engine` with the request's other shared checks; while Redis does not answer, in
+    /// process, tracking at most about `capacity` peers.
+    pub fn admitted(
+        capacity: usize,
+        clock: Arc<dyn Clock>,
+        engine: Arc<dyn SharedAdmission>,
+    ) -> Result<Self, LimitConfigError> {
+        check_config(Quota::per_minute(1), capacity)?;
+        let local = Arc::new(LocalLimiter::new(capacity, clock));
+        Ok(Self {
+            shared: Arc::new(PerPeerShared {
+                limiter: local.clone(),
+                admitted: Some(Admitting { local, engine }),
+            }),
+        })
     }
 
     /// The limiter, for periodic purging.
@@ -75,7 +101,7 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = GuardFuture<S>;
+    type Future = AdmittedFuture<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -84,10 +110,41 @@ where
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let Some(peer) = request.extensions().get::<AuthenticatedPeer>() else {
             // Mounted without authentication in front: fail closed.
-            return GuardFuture::answer(AuthError::MissingCredentials.into_response());
+            let refusal = GuardFuture::answer(AuthError::MissingCredentials.into_response());
+            return AdmittedFuture::new(refusal, None, finish);
         };
         let quota = Quota::per_minute(peer.rate_per_minute());
-        match self.shared.limiter.check(peer.id(), quota) {
+        if let Some(Admitting { local, engine }) = &self.shared.admitted {
+            let ask = LimitAsk {
+                key: format!("peergate:peer:{}", peer.id()),
+                quota,
+            };
+            let local = LocalKey::new(local.clone(), peer.id().clone(), quota);
+            return match request.extensions().get::<Admission>().cloned() {
+                // Counted with whatever settles the request's admission first.
+                Some(admission) => {
+                    admission.defer(Limit::PerPeer, ask, local, false);
+                    let passed = GuardFuture::pass(&mut self.inner, request, None);
+                    AdmittedFuture::new(passed, Some(admission), finish)
+                }
+                // No admission opened in front (a stack without the per-address layer): asked
+                // on its own, before the request goes on.
+                None => {
+                    let admission = Admission::new(engine.clone());
+                    admission.defer(Limit::PerPeer, ask, local, false);
+                    let check = Box::pin(async move {
+                        admission
+                            .settle(None, None)
+                            .await
+                            .map_err(IntoResponse::into_response)?;
+                        Ok((request, Some(headers_of(&admission))))
+                    });
+                    let checked = GuardFuture::check(take_readied(&mut self.inner), check);
+                    AdmittedFuture::new(checked, None, finish)
+                }
+            };
+        }
+        let guarded = match self.shared.limiter.check(peer.id(), quota) {
             LimitCheck::Ready(decision) => match verdict(decision, quota) {
                 Ok(headers) => GuardFuture::pass(&mut self.inner, request, Some(headers)),
                 Err(refusal) => GuardFuture::answer(refusal.into_response()),
@@ -100,8 +157,32 @@ where
                     Ok((request, Some(headers)))
                 }),
             ),
-        }
+        };
+        AdmittedFuture::new(guarded, None, finish)
     }
+}
+
+/// The peer's `RateLimit` headers, once its limit passed.
+fn headers_of(admission: &Admission) -> HeaderMap {
+    admission
+        .passed(Limit::PerPeer)
+        .and_then(|(quota, decision)| verdict(decision, quota).ok())
+        .unwrap_or_default()
+}
+
+/// What the request left pending is asked before its answer leaves; a refusal answers
+/// instead, and an admitted answer carries the peer's `RateLimit` headers.
+fn finish(
+    admission: Admission,
+    response: Response,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
+    Box::pin(async move {
+        let mut response = admission.clone().answer(response).await;
+        if admission.refusal().is_none() {
+            response.headers_mut().extend(headers_of(&admission));
+        }
+        response
+    })
 }
 
 /// The `RateLimit` headers for an admitted request's answer, or the refusal.

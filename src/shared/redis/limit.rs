@@ -84,6 +84,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + Display + 'static> RedisLimiter<K> {
         }
     }
 
+    /// The in-process limiter that answers while Redis does not.
+    pub fn fallback(&self) -> Arc<LocalLimiter<K>> {
+        self.fallback.clone()
+    }
+
     /// Checks answered by the in-process fallback because Redis was away.
     pub fn local_answers(&self) -> u64 {
         self.health.local_answers()

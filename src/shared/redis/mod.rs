@@ -2,6 +2,7 @@
 //!
 //! | engine | seam | while Redis is away |
 //! |---|---|---|
+//! | [`admission::RedisAdmission`] | one request's limits, budget read and turn lock, asked in one script before the answer | each check is made in this process, as its engine below does |
 //! | [`limit::RedisLimiter`] | per-IP, per-peer and failed-authentication limits | each instance limits on its own, with the full quota |
 //! | [`bus::RedisBus`] | change notifications and task events (sent to Redis only while another instance has a subscriber) | changes reach other instances within the credential cache time; events stay on their instance; when Redis answers again every cache forgets everything (changes may have been missed) |
 //! | [`turns::RedisTurnLocks`] | one turn at a time per context | turns are ordered within each instance only |
@@ -12,6 +13,7 @@
 //! answering valid peers throughout: Redis shares state, it never decides alone. A Redis that
 //! hangs instead of refusing is cut off by one [`breaker::Breaker`] for all of them.
 
+pub mod admission;
 pub mod breaker;
 pub mod bus;
 pub mod limit;

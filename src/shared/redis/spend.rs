@@ -51,6 +51,15 @@ impl RedisSpend {
         }
     }
 
+    /// Marks `counters` short: an increment Redis did not confirm (they are deleted once it
+    /// answers, and seeded again from the store).
+    pub(super) fn left_short(&self, counters: Vec<String>) {
+        self.short
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(counters);
+    }
+
     /// Deletes the counters left short, so they are seeded from the store again.
     async fn forget_short_counters(&self, connection: &mut ConnectionManager) {
         let short = std::mem::take(&mut *self.short.lock().unwrap_or_else(|e| e.into_inner()));
@@ -67,7 +76,8 @@ impl RedisSpend {
     }
 }
 
-fn key(owner_id: &str, period: &str) -> String {
+/// The counter of `owner_id` (an administrator, or `peer:ID`) for `period`.
+pub(super) fn key(owner_id: &str, period: &str) -> String {
     format!("peergate:spent:{owner_id}:{period}")
 }
 
@@ -127,6 +137,14 @@ impl SharedSpend for RedisSpend {
         if let Err(error) = seeded {
             self.health.failed(&error);
         }
+    }
+
+    fn has_short_counters(&self) -> bool {
+        !self
+            .short
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     fn add(&self, spenders: &[&str], day: &str, month: &str, tokens: u64) {
