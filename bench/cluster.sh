@@ -11,6 +11,10 @@
 # and counts the PostgreSQL statements and the Redis commands per SendMessage.
 # Every answer counted is checked against the completed tasks in the store afterwards.
 #
+# Last, Redis one hop away: one instance on PostgreSQL + Redis, with Redis directly and then
+# behind bench/delay_relay.py (1 ms added each way), one request at a time so each latency
+# shows: an authenticated SendMessage, and a refusal (429, a peer past its quota).
+#
 #   bench/cluster.sh [SECONDS_PER_RUN] [CONNECTIONS]     (defaults: 10 and 50)
 #
 # BENCH_PEERGATE=FILE measures another build of peergate (an A/B of two commits).
@@ -32,6 +36,7 @@ b_port=18194
 sqlite_port=18195
 pg_port=18196
 redis_port=18197
+relay_port=18198
 admin_base=18200
 
 for tool in wrk haproxy redis-server psql; do
@@ -198,6 +203,42 @@ if [ "$completed" -lt "$pg_answered" ]; then
   exit 1
 fi
 
+# Redis one hop away. latency NAME URL AUTH STATUS: one connection, every answer STATUS.
+hop_results=()
+latency() {
+  local name=$1 url=$2 auth=$3 status=$4
+  local got out
+  got=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: $auth" -H 'Content-Type: application/json' --data "$send_body" "$url")
+  if [ "$got" != "$status" ]; then
+    echo "$name: expected HTTP $status before the run, got $got" >&2
+    exit 1
+  fi
+  out=$(AUTH="$auth" BODY="$send_body" wrk -t1 -c1 -d"${duration}s" --latency -s bench/wrk/post.lua "$url")
+  hop_results+=("$(printf '%-46s %9s %9s %9s' "$name" \
+    "$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")" \
+    "$(awk '$1 == "50%" {print $2}' <<<"$out")" \
+    "$(awk '$1 == "99%" {print $2}' <<<"$out")")")
+}
+python3 bench/delay_relay.py "$relay_port" "$redis_port" 1 &
+pids+=($!)
+wait_for_port "$relay_port"
+limited_token=$("$peergate" peer add limited --rate 1/min 2>>"$work/peer-add.log")
+curl -s -o /dev/null -H "Authorization: Bearer $limited_token" -H 'Content-Type: application/json' --data "$send_body" "http://127.0.0.1:$a_port/a2a/v1"
+for hop in direct relay; do
+  port=$redis_port
+  [ "$hop" = direct ] || port=$relay_port
+  PEERGATE_REDIS_URL="redis://127.0.0.1:$port" "$peergate" serve --policy "$work/cluster.toml" --listen "127.0.0.1:$one_port" --admin-listen "127.0.0.1:$((admin_base + 1))" 2>"$work/hop-$hop.log" &
+  pids+=($!)
+  wait_for_port "$one_port"
+  label="Redis direct"
+  [ "$hop" = direct ] || label="Redis 1 ms away each way"
+  latency "SendMessage, $label" "http://127.0.0.1:$one_port/a2a/v1" "Bearer $cluster_token" 200
+  latency "429 (peer past its quota), $label" "http://127.0.0.1:$one_port/a2a/v1" "Bearer $limited_token" 429
+  stop_last
+done
+
 printf '\n%-46s %12s %9s %9s %7s\n' "scenario (SendMessage, echo)" "requests/s" "p50" "p99" "vs bare"
 printf '%s\n' "${results[@]}"
 printf '\n%s\n' "${per_request[@]}"
+printf '\n%-46s %9s %9s %9s\n' "one request at a time, PostgreSQL + Redis" "req/s" "p50" "p99"
+printf '%s\n' "${hop_results[@]}"
