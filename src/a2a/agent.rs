@@ -37,6 +37,7 @@ use crate::admin::budget::Budgets;
 use crate::admin::budget::SharedReading;
 use crate::backend::{BackendError, ModelBackend, Prompt};
 use crate::clock::{Clock, Timestamp, later, rfc3339_millis};
+use crate::guard::admission::Asked;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::metrics::{FinalState, Metrics};
 use crate::protocol::error::A2aError;

@@ -107,12 +107,17 @@ impl Spender<'_> {
 }
 
 /// What a request's admission call read of the shared counters (see [`Budgets::ask`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SharedReading {
     /// Not read with the admission: the check asks for itself.
     NotRead,
-    /// The counters in [`SpendAsk::caps`]'s order (`None`: not started yet).
-    Read([Option<u64>; 4]),
+    /// The counters in [`SpendAsk::caps`]'s order (`None`: not started yet), read for `day`.
+    Read {
+        /// The counters.
+        counters: [Option<u64>; 4],
+        /// The UTC day they were read for (a reading from before midnight is not today's).
+        day: String,
+    },
     /// Redis did not answer: counted here.
     Unavailable,
 }
@@ -120,11 +125,11 @@ pub enum SharedReading {
 impl SharedReading {
     /// The (day, month) counters of the owner (`first` 0) or the peer (2), as
     /// [`SharedSpend::spent`] answers them; `None` when not read.
-    fn pair(self, first: usize) -> Option<Result<Option<(u64, u64)>, SpendUnavailable>> {
+    fn pair(&self, first: usize) -> Option<Result<Option<(u64, u64)>, SpendUnavailable>> {
         match self {
             Self::NotRead => None,
             Self::Unavailable => Some(Err(SpendUnavailable)),
-            Self::Read(counters) => Some(Ok(counters[first].zip(counters[first + 1]))),
+            Self::Read { counters, .. } => Some(Ok(counters[first].zip(counters[first + 1]))),
         }
     }
 }
@@ -260,6 +265,12 @@ impl Budgets {
         peer_id: &PeerId,
         reading: SharedReading,
     ) -> Result<Result<(), BudgetRefusal>, StoreError> {
+        // Read before midnight: today's counters are asked for again.
+        let today = day_and_month(self.clock.now()).0;
+        let reading = match reading {
+            SharedReading::Read { day, .. } if day != today => SharedReading::NotRead,
+            reading => reading,
+        };
         let budget = self.budget(owner_id).await?;
         if !budget.owner_active {
             return Ok(Err(BudgetRefusal::OwnerDisabled));

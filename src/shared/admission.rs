@@ -103,7 +103,11 @@ pub enum Answer {
 /// The shared state did not answer (Redis away, or its breaker open): every check is made in
 /// this process instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AdmissionUnavailable;
+pub struct AdmissionUnavailable {
+    /// Whether the call was sent (and may have counted and taken what it asked) or not sent
+    /// at all (the breaker is open).
+    pub sent: bool,
+}
 
 /// Asks the shared state one request's question in one call.
 #[async_trait]

@@ -77,8 +77,12 @@ impl std::fmt::Debug for PreparedTurn {
 pub enum LockSaid {
     /// Asked, and this is the answer.
     Answered(crate::shared::admission::LockAnswer),
-    /// Asked, and Redis did not answer: turns are ordered in process only.
-    Unanswered,
+    /// Asked, and Redis did not answer: turns are ordered in process only. `sent` says
+    /// whether the call went out (and may have taken the lock, so it is released).
+    Unanswered {
+        /// The call was sent.
+        sent: bool,
+    },
     /// Not asked.
     NotAsked,
 }

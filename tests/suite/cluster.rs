@@ -285,13 +285,12 @@ async fn a_message_asks_redis_once_before_its_answer_once_after_and_a_refusal_on
         "the release carries the spending: {after:#?}"
     );
 
+    // Bob's one request of the minute went through this instance: the other learns that he
+    // is past his quota from Redis, in the one call.
+    let b = shared.instance();
     let monitor = shared.redis.monitor();
-    let (status, body) = post_raw(
-        &a.door(),
-        Some(&bob),
-        send_request("again", None).to_string(),
-    )
-    .await;
+    let again = send_request("again", None).to_string();
+    let (status, body) = post_raw(&b.door(), Some(&bob), again).await;
     assert_eq!(status, 429, "{body}");
     let (status, body) = post_raw(
         &a.door(),
@@ -304,7 +303,11 @@ async fn a_message_asks_redis_once_before_its_answer_once_after_and_a_refusal_on
     let lines = monitor.stop();
     let sent = client_commands(&lines);
     assert_eq!(sent.len(), 2, "one call per refusal: {sent:#?}");
-    assert!(sent[0].contains("peergate:peer:"), "{}", sent[0]);
+    assert!(
+        sent[0].contains("peergate:ip:") && sent[0].contains("peergate:peer:"),
+        "the address's limit and the peer's in one call: {}",
+        sent[0]
+    );
     assert!(
         sent[1].contains("peergate:ip:") && sent[1].contains("peergate:failed-auth:"),
         "the address's limit and its failed attempt in one call: {}",

@@ -13,6 +13,7 @@
 use super::{AdmittedTurn, Agent, TurnPlan, internal};
 use crate::a2a::events::{EventStream, Stream, StreamRefused, stream_pair};
 use crate::a2a::service::Caller;
+use crate::admin::budget::SharedReading;
 use crate::clock::{Timestamp, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
@@ -52,7 +53,9 @@ impl Agent {
     ) -> Result<EventStream, StreamRefused> {
         let (peer, client) = (&caller.peer, caller.client);
         self.offered(Method::SendStreamingMessage)?;
-        let admitted = self.admit_turn(caller, &params.message).await?;
+        // The turn's lock is asked on its own once the stream has its place: a stream refused
+        // at the peer's cap then takes and releases no lock.
+        let admitted = self.admit_turn(caller, &params.message, false).await?;
         let planned = self
             .plan(peer, params, admitted.fresh_context.clone())
             .await?;
@@ -81,9 +84,10 @@ impl Agent {
         fresh_context: bool,
         client: Option<IpAddr>,
         mut stream: Stream,
-        admitted: AdmittedTurn,
+        mut admitted: AdmittedTurn,
     ) {
-        let refusal = match self.refusal(&turn.peer, client, admitted.reading).await {
+        let reading = std::mem::replace(&mut admitted.reading, SharedReading::NotRead);
+        let refusal = match self.refusal(&turn.peer, client, reading).await {
             Ok(refusal) => refusal,
             Err(error) => return stream.fail(error),
         };

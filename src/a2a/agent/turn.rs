@@ -10,7 +10,7 @@ impl Agent {
         params: SendMessageRequest,
     ) -> Result<SendMessageResponse, A2aError> {
         let (peer, client) = (&caller.peer, caller.client);
-        let admitted = self.admit_turn(caller, &params.message).await?;
+        let mut admitted = self.admit_turn(caller, &params.message, true).await?;
         let planned = self
             .plan(peer, params, admitted.fresh_context.clone())
             .await?;
@@ -21,7 +21,8 @@ impl Agent {
                 "non-blocking sends are off (capabilities.non_blocking is false): send without configuration.returnImmediately",
             ));
         }
-        if let Some(refusal) = self.refusal(peer, client, admitted.reading).await? {
+        let reading = std::mem::replace(&mut admitted.reading, SharedReading::NotRead);
+        if let Some(refusal) = self.refusal(peer, client, reading).await? {
             let task = self.refuse(&mut turn, refusal, admitted).await?;
             return task_answer(task, history_length);
         }
@@ -71,11 +72,12 @@ impl Agent {
         &self,
         caller: &Caller,
         message: &a2a::IncomingMessage,
+        with_lock: bool,
     ) -> Result<AdmittedTurn, A2aError> {
         let peer = &caller.peer;
-        if caller.admission.is_none() {
+        let Some(admission) = &caller.admission else {
             return Ok(AdmittedTurn::default());
-        }
+        };
         let fresh_context = (message.context_id.is_none() && message.task_id.is_none())
             .then(|| ContextId::from(new_id()));
         let context = match &message.context_id {
@@ -84,27 +86,32 @@ impl Agent {
             None => fresh_context.clone(),
         };
         let prepared = match &context {
-            Some(context) => self.shared.turns.prepare_turn(peer.id(), context),
-            None => PreparedTurn::default(),
+            Some(context) if with_lock => self.shared.turns.prepare_turn(peer.id(), context),
+            _ => PreparedTurn::default(),
         };
         let spend = self
             .budgets
             .ask(peer.owner_id(), peer.id())
             .await
             .map_err(internal)?;
-        let (spend_asked, lock_asked) = (spend.is_some(), prepared.ask.is_some());
+        let read_day = spend.as_ref().map(|spend| spend.day.clone());
+        let lock_asked = prepared.ask.is_some();
         let settled = match caller.admit(spend, prepared.ask.clone()).await {
             Ok(settled) => settled,
             Err(refused) => {
-                // Refused by a limit, before anything else was done: no lock to release.
-                prepared.not_taken();
+                // Refused before anything else was done: the lock is released only if a call
+                // that went unanswered may have taken it.
+                if admission.last_asked() != Asked::Unanswered {
+                    prepared.not_taken();
+                }
                 return Err(refused);
             }
         };
-        let said = match (lock_asked, settled.answered, settled.lock) {
+        let said = match (lock_asked, settled.asked, settled.lock) {
             (false, ..) => LockSaid::NotAsked,
-            (true, true, Some(answer)) => LockSaid::Answered(answer),
-            (true, ..) => LockSaid::Unanswered,
+            (true, Asked::Answered, Some(answer)) => LockSaid::Answered(answer),
+            (true, Asked::Unanswered, _) => LockSaid::Unanswered { sent: true },
+            (true, ..) => LockSaid::Unanswered { sent: false },
         };
         if matches!(
             said,
@@ -112,10 +119,10 @@ impl Agent {
         ) {
             prepared.not_taken();
         }
-        let reading = match (spend_asked, settled.answered, settled.counters) {
-            (false, ..) => SharedReading::NotRead,
-            (true, true, Some(counters)) => SharedReading::Read(counters),
-            (true, ..) => SharedReading::Unavailable,
+        let reading = match (read_day, settled.asked, settled.counters) {
+            (None, ..) => SharedReading::NotRead,
+            (Some(day), Asked::Answered, Some(counters)) => SharedReading::Read { counters, day },
+            (Some(_), ..) => SharedReading::Unavailable,
         };
         Ok(AdmittedTurn {
             fresh_context,

@@ -83,7 +83,7 @@ impl FailedAttempts {
                 quota: self.quota,
             };
             let local = LocalKey::new(local.clone(), client, self.quota);
-            admission.defer(Limit::FailedAuth, ask, local, false);
+            admission.defer(Limit::FailedAuth, ask, local, None);
             return admission.settle(None, None).await.map(|_| ());
         }
         match self.limiter.check(&client, self.quota).await {

@@ -167,14 +167,14 @@ where
                 let refusal = GuardFuture::answer(refused(retry_after).into_response());
                 return AdmittedFuture::new(refusal, None, finish);
             }
-            (Some(Admitting { local, engine }), LimitCheck::Ready(Decision::Allowed { .. })) => {
+            (Some(Admitting { local, engine }), LimitCheck::Ready(passed)) => {
                 let admission = Admission::new(engine.clone());
                 let ask = LimitAsk {
                     key: shared_key(key),
                     quota,
                 };
                 let local = LocalKey::new(local.clone(), key, quota);
-                admission.defer(Limit::PerIp, ask, local, true);
+                admission.defer(Limit::PerIp, ask, local, Some(passed));
                 request.extensions_mut().insert(admission.clone());
                 Some(admission)
             }

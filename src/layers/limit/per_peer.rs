@@ -115,6 +115,8 @@ where
         };
         let quota = Quota::per_minute(peer.rate_per_minute());
         if let Some(Admitting { local, engine }) = &self.shared.admitted {
+            // Not checked here first: the peer's budget is the shared one alone, so a Redis
+            // that restarts empty starts it whole again, as it did when each check asked.
             let ask = LimitAsk {
                 key: format!("peergate:peer:{}", peer.id()),
                 quota,
@@ -123,7 +125,7 @@ where
             return match request.extensions().get::<Admission>().cloned() {
                 // Counted with whatever settles the request's admission first.
                 Some(admission) => {
-                    admission.defer(Limit::PerPeer, ask, local, false);
+                    admission.defer(Limit::PerPeer, ask, local, None);
                     let passed = GuardFuture::pass(&mut self.inner, request, None);
                     AdmittedFuture::new(passed, Some(admission), finish)
                 }
@@ -131,7 +133,7 @@ where
                 // on its own, before the request goes on.
                 None => {
                     let admission = Admission::new(engine.clone());
-                    admission.defer(Limit::PerPeer, ask, local, false);
+                    admission.defer(Limit::PerPeer, ask, local, None);
                     let check = Box::pin(async move {
                         admission
                             .settle(None, None)

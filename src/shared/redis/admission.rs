@@ -108,6 +108,16 @@ fn answer_of(ask: &Ask, reply: &[i64]) -> Option<Answer> {
             retry_after: micros(*reply.get(2)?),
         });
     }
+    if reply.first() != Some(&1) {
+        return None;
+    }
+    let expected = 1
+        + 2 * ask.limits.len()
+        + if ask.spend.is_some() { 4 } else { 0 }
+        + usize::from(ask.lock.is_some());
+    if reply.len() != expected {
+        return None;
+    }
     let mut values = reply.get(1..)?.iter().copied();
     let mut limits = Vec::with_capacity(ask.limits.len());
     for _ in &ask.limits {
@@ -146,7 +156,7 @@ fn answer_of(ask: &Ask, reply: &[i64]) -> Option<Answer> {
 impl SharedAdmission for RedisAdmission {
     async fn ask(&self, ask: Ask) -> Result<Answer, AdmissionUnavailable> {
         if self.health.bypassed() {
-            return Err(AdmissionUnavailable);
+            return Err(AdmissionUnavailable { sent: false });
         }
         let mut invocation = self.script.prepare_invoke();
         for limit in &ask.limits {
@@ -189,11 +199,11 @@ impl SharedAdmission for RedisAdmission {
                 self.health.answered();
                 // A reply of another shape is a Redis this build does not understand:
                 // answered here, as when Redis is away.
-                answer_of(&ask, &reply).ok_or(AdmissionUnavailable)
+                answer_of(&ask, &reply).ok_or(AdmissionUnavailable { sent: true })
             }
             Err(error) => {
                 self.health.failed(&error);
-                Err(AdmissionUnavailable)
+                Err(AdmissionUnavailable { sent: true })
             }
         }
     }
@@ -268,5 +278,10 @@ mod tests {
     fn a_short_reply_is_no_answer() {
         assert_eq!(answer_of(&ask(), &[1, 59, 1_000_000]), None);
         assert_eq!(answer_of(&ask(), &[0, 0, 5]), None);
+        // Too long, or not an admission.
+        let long = [1, 59, 1_000_000, 58, 2_000_000, 7, -1, 3, 4, 1, 9];
+        assert_eq!(answer_of(&ask(), &long), None);
+        let odd = [2, 59, 1_000_000, 58, 2_000_000, 7, -1, 3, 4, 1];
+        assert_eq!(answer_of(&ask(), &odd), None);
     }
 }

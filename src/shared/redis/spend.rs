@@ -3,9 +3,14 @@
 //!
 //! An increment that Redis did not confirm leaves its counters short; they are deleted as soon
 //! as Redis answers again, so the next check seeds them afresh from the store, which holds every
-//! turn's usage. A turn that finishes in the instant between a counter's seed being read from
-//! the store and being set is not counted in Redis (its usage is in the store; the next seed
-//! has it).
+//! turn's usage.
+//!
+//! A turn that held a shared lock adds its tokens with the lock's release
+//! ([`super::turns`]), after its usage is stored: a counter started from the store in that
+//! instant counts those tokens twice, and the budget refuses that much early for the rest of
+//! its period. A turn that finishes in the instant between a seed being read from the store and
+//! being set, before its usage is stored, is not counted in Redis (the next seed has it). Both
+//! happen only as a counter starts: once a period, or after Redis lost it.
 
 use super::{Degradation, Redis};
 use crate::shared::spend::{SharedSpend, SpendUnavailable};

@@ -85,6 +85,7 @@ impl RedisTurnLocks {
             spending: SpendingAfter::default(),
             spend: self.spend.clone(),
             may_hold: None,
+            health: self.health.clone(),
         }
     }
 
@@ -155,6 +156,7 @@ struct RedisTurn {
     /// Prepared for an admission call: whether that call may have taken the lock (no release
     /// is sent when it did not).
     may_hold: Option<Arc<std::sync::atomic::AtomicBool>>,
+    health: Degradation,
 }
 
 impl RedisTurn {
@@ -175,6 +177,7 @@ impl Drop for RedisTurn {
         let local = self.local.take();
         let spent = self.spending.take();
         let spend = self.spend.clone();
+        let health = self.health.clone();
         let taken = self
             .may_hold
             .as_ref()
@@ -211,10 +214,12 @@ impl Drop for RedisTurn {
                     .arg(tokens)
                     .invoke_async(&mut connection)
                     .await;
-                if released.is_err()
-                    && let Some(spend) = spend
-                {
-                    spend.left_short(counters);
+                if let Err(error) = released {
+                    // A release that times out counts toward the breaker like any call.
+                    health.failed(&error);
+                    if let Some(spend) = spend {
+                        spend.left_short(counters);
+                    }
                 }
                 drop(local);
             });
@@ -275,8 +280,8 @@ impl TurnLocks for RedisTurnLocks {
             }
             // Ordered here only, as when a `SET` finds Redis away; `turn` releases whatever
             // the call may have taken (nothing, when the breaker kept it from being sent).
-            LockSaid::Unanswered => {
-                if self.health.bypassed() {
+            LockSaid::Unanswered { sent } => {
+                if !sent {
                     turn.key.clear();
                 }
                 turn.local.take()
