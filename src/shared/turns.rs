@@ -182,17 +182,7 @@ struct LocalTurn {
 #[async_trait]
 impl TurnLocks for LocalTurnLocks {
     async fn begin_turn(&self, peer_id: &PeerId, context_id: &str, wait: Duration) -> Option<Turn> {
-        let key = (peer_id.clone(), context_id.to_owned());
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-            locks.entry(key.clone()).or_default().clone()
-        };
-        let mut turn = LocalTurn {
-            locks: self.locks.clone(),
-            key,
-            lock: lock.clone(),
-            guard: None,
-        };
+        let (mut turn, lock) = self.waiting_turn(peer_id, context_id);
         // On timeout `turn` drops here and tidies the map like a finished turn.
         turn.guard = Some(tokio::time::timeout(wait, lock.lock_owned()).await.ok()?);
         Some(Turn::new(turn))
@@ -202,20 +192,30 @@ impl TurnLocks for LocalTurnLocks {
 impl LocalTurnLocks {
     /// The turn of `context_id` now, if nobody in this process holds or awaits it.
     pub fn try_begin_turn(&self, peer_id: &PeerId, context_id: &str) -> Option<Turn> {
+        let (mut turn, lock) = self.waiting_turn(peer_id, context_id);
+        // When held, `turn` drops here and tidies the map like a finished turn.
+        turn.guard = Some(lock.try_lock_owned().ok()?);
+        Some(Turn::new(turn))
+    }
+
+    /// A turn of `context_id` not held yet (registered as waiting), and its lock.
+    fn waiting_turn(
+        &self,
+        peer_id: &PeerId,
+        context_id: &str,
+    ) -> (LocalTurn, Arc<tokio::sync::Mutex<()>>) {
         let key = (peer_id.clone(), context_id.to_owned());
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
             locks.entry(key.clone()).or_default().clone()
         };
-        let mut turn = LocalTurn {
+        let turn = LocalTurn {
             locks: self.locks.clone(),
             key,
             lock: lock.clone(),
             guard: None,
         };
-        // When held, `turn` drops here and tidies the map like a finished turn.
-        turn.guard = Some(lock.try_lock_owned().ok()?);
-        Some(Turn::new(turn))
+        (turn, lock)
     }
 }
 
