@@ -91,6 +91,20 @@ impl RedisServer {
 }
 
 impl RedisServer {
+    /// Sends one inline command (`SCRIPT FLUSH`); the first line of the answer.
+    pub fn command(&self, command: &str) -> String {
+        use std::io::{BufRead, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .write_all(format!("{command}\r\n").as_bytes())
+            .unwrap();
+        let mut answer = String::new();
+        std::io::BufReader::new(stream)
+            .read_line(&mut answer)
+            .unwrap();
+        answer.trim().to_owned()
+    }
+
     /// Starts watching every command the server runs (`MONITOR`), until [`Monitor::stop`].
     pub fn monitor(&self) -> Monitor {
         use std::io::{BufRead, Write};

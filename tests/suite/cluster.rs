@@ -285,6 +285,23 @@ async fn a_message_asks_redis_once_before_its_answer_once_after_and_a_refusal_on
         "the release carries the spending: {after:#?}"
     );
 
+    // A Redis that lost its scripts (a restart, a flush) is given them again, and the message
+    // is answered.
+    assert_eq!(shared.redis.command("SCRIPT FLUSH"), "+OK");
+    let monitor = shared.redis.monitor();
+    let answer = rpc(&a.door(), &alice, send_request("after a flush", None)).await;
+    assert_eq!(state_of(&answer), "TASK_STATE_COMPLETED", "{answer}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines = monitor.stop();
+    let loads = client_commands(&lines)
+        .into_iter()
+        .filter(|l| l.contains("\"SCRIPT\" \"LOAD\"") || l.contains("\"script\" \"load\""))
+        .count();
+    assert_eq!(
+        loads, 2,
+        "the admission and the release loaded again: {lines:#?}"
+    );
+
     // Bob's one request of the minute went through this instance: the other learns that he
     // is past his quota from Redis, in the one call.
     let b = shared.instance();
