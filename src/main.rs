@@ -7,9 +7,12 @@ use std::process::ExitCode;
 
 /// glibc's allocator spent a fifth of a SendMessage's CPU time in its own locks and
 /// bookkeeping when every request allocates on one worker thread and frees on another
-/// (BENCHMARKS.md); mimalloc's per-thread heaps free across threads without a shared lock.
+/// (BENCHMARKS.md). jemalloc's per-thread caches free across threads without a shared lock,
+/// as mimalloc's heaps did, and its background threads (built in as the default) give freed
+/// pages back to the system once idle: after ten thousand streams close, the memory they held
+/// is returned instead of kept (decision 0009).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
