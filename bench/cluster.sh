@@ -39,9 +39,6 @@ redis_port=18197
 relay_port=18198
 admin_base=18200
 
-for tool in wrk haproxy redis-server psql; do
-  command -v "$tool" >/dev/null || { echo "$tool is needed: apt-get install wrk haproxy postgresql redis-server" >&2; exit 1; }
-done
 
 cargo build --quiet --release --bin peergate --example bare_axum
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
@@ -63,6 +60,7 @@ trap cleanup EXIT
 # wait_for_port and send_body
 # shellcheck source=bench/common.sh
 source bench/common.sh
+need_tools wrk haproxy redis-server psql
 
 results=()
 baseline=""

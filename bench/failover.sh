@@ -35,11 +35,9 @@ admin_base=18300
 lease_seconds=3
 quota_per_minute=600
 
-for tool in wrk haproxy redis-server psql; do
-  command -v "$tool" >/dev/null || { echo "$tool is needed: apt-get install wrk haproxy postgresql redis-server" >&2; exit 1; }
-done
 # shellcheck source=bench/common.sh
 source bench/common.sh
+need_tools wrk haproxy redis-server psql
 
 cargo build --quiet --release --bin peergate
 peergate=${BENCH_PEERGATE:-$(target_dir)/release/peergate}

@@ -145,13 +145,9 @@ async def subscribe(token, task, stream, opened):
     stream.closed = True
     writer.close()
 
-async def main():
-    tasks = await asyncio.gather(*(working_task(t) for t in tokens))
-    await asyncio.sleep(1)
-    before = rss_kib()
+async def open_wave(tokens, tasks, opened):
+    """per_peer subscriptions to each peer's task, once every one has opened (or been refused)."""
     streams, running = [], []
-    opened = asyncio.Semaphore(0)
-    start = time.time()
     for token, task in zip(tokens, tasks):
         for _ in range(per_peer):
             stream = Stream()
@@ -159,6 +155,16 @@ async def main():
             running.append(asyncio.create_task(subscribe(token, task, stream, opened)))
     for _ in streams:
         await opened.acquire()
+    return streams, running
+
+
+async def main():
+    tasks = await asyncio.gather(*(working_task(t) for t in tokens))
+    await asyncio.sleep(1)
+    before = rss_kib()
+    opened = asyncio.Semaphore(0)
+    start = time.time()
+    streams, running = await open_wave(tokens, tasks, opened)
     open_after = time.time() - start
     refused = [s.refused for s in streams if s.refused]
     # Let everything settle, then the memory held by the open streams, and the CPU they cost idle.
@@ -197,14 +203,7 @@ async def main():
     # does not is the allocator keeping what the first wave freed, for reuse.
     os.remove(release)
     tasks = await asyncio.gather(*(working_task(t) for t in tokens))
-    second, waiting = [], []
-    for token, task in zip(tokens, tasks):
-        for _ in range(per_peer):
-            stream = Stream()
-            second.append(stream)
-            waiting.append(asyncio.create_task(subscribe(token, task, stream, opened)))
-    for _ in second:
-        await opened.acquire()
+    second, waiting = await open_wave(tokens, tasks, opened)
     await asyncio.sleep(3)
     held_again = rss_kib()
     open(release, "w").close()
