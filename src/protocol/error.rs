@@ -357,3 +357,19 @@ impl GrpcCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limits_refusal_reaching_a_binding_is_a_429_that_says_when_to_retry() {
+        let refused = A2aError::RateLimited {
+            retry_after_seconds: 7,
+        };
+        assert_eq!(refused.http_status(), 429);
+        assert_eq!(refused.grpc_code(), GrpcCode::ResourceExhausted);
+        assert_eq!(refused.reason(), "RATE_LIMITED");
+        assert_eq!(refused.message(), "Too many requests: retry after 7 s");
+    }
+}

@@ -107,7 +107,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
         let Some(peer) = request.extensions().get::<AuthenticatedPeer>() else {
             // Mounted without authentication in front: fail closed.
             let refusal = GuardFuture::answer(AuthError::MissingCredentials.into_response());
@@ -122,29 +122,19 @@ where
                 quota,
             };
             let local = LocalKey::new(local.clone(), peer.id().clone(), quota);
-            return match request.extensions().get::<Admission>().cloned() {
-                // Counted with whatever settles the request's admission first.
-                Some(admission) => {
-                    admission.defer(Limit::PerPeer, ask, local, None);
-                    let passed = GuardFuture::pass(&mut self.inner, request, None);
-                    AdmittedFuture::new(passed, Some(admission), finish)
-                }
-                // No admission opened in front (a stack without the per-address layer): asked
-                // on its own, before the request goes on.
+            // Counted with whatever settles the request's admission first; opened here when
+            // no per-address layer in front opened one.
+            let admission = match request.extensions().get::<Admission>() {
+                Some(admission) => admission.clone(),
                 None => {
                     let admission = Admission::new(engine.clone());
-                    admission.defer(Limit::PerPeer, ask, local, None);
-                    let check = Box::pin(async move {
-                        admission
-                            .settle(None, None)
-                            .await
-                            .map_err(IntoResponse::into_response)?;
-                        Ok((request, Some(headers_of(&admission))))
-                    });
-                    let checked = GuardFuture::check(take_readied(&mut self.inner), check);
-                    AdmittedFuture::new(checked, None, finish)
+                    request.extensions_mut().insert(admission.clone());
+                    admission
                 }
             };
+            admission.defer(Limit::PerPeer, ask, local, None);
+            let passed = GuardFuture::pass(&mut self.inner, request, None);
+            return AdmittedFuture::new(passed, Some(admission), finish);
         }
         let guarded = match self.shared.limiter.check(peer.id(), quota) {
             LimitCheck::Ready(decision) => match verdict(decision, quota) {
