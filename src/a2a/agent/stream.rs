@@ -53,8 +53,10 @@ impl Agent {
     ) -> Result<EventStream, StreamRefused> {
         let (peer, client) = (&caller.peer, caller.client);
         self.offered(Method::SendStreamingMessage)?;
-        // The turn's lock is asked on its own once the stream has its place: a stream refused
-        // at the peer's cap then takes and releases no lock.
+        // The limits and the budget read are asked first, as for any message (a stream then
+        // refused at the peer's cap has spent a request against its quota, as before); the
+        // turn's lock is asked on its own once the stream has its place, so a refused stream
+        // takes and releases no lock.
         let admitted = self.admit_turn(caller, &params.message, false).await?;
         let planned = self
             .plan(peer, params, admitted.fresh_context.clone())

@@ -78,14 +78,16 @@ impl Breaker {
     pub fn timed_out(self: &Arc<Self>) {
         let now = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
         let count = self.run.record(now);
+        // Without a runtime there would be no probe to close it again: stay closed.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         if count >= self.after && !self.open.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 timeouts = count,
                 "Redis does not answer in time: the circuit breaker is open, each instance answers on its own without waiting on Redis"
             );
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(self.clone().probe());
-            }
+            runtime.spawn(self.clone().probe());
         }
     }
 
@@ -93,10 +95,7 @@ impl Breaker {
     async fn probe(self: Arc<Self>) {
         loop {
             tokio::time::sleep(PROBE_EVERY).await;
-            let mut connection = self.connection.clone();
-            let ping = redis::cmd("PING");
-            let answer = ping.query_async::<String>(&mut connection);
-            if matches!(tokio::time::timeout(self.timeout, answer).await, Ok(Ok(_))) {
+            if super::pings(self.connection.clone(), self.timeout).await {
                 self.run.clear();
                 self.open.store(false, Ordering::Relaxed);
                 tracing::info!("Redis answers in time again: the circuit breaker is closed");
@@ -149,8 +148,10 @@ impl TimeoutRun {
 
     /// An answer came: the run is over.
     fn clear(&self) {
+        // Read first so the hot path (every answer) does not write; then one swap, so a timeout
+        // recorded in between is cleared with the rest.
         if self.run.load(Ordering::Relaxed) != 0 {
-            self.run.store(0, Ordering::Relaxed);
+            self.run.swap(0, Ordering::Relaxed);
         }
     }
 }

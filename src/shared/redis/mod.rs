@@ -127,10 +127,7 @@ impl Redis {
     /// The shared connection (cheap to clone).
     /// Whether Redis answers a PING within `within`.
     pub async fn answers(&self, within: Duration) -> bool {
-        let mut connection = self.connection.clone();
-        let ping = redis::cmd("PING");
-        let answer = ping.query_async::<String>(&mut connection);
-        matches!(tokio::time::timeout(within, answer).await, Ok(Ok(_)))
+        pings(self.connection.clone(), within).await
     }
 
     pub fn connection(&self) -> ConnectionManager {
@@ -141,6 +138,14 @@ impl Redis {
     pub(crate) fn client(&self) -> &redis::Client {
         &self.client
     }
+}
+
+/// Whether Redis answers a `PING` on `connection` within `within` (readiness, and the
+/// breaker's probe).
+async fn pings(mut connection: ConnectionManager, within: Duration) -> bool {
+    let ping = redis::cmd("PING");
+    let answer = ping.query_async::<String>(&mut connection);
+    matches!(tokio::time::timeout(within, answer).await, Ok(Ok(_)))
 }
 
 /// Whether an engine is answering without Redis: one warning when it starts, one when Redis
