@@ -114,15 +114,28 @@ impl Agent {
             .await?;
         // Announced like every other final state, so a subscription ends on the event and
         // need not look at the store for it.
-        if finished && self.shared.events.listening() {
-            self.shared.events.publish(TaskEvent {
-                peer_id: peer_id.clone(),
-                task_id: id.as_str().into(),
-                state: TaskState::Failed,
-                task_json: body.into(),
-            });
+        if finished {
+            announce_failed(self.shared.events.as_ref(), peer_id.clone(), id, body);
         }
         Ok(())
+    }
+}
+
+/// Publishes that a working task was stored failed, if anyone listens: a subscription ends on
+/// this event, as on every other final state.
+fn announce_failed(
+    events: &dyn TaskEvents,
+    peer_id: crate::store::PeerId,
+    id: &TaskId,
+    body: String,
+) {
+    if events.listening() {
+        events.publish(TaskEvent {
+            peer_id,
+            task_id: id.as_str().into(),
+            state: TaskState::Failed,
+            task_json: body.into(),
+        });
     }
 }
 
@@ -165,13 +178,8 @@ impl Drop for UnfinishedTask {
                 .finish_working_task(&id, TaskState::Failed, &body, now)
                 .await
             {
-                Ok(true) if events.listening() => events.publish(TaskEvent {
-                    peer_id,
-                    task_id: id.as_str().into(),
-                    state: TaskState::Failed,
-                    task_json: body.into(),
-                }),
-                Ok(_) => {}
+                Ok(true) => announce_failed(events.as_ref(), peer_id, &id, body),
+                Ok(false) => {}
                 Err(e) => {
                     tracing::error!(task_id = %id, error = %e, "an unfinished task stays working until the next sweep");
                 }
