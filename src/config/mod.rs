@@ -653,6 +653,41 @@ mod tests {
     }
 
     #[test]
+    fn the_redis_timeout_and_breaker_settings_are_kept_in_range_naming_their_key() {
+        for (fragment, key) in [
+            (
+                "[cluster]\nredis_timeout_ms = 10\n",
+                "cluster.redis_timeout_ms",
+            ),
+            (
+                "[cluster]\nredis_timeout_ms = 60000\n",
+                "cluster.redis_timeout_ms",
+            ),
+            (
+                "[cluster]\nredis_breaker_timeouts = 0\n",
+                "cluster.redis_breaker_timeouts",
+            ),
+        ] {
+            let err = Policy::parse(fragment, &PolicySource::File("p.toml".into()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(key) && err.contains("must be between"),
+                "{err}"
+            );
+        }
+        let ok = "[cluster]\nredis_timeout_ms = 250\nredis_breaker_timeouts = 5\n";
+        let policy = Policy::parse(ok, &PolicySource::File("p.toml".into())).unwrap();
+        assert_eq!(
+            (
+                policy.cluster.redis_timeout_ms,
+                policy.cluster.redis_breaker_timeouts
+            ),
+            (250, 5)
+        );
+    }
+
+    #[test]
     fn domain_words_are_parsed_when_the_policy_loads_and_bad_ones_name_their_key() {
         let policy = Policy::parse(
             &EMBEDDED_DEFAULT
