@@ -179,21 +179,33 @@ async fn serve_connection(
             let app = connection_app(app, remote, deadline, None);
             http.serve(TokioIo::new(io), app, watcher).await;
         }
-        Some((acceptor, handshake_timeout)) => {
-            let Ok(Ok(tls)) = tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await
-            else {
-                return;
-            };
-            let certificate = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .map(|leaf| Arc::new(ClientCertificate::from_der(leaf.as_ref())));
-            let app = connection_app(app, remote, deadline, certificate);
-            http.serve(TokioIo::new(tls), app, watcher).await;
+        // Boxed: a TLS session and its handshake are several KiB, and without the box every
+        // connection's task would be that large, plain ones too (6.1 KiB instead of 1.9).
+        Some(tls) => {
+            Box::pin(serve_tls(io, (remote, deadline), (http, app, watcher), tls)).await;
         }
     }
+}
+
+/// A connection on a TLS listener: the handshake within its timeout, then `app` with the client
+/// certificate it verified (if any) going with every request.
+async fn serve_tls(
+    io: GuardedIo<tokio::net::TcpStream>,
+    (remote, deadline): (std::net::SocketAddr, Arc<ConnectionDeadline>),
+    (http, app, watcher): (Connections, Router, Watcher),
+    (acceptor, handshake_timeout): (tokio_rustls::TlsAcceptor, Duration),
+) {
+    let Ok(Ok(tls)) = tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await else {
+        return;
+    };
+    let certificate = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|leaf| Arc::new(ClientCertificate::from_der(leaf.as_ref())));
+    let app = connection_app(app, remote, deadline, certificate);
+    http.serve(TokioIo::new(tls), app, watcher).await;
 }
 
 /// Serves `app` on `listener` in `protocol` until `shutdown` turns true, then drains. With
@@ -262,4 +274,44 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task is as large as the largest state its future can be in, and every open connection
+    /// holds one: with the TLS session inline, plain connections paid for it too (6.1 KiB each;
+    /// BENCHMARKS.md, "Ten thousand streams on one instance").
+    #[tokio::test]
+    async fn a_plain_connection_task_holds_no_room_for_a_tls_session() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, remote) = listener.accept().await.unwrap();
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 1,
+            max_per_address: 1,
+            exempt: Arc::from(Vec::new()),
+            write_stall: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(1),
+        };
+        let deadline = ConnectionDeadline::new();
+        let io = GuardedIo::new(stream, limits.write_stall, deadline.clone());
+        let graceful = GracefulShutdown::new();
+        let served = (
+            Connections::new(Protocol::Http1, &limits),
+            Router::new(),
+            graceful.watcher(),
+        );
+        let task = serve_connection(io, (remote, deadline), served, None);
+        let size = std::mem::size_of_val(&task);
+        assert!(
+            size <= 3 * 1024,
+            "a connection's task is {size} bytes: something large is held inline again"
+        );
+        drop((task, client));
+    }
 }
