@@ -21,13 +21,14 @@ pub const BUFFERED_BYTES: usize = 1024 * 1024;
 
 /// One event of a stream: a `StreamResponse`, encoded once as ProtoJSON when it is made (the
 /// buffer a slow reader may fill is bounded in bytes), or the error that ends the stream.
-/// Each binding frames it in its own way.
+/// Each binding frames it in its own way. Both variants are boxed: the channel under every
+/// open stream holds a block of slots from the start, so its size is paid per stream.
 #[derive(Debug)]
 pub enum StreamEvent {
     /// A `StreamResponse` as ProtoJSON.
     Response(Box<RawValue>),
     /// The error the stream ends with.
-    Error(A2aError),
+    Error(Box<A2aError>),
 }
 
 impl StreamEvent {
@@ -152,7 +153,7 @@ impl Stream {
     }
 
     pub(crate) fn fail(&mut self, error: A2aError) {
-        self.push(StreamEvent::Error(error));
+        self.push(StreamEvent::Error(Box::new(error)));
     }
 
     /// The events a finished task ends a stream with: its answer, then its status.
@@ -178,5 +179,17 @@ impl Stream {
     /// once the stream was cut off.
     pub(crate) fn sender(&self) -> Option<mpsc::Sender<StreamEvent>> {
         self.events.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The channel under a stream allocates a block of 32 slots when it is made, so each byte
+    /// of an event is paid 32 times by every open stream, idle or not.
+    #[test]
+    fn a_stream_event_is_two_words() {
+        assert_eq!(std::mem::size_of::<StreamEvent>(), 16);
     }
 }
