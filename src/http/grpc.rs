@@ -43,7 +43,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::server::{Grpc, ServerStreamingService, UnaryService};
 
 /// What the binding's handlers share.
@@ -664,6 +664,15 @@ impl Codec for RequestCodec {
 
 struct MessageEncoder;
 
+/// The buffer each answer starts encoding into. tonic's default (8 KiB) stays allocated for as
+/// long as a stream is open, which made it the largest single cost of an idle stream (more than
+/// the HTTP/2 stream itself); a stream's events are a few hundred bytes, and a larger answer
+/// grows the buffer as it is written.
+const ENCODE_BUFFER_BYTES: usize = 512;
+
+/// Encoded answers gathered before they are handed to HTTP/2 (tonic's default).
+const ENCODE_YIELD_BYTES: usize = 32 * 1024;
+
 impl Encoder for MessageEncoder {
     type Item = Encoded;
     type Error = tonic::Status;
@@ -671,6 +680,10 @@ impl Encoder for MessageEncoder {
     fn encode(&mut self, item: Encoded, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
         prost::bytes::BufMut::put_slice(dst, &item.0);
         Ok(())
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::new(ENCODE_BUFFER_BYTES, ENCODE_YIELD_BYTES)
     }
 }
 
