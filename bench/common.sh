@@ -60,3 +60,18 @@ need_tools() {
     command -v "$tool" >/dev/null || { echo "$tool is needed: apt-get install wrk haproxy postgresql redis-server" >&2; exit 1; }
   done
 }
+
+# bench_python: prints a Python with the official A2A SDK and its gRPC client
+# (tests/interop/requirements.txt), installing them once into a virtual environment in the
+# target directory.
+bench_python() {
+  local venv
+  venv="$(target_dir)/bench-python"
+  if ! cmp -s tests/interop/requirements.txt "$venv/installed-requirements.txt"; then
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install --quiet -r tests/interop/requirements.txt >&2
+    cp tests/interop/requirements.txt "$venv/installed-requirements.txt"
+  fi
+  echo "$venv/bin/python"
+}

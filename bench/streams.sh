@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Many streams at once on one instance: PEERS peers (default 100), each with a task held working
 # by a model that answers only when told, and STREAMS_PER_PEER SubscribeToTask streams on each
-# task (default 100: 10,000 streams). Measures the resident memory per open stream, the CPU used
+# task (default 100: 10,000 streams). With STREAMS_BINDING=jsonrpc (the default) each stream is
+# an SSE response on a connection of its own, as JSON-RPC clients open them; with
+# STREAMS_BINDING=grpc each peer opens one HTTP/2 connection to the gRPC listener and carries
+# its streams on it, as gRPC clients do (this needs the official SDK's gRPC client, installed
+# once into a virtual environment in the target directory from tests/interop/requirements.txt). Measures the resident memory per open stream, the CPU used
 # while they idle, that every stream receives its task's events in order once the model
 # answers, what is left after they close, and that one stream past a peer's cap is refused
 # while the other peers' streams carry on.
 #
-#   bench/streams.sh [PEERS] [STREAMS_PER_PEER]
+#   [STREAMS_BINDING=jsonrpc|grpc] bench/streams.sh [PEERS] [STREAMS_PER_PEER]
 #
 # Runs policies/full.toml with the caps raised for the run (streams per peer, connections per
 # address, the request limits a single load generator would meet): not for production. Raises
@@ -17,15 +21,23 @@ cd "$(dirname "$0")/.."
 
 peers=${1:-100}
 per_peer=${2:-100}
+binding=${STREAMS_BINDING:-jsonrpc}
 port=18393
 admin_port=18394
 model_port=18395
+grpc_port=18396
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 # shellcheck source=bench/common.sh
 source bench/common.sh
 cargo build --quiet --release --bin peergate
 peergate=${BENCH_PEERGATE:-$(target_dir)/release/peergate}
+python=python3
+case $binding in
+  jsonrpc) ;;
+  grpc) python=$(bench_python) ;;
+  *) echo "STREAMS_BINDING is jsonrpc or grpc, not $binding" >&2; exit 1 ;;
+esac
 with_workdir
 
 # The model answers each call once $work/release exists.
@@ -44,6 +56,7 @@ for old, new in [
     ("per_ip_per_minute = 120", "per_ip_per_minute = 100000000"),
     ("default_rate_per_minute = 30", "default_rate_per_minute = 1000000"),
     ('backend = "echo"', 'backend = "openai"'),
+    ("max_concurrent_streams = 100", "max_concurrent_streams = %s" % max(100, int(per_peer))),
     ("request_timeout_seconds = 200", "request_timeout_seconds = 900"),
 ]:
     assert old in text, old
@@ -55,15 +68,18 @@ sed -i 's/^timeout_seconds = 60$/timeout_seconds = 300/' "$work/policy.toml"
 for n in $(seq "$peers"); do
   "$peergate" peer add "p$n" --rate 1000000/min --data "$work/data" 2>/dev/null >>"$work/tokens"
 done
-"$peergate" serve --policy "$work/policy.toml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin_port" --grpc-listen 127.0.0.1:0 --data "$work/data" 2>"$work/server.log" &
+"$peergate" serve --policy "$work/policy.toml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin_port" --grpc-listen "127.0.0.1:$grpc_port" --data "$work/data" 2>"$work/server.log" &
 server=$!
 pids+=("$server")
 wait_for_port "$port"
 
-python3 - "$port" "$server" "$work/tokens" "$per_peer" "$work/release" <<'PY'
+wait_for_port "$grpc_port"
+
+"$python" - "$port" "$server" "$work/tokens" "$per_peer" "$work/release" "$binding" "$grpc_port" <<'PY'
 import asyncio, json, os, sys, time
 
 port, server, tokens_file, per_peer, release = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+binding, grpc_port = sys.argv[6], int(sys.argv[7])
 tokens = open(tokens_file).read().split()
 tick = os.sysconf("SC_CLK_TCK")
 
@@ -115,7 +131,7 @@ class Stream:
     def __init__(self):
         self.states, self.events, self.refused, self.closed = [], 0, None, False
 
-async def subscribe(token, task, stream, opened):
+async def subscribe_jsonrpc(token, task, stream, opened):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request(token, {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task}}, True))
     status, headers = await head(reader)
@@ -144,6 +160,64 @@ async def subscribe(token, task, stream, opened):
                         stream.states.append(result["statusUpdate"]["status"]["state"])
     stream.closed = True
     writer.close()
+
+if binding == "grpc":
+    import grpc
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+    def connect():
+        """An HTTP/2 connection of the bench's own (grpcio shares one between channels unless
+        told not to)."""
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}", options=[("grpc.use_local_subchannel_pool", 1)])
+        channels.append(channel)
+        return channel
+
+    peer_channels = {}
+
+channels = []
+
+async def close_connections():
+    """Closes the gRPC connections (each JSON-RPC stream closed its own)."""
+    for channel in channels:
+        await channel.close()
+    channels.clear()
+    if binding == "grpc":
+        peer_channels.clear()
+
+async def subscribe_grpc(stub, token, task, stream, opened):
+    call = stub.SubscribeToTask(a2a_pb2.SubscribeToTaskRequest(id=task),
+                                metadata=[("authorization", f"Bearer {token}"), ("a2a-version", "1.0")])
+    told = False
+    try:
+        async for response in call:
+            if not told:
+                told = True
+                opened.release()
+            stream.events += 1
+            if response.HasField("task"):
+                stream.states.append(a2a_pb2.TaskState.Name(response.task.status.state))
+            elif response.HasField("status_update"):
+                stream.states.append(a2a_pb2.TaskState.Name(response.status_update.status.state))
+    except grpc.aio.AioRpcError as error:
+        if told:
+            raise
+        stream.refused = (error.code().name, None, error.details()[:200])
+        opened.release()
+        return
+    if not told:
+        opened.release()
+    stream.closed = True
+
+def subscribe(token, task, stream, opened, own_connection=False):
+    """A SubscribeToTask stream in the bench's binding: over gRPC, on the peer's one connection
+    (or, with own_connection, on a new one)."""
+    if binding == "jsonrpc":
+        return subscribe_jsonrpc(token, task, stream, opened)
+    if own_connection:
+        channel = connect()
+    else:
+        channel = peer_channels.get(token) or peer_channels.setdefault(token, connect())
+    return subscribe_grpc(a2a_pb2_grpc.A2AServiceStub(channel), token, task, stream, opened)
 
 async def open_wave(tokens, tasks, opened):
     """per_peer subscriptions to each peer's task, once every one has opened (or been refused)."""
@@ -177,13 +251,14 @@ async def main():
     idle_cpu = (cpu_seconds() - cpu0) * 10 / idle
     # One more on the first peer: past its cap.
     extra = Stream()
-    one_more = asyncio.create_task(subscribe(tokens[0], tasks[0], extra, opened))
+    one_more = asyncio.create_task(subscribe(tokens[0], tasks[0], extra, opened, own_connection=True))
     await opened.acquire()
     # The answers: every stream sees its task complete, in order, and closes.
     open(release, "w").close()
     done_start = time.time()
     await asyncio.wait_for(asyncio.gather(*running), timeout=600)
     await one_more
+    await close_connections()
     delivered = time.time() - done_start
     await asyncio.sleep(3)
     after = rss_kib()
@@ -208,13 +283,14 @@ async def main():
     held_again = rss_kib()
     open(release, "w").close()
     await asyncio.wait_for(asyncio.gather(*waiting), timeout=600)
+    await close_connections()
     await asyncio.sleep(3)
     print(f"a second wave: {held_again} KiB with its {sum(1 for s in second if not s.refused)} streams open ({(held_again - held) / 1024:+.1f} MiB against the first), {rss_kib()} KiB after")
     short = [(s.states, s.closed) for s in streams if not s.refused and not (s.closed and s.states and s.states[-1] == "TASK_STATE_COMPLETED")]
     if short:
         from collections import Counter
         print(f"streams that did not end completed: {Counter(repr(x) for x in short).most_common(3)}")
-    ok = n == len(streams) and in_order == n and extra.refused and extra.refused[0] == 429
+    ok = n == len(streams) and in_order == n and extra.refused and extra.refused[0] in (429, "RESOURCE_EXHAUSTED")
     sys.exit(0 if ok else 1)
 
 asyncio.run(main())
