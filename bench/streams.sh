@@ -249,6 +249,8 @@ async def main():
     print(f"idling {idle:.0f} s with the streams open (server pid {server})", flush=True)
     await asyncio.sleep(idle)
     idle_cpu = (cpu_seconds() - cpu0) * 10 / idle
+    # Again once they idled: the allocator has had time to give back what opening them freed.
+    held_idle = rss_kib()
     # One more on the first peer: past its cap.
     extra = Stream()
     one_more = asyncio.create_task(subscribe(tokens[0], tasks[0], extra, opened, own_connection=True))
@@ -270,7 +272,7 @@ async def main():
                    and all(order.index(a) <= order.index(b) for a, b in zip(s.states, s.states[1:]) if a in order and b in order))
     n = len(streams) - len(refused)
     print(f"streams: {len(streams)} asked, {n} open after {open_after:.1f} s, {len(refused)} refused {refused[:2]}")
-    print(f"memory: {before} KiB before, {held} KiB with the streams open: {(held - before) / max(n, 1):.1f} KiB per stream; {after} KiB 3 s after they closed ({100 * (after - before) / before:+.1f} % of before), {later} KiB 30 s after ({100 * (later - before) / before:+.1f} %), with {sockets} sockets open")
+    print(f"memory: {before} KiB before, {held} KiB with the streams open: {(held - before) / max(n, 1):.1f} KiB per stream, {held_idle} KiB after they idled {idle:.0f} s: {(held_idle - before) / max(n, 1):.1f} KiB per stream; {after} KiB 3 s after they closed ({100 * (after - before) / before:+.1f} % of before), {later} KiB 30 s after ({100 * (later - before) / before:+.1f} %), with {sockets} sockets open")
     print(f"idle: {idle_cpu:.2f} s of CPU in 10 s with {n} streams open")
     print(f"events: {in_order} of {n} streams saw their task complete, in order, and closed; all delivered {delivered:.1f} s after the model answered; {sum(s.events for s in streams)} events")
     print(f"past the cap: {extra.refused}")
