@@ -180,6 +180,9 @@ impl ModelBackend for OpenAi {
                 break;
             }
         }
+        // The stream's end follows `[DONE]`: read to it, so the connection carries the next
+        // question.
+        crate::net::client::read_rest(&mut response).await;
         // A stream cut off before the model finished is no answer, however much text came.
         if !(answer.done || answer.finished) {
             return Err(BackendError::InvalidResponse(
@@ -226,9 +229,11 @@ impl OpenAi {
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
-        let response = request.send().await.map_err(classify)?;
+        let mut response = request.send().await.map_err(classify)?;
         let status = response.status();
         if !status.is_success() {
+            // Read past unseen: the status is what the error says.
+            crate::net::client::read_rest(&mut response).await;
             return Err(BackendError::Status(status.as_u16()));
         }
         Ok(response)

@@ -196,7 +196,8 @@ impl UpstreamAgent {
         message
     }
 
-    /// POSTs one JSON-RPC request; a non-success status is an error (its body unread).
+    /// POSTs one JSON-RPC request; a non-success status is an error (its body read past,
+    /// unseen).
     async fn post(
         &self,
         method: &str,
@@ -216,9 +217,11 @@ impl UpstreamAgent {
         if let Some((name, value)) = &self.credential {
             request = request.header(name, value);
         }
-        let response = request.send().await.map_err(|e| classify(&e))?;
-        if !response.status().is_success() {
-            return Err(BackendError::Status(response.status().as_u16()));
+        let mut response = request.send().await.map_err(|e| classify(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            crate::net::client::read_rest(&mut response).await;
+            return Err(BackendError::Status(status.as_u16()));
         }
         Ok(response)
     }
@@ -279,7 +282,15 @@ impl ModelBackend for UpstreamAgent {
             .timeout(timeout)
             .send()
             .await;
-        Some(answered.is_ok_and(|response| !response.status().is_server_error()))
+        let up = match answered {
+            Ok(mut response) => {
+                // Read past, so the probe leaves its connection to the next message.
+                crate::net::client::read_rest(&mut response).await;
+                !response.status().is_server_error()
+            }
+            Err(_) => false,
+        };
+        Some(up)
     }
 
     /// Through the agent's stream when it streams: its first event names its task, so a cancel
@@ -401,6 +412,9 @@ impl UpstreamAgent {
             };
             for event in data {
                 if let Some(done) = followed.take(&event, pieces)? {
+                    // The stream's end follows its last event: read to it, so the connection
+                    // carries the next message.
+                    crate::net::client::read_rest(&mut response).await;
                     return Ok(done);
                 }
             }

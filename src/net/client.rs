@@ -25,6 +25,33 @@ pub async fn read_bounded(
     Ok(body)
 }
 
+/// At most this much of a body is read past what was wanted from it, to keep its connection.
+const REST_BYTES: usize = 64 * 1024;
+
+/// And for at most this long.
+const REST_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reads what is left of `response`'s body and throws it away, so that its connection goes back
+/// to the client's pool for the next request: hyper keeps a connection only once the body on it
+/// was read to its end, and closes it otherwise. A stream's last event (a task's final state,
+/// `[DONE]`) comes just before its end, and an error status's body is small, so this is
+/// usually one read. It is waited for: an answer given before the end would race the next
+/// request to the connection and lose it to a new one. A server that sends more than
+/// [`REST_BYTES`], or does not end within [`REST_WITHIN`], loses its connection instead,
+/// deliberately: nothing it sends is read further.
+pub async fn read_rest(response: &mut reqwest::Response) {
+    let _ = tokio::time::timeout(REST_WITHIN, async {
+        let mut left = REST_BYTES;
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let Some(rest) = left.checked_sub(chunk.len()) else {
+                return;
+            };
+            left = rest;
+        }
+    })
+    .await;
+}
+
 /// The innermost reason in an error's chain (a resolver's refusal, a refused connection):
 /// the part an operator can act on.
 pub fn innermost_reason(error: &(dyn std::error::Error + 'static)) -> String {

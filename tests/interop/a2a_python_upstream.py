@@ -15,6 +15,8 @@ What it answers, chosen by the text of the message:
     "slow"     working, three "step N" updates 0.5 s apart, then completed
     "context"  a completed task whose answer is the contextId the agent saw
     "cancels"  a completed task whose answer counts the cancels the agent received
+    "connections"  a completed task whose answer counts the connections the agent was asked
+               over (every request's client address and port, card and probes included)
     "message-id"  a completed task whose answer is the messageId the agent saw
     otherwise  a completed task answering "upstream says: <text>"
 """
@@ -71,6 +73,8 @@ from a2a.types import (
 
 RPC_PATH = '/'
 CANCELS = 0
+# Every (address, port) a request came from: one per connection the agent was asked over.
+CONNECTIONS = set()
 log = logging.getLogger('sdk-upstream')
 
 
@@ -114,6 +118,10 @@ class ScriptedExecutor(AgentExecutor):
             return
         if text == 'cancels':
             await updater.add_artifact([new_text_part(f'cancels: {CANCELS}')], name='answer')
+            await updater.complete()
+            return
+        if text == 'connections':
+            await updater.add_artifact([new_text_part(f'connections: {len(CONNECTIONS)}')], name='answer')
             await updater.complete()
             return
         if text == 'context':
@@ -175,6 +183,8 @@ class BearerOnRpc(BaseHTTPMiddleware):
         self.expected = f'Bearer {token}'
 
     async def dispatch(self, request, call_next):
+        if request.client is not None:
+            CONNECTIONS.add((request.client.host, request.client.port))
         if request.method == 'POST' and request.url.path == RPC_PATH:
             if request.headers.get('authorization') != self.expected:
                 return JSONResponse(
@@ -183,6 +193,31 @@ class BearerOnRpc(BaseHTTPMiddleware):
                     headers={'WWW-Authenticate': 'Bearer realm="sdk-upstream"'},
                 )
         return await call_next(request)
+
+
+class LateStreamEnd:
+    """Ends each event stream 0.2 s after its last event, as a stream across a network may end:
+    a client that stops reading at the last event and drops the response loses its connection,
+    one that reads on to the end keeps it."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope['type'] != 'http':
+            return await self.app(scope, receive, send)
+        streaming = False
+
+        async def ending_late(message):
+            nonlocal streaming
+            if message['type'] == 'http.response.start':
+                streaming = any(name == b'content-type' and value.startswith(b'text/event-stream')
+                                for name, value in message.get('headers', []))
+            elif message['type'] == 'http.response.body' and streaming and not message.get('more_body'):
+                await asyncio.sleep(0.2)
+            await send(message)
+
+        await self.app(scope, receive, ending_late)
 
 
 def build_card(port: int, streaming: bool) -> AgentCard:
@@ -260,6 +295,7 @@ def build_app(port: int, token: str, sign_jwk: str | None, streaming: bool) -> S
     routes += create_jsonrpc_routes(handler, rpc_url=RPC_PATH)
     app = Starlette(routes=routes)
     app.add_middleware(BearerOnRpc, token=token)
+    app.add_middleware(LateStreamEnd)
     return app
 
 

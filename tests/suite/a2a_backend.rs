@@ -796,3 +796,38 @@ async fn the_public_card_is_the_agents_own_where_the_policy_does_not_say_otherwi
     assert_eq!(card["version"], agents["version"]);
     assert_eq!(card["skills"], agents["skills"]);
 }
+
+/// The connections the agent says it was asked over (card, probes and messages together).
+async fn connections_seen(door: &str, token: &str) -> usize {
+    let answer = send(door, token, text_message("connections")).await;
+    let text = artifact_text(&answer["result"]["task"]);
+    text.strip_prefix("connections: ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a count: {text}"))
+}
+
+/// A good HTTP client keeps its connection: twenty messages one after another reach the agent
+/// over one or two connections, whether the agent streams or not. When it streams, each message
+/// goes as a `SendStreamingMessage`, and the agent ends each stream 0.2 s after its last event:
+/// a client that stops at the last event and drops the stream loses the connection every time
+/// (21 connections before this was fixed).
+#[tokio::test]
+async fn twenty_messages_in_a_row_reach_the_agent_over_one_connection() {
+    for streams in [true, false] {
+        let upstream = UpstreamAgent::start_with(true, streams);
+        let door = door(upstream.policy(), &["alice"]);
+        let (token, url) = (&door.tokens[0], door.server.door());
+        for n in 0..20 {
+            let answer = send(&url, token, text_message(&format!("message {n}"))).await;
+            assert_eq!(
+                answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+                "{answer}"
+            );
+        }
+        let seen = connections_seen(&url, token).await;
+        assert!(
+            seen <= 2,
+            "the agent (streams: {streams}) was asked over {seen} connections for 21 messages"
+        );
+    }
+}
