@@ -27,8 +27,18 @@ impl UpstreamAgent {
         Self::start_on(signed, streams, 0)
     }
 
+    /// Like [`UpstreamAgent::start_with`], signed, ending each event stream 0.2 s after its
+    /// last event, as a stream across a network may end.
+    pub fn start_ending_streams_late(streams: bool) -> Self {
+        Self::start_with_args(true, streams, 0, &["--stream-end-delay", "0.2"])
+    }
+
     /// Like [`UpstreamAgent::start_with`], on `port` (0: a free one).
     pub fn start_on(signed: bool, streams: bool, port: u16) -> Self {
+        Self::start_with_args(signed, streams, port, &[])
+    }
+
+    fn start_with_args(signed: bool, streams: bool, port: u16, args: &[&str]) -> Self {
         let python = super::sdk::python_with_sdk();
         let mut command = Command::new(python);
         command
@@ -38,6 +48,7 @@ impl UpstreamAgent {
             .env("UPSTREAM_TOKEN", UPSTREAM_TOKEN)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        command.args(args);
         if !streams {
             command.arg("--no-streaming");
         }

@@ -196,12 +196,13 @@ class BearerOnRpc(BaseHTTPMiddleware):
 
 
 class LateStreamEnd:
-    """Ends each event stream 0.2 s after its last event, as a stream across a network may end:
-    a client that stops reading at the last event and drops the response loses its connection,
-    one that reads on to the end keeps it."""
+    """Ends each event stream `delay` seconds after its last event, as a stream across a network
+    may end: a client that stops reading at the last event and drops the response loses its
+    connection, one that reads on to the end keeps it."""
 
-    def __init__(self, app):
+    def __init__(self, app, delay: float):
         self.app = app
+        self.delay = delay
 
     async def __call__(self, scope, receive, send):
         if scope['type'] != 'http':
@@ -214,7 +215,7 @@ class LateStreamEnd:
                 streaming = any(name == b'content-type' and value.startswith(b'text/event-stream')
                                 for name, value in message.get('headers', []))
             elif message['type'] == 'http.response.body' and streaming and not message.get('more_body'):
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(self.delay)
             await send(message)
 
         await self.app(scope, receive, ending_late)
@@ -277,7 +278,8 @@ def make_signer(jwk_path: str):
     return modifier
 
 
-def build_app(port: int, token: str, sign_jwk: str | None, streaming: bool) -> Starlette:
+def build_app(port: int, token: str, sign_jwk: str | None, streaming: bool,
+              stream_end_delay: float = 0) -> Starlette:
     card = build_card(port, streaming)
     push_store = InMemoryPushNotificationConfigStore()
     handler = DefaultRequestHandler(
@@ -295,7 +297,8 @@ def build_app(port: int, token: str, sign_jwk: str | None, streaming: bool) -> S
     routes += create_jsonrpc_routes(handler, rpc_url=RPC_PATH)
     app = Starlette(routes=routes)
     app.add_middleware(BearerOnRpc, token=token)
-    app.add_middleware(LateStreamEnd)
+    if stream_end_delay:
+        app.add_middleware(LateStreamEnd, delay=stream_end_delay)
     return app
 
 
@@ -308,6 +311,8 @@ def main() -> None:
     ap.add_argument('--sign-jwk', help='JSON file holding a private JWK; the served card is signed with it')
     ap.add_argument('--no-streaming', action='store_true', help='the card says the agent does not stream')
     ap.add_argument('--port', type=int, default=0, help='the port to listen on (default: a free one)')
+    ap.add_argument('--stream-end-delay', type=float, default=0,
+                    help='seconds between an event stream\'s last event and its end (default 0)')
     args = ap.parse_args()
     token = os.environ.get('UPSTREAM_TOKEN')
     if not token:
@@ -317,7 +322,7 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(('127.0.0.1', args.port))
     port = sock.getsockname()[1]
-    app = build_app(port, token, args.sign_jwk, not args.no_streaming)
+    app = build_app(port, token, args.sign_jwk, not args.no_streaming, args.stream_end_delay)
     server = uvicorn.Server(uvicorn.Config(app, log_level='warning'))
     print(f'PORT {port}', flush=True)
     server.run(sockets=[sock])

@@ -814,7 +814,7 @@ async fn connections_seen(door: &str, token: &str) -> usize {
 #[tokio::test]
 async fn twenty_messages_in_a_row_reach_the_agent_over_one_connection() {
     for streams in [true, false] {
-        let upstream = UpstreamAgent::start_with(true, streams);
+        let upstream = UpstreamAgent::start_ending_streams_late(streams);
         let door = door(upstream.policy(), &["alice"]);
         let (token, url) = (&door.tokens[0], door.server.door());
         for n in 0..20 {
