@@ -9,6 +9,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use peergate::config::Policy;
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -50,6 +51,8 @@ struct ModelState {
 pub struct FakeModel {
     pub base_url: String,
     state: ModelState,
+    /// Connections accepted (over TLS: handshakes completed).
+    connections: Arc<AtomicUsize>,
 }
 
 impl FakeModel {
@@ -74,18 +77,29 @@ impl FakeModel {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .with_state(state.clone());
-        let base_url = if tls {
+        let (base_url, connections) = if tls {
             let listener = super::tls::TlsListener::bind().await;
             let port = axum::serve::Listener::local_addr(&listener).unwrap().port();
+            let handshakes = listener.handshakes();
             tokio::spawn(async move { axum::serve(listener, app).await });
-            format!("https://localhost:{port}/v1")
+            (format!("https://localhost:{port}/v1"), handshakes)
         } else {
+            use axum::serve::ListenerExt;
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
+            let accepted = Arc::new(AtomicUsize::new(0));
+            let counted = accepted.clone();
+            let listener = listener.tap_io(move |_| {
+                counted.fetch_add(1, Ordering::SeqCst);
+            });
             tokio::spawn(async move { axum::serve(listener, app).await });
-            format!("http://{addr}/v1")
+            (format!("http://{addr}/v1"), accepted)
         };
-        Self { base_url, state }
+        Self {
+            base_url,
+            state,
+            connections,
+        }
     }
 
     pub fn set(&self, behaviour: ModelBehaviour) {
@@ -112,6 +126,11 @@ impl FakeModel {
             .iter()
             .map(|(h, _)| h.clone())
             .collect()
+    }
+
+    /// Connections accepted so far (over TLS: handshakes completed).
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
     }
 
     /// The most requests that were in flight at once.

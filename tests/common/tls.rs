@@ -5,6 +5,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -19,6 +20,7 @@ pub fn test_ca_path() -> PathBuf {
 pub struct TlsListener {
     tcp: TcpListener,
     acceptor: TlsAcceptor,
+    handshakes: Arc<AtomicUsize>,
 }
 
 impl TlsListener {
@@ -40,7 +42,13 @@ impl TlsListener {
         Self {
             tcp: TcpListener::bind("127.0.0.1:0").await.unwrap(),
             acceptor: TlsAcceptor::from(Arc::new(config)),
+            handshakes: Arc::default(),
         }
+    }
+
+    /// The count of handshakes completed on this listener, kept up to date as it serves.
+    pub fn handshakes(&self) -> Arc<AtomicUsize> {
+        self.handshakes.clone()
     }
 }
 
@@ -54,6 +62,7 @@ impl axum::serve::Listener for TlsListener {
                 continue;
             };
             if let Ok(tls) = self.acceptor.accept(stream).await {
+                self.handshakes.fetch_add(1, Ordering::SeqCst);
                 return (tls, addr);
             }
         }

@@ -431,3 +431,31 @@ async fn model_urls_and_ca_files_that_cannot_be_used_stop_start_up_naming_the_se
         assert!(!message.contains(dir.path().to_str().unwrap()), "{message}");
     }
 }
+
+/// A hosted model is asked over one TLS session, not one per message: twenty messages one after
+/// another cost one handshake (a client per message, or a connection dropped before its answer
+/// was read to the end, would cost one each).
+#[tokio::test]
+async fn twenty_messages_in_a_row_cost_the_hosted_model_one_tls_handshake() {
+    let model = FakeModel::start_tls(ModelBehaviour::Answer).await;
+    let policy = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .insert("model.openai.ca_file", test_ca_path().to_str().unwrap());
+    let gw = TestGateway::start_with(policy.policy()).await;
+    let token = gw.add_peer("alice");
+    for n in 0..20 {
+        let response = send_text(&gw.door, &token, &format!("message {n}"), None).await;
+        assert_eq!(
+            reply_text(task_of(&response)),
+            format!("model says: message {n}")
+        );
+    }
+    assert_eq!(model.requests().len(), 20);
+    assert_eq!(
+        model.connections(),
+        1,
+        "twenty messages took {} TLS handshakes",
+        model.connections()
+    );
+    gw.stop().await;
+}
