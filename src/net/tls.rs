@@ -194,9 +194,14 @@ pub fn default_client_config() -> Result<Arc<rustls::ClientConfig>, TlsSetupErro
         .clone()
 }
 
-/// A client builder whose TLS is `config`: the only way peergate builds an HTTP client.
+/// A client builder whose TLS is `config`: the only way peergate builds an HTTP client. Over
+/// TLS it offers HTTP/2 first and HTTP/1.1 after it (ALPN), so a server that speaks HTTP/2
+/// carries a client's requests at once on one connection; reqwest leaves ALPN to a
+/// configuration it is given.
 pub fn client_builder(config: &Arc<rustls::ClientConfig>) -> reqwest::ClientBuilder {
-    reqwest::Client::builder().tls_backend_preconfigured(rustls::ClientConfig::clone(config))
+    let mut config = rustls::ClientConfig::clone(config);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    reqwest::Client::builder().tls_backend_preconfigured(config)
 }
 
 /// A PEM error without the file's contents.

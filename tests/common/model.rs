@@ -42,6 +42,7 @@ pub const UPSTREAM_SECRET: &str = "upstream-internal-detail-7f3a";
 struct ModelState {
     behaviour: Arc<Mutex<ModelBehaviour>>,
     received: Arc<Mutex<Vec<(HeaderMap, Value)>>>,
+    versions: Arc<Mutex<Vec<axum::http::Version>>>,
     release: Arc<Notify>,
     arrived: Arc<Notify>,
     in_flight: Arc<Mutex<(usize, usize)>>,
@@ -70,6 +71,7 @@ impl FakeModel {
         let state = ModelState {
             behaviour: Arc::new(Mutex::new(behaviour)),
             received: Arc::default(),
+            versions: Arc::default(),
             release: Arc::new(Notify::new()),
             arrived: Arc::new(Notify::new()),
             in_flight: Arc::default(),
@@ -128,6 +130,11 @@ impl FakeModel {
             .collect()
     }
 
+    /// The HTTP version of each request received so far.
+    pub fn versions(&self) -> Vec<axum::http::Version> {
+        self.state.versions.lock().unwrap().clone()
+    }
+
     /// Connections accepted so far (over TLS: handshakes completed).
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
@@ -175,9 +182,11 @@ fn streamed(text: &str) -> Response {
 
 async fn chat(
     State(state): State<ModelState>,
+    version: axum::http::Version,
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
+    state.versions.lock().unwrap().push(version);
     state.received.lock().unwrap().push((headers, body.clone()));
     {
         let mut in_flight = state.in_flight.lock().unwrap();

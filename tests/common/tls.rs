@@ -39,6 +39,9 @@ impl TlsListener {
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .unwrap();
+        // As hosted servers do: HTTP/2 to a client that offers it, HTTP/1.1 otherwise.
+        let mut config = config;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Self {
             tcp: TcpListener::bind("127.0.0.1:0").await.unwrap(),
             acceptor: TlsAcceptor::from(Arc::new(config)),

@@ -434,7 +434,7 @@ async fn model_urls_and_ca_files_that_cannot_be_used_stop_start_up_naming_the_se
 
 /// A hosted model is asked over one TLS session, not one per message: twenty messages one after
 /// another cost one handshake (a client per message, or a connection dropped before its answer
-/// was read to the end, would cost one each).
+/// was read to the end, would cost one each), and go as HTTP/2, which the server offers.
 #[tokio::test]
 async fn twenty_messages_in_a_row_cost_the_hosted_model_one_tls_handshake() {
     let model = FakeModel::start_tls(ModelBehaviour::Answer).await;
@@ -451,6 +451,7 @@ async fn twenty_messages_in_a_row_cost_the_hosted_model_one_tls_handshake() {
         );
     }
     assert_eq!(model.requests().len(), 20);
+    assert_eq!(model.versions(), vec![axum::http::Version::HTTP_2; 20]);
     assert_eq!(
         model.connections(),
         1,
