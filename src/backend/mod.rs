@@ -277,17 +277,6 @@ pub enum BackendSetupError {
     },
 }
 
-/// Idle connections kept open to the upstream for the next requests: enough for the
-/// requests a busy gateway has in flight to it at once, and no more, so a burst does not leave
-/// hundreds of sockets open on either side.
-const UPSTREAM_IDLE_CONNECTIONS: usize = 32;
-
-/// How long an idle connection to the upstream is kept: long enough to carry the next message
-/// of a conversation, short enough not to hold a socket the upstream will soon close itself.
-/// A connection the upstream closed while idle is not used again; one it closes just as a
-/// request is written is retried on a new one by the client only if nothing was sent.
-const UPSTREAM_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// A client for an upstream the policy fixes at `url`. Its TLS is an explicit configuration
 /// checked against the system's roots and the CA file `ca_file` (named by `ca_setting`);
 /// plain `http` resolves only to the private side; redirects are not followed, no proxy is
@@ -315,12 +304,11 @@ fn upstream_client_resolving(
 ) -> Result<reqwest::Client, BackendSetupError> {
     let https = url.starts_with("https://");
     let tls = crate::net::tls::client_config(ca_file.map(std::path::Path::new), ca_setting, https)?;
-    let mut builder = crate::net::tls::client_builder(&tls)
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .pool_max_idle_per_host(UPSTREAM_IDLE_CONNECTIONS)
-        .pool_idle_timeout(UPSTREAM_IDLE_TIMEOUT);
+    let mut builder =
+        crate::net::client::keeping_connections(crate::net::tls::client_builder(&tls))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(std::time::Duration::from_secs(5));
     if !https {
         builder = builder.dns_resolver(Arc::new(crate::jose::fetch::GuardedResolver {
             lookup,

@@ -25,6 +25,25 @@ pub async fn read_bounded(
     Ok(body)
 }
 
+/// Idle connections a client keeps to one host for the next requests: enough for the requests
+/// a busy gateway has in flight to it at once, and no more, so a burst does not leave hundreds
+/// of sockets open on either side.
+const IDLE_CONNECTIONS_PER_HOST: usize = 32;
+
+/// How long an idle connection is kept: long enough to carry the next message of a
+/// conversation, short enough not to hold a socket the server will soon close itself. A
+/// connection the server closed while idle is not used again; a request written to one it
+/// closes at that moment is sent again on a new one only if nothing of it was sent.
+const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `builder` keeping its connections for the next requests, a bounded number for a bounded
+/// time.
+pub fn keeping_connections(builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+    builder
+        .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST)
+        .pool_idle_timeout(IDLE_TIMEOUT)
+}
+
 /// At most this much of a body is read past what was wanted from it, to keep its connection.
 const REST_BYTES: usize = 64 * 1024;
 

@@ -113,7 +113,7 @@ impl CallbackPolicy {
         loopback_only: bool,
     ) -> Result<reqwest::Client, String> {
         let tls = crate::net::tls::default_client_config().map_err(|e| e.to_string())?;
-        crate::net::tls::client_builder(&tls)
+        crate::net::client::keeping_connections(crate::net::tls::client_builder(&tls))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .timeout(timeout)

@@ -258,6 +258,10 @@ async fn send(push: &Push, clients: &Clients, delivery: &PushDelivery) -> Result
         })
     })?;
     let status = response.status();
+    // Read past unseen (nothing a receiver says is kept), so the connection carries the next
+    // delivery to it.
+    let mut response = response;
+    crate::net::client::read_rest(&mut response).await;
     if status.is_success() {
         Ok(())
     } else {

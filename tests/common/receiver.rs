@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use serde_json::Value;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +26,8 @@ struct ReceiverState {
     received: Arc<Mutex<Vec<Notification>>>,
     /// (in flight now, most ever in flight)
     in_flight: Arc<Mutex<(usize, usize)>>,
+    /// Connections accepted.
+    connections: Arc<AtomicUsize>,
 }
 
 /// A push-notification receiver on 127.0.0.1.
@@ -43,8 +45,13 @@ impl PushReceiver {
         let app = Router::new()
             .route("/hook", post(receive))
             .with_state(state.clone());
+        use axum::serve::ListenerExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let connections = state.connections.clone();
+        let listener = listener.tap_io(move |_| {
+            connections.fetch_add(1, Ordering::SeqCst);
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
             url: format!("http://{addr}/hook"),
@@ -65,6 +72,11 @@ impl PushReceiver {
     /// Everything received so far (answered or not).
     pub fn received(&self) -> Vec<Notification> {
         self.state.received.lock().unwrap().clone()
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst)
     }
 
     /// The most notifications ever in flight at once.

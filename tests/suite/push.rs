@@ -351,8 +351,13 @@ async fn every_state_is_posted_in_order_with_what_lets_the_receiver_authenticate
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
     let received = receiver.wait_for(2).await;
     // Held a while each, they still came one at a time: a config's next state waits for the
-    // one before it.
+    // one before it, on the connection the one before it came on.
     assert_eq!(receiver.peak_in_flight(), 1);
+    assert_eq!(
+        receiver.connections(),
+        1,
+        "each delivery opened a connection"
+    );
     let states: Vec<&Value> = received
         .iter()
         .map(|n| &n.body["task"]["status"]["state"])
