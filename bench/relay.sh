@@ -10,6 +10,9 @@
 #   bench/relay.sh [SECONDS_PER_RUN] [CONNECTIONS]     (defaults: 10 and 10)
 #
 # ROUNDS=N alternates N times (default 2). BENCH_PEERGATE=FILE measures another build.
+# UPSTREAM_TLS=1 serves the agent over TLS (the test CA's certificate in tests/data/tls, for
+# 127.0.0.1; peergate trusts that CA, wrk checks no certificate): a good client pays the
+# handshake once per connection it keeps, not once per message.
 # Runs policies/bench.toml with streaming switched on and the agent as its backend: not for
 # production. The agent and the gateway share this machine's cores, as they would share a host.
 # Needs wrk and python3 with venv (the agent's SDK is installed once into the target
@@ -33,23 +36,29 @@ python=$(bench_python)
 with_workdir
 
 upstream_token=bench-upstream-credential-7f3a
+scheme=http tls_args=()
+if [ -n "${UPSTREAM_TLS:-}" ]; then
+  scheme=https tls_args=(--tls tests/data/tls/server.pem tests/data/tls/server.key)
+fi
 UPSTREAM_TOKEN=$upstream_token "$python" tests/interop/a2a_python_upstream.py --port "$agent_port" \
-  --sign-jwk tests/data/upstream/signing.private.jwk.json >/dev/null 2>"$work/agent.log" &
+  --sign-jwk tests/data/upstream/signing.private.jwk.json "${tls_args[@]}" >/dev/null 2>"$work/agent.log" &
 pids+=($!)
 wait_for_port "$agent_port"
 
-python3 - policies/bench.toml "$work/policy.toml" "$agent_port" <<'PY'
+python3 - policies/bench.toml "$work/policy.toml" "$agent_port" "$scheme" <<'PY'
 import sys
-source, target, agent_port = sys.argv[1:]
+source, target, agent_port, scheme = sys.argv[1:]
 text = open(source).read()
 assert 'backend = "echo"' in text
 text = text.replace('backend = "echo"', 'backend = "a2a"', 1)
 text += f'''
 [model.a2a]
-url = "http://127.0.0.1:{agent_port}"
+url = "{scheme}://127.0.0.1:{agent_port}"
 card_jwks_file = "tests/data/upstream/signing.jwks.json"
 token_env = "BENCH_UPSTREAM_TOKEN"
 '''
+if scheme == "https":
+    text += 'ca_file = "tests/data/tls/ca.pem"\n'
 # Each of wrk's connections holds a stream open at a time: more than the default cap of 8.
 assert "streams_per_peer" not in text
 text = text.replace("[limits]", "[limits]\nstreams_per_peer = 1000", 1)
@@ -96,12 +105,12 @@ agent_connections() {
   echo "$open open, $closed closed"
 }
 
-echo "the official Python agent alone, and peergate in front of it: wrk -t1 -c$connections -d${duration}s"
+echo "the official Python agent ($scheme) alone, and peergate in front of it: wrk -t1 -c$connections -d${duration}s"
 for round in $(seq "$rounds"); do
   for kind in SendMessage SendStreamingMessage; do
     body=$send_body accept=
     if [ "$kind" = SendStreamingMessage ]; then body=$stream_body accept=text/event-stream; fi
-    measure "agent alone, $kind" "http://127.0.0.1:$agent_port/" "Bearer $upstream_token" "$body" "$accept"
+    measure "agent alone, $kind" "$scheme://127.0.0.1:$agent_port/" "Bearer $upstream_token" "$body" "$accept"
     alone_req_s=$req_s alone_p50=$p50_ms
     sleep 2
     before=$(agent_connections)

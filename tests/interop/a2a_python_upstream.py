@@ -221,7 +221,7 @@ class LateStreamEnd:
         await self.app(scope, receive, ending_late)
 
 
-def build_card(port: int, streaming: bool) -> AgentCard:
+def build_card(port: int, streaming: bool, scheme: str = 'http') -> AgentCard:
     return AgentCard(
         name='SDK upstream',
         description='Scripted A2A 1.0 agent built on a2a-sdk 1.3.0',
@@ -229,7 +229,7 @@ def build_card(port: int, streaming: bool) -> AgentCard:
         provider=AgentProvider(organization='test', url='https://example.com'),
         supported_interfaces=[
             AgentInterface(
-                url=f'http://127.0.0.1:{port}{RPC_PATH}',
+                url=f'{scheme}://127.0.0.1:{port}{RPC_PATH}',
                 protocol_binding='JSONRPC',
                 protocol_version='1.0',
             )
@@ -279,8 +279,8 @@ def make_signer(jwk_path: str):
 
 
 def build_app(port: int, token: str, sign_jwk: str | None, streaming: bool,
-              stream_end_delay: float = 0) -> Starlette:
-    card = build_card(port, streaming)
+              stream_end_delay: float = 0, scheme: str = 'http') -> Starlette:
+    card = build_card(port, streaming, scheme)
     push_store = InMemoryPushNotificationConfigStore()
     handler = DefaultRequestHandler(
         agent_executor=ScriptedExecutor(),
@@ -311,6 +311,8 @@ def main() -> None:
     ap.add_argument('--sign-jwk', help='JSON file holding a private JWK; the served card is signed with it')
     ap.add_argument('--no-streaming', action='store_true', help='the card says the agent does not stream')
     ap.add_argument('--port', type=int, default=0, help='the port to listen on (default: a free one)')
+    ap.add_argument('--tls', nargs=2, metavar=('CERT', 'KEY'),
+                    help='serve over TLS with this certificate chain and key (PEM files)')
     ap.add_argument('--stream-end-delay', type=float, default=0,
                     help='seconds between an event stream\'s last event and its end (default 0)')
     args = ap.parse_args()
@@ -322,8 +324,10 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(('127.0.0.1', args.port))
     port = sock.getsockname()[1]
-    app = build_app(port, token, args.sign_jwk, not args.no_streaming, args.stream_end_delay)
-    server = uvicorn.Server(uvicorn.Config(app, log_level='warning'))
+    scheme = 'https' if args.tls else 'http'
+    app = build_app(port, token, args.sign_jwk, not args.no_streaming, args.stream_end_delay, scheme)
+    tls = {'ssl_certfile': args.tls[0], 'ssl_keyfile': args.tls[1]} if args.tls else {}
+    server = uvicorn.Server(uvicorn.Config(app, log_level='warning', **tls))
     print(f'PORT {port}', flush=True)
     server.run(sockets=[sock])
 
