@@ -226,8 +226,20 @@ impl UpstreamAgent {
         Ok(response)
     }
 
-    /// One JSON-RPC call's `result`.
+    /// One JSON-RPC call's `result`. A `GetTask` whose connection broke before its answer came
+    /// (a kept connection the agent closed just as it was used) is asked once more, on a new
+    /// connection: reading a task twice changes nothing. Nothing else is: a message or a
+    /// cancel the agent may have acted on is never sent twice.
     async fn call(&self, method: &str, params: Value) -> Result<Value, BackendError> {
+        match self.call_once(method, params.clone()).await {
+            Err(BackendError::Unreachable) if method == "GetTask" => {
+                self.call_once(method, params).await
+            }
+            answered => answered,
+        }
+    }
+
+    async fn call_once(&self, method: &str, params: Value) -> Result<Value, BackendError> {
         let response = self.post(method, params, false).await?;
         result_of(read_answer(response).await?)
     }

@@ -111,7 +111,9 @@ impl Drop for UpstreamAgent {
 
 /// A misbehaving A2A agent on loopback: a real HTTP server with an unsigned card whose
 /// JSON-RPC endpoint misbehaves as the message's text says ("redirect", "huge", "hang",
-/// "repeated", "rpc-error"; anything else gets a completed task). It counts what it receives.
+/// "repeated", "rpc-error", "break": the connection is broken instead of answered; "follow": a
+/// working task, whose first `GetTask` breaks its connection and whose next one finds it
+/// completed; anything else gets a completed task). It counts what it receives.
 pub struct MisbehavingAgent {
     pub url: String,
     posts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -141,6 +143,7 @@ impl MisbehavingAgent {
         });
         let counted = posts.clone();
         let elsewhere = redirected.clone();
+        let gets = std::sync::Arc::new(AtomicUsize::new(0));
         let app = axum::Router::new()
             .route(
                 "/.well-known/agent-card.json",
@@ -158,11 +161,34 @@ impl MisbehavingAgent {
                 post(move |body: axum::Json<serde_json::Value>| async move {
                     use axum::response::IntoResponse;
                     counted.fetch_add(1, Ordering::SeqCst);
+                    // A body that fails before its first byte: the server drops the connection
+                    // with no answer on it.
+                    let broken = || {
+                        axum::body::Body::from_stream(futures_util::stream::once(async {
+                            Err::<axum::body::Bytes, _>(std::io::Error::other("broken on purpose"))
+                        }))
+                        .into_response()
+                    };
+                    if body["method"] == "GetTask" {
+                        if gets.fetch_add(1, Ordering::SeqCst) == 0 {
+                            return broken();
+                        }
+                        return axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": 1,
+                            "result": {"id": "agent-task-follow", "contextId": "c",
+                                "status": {"state": "TASK_STATE_COMPLETED"},
+                                "artifacts": [{"artifactId": "a", "parts": [{"text": "followed to its end"}]}]}}))
+                        .into_response();
+                    }
                     let text = body["params"]["message"]["parts"][0]["text"]
                         .as_str()
                         .unwrap_or_default()
                         .to_owned();
                     match text.as_str() {
+                        "break" => broken(),
+                        "follow" => axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": 1,
+                            "result": {"task": {"id": "agent-task-follow", "contextId": "c",
+                                "status": {"state": "TASK_STATE_WORKING"}}}}))
+                        .into_response(),
                         "redirect" => (
                             axum::http::StatusCode::TEMPORARY_REDIRECT,
                             [("location", "/elsewhere")],

@@ -423,6 +423,10 @@ async fn a_misbehaving_agent_is_asked_once_and_bounded_and_its_words_stay_behind
             "repeated",
             "an answer with a member twice is refused, not read last-wins",
         ),
+        (
+            "break",
+            "a connection broken before the answer: the message is not sent again",
+        ),
     ] {
         let before = agent.posts();
         let answer = send_text(&url, token, text, None).await;
@@ -441,6 +445,24 @@ async fn a_misbehaving_agent_is_asked_once_and_bounded_and_its_words_stay_behind
         "the agent's words reached the log"
     );
     assert!(log.contains("JSON-RPC error -32603"), "{log}");
+}
+
+/// Reading a task is safe to repeat: a `GetTask` whose connection broke before its answer is
+/// asked once more on a new connection, and the task is followed to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_read_whose_connection_broke_is_read_again_once() {
+    let agent = MisbehavingAgent::start().await;
+    let door = ServedPolicy::start(&agent.policy(10), &["alice"], &[]);
+    let (token, url) = (&door.tokens[0], door.server.door());
+    let answer = send_text(&url, token, "follow", None).await;
+    let task = task_of(&answer);
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(artifact_text(task), "followed to its end");
+    assert_eq!(
+        agent.posts(),
+        3,
+        "the message once, the broken read, the read again"
+    );
 }
 
 #[tokio::test]
