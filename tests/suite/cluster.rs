@@ -1322,3 +1322,76 @@ async fn a_redis_that_hangs_is_cut_off_by_the_breaker_and_taken_back_once_it_ans
         );
     }
 }
+
+/// A streamed message takes its place among the peer's streams before it asks for its
+/// context's lock: one refused at the stream cap (429) asks for no lock at all, and one under
+/// the cap asks for it only after its place.
+#[tokio::test]
+async fn a_streamed_message_asks_for_its_lock_after_its_stream_place() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let Some(shared) = Shared::start(&model, |p| {
+        p.set("capabilities.streaming", true)
+            .set("capabilities.subscriptions", true)
+            .set("capabilities.non_blocking", true)
+            .set("limits.streams_per_peer", 1)
+    }) else {
+        return;
+    };
+    let token = shared.peer("alice", "600/min");
+    let a = shared.instance();
+    let (status, sent) = post_raw(
+        &a.door(),
+        Some(&token),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hold"}]},
+            "configuration": {"returnImmediately": true}}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let task = task_of(&sent)["id"].as_str().unwrap().to_owned();
+    let subscribe =
+        json!({"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task}});
+    let holding = open_stream(&a.door(), &token, &subscribe).await;
+    assert_eq!(holding.status(), 200);
+    let streamed = |text: &str| {
+        json!({"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage", "params": {
+            "message": {"role": "ROLE_USER", "messageId": uuid::Uuid::new_v4().to_string(),
+                "parts": [{"text": text}]}}})
+    };
+
+    // At the cap: refused, and no lock asked for.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let monitor = shared.redis.monitor();
+    let refused = open_stream(&a.door(), &token, &streamed("one too many")).await;
+    assert_eq!(refused.status(), 429);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines = monitor.stop();
+    let sent = client_commands(&lines);
+    assert!(
+        sent.iter().any(|l| l.contains("peergate:streams:")),
+        "the stream cap was asked: {sent:#?}"
+    );
+    assert!(
+        !sent.iter().any(|l| l.contains("peergate:turn:")),
+        "a message refused at the stream cap asked for a lock: {sent:#?}"
+    );
+
+    // Under the cap: the place first, then the lock.
+    drop(holding);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let monitor = shared.redis.monitor();
+    let opened = open_stream(&a.door(), &token, &streamed("under the cap")).await;
+    assert_eq!(opened.status(), 200);
+    model.wait_for_arrival().await;
+    let lines = monitor.stop();
+    let sent = client_commands(&lines);
+    let first = |key: &str| sent.iter().position(|l| l.contains(key));
+    let (place, lock) = (first("peergate:streams:"), first("peergate:turn:"));
+    assert!(
+        matches!((place, lock), (Some(place), Some(lock)) if place < lock),
+        "the place ({place:?}) before the lock ({lock:?}): {sent:#?}"
+    );
+    model.release_one();
+    model.release_one();
+}
