@@ -30,7 +30,12 @@ impl UpstreamAgent {
     /// Like [`UpstreamAgent::start_with`], signed, ending each event stream 0.2 s after its
     /// last event, as a stream across a network may end.
     pub fn start_ending_streams_late(streams: bool) -> Self {
-        Self::start_with_args(true, streams, 0, &["--stream-end-delay", "0.2"])
+        Self::start_ending_streams_after(streams, "0.2")
+    }
+
+    /// Like [`UpstreamAgent::start_ending_streams_late`], `seconds` after the last event.
+    pub fn start_ending_streams_after(streams: bool, seconds: &str) -> Self {
+        Self::start_with_args(true, streams, 0, &["--stream-end-delay", seconds])
     }
 
     /// Like [`UpstreamAgent::start_with`], on `port` (0: a free one).

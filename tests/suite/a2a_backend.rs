@@ -853,3 +853,23 @@ async fn twenty_messages_in_a_row_reach_the_agent_over_one_connection() {
         );
     }
 }
+
+/// What follows an answer is read for a bounded time only: an agent that keeps its stream open
+/// after the task's final event does not hold the answer until the backend's timeout (which
+/// would fail the task); after a second its connection is dropped and the answer goes out.
+#[tokio::test]
+async fn an_agent_that_keeps_its_stream_open_after_the_answer_does_not_hold_it() {
+    let upstream = UpstreamAgent::start_ending_streams_after(true, "60");
+    let door = door(
+        upstream.policy().set("model.timeout_seconds", 10),
+        &["alice"],
+    );
+    let (token, url) = (&door.tokens[0], door.server.door());
+    for n in 0..2 {
+        let answer = send(&url, token, text_message(&format!("message {n}"))).await;
+        assert_eq!(
+            answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{answer}"
+        );
+    }
+}
