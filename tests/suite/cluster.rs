@@ -1067,6 +1067,22 @@ async fn ready_stays_200_degraded_while_redis_is_away_and_503_without_the_store(
     assert_eq!(door.headers()["retry-after"], "1");
 }
 
+/// A SubscribeToTask request for a task the (gated) model holds working, sent through `door`.
+async fn subscription_to_a_held_task(door: &str, token: &str) -> Value {
+    let (status, sent) = post_raw(
+        door,
+        Some(token),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hold"}]},
+            "configuration": {"returnImmediately": true}}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let task = task_of(&sent)["id"].as_str().unwrap().to_owned();
+    json!({"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task}})
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_peers_stream_cap_holds_across_both_instances() {
     let model = FakeModel::start(ModelBehaviour::Gated).await;
@@ -1080,19 +1096,7 @@ async fn a_peers_stream_cap_holds_across_both_instances() {
     };
     let token = shared.peer("alice", "600/min");
     let (a, b) = (shared.instance(), shared.instance());
-    let (status, sent) = post_raw(
-        &a.door(),
-        Some(&token),
-        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-            "message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hold"}]},
-            "configuration": {"returnImmediately": true}}})
-        .to_string(),
-    )
-    .await;
-    assert_eq!(status, 200, "{sent}");
-    let task = task_of(&sent)["id"].as_str().unwrap().to_owned();
-    let subscribe =
-        json!({"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task}});
+    let subscribe = subscription_to_a_held_task(&a.door(), &token).await;
     let first = open_stream(&a.door(), &token, &subscribe).await;
     assert_eq!(first.status(), 200);
     let second = open_stream(&b.door(), &token, &subscribe).await;
@@ -1339,19 +1343,7 @@ async fn a_streamed_message_asks_for_its_lock_after_its_stream_place() {
     };
     let token = shared.peer("alice", "600/min");
     let a = shared.instance();
-    let (status, sent) = post_raw(
-        &a.door(),
-        Some(&token),
-        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-            "message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hold"}]},
-            "configuration": {"returnImmediately": true}}})
-        .to_string(),
-    )
-    .await;
-    assert_eq!(status, 200, "{sent}");
-    let task = task_of(&sent)["id"].as_str().unwrap().to_owned();
-    let subscribe =
-        json!({"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task}});
+    let subscribe = subscription_to_a_held_task(&a.door(), &token).await;
     let holding = open_stream(&a.door(), &token, &subscribe).await;
     assert_eq!(holding.status(), 200);
     let streamed = |text: &str| {
