@@ -148,10 +148,10 @@ impl TimeoutRun {
 
     /// An answer came: the run is over.
     fn clear(&self) {
-        // Read first so the hot path (every answer) does not write; then one swap, so a timeout
-        // recorded in between is cleared with the rest.
+        // Read first, so that the hot path (every answer, nearly always with no run) does not
+        // write the shared line.
         if self.run.load(Ordering::Relaxed) != 0 {
-            self.run.swap(0, Ordering::Relaxed);
+            self.run.store(0, Ordering::Relaxed);
         }
     }
 }

@@ -124,12 +124,12 @@ impl Redis {
         }
     }
 
-    /// The shared connection (cheap to clone).
     /// Whether Redis answers a PING within `within`.
     pub async fn answers(&self, within: Duration) -> bool {
         pings(self.connection.clone(), within).await
     }
 
+    /// The shared connection (cheap to clone).
     pub fn connection(&self) -> ConnectionManager {
         self.connection.clone()
     }
