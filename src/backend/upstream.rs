@@ -231,10 +231,11 @@ impl UpstreamAgent {
     /// connection: reading a task twice changes nothing. Nothing else is: a message or a
     /// cancel the agent may have acted on is never sent twice.
     async fn call(&self, method: &str, params: Value) -> Result<Value, BackendError> {
+        if method != "GetTask" {
+            return self.call_once(method, params).await;
+        }
         match self.call_once(method, params.clone()).await {
-            Err(BackendError::Unreachable) if method == "GetTask" => {
-                self.call_once(method, params).await
-            }
+            Err(BackendError::Unreachable) => self.call_once(method, params).await,
             answered => answered,
         }
     }

@@ -245,7 +245,7 @@ async fn send(push: &Push, clients: &Clients, delivery: &PushDelivery) -> Result
     if let Some(token) = &secrets.token {
         request = request.header("X-A2A-Notification-Token", token);
     }
-    let response = request.send().await.map_err(|e| {
+    let mut response = request.send().await.map_err(|e| {
         Failure::Transient(if e.is_timeout() {
             "the receiver did not answer in time".to_owned()
         } else {
@@ -260,7 +260,6 @@ async fn send(push: &Push, clients: &Clients, delivery: &PushDelivery) -> Result
     let status = response.status();
     // Read past unseen (nothing a receiver says is kept), so the connection carries the next
     // delivery to it.
-    let mut response = response;
     crate::net::client::read_rest(&mut response).await;
     if status.is_success() {
         Ok(())
