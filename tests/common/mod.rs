@@ -48,3 +48,21 @@ pub fn skipped(why: &str) {
 pub fn install_test_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+/// A loopback listener for a test's outside server that counts the connections it accepts (a
+/// good client keeps its connection: the count says how many it opened).
+pub async fn counting_listener() -> (
+    impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use axum::serve::ListenerExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
+    let listener = listener.tap_io(move |_| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    });
+    (listener, addr, accepted)
+}

@@ -86,14 +86,7 @@ impl FakeModel {
             tokio::spawn(async move { axum::serve(listener, app).await });
             (format!("https://localhost:{port}/v1"), handshakes)
         } else {
-            use axum::serve::ListenerExt;
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            let accepted = Arc::new(AtomicUsize::new(0));
-            let counted = accepted.clone();
-            let listener = listener.tap_io(move |_| {
-                counted.fetch_add(1, Ordering::SeqCst);
-            });
+            let (listener, addr, accepted) = super::counting_listener().await;
             tokio::spawn(async move { axum::serve(listener, app).await });
             (format!("http://{addr}/v1"), accepted)
         };

@@ -26,8 +26,6 @@ struct ReceiverState {
     received: Arc<Mutex<Vec<Notification>>>,
     /// (in flight now, most ever in flight)
     in_flight: Arc<Mutex<(usize, usize)>>,
-    /// Connections accepted.
-    connections: Arc<AtomicUsize>,
 }
 
 /// A push-notification receiver on 127.0.0.1.
@@ -35,6 +33,8 @@ pub struct PushReceiver {
     /// Its callback URL (`http://127.0.0.1:PORT/hook`).
     pub url: String,
     state: ReceiverState,
+    /// Connections accepted.
+    connections: Arc<AtomicUsize>,
 }
 
 impl PushReceiver {
@@ -45,16 +45,11 @@ impl PushReceiver {
         let app = Router::new()
             .route("/hook", post(receive))
             .with_state(state.clone());
-        use axum::serve::ListenerExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let connections = state.connections.clone();
-        let listener = listener.tap_io(move |_| {
-            connections.fetch_add(1, Ordering::SeqCst);
-        });
+        let (listener, addr, connections) = super::counting_listener().await;
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
             url: format!("http://{addr}/hook"),
+            connections,
             state,
         }
     }
@@ -76,7 +71,7 @@ impl PushReceiver {
 
     /// Connections accepted so far.
     pub fn connections(&self) -> usize {
-        self.state.connections.load(Ordering::SeqCst)
+        self.connections.load(Ordering::SeqCst)
     }
 
     /// The most notifications ever in flight at once.
