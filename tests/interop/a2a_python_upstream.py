@@ -183,8 +183,6 @@ class BearerOnRpc(BaseHTTPMiddleware):
         self.expected = f'Bearer {token}'
 
     async def dispatch(self, request, call_next):
-        if request.client is not None:
-            CONNECTIONS.add((request.client.host, request.client.port))
         if request.method == 'POST' and request.url.path == RPC_PATH:
             if request.headers.get('authorization') != self.expected:
                 return JSONResponse(
@@ -193,6 +191,19 @@ class BearerOnRpc(BaseHTTPMiddleware):
                     headers={'WWW-Authenticate': 'Bearer realm="sdk-upstream"'},
                 )
         return await call_next(request)
+
+
+class CountConnections:
+    """Notes the client address and port of every request (card, probes, messages): one per
+    connection the agent is asked over."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope['type'] == 'http' and scope.get('client'):
+            CONNECTIONS.add(tuple(scope['client']))
+        await self.app(scope, receive, send)
 
 
 class LateStreamEnd:
@@ -297,6 +308,7 @@ def build_app(port: int, token: str, sign_jwk: str | None, streaming: bool,
     routes += create_jsonrpc_routes(handler, rpc_url=RPC_PATH)
     app = Starlette(routes=routes)
     app.add_middleware(BearerOnRpc, token=token)
+    app.add_middleware(CountConnections)
     if stream_end_delay:
         app.add_middleware(LateStreamEnd, delay=stream_end_delay)
     return app
