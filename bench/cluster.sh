@@ -39,7 +39,6 @@ redis_port=18197
 relay_port=18198
 admin_base=18200
 
-
 cargo build --quiet --release --bin peergate --example bare_axum
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 peergate=${BENCH_PEERGATE:-$target_dir/release/peergate}

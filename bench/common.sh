@@ -54,10 +54,15 @@ stop_postgres() {
   [ -n "${pg_bin:-}" ] && as_postgres "$pg_bin/pg_ctl" -D "$1" -m fast stop >/dev/null 2>&1 || true
 }
 
-# need_tools TOOL...: stops with the Debian packages to install when a tool is missing.
+# need_tools TOOL...: stops naming the Debian package to install when a tool is missing.
 need_tools() {
+  local package
   for tool in "$@"; do
-    command -v "$tool" >/dev/null || { echo "$tool is needed: apt-get install wrk haproxy postgresql redis-server" >&2; exit 1; }
+    case $tool in
+      psql) package=postgresql ;;
+      *) package=$tool ;;
+    esac
+    command -v "$tool" >/dev/null || { echo "$tool is needed: apt-get install $package" >&2; exit 1; }
   done
 }
 
