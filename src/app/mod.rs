@@ -16,7 +16,7 @@ use crate::backend::BackendSetupError;
 use crate::clock::Clock;
 use crate::config::{Policy, PolicySource};
 use crate::guard::refusal::{self};
-use crate::http::accept::{ConnectionLimits, Protocol};
+use crate::http::accept::{ConnectionLimits, Http2Limits, Protocol};
 use crate::http::admin_api::AdminState;
 use crate::http::door::{DoorGuards, DoorState, door_router, panic_response};
 use crate::http::ready::Readiness;
@@ -686,9 +686,10 @@ impl Listeners {
         ));
         let grpc_serving = match (self.grpc, grpc_router, &policy.grpc) {
             (Some((listener, _)), Some(router), Some(grpc)) => {
-                let protocol = Protocol::Http2 {
+                let protocol = Protocol::Http2(Http2Limits {
                     max_concurrent_streams: grpc.max_concurrent_streams,
-                };
+                    idle_timeout: Duration::from_secs(grpc.idle_timeout_seconds),
+                });
                 Some(tokio::spawn(crate::http::accept::serve(
                     listener,
                     (router, protocol),

@@ -17,6 +17,14 @@ pub struct GrpcPolicy {
     /// Requests one HTTP/2 connection may have in flight at once.
     #[serde(default = "default_max_concurrent_streams")]
     pub max_concurrent_streams: u32,
+    /// Seconds a connection may have no call open before it is sent GOAWAY (a client opens a
+    /// new one when it next calls).
+    #[serde(default = "default_idle_timeout_seconds")]
+    pub idle_timeout_seconds: u64,
+}
+
+fn default_idle_timeout_seconds() -> u64 {
+    60
 }
 
 fn default_max_concurrent_streams() -> u32 {
@@ -50,6 +58,12 @@ impl GrpcPolicy {
                 ));
             }
         }
+        if !(1..=3600).contains(&self.idle_timeout_seconds) {
+            return Err(invalid(
+                "grpc.idle_timeout_seconds",
+                "must be between 1 and 3600",
+            ));
+        }
         if !(1..=1000).contains(&self.max_concurrent_streams) {
             return Err(invalid(
                 "grpc.max_concurrent_streams",
@@ -69,6 +83,7 @@ mod tests {
             listen: listen.parse().unwrap(),
             public_address: public_address.map(str::to_owned),
             max_concurrent_streams: streams,
+            idle_timeout_seconds: 60,
         }
     }
 

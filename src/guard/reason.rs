@@ -29,11 +29,13 @@ pub enum RefusalReason {
     CrossSiteRequest,
     /// A token without the scope its operation needs.
     InsufficientScope,
+    /// An HTTP/2 connection whose client has not taken the answers it holds.
+    NotReading,
 }
 
 impl RefusalReason {
     /// Every reason, in declaration order: `ALL[r as usize] == r`.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Unauthenticated,
         Self::PerIp,
         Self::FailedAuth,
@@ -46,6 +48,7 @@ impl RefusalReason {
         Self::TooManyStreams,
         Self::CrossSiteRequest,
         Self::InsufficientScope,
+        Self::NotReading,
     ];
 
     /// The label metrics and the access log show.
@@ -63,9 +66,10 @@ impl RefusalReason {
             Self::TooManyStreams => "too_many_streams",
             Self::CrossSiteRequest => "cross_site_request",
             Self::InsufficientScope => "insufficient_scope",
+            Self::NotReading => "not_reading",
         }
     }
 }
 
 // A reason added after the last one in `ALL` fails to compile here until `ALL` lists it.
-const _: () = assert!(RefusalReason::InsufficientScope as usize + 1 == RefusalReason::ALL.len());
+const _: () = assert!(RefusalReason::NotReading as usize + 1 == RefusalReason::ALL.len());

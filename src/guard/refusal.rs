@@ -69,6 +69,15 @@ pub enum Refusal {
         /// The peer's cap.
         cap: u32,
     },
+    /// The HTTP/2 connection already holds as many answers its client has not taken as it
+    /// may (429, with `Retry-After`): the client must read them before it asks for more.
+    #[error(
+        "this connection holds {waiting} answers its client has not taken (a flow-control window it does not open); read them before calling again"
+    )]
+    NotReading {
+        /// The answers waiting.
+        waiting: usize,
+    },
     /// The request did not finish within `server.request_timeout_seconds` (408).
     #[error(
         "the request was not completed within server.request_timeout_seconds (a body sent too slowly, or a turn that took too long); a turn already asking the model still stores its task"
@@ -133,7 +142,9 @@ impl Refusal {
                 ..
             } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthenticated { .. } => StatusCode::UNAUTHORIZED,
-            Self::RateLimited(_) | Self::TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_) | Self::TooManyStreams { .. } | Self::NotReading { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::NoRoute | Self::NotFound(_) => StatusCode::NOT_FOUND,
@@ -155,6 +166,7 @@ impl Refusal {
             Self::Unauthenticated { error, .. } => error.code(),
             Self::RateLimited(_) => "rate_limited",
             Self::TooManyStreams { .. } => "too_many_streams",
+            Self::NotReading { .. } => "not_reading",
             Self::BodyTooLarge => "body_too_large",
             Self::RequestTimeout => "request_timeout",
             Self::NoRoute | Self::NotFound(_) => "not_found",
@@ -187,6 +199,7 @@ impl Refusal {
             Self::BodyTooLarge => Some(RefusalReason::BodyTooLarge),
             Self::CrossSite(_) => Some(RefusalReason::CrossSiteRequest),
             Self::TooManyStreams { .. } => Some(RefusalReason::TooManyStreams),
+            Self::NotReading { .. } => Some(RefusalReason::NotReading),
             Self::InsufficientScope { .. } => Some(RefusalReason::InsufficientScope),
             _ => None,
         }
@@ -219,8 +232,9 @@ impl IntoResponse for Refusal {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
                 insert_rate_limit_headers(headers, limited.limit, limited.quota, 0, seconds);
             }
-            // Streams end on their own; a few seconds is a fair first guess.
-            Self::TooManyStreams { .. } => {
+            // Streams end on their own, and a client reads what it holds in moments; a few
+            // seconds is a fair first guess.
+            Self::TooManyStreams { .. } | Self::NotReading { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             Self::InsufficientScope { scope } => {

@@ -22,6 +22,7 @@
 
 use crate::guard::certificate::ClientCertificate;
 use crate::guard::cidr::Cidr;
+use crate::http::h2_watch::{self, Drain, StreamTimes};
 use crate::http::stalled_writes::{ConnectionDeadline, GuardedIo};
 use crate::layers::client_addr::ClientAddr;
 use crate::layers::metrics::Metrics;
@@ -29,7 +30,7 @@ use crate::shared::capped_counts::CappedCounts;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -87,17 +88,26 @@ pub enum Protocol {
     /// HTTP/1.1: the door and the admin API.
     Http1,
     /// HTTP/2 only (prior knowledge, or ALPN `h2` over TLS): the gRPC listener.
-    Http2 {
-        /// Requests one connection may have in flight at once.
-        max_concurrent_streams: u32,
-    },
+    Http2(Http2Limits),
+}
+
+/// What an HTTP/2 listener holds each connection to, besides [`ConnectionLimits`].
+#[derive(Debug, Clone, Copy)]
+pub struct Http2Limits {
+    /// Requests one connection may have in flight at once.
+    pub max_concurrent_streams: u32,
+    /// How long a connection may have no stream open before it is sent GOAWAY.
+    pub idle_timeout: Duration,
 }
 
 /// One connection's HTTP server, as the listener's protocol has it.
 #[derive(Clone)]
 enum Connections {
     Http1(hyper::server::conn::http1::Builder),
-    Http2(hyper::server::conn::http2::Builder<TokioExecutor>),
+    Http2(
+        hyper::server::conn::http2::Builder<TokioExecutor>,
+        StreamTimes,
+    ),
 }
 
 impl Connections {
@@ -109,23 +119,29 @@ impl Connections {
                     .header_read_timeout(limits.header_read_timeout);
                 Self::Http1(http)
             }
-            Protocol::Http2 {
-                max_concurrent_streams,
-            } => {
-                // HTTP/2 has no head to time; a connection that stops answering pings within
-                // the header-read timeout is closed instead.
+            Protocol::Http2(http2) => {
+                // HTTP/2 has no head to time: a connection that opens no stream in that time
+                // is closed, one that stops answering pings within it too, and one whose
+                // client stops taking its answers' data within the write-stall time
+                // (crate::http::h2_watch).
                 let mut http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
                 http.timer(TokioTimer::new())
-                    .max_concurrent_streams(max_concurrent_streams)
+                    .max_concurrent_streams(http2.max_concurrent_streams)
+                    .max_send_buf_size(h2_watch::MAX_SEND_BUFFER)
                     .keep_alive_interval(Some(limits.header_read_timeout))
                     .keep_alive_timeout(limits.header_read_timeout);
-                Self::Http2(http)
+                let times = StreamTimes {
+                    first_stream: limits.header_read_timeout,
+                    stall: limits.write_stall,
+                    idle: http2.idle_timeout,
+                };
+                Self::Http2(http, times)
             }
         }
     }
 
     /// Serves `app` on `io` until the connection ends or the listener drains.
-    async fn serve<I, S>(&self, io: I, app: S, watcher: Watcher)
+    async fn serve<I, S>(&self, io: I, app: S, drain: Drain)
     where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
         S: tower::Service<
@@ -137,15 +153,16 @@ impl Connections {
             + Send
             + 'static,
     {
-        // Errors here are the client's (a reset, a timed-out head, a client that stopped
-        // reading): nothing to do.
-        let app = TowerToHyperService::new(app);
         match self {
             Self::Http1(http) => {
-                let _ = watcher.watch(http.serve_connection(io, app)).await;
+                // Errors here are the client's (a reset, a timed-out head, a client that
+                // stopped reading): nothing to do.
+                let app = TowerToHyperService::new(app);
+                let _ = drain.watcher.watch(http.serve_connection(io, app)).await;
             }
-            Self::Http2(http) => {
-                let _ = watcher.watch(http.serve_connection(io, app)).await;
+            // Boxed, as the TLS branch: an HTTP/1.1 connection's task holds no room for it.
+            Self::Http2(http, times) => {
+                Box::pin(h2_watch::serve_connection(http, io, app, drain, *times)).await;
             }
         }
     }
@@ -171,19 +188,19 @@ fn address_slot(
 async fn serve_connection(
     io: GuardedIo<tokio::net::TcpStream>,
     (remote, deadline): (std::net::SocketAddr, Arc<ConnectionDeadline>),
-    (http, app, watcher): (Connections, Router, Watcher),
+    (http, app, drain): (Connections, Router, Drain),
     tls: Option<(tokio_rustls::TlsAcceptor, Duration)>,
 ) {
     match tls {
         None => {
             let app = connection_app(app, remote, deadline, None);
-            http.serve(TokioIo::new(io), app, watcher).await;
+            http.serve(TokioIo::new(io), app, drain).await;
         }
         // Boxed: a TLS session and its handshake are several KiB, and without the box every
         // connection's task would be that large, plain ones too (6,424 bytes instead of 2,416
         // in a test build; 6,096 before in a release build).
         Some(tls) => {
-            Box::pin(serve_tls(io, (remote, deadline), (http, app, watcher), tls)).await;
+            Box::pin(serve_tls(io, (remote, deadline), (http, app, drain), tls)).await;
         }
     }
 }
@@ -193,7 +210,7 @@ async fn serve_connection(
 async fn serve_tls(
     io: GuardedIo<tokio::net::TcpStream>,
     (remote, deadline): (std::net::SocketAddr, Arc<ConnectionDeadline>),
-    (http, app, watcher): (Connections, Router, Watcher),
+    (http, app, drain): (Connections, Router, Drain),
     (acceptor, handshake_timeout): (tokio_rustls::TlsAcceptor, Duration),
 ) {
     let Ok(Ok(tls)) = tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await else {
@@ -206,7 +223,7 @@ async fn serve_tls(
         .and_then(|chain| chain.first())
         .map(|leaf| Arc::new(ClientCertificate::from_der(leaf.as_ref())));
     let app = connection_app(app, remote, deadline, certificate);
-    http.serve(TokioIo::new(tls), app, watcher).await;
+    http.serve(TokioIo::new(tls), app, drain).await;
 }
 
 /// Serves `app` on `listener` in `protocol` until `shutdown` turns true, then drains. With
@@ -251,7 +268,8 @@ pub async fn serve(
                 let _ = stream.set_nodelay(true);
                 let deadline = ConnectionDeadline::new();
                 let io = GuardedIo::new(stream, limits.write_stall, deadline.clone());
-                let served = (http.clone(), app.clone(), graceful.watcher());
+                let drain = Drain { watcher: graceful.watcher(), shutdown: shutdown.clone() };
+                let served = (http.clone(), app.clone(), drain);
                 let tls = tls.clone().map(|acceptor| (acceptor, limits.header_read_timeout));
                 tokio::spawn(async move {
                     serve_connection(io, (remote, deadline), served, tls).await;
@@ -302,10 +320,15 @@ mod tests {
         let deadline = ConnectionDeadline::new();
         let io = GuardedIo::new(stream, limits.write_stall, deadline.clone());
         let graceful = GracefulShutdown::new();
+        let (_draining, shutdown) = watch::channel(false);
+        let drain = Drain {
+            watcher: graceful.watcher(),
+            shutdown,
+        };
         let served = (
             Connections::new(Protocol::Http1, &limits),
             Router::new(),
-            graceful.watcher(),
+            drain,
         );
         let task = serve_connection(io, (remote, deadline), served, None);
         let size = std::mem::size_of_val(&task);

@@ -19,6 +19,7 @@ use crate::a2a::service::{A2aService, Caller};
 use crate::config::Policy;
 use crate::guard::refusal::Refusal;
 use crate::http::door::{self, DoorGuards};
+use crate::http::h2_watch::StreamWatch;
 use crate::http::ready::Readiness;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::client_addr::ClientAddr;
@@ -147,8 +148,23 @@ pub(crate) fn grpc_router(
         .merge(guarded)
         .fallback(|| async { unimplemented() })
         .with_state(state)
+        .layer(axum::middleware::from_fn(taking_answers))
         .layer(axum::middleware::map_response(as_grpc_status));
     door::observed(routes, policy, metrics, &format!("/{A2A_SERVICE}"))
+}
+
+/// Refuses a call on a connection that holds as many answers its client has not taken as it
+/// may ([`crate::http::h2_watch`]), before anything else is asked of it.
+async fn taking_answers(request: Request, next: axum::middleware::Next) -> Response {
+    if let Some(watch) = request.extensions().get::<Arc<StreamWatch>>()
+        && watch.holds_too_many()
+    {
+        return Refusal::NotReading {
+            waiting: watch.waiting(),
+        }
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// One A2A method called over gRPC.
@@ -201,7 +217,7 @@ async fn a2a_method(
     } else {
         grpc.unary(call, request).await
     };
-    called(response.map(Body::new), method)
+    called(past_the_limit_as_too_large(response.map(Body::new)), method)
 }
 
 /// The response, marked with the call it answered for the metrics and the access log.
@@ -527,16 +543,31 @@ fn body_too_large(error: axum::Error) -> axum::BoxError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
     while let Some(cause) = source {
         if cause.is::<http_body_util::LengthLimitError>() {
-            let refusal = Refusal::BodyTooLarge;
-            let code = GrpcCode::for_http_refusal(refusal.status().as_u16());
-            let message = refusal.to_string();
-            let details = Value::Array(vec![peergate_error_info(refusal.code())]);
-            let details = messages::status_details(code, &message, &details);
-            return tonic::Status::with_details(grpc_code(code), message, details.into()).into();
+            return too_large().into();
         }
         source = cause.source();
     }
     error.into()
+}
+
+/// A request message past the body limit, as the door's 413 reads in gRPC's words.
+fn too_large() -> tonic::Status {
+    let refusal = Refusal::BodyTooLarge;
+    let code = GrpcCode::for_http_refusal(refusal.status().as_u16());
+    let message = refusal.to_string();
+    let details = Value::Array(vec![peergate_error_info(refusal.code())]);
+    let details = messages::status_details(code, &message, &details);
+    tonic::Status::with_details(grpc_code(code), message, details.into())
+}
+
+/// tonic refuses a message whose length prefix is past the decoder's limit with `OUT_OF_RANGE`
+/// before any of it is read; gRPC's code for a message too large is `RESOURCE_EXHAUSTED`, and
+/// the door's words are the body limit's. No A2A error is `OUT_OF_RANGE`.
+fn past_the_limit_as_too_large(response: Response) -> Response {
+    match tonic::Status::from_header_map(response.headers()) {
+        Some(status) if status.code() == tonic::Code::OutOfRange => too_large().into_http(),
+        _ => response,
+    }
 }
 
 fn retry_after(headers: &HeaderMap) -> Option<u64> {

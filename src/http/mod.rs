@@ -7,6 +7,7 @@ pub mod content_type;
 pub mod document;
 pub mod door;
 pub mod grpc;
+pub mod h2_watch;
 pub mod metrics_listener;
 pub mod ready;
 pub mod rest;

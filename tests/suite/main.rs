@@ -24,6 +24,7 @@ mod fuzz_corpus;
 mod gate;
 mod grpc;
 mod guard;
+mod h2_clients;
 mod hardening;
 mod identity;
 mod jose_crosscheck;
