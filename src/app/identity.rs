@@ -111,6 +111,7 @@ pub(super) fn providers_of(
                 plain_jwt: issuer.plain_jwt,
                 skew: Duration::from_secs(issuer.clock_skew_seconds),
                 max_lifetime: Duration::from_secs(issuer.max_token_lifetime_seconds),
+                client_id_required: issuer.client_id_required,
             },
             keys,
             require_scopes: issuer.require_scopes,

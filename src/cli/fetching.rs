@@ -6,7 +6,8 @@
 use super::CliError;
 use super::exit_status::{EXIT_OTHER, exit};
 use crate::clock::SystemClock;
-use crate::jose::fetch::{FetchPolicy, Fetcher, JwksCache};
+use crate::jose::fetch::{FetchPolicy, Fetcher};
+use crate::jose::jwks_cache::{Asking, JwksCache};
 use crate::jose::verify::{TrustedKeys, Verified, VerifyError, verify_card};
 use clap::Args;
 use std::path::PathBuf;
@@ -146,12 +147,17 @@ impl CardKeys {
                 .map_err(|e| exit(EXIT_OTHER, format!("{file}: {e}")))?;
         }
         for url in &self.urls {
-            let text = self
+            let asking = if refetch {
+                Asking::AfterFailure
+            } else {
+                Asking::Fresh
+            };
+            let set = self
                 .cache
-                .get(url, refetch)
+                .get(url, asking)
                 .await
                 .map_err(|e| exit(EXIT_OTHER, e.to_string()))?;
-            keys.add_jwks(&text)
+            keys.add_jwks(&set.text)
                 .map_err(|e| exit(EXIT_OTHER, e.to_string()))?;
         }
         Ok(keys)

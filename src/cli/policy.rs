@@ -22,6 +22,11 @@ pub(super) enum PolicyCommand {
         /// server.public_base_url from the policy].
         #[arg(long, value_name = "URL", env = "PEERGATE_PUBLIC_BASE_URL")]
         public_base_url: Option<String>,
+        /// Also fetch the metadata of each identity provider whose keys come by discovery, as
+        /// `serve` would, and check it names the configured issuer (exits 1 when one cannot be
+        /// read or names another issuer). The only check that dials out.
+        #[arg(long)]
+        discover: bool,
     },
     /// Write a commented starting policy: only what differs from the built-in defaults.
     Init {
@@ -59,40 +64,20 @@ pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
             policy,
             cluster,
             public_base_url,
+            discover,
         } => {
             let (mut policy, source) = Policy::load(policy.as_deref())?;
             // What `serve` would run with: the command line's (or the environment's) URL.
             policy.override_public_base_url(public_base_url, &source)?;
             print!("{}", policy.effective_text());
             eprintln!("policy {source}: valid");
-            if !cluster {
-                return Ok(());
+            if discover {
+                discover_issuers(&policy, &source).await?;
             }
-            let missing = policy.missing_for_several_instances();
-            for (setting, why) in &missing {
-                eprintln!("missing for several instances: {setting}: {why}");
+            if cluster {
+                check_cluster(&policy, &source)?;
             }
-            if policy.server.trusted_proxies.is_empty() {
-                eprintln!(
-                    "note: server.trusted_proxies is empty; name the load balancer there, or every client counts as its address"
-                );
-            }
-            if policy.server.metrics_token_env.is_none() {
-                eprintln!(
-                    "note: server.metrics_token_env is unset; a scraper of every instance needs the same scrape token (and server.metrics_listen to reach it from elsewhere)"
-                );
-            }
-            eprintln!(
-                "every instance also needs the same PEERGATE_STORE_URL (PostgreSQL) and PEERGATE_REDIS_URL, and the files and variables this policy names"
-            );
-            if missing.is_empty() {
-                Ok(())
-            } else {
-                Err(CliError::new(format!(
-                    "policy {source}: {} setting(s) several instances must share are missing",
-                    missing.len()
-                )))
-            }
+            Ok(())
         }
         PolicyCommand::Init { profile, out } => {
             let text = profile.text();
@@ -117,5 +102,71 @@ pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
             }
             Ok(())
         }
+    }
+}
+
+/// `policy check --cluster`: what several instances serving one store must share.
+fn check_cluster(policy: &Policy, source: &impl std::fmt::Display) -> Result<(), CliError> {
+    let missing = policy.missing_for_several_instances();
+    for (setting, why) in &missing {
+        eprintln!("missing for several instances: {setting}: {why}");
+    }
+    if policy.server.trusted_proxies.is_empty() {
+        eprintln!(
+            "note: server.trusted_proxies is empty; name the load balancer there, or every client counts as its address"
+        );
+    }
+    if policy.server.metrics_token_env.is_none() {
+        eprintln!(
+            "note: server.metrics_token_env is unset; a scraper of every instance needs the same scrape token (and server.metrics_listen to reach it from elsewhere)"
+        );
+    }
+    eprintln!(
+        "every instance also needs the same PEERGATE_STORE_URL (PostgreSQL) and PEERGATE_REDIS_URL, and the files and variables this policy names"
+    );
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::new(format!(
+            "policy {source}: {} setting(s) several instances must share are missing",
+            missing.len()
+        )))
+    }
+}
+
+/// `policy check --discover`: each issuer whose keys come by discovery, its metadata fetched
+/// as `serve` fetches it.
+async fn discover_issuers(
+    policy: &Policy,
+    source: &impl std::fmt::Display,
+) -> Result<(), CliError> {
+    let mut failed = 0;
+    let discovering = policy
+        .auth
+        .issuers
+        .iter()
+        .filter(|issuer| issuer.jwks_uri.is_none() && issuer.jwks_file.is_none());
+    for issuer in discovering {
+        let fetch = crate::jose::fetch::FetchPolicy {
+            dangerous_allow_http_loopback: issuer.dangerous_allow_http_loopback,
+            ..crate::jose::fetch::FetchPolicy::default()
+        };
+        match crate::layers::auth::jwt::discover(&issuer.issuer, &fetch).await {
+            Ok(found) => eprintln!(
+                "issuer {}: metadata at {}, keys at {}",
+                issuer.name, found.metadata_url, found.jwks_uri
+            ),
+            Err(reason) => {
+                failed += 1;
+                eprintln!("issuer {}: {reason}", issuer.name);
+            }
+        }
+    }
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(CliError::new(format!(
+            "policy {source}: the metadata of {failed} issuer(s) cannot be used"
+        )))
     }
 }

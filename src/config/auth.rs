@@ -41,7 +41,7 @@ pub struct IssuerPolicy {
     /// `_` and `-`.
     pub name: String,
     /// `iss`, compared exactly; discovery at `<issuer>/.well-known/openid-configuration`, else
-    /// `<issuer>/.well-known/oauth-authorization-server`.
+    /// RFC 8414's `<scheme://host>/.well-known/oauth-authorization-server<path>`.
     pub issuer: String,
     /// Must be `aud`, or in it: this door's own identifier at the provider.
     pub audience: String,
@@ -76,6 +76,11 @@ pub struct IssuerPolicy {
     /// The longest token lifetime accepted.
     #[serde(default = "default_max_lifetime")]
     pub max_token_lifetime_seconds: u64,
+    /// Whether a token must name its client in `client_id`; when false (the default), a token
+    /// without `client_id` is bound by its `sub`. A `client_id` that is empty or not a string is
+    /// refused either way.
+    #[serde(default)]
+    pub client_id_required: bool,
     /// Allows an `http://` issuer, key set or discovery on a loopback address: for tests and
     /// local development only.
     #[serde(default)]

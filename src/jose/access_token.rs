@@ -47,6 +47,9 @@ pub struct AccessTokenRules {
     pub skew: Duration,
     /// The longest lifetime accepted (`exp` - `iat`, or `exp` - now without `iat`).
     pub max_lifetime: Duration,
+    /// Whether a token must name its client in `client_id`; otherwise one without it is read
+    /// by its `sub`.
+    pub client_id_required: bool,
 }
 
 /// A token whose signature and claims verified.
@@ -178,14 +181,23 @@ pub fn parse(token: &str, plain_jwt_allowed: bool) -> Result<Parsed<'_>, TokenRe
     })
 }
 
-/// Steps 4 and 5: the signature under `keys` (the chosen issuer's alone) and the claims, at
-/// `now`.
-pub fn verify(
+/// What can be checked without a key: the algorithm is one the issuer's rules accept, and the
+/// claims hold at `now`. A token that fails here is refused whatever key it names, so it may
+/// not make anyone fetch keys.
+pub fn check_claims(
     parsed: &Parsed<'_>,
-    keys: &TrustedKeys,
     rules: &AccessTokenRules,
     now: Timestamp,
-) -> Result<AccessToken, TokenRejected> {
+) -> Result<(), TokenRejected> {
+    accepted_algorithm(parsed, rules)?;
+    claims(&parsed.payload, rules, now).map(|_| ())
+}
+
+/// The header's `alg`, when the rules accept it.
+fn accepted_algorithm<'p>(
+    parsed: &'p Parsed<'_>,
+    rules: &AccessTokenRules,
+) -> Result<&'p str, TokenRejected> {
     let alg = parsed
         .header
         .get("alg")
@@ -196,6 +208,18 @@ pub fn verify(
     {
         return Err(TokenRejected::Algorithm);
     }
+    Ok(alg)
+}
+
+/// Steps 4 and 5: the signature under `keys` (the chosen issuer's alone) and the claims, at
+/// `now`.
+pub fn verify(
+    parsed: &Parsed<'_>,
+    keys: &TrustedKeys,
+    rules: &AccessTokenRules,
+    now: Timestamp,
+) -> Result<AccessToken, TokenRejected> {
+    let alg = accepted_algorithm(parsed, rules)?;
     match keys.algorithm_of(parsed.kid()) {
         None => return Err(TokenRejected::UnknownKey),
         Some(key_alg) if key_alg != alg => return Err(TokenRejected::Algorithm),
@@ -220,22 +244,33 @@ fn claims(
 ) -> Result<AccessToken, TokenRejected> {
     addressed_to_this_door(payload, rules)?;
     let exp = expiry(payload, rules, now)?;
-    let named = |name: &str| {
-        payload
-            .get(name)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    let subject = named("client_id")
-        .or_else(|| named("sub"))
-        .ok_or(TokenRejected::Claim("client_id and sub are both missing"))?
-        .to_owned();
     Ok(AccessToken {
-        subject,
+        subject: subject(payload, rules)?,
         scopes: scopes(payload)?,
         expires_at: crate::clock::from_millis(exp.saturating_mul(1000)),
         certificate_thumbprint: certificate_thumbprint(payload)?,
     })
+}
+
+/// Who the token names: its `client_id`, a non-empty string when present (anything else is
+/// refused, never read as absent); without one, its `sub`, unless the issuer's rules require
+/// `client_id`.
+fn subject(
+    payload: &Map<String, Value>,
+    rules: &AccessTokenRules,
+) -> Result<String, TokenRejected> {
+    match payload.get("client_id") {
+        Some(Value::String(id)) if !id.is_empty() => Ok(id.clone()),
+        Some(_) => Err(TokenRejected::Claim("client_id is empty or not a string")),
+        None if rules.client_id_required => Err(TokenRejected::Claim(
+            "client_id is missing, and this issuer takes no sub in its place",
+        )),
+        None => match payload.get("sub") {
+            Some(Value::String(sub)) if !sub.is_empty() => Ok(sub.clone()),
+            Some(_) => Err(TokenRejected::Claim("sub is empty or not a string")),
+            None => Err(TokenRejected::Claim("client_id and sub are both missing")),
+        },
+    }
 }
 
 /// The issuer's, for this door, and an access token rather than an ID token.
@@ -386,6 +421,7 @@ mod tests {
             plain_jwt: false,
             skew: Duration::from_secs(60),
             max_lifetime: Duration::from_secs(24 * 3600),
+            client_id_required: false,
         }
     }
 
@@ -515,6 +551,37 @@ mod tests {
             }),
             claim("client_id and sub are both missing")
         );
+        // A client_id that is there but unusable is refused, never read as absent.
+        for unusable in [json!(""), json!(42), json!(["a"])] {
+            assert_eq!(
+                with(&|_, p| p["client_id"] = unusable.clone()),
+                claim("client_id is empty or not a string"),
+                "{unusable}"
+            );
+        }
+        assert_eq!(
+            with(&|_, p| {
+                p.as_object_mut().unwrap().remove("client_id");
+                p["sub"] = json!(7);
+            }),
+            claim("sub is empty or not a string")
+        );
+        // Without client_id the sub is read, unless the issuer requires client_id.
+        let mut payload = claims();
+        payload.as_object_mut().unwrap().remove("client_id");
+        let by_sub = token(&keys, &header(), &payload);
+        assert_eq!(
+            check(&by_sub, &rules()).map(|t| t.subject),
+            Ok("svc".into())
+        );
+        let strict = AccessTokenRules {
+            client_id_required: true,
+            ..rules()
+        };
+        assert_eq!(
+            check(&by_sub, &strict),
+            claim("client_id is missing, and this issuer takes no sub in its place")
+        );
         assert_eq!(
             with(&|_, p| p["cnf"] = json!({"jkt": "x"})),
             claim("cnf names a confirmation this door cannot check")
@@ -629,6 +696,15 @@ mod tests {
         let set = json!({"keys": [small_rsa, even_rsa, encryption, off_curve, small_order, good]});
         assert_eq!(keys.add_issuer_jwks(&set.to_string()), Ok(5));
         assert_eq!((keys.len(), keys.algorithm_of("good")), (1, Some("RS256")));
+        // Two usable keys with one kid: the set is refused, not read first-wins.
+        let twin = json!({"kty": "RSA", "kid": "good", "n": b64(&[0xC7; 256]), "e": "AQAB"});
+        let twins = json!({"keys": [good.clone(), twin]});
+        let refused = TrustedKeys::new().add_issuer_jwks(&twins.to_string());
+        assert!(refused.is_err_and(|why| why.0.contains("two keys")));
+        // An unusable key sharing a usable one's kid is only skipped.
+        let odd_twin = json!({"kty": "RSA", "kid": "good", "n": b64(&[0xC5; 128]), "e": "AQAB"});
+        let set = json!({"keys": [good, odd_twin]});
+        assert_eq!(TrustedKeys::new().add_issuer_jwks(&set.to_string()), Ok(1));
         let none_usable = json!({"keys": [json!({"kty": "oct", "kid": "s", "k": "c2VjcmV0"})]});
         assert!(
             TrustedKeys::new()

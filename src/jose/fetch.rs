@@ -248,6 +248,13 @@ pub(crate) fn shown_url(url: &reqwest::Url) -> String {
 
 /// Fetches a small text document under `policy`.
 pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, FetchError> {
+    fetch_document(url, policy)
+        .await
+        .map(|document| document.text)
+}
+
+/// A small text document, as [`fetch_text`], with how long its server says it stays fresh.
+pub async fn fetch_document(url: &str, policy: &FetchPolicy) -> Result<Document, FetchError> {
     let tls = crate::net::tls::default_client_config().map_err(|e| FetchError {
         url: "<not fetched>".to_owned(),
         reason: e.to_string(),
@@ -257,8 +264,40 @@ pub async fn fetch_text(url: &str, policy: &FetchPolicy) -> Result<String, Fetch
             url: "<not fetched>".to_owned(),
             reason,
         })?
-        .text(url)
+        .document(url)
         .await
+}
+
+/// A fetched document and how long its server says it stays fresh.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The text.
+    pub text: String,
+    /// `Cache-Control: max-age` less `Age`, zero for `no-store` or `no-cache`; `None` when the
+    /// server says nothing usable. The caller bounds it.
+    pub fresh_for: Option<Duration>,
+}
+
+/// How long a response stays fresh by its `Cache-Control` and `Age` (RFC 9111 §4.2.1, for a
+/// private cache: `s-maxage` is a shared cache's and is not read).
+pub fn freshness(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let mut max_age = None;
+    for value in headers.get_all(reqwest::header::CACHE_CONTROL) {
+        for directive in value.to_str().ok()?.split(',') {
+            let directive = directive.trim().to_ascii_lowercase();
+            if directive == "no-store" || directive == "no-cache" {
+                return Some(Duration::ZERO);
+            }
+            if let Some(seconds) = directive.strip_prefix("max-age=") {
+                max_age = Some(seconds.trim_matches('"').parse::<u64>().ok()?);
+            }
+        }
+    }
+    let age = headers
+        .get(reqwest::header::AGE)
+        .and_then(|age| age.to_str().ok()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    max_age.map(|max_age| Duration::from_secs(max_age.saturating_sub(age)))
 }
 
 /// The one guarded HTTP client of a command that reads cards and key sets and then calls an
@@ -360,6 +399,12 @@ impl Fetcher {
 
     /// A small text document: status 200, at most [`MAX_DOCUMENT_BYTES`], UTF-8.
     pub async fn text(&self, url: &str) -> Result<String, FetchError> {
+        self.document(url).await.map(|document| document.text)
+    }
+
+    /// A small text document, as [`Fetcher::text`], with how long its server says it stays
+    /// fresh.
+    pub async fn document(&self, url: &str) -> Result<Document, FetchError> {
         let parsed = reqwest::Url::parse(url).map_err(|_| FetchError {
             url: "<not a URL>".to_owned(),
             reason: "not a URL".to_owned(),
@@ -379,6 +424,7 @@ impl Fetcher {
         if response.status() != reqwest::StatusCode::OK {
             return Err(fail(format!("HTTP status {}", response.status().as_u16())));
         }
+        let fresh_for = freshness(response.headers());
         let body = crate::net::client::read_bounded(&mut response, MAX_DOCUMENT_BYTES)
             .await
             .map_err(|e| match e {
@@ -389,7 +435,8 @@ impl Fetcher {
                     fail(crate::net::client::innermost_reason(&e))
                 }
             })?;
-        String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))
+        let text = String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))?;
+        Ok(Document { text, fresh_for })
     }
 }
 
@@ -407,242 +454,53 @@ impl FetchPolicy {
     }
 }
 
-/// Remote JWKS for a long-lived verifier: each URL is fetched once and reused for
-/// [`JwksCache::MAX_AGE`]; a signature naming a `kid` the cached set lacks may trigger one
-/// early refetch per [`JwksCache::COOLDOWN`], so unknown `kid`s cannot make the verifier hammer
-/// the key server.
-///
-/// What an attacker on the network, or a key server having a bad day, cannot do with it:
-/// - **Take the good keys away.** A refetch replaces the cached set only with a set that
-///   parses and whose keys are all usable ([`TrustedKeys::add_jwks`]). An error answer, a
-///   timeout or a garbled document leaves the last good set in use, for at most
-///   [`JwksCache::MAX_STALE`] after it was fetched; past that the verifier fails closed.
-/// - **Stall other look-ups.** Each URL has its own lock, taken only for that URL's fetch; the
-///   map of URLs is locked only to find the entry, never across a fetch. A slow key server
-///   holds up callers of its own URL and nobody else.
-///
-/// [`TrustedKeys::add_jwks`]: crate::jose::verify::TrustedKeys::add_jwks
-/// [`TrustedKeys::add_issuer_jwks`]: crate::jose::verify::TrustedKeys::add_issuer_jwks
-pub struct JwksCache {
-    policy: FetchPolicy,
-    /// The client to fetch with, when the caller brings one (its own roots, a client
-    /// certificate); otherwise each fetch builds one from `policy`.
-    fetcher: Option<Fetcher>,
-    /// Where good sets are kept between runs of a short-lived process (`peergate call`):
-    /// each URL in a file of its own, with the time it was fetched, named also by the
-    /// `context` it was fetched under (which addresses and roots were trusted), so a run that
-    /// trusts less never uses what a run trusting more fetched.
-    directory: Option<(std::path::PathBuf, String)>,
-    /// How long a good set stays in use while every refetch fails.
-    max_stale: Duration,
-    /// Whether a set is an identity provider's, which keeps its usable keys and skips the
-    /// others ([`TrustedKeys::add_issuer_jwks`]), rather than a card signer's, refused whole
-    /// for one bad key.
-    issuer_keys: bool,
-    clock: Arc<dyn crate::clock::Clock>,
-    entries:
-        std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<CachedJwks>>>>,
-}
-
-#[derive(Default)]
-struct CachedJwks {
-    /// The last key set that was fetched and usable, and when.
-    good: Option<(String, crate::clock::Timestamp)>,
-    /// The last fetch, failed or not, and when: a key server that is down is not asked again
-    /// before the cooldown either.
-    last_attempt: Option<(Result<(), FetchError>, crate::clock::Timestamp)>,
-}
-
-impl JwksCache {
-    /// How long a fetched JWKS is used without asking again.
-    pub const MAX_AGE: Duration = Duration::from_secs(600);
-    /// The least time between two fetches of one URL.
-    pub const COOLDOWN: Duration = Duration::from_secs(30);
-    /// How long a good set stays in use while every refetch fails.
-    pub const MAX_STALE: Duration = Duration::from_secs(24 * 3600);
-
-    /// A cache fetching under `policy`, aging entries by `clock`.
-    pub fn new(policy: FetchPolicy, clock: Arc<dyn crate::clock::Clock>) -> Self {
-        Self {
-            policy,
-            fetcher: None,
-            directory: None,
-            max_stale: Self::MAX_STALE,
-            issuer_keys: false,
-            clock,
-            entries: std::sync::Mutex::default(),
-        }
-    }
-
-    /// The same cache fetching with `fetcher`.
-    pub fn fetching_with(mut self, fetcher: Fetcher) -> Self {
-        self.fetcher = Some(fetcher);
-        self
-    }
-
-    /// The same cache keeping its good sets in `directory` (made 0700 when missing) between
-    /// runs, for fetches under `context` (what was trusted: reach, roots). A file that cannot
-    /// be read, is not this user's alone, or does not hold a usable set is only a cache miss.
-    pub fn kept_in(mut self, directory: std::path::PathBuf, context: String) -> Self {
-        self.directory = Some((directory, context));
-        self
-    }
-
-    /// The same cache keeping a good set through failing refetches for `max_stale` only (at
-    /// least [`JwksCache::MAX_AGE`]: a set is used that long anyway).
-    pub fn stale_for(mut self, max_stale: Duration) -> Self {
-        self.max_stale = max_stale.max(Self::MAX_AGE);
-        self
-    }
-
-    /// The file `url`'s set is kept in.
-    fn kept_file(&self, url: &str) -> Option<std::path::PathBuf> {
-        let (directory, context) = self.directory.as_ref()?;
-        let name = file_name_digest(&[url.as_bytes(), context.as_bytes()]);
-        Some(directory.join(format!("jwks-{name}.json")))
-    }
-
-    /// The set kept for `url` by an earlier run, and when it was fetched: only from a file and
-    /// directory this user owns and nobody else may write, fetched in the past, and usable.
-    fn read_kept(
-        &self,
-        url: &str,
-        now: crate::clock::Timestamp,
-    ) -> Option<(String, crate::clock::Timestamp)> {
-        let file = self.kept_file(url)?;
-        let kept: serde_json::Value =
-            serde_json::from_slice(&crate::jose::keys::read_own_private(&file)?).ok()?;
-        // A file for another URL or context (a collision, or a copy) is not used.
-        let context = self.directory.as_ref().map(|(_, context)| context.as_str());
-        if kept["url"] != url || kept["context"].as_str() != context {
-            return None;
-        }
-        let at = crate::clock::Timestamp::from_second(kept["fetched_at"].as_i64()?).ok()?;
-        if at > now {
-            return None;
-        }
-        let text = kept["jwks"].as_str()?.to_owned();
-        self.usable(&text).ok()?;
-        Some((text, at))
-    }
-
-    /// Whether `text` is a key set this cache may keep.
-    fn usable(&self, text: &str) -> Result<(), String> {
-        let mut keys = crate::jose::verify::TrustedKeys::new();
-        let usable = if self.issuer_keys {
-            keys.add_issuer_jwks(text).map(|_| ())
-        } else {
-            keys.add_jwks(text)
-        };
-        usable.map_err(|why| why.to_string())
-    }
-
-    fn keep(&self, url: &str, text: &str, at: crate::clock::Timestamp) {
-        let Some(file) = self.kept_file(url) else {
-            return;
-        };
-        let context = self.directory.as_ref().map(|(_, context)| context.as_str());
-        let kept = serde_json::json!({"url": url, "context": context, "fetched_at": at.as_second(), "jwks": text});
-        // Failing to keep it is no error: the next run fetches it again.
-        let _ = crate::jose::keys::replace_private(&file, kept.to_string().as_bytes());
-    }
-
-    /// The same cache for an identity provider's key sets (see [`JwksCache::issuer_keys`]).
-    pub fn for_issuer_keys(mut self) -> Self {
-        self.issuer_keys = true;
-        self
-    }
-
-    /// The JWKS at `url`, from the cache while it is fresh. With `unknown_kid`, the caller
-    /// found no key for a signature's `kid` in the cached set: refetch early, at most once per
-    /// cooldown.
-    pub async fn get(&self, url: &str, unknown_kid: bool) -> Result<String, FetchError> {
-        let slot = {
-            let mut entries = self
-                .entries
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            entries.entry(url.to_owned()).or_default().clone()
-        };
-        let mut entry = slot.lock().await;
-        let now = self.clock.now();
-        // A kept set is used only where this run may fetch it from itself.
-        if let Some(fetcher) = &self.fetcher {
-            let parsed = reqwest::Url::parse(url).map_err(|_| FetchError {
-                url: "<not a URL>".to_owned(),
-                reason: "not a URL".to_owned(),
-            })?;
-            fetcher.client_for(&parsed).map_err(|reason| FetchError {
-                url: shown_url(&parsed),
-                reason,
-            })?;
-        }
-        if entry.good.is_none() && entry.last_attempt.is_none() {
-            entry.good = self.read_kept(url, now);
-        }
-        let shown = || {
-            reqwest::Url::parse(url).map_or_else(|_| "<not a URL>".to_owned(), |u| shown_url(&u))
-        };
-        let age = |at: crate::clock::Timestamp| crate::clock::elapsed(at, now);
-        let good = entry
-            .good
-            .as_ref()
-            .filter(|(_, at)| age(*at) < self.max_stale)
-            .cloned();
-        if let Some((text, at)) = &good
-            && age(*at) < Self::MAX_AGE
-            && !unknown_kid
-        {
-            return Ok(text.clone());
-        }
-        if let Some((outcome, at)) = &entry.last_attempt
-            && age(*at) < Self::COOLDOWN
-        {
-            return match (good, outcome) {
-                (Some((text, _)), _) => Ok(text),
-                (None, Err(error)) => Err(error.clone()),
-                // Fetched and usable, but longer ago than MAX_STALE: not reachable within a
-                // cooldown, and failing closed is the answer if it were.
-                (None, Ok(())) => Err(FetchError {
-                    url: shown(),
-                    reason: "the key set is out of date".to_owned(),
-                }),
-            };
-        }
-        let fetched = match &self.fetcher {
-            Some(fetcher) => fetcher.text(url).await,
-            None => fetch_text(url, &self.policy).await,
-        };
-        let fetched = fetched.and_then(|text| {
-            self.usable(&text).map(|()| text).map_err(|why| FetchError {
-                url: shown(),
-                reason: format!("not a usable key set: {why}"),
-            })
-        });
-        match fetched {
-            Ok(text) => {
-                self.keep(url, &text, now);
-                entry.good = Some((text.clone(), now));
-                entry.last_attempt = Some((Ok(()), now));
-                Ok(text)
-            }
-            Err(error) => {
-                entry.last_attempt = Some((Err(error.clone()), now));
-                match good {
-                    Some((text, _)) => {
-                        tracing::warn!(%error, "refetching a key set failed; the last good one stays in use");
-                        Ok(text)
-                    }
-                    None => Err(error),
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn freshness_is_max_age_less_age_and_nothing_for_no_cache() {
+        let headers = |pairs: &[(&str, &str)]| {
+            let mut map = reqwest::header::HeaderMap::new();
+            for (name, value) in pairs {
+                map.append(
+                    reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    value.parse().unwrap(),
+                );
+            }
+            map
+        };
+        let secs = |s| Some(Duration::from_secs(s));
+        assert_eq!(freshness(&headers(&[])), None);
+        assert_eq!(
+            freshness(&headers(&[("cache-control", "public, max-age=60")])),
+            secs(60)
+        );
+        assert_eq!(
+            freshness(&headers(&[("cache-control", "max-age=60"), ("age", "45")])),
+            secs(15)
+        );
+        assert_eq!(
+            freshness(&headers(&[("cache-control", "max-age=60"), ("age", "90")])),
+            secs(0)
+        );
+        assert_eq!(
+            freshness(&headers(&[("cache-control", "no-cache, max-age=60")])),
+            secs(0)
+        );
+        assert_eq!(
+            freshness(&headers(&[("cache-control", "no-store")])),
+            secs(0)
+        );
+        assert_eq!(
+            freshness(&headers(&[("cache-control", "s-maxage=60")])),
+            None
+        );
+        assert_eq!(
+            freshness(&headers(&[("cache-control", "max-age=soon")])),
+            None
+        );
+    }
 
     #[test]
     fn the_private_side_is_loopback_and_private_ranges_but_not_link_local() {

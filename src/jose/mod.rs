@@ -3,6 +3,7 @@
 
 pub mod access_token;
 pub mod fetch;
+pub mod jwks_cache;
 pub mod keys;
 pub mod sign;
 pub mod verify;

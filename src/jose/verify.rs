@@ -244,7 +244,9 @@ impl TrustedKeys {
     /// Adds the usable signing keys of an identity provider's JWKS, skipping the others (an
     /// encryption key, a type this verifier does not take, a key that fails its checks), so
     /// one odd key does not take an issuer's working keys away; a skipped key is never used.
-    /// Returns how many were skipped; a set with no usable key is refused.
+    /// Returns how many were skipped. A set with no usable key is refused, and so is one that
+    /// gives two usable keys one `kid`: which of them a token means cannot be told, and taking
+    /// the first would let whoever adds a key to the set choose.
     pub fn add_issuer_jwks(&mut self, text: &str) -> Result<usize, KeyRejected> {
         let set = parse_strict(text)
             .map_err(|why| KeyRejected(format!("the JWKS is not strict JSON: {why}")))?;
@@ -256,9 +258,17 @@ impl TrustedKeys {
         let mut staged = self.clone();
         let mut skipped = 0;
         for jwk in keys {
-            match jwk_key(jwk).and_then(|(kid, key)| staged.add(&kid, key)) {
-                Ok(()) => {}
-                Err(_) => skipped += 1,
+            let Ok((kid, key)) = jwk_key(jwk) else {
+                skipped += 1;
+                continue;
+            };
+            if staged.by_kid(&kid).is_some() {
+                return Err(KeyRejected(format!(
+                    "the JWKS gives kid {kid:?} to two keys"
+                )));
+            }
+            if staged.add(&kid, key).is_err() {
+                skipped += 1;
             }
         }
         if staged.len() == self.len() {
@@ -268,6 +278,11 @@ impl TrustedKeys {
         }
         *self = staged;
         Ok(skipped)
+    }
+
+    /// The `kid`s of the keys, in the order they were added.
+    pub fn kids(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().map(|(kid, _)| kid.as_str())
     }
 
     /// The algorithm of the key `kid`, if there is one.

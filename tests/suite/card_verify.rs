@@ -594,10 +594,10 @@ async fn remote_fetches_follow_no_redirect_and_stop_at_the_size_cap() {
 }
 
 #[tokio::test]
-async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_cooldown() {
+async fn a_remote_jwks_is_cached_and_a_failed_check_refetches_at_most_once_per_cooldown() {
     use axum::routing::get;
     use peergate::clock::ManualClock;
-    use peergate::jose::fetch::JwksCache;
+    use peergate::jose::jwks_cache::{Asking, JwksCache};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let hits = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(AtomicUsize::new(0));
@@ -627,26 +627,26 @@ async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_coold
         ..Default::default()
     };
     let cache = JwksCache::new(policy, Arc::new(clock.clone()));
-    cache.get(&url, false).await.unwrap();
-    cache.get(&url, false).await.unwrap();
+    cache.get(&url, Asking::Fresh).await.unwrap();
+    cache.get(&url, Asking::Fresh).await.unwrap();
     assert_eq!(hits.load(Ordering::SeqCst), 1, "served from the cache");
     // An unknown kid within the cooldown: no refetch.
     clock.advance(std::time::Duration::from_secs(10));
-    cache.get(&url, true).await.unwrap();
+    cache.get(&url, Asking::AfterFailure).await.unwrap();
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     // After the cooldown: one refetch, then the cooldown again.
     clock.advance(std::time::Duration::from_secs(30));
-    cache.get(&url, true).await.unwrap();
-    cache.get(&url, true).await.unwrap();
+    cache.get(&url, Asking::AfterFailure).await.unwrap();
+    cache.get(&url, Asking::AfterFailure).await.unwrap();
     assert_eq!(hits.load(Ordering::SeqCst), 2);
     // Past the maximum age: refetched even without an unknown kid.
     clock.advance(JwksCache::MAX_AGE);
-    cache.get(&url, false).await.unwrap();
+    cache.get(&url, Asking::Fresh).await.unwrap();
     assert_eq!(hits.load(Ordering::SeqCst), 3);
     // A failing key server is not asked again within the cooldown either.
     let down = format!("{}/missing", url.trim_end_matches("/jwks.json"));
-    assert!(cache.get(&down, false).await.is_err());
-    assert!(cache.get(&down, true).await.is_err());
+    assert!(cache.get(&down, Asking::Fresh).await.is_err());
+    assert!(cache.get(&down, Asking::AfterFailure).await.is_err());
     assert_eq!(
         hits.load(Ordering::SeqCst),
         3,
@@ -658,7 +658,7 @@ async fn a_remote_jwks_is_cached_and_unknown_kids_refetch_at_most_once_per_coold
 async fn a_failed_refetch_keeps_the_good_key_set_and_a_slow_key_server_blocks_nobody_else() {
     use axum::routing::get;
     use peergate::clock::ManualClock;
-    use peergate::jose::fetch::JwksCache;
+    use peergate::jose::jwks_cache::{Asking, JwksCache};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let good =
         json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "k", "x": b64(&[0x11; 32])}]})
@@ -704,36 +704,39 @@ async fn a_failed_refetch_keeps_the_good_key_set_and_a_slow_key_server_blocks_no
     };
     let cache = Arc::new(JwksCache::new(policy, Arc::new(clock.clone())));
     let url = format!("{base}/jwks.json");
-    assert_eq!(cache.get(&url, false).await.unwrap(), good);
+    assert_eq!(&*cache.get(&url, Asking::Fresh).await.unwrap().text, good);
     for failing in 1..=3 {
         mode.store(failing, Ordering::SeqCst);
         clock.advance(JwksCache::MAX_AGE);
         assert_eq!(
-            cache.get(&url, true).await.unwrap(),
+            &*cache.get(&url, Asking::AfterFailure).await.unwrap().text,
             good,
             "mode {failing} replaced the good set"
         );
     }
     // Still failing a day after the good fetch: the set is too old to trust, so it fails closed.
     clock.advance(JwksCache::MAX_STALE);
-    assert!(cache.get(&url, false).await.is_err());
+    assert!(cache.get(&url, Asking::Fresh).await.is_err());
     // The server recovers: the next fetch after the cooldown is used.
     mode.store(0, Ordering::SeqCst);
     clock.advance(JwksCache::COOLDOWN);
-    assert_eq!(cache.get(&url, false).await.unwrap(), good);
+    assert_eq!(&*cache.get(&url, Asking::Fresh).await.unwrap().text, good);
 
     // A key server that does not answer holds up its own URL only.
     let slow = {
         let (cache, url) = (cache.clone(), format!("{base}/slow.json"));
-        tokio::spawn(async move { cache.get(&url, false).await })
+        tokio::spawn(async move { cache.get(&url, Asking::Fresh).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert!(!slow.is_finished(), "the slow server answered already");
     clock.advance(JwksCache::MAX_AGE);
-    let other = tokio::time::timeout(std::time::Duration::from_secs(3), cache.get(&url, false))
-        .await
-        .expect("a look-up for another URL waited for the slow key server");
-    assert_eq!(other.unwrap(), good);
+    let other = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        cache.get(&url, Asking::Fresh),
+    )
+    .await
+    .expect("a look-up for another URL waited for the slow key server");
+    assert_eq!(&*other.unwrap().text, good);
     release_slow.send(true).unwrap();
     assert!(slow.await.unwrap().is_ok());
 }

@@ -838,3 +838,299 @@ async fn scopes_hold_on_the_http_json_binding() {
     assert_eq!(list.status(), 200);
     gw.stop().await;
 }
+
+/// A key server the test changes as it goes: the set it serves, its `Cache-Control`, its
+/// status, and how many times it was asked.
+#[derive(Clone)]
+struct KeyServer {
+    served: std::sync::Arc<std::sync::Mutex<(String, &'static str, u16)>>,
+    fetches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    jwks_uri: String,
+}
+
+impl KeyServer {
+    async fn start(set: String, cache_control: &'static str) -> Self {
+        use std::sync::atomic::Ordering;
+        let served = std::sync::Arc::new(std::sync::Mutex::new((set, cache_control, 200)));
+        let fetches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (state, counted) = (served.clone(), fetches.clone());
+        let app = axum::Router::new().route(
+            "/jwks.json",
+            axum::routing::get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let (set, cache_control, status) = state.lock().unwrap().clone();
+                async move {
+                    (
+                        axum::http::StatusCode::from_u16(status).unwrap(),
+                        [
+                            ("content-type", "application/json"),
+                            ("cache-control", cache_control),
+                        ],
+                        set,
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let jwks_uri = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            served,
+            fetches,
+            jwks_uri,
+        }
+    }
+
+    fn serve(&self, set: String) {
+        self.served.lock().unwrap().0 = set;
+    }
+
+    fn fail_with(&self, status: u16) {
+        self.served.lock().unwrap().2 = status;
+    }
+
+    fn fetches(&self) -> usize {
+        self.fetches.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The issuer `acme` with its keys at this server.
+    fn policy(&self) -> PolicyEdit {
+        let extra = vec![
+            ("jwks_uri", json!(self.jwks_uri)),
+            ("dangerous_allow_http_loopback", json!(true)),
+        ];
+        policy_with(&[("acme", ACME, None, extra)])
+            .set("limits.failed_auth_per_ip_per_minute", 1_000_000)
+            .set("limits.per_ip_per_minute", 1_000_000)
+    }
+}
+
+/// A key the provider removes stops opening the door within the set's own cache lifetime: for
+/// new tokens it signs, and for tokens verified before the removal.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_the_provider_removed_stops_working_within_the_sets_cache_lifetime() {
+    let (old, new) = (TestKey::new("acme-1", 81), TestKey::new("acme-2", 82));
+    let keys = KeyServer::start(jwks(&[&old]), "public, max-age=60").await;
+    let gw = TestGateway::start_with(keys.policy().policy()).await;
+    gw.add_peer("partner");
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
+    let token =
+        |key: &TestKey| key.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    let verified_before = token(&old);
+    assert_eq!(call(&gw.door, &verified_before, get_task("x")).await.0, 200);
+    assert_eq!(keys.fetches(), 1);
+
+    // The provider rotates: the old key leaves the set. Within the set's max-age nothing is
+    // asked; past it, the old key's tokens are refused, the one verified before too.
+    keys.serve(jwks(&[&new]));
+    gw.clock.advance(Duration::from_secs(50));
+    assert_eq!(call(&gw.door, &verified_before, get_task("x")).await.0, 200);
+    assert_eq!(keys.fetches(), 1, "fresh for its max-age");
+    gw.clock.advance(Duration::from_secs(11));
+    assert_eq!(
+        call(&gw.door, &verified_before, get_task("x")).await.0,
+        401,
+        "a token verified before its key was removed"
+    );
+    assert_eq!(call(&gw.door, &token(&old), get_task("x")).await.0, 401);
+    assert_eq!(call(&gw.door, &token(&new), get_task("x")).await.0, 200);
+    assert_eq!(keys.fetches(), 2, "one fetch for the whole rotation");
+    gw.stop().await;
+}
+
+/// Made-up kids hold off a real rotation for two seconds at most, and the same made-up kid is
+/// not asked for twice; a token whose claims would refuse it asks nothing at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn made_up_kids_do_not_hold_off_a_rotation() {
+    let (old, new) = (TestKey::new("acme-1", 83), TestKey::new("acme-2", 84));
+    let keys = KeyServer::start(jwks(&[&old]), "max-age=600").await;
+    let gw = TestGateway::start_with(keys.policy().policy()).await;
+    gw.add_peer("partner");
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
+    let token =
+        |key: &TestKey| key.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    assert_eq!(call(&gw.door, &token(&old), get_task("x")).await.0, 200);
+    gw.clock.advance(Duration::from_secs(3));
+    let junk = TestKey::new("made-up", 85);
+    assert_eq!(call(&gw.door, &token(&junk), get_task("x")).await.0, 401);
+    assert_eq!(
+        keys.fetches(),
+        2,
+        "a kid nobody has asked for is asked for once"
+    );
+    // Another audience, an expired token: refused before any key is looked for.
+    let other = TestKey::new("made-up-2", 86);
+    let elsewhere = other.access_token(ACME, "https://elsewhere.example", "agent-a", "", now_s());
+    assert_eq!(call(&gw.door, &elsewhere, get_task("x")).await.0, 401);
+    let expired = other.access_token(ACME, AUDIENCE, "agent-a", "", now_s() - 7200);
+    assert_eq!(call(&gw.door, &expired, get_task("x")).await.0, 401);
+    assert_eq!(
+        keys.fetches(),
+        2,
+        "tokens refused by their claims fetch nothing"
+    );
+
+    // The provider rotates just after the junk's fetch: its first token waits out the floor.
+    keys.serve(jwks(&[&old, &new]));
+    assert_eq!(call(&gw.door, &token(&new), get_task("x")).await.0, 401);
+    gw.clock.advance(Duration::from_secs(3));
+    assert_eq!(call(&gw.door, &token(&junk), get_task("x")).await.0, 401);
+    assert_eq!(
+        keys.fetches(),
+        2,
+        "the same junk kid is not asked for again"
+    );
+    assert_eq!(call(&gw.door, &token(&new), get_task("x")).await.0, 200);
+    assert_eq!(keys.fetches(), 3);
+    gw.stop().await;
+}
+
+/// A key server that fails is logged once per fetch, not once per request it refuses; a key
+/// that leaves the set is logged once, however many of its tokens come after.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_fetch_and_a_removed_key_are_each_logged_once() {
+    const BETA: &str = "https://idp.beta.example";
+    let (old, new) = (TestKey::new("beta-1", 87), TestKey::new("beta-2", 88));
+    let down = KeyServer::start(jwks(&[&old]), "max-age=600").await;
+    down.fail_with(500);
+    let keys = KeyServer::start(jwks(&[&old]), "max-age=600").await;
+    let issuer = |name, iss, server: &KeyServer| {
+        let extra = vec![
+            ("jwks_uri", json!(server.jwks_uri)),
+            ("dangerous_allow_http_loopback", json!(true)),
+        ];
+        (name, iss, None, extra)
+    };
+    let policy = policy_with(&[issuer("acme", ACME, &down), issuer("beta", BETA, &keys)])
+        .set("limits.failed_auth_per_ip_per_minute", 1_000_000)
+        .set("limits.per_ip_per_minute", 1_000_000);
+    let served = ServedPolicy::start(&policy, &["partner"], &[]);
+    let data = served.data.to_str().unwrap();
+    let bind = [
+        "peer",
+        "bind",
+        "partner",
+        "--issuer",
+        "beta",
+        "--subject",
+        "agent-a",
+    ];
+    let (code, _, stderr) = cli_in(served.dir.path(), &[&bind[..], &["--data", data]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let door = served.server.door();
+
+    // The down issuer: twenty tokens, one fetch, one line.
+    for _ in 0..20 {
+        let token = old.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+        assert_eq!(call(&door, &token, get_task("x")).await.0, 503);
+    }
+    let log = served.server.log_with("a key set cannot be fetched");
+    let failures = log.matches("a key set cannot be fetched").count();
+    assert_eq!(failures, 1, "{log}");
+    assert_eq!(down.fetches(), 1, "a failed fetch holds off the next");
+
+    // The other rotates; the first token of its new key brings the new set.
+    let token =
+        |key: &TestKey| key.access_token(BETA, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    assert_eq!(call(&door, &token(&old), get_task("x")).await.0, 200);
+    keys.serve(jwks(&[&new]));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(call(&door, &token(&new), get_task("x")).await.0, 200);
+    for _ in 0..50 {
+        assert_eq!(call(&door, &token(&old), get_task("x")).await.0, 401);
+    }
+    let log = served.server.log_with("removed a key");
+    assert_eq!(log.matches("removed a key").count(), 1, "{log}");
+    assert!(log.contains("kid=beta-1"), "{log}");
+}
+
+/// An issuer with a path is discovered at RFC 8414's URL for it (the path after the well-known
+/// name), and a document naming another issuer is refused naming both, by `policy check
+/// --discover` before anything serves.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_issuer_with_a_path_is_discovered_where_rfc_8414_puts_it() {
+    let key = TestKey::new("tenant-1", 89);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (issuer, set) = (format!("{base}/tenant"), jwks(&[&key]));
+    let metadata = json!({"issuer": issuer, "jwks_uri": format!("{base}/tenant/jwks")});
+    let wrong =
+        json!({"issuer": format!("{base}/other"), "jwks_uri": format!("{base}/tenant/jwks")});
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/oauth-authorization-server/tenant",
+            axum::routing::get(move || async move { axum::Json(metadata) }),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server/wrong",
+            axum::routing::get(move || async move { axum::Json(wrong) }),
+        )
+        .route(
+            "/tenant/jwks",
+            axum::routing::get(move || async move { set }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let loopback = ("dangerous_allow_http_loopback", json!(true));
+    let policy = policy_with(&[("tenant", &issuer, None, vec![loopback.clone()])]);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    gw.add_peer("partner");
+    gw.bind("partner", &["--issuer", "tenant", "--subject", "agent-a"]);
+    let token = key.access_token(&issuer, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    assert_eq!(call(&gw.door, &token, get_task("x")).await.0, 200);
+    gw.stop().await;
+
+    // `policy check --discover`: the good one passes, the other is named with what it names.
+    let dir = tempfile::tempdir().unwrap();
+    let check = |policy: PolicyEdit| {
+        let file = dir.path().join("policy.toml");
+        std::fs::write(&file, policy.text()).unwrap();
+        cli(&[
+            "policy",
+            "check",
+            "--discover",
+            "--policy",
+            file.to_str().unwrap(),
+        ])
+    };
+    let (code, _, stderr) = check(policy);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("keys at http://"), "{stderr}");
+    let wrong_issuer = format!("{base}/wrong");
+    let (code, _, stderr) = check(policy_with(&[(
+        "wrong",
+        &wrong_issuer,
+        None,
+        vec![loopback],
+    )]));
+    assert_eq!(code, 1, "{stderr}");
+    let named = format!(r#"names issuer "{base}/other", not "{wrong_issuer}""#);
+    assert!(stderr.contains(&named), "{stderr}");
+}
+
+/// A token is taken until its `exp` and the issuer's clock skew, as the rules read it, not
+/// only until `exp`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_is_taken_within_the_clock_skew_past_its_exp() {
+    let key = TestKey::new("acme-1", 90);
+    let file = key_file(&[&key]);
+    let policy = policy_with(&[("acme", ACME, Some(file.path()), vec![])]);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    gw.add_peer("partner");
+    gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
+    // `exp` 300 s from now (the test key's lifetime), the default skew 60 s.
+    let token = key.access_token(ACME, AUDIENCE, "agent-a", "a2a:tasks:read", now_s());
+    assert_eq!(call(&gw.door, &token, get_task("x")).await.0, 200);
+    gw.clock.advance(Duration::from_secs(330));
+    assert_eq!(
+        call(&gw.door, &token, get_task("x")).await.0,
+        200,
+        "within the skew"
+    );
+    gw.clock.advance(Duration::from_secs(31));
+    assert_eq!(
+        call(&gw.door, &token, get_task("x")).await.0,
+        401,
+        "past it"
+    );
+    gw.stop().await;
+}

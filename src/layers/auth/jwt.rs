@@ -8,15 +8,18 @@
 //! * Issuers are keyed by their exact `iss`; a token's `kid` is looked up among its own
 //!   issuer's keys only.
 //! * Keys come from a file, a configured URL, or the URL discovery names, fetched with the
-//!   project's SSRF-safe fetcher. A token naming a `kid` the cached set lacks triggers at most
-//!   one refetch per issuer per [`JwksCache::COOLDOWN`], shared by concurrent requests; the
-//!   last good set stays in use through failed refetches for [`JwksCache::MAX_STALE`]. An
+//!   project's SSRF-safe fetcher and kept as [`JwksCache`] says: for the set's own cache
+//!   lifetime within bounds, refetched early for a `kid` it lacks (a token's claims are
+//!   checked first, so only a token naming this issuer and this door, unexpired, may ask), the
+//!   last good set kept through failed refetches. A key that leaves the set is logged once. An
 //!   issuer whose keys could never be fetched answers 503 (nothing was decided about the
 //!   token), not 401.
 //! * A verified token is remembered by its SHA-256 until it expires, so a busy partner costs
-//!   one signature check per token, not per request. Who it names is read from the store
-//!   through the authenticator's verdict cache, so a revocation, an expiry or an unbinding
-//!   refuses the token on the next request like any other credential of the peer.
+//!   one signature check per token, not per request; but only while the key that signed it is
+//!   still in its issuer's current set, so a key the provider removed stops its tokens within
+//!   the set's cache lifetime. Who it names is read from the store through the authenticator's
+//!   verdict cache, so a revocation, an expiry or an unbinding refuses the token on the next
+//!   request like any other credential of the peer.
 //! * A token bound to a client certificate (RFC 8705 `cnf.x5t#S256`) is taken only over a
 //!   connection that presented that certificate.
 
@@ -26,7 +29,8 @@ use crate::clock::{Clock, Timestamp, elapsed, later};
 use crate::guard::certificate::ClientCertificate;
 use crate::guard::scopes::GrantedScopes;
 use crate::jose::access_token::{self, AccessToken, AccessTokenRules, TokenRejected};
-use crate::jose::fetch::{FetchPolicy, JwksCache, fetch_text};
+use crate::jose::fetch::{FetchPolicy, fetch_text};
+use crate::jose::jwks_cache::{Asking, JwksCache};
 use crate::jose::verify::TrustedKeys;
 use crate::store::{CredentialStore, IdentityKind, PeerIdentity};
 use async_trait::async_trait;
@@ -84,8 +88,23 @@ struct Issuer {
     fixed: Option<Arc<TrustedKeys>>,
     /// The last discovery and when it was tried (a failure is retried after the cooldown).
     discovered: tokio::sync::Mutex<(Option<Discovered>, Option<Timestamp>)>,
-    /// The last fetched set's text and its parsed keys.
-    parsed: std::sync::Mutex<Option<(String, Arc<TrustedKeys>)>>,
+    /// The last fetched set, parsed.
+    parsed: std::sync::Mutex<Option<ParsedSet>>,
+}
+
+/// An issuer's fetched key set, parsed, and until when it is used without asking the cache.
+struct ParsedSet {
+    text: Arc<str>,
+    keys: Arc<TrustedKeys>,
+    fresh_until: Timestamp,
+}
+
+/// A token whose signature and claims verified, with the key that signed it.
+struct Verified {
+    issuer: Arc<Issuer>,
+    token: AccessToken,
+    kid: String,
+    alg: &'static str,
 }
 
 /// The identity providers whose tokens the door accepts: see the [module docs](self).
@@ -93,8 +112,8 @@ pub struct IdentityProviders {
     /// By exact `iss`.
     issuers: HashMap<String, Arc<Issuer>>,
     clock: Arc<dyn Clock>,
-    /// Tokens whose signature and claims verified, by SHA-256, with their issuer's name.
-    verified: Cache<[u8; 32], Arc<(Arc<Issuer>, AccessToken)>>,
+    /// Tokens whose signature and claims verified, by SHA-256, with their issuer and key.
+    verified: Cache<[u8; 32], Arc<Verified>>,
 }
 
 impl std::fmt::Debug for IdentityProviders {
@@ -154,14 +173,16 @@ impl IdentityProviders {
         issuer.discover(self.clock.now()).await.ok()
     }
 
-    /// The token's issuer and verified claims: from memory when this token verified before,
-    /// else checked, its signature with one of its issuer's keys.
-    async fn verify(&self, token: &str) -> Result<Arc<(Arc<Issuer>, AccessToken)>, AuthError> {
+    /// The token's issuer and verified claims: from memory when this token verified before
+    /// and the key that signed it is still its issuer's, else checked, its signature with one
+    /// of its issuer's keys.
+    async fn verify(&self, token: &str) -> Result<Arc<Verified>, AuthError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = self.clock.now();
         if let Some(known) = self.verified.get(&key).await {
-            // Remembered until it expires, by the gateway's clock.
-            if now < later(known.1.expires_at, known.0.settings.rules.skew) {
+            // Remembered until it expires, by the gateway's clock, and while its key stays.
+            let unexpired = now < later(known.token.expires_at, known.issuer.settings.rules.skew);
+            if unexpired && known.issuer.still_has(&known.kid, known.alg, now).await? {
                 return Ok(known);
             }
             self.verified.invalidate(&key).await;
@@ -179,47 +200,97 @@ impl IdentityProviders {
         // The plain-JWT switch is the issuer's: parse again by its rule now that it is known.
         let parsed =
             access_token::parse(token, issuer.settings.rules.plain_jwt).map_err(refused)?;
-        let mut keys = issuer.keys(false, now).await?;
+        let mut keys = issuer.keys(Asking::Fresh, now).await?;
         if keys.algorithm_of(parsed.kid()).is_none() {
-            // A kid the set lacks: the provider may have rotated. At most one refetch per
-            // cooldown, shared by everyone asking meanwhile.
-            keys = issuer.keys(true, now).await?;
+            // A kid the set lacks: the provider may have rotated. Only a token that would be
+            // taken but for its key may ask the key server again (within the cache's bounds).
+            access_token::check_claims(&parsed, &issuer.settings.rules, now).map_err(refused)?;
+            keys = issuer.keys(Asking::ForKid(parsed.kid()), now).await?;
         }
         let verified =
             access_token::verify(&parsed, &keys, &issuer.settings.rules, now).map_err(refused)?;
-        let entry = Arc::new((issuer, verified));
+        let alg = keys.algorithm_of(parsed.kid()).unwrap_or_default();
+        let entry = Arc::new(Verified {
+            issuer,
+            token: verified,
+            kid: parsed.kid().to_owned(),
+            alg,
+        });
         self.verified.insert(key, entry.clone()).await;
         Ok(entry)
     }
 }
 
 impl Issuer {
-    /// The issuer's keys; with `unknown_kid`, a token named a `kid` the cached set lacks.
-    async fn keys(&self, unknown_kid: bool, now: Timestamp) -> Result<Arc<TrustedKeys>, AuthError> {
+    /// Whether the key `kid` is still in the issuer's current set, with algorithm `alg`.
+    async fn still_has(&self, kid: &str, alg: &str, now: Timestamp) -> Result<bool, AuthError> {
+        let keys = self.keys(Asking::Fresh, now).await?;
+        Ok(keys.algorithm_of(kid) == Some(alg))
+    }
+
+    /// The issuer's keys, from its parsed set while that is fresh; `asking` why.
+    async fn keys(
+        &self,
+        asking: Asking<'_>,
+        now: Timestamp,
+    ) -> Result<Arc<TrustedKeys>, AuthError> {
         if let Some(fixed) = &self.fixed {
             return Ok(fixed.clone());
+        }
+        if let Some(keys) = self.parsed_while_fresh(asking, now) {
+            return Ok(keys);
         }
         let url = match &self.settings.keys {
             KeySource::Uri(url) => url.clone(),
             _ => self.discover(now).await?.jwks_uri,
         };
-        let text = self.jwks.get(&url, unknown_kid).await.map_err(|error| {
-            tracing::warn!(issuer = %self.settings.name, %error, "the issuer's keys cannot be fetched");
+        // The cache logs a failed fetch once, where it happened.
+        let set = self.jwks.get(&url, asking).await.map_err(|error| {
+            tracing::debug!(issuer = %self.settings.name, %error, "the issuer's keys cannot be had");
             AuthError::Unavailable
         })?;
         let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((cached, keys)) = parsed.as_ref()
-            && *cached == text
+        if let Some(current) = parsed.as_mut()
+            && (Arc::ptr_eq(&current.text, &set.text) || current.text == set.text)
         {
-            return Ok(keys.clone());
+            current.fresh_until = set.fresh_until;
+            return Ok(current.keys.clone());
         }
         let mut keys = TrustedKeys::new();
         // The cache only keeps sets with a usable key.
-        keys.add_issuer_jwks(&text)
+        keys.add_issuer_jwks(&set.text)
             .map_err(|_| AuthError::Unavailable)?;
         let keys = Arc::new(keys);
-        *parsed = Some((text, keys.clone()));
+        if let Some(old) = parsed.as_ref() {
+            self.log_removed(&old.keys, &keys);
+        }
+        *parsed = Some(ParsedSet {
+            text: set.text,
+            keys: keys.clone(),
+            fresh_until: set.fresh_until,
+        });
         Ok(keys)
+    }
+
+    /// The parsed set, while it is fresh and holds what `asking` looks for.
+    fn parsed_while_fresh(&self, asking: Asking<'_>, now: Timestamp) -> Option<Arc<TrustedKeys>> {
+        let parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        let current = parsed.as_ref().filter(|p| now < p.fresh_until)?;
+        match asking {
+            Asking::Fresh => Some(current.keys.clone()),
+            Asking::ForKid(kid) if current.keys.algorithm_of(kid).is_some() => {
+                Some(current.keys.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Says once, when a new set replaces `old`, which keys left it: the tokens they signed
+    /// are refused from now on.
+    fn log_removed(&self, old: &TrustedKeys, new: &TrustedKeys) {
+        for kid in old.kids().filter(|kid| new.algorithm_of(kid).is_none()) {
+            tracing::warn!(issuer = %self.settings.name, kid = %kid.escape_debug(), "the issuer removed a key from its set; tokens it signed are refused from now on");
+        }
     }
 
     /// The provider's metadata: OpenID Connect discovery, else RFC 8414's. Its `issuer` must be
@@ -236,37 +307,64 @@ impl Issuer {
             return Err(AuthError::Unavailable);
         }
         state.1 = Some(now);
-        let issuer = self.settings.rules.issuer.trim_end_matches('/');
-        let mut last = String::new();
-        for well_known in ["openid-configuration", "oauth-authorization-server"] {
-            let url = format!("{issuer}/.well-known/{well_known}");
-            match fetch_text(&url, &self.policy).await {
-                Ok(text) => match read_metadata(&text, &self.settings.rules.issuer, &url) {
-                    Ok(found) => {
-                        state.0 = Some(found.clone());
-                        return Ok(found);
-                    }
-                    Err(why) => last = why,
-                },
-                Err(error) => last = error.to_string(),
+        match discover(&self.settings.rules.issuer, &self.policy).await {
+            Ok(found) => {
+                state.0 = Some(found.clone());
+                Ok(found)
+            }
+            Err(reason) => {
+                tracing::warn!(issuer = %self.settings.name, %reason, "the issuer's metadata cannot be read");
+                Err(AuthError::Unavailable)
             }
         }
-        tracing::warn!(issuer = %self.settings.name, reason = %last, "the issuer's metadata cannot be read");
-        Err(AuthError::Unavailable)
     }
+}
+
+/// An issuer's metadata, fetched under `policy`: OpenID Connect discovery, else RFC 8414's,
+/// whose `issuer` must be `issuer` exactly; or why neither would do, each URL's reason named.
+pub async fn discover(issuer: &str, policy: &FetchPolicy) -> Result<Discovered, String> {
+    let mut reasons = Vec::new();
+    for url in metadata_urls(issuer)? {
+        let read = match fetch_text(&url, policy).await {
+            Ok(text) => read_metadata(&text, issuer, &url),
+            Err(error) => Err(error.to_string()),
+        };
+        match read {
+            Ok(found) => return Ok(found),
+            Err(why) => reasons.push(why),
+        }
+    }
+    Err(reasons.join("; "))
+}
+
+/// Where an issuer's metadata may be: OpenID Connect's `<issuer>/.well-known/openid-configuration`
+/// and RFC 8414's `<scheme://authority>/.well-known/oauth-authorization-server<path>`, which
+/// differ in where an issuer's path goes.
+fn metadata_urls(issuer: &str) -> Result<[String; 2], String> {
+    let url = reqwest::Url::parse(issuer).map_err(|_| "the issuer is not a URL".to_owned())?;
+    let path = url.path().trim_end_matches('/');
+    let origin = url.origin().ascii_serialization();
+    Ok([
+        format!("{origin}{path}/.well-known/openid-configuration"),
+        format!("{origin}/.well-known/oauth-authorization-server{path}"),
+    ])
 }
 
 /// `jwks_uri` and `token_endpoint` from a metadata document whose `issuer` is `issuer`.
 fn read_metadata(text: &str, issuer: &str, url: &str) -> Result<Discovered, String> {
     let document = crate::protocol::json::parse(text, crate::protocol::json::Integers::Any)
-        .map_err(|e| format!("the metadata is not strict JSON: {e}"))?;
-    if document.get("issuer").and_then(Value::as_str) != Some(issuer) {
-        return Err("the metadata names another issuer".to_owned());
+        .map_err(|e| format!("{url}: not strict JSON: {e}"))?;
+    let named = document.get("issuer").and_then(Value::as_str);
+    if named != Some(issuer) {
+        return Err(format!(
+            "{url} names issuer {:?}, not {issuer:?} (the issuer must match exactly, RFC 8414 §3.3)",
+            named.unwrap_or_default()
+        ));
     }
     let jwks_uri = document
         .get("jwks_uri")
         .and_then(Value::as_str)
-        .ok_or("the metadata has no jwks_uri")?
+        .ok_or_else(|| format!("{url}: no jwks_uri"))?
         .to_owned();
     Ok(Discovered {
         jwks_uri,
@@ -287,6 +385,8 @@ pub struct VerifiedToken<'a> {
     pub require_scopes: bool,
     /// The token's claims.
     pub token: &'a AccessToken,
+    /// Until when the token is taken: its `exp` and the issuer's clock skew.
+    pub taken_until: Timestamp,
 }
 
 impl VerifiedToken<'_> {
@@ -364,7 +464,7 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for IdentityProviderToken
 
     async fn verify(&self, credentials: &str, context: &Context<'_>) -> Result<Who, Failure> {
         let verified = self.providers.verify(credentials).await?;
-        let (issuer, token) = &*verified;
+        let (issuer, token) = (&verified.issuer, &verified.token);
         // RFC 8705: a token bound to a certificate is taken only over a connection that
         // presented that certificate.
         if let Some(bound) = &token.certificate_thumbprint {
@@ -379,6 +479,7 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for IdentityProviderToken
                 issuer: &issuer.settings.name,
                 require_scopes: issuer.settings.require_scopes,
                 token,
+                taken_until: later(token.expires_at, issuer.settings.rules.skew),
             })
             .await
     }
@@ -415,11 +516,13 @@ impl TokenBindings<AuthenticatedPeer> for PeerBindings {
             })?
             .filter(|login| login.active)
             .ok_or_else(|| verified.unbound())?;
-        // The earlier of the token's end and the peer's.
+        // The earlier of the token's end (with the issuer's skew, as it was verified) and the
+        // peer's.
+        let taken_until = verified.taken_until;
         let valid_until = Some(
             login
                 .valid_until
-                .map_or(token.expires_at, |until| until.min(token.expires_at)),
+                .map_or(taken_until, |until| until.min(taken_until)),
         );
         let mut peer = peer(
             Scheme::Jwt,
@@ -434,5 +537,51 @@ impl TokenBindings<AuthenticatedPeer> for PeerBindings {
             ));
         }
         Ok(peer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_issuer_with_a_path_is_discovered_at_both_specs_urls() {
+        assert_eq!(
+            metadata_urls("https://login.example.com").unwrap(),
+            [
+                "https://login.example.com/.well-known/openid-configuration",
+                "https://login.example.com/.well-known/oauth-authorization-server",
+            ]
+        );
+        assert_eq!(
+            metadata_urls("https://login.example.com:8443/tenant/a/").unwrap(),
+            [
+                "https://login.example.com:8443/tenant/a/.well-known/openid-configuration",
+                "https://login.example.com:8443/.well-known/oauth-authorization-server/tenant/a",
+            ]
+        );
+    }
+
+    #[test]
+    fn metadata_naming_another_issuer_says_which() {
+        let url = "https://idp.example/.well-known/openid-configuration";
+        let why = read_metadata(
+            r#"{"issuer": "https://evil.example", "jwks_uri": "https://evil.example/k"}"#,
+            "https://idp.example",
+            url,
+        )
+        .unwrap_err();
+        assert!(why.contains(url), "{why}");
+        assert!(
+            why.contains(r#"names issuer "https://evil.example", not "https://idp.example""#),
+            "{why}"
+        );
+        let found = read_metadata(
+            r#"{"issuer": "https://idp.example", "jwks_uri": "https://idp.example/k"}"#,
+            "https://idp.example",
+            url,
+        )
+        .unwrap();
+        assert_eq!(found.jwks_uri, "https://idp.example/k");
     }
 }
