@@ -620,6 +620,8 @@ impl Listeners {
         // Read before binding: a wrong file stops start-up naming its setting.
         let (tls, client_ca_sha256) = match &policy.server.tls {
             Some(tls) => {
+                crate::http::server_tls::check_client_trust(tls, options.clock.now())
+                    .map_err(StartError::Config)?;
                 let (acceptor, ca) = crate::http::server_tls::acceptor(tls, b"http/1.1")
                     .map_err(StartError::Config)?;
                 (Some(acceptor), ca)

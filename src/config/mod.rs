@@ -29,7 +29,7 @@ pub use limits::LimitsPolicy;
 pub use log::{LogFormat, LogPolicy};
 pub use model::{A2aPolicy, BackendKind, ModelPolicy, OpenAiPolicy};
 pub use push::PushPolicy;
-pub use server::{ServerPolicy, ServerTlsPolicy, check_admin_listen};
+pub use server::{ExpiredClientTrust, ServerPolicy, ServerTlsPolicy, check_admin_listen};
 pub use signing::{SigningKeyPolicy, SigningPolicy};
 pub use tasks::TasksPolicy;
 

@@ -82,6 +82,22 @@ pub struct ServerTlsPolicy {
     /// client may still use the other schemes).
     #[serde(default)]
     pub require_client_certificate: bool,
+    /// What an expired client CA, or a revocation list past its `nextUpdate`, does: `warn`
+    /// (the default: logged at start-up) or `refuse` (start-up stops naming the file, and a
+    /// list that goes out of date while serving fails the handshakes it would have judged).
+    #[serde(default)]
+    pub expired_client_trust: ExpiredClientTrust,
+}
+
+/// `server.tls.expired_client_trust`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpiredClientTrust {
+    /// Logged at start-up; served as it is.
+    #[default]
+    Warn,
+    /// Start-up stops; a list that goes out of date while serving fails handshakes.
+    Refuse,
 }
 
 impl ServerTlsPolicy {

@@ -30,6 +30,12 @@ pub enum AuthError {
     /// A credential of a kind this listener never takes (a peer's token on the admin API).
     #[error("a peer credential opens nothing here")]
     ForeignCredential,
+    /// The client certificate this connection presented has expired since its handshake: the
+    /// connection opens nothing more.
+    #[error(
+        "the client certificate this connection presented has expired; connect again with a current one"
+    )]
+    CertificateExpired,
     /// The store could not be asked.
     #[error("credentials cannot be checked right now")]
     Unavailable,
@@ -50,6 +56,7 @@ impl AuthError {
             Self::MalformedToken | Self::InvalidToken => "invalid_token",
             Self::InvalidCredentials => "invalid_credentials",
             Self::ForeignCredential => "peer_credential",
+            Self::CertificateExpired => "certificate_expired",
             Self::Unavailable => "auth_unavailable",
             Self::Busy => "auth_busy",
         }

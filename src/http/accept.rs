@@ -206,7 +206,7 @@ async fn serve_connection(
 }
 
 /// A connection on a TLS listener: the handshake within its timeout, then `app` with the client
-/// certificate it verified (if any) going with every request.
+/// certificate it verified (if any) going with every request, until that certificate expires.
 async fn serve_tls(
     io: GuardedIo<tokio::net::TcpStream>,
     (remote, deadline): (std::net::SocketAddr, Arc<ConnectionDeadline>),
@@ -222,8 +222,23 @@ async fn serve_tls(
         .peer_certificates()
         .and_then(|chain| chain.first())
         .map(|leaf| Arc::new(ClientCertificate::from_der(leaf.as_ref())));
+    // Each request checks the certificate's expiry (the authenticator); a stream open when it
+    // passes ends with the connection.
+    let expires_in = certificate
+        .as_ref()
+        .and_then(|certificate| certificate.not_after)
+        .map(|not_after| {
+            let left = crate::clock::Timestamp::now().duration_until(not_after);
+            Duration::try_from(left).unwrap_or(Duration::ZERO)
+        });
     let app = connection_app(app, remote, deadline, certificate);
-    http.serve(TokioIo::new(tls), app, drain).await;
+    let serving = http.serve(TokioIo::new(tls), app, drain);
+    match expires_in {
+        Some(left) => {
+            let _ = tokio::time::timeout(left, serving).await;
+        }
+        None => serving.await,
+    }
 }
 
 /// Serves `app` on `listener` in `protocol` until `shutdown` turns true, then drains. With

@@ -6,8 +6,14 @@
 //! process-wide provider, no system roots for clients). A client certificate must chain to the
 //! CA, be within its validity, carry the `clientAuth` usage when it names usages, and not be
 //! revoked by a configured list; what it proves is decided by the `"mtls"` scheme.
+//!
+//! The client CA and the revocation lists are dated: [`check_client_trust`] says at start-up
+//! which CA has expired and which list is past its `nextUpdate` (webpki checks neither a
+//! trust anchor's validity nor, unless asked, a list's), and stops start-up for them under
+//! `expired_client_trust = "refuse"`, which also makes the handshake refuse what a list gone
+//! out of date while serving would have judged.
 
-use crate::config::ServerTlsPolicy;
+use crate::config::{ExpiredClientTrust, ServerTlsPolicy};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -56,21 +62,7 @@ pub fn acceptor(
             }
             let mut crls = Vec::new();
             for path in &policy.client_crl_files {
-                let read = CertificateRevocationListDer::pem_file_iter(path)
-                    .and_then(|lists| lists.collect::<Result<Vec<_>, _>>());
-                match read {
-                    Ok(lists) if !lists.is_empty() => crls.extend(lists),
-                    _ => {
-                        // A DER file.
-                        let der = std::fs::read(path).map_err(|e| {
-                            format!(
-                                "server.tls.client_crl_files: cannot read a list ({})",
-                                e.kind()
-                            )
-                        })?;
-                        crls.push(CertificateRevocationListDer::from(der));
-                    }
-                }
+                crls.extend(revocation_lists(path)?);
             }
             // The lists given are enforced along the whole chain; a certificate whose issuer
             // has no list here is not refused for that (an operator lists what they publish).
@@ -78,6 +70,9 @@ pub fn acceptor(
                 WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                     .with_crls(crls)
                     .allow_unknown_revocation_status();
+            if policy.expired_client_trust == ExpiredClientTrust::Refuse {
+                verifier = verifier.enforce_revocation_expiration();
+            }
             if !policy.require_client_certificate {
                 verifier = verifier.allow_unauthenticated();
             }
@@ -92,4 +87,69 @@ pub fn acceptor(
         .map_err(|e| format!("server.tls.key_file: does not fit the certificate ({e})"))?;
     config.alpn_protocols = vec![alpn.to_vec()];
     Ok((tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca_sha256))
+}
+
+/// The client CA's and the revocation lists' dates at `now`: what is out of date, each named
+/// with its setting and date, logged as warnings; under `expired_client_trust = "refuse"` the
+/// first of them as the error that stops start-up.
+pub fn check_client_trust(
+    policy: &ServerTlsPolicy,
+    now: crate::clock::Timestamp,
+) -> Result<(), String> {
+    let mut stale = Vec::new();
+    if let Some(path) = &policy.client_ca_file {
+        let cas = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .unwrap_or_default();
+        for ca in cas {
+            if let Some((_, not_after)) = crate::guard::certificate::validity(ca.as_ref())
+                && now > not_after
+            {
+                stale.push(format!(
+                    "server.tls.client_ca_file: a CA certificate expired at {not_after}; client certificates still chain to it"
+                ));
+            }
+        }
+    }
+    for path in &policy.client_crl_files {
+        for list in revocation_lists(path).unwrap_or_default() {
+            if let Some(next) = crate::guard::certificate::crl_next_update(list.as_ref())
+                && now > next
+            {
+                stale.push(format!(
+                    "server.tls.client_crl_files: {} is past its nextUpdate ({next}); certificates revoked since are not known",
+                    path.display()
+                ));
+            }
+        }
+    }
+    for why in &stale {
+        tracing::warn!("{why}");
+    }
+    match (stale.first(), policy.expired_client_trust) {
+        (Some(first), ExpiredClientTrust::Refuse) => Err(format!(
+            "{first} (server.tls.expired_client_trust is \"refuse\")"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The revocation lists in `path`: PEM, else one DER list.
+fn revocation_lists(
+    path: &std::path::Path,
+) -> Result<Vec<CertificateRevocationListDer<'static>>, String> {
+    let read = CertificateRevocationListDer::pem_file_iter(path)
+        .and_then(|lists| lists.collect::<Result<Vec<_>, _>>());
+    match read {
+        Ok(lists) if !lists.is_empty() => Ok(lists),
+        _ => {
+            let der = std::fs::read(path).map_err(|e| {
+                format!(
+                    "server.tls.client_crl_files: cannot read a list ({})",
+                    e.kind()
+                )
+            })?;
+            Ok(vec![CertificateRevocationListDer::from(der)])
+        }
+    }
 }

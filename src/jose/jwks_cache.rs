@@ -219,12 +219,7 @@ impl JwksCache {
 
     /// The cached set, as it is (fresh, or stale within [`JwksCache::MAX_STALE`] after a
     /// failed fetch), or the failure that left none.
-    fn cached(
-        &self,
-        entry: &CachedJwks,
-        url: &str,
-        now: Timestamp,
-    ) -> Result<KeySet, FetchError> {
+    fn cached(&self, entry: &CachedJwks, url: &str, now: Timestamp) -> Result<KeySet, FetchError> {
         if let Some(good) = &entry.good
             && elapsed(good.at, now) < self.max_stale
         {

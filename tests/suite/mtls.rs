@@ -366,3 +366,68 @@ async fn a_forwarded_certificate_counts_from_trusted_proxies_only() {
         "{refused}"
     );
 }
+
+/// A connection kept alive past its certificate's notAfter opens nothing more: the handshake
+/// checked the certificate once, each request checks its expiry again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_certificate_that_expires_ends_its_connections_access() {
+    let pki = TestPki::generate();
+    let gw = TestGateway::start_with(policy(&pki, &["bearer", "mtls"], false).policy()).await;
+    gw.add_peer("partner");
+    gw.bind(
+        "partner",
+        &["--certificate-san", "spiffe://acme.example/agent"],
+    );
+    let client = pki.client(Some("good"));
+    let (status, body) = post(&client, &gw, None, get_task("x")).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    // The certificates are made for two days.
+    gw.clock
+        .advance(std::time::Duration::from_secs(3 * 24 * 3600));
+    let (status, body) = post(&client, &gw, None, get_task("x")).await.unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (401, json!("certificate_expired")),
+        "{body}"
+    );
+    gw.stop().await;
+}
+
+/// A client CA that has expired and a revocation list past its nextUpdate are warned about at
+/// start-up, and stop it when the policy says `refuse`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_client_ca_or_stale_revocation_list_stops_start_up_when_the_policy_says_so() {
+    use peergate::clock::{Clock, ManualClock, SystemClock};
+    let pki = TestPki::generate();
+    // Three days on, the two-day root and the list due in two days are both out of date.
+    let later = ManualClock::new(peergate::clock::later(
+        SystemClock.now(),
+        std::time::Duration::from_secs(3 * 24 * 3600),
+    ));
+    let start = |edit: PolicyEdit| {
+        let data = tempfile::tempdir().unwrap();
+        let options = gateway_options(
+            edit.policy(),
+            data.path(),
+            std::sync::Arc::new(later.clone()),
+        );
+        async move {
+            let started = match peergate::app::start(options).await {
+                Ok(running) => {
+                    running.shutdown().await;
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            (started, data)
+        }
+    };
+    let refusing = policy(&pki, &["bearer", "mtls"], false)
+        .insert("server.tls.expired_client_trust", "refuse");
+    let (refused, _data) = start(refusing).await;
+    let why = refused.expect_err("start-up went on").to_string();
+    assert!(why.contains("server.tls.client_ca_file"), "{why}");
+    assert!(why.contains("expired_client_trust"), "{why}");
+    let (started, _data) = start(policy(&pki, &["bearer", "mtls"], false)).await;
+    assert!(started.is_ok(), "warn, the default, starts");
+}

@@ -405,6 +405,11 @@ impl<Who: Principal> Authenticator<Who> {
         certificate: Option<&ClientCertificate>,
         admission: Option<&Admission>,
     ) -> Result<Arc<Verified<Who>>, Refused> {
+        // The handshake checked the certificate once; a connection kept alive past its
+        // notAfter opens nothing more, whatever credential its requests carry.
+        if certificate.is_some_and(|c| c.expired_at(self.clock.now())) {
+            return Err(AuthError::CertificateExpired.into());
+        }
         let presented = match self.claimed(headers, certificate) {
             Ok(presented) => presented,
             Err(AuthError::MissingCredentials) => return Err(AuthError::MissingCredentials.into()),
