@@ -70,6 +70,9 @@ pub struct AgentSettings {
     pub context_messages: u32,
     /// Longest text passed on.
     pub max_text_bytes: usize,
+    /// A model backend refuses a message with parts it does not read (`tasks.unread_parts =
+    /// "refuse"`), instead of answering what it read and saying which it did not.
+    pub refuse_unread_parts: bool,
     /// How long one backend call may take.
     pub backend_timeout: Duration,
     /// `returnImmediately` is honoured (`capabilities.non_blocking`).

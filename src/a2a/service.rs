@@ -8,6 +8,7 @@
 
 use crate::a2a::events::{EventStream, StreamRefused};
 use crate::guard::admission::{Admission, Settled};
+use crate::layers::access_log::AccessNote;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
@@ -30,6 +31,8 @@ pub struct Caller {
     /// The request's shared checks, still to be asked (across instances; `None` in one
     /// process, where every limit was decided in front).
     pub admission: Option<Admission>,
+    /// What the access log writes of the request, when it is on.
+    pub note: Option<std::sync::Arc<AccessNote>>,
 }
 
 impl Caller {
@@ -43,6 +46,7 @@ impl Caller {
             peer,
             client,
             admission: extensions.get::<Admission>().cloned(),
+            note: extensions.get::<std::sync::Arc<AccessNote>>().cloned(),
         }
     }
 

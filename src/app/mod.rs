@@ -811,6 +811,7 @@ fn agent_settings(policy: &Policy) -> AgentSettings {
         task_retention: Duration::from_secs(u64::from(policy.tasks.retention_hours) * 3600),
         context_messages: policy.tasks.context_messages,
         max_text_bytes: policy.tasks.max_text_bytes,
+        refuse_unread_parts: policy.tasks.unread_parts == crate::config::UnreadParts::Refuse,
         backend_timeout: Duration::from_secs(policy.model.timeout_seconds),
         non_blocking: policy.capabilities.non_blocking,
         cancel_running: policy.capabilities.cancel_running,

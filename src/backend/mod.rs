@@ -36,8 +36,15 @@ pub struct Prompt {
     pub text: String,
     /// The peer's message id, as sent.
     pub message_id: String,
-    /// The peer's text and data parts, as sent (an agent gets these; a model gets `text`).
+    /// The peer's message as the backend gets it: every part as sent for an agent, the text
+    /// alone for a model (which reads `text`).
     pub parts: Vec<crate::protocol::types::Part>,
+    /// The message's `metadata`, as sent (relayed to an agent).
+    pub message_metadata: Option<serde_json::Value>,
+    /// The request's `metadata`, as sent (relayed to an agent).
+    pub request_metadata: Option<serde_json::Value>,
+    /// The message's `extensions`, as sent (relayed to an agent).
+    pub extensions: Vec<String>,
     /// A stable id for the peer's conversation that names neither the peer nor the context id
     /// it chose, so an agent behind the door cannot be steered into another peer's context.
     pub conversation: String,
@@ -128,6 +135,12 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
     /// not say otherwise; `None` for a model.
     fn description(&self) -> Option<&AgentDescription> {
         None
+    }
+
+    /// Whether it reads every part of a message as sent (an agent behind the door); a model
+    /// reads text and data parts only.
+    fn reads_every_part(&self) -> bool {
+        false
     }
 
     /// Asks the model once.

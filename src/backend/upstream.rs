@@ -193,7 +193,23 @@ impl UpstreamAgent {
         if let Some(task_id) = &prompt.continues {
             message["taskId"] = json!(task_id);
         }
+        if let Some(metadata) = &prompt.message_metadata {
+            message["metadata"] = metadata.clone();
+        }
+        if !prompt.extensions.is_empty() {
+            message["extensions"] = json!(prompt.extensions);
+        }
         message
+    }
+
+    /// The params of a `SendMessage` or `SendStreamingMessage` for `prompt`: its message and
+    /// the request's metadata as the peer sent them.
+    fn params(prompt: &Prompt) -> Value {
+        let mut params = json!({"message": Self::message(prompt)});
+        if let Some(metadata) = &prompt.request_metadata {
+            params["metadata"] = metadata.clone();
+        }
+        params
     }
 
     /// POSTs one JSON-RPC request; a non-success status is an error (its body read past,
@@ -267,6 +283,10 @@ impl UpstreamAgent {
 impl ModelBackend for UpstreamAgent {
     fn what(&self) -> &'static str {
         "agent"
+    }
+
+    fn reads_every_part(&self) -> bool {
+        true
     }
 
     fn description(&self) -> Option<&super::AgentDescription> {
@@ -361,9 +381,7 @@ impl UpstreamAgent {
             let (pieces, _) = tokio::sync::mpsc::unbounded_channel();
             return self.streamed(prompt, &pieces).await;
         }
-        let result = self
-            .call("SendMessage", json!({"message": Self::message(prompt)}))
-            .await?;
+        let result = self.call("SendMessage", Self::params(prompt)).await?;
         self.settle(prompt, result).await
     }
 
@@ -388,11 +406,7 @@ impl UpstreamAgent {
     /// stream stops first).
     async fn streamed(&self, prompt: &Prompt, pieces: &Pieces) -> Result<Completion, BackendError> {
         let mut response = self
-            .post(
-                "SendStreamingMessage",
-                json!({"message": Self::message(prompt)}),
-                true,
-            )
+            .post("SendStreamingMessage", Self::params(prompt), true)
             .await?;
         // An agent may refuse a stream with one JSON-RPC error, sent as JSON.
         let is_json = response

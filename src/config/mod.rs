@@ -31,7 +31,7 @@ pub use model::{A2aPolicy, BackendKind, ModelPolicy, OpenAiPolicy};
 pub use push::PushPolicy;
 pub use server::{ExpiredClientTrust, ServerPolicy, ServerTlsPolicy, check_admin_listen};
 pub use signing::{SigningKeyPolicy, SigningPolicy};
-pub use tasks::TasksPolicy;
+pub use tasks::{TasksPolicy, UnreadParts};
 
 use crate::guard::cidr::Cidr;
 use crate::guard::scheme::Scheme;

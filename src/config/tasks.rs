@@ -16,6 +16,22 @@ pub struct TasksPolicy {
     /// Longest message text passed on; longer text is cut and marked.
     #[serde(default = "default_max_text_bytes")]
     pub max_text_bytes: usize,
+    /// What a model backend does with file and URL parts, which it does not read.
+    #[serde(default)]
+    pub unread_parts: UnreadParts,
+}
+
+/// `tasks.unread_parts`: what a model backend does with the parts of a message it does not
+/// read (files and URLs; an agent behind the door gets every part).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnreadParts {
+    /// Answers what it read, and says which parts it did not read (the task's metadata, the
+    /// access log).
+    #[default]
+    Tell,
+    /// Refuses the message with -32005, naming the first part it would not read.
+    Refuse,
 }
 
 impl Default for TasksPolicy {
@@ -24,6 +40,7 @@ impl Default for TasksPolicy {
             retention_hours: default_retention_hours(),
             context_messages: default_context_messages(),
             max_text_bytes: default_max_text_bytes(),
+            unread_parts: UnreadParts::default(),
         }
     }
 }

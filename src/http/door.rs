@@ -5,12 +5,10 @@ use super::content_type::is_json;
 use crate::a2a::agent::Agent;
 use crate::a2a::card;
 use crate::a2a::jsonrpc_binding::{self, Answer};
-use crate::a2a::service::Caller;
 use crate::config::Policy;
 use crate::guard::refusal::{self, Refusal};
 use crate::http::document::CachedDocument;
 use crate::layers::auth::{AuthLayer, AuthMode, AuthenticatedPeer, PeerAuthenticator};
-use crate::layers::client_addr::ClientAddr;
 use crate::layers::client_addr::ClientAddrLayer;
 use crate::layers::gate::GateLayer;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer};
@@ -200,16 +198,13 @@ impl axum::extract::FromRef<DoorState> for crate::http::rest::RestState {
 
 async fn door(
     State(state): State<DoorState>,
-    peer: AuthenticatedPeer,
-    client: Option<Extension<ClientAddr>>,
-    admission: Option<Extension<crate::guard::admission::Admission>>,
-    deadline: Option<Extension<Arc<crate::http::stalled_writes::ConnectionDeadline>>>,
+    crate::http::rest::Caller { caller, deadline }: crate::http::rest::Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     if !is_json(&headers) {
         let error = crate::protocol::error::A2aError::ContentTypeNotSupported(
-            "send the JSON-RPC request with Content-Type: application/json",
+            "send the JSON-RPC request with Content-Type: application/json".into(),
         );
         let mut response = json_rpc_body(crate::protocol::jsonrpc::refuse(&body, &error));
         response
@@ -220,11 +215,6 @@ async fn door(
     // The turn runs in a task of its own: a client that hangs up (or a request timeout) must
     // not cut it between storing the task and storing its answer.
     let agent = state.agent.clone();
-    let caller = Caller {
-        peer,
-        client: client.map(|c| c.0.ip()),
-        admission: admission.map(|a| a.0),
-    };
     let turn = tokio::spawn(async move { jsonrpc_binding::handle(&agent, &caller, &body).await });
     let Ok((method, answer)) = turn.await else {
         return panic_response(Box::new("the turn panicked"));
@@ -247,7 +237,6 @@ async fn door(
             response
         }
         Answer::Events { id, events } => {
-            let deadline = deadline.map(|Extension(deadline)| deadline);
             let frame = move |event| jsonrpc_binding::event(&id, event);
             crate::http::sse::respond(events, frame, &state.bounds, deadline.as_ref())
         }

@@ -85,10 +85,10 @@ where
 
 /// Request context every route passes on to the service: the peer (only the authentication
 /// layer makes one, so a route without it refuses), its address, and the connection's deadline
-/// a stream bounds.
-struct Caller {
-    caller: ServiceCaller,
-    deadline: Option<Arc<ConnectionDeadline>>,
+/// a stream bounds. The JSON-RPC door takes it too.
+pub(crate) struct Caller {
+    pub(crate) caller: ServiceCaller,
+    pub(crate) deadline: Option<Arc<ConnectionDeadline>>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
@@ -264,7 +264,7 @@ fn body_request<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result
     use crate::protocol::json::{Integers, StrictError, parse_object};
     if !crate::http::content_type::is_json(headers) {
         return Err(A2aError::ContentTypeNotSupported(
-            "send the request body with Content-Type: application/json",
+            "send the request body with Content-Type: application/json".into(),
         ));
     }
     // As strict as the JSON-RPC door: a repeated member name is refused, not resolved.

@@ -7,7 +7,8 @@
 //! fixed label, never the raw path or its query), the binding and the A2A method the service
 //! call named (or `-`), the status, the JSON-RPC error code of an error answered with 200 (or
 //! `-`), the refusal reason when there is one (`unauthenticated`, `per_ip`, `body_too_large`,
-//! …), and the latency in milliseconds with at most three decimals. Never a credential, a
+//! …), the parts of a message a model did not read (`unread_parts`, as `kind@index`, or `-`),
+//! and the latency in milliseconds with at most three decimals. Never a credential, a
 //! header, a body or a prompt. With `--log-format json` each is one JSON object.
 //!
 //! The layer is outermost; the layers inside it write what they decide into the request's
@@ -47,6 +48,21 @@ pub struct AccessNote {
     client: OnceLock<IpAddr>,
     peer: OnceLock<Box<str>>,
     peer_name: OnceLock<Box<str>>,
+    unread_parts: OnceLock<Box<str>>,
+}
+
+impl AccessNote {
+    /// Notes the parts of the request's message its model did not read, as `kind@index`
+    /// (`url@1,raw@2`).
+    pub fn unread_parts(&self, parts: impl IntoIterator<Item = (&'static str, usize)>) {
+        let listed: Vec<String> = parts
+            .into_iter()
+            .map(|(kind, index)| format!("{kind}@{index}"))
+            .collect();
+        if !listed.is_empty() {
+            let _ = self.unread_parts.set(listed.join(",").into());
+        }
+    }
 }
 
 /// Notes the client address the client-address layer decided, if the access log is on.
@@ -168,6 +184,7 @@ impl Seen {
                 .get::<JsonRpcErrorCode>()
                 .map_or_else(|| "-".to_owned(), |code| code.0.to_string()),
             reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.label()),
+            unread_parts = self.note.unread_parts.get().map_or("-", |parts| &**parts),
             // Milliseconds to the microsecond: three decimals at most.
             latency_ms = self.started.elapsed().as_micros() as f64 / 1000.0,
             "request"

@@ -42,7 +42,7 @@ pub enum A2aError {
     /// `-32004`
     UnsupportedOperation(&'static str),
     /// `-32005`
-    ContentTypeNotSupported(&'static str),
+    ContentTypeNotSupported(std::borrow::Cow<'static, str>),
     /// `-32008`: a required extension was not activated.
     ExtensionSupportRequired {
         /// The required URIs the request did not list.

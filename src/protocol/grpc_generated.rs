@@ -35,7 +35,12 @@ pub fn send_message_request(
 ) -> Result<SendMessageRequest, A2aError> {
     let message = request.message.ok_or_else(|| missing("message"))?;
     let configuration = request.configuration.map(configuration);
-    Ok(SendMessageRequest::new(incoming(message)?, configuration))
+    let metadata = request.metadata.map(object).transpose()?;
+    Ok(SendMessageRequest::new(
+        incoming(message)?,
+        configuration,
+        metadata,
+    ))
 }
 
 fn incoming(message: proto::Message) -> Result<IncomingMessage, A2aError> {
@@ -61,6 +66,15 @@ fn incoming(message: proto::Message) -> Result<IncomingMessage, A2aError> {
             .into_iter()
             .map(incoming_part)
             .collect::<Result<_, _>>()?,
+        metadata: message.metadata.map(object).transpose()?,
+        extensions: message.extensions,
+    })
+}
+
+/// A `google.protobuf.Struct` as the JSON object ProtoJSON writes for it.
+fn object(structure: prost_types::Struct) -> Result<Value, A2aError> {
+    json(prost_types::Value {
+        kind: Some(prost_types::value::Kind::StructValue(structure)),
     })
 }
 
@@ -72,14 +86,16 @@ fn incoming_part(part: proto::Part) -> Result<IncomingPart, A2aError> {
         url: None,
         data: None,
         file: None,
+        filename: non_empty(part.filename),
+        media_type: non_empty(part.media_type),
+        metadata: part.metadata.map(object).transpose()?,
     };
     match part.content {
         Some(Content::Text(text)) => read.text = Some(text),
         Some(Content::Raw(bytes)) => {
-            let text = base64::engine::general_purpose::STANDARD.encode(bytes);
-            read.raw = Some(Value::String(text));
+            read.raw = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
         }
-        Some(Content::Url(url)) => read.url = Some(Value::String(url)),
+        Some(Content::Url(url)) => read.url = Some(url),
         Some(Content::Data(data)) => read.data = Some(json(data)?),
         None => {}
     }
@@ -193,7 +209,7 @@ fn task(task: &Task) -> Result<proto::Task, A2aError> {
             .map(artifact)
             .collect::<Result<_, _>>()?,
         history: task.history.iter().map(message).collect::<Result<_, _>>()?,
-        metadata: None,
+        metadata: task.metadata.as_ref().map(structure).transpose()?,
     })
 }
 
@@ -352,6 +368,7 @@ mod tests {
                 metadata: Some(json!({"k": "v"})),
             }],
             history: vec![message("m-1", Role::User, vec![Part::text("hi")]), reply],
+            metadata: Some(json!({"peergate": {"unreadParts": [{"index": 1, "content": "url"}]}})),
         }
     }
 

@@ -157,6 +157,10 @@ pub struct SendMessageRequest {
     /// `SendMessageConfiguration`.
     #[serde(default)]
     pub configuration: Option<SendMessageConfiguration>,
+    /// The request's own `metadata` (a JSON object), relayed to an agent behind the door as
+    /// sent.
+    #[serde(default)]
+    pub metadata: Option<Value>,
     /// A `contextId` or `taskId` beside `message` instead of inside it: refused by
     /// [`SendMessageRequest::misplaced_ids`] rather than ignored, which silently started a new
     /// conversation.
@@ -168,10 +172,15 @@ pub struct SendMessageRequest {
 
 impl SendMessageRequest {
     /// A request as a binding with no room for misplaced ids (a protobuf message) reads it.
-    pub fn new(message: IncomingMessage, configuration: Option<SendMessageConfiguration>) -> Self {
+    pub fn new(
+        message: IncomingMessage,
+        configuration: Option<SendMessageConfiguration>,
+        metadata: Option<Value>,
+    ) -> Self {
         Self {
             message,
             configuration,
+            metadata,
             misplaced_context_id: None,
             misplaced_task_id: None,
         }
@@ -298,26 +307,58 @@ pub struct IncomingMessage {
     pub role: Role,
     /// `parts`
     pub parts: Vec<IncomingPart>,
+    /// `metadata` (a JSON object), relayed to an agent behind the door as sent.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    /// `extensions`: the extension URIs the message uses, relayed to an agent as sent.
+    #[serde(default)]
+    pub extensions: Vec<String>,
 }
 
-/// A `Part` sent by a peer: exactly one content member.
+/// A `Part` sent by a peer: exactly one content member, and the optional ones.
 #[derive(Debug, Deserialize)]
 pub struct IncomingPart {
     /// Text content.
     #[serde(default)]
     pub text: Option<String>,
-    /// Base64 bytes (ignored).
+    /// A file's bytes, base64 as ProtoJSON writes them.
     #[serde(default)]
-    pub raw: Option<Value>,
-    /// A URL (ignored).
+    pub raw: Option<String>,
+    /// A file's URL.
     #[serde(default)]
-    pub url: Option<Value>,
+    pub url: Option<String>,
     /// Structured data, passed on as compact JSON text.
     #[serde(default, deserialize_with = "present")]
     pub data: Option<Value>,
-    /// 0.3's file part (ignored).
+    /// 0.3's file part: its bytes or URI, and its name and media type.
     #[serde(default)]
-    pub file: Option<Value>,
+    pub file: Option<LegacyFile>,
+    /// A file's name.
+    #[serde(default)]
+    pub filename: Option<String>,
+    /// The content's media type.
+    #[serde(default, rename = "mediaType", alias = "media_type")]
+    pub media_type: Option<String>,
+    /// The part's `metadata` (a JSON object).
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+/// A 0.3 `FilePart`'s `file`: bytes or a URI.
+#[derive(Debug, Deserialize)]
+pub struct LegacyFile {
+    /// Base64 bytes.
+    #[serde(default)]
+    pub bytes: Option<String>,
+    /// A URL.
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// The media type.
+    #[serde(default, rename = "mimeType", alias = "mime_type")]
+    pub mime_type: Option<String>,
+    /// The file's name.
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// Keeps a present `null` distinguishable from an absent member.
@@ -338,6 +379,54 @@ impl IncomingPart {
         .iter()
         .filter(|present| **present)
         .count()
+    }
+
+    /// The content member's name: `text`, `raw`, `url`, `data`, or `file` (0.3).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self { text: Some(_), .. } => "text",
+            Self { data: Some(_), .. } => "data",
+            Self { raw: Some(_), .. } => "raw",
+            Self { url: Some(_), .. } => "url",
+            _ => "file",
+        }
+    }
+
+    /// Whether a model reads it: text and data are read, files are not.
+    pub fn readable(&self) -> bool {
+        self.text.is_some() || self.data.is_some()
+    }
+
+    /// The part as sent, in 1.0's shape (a 0.3 file as `raw` or `url` with its name and media
+    /// type); `None` for a 0.3 file with neither bytes nor a URI.
+    pub fn as_sent(&self) -> Option<Part> {
+        let (content, filename, media_type) = match self {
+            Self {
+                text: Some(text), ..
+            } => (PartContent::Text(text.clone()), None, None),
+            Self {
+                data: Some(data), ..
+            } => (PartContent::Data(data.clone()), None, None),
+            Self { raw: Some(raw), .. } => (PartContent::Raw(raw.clone()), None, None),
+            Self { url: Some(url), .. } => (PartContent::Url(url.clone()), None, None),
+            Self {
+                file: Some(file), ..
+            } => {
+                let content = match (&file.bytes, &file.uri) {
+                    (Some(bytes), None) => PartContent::Raw(bytes.clone()),
+                    (None, Some(uri)) => PartContent::Url(uri.clone()),
+                    _ => return None,
+                };
+                (content, file.name.clone(), file.mime_type.clone())
+            }
+            _ => return None,
+        };
+        Some(Part {
+            content,
+            filename: self.filename.clone().or(filename),
+            media_type: self.media_type.clone().or(media_type),
+            metadata: self.metadata.clone(),
+        })
     }
 }
 
@@ -756,6 +845,9 @@ pub struct Task {
     /// The peer's message and the agent's reply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<Message>,
+    /// What peergate says about the task (parts of the peer's message a model did not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
 }
 
 impl Task {

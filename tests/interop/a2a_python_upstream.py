@@ -19,6 +19,10 @@ What it answers, chosen by the text of the message:
                over (every request's client address and port, card and probes included)
     "message-id"  a completed task whose answer is the messageId the agent saw
     otherwise  a completed task answering "upstream says: <text>"
+
+And, chosen by the request's metadata, whatever the message holds:
+    {"script": "received"}  a completed task whose answer is one data part: the message and the
+               request metadata the agent received, as ProtoJSON ({"message": …, "metadata": …})
 """
 
 import argparse
@@ -31,6 +35,8 @@ import sys
 
 import httpx
 import uvicorn
+
+from google.protobuf import json_format
 
 from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -82,6 +88,24 @@ class ScriptedExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = get_message_text(context.message) if context.message else ''
         task = context.current_task  # set when the message carries a known taskId
+
+        if context.metadata.get('script') == 'received':
+            received = {
+                'message': json_format.MessageToDict(context.message),
+                'metadata': context.metadata,
+            }
+            updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+            await event_queue.enqueue_event(
+                Task(
+                    id=context.task_id,
+                    context_id=context.context_id,
+                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                    history=[context.message],
+                )
+            )
+            await updater.add_artifact([new_data_part(received)], name='received')
+            await updater.complete()
+            return
 
         if task is None and text == 'message':
             # Direct answer: enqueue a single Message and return; no task is created.

@@ -873,3 +873,95 @@ async fn an_agent_that_keeps_its_stream_open_after_the_answer_does_not_hold_it()
         );
     }
 }
+
+/// Every part a peer sends reaches the agent as sent, each kind alone and all together, with
+/// its filename, media type and metadata, the message's metadata and extensions and the
+/// request's metadata; over a blocking send and a streaming one (both asked upstream as the
+/// agent's card allows). The agent answers with what it received (the SDK's own reading).
+#[tokio::test]
+async fn every_part_and_both_metadata_reach_the_agent_as_sent() {
+    let upstream = UpstreamAgent::start(true);
+    let door = door(
+        upstream.policy().set("capabilities.streaming", true),
+        &["alice"],
+    );
+    let (token, url) = (&door.tokens[0], door.server.door());
+    let kinds = [
+        json!({"text": "hello", "metadata": {"p": "text"}}),
+        json!({"data": {"a": ["x", "y"]}}),
+        json!({"raw": "aGVsbG8=", "filename": "hello.txt", "mediaType": "text/plain"}),
+        json!({"url": "https://files.example/a.pdf", "mediaType": "application/pdf"}),
+    ];
+    // 0.3's file part arrives in 1.0's shape.
+    let legacy = json!({"kind": "file", "file": {"uri": "https://files.example/b.txt",
+        "mimeType": "text/plain", "name": "b.txt"}});
+    let legacy_as_sent = json!({"url": "https://files.example/b.txt", "filename": "b.txt",
+        "mediaType": "text/plain"});
+    let mut cases: Vec<(Vec<Value>, Vec<Value>)> = kinds
+        .iter()
+        .map(|p| (vec![p.clone()], vec![p.clone()]))
+        .collect();
+    cases.push((vec![legacy.clone()], vec![legacy_as_sent.clone()]));
+    let mut all: Vec<Value> = kinds.to_vec();
+    all.push(legacy);
+    let mut all_as_sent: Vec<Value> = kinds.to_vec();
+    all_as_sent.push(legacy_as_sent);
+    cases.push((all, all_as_sent));
+    for (streaming, (sent, expected)) in [false, true]
+        .into_iter()
+        .flat_map(|s| cases.iter().map(move |case| (s, case)))
+    {
+        let message = json!({"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER",
+            "parts": sent, "metadata": {"m": "message"},
+            "extensions": ["https://extensions.example/v1"]});
+        let params =
+            json!({"message": message, "metadata": {"script": "received", "r": "request"}});
+        let received = received_by_the_agent(&url, token, params, streaming).await;
+        let what = format!("{sent:?}, streaming: {streaming}");
+        assert_eq!(received["message"]["parts"], json!(expected), "{what}");
+        assert_eq!(
+            received["message"]["metadata"],
+            json!({"m": "message"}),
+            "{what}"
+        );
+        assert_eq!(
+            received["message"]["extensions"],
+            json!(["https://extensions.example/v1"]),
+            "{what}"
+        );
+        assert_eq!(
+            received["metadata"],
+            json!({"script": "received", "r": "request"}),
+            "{what}"
+        );
+    }
+}
+
+/// What the agent says it received, from the data part of its answer (the `received` script).
+async fn received_by_the_agent(url: &str, token: &str, params: Value, streaming: bool) -> Value {
+    let method = if streaming {
+        "SendStreamingMessage"
+    } else {
+        "SendMessage"
+    };
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    if !streaming {
+        let answer = rpc(url, token, request).await;
+        let task = task_of(&answer);
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+        return task["artifacts"][0]["parts"][0]["data"].clone();
+    }
+    let text = open_stream(url, token, &request)
+        .await
+        .text()
+        .await
+        .unwrap();
+    text.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(|data| serde_json::from_str::<Value>(data).unwrap())
+        .find_map(|e| {
+            let data = &e["result"]["artifactUpdate"]["artifact"]["parts"][0]["data"];
+            (!data.is_null()).then(|| data.clone())
+        })
+        .unwrap_or_else(|| panic!("no data part in {text}"))
+}

@@ -623,6 +623,15 @@ async fn completed_task_has_the_spec_shape() {
     assert_eq!(history[0]["role"], "ROLE_USER");
     assert_eq!(history[0]["messageId"], "m-1");
     assert_eq!(history[1], *reply);
+    // The parts the model did not read are named in the task's metadata.
+    assert_eq!(
+        task["metadata"],
+        json!({"peergate": {"unreadParts": [
+            {"index": 1, "content": "url"},
+            {"index": 3, "content": "raw"},
+            {"index": 4, "content": "file"},
+        ]}})
+    );
     // No 0.3 `kind` anywhere.
     assert!(!response.to_string().contains("\"kind\""));
     gw.stop().await;

@@ -460,3 +460,75 @@ async fn twenty_messages_in_a_row_cost_the_hosted_model_one_tls_handshake() {
     );
     gw.stop().await;
 }
+
+/// A model reads text and data parts only: for each file and URL part a peer sends, the model
+/// gets the text alone, and the task's metadata and the access log name the part it did not
+/// read; under `tasks.unread_parts = "refuse"` the message is refused with -32005 naming the
+/// part, and the model is not asked.
+#[tokio::test]
+async fn parts_a_model_does_not_read_are_named_or_refused() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let policy = || {
+        PolicyEdit::default()
+            .openai(&model.base_url, "test-model")
+            .set("model.timeout_seconds", 10)
+            .set("log.access", true)
+    };
+    let unread = [
+        ("raw", json!({"raw": "aGVsbG8=", "filename": "hello.txt"})),
+        ("url", json!({"url": "https://files.example/a.pdf"})),
+        (
+            "file",
+            json!({"kind": "file", "file": {"uri": "https://files.example/b.txt"}}),
+        ),
+    ];
+    let send = |door: String, token: String, part: Value| async move {
+        let message = json!({"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER",
+            "parts": [{"text": "read this"}, part]});
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+            "params": {"message": message}});
+        rpc(&door, &token, request).await
+    };
+
+    let telling = ServedPolicy::start(&policy(), &["alice"], &[]);
+    let (door, token) = (telling.server.door(), telling.tokens[0].clone());
+    for (i, (kind, part)) in unread.iter().enumerate() {
+        let answer = send(door.clone(), token.clone(), part.clone()).await;
+        let task = task_of(&answer);
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+        assert_eq!(
+            task["metadata"],
+            json!({"peergate": {"unreadParts": [{"index": 1, "content": kind}]}}),
+            "{kind}"
+        );
+        let asked = &model.requests()[i]["messages"];
+        let last = &asked[asked.as_array().unwrap().len() - 1];
+        assert_eq!(last["content"], "read this", "{kind}");
+        let noted = format!("unread_parts=\"{kind}@1\"");
+        let log = telling.server.log_with(&noted);
+        assert!(log.contains(&noted), "{log}");
+    }
+    assert_eq!(model.requests().len(), 3);
+
+    let refusing = ServedPolicy::start(
+        &policy().set("tasks.unread_parts", "refuse"),
+        &["alice"],
+        &[],
+    );
+    let (door, token) = (refusing.server.door(), refusing.tokens[0].clone());
+    for (kind, part) in &unread {
+        let answer = send(door.clone(), token.clone(), part.clone()).await;
+        assert_eq!(answer["error"]["code"], -32005, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("message.parts[1] is a {kind} part")),
+            "{message}"
+        );
+    }
+    assert_eq!(model.requests().len(), 3, "the model was asked");
+    let readable = send(door, token, json!({"data": {"a": "b"}})).await;
+    assert_eq!(
+        task_of(&readable)["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+}

@@ -2,31 +2,50 @@
 //! conversation it belongs to, and the words a failure is told in.
 
 use super::*;
+use serde_json::Value;
 
-/// The checked text of an incoming message and its `contextId` (`None`: a new context).
+/// How the backend reads a message's parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PartsRead {
+    /// An agent behind the door: every part, as sent.
+    Every,
+    /// A model: text and data parts; files and URLs are not read, and with `refuse_unread` a
+    /// message holding one is refused.
+    Readable {
+        /// `tasks.unread_parts = "refuse"`.
+        refuse_unread: bool,
+    },
+}
+
+/// A part of the peer's message its backend does not read: its index and kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct UnreadPart {
+    pub(super) index: usize,
+    pub(super) kind: &'static str,
+}
+
+/// A peer's message, checked and read as its backend reads it.
+#[derive(Debug)]
+pub(super) struct ReadMessage {
+    /// Its readable text, within `max` bytes (cut and marked beyond); empty for an agent given
+    /// only files.
+    pub(super) text: String,
+    /// Its parts as the backend gets them: every part for an agent (text and data cut to one
+    /// text part past `max`), the text alone for a model.
+    pub(super) parts: Vec<a2a::Part>,
+    /// The parts the backend does not read.
+    pub(super) unread: Vec<UnreadPart>,
+    /// Its `contextId` (`None`: a new context).
+    pub(super) context_id: Option<ContextId>,
+}
+
+/// Checks an incoming message and reads it as `reading` says, its text within `max` bytes.
 pub(super) fn incoming(
     message: &a2a::IncomingMessage,
-) -> Result<(String, Option<ContextId>), A2aError> {
-    if message.role != Role::User {
-        return Err(invalid("message.role", "must be ROLE_USER"));
-    }
-    if message.message_id.trim().is_empty() {
-        return Err(invalid("message.messageId", "must not be empty"));
-    }
-    if message.parts.is_empty() {
-        return Err(invalid("message.parts", "must hold at least one part"));
-    }
-    if let Some(i) = message.parts.iter().position(|p| p.content_members() != 1) {
-        return Err(A2aError::InvalidParams {
-            field: format!("message.parts[{i}]"),
-            description: "must carry exactly one of text, raw, url or data".to_owned(),
-        });
-    }
-    let Some(text) = message_text(&message.parts) else {
-        return Err(A2aError::ContentTypeNotSupported(
-            "the message carries no text: send at least one non-empty text or data part",
-        ));
-    };
+    reading: PartsRead,
+    max: usize,
+) -> Result<ReadMessage, A2aError> {
+    check_message(message)?;
     let context_id = match &message.context_id {
         Some(id) if a2a::is_valid_context_id(id) => Some(id.clone()),
         Some(_) => {
@@ -37,7 +56,117 @@ pub(super) fn incoming(
         }
         None => None,
     };
-    Ok((text, context_id))
+    let text = message_text(&message.parts);
+    let unread: Vec<UnreadPart> = match reading {
+        PartsRead::Every => Vec::new(),
+        PartsRead::Readable { .. } => message
+            .parts
+            .iter()
+            .enumerate()
+            .filter(|(_, part)| !part.readable())
+            .map(|(index, part)| UnreadPart {
+                index,
+                kind: part.kind(),
+            })
+            .collect(),
+    };
+    if let (
+        PartsRead::Readable {
+            refuse_unread: true,
+        },
+        Some(first),
+    ) = (reading, unread.first())
+    {
+        return Err(A2aError::ContentTypeNotSupported(
+            format!(
+                "message.parts[{}] is a {} part, which this door's model does not read (tasks.unread_parts is \"refuse\"); send text or data parts",
+                first.index, first.kind
+            )
+            .into(),
+        ));
+    }
+    let text = match (reading, text) {
+        (_, Some(text)) => truncate_text(text, max),
+        (PartsRead::Every, None) => String::new(),
+        (PartsRead::Readable { .. }, None) => {
+            return Err(A2aError::ContentTypeNotSupported(
+                "the message carries no text: send at least one non-empty text or data part".into(),
+            ));
+        }
+    };
+    let parts = match reading {
+        PartsRead::Every => relayed_parts(&message.parts, &text, max),
+        PartsRead::Readable { .. } => vec![a2a::Part::text(text.clone())],
+    };
+    Ok(ReadMessage {
+        text,
+        parts,
+        unread,
+        context_id,
+    })
+}
+
+/// What every message must be, whatever reads it: from the user, with an id, and parts each
+/// carrying one content member (a 0.3 file its bytes or its URI), bytes in base64, and
+/// metadata as objects.
+fn check_message(message: &a2a::IncomingMessage) -> Result<(), A2aError> {
+    if message.role != Role::User {
+        return Err(invalid("message.role", "must be ROLE_USER"));
+    }
+    if message.message_id.trim().is_empty() {
+        return Err(invalid("message.messageId", "must not be empty"));
+    }
+    if message.parts.is_empty() {
+        return Err(invalid("message.parts", "must hold at least one part"));
+    }
+    check_metadata("message.metadata", message.metadata.as_ref())?;
+    for (i, part) in message.parts.iter().enumerate() {
+        let field = |name: &str| format!("message.parts[{i}]{name}");
+        let wrong = |name: &str, description: &str| A2aError::InvalidParams {
+            field: field(name),
+            description: description.to_owned(),
+        };
+        if part.content_members() != 1 {
+            return Err(wrong(
+                "",
+                "must carry exactly one of text, raw, url or data",
+            ));
+        }
+        if part.raw.as_deref().is_some_and(|raw| !is_base64(raw)) {
+            return Err(wrong(".raw", "must be base64"));
+        }
+        if let Some(file) = &part.file {
+            if file.bytes.is_some() == file.uri.is_some() {
+                return Err(wrong(".file", "must carry exactly one of bytes or uri"));
+            }
+            if file.bytes.as_deref().is_some_and(|bytes| !is_base64(bytes)) {
+                return Err(wrong(".file.bytes", "must be base64"));
+            }
+        }
+        check_metadata(&field(".metadata"), part.metadata.as_ref())?;
+    }
+    Ok(())
+}
+
+/// `metadata` is a JSON object (ProtoJSON's `Struct`) when present.
+pub(super) fn check_metadata(field: &str, metadata: Option<&Value>) -> Result<(), A2aError> {
+    match metadata {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(_) => Err(A2aError::InvalidParams {
+            field: field.to_owned(),
+            description: "must be a JSON object".to_owned(),
+        }),
+    }
+}
+
+/// Whether `text` is base64 as ProtoJSON reads bytes: the standard or URL-safe alphabet,
+/// padded or not.
+fn is_base64(text: &str) -> bool {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
+        .iter()
+        .any(|engine| engine.decode(text).is_ok())
 }
 
 /// Text parts joined with newlines, data parts as compact JSON; `None` when nothing is left.
@@ -54,9 +183,11 @@ pub(super) fn message_text(parts: &[a2a::IncomingPart]) -> Option<String> {
     (!text.trim().is_empty()).then_some(text)
 }
 
-/// The parts an agent behind the door gets: the peer's text and data parts, as sent; over
-/// `max` bytes together, the `truncated` text as one part instead, as a model would get it.
-pub(super) fn forwarded_parts(
+/// The parts an agent behind the door gets: every part as sent (a 0.3 file in 1.0's shape).
+/// Text and data over `max` bytes together become the `truncated` text as one part, where the
+/// first of them was, as a model would get it; files stay as they are (the body limit bounds
+/// them).
+pub(super) fn relayed_parts(
     parts: &[a2a::IncomingPart],
     truncated: &str,
     max: usize,
@@ -68,17 +199,23 @@ pub(super) fn forwarded_parts(
                 + part.data.as_ref().map_or(0, |data| data.to_string().len())
         })
         .sum();
-    if size > max {
-        return vec![a2a::Part::text(truncated)];
+    if size <= max {
+        return parts
+            .iter()
+            .filter_map(a2a::IncomingPart::as_sent)
+            .collect();
     }
-    parts
-        .iter()
-        .filter_map(|part| match (&part.text, &part.data) {
-            (Some(text), _) => Some(a2a::Part::text(text.clone())),
-            (None, Some(data)) => Some(a2a::Part::of(a2a::PartContent::Data(data.clone()))),
-            _ => None,
-        })
-        .collect()
+    let mut relayed = Vec::with_capacity(parts.len());
+    let mut cut_placed = false;
+    for part in parts {
+        if !part.readable() {
+            relayed.extend(part.as_sent());
+        } else if !cut_placed {
+            relayed.push(a2a::Part::text(truncated));
+            cut_placed = true;
+        }
+    }
+    relayed
 }
 
 /// The id under which an agent behind the door knows a peer's context: stable for the pair,

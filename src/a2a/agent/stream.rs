@@ -59,7 +59,7 @@ impl Agent {
         // takes and releases no lock.
         let admitted = self.admit_turn(caller, &params.message, false).await?;
         let planned = self
-            .plan(peer, params, admitted.fresh_context.clone())
+            .plan(caller, params, admitted.fresh_context.clone())
             .await?;
         let place = self.stream_place(peer).await?;
         let (stream, receiver) = stream_pair(place);

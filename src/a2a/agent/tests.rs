@@ -31,7 +31,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
         &"t1".into(),
         &"c1".into(),
         &"m1".into(),
-        "hello",
+        vec![crate::protocol::types::Part::text("hello")],
         TaskState::Working,
         vec![a2a::Part::text(working_text("model"))],
         now,
@@ -154,6 +154,7 @@ async fn agent_over(store: &crate::store::Store, shared: SharedState) -> Agent {
             task_retention: Duration::from_secs(3600),
             context_messages: 20,
             max_text_bytes: 1000,
+            refuse_unread_parts: false,
             backend_timeout: Duration::from_secs(1),
             non_blocking: false,
             cancel_running: false,
@@ -195,6 +196,7 @@ async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
         peer,
         client: None,
         admission: None,
+        note: None,
     };
     let (_, answer) = crate::a2a::jsonrpc_binding::handle(&agent, &caller, body).await;
     let answer: serde_json::Value = serde_json::from_str(&answer.body().unwrap()).unwrap();
@@ -238,7 +240,7 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
             &task.into(),
             &"c1".into(),
             &"m1".into(),
-            "hello",
+            vec![crate::protocol::types::Part::text("hello")],
             TaskState::Working,
             vec![a2a::Part::text(working_text("model"))],
             at(1),

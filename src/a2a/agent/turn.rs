@@ -12,7 +12,7 @@ impl Agent {
         let (peer, client) = (&caller.peer, caller.client);
         let mut admitted = self.admit_turn(caller, &params.message, true).await?;
         let planned = self
-            .plan(peer, params, admitted.fresh_context.clone())
+            .plan(caller, params, admitted.fresh_context.clone())
             .await?;
         let (mut turn, history_length) = (planned.turn, planned.history_length);
         let return_immediately = planned.return_immediately;
@@ -168,10 +168,11 @@ impl Agent {
     /// names no context gets `fresh_context` when given (named at its admission).
     pub(super) async fn plan(
         &self,
-        peer: &AuthenticatedPeer,
+        caller: &Caller,
         params: SendMessageRequest,
         fresh_context: Option<ContextId>,
     ) -> Result<PlannedTurn, A2aError> {
+        let peer = &caller.peer;
         if let Some(id) = params.misplaced_id() {
             return Err(invalid(
                 id,
@@ -184,9 +185,25 @@ impl Agent {
             .history_length
             .map(|n| checked_history_length(n, "configuration.historyLength"))
             .transpose()?;
-        let (text, context_id) = incoming(&message)?;
-        let text = truncate_text(text, self.settings.max_text_bytes);
-        let parts = forwarded_parts(&message.parts, &text, self.settings.max_text_bytes);
+        let reading = if self.backend.reads_every_part() {
+            PartsRead::Every
+        } else {
+            PartsRead::Readable {
+                refuse_unread: self.settings.refuse_unread_parts,
+            }
+        };
+        check_metadata("metadata", params.metadata.as_ref())?;
+        let read = incoming(&message, reading, self.settings.max_text_bytes)?;
+        if let Some(note) = &caller.note {
+            note.unread_parts(read.unread.iter().map(|part| (part.kind, part.index)));
+        }
+        let sent = SentAlong {
+            request_metadata: params.metadata,
+            message_metadata: message.metadata.clone(),
+            extensions: message.extensions.clone(),
+            unread: read.unread,
+        };
+        let (text, parts, context_id) = (read.text, read.parts, read.context_id);
         if let Some(task_id) = &message.task_id {
             let continued = self
                 .continued_task(peer, task_id, message.context_id.as_ref())
@@ -201,6 +218,7 @@ impl Agent {
                     message_id: message.message_id,
                     text,
                     parts,
+                    sent,
                     continues: Some(continued.continuation),
                     instance: self.shared.ownership.instance().into(),
                     spending: None,
@@ -226,6 +244,7 @@ impl Agent {
                 message_id: message.message_id,
                 text,
                 parts,
+                sent,
                 continues: None,
                 instance: self.shared.ownership.instance().into(),
                 spending: None,
@@ -371,6 +390,9 @@ impl Agent {
             text: turn.text.clone(),
             message_id: turn.message_id.to_string(),
             parts: turn.parts.clone(),
+            message_metadata: turn.sent.message_metadata.clone(),
+            request_metadata: turn.sent.request_metadata.clone(),
+            extensions: turn.sent.extensions.clone(),
             conversation: conversation_id(peer.id(), &turn.context_id),
             continues: turn
                 .continues

@@ -42,15 +42,15 @@ impl Agent {
         }
     }
 
-    /// The task for one message: the peer's text and the agent's reply in its history, and the
-    /// reply as an artifact when the model answered.
+    /// The task for one message: the peer's message as `asked` and the agent's reply in its
+    /// history, and the reply as an artifact when the model answered.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn task(
         &self,
         task_id: &TaskId,
         context_id: &ContextId,
         message_id: &MessageId,
-        text: &str,
+        asked: Vec<a2a::Part>,
         state: TaskState,
         reply: Vec<a2a::Part>,
         now: Timestamp,
@@ -62,7 +62,7 @@ impl Agent {
             role,
             parts,
         };
-        let user_message = message_for(Role::User, message_id.clone(), vec![a2a::Part::text(text)]);
+        let user_message = message_for(Role::User, message_id.clone(), asked);
         let agent_message = message_for(Role::Agent, MessageId::new_random(), reply);
         let artifacts = match state {
             TaskState::Completed => vec![Artifact {
@@ -84,6 +84,7 @@ impl Agent {
             },
             artifacts,
             history: vec![user_message, agent_message],
+            metadata: None,
         }
     }
 
@@ -186,15 +187,48 @@ pub(super) struct TurnPlan {
     pub(super) push_config: Option<crate::store::PushConfigRecord>,
     pub(super) context_id: ContextId,
     pub(super) message_id: MessageId,
+    /// The peer's readable text, as a model gets it.
     pub(super) text: String,
-    /// The peer's text and data parts, as an agent behind the door gets them.
+    /// The peer's message as the backend gets it (every part for an agent, the text for a
+    /// model), and as the task's history shows it.
     pub(super) parts: Vec<a2a::Part>,
+    /// What came with the message besides its parts, and what of it the backend does not read.
+    pub(super) sent: SentAlong,
     /// The task waiting for the peer that this message answers.
     pub(super) continues: Option<Continuation>,
     pub(super) instance: Arc<str>,
     /// Where the turn's spending goes to reach the shared counters with its release (`None`:
     /// added on its own).
     pub(super) spending: Option<SpendingAfter>,
+}
+
+/// What came with a peer's message besides its parts: relayed to an agent as sent; for a
+/// model, the parts it does not read, named in the task's metadata.
+#[derive(Debug, Default)]
+pub(super) struct SentAlong {
+    /// The request's `metadata`.
+    pub(super) request_metadata: Option<serde_json::Value>,
+    /// The message's `metadata`.
+    pub(super) message_metadata: Option<serde_json::Value>,
+    /// The message's `extensions`.
+    pub(super) extensions: Vec<String>,
+    /// The parts the backend does not read.
+    pub(super) unread: Vec<UnreadPart>,
+}
+
+impl SentAlong {
+    /// `{"peergate": {"unreadParts": [{"index", "content"}…]}}`, when a part was not read
+    /// (`content` the part's content member: `raw`, `url`, or `file` for 0.3's).
+    fn task_metadata(&self) -> Option<serde_json::Value> {
+        (!self.unread.is_empty()).then(|| {
+            let unread: Vec<serde_json::Value> = self
+                .unread
+                .iter()
+                .map(|part| serde_json::json!({"index": part.index, "content": part.kind}))
+                .collect();
+            serde_json::json!({"peergate": {"unreadParts": unread}})
+        })
+    }
 }
 
 /// What a message's admission asked and holds (see [`Agent::admit_turn`]); dropped unused, it
@@ -263,7 +297,7 @@ impl TurnPlan {
             &self.task_id,
             &self.context_id,
             &self.message_id,
-            &self.text,
+            self.parts.clone(),
             state,
             parts,
             now,
@@ -271,6 +305,7 @@ impl TurnPlan {
         if let Some(artifacts) = artifacts {
             task.artifacts = artifacts;
         }
+        task.metadata = self.sent.task_metadata();
         if let Some(continuation) = &self.continues {
             let mut history = continuation.earlier.clone();
             history.append(&mut task.history);
