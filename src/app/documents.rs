@@ -67,6 +67,7 @@ impl Documents {
         let issuer_extended =
             issuer_extended_cards((&public_card, what), issuers, (&signing_keys, jku), now)?;
         let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
+        within_what_clients_read(&card_bytes, extended_json.as_bytes())?;
         let extended_bytes = Bytes::from(extended_json.clone());
         let documents = store.documents();
         let extended_changed = documents
@@ -157,4 +158,19 @@ pub(super) async fn build_jwks(
         .document_modified_at("jwks", &document::etag_for(&bytes), now)
         .await?;
     Ok(CachedDocument::new(bytes, changed, "public, max-age=300"))
+}
+
+/// Fails closed when a signed card is larger than what peergate's own client reads (and the
+/// fetch limits of other verifiers are likely no larger): a card nobody can fetch.
+fn within_what_clients_read(public: &[u8], extended: &[u8]) -> Result<(), StartError> {
+    let limit = crate::jose::fetch::MAX_DOCUMENT_BYTES;
+    for (which, bytes) in [("public", public), ("extended", extended)] {
+        if bytes.len() > limit {
+            return Err(StartError::Config(format!(
+                "the {which} Agent Card would be {} bytes signed, more than the {limit} a client reads; shorten [card] or the agent's card (model.a2a.url)",
+                bytes.len()
+            )));
+        }
+    }
+    Ok(())
 }

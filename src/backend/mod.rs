@@ -11,12 +11,14 @@
 //! * [`upstream`]: an existing A2A agent on the private side, which answers with a message or
 //!   a task of its own ([`AgentReply`]).
 
+pub mod agent_card;
 pub mod echo;
 pub mod openai;
 pub mod upstream;
 
 use crate::config::{BackendKind, ModelPolicy};
 use crate::store::ConversationMessage;
+pub use agent_card::AgentDescription;
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -171,78 +173,6 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
     async fn reachable(&self, timeout: std::time::Duration) -> Option<bool> {
         let _ = timeout;
         None
-    }
-}
-
-/// What an agent behind the door says of itself in its (verified) card: only these members,
-/// each only when it has the type and shape the specification gives it and is not empty (a
-/// card the SDKs would read differently is never passed on).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct AgentDescription {
-    /// `name`.
-    pub name: Option<String>,
-    /// `description`.
-    pub description: Option<String>,
-    /// `version`.
-    pub version: Option<String>,
-    /// `skills`, each rebuilt from `id`, `name`, `description`, `tags` and, when given,
-    /// `examples`, `inputModes` and `outputModes`; a skill missing one of the first four is
-    /// left out.
-    pub skills: Option<Vec<serde_json::Value>>,
-    /// `defaultInputModes`.
-    pub default_input_modes: Option<Vec<String>>,
-    /// `defaultOutputModes`.
-    pub default_output_modes: Option<Vec<String>>,
-    /// `provider`: `organization` and `url`.
-    pub provider: Option<(String, String)>,
-    /// `documentationUrl`.
-    pub documentation_url: Option<String>,
-    /// `iconUrl`.
-    pub icon_url: Option<String>,
-}
-
-impl AgentDescription {
-    /// Reads what `card` says of the agent.
-    pub fn of_card(card: &serde_json::Value) -> Self {
-        let text = |value: &serde_json::Value| {
-            value
-                .as_str()
-                .filter(|t| !t.trim().is_empty())
-                .map(str::to_owned)
-        };
-        let texts = |value: &serde_json::Value| {
-            let items: Option<Vec<String>> = value.as_array()?.iter().map(text).collect();
-            items.filter(|items| !items.is_empty())
-        };
-        let skill = |skill: &serde_json::Value| {
-            let mut rebuilt = serde_json::json!({
-                "id": text(&skill["id"])?,
-                "name": text(&skill["name"])?,
-                "description": text(&skill["description"])?,
-                "tags": texts(&skill["tags"])?,
-            });
-            for member in ["examples", "inputModes", "outputModes"] {
-                if let Some(items) = texts(&skill[member]) {
-                    rebuilt[member] = serde_json::json!(items);
-                }
-            }
-            Some(rebuilt)
-        };
-        let skills: Vec<serde_json::Value> = card["skills"]
-            .as_array()
-            .map(|skills| skills.iter().filter_map(skill).collect())
-            .unwrap_or_default();
-        Self {
-            name: text(&card["name"]),
-            description: text(&card["description"]),
-            version: text(&card["version"]),
-            skills: (!skills.is_empty()).then_some(skills),
-            default_input_modes: texts(&card["defaultInputModes"]),
-            default_output_modes: texts(&card["defaultOutputModes"]),
-            provider: text(&card["provider"]["organization"]).zip(text(&card["provider"]["url"])),
-            documentation_url: text(&card["documentationUrl"]),
-            icon_url: text(&card["iconUrl"]),
-        }
     }
 }
 

@@ -134,14 +134,25 @@ impl UpstreamAgent {
             Some(url) => url.clone(),
             None => card_rpc_url(&card, &policy.url)?,
         };
+        // Logged once: connecting is retried only while the agent is not up, before its card.
+        let described = super::AgentDescription::of_card(&card);
+        if !described.left_out.is_empty() {
+            tracing::warn!(
+                left_out = %described.left_out.join("; "),
+                "the agent's card held text or links a browser, a terminal or a log would misread; peergate's card leaves them out"
+            );
+        }
         Ok(Self {
             client,
             rpc_url,
             card_url,
             credential,
             streams: card["capabilities"]["streaming"] == true,
-            name: card["name"].as_str().unwrap_or("an A2A agent").to_owned(),
-            described: super::AgentDescription::of_card(&card),
+            name: described
+                .name
+                .clone()
+                .unwrap_or_else(|| "an A2A agent".to_owned()),
+            described,
         })
     }
 
@@ -295,7 +306,7 @@ impl ModelBackend for UpstreamAgent {
 
     fn describe(&self) -> String {
         format!(
-            "the A2A agent \"{}\" at {}{}",
+            "the A2A agent {:?} at {}{}",
             self.name,
             self.rpc_url,
             if self.credential.is_some() {

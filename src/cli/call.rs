@@ -19,6 +19,7 @@ use super::fetching::{CardKeyArgs, CardKeys, ReachArgs};
 use crate::jose::fetch::Fetcher;
 use crate::jose::verify::VerifyError;
 use crate::net::event_stream::ServerSentEvents;
+use crate::protocol::shown_text::{printable, printable_json};
 use clap::Args;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -425,6 +426,15 @@ fn refused(response: &reqwest::Response) -> Result<(), CliError> {
     }
 }
 
+/// A JSON-RPC error's code as printed: the number, or what stands in its place shown safely
+/// (an agent's code is not always a number, and could carry a terminal's escapes).
+fn error_code(code: &Value) -> String {
+    match code.as_i64() {
+        Some(number) => number.to_string(),
+        None => printable(&shortened(&printable_json(&code.to_string()))),
+    }
+}
+
 /// The `result` of a JSON-RPC response, or its error as a failure.
 fn rpc_result(answer: &Value) -> Result<Value, CliError> {
     if let Some(error) = answer.get("error") {
@@ -432,7 +442,7 @@ fn rpc_result(answer: &Value) -> Result<Value, CliError> {
             EXIT_OTHER,
             format!(
                 "the agent answered error {}: {}",
-                error["code"],
+                error_code(&error["code"]),
                 printable(&shortened(
                     error["message"].as_str().unwrap_or("(no message)")
                 ))
@@ -489,7 +499,9 @@ async fn streamed(mut response: reqwest::Response, json: bool) -> Result<Value, 
         merge(last, result);
         Ok(())
     };
-    loop {
+    // Read until the answer is settled (an agent may keep its stream open after it), or the
+    // stream ends.
+    'reading: loop {
         let chunk = response
             .chunk()
             .await
@@ -506,6 +518,9 @@ async fn streamed(mut response: reqwest::Response, json: bool) -> Result<Value, 
         }
         for data in events.push(&chunk) {
             take(data, &mut last)?;
+            if settled(&last) {
+                break 'reading;
+            }
         }
     }
     if !json {
@@ -541,6 +556,19 @@ fn merge(last: &mut Value, event: Value) {
             list.push(update["artifact"].clone());
         }
     }
+}
+
+/// Whether what a stream said so far is the answer: a message, or a task in a final state or
+/// waiting for the caller (a stream's last word on a task; a gateway sends its artifacts
+/// before it).
+fn settled(last: &Value) -> bool {
+    if last.get("message").is_some() {
+        return true;
+    }
+    last["task"]["status"]["state"]
+        .as_str()
+        .and_then(crate::protocol::types::TaskState::from_name)
+        .is_some_and(|state| state.is_final() || state.is_interrupted())
 }
 
 /// The task or message a result holds (`{"task": …}`, `{"message": …}`, or a bare one).
@@ -652,41 +680,6 @@ fn report(result: &Value) -> Result<(), CliError> {
     }
 }
 
-/// `text` with control characters (terminal escapes among them) shown as `?`, except line
-/// breaks and tabs: what an agent says is printed, never obeyed by the terminal.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if (c.is_control() && c != '\n' && c != '\t') || is_bidi_control(c) {
-                '?'
-            } else {
-                c
-            }
-        })
-        .collect()
-}
-
-/// The characters that reorder how text around them is shown (embeddings, overrides,
-/// isolates): a line could read differently from what it holds.
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
-}
-
-/// JSON as `--json` prints it: what serde_json leaves raw among the control characters (C1,
-/// DEL) and the bidirectional controls escaped as `\uXXXX`, so the terminal shows them and
-/// does not obey them; the JSON means the same.
-fn printable_json(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        if (c.is_control() && !matches!(c, '\n' | '\t' | '\r')) || is_bidi_control(c) {
-            out.push_str(&format!("\\u{:04x}", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// At most 200 characters of what an agent said in an error, marked when cut.
 fn shortened(text: &str) -> String {
     match text.char_indices().nth(200) {
@@ -703,6 +696,7 @@ fn reason(error: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::shown_text::is_bidi_control;
 
     #[test]
     fn a_card_may_point_elsewhere_only_verified_and_allowed() {
@@ -737,6 +731,19 @@ mod tests {
         let long = shortened(&"é".repeat(500));
         assert_eq!(long.chars().count(), 201);
         assert!(long.ends_with('…'));
+    }
+
+    #[test]
+    fn an_agents_error_code_is_printed_as_a_number_or_shown_safely() {
+        assert_eq!(error_code(&json!(-32001)), "-32001");
+        let shown = error_code(&json!("\u{9b}2J\u{202e}evil"));
+        assert!(
+            shown
+                .chars()
+                .all(|c| !c.is_control() && !is_bidi_control(c)),
+            "{shown:?}"
+        );
+        assert!(shown.contains("2J") && shown.contains("evil"), "{shown}");
     }
 
     #[test]

@@ -10,4 +10,5 @@ pub mod grpc_generated;
 pub mod ids;
 pub mod json;
 pub mod jsonrpc;
+pub mod shown_text;
 pub mod types;

@@ -130,6 +130,11 @@ pub const AGENT_SECRET: &str = "agent-internal-detail-91c2";
 
 impl MisbehavingAgent {
     pub async fn start() -> Self {
+        Self::start_with_card(serde_json::json!({})).await
+    }
+
+    /// Like [`MisbehavingAgent::start`], its card's members replaced by `card`'s.
+    pub async fn start_with_card(extra: serde_json::Value) -> Self {
         use axum::routing::{get, post};
         use std::sync::atomic::{AtomicUsize, Ordering};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -146,6 +151,10 @@ impl MisbehavingAgent {
             "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
             "skills": [],
         });
+        let mut card = card;
+        for (member, value) in extra.as_object().cloned().unwrap_or_default() {
+            card[member] = value;
+        }
         let counted = posts.clone();
         let elsewhere = redirected.clone();
         let gets = std::sync::Arc::new(AtomicUsize::new(0));

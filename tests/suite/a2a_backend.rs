@@ -965,3 +965,61 @@ async fn received_by_the_agent(url: &str, token: &str, params: Value, streaming:
         })
         .unwrap_or_else(|| panic!("no data part in {text}"))
 }
+
+/// The agent's card is cleaned before peergate signs it: what a browser, a terminal or a log
+/// would misread is left out (and said once in the log), each skill id comes once, and the card
+/// stays within what peergate's own client reads; a newline in the agent's name forges no log
+/// line.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agents_card_is_cleaned_before_peergate_signs_it() {
+    let forged = "2031-01-01T00:00:00.000000Z  INFO peergate: forged";
+    let skill = |id: String, description: String| json!({"id": id, "name": "n", "description": description, "tags": ["t"]});
+    let mut skills = vec![
+        skill("a".into(), "<script>alert(1)</script>".into()),
+        skill("b".into(), "kept".into()),
+        skill("b".into(), "a second b".into()),
+    ];
+    skills.extend((0..200).map(|i| skill(format!("s{i}"), "x".repeat(1000))));
+    let agent = MisbehavingAgent::start_with_card(json!({
+        "name": format!("evil\n{forged}"),
+        "description": "plain \u{202e}reversed\u{9b}",
+        "provider": {"organization": "Acme", "url": "http://169.254.169.254/latest"},
+        "documentationUrl": "javascript:alert(1)",
+        "iconUrl": "data:image/svg+xml,<svg/>",
+        "skills": skills,
+    }))
+    .await;
+    let door = door(agent.policy(10), &["alice"]);
+    let card = door.server.card().await;
+    assert_eq!(card["description"], "plain reversed", "{card}");
+    assert!(
+        card.get("provider").is_none() && card.get("iconUrl").is_none(),
+        "{card}"
+    );
+    assert!(card.get("documentationUrl").is_none(), "{card}");
+    let ids: Vec<&str> = card["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert_eq!(ids.iter().filter(|id| **id == "b").count(), 1, "{ids:?}");
+    assert!(!ids.contains(&"a"), "{ids:?}");
+    // Within what peergate's own client reads: it verifies.
+    let base = format!("http://{}", door.server.addr);
+    let (code, _, stderr) = cli(&[
+        "card",
+        "verify",
+        &format!("{base}/.well-known/agent-card.json"),
+        "--jwks",
+        &format!("{base}/.well-known/jwks.json"),
+        "--dangerous-allow-http-loopback",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let log = door.server.log_with("would misread");
+    assert_eq!(log.matches("would misread").count(), 1, "{log}");
+    assert!(
+        !log.lines().any(|line| line.starts_with("2031-")),
+        "a forged line: {log}"
+    );
+}

@@ -446,3 +446,106 @@ async fn a_key_set_kept_by_one_call_verifies_the_next_while_the_key_server_is_do
         .unwrap();
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// A key server that stalls is given five seconds, as SECURITY.md promises, by `call` and by
+/// `card verify` alike: one that answers after twelve is too late (it was waited for twenty).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalling_key_server_is_given_five_seconds() {
+    let served = serve(PolicyEdit::default());
+    let jwks = reqwest::get(served.jwks())
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let app = axum::Router::new().route(
+        "/slow.json",
+        axum::routing::get(move || async move {
+            tokio::time::sleep(std::time::Duration::from_secs(12)).await;
+            jwks
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let slow = format!("http://{}/slow.json", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let card = format!("{}/.well-known/agent-card.json", served.base());
+    let (call, verify) = tokio::task::spawn_blocking(move || {
+        let call = served.call_with("hello", &["--jwks", &slow]);
+        let verify = cli(&[
+            "card",
+            "verify",
+            &card,
+            "--jwks",
+            &slow,
+            "--dangerous-allow-http-loopback",
+        ]);
+        (call, verify)
+    })
+    .await
+    .unwrap();
+    for (what, (code, _, stderr)) in [("call", call), ("card verify", verify)] {
+        assert_ne!(code, 0, "{what} waited for the key server: {stderr}");
+        assert!(stderr.contains("slow.json"), "{what}: {stderr}");
+    }
+}
+
+/// `call --stream` prints the answer and exits when the task reaches its final state, even
+/// when the agent keeps its stream open after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn call_stream_ends_at_the_final_state_not_at_the_streams_end() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let card = serde_json::json!({
+        "name": "lingering", "description": "d", "version": "1",
+        "supportedInterfaces": [{"url": format!("{base}/"), "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0"}],
+        "capabilities": {"streaming": true},
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+        "skills": [],
+    });
+    let completed = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {"task": {
+        "id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_COMPLETED",
+            "message": {"messageId": "r-1", "role": "ROLE_AGENT",
+                "parts": [{"text": "the final answer"}]}}}}});
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/agent-card.json",
+            axum::routing::get(move || async move { axum::Json(card) }),
+        )
+        .route(
+            "/",
+            axum::routing::post(move || async move {
+                // The answer, then the stream held open long past it.
+                let first = futures_util::stream::once(async move {
+                    Ok::<_, std::io::Error>(format!("data: {completed}\n\n"))
+                });
+                let lingering = futures_util::stream::once(async {
+                    tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+                    Ok::<_, std::io::Error>(String::new())
+                });
+                (
+                    [("content-type", "text/event-stream")],
+                    axum::body::Body::from_stream(futures_util::StreamExt::chain(first, lingering)),
+                )
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        cli(&[
+            "call",
+            &base,
+            "hello",
+            "--stream",
+            "--insecure-unsigned",
+            "--dangerous-allow-http-loopback",
+            "--token",
+            "any",
+            "--timeout",
+            "30",
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("the final answer"), "{stdout}");
+}
