@@ -5,6 +5,7 @@
 #
 #   fuzz/run-stable.sh [SECONDS_PER_TARGET]      (default 30)
 #   FUZZ_RUNS=10000000 fuzz/run-stable.sh        (each target for that many inputs instead)
+#   FUZZ_TARGETS="policy grpc_request" …         (only these targets)
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-30}
@@ -17,7 +18,7 @@ RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
   CARGO_TARGET_DIR="$target_dir" cargo build --release --target "$triple"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-for target in $(ls fuzz_targets | sed 's/\.rs$//'); do
+for target in ${FUZZ_TARGETS:-$(ls fuzz_targets | sed 's/\.rs$//')}; do
   mkdir -p "$scratch/$target"
   cp corpus/"$target"/* "$scratch/$target/"
   "$target_dir/$triple/release/$target" "$scratch/$target" "$bound" \

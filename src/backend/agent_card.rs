@@ -259,7 +259,13 @@ fn public_link(raw: &str) -> Option<String> {
         }
     };
     let as_written = raw.bytes().all(|b| b.is_ascii_graphic());
-    public.then(|| if as_written { raw.to_owned() } else { url.to_string() })
+    public.then(|| {
+        if as_written {
+            raw.to_owned()
+        } else {
+            url.to_string()
+        }
+    })
 }
 
 #[cfg(test)]

@@ -517,16 +517,48 @@ impl Policy {
     }
 }
 
+/// The largest policy file read: the full policy, every key commented, is 20 KB.
+pub const MAX_POLICY_BYTES: u64 = 1024 * 1024;
+
+/// The policy file's text, at most [`MAX_POLICY_BYTES`]: a file larger than that (or a device
+/// such as `/dev/zero`, whose size says nothing) is refused after reading one byte past it.
 fn read(path: &Path) -> Result<String, PolicyError> {
-    std::fs::read_to_string(path).map_err(|e| PolicyError::Unreadable {
+    use std::io::Read;
+    let unreadable = |reason: String| PolicyError::Unreadable {
         source_name: PolicySource::File(path.to_owned()),
-        reason: e.kind().to_string(),
-    })
+        reason,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_POLICY_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| unreadable(e.kind().to_string()))?;
+    if bytes.len() as u64 > MAX_POLICY_BYTES {
+        return Err(unreadable(format!(
+            "larger than {MAX_POLICY_BYTES} bytes; a policy holds only what differs from the defaults"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| unreadable("not UTF-8".to_owned()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_file_past_the_size_bound_is_refused_without_reading_it_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.toml");
+        // Valid TOML: comment lines only.
+        let line = "# a comment line of forty characters.....\n";
+        let lines = (MAX_POLICY_BYTES as usize / line.len()) + 2;
+        std::fs::write(&big, line.repeat(lines)).unwrap();
+        let refused = Policy::load(Some(&big)).unwrap_err().to_string();
+        assert!(refused.contains("larger than"), "{refused}");
+        let endless = Policy::load(Some(Path::new("/dev/zero")))
+            .unwrap_err()
+            .to_string();
+        assert!(endless.contains("larger than"), "{endless}");
+    }
 
     #[test]
     fn embedded_default_is_valid() {

@@ -728,20 +728,72 @@ impl Decoder for MessageDecoder {
     type Error = tonic::Status;
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Decoded>, Self::Error> {
-        let decoded = if self.generated {
-            <generated::proto::SendMessageRequest as prost::Message>::decode(src)
-                .map(|request| Decoded::SendMessage(Box::new(request)))
-                .ok()
-        } else {
-            DynamicMessage::decode(self.request_type.clone(), src)
-                .map(Decoded::Reflected)
-                .ok()
-        };
-        decoded.map(Some).ok_or_else(|| {
-            tonic::Status::invalid_argument(format!(
-                "the request is not a {} message",
-                self.request_type.full_name()
-            ))
-        })
+        decode(&self.request_type, self.generated, src).map(Some)
     }
+}
+
+/// One request message of `request_type`: the turn's as its generated type when `generated`,
+/// any other by reflection.
+fn decode(
+    request_type: &MessageDescriptor,
+    generated: bool,
+    src: impl prost::bytes::Buf,
+) -> Result<Decoded, tonic::Status> {
+    let decoded = if generated {
+        <generated::proto::SendMessageRequest as prost::Message>::decode(src)
+            .map(|request| Decoded::SendMessage(Box::new(request)))
+            .ok()
+    } else {
+        DynamicMessage::decode(request_type.clone(), src)
+            .map(Decoded::Reflected)
+            .ok()
+    };
+    decoded.ok_or_else(|| {
+        tonic::Status::invalid_argument(format!(
+            "the request is not a {} message",
+            request_type.full_name()
+        ))
+    })
+}
+
+/// Reads `bytes` as `method`'s request message into its typed request, as the binding does
+/// (the fuzzer's way in: no connection, no service). `Err` is what the binding would answer;
+/// for the turn's request, also whether reading it by reflection agrees.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn read_request(method: Method, bytes: &[u8]) -> Result<(), A2aError> {
+    use crate::protocol::types as a2a;
+    let &(_, _, request_name, _) = OPERATIONS
+        .iter()
+        .find(|(_, known, ..)| *known == method)
+        .ok_or(A2aError::MethodNotFound)?;
+    let request_type = messages::descriptor(request_name).ok_or(A2aError::MethodNotFound)?;
+    let codec = RequestCodec::for_method(method, request_type);
+    let invalid = |status: tonic::Status| A2aError::InvalidParams {
+        field: "request".to_owned(),
+        description: status.message().to_owned(),
+    };
+    let asked = Asked::read(decode(&codec.request_type, codec.generated, bytes).map_err(invalid)?)?;
+    match method {
+        Method::SendMessage | Method::SendStreamingMessage => asked.send_message().map(drop),
+        Method::GetTask => asked.typed::<a2a::GetTaskRequest>().map(drop),
+        Method::ListTasks => asked.typed::<a2a::ListTasksRequest>().map(drop),
+        Method::CancelTask => asked.typed::<a2a::CancelTaskRequest>().map(drop),
+        Method::SubscribeToTask => asked.typed::<a2a::SubscribeToTaskRequest>().map(drop),
+        Method::CreatePushConfig => asked.typed::<a2a::PushConfigParams>().map(drop),
+        _ => asked.typed::<a2a::PushConfigRef>().map(drop),
+    }
+}
+
+/// The turn's request read by reflection and its ProtoJSON, as every other request is: what
+/// the generated path must agree with.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn read_send_message_reflected(bytes: &[u8]) -> Result<(), A2aError> {
+    let request_type =
+        messages::descriptor("lf.a2a.v1.SendMessageRequest").ok_or(A2aError::MethodNotFound)?;
+    let decoded =
+        decode(&request_type, false, bytes).map_err(|status| A2aError::InvalidParams {
+            field: "request".to_owned(),
+            description: status.message().to_owned(),
+        })?;
+    Asked::read(decoded)?.send_message().map(drop)
 }

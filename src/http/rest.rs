@@ -260,15 +260,25 @@ fn error_response(error: &A2aError) -> Response {
 }
 
 /// The request body as the operation's request: a JSON object sent as JSON.
-fn body_request<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, A2aError> {
+pub(crate) fn body_request<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<T, A2aError> {
     use crate::protocol::json::{Integers, StrictError, parse_object};
     if !crate::http::content_type::is_json(headers) {
         return Err(A2aError::ContentTypeNotSupported(
             "send the request body with Content-Type: application/json".into(),
         ));
     }
-    // As strict as the JSON-RPC door: a repeated member name is refused, not resolved.
+    // As strict as the JSON-RPC door: a repeated member name is refused, not resolved, and
+    // nesting stops at the same depth.
     match parse_object(body, Integers::Any) {
+        Ok(_)
+            if jsonrpc::nesting_depth(&String::from_utf8_lossy(body))
+                > jsonrpc::MAX_PARAMS_DEPTH =>
+        {
+            Err(A2aError::InvalidRequest(jsonrpc::TOO_DEEP))
+        }
         Ok(object) => typed(Value::Object(object)),
         Err(StrictError::Value(_)) => Err(A2aError::InvalidParams {
             field: "body".to_owned(),
@@ -283,7 +293,7 @@ fn body_request<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result
 
 /// Parameters gathered from the route and the query as the operation's request, read as the
 /// JSON-RPC binding reads its `params` (the same words for what is wrong).
-fn typed<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> {
+pub(crate) fn typed<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> {
     let raw = serde_json::value::to_raw_value(&params).map_err(|_| A2aError::Parse)?;
     jsonrpc::parse_params(Some(&raw))
 }
@@ -321,7 +331,7 @@ async fn stream(
 
 /// Query parameters as params: numbers and booleans where the method expects them. A parameter
 /// named twice is refused rather than resolved: a proxy in front may have read the other one.
-fn query_params(query: &[(String, String)]) -> Result<Value, A2aError> {
+pub(crate) fn query_params(query: &[(String, String)]) -> Result<Value, A2aError> {
     let mut params = serde_json::Map::new();
     for (name, value) in query {
         if params.contains_key(name) {

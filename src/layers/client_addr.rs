@@ -149,7 +149,10 @@ where
 
 /// The certificate in `header`: exactly one value, URL-encoded PEM of one certificate. Anything
 /// else is no certificate.
-fn forwarded_certificate(headers: &HeaderMap, header: &HeaderName) -> Option<ClientCertificate> {
+pub(crate) fn forwarded_certificate(
+    headers: &HeaderMap,
+    header: &HeaderName,
+) -> Option<ClientCertificate> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut values = headers.get_all(header).iter();

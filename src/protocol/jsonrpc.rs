@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 
 /// How deeply `params` may nest; deeper requests are refused before any handler parses them.
 pub const MAX_PARAMS_DEPTH: usize = 64;
+/// What a request nesting deeper than [`MAX_PARAMS_DEPTH`] is told, on every binding.
+pub(crate) const TOO_DEEP: &str = "params nest deeper than 64 levels";
 
 /// The largest integer id that survives a round trip through an IEEE double (2^53 − 1).
 pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
@@ -233,10 +235,7 @@ pub fn parse_request(body: &[u8]) -> Result<RpcRequest, RpcFailure> {
         .as_ref()
         .is_some_and(|p| nesting_depth(p.get()) > MAX_PARAMS_DEPTH)
     {
-        return Err(fail(
-            id,
-            A2aError::InvalidRequest("params nest deeper than 64 levels"),
-        ));
+        return Err(fail(id, A2aError::InvalidRequest(TOO_DEEP)));
     }
     Ok(RpcRequest {
         id,
@@ -297,7 +296,8 @@ fn request_id(id: Option<Value>) -> Result<RpcId, A2aError> {
 }
 
 /// The deepest nesting of arrays and objects in syntactically valid JSON text.
-fn nesting_depth(json: &str) -> usize {
+/// How deep `json`'s arrays and objects nest (strings skipped).
+pub(crate) fn nesting_depth(json: &str) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
     for byte in json.bytes() {

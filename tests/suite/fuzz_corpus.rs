@@ -46,3 +46,28 @@ fn forwarded_for_corpus() {
 fn basic_header_corpus() {
     replay("basic_header", peergate::fuzzing::basic_header);
 }
+
+#[test]
+fn certificate_der_corpus() {
+    replay("certificate_der", peergate::fuzzing::certificate_der);
+}
+
+#[test]
+fn access_token_corpus() {
+    replay("access_token", peergate::fuzzing::access_token);
+}
+
+#[test]
+fn grpc_request_corpus() {
+    replay("grpc_request", peergate::fuzzing::grpc_request);
+}
+
+#[test]
+fn rest_request_corpus() {
+    replay("rest_request", peergate::fuzzing::rest_request);
+}
+
+#[test]
+fn policy_corpus() {
+    replay("policy", peergate::fuzzing::policy);
+}

@@ -479,3 +479,39 @@ async fn metrics_count_each_operation_by_its_binding_and_method_not_its_path() {
     }
     gw.stop().await;
 }
+
+/// The HTTP+JSON binding stops at the depth JSON-RPC stops at: a body nesting past 64 levels is
+/// refused with the same words, one within it is served.
+#[tokio::test]
+async fn a_body_nesting_past_the_json_rpc_depth_is_refused_alike() {
+    let gw = TestGateway::start_with(full()).await;
+    let alice = gw.add_peer("alice");
+    let nested = |levels: usize| {
+        let data = format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        let data: Value = serde_json::from_str(&data).unwrap();
+        json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(),
+            "role": "ROLE_USER", "parts": [{"data": {"deep": data}}]}})
+    };
+    // The body's object, the message, its parts, a part, its data object: five levels around.
+    let (status, refused) = call(
+        &gw,
+        reqwest::Method::POST,
+        "/message:send",
+        Some(&alice),
+        Some(nested(65)),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    let words = refused.to_string();
+    assert!(words.contains("nest deeper than 64 levels"), "{words}");
+    let (status, served) = call(
+        &gw,
+        reqwest::Method::POST,
+        "/message:send",
+        Some(&alice),
+        Some(nested(55)),
+    )
+    .await;
+    assert_eq!(status, 200, "{served}");
+    gw.stop().await;
+}
