@@ -209,6 +209,10 @@ impl ScrapeToken {
 
 #[async_trait]
 impl CredentialScheme<AdminPrincipal> for ScrapeToken {
+    fn name(&self) -> &'static str {
+        "scrape_token"
+    }
+
     /// None of its own: the administrator token's Bearer challenge invites it too.
     fn challenge(&self) -> String {
         String::new()

@@ -10,6 +10,7 @@ use crate::config::{MAX_RATE_PER_MINUTE, MAX_STREAMS_PER_PEER};
 use crate::layers::auth::password::{MIN_PASSWORD_CHARS, PasswordChecker, hash_password};
 use crate::protocol::ids::ContextId;
 use crate::shared::changes::{Change, ChangeNotifier};
+use crate::store::IdentityKind;
 use crate::store::records::{AdminStatus, AuditAction, PeerStatus};
 use crate::store::{
     AdminRecord, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary, PeerId,
@@ -206,6 +207,9 @@ pub struct AccountService {
     defaults: AccountDefaults,
     changes: Option<Arc<dyn ChangeNotifier>>,
     passwords: Option<PasswordChecker>,
+    /// The identity providers the policy names (`[[auth.issuers]]`), when known: a token
+    /// identity naming another is refused, since it could never open the door.
+    issuers: Option<Arc<[String]>>,
 }
 
 impl std::fmt::Debug for AccountService {
@@ -325,6 +329,7 @@ impl AccountService {
             defaults,
             changes: None,
             passwords: None,
+            issuers: None,
         }
     }
 
@@ -338,6 +343,37 @@ impl AccountService {
     pub fn with_changes(mut self, changes: Arc<dyn ChangeNotifier>) -> Self {
         self.changes = Some(changes);
         self
+    }
+
+    /// The same service refusing to bind a token identity of an issuer the policy does not
+    /// name (`policy.auth.issuers`).
+    pub fn knowing_issuers(mut self, policy: &crate::config::Policy) -> Self {
+        self.issuers = Some(
+            policy
+                .auth
+                .issuers
+                .iter()
+                .map(|issuer| issuer.name.clone())
+                .collect(),
+        );
+        self
+    }
+
+    /// A token identity names an issuer the policy defines, when the policy is known.
+    fn check_issuer(&self, identity: &PeerIdentity) -> Result<(), ServiceError> {
+        let (Some(known), IdentityKind::Token) = (&self.issuers, identity.kind) else {
+            return Ok(());
+        };
+        if known.contains(&identity.issuer) {
+            return Ok(());
+        }
+        Err(ServiceError::Invalid {
+            field: "issuer",
+            reason: format!(
+                "the policy names no identity provider {:?} ([[auth.issuers]] name); add it there first",
+                identity.issuer
+            ),
+        })
     }
 
     /// The store underneath.
@@ -1022,6 +1058,7 @@ impl AccountService {
                 format!("peer:{name}"),
             ),
             async |op| {
+                self.check_issuer(identity)?;
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
                 if peer.status == PeerStatus::Revoked {
                     return Err(ServiceError::Conflict(format!(

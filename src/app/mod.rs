@@ -236,7 +236,8 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         .map(crate::push::deliver::spawn)
         .transpose()
         .map_err(|e| config(&e))?;
-    announce_listeners(local_addr, admin_addr, grpc_addr, &door_url);
+    let tls = options.policy.server.tls.is_some();
+    announce_listeners((local_addr, admin_addr, grpc_addr), &door_url, tls);
     Ok(RunningGateway {
         local_addr,
         door_url,
@@ -507,18 +508,23 @@ fn spawn_housekeeping(
 }
 
 /// Where each listener is: the tests read these lines for the bound addresses.
+/// Says where each listener is, in the scheme it speaks: `https` (and TLS on the gRPC
+/// listener) with `[server.tls]`.
 fn announce_listeners(
-    local_addr: SocketAddr,
-    admin_addr: SocketAddr,
-    grpc_addr: Option<SocketAddr>,
+    (local_addr, admin_addr, grpc_addr): (SocketAddr, SocketAddr, Option<SocketAddr>),
     door_url: &str,
+    tls: bool,
 ) {
     tracing::info!("admin API on http://{admin_addr} (OpenAPI at /openapi.json)");
+    let scheme = if tls { "https" } else { "http" };
     if let Some(grpc_addr) = grpc_addr {
-        tracing::info!("gRPC binding on {grpc_addr} (lf.a2a.v1.A2AService, grpc.health.v1.Health)");
+        let over = if tls { ", over TLS" } else { "" };
+        tracing::info!(
+            "gRPC binding on {grpc_addr} (lf.a2a.v1.A2AService, grpc.health.v1.Health{over})"
+        );
     }
     tracing::info!(
-        "peergate listening on http://{local_addr}; A2A door {door_url}; card http://{local_addr}/.well-known/agent-card.json"
+        "peergate listening on {scheme}://{local_addr}; A2A door {door_url}; card {scheme}://{local_addr}/.well-known/agent-card.json"
     );
 }
 
@@ -761,6 +767,7 @@ fn account_service(
         },
     )
     .with_changes(changes)
+    .knowing_issuers(&options.policy)
     .with_password_pool(forget.authenticator.passwords().clone())
 }
 
@@ -886,17 +893,20 @@ fn admin_router(
         .map_err(StartError::Config)?,
     );
     let allowed_origins = &policy.server.admin_allowed_origins;
-    Ok(
-        crate::http::admin_api::router(state, admin_authenticator, allowed_origins)
-            .layer(CatchPanicLayer::custom(panic_response))
-            .layer(TimeoutLayer::with_status_code(
-                StatusCode::REQUEST_TIMEOUT,
-                Duration::from_secs(policy.server.request_timeout_seconds),
-            ))
-            .layer(axum::middleware::map_response(
-                refusal::explain_layer_refusals,
-            )),
+    Ok(crate::http::admin_api::router(
+        state,
+        admin_authenticator,
+        crate::layers::cross_site::CrossSiteLayer::new(allowed_origins)
+            .answering(&policy.server.admin_hosts),
     )
+    .layer(CatchPanicLayer::custom(panic_response))
+    .layer(TimeoutLayer::with_status_code(
+        StatusCode::REQUEST_TIMEOUT,
+        Duration::from_secs(policy.server.request_timeout_seconds),
+    ))
+    .layer(axum::middleware::map_response(
+        refusal::explain_layer_refusals,
+    )))
 }
 
 /// The scrape token `server.metrics_token_env` names, read from the environment. Fails closed:

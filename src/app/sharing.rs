@@ -106,7 +106,10 @@ impl Sharing {
             events: bus.events(),
             ownership,
             cancels: bus.cancels(),
-            streams: Arc::new(crate::shared::redis::streams::RedisOpenStreams::new(&redis)),
+            streams: Arc::new(crate::shared::redis::streams::RedisOpenStreams::new(
+                &redis,
+                lease(options),
+            )),
         };
         tracing::info!(
             "serving the store together with other instances: limits, change notifications, task events, turn order and budgets are shared through Redis; leases are kept in the store"

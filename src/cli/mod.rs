@@ -372,7 +372,11 @@ async fn accounts(
             |p| p.peers.default_rate_per_minute,
         ),
     };
-    Ok(AccountService::new(store, Arc::new(SystemClock), defaults))
+    let service = AccountService::new(store, Arc::new(SystemClock), defaults);
+    Ok(match policy {
+        Some(policy) => service.knowing_issuers(policy),
+        None => service,
+    })
 }
 
 /// A time given on the command line, in the admin API's syntax: RFC 3339 with any offset, a

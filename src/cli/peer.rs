@@ -3,6 +3,7 @@
 use super::{CACHE_NOTE, CliError, DataDir, on_store, parse_rate, read_password};
 use crate::admin::{Caller, NewPeer};
 use crate::clock::{Clock as _, rfc3339_millis};
+use crate::config::Policy;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -92,6 +93,11 @@ pub(super) enum PeerCommand {
         name: String,
         #[command(flatten)]
         identity: IdentityArgs,
+        /// The policy whose identity providers an `--issuer` must be one of [default: the one
+        /// the gateway on this data directory serves with, else policies/default.toml, else
+        /// the built-in defaults].
+        #[arg(long = "policy", value_name = "FILE")]
+        policy: Option<PathBuf>,
         #[command(flatten)]
         data: DataDir,
     },
@@ -206,13 +212,17 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
         PeerCommand::Bind {
             name,
             identity,
+            policy,
             data,
-        } => bind(&name, &identity.identity()?, &data, true).await,
+        } => {
+            let (policy, _) = super::policy_for_defaults(policy.as_deref(), &data)?;
+            bind(&name, &identity.identity()?, &data, Some(&policy)).await
+        }
         PeerCommand::Unbind {
             name,
             identity,
             data,
-        } => bind(&name, &identity.identity()?, &data, false).await,
+        } => bind(&name, &identity.identity()?, &data, None).await,
         PeerCommand::Limit { name, rate, data } => {
             on_store(&data, None, async |accounts| {
                 accounts.set_limit(&Caller::operator(), &name, rate).await
@@ -279,13 +289,16 @@ async fn list(data: &DataDir) -> Result<(), CliError> {
 }
 
 /// `peer bind` (`bind`) and `peer unbind`: one identity to or from the peer.
+/// Binds `identity` to the peer `name`, its issuer checked against `policy`'s; without a
+/// policy, unbinds it (an identity of an issuer since removed from the policy may still be).
 async fn bind(
     name: &str,
     identity: &crate::store::PeerIdentity,
     data: &DataDir,
-    bind: bool,
+    policy: Option<&Policy>,
 ) -> Result<(), CliError> {
-    on_store(data, None, async |accounts| {
+    let bind = policy.is_some();
+    on_store(data, policy, async |accounts| {
         let caller = Caller::operator();
         match bind {
             true => accounts.bind_identity(&caller, name, identity).await,

@@ -59,6 +59,11 @@ pub struct ServerPolicy {
     /// any other page are refused.
     #[serde(default)]
     pub admin_allowed_origins: Vec<String>,
+    /// Host names the admin API answers besides this machine's (`localhost`, loopback
+    /// addresses) and the hosts of `admin_allowed_origins`: a name a TLS proxy on this host
+    /// forwards. A request naming any other `Host` is refused (DNS rebinding).
+    #[serde(default)]
+    pub admin_hosts: Vec<String>,
     /// `[server.tls]`: the door serves TLS itself, and may ask for client certificates.
     #[serde(default)]
     pub tls: Option<ServerTlsPolicy>,
@@ -260,6 +265,18 @@ impl ServerPolicy {
         for origin in &self.admin_allowed_origins {
             check_origin(origin)
                 .map_err(|reason| invalid("server.admin_allowed_origins", reason))?;
+        }
+        let host_name = |host: &String| {
+            !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+        };
+        if !self.admin_hosts.iter().all(host_name) {
+            return Err(invalid(
+                "server.admin_hosts",
+                "holds host names only (letters, digits, dots and hyphens; no scheme, port or path)",
+            ));
         }
         if !(1024..=64 * 1024 * 1024).contains(&self.max_body_bytes) {
             return Err(invalid(

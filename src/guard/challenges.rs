@@ -13,6 +13,8 @@ pub struct Challenges {
     pub(super) invalid_token: Arc<[HeaderValue]>,
     /// The reason the listener's refusals are counted under.
     pub(super) counted_as: RefusalReason,
+    /// The schemes the listener accepts, as its policy names them, for the 401's body.
+    pub(super) accepted: Arc<[&'static str]>,
 }
 
 impl Challenges {
@@ -36,7 +38,14 @@ impl Challenges {
             plain: build(false),
             invalid_token: build(true),
             counted_as: RefusalReason::Unauthenticated,
+            accepted: Arc::from(Vec::new()),
         }
+    }
+
+    /// The same challenges, on a listener accepting the schemes named `accepted`.
+    pub fn accepting(mut self, accepted: Vec<&'static str>) -> Self {
+        self.accepted = accepted.into();
+        self
     }
 
     /// The same challenges, for a listener whose refusals are counted under `reason` (the

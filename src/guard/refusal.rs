@@ -214,6 +214,13 @@ impl IntoResponse for Refusal {
             Self::Internal { request_id } => {
                 error_body(self.code(), "internal error", &[("requestId", request_id)])
             }
+            Self::Unauthenticated { challenges, .. } if !challenges.accepted.is_empty() => {
+                let mut body: serde_json::Value =
+                    serde_json::from_str(&error_body(self.code(), &self.to_string(), &[]))
+                        .unwrap_or_default();
+                body["error"]["acceptedSchemes"] = serde_json::json!(*challenges.accepted);
+                body.to_string()
+            }
             other => error_body(other.code(), &other.to_string(), &[]),
         };
         let mut response = (

@@ -17,8 +17,10 @@ pub enum AuthError {
     /// Not `<scheme> <credentials>`, or Basic credentials that are not base64 of UTF-8 `name:password`.
     #[error("the Authorization header is malformed")]
     MalformedHeader,
-    /// Not a well-formed peer token, or its checksum fails (decided without the store).
-    #[error("the token is not a peer token")]
+    /// Not well formed for the scheme that read it (a peer token whose checksum fails, an
+    /// access token past its size bound), decided without the store. Worded for any token: the
+    /// door may take several kinds, and a partner's own IdP token is no peer token to mistake.
+    #[error("the token is malformed")]
     MalformedToken,
     /// An unknown, wrong or revoked token. One case on purpose: the answer must not tell
     /// them apart.

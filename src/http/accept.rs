@@ -2,7 +2,7 @@
 //!
 //! * **Header-read timeout.** A client that opens a connection and sends its request head slowly
 //!   or not at all (a slowloris) is disconnected when `server.header_read_timeout_seconds` pass,
-//!   while every other connection is served.
+//!   while every other connection is served; a head past [`MAX_HEADER_BYTES`] is answered 431.
 //! * **Connection cap.** At most `server.max_connections` connections are open at once; one past
 //!   the cap is closed as soon as it is accepted, before a byte is read, so a flood of idle
 //!   connections cannot exhaust file descriptors or memory.
@@ -38,6 +38,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tower::ServiceExt;
+
+/// The most a request's head (its line and headers) may take on an HTTP/1.1 listener: a
+/// token of 16 KiB and a forwarded certificate fit, a header line of hundreds of KiB does not
+/// (431). hyper's own bound is its read buffer, about 400 KiB. HTTP/2 has its 16 KiB header
+/// list.
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
 /// How the accept loop protects the gateway.
 #[derive(Debug, Clone)]
@@ -116,7 +122,8 @@ impl Connections {
             Protocol::Http1 => {
                 let mut http = hyper::server::conn::http1::Builder::new();
                 http.timer(TokioTimer::new())
-                    .header_read_timeout(limits.header_read_timeout);
+                    .header_read_timeout(limits.header_read_timeout)
+                    .max_header_size(MAX_HEADER_BYTES);
                 Self::Http1(http)
             }
             Protocol::Http2(http2) => {

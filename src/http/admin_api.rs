@@ -146,7 +146,7 @@ const MAX_BODY_BYTES: usize = 64 * 1024;
 pub fn router(
     state: AdminState,
     authenticator: Arc<AdminAuthenticator>,
-    allowed_origins: &[String],
+    cross_site: CrossSiteLayer,
 ) -> Router {
     let _ = state
         .openapi_json
@@ -160,7 +160,7 @@ pub fn router(
         .fallback(not_found)
         .method_not_allowed_fallback(crate::http::door::method_not_allowed)
         .with_state(state)
-        .layer(CrossSiteLayer::new(allowed_origins))
+        .layer(cross_site)
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(MetricsLayer::admin(metrics))
 }

@@ -12,7 +12,12 @@
 //!   another site (`cross-site`, `same-site`) is refused with 403;
 //! * a state-changing request (anything but `GET`, `HEAD` and `OPTIONS`) must be sent as
 //!   `application/json`, else 415: a browser sends that type across sites only after a CORS
-//!   preflight, which this API never grants.
+//!   preflight, which this API never grants;
+//! * a request whose `Host` names neither this machine (`localhost`, a loopback address) nor a
+//!   name the operator gave (`server.admin_hosts`, the hosts of `admin_allowed_origins`) is
+//!   refused with 403: a page whose name was made to resolve to 127.0.0.1 (DNS rebinding) is
+//!   same-origin with itself, sends no `Origin` on a GET, and could read `/ready` and
+//!   `/openapi.json` otherwise.
 //!
 //! Programs that send no `Origin` and no `Sec-Fetch-Site` (curl, the SDKs) are unaffected
 //! beyond the content type.
@@ -57,22 +62,60 @@ use tower::{Layer, Service};
 #[derive(Debug, Clone)]
 pub struct CrossSiteLayer {
     allowed_origins: Arc<[HeaderValue]>,
+    /// Host names answered besides this machine's, lowercase, without ports.
+    hosts: Arc<[String]>,
 }
 
 impl CrossSiteLayer {
     /// Lets through requests from `allowed_origins` (exact `scheme://host[:port]`, as browsers
     /// send them) and from programs that name no origin.
     pub fn new(allowed_origins: &[String]) -> Self {
+        let hosts = allowed_origins
+            .iter()
+            .filter_map(|origin| origin.split_once("://").map(|(_, rest)| host_of(rest)))
+            .collect();
         Self {
             allowed_origins: allowed_origins
                 .iter()
                 .filter_map(|origin| HeaderValue::from_str(origin).ok())
                 .collect(),
+            hosts,
         }
+    }
+
+    /// The same layer answering `hosts` too (a name a proxy on this host forwards).
+    pub fn answering(mut self, hosts: &[String]) -> Self {
+        let mut all: Vec<String> = self.hosts.to_vec();
+        all.extend(hosts.iter().map(|host| host_of(host)));
+        self.hosts = all.into();
+        self
+    }
+
+    /// Why the request's `Host` is refused, if it is (none at all: a program, let through).
+    fn host_refusal(&self, headers: &HeaderMap) -> Option<Refusal> {
+        let mut hosts = headers.get_all(header::HOST).iter();
+        let host = hosts.next()?;
+        if hosts.next().is_some() {
+            return Some(Refusal::CrossSite("the request names more than one Host"));
+        }
+        let host = host_of(host.to_str().unwrap_or_default());
+        let this_machine = host == "localhost"
+            || host.ends_with(".localhost")
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        (!this_machine && !self.hosts.contains(&host)).then_some(Refusal::CrossSite(
+            "the Host names neither this machine nor one in server.admin_hosts",
+        ))
     }
 
     /// Why `request` is refused, if it is.
     fn refusal(&self, method: &Method, headers: &HeaderMap) -> Option<Refusal> {
+        if let Some(refusal) = self.host_refusal(headers) {
+            return Some(refusal);
+        }
         let mut origins = headers.get_all(header::ORIGIN).iter();
         let origin = origins.next();
         if origins.next().is_some() {
@@ -104,6 +147,19 @@ impl CrossSiteLayer {
         }
         None
     }
+}
+
+/// A `host[:port]` as compared: lowercase, without its port or a trailing dot.
+fn host_of(authority: &str) -> String {
+    let authority = authority.trim().to_ascii_lowercase();
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => format!("[{}]", rest.split(']').next().unwrap_or_default()),
+        None => authority
+            .rsplit_once(':')
+            .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+            .map_or(authority.clone(), |(host, _)| host.to_owned()),
+    };
+    host.trim_end_matches('.').to_owned()
 }
 
 /// Whether the one `Content-Type` is `application/json`, parameters aside.
@@ -173,6 +229,38 @@ mod tests {
         layer
             .refusal(&method, &map)
             .map(|refusal| refusal.status().as_u16())
+    }
+
+    #[test]
+    fn a_host_naming_another_machine_is_refused_unless_the_operator_named_it() {
+        let layer = CrossSiteLayer::new(&["https://console.example".to_owned()])
+            .answering(&["admin.corp.example".to_owned()]);
+        let with_host = |host: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+            layer.refusal(&Method::GET, &headers).is_some()
+        };
+        for answered in [
+            "127.0.0.1:8081",
+            "localhost:8081",
+            "[::1]:8081",
+            "ADMIN.corp.example",
+            "console.example:443",
+            "admin.corp.example.",
+        ] {
+            assert!(!with_host(answered), "{answered}");
+        }
+        for refused in [
+            "evil.example:8081",
+            "127.0.0.1.evil.example",
+            "10.0.0.1:8081",
+        ] {
+            assert!(with_host(refused), "{refused}");
+        }
+        assert!(
+            layer.refusal(&Method::GET, &HeaderMap::new()).is_none(),
+            "no Host: a program"
+        );
     }
 
     #[test]

@@ -58,6 +58,11 @@ impl TestGateway {
     /// Starts with `policy` on a fresh store, port 0 and a manual clock.
     pub async fn start_with(policy: Policy) -> Self {
         let data = tempfile::tempdir().unwrap();
+        std::fs::write(
+            data.path().join("test-policy.toml"),
+            policy.effective_text(),
+        )
+        .unwrap();
         let clock = ManualClock::new(SystemClock.now());
         let options = gateway_options(policy, data.path(), Arc::new(clock.clone()));
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -101,11 +106,13 @@ impl TestGateway {
         add_peer(self.data.path(), name)
     }
 
-    /// Binds an identity to a peer with the real CLI (`peer bind NAME ARGS…`), asserting it
-    /// worked.
+    /// Binds an identity to a peer with the real CLI (`peer bind NAME ARGS… --policy` the
+    /// gateway's policy), asserting it worked.
     pub fn bind(&self, peer: &str, identity: &[&str]) {
+        let policy = self.policy_file();
         let mut args = vec!["peer", "bind", peer];
         args.extend_from_slice(identity);
+        args.extend_from_slice(&["--policy", policy.to_str().unwrap()]);
         let (code, _, stderr) = self.cli(&args);
         assert_eq!(code, 0, "{args:?}: {stderr}");
     }
@@ -121,6 +128,11 @@ impl TestGateway {
             .text()
             .await
             .unwrap()
+    }
+
+    /// The gateway's policy as a file (written at start), for commands that read it.
+    pub fn policy_file(&self) -> std::path::PathBuf {
+        self.data.path().join("test-policy.toml")
     }
 
     /// Runs a CLI command against this gateway's store.

@@ -96,7 +96,8 @@ impl ServeProcess {
                 };
                 let admin = address_after("admin API on http://");
                 let grpc = address_after("gRPC binding on ");
-                let addr = address_after("listening on http://");
+                let addr = address_after("listening on http://")
+                    .or_else(|| address_after("listening on https://"));
                 sink.lock().unwrap().push(line);
                 if let Some(admin) = admin {
                     admin_addr = Some(admin);

@@ -1150,6 +1150,7 @@ async fn unbinding_through_one_instance_is_refused_on_the_other_within_a_second(
         return;
     };
     shared.peer("alice", "600/min");
+    let policy = shared.policy.to_str().unwrap().to_owned();
     let (code, _, stderr) = shared.cli(&[
         "peer",
         "bind",
@@ -1158,6 +1159,8 @@ async fn unbinding_through_one_instance_is_refused_on_the_other_within_a_second(
         "acme",
         "--subject",
         "agent-a",
+        "--policy",
+        &policy,
     ]);
     assert_eq!(code, 0, "{stderr}");
     let (a, b) = (shared.instance(), shared.instance());
@@ -1385,5 +1388,49 @@ async fn a_streamed_message_asks_for_its_lock_after_its_stream_place() {
         "the place ({place:?}) before the lock ({lock:?}): {sent:#?}"
     );
     model.release_one();
+    model.release_one();
+}
+
+/// A killed instance's stream places stop counting when its lease lapses (two seconds here),
+/// not after a fixed half-minute: the peer may open its streams on the survivor.
+#[tokio::test]
+async fn a_killed_instances_stream_places_lapse_with_its_lease() {
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let Some(shared) = Shared::start(&model, |p| {
+        p.set("capabilities.streaming", true)
+            .set("capabilities.subscriptions", true)
+            .set("capabilities.non_blocking", true)
+            .set("limits.streams_per_peer", 2)
+    }) else {
+        return;
+    };
+    let token = shared.peer("alice", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    let subscribe = subscription_to_a_held_task(&a.door(), &token).await;
+    let held: Vec<_> = [
+        open_stream(&a.door(), &token, &subscribe).await,
+        open_stream(&a.door(), &token, &subscribe).await,
+    ]
+    .into();
+    assert!(held.iter().all(|stream| stream.status() == 200));
+    assert_eq!(
+        open_stream(&b.door(), &token, &subscribe).await.status(),
+        429
+    );
+    a.kill();
+    let again = async {
+        loop {
+            let response = open_stream(&b.door(), &token, &subscribe).await;
+            if response.status() != 429 {
+                return response;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let _admitted = tokio::time::timeout(Duration::from_secs(15), again)
+        .await
+        .expect("the killed instance's places still count");
+    drop(held);
+    model.set(ModelBehaviour::Answer);
     model.release_one();
 }

@@ -159,6 +159,27 @@ async fn a_chunked_body_over_the_limit_is_refused_with_413() {
     gw.stop().await;
 }
 
+/// A request head past 32 KiB (one long header line) is answered 431 before anything reads
+/// it; a head within it is served.
+#[tokio::test]
+async fn a_header_line_past_the_head_limit_is_refused_with_431() {
+    let gw = TestGateway::start().await;
+    let token = gw.add_peer("alice");
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#.to_vec();
+    let head = |padding: usize| {
+        format!(
+            "POST /a2a/v1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nX-Pad: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            "p".repeat(padding),
+            body.len()
+        )
+    };
+    let status = raw_exchange(gw.addr, head(64 * 1024), vec![body.clone()]).await;
+    assert!(status.starts_with("HTTP/1.1 431"), "{status}");
+    let status = raw_exchange(gw.addr, head(8 * 1024), vec![body]).await;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn a_body_that_never_finishes_is_cut_by_the_request_timeout() {
     let gw = TestGateway::start_with(

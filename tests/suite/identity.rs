@@ -219,6 +219,7 @@ async fn unbinding_expiring_and_another_binding_apply_to_the_next_request() {
     gw.add_peer("another");
     gw.bind("partner", &["--issuer", "acme", "--subject", "agent-a"]);
     // One identity names one peer.
+    let policy = gw.policy_file();
     let (code, _, stderr) = gw.cli(&[
         "peer",
         "bind",
@@ -227,6 +228,8 @@ async fn unbinding_expiring_and_another_binding_apply_to_the_next_request() {
         "acme",
         "--subject",
         "agent-a",
+        "--policy",
+        policy.to_str().unwrap(),
     ]);
     assert_ne!(code, 0);
     assert!(
@@ -410,6 +413,31 @@ async fn the_admin_api_binds_lists_and_unbinds_identities() {
         (status, body["error"]["code"].clone()),
         (409, json!("conflict"))
     );
+    // An issuer the policy does not name could never open the door: refused, by the admin API
+    // and by the command line alike.
+    let (status, body) = admin(
+        reqwest::Method::POST,
+        "/v1/peers/partner/identities",
+        Some(json!({"issuer": "acm", "subject": "agent-a"})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let said = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("\"acm\""), "{body}");
+    let policy = gw.policy_file();
+    let (code, _, stderr) = gw.cli(&[
+        "peer",
+        "bind",
+        "partner",
+        "--issuer",
+        "acm",
+        "--subject",
+        "agent-b",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("no identity provider \"acm\""), "{stderr}");
     let (status, body) = admin(
         reqwest::Method::POST,
         "/v1/peers/partner/identities",
@@ -433,9 +461,11 @@ async fn the_admin_api_binds_lists_and_unbinds_identities() {
         .filter_map(|r| r["action"].as_str())
         .filter(|a| a.starts_with("peer.identity"))
         .collect();
+    // Bound, refused as taken, refused for an issuer the policy does not name, unbound.
     assert_eq!(
         actions,
         [
+            "peer.identity_bound",
             "peer.identity_bound",
             "peer.identity_bound",
             "peer.identity_unbound"
@@ -1132,5 +1162,32 @@ async fn a_token_is_taken_within_the_clock_skew_past_its_exp() {
         401,
         "past it"
     );
+    gw.stop().await;
+}
+
+/// A 401 names the schemes the door accepts, so a partner holding the wrong kind of credential
+/// learns which to bring; a malformed token is called malformed, not "not a peer token".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_401_lists_the_accepted_schemes_and_calls_a_malformed_token_malformed() {
+    let key = TestKey::new("acme-1", 91);
+    let file = key_file(&[&key]);
+    let policy = policy_with(&[("acme", ACME, Some(file.path()), vec![])]);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    let (status, body) = post_raw(&gw.door, None, get_task("x")).await;
+    assert_eq!(status, 401);
+    let mut accepted: Vec<&str> = body["error"]["acceptedSchemes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    accepted.sort_unstable();
+    assert_eq!(accepted, ["bearer", "jwt"], "{body}");
+    for malformed in ["pgt_not_a_real_token", "a.b.c.d.e"] {
+        let (status, _, body) = call(&gw.door, malformed, get_task("x")).await;
+        assert_eq!(status, 401, "{body}");
+        let said = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(!said.contains("peer token"), "{malformed}: {said}");
+    }
     gw.stop().await;
 }

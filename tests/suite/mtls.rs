@@ -431,3 +431,20 @@ async fn an_expired_client_ca_or_stale_revocation_list_stops_start_up_when_the_p
     let (started, _data) = start(policy(&pki, &["bearer", "mtls"], false)).await;
     assert!(started.is_ok(), "warn, the default, starts");
 }
+
+/// With `[server.tls]` the start-up log names the door, its card and the gRPC listener as what
+/// they are: TLS.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_start_up_log_says_the_door_serves_tls() {
+    let full = PolicyEdit::from_text(
+        &std::fs::read_to_string(repo_root().join("policies/full.toml")).unwrap(),
+    )
+    .insert("server.tls.cert_file", server_file("server.pem"))
+    .insert("server.tls.key_file", server_file("server.key"));
+    let served = ServedPolicy::start(&full, &[], &[]);
+    let log = served.server.log_text();
+    assert!(log.contains("listening on https://127.0.0.1:"), "{log}");
+    assert!(log.contains("card https://127.0.0.1:"), "{log}");
+    assert!(log.contains(", over TLS)"), "{log}");
+    assert!(!log.contains("listening on http://"), "{log}");
+}

@@ -236,7 +236,10 @@ impl<Who: Principal> Authenticator<Who> {
                 texts.push(text);
             }
         }
-        let challenges = Challenges::new(texts).counted_as(listener.counted_as);
+        let names = schemes.iter().map(|s| s.name()).collect();
+        let challenges = Challenges::new(texts)
+            .counted_as(listener.counted_as)
+            .accepting(names);
         let verified = (!listener.cache_ttl.is_zero()).then(|| {
             Cache::builder()
                 .max_capacity(100_000)

@@ -95,6 +95,10 @@ impl<Who> Basic<Who> {
 
 #[async_trait]
 impl<Who: Send + Sync + 'static> CredentialScheme<Who> for Basic<Who> {
+    fn name(&self) -> &'static str {
+        "basic"
+    }
+
     fn challenge(&self) -> String {
         basic_challenge(self.realm, self.xbasic)
     }

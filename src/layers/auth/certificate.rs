@@ -52,6 +52,10 @@ impl ClientCertificates {
 
 #[async_trait]
 impl CredentialScheme<AuthenticatedPeer> for ClientCertificates {
+    fn name(&self) -> &'static str {
+        "mtls"
+    }
+
     /// None: a certificate is asked for by the TLS handshake, not by a challenge.
     fn challenge(&self) -> String {
         String::new()

@@ -104,6 +104,14 @@ impl<Who> GeneratedCredential<Who> {
 
 #[async_trait]
 impl<Who: Send + Sync + 'static> CredentialScheme<Who> for GeneratedCredential<Who> {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            CredentialKind::PeerToken => "bearer",
+            CredentialKind::ApiKey => "api_key",
+            CredentialKind::AdminToken => "admin_token",
+        }
+    }
+
     fn verification_is_costly(&self) -> bool {
         false
     }

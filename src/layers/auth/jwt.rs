@@ -435,6 +435,10 @@ impl<Who> IdentityProviderTokens<Who> {
 
 #[async_trait]
 impl<Who: Send + Sync + 'static> CredentialScheme<Who> for IdentityProviderTokens<Who> {
+    fn name(&self) -> &'static str {
+        "jwt"
+    }
+
     /// The listener's Bearer challenge (the same text as its other Bearer scheme's, sent once).
     fn challenge(&self) -> String {
         super::generated::bearer_challenge(self.realm)

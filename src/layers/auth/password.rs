@@ -16,6 +16,13 @@
 //! ([`Busy`], answered 503 with `Retry-After`), so a flood of Basic logins makes a real one
 //! retry a second later instead of waiting seconds behind the flood. Hashing a new password (the
 //! admin API, authenticated) waits without that bound.
+//!
+//! A password that matched is known good for [`KNOWN_GOOD_FOR`]: its next verification against
+//! the same stored hash takes no slot (the cache holds an HMAC of the hash and the password
+//! under a key made at start-up, never either). So wrong passwords from many addresses fill the
+//! queue for wrong passwords only, and a partner who signed in keeps signing in. A new password
+//! is a new hash, so nothing of the old one matches; a revoked or disabled login is refused by
+//! its record, read on every verification before this.
 
 use argon2::{Algorithm, Argon2, Block, Params, PasswordHash, Version};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -25,10 +32,24 @@ use tokio::sync::Semaphore;
 /// Verifications allowed to wait for a slot, per slot.
 pub const QUEUE_PER_SLOT: usize = 4;
 
+/// How long a password that matched takes no slot to match again.
+pub const KNOWN_GOOD_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The most passwords known good at once.
+const KNOWN_GOOD_MOST: u64 = 10_000;
+
 /// Every slot is busy and the queue for them is full: try again shortly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("every password check slot is busy and the queue for them is full")]
 pub struct Busy;
+
+/// A random key for the known-good cache.
+fn random_secret() -> Result<[u8; 32], String> {
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret)
+        .map_err(|e| format!("no randomness for the password cache: {e}"))?;
+    Ok(secret)
+}
 
 /// Shortest password `peergate peer password` accepts.
 pub const MIN_PASSWORD_CHARS: usize = 12;
@@ -116,6 +137,10 @@ pub struct PasswordChecker {
     verifications: Arc<AtomicU64>,
     running: Arc<AtomicUsize>,
     peak: Arc<AtomicUsize>,
+    /// Passwords that matched their hash lately, by [`PasswordChecker::known_good_key`].
+    known_good: moka::sync::Cache<[u8; 32], ()>,
+    /// The key those are made under, random per process.
+    known_good_secret: Arc<[u8; 32]>,
 }
 
 impl PasswordChecker {
@@ -133,7 +158,24 @@ impl PasswordChecker {
             verifications: Arc::new(AtomicU64::new(0)),
             running: Arc::default(),
             peak: Arc::default(),
+            known_good: moka::sync::Cache::builder()
+                .max_capacity(KNOWN_GOOD_MOST)
+                .time_to_live(KNOWN_GOOD_FOR)
+                .build(),
+            known_good_secret: Arc::new(random_secret()?),
         })
+    }
+
+    /// What the known-good cache holds for `password` against `phc`: an HMAC of both (the
+    /// hash's length first, so no split of the two makes another pair).
+    fn known_good_key(&self, phc: &str, password: &str) -> [u8; 32] {
+        use hmac::{KeyInit as _, Mac as _};
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&*self.known_good_secret)
+            .expect("HMAC takes a key of any length");
+        mac.update(&(phc.len() as u64).to_be_bytes());
+        mac.update(phc.as_bytes());
+        mac.update(password.as_bytes());
+        mac.finalize().into_bytes().into()
     }
 
     /// A slot's permit: at once if one is free; else after waiting in the queue, when
@@ -203,6 +245,10 @@ impl PasswordChecker {
         phc: Option<&str>,
         password: &str,
     ) -> Result<bool, Busy> {
+        let good = phc.map(|phc| self.known_good_key(phc, password));
+        if good.is_some_and(|key| self.known_good.contains_key(&key)) {
+            return Ok(true);
+        }
         let (hash, known) = match phc {
             Some(phc) => (phc.to_owned(), true),
             None => (self.dummy_hash.to_string(), false),
@@ -215,6 +261,9 @@ impl PasswordChecker {
                 verify_in(memory, &hash, &password)
             })
             .await?;
+        if let (true, Some(key)) = (matched && known, good) {
+            self.known_good.insert(key, ());
+        }
         Ok(matched && known)
     }
 
@@ -300,6 +349,54 @@ mod tests {
                 .unwrap()
         );
         assert_eq!(checker.waiting.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_password_that_matched_needs_no_slot_while_wrong_ones_fill_the_queue() {
+        let checker = PasswordChecker::new(1).unwrap();
+        let phc = Arc::new(hash_password("correct horse battery").unwrap());
+        assert!(
+            checker
+                .verify(Some(&phc), "correct horse battery")
+                .await
+                .unwrap()
+        );
+        let once = checker.verifications();
+        // A flood of wrong passwords holds the slot and fills the queue…
+        let flood: Vec<_> = (0..64)
+            .map(|_| {
+                let (checker, phc) = (checker.clone(), phc.clone());
+                tokio::spawn(async move { checker.verify(Some(&phc), "wrong").await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        // …and the known password still matches, at once, with no Argon2 run of its own.
+        for _ in 0..10 {
+            assert_eq!(
+                checker.verify(Some(&phc), "correct horse battery").await,
+                Ok(true)
+            );
+        }
+        for wrong in flood {
+            assert_ne!(wrong.await.unwrap(), Ok(true));
+        }
+        assert!(checker.verifications() - once <= 2 * (1 + QUEUE_PER_SLOT as u64));
+        // Another hash (a new password) knows nothing of it; nor does a wrong password.
+        let other = hash_password("correct horse battery").unwrap();
+        let before = checker.verifications();
+        assert!(
+            checker
+                .verify(Some(&other), "correct horse battery")
+                .await
+                .unwrap()
+        );
+        assert_eq!(checker.verifications(), before + 1);
+        assert!(
+            !checker
+                .verify(Some(&phc), "correct horse batter")
+                .await
+                .unwrap()
+        );
     }
 
     #[tokio::test]

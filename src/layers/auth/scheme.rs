@@ -149,6 +149,9 @@ impl From<AuthError> for Failure {
 /// One way of presenting a credential, verified into a `Who` (a peer, an administrator).
 #[async_trait]
 pub trait CredentialScheme<Who>: Send + Sync {
+    /// Its name as a 401 lists the accepted schemes (the policy's, `auth.schemes`).
+    fn name(&self) -> &'static str;
+
     /// The `WWW-Authenticate` challenge that invites this scheme.
     fn challenge(&self) -> String;
 

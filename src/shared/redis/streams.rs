@@ -2,9 +2,10 @@
 //!
 //! Each peer's open streams are one sorted set: a member per stream, scored with when its
 //! place lapses (on Redis's clock). One atomic script drops lapsed places, and takes a place
-//! only if fewer than the cap are left. A stream renews its place every third of
-//! [`PLACE_LASTS`] while it is open and removes it when it closes, so a place held by an
-//! instance that died lapses within [`PLACE_LASTS`] instead of counting forever.
+//! only if fewer than the cap are left. A stream renews its place every third of the time a
+//! place lasts (the instances' lease, `cluster.lease_seconds`) while it is open and removes it
+//! when it closes, so a place held by an instance that died lapses with its lease instead of
+//! counting forever.
 //!
 //! While Redis cannot be reached, each instance counts its own streams against the full cap
 //! (so a peer may hold up to the cap once per instance), as the rate limits do.
@@ -16,9 +17,6 @@ use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How long a place lasts without being renewed.
-pub const PLACE_LASTS: Duration = Duration::from_secs(30);
 
 /// KEYS[1]: the peer's set. ARGV: the stream's member, the cap, how long a place lasts (ms).
 /// Returns 1 when a place was taken.
@@ -49,6 +47,8 @@ return 1
 #[derive(Debug, Clone)]
 pub struct RedisOpenStreams {
     connection: ConnectionManager,
+    /// How long a place lasts without being renewed: the instances' lease.
+    lasts: Duration,
     take: Arc<redis::Script>,
     renew: Arc<redis::Script>,
     fallback: LocalOpenStreams,
@@ -56,10 +56,12 @@ pub struct RedisOpenStreams {
 }
 
 impl RedisOpenStreams {
-    /// Counts in `redis`.
-    pub fn new(redis: &Redis) -> Self {
+    /// Counts in `redis`, each place lasting `lasts` unless renewed (the instances' lease, so
+    /// a dead instance's streams stop counting when its lease lapses).
+    pub fn new(redis: &Redis, lasts: Duration) -> Self {
         Self {
             connection: redis.connection(),
+            lasts,
             take: Arc::new(redis::Script::new(TAKE)),
             renew: Arc::new(redis::Script::new(RENEW)),
             fallback: LocalOpenStreams::default(),
@@ -72,8 +74,10 @@ fn key(peer_id: &PeerId) -> String {
     format!("peergate:streams:{peer_id}")
 }
 
-fn lasts_ms() -> u64 {
-    u64::try_from(PLACE_LASTS.as_millis()).unwrap_or(u64::MAX)
+impl RedisOpenStreams {
+    fn lasts_ms(&self) -> u64 {
+        u64::try_from(self.lasts.as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 #[async_trait]
@@ -89,7 +93,7 @@ impl OpenStreams for RedisOpenStreams {
             .key(key(peer_id))
             .arg(&member)
             .arg(cap)
-            .arg(lasts_ms())
+            .arg(self.lasts_ms())
             .invoke_async(&mut connection)
             .await;
         match taken {
@@ -126,7 +130,7 @@ impl RedisPlace {
         let renewing = tokio::spawn({
             let (streams, key, member) = (streams.clone(), key.clone(), member.clone());
             async move {
-                let mut every = tokio::time::interval(PLACE_LASTS / 3);
+                let mut every = tokio::time::interval(streams.lasts / 3);
                 every.tick().await;
                 loop {
                     every.tick().await;
@@ -135,7 +139,7 @@ impl RedisPlace {
                         .renew
                         .key(&key)
                         .arg(&member)
-                        .arg(lasts_ms())
+                        .arg(streams.lasts_ms())
                         .invoke_async(&mut connection)
                         .await;
                     if let Err(error) = renewed {
