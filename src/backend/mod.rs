@@ -55,6 +55,10 @@ pub struct Prompt {
     /// Where an agent backend records its own id of the task as soon as it learns it, so a
     /// cancel or a timeout can reach the task on the agent's side.
     pub agent_task: Arc<std::sync::OnceLock<String>>,
+    /// Whether the peer may cancel the turn while it runs (`capabilities.cancel_running`): an
+    /// agent is then asked in a way that names its task at once (its stream), else with the
+    /// plain call the peer's own was (decision 0011).
+    pub may_be_canceled: bool,
 }
 
 /// Token counts as reported by the backend.

@@ -6,7 +6,8 @@
 //! agent's address therefore never comes from anything a peer or a network attacker controls.
 //!
 //! Each peer message is forwarded once, as `SendMessage` (`SendStreamingMessage` when the peer
-//! streams and the agent can), with the peer's message id and its text and data parts. It goes
+//! streams, or may cancel the turn while it runs, and the agent can), with the peer's message
+//! id, every part and both metadata as sent (decision 0010). It goes
 //! under a context id derived from the peer's identity and its context ([`Prompt::conversation`]),
 //! so two peers that both say `ctx-1` hold two conversations upstream, and a peer can never
 //! name the agent's context or task ids: those stay in peergate's store.
@@ -384,10 +385,11 @@ fn estimated(prompt: &Prompt, mut completion: Completion) -> Completion {
 }
 
 impl UpstreamAgent {
-    /// Through the agent's stream when it streams: its first event names its task, so a cancel
-    /// can reach it while it works. Otherwise one blocking `SendMessage`.
+    /// One blocking `SendMessage`, as the peer asked; through the agent's stream only when the
+    /// peer may cancel the turn while it runs and the agent streams: its first event names its
+    /// task, so the cancel can reach it (decision 0011).
     async fn answer(&self, prompt: &Prompt) -> Result<Completion, BackendError> {
-        if self.streams {
+        if self.streams && prompt.may_be_canceled {
             // Nobody reads the pieces: they are dropped as they come.
             let (pieces, _) = tokio::sync::mpsc::unbounded_channel();
             return self.streamed(prompt, &pieces).await;

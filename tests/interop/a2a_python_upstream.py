@@ -18,6 +18,8 @@ What it answers, chosen by the text of the message:
     "connections"  a completed task whose answer counts the connections the agent was asked
                over (every request's client address and port, card and probes included)
     "message-id"  a completed task whose answer is the messageId the agent saw
+    "methods"  a completed task whose answer counts the JSON-RPC methods the agent was asked
+               with so far ("SendMessage=N SendStreamingMessage=M"), this one included
     otherwise  a completed task answering "upstream says: <text>"
 
 And, chosen by the request's metadata, whatever the message holds:
@@ -81,6 +83,8 @@ RPC_PATH = '/'
 CANCELS = 0
 # Every (address, port) a request came from: one per connection the agent was asked over.
 CONNECTIONS = set()
+# The JSON-RPC methods the agent was asked with, and how often.
+METHODS = {}
 log = logging.getLogger('sdk-upstream')
 
 
@@ -142,6 +146,11 @@ class ScriptedExecutor(AgentExecutor):
             return
         if text == 'cancels':
             await updater.add_artifact([new_text_part(f'cancels: {CANCELS}')], name='answer')
+            await updater.complete()
+            return
+        if text == 'methods':
+            counted = ' '.join(f'{m}={METHODS.get(m, 0)}' for m in ('SendMessage', 'SendStreamingMessage'))
+            await updater.add_artifact([new_text_part(counted)], name='answer')
             await updater.complete()
             return
         if text == 'connections':
@@ -228,6 +237,36 @@ class CountConnections:
         if scope['type'] == 'http' and scope.get('client'):
             CONNECTIONS.add(tuple(scope['client']))
         await self.app(scope, receive, send)
+
+
+class CountMethods:
+    """Counts the JSON-RPC method of every request to the RPC path (its body read, then handed
+    on unchanged)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope['type'] != 'http' or scope.get('method') != 'POST':
+            return await self.app(scope, receive, send)
+        messages, body = [], b''
+        while True:
+            message = await receive()
+            messages.append(message)
+            body += message.get('body', b'')
+            if not message.get('more_body'):
+                break
+        try:
+            method = json.loads(body).get('method')
+        except (ValueError, AttributeError):
+            method = None
+        if isinstance(method, str):
+            METHODS[method] = METHODS.get(method, 0) + 1
+
+        async def replay():
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
 
 
 class LateStreamEnd:
@@ -333,6 +372,7 @@ def build_app(port: int, token: str, sign_jwk: str | None, streaming: bool,
     app = Starlette(routes=routes)
     app.add_middleware(BearerOnRpc, token=token)
     app.add_middleware(CountConnections)
+    app.add_middleware(CountMethods)
     if stream_end_delay:
         app.add_middleware(LateStreamEnd, delay=stream_end_delay)
     return app

@@ -1023,3 +1023,45 @@ async fn the_agents_card_is_cleaned_before_peergate_signs_it() {
         "a forged line: {log}"
     );
 }
+
+/// The agent is asked no more than the partner asked: a blocking send reaches it as
+/// `SendMessage`, a streaming one as `SendStreamingMessage`; only when a peer may cancel a
+/// running turn (`capabilities.cancel_running`) is a blocking send asked through the agent's
+/// stream, whose first event names the task a cancel must reach.
+#[tokio::test]
+async fn the_agent_is_asked_as_the_partner_asked() {
+    let upstream = UpstreamAgent::start(true);
+    let counted = |door: &ServedPolicy| {
+        let (url, token) = (door.server.door(), door.tokens[0].clone());
+        async move { artifact_text(task_of(&send_text(&url, &token, "methods", None).await)) }
+    };
+    let plain = door(
+        upstream.policy().set("capabilities.streaming", true),
+        &["alice"],
+    );
+    assert_eq!(
+        counted(&plain).await,
+        "SendMessage=1 SendStreamingMessage=0"
+    );
+    let (token, url) = (&plain.tokens[0], plain.server.door());
+    let request = json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage",
+        "params": {"message": text_message("streamed")}});
+    open_stream(&url, token, &request)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        counted(&plain).await,
+        "SendMessage=2 SendStreamingMessage=1"
+    );
+    drop(plain);
+    let cancelable = door(
+        upstream.policy().set("capabilities.cancel_running", true),
+        &["bob"],
+    );
+    assert_eq!(
+        counted(&cancelable).await,
+        "SendMessage=2 SendStreamingMessage=2"
+    );
+}

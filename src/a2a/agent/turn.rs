@@ -399,6 +399,7 @@ impl Agent {
                 .as_ref()
                 .and_then(|c| c.upstream_task_id.clone()),
             agent_task: Arc::default(),
+            may_be_canceled: self.settings.cancel_running,
         };
         Ok((prompt, unfinished, working_json))
     }
