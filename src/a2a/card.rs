@@ -229,7 +229,7 @@ fn add_sign_in(value: &mut Value, policy: &Policy, identities: &CardIdentities) 
             ),
         }});
         if let Some(requirements) = value["securityRequirements"].as_array_mut() {
-            requirements.push(json!({"schemes": {scheme_key(Scheme::Mtls): {"list": ["a2a"]}}}));
+            requirements.push(json!({"schemes": {scheme_key(Scheme::Mtls): {}}}));
         }
     }
     if policy.auth_schemes().contains(&Scheme::Jwt) && !issuers.iter().any(|i| i.public) {
@@ -241,7 +241,7 @@ fn add_sign_in(value: &mut Value, policy: &Policy, identities: &CardIdentities) 
             "description": "An access token (RFC 9068) from the identity provider this gateway's operator bound your agent to",
         }});
         if let Some(requirements) = value["securityRequirements"].as_array_mut() {
-            requirements.push(json!({"schemes": {PARTNER_TOKENS: {"list": ["a2a"]}}}));
+            requirements.push(json!({"schemes": {PARTNER_TOKENS: {}}}));
         }
     }
 }
@@ -295,9 +295,10 @@ fn security_schemes(policy: &Policy) -> Value {
 fn security_requirements(policy: &Policy) -> Value {
     enabled_schemes(policy)
         .into_iter()
-        // A non-empty scope list: SDKs drop empty values before canonicalizing a signed card,
-        // raw-JCS verifiers do not, so the served card holds none.
-        .map(|scheme| json!({"schemes": {scheme_key(scheme): {"list": ["a2a"]}}}))
+        // These schemes have no scopes: an empty scope list, which ProtoJSON writes `{}`. The
+        // SDKs drop it before canonicalizing, raw-JCS verifiers do not, so the card is signed
+        // in both forms (`sign::sign_card`).
+        .map(|scheme| json!({"schemes": {scheme_key(scheme): {}}}))
         .collect()
 }
 

@@ -264,12 +264,15 @@ fn has_unsafe_integer(value: &Value) -> bool {
 }
 
 /// Whether `card` holds a value the SDKs drop before canonicalizing (an empty string, array or
-/// object, a null, or a protobuf default): such a card would verify differently in different
-/// clients.
+/// object, a null, or a protobuf default) anywhere but in its security requirements: such a
+/// card would verify differently in different clients. A requirement of a scheme without scopes
+/// is an empty scope list by its nature (`{"bearerAuth": {}}`); for those, [`sign_card`] signs
+/// both forms instead.
 pub fn holds_droppable_values(card: &Value) -> bool {
     let mut unsigned = card.clone();
     if let Value::Object(map) = &mut unsigned {
         map.remove("signatures");
+        map.remove("securityRequirements");
     }
     match (
         canonical_payload(&unsigned),
@@ -358,14 +361,29 @@ pub fn sign_card(
     jku: Option<&str>,
 ) -> Result<Value, SignError> {
     let payload = canonical_payload(card)?;
-    let signatures: Vec<Value> = keys
+    // The card as RFC 8785 writes it, for verifiers that do not drop empty values first: when
+    // it differs (a requirement with no scopes), each key signs it too. A client needs one
+    // signature that verifies (the A2A specification, §8.4; the SDKs take the first).
+    let mut unsigned = card.clone();
+    if let Value::Object(map) = &mut unsigned {
+        map.remove("signatures");
+    }
+    let raw = serde_json_canonicalizer::to_string(&unsigned)
+        .map_err(|e| SignError::Canonical(e.to_string()))?;
+    let mut payloads = vec![payload];
+    if raw != payloads[0] {
+        payloads.push(raw);
+    }
+    let signatures: Vec<Value> = payloads
         .iter()
-        .map(|key| {
-            sign_payload(
-                &b64url(protected_header(key, jku).as_bytes()),
-                &payload,
-                key,
-            )
+        .flat_map(|payload| {
+            keys.iter().map(move |key| {
+                sign_payload(
+                    &b64url(protected_header(key, jku).as_bytes()),
+                    payload,
+                    key,
+                )
+            })
         })
         .collect();
     let mut signed = card.clone();

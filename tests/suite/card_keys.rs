@@ -150,10 +150,17 @@ async fn every_signing_key_adds_a_signature_and_the_jwks_follows_rotation() {
         );
     }
 
-    let payload = peergate::jose::sign::canonical_payload(&card).unwrap();
+    // Each key signs the SDK's cleaned payload, then (the card holds empty scope lists) raw
+    // JCS of the card without its signatures.
+    let sdk = peergate::jose::sign::canonical_payload(&card).unwrap();
+    let mut unsigned = card.clone();
+    unsigned.as_object_mut().unwrap().remove("signatures");
+    let raw = serde_json_canonicalizer::to_string(&unsigned).unwrap();
     let signatures = card["signatures"].as_array().unwrap();
+    assert_eq!(signatures.len() % 2, 0);
     let mut kids = Vec::new();
-    for signature in signatures {
+    for (i, signature) in signatures.iter().enumerate() {
+        let payload = if i < signatures.len() / 2 { &sdk } else { &raw };
         let protected = signature["protected"].as_str().unwrap();
         let header: Value = serde_json::from_slice(&unb64(protected)).unwrap();
         assert_eq!(
@@ -202,7 +209,7 @@ async fn every_signing_key_adds_a_signature_and_the_jwks_follows_rotation() {
     }
     assert_eq!(
         kids,
-        ["ed-now", "ec-now", "hs-now"],
+        ["ed-now", "ec-now", "hs-now", "ed-now", "ec-now", "hs-now"],
         "retiring keys do not sign"
     );
     gw.stop().await;
