@@ -22,7 +22,7 @@
 
 use crate::guard::certificate::ClientCertificate;
 use crate::guard::cidr::Cidr;
-use crate::http::h2_watch::{self, Drain, StreamTimes};
+use crate::http::h2_watch::{self, ConnectionApp, Drain, StreamTimes};
 use crate::http::stalled_writes::{ConnectionDeadline, GuardedIo};
 use crate::layers::client_addr::ClientAddr;
 use crate::layers::metrics::Metrics;
@@ -69,14 +69,7 @@ fn connection_app(
     remote: std::net::SocketAddr,
     deadline: Arc<ConnectionDeadline>,
     certificate: Option<Arc<ClientCertificate>>,
-) -> impl tower::Service<
-    hyper::Request<hyper::body::Incoming>,
-    Response = axum::response::Response,
-    Error = std::convert::Infallible,
-    Future: Send,
-> + Clone
-+ Send
-+ 'static {
+) -> impl ConnectionApp {
     app.map_request(move |request: hyper::Request<hyper::body::Incoming>| {
         let mut request = request.map(axum::body::Body::new);
         request.extensions_mut().insert(ConnectInfo(remote));
@@ -151,14 +144,7 @@ impl Connections {
     async fn serve<I, S>(&self, io: I, app: S, drain: Drain)
     where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-        S: tower::Service<
-                hyper::Request<hyper::body::Incoming>,
-                Response = axum::response::Response,
-                Error = std::convert::Infallible,
-                Future: Send + 'static,
-            > + Clone
-            + Send
-            + 'static,
+        S: ConnectionApp,
     {
         match self {
             Self::Http1(http) => {

@@ -270,6 +270,31 @@ impl<B: http_body::Body> http_body::Body for Watched<B> {
     }
 }
 
+/// What a connection serves: the listener's app, as hyper calls it.
+pub trait ConnectionApp:
+    tower::Service<
+        hyper::Request<hyper::body::Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> ConnectionApp for S where
+    S: tower::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
 /// How a connection learns that the listener drains, and holds the drain open until it ends.
 pub struct Drain {
     /// Held for as long as the connection is served: the listener waits for every one.
@@ -288,14 +313,7 @@ pub async fn serve_connection<I, S>(
     times: StreamTimes,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: tower::Service<
-            hyper::Request<hyper::body::Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-            Future: Send + 'static,
-        > + Clone
-        + Send
-        + 'static,
+    S: ConnectionApp,
 {
     let Drain {
         watcher,
@@ -327,27 +345,7 @@ pub async fn serve_connection<I, S>(
 
 /// `app` with every request's stream counted in `watch`, and every answer's body watched; the
 /// watch goes with each request, for the routes to refuse calls past [`MAX_WAITING_ANSWERS`].
-fn watched<S>(
-    app: S,
-    watch: Arc<StreamWatch>,
-) -> impl tower::Service<
-    hyper::Request<hyper::body::Incoming>,
-    Response = axum::response::Response,
-    Error = std::convert::Infallible,
-    Future: Send + 'static,
-> + Clone
-+ Send
-+ 'static
-where
-    S: tower::Service<
-            hyper::Request<hyper::body::Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-            Future: Send + 'static,
-        > + Clone
-        + Send
-        + 'static,
-{
+fn watched<S: ConnectionApp>(app: S, watch: Arc<StreamWatch>) -> impl ConnectionApp {
     use tower::ServiceExt;
     tower::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
         // Opened before the request is handled: a client that resets the stream first

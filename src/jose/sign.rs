@@ -378,11 +378,7 @@ pub fn sign_card(
         .iter()
         .flat_map(|payload| {
             keys.iter().map(move |key| {
-                sign_payload(
-                    &b64url(protected_header(key, jku).as_bytes()),
-                    payload,
-                    key,
-                )
+                sign_payload(&b64url(protected_header(key, jku).as_bytes()), payload, key)
             })
         })
         .collect();
