@@ -71,28 +71,27 @@ impl Reader {
     /// holds markup.
     fn text(&mut self, value: &Value, at: &str, breaks: bool, max: usize) -> Option<String> {
         let raw = value.as_str()?;
-        if holds_markup(raw) {
+        let Some((text, how)) = cleaned(raw, breaks, max) else {
+            if !raw.trim().is_empty() {
+                self.left_out.push(format!("{at}: nothing printable"));
+            }
+            return None;
+        };
+        // Judged as it would be shown: a control character between `<` and a tag's name is
+        // taken out above, and must not hide the tag from this.
+        if holds_markup(&text) || holds_markup(raw) {
             self.left_out.push(format!("{at}: markup"));
             return None;
         }
-        match cleaned(raw, breaks, max) {
-            Some((text, Cleaned::AsItCame)) => Some(text),
-            Some((text, how)) => {
-                let what = if how == Cleaned::Cut {
-                    "cut"
-                } else {
-                    "control or bidirectional characters taken out"
-                };
-                self.left_out.push(format!("{at}: {what}"));
-                Some(text)
-            }
-            None => {
-                if !raw.trim().is_empty() {
-                    self.left_out.push(format!("{at}: nothing printable"));
-                }
-                None
-            }
+        if how != Cleaned::AsItCame {
+            let what = if how == Cleaned::Cut {
+                "cut"
+            } else {
+                "control or bidirectional characters taken out"
+            };
+            self.left_out.push(format!("{at}: {what}"));
         }
+        Some(text)
     }
 
     /// A list of texts, at most `most`; `None` when none is left.
@@ -258,7 +257,9 @@ fn public_link(raw: &str) -> Option<String> {
             !local
         }
     };
-    let as_written = raw.bytes().all(|b| b.is_ascii_graphic());
+    // Another parser (RFC 3986's) reads a backslash differently from a browser's: only text
+    // both read alike is kept as written.
+    let as_written = raw.bytes().all(|b| b.is_ascii_graphic() && b != b'\\');
     public.then(|| {
         if as_written {
             raw.to_owned()
@@ -292,6 +293,8 @@ mod tests {
                 skill("b", "kept"),
                 skill("b", "a second b"),
                 skill("ask", "peergate's own"),
+                skill("c", "<\u{7f}img src=x onerror=alert(1)>"),
+                skill("d", "<\u{200e}script>alert(1)</script>"),
             ],
         });
         let read = AgentDescription::of_card(&card);
@@ -321,6 +324,8 @@ mod tests {
             "skills[0].description: markup",
             "skills[2]: its id is taken",
             "skills[3]: its id is taken",
+            "skills[4].description: markup",
+            "skills[5].description: markup",
         ] {
             assert!(
                 read.left_out.iter().any(|l| l.starts_with(place)),
@@ -340,6 +345,11 @@ mod tests {
         assert_eq!(
             link("https://BÜCHER.example/a b").as_deref(),
             Some("https://xn--bcher-kva.example/a%20b")
+        );
+        assert_eq!(
+            link("https://public.example\\@127.0.0.1/").as_deref(),
+            Some("https://public.example/@127.0.0.1/"),
+            "written as a browser reads it, not as written"
         );
         for refused in [
             "http://localhost/x",

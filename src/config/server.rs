@@ -105,6 +105,27 @@ pub enum ExpiredClientTrust {
     Refuse,
 }
 
+/// `server.admin_hosts`: host names or IP addresses, nothing more.
+fn check_admin_hosts(hosts: &[String]) -> Result<(), Invalid> {
+    let usable = |host: &String| {
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok()
+            || (!host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-')))
+    };
+    if hosts.iter().all(usable) {
+        return Ok(());
+    }
+    Err(invalid(
+        "server.admin_hosts",
+        "holds host names or IP addresses only (no scheme, port or path)",
+    ))
+}
+
 impl ServerTlsPolicy {
     fn validate(&self) -> Result<(), Invalid> {
         if self.client_ca_file.is_none()
@@ -201,6 +222,21 @@ impl ServerPolicy {
                 "must be an http(s) URL without a trailing `/` or a user, e.g. https://gateway.example.com",
             ));
         }
+        self.validate_limits()?;
+        if let Err(reason) = check_admin_listen(self.admin_listen, self.listen) {
+            return Err(invalid("server.admin_listen", reason));
+        }
+        self.validate_metrics()?;
+        for origin in &self.admin_allowed_origins {
+            check_origin(origin)
+                .map_err(|reason| invalid("server.admin_allowed_origins", reason))?;
+        }
+        check_admin_hosts(&self.admin_hosts)?;
+        Ok(())
+    }
+
+    /// The connection and body limits: each within its range.
+    fn validate_limits(&self) -> Result<(), Invalid> {
         if !(1..=300).contains(&self.header_read_timeout_seconds) {
             return Err(invalid(
                 "server.header_read_timeout_seconds",
@@ -231,9 +267,17 @@ impl ServerPolicy {
                 "must be at most 3600",
             ));
         }
-        if let Err(reason) = check_admin_listen(self.admin_listen, self.listen) {
-            return Err(invalid("server.admin_listen", reason));
+        if !(1024..=64 * 1024 * 1024).contains(&self.max_body_bytes) {
+            return Err(invalid(
+                "server.max_body_bytes",
+                "must be between 1024 and 67108864",
+            ));
         }
+        Ok(())
+    }
+
+    /// `/metrics` on a listener of its own, behind a scrape token.
+    fn validate_metrics(&self) -> Result<(), Invalid> {
         if let Some(name) = &self.metrics_token_env
             && (name.is_empty()
                 || name.starts_with(|c: char| c.is_ascii_digit())
@@ -261,28 +305,6 @@ impl ServerPolicy {
                     "must use a port of its own, not the door's or the admin API's",
                 ));
             }
-        }
-        for origin in &self.admin_allowed_origins {
-            check_origin(origin)
-                .map_err(|reason| invalid("server.admin_allowed_origins", reason))?;
-        }
-        let host_name = |host: &String| {
-            !host.is_empty()
-                && host
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
-        };
-        if !self.admin_hosts.iter().all(host_name) {
-            return Err(invalid(
-                "server.admin_hosts",
-                "holds host names only (letters, digits, dots and hyphens; no scheme, port or path)",
-            ));
-        }
-        if !(1024..=64 * 1024 * 1024).contains(&self.max_body_bytes) {
-            return Err(invalid(
-                "server.max_body_bytes",
-                "must be between 1024 and 67108864",
-            ));
         }
         Ok(())
     }

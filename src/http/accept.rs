@@ -276,7 +276,11 @@ pub async fn serve(
                 let _ = stream.set_nodelay(true);
                 let deadline = ConnectionDeadline::new();
                 let io = GuardedIo::new(stream, limits.write_stall, deadline.clone());
-                let drain = Drain { watcher: graceful.watcher(), shutdown: shutdown.clone() };
+                let drain = Drain {
+                    watcher: graceful.watcher(),
+                    shutdown: shutdown.clone(),
+                    accepted: tokio::time::Instant::now(),
+                };
                 let served = (http.clone(), app.clone(), drain);
                 let tls = tls.clone().map(|acceptor| (acceptor, limits.header_read_timeout));
                 tokio::spawn(async move {
@@ -332,6 +336,7 @@ mod tests {
         let drain = Drain {
             watcher: graceful.watcher(),
             shutdown,
+            accepted: tokio::time::Instant::now(),
         };
         let served = (
             Connections::new(Protocol::Http1, &limits),

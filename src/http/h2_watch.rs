@@ -7,12 +7,14 @@
 //! yet no answer's data may be sent: each answer waits, whole, in memory, and the client opens
 //! the next stream. So each HTTP/2 connection has a watch of its own:
 //!
-//! * **An answer the client does not take.** Every answer's body is [`Watched`]: from the
-//!   moment it has data for the client (its first frame, and each frame after the last it
-//!   gave) until the connection asks for more. The connection asks only when the client's
-//!   window has room, so an answer that waits longer than `server.write_stall_seconds` is a
-//!   client that stopped reading, and the connection is closed, releasing every answer it
-//!   held. A body waiting on its own source (a stream between events) is not counted.
+//! * **An answer the client does not take.** Every answer's body is [`Watched`]: it gives its
+//!   data in pieces of at most [`MAX_SEND_BUFFER`], and each wait is timed from the moment a
+//!   piece is given (or, before the first, from the answer) until the connection asks for the
+//!   next. The connection asks only once most of the last piece has gone to the client, so an
+//!   answer that waits longer than `server.write_stall_seconds` is a client that stopped reading
+//!   (or reads slower than a piece per that time), and the connection is closed, releasing
+//!   every answer it held. A body waiting on its own source (a stream between events) is not
+//!   counted.
 //! * **A connection that asks nothing.** One that has not opened a stream within
 //!   `server.header_read_timeout_seconds` of being accepted (it sent nothing, or only the
 //!   preface) is closed, as the HTTP/1.1 door closes one that sends no head.
@@ -24,13 +26,18 @@
 //!   extensions), and the connection is sent GOAWAY, so it cannot turn into a flood of
 //!   refusals; its client takes its answers and opens a new one. A client that reads takes
 //!   each answer as it comes, so its answers wait only while in flight.
+//! * **A connection told to go.** One sent GOAWAY for being idle or overrun has the write-stall
+//!   time to finish its streams, then is closed: the last piece of an answer sits in HTTP/2's
+//!   own buffer once its body is done, where only this deadline reaches it.
 //!
-//! What one connection buffers is so bounded: at most [`MAX_WAITING_ANSWERS`] answers waiting
-//! whole for a window that does not open, each with at most [`MAX_SEND_BUFFER`] queued for the
-//! socket besides, for at most the write-stall time. The watch asks no timer per stream: a waiting answer's deadline is never earlier than
+//! What one connection buffers is so bounded: [`MAX_WAITING_ANSWERS`] answers waiting for a
+//! window that does not open (and those of calls already running when the connection
+//! overran, at most `grpc.max_concurrent_streams`), each two pieces of at most
+//! [`MAX_SEND_BUFFER`] at a time, for at most the write-stall time. The watch asks no timer per stream: a waiting answer's deadline is never earlier than
 //! one already known, so the connection's one timer wakes at the earliest deadline it knows of,
 //! and looks again.
 
+use axum::body::Bytes;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -97,9 +104,14 @@ struct State {
 impl StreamWatch {
     /// The watch of a connection accepted now.
     pub fn new() -> Arc<Self> {
+        Self::accepted_at(Instant::now())
+    }
+
+    /// The watch of a connection accepted at `accepted`.
+    pub fn accepted_at(accepted: Instant) -> Arc<Self> {
         let now = Instant::now();
         Arc::new(Self {
-            accepted: now,
+            accepted,
             state: Mutex::new(State {
                 opened: 0,
                 open: 0,
@@ -198,16 +210,18 @@ pub struct OpenStream {
 }
 
 impl OpenStream {
-    /// Marks this stream's answer as waiting for the client from now (`true`), or not.
+    /// Marks this stream's answer as waiting for the client from now (`true`: it just gave
+    /// data, so an earlier wait ended and a new one begins), or not.
     fn waiting(&self, waiting: bool) {
         let mut state = self.watch.state();
         let at = state.waiting.iter().position(|(id, _)| *id == self.id);
         match (waiting, at) {
+            (true, Some(at)) => state.waiting[at].1 = Instant::now(),
             (true, None) => state.waiting.push((self.id, Instant::now())),
             (false, Some(at)) => {
                 state.waiting.swap_remove(at);
             }
-            _ => {}
+            (false, None) => {}
         }
     }
 }
@@ -226,33 +240,62 @@ impl Drop for OpenStream {
 }
 
 pin_project_lite::pin_project! {
-    /// An answer's body whose waits for the client are watched (see the module's notes).
+    /// An answer's body whose waits for the client are watched (see the module's notes). Its
+    /// data goes in pieces of at most [`MAX_SEND_BUFFER`]: the connection asks for the next
+    /// piece only once most of the last has gone to the client, so each ask means the client
+    /// took data, and no more than a piece waits unwatched.
     pub struct Watched<B> {
         #[pin]
         inner: B,
         stream: OpenStream,
+        // What is left of a data frame larger than a piece.
+        rest: Option<Bytes>,
     }
 }
 
-impl<B: http_body::Body> Watched<B> {
+impl<B: http_body::Body<Data = Bytes>> Watched<B> {
     /// `inner`, answering on `stream`: it has its first frame for the client from now, unless
     /// it is already done.
     pub fn new(inner: B, stream: OpenStream) -> Self {
         stream.waiting(!inner.is_end_stream());
-        Self { inner, stream }
+        Self {
+            inner,
+            stream,
+            rest: None,
+        }
     }
 }
 
-impl<B: http_body::Body> http_body::Body for Watched<B> {
-    type Data = B::Data;
+/// The first piece of `data`, leaving the rest in `rest`.
+fn piece_of(mut data: Bytes, rest: &mut Option<Bytes>) -> Bytes {
+    if data.len() > MAX_SEND_BUFFER {
+        *rest = Some(data.split_off(MAX_SEND_BUFFER));
+    }
+    data
+}
+
+impl<B: http_body::Body<Data = Bytes>> http_body::Body for Watched<B> {
+    type Data = Bytes;
     type Error = B::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         let this = self.project();
-        let polled = this.inner.poll_frame(cx);
+        if let Some(rest) = this.rest.take() {
+            this.stream.waiting(true);
+            return Poll::Ready(Some(Ok(http_body::Frame::data(piece_of(rest, this.rest)))));
+        }
+        let polled = match this.inner.poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    Poll::Ready(Some(Ok(http_body::Frame::data(piece_of(data, this.rest)))))
+                }
+                Err(frame) => Poll::Ready(Some(Ok(frame))),
+            },
+            other => other,
+        };
         // Data given to the connection leaves the body with more to give only once the
         // client has room; trailers, the end, an error or a wait on the source are not the
         // client's to answer for.
@@ -262,11 +305,18 @@ impl<B: http_body::Body> http_body::Body for Watched<B> {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.rest.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        let rest = self.rest.as_ref().map_or(0, |rest| rest.len() as u64);
+        let inner = self.inner.size_hint();
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
     }
 }
 
@@ -301,6 +351,9 @@ pub struct Drain {
     pub watcher: hyper_util::server::graceful::Watcher,
     /// Turns true when the listener drains.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// When the connection was accepted (before any TLS handshake): its first stream is due
+    /// within the header-read time of this.
+    pub accepted: Instant,
 }
 
 /// Serves `app` over HTTP/2 on `io`, watched: closed at once when silent or stalled, sent
@@ -318,15 +371,27 @@ pub async fn serve_connection<I, S>(
     let Drain {
         watcher,
         mut shutdown,
+        accepted,
     } = drain;
-    let watch = StreamWatch::new();
+    let watch = StreamWatch::accepted_at(accepted);
     let app = hyper_util::service::TowerToHyperService::new(watched(app, watch.clone()));
     let mut connection = std::pin::pin!(http.serve_connection(io, app));
     let mut closing = false;
+    // Once sent GOAWAY for being idle or overrun, the connection's streams get the write-stall
+    // time to end: an answer whose last piece waits in HTTP/2's buffer for a client that
+    // trickles its window is watched by nothing else.
+    let mut gone_by = None;
     loop {
+        let hard_deadline = async {
+            match gone_by {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             // Errors here are the client's (a reset, a protocol error): nothing to do.
             _ = connection.as_mut() => break,
+            () = hard_deadline => break,
             _ = shutdown.wait_for(|draining| *draining), if !closing => {
                 closing = true;
                 connection.as_mut().graceful_shutdown();
@@ -334,6 +399,7 @@ pub async fn serve_connection<I, S>(
             verdict = watch.verdict(times, closing) => match verdict {
                 Verdict::Idle | Verdict::Overrun => {
                     closing = true;
+                    gone_by = Some(Instant::now() + times.stall);
                     connection.as_mut().graceful_shutdown();
                 }
                 Verdict::Silent | Verdict::Stalled => break,
@@ -422,6 +488,30 @@ mod tests {
         );
         drop(held);
         assert!(!watch.holds_too_many());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_always_ready_restarts_the_wait_at_each_piece_the_client_takes() {
+        let watch = StreamWatch::new();
+        let big = Bytes::from(vec![7u8; 3 * MAX_SEND_BUFFER + 10]);
+        let mut body = std::pin::pin!(Watched::new(Full::new(big), watch.open()));
+        let mut taken = 0;
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            assert!(
+                data.len() <= MAX_SEND_BUFFER,
+                "a piece of {} bytes",
+                data.len()
+            );
+            taken += data.len();
+            // The client takes a piece every 20 s: slow, never 30 s behind.
+            tokio::time::advance(Duration::from_secs(20)).await;
+            assert!(
+                watch.judge(Instant::now(), TIMES, false).is_err(),
+                "a client that keeps taking pieces was judged stalled"
+            );
+        }
+        assert_eq!(taken, 3 * MAX_SEND_BUFFER + 10);
     }
 
     #[tokio::test(start_paused = true)]

@@ -168,7 +168,9 @@ impl JwksCache {
             Some(fetcher) => fetcher.document(url).await,
             None => fetch_document(url, &self.policy).await,
         };
-        self.settle(&mut entry, url, asking, fetched, now)
+        // Timed from the fetch's end: a slow key server must not make the floor and the
+        // cooldowns shorter than they are.
+        self.settle(&mut entry, url, asking, fetched, self.clock.now())
     }
 
     /// A kept set is used only where this run may fetch it from itself.
@@ -232,8 +234,7 @@ impl JwksCache {
             Some((Err(error), _)) => error.clone(),
             // Fetched and usable, but longer ago than the stale bound: failing closed.
             _ => FetchError {
-                url: reqwest::Url::parse(url)
-                    .map_or_else(|_| "<not a URL>".to_owned(), |u| shown_url(&u)),
+                url: shown(url),
                 reason: "the key set is out of date".to_owned(),
             },
         })
@@ -251,8 +252,7 @@ impl JwksCache {
     ) -> Result<KeySet, FetchError> {
         let fetched = fetched.and_then(|document| {
             let kids = self.usable(&document.text).map_err(|why| FetchError {
-                url: reqwest::Url::parse(url)
-                    .map_or_else(|_| "<not a URL>".to_owned(), |u| shown_url(&u)),
+                url: shown(url),
                 reason: format!("not a usable key set: {why}"),
             })?;
             Ok((document, kids))
@@ -349,6 +349,11 @@ impl JwksCache {
         // Failing to keep it is no error: the next run fetches it again.
         let _ = crate::jose::keys::replace_private(&file, kept.to_string().as_bytes());
     }
+}
+
+/// `url` as errors show it: without credentials or query.
+fn shown(url: &str) -> String {
+    reqwest::Url::parse(url).map_or_else(|_| "<not a URL>".to_owned(), |u| shown_url(&u))
 }
 
 /// A server's word on freshness, within [`JwksCache::MIN_AGE`] and [`JwksCache::MAX_AGE`].

@@ -271,16 +271,27 @@ fn has_unsafe_integer(value: &Value) -> bool {
 pub fn holds_droppable_values(card: &Value) -> bool {
     let mut unsigned = card.clone();
     if let Value::Object(map) = &mut unsigned {
-        map.remove("signatures");
         map.remove("securityRequirements");
     }
-    match (
-        canonical_payload(&unsigned),
-        serde_json_canonicalizer::to_string(&unsigned),
-    ) {
-        (Ok(sdk), Ok(raw)) => sdk != raw,
-        _ => true,
+    payload_forms(&unsigned).map_or(true, |forms| forms.len() > 1)
+}
+
+/// What a card's signatures cover, `signatures` left out: the SDKs' form (empty values
+/// dropped, then RFC 8785) first, then the raw RFC 8785 form when it differs. A verifier that
+/// does not drop empty values first computes the second.
+pub fn payload_forms(card: &Value) -> Result<Vec<String>, SignError> {
+    let sdk = canonical_payload(card)?;
+    let mut unsigned = card.clone();
+    if let Value::Object(map) = &mut unsigned {
+        map.remove("signatures");
     }
+    let raw = serde_json_canonicalizer::to_string(&unsigned)
+        .map_err(|e| SignError::Canonical(e.to_string()))?;
+    Ok(if raw == sdk {
+        vec![sdk]
+    } else {
+        vec![sdk, raw]
+    })
 }
 
 /// Removes `""`, `null`, `[]` and `{}` everywhere, and parents that become empty; keeps
@@ -360,20 +371,9 @@ pub fn sign_card(
     keys: &[CardSigningKey],
     jku: Option<&str>,
 ) -> Result<Value, SignError> {
-    let payload = canonical_payload(card)?;
-    // The card as RFC 8785 writes it, for verifiers that do not drop empty values first: when
-    // it differs (a requirement with no scopes), each key signs it too. A client needs one
-    // signature that verifies (the A2A specification, §8.4; the SDKs take the first).
-    let mut unsigned = card.clone();
-    if let Value::Object(map) = &mut unsigned {
-        map.remove("signatures");
-    }
-    let raw = serde_json_canonicalizer::to_string(&unsigned)
-        .map_err(|e| SignError::Canonical(e.to_string()))?;
-    let mut payloads = vec![payload];
-    if raw != payloads[0] {
-        payloads.push(raw);
-    }
+    // When the two forms differ (a requirement with no scopes), each key signs both. A client
+    // needs one signature that verifies (the A2A specification, §8.4; the SDKs take the first).
+    let payloads = payload_forms(card)?;
     let signatures: Vec<Value> = payloads
         .iter()
         .flat_map(|payload| {

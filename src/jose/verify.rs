@@ -497,16 +497,8 @@ pub fn verify_card(card_text: &str, keys: &TrustedKeys) -> Result<Verified, Veri
         Some(Value::Array(list)) if !list.is_empty() => list,
         _ => return Err(VerifyError::NoSignature),
     };
-    let mut unsigned = object.clone();
-    unsigned.remove("signatures");
-    let raw = serde_json_canonicalizer::to_string(&Value::Object(unsigned))
-        .map_err(|_| VerifyError::NotACard)?;
-    let sdk = sign::canonical_payload(&card).map_err(|_| VerifyError::NotACard)?;
-    let payloads: Vec<&str> = if raw == sdk {
-        vec![raw.as_str()]
-    } else {
-        vec![raw.as_str(), sdk.as_str()]
-    };
+    let forms = sign::payload_forms(&card).map_err(|_| VerifyError::NotACard)?;
+    let payloads: Vec<&str> = forms.iter().map(String::as_str).collect();
     let mut reasons = Vec::new();
     for (i, entry) in signatures.iter().enumerate() {
         match verify_entry(entry, &payloads, keys) {

@@ -86,7 +86,15 @@ impl CrossSiteLayer {
     /// The same layer answering `hosts` too (a name a proxy on this host forwards).
     pub fn answering(mut self, hosts: &[String]) -> Self {
         let mut all: Vec<String> = self.hosts.to_vec();
-        all.extend(hosts.iter().map(|host| host_of(host)));
+        // An IPv6 address is compared as a Host header writes it: in brackets.
+        all.extend(
+            hosts
+                .iter()
+                .map(|host| match host.parse::<std::net::Ipv6Addr>() {
+                    Ok(ip) => format!("[{ip}]"),
+                    Err(_) => host_of(host),
+                }),
+        );
         self.hosts = all.into();
         self
     }
@@ -234,7 +242,7 @@ mod tests {
     #[test]
     fn a_host_naming_another_machine_is_refused_unless_the_operator_named_it() {
         let layer = CrossSiteLayer::new(&["https://console.example".to_owned()])
-            .answering(&["admin.corp.example".to_owned()]);
+            .answering(&["admin.corp.example".to_owned(), "fd00::8081".to_owned()]);
         let with_host = |host: &str| {
             let mut headers = HeaderMap::new();
             headers.insert(header::HOST, HeaderValue::from_str(host).unwrap());
@@ -247,6 +255,7 @@ mod tests {
             "ADMIN.corp.example",
             "console.example:443",
             "admin.corp.example.",
+            "[fd00::8081]:8081",
         ] {
             assert!(!with_host(answered), "{answered}");
         }

@@ -159,14 +159,19 @@ pub(super) fn check_metadata(field: &str, metadata: Option<&Value>) -> Result<()
     }
 }
 
-/// Whether `text` is base64 as ProtoJSON reads bytes: the standard or URL-safe alphabet,
-/// padded or not.
+/// Whether `text` is base64 as ProtoJSON reads bytes: the standard or the URL-safe alphabet
+/// (one of them), padded or not; decoded once.
 fn is_base64(text: &str) -> bool {
     use base64::Engine as _;
-    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
-    [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
-        .iter()
-        .any(|engine| engine.decode(text).is_ok())
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    let alphabet = if text.contains(['-', '_']) {
+        &base64::alphabet::URL_SAFE
+    } else {
+        &base64::alphabet::STANDARD
+    };
+    let config =
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    GeneralPurpose::new(alphabet, config).decode(text).is_ok()
 }
 
 /// Text parts joined with newlines, data parts as compact JSON; `None` when nothing is left.

@@ -185,24 +185,7 @@ impl Agent {
             .history_length
             .map(|n| checked_history_length(n, "configuration.historyLength"))
             .transpose()?;
-        let reading = if self.backend.reads_every_part() {
-            PartsRead::Every
-        } else {
-            PartsRead::Readable {
-                refuse_unread: self.settings.refuse_unread_parts,
-            }
-        };
-        check_metadata("metadata", params.metadata.as_ref())?;
-        let read = incoming(&message, reading, self.settings.max_text_bytes)?;
-        if let Some(note) = &caller.note {
-            note.unread_parts(read.unread.iter().map(|part| (part.kind, part.index)));
-        }
-        let sent = SentAlong {
-            request_metadata: params.metadata,
-            message_metadata: message.metadata.clone(),
-            extensions: message.extensions.clone(),
-            unread: read.unread,
-        };
+        let (read, sent) = self.read(caller, &message, params.metadata)?;
         let (text, parts, context_id) = (read.text, read.parts, read.context_id);
         if let Some(task_id) = &message.task_id {
             let continued = self
@@ -252,6 +235,36 @@ impl Agent {
             history_length,
             return_immediately: configuration.return_immediately.unwrap_or(false),
         })
+    }
+
+    /// Reads `message` as the backend reads it (the caller's note names the parts it does not)
+    /// and keeps what goes along with it: the request's metadata, the message's own and its
+    /// extensions.
+    fn read(
+        &self,
+        caller: &Caller,
+        message: &a2a::IncomingMessage,
+        request_metadata: Option<serde_json::Value>,
+    ) -> Result<(ReadMessage, SentAlong), A2aError> {
+        let reading = if self.backend.reads_every_part() {
+            PartsRead::Every
+        } else {
+            PartsRead::Readable {
+                refuse_unread: self.settings.refuse_unread_parts,
+            }
+        };
+        check_metadata("metadata", request_metadata.as_ref())?;
+        let mut read = incoming(message, reading, self.settings.max_text_bytes)?;
+        if let Some(note) = &caller.note {
+            note.unread_parts(read.unread.iter().map(|part| (part.kind, part.index)));
+        }
+        let sent = SentAlong {
+            request_metadata,
+            message_metadata: message.metadata.clone(),
+            extensions: message.extensions.clone(),
+            unread: std::mem::take(&mut read.unread),
+        };
+        Ok((read, sent))
     }
 
     /// The turn runs as the peer's owner: their switch and budget decide before the model is

@@ -15,9 +15,9 @@
 //!   issuer whose keys could never be fetched answers 503 (nothing was decided about the
 //!   token), not 401.
 //! * A verified token is remembered by its SHA-256 until it expires, so a busy partner costs
-//!   one signature check per token, not per request; but only while the key that signed it is
-//!   still in its issuer's current set, so a key the provider removed stops its tokens within
-//!   the set's cache lifetime. Who it names is read from the store through the authenticator's
+//!   one signature check per token, not per request; but only while the key set that held its
+//!   key is still its issuer's current one, so a key the provider removed (or replaced under the
+//!   same `kid`) stops its tokens within the set's cache lifetime. Who it names is read from the store through the authenticator's
 //!   verdict cache, so a revocation, an expiry or an unbinding refuses the token on the next
 //!   request like any other credential of the peer.
 //! * A token bound to a client certificate (RFC 8705 `cnf.x5t#S256`) is taken only over a
@@ -99,12 +99,11 @@ struct ParsedSet {
     fresh_until: Timestamp,
 }
 
-/// A token whose signature and claims verified, with the key that signed it.
+/// A token whose signature and claims verified, with the key set that held its key.
 struct Verified {
     issuer: Arc<Issuer>,
     token: AccessToken,
-    kid: String,
-    alg: &'static str,
+    keys: Arc<TrustedKeys>,
 }
 
 /// The identity providers whose tokens the door accepts: see the [module docs](self).
@@ -180,9 +179,11 @@ impl IdentityProviders {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = self.clock.now();
         if let Some(known) = self.verified.get(&key).await {
-            // Remembered until it expires, by the gateway's clock, and while its key stays.
+            // Remembered until it expires, by the gateway's clock, and while the key set that
+            // held its key is the issuer's current one; a new set (a key removed, or replaced
+            // under the same kid) has it checked again.
             let unexpired = now < later(known.token.expires_at, known.issuer.settings.rules.skew);
-            if unexpired && known.issuer.still_has(&known.kid, known.alg, now).await? {
+            if unexpired && known.issuer.still_current(&known.keys, now).await? {
                 return Ok(known);
             }
             self.verified.invalidate(&key).await;
@@ -209,12 +210,10 @@ impl IdentityProviders {
         }
         let verified =
             access_token::verify(&parsed, &keys, &issuer.settings.rules, now).map_err(refused)?;
-        let alg = keys.algorithm_of(parsed.kid()).unwrap_or_default();
         let entry = Arc::new(Verified {
             issuer,
             token: verified,
-            kid: parsed.kid().to_owned(),
-            alg,
+            keys,
         });
         self.verified.insert(key, entry.clone()).await;
         Ok(entry)
@@ -222,10 +221,13 @@ impl IdentityProviders {
 }
 
 impl Issuer {
-    /// Whether the key `kid` is still in the issuer's current set, with algorithm `alg`.
-    async fn still_has(&self, kid: &str, alg: &str, now: Timestamp) -> Result<bool, AuthError> {
-        let keys = self.keys(Asking::Fresh, now).await?;
-        Ok(keys.algorithm_of(kid) == Some(alg))
+    /// Whether `keys` are still the issuer's current set (the same parse of the same text).
+    async fn still_current(
+        &self,
+        keys: &Arc<TrustedKeys>,
+        now: Timestamp,
+    ) -> Result<bool, AuthError> {
+        Ok(Arc::ptr_eq(keys, &self.keys(Asking::Fresh, now).await?))
     }
 
     /// The issuer's keys, from its parsed set while that is fresh; `asking` why.
