@@ -330,8 +330,9 @@ pub fn grpc_request(data: &[u8]) {
 /// body, ListTasks' or GetTask's query): never panics, and a message's body is taken exactly
 /// when the same JSON as JSON-RPC `params` is.
 pub fn rest_request(data: &[u8]) {
-    use crate::http::rest::{body_request, query_params, typed};
-    use crate::protocol::types as a2a;
+    use crate::a2a::operation::A2aRequest;
+    use crate::http::rest::{body_params, query_params, request};
+    use crate::protocol::jsonrpc::Method;
     let Some((&route, rest)) = data.split_first() else {
         return;
     };
@@ -342,15 +343,17 @@ pub fn rest_request(data: &[u8]) {
     );
     match route % 4 {
         0 => {
-            let by_rest = body_request::<a2a::SendMessageRequest>(&headers, rest).is_ok();
+            let by_rest = body_params(&headers, rest)
+                .and_then(|params| request(Method::SendMessage, params))
+                .is_ok();
             let mut envelope =
                 br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":"#.to_vec();
             envelope.extend_from_slice(rest);
             envelope.push(b'}');
             let by_rpc = jsonrpc::parse_request(&envelope)
                 .ok()
-                .and_then(|request| {
-                    jsonrpc::parse_params::<a2a::SendMessageRequest>(request.params.as_deref()).ok()
+                .and_then(|asked| {
+                    A2aRequest::read(Method::SendMessage, asked.params.as_deref()).ok()
                 })
                 .is_some();
             assert_eq!(
@@ -359,7 +362,8 @@ pub fn rest_request(data: &[u8]) {
             );
         }
         1 => {
-            let _ = body_request::<a2a::PushConfigParams>(&headers, rest);
+            let _ = body_params(&headers, rest)
+                .and_then(|params| request(Method::CreatePushConfig, params));
         }
         route => {
             let Ok(text) = std::str::from_utf8(rest) else {
@@ -374,11 +378,11 @@ pub fn rest_request(data: &[u8]) {
             };
             let params = query_params(&query.0);
             if route == 2 {
-                let _ = params.and_then(typed::<a2a::ListTasksRequest>);
+                let _ = params.and_then(|params| request(Method::ListTasks, params));
             } else {
                 let _ = params.and_then(|mut params| {
                     params["id"] = serde_json::json!("t-1");
-                    typed::<a2a::GetTaskRequest>(params)
+                    request(Method::GetTask, params)
                 });
             }
         }

@@ -275,7 +275,6 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::GetTaskRequest,
     ) -> Result<a2a::StoredTask, A2aError> {
-        caller.admit(None, None).await?;
         Agent::get_task(self, &caller.peer, request).await
     }
 
@@ -284,7 +283,6 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::ListTasksRequest,
     ) -> Result<a2a::ListTasksResponse, A2aError> {
-        caller.admit(None, None).await?;
         Agent::list_tasks(self, &caller.peer, request).await
     }
 
@@ -293,7 +291,6 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: CancelTaskRequest,
     ) -> Result<a2a::StoredTask, A2aError> {
-        caller.admit(None, None).await?;
         Agent::cancel_task(self, &caller.peer, request).await
     }
 
@@ -302,7 +299,6 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::SubscribeToTaskRequest,
     ) -> Result<EventStream, StreamRefused> {
-        caller.admit(None, None).await?;
         Agent::subscribe_to_task(self, &caller.peer, request).await
     }
 
@@ -311,7 +307,6 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigParams,
     ) -> Result<a2a::TaskPushNotificationConfig, A2aError> {
-        caller.admit(None, None).await?;
         Agent::create_push_config(self, &caller.peer, request).await
     }
 
@@ -320,7 +315,6 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigRef,
     ) -> Result<a2a::TaskPushNotificationConfig, A2aError> {
-        caller.admit(None, None).await?;
         Agent::get_push_config(self, &caller.peer, request).await
     }
 
@@ -329,7 +323,6 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigRef,
     ) -> Result<a2a::ListTaskPushNotificationConfigsResponse, A2aError> {
-        caller.admit(None, None).await?;
         Agent::list_push_configs(self, &caller.peer, request).await
     }
 
@@ -338,12 +331,10 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigRef,
     ) -> Result<(), A2aError> {
-        caller.admit(None, None).await?;
         Agent::delete_push_config(self, &caller.peer, request).await
     }
 
     async fn get_extended_agent_card(&self, caller: &Caller) -> Result<SignedCard, A2aError> {
-        caller.admit(None, None).await?;
         Ok(SignedCard(self.extended_card_for(&caller.peer)))
     }
 }

@@ -27,27 +27,82 @@ pub const BUFFERED_BYTES: usize = 1024 * 1024;
 pub enum StreamEvent {
     /// A `StreamResponse` as ProtoJSON.
     Response(Box<RawValue>),
+    /// The event a stream ends with: the response that brings its task to a final state, or
+    /// an error. Boxed again so the enum stays two words.
+    Last(Box<LastEvent>),
+}
+
+/// The event a stream ends with.
+#[derive(Debug)]
+pub enum LastEvent {
+    /// The `StreamResponse` that brings its task to a final state (its status update, or the
+    /// task itself), as ProtoJSON: what the pipeline's *seal* stage sees.
+    Final(Box<RawValue>),
     /// The error the stream ends with.
-    Error(Box<A2aError>),
+    Error(A2aError),
 }
 
 impl StreamEvent {
+    /// The error that ends a stream.
+    pub fn error(error: A2aError) -> Self {
+        Self::Last(Box::new(LastEvent::Error(error)))
+    }
+
+    /// What the event carries, as a binding frames it: a `StreamResponse`, or the error that
+    /// ends the stream.
+    pub fn into_response(self) -> Result<Box<RawValue>, A2aError> {
+        match self {
+            Self::Response(json) => Ok(json),
+            Self::Last(last) => match *last {
+                LastEvent::Final(json) => Ok(json),
+                LastEvent::Error(error) => Err(error),
+            },
+        }
+    }
+
+    /// The response that brings its task to a final state, when it is that.
+    pub fn final_response(&self) -> Option<&RawValue> {
+        match self {
+            Self::Last(last) => match last.as_ref() {
+                LastEvent::Final(json) => Some(json),
+                LastEvent::Error(_) => None,
+            },
+            Self::Response(_) => None,
+        }
+    }
+
     /// Bytes it holds in a stream's buffer.
     fn size(&self) -> usize {
         match self {
             Self::Response(json) => json.get().len(),
-            Self::Error(_) => 256,
+            Self::Last(last) => match last.as_ref() {
+                LastEvent::Final(json) => json.get().len(),
+                LastEvent::Error(_) => 256,
+            },
         }
     }
 }
 
 /// A stream's events as the response reads them, holding the stream's place among its peer's
 /// open streams until it is dropped.
-#[derive(Debug)]
 pub struct EventStream {
     events: mpsc::Receiver<StreamEvent>,
     buffered: Arc<AtomicUsize>,
+    /// What sees each event as it is read (the call pipeline's stages).
+    tap: Option<Arc<dyn EventTap>>,
     _place: StreamPermit,
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventStream(…)")
+    }
+}
+
+/// Sees, and may change, each event of a stream as its response reads it.
+pub trait EventTap: Send + Sync {
+    /// The event as it is sent on.
+    fn event(&self, event: StreamEvent) -> StreamEvent;
 }
 
 impl EventStream {
@@ -57,8 +112,15 @@ impl EventStream {
         Self {
             events,
             buffered: Arc::default(),
+            tap: None,
             _place: place,
         }
+    }
+
+    /// The same stream, each event read through `tap`.
+    pub fn tapped(mut self, tap: Arc<dyn EventTap>) -> Self {
+        self.tap = Some(tap);
+        self
     }
 
     /// The next event; `None` once the stream ended.
@@ -70,7 +132,10 @@ impl EventStream {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |waiting| {
                 Some(waiting.saturating_sub(size))
             });
-        Some(event)
+        Some(match &self.tap {
+            Some(tap) => tap.event(event),
+            None => event,
+        })
     }
 }
 
@@ -86,6 +151,7 @@ pub(crate) fn stream_pair(place: StreamPermit) -> (Stream, EventStream) {
         EventStream {
             events: receiver,
             buffered,
+            tap: None,
             _place: place,
         },
     )
@@ -143,7 +209,13 @@ impl Stream {
     }
 
     pub(crate) fn send(&mut self, response: &StreamResponse) {
+        let finishes = match response {
+            StreamResponse::StatusUpdate(update) => update.status.state.is_final(),
+            StreamResponse::Task(task) => task.status.state.is_final(),
+            _ => false,
+        };
         match to_raw_value(response) {
+            Ok(json) if finishes => self.push(StreamEvent::Last(Box::new(LastEvent::Final(json)))),
             Ok(json) => self.push(StreamEvent::Response(json)),
             Err(e) => self.fail(A2aError::internal(
                 &e,
@@ -153,7 +225,7 @@ impl Stream {
     }
 
     pub(crate) fn fail(&mut self, error: A2aError) {
-        self.push(StreamEvent::Error(Box::new(error)));
+        self.push(StreamEvent::error(error));
     }
 
     /// The events a finished task ends a stream with: its answer, then its status.

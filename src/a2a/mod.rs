@@ -5,6 +5,9 @@ pub mod agent;
 pub mod card;
 pub mod events;
 pub mod jsonrpc_binding;
+pub mod operation;
+pub mod pipeline;
 pub mod service;
+pub mod stages;
 /// The protocol's objects, which live below everything that speaks them.
 pub use crate::protocol::types;

@@ -10,6 +10,7 @@ mod sharing;
 
 use crate::a2a::agent::{Agent, AgentSettings};
 use crate::a2a::card;
+use crate::a2a::pipeline::Pipeline;
 use crate::admin::budget::{BudgetDefaults, Budgets};
 use crate::admin::{AccountDefaults, AccountService, admin_authenticator};
 use crate::backend::BackendSetupError;
@@ -459,20 +460,22 @@ fn a2a_routers(
         metrics.clone(),
     ));
     readiness.probe_in_background();
-    let state = door_state(policy, agent.clone(), documents, readiness.clone());
+    // Every binding calls the agent through the one pipeline.
+    let pipeline = Pipeline::new(Arc::new(agent.clone()));
+    let state = door_state(policy, pipeline.clone(), documents, readiness.clone());
     let router = door_router(policy, state, guards, metrics.clone());
-    let grpc = grpc_router(policy, agent, &readiness, guards, metrics);
+    let grpc = grpc_router(policy, pipeline, &readiness, guards, metrics);
     (readiness, router, grpc)
 }
 
 fn door_state(
     policy: &Policy,
-    agent: Arc<Agent>,
+    pipeline: Pipeline,
     documents: &Documents,
     readiness: Arc<crate::http::ready::Readiness>,
 ) -> DoorState {
     DoorState {
-        agent,
+        pipeline,
         bounds: stream_bounds(policy),
         card: Arc::new(documents.card.clone()),
         extended: Arc::new(documents.extended.clone()),
@@ -559,14 +562,14 @@ async fn grpc_listener(
 /// The gRPC listener's routes, with `[grpc]`: the same agent behind the same guards.
 fn grpc_router(
     policy: &Policy,
-    agent: &Arc<Agent>,
+    pipeline: Pipeline,
     readiness: &Arc<crate::http::ready::Readiness>,
     guards: &DoorGuards,
     metrics: &Arc<Metrics>,
 ) -> Option<Router> {
     policy.grpc.as_ref()?;
     let state = crate::http::grpc::GrpcState {
-        agent: agent.clone(),
+        pipeline,
         readiness: readiness.clone(),
         longest_stream: stream_bounds(policy).longest,
         max_message_bytes: policy.server.max_body_bytes,

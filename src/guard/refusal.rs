@@ -206,10 +206,31 @@ impl Refusal {
     }
 }
 
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        let body = match &self {
+impl Refusal {
+    /// The body's `message`: what every binding says of this refusal.
+    pub fn message(&self) -> String {
+        match self {
+            Self::RateLimited(limited) => rate_limited_message(limited),
+            Self::Internal { .. } => "internal error".to_owned(),
+            other => other.to_string(),
+        }
+    }
+
+    /// When the client may try again, in seconds, if the refusal says.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        match self {
+            Self::RateLimited(limited) => Some(retry_after_seconds(limited.retry_after)),
+            // Streams end on their own, and a client reads what it holds in moments; a few
+            // seconds is a fair first guess.
+            Self::TooManyStreams { .. } | Self::NotReading { .. } => Some(5),
+            _ if self.status() == StatusCode::SERVICE_UNAVAILABLE => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The JSON body `{"error": {"code", "message", …}}`.
+    pub fn body(&self) -> String {
+        match self {
             Self::RateLimited(limited) => rate_limited_body(limited),
             Self::Internal { request_id } => {
                 error_body(self.code(), "internal error", &[("requestId", request_id)])
@@ -222,27 +243,19 @@ impl IntoResponse for Refusal {
                 body.to_string()
             }
             other => error_body(other.code(), &other.to_string(), &[]),
-        };
-        let mut response = (
-            status,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            body,
-        )
-            .into_response();
-        let headers = response.headers_mut();
-        match &self {
+        }
+    }
+
+    /// The headers a client acts on: `Retry-After` and `RateLimit-*`, `WWW-Authenticate`.
+    pub fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(seconds) = self.retry_after_seconds() {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        match self {
             Self::RateLimited(limited) => {
                 let seconds = retry_after_seconds(limited.retry_after);
-                headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-                insert_rate_limit_headers(headers, limited.limit, limited.quota, 0, seconds);
-            }
-            // Streams end on their own, and a client reads what it holds in moments; a few
-            // seconds is a fair first guess.
-            Self::TooManyStreams { .. } | Self::NotReading { .. } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                insert_rate_limit_headers(&mut headers, limited.limit, limited.quota, 0, seconds);
             }
             Self::InsufficientScope { scope } => {
                 let challenge = format!(
@@ -253,10 +266,9 @@ impl IntoResponse for Refusal {
                     headers.insert(header::WWW_AUTHENTICATE, value);
                 }
             }
-            _ if status == StatusCode::SERVICE_UNAVAILABLE => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            Self::Unauthenticated { error, challenges } => {
+            Self::Unauthenticated { error, challenges }
+                if self.status() == StatusCode::UNAUTHORIZED =>
+            {
                 let refused_token =
                     matches!(error, AuthError::InvalidToken | AuthError::MalformedToken);
                 let list = if refused_token {
@@ -264,18 +276,32 @@ impl IntoResponse for Refusal {
                 } else {
                     &challenges.plain
                 };
-                append_challenges(headers, list);
+                append_challenges(&mut headers, list);
             }
             _ => {}
+        }
+        headers
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let json = HeaderValue::from_static("application/json");
+        let mut response =
+            (self.status(), [(header::CONTENT_TYPE, json)], self.body()).into_response();
+        for (name, value) in &self.headers() {
+            response.headers_mut().append(name, value.clone());
         }
         if let Some(reason) = self.reason() {
             response.extensions_mut().insert(reason);
         }
-        if let Self::Internal { request_id } = self {
+        if let Self::Internal { request_id } = &self {
             response
                 .extensions_mut()
-                .insert(LoggedRequestId(request_id));
+                .insert(LoggedRequestId(request_id.clone()));
         }
+        // The refusal itself, for a binding that writes it in its own form (gRPC).
+        response.extensions_mut().insert(self);
         response
     }
 }
@@ -295,6 +321,17 @@ fn error_body(code: &str, message: &str, extra: &[(&str, &str)]) -> String {
         detail.insert((*name).into(), (*value).into());
     }
     serde_json::json!({ "error": detail }).to_string()
+}
+
+/// The 429's message, as its body says it.
+fn rate_limited_message(limited: &RateLimited) -> String {
+    let seconds = retry_after_seconds(limited.retry_after);
+    format!(
+        "too many requests ({name} limit of {count} per {window} s); retry after {seconds} s",
+        name = limited.limit.name(),
+        count = limited.quota.count,
+        window = limited.quota.period.as_secs().max(1),
+    )
 }
 
 /// The 429 body, assembled by hand: floods of 429 are the hot path of an abusive client.

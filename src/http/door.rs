@@ -2,9 +2,9 @@
 //! behind the guard layers in their order.
 
 use super::content_type::is_json;
-use crate::a2a::agent::Agent;
 use crate::a2a::card;
 use crate::a2a::jsonrpc_binding::{self, Answer};
+use crate::a2a::pipeline::Pipeline;
 use crate::config::Policy;
 use crate::guard::refusal::{self, Refusal};
 use crate::http::document::CachedDocument;
@@ -32,7 +32,8 @@ use tower_http::timeout::TimeoutLayer;
 /// What the door's handlers share.
 #[derive(Clone)]
 pub(crate) struct DoorState {
-    pub(crate) agent: Arc<Agent>,
+    /// The call pipeline every binding asks.
+    pub(crate) pipeline: Pipeline,
     /// How long a stream, and its connection, may last.
     pub(crate) bounds: crate::http::sse::StreamBounds,
     pub(crate) card: Arc<CachedDocument>,
@@ -190,7 +191,7 @@ pub(crate) fn observed(
 impl axum::extract::FromRef<DoorState> for crate::http::rest::RestState {
     fn from_ref(state: &DoorState) -> Self {
         Self {
-            agent: state.agent.clone(),
+            pipeline: state.pipeline.clone(),
             bounds: state.bounds.clone(),
         }
     }
@@ -212,13 +213,7 @@ async fn door(
             .insert(JsonRpcErrorCode(error.code()));
         return response;
     }
-    // The turn runs in a task of its own: a client that hangs up (or a request timeout) must
-    // not cut it between storing the task and storing its answer.
-    let agent = state.agent.clone();
-    let turn = tokio::spawn(async move { jsonrpc_binding::handle(&agent, &caller, &body).await });
-    let Ok((method, answer)) = turn.await else {
-        return panic_response(Box::new("the turn panicked"));
-    };
+    let (method, answer) = jsonrpc_binding::handle(&state.pipeline, caller, &body).await;
     let mut response = match answer {
         Answer::Body(answer) => json_rpc_body(answer),
         Answer::Failure {

@@ -13,9 +13,10 @@
 //! and [`as_grpc_status`] turns each into a status in the one place: 401 `UNAUTHENTICATED`,
 //! 403 `PERMISSION_DENIED`, 429 `RESOURCE_EXHAUSTED` with a `RetryInfo` delay.
 
-use crate::a2a::agent::Agent;
-use crate::a2a::events::{EventStream, StreamEvent, StreamRefused};
-use crate::a2a::service::{A2aService, Caller};
+use crate::a2a::events::EventStream;
+use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
+use crate::a2a::pipeline::{Asked as PipelineAsked, Pipeline};
+use crate::a2a::service::Caller;
 use crate::config::Policy;
 use crate::guard::refusal::Refusal;
 use crate::http::door::{self, DoorGuards};
@@ -28,20 +29,18 @@ use crate::protocol::call::{A2aCall, Binding};
 use crate::protocol::error::{A2aError, GrpcCode};
 use crate::protocol::grpc::{self as messages, A2A_SERVICE, HEALTH_SERVICE};
 use crate::protocol::grpc_generated as generated;
-use crate::protocol::jsonrpc::{self, Method};
+use crate::protocol::jsonrpc::Method;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderName, StatusCode, header};
+use axum::http::{HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use http_body_util::BodyExt;
 use prost_reflect::{DynamicMessage, MessageDescriptor};
-use serde::Serialize;
 use serde_json::Value;
-use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -50,7 +49,8 @@ use tonic::server::{Grpc, ServerStreamingService, UnaryService};
 /// What the binding's handlers share.
 #[derive(Clone)]
 pub(crate) struct GrpcState {
-    pub(crate) agent: Arc<Agent>,
+    /// The call pipeline every binding asks.
+    pub(crate) pipeline: Pipeline,
     pub(crate) readiness: Arc<Readiness>,
     /// The longest a stream stays open.
     pub(crate) longest_stream: Duration,
@@ -187,11 +187,6 @@ async fn a2a_method(
         request.extensions().get::<ClientAddr>().map(ClientAddr::ip),
         request.extensions(),
     );
-    if let Some(scope) = method.scope()
-        && !caller.peer.may(scope)
-    {
-        return called(Refusal::InsufficientScope { scope }.into_response(), method);
-    }
     let (Some(request_type), Some(response_type)) = (
         messages::descriptor(request_name),
         messages::descriptor(response_name),
@@ -217,7 +212,30 @@ async fn a2a_method(
     } else {
         grpc.unary(call, request).await
     };
-    called(past_the_limit_as_too_large(response.map(Body::new)), method)
+    let response = refused_in_the_call(past_the_limit_as_too_large(response.map(Body::new)));
+    called(response, method)
+}
+
+/// A status the call answered with that the guard's refusal made: the refusal's reason and
+/// request id on the response too, where the metrics and the access log read them as they
+/// read every other refusal's.
+fn refused_in_the_call(mut response: Response) -> Response {
+    let source = response
+        .extensions()
+        .get::<tonic::Status>()
+        .and_then(std::error::Error::source);
+    let refusal: Option<Refusal> = source.and_then(|source| source.downcast_ref()).cloned();
+    if let Some(refusal) = refusal {
+        if let Some(reason) = refusal.reason() {
+            response.extensions_mut().insert(reason);
+        }
+        if let Refusal::Internal { request_id } = refusal {
+            response
+                .extensions_mut()
+                .insert(crate::guard::refusal::LoggedRequestId(request_id));
+        }
+    }
+    response
 }
 
 /// The response, marked with the call it answered for the metrics and the access log.
@@ -243,6 +261,19 @@ struct Call {
     response_type: MessageDescriptor,
 }
 
+impl Call {
+    /// Asks the pipeline with the decoded request.
+    async fn ask(self, decoded: Decoded) -> Result<A2aResponse, tonic::Status> {
+        let asked = PipelineAsked {
+            binding: Binding::Grpc,
+            method: self.method,
+            request: decoded.request(self.method),
+        };
+        let pipeline = self.state.pipeline.clone();
+        pipeline.call(self.caller, asked).await.map_err(refused)
+    }
+}
+
 impl UnaryService<Decoded> for Call {
     type Response = Encoded;
     type Future = BoxFuture<'static, Result<tonic::Response<Encoded>, tonic::Status>>;
@@ -250,118 +281,68 @@ impl UnaryService<Decoded> for Call {
     fn call(&mut self, request: tonic::Request<Decoded>) -> Self::Future {
         let call = self.clone();
         Box::pin(async move {
-            let request = Asked::read(request.into_inner()).map_err(|e| status(&e))?;
-            // As on the other bindings: the turn runs in a task of its own, so a client that
-            // hangs up cannot cut it between storing the task and storing its answer.
-            let (agent, caller, method) = (call.state.agent.clone(), call.caller, call.method);
-            let response_type = call.response_type;
-            let answer = tokio::spawn(async move {
-                unary(&agent, &caller, method, request, &response_type).await
-            })
-            .await
-            .unwrap_or_else(|_| Err(panicked()));
-            answer
+            let response_type = call.response_type.clone();
+            let answer = call.ask(request.into_inner()).await?;
+            encode(&answer, &response_type)
                 .map(|bytes| tonic::Response::new(Encoded(bytes)))
                 .map_err(|e| status(&e))
         })
     }
 }
 
-/// Asks the service's unary `method` with `request`; the answer encoded as
-/// `response_type`. The answers on the turn's path are written straight from their typed
-/// responses ([`generated`]), the others through their ProtoJSON.
-async fn unary(
-    service: &dyn A2aService,
-    caller: &Caller,
-    method: Method,
-    request: Asked,
-    response_type: &MessageDescriptor,
-) -> Result<Vec<u8>, A2aError> {
-    service.offered(method)?;
-    let json = match method {
-        Method::SendMessage => {
-            let answer = service
-                .send_message(caller, request.send_message()?)
-                .await?;
-            return generated::send_message_response(&answer);
+/// An answer as its response message. The answers on the turn's path are written straight
+/// from their typed responses ([`generated`]), the others through their ProtoJSON.
+fn encode(answer: &A2aResponse, response_type: &MessageDescriptor) -> Result<Vec<u8>, A2aError> {
+    match answer {
+        A2aResponse::Sent(sent) => generated::send_message_response(sent),
+        A2aResponse::Task(task) => generated::encoded_task(&task.task),
+        A2aResponse::Page(page) => generated::list_tasks_response(page),
+        // `google.protobuf.Empty`.
+        A2aResponse::Empty => Ok(Vec::new()),
+        other => {
+            let json = match other.json() {
+                Some(json) => json?,
+                None => return Err(internal(&"a stream", "a stream answered a unary call")),
+            };
+            messages::write(response_type, json.get())
+                .map(|message| prost::Message::encode_to_vec(&message))
         }
-        Method::GetTask => {
-            let answer = service.get_task(caller, request.typed()?).await?;
-            return generated::encoded_task(&answer.task);
-        }
-        Method::ListTasks => {
-            let answer = service.list_tasks(caller, request.typed()?).await?;
-            return generated::list_tasks_response(&answer);
-        }
-        Method::CancelTask => {
-            let answer = service.cancel_task(caller, request.typed()?).await?;
-            return generated::encoded_task(&answer.task);
-        }
-        Method::CreatePushConfig => {
-            json(service.create_push_config(caller, request.typed()?).await)
-        }
-        Method::GetPushConfig => json(service.get_push_config(caller, request.typed()?).await),
-        Method::ListPushConfigs => json(service.list_push_configs(caller, request.typed()?).await),
-        Method::DeletePushConfig => {
-            // `google.protobuf.Empty`.
-            service.delete_push_config(caller, request.typed()?).await?;
-            Ok("{}".to_owned())
-        }
-        Method::GetExtendedAgentCard => json(service.get_extended_agent_card(caller).await),
-        // The streams are served by the streaming handler.
-        _ => Err(A2aError::MethodNotFound),
-    }?;
-    messages::write(response_type, &json).map(|message| prost::Message::encode_to_vec(&message))
+    }
+}
+
+/// Why a call has no answer, as a status: the one error table's for the protocol's errors,
+/// the guard's refusal's own for the guard's.
+fn refused(refused: CallRefused) -> tonic::Status {
+    match refused {
+        CallRefused::Protocol(error) => status(&error),
+        CallRefused::Guard(refusal) => refusal_status(refusal),
+    }
 }
 
 /// A request as its codec decoded it: the turn's message as its generated type, any other by
-/// reflection.
+/// reflection. A request that is not the operation's message is answered by tonic with the
+/// decoder's status before the pipeline is asked.
 enum Decoded {
     SendMessage(Box<generated::proto::SendMessageRequest>),
     Reflected(DynamicMessage),
 }
 
-/// A request ready for the operation's typed reader.
-enum Asked {
-    SendMessage(Box<generated::proto::SendMessageRequest>),
-    ProtoJson(Box<RawValue>),
-}
-
-impl Asked {
-    fn read(decoded: Decoded) -> Result<Self, A2aError> {
-        match decoded {
-            Decoded::SendMessage(request) => Ok(Self::SendMessage(request)),
-            Decoded::Reflected(message) => messages::read(&message).map(Self::ProtoJson),
-        }
-    }
-
-    /// The turn's request, typed: read from the generated message, or from its ProtoJSON.
-    fn send_message(self) -> Result<crate::protocol::types::SendMessageRequest, A2aError> {
+impl Decoded {
+    /// `method`'s typed request: the turn's read from its generated message, any other from
+    /// its ProtoJSON as the JSON-RPC binding reads its `params` (the same words for what is
+    /// wrong).
+    fn request(self, method: Method) -> Result<A2aRequest, A2aError> {
         match self {
-            Self::SendMessage(request) => generated::send_message_request(*request),
-            Self::ProtoJson(json) => jsonrpc::parse_params(Some(&json)),
+            Self::SendMessage(request) => {
+                let request = Box::new(generated::send_message_request(*request)?);
+                Ok(match method {
+                    Method::SendStreamingMessage => A2aRequest::SendStreamingMessage(request),
+                    _ => A2aRequest::SendMessage(request),
+                })
+            }
+            Self::Reflected(message) => A2aRequest::read(method, Some(&messages::read(&message)?)),
         }
     }
-
-    /// The operation's typed request, read from its ProtoJSON as the JSON-RPC binding reads
-    /// its `params` (the same words for what is wrong).
-    fn typed<T: serde::de::DeserializeOwned>(self) -> Result<T, A2aError> {
-        match self {
-            Self::ProtoJson(json) => jsonrpc::parse_params(Some(&json)),
-            // Only SendMessage and SendStreamingMessage are decoded so, and they read it above.
-            Self::SendMessage(_) => Err(internal(
-                &"a SendMessageRequest asked for another request type",
-                "a gRPC request was decoded as the wrong message",
-            )),
-        }
-    }
-}
-
-/// A typed answer as ProtoJSON text.
-fn json<R: Serialize>(answer: Result<R, A2aError>) -> Result<String, A2aError> {
-    answer.and_then(|answer| {
-        serde_json::to_string(&answer).map_err(|e| internal(&e, "an answer could not be encoded"))
-    })
 }
 
 impl ServerStreamingService<Decoded> for Call {
@@ -372,41 +353,19 @@ impl ServerStreamingService<Decoded> for Call {
     fn call(&mut self, request: tonic::Request<Decoded>) -> Self::Future {
         let call = self.clone();
         Box::pin(async move {
-            let request = Asked::read(request.into_inner()).map_err(|e| status(&e))?;
-            let (agent, caller, method) = (call.state.agent.clone(), call.caller, call.method);
-            let opened = tokio::spawn(async move { open(&agent, &caller, method, request).await })
-                .await
-                .unwrap_or_else(|_| Err(StreamRefused::Rpc(panicked())));
-            match opened {
-                Ok(events) => Ok(tonic::Response::new(messages_of(
+            let (response_type, longest) = (call.response_type.clone(), call.state.longest_stream);
+            match call.ask(request.into_inner()).await? {
+                A2aResponse::Events(events) => Ok(tonic::Response::new(messages_of(
                     events,
-                    call.response_type,
-                    call.state.longest_stream,
+                    response_type,
+                    longest,
                 ))),
-                Err(StreamRefused::Rpc(error)) => Err(status(&error)),
-                Err(StreamRefused::AtCap(cap)) => {
-                    Err(refusal_status(Refusal::TooManyStreams { cap }.into_response()).await)
-                }
+                _ => Err(status(&internal(
+                    &"one answer",
+                    "a stream call answered once",
+                ))),
             }
         })
-    }
-}
-
-/// Opens the service's stream `method` with `request`.
-async fn open(
-    service: &dyn A2aService,
-    caller: &Caller,
-    method: Method,
-    request: Asked,
-) -> Result<EventStream, StreamRefused> {
-    service.offered(method)?;
-    match method {
-        Method::SendStreamingMessage => {
-            service
-                .send_streaming_message(caller, request.send_message()?)
-                .await
-        }
-        _ => service.subscribe_to_task(caller, request.typed()?).await,
     }
 }
 
@@ -429,11 +388,11 @@ fn messages_of(
                 event = events.next() => event?,
                 () = tokio::time::sleep_until(ends_at) => return None,
             };
-            let item = match event {
-                StreamEvent::Response(json) => messages::write(&response_type, json.get())
+            let item = match event.into_response() {
+                Ok(json) => messages::write(&response_type, json.get())
                     .map(|message| Encoded(prost::Message::encode_to_vec(&message)))
                     .map_err(|e| status(&e)),
-                StreamEvent::Error(error) => Err(status(&error)),
+                Err(error) => Err(status(&error)),
             };
             let ended = item.is_err();
             Some((item, (events, response_type, ended)))
@@ -450,10 +409,6 @@ fn status(error: &A2aError) -> tonic::Status {
 
 fn grpc_code(code: GrpcCode) -> tonic::Code {
     tonic::Code::from_i32(i32::from(code.number()))
-}
-
-fn panicked() -> A2aError {
-    internal(&"the turn panicked", "a gRPC call panicked")
 }
 
 fn internal(error: &dyn std::fmt::Display, what: &'static str) -> A2aError {
@@ -481,9 +436,22 @@ async fn as_grpc_status(response: Response) -> Response {
     if is_grpc {
         return response;
     }
+    let extensions = response.extensions();
+    let status = if let Some(refusal) = extensions.get::<Refusal>() {
+        refusal_status(refusal.clone())
+    } else if let Some(error) = extensions.get::<A2aError>() {
+        status(error)
+    } else {
+        // An answer of the router itself (a method it does not route): its status alone.
+        let code = GrpcCode::for_http_refusal(response.status().as_u16());
+        let message = default_message(response.status());
+        let details = Value::Array(vec![peergate_error_info("refused")]);
+        let details = messages::status_details(code, &message, &details);
+        tonic::Status::with_details(grpc_code(code), message, details.into())
+    };
     let headers = response.headers().clone();
     let extensions = response.extensions().clone();
-    let mut answer = refusal_status(response).await.into_http::<Body>();
+    let mut answer = status.into_http::<Body>();
     for name in KEPT_HEADERS {
         if let Some(value) = headers.get(&name) {
             answer.headers_mut().insert(name, value.clone());
@@ -494,37 +462,30 @@ async fn as_grpc_status(response: Response) -> Response {
     answer
 }
 
-/// A refusal's HTTP response in gRPC's words: the code its status (or, from the protocol
-/// gate, its `google.rpc.Status` name) says, its message, its `ErrorInfo`, and a `RetryInfo`
-/// when it says when to come back.
-async fn refusal_status(response: Response) -> tonic::Status {
-    let (parts, body) = response.into_parts();
-    // Refusals are small and already in memory.
-    let body = axum::body::to_bytes(body, 64 * 1024)
-        .await
-        .unwrap_or_default();
-    let error = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|body| body.get("error").cloned())
-        .unwrap_or(Value::Null);
-    let code = error["status"]
-        .as_str()
-        .and_then(GrpcCode::from_name)
-        .unwrap_or_else(|| GrpcCode::for_http_refusal(parts.status.as_u16()));
-    let message = error["message"]
-        .as_str()
-        .map_or_else(|| default_message(parts.status), str::to_owned);
-    let mut details = match error.get("details") {
-        Some(Value::Array(details)) => details.clone(),
-        _ => vec![peergate_error_info(
-            error["code"].as_str().unwrap_or("refused"),
-        )],
-    };
-    if let Some(seconds) = retry_after(&parts.headers) {
+/// The guard's refusal in gRPC's words, from its type: the code its HTTP status maps to, its
+/// message, its `ErrorInfo`, a `RetryInfo` when it says when to come back, and the headers a
+/// client acts on as metadata. The refusal rides along as the status's source, so the
+/// response can carry its reason.
+fn refusal_status(refusal: Refusal) -> tonic::Status {
+    let code = GrpcCode::for_http_refusal(refusal.status().as_u16());
+    let message = refusal.message();
+    let mut details = vec![peergate_error_info(refusal.code())];
+    if let Some(seconds) = refusal.retry_after_seconds() {
         details.push(messages::retry_info(seconds));
     }
     let details = messages::status_details(code, &message, &Value::Array(details));
-    tonic::Status::with_details(grpc_code(code), message, details.into())
+    let mut status = tonic::Status::with_details(grpc_code(code), message, details.into());
+    let headers = refusal.headers();
+    for name in KEPT_HEADERS {
+        if let Some(value) = headers.get(&name)
+            && let Ok(key) = tonic::metadata::AsciiMetadataKey::from_bytes(name.as_str().as_bytes())
+            && let Ok(value) = tonic::metadata::MetadataValue::try_from(value.as_bytes())
+        {
+            status.metadata_mut().insert(key, value);
+        }
+    }
+    status.set_source(Arc::new(refusal));
+    status
 }
 
 /// The guard's refusal `code` as a `google.rpc.ErrorInfo` in peergate's domain.
@@ -552,12 +513,7 @@ fn body_too_large(error: axum::Error) -> axum::BoxError {
 
 /// A request message past the body limit, as the door's 413 reads in gRPC's words.
 fn too_large() -> tonic::Status {
-    let refusal = Refusal::BodyTooLarge;
-    let code = GrpcCode::for_http_refusal(refusal.status().as_u16());
-    let message = refusal.to_string();
-    let details = Value::Array(vec![peergate_error_info(refusal.code())]);
-    let details = messages::status_details(code, &message, &details);
-    tonic::Status::with_details(grpc_code(code), message, details.into())
+    refusal_status(Refusal::BodyTooLarge)
 }
 
 /// tonic refuses a message whose length prefix is past the decoder's limit with `OUT_OF_RANGE`
@@ -568,16 +524,6 @@ fn past_the_limit_as_too_large(response: Response) -> Response {
         Some(status) if status.code() == tonic::Code::OutOfRange => too_large().into_http(),
         _ => response,
     }
-}
-
-fn retry_after(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 fn default_message(status: StatusCode) -> String {
@@ -620,13 +566,12 @@ impl UnaryService<Decoded> for HealthCheck {
     fn call(&mut self, request: tonic::Request<Decoded>) -> Self::Future {
         let check = self.clone();
         Box::pin(async move {
-            let Asked::ProtoJson(asked) =
-                Asked::read(request.into_inner()).map_err(|e| status(&e))?
-            else {
+            let Decoded::Reflected(message) = request.into_inner() else {
                 return Err(tonic::Status::invalid_argument(
                     "not a health check request",
                 ));
             };
+            let asked = messages::read(&message).map_err(|e| status(&e))?;
             let asked: Value = serde_json::from_str(asked.get()).unwrap_or(Value::Null);
             let service = asked["service"].as_str().unwrap_or("");
             if !service.is_empty() && service != A2A_SERVICE {
@@ -761,7 +706,6 @@ fn decode(
 /// for the turn's request, also whether reading it by reflection agrees.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn read_request(method: Method, bytes: &[u8]) -> Result<(), A2aError> {
-    use crate::protocol::types as a2a;
     let &(_, _, request_name, _) = OPERATIONS
         .iter()
         .find(|(_, known, ..)| *known == method)
@@ -769,16 +713,7 @@ pub(crate) fn read_request(method: Method, bytes: &[u8]) -> Result<(), A2aError>
     let request_type = messages::descriptor(request_name).ok_or(A2aError::MethodNotFound)?;
     let codec = RequestCodec::for_method(method, request_type);
     let decoded = decode(&codec.request_type, codec.generated, bytes).map_err(undecodable)?;
-    let asked = Asked::read(decoded)?;
-    match method {
-        Method::SendMessage | Method::SendStreamingMessage => asked.send_message().map(drop),
-        Method::GetTask => asked.typed::<a2a::GetTaskRequest>().map(drop),
-        Method::ListTasks => asked.typed::<a2a::ListTasksRequest>().map(drop),
-        Method::CancelTask => asked.typed::<a2a::CancelTaskRequest>().map(drop),
-        Method::SubscribeToTask => asked.typed::<a2a::SubscribeToTaskRequest>().map(drop),
-        Method::CreatePushConfig => asked.typed::<a2a::PushConfigParams>().map(drop),
-        _ => asked.typed::<a2a::PushConfigRef>().map(drop),
-    }
+    decoded.request(method).map(drop)
 }
 
 /// The turn's request read by reflection and its ProtoJSON, as every other request is: what
@@ -788,7 +723,7 @@ pub(crate) fn read_send_message_reflected(bytes: &[u8]) -> Result<(), A2aError> 
     let request_type =
         messages::descriptor("lf.a2a.v1.SendMessageRequest").ok_or(A2aError::MethodNotFound)?;
     let decoded = decode(&request_type, false, bytes).map_err(undecodable)?;
-    Asked::read(decoded)?.send_message().map(drop)
+    decoded.request(Method::SendMessage).map(drop)
 }
 
 /// A request that is not its message, as the fuzzer compares it.

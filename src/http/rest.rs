@@ -17,10 +17,11 @@
 //!
 //! Each route is served under a tenant too (`/{tenant}/tasks`); the tenant names nothing here.
 
-use crate::a2a::agent::Agent;
-use crate::a2a::events::{EventStream, StreamEvent, StreamRefused};
-use crate::a2a::service::{A2aService, Caller as ServiceCaller};
-use crate::guard::refusal::{LoggedRequestId, Refusal};
+use crate::a2a::events::StreamEvent;
+use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
+use crate::a2a::pipeline::{Asked, Pipeline};
+use crate::a2a::service::Caller as ServiceCaller;
+use crate::guard::refusal::LoggedRequestId;
 use crate::http::sse::StreamBounds;
 use crate::http::stalled_writes::ConnectionDeadline;
 use crate::layers::auth::AuthenticatedPeer;
@@ -28,9 +29,7 @@ use crate::layers::client_addr::ClientAddr;
 use crate::protocol::call::{A2aCall, Binding};
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::{self, Method as A2aMethod};
-use crate::protocol::types::{
-    CancelTaskRequest, GetTaskRequest, PushConfigRef, SubscribeToTaskRequest,
-};
+use crate::protocol::types::{CancelTaskRequest, SubscribeToTaskRequest};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, Query, State};
@@ -38,18 +37,15 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 
 /// What the binding's routes need.
 #[derive(Clone)]
 pub struct RestState {
-    /// The agent both bindings ask.
-    pub agent: Arc<Agent>,
+    /// The call pipeline every binding asks.
+    pub pipeline: Pipeline,
     /// How long a stream, and its connection, may last.
     pub bounds: StreamBounds,
 }
@@ -109,96 +105,30 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
-/// Calls the service's `method` with `request` as `ask` says and answers in this binding's
-/// shape: the result as it is (`{}` for none), an error as a `google.rpc.Status` body with its
-/// HTTP status. The scope and whether the operation is offered come first, then whether the
-/// request could be read.
-async fn call<T, R, F, Fut>(
+/// Asks the pipeline `method` with `request` and answers in this binding's shape: the result
+/// as it is (`{}` for none), an error as a `google.rpc.Status` body with its HTTP status, a
+/// stream as Server-Sent Events of bare `StreamResponse` objects.
+async fn call(
     state: &RestState,
     caller: Caller,
     method: A2aMethod,
-    request: Result<T, A2aError>,
-    ask: F,
-) -> Response
-where
-    F: FnOnce(Arc<Agent>, ServiceCaller, T) -> Fut,
-    Fut: Future<Output = Result<R, A2aError>> + Send + 'static,
-    R: Serialize + Send + 'static,
-{
-    let request = match admitted(state, &caller, method, request) {
-        Ok(request) => request,
-        Err(refused) => return called(refused.into_response(), method),
+    request: Result<A2aRequest, A2aError>,
+) -> Response {
+    let asked = Asked {
+        binding: Binding::HttpJson,
+        method,
+        request,
     };
-    // As on the JSON-RPC door: the turn runs in a task of its own, so a client that hangs up
-    // cannot cut it between storing the task and storing its answer.
-    let response = match tokio::spawn(ask(state.agent.clone(), caller.caller, request)).await {
-        Ok(Ok(result)) => success(&result),
-        Ok(Err(error)) => error_response(&error),
-        Err(_) => panicked(),
-    };
-    called(response, method)
-}
-
-/// Opens the service's stream `method` with `request` as `ask` says: Server-Sent Events of
-/// bare `StreamResponse` objects.
-async fn stream_call<T, F, Fut>(
-    state: &RestState,
-    caller: Caller,
-    method: A2aMethod,
-    request: Result<T, A2aError>,
-    ask: F,
-) -> Response
-where
-    F: FnOnce(Arc<Agent>, ServiceCaller, T) -> Fut,
-    Fut: Future<Output = Result<EventStream, StreamRefused>> + Send + 'static,
-{
-    let request = match admitted(state, &caller, method, request) {
-        Ok(request) => request,
-        Err(refused) => return called(refused.into_response(), method),
-    };
-    let response = match tokio::spawn(ask(state.agent.clone(), caller.caller, request)).await {
-        Ok(Ok(events)) => {
+    let response = match state.pipeline.call(caller.caller, asked).await {
+        Ok(A2aResponse::Events(events)) => {
             let deadline = caller.deadline.as_ref();
             crate::http::sse::respond(events, bare_event, &state.bounds, deadline)
         }
-        Ok(Err(StreamRefused::Rpc(error))) => error_response(&error),
-        Ok(Err(StreamRefused::AtCap(cap))) => Refusal::TooManyStreams { cap }.into_response(),
-        Err(_) => panicked(),
+        Ok(answer) => success(&answer),
+        Err(CallRefused::Protocol(error)) => error_response(&error),
+        Err(CallRefused::Guard(refusal)) => refusal.into_response(),
     };
     called(response, method)
-}
-
-/// The request, once the caller's token opens `method`, the policy offers it, and it was read.
-fn admitted<T>(
-    state: &RestState,
-    caller: &Caller,
-    method: A2aMethod,
-    request: Result<T, A2aError>,
-) -> Result<T, NotAdmitted> {
-    if let Some(scope) = method.scope()
-        && !caller.caller.peer.may(scope)
-    {
-        return Err(NotAdmitted::Refused(Refusal::InsufficientScope { scope }));
-    }
-    let offered = state.agent.offered(method);
-    offered.and(request).map_err(NotAdmitted::Failed)
-}
-
-/// Why a call did not reach the service.
-enum NotAdmitted {
-    /// The guard's refusal (the token's scopes).
-    Refused(Refusal),
-    /// The protocol's error: an operation that is off, a request that could not be read.
-    Failed(A2aError),
-}
-
-impl IntoResponse for NotAdmitted {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Refused(refusal) => refusal.into_response(),
-            Self::Failed(error) => error_response(&error),
-        }
-    }
 }
 
 /// The response, marked with the call it answered for the metrics and the access log.
@@ -210,13 +140,8 @@ fn called(mut response: Response, method: A2aMethod) -> Response {
     response
 }
 
-/// The turn's task panicked: logged under a request id, answered as an internal error.
-fn panicked() -> Response {
-    error_response(&A2aError::internal(&"a panic", "the turn panicked"))
-}
-
 /// A result as this binding's body: `()` (a deleted config) is `{}`.
-fn success<R: Serialize>(result: &R) -> Response {
+fn success(result: &A2aResponse) -> Response {
     match serde_json::to_value(result) {
         Ok(Value::Null) => a2a_json(StatusCode::OK, &json!({})),
         Ok(body) => a2a_json(StatusCode::OK, &body),
@@ -240,9 +165,9 @@ fn a2a_json(status: StatusCode, body: &Value) -> Response {
 /// A stream event as this binding's: the bare `StreamResponse`, or the error's
 /// `google.rpc.Status` body.
 fn bare_event(event: StreamEvent) -> String {
-    match event {
-        StreamEvent::Response(json) => json.get().to_owned(),
-        StreamEvent::Error(error) => error.http_body().to_string(),
+    match event.into_response() {
+        Ok(json) => json.get().to_owned(),
+        Err(error) => error.http_body().to_string(),
     }
 }
 
@@ -259,11 +184,8 @@ fn error_response(error: &A2aError) -> Response {
     response
 }
 
-/// The request body as the operation's request: a JSON object sent as JSON.
-pub(crate) fn body_request<T: DeserializeOwned>(
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<T, A2aError> {
+/// The request body as parameters: a JSON object sent as JSON.
+pub(crate) fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Value, A2aError> {
     use crate::protocol::json::{Integers, StrictError, parse_object};
     if !crate::http::content_type::is_json(headers) {
         return Err(A2aError::ContentTypeNotSupported(
@@ -279,7 +201,7 @@ pub(crate) fn body_request<T: DeserializeOwned>(
         {
             Err(A2aError::InvalidRequest(jsonrpc::TOO_DEEP))
         }
-        Ok(object) => typed(Value::Object(object)),
+        Ok(object) => Ok(Value::Object(object)),
         Err(StrictError::Value(_)) => Err(A2aError::InvalidParams {
             field: "body".to_owned(),
             description: "must be a JSON object".to_owned(),
@@ -291,11 +213,11 @@ pub(crate) fn body_request<T: DeserializeOwned>(
     }
 }
 
-/// Parameters gathered from the route and the query as the operation's request, read as the
-/// JSON-RPC binding reads its `params` (the same words for what is wrong).
-pub(crate) fn typed<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> {
+/// `method`'s request from parameters gathered from the route, the query and the body, read as
+/// every binding reads its request.
+pub(crate) fn request(method: A2aMethod, params: Value) -> Result<A2aRequest, A2aError> {
     let raw = serde_json::value::to_raw_value(&params).map_err(|_| A2aError::Parse)?;
-    jsonrpc::parse_params(Some(&raw))
+    A2aRequest::read(method, Some(&raw))
 }
 
 async fn send(
@@ -304,15 +226,9 @@ async fn send(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let request = body_request(&headers, &body);
-    call(
-        &state,
-        caller,
-        A2aMethod::SendMessage,
-        request,
-        |agent, caller, request| async move { agent.send_message(&caller, request).await },
-    )
-    .await
+    let method = A2aMethod::SendMessage;
+    let request = body_params(&headers, &body).and_then(|params| request(method, params));
+    call(&state, caller, method, request).await
 }
 
 async fn stream(
@@ -322,11 +238,8 @@ async fn stream(
     body: Bytes,
 ) -> Response {
     let method = A2aMethod::SendStreamingMessage;
-    let request = body_request(&headers, &body);
-    stream_call(&state, caller, method, request, |agent, caller, request| async move {
-        agent.send_streaming_message(&caller, request).await
-    })
-    .await
+    let request = body_params(&headers, &body).and_then(|params| request(method, params));
+    call(&state, caller, method, request).await
 }
 
 /// Query parameters as params: numbers and booleans where the method expects them. A parameter
@@ -375,15 +288,9 @@ async fn list(
     caller: Caller,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    let request = query_params(&query).and_then(typed);
-    call(
-        &state,
-        caller,
-        A2aMethod::ListTasks,
-        request,
-        |agent, caller, request| async move { agent.list_tasks(&caller, request).await },
-    )
-    .await
+    let method = A2aMethod::ListTasks;
+    let request = query_params(&query).and_then(|params| request(method, params));
+    call(&state, caller, method, request).await
 }
 
 /// `/tasks/{id}`, `/tasks/{id}:cancel` and `/tasks/{id}:subscribe`: one path segment, told
@@ -405,45 +312,25 @@ async fn task(
         if method != Method::POST {
             return StatusCode::METHOD_NOT_ALLOWED.into_response();
         }
-        let request = Ok(CancelTaskRequest { id: id.into() });
-        return call(
-            &state,
-            caller,
-            A2aMethod::CancelTask,
-            request,
-            |agent, caller, request| async move { agent.cancel_task(&caller, request).await },
-        )
-        .await;
+        let request = Ok(A2aRequest::CancelTask(CancelTaskRequest { id: id.into() }));
+        return call(&state, caller, A2aMethod::CancelTask, request).await;
     }
     if let Some(id) = segment.strip_suffix(":subscribe") {
         // The specification's text says POST, its proto GET: both are served.
         if method != Method::POST && method != Method::GET {
             return StatusCode::METHOD_NOT_ALLOWED.into_response();
         }
-        let request = Ok(SubscribeToTaskRequest { id: id.into() });
-        let method = A2aMethod::SubscribeToTask;
-        return stream_call(
-            &state,
-            caller,
-            method,
-            request,
-            |agent, caller, request| async move { agent.subscribe_to_task(&caller, request).await },
-        )
-        .await;
+        let request = Ok(A2aRequest::SubscribeToTask(SubscribeToTaskRequest {
+            id: id.into(),
+        }));
+        return call(&state, caller, A2aMethod::SubscribeToTask, request).await;
     }
     if method != Method::GET {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }
     params["id"] = json!(segment);
-    let request = typed::<GetTaskRequest>(params);
-    call(
-        &state,
-        caller,
-        A2aMethod::GetTask,
-        request,
-        |agent, caller, request| async move { agent.get_task(&caller, request).await },
-    )
-    .await
+    let operation = A2aMethod::GetTask;
+    call(&state, caller, operation, request(operation, params)).await
 }
 
 /// `/tasks/{task}/pushNotificationConfigs[/{config}]`: create (POST) and list (GET) on the
@@ -472,50 +359,20 @@ async fn push_configs(
         _ => return StatusCode::METHOD_NOT_ALLOWED.into_response(),
     };
     if operation == A2aMethod::CreatePushConfig {
-        let request = body_request::<Value>(&headers, &body).and_then(|mut params| {
+        let asked = body_params(&headers, &body).and_then(|mut params| {
             params["taskId"] = json!(task);
-            typed(params)
+            request(operation, params)
         });
-        return call(&state, caller, operation, request, |agent, caller, request| async move {
-            agent.create_push_config(&caller, request).await
-        })
-        .await;
+        return call(&state, caller, operation, asked).await;
     }
     if let Some(config) = config {
         params = json!({"id": config});
     }
     params["taskId"] = json!(task);
-    let request = typed::<PushConfigRef>(params);
-    match operation {
-        A2aMethod::ListPushConfigs => {
-            call(&state, caller, operation, request, |agent, caller, request| async move {
-                agent.list_push_configs(&caller, request).await
-            })
-            .await
-        }
-        A2aMethod::GetPushConfig => {
-            call(&state, caller, operation, request, |agent, caller, request| async move {
-                agent.get_push_config(&caller, request).await
-            })
-            .await
-        }
-        _ => {
-            call(&state, caller, operation, request, |agent, caller, request| async move {
-                agent.delete_push_config(&caller, request).await
-            })
-            .await
-        }
-    }
+    call(&state, caller, operation, request(operation, params)).await
 }
 
 async fn extended_card(State(state): State<RestState>, caller: Caller) -> Response {
-    let method = A2aMethod::GetExtendedAgentCard;
-    call(
-        &state,
-        caller,
-        method,
-        Ok(()),
-        |agent, caller, ()| async move { agent.get_extended_agent_card(&caller).await },
-    )
-    .await
+    let request = Ok(A2aRequest::GetExtendedAgentCard);
+    call(&state, caller, A2aMethod::GetExtendedAgentCard, request).await
 }

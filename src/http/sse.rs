@@ -108,9 +108,9 @@ mod tests {
         let deadline = ConnectionDeadline::new();
         let response = respond(
             EventStream::from_receiver(receiver, place),
-            |event| match event {
-                StreamEvent::Response(json) => json.get().to_owned(),
-                StreamEvent::Error(error) => error.to_json().to_string(),
+            |event: StreamEvent| match event.into_response() {
+                Ok(json) => json.get().to_owned(),
+                Err(error) => error.to_json().to_string(),
             },
             &bounds,
             Some(&deadline),

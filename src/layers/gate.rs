@@ -230,6 +230,8 @@ where
                     status,
                     [(header::CONTENT_TYPE, media_type)],
                     Extension(reason),
+                    // The typed error, for a binding that writes it in its own form (gRPC).
+                    Extension(refusal.clone()),
                     body.to_string(),
                 )
                     .into_response(),

@@ -508,6 +508,11 @@ impl StoredTask {
         })
     }
 
+    /// The ProtoJSON it is answered with.
+    pub fn json(&self) -> &serde_json::value::RawValue {
+        &self.json
+    }
+
     /// The task with at most `n` history messages (`historyLength`), encoded again only when
     /// that drops some.
     pub fn with_history(mut self, n: Option<usize>) -> Result<Self, serde_json::Error> {

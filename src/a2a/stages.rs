@@ -1,0 +1,85 @@
+//! The call pipeline's named stages ([`CallStages`]): where the capabilities that decide about
+//! or record one call attach, once for every binding. Each has a default that does nothing;
+//! [`NoStages`] is the gateway's until a capability fills one.
+//!
+//! | stage | when | may |
+//! |---|---|---|
+//! | [`authorize`](CallStages::authorize) | after authentication and admission, before the operation | refuse |
+//! | [`inspect_request`](CallStages::inspect_request) | the inbound request, before the operation | refuse, change |
+//! | [`inspect_response`](CallStages::inspect_response) | the outbound answer | refuse, change |
+//! | [`inspect_event`](CallStages::inspect_event) | each streamed event, as the binding reads it | change |
+//! | [`seal`](CallStages::seal) | the answer that brings a task to a final state, as delivered | record |
+//! | [`observe`](CallStages::observe) | once the call is answered, refused or its stream opened | record |
+
+use crate::a2a::events::StreamEvent;
+use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
+use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::call::A2aCall;
+use serde_json::value::RawValue;
+
+/// What a stage knows of the call it sees: the binding and operation, and who asks.
+#[derive(Debug, Clone)]
+pub struct CallView {
+    /// The binding and the operation.
+    pub call: A2aCall,
+    /// The authenticated peer.
+    pub peer: AuthenticatedPeer,
+}
+
+/// How a call ended, as *observe* sees it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Outcome<'a> {
+    /// Answered in one piece.
+    Answered,
+    /// A stream opened; its events follow through *inspect_event*.
+    Streaming,
+    /// Refused, before or by the operation.
+    Refused(&'a CallRefused),
+}
+
+/// The pipeline's stages. Every method has a default that lets the call through unchanged.
+#[async_trait::async_trait]
+pub trait CallStages: Send + Sync + 'static {
+    /// May this peer do this operation with this request? Before the operation runs, so a
+    /// refusal here reveals nothing about the tasks it names.
+    async fn authorize(&self, _call: &CallView, _request: &A2aRequest) -> Result<(), CallRefused> {
+        Ok(())
+    }
+
+    /// The inbound request (its message's parts) against the content rules.
+    async fn inspect_request(
+        &self,
+        _call: &CallView,
+        _request: &mut A2aRequest,
+    ) -> Result<(), CallRefused> {
+        Ok(())
+    }
+
+    /// The outbound answer, before the binding encodes it.
+    async fn inspect_response(
+        &self,
+        _call: &CallView,
+        _response: &mut A2aResponse,
+    ) -> Result<(), CallRefused> {
+        Ok(())
+    }
+
+    /// One streamed event, as the binding reads it to send.
+    fn inspect_event(&self, _call: &CallView, event: StreamEvent) -> StreamEvent {
+        event
+    }
+
+    /// The answer that brings a task to a final state, as the partner is sent it (the task's
+    /// ProtoJSON for a blocking send or a cancel; the final `StreamResponse` of a stream).
+    fn seal(&self, _call: &CallView, _delivered: &RawValue) {}
+
+    /// The call's outcome, once.
+    fn observe(&self, _call: &CallView, _outcome: Outcome<'_>) {}
+}
+
+/// Every stage as its default: the gateway's until a capability attaches to one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoStages;
+
+impl CallStages for NoStages {}
