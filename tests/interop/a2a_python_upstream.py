@@ -398,6 +398,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(('127.0.0.1', args.port))
     port = sock.getsockname()[1]
     scheme = 'https' if args.tls else 'http'
