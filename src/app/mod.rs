@@ -570,13 +570,12 @@ fn grpc_router(
     policy.grpc.as_ref()?;
     let state = crate::http::grpc::GrpcState {
         pipeline,
-        readiness: readiness.clone(),
         longest_stream: stream_bounds(policy).longest,
         max_message_bytes: policy.server.max_body_bytes,
     };
     Some(crate::http::grpc::grpc_router(
         policy,
-        state,
+        (state, readiness.clone()),
         guards,
         metrics.clone(),
     ))

@@ -51,7 +51,6 @@ use tonic::server::{Grpc, ServerStreamingService, UnaryService};
 pub(crate) struct GrpcState {
     /// The call pipeline every binding asks.
     pub(crate) pipeline: Pipeline,
-    pub(crate) readiness: Arc<Readiness>,
     /// The longest a stream stays open.
     pub(crate) longest_stream: Duration,
     /// The largest request message, as the door's body limit.
@@ -134,23 +133,27 @@ const OPERATIONS: [(&str, Method, &str, &str); 11] = [
 /// `UNIMPLEMENTED` for anything else.
 pub(crate) fn grpc_router(
     policy: &Policy,
-    state: GrpcState,
+    (state, readiness): (GrpcState, Arc<Readiness>),
     guards: &DoorGuards,
     metrics: Arc<Metrics>,
 ) -> Router {
-    let a2a = Router::new()
-        .route(&format!("/{A2A_SERVICE}/{{method}}"), post(a2a_method))
-        .layer(door::gate(policy).for_http_json());
+    let a2a = a2a_routes().layer(door::gate(policy).for_http_json());
     let guarded =
         door::behind_address_guard(door::behind_peer_guard(a2a, policy, guards), policy, guards);
+    let health = post(health_check).with_state(readiness);
     let routes = Router::new()
-        .route(&format!("/{HEALTH_SERVICE}/Check"), post(health_check))
+        .route(&format!("/{HEALTH_SERVICE}/Check"), health)
         .merge(guarded)
         .fallback(|| async { unimplemented() })
         .with_state(state)
         .layer(axum::middleware::from_fn(taking_answers))
         .layer(axum::middleware::map_response(as_grpc_status));
     door::observed(routes, policy, metrics, &format!("/{A2A_SERVICE}"))
+}
+
+/// The A2A service's methods, the binding alone (decode, call the pipeline, encode).
+pub(crate) fn a2a_routes() -> Router<GrpcState> {
+    Router::new().route(&format!("/{A2A_SERVICE}/{{method}}"), post(a2a_method))
 }
 
 /// Refuses a call on a connection that holds as many answers its client has not taken as it
@@ -535,7 +538,7 @@ fn default_message(status: StatusCode) -> String {
 
 /// `grpc.health.v1.Health/Check`: `SERVING` when `/ready` would answer 200, for the server
 /// (`""`) and the A2A service; any other service is `NOT_FOUND`.
-async fn health_check(State(state): State<GrpcState>, request: Request) -> Response {
+async fn health_check(State(readiness): State<Arc<Readiness>>, request: Request) -> Response {
     let (Some(request_type), Some(response_type)) = (
         messages::descriptor("grpc.health.v1.HealthCheckRequest"),
         messages::descriptor("grpc.health.v1.HealthCheckResponse"),
@@ -543,7 +546,7 @@ async fn health_check(State(state): State<GrpcState>, request: Request) -> Respo
         return unimplemented();
     };
     let check = HealthCheck {
-        readiness: state.readiness.clone(),
+        readiness,
         response_type,
     };
     Grpc::new(RequestCodec::reflected(request_type))

@@ -3,6 +3,8 @@
 
 pub mod accept;
 pub mod admin_api;
+#[cfg(test)]
+mod binding_tests;
 pub mod content_type;
 pub mod document;
 pub mod door;
