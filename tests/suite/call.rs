@@ -340,12 +340,7 @@ fn the_credential_goes_only_to_the_origin_whose_card_was_verified() {
 async fn a_key_set_kept_by_one_call_verifies_the_next_while_the_key_server_is_down() {
     let served = serve(PolicyEdit::default());
     // The gateway's key set, served from a key server of its own that can go away.
-    let jwks = reqwest::get(served.jwks())
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let jwks = key_set(&served).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
     let app = axum::Router::new().route(
@@ -452,12 +447,7 @@ async fn a_key_set_kept_by_one_call_verifies_the_next_while_the_key_server_is_do
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalling_key_server_is_given_five_seconds() {
     let served = serve(PolicyEdit::default());
-    let jwks = reqwest::get(served.jwks())
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let jwks = key_set(&served).await;
     let app = axum::Router::new().route(
         "/slow.json",
         axum::routing::get(move || async move {
@@ -548,4 +538,14 @@ async fn call_stream_ends_at_the_final_state_not_at_the_streams_end() {
     .unwrap();
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("the final answer"), "{stdout}");
+}
+
+/// The gateway's key set, as its door serves it.
+async fn key_set(served: &Served) -> String {
+    reqwest::get(served.jwks())
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }

@@ -1083,15 +1083,18 @@ async fn subscription_to_a_held_task(door: &str, token: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task}})
 }
 
+/// Streams, subscriptions and non-blocking sends on, two streams a peer.
+fn streams_capped_at_two(p: PolicyEdit) -> PolicyEdit {
+    p.set("capabilities.streaming", true)
+        .set("capabilities.subscriptions", true)
+        .set("capabilities.non_blocking", true)
+        .set("limits.streams_per_peer", 2)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_peers_stream_cap_holds_across_both_instances() {
     let model = FakeModel::start(ModelBehaviour::Gated).await;
-    let Some(shared) = Shared::start(&model, |p| {
-        p.set("capabilities.streaming", true)
-            .set("capabilities.subscriptions", true)
-            .set("capabilities.non_blocking", true)
-            .set("limits.streams_per_peer", 2)
-    }) else {
+    let Some(shared) = Shared::start(&model, streams_capped_at_two) else {
         return;
     };
     let token = shared.peer("alice", "600/min");
@@ -1396,12 +1399,7 @@ async fn a_streamed_message_asks_for_its_lock_after_its_stream_place() {
 #[tokio::test]
 async fn a_killed_instances_stream_places_lapse_with_its_lease() {
     let model = FakeModel::start(ModelBehaviour::Gated).await;
-    let Some(shared) = Shared::start(&model, |p| {
-        p.set("capabilities.streaming", true)
-            .set("capabilities.subscriptions", true)
-            .set("capabilities.non_blocking", true)
-            .set("limits.streams_per_peer", 2)
-    }) else {
+    let Some(shared) = Shared::start(&model, streams_capped_at_two) else {
         return;
     };
     let token = shared.peer("alice", "600/min");
