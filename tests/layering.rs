@@ -1,6 +1,6 @@
 //! The folders of `src/` import one way: each only from the folders below it in [`ORDER`], so
 //! the request path reads top to bottom and no change can quietly tie two parts into a circle.
-//! docs/development.md states the same order.
+//! ARCHITECTURE.md draws the same order, and a test holds it to this one.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -14,10 +14,7 @@ const ORDER: &[&str] = &[
 /// Every `crate::<folder>` a source text names outside comments and its test module, including
 /// each folder of a grouped `use crate::{a::x, b::{y, z}}` over several lines.
 fn imported_folders(text: &str) -> BTreeSet<String> {
-    let code: String = text
-        .split("#[cfg(test)]")
-        .next()
-        .unwrap_or("")
+    let code: String = without_test_items(text)
         .lines()
         .map(|line| line.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()
@@ -54,6 +51,42 @@ fn imported_folders(text: &str) -> BTreeSet<String> {
     }
     found.remove("");
     found
+}
+
+/// `text` without the items marked `#[cfg(test)]`: a `mod tests;` to its `;`, any other item
+/// to the brace that closes its body (braces inside strings and comments are not told apart,
+/// which this source does not need).
+fn without_test_items(text: &str) -> String {
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        kept.push_str(&rest[..at]);
+        let item = &rest[at..];
+        let (brace, semicolon) = (item.find('{'), item.find(';'));
+        let end = match (brace, semicolon) {
+            (Some(open), Some(semi)) if semi < open => semi + 1,
+            (Some(open), _) => closing_brace(item, open),
+            (None, Some(semi)) => semi + 1,
+            (None, None) => item.len(),
+        };
+        rest = &item[end..];
+    }
+    kept.push_str(rest);
+    kept
+}
+
+/// Just past the brace that closes the one at `open`.
+fn closing_brace(text: &str, open: usize) -> usize {
+    let mut depth = 0;
+    for (i, c) in text[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 1 => return open + i + 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    text.len()
 }
 
 fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -116,7 +149,23 @@ fn no_folder_imports_one_above_it() {
 
 #[test]
 fn the_reader_sees_plain_grouped_and_inline_imports_but_not_comments_or_tests() {
-    let text = "use crate::a::X;\nuse crate::{\n    b::{Y, Z},\n    c,\n};\nfn f() { crate::d::g(); } // crate::e\n#[cfg(test)]\nmod tests { use crate::f; }\n";
+    let text = "use crate::a::X;\nuse crate::{\n    b::{Y, Z},\n    c,\n};\nfn f() { crate::d::g(); } // crate::e\n#[cfg(test)]\nmod tests { fn t() { crate::f::x(); } }\n#[cfg(test)]\nmod more;\nuse crate::g::Y;\n";
     let found: Vec<String> = imported_folders(text).into_iter().collect();
-    assert_eq!(found, ["a", "b", "c", "d"]);
+    assert_eq!(found, ["a", "b", "c", "d", "g"], "a test item ends at its closing brace");
+}
+
+#[test]
+fn architecture_md_draws_the_order_this_test_holds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let drawing = text.split("```").nth(1).expect("ARCHITECTURE.md draws the folders");
+    // Each line of the drawing that starts with a folder's name and a slash, or a file's.
+    let drawn: Vec<&str> = drawing
+        .lines()
+        .filter(|line| !line.starts_with(char::is_whitespace))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter_map(|first| first.strip_suffix('/').or(first.strip_suffix(".rs")))
+        .collect();
+    let held: Vec<&str> = ORDER.iter().copied().filter(|f| *f != "cli").collect();
+    assert_eq!(drawn, held, "ARCHITECTURE.md's folders, top to bottom, are ORDER's");
 }

@@ -233,10 +233,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let housekeeping = (&store, registry);
     let sweeper = spawn_housekeeping(&options, housekeeping, caches, &agent, documents.refresh);
     // Started once the interrupted tasks are failed, so their last states are queued too.
-    let deliveries = push
-        .map(crate::push::deliver::spawn)
-        .transpose()
-        .map_err(|e| config(&e))?;
+    let deliveries = push.map(deliver_pushes).transpose()?;
     let tls = options.policy.server.tls.is_some();
     announce_listeners((local_addr, admin_addr, grpc_addr), &door_url, tls);
     Ok(RunningGateway {
@@ -258,6 +255,11 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         store,
         authenticator,
     })
+}
+
+/// The loop delivering push notifications.
+fn deliver_pushes(push: Arc<crate::push::Push>) -> Result<tokio::task::JoinHandle<()>, StartError> {
+    crate::push::deliver::spawn(push).map_err(|e| config(&e))
 }
 
 /// The documents the gateway publishes (its cards, with the issuers and client CA they name).

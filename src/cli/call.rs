@@ -121,24 +121,7 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
     })?;
     let credential = credential(&args, &interface.card, &fetcher, verified).await?;
 
-    let mut message = json!({
-        "messageId": uuid::Uuid::new_v4().to_string(),
-        "role": "ROLE_USER",
-        "parts": [{"text": args.text}],
-    });
-    if let Some(context) = &args.context {
-        message["contextId"] = json!(context);
-    }
-    if let Some(task) = &args.task {
-        message["taskId"] = json!(task);
-    }
-    let method = if args.stream {
-        "SendStreamingMessage"
-    } else {
-        "SendMessage"
-    };
-    let request = json!({"jsonrpc": "2.0", "id": 1, "method": method,
-        "params": {"message": message}});
+    let request = request_body(&args);
     let mut call = client
         .post(endpoint.clone())
         .header("A2A-Version", "1.0")
@@ -183,6 +166,30 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
         result
     };
     report(&result)
+}
+
+/// The JSON-RPC request: the text as a new message, in the context or task named, sent or
+/// streamed.
+fn request_body(args: &CallArgs) -> Value {
+    let mut message = json!({
+        "messageId": uuid::Uuid::new_v4().to_string(),
+        "role": "ROLE_USER",
+        "parts": [{"text": args.text}],
+    });
+    if let Some(context) = &args.context {
+        message["contextId"] = json!(context);
+    }
+    if let Some(task) = &args.task {
+        message["taskId"] = json!(task);
+    }
+    let method = if args.stream {
+        "SendStreamingMessage"
+    } else {
+        "SendMessage"
+    };
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": method,
+        "params": {"message": message}});
+    request
 }
 
 /// What the card said, and the JSON-RPC interface picked from it.

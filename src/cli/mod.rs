@@ -454,20 +454,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Keys(command) => keys::run(command).await,
         Command::Store(command) => store::run(command).await,
         Command::Policy(command) => policy::run(command).await,
-        Command::Backup { file, data } => {
-            let bytes = tokio::task::spawn_blocking({
-                let (file, data) = (file.clone(), data.clone());
-                move || crate::store::sqlite::backup(&data, &file)
-            })
-            .await
-            .map_err(|e| CliError::new(format!("the backup stopped: {e}")))?
-            .map_err(CliError::new)?;
-            eprintln!(
-                "wrote a consistent copy of the store to {} ({bytes} bytes)",
-                file.display()
-            );
-            copy_push_key(&data, &file)
-        }
+        Command::Backup { file, data } => backup(file, data).await,
         Command::Audit { since, data } => {
             let since = since
                 .map(|s| parse_when(&s, clock.now(), crate::clock::Relative::Ago))
@@ -493,6 +480,22 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// `peergate backup FILE`: a consistent copy of the SQLite store, and its push key beside it.
+async fn backup(file: PathBuf, data: PathBuf) -> Result<(), CliError> {
+    let bytes = tokio::task::spawn_blocking({
+        let (file, data) = (file.clone(), data.clone());
+        move || crate::store::sqlite::backup(&data, &file)
+    })
+    .await
+    .map_err(|e| CliError::new(format!("the backup stopped: {e}")))?
+    .map_err(CliError::new)?;
+    eprintln!(
+        "wrote a consistent copy of the store to {} ({bytes} bytes)",
+        file.display()
+    );
+    copy_push_key(&data, &file)
 }
 
 /// Copies the push-notification key the store's sealed push configs need (generated in the
