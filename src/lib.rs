@@ -14,6 +14,7 @@ pub mod guard;
 pub mod http;
 pub mod jose;
 pub mod layers;
+pub mod locks;
 pub mod net;
 pub mod protocol;
 pub mod push;

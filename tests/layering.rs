@@ -8,7 +8,7 @@ use std::path::Path;
 /// From the top of the house to the bottom; a folder may import only from folders after it.
 const ORDER: &[&str] = &[
     "cli", "app", "http", "a2a", "backend", "push", "admin", "layers", "config", "guard", "shared",
-    "store", "jose", "net", "clock", "protocol", "token",
+    "store", "jose", "net", "clock", "protocol", "token", "locks",
 ];
 
 /// Every `crate::<folder>` a source text names outside comments and its test module, including
@@ -151,14 +151,21 @@ fn no_folder_imports_one_above_it() {
 fn the_reader_sees_plain_grouped_and_inline_imports_but_not_comments_or_tests() {
     let text = "use crate::a::X;\nuse crate::{\n    b::{Y, Z},\n    c,\n};\nfn f() { crate::d::g(); } // crate::e\n#[cfg(test)]\nmod tests { fn t() { crate::f::x(); } }\n#[cfg(test)]\nmod more;\nuse crate::g::Y;\n";
     let found: Vec<String> = imported_folders(text).into_iter().collect();
-    assert_eq!(found, ["a", "b", "c", "d", "g"], "a test item ends at its closing brace");
+    assert_eq!(
+        found,
+        ["a", "b", "c", "d", "g"],
+        "a test item ends at its closing brace"
+    );
 }
 
 #[test]
 fn architecture_md_draws_the_order_this_test_holds() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
-    let drawing = text.split("```").nth(1).expect("ARCHITECTURE.md draws the folders");
+    let drawing = text
+        .split("```")
+        .nth(1)
+        .expect("ARCHITECTURE.md draws the folders");
     // Each line of the drawing that starts with a folder's name and a slash, or a file's.
     let drawn: Vec<&str> = drawing
         .lines()
@@ -167,5 +174,8 @@ fn architecture_md_draws_the_order_this_test_holds() {
         .filter_map(|first| first.strip_suffix('/').or(first.strip_suffix(".rs")))
         .collect();
     let held: Vec<&str> = ORDER.iter().copied().filter(|f| *f != "cli").collect();
-    assert_eq!(drawn, held, "ARCHITECTURE.md's folders, top to bottom, are ORDER's");
+    assert_eq!(
+        drawn, held,
+        "ARCHITECTURE.md's folders, top to bottom, are ORDER's"
+    );
 }

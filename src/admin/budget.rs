@@ -21,6 +21,7 @@
 //! instance counts on its own as above.
 
 use crate::clock::{Clock, Timestamp, elapsed};
+use crate::locks::Locked;
 use crate::shared::admission::SpendAsk;
 use crate::shared::spend::{SharedSpend, SpendUnavailable};
 use crate::shared::turns::{SpendingAfter, Spent as TurnSpent};
@@ -350,7 +351,7 @@ impl Budgets {
     fn count(&self, key: &str, tokens: u64) -> Arc<str> {
         let now = self.clock.now();
         let today = day_index(now);
-        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spent = self.spent.locked();
         let day = match spent.get_mut(key) {
             Some(entry) if entry.day_index == today => {
                 entry.day_tokens = entry.day_tokens.saturating_add(tokens);
@@ -383,10 +384,7 @@ impl Budgets {
     /// Forgets everything cached (call periodically to bound memory).
     pub fn purge(&self) {
         let today = day_index(self.clock.now());
-        self.spent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, s| s.day_index == today);
+        self.spent.locked().retain(|_, s| s.day_index == today);
         self.settings.run_pending_tasks();
         self.peer_settings.run_pending_tasks();
     }
@@ -428,7 +426,7 @@ impl Budgets {
         (day_tokens, month_tokens): (u64, u64),
     ) {
         let day_index = day_index(self.clock.now());
-        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spent = self.spent.locked();
         match spent.get_mut(owner_id) {
             Some(entry) if entry.day_index == day_index => {
                 entry.day_tokens = day_tokens;
@@ -491,8 +489,7 @@ impl Budgets {
         let today = day_index(now);
         if let Some(spent) = self
             .spent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .get(owner_id)
             .filter(|s| s.day_index == today)
         {
@@ -506,7 +503,7 @@ impl Budgets {
             month_tokens: self.stored_spending(spender, &month).await?,
             day: Arc::from(day),
         };
-        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spent = self.spent.locked();
         // A concurrent first request may have seeded today's entry (and counted into it) while
         // this one read the store: keep that one.
         let entry = match spent.entry(owner_id.to_owned()) {

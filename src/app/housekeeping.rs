@@ -6,6 +6,7 @@ use crate::admin::budget::Budgets;
 use crate::clock::Clock;
 use crate::layers::auth::PeerAuthenticator;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer};
+use crate::locks::ReadWriteLocked;
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +58,7 @@ pub(super) async fn housekeeping(
         if today != jwks.day {
             match build_jwks(&store, &jwks.published, &today, clock.now()).await {
                 Ok(document) => {
-                    *jwks.document.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(document);
+                    *jwks.document.write_locked() = Arc::new(document);
                     jwks.day = today;
                 }
                 Err(e) => tracing::warn!(error = %e, "could not rebuild the JWKS"),

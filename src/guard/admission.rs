@@ -27,6 +27,7 @@
 //! its limits were asked (a client that hung up) has them counted in a call nobody waits for.
 
 use crate::guard::limited::{Limit, RateLimited};
+use crate::locks::Locked;
 use crate::shared::admission::{
     Answer, Ask, LimitAsk, LockAnswer, LockAsk, SharedAdmission, SpendAsk,
 };
@@ -184,7 +185,7 @@ impl Admission {
     }
 
     fn ticket(&self) -> std::sync::MutexGuard<'_, Ticket> {
-        self.shared.ticket.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.ticket.locked()
     }
 
     /// Adds `limit` (its shared key and quota) to the next settle; `local` answers for it when

@@ -13,6 +13,7 @@ use crate::layers::client_addr::ClientAddrLayer;
 use crate::layers::gate::GateLayer;
 use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer};
 use crate::layers::metrics::{Metrics, MetricsLayer};
+use crate::locks::ReadWriteLocked;
 use crate::protocol::call::{A2aCall, Binding, JsonRpcErrorCode};
 use axum::Extension;
 use axum::body::Bytes;
@@ -270,7 +271,7 @@ async fn agent_card(
 }
 
 async fn jwks_document(State(state): State<DoorState>, headers: HeaderMap) -> Response {
-    let document = state.jwks.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let document = state.jwks.read_locked().clone();
     document.respond(&headers)
 }
 

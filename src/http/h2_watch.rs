@@ -37,6 +37,7 @@
 //! one already known, so the connection's one timer wakes at the earliest deadline it knows of,
 //! and looks again.
 
+use crate::locks::Locked;
 use axum::body::Bytes;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -125,9 +126,7 @@ impl StreamWatch {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // Nothing here can panic while the lock is held; a poisoned lock's counts are whole.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.locked()
     }
 
     /// How many answers wait for the client to take their data now.

@@ -24,6 +24,7 @@ use crate::jose::fetch::{
     Document, FetchError, FetchPolicy, Fetcher, fetch_document, file_name_digest, shown_url,
 };
 use crate::jose::verify::TrustedKeys;
+use crate::locks::Locked;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,10 +150,7 @@ impl JwksCache {
     /// within the module's bounds) fetched again.
     pub async fn get(&self, url: &str, asking: Asking<'_>) -> Result<KeySet, FetchError> {
         let slot = {
-            let mut entries = self
-                .entries
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut entries = self.entries.locked();
             entries.entry(url.to_owned()).or_default().clone()
         };
         let mut entry = slot.lock().await;

@@ -16,6 +16,7 @@
 
 use super::Push;
 use crate::clock::later;
+use crate::locks::Locked;
 use crate::store::{DeliveryOutcome, PushDelivery};
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,13 +132,13 @@ struct PeersInFlight(Arc<std::sync::Mutex<std::collections::HashMap<String, u32>
 
 impl PeersInFlight {
     fn count(&self, peer: &str) -> u32 {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.0.locked();
         map.get(peer).copied().unwrap_or(0)
     }
 
     /// Counts one more in flight for `peer` until the guard drops.
     fn enter(&self, peer: &str) -> InFlight {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.0.locked();
         *map.entry(peer.to_owned()).or_default() += 1;
         InFlight {
             peers: self.clone(),
@@ -154,7 +155,7 @@ struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let mut map = self.peers.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.peers.0.locked();
         if let Some(n) = map.get_mut(&self.peer) {
             *n -= 1;
             if *n == 0 {

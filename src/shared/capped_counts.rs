@@ -2,6 +2,7 @@
 //! when dropped, and a key that holds none forgotten, so the table holds only live keys. Open
 //! streams per peer and open connections per address count with it.
 
+use crate::locks::Locked;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,7 +25,7 @@ impl<K> Default for CappedCounts<K> {
 
 impl<K: Hash + Eq + Clone> CappedCounts<K> {
     fn lock(&self) -> MutexGuard<'_, HashMap<K, u32>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.locked()
     }
 
     /// One more place for `key`, unless it holds `cap` already; given back when dropped.

@@ -9,6 +9,7 @@
 //! [`crate::store::StoreEngine::announce`]); both carry them in the one wire form of
 //! [`Change::to_wire`].
 
+use crate::locks::{Locked, ReadWriteLocked};
 use crate::store::PeerId;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -126,17 +127,14 @@ impl std::fmt::Debug for LocalChanges {
 
 impl ChangeNotifier for LocalChanges {
     fn publish(&self, change: Change) {
-        let listeners = self.listeners.read().unwrap_or_else(|e| e.into_inner());
+        let listeners = self.listeners.read_locked();
         for listener in listeners.iter() {
             listener.changed(&change);
         }
     }
 
     fn subscribe(&self, listener: Arc<dyn ChangeListener>) {
-        self.listeners
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(listener);
+        self.listeners.write_locked().push(listener);
     }
 }
 
@@ -148,16 +146,13 @@ pub struct CollectedChanges(std::sync::Mutex<Vec<Change>>);
 impl CollectedChanges {
     /// The changes published so far, emptied.
     pub fn take(&self) -> Vec<Change> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.0.locked())
     }
 }
 
 impl ChangeNotifier for CollectedChanges {
     fn publish(&self, change: Change) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(change);
+        self.0.locked().push(change);
     }
 
     fn subscribe(&self, _listener: Arc<dyn ChangeListener>) {}

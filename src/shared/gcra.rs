@@ -12,6 +12,7 @@
 //! requests already counted keep counting as requests: the outstanding debt is rescaled to the
 //! new interval, so raising a quota gives the new headroom at once.
 
+use crate::locks::Locked;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
@@ -144,9 +145,7 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
     }
 
     fn shard(&self, key: &K) -> std::sync::MutexGuard<'_, Shard<K>> {
-        self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.shards[(self.hasher.hash_one(key) as usize) % SHARDS].locked()
     }
 
     fn check_n(&self, key: &K, quota: Quota, now: i64, cost: i64) -> Decision {
@@ -202,10 +201,7 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
 
     /// Keys currently tracked (for tests and metrics).
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).keys.len())
-            .sum()
+        self.shards.iter().map(|s| s.locked().keys.len()).sum()
     }
 
     /// Whether no key is tracked.
@@ -217,8 +213,7 @@ impl<K: Hash + Eq + Clone> KeyedGcra<K> {
     pub fn purge(&self, monotonic_nanos: i64) {
         for shard in &self.shards {
             shard
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .locked()
                 .keys
                 .retain(|_, (tat, _)| *tat > monotonic_nanos);
         }

@@ -6,6 +6,7 @@
 //! earlier process left working is a leftover. The engine for several instances,
 //! [`LeasedInstances`], asks the store's registry whether an instance's lease is current.
 
+use crate::locks::Locked;
 use crate::store::InstanceRegistry;
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -81,10 +82,7 @@ impl LeasedInstances {
         )
         .await
         .unwrap_or(Err(crate::store::StoreError::TimedOut));
-        let mut since = self
-            .renewing_since
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut since = self.renewing_since.locked();
         match &renewed {
             Ok(()) => {
                 since.get_or_insert_with(tokio::time::Instant::now);
@@ -98,8 +96,7 @@ impl LeasedInstances {
     /// lease.
     pub fn may_judge(&self) -> bool {
         self.renewing_since
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .is_some_and(|since| since.elapsed() >= self.lease)
     }
 

@@ -5,6 +5,7 @@
 //! it. An engine for several instances holds a shared lock with a fencing token instead; the
 //! agent sees only [`TurnLocks`] and the [`Turn`] it holds.
 
+use crate::locks::Locked;
 use crate::store::PeerId;
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -107,7 +108,7 @@ impl SpendingAfter {
     /// Adds `spent` to what the turn sends with its release (a second addition counts on the
     /// first one's day: a turn past midnight is seeded again from the store anyway).
     pub fn add(&self, spent: Spent) {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.0.locked();
         match slot.as_mut() {
             Some(held) => held.tokens = held.tokens.saturating_add(spent.tokens),
             None => *slot = Some(spent),
@@ -116,7 +117,7 @@ impl SpendingAfter {
 
     /// What the turn spent, taken.
     pub fn take(&self) -> Option<Spent> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.0.locked().take()
     }
 }
 
@@ -168,7 +169,7 @@ pub struct LocalTurnLocks {
 impl LocalTurnLocks {
     /// Contexts with a turn held or awaited (for tests).
     pub fn contexts_in_use(&self) -> usize {
-        self.locks.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.locks.locked().len()
     }
 }
 
@@ -206,7 +207,7 @@ impl LocalTurnLocks {
     ) -> (LocalTurn, Arc<tokio::sync::Mutex<()>>) {
         let key = (peer_id.clone(), context_id.to_owned());
         let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut locks = self.locks.locked();
             locks.entry(key.clone()).or_default().clone()
         };
         let turn = LocalTurn {
@@ -222,7 +223,7 @@ impl LocalTurnLocks {
 impl Drop for LocalTurn {
     fn drop(&mut self) {
         self.guard.take();
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = self.locks.locked();
         // Two references left (the map's and ours): nobody else holds or waits for it.
         if Arc::strong_count(&self.lock) == 2 {
             locks.remove(&self.key);

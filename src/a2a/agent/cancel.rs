@@ -2,6 +2,7 @@
 //! turn another instance answers is asked to stop through the shared seam.
 
 use super::*;
+use crate::locks::Locked;
 
 impl Agent {
     /// `CancelTask`: a finished task stays as it is (-32002); a task this instance is still
@@ -164,7 +165,7 @@ impl Agent {
         peer_id: &crate::store::PeerId,
         task_id: &str,
     ) -> Option<tokio::sync::oneshot::Sender<()>> {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mut running = self.running.locked();
         running
             .get_mut(task_id)
             .filter(|turn| turn.peer_id == *peer_id)
@@ -205,10 +206,7 @@ pub(super) struct Cancelable {
 impl Drop for Cancelable {
     fn drop(&mut self) {
         if let Some(task_id) = self.task_id.take() {
-            self.running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&task_id);
+            self.running.locked().remove(&task_id);
         }
     }
 }

@@ -2,6 +2,7 @@
 //! stored working before the model is asked, the model asked once, and the answer stored.
 
 use super::*;
+use crate::locks::Locked;
 
 impl Agent {
     pub(super) async fn send_message(
@@ -305,16 +306,13 @@ impl Agent {
             return (None, cancelable);
         }
         let (cancel, canceled) = tokio::sync::oneshot::channel();
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                turn.task_id.to_string(),
-                RunningTurn {
-                    peer_id: turn.peer.id().clone(),
-                    cancel: Some(cancel),
-                },
-            );
+        self.running.locked().insert(
+            turn.task_id.to_string(),
+            RunningTurn {
+                peer_id: turn.peer.id().clone(),
+                cancel: Some(cancel),
+            },
+        );
         cancelable.task_id = Some(turn.task_id.to_string());
         (Some(canceled), cancelable)
     }

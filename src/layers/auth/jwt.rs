@@ -32,6 +32,7 @@ use crate::jose::access_token::{self, AccessToken, AccessTokenRules, TokenReject
 use crate::jose::fetch::{FetchPolicy, fetch_text};
 use crate::jose::jwks_cache::{Asking, JwksCache};
 use crate::jose::verify::TrustedKeys;
+use crate::locks::Locked;
 use crate::store::{CredentialStore, IdentityKind, PeerIdentity};
 use async_trait::async_trait;
 use moka::future::Cache;
@@ -251,7 +252,7 @@ impl Issuer {
             tracing::debug!(issuer = %self.settings.name, %error, "the issuer's keys cannot be had");
             AuthError::Unavailable
         })?;
-        let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut parsed = self.parsed.locked();
         if let Some(current) = parsed.as_mut()
             && (Arc::ptr_eq(&current.text, &set.text) || current.text == set.text)
         {
@@ -276,7 +277,7 @@ impl Issuer {
 
     /// The parsed set, while it is fresh and holds what `asking` looks for.
     fn parsed_while_fresh(&self, asking: Asking<'_>, now: Timestamp) -> Option<Arc<TrustedKeys>> {
-        let parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        let parsed = self.parsed.locked();
         let current = parsed.as_ref().filter(|p| now < p.fresh_until)?;
         match asking {
             Asking::Fresh => Some(current.keys.clone()),

@@ -18,6 +18,7 @@
 //!
 //! Memory: one id per credential in the store, revoked ones included, about 64 bytes each.
 
+use crate::locks::ReadWriteLocked;
 use crate::store::{CredentialStore, StoreError};
 use std::collections::HashSet;
 use std::sync::RwLock;
@@ -50,7 +51,7 @@ impl KnownCredentialIds {
 
     /// How many ids it holds.
     pub fn len(&self) -> usize {
-        self.ids.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.ids.read_locked().len()
     }
 
     /// Whether it holds none.
@@ -60,19 +61,13 @@ impl KnownCredentialIds {
 
     /// Whether a credential with `token_id` may exist; `false` is final.
     pub fn holds(&self, token_id: &str) -> bool {
-        self.ids
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(token_id)
+        self.ids.read_locked().contains(token_id)
     }
 
     /// A credential with `token_id` was issued.
     pub fn insert(&self, token_id: &str) {
         if !self.holds(token_id) {
-            self.ids
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(token_id.into());
+            self.ids.write_locked().insert(token_id.into());
         }
     }
 
@@ -82,7 +77,7 @@ impl KnownCredentialIds {
         let stored = store.credential_ids().await?;
         let missing: Vec<String> = stored.into_iter().filter(|id| !self.holds(id)).collect();
         if !missing.is_empty() {
-            let mut ids = self.ids.write().unwrap_or_else(|e| e.into_inner());
+            let mut ids = self.ids.write_locked();
             for id in &missing {
                 ids.insert(id.as_str().into());
             }

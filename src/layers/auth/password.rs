@@ -24,6 +24,7 @@
 //! is a new hash, so nothing of the old one matches; a revoked or disabled login is refused by
 //! its record, read on every verification before this.
 
+use crate::locks::Locked;
 use argon2::{Algorithm, Argon2, Block, Params, PasswordHash, Version};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -209,17 +210,11 @@ impl PasswordChecker {
             let _permit = permit;
             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
             peak.fetch_max(now, Ordering::SeqCst);
-            let taken = memories
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .pop();
+            let taken = memories.locked().pop();
             let mut memory =
                 taken.unwrap_or_else(|| vec![Block::new(); parameters().block_count()]);
             let result = work(&mut memory);
-            memories
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(memory);
+            memories.locked().push(memory);
             running.fetch_sub(1, Ordering::SeqCst);
             result
         })

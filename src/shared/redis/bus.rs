@@ -23,6 +23,7 @@
 //! been missed meanwhile; the subscription is retried every half second.
 
 use super::{Degradation, Redis};
+use crate::locks::ReadWriteLocked;
 use crate::protocol::types::TaskState;
 use crate::shared::changes::{Change, ChangeListener, ChangeNotifier, LocalChanges};
 use crate::shared::events::{LocalTaskEvents, TaskEvent, TaskEvents, TaskSubscription};
@@ -284,7 +285,7 @@ fn hear_cancel(shared: &Shared, payload: &str) {
         return;
     }
     let peer = PeerId::from(&*wire.peer);
-    let listeners = shared.cancels.0.read().unwrap_or_else(|e| e.into_inner());
+    let listeners = shared.cancels.0.read_locked();
     for listener in listeners.iter() {
         listener(&peer, &wire.task);
     }
@@ -364,12 +365,7 @@ impl crate::shared::cancels::CancelRequests for BusCancels {
     }
 
     fn subscribe(&self, listener: crate::shared::cancels::CancelListener) {
-        self.0
-            .cancels
-            .0
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(listener);
+        self.0.cancels.0.write_locked().push(listener);
     }
 }
 

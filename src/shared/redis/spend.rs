@@ -13,6 +13,7 @@
 //! happen only as a counter starts: once a period, or after Redis lost it.
 
 use super::{Degradation, Redis};
+use crate::locks::Locked;
 use crate::shared::spend::{SharedSpend, SpendUnavailable};
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
@@ -59,24 +60,18 @@ impl RedisSpend {
     /// Marks `counters` short: an increment Redis did not confirm (they are deleted once it
     /// answers, and seeded again from the store).
     pub(super) fn left_short(&self, counters: Vec<String>) {
-        self.short
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(counters);
+        self.short.locked().extend(counters);
     }
 
     /// Deletes the counters left short, so they are seeded from the store again.
     async fn forget_short_counters(&self, connection: &mut ConnectionManager) {
-        let short = std::mem::take(&mut *self.short.lock().unwrap_or_else(|e| e.into_inner()));
+        let short = std::mem::take(&mut *self.short.locked());
         if short.is_empty() {
             return;
         }
         let deleted: Result<i64, _> = redis::cmd("DEL").arg(&short).query_async(connection).await;
         if deleted.is_err() {
-            self.short
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend(short);
+            self.short.locked().extend(short);
         }
     }
 }
@@ -145,11 +140,7 @@ impl SharedSpend for RedisSpend {
     }
 
     fn has_short_counters(&self) -> bool {
-        !self
-            .short
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        !self.short.locked().is_empty()
     }
 
     fn add(&self, spenders: &[&str], day: &str, month: &str, tokens: u64) {
@@ -162,7 +153,7 @@ impl SharedSpend for RedisSpend {
         if health.bypassed() {
             // Not added: the shared counters fall short, and are dropped (then seeded again
             // from the store) when Redis is asked again.
-            short.lock().unwrap_or_else(|e| e.into_inner()).extend(keys);
+            short.locked().extend(keys);
             return;
         }
         tokio::spawn(async move {
@@ -173,7 +164,7 @@ impl SharedSpend for RedisSpend {
             let added: Result<i64, _> = invocation.arg(tokens).invoke_async(&mut connection).await;
             if let Err(error) = added {
                 health.failed(&error);
-                short.lock().unwrap_or_else(|e| e.into_inner()).extend(keys);
+                short.locked().extend(keys);
             }
         });
     }

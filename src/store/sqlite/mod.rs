@@ -26,6 +26,7 @@ use super::{
     UsageStore,
 };
 use crate::clock::{Timestamp, from_millis};
+use crate::locks::Locked;
 use crate::protocol::ids::ContextId;
 use crate::store::PeerId;
 use crate::store::PeerIdentity;
@@ -338,7 +339,7 @@ impl StoreEngine for SqliteStore {
             .and_then(|()| file.rewind())
             .and_then(|()| write!(file, "pid {}", std::process::id()));
         written.map_err(|e| StoreError::DataDir(e.kind()))?;
-        *self.serving.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+        *self.serving.locked() = Some(file);
         Ok(())
     }
 
@@ -363,19 +364,10 @@ impl StoreEngine for SqliteStore {
         if self.exchanges.send(writer::Job::Stop(stop)).await.is_ok() {
             let _ = tokio::time::timeout(Duration::from_secs(10), stopped).await;
         }
-        drop(
-            self.serving
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
+        drop(self.serving.locked().take());
         // The last-use notes still queued are written first (bounded: a note is a timestamp).
-        drop(self.uses.lock().unwrap_or_else(|e| e.into_inner()).take());
-        let writer = self
-            .uses_writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        drop(self.uses.locked().take());
+        let writer = self.uses_writer.locked().take();
         if let Some(writer) = writer {
             let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
         }
@@ -557,7 +549,7 @@ impl CredentialStore for SqliteStore {
 
     fn record_peer_use(&self, peer_id: &PeerId, now: Timestamp) {
         let now = now.as_millisecond();
-        let uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
+        let uses = self.uses.locked();
         if let Some(uses) = uses.as_ref() {
             // Full or closed: the timestamp waits for the next note.
             let _ = uses.try_send((peer_id.as_str().into(), now));

@@ -16,6 +16,7 @@
 //! The free space is read with `statvfs` on the data directory, at most every
 //! [`CHECK_EVERY`] on the exchange path, and before every account change.
 
+use crate::locks::Locked;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -65,10 +66,7 @@ impl Reserve {
     /// Whether an exchange may be written now: the reserve is in place and the disk is not
     /// full. Releases the reserve when the disk has filled, and puts it back when room returns.
     pub(super) fn admits_exchanges(&self) -> bool {
-        let mut last = self
-            .last_check
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last = self.last_check.locked();
         // A cached answer holds only while the reserve is as it was then: released since (by an
         // account change, a failed write) means no exchange until it is back.
         if let Some((at, admitted)) = *last
