@@ -180,12 +180,15 @@ impl TrustedKeys {
 
     /// Whether `signature` over raw `message` verifies under the key `kid`, by exactly the
     /// check a card's signature gets (for test vectors, which sign bytes, not JWS inputs).
-    pub fn verify_raw(&self, kid: &str, message: &[u8], signature: &[u8]) -> Result<bool, String> {
-        let (_, key) = self
-            .keys
-            .iter()
-            .find(|(k, _)| k == kid)
-            .ok_or_else(|| format!("no key {kid:?}"))?;
+    pub fn verify_raw(
+        &self,
+        kid: &str,
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<bool, SignatureError> {
+        let key = self
+            .by_kid(kid)
+            .ok_or_else(|| SignatureError::UnknownKid(kid.to_owned()))?;
         check(key, message, signature)
     }
 
@@ -298,10 +301,16 @@ impl TrustedKeys {
         alg: &str,
         input: &[u8],
         signature: &[u8],
-    ) -> Result<bool, String> {
-        let key = self.by_kid(kid).ok_or_else(|| format!("no key {kid:?}"))?;
+    ) -> Result<bool, SignatureError> {
+        let key = self
+            .by_kid(kid)
+            .ok_or_else(|| SignatureError::UnknownKid(kid.to_owned()))?;
         if key.alg() != alg {
-            return Err(format!("key {kid:?} is a {} key, not {alg}", key.alg()));
+            return Err(SignatureError::AlgMismatch {
+                alg: alg.to_owned(),
+                key_alg: key.alg(),
+                kid: kid.to_owned(),
+            });
         }
         check(key, input, signature)
     }
@@ -482,9 +491,108 @@ pub enum VerifyError {
     /// The card has no `signatures`.
     #[error("the card carries no signatures")]
     NoSignature,
-    /// Every signature failed; one reason per signature.
-    #[error("no signature verified: {}", .0.join("; "))]
-    NoValidSignature(Vec<String>),
+    /// Every signature failed; one reason per signature, in the card's order.
+    #[error("no signature verified: {}", numbered(.0))]
+    NoValidSignature(Vec<SignatureError>),
+}
+
+/// `signature 0: …; signature 1: …`.
+fn numbered(reasons: &[SignatureError]) -> String {
+    let numbered: Vec<String> = reasons
+        .iter()
+        .enumerate()
+        .map(|(i, reason)| format!("signature {i}: {reason}"))
+        .collect();
+    numbered.join("; ")
+}
+
+/// Why one signature (a card's entry, or a compact JWS) did not verify. Names a header member
+/// or the key id it was given, shortened, never key material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignatureError {
+    /// A compact JWS that is not `header.payload.signature`.
+    #[error("not three dot-separated parts")]
+    NotThreeParts,
+    /// A compact JWS with an empty header or signature.
+    #[error("empty header or signature")]
+    EmptyPart,
+    /// A compact JWS whose payload is not strict base64url, or not UTF-8.
+    #[error("payload is not strict base64url UTF-8")]
+    Payload,
+    /// The entry has no `protected` string.
+    #[error("no \"protected\" string")]
+    NoProtected,
+    /// The entry has no `signature` string.
+    #[error("no \"signature\" string")]
+    NoSignature,
+    /// `protected` is not strict base64url.
+    #[error("\"protected\" is not strict base64url")]
+    ProtectedNotBase64url,
+    /// The protected header is not a JSON object naming each member once.
+    #[error("the protected header is not a JSON object with unique members ({0})")]
+    HeaderNotAnObject(String),
+    /// `crit` is not supported.
+    #[error("\"crit\" is not supported")]
+    Crit,
+    /// `b64` (RFC 7797) is not supported.
+    #[error("\"b64\" (RFC 7797) is not supported")]
+    B64,
+    /// A member in both headers.
+    #[error("\"{0}\" is in both the protected and the unprotected header")]
+    InBothHeaders(String),
+    /// `crit` or `b64` in the unprotected header.
+    #[error("\"crit\"/\"b64\" in the unprotected header")]
+    CritOrB64Unprotected,
+    /// A member in the unprotected header, which nothing signs and nothing here reads.
+    #[error(
+        "the unprotected header holds \"{0}\", which is not signed and not used here; leave it empty"
+    )]
+    Unprotected(String),
+    /// `header` is not an object.
+    #[error("\"header\" is not an object")]
+    HeaderNotObject,
+    /// No `alg`.
+    #[error("no \"alg\"")]
+    NoAlg,
+    /// No `kid`.
+    #[error("no \"kid\"")]
+    NoKid,
+    /// `alg` or `kid` past [`MAX_HEADER_NAME`] bytes.
+    #[error("\"alg\" or \"kid\" is longer than {MAX_HEADER_NAME} bytes")]
+    NameTooLong,
+    /// No trusted key has the `kid`.
+    #[error("no key supplied for kid {0:?}")]
+    UnknownKid(String),
+    /// The header's `alg` is not the key's.
+    #[error("alg {alg:?} does not match the {key_alg} key {kid:?}")]
+    AlgMismatch {
+        /// The header's.
+        alg: String,
+        /// The key's.
+        key_alg: &'static str,
+        /// The key's id.
+        kid: String,
+    },
+    /// `signature` is not strict base64url.
+    #[error("\"signature\" is not strict base64url")]
+    SignatureNotBase64url,
+    /// The signature's bytes cannot be one of the key's algorithm.
+    #[error("{0}")]
+    MalformedSignature(&'static str),
+    /// The signature is well formed and does not verify.
+    #[error("the {alg} signature by {kid:?} does not verify")]
+    DoesNotVerify {
+        /// The algorithm.
+        alg: String,
+        /// The key's id.
+        kid: String,
+    },
+}
+
+/// A header member's name as a reason shows it: at most 32 characters.
+fn shown(name: &str) -> String {
+    name.chars().take(32).collect()
 }
 
 /// Verifies a card as received (its exact text) against `keys`.
@@ -500,10 +608,10 @@ pub fn verify_card(card_text: &str, keys: &TrustedKeys) -> Result<Verified, Veri
     let forms = sign::payload_forms(&card).map_err(|_| VerifyError::NotACard)?;
     let payloads: Vec<&str> = forms.iter().map(String::as_str).collect();
     let mut reasons = Vec::new();
-    for (i, entry) in signatures.iter().enumerate() {
+    for entry in signatures {
         match verify_entry(entry, &payloads, keys) {
             Ok(verified) => return Ok(verified),
-            Err(reason) => reasons.push(format!("signature {i}: {reason}")),
+            Err(reason) => reasons.push(reason),
         }
     }
     Err(VerifyError::NoValidSignature(reasons))
@@ -511,16 +619,16 @@ pub fn verify_card(card_text: &str, keys: &TrustedKeys) -> Result<Verified, Veri
 
 /// Verifies a compact JWS (`header.payload.signature`) with the same rules; used to run
 /// outside test vectors through the same checks.
-pub fn verify_compact(compact: &str, keys: &TrustedKeys) -> Result<Verified, String> {
+pub fn verify_compact(compact: &str, keys: &TrustedKeys) -> Result<Verified, SignatureError> {
     let parts: Vec<&str> = compact.split('.').collect();
     let [protected, payload, signature] = parts[..] else {
-        return Err("not three dot-separated parts".to_owned());
+        return Err(SignatureError::NotThreeParts);
     };
     if protected.is_empty() || signature.is_empty() {
-        return Err("empty header or signature".to_owned());
+        return Err(SignatureError::EmptyPart);
     }
-    let payload = b64url_strict(payload).ok_or("payload is not strict base64url")?;
-    let payload = String::from_utf8(payload).map_err(|_| "payload is not UTF-8".to_owned())?;
+    let payload = b64url_strict(payload).ok_or(SignatureError::Payload)?;
+    let payload = String::from_utf8(payload).map_err(|_| SignatureError::Payload)?;
     let entry = serde_json::json!({"protected": protected, "signature": signature});
     verify_entry(&entry, &[payload.as_str()], keys)
 }
@@ -528,99 +636,101 @@ pub fn verify_compact(compact: &str, keys: &TrustedKeys) -> Result<Verified, Str
 /// The longest `alg` or `kid` a signature's header may hold.
 const MAX_HEADER_NAME: usize = 256;
 
-fn verify_entry(entry: &Value, payloads: &[&str], keys: &TrustedKeys) -> Result<Verified, String> {
-    let protected = entry
-        .get("protected")
-        .and_then(Value::as_str)
-        .ok_or("no \"protected\" string")?;
-    let signature = entry
-        .get("signature")
-        .and_then(Value::as_str)
-        .ok_or("no \"signature\" string")?;
-    let header_bytes = b64url_strict(protected).ok_or("\"protected\" is not strict base64url")?;
+fn verify_entry(
+    entry: &Value,
+    payloads: &[&str],
+    keys: &TrustedKeys,
+) -> Result<Verified, SignatureError> {
+    let text = |name| entry.get(name).and_then(Value::as_str);
+    let protected = text("protected").ok_or(SignatureError::NoProtected)?;
+    let signature = text("signature").ok_or(SignatureError::NoSignature)?;
+    let header_bytes = b64url_strict(protected).ok_or(SignatureError::ProtectedNotBase64url)?;
     let header = parse_unique_object(&header_bytes)?;
     if header.contains_key("crit") {
-        return Err("\"crit\" is not supported".to_owned());
+        return Err(SignatureError::Crit);
     }
     if header.contains_key("b64") {
-        return Err("\"b64\" (RFC 7797) is not supported".to_owned());
+        return Err(SignatureError::B64);
     }
-    match entry.get("header") {
-        None => {}
-        Some(Value::Object(unprotected)) => {
-            if let Some(name) = unprotected.keys().find(|name| header.contains_key(*name)) {
-                let name: String = name.chars().take(32).collect();
-                return Err(format!(
-                    "\"{name}\" is in both the protected and the unprotected header"
-                ));
-            }
-            if unprotected.contains_key("crit") || unprotected.contains_key("b64") {
-                return Err("\"crit\"/\"b64\" in the unprotected header".to_owned());
-            }
-            // Nothing in it is covered by the signature, and this verifier reads none of it:
-            // a member there (a `jku`, a `jwk`, a `kid`) could only mislead another reader of
-            // the same card into trusting what nobody signed. Stricter than the spec, which
-            // types the unprotected header as any object.
-            if let Some(name) = unprotected.keys().next() {
-                let name: String = name.chars().take(32).collect();
-                return Err(format!(
-                    "the unprotected header holds \"{name}\", which is not signed and not used here; leave it empty"
-                ));
-            }
-        }
-        Some(_) => return Err("\"header\" is not an object".to_owned()),
-    }
-    let alg = header
-        .get("alg")
-        .and_then(Value::as_str)
-        .ok_or("no \"alg\"")?;
-    let kid = header
-        .get("kid")
-        .and_then(Value::as_str)
-        .ok_or("no \"kid\"")?;
+    check_unprotected(entry.get("header"), &header)?;
+    let member = |name| header.get(name).and_then(Value::as_str);
+    let alg = member("alg").ok_or(SignatureError::NoAlg)?;
+    let kid = member("kid").ok_or(SignatureError::NoKid)?;
     // Both are echoed in the reasons below, which an operator reads on one line.
     if alg.len() > MAX_HEADER_NAME || kid.len() > MAX_HEADER_NAME {
-        return Err(format!(
-            "\"alg\" or \"kid\" is longer than {MAX_HEADER_NAME} bytes"
-        ));
+        return Err(SignatureError::NameTooLong);
     }
     let key = keys
         .by_kid(kid)
-        .ok_or_else(|| format!("no key supplied for kid {kid:?}"))?;
+        .ok_or_else(|| SignatureError::UnknownKid(kid.to_owned()))?;
     // The key decides the algorithm; the header only has to agree, exactly.
     if alg != key.alg() {
-        return Err(format!(
-            "alg {alg:?} does not match the {} key {kid:?}",
-            key.alg()
-        ));
+        return Err(SignatureError::AlgMismatch {
+            alg: alg.to_owned(),
+            key_alg: key.alg(),
+            kid: kid.to_owned(),
+        });
     }
-    let signature = b64url_strict(signature).ok_or("\"signature\" is not strict base64url")?;
+    let signature = b64url_strict(signature).ok_or(SignatureError::SignatureNotBase64url)?;
+    let verified = Verified {
+        kid: kid.to_owned(),
+        alg: alg.to_owned(),
+    };
     for payload in payloads {
         let input = format!(
             "{protected}.{}",
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(payload.as_bytes())
         );
         if check(key, input.as_bytes(), &signature)? {
-            return Ok(Verified {
-                kid: kid.to_owned(),
-                alg: alg.to_owned(),
-            });
+            return Ok(verified);
         }
     }
-    Err(format!("the {alg} signature by {kid:?} does not verify"))
+    Err(SignatureError::DoesNotVerify {
+        alg: verified.alg,
+        kid: verified.kid,
+    })
 }
 
-fn check(key: &TrustedKey, input: &[u8], signature: &[u8]) -> Result<bool, String> {
+/// The entry's unprotected `header`, if any: an object holding nothing. Nothing in it is
+/// covered by the signature, and this verifier reads none of it: a member there (a `jku`, a
+/// `jwk`, a `kid`) could only mislead another reader of the same card into trusting what nobody
+/// signed. Stricter than the spec, which types the unprotected header as any object.
+fn check_unprotected(
+    unprotected: Option<&Value>,
+    protected: &Map<String, Value>,
+) -> Result<(), SignatureError> {
+    let unprotected = match unprotected {
+        None => return Ok(()),
+        Some(Value::Object(unprotected)) => unprotected,
+        Some(_) => return Err(SignatureError::HeaderNotObject),
+    };
+    if let Some(name) = unprotected
+        .keys()
+        .find(|name| protected.contains_key(*name))
+    {
+        return Err(SignatureError::InBothHeaders(shown(name)));
+    }
+    if unprotected.contains_key("crit") || unprotected.contains_key("b64") {
+        return Err(SignatureError::CritOrB64Unprotected);
+    }
+    match unprotected.keys().next() {
+        Some(name) => Err(SignatureError::Unprotected(shown(name))),
+        None => Ok(()),
+    }
+}
+
+fn check(key: &TrustedKey, input: &[u8], signature: &[u8]) -> Result<bool, SignatureError> {
     match key {
         TrustedKey::Hs256(secret) => {
             let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret)
-                .map_err(|_| "unusable HMAC key".to_owned())?;
+                .map_err(|_| SignatureError::MalformedSignature("unusable HMAC key"))?;
             mac.update(input);
             Ok(mac.verify_slice(signature).is_ok())
         }
         TrustedKey::EdDsa(key) => {
-            let signature = ed25519_dalek::Signature::from_slice(signature)
-                .map_err(|_| "an EdDSA signature must be 64 bytes".to_owned())?;
+            let signature = ed25519_dalek::Signature::from_slice(signature).map_err(|_| {
+                SignatureError::MalformedSignature("an EdDSA signature must be 64 bytes")
+            })?;
             Ok(key.verify_strict(input, &signature).is_ok())
         }
         TrustedKey::Rs256(key) => Ok(key.verify(
@@ -634,10 +744,12 @@ fn check(key: &TrustedKey, input: &[u8], signature: &[u8]) -> Result<bool, Strin
         TrustedKey::Es256(key) => {
             use p256::ecdsa::signature::Verifier as _;
             if signature.len() != 64 {
-                return Err("an ES256 signature must be exactly 64 bytes (r ‖ s)".to_owned());
+                return Err(SignatureError::MalformedSignature(
+                    "an ES256 signature must be exactly 64 bytes (r ‖ s)",
+                ));
             }
             let signature = p256::ecdsa::Signature::from_slice(signature)
-                .map_err(|_| "ES256 r or s out of range".to_owned())?;
+                .map_err(|_| SignatureError::MalformedSignature("ES256 r or s out of range"))?;
             Ok(key.verify(input, &signature).is_ok())
         }
     }
@@ -651,7 +763,7 @@ pub fn parse_strict(text: &str) -> Result<Value, String> {
 }
 
 /// Parses a JWS protected header: a JSON object naming each member once, at every depth.
-fn parse_unique_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
+fn parse_unique_object(bytes: &[u8]) -> Result<Map<String, Value>, SignatureError> {
     json::parse_object(bytes, Integers::Any)
-        .map_err(|e| format!("the protected header is not a JSON object with unique members ({e})"))
+        .map_err(|e| SignatureError::HeaderNotAnObject(e.to_string()))
 }
