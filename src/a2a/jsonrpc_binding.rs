@@ -5,7 +5,7 @@ use crate::a2a::events::{EventStream, StreamEvent};
 use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
 use crate::a2a::pipeline::{Asked, Pipeline};
 use crate::a2a::service::Caller;
-use crate::guard::refusal::Refusal;
+use crate::guard::refusal::{Refusal, RefusalReason};
 use crate::protocol::call::Binding;
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::{self, Method, RpcId, RpcRequest};
@@ -24,6 +24,8 @@ pub enum Answer {
         /// For an internal error (`-32603`), the id of the log line with the detail, which
         /// the answer names (the access log names it too).
         request_id: Option<String>,
+        /// The reason `/metrics` counts it under (a version or extension refused).
+        reason: Option<RefusalReason>,
     },
     /// JSON-RPC response objects under request `id`, one per event ([`event`] frames each),
     /// until the stream ends (Server-Sent Events).
@@ -59,6 +61,25 @@ impl Answer {
             body: jsonrpc::failure(id, error),
             code: error.code(),
             request_id,
+            reason: None,
+        }
+    }
+
+    /// The same answer, counted by `/metrics` under `reason`.
+    fn counted_as(self, reason: Option<RefusalReason>) -> Self {
+        match self {
+            Self::Failure {
+                body,
+                code,
+                request_id,
+                ..
+            } => Self::Failure {
+                body,
+                code,
+                request_id,
+                reason,
+            },
+            other => other,
         }
     }
 
@@ -71,8 +92,13 @@ impl Answer {
                 Some(Err(error)) => Self::failure(&id, &error),
                 None => Self::failure(&id, &A2aError::internal(&"a stream", "not a stream")),
             },
-            Err(CallRefused::Protocol(error)) => Self::failure(&id, &error),
-            Err(CallRefused::Guard(refusal)) => Self::Refused(refusal),
+            Err(refused) => {
+                let reason = refused.reason();
+                match refused {
+                    CallRefused::Guard(refusal) => Self::Refused(refusal),
+                    CallRefused::Protocol(error) => Self::failure(&id, &error).counted_as(reason),
+                }
+            }
         }
     }
 }
@@ -85,18 +111,41 @@ pub fn event(id: &RpcId, event: StreamEvent) -> String {
     }
 }
 
+/// A request body, and whether it was sent as JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct Body<'a> {
+    /// The bytes.
+    pub bytes: &'a [u8],
+    /// Its `Content-Type` is `application/json`.
+    pub json: bool,
+}
+
 /// Answers one JSON-RPC request body from `caller`, with the method asked when the body named
-/// one.
-pub async fn handle(pipeline: &Pipeline, caller: Caller, body: &[u8]) -> (Option<Method>, Answer) {
-    let request = match jsonrpc::parse_request(body) {
+/// one. A body not sent as JSON is refused with `-32005` under the id it holds, once the
+/// caller may ask its method at all.
+pub async fn handle(
+    pipeline: &Pipeline,
+    caller: Caller,
+    body: Body<'_>,
+) -> (Option<Method>, Answer) {
+    const NOT_JSON: &str = "send the JSON-RPC request with Content-Type: application/json";
+    let request = match jsonrpc::parse_request(body.bytes) {
         Ok(request) => request,
+        Err(failure) if !body.json => {
+            let error = A2aError::ContentTypeNotSupported(NOT_JSON.into());
+            return (None, Answer::failure(&failure.id, &error));
+        }
         Err(failure) => return (None, Answer::failure(&failure.id, &failure.error)),
     };
     let RpcRequest { id, method, params } = request;
+    let read = match body.json {
+        true => A2aRequest::read(method, params.as_deref()),
+        false => Err(A2aError::ContentTypeNotSupported(NOT_JSON.into())),
+    };
     let asked = Asked {
         binding: Binding::JsonRpc,
         method,
-        request: A2aRequest::read(method, params.as_deref()),
+        request: read,
     };
     (
         Some(method),

@@ -5,7 +5,7 @@
 
 use crate::a2a::events::{EventStream, StreamRefused};
 use crate::a2a::service::{A2aService, Caller, SignedCard};
-use crate::guard::refusal::Refusal;
+use crate::guard::refusal::{Refusal, RefusalReason};
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::{Method, parse_params};
 use crate::protocol::types::{
@@ -75,6 +75,22 @@ pub enum CallRefused {
     /// The protocol's: an operation that is off, a request that could not be read, what the
     /// operation itself refused.
     Protocol(A2aError),
+}
+
+impl CallRefused {
+    /// The reason `/metrics` counts it under, if it counts it.
+    pub fn reason(&self) -> Option<RefusalReason> {
+        match self {
+            Self::Guard(refusal) => refusal.reason(),
+            Self::Protocol(A2aError::VersionNotSupported { .. }) => {
+                Some(RefusalReason::VersionNotSupported)
+            }
+            Self::Protocol(A2aError::ExtensionSupportRequired { .. }) => {
+                Some(RefusalReason::ExtensionRequired)
+            }
+            Self::Protocol(_) => None,
+        }
+    }
 }
 
 impl From<A2aError> for CallRefused {

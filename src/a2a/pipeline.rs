@@ -4,8 +4,9 @@
 //!
 //! ```text
 //! binding: bytes → (Method, Result<A2aRequest, A2aError>)
-//!   admit      the token's scope, the operation offered, the request readable, the shared
-//!              admission settled (a turn settles it itself, with its lock and spend)
+//!   admit      the protocol version and required extensions (read by the gate, carried by
+//!              the caller), the token's scope, the operation offered, the request readable,
+//!              the shared admission settled (a turn settles it itself, with its lock and spend)
 //!   authorize  stages::authorize
 //!   inspect    stages::inspect_request
 //!   run        the operation, in a task of its own; a panic is an internal error
@@ -14,9 +15,6 @@
 //!   observe    stages::observe, once, with the outcome
 //! binding: Result<A2aResponse, CallRefused> → bytes
 //! ```
-//!
-//! The protocol version and required extensions are still checked by the gate in front of
-//! every binding (`crate::layers::gate`).
 
 use crate::a2a::events::{EventTap, StreamEvent};
 use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
@@ -111,9 +109,13 @@ impl Pipeline {
         })
     }
 
-    /// The token's scope, the operation offered, the request read, then (for any operation
-    /// but a turn, which settles it with its lock and spend) the shared admission.
+    /// The protocol version and required extensions, the token's scope, the operation
+    /// offered, the request read, then (for any operation but a turn, which settles it with
+    /// its lock and spend) the shared admission.
     async fn admit(&self, caller: &Caller, asked: Asked) -> Result<A2aRequest, CallRefused> {
+        if let Some(refused) = &caller.protocol.refused {
+            return Err(CallRefused::Protocol(refused.clone()));
+        }
         if let Some(scope) = asked.method.scope()
             && !caller.peer.may(scope)
         {

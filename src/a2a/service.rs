@@ -10,6 +10,7 @@ use crate::a2a::events::{EventStream, StreamRefused};
 use crate::guard::admission::{Admission, Settled};
 use crate::layers::access_log::AccessNote;
 use crate::layers::auth::AuthenticatedPeer;
+use crate::layers::gate::ProtocolAsked;
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
 use crate::protocol::types::{
@@ -33,6 +34,9 @@ pub struct Caller {
     pub admission: Option<Admission>,
     /// What the access log writes of the request, when it is on.
     pub note: Option<std::sync::Arc<AccessNote>>,
+    /// The protocol version and extensions the request named, as the gate read them (the
+    /// extensions it activates ride here, as in a2a-python's call context).
+    pub protocol: ProtocolAsked,
 }
 
 impl Caller {
@@ -47,6 +51,10 @@ impl Caller {
             client,
             admission: extensions.get::<Admission>().cloned(),
             note: extensions.get::<std::sync::Arc<AccessNote>>().cloned(),
+            protocol: extensions
+                .get::<ProtocolAsked>()
+                .cloned()
+                .unwrap_or_default(),
         }
     }
 

@@ -195,6 +195,7 @@ fn caller() -> Caller {
         client: None,
         admission: None,
         note: None,
+        protocol: Default::default(),
     }
 }
 
@@ -299,7 +300,11 @@ struct Wire {
 
 async fn jsonrpc(pipeline: &Pipeline, method: &str, params: &Value) -> Wire {
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).to_string();
-    let (_, answer) = jsonrpc_binding::handle(pipeline, caller(), body.as_bytes()).await;
+    let body = jsonrpc_binding::Body {
+        bytes: body.as_bytes(),
+        json: true,
+    };
+    let (_, answer) = jsonrpc_binding::handle(pipeline, caller(), body).await;
     match answer {
         Answer::Body(body) | Answer::Failure { body, .. } => Wire {
             status: 200,

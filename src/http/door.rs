@@ -63,19 +63,16 @@ pub(crate) fn door_router(
     metrics: Arc<Metrics>,
 ) -> Router {
     let a2a_path = policy.server.a2a_path.clone();
-    let gate = gate(policy);
     let json_rpc = Router::new()
         .route(&a2a_path, post(door))
-        .route(&format!("{a2a_path}/"), post(door))
-        .layer(gate.clone());
-    // The HTTP+JSON binding, when on, under the same layers with the gate in its shape.
+        .route(&format!("{a2a_path}/"), post(door));
+    // The HTTP+JSON binding, when on, under the same layers.
     let bindings = if policy.capabilities.http_json {
-        json_rpc.merge(
-            crate::http::rest::routes(&card::http_json_path(policy)).layer(gate.for_http_json()),
-        )
+        json_rpc.merge(crate::http::rest::routes(&card::http_json_path(policy)))
     } else {
         json_rpc
-    };
+    }
+    .layer(gate(policy));
     // A credential on the card URL is checked by the same layer as on the door: a valid peer
     // gets the extended card, an invalid credential a 401.
     let card_routes = Router::new()
@@ -96,7 +93,7 @@ pub(crate) fn door_router(
     observed(routes, policy, metrics, &a2a_path)
 }
 
-/// The protocol gate of the A2A bindings, in the JSON-RPC shape.
+/// The protocol gate of the A2A bindings.
 pub(crate) fn gate(policy: &Policy) -> GateLayer {
     GateLayer::new(
         policy.gate.require_version_header,
@@ -106,7 +103,6 @@ pub(crate) fn gate(policy: &Policy) -> GateLayer {
             .iter()
             .map(|e| (e.uri.clone(), e.required))
             .collect(),
-        policy.server.max_body_bytes,
     )
 }
 
@@ -204,26 +200,24 @@ async fn door(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !is_json(&headers) {
-        let error = crate::protocol::error::A2aError::ContentTypeNotSupported(
-            "send the JSON-RPC request with Content-Type: application/json".into(),
-        );
-        let mut response = json_rpc_body(crate::protocol::jsonrpc::refuse(&body, &error));
-        response
-            .extensions_mut()
-            .insert(JsonRpcErrorCode(error.code()));
-        return response;
-    }
-    let (method, answer) = jsonrpc_binding::handle(&state.pipeline, caller, &body).await;
+    let body = jsonrpc_binding::Body {
+        bytes: &body,
+        json: is_json(&headers),
+    };
+    let (method, answer) = jsonrpc_binding::handle(&state.pipeline, caller, body).await;
     let mut response = match answer {
         Answer::Body(answer) => json_rpc_body(answer),
         Answer::Failure {
             body,
             code,
             request_id,
+            reason,
         } => {
             let mut response = json_rpc_body(body);
             response.extensions_mut().insert(JsonRpcErrorCode(code));
+            if let Some(reason) = reason {
+                response.extensions_mut().insert(reason);
+            }
             // The access log names the id the -32603 answer names.
             if let Some(request_id) = request_id {
                 response

@@ -18,7 +18,7 @@ use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
 use crate::a2a::pipeline::{Asked as PipelineAsked, Pipeline};
 use crate::a2a::service::Caller;
 use crate::config::Policy;
-use crate::guard::refusal::Refusal;
+use crate::guard::refusal::{Refusal, RefusalReason};
 use crate::http::door::{self, DoorGuards};
 use crate::http::h2_watch::StreamWatch;
 use crate::http::ready::Readiness;
@@ -137,7 +137,7 @@ pub(crate) fn grpc_router(
     guards: &DoorGuards,
     metrics: Arc<Metrics>,
 ) -> Router {
-    let a2a = a2a_routes().layer(door::gate(policy).for_http_json());
+    let a2a = a2a_routes().layer(door::gate(policy));
     let guarded =
         door::behind_address_guard(door::behind_peer_guard(a2a, policy, guards), policy, guards);
     let health = post(health_check).with_state(readiness);
@@ -227,6 +227,11 @@ fn refused_in_the_call(mut response: Response) -> Response {
         .extensions()
         .get::<tonic::Status>()
         .and_then(std::error::Error::source);
+    if let Some(CountedAs(reason)) = source.and_then(|source| source.downcast_ref()) {
+        let reason = *reason;
+        response.extensions_mut().insert(reason);
+        return response;
+    }
     let refusal: Option<Refusal> = source.and_then(|source| source.downcast_ref()).cloned();
     if let Some(refusal) = refusal {
         if let Some(reason) = refusal.reason() {
@@ -316,11 +321,31 @@ fn encode(answer: &A2aResponse, response_type: &MessageDescriptor) -> Result<Vec
 /// Why a call has no answer, as a status: the one error table's for the protocol's errors,
 /// the guard's refusal's own for the guard's.
 fn refused(refused: CallRefused) -> tonic::Status {
+    let reason = refused.reason();
     match refused {
-        CallRefused::Protocol(error) => status(&error),
         CallRefused::Guard(refusal) => refusal_status(refusal),
+        CallRefused::Protocol(error) => {
+            let mut status = status(&error);
+            if let Some(reason) = reason {
+                status.set_source(Arc::new(CountedAs(reason)));
+            }
+            status
+        }
     }
 }
+
+/// A protocol error's reason for `/metrics` (a version or extension refused), riding on its
+/// status as the guard's refusal does.
+#[derive(Debug)]
+struct CountedAs(RefusalReason);
+
+impl std::fmt::Display for CountedAs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.label())
+    }
+}
+
+impl std::error::Error for CountedAs {}
 
 /// A request as its codec decoded it: the turn's message as its generated type, any other by
 /// reflection. A request that is not the operation's message is answered by tonic with the

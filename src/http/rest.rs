@@ -125,10 +125,22 @@ async fn call(
             crate::http::sse::respond(events, bare_event, &state.bounds, deadline)
         }
         Ok(answer) => success(&answer),
-        Err(CallRefused::Protocol(error)) => error_response(&error),
-        Err(CallRefused::Guard(refusal)) => refusal.into_response(),
+        Err(refused) => refusal_response(refused),
     };
     called(response, method)
+}
+
+/// Why a call has no answer, in this binding's form, with the reason `/metrics` counts.
+fn refusal_response(refused: CallRefused) -> Response {
+    let reason = refused.reason();
+    let mut response = match refused {
+        CallRefused::Guard(refusal) => refusal.into_response(),
+        CallRefused::Protocol(error) => error_response(&error),
+    };
+    if let Some(reason) = reason {
+        response.extensions_mut().insert(reason);
+    }
+    response
 }
 
 /// The response, marked with the call it answered for the metrics and the access log.

@@ -1,48 +1,46 @@
-//! The A2A protocol gate: version and required extensions, checked before any backend work.
+//! The A2A protocol gate: reads the version and extensions each A2A request names, for the call
+//! pipeline to decide on before any other work (`crate::a2a::pipeline`).
 //!
 //! * `A2A-Version` (header, or the `A2A-Version` query parameter): `1` or `1.x` passes; any other
-//!   explicit version is JSON-RPC `-32009`. A request naming none passes as 1.0, unless the policy
-//!   asks for strictness (the spec reads a missing version as 0.3, which this door does not speak).
+//!   explicit version is refused with `-32009`. A request naming none passes as 1.0, unless the
+//!   policy asks for strictness (the spec reads a missing version as 0.3, which this door does
+//!   not speak).
 //! * `A2A-Extensions` (comma-separated URIs, several header lines allowed): every extension the
 //!   policy marks `required` must be listed, exactly, else `-32008`. The answer's
 //!   `A2A-Extensions` lists the requested extensions this agent supports, the ones activated.
 //!
-//! Refusals are JSON-RPC errors inside HTTP 200 that echo the request's id, so the gate reads the
-//! body, bounded by the body limit, on the refusal path only.
+//! The gate answers nothing itself: what it read rides on the request as [`ProtocolAsked`],
+//! which the caller carries into the pipeline, and each binding writes a refusal in its own
+//! form (JSON-RPC under the request's own id, HTTP+JSON, gRPC). On the way out it only adds
+//! the `A2A-Extensions` header.
 //!
 //! ```
-//! use axum::{Router, routing::post, body::Body, http::{Request, StatusCode}};
-//! use peergate::layers::gate::GateLayer;
+//! use axum::{Extension, Router, routing::post, body::Body, http::Request};
+//! use peergate::layers::gate::{GateLayer, ProtocolAsked};
 //! use tower::ServiceExt;
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let app = Router::new()
-//!     .route("/", post(|| async { "served" }))
-//!     .layer(GateLayer::new(false, vec![], 1 << 20));
-//! let request = Request::post("/")
-//!     .header("a2a-version", "0.3")
-//!     .body(Body::from(r#"{"jsonrpc":"2.0","id":7,"method":"GetTask"}"#))
-//!     .unwrap();
+//!     .route("/", post(|Extension(asked): Extension<ProtocolAsked>| async move {
+//!         asked.refused.map_or(0, |error| error.code()).to_string()
+//!     }))
+//!     .layer(GateLayer::new(false, vec![]));
+//! let request = Request::post("/").header("a2a-version", "0.3").body(Body::empty()).unwrap();
 //! let response = app.oneshot(request).await.unwrap();
-//! assert_eq!(response.status(), StatusCode::OK);
-//! let body = axum::body::to_bytes(response.into_body(), 4096).await.unwrap();
-//! let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-//! assert_eq!((body["id"].as_i64(), body["error"]["code"].as_i64()), (Some(7), Some(-32009)));
+//! let body = axum::body::to_bytes(response.into_body(), 64).await.unwrap();
+//! assert_eq!(&body[..], b"-32009");
 //! # });
 //! ```
 
-use crate::guard::future::{GuardFuture, take_readied};
-use crate::guard::refusal::RefusalReason;
+use crate::guard::future::GuardFuture;
 use crate::protocol::error::A2aError;
-use crate::protocol::jsonrpc::{self, RpcId};
-use axum::Extension;
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request};
+use axum::response::Response;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
-/// Checks the protocol version and required extensions of each request.
+/// Reads the protocol version and extensions of each request.
 #[derive(Debug, Clone)]
 pub struct GateLayer {
     shared: Arc<GateSettings>,
@@ -50,40 +48,28 @@ pub struct GateLayer {
 
 #[derive(Debug)]
 struct GateSettings {
-    /// Refusals in the HTTP+JSON binding's shape instead of JSON-RPC's.
-    http_json: bool,
     require_version: bool,
     /// (URI, required) for every extension the card declares.
     extensions: Vec<(String, bool)>,
-    max_body_bytes: usize,
+}
+
+/// What a request asked of the protocol: the extensions it activates, or why it cannot be
+/// served (a version this door does not speak, a required extension it did not list).
+#[derive(Debug, Clone, Default)]
+pub struct ProtocolAsked {
+    /// The requested extensions this agent supports.
+    pub activated: Vec<String>,
+    /// The refusal the pipeline answers with before anything else, if any.
+    pub refused: Option<A2aError>,
 }
 
 impl GateLayer {
     /// A gate; `extensions` pairs each supported extension URI with whether it is required.
-    pub fn new(
-        require_version: bool,
-        extensions: Vec<(String, bool)>,
-        max_body_bytes: usize,
-    ) -> Self {
+    pub fn new(require_version: bool, extensions: Vec<(String, bool)>) -> Self {
         Self {
             shared: Arc::new(GateSettings {
-                http_json: false,
                 require_version,
                 extensions,
-                max_body_bytes,
-            }),
-        }
-    }
-
-    /// The same gate in front of the HTTP+JSON binding: a refusal is a `google.rpc.Status`
-    /// body with the binding's HTTP status, and no body is read.
-    pub fn for_http_json(&self) -> Self {
-        Self {
-            shared: Arc::new(GateSettings {
-                http_json: true,
-                require_version: self.shared.require_version,
-                extensions: self.shared.extensions.clone(),
-                max_body_bytes: self.shared.max_body_bytes,
             }),
         }
     }
@@ -109,7 +95,7 @@ pub struct Gate<S> {
 
 impl GateSettings {
     /// The refusal for this request, if any, and the extensions it activates.
-    fn check(&self, request: &Request<Body>) -> Result<Vec<&str>, A2aError> {
+    fn check(&self, request: &Request<Body>) -> Result<Vec<String>, A2aError> {
         let version = requested_version(request)?;
         match version.as_deref() {
             None if self.require_version => {
@@ -138,8 +124,8 @@ impl GateSettings {
         Ok(self
             .extensions
             .iter()
-            .map(|(uri, _)| uri.as_str())
-            .filter(|uri| requested.contains(uri))
+            .filter(|(uri, _)| requested.contains(&uri.as_str()))
+            .map(|(uri, _)| uri.clone())
             .collect())
     }
 }
@@ -205,59 +191,23 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let refusal = match self.shared.check(&request) {
-            Ok(activated) => {
-                let activated = (!activated.is_empty())
-                    .then(|| HeaderValue::from_str(&activated.join(", ")).ok())
-                    .flatten()
-                    .map(|value| HeaderMap::from_iter([(A2A_EXTENSIONS, value)]));
-                return GuardFuture::pass(&mut self.inner, request, activated);
-            }
-            Err(refusal) => refusal,
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        let asked = match self.shared.check(&request) {
+            Ok(activated) => ProtocolAsked {
+                activated,
+                refused: None,
+            },
+            Err(refused) => ProtocolAsked {
+                activated: Vec::new(),
+                refused: Some(refused),
+            },
         };
-        let reason = match refusal {
-            A2aError::ExtensionSupportRequired { .. } => RefusalReason::ExtensionRequired,
-            _ => RefusalReason::VersionNotSupported,
-        };
-        if self.shared.http_json {
-            let status = axum::http::StatusCode::from_u16(refusal.http_status())
-                .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
-            let body = refusal.http_body();
-            let media_type = HeaderValue::from_static(jsonrpc::HTTP_JSON_MEDIA_TYPE);
-            return GuardFuture::answer(
-                (
-                    status,
-                    [(header::CONTENT_TYPE, media_type)],
-                    Extension(reason),
-                    // The typed error, for a binding that writes it in its own form (gRPC).
-                    Extension(refusal.clone()),
-                    body.to_string(),
-                )
-                    .into_response(),
-            );
-        }
-        let limit = self.shared.max_body_bytes;
-        GuardFuture::check(
-            take_readied(&mut self.inner),
-            Box::pin(async move {
-                // Read the body only to echo the request's id.
-                let id = match axum::body::to_bytes(request.into_body(), limit).await {
-                    Ok(body) => jsonrpc::parse_request(&body).map_or_else(|f| f.id, |r| r.id),
-                    Err(_) => RpcId::Null,
-                };
-                let body = jsonrpc::failure(&id, &refusal);
-                Err((
-                    [(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/json"),
-                    )],
-                    Extension(reason),
-                    body,
-                )
-                    .into_response())
-            }),
-        )
+        let header = (!asked.activated.is_empty())
+            .then(|| HeaderValue::from_str(&asked.activated.join(", ")).ok())
+            .flatten()
+            .map(|value| HeaderMap::from_iter([(A2A_EXTENSIONS, value)]));
+        request.extensions_mut().insert(asked);
+        GuardFuture::pass(&mut self.inner, request, header)
     }
 }
 

@@ -419,11 +419,20 @@ where
         let status = response.status();
         this.metrics.count_request(*this.route, status);
         // The refusal map typed the reason; reading it costs one extension look-up.
-        if let Some(reason) = response.extensions().get::<RefusalReason>() {
-            this.metrics.rejected(*reason);
+        let reason = response.extensions().get::<RefusalReason>().copied();
+        if let Some(reason) = reason {
+            this.metrics.rejected(reason);
         }
-        // The binding's handler named the operation; the path cannot.
-        if let Some(call) = response.extensions().get::<A2aCall>() {
+        // The binding's handler named the operation; the path cannot. A call refused for its
+        // protocol version or extensions is counted by that reason alone: the operation was
+        // never asked.
+        let protocol_refused = matches!(
+            reason,
+            Some(RefusalReason::VersionNotSupported | RefusalReason::ExtensionRequired)
+        );
+        if let Some(call) = response.extensions().get::<A2aCall>()
+            && !protocol_refused
+        {
             this.metrics.a2a_call(*call);
         }
         Poll::Ready(Ok(response))

@@ -139,15 +139,6 @@ impl Method {
 /// The media type of the HTTP+JSON binding's bodies, answers and errors alike (A2A 1.0.1).
 pub const HTTP_JSON_MEDIA_TYPE: &str = "application/a2a+json";
 
-/// The response refusing `body` with `error`, under the body's id when it can be read.
-pub fn refuse(body: &[u8], error: &A2aError) -> String {
-    let id = match parse_request(body) {
-        Ok(request) => request.id,
-        Err(failure) => failure.id,
-    };
-    failure(&id, error)
-}
-
 /// A well-formed request.
 #[derive(Debug)]
 pub struct RpcRequest {

@@ -197,9 +197,18 @@ async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
         client: None,
         admission: None,
         note: None,
+        protocol: Default::default(),
     };
     let pipeline = crate::a2a::pipeline::Pipeline::new(Arc::new(agent.clone()));
-    let (_, answer) = crate::a2a::jsonrpc_binding::handle(&pipeline, caller, body).await;
+    let (_, answer) = crate::a2a::jsonrpc_binding::handle(
+        &pipeline,
+        caller,
+        crate::a2a::jsonrpc_binding::Body {
+            bytes: body,
+            json: true,
+        },
+    )
+    .await;
     let answer: serde_json::Value = serde_json::from_str(&answer.body().unwrap()).unwrap();
     let task_id = answer["result"]["task"]["id"].as_str().unwrap().to_owned();
     let heard = heard.0.lock().unwrap().clone();
