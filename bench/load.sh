@@ -105,7 +105,6 @@ revoked=$("$peergate" peer add revoked --data "$data" 2>/dev/null)
 # that takes its tokens besides peer tokens.
 "$peergate" keys generate --alg ES256 --kid bench-idp --out "$work/idp.pem" >/dev/null 2>&1
 "$peergate" peer add idp-peer --rate 1000000000/min --data "$data" >/dev/null 2>&1
-"$peergate" peer bind idp-peer --issuer bench --subject bench-client --data "$data" 2>/dev/null
 openssl pkey -in "$work/idp.pem" -pubout -outform DER -out "$work/idp.pub.der"
 policy="$work/policy.toml"
 sed 's/^schemes = \["bearer"\]/schemes = ["bearer", "jwt"]/' "${BENCH_POLICY:-policies/bench.toml}" >"$policy"
@@ -135,6 +134,8 @@ with open(f"{work}/forged", "w") as out:
     for i in range(200000):
         out.write(f"{header}.{payload(secrets.token_hex(8))}.{b64(secrets.token_bytes(64))}\n")
 PY
+# Bound once the policy names the issuer: a binding to an issuer it does not name is refused.
+"$peergate" peer bind idp-peer --issuer bench --subject bench-client --policy "$policy" --data "$data" 2>/dev/null
 jwt=$(cat "$work/jwt")
 "$peergate" serve --policy "$policy" --listen "127.0.0.1:$gate_port" --admin-listen "127.0.0.1:$admin_port" --data "$data" 2>"$work/peergate.log" &
 pids+=($!)

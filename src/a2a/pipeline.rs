@@ -19,7 +19,7 @@
 use crate::a2a::events::{EventTap, StreamEvent};
 use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
 use crate::a2a::service::{A2aService, Caller};
-use crate::a2a::stages::{CallStages, CallView, NoStages, Outcome};
+use crate::a2a::stages::{CallStages, CallView, Outcome};
 use crate::guard::refusal::Refusal;
 use crate::protocol::call::{A2aCall, Binding};
 use crate::protocol::error::A2aError;
@@ -30,7 +30,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Pipeline {
     service: Arc<dyn A2aService>,
-    stages: Arc<dyn CallStages>,
+    /// `None` until a capability attaches a stage: then a call costs nothing for stages.
+    stages: Option<Arc<dyn CallStages>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -52,22 +53,27 @@ pub struct Asked {
 }
 
 impl Pipeline {
-    /// Calls go to `service`, past stages that do nothing.
+    /// Calls go to `service`, with no stage attached.
     pub fn new(service: Arc<dyn A2aService>) -> Self {
         Self {
             service,
-            stages: Arc::new(NoStages),
+            stages: None,
         }
     }
 
     /// The same pipeline with `stages`.
     pub fn with_stages(mut self, stages: Arc<dyn CallStages>) -> Self {
-        self.stages = stages;
+        self.stages = Some(stages);
         self
     }
 
     /// Answers one call from `caller`.
     pub async fn call(&self, caller: Caller, asked: Asked) -> Result<A2aResponse, CallRefused> {
+        let Some(stages) = &self.stages else {
+            // No stage attached: admit and run, and nothing is built for stages.
+            let request = self.admit(&caller, asked).await?;
+            return self.run(caller, request).await;
+        };
         let view = CallView {
             call: A2aCall {
                 binding: asked.binding,
@@ -75,34 +81,35 @@ impl Pipeline {
             },
             peer: caller.peer.clone(),
         };
-        let answered = self.answer(caller, &view, asked).await;
+        let answered = self.answer(stages, caller, &view, asked).await;
         let outcome = match &answered {
             Ok(A2aResponse::Events(_)) => Outcome::Streaming,
             Ok(_) => Outcome::Answered,
             Err(refused) => Outcome::Refused(refused),
         };
-        self.stages.observe(&view, outcome);
+        stages.observe(&view, outcome);
         answered
     }
 
     /// The stages from *admit* to *seal*.
     async fn answer(
         &self,
+        stages: &Arc<dyn CallStages>,
         caller: Caller,
         view: &CallView,
         asked: Asked,
     ) -> Result<A2aResponse, CallRefused> {
         let mut request = self.admit(&caller, asked).await?;
-        self.stages.authorize(view, &request).await?;
-        self.stages.inspect_request(view, &mut request).await?;
+        stages.authorize(view, &request).await?;
+        stages.inspect_request(view, &mut request).await?;
         let mut response = self.run(caller, request).await?;
-        self.stages.inspect_response(view, &mut response).await?;
+        stages.inspect_response(view, &mut response).await?;
         if let Some(task) = response.final_task(view.call.method) {
-            self.stages.seal(view, task.json());
+            stages.seal(view, task.json());
         }
         Ok(match response {
             A2aResponse::Events(events) => A2aResponse::Events(events.tapped(Arc::new(Tap {
-                stages: self.stages.clone(),
+                stages: stages.clone(),
                 view: view.clone(),
             }))),
             other => other,

@@ -1,6 +1,6 @@
 //! The call pipeline's named stages ([`CallStages`]): where the capabilities that decide about
-//! or record one call attach, once for every binding. Each has a default that does nothing;
-//! [`NoStages`] is the gateway's until a capability fills one.
+//! or record one call attach, once for every binding. Each has a default that does nothing
+//! ([`NoStages`] is every default); a pipeline with no stages attached skips them whole.
 //!
 //! | stage | when | may |
 //! |---|---|---|
@@ -78,7 +78,7 @@ pub trait CallStages: Send + Sync + 'static {
     fn observe(&self, _call: &CallView, _outcome: Outcome<'_>) {}
 }
 
-/// Every stage as its default: the gateway's until a capability attaches to one.
+/// Every stage as its default.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoStages;
 
