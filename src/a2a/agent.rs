@@ -23,39 +23,28 @@ mod reads;
 mod recovery;
 mod stream;
 mod turn;
+mod turn_run;
 mod turn_task;
 
-use cancel::*;
-use message::*;
-use recovery::*;
-use turn_task::*;
+use cancel::RunningTurn;
+use turn_task::{AdmittedTurn, TurnPlan};
 
 pub use crate::a2a::events::{BUFFERED_BYTES, EventStream, StreamEvent, StreamRefused};
 
 use crate::a2a::service::{A2aService, Caller, SignedCard};
 use crate::admin::budget::Budgets;
-use crate::admin::budget::SharedReading;
-use crate::backend::{BackendError, ModelBackend, Prompt};
-use crate::clock::{Clock, Timestamp, later, rfc3339_millis};
-use crate::guard::admission::Asked;
+use crate::backend::ModelBackend;
+use crate::clock::Clock;
 use crate::layers::auth::AuthenticatedPeer;
-use crate::layers::metrics::{FinalState, Metrics};
+use crate::layers::metrics::Metrics;
 use crate::protocol::error::A2aError;
-use crate::protocol::ids::{ContextId, MessageId, TaskId};
 use crate::protocol::jsonrpc::Method;
-use crate::protocol::types::{
-    self as a2a, Artifact, CancelTaskRequest, Message, Role, SendMessageRequest,
-    SendMessageResponse, Task, TaskState, TaskStatus,
-};
-use crate::shared::admission::LockAnswer;
-use crate::shared::events::{LocalTaskEvents, TaskEvent, TaskEvents};
+use crate::protocol::types::{self as a2a, CancelTaskRequest};
+use crate::shared::events::{LocalTaskEvents, TaskEvents};
 use crate::shared::ownership::{SingleInstance, TaskOwnership};
-use crate::shared::turns::{LocalTurnLocks, LockSaid, PreparedTurn, SpendingAfter, TurnLocks};
-use crate::store::{
-    AuditEntry, ConversationMessage, ConversationRole, Exchange, TaskStore, WorkingTask,
-};
+use crate::shared::turns::{LocalTurnLocks, TurnLocks};
+use crate::store::TaskStore;
 use serde_json::value::RawValue;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 

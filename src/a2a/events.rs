@@ -256,7 +256,7 @@ impl Stream {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::StreamEvent;
 
     /// The channel under a stream allocates a block of 32 slots when it is made, so each byte
     /// of an event is paid 32 times by every open stream, idle or not.

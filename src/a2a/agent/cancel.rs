@@ -1,8 +1,19 @@
 //! `CancelTask`: a turn answered here is stopped, a waiting task canceled in the store, and a
 //! turn another instance answers is asked to stop through the shared seam.
 
-use super::*;
+use super::{Agent, internal};
+use crate::clock::{later, rfc3339_millis};
+use crate::layers::auth::AuthenticatedPeer;
+use crate::layers::metrics::FinalState;
 use crate::locks::Locked;
+use crate::protocol::error::A2aError;
+use crate::protocol::ids::{MessageId, TaskId};
+use crate::protocol::types::{
+    self as a2a, CancelTaskRequest, Message, Role, TaskState, TaskStatus,
+};
+use crate::store::Exchange;
+use std::sync::Arc;
+use std::time::Duration;
 
 impl Agent {
     /// `CancelTask`: a finished task stays as it is (-32002); a task this instance is still

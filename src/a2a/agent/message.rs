@@ -1,7 +1,11 @@
 //! The peer's message as the model gets it: its text and parts within the limits, the
 //! conversation it belongs to, and the words a failure is told in.
 
-use super::*;
+use super::invalid;
+use crate::backend::BackendError;
+use crate::protocol::error::A2aError;
+use crate::protocol::ids::ContextId;
+use crate::protocol::types::{self as a2a, Role};
 use serde_json::Value;
 
 /// How the backend reads a message's parts.

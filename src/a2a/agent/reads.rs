@@ -199,7 +199,8 @@ impl Agent {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Timestamp, page_token, read_page_token};
+    use base64::Engine as _;
 
     #[test]
     fn a_page_token_reads_back_and_junk_is_refused() {

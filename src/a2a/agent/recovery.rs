@@ -1,7 +1,14 @@
 //! Turns that did not end well: the background turns a shutdown waits for, and the tasks left
 //! working by a crash, a lost turn or an instance that is gone, failed as interrupted.
 
-use super::*;
+use super::Agent;
+use crate::clock::{Clock, Timestamp, rfc3339_millis};
+use crate::protocol::ids::TaskId;
+use crate::protocol::types::{self as a2a, Role, Task, TaskState};
+use crate::shared::events::{TaskEvent, TaskEvents};
+use crate::store::{TaskStore, WorkingTask};
+use std::sync::Arc;
+use std::time::Duration;
 
 impl Agent {
     /// Counts a turn that runs without a request waiting on it, until the guard drops.

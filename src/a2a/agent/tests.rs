@@ -1,8 +1,22 @@
 //! The agent's own tests: truncation, the sweeps that fail interrupted tasks, and the order in
 //! which a task's states are heard.
 
-use super::turn::working_text;
-use super::*;
+use super::message::truncate_text;
+use super::recovery::interrupted_text;
+use super::turn_run::working_text;
+use super::{Agent, AgentSettings, SharedState};
+use crate::admin::budget::Budgets;
+use crate::clock::Clock;
+use crate::clock::{Timestamp, later};
+use crate::layers::auth::AuthenticatedPeer;
+use crate::layers::metrics::Metrics;
+use crate::protocol::types::{self as a2a, Task, TaskState};
+use crate::shared::events::TaskEvent;
+use crate::shared::events::TaskEvents;
+use crate::shared::ownership::TaskOwnership;
+use crate::store::Exchange;
+use std::sync::Arc;
+use std::time::Duration;
 
 fn at(millis: i64) -> Timestamp {
     crate::clock::from_millis(millis)

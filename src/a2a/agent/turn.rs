@@ -1,8 +1,24 @@
-//! `SendMessage`'s turn: the plan from the message, the refusals before the model, the task
-//! stored working before the model is asked, the model asked once, and the answer stored.
+//! `SendMessage`'s turn, its first half: the plan from the message and the refusals before the
+//! model (the second half, asking the backend and storing the answer, is `turn_run`).
 
-use super::*;
+use super::cancel::{Cancelable, RunningTurn};
+use super::message::{PartsRead, ReadMessage, check_metadata, incoming};
+use super::turn_task::{AdmittedTurn, Outcome, PlannedTurn, SentAlong, TurnPlan, task_answer};
+use super::{Agent, checked_history_length, internal, invalid, new_id};
+use crate::a2a::service::Caller;
+use crate::admin::budget::SharedReading;
+use crate::guard::admission::Asked;
+use crate::layers::auth::AuthenticatedPeer;
 use crate::locks::Locked;
+use crate::protocol::error::A2aError;
+use crate::protocol::ids::{ContextId, TaskId};
+use crate::protocol::types::{self as a2a, SendMessageRequest, SendMessageResponse, TaskState};
+use crate::shared::admission::LockAnswer;
+use crate::shared::turns::{LockSaid, PreparedTurn};
+use crate::store::AuditEntry;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 impl Agent {
     pub(super) async fn send_message(
@@ -342,262 +358,4 @@ impl Agent {
             agent_reply: None,
         }
     }
-
-    /// Stores the task as working and reads what the model will be asked. The returned guard
-    /// fails the stored task if the turn ends before its final state is stored.
-    pub(super) async fn store_working(
-        &self,
-        turn: &TurnPlan,
-        fresh_context: bool,
-    ) -> Result<(Prompt, UnfinishedTask, String), A2aError> {
-        let peer = &turn.peer;
-        // Stored before the model is asked: a store that cannot take it refuses the message
-        // with nothing spent, and a crash from here on leaves a task that reads as failed
-        // (interrupted) after the restart instead of one that never existed.
-        let now = self.clock.now();
-        let working = turn.task(
-            self,
-            TaskState::Working,
-            &working_text(self.backend.what()),
-            now,
-        );
-        let working_json = serde_json::to_string(&working).map_err(internal)?;
-        // Ready before the task is stored: whatever ends this turn early from here on (an
-        // error, a panic, the future dropped) turns the stored task failed instead of leaving
-        // it working.
-        let failed_json =
-            serde_json::to_string(&turn.task(self, TaskState::Failed, UNFINISHED_TEXT, now))
-                .map_err(internal)?;
-        let heard = self.event(peer, &turn.task_id, TaskState::Working, &working_json);
-        let mut exchange = turn.exchange(self, TaskState::Working, working_json.clone(), now);
-        exchange.push_config = turn.push_config.clone();
-        self.store
-            .save_exchange(exchange)
-            .await
-            .map_err(store_unavailable)?;
-        self.announce(heard);
-        self.wake_deliveries(turn);
-        let unfinished = UnfinishedTask {
-            store: self.store.clone(),
-            clock: self.clock.clone(),
-            task_id: turn.task_id.to_string(),
-            failed_json,
-            events: self.shared.events.clone(),
-            peer_id: turn.peer.id().clone(),
-        };
-        // A context peergate just named has no history yet: skip the read.
-        let history = if fresh_context {
-            Vec::new()
-        } else {
-            self.store
-                .context_history(peer.id(), &turn.context_id, self.settings.context_messages)
-                .await
-                .map_err(internal)?
-        };
-        let prompt = Prompt {
-            instructions: self.settings.instructions.clone(),
-            preface: preface(peer.name()),
-            history,
-            text: turn.text.clone(),
-            message_id: turn.message_id.to_string(),
-            parts: turn.parts.clone(),
-            message_metadata: turn.sent.message_metadata.clone(),
-            request_metadata: turn.sent.request_metadata.clone(),
-            extensions: turn.sent.extensions.clone(),
-            conversation: conversation_id(peer.id(), &turn.context_id),
-            continues: turn
-                .continues
-                .as_ref()
-                .and_then(|c| c.upstream_task_id.clone()),
-            agent_task: Arc::default(),
-            may_be_canceled: self.settings.cancel_running,
-        };
-        Ok((prompt, unfinished, working_json))
-    }
-
-    /// Asks the model once, within the one backend timeout, unless the peer cancels first;
-    /// says how the turn ended.
-    pub(super) async fn run_model(
-        &self,
-        turn: &TurnPlan,
-        prompt: &Prompt,
-        cancel: Option<tokio::sync::oneshot::Receiver<()>>,
-        pieces: Option<&crate::backend::Pieces>,
-    ) -> Outcome {
-        let peer = &turn.peer;
-        let started = std::time::Instant::now();
-        let asked = async {
-            match pieces {
-                Some(pieces) => self.backend.complete_streaming(prompt, pieces).await,
-                None => self.backend.complete(prompt).await,
-            }
-        };
-        let call = tokio::time::timeout(self.settings.backend_timeout, asked);
-        let answer = match cancel {
-            None => Some(call.await),
-            // A sender dropped without a word is no cancellation: only `Ok` stops the call.
-            Some(canceled) => tokio::select! {
-                answer = call => Some(answer),
-                Ok(()) = canceled => None,
-            },
-        };
-        self.metrics.backend_latency(started.elapsed());
-        // Stopped, timed out or failed: the agent's task (the one it named, or the one this
-        // message continued) is canceled, so it does not go on for nobody.
-        if !matches!(answer, Some(Ok(Ok(_)))) {
-            let agent_task = prompt.agent_task.get().or(prompt.continues.as_ref());
-            self.cancel_agent_task(turn, agent_task.map(String::as_str))
-                .await;
-        }
-        let Some(answer) = answer else {
-            // Dropping the call stopped it; what it cost is unknown, so the turn counts as a
-            // request with no tokens.
-            return Outcome {
-                state: TaskState::Canceled,
-                reply: canceled_text(self.backend.what()),
-                messages: Vec::new(),
-                usage: Some(self.budgets.record(
-                    peer.owner_id(),
-                    peer.id(),
-                    0,
-                    turn.spending.as_ref(),
-                )),
-                audit: None,
-                agent_reply: None,
-            };
-        };
-        self.outcome_of(turn, answer.unwrap_or(Err(BackendError::Timeout)))
-    }
-
-    /// How a turn ended, from the model's answer or failure.
-    fn outcome_of(
-        &self,
-        turn: &TurnPlan,
-        answer: Result<crate::backend::Completion, BackendError>,
-    ) -> Outcome {
-        match answer {
-            Ok(completion) => {
-                let tokens = completion
-                    .usage
-                    .prompt_tokens
-                    .saturating_add(completion.usage.completion_tokens);
-                Outcome {
-                    state: completion
-                        .reply
-                        .as_ref()
-                        .map_or(TaskState::Completed, |reply| reply.state),
-                    agent_reply: completion.reply.clone(),
-                    messages: vec![
-                        ConversationMessage {
-                            role: ConversationRole::Peer,
-                            text: turn.text.clone(),
-                        },
-                        ConversationMessage {
-                            role: ConversationRole::Agent,
-                            text: completion.text.clone(),
-                        },
-                    ],
-                    reply: completion.text,
-                    usage: Some(self.budgets.record(
-                        turn.peer.owner_id(),
-                        turn.peer.id(),
-                        tokens,
-                        turn.spending.as_ref(),
-                    )),
-                    audit: None,
-                }
-            }
-            Err(error) => {
-                tracing::warn!(task_id = %turn.task_id, peer = %turn.peer.name(), error = %error, "backend gave no answer");
-                Outcome {
-                    state: TaskState::Failed,
-                    reply: failure_text(self.backend.what(), &error),
-                    messages: Vec::new(),
-                    usage: None,
-                    audit: None,
-                    agent_reply: None,
-                }
-            }
-        }
-    }
-
-    /// Stops the agent's side of a turn that was canceled or timed out, if the agent behind the
-    /// door said which task it is (bounded: the peer's answer does not wait long for it).
-    pub(super) async fn cancel_agent_task(&self, turn: &TurnPlan, agent_task: Option<&str>) {
-        let Some(agent_task) = agent_task else {
-            return;
-        };
-        // Bounded by the backend's timeout too, so the request timeout (more than 2.5 times
-        // it) still covers the call, the cancel and storing the answer.
-        let wait = Duration::from_secs(5).min(self.settings.backend_timeout);
-        let canceled = tokio::time::timeout(wait, self.backend.cancel(agent_task)).await;
-        if !matches!(canceled, Ok(Ok(()))) {
-            tracing::warn!(task_id = %turn.task_id, "the agent behind the door did not confirm the cancel");
-        }
-    }
-
-    /// Stores the task's final state with what the turn adds (messages, usage, an audit record),
-    /// then answers with it.
-    pub(super) async fn finish(
-        &self,
-        turn: &TurnPlan,
-        outcome: Outcome,
-        unfinished: Option<UnfinishedTask>,
-    ) -> Result<a2a::StoredTask, A2aError> {
-        let state = outcome.state;
-        let now = self.clock.now();
-        let task = match &outcome.agent_reply {
-            // An agent's answer as it gave it; a direct message is kept as a completed task
-            // whose artifact is that message.
-            Some(reply) => {
-                let parts = if reply.parts.is_empty() {
-                    let text = if outcome.reply.is_empty() {
-                        format!("The agent behind this gateway answered {}.", state.as_str())
-                    } else {
-                        outcome.reply.clone()
-                    };
-                    vec![a2a::Part::text(text)]
-                } else {
-                    reply.parts.clone()
-                };
-                let artifacts = (!reply.as_message).then(|| reply.artifacts.clone());
-                turn.task_with(self, state, parts, artifacts, now)
-            }
-            None => turn.task(self, state, &outcome.reply, now),
-        };
-        // Encoded once: the stored copy is also the answer.
-        let task_json = serde_json::to_string(&task).map_err(internal)?;
-        let answer = a2a::StoredTask::new(task, task_json.clone()).map_err(internal)?;
-        let heard = self.event(&turn.peer, &turn.task_id, state, &task_json);
-        let mut finished = turn.exchange(self, state, task_json, now);
-        finished.messages = outcome.messages;
-        finished.usage = outcome.usage;
-        finished.audit = outcome.audit;
-        finished.upstream_task_id = outcome.agent_reply.and_then(|reply| reply.task_id);
-        if unfinished.is_none() {
-            // Refused before a working state was stored: this is the task's first state.
-            finished.push_config = turn.push_config.clone();
-        }
-        self.store.save_exchange(finished).await.map_err(internal)?;
-        self.announce(heard);
-        self.wake_deliveries(turn);
-        if let Some(mut stored) = unfinished {
-            stored.finished();
-        }
-        if state.is_final() {
-            self.metrics.task_finished(match state {
-                TaskState::Completed => FinalState::Completed,
-                TaskState::Rejected => FinalState::Rejected,
-                TaskState::Canceled => FinalState::Canceled,
-                _ => FinalState::Failed,
-            });
-        }
-        Ok(answer)
-    }
-}
-
-/// The agent's message of a task whose backend call is under way; `what` the backend is
-/// ("model", or "agent").
-pub(super) fn working_text(what: &str) -> String {
-    format!("The {what} is being asked.")
 }

@@ -1,7 +1,20 @@
 //! The task a turn writes: the turn's plan, each state built from it, a waiting task
 //! continued, every stored state announced to subscribers and queued for push delivery.
 
-use super::*;
+use super::message::UnreadPart;
+use super::{Agent, internal, invalid};
+use crate::admin::budget::SharedReading;
+use crate::clock::{Timestamp, later, rfc3339_millis};
+use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::error::A2aError;
+use crate::protocol::ids::{ContextId, MessageId, TaskId};
+use crate::protocol::types::{
+    self as a2a, Artifact, Message, Role, SendMessageResponse, Task, TaskState, TaskStatus,
+};
+use crate::shared::events::TaskEvent;
+use crate::shared::turns::{LockSaid, PreparedTurn, SpendingAfter};
+use crate::store::{AuditEntry, ConversationMessage, Exchange};
+use std::sync::Arc;
 
 impl Agent {
     /// The event for a state of a task about to be stored, if anyone may be listening. A final
