@@ -88,6 +88,17 @@ METHODS = {}
 log = logging.getLogger('sdk-upstream')
 
 
+def submitted(context: RequestContext) -> Task:
+    """The first event of a task-shaped answer: the Task, submitted, the user's message in its
+    history."""
+    return Task(
+        id=context.task_id,
+        context_id=context.context_id,
+        status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+        history=[context.message],
+    )
+
+
 class ScriptedExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = get_message_text(context.message) if context.message else ''
@@ -99,14 +110,7 @@ class ScriptedExecutor(AgentExecutor):
                 'metadata': context.metadata,
             }
             updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-            await event_queue.enqueue_event(
-                Task(
-                    id=context.task_id,
-                    context_id=context.context_id,
-                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
-                    history=[context.message],
-                )
-            )
+            await event_queue.enqueue_event(submitted(context))
             await updater.add_artifact([new_data_part(received)], name='received')
             await updater.complete()
             return
@@ -126,14 +130,7 @@ class ScriptedExecutor(AgentExecutor):
         if task is None:
             # First event of a task-shaped answer: the Task itself (submitted, with the
             # user's message in its history).
-            await event_queue.enqueue_event(
-                Task(
-                    id=context.task_id,
-                    context_id=context.context_id,
-                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
-                    history=[context.message],
-                )
-            )
+            await event_queue.enqueue_event(submitted(context))
         elif task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             # Follow-up to an input-required task: finish it, echoing the new text.
             await updater.add_artifact([new_text_part(f'you said: {text}')], name='echo')

@@ -1083,6 +1083,26 @@ async fn subscription_to_a_held_task(door: &str, token: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task}})
 }
 
+/// The first stream `door` opens for `token` within `within`, asked again every 50 ms while
+/// it is refused.
+async fn a_stream_opens(
+    door: &str,
+    token: &str,
+    subscribe: &Value,
+    within: Duration,
+) -> Result<reqwest::Response, tokio::time::error::Elapsed> {
+    let again = async {
+        loop {
+            let response = open_stream(door, token, subscribe).await;
+            if response.status() == 200 {
+                return response;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(within, again).await
+}
+
 /// Streams, subscriptions and non-blocking sends on, two streams a peer.
 fn streams_capped_at_two(p: PolicyEdit) -> PolicyEdit {
     p.set("capabilities.streaming", true)
@@ -1111,16 +1131,7 @@ async fn a_peers_stream_cap_holds_across_both_instances() {
     }
     // One closes on A: B admits one again.
     drop(first);
-    let again = async {
-        loop {
-            let response = open_stream(&b.door(), &token, &subscribe).await;
-            if response.status() == 200 {
-                return response;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    let _third = tokio::time::timeout(Duration::from_secs(10), again)
+    let _third = a_stream_opens(&b.door(), &token, &subscribe, Duration::from_secs(10))
         .await
         .expect("a closed stream's place never came back");
     drop(second);
@@ -1416,16 +1427,7 @@ async fn a_killed_instances_stream_places_lapse_with_its_lease() {
         429
     );
     a.kill();
-    let again = async {
-        loop {
-            let response = open_stream(&b.door(), &token, &subscribe).await;
-            if response.status() != 429 {
-                return response;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    let _admitted = tokio::time::timeout(Duration::from_secs(15), again)
+    let _admitted = a_stream_opens(&b.door(), &token, &subscribe, Duration::from_secs(15))
         .await
         .expect("the killed instance's places still count");
     drop(held);
