@@ -88,10 +88,8 @@ pub struct Agent {
     clock: Arc<dyn Clock>,
     settings: AgentSettings,
     shared: SharedState,
-    extended_card: Box<RawValue>,
-    /// The extended card of a peer signed in with a token of an identity provider the public
-    /// card does not list, by the provider's name.
-    issuer_extended_cards: std::collections::HashMap<String, Box<RawValue>>,
+    /// The extended cards a caller may be given.
+    cards: ExtendedCards,
     /// The turns this instance is answering that a peer may cancel, by task id.
     running: Arc<std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>>,
     /// Turns running without a request waiting on them (non-blocking sends, streams), so a
@@ -99,6 +97,37 @@ pub struct Agent {
     background: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
     /// Push notifications, when `capabilities.push_notifications` is on.
     push: Option<Arc<crate::push::Push>>,
+    /// Reading the caller's tasks.
+    reads: reads::TaskReads,
+    /// The push-notification config methods.
+    push_configs: push::PushConfigs,
+}
+
+/// The agent's part that answers `GetExtendedAgentCard`: the signed extended card, and the one
+/// for a peer signed in with a token of an identity provider the public card does not list, by
+/// the provider's name.
+struct ExtendedCards {
+    extended: Box<RawValue>,
+    by_issuer: std::collections::HashMap<String, Box<RawValue>>,
+}
+
+impl Default for ExtendedCards {
+    fn default() -> Self {
+        Self {
+            extended: RawValue::from_string("{}".to_owned()).unwrap_or_default(),
+            by_issuer: std::collections::HashMap::new(),
+        }
+    }
+}
+
+impl ExtendedCards {
+    /// The card `peer` gets.
+    fn for_peer(&self, peer: &AuthenticatedPeer) -> Box<RawValue> {
+        peer.issuer()
+            .and_then(|issuer| self.by_issuer.get(issuer))
+            .unwrap_or(&self.extended)
+            .clone()
+    }
 }
 
 /// The agent's seams to state that several instances would share.
@@ -147,7 +176,10 @@ impl Agent {
         clock: Arc<dyn Clock>,
         settings: AgentSettings,
     ) -> Self {
+        let reads = reads::TaskReads::new(store.clone(), clock.clone());
         Self {
+            push_configs: push::PushConfigs::new(None, reads.clone(), clock.clone()),
+            reads,
             store,
             backend,
             budgets,
@@ -155,8 +187,7 @@ impl Agent {
             clock,
             settings,
             shared: SharedState::default(),
-            extended_card: RawValue::from_string("{}".to_owned()).unwrap_or_default(),
-            issuer_extended_cards: std::collections::HashMap::new(),
+            cards: ExtendedCards::default(),
             running: Arc::default(),
             background: Arc::default(),
             push: None,
@@ -166,6 +197,8 @@ impl Agent {
     /// Serves the push-notification methods through `push` and queues every stored state for
     /// the task's configs.
     pub fn with_push(mut self, push: Arc<crate::push::Push>) -> Self {
+        self.push_configs =
+            push::PushConfigs::new(Some(push.clone()), self.reads.clone(), self.clock.clone());
         self.push = Some(push);
         self
     }
@@ -189,13 +222,13 @@ impl Agent {
 
     /// The extended Agent Card `GetExtendedAgentCard` answers with (signed, as served).
     pub fn with_extended_card(mut self, card: Box<RawValue>) -> Self {
-        self.extended_card = card;
+        self.cards.extended = card;
         self
     }
 
     /// The extended card for peers signed in with identity provider `issuer`'s tokens.
     pub fn with_issuer_extended_card(mut self, issuer: &str, card: Box<RawValue>) -> Self {
-        self.issuer_extended_cards.insert(issuer.to_owned(), card);
+        self.cards.by_issuer.insert(issuer.to_owned(), card);
         self
     }
 
@@ -227,14 +260,6 @@ impl Agent {
             _ => Ok(()),
         }
     }
-
-    /// The extended card `peer` gets.
-    fn extended_card_for(&self, peer: &AuthenticatedPeer) -> Box<RawValue> {
-        peer.issuer()
-            .and_then(|issuer| self.issuer_extended_cards.get(issuer))
-            .unwrap_or(&self.extended_card)
-            .clone()
-    }
 }
 
 #[async_trait::async_trait]
@@ -264,7 +289,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::GetTaskRequest,
     ) -> Result<a2a::StoredTask, A2aError> {
-        Agent::get_task(self, &caller.peer, request).await
+        self.reads.get_task(&caller.peer, request).await
     }
 
     async fn list_tasks(
@@ -272,7 +297,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::ListTasksRequest,
     ) -> Result<a2a::ListTasksResponse, A2aError> {
-        Agent::list_tasks(self, &caller.peer, request).await
+        self.reads.list_tasks(&caller.peer, request).await
     }
 
     async fn cancel_task(
@@ -296,7 +321,9 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigParams,
     ) -> Result<a2a::TaskPushNotificationConfig, A2aError> {
-        Agent::create_push_config(self, &caller.peer, request).await
+        self.push_configs
+            .create_push_config(&caller.peer, request)
+            .await
     }
 
     async fn get_push_config(
@@ -304,7 +331,9 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigRef,
     ) -> Result<a2a::TaskPushNotificationConfig, A2aError> {
-        Agent::get_push_config(self, &caller.peer, request).await
+        self.push_configs
+            .get_push_config(&caller.peer, request)
+            .await
     }
 
     async fn list_push_configs(
@@ -312,7 +341,9 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigRef,
     ) -> Result<a2a::ListTaskPushNotificationConfigsResponse, A2aError> {
-        Agent::list_push_configs(self, &caller.peer, request).await
+        self.push_configs
+            .list_push_configs(&caller.peer, request)
+            .await
     }
 
     async fn delete_push_config(
@@ -320,11 +351,13 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::PushConfigRef,
     ) -> Result<(), A2aError> {
-        Agent::delete_push_config(self, &caller.peer, request).await
+        self.push_configs
+            .delete_push_config(&caller.peer, request)
+            .await
     }
 
     async fn get_extended_agent_card(&self, caller: &Caller) -> Result<SignedCard, A2aError> {
-        Ok(SignedCard(self.extended_card_for(&caller.peer)))
+        Ok(SignedCard(self.cards.for_peer(&caller.peer)))
     }
 }
 

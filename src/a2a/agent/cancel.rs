@@ -23,7 +23,7 @@ impl Agent {
         peer: &AuthenticatedPeer,
         params: CancelTaskRequest,
     ) -> Result<a2a::StoredTask, A2aError> {
-        let task = self.load_task(peer, &params.id).await?;
+        let task = self.reads.load_task(peer, &params.id).await?;
         if task.status.state.is_interrupted() {
             return self.cancel_waiting(peer, &params.id).await;
         }
@@ -58,7 +58,7 @@ impl Agent {
                 }
                 Ok(Some(_)) => {}
                 // The store has the final state if the turn stored one.
-                Ok(None) | Err(_) => break self.load_task_json(peer, &params.id).await?,
+                Ok(None) | Err(_) => break self.reads.load_task_json(peer, &params.id).await?,
             }
         };
         let canceled = a2a::StoredTask::read(&stored).map_err(internal)?;
@@ -81,7 +81,7 @@ impl Agent {
             ));
         }
         // Read again holding the context's turn: a message answering the task cannot slip in.
-        let context_id = self.load_task(peer, task_id).await?.context_id;
+        let context_id = self.reads.load_task(peer, task_id).await?.context_id;
         let wait = self.settings.backend_timeout.mul_f32(1.5);
         let _held = self
             .shared
@@ -89,7 +89,7 @@ impl Agent {
             .begin_turn(peer.id(), &context_id, wait)
             .await
             .ok_or(A2aError::ContextBusy)?;
-        let mut task = self.load_task(peer, task_id).await?;
+        let mut task = self.reads.load_task(peer, task_id).await?;
         if !task.status.state.is_interrupted() {
             return Err(A2aError::TaskNotCancelable(
                 "a message answered it first; read it with GetTask",
@@ -158,7 +158,7 @@ impl Agent {
         let deadline = tokio::time::Instant::now() + self.settings.backend_timeout;
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let stored = self.load_stored_task(peer, task_id).await?;
+            let stored = self.reads.load_stored_task(peer, task_id).await?;
             match stored.task.status.state {
                 TaskState::Working => {}
                 TaskState::Canceled => return Ok(stored),

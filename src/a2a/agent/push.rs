@@ -5,7 +5,9 @@
 //! callback URL is checked before anything is stored ([`crate::push::callback`]); the token
 //! and credentials are sealed ([`crate::push::seal`]) and `credentials` is never read back.
 
-use super::{Agent, internal, invalid, new_id};
+use super::reads::TaskReads;
+use super::{internal, invalid, new_id};
+use crate::clock::Clock;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
 use crate::protocol::ids::TaskId;
@@ -27,7 +29,20 @@ const MAX_CREDENTIALS_BYTES: usize = 4096;
 const MAX_PAGE: i64 = 100;
 const DEFAULT_PAGE: i64 = 50;
 
-impl Agent {
+/// The agent's part that keeps push-notification configs: the push engine (`None` when push
+/// is off), the task reads that prove a task is the caller's, and the clock.
+#[derive(Clone)]
+pub(super) struct PushConfigs {
+    push: Option<Arc<Push>>,
+    reads: TaskReads,
+    clock: Arc<dyn Clock>,
+}
+
+impl PushConfigs {
+    pub(super) fn new(push: Option<Arc<Push>>, reads: TaskReads, clock: Arc<dyn Clock>) -> Self {
+        Self { push, reads, clock }
+    }
+
     fn push(&self) -> Result<&Arc<Push>, A2aError> {
         self.push
             .as_ref()
@@ -46,7 +61,7 @@ impl Agent {
             .filter(|t| !t.is_empty())
             .map(TaskId::from)
             .ok_or_else(|| invalid("taskId", "is required"))?;
-        self.load_task(peer, &task_id).await?;
+        self.reads.load_task(peer, &task_id).await?;
         let record = self
             .push_config_record(push, peer, &task_id, params, "")
             .await?;
@@ -89,7 +104,7 @@ impl Agent {
         let push = self.push()?;
         let (task_id, _) = named(&params)?;
         let task_id = TaskId::from(task_id);
-        self.load_task(peer, &task_id).await?;
+        self.reads.load_task(peer, &task_id).await?;
         let size = params.page_size.unwrap_or(DEFAULT_PAGE);
         if !(1..=MAX_PAGE).contains(&size) {
             return Err(invalid("pageSize", "must be between 1 and 100"));
@@ -153,7 +168,7 @@ impl Agent {
         let (task_id, config_id) = named(params)?;
         // The 0.3 shape may name the task `id`: the name is read as text, then typed here.
         let task_id = TaskId::from(task_id);
-        self.load_task(peer, &task_id).await?;
+        self.reads.load_task(peer, &task_id).await?;
         Ok((
             task_id,
             config_id.ok_or_else(|| invalid("id", "is required"))?,

@@ -6,16 +6,17 @@
 //! It is opaque to clients (base64url of the last task's status time and id) and is checked
 //! for shape, not trusted: a forged token can only move within the caller's own tasks.
 
-use super::{Agent, checked_history_length, internal, invalid};
-use crate::clock::Timestamp;
+use super::{checked_history_length, internal, invalid};
+use crate::clock::{Clock, Timestamp};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::error::A2aError;
 use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::{
     GetTaskRequest, ListTasksRequest, ListTasksResponse, StoredTask, Task, TaskState,
 };
-use crate::store::TaskQuery;
+use crate::store::{TaskQuery, TaskStore};
 use base64::Engine as _;
+use std::sync::Arc;
 
 /// The page size when none is asked for.
 const DEFAULT_PAGE_SIZE: u32 = 50;
@@ -65,7 +66,21 @@ fn read_page_token(token: &str) -> Option<(Timestamp, TaskId)> {
     Some((at, TaskId::from(id)))
 }
 
-impl Agent {
+/// The agent's part that reads the caller's own tasks: all it holds is the store and the clock
+/// (which task has expired). The other parts read a task through it.
+#[derive(Clone)]
+pub(super) struct TaskReads {
+    store: Arc<dyn TaskStore>,
+    clock: Arc<dyn Clock>,
+}
+
+impl TaskReads {
+    pub(super) fn new(store: Arc<dyn TaskStore>, clock: Arc<dyn Clock>) -> Self {
+        Self { store, clock }
+    }
+}
+
+impl TaskReads {
     /// `ListTasks`: a page of the caller's tasks.
     pub(super) async fn list_tasks(
         &self,
@@ -150,7 +165,7 @@ impl Agent {
     }
 }
 
-impl Agent {
+impl TaskReads {
     pub(super) async fn get_task(
         &self,
         peer: &AuthenticatedPeer,

@@ -168,7 +168,7 @@ impl Agent {
         self.offered(Method::SubscribeToTask)?;
         // Listening before the task is read, so a final state stored in between is heard.
         let mut heard = self.shared.events.subscribe(peer.id(), &params.id);
-        let task = self.load_task(peer, &params.id).await?;
+        let task = self.reads.load_task(peer, &params.id).await?;
         if task.status.state.is_final() {
             return Err(StreamRefused::Rpc(A2aError::UnsupportedOperation(
                 "the task is already in a final state: read it with GetTask",
@@ -189,10 +189,11 @@ impl Agent {
             if let Some(recheck) = &mut recheck {
                 recheck.tick().await;
             }
-            let load_final = async |agent: &Agent| match agent.load_task(&peer, &task_id).await {
-                Ok(stored) if stored.status.state.is_final() => Some(stored),
-                _ => None,
-            };
+            let load_final =
+                async |agent: &Agent| match agent.reads.load_task(&peer, &task_id).await {
+                    Ok(stored) if stored.status.state.is_final() => Some(stored),
+                    _ => None,
+                };
             // Ends at the task's final state, when the client leaves, or at the longest a
             // stream may last, whichever comes first.
             let final_task = loop {

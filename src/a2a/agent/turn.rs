@@ -229,7 +229,11 @@ impl Agent {
         }
         let task_id = new_id();
         let push_config = match configuration.push_config {
-            Some(config) => Some(self.inline_push_config(peer, &task_id, config).await?),
+            Some(config) => Some(
+                self.push_configs
+                    .inline_push_config(peer, &task_id, config)
+                    .await?,
+            ),
             None => None,
         };
         Ok(PlannedTurn {

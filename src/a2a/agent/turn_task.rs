@@ -110,7 +110,7 @@ impl Agent {
         task_id: &TaskId,
         context_id: Option<&ContextId>,
     ) -> Result<ContinuedTask, A2aError> {
-        let task = self.load_task(peer, task_id).await?;
+        let task = self.reads.load_task(peer, task_id).await?;
         if context_id.is_some_and(|c| task.context_id != *c) {
             return Err(invalid(
                 "message.contextId",
