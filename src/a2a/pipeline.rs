@@ -30,7 +30,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Pipeline {
     service: Arc<dyn A2aService>,
-    /// `None` until a capability attaches a stage: then a call costs nothing for stages.
+    /// `None` while no capability has attached a stage; a call then pays nothing for them.
     stages: Option<Arc<dyn CallStages>>,
 }
 
