@@ -12,6 +12,7 @@ use crate::http::grpc::GrpcState;
 use crate::http::rest::RestState;
 use crate::http::sse::StreamBounds;
 use crate::layers::auth::AuthenticatedPeer;
+use crate::layers::gate::ProtocolAsked;
 use crate::protocol::error::A2aError;
 use crate::protocol::grpc as messages;
 use crate::protocol::jsonrpc::Method;
@@ -299,12 +300,26 @@ struct Wire {
 }
 
 async fn jsonrpc(pipeline: &Pipeline, method: &str, params: &Value) -> Wire {
+    jsonrpc_as(pipeline, ProtocolAsked::default(), method, params).await
+}
+
+/// JSON-RPC, from a caller whose request named `protocol`.
+async fn jsonrpc_as(
+    pipeline: &Pipeline,
+    protocol: ProtocolAsked,
+    method: &str,
+    params: &Value,
+) -> Wire {
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).to_string();
     let body = jsonrpc_binding::Body {
         bytes: body.as_bytes(),
         json: true,
     };
-    let (_, answer) = jsonrpc_binding::handle(pipeline, caller(), body).await;
+    let caller = Caller {
+        protocol,
+        ..caller()
+    };
+    let (_, answer) = jsonrpc_binding::handle(pipeline, caller, body).await;
     match answer {
         Answer::Body(body) | Answer::Failure { body, .. } => Wire {
             status: 200,
@@ -327,7 +342,16 @@ async fn jsonrpc(pipeline: &Pipeline, method: &str, params: &Value) -> Wire {
     }
 }
 
-async fn rest(pipeline: &Pipeline, (verb, path, body): &(&str, &str, Option<Value>)) -> Wire {
+async fn rest(pipeline: &Pipeline, call: &(&str, &str, Option<Value>)) -> Wire {
+    rest_as(pipeline, ProtocolAsked::default(), call).await
+}
+
+/// HTTP+JSON, the request naming `protocol` as the gate read it.
+async fn rest_as(
+    pipeline: &Pipeline,
+    protocol: ProtocolAsked,
+    (verb, path, body): &(&str, &str, Option<Value>),
+) -> Wire {
     let state = RestState {
         pipeline: pipeline.clone(),
         bounds: StreamBounds {
@@ -346,6 +370,7 @@ async fn rest(pipeline: &Pipeline, (verb, path, body): &(&str, &str, Option<Valu
         )
         .unwrap();
     request.extensions_mut().insert(peer());
+    request.extensions_mut().insert(protocol);
     let response = router.oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let text = String::from_utf8(
@@ -395,6 +420,16 @@ fn grpc_types(method: &str) -> (&'static str, &'static str) {
 }
 
 async fn grpc(pipeline: &Pipeline, method: &str, params: &Value) -> Wire {
+    grpc_as(pipeline, ProtocolAsked::default(), method, params).await
+}
+
+/// gRPC, the call naming `protocol` as the gate read it.
+async fn grpc_as(
+    pipeline: &Pipeline,
+    protocol: ProtocolAsked,
+    method: &str,
+    params: &Value,
+) -> Wire {
     let (request_type, response_type) = grpc_types(method);
     let descriptor = messages::descriptor(&format!("lf.a2a.v1.{request_type}")).unwrap();
     let message = messages::write(&descriptor, &params.to_string()).unwrap();
@@ -414,6 +449,7 @@ async fn grpc(pipeline: &Pipeline, method: &str, params: &Value) -> Wire {
         .body(Body::from(framed))
         .unwrap();
     request.extensions_mut().insert(peer());
+    request.extensions_mut().insert(protocol);
     let response = router.oneshot(request).await.unwrap();
     let headers = response.headers().clone();
     let collected = response.into_body().collect().await.unwrap();
@@ -549,6 +585,30 @@ async fn a_refusal_is_answered_in_each_bindings_form() {
     )
     .await;
     assert_eq!(answered.status, 400);
+}
+
+#[tokio::test]
+async fn a_version_the_gate_refused_is_answered_first_in_each_bindings_form() {
+    let pipeline = Pipeline::new(Arc::new(Scripted));
+    let refused = || ProtocolAsked {
+        activated: Vec::new(),
+        refused: Some(A2aError::VersionNotSupported {
+            requested: "0.3".to_owned(),
+        }),
+    };
+    // Before anything else: a task that does not exist is not looked for.
+    let missing = json!({"id": "missing"});
+    let answered = jsonrpc_as(&pipeline, refused(), "GetTask", &missing).await;
+    assert_eq!(answered.answers[0]["error"]["code"], -32009);
+    assert_eq!(answered.answers[0]["id"], 7, "under the request's own id");
+    let answered = rest_as(&pipeline, refused(), &("GET", "/tasks/missing", None)).await;
+    assert_eq!(answered.status, 400);
+    assert_eq!(
+        answered.answers[0]["error"]["details"][0]["reason"],
+        "VERSION_NOT_SUPPORTED"
+    );
+    let answered = grpc_as(&pipeline, refused(), "GetTask", &missing).await;
+    assert_eq!(answered.status, 9, "FAILED_PRECONDITION");
 }
 
 /// Records every stage a call passes; refuses at *authorize* a request for the task `secret`.
