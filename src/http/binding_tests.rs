@@ -8,6 +8,7 @@ use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
 use crate::a2a::pipeline::Pipeline;
 use crate::a2a::service::{A2aService, Caller, SignedCard};
 use crate::a2a::stages::{CallStages, CallView, Outcome};
+use crate::guard::refusal::RefusalReason;
 use crate::http::grpc::GrpcState;
 use crate::http::rest::RestState;
 use crate::http::sse::StreamBounds;
@@ -297,6 +298,8 @@ fn operations() -> Vec<Operation> {
 struct Wire {
     status: u16,
     answers: Vec<Value>,
+    /// The reason `/metrics` counts the answer under, as the response carries it.
+    reason: Option<RefusalReason>,
 }
 
 async fn jsonrpc(pipeline: &Pipeline, method: &str, params: &Value) -> Wire {
@@ -321,9 +324,15 @@ async fn jsonrpc_as(
     };
     let (_, answer) = jsonrpc_binding::handle(pipeline, caller, body).await;
     match answer {
-        Answer::Body(body) | Answer::Failure { body, .. } => Wire {
+        Answer::Body(body) => Wire {
             status: 200,
             answers: vec![serde_json::from_str(&body).unwrap()],
+            reason: None,
+        },
+        Answer::Failure { body, reason, .. } => Wire {
+            status: 200,
+            answers: vec![serde_json::from_str(&body).unwrap()],
+            reason,
         },
         Answer::Events { id, mut events } => {
             let mut answers = Vec::new();
@@ -333,11 +342,13 @@ async fn jsonrpc_as(
             Wire {
                 status: 200,
                 answers,
+                reason: None,
             }
         }
         Answer::Refused(refusal) => Wire {
             status: refusal.status().as_u16(),
             answers: vec![serde_json::from_str(&refusal.body()).unwrap()],
+            reason: refusal.reason(),
         },
     }
 }
@@ -373,6 +384,7 @@ async fn rest_as(
     request.extensions_mut().insert(protocol);
     let response = router.oneshot(request).await.unwrap();
     let status = response.status().as_u16();
+    let reason = response.extensions().get::<RefusalReason>().copied();
     let text = String::from_utf8(
         response
             .into_body()
@@ -391,7 +403,11 @@ async fn rest_as(
             .collect(),
         None => vec![serde_json::from_str(&text).unwrap()],
     };
-    Wire { status, answers }
+    Wire {
+        status,
+        answers,
+        reason,
+    }
 }
 
 /// The gRPC request message's and answer message's full names for `method`.
@@ -451,6 +467,7 @@ async fn grpc_as(
     request.extensions_mut().insert(peer());
     request.extensions_mut().insert(protocol);
     let response = router.oneshot(request).await.unwrap();
+    let reason = response.extensions().get::<RefusalReason>().copied();
     let headers = response.headers().clone();
     let collected = response.into_body().collect().await.unwrap();
     let trailers = collected.trailers().cloned().unwrap_or_default();
@@ -473,7 +490,11 @@ async fn grpc_as(
             }
         });
     }
-    Wire { status, answers }
+    Wire {
+        status,
+        answers,
+        reason,
+    }
 }
 
 /// What each operation's answer holds whichever binding carried it.
@@ -554,9 +575,12 @@ async fn a_refusal_is_answered_in_each_bindings_form() {
     let answered = jsonrpc(&pipeline, "SubscribeToTask", &busy).await;
     assert_eq!(answered.status, 429);
     assert_eq!(answered.answers[0]["error"]["code"], "too_many_streams");
+    let streams = Some(RefusalReason::TooManyStreams);
+    assert_eq!(answered.reason, streams, "counted by /metrics");
     let answered = rest(&pipeline, &("POST", "/tasks/busy:subscribe", None)).await;
-    assert_eq!(answered.status, 429);
-    assert_eq!(grpc(&pipeline, "SubscribeToTask", &busy).await.status, 8);
+    assert_eq!((answered.status, answered.reason), (429, streams));
+    let answered = grpc(&pipeline, "SubscribeToTask", &busy).await;
+    assert_eq!((answered.status, answered.reason), (8, streams));
 
     // An operation that panicked: an internal error naming the id its log line has.
     let answered = jsonrpc(&pipeline, "SendMessage", &message("panic")).await;
@@ -609,6 +633,13 @@ async fn a_version_the_gate_refused_is_answered_first_in_each_bindings_form() {
     );
     let answered = grpc_as(&pipeline, refused(), "GetTask", &missing).await;
     assert_eq!(answered.status, 9, "FAILED_PRECONDITION");
+    // Counted by /metrics under its reason on every binding.
+    let version = Some(RefusalReason::VersionNotSupported);
+    assert_eq!(answered.reason, version, "grpc");
+    let answered = jsonrpc_as(&pipeline, refused(), "GetTask", &missing).await;
+    assert_eq!(answered.reason, version, "jsonrpc");
+    let answered = rest_as(&pipeline, refused(), &("GET", "/tasks/missing", None)).await;
+    assert_eq!(answered.reason, version, "http+json");
 }
 
 /// Records every stage a call passes; refuses at *authorize* a request for the task `secret`.

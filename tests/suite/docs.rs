@@ -27,10 +27,23 @@ fn the_readme_is_short_and_in_the_order_of_a_first_day() {
             .unwrap_or_else(|| panic!("{section} missing, or out of order"));
         at += found + 1;
     }
-    // The second command is the one CI runs.
+    // The second command is the one CI runs, after the formatting and clippy checks and
+    // nothing else of cargo's.
     let ci = read(".ci/run");
     let test_command = ci.lines().last().unwrap();
     assert!(test_command.starts_with("cargo test"), "{test_command}");
+    let checks: Vec<&str> = ci
+        .lines()
+        .filter(|line| line.starts_with("cargo "))
+        .collect();
+    let (last, before) = checks.split_last().unwrap();
+    assert_eq!(*last, test_command);
+    for check in before {
+        assert!(
+            check.starts_with("cargo fmt --check") || check.starts_with("cargo clippy "),
+            ".ci/run runs {check:?} besides the README's command"
+        );
+    }
     let try_it = &readme[readme.find("## Try it").unwrap()..];
     let block: Vec<&str> = try_it.lines().skip(3).take(2).collect();
     assert_eq!(
