@@ -590,9 +590,11 @@ pub enum SignatureError {
     },
 }
 
-/// A header member's name as a reason shows it: at most 32 characters.
+/// A header member's name as a reason shows it: at most 32 characters, none a terminal or a
+/// log would obey.
 fn shown(name: &str) -> String {
-    name.chars().take(32).collect()
+    let cut: String = name.chars().take(32).collect();
+    crate::protocol::shown_text::printable(&cut.replace(['\n', '\r', '\t'], "?"))
 }
 
 /// Verifies a card as received (its exact text) against `keys`.
@@ -766,4 +768,15 @@ pub fn parse_strict(text: &str) -> Result<Value, String> {
 fn parse_unique_object(bytes: &[u8]) -> Result<Map<String, Value>, SignatureError> {
     json::parse_object(bytes, Integers::Any)
         .map_err(|e| SignatureError::HeaderNotAnObject(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn a_header_name_is_shown_short_and_without_what_a_terminal_obeys() {
+        assert_eq!(shown("kid\u{1b}[2J\u{202e}x\ny"), "kid?[2J?x?y");
+        assert_eq!(shown(&"a".repeat(40)).len(), 32);
+    }
 }
