@@ -88,9 +88,8 @@ impl Answer {
         match answered {
             Ok(A2aResponse::Events(events)) => Self::Events { id, events },
             Ok(answer) => match answer.json() {
-                Some(Ok(json)) => Self::Body(jsonrpc::success(&id, &json)),
-                Some(Err(error)) => Self::failure(&id, &error),
-                None => Self::failure(&id, &A2aError::internal(&"a stream", "not a stream")),
+                Ok(json) => Self::Body(jsonrpc::success(&id, &json)),
+                Err(error) => Self::failure(&id, &error),
             },
             Err(refused) => {
                 let reason = refused.reason();

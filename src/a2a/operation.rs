@@ -202,16 +202,11 @@ impl A2aRequest {
 }
 
 impl A2aResponse {
-    /// The answer as its JSON (`null` for none), for the bindings that write JSON; `None` for a
-    /// stream, whose events each binding frames itself.
-    pub fn json(&self) -> Option<Result<Box<RawValue>, A2aError>> {
-        if let Self::Events(_) = self {
-            return None;
-        }
-        Some(
-            serde_json::value::to_raw_value(self)
-                .map_err(|e| A2aError::internal(&e, "an answer could not be encoded")),
-        )
+    /// The answer as its JSON (`null` for none), for the bindings that write JSON. A stream
+    /// has none: each binding frames its events itself.
+    pub fn json(&self) -> Result<Box<RawValue>, A2aError> {
+        serde_json::value::to_raw_value(self)
+            .map_err(|e| A2aError::internal(&e, "an answer could not be encoded"))
     }
 
     /// The task `method`'s answer brings to a final state (a blocking send's, a cancel's):

@@ -308,10 +308,7 @@ fn encode(answer: &A2aResponse, response_type: &MessageDescriptor) -> Result<Vec
         // `google.protobuf.Empty`.
         A2aResponse::Empty => Ok(Vec::new()),
         other => {
-            let json = match other.json() {
-                Some(json) => json?,
-                None => return Err(internal(&"a stream", "a stream answered a unary call")),
-            };
+            let json = other.json()?;
             messages::write(response_type, json.get())
                 .map(|message| prost::Message::encode_to_vec(&message))
         }
