@@ -1,6 +1,9 @@
 //! The call pipeline's named stages ([`CallStages`]): where the capabilities that decide about
 //! or record one call attach, once for every binding. Each has a default that does nothing
-//! ([`NoStages`] is every default); a pipeline with no stages attached skips them whole.
+//! ([`NoStages`] is every default); a pipeline with no stages attached skips them whole, so
+//! today they cost nothing (BENCHMARKS, "One call pipeline: A/B"). Attached, each call pays
+//! three boxed futures and one clone of the caller's peer before the stages' own work: the
+//! capability that first fills a stage measures that in the same A/B.
 //!
 //! | stage | when | may |
 //! |---|---|---|
