@@ -6,9 +6,9 @@ use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
 use crate::a2a::pipeline::{Asked, Pipeline};
 use crate::a2a::service::Caller;
 use crate::guard::refusal::{Refusal, RefusalReason};
-use crate::protocol::call::Binding;
+use crate::protocol::call::{Binding, CallRecord};
 use crate::protocol::error::A2aError;
-use crate::protocol::jsonrpc::{self, Method, RpcId, RpcRequest};
+use crate::protocol::jsonrpc::{self, RpcId, RpcRequest};
 
 /// How the binding answers one request.
 #[derive(Debug)]
@@ -119,22 +119,28 @@ pub struct Body<'a> {
     pub json: bool,
 }
 
-/// Answers one JSON-RPC request body from `caller`, with the method asked when the body named
-/// one. A body not sent as JSON is refused with `-32005` under the id it holds, once the
+/// Answers one JSON-RPC request body from `caller`, with the pipeline's record of the call when
+/// the body named an operation. A body not sent as JSON is refused with `-32005` under the id it holds, once the
 /// caller may ask its method at all.
 pub async fn handle(
     pipeline: &Pipeline,
     caller: Caller,
     body: Body<'_>,
-) -> (Option<Method>, Answer) {
+) -> (Option<CallRecord>, Answer) {
     const NOT_JSON: &str = "send the JSON-RPC request with Content-Type: application/json";
     let request = match jsonrpc::parse_request(body.bytes) {
         Ok(request) => request,
-        Err(failure) if !body.json => {
-            let error = A2aError::ContentTypeNotSupported(NOT_JSON.into());
+        // Not a request: answered once the caller's admission lets it be.
+        Err(failure) => {
+            if let Some(refusal) = pipeline.unread(&caller).await {
+                return (None, Answer::Refused(refusal));
+            }
+            let error = match body.json {
+                true => failure.error,
+                false => A2aError::ContentTypeNotSupported(NOT_JSON.into()),
+            };
             return (None, Answer::failure(&failure.id, &error));
         }
-        Err(failure) => return (None, Answer::failure(&failure.id, &failure.error)),
     };
     let RpcRequest { id, method, params } = request;
     let read = match body.json {
@@ -146,8 +152,6 @@ pub async fn handle(
         method,
         request: read,
     };
-    (
-        Some(method),
-        Answer::of(id, pipeline.call(caller, asked).await),
-    )
+    let called = pipeline.call(caller, asked).await;
+    (Some(called.record), Answer::of(id, called.answer))
 }

@@ -158,6 +158,23 @@ impl A2aRequest {
         }
     }
 
+    /// The task it names, when it names one (a message continuing a task names it too).
+    pub fn task_id(&self) -> Option<&str> {
+        match self {
+            Self::SendMessage(request) | Self::SendStreamingMessage(request) => {
+                request.message.task_id.as_ref().map(|id| id.as_str())
+            }
+            Self::GetTask(request) => Some(request.id.as_str()),
+            Self::CancelTask(request) => Some(request.id.as_str()),
+            Self::SubscribeToTask(request) => Some(request.id.as_str()),
+            Self::CreatePushConfig(request) => request.task_id.as_deref(),
+            Self::GetPushConfig(request)
+            | Self::ListPushConfigs(request)
+            | Self::DeletePushConfig(request) => request.task_id.as_deref(),
+            Self::ListTasks(_) | Self::GetExtendedAgentCard => None,
+        }
+    }
+
     /// Asks `service` the operation, for `caller`.
     pub async fn run(
         self,
@@ -207,6 +224,16 @@ impl A2aResponse {
     pub fn json(&self) -> Result<Box<RawValue>, A2aError> {
         serde_json::value::to_raw_value(self)
             .map_err(|e| A2aError::internal(&e, "an answer could not be encoded"))
+    }
+
+    /// The task it answers with, when it is one (a sent message's, a read's, a cancel's).
+    pub fn task_id(&self) -> Option<&str> {
+        match self {
+            Self::Sent(SendMessageResponse::Task(task)) | Self::Task(task) => {
+                Some(task.task.id.as_str())
+            }
+            _ => None,
+        }
     }
 
     /// The task `method`'s answer brings to a final state (a blocking send's, a cancel's):

@@ -6,22 +6,25 @@
 //! binding: bytes → (Method, Result<A2aRequest, A2aError>)
 //!   admit      the protocol version and required extensions (read by the gate, carried by
 //!              the caller), the token's scope, the operation offered, the request readable,
-//!              the shared admission settled (a turn settles it itself, with its lock and spend)
+//!              then the shared admission settled, before any refusal too (a turn settles it
+//!              itself, with its lock and spend): a limit's refusal is the answer
 //!   authorize  stages::authorize
 //!   inspect    stages::inspect_request
 //!   run        the operation, in a task of its own; a panic is an internal error
 //!   inspect    stages::inspect_response, and each streamed event (stages::inspect_event)
 //!   seal       stages::seal, on the answer that brings a task to a final state
 //!   observe    stages::observe, once, with the outcome
-//! binding: Result<A2aResponse, CallRefused> → bytes
+//!   record     the call's binding, operation, task and outcome, for the metrics and the log
+//! binding: Called { record, answer: Result<A2aResponse, CallRefused> } → bytes
 //! ```
 
 use crate::a2a::events::{EventTap, StreamEvent};
 use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
 use crate::a2a::service::{A2aService, Caller};
 use crate::a2a::stages::{CallStages, CallView, Outcome};
+use crate::guard::admission::Admission;
 use crate::guard::refusal::Refusal;
-use crate::protocol::call::{A2aCall, Binding};
+use crate::protocol::call::{A2aCall, Binding, CallOutcome, CallRecord};
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
 use std::sync::Arc;
@@ -67,25 +70,61 @@ impl Pipeline {
         self
     }
 
-    /// Answers one call from `caller`.
-    pub async fn call(&self, caller: Caller, asked: Asked) -> Result<A2aResponse, CallRefused> {
-        let Some(stages) = &self.stages else {
-            // No stage attached: admit and run, and nothing is built for stages.
-            let request = self.admit(&caller, asked).await?;
-            return self.run(caller, request).await;
+    /// Answers one call from `caller`, with the record of it the binding puts on its response.
+    pub async fn call(&self, caller: Caller, asked: Asked) -> Called {
+        let call = A2aCall {
+            binding: asked.binding,
+            method: asked.method,
         };
-        let view = CallView {
-            call: A2aCall {
-                binding: asked.binding,
-                method: asked.method,
+        let named = asked.request.as_ref().ok().and_then(A2aRequest::task_id);
+        let named: Option<Box<str>> = named.map(Box::from);
+        let answered = match &self.stages {
+            // No stage attached: admit and run, and nothing is built for stages.
+            None => self.plain(caller, asked).await,
+            Some(stages) => self.staged(stages, caller, call, asked).await,
+        };
+        let (outcome, answer) = match answered {
+            Ok(response @ A2aResponse::Events(_)) => (CallOutcome::Streaming, Ok(response)),
+            Ok(response) => (CallOutcome::Answered, Ok(response)),
+            Err((outcome, refused)) => (outcome, Err(refused)),
+        };
+        let task = match &answer {
+            Ok(response) => response.task_id().map(Box::from).or(named),
+            Err(_) => named,
+        };
+        Called {
+            record: CallRecord {
+                call,
+                task,
+                outcome,
             },
+            answer,
+        }
+    }
+
+    /// A call with no stage attached: admitted, then run.
+    async fn plain(&self, caller: Caller, asked: Asked) -> Ended {
+        let request = self.admit(&caller, asked).await.map_err(refused)?;
+        self.run(caller, request).await
+    }
+
+    /// A call through the stages, *observe* last.
+    async fn staged(
+        &self,
+        stages: &Arc<dyn CallStages>,
+        caller: Caller,
+        call: A2aCall,
+        asked: Asked,
+    ) -> Ended {
+        let view = CallView {
+            call,
             peer: caller.peer.clone(),
         };
         let answered = self.answer(stages, caller, &view, asked).await;
         let outcome = match &answered {
             Ok(A2aResponse::Events(_)) => Outcome::Streaming,
             Ok(_) => Outcome::Answered,
-            Err(refused) => Outcome::Refused(refused),
+            Err((_, refused)) => Outcome::Refused(refused),
         };
         stages.observe(&view, outcome);
         answered
@@ -98,12 +137,14 @@ impl Pipeline {
         caller: Caller,
         view: &CallView,
         asked: Asked,
-    ) -> Result<A2aResponse, CallRefused> {
-        let mut request = self.admit(&caller, asked).await?;
-        stages.authorize(view, &request).await?;
-        stages.inspect_request(view, &mut request).await?;
+    ) -> Ended {
+        let mut request = self.admit(&caller, asked).await.map_err(refused)?;
+        stages.authorize(view, &request).await.map_err(refused)?;
+        let inspected = stages.inspect_request(view, &mut request).await;
+        inspected.map_err(refused)?;
         let mut response = self.run(caller, request).await?;
-        stages.inspect_response(view, &mut response).await?;
+        let inspected = stages.inspect_response(view, &mut response).await;
+        inspected.map_err(refused)?;
         if let Some(task) = response.final_task(view.call.method) {
             stages.seal(view, task.json());
         }
@@ -117,9 +158,19 @@ impl Pipeline {
     }
 
     /// The protocol version and required extensions, the token's scope, the operation
-    /// offered, the request read, then (for any operation but a turn, which settles it with
-    /// its lock and spend) the shared admission.
+    /// offered, the request read; then the shared admission, for a refusal too, so a caller
+    /// past its limit hears 429 whatever else was wrong (a turn settles it itself, with its
+    /// lock and spend, in the same one call).
     async fn admit(&self, caller: &Caller, asked: Asked) -> Result<A2aRequest, CallRefused> {
+        match self.checked(caller, asked) {
+            Ok(request) if request.message().is_some() => Ok(request),
+            Ok(request) => self.settled(caller).await.map(|()| request),
+            Err(refused) => Err(self.settled(caller).await.err().unwrap_or(refused)),
+        }
+    }
+
+    /// What is decided about a call before its admission: see [`Self::admit`].
+    fn checked(&self, caller: &Caller, asked: Asked) -> Result<A2aRequest, CallRefused> {
         if let Some(refused) = &caller.protocol.refused {
             return Err(CallRefused::Protocol(refused.clone()));
         }
@@ -129,22 +180,70 @@ impl Pipeline {
             return Err(CallRefused::Guard(Refusal::InsufficientScope { scope }));
         }
         self.service.offered(asked.method)?;
-        let request = asked.request?;
-        if request.message().is_none() {
-            caller.admit(None, None).await?;
+        Ok(asked.request?)
+    }
+
+    /// The caller's shared admission settled (nothing to do in one process, where every
+    /// limit was decided in front): the guard's 429 when a limit refuses.
+    async fn settled(&self, caller: &Caller) -> Result<(), CallRefused> {
+        let Some(admission) = &caller.admission else {
+            return Ok(());
+        };
+        match admission.settle(None, None).await {
+            Ok(_) => Ok(()),
+            Err(limited) => Err(CallRefused::Guard(Refusal::RateLimited(limited))),
         }
-        Ok(request)
+    }
+
+    /// A call its binding could not read as far as an operation (a JSON-RPC body that is not
+    /// a request, a gRPC message that does not decode, a path with no operation): the guard's
+    /// 429 when the caller's admission, settled now, refuses it; otherwise `None`, and the
+    /// binding answers with what was wrong. Either way the admission is settled before the
+    /// answer, as for every call.
+    pub async fn unread(&self, caller: &Caller) -> Option<Refusal> {
+        match self.settled(caller).await {
+            Err(CallRefused::Guard(refusal)) => Some(refusal),
+            _ => None,
+        }
     }
 
     /// The operation, in a task of its own: a client that hangs up (or a request timeout)
     /// cannot cut a turn between storing the task and storing its answer. A panic is logged
     /// under a request id and answered as an internal error naming it.
-    async fn run(&self, caller: Caller, request: A2aRequest) -> Result<A2aResponse, CallRefused> {
+    async fn run(&self, caller: Caller, request: A2aRequest) -> Ended {
         let service = self.service.clone();
-        tokio::spawn(async move { request.run(service.as_ref(), &caller).await })
+        let admission = caller.admission.clone();
+        let ran = tokio::spawn(async move { request.run(service.as_ref(), &caller).await })
             .await
-            .unwrap_or_else(|_| Err(A2aError::internal(&"a panic", "an operation panicked").into()))
+            .unwrap_or_else(
+                |_| Err(A2aError::internal(&"a panic", "an operation panicked").into()),
+            );
+        // A turn settles the admission inside the service, which speaks the protocol's
+        // errors only: the limit that refused is the guard's to answer, with its headers.
+        if let Err(CallRefused::Protocol(A2aError::RateLimited { .. })) = &ran
+            && let Some(limited) = admission.as_ref().and_then(Admission::refusal)
+        {
+            return Err(refused(CallRefused::Guard(Refusal::RateLimited(limited))));
+        }
+        ran.map_err(|failure| (CallOutcome::Failed, failure))
     }
+}
+
+/// A call as the pipeline ends it: the answer, or why there is none and how the call ended.
+type Ended = Result<A2aResponse, (CallOutcome, CallRefused)>;
+
+/// Refused before the operation ran, or by a stage.
+fn refused(refused: CallRefused) -> (CallOutcome, CallRefused) {
+    (CallOutcome::Refused, refused)
+}
+
+/// A call answered: what the binding encodes, and the record it puts on its response.
+#[derive(Debug)]
+pub struct Called {
+    /// The call's record.
+    pub record: CallRecord,
+    /// The answer, or why there is none.
+    pub answer: Result<A2aResponse, CallRefused>,
 }
 
 /// A stream's events through *inspect_event* and *seal* as the binding reads them.

@@ -60,7 +60,7 @@ impl Caller {
 
     /// Asks the request's shared checks, with a turn's budget read and lock when given, in
     /// one call: what was read and taken, or the protocol's form of a limit's refusal (the
-    /// guard in front answers it as its 429).
+    /// pipeline answers it with the guard's 429, which the admission keeps).
     pub async fn admit(
         &self,
         spend: Option<SpendAsk>,

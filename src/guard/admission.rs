@@ -11,19 +11,20 @@
 //!
 //! - a failed authentication settles it with the failed-attempt budget: a 401 or 429 costs one
 //!   call;
-//! - the typed A2A service settles it first thing in every operation, a message with its budget
-//!   read and turn lock (for the usual message, everything before the model is one call; the
-//!   exceptions are in decision 0008);
-//! - whatever is still pending when the answer passes the per-peer and per-address layers on its
-//!   way out (a card, a refusal of the protocol gate) is settled there, before the answer
-//!   leaves.
+//! - the call pipeline ([`crate::a2a::pipeline`]) settles it for every A2A call before anything
+//!   is answered, a refusal too, and a message with its budget read and turn lock (for the usual
+//!   message, everything before the model is one call; the exceptions are in decision 0008);
+//! - every other route behind the guard (the cards, the key set) settles it in its innermost
+//!   layer ([`crate::layers::limit::settle`]) before its handler.
 //!
-//! A refusal is kept: every later settle returns it, and the layers answer with it whatever the
-//! inner service said, so a request over a limit is answered 429 exactly as when each check
-//! asked on its own. The limits are counted in the order the request met them and the first that
-//! refuses stops the rest, as before. When Redis does not answer, each pending limit is checked
-//! in this process (those checked there first already were), as the limit engines do. One
-//! settle runs at a time: a second waits for the first one's answer. A request dropped before
+//! Those two places decide, and a limit's refusal is their answer, so a request over a limit is
+//! answered 429 exactly as when each check asked on its own. The guard layers only add the
+//! `RateLimit` headers on the way out, and settle what a request answered before either place
+//! left pending (a body past the limit) without changing its answer. A refusal is kept: every
+//! later settle returns it. The limits are counted in the order the request met them and the
+//! first that refuses stops the rest, as before. When Redis does not answer, each pending limit
+//! is checked in this process (those checked there first already were), as the limit engines
+//! do. One settle runs at a time: a second waits for the first one's answer. A request dropped before
 //! its limits were asked (a client that hung up) has them counted in a call nobody waits for.
 
 use crate::guard::limited::{Limit, RateLimited};
@@ -33,7 +34,6 @@ use crate::shared::admission::{
 };
 use crate::shared::gcra::{Decision, Quota};
 use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
-use axum::response::{IntoResponse, Response};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
@@ -339,17 +339,13 @@ impl Admission {
         })
     }
 
-    /// The answer as it leaves a guard layer: what is still pending asked first, and a refusal
-    /// answering instead of `response`.
-    pub async fn answer(self, response: Response) -> Response {
-        let refused = if self.is_pending() {
-            self.settle(None, None).await.err()
-        } else {
-            self.refusal()
-        };
-        match refused {
-            Some(refused) => refused.into_response(),
-            None => response,
+    /// Settles what a request left pending when it was answered before it reached either
+    /// place that decides (a body past the limit by its `Content-Length`, a timeout while the
+    /// body arrived): counted before the answer leaves, which it does not change (no layer
+    /// replaces an answer an inner service made).
+    pub async fn settle_left(&self) {
+        if self.is_pending() {
+            let _ = self.settle(None, None).await;
         }
     }
 }

@@ -114,7 +114,7 @@ impl<S: Service<Request<Body>, Response = Response>> Future for GuardFuture<S> {
 }
 
 /// How a layer finishes an answer with its request's [`Admission`](crate::guard::admission::Admission):
-/// the pending checks asked, a refusal answering instead.
+/// what is still pending asked, and its headers added; the answer itself is not changed.
 pub type Finish = fn(
     crate::guard::admission::Admission,
     Response,

@@ -14,6 +14,7 @@ use crate::http::rest::RestState;
 use crate::http::sse::StreamBounds;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::gate::ProtocolAsked;
+use crate::protocol::call::{CallOutcome, CallRecord};
 use crate::protocol::error::A2aError;
 use crate::protocol::grpc as messages;
 use crate::protocol::jsonrpc::Method;
@@ -300,6 +301,8 @@ struct Wire {
     answers: Vec<Value>,
     /// The reason `/metrics` counts the answer under, as the response carries it.
     reason: Option<RefusalReason>,
+    /// The pipeline's record of the call, as the response carries it.
+    record: Option<CallRecord>,
 }
 
 async fn jsonrpc(pipeline: &Pipeline, method: &str, params: &Value) -> Wire {
@@ -322,17 +325,19 @@ async fn jsonrpc_as(
         protocol,
         ..caller()
     };
-    let (_, answer) = jsonrpc_binding::handle(pipeline, caller, body).await;
-    match answer {
+    let (record, answer) = jsonrpc_binding::handle(pipeline, caller, body).await;
+    let mut wire = match answer {
         Answer::Body(body) => Wire {
             status: 200,
             answers: vec![serde_json::from_str(&body).unwrap()],
             reason: None,
+            record: None,
         },
         Answer::Failure { body, reason, .. } => Wire {
             status: 200,
             answers: vec![serde_json::from_str(&body).unwrap()],
             reason,
+            record: None,
         },
         Answer::Events { id, mut events } => {
             let mut answers = Vec::new();
@@ -343,14 +348,18 @@ async fn jsonrpc_as(
                 status: 200,
                 answers,
                 reason: None,
+                record: None,
             }
         }
         Answer::Refused(refusal) => Wire {
             status: refusal.status().as_u16(),
             answers: vec![serde_json::from_str(&refusal.body()).unwrap()],
             reason: refusal.reason(),
+            record: None,
         },
-    }
+    };
+    wire.record = record;
+    wire
 }
 
 async fn rest(pipeline: &Pipeline, call: &(&str, &str, Option<Value>)) -> Wire {
@@ -385,6 +394,7 @@ async fn rest_as(
     let response = router.oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let reason = response.extensions().get::<RefusalReason>().copied();
+    let record = response.extensions().get::<CallRecord>().cloned();
     let text = String::from_utf8(
         response
             .into_body()
@@ -407,6 +417,7 @@ async fn rest_as(
         status,
         answers,
         reason,
+        record,
     }
 }
 
@@ -468,6 +479,7 @@ async fn grpc_as(
     request.extensions_mut().insert(protocol);
     let response = router.oneshot(request).await.unwrap();
     let reason = response.extensions().get::<RefusalReason>().copied();
+    let record = response.extensions().get::<CallRecord>().cloned();
     let headers = response.headers().clone();
     let collected = response.into_body().collect().await.unwrap();
     let trailers = collected.trailers().cloned().unwrap_or_default();
@@ -494,6 +506,7 @@ async fn grpc_as(
         status,
         answers,
         reason,
+        record,
     }
 }
 
@@ -545,30 +558,61 @@ async fn every_operation_is_decoded_answered_and_encoded_by_each_binding() {
         let answered = jsonrpc(&pipeline, operation.method, &operation.params).await;
         assert_eq!(answered.status, 200);
         check_answer(operation.method, &results(&answered), "jsonrpc");
+        check_record(operation.method, &answered, "jsonrpc");
 
         let answered = rest(&pipeline, &operation.rest).await;
         assert_eq!(answered.status, 200, "http+json {}", operation.method);
         check_answer(operation.method, &answered.answers, "http+json");
+        check_record(operation.method, &answered, "http+json");
 
         let answered = grpc(&pipeline, operation.grpc, &operation.params).await;
         assert_eq!(answered.status, 0, "grpc {}", operation.method);
         if operation.method != "DeleteTaskPushNotificationConfig" {
             check_answer(operation.method, &answered.answers, "grpc");
         }
+        check_record(operation.method, &answered, "grpc");
     }
+}
+
+/// The pipeline's record of an answered call, whichever binding carried it: the operation, how
+/// it ended, and the task it named or was answered with.
+fn check_record(method: &str, wire: &Wire, binding: &str) {
+    let record = wire.record.as_ref().expect("every call is recorded");
+    assert_eq!(record.call.method.name(), method, "{binding}");
+    assert_eq!(record.call.binding.label(), binding.replace('+', "_"));
+    let streams = matches!(method, "SendStreamingMessage" | "SubscribeToTask");
+    let outcome = match streams {
+        true => CallOutcome::Streaming,
+        false => CallOutcome::Answered,
+    };
+    assert_eq!(record.outcome, outcome, "{binding} {method}");
+    let named = !matches!(
+        method,
+        "ListTasks" | "GetExtendedAgentCard" | "SendStreamingMessage"
+    );
+    let task = named.then_some("t-1");
+    assert_eq!(record.task.as_deref(), task, "{binding} {method}");
 }
 
 #[tokio::test]
 async fn a_refusal_is_answered_in_each_bindings_form() {
     let pipeline = Pipeline::new(Arc::new(Scripted));
-    // The protocol's error: a task that is not the caller's.
+    // The protocol's error: a task that is not the caller's, recorded as the operation's.
     let missing = json!({"id": "missing"});
+    let failed = |wire: &Wire| {
+        let record = wire.record.clone().unwrap();
+        (record.task, record.outcome)
+    };
+    let expected = (Some("missing".into()), CallOutcome::Failed);
     let answered = jsonrpc(&pipeline, "GetTask", &missing).await;
     assert_eq!(answered.answers[0]["error"]["code"], -32001);
+    assert_eq!(failed(&answered), expected);
     let answered = rest(&pipeline, &("GET", "/tasks/missing", None)).await;
     assert_eq!(answered.status, 404);
     assert_eq!(answered.answers[0]["error"]["status"], "NOT_FOUND");
-    assert_eq!(grpc(&pipeline, "GetTask", &missing).await.status, 5);
+    assert_eq!(failed(&answered), expected);
+    let answered = grpc(&pipeline, "GetTask", &missing).await;
+    assert_eq!((answered.status, failed(&answered)), (5, expected));
 
     // The guard's: a stream past the peer's cap.
     let busy = json!({"id": "busy"});
@@ -640,6 +684,9 @@ async fn a_version_the_gate_refused_is_answered_first_in_each_bindings_form() {
     assert_eq!(answered.reason, version, "jsonrpc");
     let answered = rest_as(&pipeline, refused(), &("GET", "/tasks/missing", None)).await;
     assert_eq!(answered.reason, version, "http+json");
+    // Recorded as refused before the operation, not as its failure.
+    let outcome = answered.record.map(|record| record.outcome);
+    assert_eq!(outcome, Some(CallOutcome::Refused), "http+json");
 }
 
 /// Records every stage a call passes; refuses at *authorize* a request for the task `secret`.

@@ -11,10 +11,10 @@ use crate::http::document::CachedDocument;
 use crate::layers::auth::{AuthLayer, AuthMode, AuthenticatedPeer, PeerAuthenticator};
 use crate::layers::client_addr::ClientAddrLayer;
 use crate::layers::gate::GateLayer;
-use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer};
+use crate::layers::limit::{PerIpLimitLayer, PerPeerLimitLayer, SettleLayer};
 use crate::layers::metrics::{Metrics, MetricsLayer};
 use crate::locks::ReadWriteLocked;
-use crate::protocol::call::{A2aCall, Binding, JsonRpcErrorCode};
+use crate::protocol::call::JsonRpcErrorCode;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -75,13 +75,18 @@ pub(crate) fn door_router(
     .layer(gate(policy));
     // A credential on the card URL is checked by the same layer as on the door: a valid peer
     // gets the extended card, an invalid credential a 401.
+    // The routes that are not A2A calls settle the request's shared admission innermost (an
+    // A2A call's is settled by the call pipeline): behind the authentication, which settles
+    // a failed credential's with its failed attempt in the same one call.
     let card_routes = Router::new()
         .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
+        .layer(SettleLayer)
         .layer(AuthLayer::shared(guards.authenticator.clone()).mode(AuthMode::Optional));
     let guarded = Router::new()
-        .merge(card_routes)
         .route("/.well-known/jwks.json", get(jwks_document))
+        .layer(SettleLayer)
+        .merge(card_routes)
         .merge(behind_peer_guard(bindings, policy, guards));
     let routes = Router::new()
         .route("/health", get(health))
@@ -204,7 +209,7 @@ async fn door(
         bytes: &body,
         json: is_json(&headers),
     };
-    let (method, answer) = jsonrpc_binding::handle(&state.pipeline, caller, body).await;
+    let (record, answer) = jsonrpc_binding::handle(&state.pipeline, caller, body).await;
     let mut response = match answer {
         Answer::Body(answer) => json_rpc_body(answer),
         Answer::Failure {
@@ -232,11 +237,8 @@ async fn door(
         }
         Answer::Refused(refusal) => refusal.into_response(),
     };
-    if let Some(method) = method {
-        response.extensions_mut().insert(A2aCall {
-            binding: Binding::JsonRpc,
-            method,
-        });
+    if let Some(record) = record {
+        response.extensions_mut().insert(record);
     }
     response
 }

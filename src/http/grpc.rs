@@ -18,6 +18,7 @@ use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
 use crate::a2a::pipeline::{Asked as PipelineAsked, Pipeline};
 use crate::a2a::service::Caller;
 use crate::config::Policy;
+use crate::guard::admission::Admission;
 use crate::guard::refusal::{Refusal, RefusalReason};
 use crate::http::door::{self, DoorGuards};
 use crate::http::h2_watch::StreamWatch;
@@ -25,7 +26,7 @@ use crate::http::ready::Readiness;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::client_addr::ClientAddr;
 use crate::layers::metrics::Metrics;
-use crate::protocol::call::{A2aCall, Binding};
+use crate::protocol::call::{A2aCall, Binding, CallOutcome, CallRecord};
 use crate::protocol::error::{A2aError, GrpcCode};
 use crate::protocol::grpc::{self as messages, A2A_SERVICE, HEALTH_SERVICE};
 use crate::protocol::grpc_generated as generated;
@@ -176,11 +177,6 @@ async fn a2a_method(
     Path(name): Path<String>,
     request: Request,
 ) -> Response {
-    let Some(&(_, method, request_name, response_name)) =
-        OPERATIONS.iter().find(|(known, ..)| *known == name)
-    else {
-        return unimplemented();
-    };
     let Some(peer) = request.extensions().get::<AuthenticatedPeer>().cloned() else {
         // Only the authentication layer makes a peer: a route without it refuses.
         return Refusal::internal(&"no peer", "a gRPC route is missing its guard").into_response();
@@ -190,22 +186,30 @@ async fn a2a_method(
         request.extensions().get::<ClientAddr>().map(ClientAddr::ip),
         request.extensions(),
     );
-    let (Some(request_type), Some(response_type)) = (
-        messages::descriptor(request_name),
-        messages::descriptor(response_name),
-    ) else {
-        return unimplemented();
+    let known = OPERATIONS.iter().find(|(known, ..)| *known == name);
+    let Some((method, request_type, response_type)) = known.and_then(|(_, method, req, res)| {
+        Some((
+            *method,
+            messages::descriptor(req)?,
+            messages::descriptor(res)?,
+        ))
+    }) else {
+        return unread(&state, &caller, unimplemented()).await;
     };
+    // Kept to settle the admission of a call tonic answers before the pipeline reads it.
+    let unread_caller = caller.admission.is_some().then(|| caller.clone());
     // Over HTTP/2 a message has no length to refuse up front: the body limit meets it while
     // tonic reads, and says so in gRPC's words rather than as an unknown error.
     let request = request.map(|body| Body::new(body.map_err(body_too_large)));
     let mut grpc = Grpc::new(RequestCodec::for_method(method, request_type))
         .max_decoding_message_size(state.max_message_bytes);
+    let recorded = Arc::new(std::sync::OnceLock::new());
     let call = Call {
         state: state.clone(),
         caller,
         method,
         response_type,
+        recorded: recorded.clone(),
     };
     let response = if matches!(
         method,
@@ -215,8 +219,35 @@ async fn a2a_method(
     } else {
         grpc.unary(call, request).await
     };
-    let response = refused_in_the_call(past_the_limit_as_too_large(response.map(Body::new)));
-    called(response, method)
+    let mut response = refused_in_the_call(past_the_limit_as_too_large(response.map(Body::new)));
+    if let Some(caller) = unread_caller
+        && caller.admission.as_ref().is_some_and(Admission::is_pending)
+    {
+        // A message that did not decode, or was past the limit: tonic's status, unless the
+        // caller's admission refuses.
+        response = unread(&state, &caller, response).await;
+    }
+    // A call tonic answered before the pipeline read it is recorded as refused.
+    let record = recorded.get().cloned().unwrap_or(CallRecord {
+        call: A2aCall {
+            binding: Binding::Grpc,
+            method,
+        },
+        task: None,
+        outcome: CallOutcome::Refused,
+    });
+    response.extensions_mut().insert(record);
+    response
+}
+
+/// A call the pipeline never read (a method this service does not have, a message that does
+/// not decode): `answer`, once the caller's admission lets it be (the guard's refusal as a
+/// status when a limit refuses).
+async fn unread(state: &GrpcState, caller: &Caller, answer: Response) -> Response {
+    match state.pipeline.unread(caller).await {
+        Some(refusal) => refused_in_the_call(refusal_status(refusal).into_http()),
+        None => answer,
+    }
 }
 
 /// A status the call answered with that the guard's refusal made: the refusal's reason and
@@ -246,15 +277,6 @@ fn refused_in_the_call(mut response: Response) -> Response {
     response
 }
 
-/// The response, marked with the call it answered for the metrics and the access log.
-fn called(mut response: Response, method: Method) -> Response {
-    response.extensions_mut().insert(A2aCall {
-        binding: Binding::Grpc,
-        method,
-    });
-    response
-}
-
 /// A method this service does not have.
 fn unimplemented() -> Response {
     tonic::Status::unimplemented("no such method on this service").into_http()
@@ -267,6 +289,8 @@ struct Call {
     caller: Caller,
     method: Method,
     response_type: MessageDescriptor,
+    /// The pipeline's record of the call, for the response tonic makes.
+    recorded: Arc<std::sync::OnceLock<CallRecord>>,
 }
 
 impl Call {
@@ -278,7 +302,9 @@ impl Call {
             request: decoded.request(self.method),
         };
         let pipeline = self.state.pipeline.clone();
-        pipeline.call(self.caller, asked).await.map_err(refused)
+        let called = pipeline.call(self.caller, asked).await;
+        let _ = self.recorded.set(called.record);
+        called.answer.map_err(refused)
     }
 }
 
@@ -346,7 +372,7 @@ impl std::error::Error for CountedAs {}
 
 /// A request as its codec decoded it: the turn's message as its generated type, any other by
 /// reflection. A request that is not the operation's message is answered by tonic with the
-/// decoder's status before the pipeline is asked.
+/// decoder's status before the pipeline is asked (then [`unread`] settles its admission).
 enum Decoded {
     SendMessage(Box<generated::proto::SendMessageRequest>),
     Reflected(DynamicMessage),

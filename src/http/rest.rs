@@ -26,7 +26,7 @@ use crate::http::sse::StreamBounds;
 use crate::http::stalled_writes::ConnectionDeadline;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::client_addr::ClientAddr;
-use crate::protocol::call::{A2aCall, Binding};
+use crate::protocol::call::Binding;
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::{self, Method as A2aMethod};
 use crate::protocol::types::{CancelTaskRequest, SubscribeToTaskRequest};
@@ -119,7 +119,8 @@ async fn call(
         method,
         request,
     };
-    let response = match state.pipeline.call(caller.caller, asked).await {
+    let called = state.pipeline.call(caller.caller, asked).await;
+    let mut response = match called.answer {
         Ok(A2aResponse::Events(events)) => {
             let deadline = caller.deadline.as_ref();
             crate::http::sse::respond(events, bare_event, &state.bounds, deadline)
@@ -127,7 +128,17 @@ async fn call(
         Ok(answer) => success(&answer),
         Err(refused) => refusal_response(refused),
     };
-    called(response, method)
+    response.extensions_mut().insert(called.record);
+    response
+}
+
+/// A request this binding could not read as far as an operation: `answer`, once the caller's
+/// admission lets it be (the guard's 429 when a limit refuses).
+async fn unread(state: &RestState, caller: &Caller, answer: Response) -> Response {
+    match state.pipeline.unread(&caller.caller).await {
+        Some(refusal) => refusal.into_response(),
+        None => answer,
+    }
 }
 
 /// Why a call has no answer, in this binding's form, with the reason `/metrics` counts.
@@ -140,15 +151,6 @@ fn refusal_response(refused: CallRefused) -> Response {
     if let Some(reason) = reason {
         response.extensions_mut().insert(reason);
     }
-    response
-}
-
-/// The response, marked with the call it answered for the metrics and the access log.
-fn called(mut response: Response, method: A2aMethod) -> Response {
-    response.extensions_mut().insert(A2aCall {
-        binding: Binding::HttpJson,
-        method,
-    });
     response
 }
 
@@ -318,11 +320,16 @@ async fn task(
     // Checked on every route of the path, not only where the parameters are read.
     let mut params = match query_params(&query) {
         Ok(params) => params,
-        Err(refused) => return error_response(&refused),
+        Err(refused) => return unread(&state, &caller, error_response(&refused)).await,
     };
     if let Some(id) = segment.strip_suffix(":cancel") {
         if method != Method::POST {
-            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+            return unread(
+                &state,
+                &caller,
+                StatusCode::METHOD_NOT_ALLOWED.into_response(),
+            )
+            .await;
         }
         let request = Ok(A2aRequest::CancelTask(CancelTaskRequest { id: id.into() }));
         return call(&state, caller, A2aMethod::CancelTask, request).await;
@@ -330,7 +337,12 @@ async fn task(
     if let Some(id) = segment.strip_suffix(":subscribe") {
         // The specification's text says POST, its proto GET: both are served.
         if method != Method::POST && method != Method::GET {
-            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+            return unread(
+                &state,
+                &caller,
+                StatusCode::METHOD_NOT_ALLOWED.into_response(),
+            )
+            .await;
         }
         let request = Ok(A2aRequest::SubscribeToTask(SubscribeToTaskRequest {
             id: id.into(),
@@ -338,7 +350,12 @@ async fn task(
         return call(&state, caller, A2aMethod::SubscribeToTask, request).await;
     }
     if method != Method::GET {
-        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        return unread(
+            &state,
+            &caller,
+            StatusCode::METHOD_NOT_ALLOWED.into_response(),
+        )
+        .await;
     }
     params["id"] = json!(segment);
     let operation = A2aMethod::GetTask;
@@ -359,7 +376,7 @@ async fn push_configs(
 ) -> Response {
     let mut params = match query_params(&query) {
         Ok(params) => params,
-        Err(refused) => return error_response(&refused),
+        Err(refused) => return unread(&state, &caller, error_response(&refused)).await,
     };
     let task = path.get("task").cloned().unwrap_or_default();
     let config = path.get("config").cloned();
@@ -368,7 +385,10 @@ async fn push_configs(
         (None, &Method::GET) => A2aMethod::ListPushConfigs,
         (Some(_), &Method::GET) => A2aMethod::GetPushConfig,
         (Some(_), &Method::DELETE) => A2aMethod::DeletePushConfig,
-        _ => return StatusCode::METHOD_NOT_ALLOWED.into_response(),
+        _ => {
+            let refused = StatusCode::METHOD_NOT_ALLOWED.into_response();
+            return unread(&state, &caller, refused).await;
+        }
     };
     if operation == A2aMethod::CreatePushConfig {
         let asked = body_params(&headers, &body).and_then(|mut params| {

@@ -28,7 +28,7 @@
 //! ```
 
 use crate::guard::refusal::{LoggedRequestId, RefusalReason};
-use crate::protocol::call::{A2aCall, JsonRpcErrorCode};
+use crate::protocol::call::{CallRecord, JsonRpcErrorCode};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Extensions, Request};
@@ -166,7 +166,8 @@ impl Seen {
             .get::<LoggedRequestId>()
             .map_or_else(|| uuid::Uuid::new_v4().to_string(), |id| id.0.clone());
         // The operation as the binding's handler named it, whatever the path.
-        let call = response.extensions().get::<A2aCall>();
+        let record = response.extensions().get::<CallRecord>();
+        let call = record.map(|record| record.call);
         tracing::info!(
             target: "peergate::access",
             request_id = %request_id,
@@ -177,6 +178,8 @@ impl Seen {
             route = self.route,
             binding = call.map_or("-", |call| call.binding.label()),
             a2a_method = call.map_or("-", |call| call.method.name()),
+            task = record.and_then(|record| record.task.as_deref()).unwrap_or("-"),
+            outcome = record.map_or("-", |record| record.outcome.label()),
             status = response.status().as_u16(),
             // A JSON-RPC error is answered with HTTP 200: its code says what went wrong.
             rpc_error = %response

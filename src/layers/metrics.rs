@@ -26,7 +26,7 @@
 //! ```
 
 use crate::guard::refusal::RefusalReason;
-use crate::protocol::call::{A2aCall, Binding};
+use crate::protocol::call::{A2aCall, Binding, CallRecord};
 use crate::protocol::jsonrpc::Method;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -430,10 +430,10 @@ where
             reason,
             Some(RefusalReason::VersionNotSupported | RefusalReason::ExtensionRequired)
         );
-        if let Some(call) = response.extensions().get::<A2aCall>()
+        if let Some(record) = response.extensions().get::<CallRecord>()
             && !protocol_refused
         {
-            this.metrics.a2a_call(*call);
+            this.metrics.a2a_call(record.call);
         }
         Poll::Ready(Ok(response))
     }

@@ -1,5 +1,6 @@
-//! Which A2A operation a request was, over which binding: what the service call learned, put on
-//! the response for the metrics and the access log, so neither guesses from the path.
+//! Which A2A operation a request was, over which binding, the task it named and how it ended:
+//! what the call pipeline recorded, put on the response for the metrics and the access log, so
+//! neither guesses from the path.
 
 use super::jsonrpc::Method;
 
@@ -29,13 +30,53 @@ impl Binding {
     }
 }
 
-/// One A2A operation answered: a response extension the binding's handler sets.
+/// One A2A operation asked, over one binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct A2aCall {
     /// The binding it came over.
     pub binding: Binding,
     /// The operation.
     pub method: Method,
+}
+
+/// How a call ended, as the pipeline recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallOutcome {
+    /// The operation answered in one piece.
+    Answered,
+    /// The operation answered with a stream, open when the call was recorded.
+    Streaming,
+    /// Refused before the operation ran, or by a stage around it (the protocol version, the
+    /// token's scope, an operation that is off, a request that could not be read, a limit).
+    Refused,
+    /// The operation ran and answered with an error (a task not found, a busy context).
+    Failed,
+}
+
+impl CallOutcome {
+    /// The label the access log shows.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Answered => "answered",
+            Self::Streaming => "streaming",
+            Self::Refused => "refused",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// One A2A call as the pipeline recorded it: a response extension every binding sets from
+/// what the pipeline hands back, and the metrics and the access log read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRecord {
+    /// The binding and the operation.
+    pub call: A2aCall,
+    /// The task the call named or was answered with, when it has one (a stream's new task is
+    /// not known when the stream opens).
+    pub task: Option<Box<str>>,
+    /// How it ended.
+    pub outcome: CallOutcome,
 }
 
 /// The JSON-RPC error code of an answer that is an error object under HTTP 200: a response

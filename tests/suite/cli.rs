@@ -846,6 +846,12 @@ async fn json_logs_and_the_access_log_name_each_request_and_never_a_secret() {
         "{latency}"
     );
     assert_eq!(sent["rpc_error"], "-", "{sent}");
+    // The pipeline's record: the task the call was answered with, and how it ended.
+    assert!(
+        sent["task"].as_str().is_some_and(|id| id.len() == 36),
+        "{sent}"
+    );
+    assert_eq!(sent["outcome"], "answered", "{sent}");
     let not_found = access
         .iter()
         .find(|line| line["a2a_method"] == "GetTask")
@@ -854,6 +860,12 @@ async fn json_logs_and_the_access_log_name_each_request_and_never_a_secret() {
         (&not_found["status"], &not_found["rpc_error"]),
         (&json!(200), &json!("-32001")),
         "the JSON-RPC error code beside the 200: {not_found}"
+    );
+    // The task it named, and an operation that ran and answered an error.
+    assert_eq!(
+        (&not_found["task"], &not_found["outcome"]),
+        (&json!("no-such-task"), &json!("failed")),
+        "{not_found}"
     );
     assert!(
         sent["request_id"].as_str().is_some_and(|id| id.len() == 36),
@@ -871,6 +883,10 @@ async fn json_logs_and_the_access_log_name_each_request_and_never_a_secret() {
         "refused before any operation: {refused}"
     );
     assert_eq!(refused["reason"], "unauthenticated");
+    assert_eq!(
+        (&refused["task"], &refused["outcome"]),
+        (&json!("-"), &json!("-"))
+    );
     for secret in [token.as_str(), wrong.as_str(), secret_text, "query-secret"] {
         assert!(!log.contains(secret), "the log holds {secret:?}");
     }

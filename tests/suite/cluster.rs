@@ -332,6 +332,73 @@ async fn a_message_asks_redis_once_before_its_answer_once_after_and_a_refusal_on
     );
 }
 
+/// Posts `body` to the door as `token` naming protocol `version`: (status, body).
+async fn post_version(door: &str, token: &str, version: &str, body: String) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(door)
+        .header("content-type", "application/json")
+        .header("a2a-version", version)
+        .bearer_auth(token)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_peer_past_its_quota_hears_429_for_any_call_its_admission_refuses_in_one_call() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| p) else {
+        return;
+    };
+    let alice = shared.peer("alice", "600/min");
+    let bob = shared.peer("bob", "1/min");
+    let a = shared.instance();
+    let answer = rpc(&a.door(), &bob, send_request("bob's one", None)).await;
+    assert_eq!(state_of(&answer), "TASK_STATE_COMPLETED", "{answer}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let monitor = shared.redis.monitor();
+    // Refused before any operation runs (a body that is not a request, a version the gate
+    // refused) and an operation that settles it itself: the limit's 429 each time, decided
+    // in the pipeline, with no layer replacing an answer.
+    let get = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t"}});
+    for (version, body) in [
+        ("1.0", "{not json-rpc".to_owned()),
+        ("0.2", get.to_string()),
+        ("1.0", get.to_string()),
+    ] {
+        let (status, text) = post_version(&a.door(), &bob, version, body).await;
+        assert_eq!(status, 429, "{text}");
+        assert!(text.contains("rate_limited"), "the guard's refusal: {text}");
+    }
+    // A body past the limit by its Content-Length is refused by the body limit before the
+    // pipeline reads anything: its answer stays (no layer replaces an inner answer), and its
+    // admission is still asked before it leaves.
+    let (status, text) = post_version(&a.door(), &bob, "1.0", "x".repeat(1_048_577)).await;
+    assert_eq!(status, 413, "{text}");
+    // Alice is within hers: the version's own refusal, after its admission.
+    let (status, text) = post_version(&a.door(), &alice, "0.2", get.to_string()).await;
+    assert_ne!(status, 429, "{text}");
+    assert!(
+        text.contains("VERSION_NOT_SUPPORTED") || text.contains("-32009"),
+        "{text}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines = monitor.stop();
+    let sent = client_commands(&lines);
+    assert_eq!(
+        sent.len(),
+        5,
+        "one call per request, before its answer: {sent:#?}"
+    );
+    assert!(
+        sent.iter().all(|l| l.contains("peergate:peer:")),
+        "{sent:#?}"
+    );
+}
+
 #[tokio::test]
 async fn a_revocation_through_one_instance_is_refused_on_the_other_within_a_second() {
     let Some(Pair {

@@ -9,11 +9,13 @@
 
 pub mod per_ip;
 pub mod per_peer;
+pub mod settle;
 
 pub use crate::guard::limited::{Limit, RateLimited, insert_rate_limit_headers};
 pub use crate::shared::gcra::{Decision, KeyedGcra, Quota, retry_after_seconds};
 pub use per_ip::PerIpLimitLayer;
 pub use per_peer::PerPeerLimitLayer;
+pub use settle::SettleLayer;
 
 /// Why a limit layer could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

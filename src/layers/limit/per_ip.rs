@@ -205,11 +205,14 @@ where
     }
 }
 
-/// Whatever the request left pending is asked before its answer leaves (a card, a refusal of
-/// an inner layer); a refusal answers instead.
+/// Whatever the request left pending is asked before its answer leaves (a request answered
+/// before the pipeline or the settle layer decided); the answer is not changed.
 fn finish(
     admission: Admission,
     response: Response,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
-    Box::pin(admission.answer(response))
+    Box::pin(async move {
+        admission.settle_left().await;
+        response
+    })
 }

@@ -162,14 +162,15 @@ fn headers_of(admission: &Admission) -> HeaderMap {
         .unwrap_or_default()
 }
 
-/// What the request left pending is asked before its answer leaves; a refusal answers
-/// instead, and an admitted answer carries the peer's `RateLimit` headers.
+/// What the request left pending is asked before its answer leaves, which it does not change
+/// (the pipeline and the settle layer decide); an admitted answer carries the peer's
+/// `RateLimit` headers.
 fn finish(
     admission: Admission,
-    response: Response,
+    mut response: Response,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
     Box::pin(async move {
-        let mut response = admission.clone().answer(response).await;
+        admission.settle_left().await;
         if admission.refusal().is_none() {
             response.headers_mut().extend(headers_of(&admission));
         }
