@@ -11,30 +11,48 @@
 //! one context are answered one after the other; the second waits for the first (at most one
 //! and a half times the backend timeout, then `-32000`).
 //!
-//! This file holds the agent and its service methods; the rest is by concern: the turn
-//! (`turn`, `turn_task`, `message`), reading and listing tasks (`reads`), cancellation
-//! (`cancel`), push configs (`push`), streams (`stream`), and turns that did not end well
-//! (`recovery`).
+//! The agent is made of parts, each holding only what its job uses, and answers each operation
+//! through one of them ([`AgentBuilder::build`] makes them):
+//! - `Turns` (`turn`, `turn_task`, `turn_run`, and `stream` for streamed turns): the messages'
+//!   turns, over the store, the backend, the budgets, the metrics, the clock, the turn locks
+//!   and the ownership, with the reads, the push configs (one sent along), the news, the
+//!   running turns, the background count and the stream places;
+//! - `TaskReads` (`reads`): `GetTask` and `ListTasks`, over the store and the clock;
+//! - `Cancels` (`cancel`): `CancelTask` and other instances' cancel requests, over the reads,
+//!   the store, the backend, the running turns, the news, the turn locks and the cancel seam;
+//! - `Subscriptions` (`subscriptions`): `SubscribeToTask`, over the task events, the reads, the
+//!   stream places and the background count;
+//! - `PushConfigs` (`push`): the push-notification config methods, over the push engine;
+//! - `ExtendedCards` (here): `GetExtendedAgentCard`'s signed cards;
+//! - `Recovery` (`recovery`): tasks left working failed as interrupted, over the store, the
+//!   clock, the task events and the ownership;
+//! - shared by several: `TaskNews` (`news`: a stored state's events and push wake-ups),
+//!   `RunningTurns` (`cancel`: the turns a peer may cancel), `Background` (`recovery`: the
+//!   turns a shutdown waits for), `StreamPlaces` (`stream`: each peer's open streams).
+//!
+//! `message` reads a peer's message as the backend reads it; `build` puts the parts together.
 
+mod build;
 mod cancel;
 mod message;
+mod news;
 mod push;
 mod reads;
 mod recovery;
 mod stream;
+mod subscriptions;
 mod turn;
 mod turn_run;
 mod turn_task;
 
-use cancel::RunningTurn;
-use turn_task::{AdmittedTurn, TurnPlan};
+pub use build::AgentBuilder;
 
 pub use crate::a2a::events::{BUFFERED_BYTES, EventStream, StreamEvent, StreamRefused};
 
 use crate::a2a::service::{A2aService, Caller, SignedCard};
 use crate::admin::budget::Budgets;
 use crate::backend::ModelBackend;
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::metrics::Metrics;
 use crate::protocol::error::A2aError;
@@ -79,28 +97,27 @@ pub struct AgentSettings {
     pub streams_per_peer: u32,
 }
 
-/// The A2A agent.
+/// The A2A agent: its parts, and what it answers for itself (which operations are offered,
+/// the backend, where task events are heard).
 pub struct Agent {
-    store: Arc<dyn TaskStore>,
-    backend: Arc<dyn ModelBackend>,
-    budgets: Arc<Budgets>,
-    metrics: Arc<Metrics>,
-    clock: Arc<dyn Clock>,
+    /// What `offered` reads, and what the agent shows of itself.
     settings: AgentSettings,
-    shared: SharedState,
-    /// The extended cards a caller may be given.
-    cards: ExtendedCards,
-    /// The turns this instance is answering that a peer may cancel, by task id.
-    running: Arc<std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>>,
-    /// Turns running without a request waiting on them (non-blocking sends, streams), so a
-    /// shutdown can let them store their answers before the store closes.
-    background: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
-    /// Push notifications, when `capabilities.push_notifications` is on.
-    push: Option<Arc<crate::push::Push>>,
+    backend: Arc<dyn ModelBackend>,
+    /// Told of every stored state; whether push notifications are on.
+    news: news::TaskNews,
+    turns: Arc<turn::Turns>,
     /// Reading the caller's tasks.
     reads: reads::TaskReads,
+    cancels: cancel::Cancels,
+    subscriptions: Arc<subscriptions::Subscriptions>,
     /// The push-notification config methods.
     push_configs: push::PushConfigs,
+    /// The extended cards a caller may be given.
+    cards: ExtendedCards,
+    recovery: recovery::Recovery,
+    /// Turns running without a request waiting on them, so a shutdown can let them store
+    /// their answers before the store closes.
+    background: recovery::Background,
 }
 
 /// The agent's part that answers `GetExtendedAgentCard`: the signed extended card, and the one
@@ -167,47 +184,17 @@ impl std::fmt::Debug for Agent {
 }
 
 impl Agent {
-    /// An agent over `store` answering with `backend`, within the owners' `budgets`.
-    pub fn new(
+    /// An agent over `store` answering with `backend`, within the owners' `budgets`: built
+    /// ([`AgentBuilder::build`]) once what it shares is given.
+    pub fn builder(
         store: Arc<dyn TaskStore>,
         backend: Arc<dyn ModelBackend>,
         budgets: Arc<Budgets>,
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
         settings: AgentSettings,
-    ) -> Self {
-        let reads = reads::TaskReads::new(store.clone(), clock.clone());
-        Self {
-            push_configs: push::PushConfigs::new(None, reads.clone(), clock.clone()),
-            reads,
-            store,
-            backend,
-            budgets,
-            metrics,
-            clock,
-            settings,
-            shared: SharedState::default(),
-            cards: ExtendedCards::default(),
-            running: Arc::default(),
-            background: Arc::default(),
-            push: None,
-        }
-    }
-
-    /// Serves the push-notification methods through `push` and queues every stored state for
-    /// the task's configs.
-    pub fn with_push(mut self, push: Arc<crate::push::Push>) -> Self {
-        self.push_configs =
-            push::PushConfigs::new(Some(push.clone()), self.reads.clone(), self.clock.clone());
-        self.push = Some(push);
-        self
-    }
-
-    /// Shares turns, task events and ownership through `shared` instead of the in-process
-    /// engines.
-    pub fn with_shared_state(mut self, shared: SharedState) -> Self {
-        self.shared = shared;
-        self
+    ) -> AgentBuilder {
+        AgentBuilder::new(store, backend, budgets, metrics, clock, settings)
     }
 
     /// The backend it asks (readiness probes it).
@@ -217,19 +204,34 @@ impl Agent {
 
     /// Where this agent's task events are heard.
     pub fn task_events(&self) -> Arc<dyn TaskEvents> {
-        self.shared.events.clone()
+        self.news.events().clone()
     }
 
-    /// The extended Agent Card `GetExtendedAgentCard` answers with (signed, as served).
-    pub fn with_extended_card(mut self, card: Box<RawValue>) -> Self {
-        self.cards.extended = card;
-        self
+    /// Listens for other instances' cancel requests, stopping the turns this instance answers.
+    pub fn hear_cancels(&self) {
+        self.cancels.hear_cancels();
     }
 
-    /// The extended card for peers signed in with identity provider `issuer`'s tokens.
-    pub fn with_issuer_extended_card(mut self, issuer: &str, card: Box<RawValue>) -> Self {
-        self.cards.by_issuer.insert(issuer.to_owned(), card);
-        self
+    /// Waits at most `within` for the turns running in the background to store their answers
+    /// (a shutdown calls this before closing the store).
+    pub async fn settle(&self, within: Duration) {
+        self.background.settle(within).await;
+    }
+
+    /// Marks tasks left working as failed (interrupted): all of them at start-up (`None`,
+    /// before serving), or those created before `created_before` while serving, unless a live
+    /// instance answers them. Returns how many there were.
+    pub async fn fail_interrupted_tasks(
+        &self,
+        created_before: Option<Timestamp>,
+    ) -> Result<usize, crate::store::StoreError> {
+        self.recovery.fail_interrupted_tasks(created_before).await
+    }
+
+    /// Fails (interrupted) the working tasks of instances whose lease lapsed, whatever their
+    /// age. Returns how many there were.
+    pub async fn fail_tasks_of_gone_instances(&self) -> Result<usize, crate::store::StoreError> {
+        self.recovery.fail_tasks_of_gone_instances().await
     }
 
     /// Whether `method` is served here at all, asked before its request is read: an operation
@@ -253,7 +255,7 @@ impl Agent {
             | Method::GetPushConfig
             | Method::ListPushConfigs
             | Method::DeletePushConfig
-                if self.push.is_none() =>
+                if !self.news.notifies() =>
             {
                 Err(A2aError::PushNotificationNotSupported)
             }
@@ -273,7 +275,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::SendMessageRequest,
     ) -> Result<a2a::SendMessageResponse, A2aError> {
-        Agent::send_message(self, caller, request).await
+        self.turns.send_message(caller, request).await
     }
 
     async fn send_streaming_message(
@@ -281,7 +283,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::SendMessageRequest,
     ) -> Result<EventStream, StreamRefused> {
-        self.send_streaming(caller, request).await
+        self.turns.send_streaming(caller, request).await
     }
 
     async fn get_task(
@@ -305,7 +307,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: CancelTaskRequest,
     ) -> Result<a2a::StoredTask, A2aError> {
-        Agent::cancel_task(self, &caller.peer, request).await
+        self.cancels.cancel_task(&caller.peer, request).await
     }
 
     async fn subscribe_to_task(
@@ -313,7 +315,9 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: a2a::SubscribeToTaskRequest,
     ) -> Result<EventStream, StreamRefused> {
-        Agent::subscribe_to_task(self, &caller.peer, request).await
+        self.subscriptions
+            .subscribe_to_task(&caller.peer, request)
+            .await
     }
 
     async fn create_push_config(

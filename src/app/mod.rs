@@ -335,7 +335,7 @@ async fn agent(
     (sharing, documents, push): (&Sharing, &Documents, Option<&Arc<crate::push::Push>>),
 ) -> Result<Arc<Agent>, StartError> {
     let policy = &options.policy;
-    let mut agent = Agent::new(
+    let mut agent = Agent::builder(
         store.tasks(),
         backend,
         budgets.clone(),
@@ -357,7 +357,7 @@ async fn agent(
     if let Some(push) = push {
         agent = agent.with_push(push.clone());
     }
-    let agent = Arc::new(agent);
+    let agent = Arc::new(agent.build());
     agent.hear_cancels();
     match agent.fail_interrupted_tasks(None).await? {
         0 => {}

@@ -1,21 +1,77 @@
 //! `CancelTask`: a turn answered here is stopped, a waiting task canceled in the store, and a
 //! turn another instance answers is asked to stop through the shared seam.
 
-use super::{Agent, internal};
-use crate::clock::{later, rfc3339_millis};
+use super::build::Ingredients;
+use super::internal;
+use super::news::TaskNews;
+use super::reads::TaskReads;
+use crate::backend::ModelBackend;
+use crate::clock::{Clock, later, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
-use crate::layers::metrics::FinalState;
+use crate::layers::metrics::{FinalState, Metrics};
 use crate::locks::Locked;
 use crate::protocol::error::A2aError;
 use crate::protocol::ids::{MessageId, TaskId};
 use crate::protocol::types::{
     self as a2a, CancelTaskRequest, Message, Role, TaskState, TaskStatus,
 };
-use crate::store::Exchange;
+use crate::shared::cancels::CancelRequests;
+use crate::shared::ownership::TaskOwnership;
+use crate::shared::turns::TurnLocks;
+use crate::store::{Exchange, TaskStore};
 use std::sync::Arc;
 use std::time::Duration;
 
-impl Agent {
+/// What cancelling needs from the policy.
+#[derive(Debug, Clone)]
+struct CancelSettings {
+    /// `capabilities.cancel_running`.
+    cancel_running: bool,
+    /// How long a cancel waits for a turn's final state.
+    backend_timeout: Duration,
+    /// How long a canceled task stays readable.
+    task_retention: Duration,
+}
+
+/// The agent's part that cancels: the task reads and the store, the backend (an agent's own
+/// task is canceled too), the clock and the metrics, the turns this instance answers, what is
+/// told of a stored state, the contexts' turn locks, which instance this is, and the seam that
+/// reaches the other instances' turns.
+pub(super) struct Cancels {
+    reads: TaskReads,
+    store: Arc<dyn TaskStore>,
+    backend: Arc<dyn ModelBackend>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    running: RunningTurns,
+    news: TaskNews,
+    locks: Arc<dyn TurnLocks>,
+    ownership: Arc<dyn TaskOwnership>,
+    requests: Arc<dyn CancelRequests>,
+    settings: CancelSettings,
+}
+
+impl Cancels {
+    pub(super) fn new(from: &Ingredients) -> Self {
+        Self {
+            reads: from.reads.clone(),
+            store: from.store.clone(),
+            backend: from.backend.clone(),
+            clock: from.clock.clone(),
+            metrics: from.metrics.clone(),
+            running: from.running.clone(),
+            news: from.news.clone(),
+            locks: from.shared.turns.clone(),
+            ownership: from.shared.ownership.clone(),
+            requests: from.shared.cancels.clone(),
+            settings: CancelSettings {
+                cancel_running: from.settings.cancel_running,
+                backend_timeout: from.settings.backend_timeout,
+                task_retention: from.settings.task_retention,
+            },
+        }
+    }
+
     /// `CancelTask`: a finished task stays as it is (-32002); a task this instance is still
     /// answering is stopped, stored CANCELED, and answered as stored.
     pub(super) async fn cancel_task(
@@ -37,12 +93,12 @@ impl Agent {
                 "cancelling a task being answered is off (capabilities.cancel_running is false); it ends on its own",
             ));
         }
-        let cancel = self.take_cancel(peer.id(), &params.id);
+        let cancel = self.running.take_cancel(peer.id(), &params.id);
         let Some(cancel) = cancel else {
             return self.cancel_elsewhere(peer, &params.id).await;
         };
         // Heard before the turn is told, so its final state cannot slip past.
-        let mut events = self.shared.events.subscribe(peer.id(), &params.id);
+        let mut events = self.news.events().subscribe(peer.id(), &params.id);
         let finished_first = A2aError::TaskNotCancelable(
             "it reached a final state before it could be canceled; read it with GetTask",
         );
@@ -70,7 +126,7 @@ impl Agent {
 
     /// A task waiting for the peer (an agent behind the door asked for input): the agent's task
     /// is canceled too, and the task stored CANCELED.
-    pub(super) async fn cancel_waiting(
+    async fn cancel_waiting(
         &self,
         peer: &AuthenticatedPeer,
         task_id: &TaskId,
@@ -84,8 +140,7 @@ impl Agent {
         let context_id = self.reads.load_task(peer, task_id).await?.context_id;
         let wait = self.settings.backend_timeout.mul_f32(1.5);
         let _held = self
-            .shared
-            .turns
+            .locks
             .begin_turn(peer.id(), &context_id, wait)
             .await
             .ok_or(A2aError::ContextBusy)?;
@@ -122,7 +177,9 @@ impl Agent {
         };
         task.history.push(task.status.message.clone());
         let task_json = serde_json::to_string(&task).map_err(internal)?;
-        let heard = self.event(peer, task_id, TaskState::Canceled, &task_json);
+        let heard = self
+            .news
+            .event(peer, task_id, TaskState::Canceled, &task_json);
         self.store
             .save_exchange(Exchange {
                 task_id: task.id.clone(),
@@ -135,26 +192,26 @@ impl Agent {
                 messages: Vec::new(),
                 usage: None,
                 audit: None,
-                instance: Some(self.shared.ownership.instance().into()),
-                notify: self.push.is_some(),
+                instance: Some(self.ownership.instance().into()),
+                notify: self.news.notifies(),
                 push_config: None,
                 upstream_task_id: None,
             })
             .await
             .map_err(internal)?;
-        self.announce(heard);
+        self.news.announce(heard);
         self.metrics.task_finished(FinalState::Canceled);
         a2a::StoredTask::new(task, task_json).map_err(internal)
     }
 
     /// A working task this instance is not answering: asks the other instances, then follows
     /// the store (every 200 ms, within the backend timeout) until the task is final.
-    pub(super) async fn cancel_elsewhere(
+    async fn cancel_elsewhere(
         &self,
         peer: &AuthenticatedPeer,
         task_id: &TaskId,
     ) -> Result<a2a::StoredTask, A2aError> {
-        self.shared.cancels.request(peer.id(), task_id);
+        self.requests.request(peer.id(), task_id);
         let deadline = tokio::time::Instant::now() + self.settings.backend_timeout;
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -170,26 +227,17 @@ impl Agent {
         ))
     }
 
-    /// The way to stop `task_id`, if this instance answers it for `peer_id` (taken once).
-    pub(super) fn take_cancel(
-        &self,
-        peer_id: &crate::store::PeerId,
-        task_id: &str,
-    ) -> Option<tokio::sync::oneshot::Sender<()>> {
-        let mut running = self.running.locked();
-        running
-            .get_mut(task_id)
-            .filter(|turn| turn.peer_id == *peer_id)
-            .and_then(|turn| turn.cancel.take())
-    }
-
     /// Listens for other instances' cancel requests, stopping the turns this instance answers.
-    pub fn hear_cancels(self: &Arc<Self>) {
-        let agent = Arc::downgrade(self);
-        self.shared.cancels.subscribe(Arc::new(
+    /// The listener holds the registry weakly: it lives as long as the agent or a turn it
+    /// runs, the only ones that can have a turn in it.
+    pub(super) fn hear_cancels(&self) {
+        let running = Arc::downgrade(&self.running.turns);
+        self.requests.subscribe(Arc::new(
             move |peer_id: &crate::store::PeerId, task_id: &str| {
-                let Some(agent) = agent.upgrade() else { return };
-                if let Some(cancel) = agent.take_cancel(peer_id, task_id) {
+                let Some(turns) = running.upgrade() else {
+                    return;
+                };
+                if let Some(cancel) = (RunningTurns { turns }).take_cancel(peer_id, task_id) {
                     let _ = cancel.send(());
                 }
             },
@@ -204,26 +252,68 @@ pub(super) fn canceled_text(what: &str) -> String {
 }
 
 /// The agent's message of a task waiting for input that the peer canceled.
-pub(super) const CANCELED_WAITING_TEXT: &str =
-    "Canceled by the peer while the task waited for its input.";
+const CANCELED_WAITING_TEXT: &str = "Canceled by the peer while the task waited for its input.";
 
-/// A turn registered as cancelable; it leaves the registry when this drops, however the turn
-/// ends (an error and a panic included).
+/// The agent's part that knows the turns this instance is answering that a peer may cancel, by
+/// task id.
+#[derive(Clone, Default)]
+pub(super) struct RunningTurns {
+    turns: Arc<std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>>,
+}
+
+impl RunningTurns {
+    /// The way to stop `task_id`, if this instance answers it for `peer_id` (taken once).
+    pub(super) fn take_cancel(
+        &self,
+        peer_id: &crate::store::PeerId,
+        task_id: &str,
+    ) -> Option<tokio::sync::oneshot::Sender<()>> {
+        let mut running = self.turns.locked();
+        running
+            .get_mut(task_id)
+            .filter(|turn| turn.peer_id == *peer_id)
+            .and_then(|turn| turn.cancel.take())
+    }
+
+    /// Registers `peer_id`'s turn answering `task_id` as cancelable, until the returned guard
+    /// drops; the receiver hears the cancel.
+    pub(super) fn register(
+        &self,
+        peer_id: &crate::store::PeerId,
+        task_id: &TaskId,
+    ) -> (tokio::sync::oneshot::Receiver<()>, Cancelable) {
+        let (cancel, canceled) = tokio::sync::oneshot::channel();
+        self.turns.locked().insert(
+            task_id.to_string(),
+            RunningTurn {
+                peer_id: peer_id.clone(),
+                cancel: Some(cancel),
+            },
+        );
+        let cancelable = Cancelable {
+            registered: Some((self.clone(), task_id.to_string())),
+        };
+        (canceled, cancelable)
+    }
+}
+
+/// A turn registered as cancelable (or, by default, a turn nobody may cancel); it leaves the
+/// registry when this drops, however the turn ends (an error and a panic included).
+#[derive(Default)]
 pub(super) struct Cancelable {
-    pub(super) running: Arc<std::sync::Mutex<std::collections::HashMap<String, RunningTurn>>>,
-    pub(super) task_id: Option<String>,
+    registered: Option<(RunningTurns, String)>,
 }
 
 impl Drop for Cancelable {
     fn drop(&mut self) {
-        if let Some(task_id) = self.task_id.take() {
-            self.running.locked().remove(&task_id);
+        if let Some((running, task_id)) = self.registered.take() {
+            running.turns.locked().remove(&task_id);
         }
     }
 }
 
 /// A turn being answered here, and how to stop it.
-pub(super) struct RunningTurn {
-    pub(super) peer_id: crate::store::PeerId,
-    pub(super) cancel: Option<tokio::sync::oneshot::Sender<()>>,
+struct RunningTurn {
+    peer_id: crate::store::PeerId,
+    cancel: Option<tokio::sync::oneshot::Sender<()>>,
 }

@@ -1,30 +1,39 @@
 //! Turns that did not end well: the background turns a shutdown waits for, and the tasks left
 //! working by a crash, a lost turn or an instance that is gone, failed as interrupted.
 
-use super::Agent;
+use super::build::Ingredients;
 use crate::clock::{Clock, Timestamp, rfc3339_millis};
 use crate::protocol::ids::TaskId;
 use crate::protocol::types::{self as a2a, Role, Task, TaskState};
 use crate::shared::events::{TaskEvent, TaskEvents};
+use crate::shared::ownership::TaskOwnership;
 use crate::store::{TaskStore, WorkingTask};
 use std::sync::Arc;
 use std::time::Duration;
 
-impl Agent {
+/// The agent's part that counts the turns running without a request waiting on them
+/// (non-blocking sends, streams, subscriptions), so a shutdown can let them store their answers
+/// before the store closes.
+#[derive(Clone, Default)]
+pub(super) struct Background {
+    running: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+}
+
+impl Background {
     /// Counts a turn that runs without a request waiting on it, until the guard drops.
-    pub(crate) fn background_turn(&self) -> BackgroundTurn {
-        self.background
+    pub(super) fn turn(&self) -> BackgroundTurn {
+        self.running
             .0
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         BackgroundTurn {
-            background: self.background.clone(),
+            background: self.running.clone(),
         }
     }
 
     /// Waits at most `within` for the turns running in the background to store their answers
     /// (a shutdown calls this before closing the store).
-    pub async fn settle(&self, within: Duration) {
-        let (count, settled) = &*self.background;
+    pub(super) async fn settle(&self, within: Duration) {
+        let (count, settled) = &*self.running;
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let notified = settled.notified();
@@ -40,12 +49,35 @@ impl Agent {
             }
         }
     }
+}
+
+/// The agent's part that fails tasks left working: the store and the clock, where a failure is
+/// announced, which instance this is (and which are live), and what the backend is ("model" or
+/// "agent") for the message.
+pub(super) struct Recovery {
+    store: Arc<dyn TaskStore>,
+    clock: Arc<dyn Clock>,
+    events: Arc<dyn TaskEvents>,
+    ownership: Arc<dyn TaskOwnership>,
+    what: &'static str,
+}
+
+impl Recovery {
+    pub(super) fn new(from: &Ingredients) -> Self {
+        Self {
+            store: from.store.clone(),
+            clock: from.clock.clone(),
+            events: from.shared.events.clone(),
+            ownership: from.shared.ownership.clone(),
+            what: from.backend.what(),
+        }
+    }
 
     /// Marks tasks left working as failed (interrupted), so a peer that asks for one learns what
     /// happened instead of "not found" or a turn that never ends: all of them at start-up
     /// (`None`, before serving), or those created before `created_before` while
     /// serving. Returns how many there were.
-    pub async fn fail_interrupted_tasks(
+    pub(super) async fn fail_interrupted_tasks(
         &self,
         created_before: Option<Timestamp>,
     ) -> Result<usize, crate::store::StoreError> {
@@ -54,8 +86,8 @@ impl Agent {
         for task in &working {
             // Another live instance is still answering it.
             if let Some(instance) = &task.instance
-                && instance != self.shared.ownership.instance()
-                && self.shared.ownership.is_live(instance).await
+                && instance != self.ownership.instance()
+                && self.ownership.is_live(instance).await
             {
                 continue;
             }
@@ -67,7 +99,9 @@ impl Agent {
 
     /// Fails (interrupted) the working tasks of instances whose lease lapsed, whatever their
     /// age: nobody is answering them. Returns how many there were.
-    pub async fn fail_tasks_of_gone_instances(&self) -> Result<usize, crate::store::StoreError> {
+    pub(super) async fn fail_tasks_of_gone_instances(
+        &self,
+    ) -> Result<usize, crate::store::StoreError> {
         let working = self.store.working_tasks(None).await?;
         let mut gone = std::collections::HashMap::new();
         let mut failed = 0;
@@ -75,13 +109,13 @@ impl Agent {
             let Some(instance) = task.instance.as_deref() else {
                 continue;
             };
-            if instance == self.shared.ownership.instance() {
+            if instance == self.ownership.instance() {
                 continue;
             }
             let is_gone = match gone.get(instance) {
                 Some(&is_gone) => is_gone,
                 None => {
-                    let is_gone = !self.shared.ownership.is_live(instance).await;
+                    let is_gone = !self.ownership.is_live(instance).await;
                     gone.insert(instance.to_owned(), is_gone);
                     is_gone
                 }
@@ -95,10 +129,7 @@ impl Agent {
     }
 
     /// Stores a working task as failed (interrupted), unless it finished meanwhile.
-    pub(super) async fn fail_interrupted(
-        &self,
-        task: &WorkingTask,
-    ) -> Result<(), crate::store::StoreError> {
+    async fn fail_interrupted(&self, task: &WorkingTask) -> Result<(), crate::store::StoreError> {
         let WorkingTask {
             id, peer_id, body, ..
         } = task;
@@ -108,7 +139,7 @@ impl Agent {
         };
         task.status.state = TaskState::Failed;
         task.status.timestamp = rfc3339_millis(self.clock.now());
-        task.status.message.parts = vec![a2a::Part::text(interrupted_text(self.backend.what()))];
+        task.status.message.parts = vec![a2a::Part::text(interrupted_text(self.what))];
         if let Some(last) = task.history.last_mut()
             && last.role == Role::Agent
         {
@@ -122,7 +153,7 @@ impl Agent {
         // Announced like every other final state, so a subscription ends on the event and
         // need not look at the store for it.
         if finished {
-            announce_failed(self.shared.events.as_ref(), peer_id.clone(), id, body);
+            announce_failed(self.events.as_ref(), peer_id.clone(), id, body);
         }
         Ok(())
     }
@@ -206,8 +237,8 @@ pub(super) const UNFINISHED_TEXT: &str =
     "The gateway could not finish this task (an internal error); send the message again.";
 
 /// A turn running in the background, counted until it drops.
-pub(crate) struct BackgroundTurn {
-    pub(super) background: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+pub(super) struct BackgroundTurn {
+    background: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
 }
 
 impl Drop for BackgroundTurn {

@@ -4,6 +4,7 @@
 use super::message::truncate_text;
 use super::recovery::interrupted_text;
 use super::turn_run::working_text;
+use super::turn_task::new_task;
 use super::{Agent, AgentSettings, SharedState};
 use crate::admin::budget::Budgets;
 use crate::clock::Clock;
@@ -40,8 +41,8 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
         ..SharedState::default()
     };
     let agent = agent_over(&store, shared).await;
-    let now = agent.clock.now();
-    let task = agent.task(
+    let now = clock().now();
+    let task = new_task(
         &"t1".into(),
         &"c1".into(),
         &"m1".into(),
@@ -144,10 +145,15 @@ impl TaskOwnership for OneOtherLive {
     }
 }
 
+/// The clock the tests' agent reads: stopped at one instant.
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(crate::clock::ManualClock::new(crate::clock::from_millis(
+        1_800_000_000_000,
+    )))
+}
+
 async fn agent_over(store: &crate::store::Store, shared: SharedState) -> Agent {
-    let clock: Arc<dyn Clock> = Arc::new(crate::clock::ManualClock::new(
-        crate::clock::from_millis(1_800_000_000_000),
-    ));
+    let clock = clock();
     let budgets = Arc::new(Budgets::new(
         store.usage(),
         clock.clone(),
@@ -157,7 +163,7 @@ async fn agent_over(store: &crate::store::Store, shared: SharedState) -> Agent {
         },
         Duration::from_secs(2),
     ));
-    Agent::new(
+    Agent::builder(
         store.tasks(),
         Arc::new(crate::backend::echo::Echo),
         budgets,
@@ -179,6 +185,7 @@ async fn agent_over(store: &crate::store::Store, shared: SharedState) -> Agent {
         },
     )
     .with_shared_state(shared)
+    .build()
 }
 
 #[tokio::test]
@@ -260,7 +267,7 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
         ("t_live", Some("ins_live")),
         ("t_old", None),
     ] {
-        let working = agent.task(
+        let working = new_task(
             &task.into(),
             &"c1".into(),
             &"m1".into(),

@@ -1,26 +1,100 @@
 //! `SendMessage`'s turn, its first half: the plan from the message and the refusals before the
-//! model (the second half, asking the backend and storing the answer, is `turn_run`).
+//! model (the second half, asking the backend and storing the answer, is `turn_run`). The
+//! turn's part, [`Turns`], is here; `turn_task`, `turn_run` and `stream` add to it, so the
+//! fields they read are open to the agent's files.
 
-use super::cancel::{Cancelable, RunningTurn};
+use super::build::Ingredients;
+use super::cancel::{Cancelable, RunningTurns};
 use super::message::{PartsRead, ReadMessage, check_metadata, incoming};
+use super::news::TaskNews;
+use super::push::PushConfigs;
+use super::reads::TaskReads;
+use super::recovery::Background;
+use super::stream::StreamPlaces;
 use super::turn_task::{AdmittedTurn, Outcome, PlannedTurn, SentAlong, TurnPlan, task_answer};
-use super::{Agent, checked_history_length, internal, invalid, new_id};
+use super::{checked_history_length, internal, invalid, new_id};
 use crate::a2a::service::Caller;
-use crate::admin::budget::SharedReading;
+use crate::admin::budget::{Budgets, SharedReading};
+use crate::backend::ModelBackend;
+use crate::clock::Clock;
 use crate::guard::admission::Asked;
 use crate::layers::auth::AuthenticatedPeer;
-use crate::locks::Locked;
+use crate::layers::metrics::Metrics;
 use crate::protocol::error::A2aError;
 use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::{self as a2a, SendMessageRequest, SendMessageResponse, TaskState};
 use crate::shared::admission::LockAnswer;
-use crate::shared::turns::{LockSaid, PreparedTurn};
-use crate::store::AuditEntry;
+use crate::shared::ownership::TaskOwnership;
+use crate::shared::turns::{LockSaid, PreparedTurn, TurnLocks};
+use crate::store::{AuditEntry, TaskStore};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-impl Agent {
+/// What a turn needs from the policy (each as in [`super::AgentSettings`]).
+#[derive(Debug, Clone)]
+pub(super) struct TurnSettings {
+    pub(super) instructions: String,
+    pub(super) task_retention: Duration,
+    pub(super) context_messages: u32,
+    pub(super) max_text_bytes: usize,
+    pub(super) refuse_unread_parts: bool,
+    pub(super) backend_timeout: Duration,
+    pub(super) non_blocking: bool,
+    pub(super) cancel_running: bool,
+}
+
+/// The agent's part that answers messages (`SendMessage`, `SendStreamingMessage`): the store,
+/// the backend, the owners' budgets, the metrics and the clock; the contexts' turn locks and
+/// which instance this is; the task reads and the push configs sent along; what is told of
+/// each stored state; the turns a peer may cancel, the background count and the stream places.
+pub(super) struct Turns {
+    pub(super) store: Arc<dyn TaskStore>,
+    pub(super) backend: Arc<dyn ModelBackend>,
+    pub(super) budgets: Arc<Budgets>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) settings: TurnSettings,
+    locks: Arc<dyn TurnLocks>,
+    ownership: Arc<dyn TaskOwnership>,
+    pub(super) reads: TaskReads,
+    push_configs: PushConfigs,
+    pub(super) news: TaskNews,
+    running: RunningTurns,
+    pub(super) background: Background,
+    pub(super) places: StreamPlaces,
+}
+
+impl Turns {
+    pub(super) fn new(from: &Ingredients) -> Self {
+        let settings = &from.settings;
+        Self {
+            store: from.store.clone(),
+            backend: from.backend.clone(),
+            budgets: from.budgets.clone(),
+            metrics: from.metrics.clone(),
+            clock: from.clock.clone(),
+            settings: TurnSettings {
+                instructions: settings.instructions.clone(),
+                task_retention: settings.task_retention,
+                context_messages: settings.context_messages,
+                max_text_bytes: settings.max_text_bytes,
+                refuse_unread_parts: settings.refuse_unread_parts,
+                backend_timeout: settings.backend_timeout,
+                non_blocking: settings.non_blocking,
+                cancel_running: settings.cancel_running,
+            },
+            locks: from.shared.turns.clone(),
+            ownership: from.shared.ownership.clone(),
+            reads: from.reads.clone(),
+            push_configs: from.push_configs.clone(),
+            news: from.news.clone(),
+            running: from.running.clone(),
+            background: from.background.clone(),
+            places: from.places.clone(),
+        }
+    }
+
     pub(super) async fn send_message(
         self: &Arc<Self>,
         caller: &Caller,
@@ -65,11 +139,11 @@ impl Agent {
         }
         // The working task is the answer; the turn goes on without the request, holding the
         // context's turn until its final state is stored.
-        let agent = self.clone();
-        let counted = self.background_turn();
+        let turns = self.clone();
+        let counted = self.background.turn();
         tokio::spawn(async move {
-            let outcome = agent.run_model(&turn, &prompt, cancel, None).await;
-            if let Err(e) = agent.finish(&turn, outcome, Some(unfinished)).await {
+            let outcome = turns.run_model(&turn, &prompt, cancel, None).await;
+            if let Err(e) = turns.finish(&turn, outcome, Some(unfinished)).await {
                 tracing::warn!(task_id = %turn.task_id, error = ?e, "a non-blocking turn could not store its answer");
             }
             drop(cancelable);
@@ -103,7 +177,7 @@ impl Agent {
             None => fresh_context.clone(),
         };
         let prepared = match &context {
-            Some(context) if with_lock => self.shared.turns.prepare_turn(peer.id(), context),
+            Some(context) if with_lock => self.locks.prepare_turn(peer.id(), context),
             _ => PreparedTurn::default(),
         };
         let spend = self
@@ -159,8 +233,7 @@ impl Agent {
     ) -> Result<crate::shared::turns::Turn, A2aError> {
         let wait = self.turn_wait();
         let held = if admitted.context.as_ref() == Some(&turn.context_id) {
-            self.shared
-                .turns
+            self.locks
                 .begin_prepared_turn(
                     admitted.prepared,
                     admitted.said,
@@ -171,8 +244,7 @@ impl Agent {
                 .await
         } else {
             drop(admitted);
-            self.shared
-                .turns
+            self.locks
                 .begin_turn(turn.peer.id(), &turn.context_id, wait)
                 .await
         };
@@ -220,7 +292,7 @@ impl Agent {
                     parts,
                     sent,
                     continues: Some(continued.continuation),
-                    instance: self.shared.ownership.instance().into(),
+                    instance: self.ownership.instance().into(),
                     spending: None,
                 },
                 history_length,
@@ -250,7 +322,7 @@ impl Agent {
                 parts,
                 sent,
                 continues: None,
-                instance: self.shared.ownership.instance().into(),
+                instance: self.ownership.instance().into(),
                 spending: None,
             },
             history_length,
@@ -318,22 +390,10 @@ impl Agent {
         &self,
         turn: &TurnPlan,
     ) -> (Option<tokio::sync::oneshot::Receiver<()>>, Cancelable) {
-        let mut cancelable = Cancelable {
-            running: self.running.clone(),
-            task_id: None,
-        };
         if !self.settings.cancel_running {
-            return (None, cancelable);
+            return (None, Cancelable::default());
         }
-        let (cancel, canceled) = tokio::sync::oneshot::channel();
-        self.running.locked().insert(
-            turn.task_id.to_string(),
-            RunningTurn {
-                peer_id: turn.peer.id().clone(),
-                cancel: Some(cancel),
-            },
-        );
-        cancelable.task_id = Some(turn.task_id.to_string());
+        let (canceled, cancelable) = self.running.register(turn.peer.id(), &turn.task_id);
         (Some(canceled), cancelable)
     }
 

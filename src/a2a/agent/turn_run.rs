@@ -4,8 +4,9 @@
 use super::cancel::canceled_text;
 use super::message::{conversation_id, failure_text, preface};
 use super::recovery::{UNFINISHED_TEXT, UnfinishedTask};
+use super::turn::Turns;
 use super::turn_task::{Outcome, TurnPlan};
-use super::{Agent, internal, store_unavailable};
+use super::{internal, store_unavailable};
 use crate::backend::{BackendError, Prompt};
 use crate::layers::metrics::FinalState;
 use crate::protocol::error::A2aError;
@@ -14,7 +15,7 @@ use crate::store::{ConversationMessage, ConversationRole};
 use std::sync::Arc;
 use std::time::Duration;
 
-impl Agent {
+impl Turns {
     /// Stores the task as working and reads what the model will be asked. The returned guard
     /// fails the stored task if the turn ends before its final state is stored.
     pub(super) async fn store_working(
@@ -27,34 +28,31 @@ impl Agent {
         // with nothing spent, and a crash from here on leaves a task that reads as failed
         // (interrupted) after the restart instead of one that never existed.
         let now = self.clock.now();
-        let working = turn.task(
-            self,
-            TaskState::Working,
-            &working_text(self.backend.what()),
-            now,
-        );
+        let working = turn.task(TaskState::Working, &working_text(self.backend.what()), now);
         let working_json = serde_json::to_string(&working).map_err(internal)?;
         // Ready before the task is stored: whatever ends this turn early from here on (an
         // error, a panic, the future dropped) turns the stored task failed instead of leaving
         // it working.
         let failed_json =
-            serde_json::to_string(&turn.task(self, TaskState::Failed, UNFINISHED_TEXT, now))
+            serde_json::to_string(&turn.task(TaskState::Failed, UNFINISHED_TEXT, now))
                 .map_err(internal)?;
-        let heard = self.event(peer, &turn.task_id, TaskState::Working, &working_json);
+        let heard = self
+            .news
+            .event(peer, &turn.task_id, TaskState::Working, &working_json);
         let mut exchange = turn.exchange(self, TaskState::Working, working_json.clone(), now);
         exchange.push_config = turn.push_config.clone();
         self.store
             .save_exchange(exchange)
             .await
             .map_err(store_unavailable)?;
-        self.announce(heard);
-        self.wake_deliveries(turn);
+        self.news.announce(heard);
+        self.news.wake_deliveries(turn);
         let unfinished = UnfinishedTask {
             store: self.store.clone(),
             clock: self.clock.clone(),
             task_id: turn.task_id.to_string(),
             failed_json,
-            events: self.shared.events.clone(),
+            events: self.news.events().clone(),
             peer_id: turn.peer.id().clone(),
         };
         // A context peergate just named has no history yet: skip the read.
@@ -233,14 +231,16 @@ impl Agent {
                     reply.parts.clone()
                 };
                 let artifacts = (!reply.as_message).then(|| reply.artifacts.clone());
-                turn.task_with(self, state, parts, artifacts, now)
+                turn.task_with(state, parts, artifacts, now)
             }
-            None => turn.task(self, state, &outcome.reply, now),
+            None => turn.task(state, &outcome.reply, now),
         };
         // Encoded once: the stored copy is also the answer.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
         let answer = a2a::StoredTask::new(task, task_json.clone()).map_err(internal)?;
-        let heard = self.event(&turn.peer, &turn.task_id, state, &task_json);
+        let heard = self
+            .news
+            .event(&turn.peer, &turn.task_id, state, &task_json);
         let mut finished = turn.exchange(self, state, task_json, now);
         finished.messages = outcome.messages;
         finished.usage = outcome.usage;
@@ -251,8 +251,8 @@ impl Agent {
             finished.push_config = turn.push_config.clone();
         }
         self.store.save_exchange(finished).await.map_err(internal)?;
-        self.announce(heard);
-        self.wake_deliveries(turn);
+        self.news.announce(heard);
+        self.news.wake_deliveries(turn);
         if let Some(mut stored) = unfinished {
             stored.finished();
         }

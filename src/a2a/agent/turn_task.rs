@@ -1,8 +1,9 @@
 //! The task a turn writes: the turn's plan, each state built from it, a waiting task
-//! continued, every stored state announced to subscribers and queued for push delivery.
+//! continued (each stored state is told through [`super::news`]).
 
 use super::message::UnreadPart;
-use super::{Agent, internal, invalid};
+use super::turn::Turns;
+use super::{internal, invalid};
 use crate::admin::budget::SharedReading;
 use crate::clock::{Timestamp, later, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
@@ -11,96 +12,11 @@ use crate::protocol::ids::{ContextId, MessageId, TaskId};
 use crate::protocol::types::{
     self as a2a, Artifact, Message, Role, SendMessageResponse, Task, TaskState, TaskStatus,
 };
-use crate::shared::events::TaskEvent;
 use crate::shared::turns::{LockSaid, PreparedTurn, SpendingAfter};
 use crate::store::{AuditEntry, ConversationMessage, Exchange};
 use std::sync::Arc;
 
-impl Agent {
-    /// The event for a state of a task about to be stored, if anyone may be listening. A final
-    /// state's is built whatever: a subscriber may start listening between now and the store's
-    /// commit, and only this event ends its stream ([`Agent::announce`] decides then).
-    pub(super) fn event(
-        &self,
-        peer: &AuthenticatedPeer,
-        task_id: &str,
-        state: TaskState,
-        task_json: &str,
-    ) -> Option<TaskEvent> {
-        (state.is_final() || self.shared.events.listening()).then(|| TaskEvent {
-            peer_id: peer.id().clone(),
-            task_id: task_id.into(),
-            state,
-            task_json: task_json.into(),
-        })
-    }
-
-    /// Publishes an event once its state is durable, if anyone listens now.
-    pub(super) fn announce(&self, event: Option<TaskEvent>) {
-        if let Some(event) = event
-            && self.shared.events.listening()
-        {
-            self.shared.events.publish(event);
-        }
-    }
-
-    /// Tells the push deliveries that a state of a task with a config sent along with its
-    /// message was just queued. Other states reach them at their next look at the queue (within
-    /// a second): waking them for every state would cost a query each on the hot path.
-    pub(super) fn wake_deliveries(&self, turn: &TurnPlan) {
-        if let Some(push) = &self.push
-            && turn.push_config.is_some()
-        {
-            push.wake();
-        }
-    }
-
-    /// The task for one message: the peer's message as `asked` and the agent's reply in its
-    /// history, and the reply as an artifact when the model answered.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn task(
-        &self,
-        task_id: &TaskId,
-        context_id: &ContextId,
-        message_id: &MessageId,
-        asked: Vec<a2a::Part>,
-        state: TaskState,
-        reply: Vec<a2a::Part>,
-        now: Timestamp,
-    ) -> Task {
-        let message_for = |role: Role, message_id: MessageId, parts: Vec<a2a::Part>| Message {
-            message_id,
-            context_id: context_id.clone(),
-            task_id: task_id.clone(),
-            role,
-            parts,
-        };
-        let user_message = message_for(Role::User, message_id.clone(), asked);
-        let agent_message = message_for(Role::Agent, MessageId::new_random(), reply);
-        let artifacts = match state {
-            TaskState::Completed => vec![Artifact {
-                artifact_id: uuid::Uuid::new_v4().to_string(),
-                name: Some("answer".to_owned()),
-                description: None,
-                parts: agent_message.parts.clone(),
-                metadata: None,
-            }],
-            _ => Vec::new(),
-        };
-        Task {
-            id: task_id.clone(),
-            context_id: context_id.clone(),
-            status: TaskStatus {
-                state,
-                message: agent_message.clone(),
-                timestamp: rfc3339_millis(now),
-            },
-            artifacts,
-            history: vec![user_message, agent_message],
-            metadata: None,
-        }
-    }
-
+impl Turns {
     /// A message naming a `taskId`: only a task waiting for the peer (an agent behind the door
     /// asked for input) goes on; any other is refused, in a way that does not reveal other
     /// peers' tasks.
@@ -183,6 +99,51 @@ impl Agent {
     }
 }
 
+/// The task for one message: the peer's message as `asked` and the agent's reply in its
+/// history, and the reply as an artifact when the model answered.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn new_task(
+    task_id: &TaskId,
+    context_id: &ContextId,
+    message_id: &MessageId,
+    asked: Vec<a2a::Part>,
+    state: TaskState,
+    reply: Vec<a2a::Part>,
+    now: Timestamp,
+) -> Task {
+    let message_for = |role: Role, message_id: MessageId, parts: Vec<a2a::Part>| Message {
+        message_id,
+        context_id: context_id.clone(),
+        task_id: task_id.clone(),
+        role,
+        parts,
+    };
+    let user_message = message_for(Role::User, message_id.clone(), asked);
+    let agent_message = message_for(Role::Agent, MessageId::new_random(), reply);
+    let artifacts = match state {
+        TaskState::Completed => vec![Artifact {
+            artifact_id: uuid::Uuid::new_v4().to_string(),
+            name: Some("answer".to_owned()),
+            description: None,
+            parts: agent_message.parts.clone(),
+            metadata: None,
+        }],
+        _ => Vec::new(),
+    };
+    Task {
+        id: task_id.clone(),
+        context_id: context_id.clone(),
+        status: TaskStatus {
+            state,
+            message: agent_message.clone(),
+            timestamp: rfc3339_millis(now),
+        },
+        artifacts,
+        history: vec![user_message, agent_message],
+        metadata: None,
+    }
+}
+
 /// `{"task": …}` with at most `history_length` history messages.
 pub(super) fn task_answer(
     stored: a2a::StoredTask,
@@ -244,7 +205,7 @@ impl SentAlong {
     }
 }
 
-/// What a message's admission asked and holds (see [`Agent::admit_turn`]); dropped unused, it
+/// What a message's admission asked and holds (see [`Turns::admit_turn`]); dropped unused, it
 /// lets go of the turn it prepared.
 #[derive(Debug)]
 pub(super) struct AdmittedTurn {
@@ -286,27 +247,20 @@ pub(super) struct ContinuedTask {
 
 impl TurnPlan {
     /// The task in `state` with the agent's `reply`, its status as of `now`.
-    pub(super) fn task(
-        &self,
-        agent: &Agent,
-        state: TaskState,
-        reply: &str,
-        now: Timestamp,
-    ) -> Task {
-        self.task_with(agent, state, vec![a2a::Part::text(reply)], None, now)
+    pub(super) fn task(&self, state: TaskState, reply: &str, now: Timestamp) -> Task {
+        self.task_with(state, vec![a2a::Part::text(reply)], None, now)
     }
 
     /// The task in `state` with the agent's message `parts` and, when given, `artifacts` (else
     /// the message as the answer's artifact once completed).
     pub(super) fn task_with(
         &self,
-        agent: &Agent,
         state: TaskState,
         parts: Vec<a2a::Part>,
         artifacts: Option<Vec<Artifact>>,
         now: Timestamp,
     ) -> Task {
-        let mut task = agent.task(
+        let mut task = new_task(
             &self.task_id,
             &self.context_id,
             &self.message_id,
@@ -331,7 +285,7 @@ impl TurnPlan {
     /// ListTasks orders by the time clients see); what the turn adds is filled in by the caller.
     pub(super) fn exchange(
         &self,
-        agent: &Agent,
+        turns: &Turns,
         state: TaskState,
         task_json: String,
         now: Timestamp,
@@ -343,12 +297,12 @@ impl TurnPlan {
             state,
             task_json,
             now,
-            expires_at: later(now, agent.settings.task_retention),
+            expires_at: later(now, turns.settings.task_retention),
             messages: Vec::new(),
             usage: None,
             audit: None,
             instance: Some(self.instance.clone()),
-            notify: agent.push.is_some(),
+            notify: turns.news.notifies(),
             push_config: None,
             upstream_task_id: None,
         }
