@@ -20,4 +20,5 @@ pub mod protocol;
 pub mod push;
 pub mod shared;
 pub mod store;
+pub mod telemetry;
 pub mod token;

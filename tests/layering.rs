@@ -7,8 +7,25 @@ use std::path::Path;
 
 /// From the top of the house to the bottom; a folder may import only from folders after it.
 const ORDER: &[&str] = &[
-    "cli", "app", "http", "a2a", "backend", "push", "admin", "layers", "config", "guard", "shared",
-    "store", "jose", "net", "clock", "protocol", "token", "locks",
+    "cli",
+    "app",
+    "http",
+    "a2a",
+    "backend",
+    "push",
+    "admin",
+    "layers",
+    "config",
+    "telemetry",
+    "guard",
+    "shared",
+    "store",
+    "jose",
+    "net",
+    "clock",
+    "protocol",
+    "token",
+    "locks",
 ];
 
 /// Every `crate::<folder>` a source text names outside comments and its test module, including

@@ -11,7 +11,7 @@ use crate::protocol::jsonrpc::{Method, parse_params};
 use crate::protocol::types::{
     CancelTaskRequest, GetTaskRequest, ListTaskPushNotificationConfigsResponse, ListTasksRequest,
     ListTasksResponse, PushConfigParams, PushConfigRef, SendMessageRequest, SendMessageResponse,
-    StoredTask, SubscribeToTaskRequest, TaskPushNotificationConfig,
+    StoredTask, SubscribeToTaskRequest, TaskPushNotificationConfig, TaskState,
 };
 use serde_json::value::RawValue;
 
@@ -175,6 +175,17 @@ impl A2aRequest {
         }
     }
 
+    /// The message it sends: its id and the context it names, if any.
+    pub fn message_ids(&self) -> Option<(&str, Option<&str>)> {
+        self.message().map(|request| {
+            let message = &request.message;
+            (
+                message.message_id.as_str(),
+                message.context_id.as_ref().map(|id| id.as_str()),
+            )
+        })
+    }
+
     /// Asks `service` the operation, for `caller`.
     pub async fn run(
         self,
@@ -231,6 +242,16 @@ impl A2aResponse {
         match self {
             Self::Sent(SendMessageResponse::Task(task)) | Self::Task(task) => {
                 Some(task.task.id.as_str())
+            }
+            _ => None,
+        }
+    }
+
+    /// The task it answers with: its context and state.
+    pub fn task_seen(&self) -> Option<(&str, TaskState)> {
+        match self {
+            Self::Sent(SendMessageResponse::Task(task)) | Self::Task(task) => {
+                Some((task.task.context_id.as_str(), task.task.status.state))
             }
             _ => None,
         }

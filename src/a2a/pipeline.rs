@@ -24,7 +24,7 @@ use crate::a2a::service::{A2aService, Caller};
 use crate::a2a::stages::{CallStages, CallView, Outcome};
 use crate::guard::admission::Admission;
 use crate::guard::refusal::Refusal;
-use crate::protocol::call::{A2aCall, Binding, CallOutcome, CallRecord};
+use crate::protocol::call::{A2aCall, Binding, CallOutcome, CallRecord, CallSeen};
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
 use std::sync::Arc;
@@ -76,8 +76,17 @@ impl Pipeline {
             binding: asked.binding,
             method: asked.method,
         };
-        let named = asked.request.as_ref().ok().and_then(A2aRequest::task_id);
-        let named: Option<Box<str>> = named.map(Box::from);
+        let request = asked.request.as_ref().ok();
+        let named = request.and_then(A2aRequest::task_id).map(Box::from);
+        let mut seen = request
+            .and_then(A2aRequest::message_ids)
+            .map(|(message, context)| {
+                Box::new(CallSeen {
+                    context: context.map(Box::from),
+                    message: Some(message.into()),
+                    state: None,
+                })
+            });
         let answered = match &self.stages {
             // No stage attached: admit and run, and nothing is built for stages.
             None => self.plain(caller, asked).await,
@@ -88,24 +97,36 @@ impl Pipeline {
             Ok(response) => (CallOutcome::Answered, Ok(response)),
             Err((outcome, refused)) => (outcome, Err(refused)),
         };
-        let task = match &answer {
-            Ok(response) => response.task_id().map(Box::from).or(named),
-            Err(_) => named,
-        };
+        let answered_task = answer.as_ref().ok().and_then(A2aResponse::task_seen);
+        if let Some((context, state)) = answered_task {
+            let seen = seen.get_or_insert_default();
+            seen.context = Some(context.into());
+            seen.state = Some(state);
+        }
+        let task = answer.as_ref().ok().and_then(A2aResponse::task_id);
         Called {
             record: CallRecord {
                 call,
-                task,
+                task: task.map(Box::from).or(named),
                 outcome,
+                seen,
             },
             answer,
         }
     }
 
-    /// A call with no stage attached: admitted, then run.
+    /// A call with no stage attached: admitted, then run (a stream's events counted on the
+    /// call's span when traces are exported).
     async fn plain(&self, caller: Caller, asked: Asked) -> Ended {
         let request = self.admit(&caller, asked).await.map_err(refused)?;
-        self.run(caller, request).await
+        let trace = caller.trace.clone();
+        let ran = self.run(caller, request).await;
+        match (ran, trace) {
+            (Ok(A2aResponse::Events(events)), Some(trace)) => {
+                Ok(A2aResponse::Events(events.tapped(Arc::new(Counted(trace)))))
+            }
+            (ran, _) => ran,
+        }
     }
 
     /// A call through the stages, *observe* last.
@@ -139,6 +160,7 @@ impl Pipeline {
         asked: Asked,
     ) -> Ended {
         let mut request = self.admit(&caller, asked).await.map_err(refused)?;
+        let trace = caller.trace.clone();
         stages.authorize(view, &request).await.map_err(refused)?;
         let inspected = stages.inspect_request(view, &mut request).await;
         inspected.map_err(refused)?;
@@ -152,6 +174,7 @@ impl Pipeline {
             A2aResponse::Events(events) => A2aResponse::Events(events.tapped(Arc::new(Tap {
                 stages: stages.clone(),
                 view: view.clone(),
+                counted: trace,
             }))),
             other => other,
         })
@@ -246,14 +269,28 @@ pub struct Called {
     pub answer: Result<A2aResponse, CallRefused>,
 }
 
+/// A stream's events counted on the call's span as the binding reads them.
+struct Counted(Arc<crate::telemetry::CallSpan>);
+
+impl EventTap for Counted {
+    fn event(&self, event: StreamEvent) -> StreamEvent {
+        self.0.stream_event();
+        event
+    }
+}
+
 /// A stream's events through *inspect_event* and *seal* as the binding reads them.
 struct Tap {
     stages: Arc<dyn CallStages>,
     view: CallView,
+    counted: Option<Arc<crate::telemetry::CallSpan>>,
 }
 
 impl EventTap for Tap {
     fn event(&self, event: StreamEvent) -> StreamEvent {
+        if let Some(trace) = &self.counted {
+            trace.stream_event();
+        }
         let event = self.stages.inspect_event(&self.view, event);
         if let Some(json) = event.final_response()
             && self.view.call.method == Method::SendStreamingMessage

@@ -19,6 +19,7 @@ use crate::protocol::types::{
     StoredTask, SubscribeToTaskRequest, TaskPushNotificationConfig,
 };
 use crate::shared::admission::{LockAsk, SpendAsk};
+use crate::telemetry::conventions;
 use serde_json::value::RawValue;
 use std::net::IpAddr;
 
@@ -37,6 +38,8 @@ pub struct Caller {
     /// The protocol version and extensions the request named, as the gate read them (the
     /// extensions it activates ride here, as in a2a-python's call context).
     pub protocol: ProtocolAsked,
+    /// The request's span, when traces are exported: what the call waits on are its children.
+    pub trace: Option<std::sync::Arc<crate::telemetry::CallSpan>>,
 }
 
 impl Caller {
@@ -55,6 +58,9 @@ impl Caller {
                 .get::<ProtocolAsked>()
                 .cloned()
                 .unwrap_or_default(),
+            trace: extensions
+                .get::<std::sync::Arc<crate::telemetry::CallSpan>>()
+                .cloned(),
         }
     }
 
@@ -69,12 +75,20 @@ impl Caller {
         let Some(admission) = &self.admission else {
             return Ok(Settled::default());
         };
-        admission
-            .settle(spend, lock)
-            .await
-            .map_err(|refused| A2aError::RateLimited {
-                retry_after_seconds: crate::shared::gcra::retry_after_seconds(refused.retry_after),
-            })
+        // A span only for a call that goes to Redis.
+        let asks = admission.is_pending() || spend.is_some() || lock.is_some();
+        let traced = self.trace.as_ref().filter(|_| asks);
+        let span = traced.map(|trace| {
+            let kind = opentelemetry::trace::SpanKind::Client;
+            trace.child(conventions::SHARED_ASK.to_owned(), kind, Vec::new())
+        });
+        let settled = admission.settle(spend, lock).await;
+        if let Some(span) = span {
+            span.finish(settled.is_err().then_some("rate_limited"));
+        }
+        settled.map_err(|refused| A2aError::RateLimited {
+            retry_after_seconds: crate::shared::gcra::retry_after_seconds(refused.retry_after),
+        })
     }
 }
 

@@ -885,6 +885,7 @@ impl AccountService {
                     owner_id: owner.0,
                     owner_name: owner.1,
                     expires_at: new.expires_at,
+                    trusts_trace: false,
                 };
                 tx.insert_peer(&peer).await.map_err(store_conflict)?;
                 tx.audit(&self.entry(
@@ -1215,6 +1216,36 @@ impl AccountService {
                     "open streams {} -> {}",
                     show(peer.max_streams),
                     show(max_streams)
+                );
+                self.finish_change(tx, op, &peer, detail).await
+            },
+        )
+        .await
+    }
+
+    /// Marks a peer's own trace context as continued (`trusted`) or only linked to: a
+    /// trusted peer's `traceparent` becomes the parent of its calls' spans, so it decides their
+    /// trace id and sampling.
+    pub async fn set_trace_trust(
+        &self,
+        caller: &Caller,
+        name: &str,
+        trusted: bool,
+    ) -> Result<(), ServiceError> {
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::PeerTraceTrustChanged,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                tx.set_peer_trace_trust(&peer.id, trusted).await?;
+                let show = |trusted: bool| if trusted { "trusted" } else { "linked" };
+                let detail = format!(
+                    "trace context {} -> {}",
+                    show(peer.trusts_trace),
+                    show(trusted)
                 );
                 self.finish_change(tx, op, &peer, detail).await
             },

@@ -7,6 +7,7 @@ mod housekeeping;
 mod identity;
 mod open_files;
 mod sharing;
+mod telemetry;
 
 use crate::a2a::agent::{Agent, AgentSettings};
 use crate::a2a::card;
@@ -19,7 +20,7 @@ use crate::config::{Policy, PolicySource};
 use crate::guard::refusal::{self};
 use crate::http::accept::{ConnectionLimits, Http2Limits, Protocol};
 use crate::http::admin_api::AdminState;
-use crate::http::door::{DoorGuards, DoorState, door_router, panic_response};
+use crate::http::door::{DoorGuards, DoorState, Observers, door_router, panic_response};
 use crate::http::ready::Readiness;
 use crate::layers::auth::PeerAuthenticator;
 use crate::layers::auth::known_ids::KnownCredentialIds;
@@ -60,6 +61,9 @@ pub struct GatewayOptions {
     pub grpc_listen: Option<SocketAddr>,
     /// The clock; tests pass a manual one.
     pub clock: Arc<dyn Clock>,
+    /// Where spans are exported (the `OTEL_*` variables, which `serve` reads); `None` exports
+    /// nothing.
+    pub telemetry: Option<crate::telemetry::settings::Export>,
 }
 
 impl GatewayOptions {
@@ -121,6 +125,8 @@ pub struct RunningGateway {
     shutdown_grace: Duration,
     store: Store,
     authenticator: Arc<PeerAuthenticator>,
+    /// Spans still queued are sent before the process ends.
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 impl RunningGateway {
@@ -146,6 +152,9 @@ impl RunningGateway {
             kept.stop().await;
         }
         self.store.close().await;
+        if let Some(telemetry) = self.telemetry.take() {
+            telemetry.shutdown(self.shutdown_grace).await;
+        }
     }
 
     /// How many Argon2 password verifications ran since start-up.
@@ -194,11 +203,18 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     .await?;
     log_opened(&options, &store, backend.as_ref());
 
-    let metrics = Arc::new(Metrics::default());
+    let (observers, telemetry) = observers(&options)?;
     let budgets = budgets(&options, &store, &sharing);
-    let push = push_notifications(&options, &store, sharing.serving, &metrics)?;
+    let push = push_notifications(&options, &store, sharing.serving, &observers.metrics)?;
     let shared = (&sharing, &documents, push.as_ref());
-    let agent = agent(&options, &store, backend, (&budgets, &metrics), shared).await?;
+    let agent = agent(
+        &options,
+        &store,
+        backend,
+        (&budgets, &observers.metrics),
+        shared,
+    )
+    .await?;
     let (guards, known_ids, announcements) =
         door_guards(&options, &store, &sharing.limits, identity_providers).await?;
     let authenticator = guards.authenticator.clone();
@@ -207,7 +223,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         &sharing,
         (&agent, &documents),
         &guards,
-        &metrics,
+        &observers,
         policy,
     );
 
@@ -215,7 +231,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         &options,
         &store,
         &sharing,
-        (&authenticator, &budgets, &metrics),
+        (&authenticator, &budgets, &observers.metrics),
         readiness,
         (known_ids, announcements),
     )?;
@@ -225,17 +241,16 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let (shutdown_tx, serving, admin_serving, grpc_serving) = listeners.serve(
         policy,
         (router, admin_router, grpc_router),
-        (&metrics, scrape_token(policy)?),
+        (&observers.metrics, scrape_token(policy)?),
     );
-    let registry = sharing.registry();
+    let housekeeping = (&store, sharing.registry());
     let kept = sharing.keep(&options, agent.clone());
     let caches = Caches::of(guards, budgets);
-    let housekeeping = (&store, registry);
     let sweeper = spawn_housekeeping(&options, housekeeping, caches, &agent, documents.refresh);
     // Started once the interrupted tasks are failed, so their last states are queued too.
     let deliveries = push.map(deliver_pushes).transpose()?;
-    let tls = options.policy.server.tls.is_some();
-    announce_listeners((local_addr, admin_addr, grpc_addr), &door_url, tls);
+    let addresses = (local_addr, admin_addr, grpc_addr);
+    announce_listeners(addresses, &door_url, policy.server.tls.is_some());
     Ok(RunningGateway {
         local_addr,
         door_url,
@@ -254,7 +269,25 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
         store,
         authenticator,
+        telemetry: Some(telemetry),
     })
+}
+
+/// What watches the listeners' requests: the metrics, and the traces when an endpoint is set
+/// (their spans' fate counted in the metrics).
+fn observers(
+    options: &GatewayOptions,
+) -> Result<(Observers, crate::telemetry::Telemetry), StartError> {
+    let metrics = Arc::new(Metrics::default());
+    let telemetry = telemetry::start(options)?;
+    if telemetry.tracing.is_some() {
+        metrics.watch_spans(telemetry.losses.clone());
+    }
+    let observers = Observers {
+        metrics,
+        tracing: telemetry.tracing.clone(),
+    };
+    Ok((observers, telemetry))
 }
 
 /// The loop delivering push notifications.
@@ -452,21 +485,21 @@ fn a2a_routers(
     sharing: &Sharing,
     (agent, documents): (&Arc<Agent>, &Documents),
     guards: &DoorGuards,
-    metrics: &Arc<Metrics>,
+    observers: &Observers,
     policy: &Policy,
 ) -> (Arc<Readiness>, Router, Option<Router>) {
     let readiness = Arc::new(Readiness::new(
         store.clone(),
         sharing.redis.clone(),
         (policy.model.backend.name(), agent.backend()),
-        metrics.clone(),
+        observers.metrics.clone(),
     ));
     readiness.probe_in_background();
     // Every binding calls the agent through the one pipeline.
     let pipeline = Pipeline::new(Arc::new(agent.clone()));
     let state = door_state(policy, pipeline.clone(), documents, readiness.clone());
-    let router = door_router(policy, state, guards, metrics.clone());
-    let grpc = grpc_router(policy, pipeline, &readiness, guards, metrics);
+    let router = door_router(policy, state, guards, observers.clone());
+    let grpc = grpc_router(policy, pipeline, &readiness, guards, observers);
     (readiness, router, grpc)
 }
 
@@ -567,7 +600,7 @@ fn grpc_router(
     pipeline: Pipeline,
     readiness: &Arc<crate::http::ready::Readiness>,
     guards: &DoorGuards,
-    metrics: &Arc<Metrics>,
+    observers: &Observers,
 ) -> Option<Router> {
     policy.grpc.as_ref()?;
     let state = crate::http::grpc::GrpcState {
@@ -579,7 +612,7 @@ fn grpc_router(
         policy,
         (state, readiness.clone()),
         guards,
-        metrics.clone(),
+        observers.clone(),
     ))
 }
 

@@ -59,6 +59,19 @@ pub struct Prompt {
     /// agent is then asked in a way that names its task at once (its stream), else with the
     /// plain call the peer's own was (decision 0011).
     pub may_be_canceled: bool,
+    /// The span of this call to the backend, when traces are exported: a backend whose policy
+    /// says so sends its context (`traceparent`) along (`model.*.trace_context`).
+    pub trace: Option<Arc<crate::telemetry::call_span::ChildSpan>>,
+}
+
+/// How a call to a backend is named on a trace: its client span's name and attributes (the
+/// conventions' names, [`crate::telemetry::conventions`]).
+#[derive(Debug, Clone, Default)]
+pub struct Traced {
+    /// The span's name (`chat <model>`, the A2A method asked).
+    pub name: String,
+    /// Its attributes.
+    pub attributes: Vec<(&'static str, String)>,
 }
 
 /// Token counts as reported by the backend.
@@ -147,6 +160,14 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
     /// reads text and data parts only.
     fn reads_every_part(&self) -> bool {
         false
+    }
+
+    /// How a call to it is named on a trace.
+    fn traced(&self) -> Traced {
+        Traced {
+            name: self.what().to_owned(),
+            attributes: Vec::new(),
+        }
     }
 
     /// Asks the model once.

@@ -19,6 +19,8 @@ pub struct OpenAi {
     model: String,
     api_key: Option<String>,
     max_tokens: Option<u32>,
+    /// The call's `traceparent` is sent along (`model.openai.trace_context`).
+    trace_context: bool,
 }
 
 impl std::fmt::Debug for OpenAi {
@@ -106,12 +108,30 @@ impl OpenAi {
             model: policy.model.clone(),
             api_key,
             max_tokens: policy.max_tokens,
+            trace_context: policy.trace_context,
         })
     }
 }
 
 #[async_trait]
 impl ModelBackend for OpenAi {
+    fn traced(&self) -> super::Traced {
+        use crate::telemetry::conventions as names;
+        let host = reqwest::Url::parse(&self.url)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_owned))
+            .unwrap_or_default();
+        super::Traced {
+            name: format!("chat {}", self.model),
+            attributes: vec![
+                (names::GEN_AI_OPERATION, "chat".to_owned()),
+                (names::GEN_AI_PROVIDER, "openai".to_owned()),
+                (names::GEN_AI_REQUEST_MODEL, self.model.clone()),
+                (names::SERVER_ADDRESS, host),
+            ],
+        }
+    }
+
     fn describe(&self) -> String {
         format!(
             "openai-compatible chat completions at {} (model {}{})",
@@ -228,6 +248,10 @@ impl OpenAi {
         let mut request = self.client.post(&self.url).json(&body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
+        }
+        // A hosted model's API is a third party: the trace goes only where the policy sends it.
+        if let Some(span) = prompt.trace.as_ref().filter(|_| self.trace_context) {
+            request = request.header("traceparent", span.traceparent());
         }
         let mut response = request.send().await.map_err(classify)?;
         let status = response.status();

@@ -48,6 +48,8 @@ pub struct UpstreamAgent {
     name: String,
     /// What its card says of it, for the public card.
     described: super::AgentDescription,
+    /// The call's `traceparent` is sent along (`model.a2a.trace_context`).
+    trace_context: bool,
 }
 
 impl std::fmt::Debug for UpstreamAgent {
@@ -154,6 +156,7 @@ impl UpstreamAgent {
                 .clone()
                 .unwrap_or_else(|| "an A2A agent".to_owned()),
             described,
+            trace_context: policy.trace_context,
         })
     }
 
@@ -231,6 +234,7 @@ impl UpstreamAgent {
         method: &str,
         params: Value,
         stream: bool,
+        traceparent: Option<&str>,
     ) -> Result<reqwest::Response, BackendError> {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let mut request = self
@@ -244,6 +248,9 @@ impl UpstreamAgent {
         }
         if let Some((name, value)) = &self.credential {
             request = request.header(name, value);
+        }
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
         }
         let mut response = request.send().await.map_err(|e| classify(&e))?;
         let status = response.status();
@@ -269,8 +276,15 @@ impl UpstreamAgent {
     }
 
     async fn call_once(&self, method: &str, params: Value) -> Result<Value, BackendError> {
-        let response = self.post(method, params, false).await?;
+        let response = self.post(method, params, false, None).await?;
         result_of(read_answer(response).await?)
+    }
+
+    /// The `traceparent` a message to the agent carries: its call's span's, when the policy
+    /// sends it.
+    fn traceparent<'a>(&self, prompt: &'a Prompt) -> Option<&'a str> {
+        let span = prompt.trace.as_ref().filter(|_| self.trace_context)?;
+        Some(span.traceparent())
     }
 
     /// Follows a task the agent left working until it is final or waits for the peer.
@@ -295,6 +309,28 @@ impl UpstreamAgent {
 impl ModelBackend for UpstreamAgent {
     fn what(&self) -> &'static str {
         "agent"
+    }
+
+    fn traced(&self) -> super::Traced {
+        use crate::telemetry::conventions as names;
+        let host = reqwest::Url::parse(&self.rpc_url)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_owned))
+            .unwrap_or_default();
+        super::Traced {
+            name: "SendMessage".to_owned(),
+            attributes: vec![
+                (names::A2A_METHOD, "SendMessage".to_owned()),
+                (names::RPC_SYSTEM, "jsonrpc".to_owned()),
+                (
+                    names::RPC_METHOD,
+                    "lf.a2a.v1.A2AService/SendMessage".to_owned(),
+                ),
+                (names::GEN_AI_OPERATION, "invoke_agent".to_owned()),
+                (names::GEN_AI_AGENT_NAME, self.name.clone()),
+                (names::SERVER_ADDRESS, host),
+            ],
+        }
     }
 
     fn reads_every_part(&self) -> bool {
@@ -394,7 +430,11 @@ impl UpstreamAgent {
             let (pieces, _) = tokio::sync::mpsc::unbounded_channel();
             return self.streamed(prompt, &pieces).await;
         }
-        let result = self.call("SendMessage", Self::params(prompt)).await?;
+        let traceparent = self.traceparent(prompt);
+        let response = self
+            .post("SendMessage", Self::params(prompt), false, traceparent)
+            .await?;
+        let result = result_of(read_answer(response).await?)?;
         self.settle(prompt, result).await
     }
 
@@ -419,7 +459,12 @@ impl UpstreamAgent {
     /// stream stops first).
     async fn streamed(&self, prompt: &Prompt, pieces: &Pieces) -> Result<Completion, BackendError> {
         let mut response = self
-            .post("SendStreamingMessage", Self::params(prompt), true)
+            .post(
+                "SendStreamingMessage",
+                Self::params(prompt),
+                true,
+                self.traceparent(prompt),
+            )
             .await?;
         // An agent may refuse a stream with one JSON-RPC error, sent as JSON.
         let is_json = response

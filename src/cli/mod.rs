@@ -438,6 +438,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 admin_listen,
                 grpc_listen,
                 clock: Arc::new(clock),
+                telemetry: crate::telemetry::settings::export_from_env(&|name| {
+                    std::env::var(name).ok()
+                })
+                .map_err(|e| CliError::new(format!("cannot start: {e}")))?,
             })
             .await?;
             if let Some(dir) = serving_sqlite {

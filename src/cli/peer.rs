@@ -159,6 +159,19 @@ pub(super) enum PeerCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Whether a peer's own trace context is continued when traces are exported: `trusted`
+    /// (its traceparent becomes the parent of its calls' spans) or `linked` (a trace of
+    /// peergate's own, linked to the peer's: the default), e.g. `peergate peer trace NAME
+    /// trusted`.
+    Trace {
+        /// The peer's name.
+        name: String,
+        /// `trusted` or `linked`.
+        #[arg(value_name = "trusted|linked")]
+        trust: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Give a peer a daily token budget of its own, besides its owner's, e.g. `peergate peer
     /// budget NAME --tokens-per-day 50000`; `none` leaves it only its owner's.
     Budget {
@@ -236,6 +249,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             streams,
             data,
         } => set_streams(&name, &streams, &data).await,
+        PeerCommand::Trace { name, trust, data } => set_trace_trust(&name, &trust, &data).await,
         PeerCommand::Expire { name, when, data } => expire(&name, &when, &data).await,
         PeerCommand::Budget {
             name,
@@ -313,6 +327,31 @@ async fn bind(
             identity.describe()
         ),
     }
+    Ok(())
+}
+
+/// `peer trace`: whether the peer's own trace context is continued.
+async fn set_trace_trust(name: &str, trust: &str, data: &DataDir) -> Result<(), CliError> {
+    let trusted = match trust {
+        "trusted" => true,
+        "linked" => false,
+        _ => {
+            return Err(CliError::new(format!(
+                "cannot read {trust:?}: give trusted (continue the peer's trace) or linked (a trace of peergate's own, linked to the peer's)"
+            )));
+        }
+    };
+    on_store(data, None, async |accounts| {
+        accounts
+            .set_trace_trust(&Caller::operator(), name, trusted)
+            .await
+    })
+    .await?;
+    let shown = match trusted {
+        true => "continue the trace its traceparent names",
+        false => "start traces of their own, linked to the one its traceparent names",
+    };
+    eprintln!("peer {name}'s calls now {shown}. {CACHE_NOTE}");
     Ok(())
 }
 

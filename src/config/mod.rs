@@ -18,6 +18,7 @@ mod push;
 mod server;
 mod signing;
 mod tasks;
+mod telemetry;
 
 pub use accounts::{BudgetsPolicy, PeersPolicy};
 pub use auth::{AuthPolicy, IssuerPolicy};
@@ -32,6 +33,7 @@ pub use push::PushPolicy;
 pub use server::{ExpiredClientTrust, ServerPolicy, ServerTlsPolicy, check_admin_listen};
 pub use signing::{SigningKeyPolicy, SigningPolicy};
 pub use tasks::{TasksPolicy, UnreadParts};
+pub use telemetry::{PartnerContextPolicy, TelemetryPolicy};
 
 use crate::guard::cidr::Cidr;
 use crate::guard::scheme::Scheme;
@@ -152,6 +154,9 @@ pub struct Policy {
     /// `[grpc]`: the gRPC binding, when present.
     #[serde(default)]
     pub grpc: Option<grpc::GrpcPolicy>,
+    /// `[telemetry]`
+    #[serde(default)]
+    pub telemetry: TelemetryPolicy,
     /// `[admin]`
     #[serde(default)]
     pub admin: AdminPolicy,
@@ -334,6 +339,7 @@ impl Policy {
             grpc.validate()?;
         }
         self.push.validate()?;
+        self.telemetry.validate()?;
         self.card.validate()?;
         self.signing.validate()?;
         self.model.validate()?;

@@ -83,6 +83,14 @@ pub struct A2aPolicy {
     /// answers but does not verify stops start-up at once.
     #[serde(default = "default_startup_wait_seconds")]
     pub startup_wait_seconds: u64,
+    /// Send the call's `traceparent` to the agent when traces are exported, so its spans join
+    /// the call's trace.
+    #[serde(default = "yes")]
+    pub trace_context: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// An agent started beside peergate (the same unit, the same compose file) is given a minute.
@@ -156,6 +164,10 @@ pub struct OpenAiPolicy {
     /// (relative to the working directory).
     #[serde(default)]
     pub ca_file: Option<String>,
+    /// Send the call's `traceparent` with each request when traces are exported (off: a
+    /// hosted model's API is a third party).
+    #[serde(default)]
+    pub trace_context: bool,
 }
 
 impl ModelPolicy {

@@ -104,6 +104,7 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(show_peer))
         .routes(routes!(set_limit))
         .routes(routes!(set_streams))
+        .routes(routes!(set_trace_trust))
         .routes(routes!(set_peer_budget))
         .routes(routes!(bind_identity))
         .routes(routes!(unbind_identity))
@@ -285,6 +286,9 @@ struct PeerView {
     max_streams: Option<u32>,
     /// Its own daily token budget, besides its owner's; `null`: none of its own.
     tokens_per_day: Option<u64>,
+    /// Its own `traceparent` is continued when traces are exported; otherwise a call starts
+    /// a trace of peergate's own, linked to the partner's.
+    trusts_trace: bool,
     created_at: String,
     last_used_at: Option<String>,
     expires_at: Option<String>,
@@ -358,6 +362,7 @@ impl PeerView {
             owner: p.owner_name,
             rate_per_minute: p.rate_per_minute,
             max_streams: p.max_streams,
+            trusts_trace: p.trusts_trace,
             tokens_per_day: p.tokens_per_day,
             created_at: rfc3339_millis(p.created_at),
             last_used_at: p.last_used_at.map(rfc3339_millis),
@@ -590,6 +595,42 @@ async fn set_streams(
     state
         .service
         .set_streams(&caller, &name, max_streams)
+        .await?;
+    peer_view(&state, &caller, &name).await
+}
+
+/// Whether a peer's own trace context is continued.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TraceTrustRequest {
+    /// `true`: the peer's `traceparent` becomes the parent of its calls' spans (it decides
+    /// their trace id and sampling); `false`: a call starts a trace of peergate's own, linked
+    /// to the peer's. Required.
+    #[serde(default)]
+    #[schema(required = true)]
+    trusted: Option<bool>,
+}
+
+#[utoipa::path(put, path = "/v1/peers/{name}/trace", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = TraceTrustRequest,
+    responses((status = 200, body = PeerView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn set_trace_trust(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<PeerView>, ApiError> {
+    let request: TraceTrustRequest = parse_body(&body)?;
+    let Some(trusted) = request.trusted else {
+        return Err(ApiError::Body(
+            "trusted is required: true or false".to_owned(),
+        ));
+    };
+    let caller = caller(&admin);
+    state
+        .service
+        .set_trace_trust(&caller, &name, trusted)
         .await?;
     peer_view(&state, &caller, &name).await
 }

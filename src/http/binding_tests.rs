@@ -199,6 +199,7 @@ fn caller() -> Caller {
         admission: None,
         note: None,
         protocol: Default::default(),
+        trace: None,
     }
 }
 

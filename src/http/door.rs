@@ -60,7 +60,7 @@ pub(crate) fn door_router(
     policy: &Policy,
     state: DoorState,
     guards: &DoorGuards,
-    metrics: Arc<Metrics>,
+    observers: Observers,
 ) -> Router {
     let a2a_path = policy.server.a2a_path.clone();
     let json_rpc = Router::new()
@@ -95,7 +95,7 @@ pub(crate) fn door_router(
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);
-    observed(routes, policy, metrics, &a2a_path)
+    observed(routes, policy, observers, &a2a_path)
 }
 
 /// The protocol gate of the A2A bindings.
@@ -174,20 +174,32 @@ where
     )
 }
 
+/// What watches a listener's requests: the metrics, and the traces when they are exported.
+#[derive(Debug, Clone)]
+pub(crate) struct Observers {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) tracing: Option<Arc<crate::telemetry::Tracing>>,
+}
+
 /// A listener's routes, with what every request passes on its way out: a caught panic, the
-/// metrics, and the access log when the policy keeps one.
+/// metrics, the access log when the policy keeps one, and outermost the request's span when
+/// traces are exported (so it covers the whole answer, refusals included).
 pub(crate) fn observed(
     routes: Router,
     policy: &Policy,
-    metrics: Arc<Metrics>,
+    observers: Observers,
     a2a_path: &str,
 ) -> Router {
+    let traced = observers
+        .tracing
+        .map(|tracing| crate::layers::trace::TraceLayer::new(tracing, a2a_path));
     routes
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(MetricsLayer::new(metrics, a2a_path))
+        .layer(MetricsLayer::new(observers.metrics, a2a_path))
         .layer(tower::util::option_layer(policy.log.access.then(|| {
             crate::layers::access_log::AccessLogLayer::new(a2a_path)
         })))
+        .layer(tower::util::option_layer(traced))
 }
 
 impl axum::extract::FromRef<DoorState> for crate::http::rest::RestState {

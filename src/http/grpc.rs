@@ -25,7 +25,6 @@ use crate::http::h2_watch::StreamWatch;
 use crate::http::ready::Readiness;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::client_addr::ClientAddr;
-use crate::layers::metrics::Metrics;
 use crate::protocol::call::{A2aCall, Binding, CallOutcome, CallRecord};
 use crate::protocol::error::{A2aError, GrpcCode};
 use crate::protocol::grpc::{self as messages, A2A_SERVICE, HEALTH_SERVICE};
@@ -136,7 +135,7 @@ pub(crate) fn grpc_router(
     policy: &Policy,
     (state, readiness): (GrpcState, Arc<Readiness>),
     guards: &DoorGuards,
-    metrics: Arc<Metrics>,
+    observers: door::Observers,
 ) -> Router {
     let a2a = a2a_routes().layer(door::gate(policy));
     let guarded =
@@ -149,7 +148,7 @@ pub(crate) fn grpc_router(
         .with_state(state)
         .layer(axum::middleware::from_fn(taking_answers))
         .layer(axum::middleware::map_response(as_grpc_status));
-    door::observed(routes, policy, metrics, &format!("/{A2A_SERVICE}"))
+    door::observed(routes, policy, observers, &format!("/{A2A_SERVICE}"))
 }
 
 /// The A2A service's methods, the binding alone (decode, call the pipeline, encode).
@@ -235,6 +234,7 @@ async fn a2a_method(
         },
         task: None,
         outcome: CallOutcome::Refused,
+        seen: None,
     });
     response.extensions_mut().insert(record);
     response

@@ -129,6 +129,7 @@ where
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
         let ip = resolve(socket, request.headers(), &self.trusted_proxies);
         crate::layers::access_log::note_client(request.extensions(), ip);
+        crate::telemetry::note_client(request.extensions(), ip);
         request.extensions_mut().insert(ClientAddr(ip));
         if let Some(header) = &self.certificate_header
             && self

@@ -116,6 +116,8 @@ pub struct Metrics {
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
     connections_refused: AtomicU64,
+    /// What became of the spans, when traces are exported.
+    spans: std::sync::OnceLock<Arc<crate::telemetry::export::SpanLosses>>,
 }
 
 impl Default for Metrics {
@@ -130,6 +132,7 @@ impl Default for Metrics {
             latency_count: AtomicU64::new(0),
             latency_sum_micros: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
+            spans: std::sync::OnceLock::new(),
             parts: std::array::from_fn(|_| std::sync::atomic::AtomicU8::new(PART_UNSEEN)),
         }
     }
@@ -258,7 +261,29 @@ impl Metrics {
             "peergate_connections_refused_total {}",
             load(&self.connections_refused)
         );
+        self.write_spans(&mut out);
         out
+    }
+
+    /// Counts what becomes of the spans `losses` tracks (once, when traces are exported).
+    pub fn watch_spans(&self, losses: Arc<crate::telemetry::export::SpanLosses>) {
+        let _ = self.spans.set(losses);
+    }
+
+    /// `peergate_spans_total`, when traces are exported.
+    fn write_spans(&self, out: &mut String) {
+        let Some(spans) = self.spans.get() else {
+            return;
+        };
+        out.push_str("# HELP peergate_spans_total Finished spans, by what became of them.\n# TYPE peergate_spans_total counter\n");
+        for (outcome, count) in [
+            ("exported", &spans.exported),
+            ("queue_full", &spans.queue_full),
+            ("export_failed", &spans.export_failed),
+        ] {
+            let count = count.load(Ordering::Relaxed);
+            let _ = writeln!(out, "peergate_spans_total{{outcome=\"{outcome}\"}} {count}");
+        }
     }
 
     /// `peergate_requests_total`, the rows that counted anything.

@@ -10,3 +10,4 @@ pub mod cross_site;
 pub mod gate;
 pub mod limit;
 pub mod metrics;
+pub mod trace;

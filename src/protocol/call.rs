@@ -77,6 +77,20 @@ pub struct CallRecord {
     pub task: Option<Box<str>>,
     /// How it ended.
     pub outcome: CallOutcome,
+    /// What else the call named or was answered with, for the access log and the traces.
+    pub seen: Option<Box<CallSeen>>,
+}
+
+/// What a call named or was answered with besides its task: boxed on the record, so a call
+/// that has none of it pays nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallSeen {
+    /// The context (the peer's `contextId`, or the one its task is in).
+    pub context: Option<Box<str>>,
+    /// The peer's message id.
+    pub message: Option<Box<str>>,
+    /// The task's state in the answer.
+    pub state: Option<super::types::TaskState>,
 }
 
 /// The JSON-RPC error code of an answer that is an error object under HTTP 200: a response

@@ -68,6 +68,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("expires_at", Kind::OptInt),
             ("max_streams", Kind::OptInt),
             ("tokens_per_day", Kind::OptInt),
+            ("trusts_trace", Kind::Bool),
         ],
     ),
     (

@@ -458,6 +458,12 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         peer_id: &PeerId,
         max_streams: Option<u32>,
     ) -> Result<(), StoreError>;
+    /// Sets whether a peer's own trace context is continued (`true`) or only linked to.
+    async fn set_peer_trace_trust(
+        &mut self,
+        peer_id: &PeerId,
+        trusted: bool,
+    ) -> Result<(), StoreError>;
     /// Sets or clears a peer's expiry.
     async fn set_peer_expiry(
         &mut self,

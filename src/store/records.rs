@@ -164,6 +164,8 @@ pub struct PeerRecord {
     pub owner_name: String,
     /// When the peer stops being let in; `None` for never.
     pub expires_at: Option<Timestamp>,
+    /// Its own trace context is continued, not only linked to (`peergate peer trace`).
+    pub trusts_trace: bool,
 }
 
 impl PeerRecord {
@@ -193,6 +195,8 @@ pub struct CredentialRecord {
     pub rate_per_minute: u32,
     /// The peer's own cap on open streams, if it has one.
     pub max_streams: Option<u32>,
+    /// The peer's own trace context is continued.
+    pub trusts_trace: bool,
     /// The administrator the peer acts for.
     pub owner_id: String,
     /// When the credential stops working (a rotation's grace period or the peer's expiry,
@@ -215,6 +219,8 @@ pub struct PeerLogin {
     pub rate_per_minute: u32,
     /// The peer's own cap on open streams, if it has one.
     pub max_streams: Option<u32>,
+    /// The peer's own trace context is continued.
+    pub trusts_trace: bool,
     /// The administrator the peer acts for.
     pub owner_id: String,
     /// When the peer expires.
@@ -489,10 +495,12 @@ pub enum AuditAction {
     AdminIdentityBound,
     /// It was unbound.
     AdminIdentityUnbound,
+    /// Whether a peer's own trace context is continued changed.
+    PeerTraceTrustChanged,
 }
 
 impl AuditAction {
-    const ALL: [Self; 23] = [
+    const ALL: [Self; 24] = [
         Self::AdminCreated,
         Self::AdminDisabled,
         Self::AdminEnabled,
@@ -516,6 +524,7 @@ impl AuditAction {
         Self::PeerIdentityUnbound,
         Self::AdminIdentityBound,
         Self::AdminIdentityUnbound,
+        Self::PeerTraceTrustChanged,
     ];
 
     /// The stored and shown name.
@@ -544,6 +553,7 @@ impl AuditAction {
             Self::PeerIdentityUnbound => "peer.identity_unbound",
             Self::AdminIdentityBound => "admin.identity_bound",
             Self::AdminIdentityUnbound => "admin.identity_unbound",
+            Self::PeerTraceTrustChanged => "peer.trace_trust_changed",
         }
     }
 

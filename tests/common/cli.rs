@@ -37,6 +37,24 @@ pub fn cli_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs the CLI in `cwd` with `env` in its environment.
+pub fn cli_with_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(args)
+        .current_dir(cwd)
+        .env("XDG_CACHE_HOME", cache.path())
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run peergate");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Runs the CLI on the store under `data` (the suite's engine).
 pub fn cli_on(data: &Path, args: &[&str]) -> (i32, String, String) {
     let store = store_args(data);

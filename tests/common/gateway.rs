@@ -30,6 +30,7 @@ pub fn gateway_options(policy: Policy, data: &Path, clock: Arc<dyn Clock>) -> Ga
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         grpc_listen,
         clock,
+        telemetry: None,
     }
 }
 

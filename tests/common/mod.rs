@@ -12,6 +12,7 @@ mod gateway;
 pub mod haproxy;
 mod idp;
 mod model;
+mod otlp;
 mod pki;
 mod policy;
 pub mod postgres;
@@ -26,8 +27,8 @@ mod upstream;
 
 #[allow(unused_imports)]
 pub use self::{
-    cli::*, flood::*, gateway::*, idp::*, model::*, pki::*, policy::*, process::*, receiver::*,
-    rpc::*, sdk::*, store::*, tls::*, upstream::*,
+    cli::*, flood::*, gateway::*, idp::*, model::*, otlp::*, pki::*, policy::*, process::*,
+    receiver::*, rpc::*, sdk::*, store::*, tls::*, upstream::*,
 };
 
 /// Says that a test skips what it cannot check here, and why, on a line `cargo test` shows

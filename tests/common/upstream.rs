@@ -38,6 +38,13 @@ impl UpstreamAgent {
         Self::start_with_args(true, streams, 0, &["--stream-end-delay", seconds])
     }
 
+    /// Like [`UpstreamAgent::start`], with the agent's own telemetry on: its spans (and the
+    /// SDK's) exported to the OTLP/HTTP `endpoint` as service `upstream-agent`, continuing the
+    /// trace context of each request it is sent.
+    pub fn start_traced(endpoint: &str) -> Self {
+        Self::start_with_args(true, true, 0, &["--telemetry", endpoint])
+    }
+
     /// Like [`UpstreamAgent::start_with`], on `port` (0: a free one).
     pub fn start_on(signed: bool, streams: bool, port: u16) -> Self {
         Self::start_with_args(signed, streams, port, &[])

@@ -375,6 +375,24 @@ def build_app(port: int, token: str, sign_jwk: str | None, streaming: bool,
     return app
 
 
+def traced(app, endpoint):
+    """The app with OpenTelemetry on, as an operator of the agent would run it: a tracer
+    provider exporting to `endpoint`, the ASGI middleware continuing each request's
+    traceparent, and the SDK's own spans (a2a.utils.telemetry) as its children."""
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({'service.name': 'upstream-agent'}))
+    exporter = OTLPSpanExporter(endpoint=endpoint.rstrip('/') + '/v1/traces')
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return OpenTelemetryMiddleware(app)
+
+
 async def _allow_any_url(url: str) -> bool:
     return True
 
@@ -388,6 +406,9 @@ def main() -> None:
                     help='serve over TLS with this certificate chain and key (PEM files)')
     ap.add_argument('--stream-end-delay', type=float, default=0,
                     help='seconds between an event stream\'s last event and its end (default 0)')
+    ap.add_argument('--telemetry', metavar='OTLP_ENDPOINT',
+                    help='export the agent\'s spans (and the SDK\'s) over OTLP/HTTP to this base URL, '
+                         'continuing the trace context each request carries')
     args = ap.parse_args()
     token = os.environ.get('UPSTREAM_TOKEN')
     if not token:
@@ -400,6 +421,8 @@ def main() -> None:
     port = sock.getsockname()[1]
     scheme = 'https' if args.tls else 'http'
     app = build_app(port, token, args.sign_jwk, not args.no_streaming, args.stream_end_delay, scheme)
+    if args.telemetry:
+        app = traced(app, args.telemetry)
     tls = {'ssl_certfile': args.tls[0], 'ssl_keyfile': args.tls[1]} if args.tls else {}
     server = uvicorn.Server(uvicorn.Config(app, log_level='warning', **tls))
     print(f'PORT {port}', flush=True)

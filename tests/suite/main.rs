@@ -39,3 +39,4 @@ mod shared_engines;
 mod store_engines;
 mod store_upgrade;
 mod support;
+mod telemetry;

@@ -60,7 +60,8 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
             (10, true),
             (11, true),
             (12, true),
-            (13, true)
+            (13, true),
+            (14, true)
         ],
         "the old version is adopted, not run again; the newer migrations run"
     );
@@ -131,7 +132,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let again = Store::open(dir.path()).await.unwrap();
     assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
     again.close().await;
-    assert_eq!(applied_migrations(dir.path()).await.len(), 13);
+    assert_eq!(applied_migrations(dir.path()).await.len(), 14);
 }
 
 #[tokio::test]
@@ -254,7 +255,8 @@ async fn an_adoption_cut_short_is_finished_by_the_next_open() {
             (10, true),
             (11, true),
             (12, true),
-            (13, true)
+            (13, true),
+            (14, true)
         ]
     );
 }

@@ -12,6 +12,10 @@ use crate::layers::metrics::FinalState;
 use crate::protocol::error::A2aError;
 use crate::protocol::types::{self as a2a, TaskState};
 use crate::store::{ConversationMessage, ConversationRole};
+use crate::telemetry::call_span::ChildSpan;
+use crate::telemetry::conventions as names;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,10 +45,10 @@ impl Turns {
             .event(peer, &turn.task_id, TaskState::Working, &working_json);
         let mut exchange = turn.exchange(self, TaskState::Working, working_json.clone(), now);
         exchange.push_config = turn.push_config.clone();
-        self.store
-            .save_exchange(exchange)
-            .await
-            .map_err(store_unavailable)?;
+        let writing = turn.child_span(names::STORE_WRITE, SpanKind::Internal, Vec::new());
+        let saved = self.store.save_exchange(exchange).await;
+        finish_span(writing, saved.is_err().then_some("store_unavailable"));
+        saved.map_err(store_unavailable)?;
         self.news.announce(heard);
         self.news.wake_deliveries(turn);
         let unfinished = UnfinishedTask {
@@ -81,6 +85,7 @@ impl Turns {
                 .and_then(|c| c.upstream_task_id.clone()),
             agent_task: Arc::default(),
             may_be_canceled: self.settings.cancel_running,
+            trace: self.backend_span(turn),
         };
         Ok((prompt, unfinished, working_json))
     }
@@ -112,6 +117,9 @@ impl Turns {
             },
         };
         self.metrics.backend_latency(started.elapsed());
+        if let Some(span) = &prompt.trace {
+            finish_backend_span(span, turn, answer.as_ref());
+        }
         // Stopped, timed out or failed: the agent's task (the one it named, or the one this
         // message continued) is canceled, so it does not go on for nobody.
         if !matches!(answer, Some(Ok(Ok(_)))) {
@@ -137,6 +145,26 @@ impl Turns {
             };
         };
         self.outcome_of(turn, answer.unwrap_or(Err(BackendError::Timeout)))
+    }
+
+    /// The client span of this turn's call to the backend, when traces are exported (with the
+    /// prompt's text when the operator opted in).
+    fn backend_span(&self, turn: &TurnPlan) -> Option<Arc<ChildSpan>> {
+        let traced = self.backend.traced();
+        let mut attributes: Vec<KeyValue> = traced
+            .attributes
+            .into_iter()
+            .map(|(key, value)| KeyValue::new(key, value))
+            .collect();
+        let trace = turn.trace.as_ref()?;
+        if let Some(text) = trace.content(&turn.text) {
+            attributes.push(KeyValue::new(names::GEN_AI_INPUT_MESSAGES, text));
+        }
+        Some(Arc::new(trace.child(
+            traced.name,
+            SpanKind::Client,
+            attributes,
+        )))
     }
 
     /// How a turn ended, from the model's answer or failure.
@@ -250,7 +278,10 @@ impl Turns {
             // Refused before a working state was stored: this is the task's first state.
             finished.push_config = turn.push_config.clone();
         }
-        self.store.save_exchange(finished).await.map_err(internal)?;
+        let writing = turn.child_span(names::STORE_WRITE, SpanKind::Internal, Vec::new());
+        let saved = self.store.save_exchange(finished).await;
+        finish_span(writing, saved.is_err().then_some("store_unavailable"));
+        saved.map_err(internal)?;
         self.news.announce(heard);
         self.news.wake_deliveries(turn);
         if let Some(mut stored) = unfinished {
@@ -272,4 +303,44 @@ impl Turns {
 /// ("model", or "agent").
 pub(super) fn working_text(what: &str) -> String {
     format!("The {what} is being asked.")
+}
+
+/// Ends the backend's span with what its call came to: the tokens, the answer's text when the
+/// operator opted in, or why there was none.
+fn finish_backend_span(
+    span: &ChildSpan,
+    turn: &TurnPlan,
+    answer: Option<
+        &Result<Result<crate::backend::Completion, BackendError>, tokio::time::error::Elapsed>,
+    >,
+) {
+    let failure = match answer {
+        None => Some("canceled"),
+        Some(Err(_)) => Some("timeout"),
+        Some(Ok(Err(_))) => Some("backend_failed"),
+        Some(Ok(Ok(completion))) => {
+            let usage = completion.usage;
+            let mut attributes = vec![
+                KeyValue::new(names::GEN_AI_INPUT_TOKENS, usage.prompt_tokens as i64),
+                KeyValue::new(names::GEN_AI_OUTPUT_TOKENS, usage.completion_tokens as i64),
+            ];
+            let content = turn
+                .trace
+                .as_ref()
+                .and_then(|t| t.content(&completion.text));
+            if let Some(text) = content {
+                attributes.push(KeyValue::new(names::GEN_AI_OUTPUT_MESSAGES, text));
+            }
+            span.note(attributes);
+            None
+        }
+    };
+    span.finish(failure);
+}
+
+/// Ends a child span, as failed with `failure` when given.
+fn finish_span(span: Option<ChildSpan>, failure: Option<&'static str>) {
+    if let Some(span) = span {
+        span.finish(failure);
+    }
 }

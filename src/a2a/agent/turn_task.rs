@@ -174,6 +174,9 @@ pub(super) struct TurnPlan {
     /// Where the turn's spending goes to reach the shared counters with its release (`None`:
     /// added on its own).
     pub(super) spending: Option<SpendingAfter>,
+    /// The call's span, when traces are exported: the store's writes and the backend's call
+    /// are its children.
+    pub(super) trace: Option<Arc<crate::telemetry::CallSpan>>,
 }
 
 /// What came with a peer's message besides its parts: relayed to an agent as sent; for a
@@ -246,6 +249,17 @@ pub(super) struct ContinuedTask {
 }
 
 impl TurnPlan {
+    /// A child span of the call's, when traces are exported.
+    pub(super) fn child_span(
+        &self,
+        name: &'static str,
+        kind: opentelemetry::trace::SpanKind,
+        attributes: Vec<opentelemetry::KeyValue>,
+    ) -> Option<crate::telemetry::call_span::ChildSpan> {
+        let trace = self.trace.as_ref()?;
+        Some(trace.child(name.to_owned(), kind, attributes))
+    }
+
     /// The task in `state` with the agent's `reply`, its status as of `now`.
     pub(super) fn task(&self, state: TaskState, reply: &str, now: Timestamp) -> Task {
         self.task_with(state, vec![a2a::Part::text(reply)], None, now)

@@ -50,6 +50,16 @@ pub trait Principal: Clone + Send + Sync + 'static {
     fn valid_until(&self) -> Option<Timestamp> {
         None
     }
+
+    /// How it signed in, as a span names it (`bearer`, `jwt`, …).
+    fn scheme_name(&self) -> &'static str {
+        "-"
+    }
+
+    /// Whether its own trace context is continued rather than linked to.
+    fn continues_trace(&self) -> bool {
+        false
+    }
 }
 
 /// What a listener keeps on the side of authentication. Every method has a default that does

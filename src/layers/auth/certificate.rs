@@ -12,7 +12,7 @@
 //!   one certificate names one peer.
 
 use super::scheme::{Context, CredentialScheme, Failure, Presented};
-use super::{AuthError, AuthenticatedPeer, Scheme, peer};
+use super::{AuthError, AuthenticatedPeer, PeerTerms, Scheme, peer};
 use crate::guard::certificate::ClientCertificate;
 use crate::store::{CredentialStore, PeerIdentity, PeerLogin};
 use async_trait::async_trait;
@@ -109,7 +109,11 @@ impl CredentialScheme<AuthenticatedPeer> for ClientCertificates {
         Ok(peer(
             Scheme::Mtls,
             (login.peer_id, login.peer_name, login.owner_id),
-            (login.rate_per_minute, login.max_streams),
+            PeerTerms {
+                rate_per_minute: login.rate_per_minute,
+                max_streams: login.max_streams,
+                trusts_trace: login.trusts_trace,
+            },
             login.valid_until,
         ))
     }

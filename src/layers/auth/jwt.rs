@@ -24,7 +24,7 @@
 //!   connection that presented that certificate.
 
 use super::scheme::{Context, CredentialScheme, Failure, Presented};
-use super::{AuthError, AuthenticatedPeer, Scheme, peer};
+use super::{AuthError, AuthenticatedPeer, PeerTerms, Scheme, peer};
 use crate::clock::{Clock, Timestamp, elapsed, later};
 use crate::guard::certificate::ClientCertificate;
 use crate::guard::scopes::GrantedScopes;
@@ -534,7 +534,11 @@ impl TokenBindings<AuthenticatedPeer> for PeerBindings {
         let mut peer = peer(
             Scheme::Jwt,
             (login.peer_id, login.peer_name, login.owner_id),
-            (login.rate_per_minute, login.max_streams),
+            PeerTerms {
+                rate_per_minute: login.rate_per_minute,
+                max_streams: login.max_streams,
+                trusts_trace: login.trusts_trace,
+            },
             valid_until,
         );
         peer.issuer = Some(verified.issuer.into());

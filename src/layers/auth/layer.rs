@@ -143,6 +143,12 @@ where
                             who.principal_id(),
                             who.principal_name(),
                         );
+                        crate::telemetry::note_principal(
+                            request.extensions(),
+                            who.principal_id(),
+                            who.scheme_name(),
+                            who.continues_trace(),
+                        );
                         request.extensions_mut().insert(who);
                         Ok((request, None))
                     }

@@ -91,6 +91,8 @@ pub struct AuthenticatedPeer {
     owner_id: Arc<str>,
     rate_per_minute: u32,
     max_streams: Option<u32>,
+    /// Its own trace context is continued, not only linked to.
+    trusts_trace: bool,
     scheme: Scheme,
     /// When the credential stops working (expiry, or the end of a rotation's grace);
     /// checked on every request, cached verdicts included.
@@ -123,6 +125,10 @@ impl AuthenticatedPeer {
     pub fn max_streams(&self) -> Option<u32> {
         self.max_streams
     }
+    /// Whether its own trace context is continued (`peergate peer trace NAME trusted`).
+    pub fn trusts_trace(&self) -> bool {
+        self.trusts_trace
+    }
     /// How the peer authenticated.
     pub fn scheme(&self) -> Scheme {
         self.scheme
@@ -146,6 +152,7 @@ impl AuthenticatedPeer {
             owner_id: owner_id.into(),
             rate_per_minute: 60,
             max_streams: None,
+            trusts_trace: false,
             scheme: Scheme::Bearer,
             valid_until: None,
             granted: None,
@@ -163,6 +170,12 @@ impl Principal for AuthenticatedPeer {
     }
     fn valid_until(&self) -> Option<Timestamp> {
         self.valid_until
+    }
+    fn scheme_name(&self) -> &'static str {
+        self.scheme.policy_name()
+    }
+    fn continues_trace(&self) -> bool {
+        self.trusts_trace
     }
 }
 
@@ -254,19 +267,27 @@ pub type PeerAuthenticator = Authenticator<AuthenticatedPeer>;
 /// The realm of the door's challenges.
 const REALM: &str = "peergate";
 
+/// What a peer's record says of how it is served, as every scheme reads it.
+struct PeerTerms {
+    rate_per_minute: u32,
+    max_streams: Option<u32>,
+    trusts_trace: bool,
+}
+
 /// A peer as a scheme of `scheme` verified it.
 fn peer(
     scheme: Scheme,
     (id, name, owner_id): (PeerId, String, String),
-    (rate_per_minute, max_streams): (u32, Option<u32>),
+    terms: PeerTerms,
     valid_until: Option<Timestamp>,
 ) -> AuthenticatedPeer {
     AuthenticatedPeer {
         id,
         name: name.into(),
         owner_id: owner_id.into(),
-        rate_per_minute,
-        max_streams,
+        rate_per_minute: terms.rate_per_minute,
+        max_streams: terms.max_streams,
+        trusts_trace: terms.trusts_trace,
         scheme,
         valid_until,
         granted: None,
@@ -295,7 +316,11 @@ impl TokenRecords<AuthenticatedPeer> for PeerTokens {
             who: peer(
                 self.scheme,
                 (record.peer_id, record.peer_name, record.owner_id),
-                (record.rate_per_minute, record.max_streams),
+                PeerTerms {
+                    rate_per_minute: record.rate_per_minute,
+                    max_streams: record.max_streams,
+                    trusts_trace: record.trusts_trace,
+                },
                 record.valid_until,
             ),
         }))
@@ -316,7 +341,11 @@ impl Logins<AuthenticatedPeer> for PeerLogins {
             who: peer(
                 Scheme::Basic,
                 (login.peer_id, login.peer_name, login.owner_id),
-                (login.rate_per_minute, login.max_streams),
+                PeerTerms {
+                    rate_per_minute: login.rate_per_minute,
+                    max_streams: login.max_streams,
+                    trusts_trace: login.trusts_trace,
+                },
                 login.valid_until,
             ),
         }))

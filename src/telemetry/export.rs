@@ -1,0 +1,208 @@
+//! Spans leave off the request path. A finished span is handed to a bounded queue ([`Spans`],
+//! the tracer provider's one processor): `on_end` never waits, and a full queue drops the span
+//! and counts it. One task on the runtime takes spans off the queue in batches and sends each
+//! batch over OTLP/HTTP with the project's own HTTP client, within the export timeout. An
+//! endpoint that is down or hangs costs that task its time and nothing else: the log says so
+//! once, when exports start failing, and once when they work again.
+//!
+//! The SDK's own batch processor runs its exports on a thread of its own with a blocking
+//! executor, where an async HTTP client has no reactor; and it logs every failed export. Both
+//! are why the queue is this small file instead.
+
+use opentelemetry::Context;
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Spans sent in one export, at most.
+const BATCH: usize = 512;
+
+/// How long a batch waits for more spans before it is sent anyway.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// What became of spans that were not exported, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SpanLosses {
+    /// Dropped because the queue was full.
+    pub queue_full: AtomicU64,
+    /// Lost in an export that failed or timed out.
+    pub export_failed: AtomicU64,
+    /// Exported.
+    pub exported: AtomicU64,
+}
+
+/// The tracer provider's processor: finished, sampled spans onto the queue.
+#[derive(Debug)]
+pub struct Spans {
+    queue: mpsc::Sender<SpanData>,
+    losses: Arc<SpanLosses>,
+    /// Tells the export task to send what is queued and stop.
+    closing: Arc<tokio::sync::Notify>,
+}
+
+impl SpanProcessor for Spans {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        if self.queue.try_send(span).is_err() {
+            self.losses.queue_full.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    /// The export task sends what is queued and stops; whoever holds its handle waits for it.
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        self.closing.notify_one();
+        Ok(())
+    }
+}
+
+/// Where spans go, and how.
+pub struct Destination {
+    /// The traces endpoint.
+    pub url: reqwest::Url,
+    /// Headers for every export.
+    pub headers: Vec<(String, String)>,
+    /// How long one export may take, retries included.
+    pub timeout: Duration,
+    /// Spans waiting, at most.
+    pub queue: usize,
+}
+
+/// The processor, and the task that exports what it queues (it ends once every sender is
+/// gone and the queue is empty).
+pub fn spans(
+    destination: Destination,
+    client: reqwest::Client,
+    (resource, losses): (&opentelemetry_sdk::Resource, Arc<SpanLosses>),
+) -> Result<(Spans, tokio::task::JoinHandle<()>), String> {
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(client)
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(destination.url.as_str())
+        .with_headers(destination.headers.into_iter().collect())
+        .with_timeout(destination.timeout)
+        .build()
+        .map_err(|e| e.to_string())?;
+    // The provider tells its processors the resource; this one's exporter is told here, once.
+    exporter.set_resource(resource);
+    let (queue, waiting) = mpsc::channel(destination.queue);
+    let closing = Arc::new(tokio::sync::Notify::new());
+    let sending = Sending {
+        waiting,
+        exporter,
+        timeout: destination.timeout,
+        losses: losses.clone(),
+    };
+    let task = tokio::spawn(sending.run(closing.clone()));
+    Ok((
+        Spans {
+            queue,
+            losses,
+            closing,
+        },
+        task,
+    ))
+}
+
+/// The export task's state.
+struct Sending {
+    waiting: mpsc::Receiver<SpanData>,
+    exporter: opentelemetry_otlp::SpanExporter,
+    timeout: Duration,
+    losses: Arc<SpanLosses>,
+}
+
+impl Sending {
+    /// Sends what the queue holds, a batch at a time, until told to close (then what is still
+    /// queued goes in one last batch).
+    async fn run(mut self, closing: Arc<tokio::sync::Notify>) {
+        let mut health = Health::default();
+        loop {
+            let first = tokio::select! {
+                span = self.waiting.recv() => span,
+                () = closing.notified() => None,
+            };
+            let Some(first) = first else { break };
+            let batch = self.batch(first).await;
+            self.export(batch, &mut health).await;
+        }
+        let mut rest = Vec::new();
+        while let Ok(span) = self.waiting.try_recv() {
+            rest.push(span);
+        }
+        if !rest.is_empty() {
+            self.export(rest, &mut health).await;
+        }
+    }
+
+    /// `first` and what follows it within [`LINGER`], up to [`BATCH`].
+    async fn batch(&mut self, first: SpanData) -> Vec<SpanData> {
+        let mut batch = vec![first];
+        let linger = tokio::time::sleep(LINGER);
+        tokio::pin!(linger);
+        while batch.len() < BATCH {
+            tokio::select! {
+                span = self.waiting.recv() => match span {
+                    Some(span) => batch.push(span),
+                    None => break,
+                },
+                () = &mut linger => break,
+            }
+        }
+        batch
+    }
+
+    async fn export(&self, batch: Vec<SpanData>, health: &mut Health) {
+        let count = batch.len() as u64;
+        let sent = tokio::time::timeout(self.timeout, self.exporter.export(batch)).await;
+        let failure = match sent {
+            Ok(Ok(())) => None,
+            Ok(Err(OTelSdkError::Timeout(_))) | Err(_) => Some("it did not answer in time"),
+            Ok(Err(_)) => Some("it refused the export or could not be reached"),
+        };
+        let counter = match failure {
+            None => &self.losses.exported,
+            Some(_) => &self.losses.export_failed,
+        };
+        counter.fetch_add(count, Ordering::Relaxed);
+        health.note(failure);
+    }
+}
+
+/// Whether exports fail, so the log says so once per outage.
+#[derive(Debug, Default)]
+struct Health {
+    failing: bool,
+}
+
+impl Health {
+    fn note(&mut self, failure: Option<&'static str>) {
+        match (failure, self.failing) {
+            (Some(why), false) => {
+                // The collector's own answer is not logged: it may echo what it was sent.
+                tracing::warn!(
+                    why,
+                    "spans cannot be exported to the OTLP endpoint; they are dropped (and counted in /metrics) until it answers again"
+                );
+                self.failing = true;
+            }
+            (None, true) => {
+                tracing::info!("spans are exported to the OTLP endpoint again");
+                self.failing = false;
+            }
+            _ => {}
+        }
+    }
+}

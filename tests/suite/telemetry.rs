@@ -1,0 +1,480 @@
+//! Traces, judged by a real OTLP/HTTP receiver (`tests/interop/otlp_receiver.py`, which decodes
+//! what `peergate serve` exports with the official `opentelemetry-proto` messages): one server
+//! span per call on every binding, refusals included; a partner's trace context linked or, for
+//! a trusted peer, continued; the context carried to an agent behind the door (the official
+//! Python SDK's agent, with its own telemetry on) and never to a model's API; an endpoint that
+//! is down or hangs changing no answer; and `OTEL_SDK_DISABLED` exporting nothing.
+
+use crate::common::*;
+use serde_json::{Value, json};
+
+const PARTNER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARTNER_SPAN: &str = "00f067aa0ba902b7";
+
+/// The environment that sends `peergate serve`'s spans to `receiver`, every call sampled.
+fn exporting(receiver: &OtlpReceiver) -> Vec<(&'static str, String)> {
+    vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.clone()),
+        ("OTEL_SERVICE_NAME", "edge-under-test".to_owned()),
+    ]
+}
+
+fn env_of<'a>(vars: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    vars.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// The server spans received, by the A2A method they name.
+fn server_spans<'a>(spans: &'a [Value], method: &str) -> Vec<&'a Value> {
+    spans
+        .iter()
+        .filter(|span| span["kind"] == "SPAN_KIND_SERVER" && span["name"] == method)
+        .collect()
+}
+
+/// POSTs a JSON-RPC request with `headers`; the status.
+async fn post_with(door: &str, token: &str, body: &Value, headers: &[(&str, &str)]) -> u16 {
+    let mut request = reqwest::Client::new()
+        .post(door)
+        .header("content-type", "application/json")
+        .header("a2a-version", "1.0")
+        .bearer_auth(token)
+        .body(body.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+fn send(text: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {"message": {
+        "messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER",
+        "parts": [{"text": text}]}}})
+}
+
+#[test]
+fn every_binding_exports_one_server_span_per_call_with_its_a2a_attributes() {
+    let receiver = OtlpReceiver::start(false);
+    let vars = exporting(&receiver);
+    let full = repo_root().join("policies/full.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // A peer a binding: one client's whole flow is most of a peer's minute.
+    let tokens: Vec<String> = ["alice", "bob", "carol"]
+        .iter()
+        .map(|name| add_peer(&data, name))
+        .collect();
+    let server = ServeProcess::start_with(
+        dir.path(),
+        &data,
+        &["--policy", full.to_str().unwrap()],
+        &env_of(&vars),
+    );
+    let python = python_with_sdk();
+    let script = repo_root().join("tests/interop/a2a_python_full.py");
+    for (binding, token) in ["JSONRPC", "GRPC", "HTTP+JSON"].into_iter().zip(&tokens) {
+        let output = std::process::Command::new(&python)
+            .arg(&script)
+            .args(["--base-url", &format!("http://{}", server.addr)])
+            .args(["--token", token, "--binding", binding])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{binding}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let status = runtime.block_on(post_with(&server.door(), "made-up", &send("hi"), &[]));
+    assert_eq!(status, 401);
+    let spans = runtime.block_on(receiver.spans_when(|spans| {
+        ["jsonrpc", "grpc", "http_json"].iter().all(|binding| {
+            spans.iter().any(|span| {
+                attribute(span, "a2a.protocol.binding") == binding && span["name"] == "CancelTask"
+            })
+        }) && spans
+            .iter()
+            .any(|s| attribute(s, "peergate.refusal.reason") == "unauthenticated")
+    }));
+    let peer_ids: Vec<String> = {
+        let (_, out, _) = cli_on(&data, &["peer", "list"]);
+        out.split_whitespace()
+            .filter(|w| w.starts_with("peer_"))
+            .map(str::to_owned)
+            .collect()
+    };
+    for (binding, rpc_system) in [
+        ("jsonrpc", json!("jsonrpc")),
+        ("grpc", json!("grpc")),
+        ("http_json", Value::Null),
+    ] {
+        let of_binding: Vec<&Value> = spans
+            .iter()
+            .filter(|s| attribute(s, "a2a.protocol.binding") == binding)
+            .collect();
+        // The streamed message: one span for the whole stream, its events counted.
+        let streamed = of_binding
+            .iter()
+            .find(|s| s["name"] == "SendStreamingMessage")
+            .unwrap_or_else(|| panic!("{binding}: no stream span in {of_binding:#?}"));
+        assert!(
+            attribute(streamed, "peergate.stream.events").as_i64() > Some(2),
+            "{binding}: {streamed}"
+        );
+        assert!(
+            streamed["events"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e["name"] == "peergate.stream.first_event")),
+            "{binding}: {streamed}"
+        );
+        let state = attribute(streamed, "a2a.task.state");
+        assert!(state.is_null() || state.is_string(), "{streamed}");
+        // A finished task's cancel: the protocol's refusal, the caller's doing — the status
+        // stays unset, error.type says what it was.
+        let cancel = of_binding
+            .iter()
+            .find(|s| s["name"] == "CancelTask")
+            .unwrap();
+        assert_eq!(cancel["kind"], "SPAN_KIND_SERVER");
+        assert!(!attribute(cancel, "error.type").is_null(), "{cancel}");
+        assert_ne!(cancel["status"]["code"], "STATUS_CODE_ERROR", "{cancel}");
+        assert!(attribute(cancel, "a2a.task.id").is_string(), "{cancel}");
+        assert_eq!(
+            attribute(cancel, "rpc.system.name"),
+            &rpc_system,
+            "{cancel}"
+        );
+        assert_eq!(
+            attribute(cancel, "rpc.method"),
+            "lf.a2a.v1.A2AService/CancelTask"
+        );
+        // Who asked: the peer's id and how it signed in, never its name or token.
+        let peer = attribute(cancel, "peergate.peer.id")
+            .as_str()
+            .unwrap_or_default();
+        assert!(peer_ids.iter().any(|id| id == peer), "{cancel}");
+        assert_eq!(attribute(cancel, "peergate.auth.scheme"), "bearer");
+        assert_eq!(attribute(cancel, "gen_ai.agent.name"), "peergate");
+        assert_eq!(attribute(cancel, "a2a.protocol.version"), "1.0");
+        assert_eq!(cancel["resource"]["service.name"], "edge-under-test");
+    }
+    // A message answered on the JSON-RPC door names its message, context and state.
+    let sent = server_spans(&spans, "SendMessage");
+    let sent = sent
+        .iter()
+        .find(|s| attribute(s, "a2a.protocol.binding") == "jsonrpc")
+        .expect("a SendMessage span");
+    assert!(attribute(sent, "a2a.message.id").is_string(), "{sent}");
+    assert!(
+        attribute(sent, "gen_ai.conversation.id").is_string(),
+        "{sent}"
+    );
+    // Refused before any call: a span all the same, named by its route.
+    let refused = spans
+        .iter()
+        .find(|s| attribute(s, "peergate.refusal.reason") == "unauthenticated")
+        .unwrap();
+    assert_eq!(attribute(refused, "http.response.status_code"), 401);
+    assert_eq!(attribute(refused, "error.type"), "unauthenticated");
+    assert!(attribute(refused, "peergate.peer.id").is_null());
+    // No secret and no address by default, on any span.
+    let text = serde_json::to_string(&spans).unwrap();
+    for token in &tokens {
+        assert!(!text.contains(token.as_str()), "a token reached a span");
+    }
+    assert!(
+        !text.contains("made-up"),
+        "a refused credential reached a span"
+    );
+    assert!(!text.contains("alice"), "the peer's name reached a span");
+    assert!(!text.contains("127.0.0.1\"") || !text.contains("client.address"));
+    assert!(
+        spans
+            .iter()
+            .all(|s| attribute(s, "client.address").is_null())
+    );
+}
+
+#[test]
+fn a_partners_trace_is_linked_unless_its_peer_is_trusted_and_never_steers_sampling() {
+    let receiver = OtlpReceiver::start(false);
+    let mut vars = exporting(&receiver);
+    // Half of new traces sampled: a partner's own sampled flag decides nothing unless trusted.
+    vars.push(("OTEL_TRACES_SAMPLER", "parentbased_always_off".to_owned()));
+    let served = ServedPolicy::start(
+        &PolicyEdit::default(),
+        &["partner", "trusted"],
+        &env_of(&vars),
+    );
+    let (code, _, stderr) = cli_on(&served.data, &["peer", "trace", "trusted", "trusted"]);
+    assert_eq!(code, 0, "{stderr}");
+    let traceparent = format!("00-{PARTNER_TRACE}-{PARTNER_SPAN}-01");
+    let door = served.server.door();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let headers = [
+        ("traceparent", traceparent.as_str()),
+        ("baggage", "secret=1"),
+    ];
+    // The untrusted partner: under parentbased_always_off a trace of peergate's own is not
+    // sampled at all, whatever the partner's flag says.
+    let untrusted = runtime.block_on(post_with(&door, &served.tokens[0], &send("a"), &headers));
+    assert_eq!(untrusted, 200);
+    // The trusted one continues its sampled trace.
+    let trusted = runtime.block_on(async {
+        // The credential cache may hold the peer as it was before the change.
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        post_with(&door, &served.tokens[1], &send("b"), &headers).await
+    });
+    assert_eq!(trusted, 200);
+    let spans = runtime
+        .block_on(receiver.spans_when(|spans| !server_spans(spans, "SendMessage").is_empty()));
+    let calls = server_spans(&spans, "SendMessage");
+    assert_eq!(
+        calls.len(),
+        1,
+        "only the trusted peer's call is sampled: {calls:#?}"
+    );
+    let call = calls[0];
+    assert_eq!(call["trace_id"], PARTNER_TRACE);
+    assert_eq!(call["parent_span_id"], PARTNER_SPAN);
+    let text = serde_json::to_string(&spans).unwrap();
+    assert!(!text.contains("secret=1"), "baggage reached a span");
+
+    // Every call sampled: the untrusted partner's call is a trace of its own, linked.
+    let receiver = OtlpReceiver::start(false);
+    let vars = exporting(&receiver);
+    let served = ServedPolicy::start(&PolicyEdit::default(), &["partner"], &env_of(&vars));
+    let door = served.server.door();
+    let status = runtime.block_on(post_with(&door, &served.tokens[0], &send("c"), &headers));
+    assert_eq!(status, 200);
+    let spans = runtime
+        .block_on(receiver.spans_when(|spans| !server_spans(spans, "SendMessage").is_empty()));
+    let call = server_spans(&spans, "SendMessage")[0];
+    assert_ne!(call["trace_id"], PARTNER_TRACE, "{call}");
+    assert!(
+        call["parent_span_id"].as_str().is_none_or(str::is_empty),
+        "{call}"
+    );
+    assert_eq!(call["links"][0]["trace_id"], PARTNER_TRACE, "{call}");
+    assert_eq!(call["links"][0]["span_id"], PARTNER_SPAN, "{call}");
+    // Its children: the store's writes and the model's call, in peergate's trace.
+    let children: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["parent_span_id"] == call["span_id"])
+        .collect();
+    assert!(
+        children.iter().any(|s| s["name"] == "peergate.store.write"),
+        "{children:#?}"
+    );
+
+    // With partner_context = "drop", not even a link.
+    let receiver = OtlpReceiver::start(false);
+    let vars = exporting(&receiver);
+    let policy = PolicyEdit::default().set("telemetry.partner_context", "drop");
+    let served = ServedPolicy::start(&policy, &["partner"], &env_of(&vars));
+    let status = runtime.block_on(post_with(
+        &served.server.door(),
+        &served.tokens[0],
+        &send("d"),
+        &headers,
+    ));
+    assert_eq!(status, 200);
+    let spans = runtime
+        .block_on(receiver.spans_when(|spans| !server_spans(spans, "SendMessage").is_empty()));
+    let call = server_spans(&spans, "SendMessage")[0];
+    assert!(call["links"].as_array().is_none_or(Vec::is_empty), "{call}");
+}
+
+#[tokio::test]
+async fn a_model_api_is_sent_no_trace_context_unless_the_policy_says_so() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let receiver = OtlpReceiver::start(false);
+    let vars = exporting(&receiver);
+    let policy = PolicyEdit::default().openai(&model.base_url, "test-model");
+    let served = ServedPolicy::start(&policy, &["alice"], &env_of(&vars));
+    let status = post_with(&served.server.door(), &served.tokens[0], &send("hi"), &[]).await;
+    assert_eq!(status, 200);
+    assert!(
+        model
+            .headers()
+            .iter()
+            .all(|h| h.get("traceparent").is_none()),
+        "a hosted model's API learned the trace"
+    );
+    // The model's call is a GenAI client span, with its tokens.
+    let spans = receiver
+        .spans_when(|spans| spans.iter().any(|s| s["name"] == "chat test-model"))
+        .await;
+    let chat = spans
+        .iter()
+        .find(|s| s["name"] == "chat test-model")
+        .unwrap();
+    assert_eq!(chat["kind"], "SPAN_KIND_CLIENT");
+    assert_eq!(attribute(chat, "gen_ai.operation.name"), "chat");
+    assert_eq!(attribute(chat, "gen_ai.request.model"), "test-model");
+    assert!(
+        attribute(chat, "gen_ai.usage.output_tokens")
+            .as_i64()
+            .is_some(),
+        "{chat}"
+    );
+    assert!(
+        attribute(chat, "gen_ai.input.messages").is_null(),
+        "no prompt text by default"
+    );
+
+    let policy = policy.insert("model.openai.trace_context", true);
+    let served = ServedPolicy::start(&policy, &["alice"], &env_of(&vars));
+    let before = model.headers().len();
+    let status = post_with(&served.server.door(), &served.tokens[0], &send("hi"), &[]).await;
+    assert_eq!(status, 200);
+    let sent = &model.headers()[before..];
+    assert!(
+        sent.iter().any(|h| h.get("traceparent").is_some()),
+        "switched on, the context goes along"
+    );
+}
+
+#[test]
+fn one_trace_runs_through_the_gateway_into_the_python_sdk_agent_behind_it() {
+    let receiver = OtlpReceiver::start(false);
+    let agent = UpstreamAgent::start_traced(&receiver.endpoint);
+    let vars = exporting(&receiver);
+    let mut env = env_of(&vars);
+    env.push((UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN));
+    let served = ServedPolicy::start(&agent.policy(), &["alice"], &env);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let status = runtime.block_on(post_with(
+        &served.server.door(),
+        &served.tokens[0],
+        &send("hello"),
+        &[],
+    ));
+    assert_eq!(status, 200);
+    let of = |service: &'static str| move |s: &&Value| s["resource"]["service.name"] == service;
+    let spans = runtime.block_on(receiver.spans_when(|spans| {
+        spans.iter().any(|s| of("upstream-agent")(&s))
+            && server_spans(spans, "SendMessage")
+                .iter()
+                .any(of("edge-under-test"))
+    }));
+    let names: Vec<String> = spans
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} {}",
+                s["resource"]["service.name"], s["kind"], s["name"]
+            )
+        })
+        .collect();
+    let call = server_spans(&spans, "SendMessage")
+        .into_iter()
+        .find(of("edge-under-test"))
+        .unwrap_or_else(|| {
+            panic!(
+                "the gateway's call: {names:#?}\n{}",
+                served.server.log_text()
+            )
+        });
+    let relay = spans
+        .iter()
+        .find(|s| s["kind"] == "SPAN_KIND_CLIENT" && s["parent_span_id"] == call["span_id"])
+        .expect("the gateway's call to the agent");
+    // The agent's card, read at start-up, is a trace of its own; what the message set off in
+    // the agent (its server span, the SDK's request handler) is in the call's.
+    let agent_spans: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["resource"]["service.name"] == "upstream-agent")
+        .filter(|s| {
+            !s["name"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("agent-card")
+        })
+        .collect();
+    assert!(
+        agent_spans.iter().any(|s| s["name"]
+            .as_str()
+            .is_some_and(|name| name.starts_with("a2a.server"))),
+        "the SDK's own spans: {agent_spans:#?}"
+    );
+    assert!(
+        agent_spans
+            .iter()
+            .all(|s| s["trace_id"] == call["trace_id"]),
+        "the agent's spans are in the call's trace: {agent_spans:#?}"
+    );
+    assert!(
+        agent_spans
+            .iter()
+            .any(|s| s["kind"] == "SPAN_KIND_SERVER" && s["parent_span_id"] == relay["span_id"]),
+        "the agent's server span is the relay's child: {agent_spans:#?}"
+    );
+}
+
+#[tokio::test]
+async fn an_exporter_that_is_down_or_hangs_changes_no_answer_and_says_so_once() {
+    for hang in [false, true] {
+        let receiver = OtlpReceiver::start(hang);
+        // Down: a port nobody listens on. Hanging: a receiver that never answers.
+        let endpoint = match hang {
+            true => receiver.endpoint.clone(),
+            false => "http://127.0.0.1:9".to_owned(),
+        };
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "300"),
+        ];
+        let served = ServedPolicy::start(&PolicyEdit::default(), &["alice"], &vars);
+        for i in 0..6 {
+            let answer = send_text(
+                &served.server.door(),
+                &served.tokens[0],
+                &format!("m{i}"),
+                None,
+            )
+            .await;
+            assert_eq!(
+                task_of(&answer)["status"]["state"],
+                "TASK_STATE_COMPLETED",
+                "{answer}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        }
+        let log = served.server.log_with("spans cannot be exported");
+        assert_eq!(
+            log.matches("spans cannot be exported").count(),
+            1,
+            "said once, not per span or batch: {log}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_the_sdk_disabled_nothing_is_exported() {
+    let receiver = OtlpReceiver::start(false);
+    let vars = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
+        ("OTEL_SDK_DISABLED", "true"),
+    ];
+    let served = ServedPolicy::start(&PolicyEdit::default(), &["alice"], &vars);
+    let answer = send_text(&served.server.door(), &served.tokens[0], "hi", None).await;
+    assert_eq!(task_of(&answer)["status"]["state"], "TASK_STATE_COMPLETED");
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(receiver.spans().await.is_empty());
+}
+
+#[test]
+fn a_setting_peergate_would_not_honour_stops_start_up_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = cli_with_env(
+        dir.path(),
+        &["serve", "--data", dir.path().join("data").to_str().unwrap()],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+            ("OTEL_TRACES_SAMPLER", "xray"),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("OTEL_TRACES_SAMPLER"), "{stderr}");
+}
