@@ -21,24 +21,12 @@ pub fn cli(args: &[&str]) -> (i32, String, String) {
 
 /// Runs the CLI in `cwd`.
 pub fn cli_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
-    // Nothing kept by one run (a key set, a token) is read by another test's.
-    let cache = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args(args)
-        .current_dir(cwd)
-        .env("XDG_CACHE_HOME", cache.path())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run peergate");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    cli_with_env(cwd, args, &[])
 }
 
 /// Runs the CLI in `cwd` with `env` in its environment.
 pub fn cli_with_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    // Nothing kept by one run (a key set, a token) is read by another test's.
     let cache = tempfile::tempdir().unwrap();
     let out = Command::new(bin())
         .args(args)
