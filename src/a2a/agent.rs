@@ -384,7 +384,7 @@ fn checked_history_length(n: i64, field: &str) -> Result<usize, A2aError> {
 
 /// The store could not take the task before the model call: logged under a request id.
 fn store_unavailable(error: impl std::fmt::Display) -> A2aError {
-    let request_id = uuid::Uuid::new_v4().to_string();
+    let request_id = crate::protocol::request_id::RequestId::current_or_new();
     tracing::error!(request_id = %request_id, error = %error, "cannot record a task; the model was not asked");
     A2aError::StoreUnavailable { request_id }
 }

@@ -27,6 +27,7 @@ use crate::guard::refusal::Refusal;
 use crate::protocol::call::{A2aCall, Binding, CallOutcome, CallRecord, CallSeen};
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
+use crate::protocol::types::TaskState;
 use std::sync::Arc;
 
 /// The service every binding calls, with the stages every call passes.
@@ -98,10 +99,16 @@ impl Pipeline {
             Err((outcome, refused)) => (outcome, Err(refused)),
         };
         let answered_task = answer.as_ref().ok().and_then(A2aResponse::task_seen);
+        let mut outcome = outcome;
         if let Some((context, state)) = answered_task {
             let seen = seen.get_or_insert_default();
             seen.context = Some(context.into());
             seen.state = Some(state);
+            // A task answered as failed (the backend gave no answer, the agent failed it) is a
+            // failure, however plain its 200.
+            if state == TaskState::Failed && method_ran_a_turn(call.method) {
+                outcome = CallOutcome::Failed;
+            }
         }
         let task = answer.as_ref().ok().and_then(A2aResponse::task_id);
         Called {
@@ -236,11 +243,11 @@ impl Pipeline {
     async fn run(&self, caller: Caller, request: A2aRequest) -> Ended {
         let service = self.service.clone();
         let admission = caller.admission.clone();
-        let ran = tokio::spawn(async move { request.run(service.as_ref(), &caller).await })
-            .await
-            .unwrap_or_else(
-                |_| Err(A2aError::internal(&"a panic", "an operation panicked").into()),
-            );
+        let ran = crate::protocol::request_id::RequestId::spawn(async move {
+            request.run(service.as_ref(), &caller).await
+        })
+        .await
+        .unwrap_or_else(|_| Err(A2aError::internal(&"a panic", "an operation panicked").into()));
         // A turn settles the admission inside the service, which speaks the protocol's
         // errors only: the limit that refused is the guard's to answer, with its headers.
         if let Err(CallRefused::Protocol(A2aError::RateLimited { .. })) = &ran
@@ -299,4 +306,10 @@ impl EventTap for Tap {
         }
         event
     }
+}
+
+/// Whether `method`'s answer is the task a turn just ended (a read of a failed task is not a
+/// failure of the read).
+fn method_ran_a_turn(method: Method) -> bool {
+    matches!(method, Method::SendMessage | Method::SendStreamingMessage)
 }

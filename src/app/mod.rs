@@ -190,31 +190,15 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     store.claim_for_serving(sharing.serving).await?;
     sharing.begin().await?;
     let listeners = Listeners::bind(&options, grpc_bound).await?;
-    let door_url = card::door_url(policy, listeners.local_addr);
-    let identity_providers = identity_providers(policy, &options.clock)?;
-    let documents = published_documents(
-        &options,
-        &store,
-        &listeners,
-        &door_url,
-        &identity_providers,
-        backend.description(),
-    )
-    .await?;
-    log_opened(&options, &store, backend.as_ref());
+    let (door_url, identity_providers, documents) =
+        documents(&options, &store, &listeners, backend.as_ref()).await?;
 
     let (observers, telemetry) = observers(&options)?;
+    let metrics = &observers.metrics;
     let budgets = budgets(&options, &store, &sharing);
-    let push = push_notifications(&options, &store, sharing.serving, &observers.metrics)?;
+    let push = push_notifications(&options, &store, sharing.serving, metrics)?;
     let shared = (&sharing, &documents, push.as_ref());
-    let agent = agent(
-        &options,
-        &store,
-        backend,
-        (&budgets, &observers.metrics),
-        shared,
-    )
-    .await?;
+    let agent = agent(&options, &store, backend, (&budgets, metrics), shared).await?;
     let (guards, known_ids, announcements) =
         door_guards(&options, &store, &sharing.limits, identity_providers).await?;
     let authenticator = guards.authenticator.clone();
@@ -231,7 +215,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         &options,
         &store,
         &sharing,
-        (&authenticator, &budgets, &observers.metrics),
+        (&authenticator, &budgets, metrics),
         readiness,
         (known_ids, announcements),
     )?;
@@ -241,7 +225,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let (shutdown_tx, serving, admin_serving, grpc_serving) = listeners.serve(
         policy,
         (router, admin_router, grpc_router),
-        (&observers.metrics, scrape_token(policy)?),
+        (metrics, scrape_token(policy)?),
     );
     let housekeeping = (&store, sharing.registry());
     let kept = sharing.keep(&options, agent.clone());
@@ -249,8 +233,11 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let sweeper = spawn_housekeeping(&options, housekeeping, caches, &agent, documents.refresh);
     // Started once the interrupted tasks are failed, so their last states are queued too.
     let deliveries = push.map(deliver_pushes).transpose()?;
-    let addresses = (local_addr, admin_addr, grpc_addr);
-    announce_listeners(addresses, &door_url, policy.server.tls.is_some());
+    announce_listeners(
+        (local_addr, admin_addr, grpc_addr),
+        &door_url,
+        policy.server.tls.is_some(),
+    );
     Ok(RunningGateway {
         local_addr,
         door_url,
@@ -293,6 +280,36 @@ fn observers(
 /// The loop delivering push notifications.
 fn deliver_pushes(push: Arc<crate::push::Push>) -> Result<tokio::task::JoinHandle<()>, StartError> {
     crate::push::deliver::spawn(push).map_err(|e| config(&e))
+}
+
+/// The door's URL, the identity providers and the documents the gateway publishes, once the
+/// listeners are bound; what start-up opened is logged then.
+async fn documents(
+    options: &GatewayOptions,
+    store: &Store,
+    listeners: &Listeners,
+    backend: &dyn crate::backend::ModelBackend,
+) -> Result<
+    (
+        String,
+        Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+        Documents,
+    ),
+    StartError,
+> {
+    let door_url = card::door_url(&options.policy, listeners.local_addr);
+    let identity_providers = identity_providers(&options.policy, &options.clock)?;
+    let documents = published_documents(
+        options,
+        store,
+        listeners,
+        &door_url,
+        &identity_providers,
+        backend.description(),
+    )
+    .await?;
+    log_opened(options, store, backend);
+    Ok((door_url, identity_providers, documents))
 }
 
 /// The documents the gateway publishes (its cards, with the issuers and client CA they name).

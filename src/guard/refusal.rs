@@ -129,7 +129,7 @@ pub enum Refusal {
 impl Refusal {
     /// An internal failure: logs `detail` under a new request id, which the answer names.
     pub fn internal(detail: &dyn std::fmt::Display, context: &'static str) -> Self {
-        let request_id = uuid::Uuid::new_v4().to_string();
+        let request_id = crate::protocol::request_id::RequestId::current_or_new();
         tracing::error!(request_id = %request_id, error = %detail, "{context}");
         Self::Internal { request_id }
     }

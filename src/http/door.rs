@@ -182,8 +182,8 @@ pub(crate) struct Observers {
 }
 
 /// A listener's routes, with what every request passes on its way out: a caught panic, the
-/// metrics, the access log when the policy keeps one, and outermost the request's span when
-/// traces are exported (so it covers the whole answer, refusals included).
+/// metrics, the access log when the policy keeps one, the request's span when traces are
+/// exported (so it covers the whole answer, refusals included), and outermost its id.
 pub(crate) fn observed(
     routes: Router,
     policy: &Policy,
@@ -200,6 +200,7 @@ pub(crate) fn observed(
             crate::layers::access_log::AccessLogLayer::new(a2a_path)
         })))
         .layer(tower::util::option_layer(traced))
+        .layer(crate::layers::request_id::RequestIdLayer)
 }
 
 impl axum::extract::FromRef<DoorState> for crate::http::rest::RestState {

@@ -29,6 +29,7 @@
 
 use crate::guard::refusal::{LoggedRequestId, RefusalReason};
 use crate::protocol::call::{CallRecord, JsonRpcErrorCode};
+use crate::protocol::request_id::{PartnerRequestId, RequestId};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Extensions, Request};
@@ -49,6 +50,7 @@ pub struct AccessNote {
     peer: OnceLock<Box<str>>,
     peer_name: OnceLock<Box<str>>,
     unread_parts: OnceLock<Box<str>>,
+    agent_task: OnceLock<Box<str>>,
 }
 
 impl AccessNote {
@@ -62,6 +64,13 @@ impl AccessNote {
         if !listed.is_empty() {
             let _ = self.unread_parts.set(listed.join(",").into());
         }
+    }
+}
+
+impl AccessNote {
+    /// Notes the agent's own id of the task, in front of an agent.
+    pub fn agent_task(&self, id: &str) {
+        let _ = self.agent_task.set(id.into());
     }
 }
 
@@ -138,6 +147,14 @@ where
             started: Instant::now(),
             note,
             socket,
+            partner_request_id: request
+                .extensions()
+                .get::<PartnerRequestId>()
+                .map(|id| id.0.clone()),
+            request_id: request
+                .extensions()
+                .get::<RequestId>()
+                .map(|id| id.0.clone()),
             method: request.method().clone(),
             route: crate::layers::metrics::route_label(&self.door_path, request.uri().path()),
         };
@@ -153,6 +170,10 @@ struct Seen {
     started: Instant,
     note: Arc<AccessNote>,
     socket: Option<IpAddr>,
+    /// The partner's own `X-Request-Id`, when it sent an id-like one.
+    partner_request_id: Option<Arc<str>>,
+    /// The request's id, as its answer's `X-Request-Id` names it.
+    request_id: Option<Arc<str>>,
     method: axum::http::Method,
     route: &'static str,
 }
@@ -160,14 +181,19 @@ struct Seen {
 impl Seen {
     fn log(self, response: &Response) {
         let client = self.note.client.get().copied().or(self.socket);
-        // An internal error was logged, and answered, under its own id: the same here.
-        let request_id = response
-            .extensions()
-            .get::<LoggedRequestId>()
-            .map_or_else(|| uuid::Uuid::new_v4().to_string(), |id| id.0.clone());
+        // The request's id, which an internal error was logged and answered under too.
+        let request_id = match (
+            response.extensions().get::<LoggedRequestId>(),
+            &self.request_id,
+        ) {
+            (Some(logged), _) => logged.0.clone(),
+            (None, Some(id)) => id.to_string(),
+            (None, None) => uuid::Uuid::new_v4().to_string(),
+        };
         // The operation as the binding's handler named it, whatever the path.
         let record = response.extensions().get::<CallRecord>();
         let call = record.map(|record| record.call);
+        let seen = record.and_then(|record| record.seen.as_deref());
         tracing::info!(
             target: "peergate::access",
             request_id = %request_id,
@@ -179,7 +205,11 @@ impl Seen {
             binding = call.map_or("-", |call| call.binding.label()),
             a2a_method = call.map_or("-", |call| call.method.name()),
             task = record.and_then(|record| record.task.as_deref()).unwrap_or("-"),
+            context = seen.and_then(|seen| seen.context.as_deref()).unwrap_or("-"),
+            task_state = seen.and_then(|seen| seen.state).map_or("-", |state| state.as_str()),
+            agent_task = self.note.agent_task.get().map_or("-", |id| &**id),
             outcome = record.map_or("-", |record| record.outcome.label()),
+            partner_request_id = self.partner_request_id.as_deref().unwrap_or("-"),
             status = response.status().as_u16(),
             // A JSON-RPC error is answered with HTTP 200: its code says what went wrong.
             rpc_error = %response

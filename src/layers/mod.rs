@@ -10,4 +10,5 @@ pub mod cross_site;
 pub mod gate;
 pub mod limit;
 pub mod metrics;
+pub mod request_id;
 pub mod trace;

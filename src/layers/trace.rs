@@ -8,8 +8,10 @@
 //!
 //! Absent when nothing is exported: a request then pays nothing for it.
 
-use crate::guard::refusal::{LoggedRequestId, RefusalReason};
+use crate::guard::refusal::RefusalReason;
 use crate::protocol::call::{Binding, CallOutcome, CallRecord, JsonRpcErrorCode};
+use crate::protocol::request_id::{PartnerRequestId, RequestId};
+use crate::protocol::types::TaskState;
 use crate::telemetry::conventions as names;
 use crate::telemetry::{CallSpan, Tracing};
 use axum::body::Body;
@@ -90,26 +92,29 @@ where
             KeyValue::new(names::HTTP_METHOD, request.method().as_str().to_owned()),
             KeyValue::new(names::HTTP_ROUTE, route),
         ]);
+        if let Some(id) = request.extensions().get::<RequestId>() {
+            span.note([KeyValue::new(names::REQUEST_ID, id.0.to_string())]);
+        }
+        if let Some(partner) = request.extensions().get::<PartnerRequestId>() {
+            span.note([KeyValue::new(
+                names::PARTNER_REQUEST_ID,
+                partner.0.to_string(),
+            )]);
+        }
         request.extensions_mut().insert(span.clone());
+        let name = format!("{} {route}", request.method());
         TraceFuture {
             future: self.inner.call(request),
-            seen: Some(Seen {
-                span,
-                method: request_method_name(route),
-            }),
+            seen: Some(Seen { span, name }),
         }
     }
-}
-
-/// The span's name while no A2A operation is known: the route's.
-fn request_method_name(route: &'static str) -> &'static str {
-    route
 }
 
 /// What the layer keeps of a request until its answer.
 struct Seen {
     span: Arc<CallSpan>,
-    method: &'static str,
+    /// The span's name unless the answer names an A2A operation: the HTTP method and route.
+    name: String,
 }
 
 pin_project! {
@@ -170,7 +175,7 @@ impl Ending {
                 call_attributes(record, &mut attributes);
                 record.call.method.name().to_owned()
             }
-            None => seen.method.to_owned(),
+            None => seen.name.clone(),
         };
         let reason = extensions.get::<RefusalReason>().copied();
         let rpc_code = extensions.get::<JsonRpcErrorCode>().map(|code| code.0);
@@ -186,11 +191,15 @@ impl Ending {
         if let Some(reason) = reason {
             attributes.push(KeyValue::new(names::REFUSAL_REASON, reason.label()));
         }
-        if let Some(LoggedRequestId(id)) = extensions.get::<LoggedRequestId>() {
-            attributes.push(KeyValue::new(names::REQUEST_ID, id.clone()));
-        }
-        let error_type = error_type(reason, rpc_code, grpc_code, http);
+        // A turn whose task came back failed (the backend gave no answer): the server's fault.
+        let task_failed = record.is_some_and(|record| {
+            let state = record.seen.as_ref().and_then(|seen| seen.state);
+            record.outcome == CallOutcome::Failed && state == Some(TaskState::Failed)
+        });
+        let error_type = error_type(reason, rpc_code, grpc_code, http)
+            .or_else(|| task_failed.then(|| "task_failed".to_owned()));
         let fault = http >= 500
+            || task_failed
             || rpc_code == Some(-32603)
             || grpc_code.is_some_and(|code| matches!(code, 2 | 4 | 13 | 14 | 15));
         if let Some(error_type) = error_type {

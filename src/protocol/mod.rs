@@ -10,5 +10,6 @@ pub mod grpc_generated;
 pub mod ids;
 pub mod json;
 pub mod jsonrpc;
+pub mod request_id;
 pub mod shown_text;
 pub mod types;

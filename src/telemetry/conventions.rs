@@ -84,8 +84,10 @@ pub const PEER_ID: &str = "peergate.peer.id";
 pub const AUTH_SCHEME: &str = "peergate.auth.scheme";
 /// The refusal's stable reason (`/metrics`'s label).
 pub const REFUSAL_REASON: &str = "peergate.refusal.reason";
-/// The request id the answer's `X-Request-Id` carries.
+/// The request id the answer's `X-Request-Id` carries (peergate's own).
 pub const REQUEST_ID: &str = "peergate.request.id";
+/// The request id the partner sent in its own `X-Request-Id`.
+pub const PARTNER_REQUEST_ID: &str = "peergate.partner.request_id";
 /// Events a stream carried.
 pub const STREAM_EVENTS: &str = "peergate.stream.events";
 /// The event name of a stream's first event.

@@ -18,7 +18,7 @@ pub use settings::{PartnerContext, TelemetrySettings};
 use axum::http::HeaderMap;
 use export::{Destination, SpanLosses};
 use opentelemetry::InstrumentationScope;
-use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 use settings::{Export, ParentlessSampling, Sampling};
@@ -175,7 +175,10 @@ pub fn note_principal(
     continues_trace: bool,
 ) {
     if let Some(span) = extensions.get::<Arc<CallSpan>>() {
-        span.begin(continues_trace);
+        let built = span.begin(continues_trace);
+        // Every log line about the call names its trace (the request's log span).
+        let trace_id = built.span().span_context().trace_id();
+        tracing::Span::current().record("trace_id", tracing::field::display(trace_id));
         span.note([
             opentelemetry::KeyValue::new(conventions::PEER_ID, id.to_owned()),
             opentelemetry::KeyValue::new(conventions::AUTH_SCHEME, scheme),

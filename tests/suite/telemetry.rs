@@ -342,7 +342,11 @@ fn one_trace_runs_through_the_gateway_into_the_python_sdk_agent_behind_it() {
     let vars = exporting(&receiver);
     let mut env = env_of(&vars);
     env.push((UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN));
-    let served = ServedPolicy::start(&agent.policy(), &["alice"], &env);
+    let policy = agent
+        .policy()
+        .set("log.access", true)
+        .set("log.format", "json");
+    let served = ServedPolicy::start(&policy, &["alice"], &env);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let status = runtime.block_on(post_with(
         &served.server.door(),
@@ -410,6 +414,16 @@ fn one_trace_runs_through_the_gateway_into_the_python_sdk_agent_behind_it() {
             .any(|s| s["kind"] == "SPAN_KIND_SERVER" && s["parent_span_id"] == relay["span_id"]),
         "the agent's server span is the relay's child: {agent_spans:#?}"
     );
+    // The agent's own task id, on the call's span and its access line.
+    let agent_task = attribute(call, "peergate.upstream.task.id")
+        .as_str()
+        .unwrap();
+    let lines = json_lines(&served.server, "\"a2a_method\":\"SendMessage\"");
+    let access = lines
+        .iter()
+        .find(|l| l["target"] == "peergate::access" && l["a2a_method"] == "SendMessage")
+        .unwrap();
+    assert_eq!(access["agent_task"], agent_task, "{access}");
 }
 
 #[tokio::test]
@@ -477,4 +491,93 @@ fn a_setting_peergate_would_not_honour_stops_start_up_naming_it() {
     );
     assert_ne!(code, 0);
     assert!(stderr.contains("OTEL_TRACES_SAMPLER"), "{stderr}");
+}
+
+/// The JSON log lines of `server` once `needle` is among them.
+fn json_lines(server: &ServeProcess, needle: &str) -> Vec<Value> {
+    server
+        .log_with(needle)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn one_id_joins_the_answer_its_access_line_its_log_lines_and_its_span() {
+    let model = FakeModel::start(ModelBehaviour::ServerError).await;
+    let receiver = OtlpReceiver::start(false);
+    let vars = exporting(&receiver);
+    let policy = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .set("log.access", true)
+        .set("log.format", "json");
+    let served = ServedPolicy::start(&policy, &["alice"], &env_of(&vars));
+    let response = reqwest::Client::new()
+        .post(served.server.door())
+        .header("content-type", "application/json")
+        .header("a2a-version", "1.0")
+        .header("x-request-id", "partner-req-7")
+        .bearer_auth(&served.tokens[0])
+        .body(send("the model fails").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let ours = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        ours.len(),
+        36,
+        "peergate's own id, not the partner's: {ours}"
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(task_of(&body)["status"]["state"], "TASK_STATE_FAILED");
+    // A refusal carries one too.
+    let refused = reqwest::Client::new()
+        .post(served.server.door())
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    assert!(refused.headers().contains_key("x-request-id"));
+
+    let lines = json_lines(&served.server, "\"a2a_method\":\"SendMessage\"");
+    let access = lines
+        .iter()
+        .find(|l| l["target"] == "peergate::access" && l["a2a_method"] == "SendMessage")
+        .unwrap();
+    assert_eq!(access["request_id"], ours.as_str(), "{access}");
+    assert_eq!(access["partner_request_id"], "partner-req-7", "{access}");
+    // The backend's failure is a failure, however plain the 200.
+    assert_eq!(access["outcome"], "failed", "{access}");
+    assert_eq!(access["task_state"], "TASK_STATE_FAILED", "{access}");
+    assert!(
+        access["context"].as_str().is_some_and(|c| c.len() == 36),
+        "{access}"
+    );
+    // The line that says why names the request and its trace.
+    let why = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"] == "backend gave no answer"
+                || l["message"] == "backend gave no answer"
+        })
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    assert_eq!(why["span"]["request_id"], ours.as_str(), "{why}");
+    let trace_id = why["span"]["trace_id"].as_str().unwrap().to_owned();
+    let spans = receiver
+        .spans_when(|spans| !server_spans(spans, "SendMessage").is_empty())
+        .await;
+    let call = server_spans(&spans, "SendMessage")[0];
+    assert_eq!(call["trace_id"], trace_id.as_str());
+    assert_eq!(attribute(call, "peergate.request.id"), ours.as_str());
+    assert_eq!(
+        attribute(call, "peergate.partner.request_id"),
+        "partner-req-7"
+    );
+    assert_eq!(attribute(call, "error.type"), "task_failed");
+    assert_eq!(call["status"]["code"], "STATUS_CODE_ERROR", "{call}");
 }

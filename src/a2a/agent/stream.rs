@@ -70,7 +70,7 @@ impl Turns {
         let (stream, receiver) = stream_pair(place);
         let turns = self.clone();
         let counted = self.background.turn();
-        tokio::spawn(async move {
+        crate::protocol::request_id::RequestId::spawn(async move {
             turns
                 .stream_turn(
                     planned.turn,

@@ -68,7 +68,7 @@ impl Subscriptions {
             .ok_or_else(|| internal("a new stream has no sender"))?;
         let (subscriptions, peer, task_id) = (self.clone(), peer.clone(), params.id.clone());
         let counted = self.background.turn();
-        tokio::spawn(async move {
+        crate::protocol::request_id::RequestId::spawn(async move {
             stream.send(&StreamResponse::Task(task));
             let ends_at = tokio::time::Instant::now() + subscriptions.longest_stream;
             let mut recheck = (!subscriptions.events.lossless())

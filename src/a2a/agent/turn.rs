@@ -141,7 +141,7 @@ impl Turns {
         // context's turn until its final state is stored.
         let turns = self.clone();
         let counted = self.background.turn();
-        tokio::spawn(async move {
+        crate::protocol::request_id::RequestId::spawn(async move {
             let outcome = turns.run_model(&turn, &prompt, cancel, None).await;
             if let Err(e) = turns.finish(&turn, outcome, Some(unfinished)).await {
                 tracing::warn!(task_id = %turn.task_id, error = ?e, "a non-blocking turn could not store its answer");
@@ -295,6 +295,7 @@ impl Turns {
                     instance: self.ownership.instance().into(),
                     spending: None,
                     trace: caller.trace.clone(),
+                    note: caller.note.clone(),
                 },
                 history_length,
                 return_immediately: configuration.return_immediately.unwrap_or(false),
@@ -326,6 +327,7 @@ impl Turns {
                 instance: self.ownership.instance().into(),
                 spending: None,
                 trace: caller.trace.clone(),
+                note: caller.note.clone(),
             },
             history_length,
             return_immediately: configuration.return_immediately.unwrap_or(false),

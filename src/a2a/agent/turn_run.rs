@@ -274,6 +274,9 @@ impl Turns {
         finished.usage = outcome.usage;
         finished.audit = outcome.audit;
         finished.upstream_task_id = outcome.agent_reply.and_then(|reply| reply.task_id);
+        if let Some(agent_task) = &finished.upstream_task_id {
+            turn.note_agent_task(agent_task);
+        }
         if unfinished.is_none() {
             // Refused before a working state was stored: this is the task's first state.
             finished.push_config = turn.push_config.clone();

@@ -177,6 +177,8 @@ pub(super) struct TurnPlan {
     /// The call's span, when traces are exported: the store's writes and the backend's call
     /// are its children.
     pub(super) trace: Option<Arc<crate::telemetry::CallSpan>>,
+    /// What the access log writes of the request, when it is on.
+    pub(super) note: Option<Arc<crate::layers::access_log::AccessNote>>,
 }
 
 /// What came with a peer's message besides its parts: relayed to an agent as sent; for a
@@ -249,6 +251,20 @@ pub(super) struct ContinuedTask {
 }
 
 impl TurnPlan {
+    /// The agent's own id of this turn's task, for the access log and the call's span.
+    pub(super) fn note_agent_task(&self, agent_task: &str) {
+        if let Some(note) = &self.note {
+            note.agent_task(agent_task);
+        }
+        if let Some(trace) = &self.trace {
+            let id = agent_task.to_owned();
+            trace.note([opentelemetry::KeyValue::new(
+                crate::telemetry::conventions::UPSTREAM_TASK_ID,
+                id,
+            )]);
+        }
+    }
+
     /// A child span of the call's, when traces are exported.
     pub(super) fn child_span(
         &self,

@@ -1,0 +1,129 @@
+//! The one id that joins a request's answer, its access line, its log lines and its span: made
+//! when the request arrives ([`crate::layers::request_id`]), sent back as `X-Request-Id`, and in
+//! scope while the request is served, so an internal error names the same id its answer and its
+//! log line show instead of making one of its own.
+
+use std::sync::Arc;
+
+tokio::task_local! {
+    static CURRENT: RequestId;
+}
+
+/// A request's id: a UUIDv4.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId(pub Arc<str>);
+
+impl RequestId {
+    /// A fresh one.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4().to_string().into())
+    }
+
+    /// The id of the request being served here, when there is one.
+    pub fn current() -> Option<Self> {
+        CURRENT.try_with(Clone::clone).ok()
+    }
+
+    /// The current request's id, or a fresh one outside any request.
+    pub fn current_or_new() -> String {
+        Self::current().map_or_else(|| Self::new().0.to_string(), |id| id.0.to_string())
+    }
+
+    /// `future`, with this id in scope.
+    pub async fn scope<F: std::future::Future>(self, future: F) -> F::Output {
+        CURRENT.scope(self, future).await
+    }
+
+    /// `future` with the current request's id in scope, if any: what a task spawned for the
+    /// request runs, so what it logs names the request.
+    pub fn carry<F: std::future::Future>(
+        future: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        let id = Self::current();
+        async move {
+            match id {
+                Some(id) => id.scope(future).await,
+                None => future.await,
+            }
+        }
+    }
+
+    /// Spawns `future` as a task of the current request: its id in scope, its log lines in the
+    /// request's log span.
+    pub fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        use tracing::Instrument;
+        tokio::spawn(Self::carry(future).in_current_span())
+    }
+
+    /// `future`, with this id in scope, as a named future (for a layer's response future).
+    pub fn scoped<F: std::future::Future>(
+        self,
+        future: F,
+    ) -> tokio::task::futures::TaskLocalFuture<Self, F> {
+        CURRENT.scope(self, future)
+    }
+}
+
+impl Default for RequestId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The request id a partner sent in its own `X-Request-Id`: kept beside peergate's, never taken
+/// as it. Only an id-like text is kept (1 to 128 of letters, digits and `-._:`), so a partner
+/// cannot write into the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartnerRequestId(pub Arc<str>);
+
+impl PartnerRequestId {
+    /// The partner's id from its header's value, when it is id-like.
+    pub fn read(value: &[u8]) -> Option<Self> {
+        let id_like = (1..=128).contains(&value.len())
+            && value
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':'));
+        id_like.then(|| Self(String::from_utf8_lossy(value).into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_id_in_scope_is_the_one_an_error_names() {
+        assert!(RequestId::current().is_none());
+        let id = RequestId::new();
+        let named = id
+            .clone()
+            .scope(async { RequestId::current_or_new() })
+            .await;
+        assert_eq!(named, id.0.as_ref());
+        assert_ne!(RequestId::current_or_new(), id.0.as_ref());
+    }
+
+    #[test]
+    fn only_an_id_like_partner_id_is_kept() {
+        assert!(PartnerRequestId::read(b"req-42:a.b_c").is_some());
+        for bad in [
+            &b""[..],
+            b"two words",
+            b"x\ny",
+            &[b'a'; 129][..],
+            "é".as_bytes(),
+        ] {
+            assert!(PartnerRequestId::read(bad).is_none(), "{bad:?}");
+        }
+    }
+}
