@@ -24,6 +24,7 @@ use crate::a2a::service::{A2aService, Caller};
 use crate::a2a::stages::{CallStages, CallView, Outcome};
 use crate::guard::admission::Admission;
 use crate::guard::refusal::Refusal;
+use crate::layers::metrics::Metrics;
 use crate::protocol::call::{A2aCall, Binding, CallOutcome, CallRecord, CallSeen};
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
@@ -34,6 +35,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Pipeline {
     service: Arc<dyn A2aService>,
+    /// Where a stream's time to its first event is counted.
+    metrics: Option<Arc<Metrics>>,
     /// `None` while no capability has attached a stage; a call then pays nothing for them.
     stages: Option<Arc<dyn CallStages>>,
 }
@@ -61,8 +64,15 @@ impl Pipeline {
     pub fn new(service: Arc<dyn A2aService>) -> Self {
         Self {
             service,
+            metrics: None,
             stages: None,
         }
+    }
+
+    /// The same pipeline, counting each stream's time to its first event in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The same pipeline with `stages`.
@@ -125,15 +135,33 @@ impl Pipeline {
     /// A call with no stage attached: admitted, then run (a stream's events counted on the
     /// call's span when traces are exported).
     async fn plain(&self, caller: Caller, asked: Asked) -> Ended {
+        let started = std::time::Instant::now();
         let request = self.admit(&caller, asked).await.map_err(refused)?;
         let trace = caller.trace.clone();
         let ran = self.run(caller, request).await;
-        match (ran, trace) {
-            (Ok(A2aResponse::Events(events)), Some(trace)) => {
-                Ok(A2aResponse::Events(events.tapped(Arc::new(Counted(trace)))))
+        match (ran, self.watched(started, trace)) {
+            (Ok(A2aResponse::Events(events)), Some(watched)) => {
+                Ok(A2aResponse::Events(events.tapped(Arc::new(watched))))
             }
             (ran, _) => ran,
         }
+    }
+
+    /// What watches a stream's events, when anything does: its span counts them, the metrics
+    /// count the time to the first.
+    fn watched(
+        &self,
+        started: std::time::Instant,
+        trace: Option<Arc<crate::telemetry::CallSpan>>,
+    ) -> Option<Watched> {
+        if trace.is_none() && self.metrics.is_none() {
+            return None;
+        }
+        Some(Watched {
+            trace,
+            first: self.metrics.clone().map(|metrics| (started, metrics)),
+            seen: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// A call through the stages, *observe* last.
@@ -276,12 +304,24 @@ pub struct Called {
     pub answer: Result<A2aResponse, CallRefused>,
 }
 
-/// A stream's events counted on the call's span as the binding reads them.
-struct Counted(Arc<crate::telemetry::CallSpan>);
+/// A stream's events, as the binding reads them: counted on the call's span, the first one's
+/// time counted in the metrics.
+struct Watched {
+    trace: Option<Arc<crate::telemetry::CallSpan>>,
+    first: Option<(std::time::Instant, Arc<Metrics>)>,
+    seen: std::sync::atomic::AtomicBool,
+}
 
-impl EventTap for Counted {
+impl EventTap for Watched {
     fn event(&self, event: StreamEvent) -> StreamEvent {
-        self.0.stream_event();
+        if let Some(trace) = &self.trace {
+            trace.stream_event();
+        }
+        if let Some((started, metrics)) = &self.first
+            && !self.seen.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            metrics.calls().first_event(started.elapsed());
+        }
         event
     }
 }

@@ -513,7 +513,7 @@ fn a2a_routers(
     ));
     readiness.probe_in_background();
     // Every binding calls the agent through the one pipeline.
-    let pipeline = Pipeline::new(Arc::new(agent.clone()));
+    let pipeline = Pipeline::new(Arc::new(agent.clone())).with_metrics(observers.metrics.clone());
     let state = door_state(policy, pipeline.clone(), documents, readiness.clone());
     let router = door_router(policy, state, guards, observers.clone());
     let grpc = grpc_router(policy, pipeline, &readiness, guards, observers);

@@ -55,6 +55,9 @@ pub enum CallOutcome {
 }
 
 impl CallOutcome {
+    /// Every outcome, in declaration order: `ALL[o as usize] == o`.
+    pub const ALL: [Self; 4] = [Self::Answered, Self::Streaming, Self::Refused, Self::Failed];
+
     /// The label the access log shows.
     pub fn label(self) -> &'static str {
         match self {
@@ -98,6 +101,7 @@ pub struct CallSeen {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JsonRpcErrorCode(pub i64);
 
-// A binding or method added without its place in `ALL` fails to compile here.
+// A binding, method or outcome added without its place in `ALL` fails to compile here.
+const _: () = assert!(CallOutcome::Failed as usize + 1 == CallOutcome::ALL.len());
 const _: () = assert!(Binding::Grpc as usize + 1 == Binding::ALL.len());
 const _: () = assert!(Method::GetExtendedAgentCard as usize + 1 == Method::ALL.len());

@@ -581,3 +581,37 @@ async fn one_id_joins_the_answer_its_access_line_its_log_lines_and_its_span() {
     assert_eq!(attribute(call, "error.type"), "task_failed");
     assert_eq!(call["status"]["code"], "STATUS_CODE_ERROR", "{call}");
 }
+
+#[tokio::test]
+async fn the_semantic_conventions_series_count_calls_model_calls_tokens_and_first_events() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let policy = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .set("capabilities.streaming", true)
+        .policy();
+    let gw = TestGateway::start_with(policy).await;
+    let (code, _, stderr) = gw.cli_with_stdin(&["admin", "add", "ada"], "ada's admin password 1\n");
+    assert_eq!(code, 0, "{stderr}");
+    let token = gw.add_peer("alice");
+    let door = format!("http://{}/a2a/v1", gw.addr);
+    assert_eq!(post_with(&door, &token, &send("hi"), &[]).await, 200);
+    let get = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "none"}});
+    assert_eq!(post_with(&door, &token, &get, &[]).await, 200);
+    let stream = json!({"jsonrpc": "2.0", "id": 4, "method": "SendStreamingMessage",
+        "params": {"message": {"messageId": "m-stream", "role": "ROLE_USER", "parts": [{"text": "s"}]}}});
+    let mut response = open_stream(&door, &token, &stream).await;
+    read_until(&mut response, "TASK_STATE_COMPLETED").await;
+    let metrics = gw.metrics_as("ada", "ada's admin password 1").await;
+    for needle in [
+        r#"rpc_server_call_duration_seconds_count{a2a_protocol_binding="jsonrpc",rpc_method="lf.a2a.v1.A2AService/SendMessage",outcome="answered"} 1"#,
+        r#"rpc_server_call_duration_seconds_count{a2a_protocol_binding="jsonrpc",rpc_method="lf.a2a.v1.A2AService/GetTask",outcome="failed"} 1"#,
+        r#"rpc_server_call_duration_seconds_count{a2a_protocol_binding="jsonrpc",rpc_method="lf.a2a.v1.A2AService/SendStreamingMessage",outcome="streaming"} 1"#,
+        r#"gen_ai_client_operation_duration_seconds_count{gen_ai_operation_name="chat"} 2"#,
+        r#"gen_ai_client_token_usage_count{gen_ai_operation_name="chat",gen_ai_token_type="output"} 2"#,
+        r#"a2a_server_stream_time_to_first_event_seconds_count 1"#,
+    ] {
+        assert!(metrics.contains(needle), "{needle}\n{metrics}");
+    }
+    // No peer, no secret, no text in a label.
+    assert!(!metrics.contains("alice") && !metrics.contains(&token));
+}

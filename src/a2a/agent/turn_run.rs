@@ -9,6 +9,7 @@ use super::turn_task::{Outcome, TurnPlan};
 use super::{internal, store_unavailable};
 use crate::backend::{BackendError, Prompt};
 use crate::layers::metrics::FinalState;
+use crate::layers::metrics::GenAiOperation;
 use crate::protocol::error::A2aError;
 use crate::protocol::types::{self as a2a, TaskState};
 use crate::store::{ConversationMessage, ConversationRole};
@@ -116,7 +117,20 @@ impl Turns {
                 Ok(()) = canceled => None,
             },
         };
-        self.metrics.backend_latency(started.elapsed());
+        let took = started.elapsed();
+        self.metrics.backend_latency(took);
+        let operation = match self.backend.what() {
+            "agent" => GenAiOperation::InvokeAgent,
+            _ => GenAiOperation::Chat,
+        };
+        let tokens = match &answer {
+            Some(Ok(Ok(completion))) => Some((
+                completion.usage.prompt_tokens,
+                completion.usage.completion_tokens,
+            )),
+            _ => None,
+        };
+        self.metrics.calls().operation(operation, took, tokens);
         if let Some(span) = &prompt.trace {
             finish_backend_span(span, turn, answer.as_ref());
         }

@@ -25,6 +25,11 @@
 //! # });
 //! ```
 
+mod calls;
+mod histogram;
+
+pub use calls::{CallMetrics, GenAiOperation};
+
 use crate::guard::refusal::RefusalReason;
 use crate::protocol::call::{A2aCall, Binding, CallRecord};
 use crate::protocol::jsonrpc::Method;
@@ -118,6 +123,8 @@ pub struct Metrics {
     connections_refused: AtomicU64,
     /// What became of the spans, when traces are exported.
     spans: std::sync::OnceLock<Arc<crate::telemetry::export::SpanLosses>>,
+    /// The series the semantic conventions name.
+    calls: CallMetrics,
 }
 
 impl Default for Metrics {
@@ -133,6 +140,7 @@ impl Default for Metrics {
             latency_sum_micros: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             spans: std::sync::OnceLock::new(),
+            calls: CallMetrics::default(),
             parts: std::array::from_fn(|_| std::sync::atomic::AtomicU8::new(PART_UNSEEN)),
         }
     }
@@ -262,7 +270,13 @@ impl Metrics {
             load(&self.connections_refused)
         );
         self.write_spans(&mut out);
+        self.calls.write(&mut out);
         out
+    }
+
+    /// The series the semantic conventions name.
+    pub fn calls(&self) -> &CallMetrics {
+        &self.calls
     }
 
     /// Counts what becomes of the spans `losses` tracks (once, when traces are exported).
@@ -416,6 +430,7 @@ where
         MetricsFuture {
             route: self.layer.route(request.uri().path()),
             metrics: self.layer.metrics.clone(),
+            started: std::time::Instant::now(),
             inner: self.inner.call(request),
         }
     }
@@ -429,6 +444,7 @@ pin_project_lite::pin_project! {
         inner: F,
         metrics: Arc<Metrics>,
         route: usize,
+        started: std::time::Instant,
     }
 }
 
@@ -455,10 +471,11 @@ where
             reason,
             Some(RefusalReason::VersionNotSupported | RefusalReason::ExtensionRequired)
         );
-        if let Some(record) = response.extensions().get::<CallRecord>()
-            && !protocol_refused
-        {
-            this.metrics.a2a_call(record.call);
+        if let Some(record) = response.extensions().get::<CallRecord>() {
+            this.metrics.calls.call(record, this.started.elapsed());
+            if !protocol_refused {
+                this.metrics.a2a_call(record.call);
+            }
         }
         Poll::Ready(Ok(response))
     }
