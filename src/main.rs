@@ -53,11 +53,20 @@ fn main() -> ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter);
+    // Every line written while a request is served names it (and its trace).
+    use peergate::telemetry::logs::WithRequest;
+    use tracing_subscriber::fmt::format;
     match cli.log_format() {
-        peergate::config::LogFormat::Json => logs.json().flatten_event(true).init(),
-        peergate::config::LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        peergate::config::LogFormat::Json => logs
+            .json()
+            .event_format(WithRequest::new(format().json().flatten_event(true), true))
             .init(),
+        peergate::config::LogFormat::Text => {
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            logs.with_ansi(ansi)
+                .event_format(WithRequest::new(format().with_ansi(ansi), false))
+                .init()
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

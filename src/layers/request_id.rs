@@ -1,20 +1,19 @@
 //! The request id, outermost on every listener that answers partners: a fresh id per request
 //! (a partner's own `X-Request-Id` is kept beside it, never taken as it), in scope while the
-//! request is served, on every log line about it (the `request` log span, with the trace id once
-//! the call's span is built), and sent back as `X-Request-Id` on every answer, refusals
-//! included.
+//! request is served, on every log line about it (with the trace id once the call's span is
+//! built), and sent back as `X-Request-Id` on every answer, refusals included. The log lines name it through the formatter ([`crate::telemetry::logs`]), which
+//! reads it from the task, so a request pays for no log span of its own.
 
 use crate::guard::refusal::LoggedRequestId;
-use crate::protocol::request_id::{PartnerRequestId, RequestId};
+use crate::protocol::request_id::{PartnerRequestId, RequestId, Scope};
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use tower::{Layer, Service};
-use tracing::Instrument;
-use tracing::instrument::Instrumented;
 
 /// `X-Request-Id`.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -59,13 +58,8 @@ where
             request.extensions_mut().insert(partner);
         }
         request.extensions_mut().insert(id.clone());
-        let span = tracing::info_span!(
-            "request",
-            request_id = %id,
-            trace_id = tracing::field::Empty
-        );
         RequestIdFuture {
-            future: id.clone().scoped(self.inner.call(request)).instrument(span),
+            future: id.clone().scoped(|| self.inner.call(request)),
             id: Some(id),
         }
     }
@@ -75,7 +69,7 @@ pin_project! {
     /// The response future of [`RequestIdService`].
     pub struct RequestIdFuture<F> {
         #[pin]
-        future: Instrumented<tokio::task::futures::TaskLocalFuture<RequestId, F>>,
+        future: tokio::task::futures::TaskLocalFuture<Arc<Scope>, F>,
         id: Option<RequestId>,
     }
 }

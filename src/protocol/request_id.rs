@@ -6,7 +6,26 @@
 use std::sync::Arc;
 
 tokio::task_local! {
-    static CURRENT: RequestId;
+    static CURRENT: Arc<Scope>;
+}
+
+/// What is in scope while a request is served: its id, and its trace id once its span is built.
+#[derive(Debug)]
+pub struct Scope {
+    id: RequestId,
+    trace_id: std::sync::OnceLock<Box<str>>,
+}
+
+impl Scope {
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        &self.id
+    }
+
+    /// Its trace id, once its span is built.
+    pub fn trace_id(&self) -> Option<&str> {
+        self.trace_id.get().map(|id| &**id)
+    }
 }
 
 /// A request's id: a UUIDv4.
@@ -21,7 +40,18 @@ impl RequestId {
 
     /// The id of the request being served here, when there is one.
     pub fn current() -> Option<Self> {
+        CURRENT.try_with(|scope| scope.id.clone()).ok()
+    }
+
+    /// What is in scope for the request being served here, when there is one (what a log line
+    /// names).
+    pub fn scope_here() -> Option<Arc<Scope>> {
         CURRENT.try_with(Clone::clone).ok()
+    }
+
+    /// Notes the trace id of the request being served here, once its span is built.
+    pub fn note_trace_id(trace_id: impl std::fmt::Display) {
+        let _ = CURRENT.try_with(|scope| scope.trace_id.set(trace_id.to_string().into()));
     }
 
     /// The current request's id, or a fresh one outside any request.
@@ -31,7 +61,7 @@ impl RequestId {
 
     /// `future`, with this id in scope.
     pub async fn scope<F: std::future::Future>(self, future: F) -> F::Output {
-        CURRENT.scope(self, future).await
+        self.scoped(|| future).await
     }
 
     /// `future` with the current request's id in scope, if any: what a task spawned for the
@@ -39,32 +69,38 @@ impl RequestId {
     pub fn carry<F: std::future::Future>(
         future: F,
     ) -> impl std::future::Future<Output = F::Output> {
-        let id = Self::current();
+        let scope = Self::scope_here();
         async move {
-            match id {
-                Some(id) => id.scope(future).await,
+            match scope {
+                Some(scope) => CURRENT.scope(scope, future).await,
                 None => future.await,
             }
         }
     }
 
-    /// Spawns `future` as a task of the current request: its id in scope, its log lines in the
-    /// request's log span.
+    /// Spawns `future` as a task of the current request: its id in scope, so its log lines
+    /// name the request.
     pub fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        use tracing::Instrument;
-        tokio::spawn(Self::carry(future).in_current_span())
+        tokio::spawn(Self::carry(future))
     }
 
-    /// `future`, with this id in scope, as a named future (for a layer's response future).
+    /// The future `call` makes, with this id in scope both while `call` runs (a layer may
+    /// decide at once) and while the future is polled: a named future, for a layer's response
+    /// future.
     pub fn scoped<F: std::future::Future>(
         self,
-        future: F,
-    ) -> tokio::task::futures::TaskLocalFuture<Self, F> {
-        CURRENT.scope(self, future)
+        call: impl FnOnce() -> F,
+    ) -> tokio::task::futures::TaskLocalFuture<Arc<Scope>, F> {
+        let scope = Arc::new(Scope {
+            id: self,
+            trace_id: std::sync::OnceLock::new(),
+        });
+        let future = CURRENT.sync_scope(scope.clone(), call);
+        CURRENT.scope(scope, future)
     }
 }
 

@@ -10,6 +10,7 @@ pub mod call_span;
 pub mod conventions;
 pub mod edge;
 pub mod export;
+pub mod logs;
 pub mod settings;
 
 pub use call_span::CallSpan;
@@ -176,9 +177,9 @@ pub fn note_principal(
 ) {
     if let Some(span) = extensions.get::<Arc<CallSpan>>() {
         let built = span.begin(continues_trace);
-        // Every log line about the call names its trace (the request's log span).
+        // Every log line about the call names its trace.
         let trace_id = built.span().span_context().trace_id();
-        tracing::Span::current().record("trace_id", tracing::field::display(trace_id));
+        crate::protocol::request_id::RequestId::note_trace_id(trace_id);
         span.note([
             opentelemetry::KeyValue::new(conventions::PEER_ID, id.to_owned()),
             opentelemetry::KeyValue::new(conventions::AUTH_SCHEME, scheme),
