@@ -4,7 +4,6 @@
 //! built), and sent back as `X-Request-Id` on every answer, refusals included. The log lines name it through the formatter ([`crate::telemetry::logs`]), which
 //! reads it from the task, so a request pays for no log span of its own.
 
-use crate::guard::refusal::LoggedRequestId;
 use crate::protocol::request_id::{PartnerRequestId, RequestId, Scope};
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Request, Response};
@@ -83,16 +82,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let mut response = ready!(this.future.poll(cx))?;
-        if let Some(id) = this.id.take() {
-            if let Ok(value) = HeaderValue::from_str(&id.0) {
-                response.headers_mut().insert(X_REQUEST_ID, value);
-            }
-            // The access log names the same id.
-            if response.extensions().get::<LoggedRequestId>().is_none() {
-                response
-                    .extensions_mut()
-                    .insert(LoggedRequestId(id.0.to_string()));
-            }
+        if let Some(id) = this.id.take()
+            && let Ok(value) = HeaderValue::from_str(&id.0)
+        {
+            response.headers_mut().insert(X_REQUEST_ID, value);
         }
         Poll::Ready(Ok(response))
     }

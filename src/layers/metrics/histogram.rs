@@ -47,12 +47,11 @@ impl Histogram {
         }
     }
 
-    /// Counts `value`.
+    /// Counts `value`: in the one bucket it falls in (the exposition sums them), so an
+    /// observation is three atomic additions however many buckets there are.
     pub fn observe(&self, value: f64) {
-        for (bucket, bound) in self.buckets.iter().zip(self.bounds) {
-            if value <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(at) = self.bounds.iter().position(|bound| value <= *bound) {
+            self.buckets[at].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
         let micros = (value * 1e6).clamp(0.0, u64::MAX as f64) as u64;
@@ -67,9 +66,13 @@ impl Histogram {
             return;
         }
         let comma = if labels.is_empty() { "" } else { "," };
+        let mut below = 0;
         for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            let n = bucket.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels}{comma}le=\"{bound}\"}} {n}");
+            below += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{comma}le=\"{bound}\"}} {below}"
+            );
         }
         let _ = writeln!(out, "{name}_bucket{{{labels}{comma}le=\"+Inf\"}} {count}");
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
