@@ -193,14 +193,23 @@ pub(crate) fn observed(
     let traced = observers
         .tracing
         .map(|tracing| crate::layers::trace::TraceLayer::new(tracing, a2a_path));
-    routes
-        .layer(CatchPanicLayer::custom(panic_response))
-        .layer(MetricsLayer::new(observers.metrics, a2a_path))
-        .layer(tower::util::option_layer(policy.log.access.then(|| {
-            crate::layers::access_log::AccessLogLayer::new(a2a_path)
-        })))
-        .layer(tower::util::option_layer(traced))
-        .layer(crate::layers::request_id::RequestIdLayer)
+    // One stack, one box per request (see `behind_peer_guard`); the caught panic's body is of
+    // another type, made an axum body again inside the stack (one allocation, less than a box
+    // of its own costs).
+    routes.layer(
+        ServiceBuilder::new()
+            .layer(crate::layers::request_id::RequestIdLayer)
+            .option_layer(traced)
+            .option_layer(
+                policy
+                    .log
+                    .access
+                    .then(|| crate::layers::access_log::AccessLogLayer::new(a2a_path)),
+            )
+            .layer(MetricsLayer::new(observers.metrics, a2a_path))
+            .map_response(|response: Response<_>| response.map(axum::body::Body::new))
+            .layer(CatchPanicLayer::custom(panic_response)),
+    )
 }
 
 impl axum::extract::FromRef<DoorState> for crate::http::rest::RestState {

@@ -151,10 +151,7 @@ where
                 .extensions()
                 .get::<PartnerRequestId>()
                 .map(|id| id.0.clone()),
-            request_id: request
-                .extensions()
-                .get::<RequestId>()
-                .map(|id| id.0.clone()),
+            request_id: RequestId::current().map(|id| id.0),
             method: request.method().clone(),
             route: crate::layers::metrics::route_label(&self.door_path, request.uri().path()),
         };

@@ -1,8 +1,9 @@
 //! The request id, outermost on every listener that answers partners: a fresh id per request
 //! (a partner's own `X-Request-Id` is kept beside it, never taken as it), in scope while the
 //! request is served, on every log line about it (with the trace id once the call's span is
-//! built), and sent back as `X-Request-Id` on every answer, refusals included. The log lines name it through the formatter ([`crate::telemetry::logs`]), which
-//! reads it from the task, so a request pays for no log span of its own.
+//! built), and sent back as `X-Request-Id` on every answer, refusals included. Layers and log
+//! lines read it from the task ([`RequestId::current`], [`crate::telemetry::logs`]), not from
+//! the request: a request pays for no log span and no extension entry of its own.
 
 use crate::protocol::request_id::{PartnerRequestId, RequestId, Scope};
 use axum::body::Body;
@@ -56,7 +57,6 @@ where
         if let Some(partner) = partner {
             request.extensions_mut().insert(partner);
         }
-        request.extensions_mut().insert(id.clone());
         RequestIdFuture {
             future: id.clone().scoped(|| self.inner.call(request)),
             id: Some(id),

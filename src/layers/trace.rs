@@ -92,7 +92,7 @@ where
             KeyValue::new(names::HTTP_METHOD, request.method().as_str().to_owned()),
             KeyValue::new(names::HTTP_ROUTE, route),
         ]);
-        if let Some(id) = request.extensions().get::<RequestId>() {
+        if let Some(id) = RequestId::current() {
             span.note([KeyValue::new(names::REQUEST_ID, id.0.to_string())]);
         }
         if let Some(partner) = request.extensions().get::<PartnerRequestId>() {

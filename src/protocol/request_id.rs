@@ -35,7 +35,12 @@ pub struct RequestId(pub Arc<str>);
 impl RequestId {
     /// A fresh one.
     pub fn new() -> Self {
-        Self(uuid::Uuid::new_v4().to_string().into())
+        // Written on the stack and copied once: `to_string` would format through `fmt` and
+        // allocate twice, on every request of every flood.
+        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        Self(Arc::from(
+            &*uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text),
+        ))
     }
 
     /// The id of the request being served here, when there is one.
@@ -68,13 +73,12 @@ impl RequestId {
     /// request runs, so what it logs names the request.
     pub fn carry<F: std::future::Future>(
         future: F,
-    ) -> impl std::future::Future<Output = F::Output> {
-        let scope = Self::scope_here();
-        async move {
-            match scope {
-                Some(scope) => CURRENT.scope(scope, future).await,
-                None => future.await,
-            }
+    ) -> futures_util::future::Either<tokio::task::futures::TaskLocalFuture<Arc<Scope>, F>, F> {
+        // Not an `async` block: it would hold the future twice over, and a spawned task's
+        // future is moved into its cell on every call.
+        match Self::scope_here() {
+            Some(scope) => futures_util::future::Either::Left(CURRENT.scope(scope, future)),
+            None => futures_util::future::Either::Right(future),
         }
     }
 
