@@ -98,6 +98,11 @@ impl Pipeline {
                     state: None,
                 })
             });
+        let peer = self
+            .metrics
+            .as_ref()
+            .filter(|metrics| metrics.calls().by_peer())
+            .map(|_| std::sync::Arc::from(caller.peer.id().as_str()));
         let answered = match &self.stages {
             // No stage attached: admit and run, and nothing is built for stages.
             None => self.plain(caller, asked).await,
@@ -126,6 +131,7 @@ impl Pipeline {
                 call,
                 task: task.map(Box::from).or(named),
                 outcome,
+                peer,
                 seen,
             },
             answer,
@@ -194,8 +200,9 @@ impl Pipeline {
         view: &CallView,
         asked: Asked,
     ) -> Ended {
+        let started = std::time::Instant::now();
         let mut request = self.admit(&caller, asked).await.map_err(refused)?;
-        let trace = caller.trace.clone();
+        let watched = self.watched(started, caller.trace.clone());
         stages.authorize(view, &request).await.map_err(refused)?;
         let inspected = stages.inspect_request(view, &mut request).await;
         inspected.map_err(refused)?;
@@ -209,7 +216,7 @@ impl Pipeline {
             A2aResponse::Events(events) => A2aResponse::Events(events.tapped(Arc::new(Tap {
                 stages: stages.clone(),
                 view: view.clone(),
-                counted: trace,
+                watched,
             }))),
             other => other,
         })
@@ -330,14 +337,16 @@ impl EventTap for Watched {
 struct Tap {
     stages: Arc<dyn CallStages>,
     view: CallView,
-    counted: Option<Arc<crate::telemetry::CallSpan>>,
+    /// The span's event count and the first event's time, as on a call with no stage.
+    watched: Option<Watched>,
 }
 
 impl EventTap for Tap {
     fn event(&self, event: StreamEvent) -> StreamEvent {
-        if let Some(trace) = &self.counted {
-            trace.stream_event();
-        }
+        let event = match &self.watched {
+            Some(watched) => watched.event(event),
+            None => event,
+        };
         let event = self.stages.inspect_event(&self.view, event);
         if let Some(json) = event.final_response()
             && self.view.call.method == Method::SendStreamingMessage

@@ -196,7 +196,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let (observers, telemetry) = observers(&options)?;
     let metrics = &observers.metrics;
     let budgets = budgets(&options, &store, &sharing);
-    let push = push_notifications(&options, &store, sharing.serving, metrics)?;
+    let push = push_notifications(&options, &store, sharing.serving, &observers)?;
     let shared = (&sharing, &documents, push.as_ref());
     let agent = agent(&options, &store, backend, (&budgets, metrics), shared).await?;
     let (guards, known_ids, announcements) =
@@ -266,9 +266,17 @@ fn observers(
     options: &GatewayOptions,
 ) -> Result<(Observers, crate::telemetry::Telemetry), StartError> {
     let metrics = Arc::new(Metrics::default());
+    if options.policy.telemetry.peer_series > 0 {
+        metrics
+            .calls()
+            .label_peers(options.policy.telemetry.peer_series);
+    }
     let telemetry = telemetry::start(options)?;
     if telemetry.tracing.is_some() {
         metrics.watch_spans(telemetry.losses.clone());
+    }
+    if let Some(instruments) = &telemetry.instruments {
+        metrics.calls().export_to(instruments.clone());
     }
     let observers = Observers {
         metrics,
@@ -841,7 +849,7 @@ fn push_notifications(
     options: &GatewayOptions,
     store: &Store,
     serving: crate::store::Serving,
-    metrics: &Arc<Metrics>,
+    observers: &Observers,
 ) -> Result<Option<Arc<crate::push::Push>>, StartError> {
     let policy = &options.policy;
     if !policy.capabilities.push_notifications {
@@ -856,14 +864,15 @@ fn push_notifications(
             "push.dangerous_allow_loopback_callbacks is on: any peer can make this gateway POST to services on this host"
         );
     }
-    Ok(Some(Arc::new(crate::push::Push::new(
+    let push = crate::push::Push::new(
         store.push(),
         key,
         callbacks,
         crate::push::PushSettings::from_policy(&policy.push),
         options.clock.clone(),
-        metrics.clone(),
-    ))))
+        observers.metrics.clone(),
+    );
+    Ok(Some(Arc::new(push.traced(observers.tracing.clone()))))
 }
 
 fn agent_settings(policy: &Policy) -> AgentSettings {

@@ -27,6 +27,11 @@ pub struct TelemetryPolicy {
     /// Spans waiting for export, at most; past it a span is dropped and counted.
     #[serde(default = "default_queue")]
     pub queue: usize,
+    /// Label the calls' duration by peer (`peergate_peer_call_duration_seconds`), the first
+    /// this many peers each with series of their own and the rest as `other`; 0 (the default):
+    /// no series by peer, whatever is exported.
+    #[serde(default)]
+    pub peer_series: usize,
 }
 
 impl Default for TelemetryPolicy {
@@ -37,6 +42,7 @@ impl Default for TelemetryPolicy {
             content_max_bytes: default_content_max_bytes(),
             client_address: false,
             queue: default_queue(),
+            peer_series: 0,
         }
     }
 }
@@ -72,6 +78,12 @@ impl TelemetryPolicy {
             return Err(invalid(
                 "telemetry.queue",
                 "must be between 64 and 1000000 spans",
+            ));
+        }
+        if self.peer_series > 1_000 {
+            return Err(invalid(
+                "telemetry.peer_series",
+                "must be at most 1000 peers: every peer multiplies the series /metrics writes",
             ));
         }
         Ok(())

@@ -760,7 +760,10 @@ impl CallStages for Recording {
 #[tokio::test]
 async fn every_stage_is_reached_on_every_binding() {
     let recording = Arc::new(Recording::default());
-    let pipeline = Pipeline::new(Arc::new(Scripted)).with_stages(recording.clone());
+    let metrics = Arc::new(crate::layers::metrics::Metrics::default());
+    let pipeline = Pipeline::new(Arc::new(Scripted))
+        .with_metrics(metrics.clone())
+        .with_stages(recording.clone());
     let plain = [
         "authorize SendMessage",
         "inspect_request SendMessage",
@@ -783,7 +786,7 @@ async fn every_stage_is_reached_on_every_binding() {
         "observe refused SubscribeToTask",
     ];
     let secret = json!({"id": "secret"});
-    for binding in ["jsonrpc", "http+json", "grpc"] {
+    for (streams, binding) in ["jsonrpc", "http+json", "grpc"].into_iter().enumerate() {
         let ask = |method: &'static str,
                    params: Value,
                    rest_call: (&'static str, &'static str, Option<Value>)| {
@@ -806,6 +809,12 @@ async fn every_stage_is_reached_on_every_binding() {
         let stream_call = ("POST", "/message:stream", Some(message("m-1")));
         ask("SendStreamingMessage", message("m-1"), stream_call).await;
         assert_eq!(recording.take(), streamed, "{binding}");
+        // The stream's first event is timed on the staged path as on the plain one.
+        let first_events = format!(
+            "a2a_server_stream_time_to_first_event_seconds_count {}",
+            streams + 1
+        );
+        assert!(metrics.render().contains(&first_events), "{binding}");
         let answered = ask("GetTask", secret.clone(), ("GET", "/tasks/secret", None)).await;
         assert_ne!(answered.status, 0, "{binding}: refused");
         assert_eq!(recording.take(), refused, "{binding}");

@@ -234,6 +234,7 @@ async fn a2a_method(
         },
         task: None,
         outcome: CallOutcome::Refused,
+        peer: None,
         seen: None,
     });
     response.extensions_mut().insert(record);

@@ -80,6 +80,8 @@ pub struct CallRecord {
     pub task: Option<Box<str>>,
     /// How it ended.
     pub outcome: CallOutcome,
+    /// The peer's id, only when the metrics label calls by peer (`telemetry.peer_series`).
+    pub peer: Option<std::sync::Arc<str>>,
     /// What else the call named or was answered with, for the access log and the traces.
     pub seen: Option<Box<CallSeen>>,
 }

@@ -18,6 +18,8 @@ use super::Push;
 use crate::clock::later;
 use crate::locks::Locked;
 use crate::store::{DeliveryOutcome, PushDelivery};
+use crate::telemetry::conventions as names;
+use opentelemetry::KeyValue;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -167,7 +169,20 @@ impl Drop for InFlight {
 
 /// Attempts one delivery and records what became of it.
 async fn attempt(push: &Push, clients: &Clients, delivery: PushDelivery) {
+    let span = push.tracing.as_ref().map(|tracing| {
+        tracing.delivery_span(
+            delivery.call_trace.as_deref(),
+            vec![
+                KeyValue::new(names::A2A_TASK_ID, delivery.task_id.clone()),
+                KeyValue::new(names::PUSH_ATTEMPT, i64::from(delivery.attempts) + 1),
+            ],
+        )
+    });
     let failure = send(push, clients, &delivery).await.err();
+    if let Some(span) = span {
+        // The reason is peergate's own words, never the receiver's body or the URL.
+        span.finish(failure.as_ref().map(Failure::kind));
+    }
     let now = push.clock.now();
     let attempts = delivery.attempts.saturating_add(1);
     let outcome = match &failure {
@@ -210,6 +225,14 @@ enum Failure {
 }
 
 impl Failure {
+    /// Its `error.type`.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Transient(_) => "push_attempt_failed",
+            Self::Permanent(_) => "push_undeliverable",
+        }
+    }
+
     fn reason(&self) -> &str {
         match self {
             Self::Transient(reason) | Self::Permanent(reason) => reason,

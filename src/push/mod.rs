@@ -65,6 +65,8 @@ pub struct Push {
     pub clock: Arc<dyn Clock>,
     /// Where attempts are counted (`/metrics`).
     pub metrics: Arc<crate::layers::metrics::Metrics>,
+    /// Each delivery's span, when traces are exported.
+    pub tracing: Option<Arc<crate::telemetry::Tracing>>,
     /// Rings when a state was queued or a delivery slot came free.
     wake: tokio::sync::Notify,
 }
@@ -95,8 +97,15 @@ impl Push {
             settings,
             clock,
             metrics,
+            tracing: None,
             wake: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Each delivery with a span of its own (`tracing`, when traces are exported).
+    pub fn traced(mut self, tracing: Option<Arc<crate::telemetry::Tracing>>) -> Self {
+        self.tracing = tracing;
+        self
     }
 
     /// Tells the delivery loop that something may be due now rather than at its next poll.

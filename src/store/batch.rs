@@ -93,6 +93,7 @@ mod tests {
             notify: false,
             push_config: None,
             upstream_task_id: None,
+            call_trace: None,
         }
     }
 

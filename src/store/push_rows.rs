@@ -29,6 +29,7 @@ where
     for<'c> &'c str: ColumnIndex<R>,
     for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> Option<String>: Decode<'r, R::Database> + Type<R::Database>,
 {
     Ok(PushDelivery {
         id: row.try_get("id")?,
@@ -40,6 +41,7 @@ where
         body: row.try_get("body")?,
         attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
         claimed_until: from_millis(claimed_until),
+        call_trace: row.try_get("call_trace")?,
     })
 }
 

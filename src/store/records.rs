@@ -288,6 +288,9 @@ pub struct Exchange {
     pub push_config: Option<PushConfigRecord>,
     /// The id an agent behind the door gave the task, once it answered.
     pub upstream_task_id: Option<String>,
+    /// The call's span as a W3C `traceparent`, when it was traced: a push delivery of this
+    /// state links its own span to it.
+    pub call_trace: Option<String>,
 }
 
 /// Which of a peer's tasks to list (`ListTasks`).
@@ -656,6 +659,8 @@ pub struct PushDelivery {
     /// Until when this claim holds; its outcome is recorded only while the row still
     /// carries this claim, so an instance whose claim lapsed cannot undo another's.
     pub claimed_until: Timestamp,
+    /// The span of the call whose task this tells of (a `traceparent`), when it was traced.
+    pub call_trace: Option<String>,
 }
 
 /// A delivery given up after its last attempt, as an administrator sees it.

@@ -125,6 +125,15 @@ impl CallSpan {
         self.begin(false)
     }
 
+    /// The span's context as a W3C `traceparent`, when it is sampled (what a push delivery of
+    /// the call's task links to).
+    pub fn traceparent(&self) -> Option<String> {
+        let context = self.context().span().span_context().clone();
+        context
+            .is_sampled()
+            .then(|| super::edge::traceparent(&context))
+    }
+
     /// Whether the span is sampled: only then are children and attributes worth making.
     pub fn is_sampled(&self) -> bool {
         self.context().span().span_context().is_sampled()
@@ -164,6 +173,31 @@ impl CallSpan {
         span.set_attributes(attributes);
         span.set_status(status);
         span.end();
+    }
+}
+
+/// A push delivery's span: a trace of its own, linked to the call whose task it tells of
+/// (`call`, a `traceparent`, when that call was traced) — it runs after the call has been
+/// answered, maybe more than once, maybe on another instance.
+pub fn delivery_span(
+    tracer: &opentelemetry_sdk::trace::SdkTracer,
+    call: Option<&str>,
+    attributes: Vec<KeyValue>,
+) -> ChildSpan {
+    let links = call
+        .and_then(|call| super::edge::partner_context(call.as_bytes()))
+        .map(Link::with_context)
+        .into_iter()
+        .collect();
+    let builder = SpanBuilder::from_name(super::conventions::PUSH_DELIVER)
+        .with_kind(SpanKind::Client)
+        .with_links(links)
+        .with_attributes(attributes);
+    let span = tracer.build_with_context(builder, &Context::new());
+    let traceparent = super::edge::traceparent(opentelemetry::trace::Span::span_context(&span));
+    ChildSpan {
+        span: Mutex::new(span),
+        traceparent,
     }
 }
 

@@ -100,6 +100,8 @@ pub const UPSTREAM_TASK_ID: &str = "peergate.upstream.task.id";
 // Span names other than the call's (which is the A2A method's name).
 /// A push notification's delivery.
 pub const PUSH_DELIVER: &str = "peergate.push.deliver";
+/// Which attempt a push delivery's span is (1 for the first).
+pub const PUSH_ATTEMPT: &str = "peergate.push.attempt";
 /// The turn's write to the store.
 pub const STORE_WRITE: &str = "peergate.store.write";
 /// A round trip to the shared state (Redis).
@@ -114,3 +116,27 @@ pub const METRIC_GEN_AI_DURATION: &str = "gen_ai.client.operation.duration";
 pub const METRIC_GEN_AI_TOKENS: &str = "gen_ai.client.token.usage";
 /// Seconds from a stream's request to its first event.
 pub const METRIC_FIRST_EVENT: &str = "a2a.server.stream.time_to_first_event";
+/// A token count's type on `gen_ai.client.token.usage`: `input` or `output`.
+pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
+/// How a call ended on `rpc.server.call.duration`: answered, streaming, refused, failed.
+pub const CALL_OUTCOME: &str = "peergate.call.outcome";
+/// The buckets of the duration histograms, in seconds (the Prometheus exposition's too).
+pub const SECONDS_BOUNDARIES: [f64; 13] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// The buckets of `gen_ai.client.token.usage`: the GenAI conventions' own.
+pub const TOKEN_BOUNDARIES: [f64; 13] = [
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+];

@@ -11,6 +11,7 @@ pub mod conventions;
 pub mod edge;
 pub mod export;
 pub mod logs;
+pub mod metrics;
 pub mod settings;
 
 pub use call_span::CallSpan;
@@ -40,6 +41,16 @@ pub struct Tracing {
 }
 
 impl Tracing {
+    /// A push delivery's span, linked to the call whose task it tells of (`call`, its
+    /// `traceparent`, when that call was traced).
+    pub fn delivery_span(
+        &self,
+        call: Option<&str>,
+        attributes: Vec<opentelemetry::KeyValue>,
+    ) -> call_span::ChildSpan {
+        call_span::delivery_span(&self.tracer, call, attributes)
+    }
+
     /// The span of a request that arrived at `started` with `headers`.
     pub fn call_span(&self, started: SystemTime, headers: &HeaderMap) -> CallSpan {
         let partner = match self.partner_context {
@@ -66,7 +77,10 @@ pub struct Telemetry {
     pub tracing: Option<Arc<Tracing>>,
     /// Spans not exported, for `/metrics`.
     pub losses: Arc<SpanLosses>,
+    /// The metrics' instruments, when metrics are exported over OTLP.
+    pub instruments: Option<Arc<metrics::Instruments>>,
     provider: Option<SdkTracerProvider>,
+    meters: Option<opentelemetry_sdk::metrics::SdkMeterProvider>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -76,7 +90,9 @@ impl Telemetry {
         Self {
             tracing: None,
             losses: Arc::default(),
+            instruments: None,
             provider: None,
+            meters: None,
             task: None,
         }
     }
@@ -99,17 +115,23 @@ impl Telemetry {
             queue: settings.queue,
         };
         let resource = resource(export);
+        let meters = match &export.metrics {
+            Some(destination) => Some(metrics::start(
+                destination,
+                (&export.headers, export.timeout),
+                client.clone(),
+                resource.clone(),
+            )?),
+            None => None,
+        };
         let (spans, task) = export::spans(destination, client, (&resource, losses.clone()))?;
         let provider = SdkTracerProvider::builder()
             .with_span_processor(spans)
             .with_sampler(sampler(export.sampling))
             .with_resource(resource)
             .build();
-        let scope = InstrumentationScope::builder(conventions::SCOPE)
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .build();
         let tracing = Tracing {
-            tracer: provider.tracer_with_scope(scope),
+            tracer: provider.tracer_with_scope(scope()),
             partner_context: settings.partner_context,
             agent_name: agent_name.to_owned(),
             client_address: settings.client_address,
@@ -118,7 +140,9 @@ impl Telemetry {
         Ok(Self {
             tracing: Some(Arc::new(tracing)),
             losses,
+            instruments: meters.as_ref().map(|(_, instruments)| instruments.clone()),
             provider: Some(provider),
+            meters: meters.map(|(provider, _)| provider),
             task: Some(task),
         })
     }
@@ -128,12 +152,27 @@ impl Telemetry {
         if let Some(provider) = self.provider.take() {
             let _ = provider.shutdown();
         }
+        if let Some(meters) = self.meters.take() {
+            // The reader's last export waits on its own thread for the runtime's I/O: not on
+            // a thread of the runtime.
+            let last = tokio::task::spawn_blocking(move || meters.shutdown());
+            if tokio::time::timeout(within, last).await.is_err() {
+                tracing::warn!("the last metrics were not exported at shutdown");
+            }
+        }
         if let Some(task) = self.task.take()
             && tokio::time::timeout(within, task).await.is_err()
         {
             tracing::warn!("spans still queued at shutdown were not exported");
         }
     }
+}
+
+/// peergate's instrumentation scope, with its version.
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder(conventions::SCOPE)
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
 }
 
 fn sampler(sampling: Sampling) -> Sampler {

@@ -72,6 +72,8 @@ pub struct Export {
     pub resource: Vec<(String, String)>,
     /// Which calls are traced.
     pub sampling: Sampling,
+    /// Where the metrics go too, unless `OTEL_METRICS_EXPORTER` is `none`.
+    pub metrics: Option<super::metrics::MetricsExport>,
 }
 
 /// The telemetry's settings, from the environment and the policy.
@@ -113,7 +115,7 @@ pub fn export_from_env(
         Some(value) if value.eq_ignore_ascii_case("false") => {}
         Some(_) => return Err(wrong("OTEL_SDK_DISABLED", "must be true or false")),
     }
-    let Some(traces_url) = traces_url(var)? else {
+    let Some(traces_url) = endpoint(var, TRACES)? else {
         return Ok(None);
     };
     protocol(var)?;
@@ -154,8 +156,58 @@ pub fn export_from_env(
             .filter(|(key, _)| key != "service.name")
             .collect(),
         sampling: sampling(var)?,
+        metrics: metrics(var)?,
     }))
 }
+
+/// The metrics' export: to the metrics endpoint (or the general one's `/v1/metrics`) every
+/// `OTEL_METRIC_EXPORT_INTERVAL` milliseconds, unless `OTEL_METRICS_EXPORTER` is `none`.
+fn metrics(
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<super::metrics::MetricsExport>, TelemetrySettingError> {
+    match var("OTEL_METRICS_EXPORTER").as_deref().map(str::trim) {
+        None | Some("" | "otlp") => {}
+        Some("none") => return Ok(None),
+        Some(_) => {
+            return Err(wrong(
+                "OTEL_METRICS_EXPORTER",
+                "must be otlp or none: peergate's other metrics are on /metrics",
+            ));
+        }
+    }
+    let Some(url) = endpoint(var, METRICS)? else {
+        return Ok(None);
+    };
+    let interval = match var("OTEL_METRIC_EXPORT_INTERVAL").as_deref().map(str::trim) {
+        None | Some("") => Duration::from_secs(60),
+        Some(text) => match text.parse::<u64>() {
+            Ok(millis @ 100..=3_600_000) => Duration::from_millis(millis),
+            _ => {
+                return Err(wrong(
+                    "OTEL_METRIC_EXPORT_INTERVAL",
+                    "must be milliseconds between 100 and 3600000",
+                ));
+            }
+        },
+    };
+    Ok(Some(super::metrics::MetricsExport { url, interval }))
+}
+
+/// A signal's endpoint variables: its own, the general one, and the path the general one gets.
+struct Signal {
+    specific: &'static str,
+    path: &'static str,
+}
+
+const TRACES: Signal = Signal {
+    specific: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    path: "/v1/traces",
+};
+
+const METRICS: Signal = Signal {
+    specific: "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    path: "/v1/metrics",
+};
 
 /// The first of two variables that is set, by name.
 fn first(
@@ -171,18 +223,15 @@ fn first(
     set(specific).or_else(|| set(general))
 }
 
-/// The traces endpoint: the specific variable as it is, or the general one with `/v1/traces`.
-fn traces_url(
+/// A signal's endpoint: its own variable as it is, or the general one with the signal's path.
+fn endpoint(
     var: &dyn Fn(&str) -> Option<String>,
+    signal: Signal,
 ) -> Result<Option<reqwest::Url>, TelemetrySettingError> {
-    let (setting, text) = match first(
-        var,
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-    ) {
+    let (setting, text) = match first(var, signal.specific, "OTEL_EXPORTER_OTLP_ENDPOINT") {
         Some((setting, text)) if setting == "OTEL_EXPORTER_OTLP_ENDPOINT" => (
             setting,
-            format!("{}/v1/traces", text.trim().trim_end_matches('/')),
+            format!("{}{}", text.trim().trim_end_matches('/'), signal.path),
         ),
         Some((setting, text)) => (setting, text.trim().to_owned()),
         None => return Ok(None),
@@ -414,11 +463,44 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(export.traces_url.as_str(), "http://127.0.0.1:4318/custom");
+        // Metrics go to the general endpoint's path, every minute unless told otherwise.
+        let metrics = export.metrics.unwrap();
+        assert_eq!(metrics.url.as_str(), "http://127.0.0.1:1/v1/metrics");
+        assert_eq!(metrics.interval, Duration::from_secs(60));
         assert_eq!(export.service_name, "peergate");
         assert_eq!(
             export.sampling,
             Sampling::ParentBased(ParentlessSampling::AlwaysOn)
         );
+    }
+
+    #[test]
+    fn metrics_follow_their_own_variables_and_can_be_turned_off() {
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+        let metrics = |extra: &[(&'static str, &'static str)]| {
+            let mut vars = vec![endpoint];
+            vars.extend_from_slice(extra);
+            read(&vars).map(|export| export.unwrap().metrics)
+        };
+        let own = metrics(&[
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "http://127.0.0.1:9/m",
+            ),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(own.url.as_str(), "http://127.0.0.1:9/m");
+        assert_eq!(own.interval, Duration::from_millis(500));
+        assert_eq!(metrics(&[("OTEL_METRICS_EXPORTER", "none")]).unwrap(), None);
+        for (name, value) in [
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "soon"),
+            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "ftp://x"),
+        ] {
+            assert_eq!(metrics(&[(name, value)]).unwrap_err().setting, name);
+        }
     }
 
     #[test]

@@ -69,6 +69,25 @@ impl OtlpReceiver {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+
+    /// Every metric received so far (name, unit, resource, histogram points).
+    pub async fn metrics(&self) -> Vec<Value> {
+        let url = format!("{}/metrics-received", self.endpoint);
+        let body = reqwest::get(url).await.unwrap().text().await.unwrap();
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// The metrics received once `done` holds for them, waiting at most 20 s.
+    pub async fn metrics_when(&self, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let metrics = self.metrics().await;
+            if done(&metrics) || Instant::now() > deadline {
+                return metrics;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 impl Drop for OtlpReceiver {

@@ -10,7 +10,8 @@ Listens on 127.0.0.1 on a free port, written to PORT_FILE once it listens.
   With --hang, the request is read and never answered (an endpoint that hangs).
 - GET /spans: every span received so far, one JSON object each, with the resource's and the
   scope's attributes beside it and the request's headers (names in lower case).
-- GET /metrics-received: the metric names received so far.
+- GET /metrics-received: the metrics received so far: name, unit, the resource's attributes
+  and each histogram point's attributes and count.
 """
 
 import base64
@@ -90,12 +91,22 @@ def keep_traces(body, headers):
 def keep_metrics(body, _headers):
     request = metrics_service_pb2.ExportMetricsServiceRequest()
     request.ParseFromString(body)
-    names = []
-    for resource_metrics in request.resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            names.extend(metric.name for metric in scope_metrics.metrics)
+    data = MessageToDict(request, preserving_proto_field_name=True)
+    kept = []
+    for resource_metrics in data.get("resource_metrics", []):
+        resource = attributes(resource_metrics.get("resource", {}).get("attributes", []))
+        for scope_metrics in resource_metrics.get("scope_metrics", []):
+            for metric in scope_metrics.get("metrics", []):
+                points = metric.get("histogram", {}).get("data_points", [])
+                kept.append({
+                    "name": metric["name"],
+                    "unit": metric.get("unit", ""),
+                    "resource": resource,
+                    "points": [{"attributes": attributes(p.get("attributes", [])),
+                                "count": int(p.get("count", 0))} for p in points],
+                })
     with LOCK:
-        METRICS.extend(names)
+        METRICS.extend(kept)
     return metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
 
 

@@ -225,7 +225,7 @@ fn client_commands(lines: &[String]) -> Vec<&String> {
 #[tokio::test]
 async fn a_message_asks_redis_once_before_its_answer_once_after_and_a_refusal_once() {
     let model = FakeModel::start(ModelBehaviour::Answer).await;
-    let Some(shared) = Shared::start(&model, |p| p) else {
+    let Some(shared) = Shared::start(&model, |p| p.set("capabilities.http_json", true)) else {
         return;
     };
     let alice = shared.peer("alice", "600/min");
@@ -349,7 +349,7 @@ async fn post_version(door: &str, token: &str, version: &str, body: String) -> (
 #[tokio::test]
 async fn a_peer_past_its_quota_hears_429_for_any_call_its_admission_refuses_in_one_call() {
     let model = FakeModel::start(ModelBehaviour::Answer).await;
-    let Some(shared) = Shared::start(&model, |p| p) else {
+    let Some(shared) = Shared::start(&model, |p| p.set("capabilities.http_json", true)) else {
         return;
     };
     let alice = shared.peer("alice", "600/min");
@@ -373,6 +373,11 @@ async fn a_peer_past_its_quota_hears_429_for_any_call_its_admission_refuses_in_o
         assert_eq!(status, 429, "{text}");
         assert!(text.contains("rate_limited"), "the guard's refusal: {text}");
     }
+    // The same over HTTP+JSON: a body its binding cannot read is refused by the limit first.
+    let rest_send = format!("{}/rest/message:send", a.door());
+    let (status, text) = post_version(&rest_send, &bob, "1.0", "{not a message".into()).await;
+    assert_eq!(status, 429, "{text}");
+    assert!(text.contains("rate_limited"), "the guard's refusal: {text}");
     // A body past the limit by its Content-Length is refused by the body limit before the
     // pipeline reads anything: its answer stays (no layer replaces an inner answer), and its
     // admission is still asked before it leaves.
@@ -390,7 +395,7 @@ async fn a_peer_past_its_quota_hears_429_for_any_call_its_admission_refuses_in_o
     let sent = client_commands(&lines);
     assert_eq!(
         sent.len(),
-        5,
+        6,
         "one call per request, before its answer: {sent:#?}"
     );
     assert!(

@@ -90,6 +90,8 @@ fn entry(action: AuditAction) -> AuditEntry {
     }
 }
 
+/// A call's span context as a queued delivery keeps it.
+const TRACED: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 #[tokio::test]
 async fn accounts_credentials_and_the_audit_log_on_every_engine() {
     for (engine, store, _dir) in engines().await {
@@ -230,6 +232,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             notify: false,
             push_config: None,
             upstream_task_id: None,
+            call_trace: None,
         };
         let tasks = store.tasks();
         // Concurrent turns share one batch: two contexts' worth of rows, one usage row.
@@ -394,6 +397,8 @@ async fn the_push_notification_queue_on_every_engine() {
                 notify: true,
                 push_config: with,
                 upstream_task_id: None,
+                // The final state's call was traced; the first's was not.
+                call_trace: (state == "TASK_STATE_COMPLETED").then(|| TRACED.to_owned()),
             };
         let (tasks, push) = (store.tasks(), store.push());
         // A config sent with the message hears the task's first state.
@@ -455,6 +460,9 @@ async fn the_push_notification_queue_on_every_engine() {
             "{engine}"
         );
         assert!(first[0].body.starts_with("{\"task\":"), "{engine}");
+        // A delivery carries the traced call's context to its span's link, or nothing.
+        assert_eq!(first[0].call_trace, None, "{engine}");
+        assert_eq!(first[1].call_trace.as_deref(), Some(TRACED), "{engine}");
         assert_eq!(first[0].url, "https://hooks.example.com/a");
         assert_eq!(first[0].sealed, "sealed-a");
         // Claimed: nothing else of those configs is due.
@@ -839,6 +847,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
                 notify: false,
                 push_config: None,
                 upstream_task_id: agent.map(str::to_owned),
+                call_trace: None,
             };
         let tasks = store.tasks();
         tasks

@@ -476,6 +476,65 @@ async fn with_the_sdk_disabled_nothing_is_exported() {
     assert_eq!(task_of(&answer)["status"]["state"], "TASK_STATE_COMPLETED");
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert!(receiver.spans().await.is_empty());
+    assert!(receiver.metrics().await.is_empty());
+}
+
+/// The points of the metric `name` the receiver got, with their attributes and counts.
+fn points<'a>(metrics: &'a [Value], name: &str) -> Vec<&'a Value> {
+    metrics
+        .iter()
+        .filter(|metric| metric["name"] == name)
+        .flat_map(|metric| metric["points"].as_array().into_iter().flatten())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_conventions_metrics_are_exported_over_otlp_too_unless_turned_off() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let receiver = OtlpReceiver::start(false);
+    let policy = PolicyEdit::default().openai(&model.base_url, "test-model");
+    let mut vars = exporting(&receiver);
+    vars.push(("OTEL_METRIC_EXPORT_INTERVAL", "300".to_owned()));
+    let served = ServedPolicy::start(&policy, &["alice"], &env_of(&vars));
+    let answer = send_text(&served.server.door(), &served.tokens[0], "hi", None).await;
+    assert_eq!(task_of(&answer)["status"]["state"], "TASK_STATE_COMPLETED");
+    let calls = "rpc.server.call.duration";
+    let metrics = receiver
+        .metrics_when(|metrics| !points(metrics, calls).is_empty())
+        .await;
+    let call = points(&metrics, calls)
+        .into_iter()
+        .find(|point| point["attributes"]["rpc.method"] == "lf.a2a.v1.A2AService/SendMessage")
+        .unwrap_or_else(|| panic!("{metrics:?}"));
+    assert_eq!(call["attributes"]["rpc.system.name"], "jsonrpc");
+    assert_eq!(call["attributes"]["a2a.protocol.binding"], "jsonrpc");
+    assert_eq!(call["attributes"]["peergate.call.outcome"], "answered");
+    assert_eq!(call["count"], 1);
+    let model_call = points(&metrics, "gen_ai.client.operation.duration");
+    assert_eq!(model_call[0]["attributes"]["gen_ai.operation.name"], "chat");
+    let tokens = points(&metrics, "gen_ai.client.token.usage");
+    assert!(
+        tokens
+            .iter()
+            .any(|p| p["attributes"]["gen_ai.token.type"] == "output"),
+        "{metrics:?}"
+    );
+    let unit = metrics.iter().find(|m| m["name"] == calls).unwrap();
+    assert_eq!(unit["unit"], "s");
+    assert_eq!(unit["resource"]["service.name"], "edge-under-test");
+    drop(served);
+
+    // Metrics off, traces still on.
+    let receiver = OtlpReceiver::start(false);
+    let mut vars = exporting(&receiver);
+    vars.push(("OTEL_METRIC_EXPORT_INTERVAL", "300".to_owned()));
+    vars.push(("OTEL_METRICS_EXPORTER", "none".to_owned()));
+    let served = ServedPolicy::start(&policy, &["alice"], &env_of(&vars));
+    send_text(&served.server.door(), &served.tokens[0], "hi", None).await;
+    let spans = receiver.spans_when(|spans| !spans.is_empty()).await;
+    assert!(!spans.is_empty());
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(receiver.metrics().await.is_empty());
 }
 
 #[test]
@@ -591,15 +650,19 @@ async fn the_semantic_conventions_series_count_calls_model_calls_tokens_and_firs
     let policy = PolicyEdit::default()
         .openai(&model.base_url, "test-model")
         .set("capabilities.streaming", true)
+        .set("telemetry.peer_series", 1)
         .policy();
     let gw = TestGateway::start_with(policy).await;
     let (code, _, stderr) = gw.cli_with_stdin(&["admin", "add", "ada"], "ada's admin password 1\n");
     assert_eq!(code, 0, "{stderr}");
     let token = gw.add_peer("alice");
+    let second = gw.add_peer("bob");
     let door = format!("http://{}/a2a/v1", gw.addr);
     assert_eq!(post_with(&door, &token, &send("hi"), &[]).await, 200);
     let get = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "none"}});
     assert_eq!(post_with(&door, &token, &get, &[]).await, 200);
+    // Past the cap of one peer: bob's call is counted as "other".
+    assert_eq!(post_with(&door, &second, &get, &[]).await, 200);
     let stream = json!({"jsonrpc": "2.0", "id": 4, "method": "SendStreamingMessage",
         "params": {"message": {"messageId": "m-stream", "role": "ROLE_USER", "parts": [{"text": "s"}]}}});
     let mut response = open_stream(&door, &token, &stream).await;
@@ -607,14 +670,119 @@ async fn the_semantic_conventions_series_count_calls_model_calls_tokens_and_firs
     let metrics = gw.metrics_as("ada", "ada's admin password 1").await;
     for needle in [
         r#"rpc_server_call_duration_seconds_count{a2a_protocol_binding="jsonrpc",rpc_method="lf.a2a.v1.A2AService/SendMessage",outcome="answered"} 1"#,
-        r#"rpc_server_call_duration_seconds_count{a2a_protocol_binding="jsonrpc",rpc_method="lf.a2a.v1.A2AService/GetTask",outcome="failed"} 1"#,
+        r#"rpc_server_call_duration_seconds_count{a2a_protocol_binding="jsonrpc",rpc_method="lf.a2a.v1.A2AService/GetTask",outcome="failed"} 2"#,
         r#"rpc_server_call_duration_seconds_count{a2a_protocol_binding="jsonrpc",rpc_method="lf.a2a.v1.A2AService/SendStreamingMessage",outcome="streaming"} 1"#,
         r#"gen_ai_client_operation_duration_seconds_count{gen_ai_operation_name="chat"} 2"#,
         r#"gen_ai_client_token_usage_count{gen_ai_operation_name="chat",gen_ai_token_type="output"} 2"#,
         r#"a2a_server_stream_time_to_first_event_seconds_count 1"#,
+        r#"peergate_peer_call_duration_seconds_count{peer_id="other",rpc_method="lf.a2a.v1.A2AService/GetTask",outcome="failed"} 1"#,
     ] {
         assert!(metrics.contains(needle), "{needle}\n{metrics}");
     }
-    // No peer, no secret, no text in a label.
-    assert!(!metrics.contains("alice") && !metrics.contains(&token));
+    // Alice's calls under her id, one series per operation and outcome.
+    let alices: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("peergate_peer_call_duration_seconds_count{"))
+        .filter(|line| !line.contains(r#"peer_id="other""#))
+        .collect();
+    assert_eq!(alices.len(), 3, "{metrics}");
+    // No peer's name, no secret, no text in a label.
+    assert!(!metrics.contains("alice") && !metrics.contains("bob") && !metrics.contains(&token));
+}
+
+#[tokio::test]
+async fn a_push_delivery_has_a_span_of_its_own_linked_to_the_call_that_made_its_task() {
+    let otlp = OtlpReceiver::start(false);
+    let receiver = PushReceiver::start().await;
+    let policy = PolicyEdit::default()
+        .set("capabilities.push_notifications", true)
+        .set("push.dangerous_allow_loopback_callbacks", true);
+    let vars = exporting(&otlp);
+    let served = ServedPolicy::start(&policy, &["alice"], &env_of(&vars));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m-push", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+        "configuration": {"taskPushNotificationConfig": {"url": receiver.url, "token": "t-1"}}}});
+    let door = served.server.door();
+    assert_eq!(post_with(&door, &served.tokens[0], &body, &[]).await, 200);
+    receiver.wait_for(2).await;
+    let delivered = |span: &&Value| span["name"] == "peergate.push.deliver";
+    let spans = otlp
+        .spans_when(|spans| spans.iter().filter(delivered).count() >= 2)
+        .await;
+    let call = server_spans(&spans, "SendMessage")[0];
+    let deliveries: Vec<&Value> = spans.iter().filter(delivered).collect();
+    assert_eq!(deliveries.len(), 2, "one span per delivery: {spans:?}");
+    for (attempted, delivery) in deliveries.into_iter().enumerate() {
+        assert_eq!(delivery["kind"], "SPAN_KIND_CLIENT", "{delivery}");
+        // A trace of its own (it runs after the answer), linked to the call.
+        assert_ne!(delivery["trace_id"], call["trace_id"], "{delivery}");
+        assert_eq!(
+            delivery["links"][0]["trace_id"], call["trace_id"],
+            "{delivery}"
+        );
+        assert_eq!(
+            delivery["links"][0]["span_id"], call["span_id"],
+            "{delivery}"
+        );
+        assert_eq!(
+            attribute(delivery, "a2a.task.id"),
+            attribute(call, "a2a.task.id"),
+            "{delivery} ({attempted})"
+        );
+        assert_eq!(attribute(delivery, "peergate.push.attempt"), 1);
+        assert!(delivery["status"].get("code").is_none(), "{delivery}");
+    }
+}
+
+#[tokio::test]
+async fn a_full_span_queue_drops_spans_counts_them_and_answers_every_call() {
+    // A collector that takes every export and never answers: the first batch waits on it,
+    // the queue behind it fills.
+    let receiver = OtlpReceiver::start(true);
+    let vars = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "60000"),
+        ("OTEL_METRICS_EXPORTER", "none"),
+    ];
+    let policy = PolicyEdit::default()
+        .set("telemetry.queue", 64)
+        .set("limits.per_ip_per_minute", 1_000_000);
+    let served = ServedPolicy::start(&policy, &[], &vars);
+    // The public card: a span each, and no peer's quota in the way.
+    let card = format!("http://{}/.well-known/agent-card.json", served.server.addr);
+    // More than a batch (512) and the queue (64) hold.
+    let callers = (0..8).map(|_| {
+        let card = card.clone();
+        tokio::spawn(async move {
+            for _ in 0..100 {
+                let status = reqwest::get(&card).await.unwrap().status();
+                assert_eq!(status, 200);
+            }
+        })
+    });
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let password = "ada's admin password 1";
+    let (code, _, stderr) = cli_with_stdin_on(
+        &served.data,
+        &["admin", "add", "ada"],
+        &format!("{password}\n"),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let metrics = reqwest::Client::new()
+        .get(format!("http://{}/metrics", served.server.admin_addr))
+        .basic_auth("ada", Some(password))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(r#"peergate_spans_total{outcome="queue_full"} "#))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(dropped >= 800 - 512 - 64, "{dropped} dropped\n{metrics}");
 }

@@ -196,6 +196,7 @@ impl Cancels {
                 notify: self.news.notifies(),
                 push_config: None,
                 upstream_task_id: None,
+                call_trace: None,
             })
             .await
             .map_err(internal)?;

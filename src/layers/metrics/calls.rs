@@ -5,8 +5,10 @@
 //! comes from a fixed list.
 
 use super::histogram::{Histogram, SECONDS, TOKENS};
+use super::peers::PeerCalls;
 use crate::protocol::call::{Binding, CallOutcome, CallRecord};
 use crate::protocol::jsonrpc::Method;
+use crate::telemetry::metrics::Instruments;
 use std::time::Duration;
 
 /// What a backend's call was, as the GenAI conventions name it.
@@ -42,6 +44,10 @@ pub struct CallMetrics {
     tokens: [[Histogram; 2]; 2],
     /// `a2a.server.stream.time_to_first_event`.
     first_event: Histogram,
+    /// The calls by peer, when the policy asks for them.
+    peers: std::sync::OnceLock<PeerCalls>,
+    /// The same observations over OTLP, when metrics are exported.
+    exported: std::sync::OnceLock<std::sync::Arc<Instruments>>,
 }
 
 impl Default for CallMetrics {
@@ -51,6 +57,8 @@ impl Default for CallMetrics {
             operations: std::array::from_fn(|_| Histogram::new(&SECONDS)),
             tokens: std::array::from_fn(|_| std::array::from_fn(|_| Histogram::new(&TOKENS))),
             first_event: Histogram::new(&SECONDS),
+            peers: std::sync::OnceLock::new(),
+            exported: std::sync::OnceLock::new(),
         }
     }
 }
@@ -67,6 +75,32 @@ impl CallMetrics {
         if let Some(series) = self.calls.get(at) {
             series.observe(took.as_secs_f64());
         }
+        if let (Some(peers), Some(peer)) = (self.peers.get(), &record.peer) {
+            peers.call(peer, record, took);
+        }
+        if let Some(exported) = self.exported.get() {
+            let method = format!("lf.a2a.v1.A2AService/{}", record.call.method.name());
+            exported.call(
+                (record.call.binding.label(), method),
+                record.outcome.label(),
+                took,
+            );
+        }
+    }
+
+    /// Records every observation into `instruments` too, from now on.
+    pub fn export_to(&self, instruments: std::sync::Arc<Instruments>) {
+        let _ = self.exported.set(instruments);
+    }
+
+    /// Labels calls by peer from now on, the first `cap` peers with series of their own.
+    pub fn label_peers(&self, cap: usize) {
+        let _ = self.peers.set(PeerCalls::new(cap));
+    }
+
+    /// Whether calls are labelled by peer: a call's record then names its peer.
+    pub fn by_peer(&self) -> bool {
+        self.peers.get().is_some()
     }
 
     /// A backend's call of `operation` that took `took`, and the tokens it used when it
@@ -74,6 +108,9 @@ impl CallMetrics {
     pub fn operation(&self, operation: GenAiOperation, took: Duration, tokens: Option<(u64, u64)>) {
         let at = operation as usize;
         self.operations[at].observe(took.as_secs_f64());
+        if let Some(exported) = self.exported.get() {
+            exported.operation(operation.label(), took, tokens);
+        }
         if let Some((input, output)) = tokens {
             self.tokens[at][0].observe(input as f64);
             self.tokens[at][1].observe(output as f64);
@@ -83,6 +120,9 @@ impl CallMetrics {
     /// A stream's first event, `took` after its request arrived.
     pub fn first_event(&self, took: Duration) {
         self.first_event.observe(took.as_secs_f64());
+        if let Some(exported) = self.exported.get() {
+            exported.first_event(took);
+        }
     }
 
     /// The series that counted anything.
@@ -119,5 +159,8 @@ impl CallMetrics {
         out.push_str("# HELP a2a_server_stream_time_to_first_event_seconds Time from a stream's request to its first event.\n# TYPE a2a_server_stream_time_to_first_event_seconds histogram\n");
         self.first_event
             .write(out, "a2a_server_stream_time_to_first_event_seconds", "");
+        if let Some(peers) = self.peers.get() {
+            peers.write(out);
+        }
     }
 }

@@ -5,26 +5,10 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Seconds: from 5 ms to a minute.
-pub const SECONDS: [f64; 13] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-];
+pub const SECONDS: [f64; 13] = crate::telemetry::conventions::SECONDS_BOUNDARIES;
 
 /// Tokens: the GenAI conventions' buckets for token usage.
-pub const TOKENS: [f64; 13] = [
-    1.0,
-    4.0,
-    16.0,
-    64.0,
-    256.0,
-    1024.0,
-    4096.0,
-    16384.0,
-    65536.0,
-    262_144.0,
-    1_048_576.0,
-    4_194_304.0,
-    16_777_216.0,
-];
+pub const TOKENS: [f64; 13] = crate::telemetry::conventions::TOKEN_BOUNDARIES;
 
 /// One series.
 #[derive(Debug)]

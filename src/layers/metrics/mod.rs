@@ -27,6 +27,7 @@
 
 mod calls;
 mod histogram;
+mod peers;
 
 pub use calls::{CallMetrics, GenAiOperation};
 

@@ -19,18 +19,19 @@ pub(super) async fn queue_state(
     task_id: &str,
     state: &str,
     task_json: &str,
-    now: Timestamp,
+    (now, call_trace): (Timestamp, Option<&str>),
 ) -> Result<(), StoreError> {
     let now = now.as_millisecond();
     sqlx::query(
-        "INSERT INTO push_deliveries (task_id, config_id, peer_id, url, sealed, body, state, attempts, next_attempt_at, created_at, updated_at) \
-         SELECT task_id, id, peer_id, url, sealed, $1, 'pending', 0, $2, $2, $2 FROM push_configs WHERE task_id = $3 \
+        "INSERT INTO push_deliveries (task_id, config_id, peer_id, url, sealed, body, state, attempts, next_attempt_at, created_at, updated_at, call_trace) \
+         SELECT task_id, id, peer_id, url, sealed, $1, 'pending', 0, $2, $2, $2, $5 FROM push_configs WHERE task_id = $3 \
          AND EXISTS (SELECT 1 FROM tasks WHERE id = $3 AND state = $4 AND status_at = $2)",
     )
     .bind(crate::store::records::task_notification(task_json))
     .bind(now)
     .bind(task_id)
     .bind(state)
+    .bind(call_trace)
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -65,7 +66,8 @@ pub(super) async fn queue_states(
         .iter()
         .filter(|e| configured.contains(e.task_id.as_str()))
     {
-        queue_state(tx, &e.task_id, e.state.as_str(), &e.task_json, e.now).await?;
+        let when = (e.now, e.call_trace.as_deref());
+        queue_state(tx, &e.task_id, e.state.as_str(), &e.task_json, when).await?;
     }
     Ok(())
 }
@@ -209,7 +211,7 @@ impl PushStore for PostgresStore {
                  AND NOT EXISTS (SELECT 1 FROM push_deliveries e WHERE e.task_id = d.task_id \
                    AND e.config_id = d.config_id AND e.state = 'pending' AND e.id < d.id) \
                ORDER BY d.next_attempt_at, d.id LIMIT $4 FOR UPDATE SKIP LOCKED) \
-             RETURNING id, task_id, config_id, peer_id, url, sealed, body, attempts",
+             RETURNING id, task_id, config_id, peer_id, url, sealed, body, attempts, call_trace",
         )
         .bind(claim_until)
         .bind(now)

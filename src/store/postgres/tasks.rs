@@ -148,7 +148,7 @@ impl TaskStore for PostgresStore {
         .execute(&mut *tx)
         .await?;
         if finished.rows_affected() > 0 {
-            super::push::queue_state(&mut tx, id, state.as_str(), body, now).await?;
+            super::push::queue_state(&mut tx, id, state.as_str(), body, (now, None)).await?;
         }
         tx.commit().await?;
         Ok(finished.rows_affected() > 0)

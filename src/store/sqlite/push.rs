@@ -18,7 +18,7 @@ pub(super) async fn queue_state(
     task_id: &str,
     state: &str,
     task_json: &str,
-    now: Timestamp,
+    (now, call_trace): (Timestamp, Option<&str>),
 ) -> Result<(), StoreError> {
     let now = now.as_millisecond();
     sqlx::query(QUEUE_STATE)
@@ -26,16 +26,18 @@ pub(super) async fn queue_state(
         .bind(now)
         .bind(task_id)
         .bind(state)
+        .bind(call_trace)
         .execute(&mut *tx)
         .await?;
     Ok(())
 }
 
 /// Queues a task's state for each of its configs, if the task is still in that state at that
-/// time: `?1` the notification body, `?2` now, `?3` the task, `?4` the state.
+/// time: `?1` the notification body, `?2` now, `?3` the task, `?4` the state, `?5` the call's
+/// `traceparent` (or NULL).
 pub(super) const QUEUE_STATE: &str = "INSERT INTO push_deliveries (task_id, config_id, peer_id, \
-     url, sealed, body, state, attempts, next_attempt_at, created_at, updated_at) \
-     SELECT task_id, id, peer_id, url, sealed, ?1, 'pending', 0, ?2, ?2, ?2 FROM push_configs \
+     url, sealed, body, state, attempts, next_attempt_at, created_at, updated_at, call_trace) \
+     SELECT task_id, id, peer_id, url, sealed, ?1, 'pending', 0, ?2, ?2, ?2, ?5 FROM push_configs \
      WHERE task_id = ?3 \
      AND EXISTS (SELECT 1 FROM tasks WHERE id = ?3 AND state = ?4 AND status_at = ?2)";
 
@@ -180,7 +182,7 @@ impl PushStore for SqliteStore {
                  AND NOT EXISTS (SELECT 1 FROM push_deliveries e WHERE e.task_id = d.task_id \
                    AND e.config_id = d.config_id AND e.state = 'pending' AND e.id < d.id) \
                ORDER BY d.next_attempt_at, d.id LIMIT ?) \
-             RETURNING id, task_id, config_id, peer_id, url, sealed, body, attempts",
+             RETURNING id, task_id, config_id, peer_id, url, sealed, body, attempts, call_trace",
         )
         .bind(claim_until)
         .bind(now)

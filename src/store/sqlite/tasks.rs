@@ -137,7 +137,7 @@ impl TaskStore for SqliteStore {
         .execute(&mut *tx)
         .await?;
         if finished.rows_affected() > 0 {
-            super::push::queue_state(&mut tx, id, state.as_str(), body, now).await?;
+            super::push::queue_state(&mut tx, id, state.as_str(), body, (now, None)).await?;
         }
         tx.commit().await?;
         Ok(finished.rows_affected() > 0)

@@ -372,6 +372,7 @@ fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resu
                 e.now.as_millisecond(),
                 e.task_id.as_str(),
                 e.state.as_str(),
+                e.call_trace.as_deref(),
             ])?;
     }
     Ok(())
@@ -399,6 +400,7 @@ mod tests {
             notify: false,
             push_config: None,
             upstream_task_id: None,
+            call_trace: None,
         }
     }
 
