@@ -88,26 +88,37 @@ where
                 .tracing
                 .call_span(SystemTime::now(), request.headers()),
         );
-        span.note([
-            KeyValue::new(names::HTTP_METHOD, request.method().as_str().to_owned()),
-            KeyValue::new(names::HTTP_ROUTE, route),
-        ]);
-        if let Some(id) = RequestId::current() {
-            span.note([KeyValue::new(names::REQUEST_ID, id.0.to_string())]);
-        }
-        if let Some(partner) = request.extensions().get::<PartnerRequestId>() {
-            span.note([KeyValue::new(
-                names::PARTNER_REQUEST_ID,
-                partner.0.to_string(),
-            )]);
-        }
+        // A call the sampler left out builds no attribute (the span knows at once unless a
+        // partner's context waits for the caller's trust).
+        let name = match span.records() {
+            true => notes(&span, &request, route),
+            false => String::new(),
+        };
         request.extensions_mut().insert(span.clone());
-        let name = format!("{} {route}", request.method());
         TraceFuture {
             future: self.inner.call(request),
             seen: Some(Seen { span, name }),
         }
     }
+}
+
+/// Notes what the request says on its span; the span's name unless the answer names an A2A
+/// operation.
+fn notes(span: &CallSpan, request: &Request<Body>, route: &'static str) -> String {
+    span.note([
+        KeyValue::new(names::HTTP_METHOD, request.method().as_str().to_owned()),
+        KeyValue::new(names::HTTP_ROUTE, route),
+    ]);
+    if let Some(id) = RequestId::current() {
+        span.note([KeyValue::new(names::REQUEST_ID, id.0.to_string())]);
+    }
+    if let Some(partner) = request.extensions().get::<PartnerRequestId>() {
+        span.note([KeyValue::new(
+            names::PARTNER_REQUEST_ID,
+            partner.0.to_string(),
+        )]);
+    }
+    format!("{} {route}", request.method())
 }
 
 /// What the layer keeps of a request until its answer.
@@ -138,6 +149,10 @@ where
         let Some(seen) = this.seen.take() else {
             return Poll::Ready(Ok(response));
         };
+        if !seen.span.records() {
+            // Not sampled: nothing to write, nothing to export; a stream is not followed.
+            return Poll::Ready(Ok(response));
+        }
         let ending = Ending::of(&seen, &response);
         let streaming = response
             .extensions()

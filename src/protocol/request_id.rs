@@ -13,7 +13,8 @@ tokio::task_local! {
 #[derive(Debug)]
 pub struct Scope {
     id: RequestId,
-    trace_id: std::sync::OnceLock<Box<str>>,
+    /// Kept as the number and written only when a line is: most calls log nothing.
+    trace_id: std::sync::OnceLock<u128>,
 }
 
 impl Scope {
@@ -23,8 +24,18 @@ impl Scope {
     }
 
     /// Its trace id, once its span is built.
-    pub fn trace_id(&self) -> Option<&str> {
-        self.trace_id.get().map(|id| &**id)
+    pub fn trace_id(&self) -> Option<TraceIdText> {
+        self.trace_id.get().copied().map(TraceIdText)
+    }
+}
+
+/// A trace id as W3C writes it: 32 lower-case hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceIdText(pub u128);
+
+impl std::fmt::Display for TraceIdText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
     }
 }
 
@@ -55,8 +66,8 @@ impl RequestId {
     }
 
     /// Notes the trace id of the request being served here, once its span is built.
-    pub fn note_trace_id(trace_id: impl std::fmt::Display) {
-        let _ = CURRENT.try_with(|scope| scope.trace_id.set(trace_id.to_string().into()));
+    pub fn note_trace_id(trace_id: u128) {
+        let _ = CURRENT.try_with(|scope| scope.trace_id.set(trace_id));
     }
 
     /// The current request's id, or a fresh one outside any request.

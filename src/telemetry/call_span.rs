@@ -41,7 +41,7 @@ impl CallSpan {
         partner: Option<SpanContext>,
         policy: PartnerContext,
     ) -> Self {
-        Self {
+        let span = Self {
             tracer,
             started,
             partner: partner.filter(|_| policy == PartnerContext::Link),
@@ -50,7 +50,20 @@ impl CallSpan {
             client_address: std::sync::atomic::AtomicBool::new(false),
             content_bytes: OnceLock::new(),
             events: std::sync::atomic::AtomicU64::new(0),
+        };
+        // Without a partner's context nobody's trust changes how the span is built: built now,
+        // so a call the sampler leaves out knows it at once and builds no attribute at all.
+        if span.partner.is_none() {
+            span.begin(false);
         }
+        span
+    }
+
+    /// Whether attributes noted now would be kept: the span is not built yet, or it records.
+    pub fn records(&self) -> bool {
+        self.built
+            .get()
+            .is_none_or(|context| context.span().is_recording())
     }
 
     /// One more event of the call's stream; the first is marked on the span.
@@ -153,16 +166,17 @@ impl CallSpan {
     }
 
     /// A child span of this call's, started now (the backend asked, the store written).
+    /// Not sampled, the call's children are not built either: the child then only carries the
+    /// call's context on (a request behind the door continues the decision).
     pub fn child(&self, name: String, kind: SpanKind, attributes: Vec<KeyValue>) -> ChildSpan {
+        let parent = self.context();
+        if !parent.span().span_context().is_sampled() {
+            return ChildSpan::carrying(parent.span().span_context().clone());
+        }
         let builder = SpanBuilder::from_name(name)
             .with_kind(kind)
             .with_attributes(attributes);
-        let span = self.tracer.build_with_context(builder, self.context());
-        let traceparent = super::edge::traceparent(opentelemetry::trace::Span::span_context(&span));
-        ChildSpan {
-            span: Mutex::new(span),
-            traceparent,
-        }
+        ChildSpan::of(self.tracer.build_with_context(builder, parent))
     }
 
     /// Ends the span now, named `name`, with the answer's `attributes` and `status`.
@@ -193,37 +207,57 @@ pub fn delivery_span(
         .with_kind(SpanKind::Client)
         .with_links(links)
         .with_attributes(attributes);
-    let span = tracer.build_with_context(builder, &Context::new());
-    let traceparent = super::edge::traceparent(opentelemetry::trace::Span::span_context(&span));
-    ChildSpan {
-        span: Mutex::new(span),
-        traceparent,
-    }
+    ChildSpan::of(tracer.build_with_context(builder, &Context::new()))
 }
 
 /// A span of something a call waited on, ended by [`ChildSpan::finish`] (or when dropped).
 #[derive(Debug)]
 pub struct ChildSpan {
-    span: Mutex<opentelemetry_sdk::trace::Span>,
-    traceparent: String,
+    /// `None` when the call is not sampled.
+    span: Option<Mutex<opentelemetry_sdk::trace::Span>>,
+    context: SpanContext,
+    /// Written only when a request carries it on.
+    traceparent: OnceLock<String>,
 }
 
 impl ChildSpan {
+    fn of(span: opentelemetry_sdk::trace::Span) -> Self {
+        let context = opentelemetry::trace::Span::span_context(&span).clone();
+        Self {
+            span: Some(Mutex::new(span)),
+            context,
+            traceparent: OnceLock::new(),
+        }
+    }
+
+    /// No span: the unsampled call's `context`, carried on.
+    fn carrying(context: SpanContext) -> Self {
+        Self {
+            span: None,
+            context,
+            traceparent: OnceLock::new(),
+        }
+    }
+
     /// Its context as a W3C `traceparent`, for a request that continues the trace.
     pub fn traceparent(&self) -> &str {
-        &self.traceparent
+        self.traceparent
+            .get_or_init(|| super::edge::traceparent(&self.context))
     }
 
     /// Adds `attributes`.
     pub fn note(&self, attributes: Vec<KeyValue>) {
         use opentelemetry::trace::Span as _;
-        self.span.locked().set_attributes(attributes);
+        if let Some(span) = &self.span {
+            span.locked().set_attributes(attributes);
+        }
     }
 
     /// Ends it, with `failure` as its `error.type` (and an error status) when it failed.
     pub fn finish(&self, failure: Option<&'static str>) {
         use opentelemetry::trace::Span as _;
-        let mut span = self.span.locked();
+        let Some(span) = &self.span else { return };
+        let mut span = span.locked();
         if let Some(failure) = failure {
             span.set_attribute(KeyValue::new(super::conventions::ERROR_TYPE, failure));
             span.set_status(Status::error(""));

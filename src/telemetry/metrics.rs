@@ -10,6 +10,8 @@
 //! every interval.
 
 use super::conventions as names;
+use crate::protocol::call::{A2aCall, Binding, CallOutcome};
+use crate::protocol::jsonrpc::Method;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Histogram, MeterProvider as _};
 use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
@@ -38,35 +40,19 @@ pub struct MetricsExport {
 #[derive(Debug)]
 pub struct Instruments {
     calls: Histogram<f64>,
+    /// Every call's attributes, made once: by binding, operation and outcome.
+    call_attributes: Vec<[KeyValue; 4]>,
     operations: Histogram<f64>,
     tokens: Histogram<u64>,
     first_event: Histogram<f64>,
 }
 
 impl Instruments {
-    /// A call answered after `took`: its binding, operation (`lf.a2a.v1.A2AService/…`) and
-    /// outcome.
-    pub fn call(
-        &self,
-        (binding, method): (&'static str, String),
-        outcome: &'static str,
-        took: Duration,
-    ) {
-        // The RPC system is the binding's where it is one (HTTP+JSON is not an RPC system).
-        let system = match binding {
-            "jsonrpc" => "jsonrpc",
-            "grpc" => "grpc",
-            _ => "http",
-        };
-        self.calls.record(
-            took.as_secs_f64(),
-            &[
-                KeyValue::new(names::RPC_SYSTEM, system),
-                KeyValue::new(names::A2A_BINDING, binding),
-                KeyValue::new(names::RPC_METHOD, method),
-                KeyValue::new(names::CALL_OUTCOME, outcome),
-            ],
-        );
+    /// A call answered after `took`.
+    pub fn call(&self, call: A2aCall, outcome: CallOutcome, took: Duration) {
+        if let Some(attributes) = self.call_attributes.get(call_index(call, outcome)) {
+            self.calls.record(took.as_secs_f64(), attributes);
+        }
     }
 
     /// A backend's call of `operation` that took `took`, and its tokens (`(input, output)`).
@@ -127,6 +113,7 @@ pub(super) fn start(
             .build()
     };
     let instruments = Instruments {
+        call_attributes: call_attributes(),
         calls: seconds(
             names::METRIC_CALL_DURATION,
             "A2A calls' duration to their answer.",
@@ -147,6 +134,38 @@ pub(super) fn start(
         ),
     };
     Ok((provider, std::sync::Arc::new(instruments)))
+}
+
+fn call_index(call: A2aCall, outcome: CallOutcome) -> usize {
+    ((call.binding as usize * Method::ALL.len()) + call.method as usize) * CallOutcome::ALL.len()
+        + outcome as usize
+}
+
+/// The attributes of every kind of call, in [`call_index`]'s order.
+fn call_attributes() -> Vec<[KeyValue; 4]> {
+    let mut table = Vec::new();
+    for binding in Binding::ALL {
+        // The RPC system is the binding's where it is one (HTTP+JSON is not an RPC system).
+        let system = match binding {
+            Binding::JsonRpc => "jsonrpc",
+            Binding::Grpc => "grpc",
+            _ => "http",
+        };
+        for method in Method::ALL {
+            for outcome in CallOutcome::ALL {
+                table.push([
+                    KeyValue::new(names::RPC_SYSTEM, system),
+                    KeyValue::new(names::A2A_BINDING, binding.label()),
+                    KeyValue::new(
+                        names::RPC_METHOD,
+                        format!("lf.a2a.v1.A2AService/{}", method.name()),
+                    ),
+                    KeyValue::new(names::CALL_OUTCOME, outcome.label()),
+                ]);
+            }
+        }
+    }
+    table
 }
 
 /// The OTLP exporter, each export run on the Tokio runtime and bounded by `timeout`.

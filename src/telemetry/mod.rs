@@ -60,7 +60,9 @@ impl Tracing {
                 .and_then(|value| edge::partner_context(value.as_bytes())),
         };
         let span = CallSpan::new(self.tracer.clone(), started, partner, self.partner_context);
-        span.note(request_attributes(headers, &self.agent_name));
+        if span.records() {
+            span.note(request_attributes(headers, &self.agent_name));
+        }
         if self.client_address {
             span.wants_client_address();
         }
@@ -218,11 +220,15 @@ pub fn note_principal(
         let built = span.begin(continues_trace);
         // Every log line about the call names its trace.
         let trace_id = built.span().span_context().trace_id();
-        crate::protocol::request_id::RequestId::note_trace_id(trace_id);
-        span.note([
-            opentelemetry::KeyValue::new(conventions::PEER_ID, id.to_owned()),
-            opentelemetry::KeyValue::new(conventions::AUTH_SCHEME, scheme),
-        ]);
+        crate::protocol::request_id::RequestId::note_trace_id(u128::from_be_bytes(
+            trace_id.to_bytes(),
+        ));
+        if span.records() {
+            span.note([
+                opentelemetry::KeyValue::new(conventions::PEER_ID, id.to_owned()),
+                opentelemetry::KeyValue::new(conventions::AUTH_SCHEME, scheme),
+            ]);
+        }
     }
 }
 

@@ -61,7 +61,8 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
             (11, true),
             (12, true),
             (13, true),
-            (14, true)
+            (14, true),
+            (15, true)
         ],
         "the old version is adopted, not run again; the newer migrations run"
     );
@@ -256,7 +257,8 @@ async fn an_adoption_cut_short_is_finished_by_the_next_open() {
             (11, true),
             (12, true),
             (13, true),
-            (14, true)
+            (14, true),
+            (15, true)
         ]
     );
 }

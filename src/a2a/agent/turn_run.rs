@@ -164,13 +164,13 @@ impl Turns {
     /// The client span of this turn's call to the backend, when traces are exported (with the
     /// prompt's text when the operator opted in).
     fn backend_span(&self, turn: &TurnPlan) -> Option<Arc<ChildSpan>> {
+        let trace = turn.trace.as_ref()?;
         let traced = self.backend.traced();
         let mut attributes: Vec<KeyValue> = traced
             .attributes
             .into_iter()
             .map(|(key, value)| KeyValue::new(key, value))
             .collect();
-        let trace = turn.trace.as_ref()?;
         if let Some(text) = trace.content(&turn.text) {
             attributes.push(KeyValue::new(names::GEN_AI_INPUT_MESSAGES, text));
         }

@@ -79,12 +79,7 @@ impl CallMetrics {
             peers.call(peer, record, took);
         }
         if let Some(exported) = self.exported.get() {
-            let method = format!("lf.a2a.v1.A2AService/{}", record.call.method.name());
-            exported.call(
-                (record.call.binding.label(), method),
-                record.outcome.label(),
-                took,
-            );
+            exported.call(record.call, record.outcome, took);
         }
     }
 
