@@ -133,7 +133,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let again = Store::open(dir.path()).await.unwrap();
     assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
     again.close().await;
-    assert_eq!(applied_migrations(dir.path()).await.len(), 14);
+    assert_eq!(applied_migrations(dir.path()).await.len(), 15);
 }
 
 #[tokio::test]
