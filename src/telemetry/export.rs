@@ -24,6 +24,12 @@ const BATCH: usize = 512;
 /// How long a batch waits for more spans before it is sent anyway.
 const LINGER: Duration = Duration::from_secs(1);
 
+/// How many waiting spans make a batch worth sending before the linger ends: a full batch, or
+/// the whole queue when it is smaller.
+fn batch_size(queue: usize) -> usize {
+    BATCH.min(queue)
+}
+
 /// What became of spans that were not exported, for `/metrics`.
 #[derive(Debug, Default)]
 pub struct SpanLosses {
@@ -39,6 +45,8 @@ pub struct SpanLosses {
 #[derive(Debug)]
 pub struct Spans {
     queue: mpsc::Sender<SpanData>,
+    /// Rung when a batch's worth waits, so the export task wakes once a batch, not per span.
+    full: Arc<tokio::sync::Notify>,
     losses: Arc<SpanLosses>,
     /// Tells the export task to send what is queued and stop.
     closing: Arc<tokio::sync::Notify>,
@@ -53,6 +61,11 @@ impl SpanProcessor for Spans {
         }
         if self.queue.try_send(span).is_err() {
             self.losses.queue_full.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let waiting = self.queue.max_capacity() - self.queue.capacity();
+        if waiting >= batch_size(self.queue.max_capacity()) {
+            self.full.notify_one();
         }
     }
 
@@ -99,8 +112,10 @@ pub fn spans(
     exporter.set_resource(resource);
     let (queue, waiting) = mpsc::channel(destination.queue);
     let closing = Arc::new(tokio::sync::Notify::new());
+    let full = Arc::new(tokio::sync::Notify::new());
     let sending = Sending {
         waiting,
+        full: full.clone(),
         exporter,
         timeout: destination.timeout,
         losses: losses.clone(),
@@ -109,6 +124,7 @@ pub fn spans(
     Ok((
         Spans {
             queue,
+            full,
             losses,
             closing,
         },
@@ -119,6 +135,7 @@ pub fn spans(
 /// The export task's state.
 struct Sending {
     waiting: mpsc::Receiver<SpanData>,
+    full: Arc<tokio::sync::Notify>,
     exporter: opentelemetry_otlp::SpanExporter,
     timeout: Duration,
     losses: Arc<SpanLosses>,
@@ -147,18 +164,23 @@ impl Sending {
         }
     }
 
-    /// `first` and what follows it within [`LINGER`], up to [`BATCH`].
+    /// `first` and what follows it within [`LINGER`], up to [`BATCH`]: the task sleeps through
+    /// the linger (or until the processor rings that a batch waits) and then takes what is
+    /// queued, instead of waking for every span.
     async fn batch(&mut self, first: SpanData) -> Vec<SpanData> {
-        let mut batch = vec![first];
-        let linger = tokio::time::sleep(LINGER);
-        tokio::pin!(linger);
-        while batch.len() < BATCH {
+        let size = batch_size(self.waiting.max_capacity());
+        if self.waiting.len() + 1 < size {
             tokio::select! {
-                span = self.waiting.recv() => match span {
-                    Some(span) => batch.push(span),
-                    None => break,
-                },
-                () = &mut linger => break,
+                () = tokio::time::sleep(LINGER) => {}
+                () = self.full.notified() => {}
+            }
+        }
+        let mut batch = Vec::with_capacity(size.min(self.waiting.len() + 1));
+        batch.push(first);
+        while batch.len() < BATCH {
+            match self.waiting.try_recv() {
+                Ok(span) => batch.push(span),
+                Err(_) => break,
             }
         }
         batch
