@@ -52,38 +52,39 @@ impl OtlpReceiver {
 
     /// Every span received so far.
     pub async fn spans(&self) -> Vec<Value> {
-        let url = format!("{}/spans", self.endpoint);
-        let body = reqwest::get(url).await.unwrap().text().await.unwrap();
-        serde_json::from_str(&body).unwrap()
+        self.received("spans").await
     }
 
     /// The spans received once `done` holds for them, waiting at most 20 s (spans leave in
     /// batches, a second apart at most).
     pub async fn spans_when(&self, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let spans = self.spans().await;
-            if done(&spans) || Instant::now() > deadline {
-                return spans;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        self.received_when("spans", done).await
     }
 
     /// Every metric received so far (name, unit, resource, histogram points).
     pub async fn metrics(&self) -> Vec<Value> {
-        let url = format!("{}/metrics-received", self.endpoint);
-        let body = reqwest::get(url).await.unwrap().text().await.unwrap();
-        serde_json::from_str(&body).unwrap()
+        self.received("metrics-received").await
     }
 
     /// The metrics received once `done` holds for them, waiting at most 20 s.
     pub async fn metrics_when(&self, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        self.received_when("metrics-received", done).await
+    }
+
+    /// What the receiver serves at `/path`: what it received so far.
+    async fn received(&self, path: &str) -> Vec<Value> {
+        let url = format!("{}/{path}", self.endpoint);
+        let body = reqwest::get(url).await.unwrap().text().await.unwrap();
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// What it received at `/path`, once `done` holds for it or 20 s passed.
+    async fn received_when(&self, path: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let metrics = self.metrics().await;
-            if done(&metrics) || Instant::now() > deadline {
-                return metrics;
+            let received = self.received(path).await;
+            if done(&received) || Instant::now() > deadline {
+                return received;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
