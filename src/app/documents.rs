@@ -20,6 +20,8 @@ pub(super) struct Documents {
     /// not list, by the provider's name: served, and signed for `GetExtendedAgentCard`.
     pub(super) issuer_extended: IssuerExtended,
     pub(super) jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
+    /// The key that signs the callers' assertions (taken by start-up).
+    pub(super) caller_key: Option<crate::jose::sign::CardSigningKey>,
     /// What housekeeping needs to rebuild the key set when a day passes.
     pub(super) refresh: JwksRefresh,
 }
@@ -43,6 +45,21 @@ impl Documents {
             .load_keys(&options.data_dir)
             .map_err(|e| config(&e))?;
         let signing_keys = policy_keys.signing;
+        // The callers' assertions' keys are published beside the card's, when an agent behind
+        // the door is sent them.
+        let asserts = policy.model.a2a.as_ref().is_some_and(|a2a| {
+            policy.model.backend == crate::config::BackendKind::A2a && a2a.caller_assertion
+        });
+        let caller_keys = match asserts {
+            true => policy
+                .signing
+                .load_caller_keys(&options.data_dir)
+                .map_err(|e| config(&e))?,
+            false => crate::jose::keys::PolicyKeys {
+                signing: Vec::new(),
+                published: Vec::new(),
+            },
+        };
         let jku = policy.signing.jwks_url.as_deref();
         let public_card = card::public_card(policy, door_url, identities, agent);
         // What answers behind the door, as the extended card's own skill names it.
@@ -73,7 +90,9 @@ impl Documents {
         let extended_changed = documents
             .document_modified_at("extended-card", &document::etag_for(&extended_bytes), now)
             .await?;
-        let published = Arc::new(policy_keys.published);
+        let mut published = policy_keys.published;
+        published.extend(caller_keys.published);
+        let published = Arc::new(published);
         let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
             build_jwks(store, &published, &today, now).await?,
         )));
@@ -92,6 +111,7 @@ impl Documents {
             extended_json,
             issuer_extended,
             jwks: jwks.clone(),
+            caller_key: caller_keys.signing.into_iter().next(),
             refresh: JwksRefresh {
                 published,
                 document: jwks,

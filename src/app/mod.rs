@@ -307,7 +307,7 @@ async fn documents(
 > {
     let door_url = card::door_url(&options.policy, listeners.local_addr);
     let identity_providers = identity_providers(&options.policy, &options.clock)?;
-    let documents = published_documents(
+    let mut documents = published_documents(
         options,
         store,
         listeners,
@@ -316,8 +316,34 @@ async fn documents(
         backend.description(),
     )
     .await?;
+    if let Some(key) = documents.caller_key.take() {
+        assert_callers(backend, key, &door_url)?;
+    }
     log_opened(options, store, backend);
     Ok((door_url, identity_providers, documents))
+}
+
+/// Hands the backend what signs callers' assertions, issued as the gateway's origin (the one
+/// its card is served from); an agent whose policy does not send them ignores it.
+fn assert_callers(
+    backend: &dyn crate::backend::ModelBackend,
+    key: crate::jose::sign::CardSigningKey,
+    door_url: &str,
+) -> Result<(), StartError> {
+    let origin = reqwest::Url::parse(door_url)
+        .map(|url| url.origin().ascii_serialization())
+        .unwrap_or_else(|_| door_url.to_owned());
+    let kid = key.kid().to_owned();
+    let assertions = crate::jose::caller::CallerAssertions::new(key, origin)
+        .map_err(|e| StartError::Config(format!("signing.caller_keys: {e}")))?;
+    backend.assert_callers(Arc::new(assertions));
+    if backend.asserts_callers() {
+        tracing::info!(
+            kid,
+            "the agent behind the door is told who calls, in a signed assertion"
+        );
+    }
+    Ok(())
 }
 
 /// The documents the gateway publishes (its cards, with the issuers and client CA they name).

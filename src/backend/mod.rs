@@ -62,6 +62,9 @@ pub struct Prompt {
     /// The span of this call to the backend, when traces are exported: a backend whose policy
     /// says so sends its context (`traceparent`) along (`model.*.trace_context`).
     pub trace: Option<Arc<crate::telemetry::call_span::ChildSpan>>,
+    /// Who is calling, when the backend hands the agent a signed assertion of it
+    /// ([`ModelBackend::asserts_callers`]).
+    pub caller: Option<Arc<crate::jose::caller::Caller>>,
 }
 
 /// How a call to a backend is named on a trace: its client span's name and attributes (the
@@ -159,6 +162,15 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
     /// Whether it reads every part of a message as sent (an agent behind the door); a model
     /// reads text and data parts only.
     fn reads_every_part(&self) -> bool {
+        false
+    }
+
+    /// Signs an assertion of who is calling with `assertions` for every request it sends, when
+    /// it is an agent whose policy asks for them (start-up calls it once).
+    fn assert_callers(&self, _assertions: Arc<crate::jose::caller::CallerAssertions>) {}
+
+    /// Whether a prompt should name its caller ([`Prompt::caller`]).
+    fn asserts_callers(&self) -> bool {
         false
     }
 

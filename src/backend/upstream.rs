@@ -21,13 +21,16 @@ use super::{
     AgentReply, BackendError, BackendSetupError, Completion, MAX_RESPONSE_BYTES, ModelBackend,
     Pieces, Prompt, Usage, classify,
 };
+use crate::clock::Clock as _;
 use crate::config::A2aPolicy;
+use crate::jose::caller::{Caller, CallerAssertions};
 use crate::net::event_stream::ServerSentEvents;
 use crate::protocol::types::{Artifact, Part, TaskState, parts_text};
 use async_trait::async_trait;
 use axum::http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest card read.
@@ -50,6 +53,11 @@ pub struct UpstreamAgent {
     described: super::AgentDescription,
     /// The call's `traceparent` is sent along (`model.a2a.trace_context`).
     trace_context: bool,
+    /// The header callers' assertions travel in, when the policy sends them
+    /// (`model.a2a.caller_assertion`).
+    caller_header: Option<HeaderName>,
+    /// What signs them, once start-up has the key.
+    assertions: std::sync::OnceLock<Arc<CallerAssertions>>,
 }
 
 impl std::fmt::Debug for UpstreamAgent {
@@ -157,6 +165,11 @@ impl UpstreamAgent {
                 .unwrap_or_else(|| "an A2A agent".to_owned()),
             described,
             trace_context: policy.trace_context,
+            caller_header: policy
+                .caller_assertion
+                .then(|| HeaderName::from_bytes(policy.caller_header.as_bytes()).ok())
+                .flatten(),
+            assertions: std::sync::OnceLock::new(),
         })
     }
 
@@ -234,7 +247,7 @@ impl UpstreamAgent {
         method: &str,
         params: Value,
         stream: bool,
-        traceparent: Option<&str>,
+        (traceparent, caller): (Option<&str>, Option<&Caller>),
     ) -> Result<reqwest::Response, BackendError> {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let mut request = self
@@ -252,6 +265,17 @@ impl UpstreamAgent {
         if let Some(traceparent) = traceparent {
             request = request.header("traceparent", traceparent);
         }
+        if let (Some(header), Some(assertions), Some(caller)) =
+            (&self.caller_header, self.assertions.get(), caller)
+        {
+            // Signed for this request alone: its own id, a minute to live.
+            let now = crate::clock::SystemClock.now().as_second();
+            let signed = assertions.sign(&self.rpc_url, caller, now);
+            if let Ok(mut value) = HeaderValue::from_str(&signed) {
+                value.set_sensitive(true);
+                request = request.header(header, value);
+            }
+        }
         let mut response = request.send().await.map_err(|e| classify(&e))?;
         let status = response.status();
         if !status.is_success() {
@@ -265,18 +289,28 @@ impl UpstreamAgent {
     /// (a kept connection the agent closed just as it was used) is asked once more, on a new
     /// connection: reading a task twice changes nothing. Nothing else is: a message or a
     /// cancel the agent may have acted on is never sent twice.
-    async fn call(&self, method: &str, params: Value) -> Result<Value, BackendError> {
+    async fn call(
+        &self,
+        method: &str,
+        params: Value,
+        caller: Option<&Caller>,
+    ) -> Result<Value, BackendError> {
         if method != "GetTask" {
-            return self.call_once(method, params).await;
+            return self.call_once(method, params, caller).await;
         }
-        match self.call_once(method, params.clone()).await {
-            Err(BackendError::Unreachable) => self.call_once(method, params).await,
+        match self.call_once(method, params.clone(), caller).await {
+            Err(BackendError::Unreachable) => self.call_once(method, params, caller).await,
             answered => answered,
         }
     }
 
-    async fn call_once(&self, method: &str, params: Value) -> Result<Value, BackendError> {
-        let response = self.post(method, params, false, None).await?;
+    async fn call_once(
+        &self,
+        method: &str,
+        params: Value,
+        caller: Option<&Caller>,
+    ) -> Result<Value, BackendError> {
+        let response = self.post(method, params, false, (None, caller)).await?;
         result_of(read_answer(response).await?)
     }
 
@@ -288,7 +322,11 @@ impl UpstreamAgent {
     }
 
     /// Follows a task the agent left working until it is final or waits for the peer.
-    async fn follow(&self, task: UpstreamTask) -> Result<UpstreamTask, BackendError> {
+    async fn follow(
+        &self,
+        task: UpstreamTask,
+        caller: Option<&Caller>,
+    ) -> Result<UpstreamTask, BackendError> {
         let mut task = task;
         // Only a task the agent says is still under way is followed; any other state is
         // judged by what it is.
@@ -297,7 +335,7 @@ impl UpstreamAgent {
             "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING"
         ) {
             tokio::time::sleep(FOLLOW_EVERY).await;
-            let result = self.call("GetTask", json!({"id": task.id})).await?;
+            let result = self.call("GetTask", json!({"id": task.id}), caller).await?;
             task = serde_json::from_value(result)
                 .map_err(|_| BackendError::InvalidResponse("GetTask did not answer a task"))?;
         }
@@ -309,6 +347,14 @@ impl UpstreamAgent {
 impl ModelBackend for UpstreamAgent {
     fn what(&self) -> &'static str {
         "agent"
+    }
+
+    fn assert_callers(&self, assertions: Arc<CallerAssertions>) {
+        let _ = self.assertions.set(assertions);
+    }
+
+    fn asserts_callers(&self) -> bool {
+        self.caller_header.is_some() && self.assertions.get().is_some()
     }
 
     fn traced(&self) -> super::Traced {
@@ -398,7 +444,7 @@ impl ModelBackend for UpstreamAgent {
     }
 
     async fn cancel(&self, agent_task: &str) -> Result<(), BackendError> {
-        self.call("CancelTask", json!({"id": agent_task}))
+        self.call("CancelTask", json!({"id": agent_task}), None)
             .await
             .map(drop)
     }
@@ -432,7 +478,12 @@ impl UpstreamAgent {
         }
         let traceparent = self.traceparent(prompt);
         let response = self
-            .post("SendMessage", Self::params(prompt), false, traceparent)
+            .post(
+                "SendMessage",
+                Self::params(prompt),
+                false,
+                (traceparent, prompt.caller.as_deref()),
+            )
             .await?;
         let result = result_of(read_answer(response).await?)?;
         self.settle(prompt, result).await
@@ -446,7 +497,7 @@ impl UpstreamAgent {
         match (result.task, result.message) {
             (Some(task), _) => {
                 let _ = prompt.agent_task.set(task.id.clone());
-                completion_of_task(self.follow(task).await?)
+                completion_of_task(self.follow(task, prompt.caller.as_deref()).await?)
             }
             (None, Some(message)) => completion_of_message(message),
             (None, None) => Err(BackendError::InvalidResponse(
@@ -463,7 +514,7 @@ impl UpstreamAgent {
                 "SendStreamingMessage",
                 Self::params(prompt),
                 true,
-                self.traceparent(prompt),
+                (self.traceparent(prompt), prompt.caller.as_deref()),
             )
             .await?;
         // An agent may refuse a stream with one JSON-RPC error, sent as JSON.
@@ -511,10 +562,11 @@ impl UpstreamAgent {
         let task_id = followed.task_id.ok_or(BackendError::InvalidResponse(
             "the stream ended before any task",
         ))?;
-        let result = self.call("GetTask", json!({"id": task_id})).await?;
+        let caller = prompt.caller.as_deref();
+        let result = self.call("GetTask", json!({"id": task_id}), caller).await?;
         let task: UpstreamTask = serde_json::from_value(result)
             .map_err(|_| BackendError::InvalidResponse("GetTask did not answer a task"))?;
-        completion_of_task(self.follow(task).await?)
+        completion_of_task(self.follow(task, caller).await?)
     }
 }
 

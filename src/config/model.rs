@@ -87,6 +87,18 @@ pub struct A2aPolicy {
     /// the call's trace.
     #[serde(default = "yes")]
     pub trace_context: bool,
+    /// Send the agent, with every request, an assertion peergate signs of who is calling (the
+    /// peer, how it signed in, its scopes), verifiable offline against peergate's JWKS.
+    #[serde(default = "yes")]
+    pub caller_assertion: bool,
+    /// The header the assertion travels in (never `Authorization`, which keeps the credential
+    /// the agent requires).
+    #[serde(default = "default_caller_header")]
+    pub caller_header: String,
+}
+
+fn default_caller_header() -> String {
+    "X-Peergate-Caller".to_owned()
 }
 
 fn yes() -> bool {
@@ -101,6 +113,17 @@ fn default_startup_wait_seconds() -> u64 {
 impl A2aPolicy {
     fn validate(&self) -> Result<(), Invalid> {
         check_upstream_url("model.a2a.url", &self.url)?;
+        let header = self.caller_header.to_ascii_lowercase();
+        let credential = self.api_key_header.as_deref().map(str::to_ascii_lowercase);
+        if axum::http::HeaderName::from_bytes(header.as_bytes()).is_err()
+            || header == "authorization"
+            || credential.as_deref() == Some(header.as_str())
+        {
+            return Err(invalid(
+                "model.a2a.caller_header",
+                "must be a header name other than Authorization and the agent's own credential header",
+            ));
+        }
         if self.startup_wait_seconds > 3600 {
             return Err(invalid(
                 "model.a2a.startup_wait_seconds",

@@ -1,7 +1,10 @@
-//! `[signing]`: the keys that sign the Agent Card.
+//! `[signing]`: the keys that sign the Agent Card, and those that sign the callers'
+//! assertions peergate hands the agent behind the door.
 
 use super::{Invalid, invalid};
-use crate::jose::keys::{PolicyKeys, PublishedKey, default_card_key, read_secret};
+use crate::jose::keys::{
+    PolicyKeys, PublishedKey, default_caller_key, default_card_key, read_secret,
+};
 use crate::jose::sign::{CardSigningKey, JwsAlgorithm, MIN_HMAC_SECRET_BYTES};
 use ed25519_dalek::pkcs8::DecodePrivateKey;
 use serde::Deserialize;
@@ -17,6 +20,10 @@ pub struct SigningPolicy {
     /// `[[signing.keys]]`; none means a key generated in the data directory.
     #[serde(default)]
     pub keys: Vec<SigningKeyPolicy>,
+    /// `[[signing.caller_keys]]`: the keys of the callers' assertions (EdDSA or ES256), rotated
+    /// as the card's are; none means a key generated in the data directory.
+    #[serde(default)]
+    pub caller_keys: Vec<SigningKeyPolicy>,
 }
 
 /// `[[signing.keys]]`
@@ -43,24 +50,27 @@ pub struct SigningKeyPolicy {
 
 impl SigningPolicy {
     pub(super) fn validate(&self) -> Result<(), Invalid> {
-        for (i, key) in self.keys.iter().enumerate() {
-            if !crate::jose::keys::is_valid_kid(&key.kid) {
-                return Err(invalid(
-                    "signing.keys",
-                    "every kid must be 1 to 64 of letters, digits and ._-",
-                ));
-            }
-            if self.keys[..i].iter().any(|k| k.kid == key.kid) {
-                return Err(invalid("signing.keys", "a kid is listed twice"));
-            }
-            if let Some(until) = &key.retiring_until
-                && (until.len() != 10 || until.parse::<jiff::civil::Date>().is_err())
-            {
-                return Err(invalid(
-                    "signing.keys",
-                    "retiring_until must be a date such as 2027-01-31",
-                ));
-            }
+        validate_keys("signing.keys", &self.keys)?;
+        validate_keys("signing.caller_keys", &self.caller_keys)?;
+        if self
+            .caller_keys
+            .iter()
+            .any(|key| key.alg == JwsAlgorithm::Hs256)
+        {
+            return Err(invalid(
+                "signing.caller_keys",
+                "must be EdDSA or ES256: the agent verifies the assertions with a public key",
+            ));
+        }
+        if self
+            .caller_keys
+            .iter()
+            .any(|key| self.keys.iter().any(|card| card.kid == key.kid))
+        {
+            return Err(invalid(
+                "signing.caller_keys",
+                "a kid is also a card key's: the JWKS names each key once",
+            ));
         }
         if let Some(url) = &self.jwks_url
             && !url.starts_with("https://")
@@ -71,48 +81,90 @@ impl SigningPolicy {
     }
 }
 
+/// The checks every key list passes: kids well formed and distinct, retirement a date.
+fn validate_keys(setting: &'static str, keys: &[SigningKeyPolicy]) -> Result<(), Invalid> {
+    for (i, key) in keys.iter().enumerate() {
+        if !crate::jose::keys::is_valid_kid(&key.kid) {
+            return Err(invalid(
+                setting,
+                "every kid must be 1 to 64 of letters, digits and ._-",
+            ));
+        }
+        if keys[..i].iter().any(|k| k.kid == key.kid) {
+            return Err(invalid(setting, "a kid is listed twice"));
+        }
+        if let Some(until) = &key.retiring_until
+            && (until.len() != 10 || until.parse::<jiff::civil::Date>().is_err())
+        {
+            return Err(invalid(
+                setting,
+                "retiring_until must be a date such as 2027-01-31",
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl SigningPolicy {
     /// Loads the keys this policy names; with none named, the default key of the data
     /// directory.
     pub fn load_keys(&self, data_dir: &Path) -> Result<PolicyKeys, String> {
-        let policy = self;
-        if policy.keys.is_empty() {
+        if self.keys.is_empty() {
             let key = default_card_key(data_dir).map_err(|e| e.to_string())?;
-            let published = key
-                .public_jwk()
-                .map(|jwk| PublishedKey { jwk, until: None });
-            return Ok(PolicyKeys {
-                signing: vec![key],
-                published: published.into_iter().collect(),
-            });
+            return Ok(alone(key));
         }
-        let mut signing = Vec::new();
-        let mut published = Vec::new();
-        for entry in &policy.keys {
-            let key = load_one(entry)?;
-            if let Some(jwk) = key.public_jwk() {
-                published.push(PublishedKey {
-                    jwk,
-                    until: entry.retiring_until.clone(),
-                });
-            }
-            if entry.retiring_until.is_none() {
-                signing.push(key);
-            }
+        load_listed("signing.keys", &self.keys)
+    }
+
+    /// Loads the keys of the callers' assertions; with none named, the data directory's.
+    pub fn load_caller_keys(&self, data_dir: &Path) -> Result<PolicyKeys, String> {
+        if self.caller_keys.is_empty() {
+            let key = default_caller_key(data_dir).map_err(|e| e.to_string())?;
+            return Ok(alone(key));
         }
-        if signing.is_empty() {
-            return Err(
-                "signing.keys: at least one key must sign (a key without retiring_until)"
-                    .to_owned(),
-            );
-        }
-        Ok(PolicyKeys { signing, published })
+        load_listed("signing.caller_keys", &self.caller_keys)
     }
 }
 
-fn load_one(entry: &SigningKeyPolicy) -> Result<CardSigningKey, String> {
+/// One key that signs and is published while it does.
+fn alone(key: CardSigningKey) -> PolicyKeys {
+    let published = key
+        .public_jwk()
+        .map(|jwk| PublishedKey { jwk, until: None });
+    PolicyKeys {
+        signing: vec![key],
+        published: published.into_iter().collect(),
+    }
+}
+
+/// The keys `setting` lists: those without `retiring_until` sign, every asymmetric one is
+/// published until its day.
+fn load_listed(setting: &str, keys: &[SigningKeyPolicy]) -> Result<PolicyKeys, String> {
+    let mut signing = Vec::new();
+    let mut published = Vec::new();
+    for entry in keys {
+        let key = load_one(setting, entry)?;
+        if let Some(jwk) = key.public_jwk() {
+            published.push(PublishedKey {
+                jwk,
+                until: entry.retiring_until.clone(),
+            });
+        }
+        if entry.retiring_until.is_none() {
+            signing.push(key);
+        }
+    }
+    if signing.is_empty() {
+        return Err(format!(
+            "{setting}: at least one key must sign (a key without retiring_until)"
+        ));
+    }
+    Ok(PolicyKeys { signing, published })
+}
+
+fn load_one(setting: &str, entry: &SigningKeyPolicy) -> Result<CardSigningKey, String> {
     let kid = entry.kid.clone();
-    let name = |what: &str| format!("signing.keys kid \"{kid}\": {what}");
+    let name = |what: &str| format!("{setting} kid \"{kid}\": {what}");
     let private_pem = || -> Result<String, String> {
         let file = entry
             .private_key_file

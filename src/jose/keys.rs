@@ -36,11 +36,26 @@ pub enum KeyError {
     },
 }
 
+/// The default key of callers' assertions, in the data directory of a lone instance.
+pub const DEFAULT_CALLER_KEY_FILE: &str = "caller-assertion-ed25519.pem";
+
 /// Loads the default Ed25519 key from `data_dir`, generating it on first use.
 pub fn default_card_key(data_dir: &Path) -> Result<CardSigningKey, KeyError> {
-    let path = data_dir.join(DEFAULT_KEY_FILE);
+    default_key(data_dir, DEFAULT_KEY_FILE, "")
+}
+
+/// Loads the default Ed25519 key of callers' assertions from `data_dir`, generating it on
+/// first use; its `kid` starts `caller-`, so it never collides with a card key's.
+pub fn default_caller_key(data_dir: &Path) -> Result<CardSigningKey, KeyError> {
+    default_key(data_dir, DEFAULT_CALLER_KEY_FILE, "caller-")
+}
+
+/// The Ed25519 key in `file` of `data_dir` (made on first use), its kid `prefix` and the
+/// start of its thumbprint.
+fn default_key(data_dir: &Path, file: &str, prefix: &str) -> Result<CardSigningKey, KeyError> {
+    let path = data_dir.join(file);
     let fail = |reason: String| KeyError::File {
-        file: DEFAULT_KEY_FILE.to_owned(),
+        file: file.to_owned(),
         reason,
     };
     let key = if path.exists() {
@@ -57,7 +72,7 @@ pub fn default_card_key(data_dir: &Path) -> Result<CardSigningKey, KeyError> {
         write_private(&path, pem.as_bytes()).map_err(|e| fail(e.kind().to_string()))?;
         key
     };
-    let kid = thumbprint_kid(&key.verifying_key());
+    let kid = format!("{prefix}{}", thumbprint_kid(&key.verifying_key()));
     Ok(CardSigningKey::ed25519(kid, key))
 }
 

@@ -2,6 +2,7 @@
 //! remote cards and key sets.
 
 pub mod access_token;
+pub mod caller;
 pub mod fetch;
 pub mod jwks_cache;
 pub mod keys;

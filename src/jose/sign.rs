@@ -138,6 +138,17 @@ impl CardSigningKey {
         self.0.public_jwk()
     }
 
+    /// A compact JWS of `claims` under `header`, signed with this key.
+    pub fn sign_compact(&self, header: &Value, claims: &Value) -> String {
+        let input = format!(
+            "{}.{}",
+            b64url(header.to_string().as_bytes()),
+            b64url(claims.to_string().as_bytes())
+        );
+        let signature = b64url(&self.sign_raw(input.as_bytes()));
+        format!("{input}.{signature}")
+    }
+
     /// Signs `input` (the JWS signing input) and returns the raw signature.
     fn sign_raw(&self, input: &[u8]) -> Vec<u8> {
         self.0.sign(input)

@@ -50,6 +50,17 @@ impl UpstreamAgent {
         Self::start_with_args(signed, streams, port, &[])
     }
 
+    /// An agent that refuses every JSON-RPC request whose caller assertion does not verify
+    /// against the key set in `jwks_file` (read at each request).
+    pub fn start_verifying_callers(jwks_file: &std::path::Path) -> Self {
+        Self::start_with_args(
+            true,
+            true,
+            0,
+            &["--verify-caller", jwks_file.to_str().unwrap()],
+        )
+    }
+
     fn start_with_args(signed: bool, streams: bool, port: u16, args: &[&str]) -> Self {
         let python = super::sdk::python_with_sdk();
         let mut command = Command::new(python);

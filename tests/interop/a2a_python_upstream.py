@@ -36,6 +36,7 @@ import socket
 import sys
 
 import httpx
+import jwt
 import uvicorn
 
 from google.protobuf import json_format
@@ -221,6 +222,72 @@ class BearerOnRpc(BaseHTTPMiddleware):
                     headers={'WWW-Authenticate': 'Bearer realm="sdk-upstream"'},
                 )
         return await call_next(request)
+
+
+class VerifyCaller:
+    """Checks the assertion peergate sends with every JSON-RPC request (X-Peergate-Caller), as an
+    agent behind peergate would, offline, with PyJWT: against the key set in JWKS_FILE (peergate's
+    JWKS, read when a request comes), its type, audience (this agent's JSON-RPC URL), lifetime
+    (a minute at most) and each id once. A refused request gets 401 and nothing runs.
+    GET /callers answers the claims it verified (and their tokens) and why it refused others."""
+
+    def __init__(self, app, jwks_file: str, audience: str):
+        self.app = app
+        self.jwks_file = jwks_file
+        self.audience = audience
+        self.seen = set()
+        self.verified = []
+        self.refused = []
+
+    async def __call__(self, scope, receive, send):
+        if scope['type'] != 'http':
+            return await self.app(scope, receive, send)
+        if scope['path'] == '/callers':
+            return await answer(send, 200, {'verified': self.verified, 'refused': self.refused})
+        if scope['path'] == RPC_PATH and scope['method'] == 'POST':
+            headers = {k.decode().lower(): v.decode() for k, v in scope['headers']}
+            token = headers.get('x-peergate-caller')
+            why = self.check(token)
+            if why:
+                self.refused.append(why)
+                return await answer(send, 401, {'error': f'caller assertion refused: {why}'})
+        await self.app(scope, receive, send)
+
+    def check(self, token):
+        if not token:
+            return 'missing'
+        try:
+            header = jwt.get_unverified_header(token)
+            if header.get('typ') != 'peergate-caller+jwt':
+                return 'type'
+            keys = jwt.PyJWKSet.from_dict(json.load(open(self.jwks_file)))
+            key = next((k for k in keys.keys if k.key_id == header.get('kid')), None)
+            if key is None:
+                return 'unknown key'
+            claims = jwt.decode(token, key.key, algorithms=['EdDSA', 'ES256'],
+                                audience=self.audience,
+                                options={'require': ['exp', 'iat', 'jti', 'sub', 'iss', 'aud']})
+        except jwt.ExpiredSignatureError:
+            return 'expired'
+        except jwt.InvalidAudienceError:
+            return 'audience'
+        except jwt.PyJWTError as error:
+            return f'invalid ({type(error).__name__})'
+        if claims['exp'] - claims['iat'] > 60:
+            return 'lifetime'
+        if claims['jti'] in self.seen:
+            return 'replayed'
+        self.seen.add(claims['jti'])
+        self.verified.append({'claims': claims, 'token': token})
+        return None
+
+
+async def answer(send, status, body):
+    data = json.dumps(body).encode()
+    await send({'type': 'http.response.start', 'status': status,
+                'headers': [(b'content-type', b'application/json'),
+                            (b'content-length', str(len(data)).encode())]})
+    await send({'type': 'http.response.body', 'body': data})
 
 
 class CountConnections:
@@ -409,6 +476,9 @@ def main() -> None:
     ap.add_argument('--telemetry', metavar='OTLP_ENDPOINT',
                     help='export the agent\'s spans (and the SDK\'s) over OTLP/HTTP to this base URL, '
                          'continuing the trace context each request carries')
+    ap.add_argument('--verify-caller', metavar='JWKS_FILE',
+                    help='refuse JSON-RPC requests whose caller assertion does not verify against '
+                         'the key set in this file (read at each request)')
     args = ap.parse_args()
     token = os.environ.get('UPSTREAM_TOKEN')
     if not token:
@@ -421,6 +491,8 @@ def main() -> None:
     port = sock.getsockname()[1]
     scheme = 'https' if args.tls else 'http'
     app = build_app(port, token, args.sign_jwk, not args.no_streaming, args.stream_end_delay, scheme)
+    if args.verify_caller:
+        app = VerifyCaller(app, args.verify_caller, f'{scheme}://127.0.0.1:{port}{RPC_PATH}')
     if args.telemetry:
         app = traced(app, args.telemetry)
     tls = {'ssl_certfile': args.tls[0], 'ssl_keyfile': args.tls[1]} if args.tls else {}

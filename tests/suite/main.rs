@@ -10,6 +10,7 @@ mod common;
 mod a2a_backend;
 mod admin;
 mod call;
+mod caller_assertion;
 mod capabilities;
 mod card_cache;
 mod card_keys;

@@ -87,6 +87,10 @@ impl Turns {
             agent_task: Arc::default(),
             may_be_canceled: self.settings.cancel_running,
             trace: self.backend_span(turn),
+            caller: self
+                .backend
+                .asserts_callers()
+                .then(|| Arc::new(caller_of(peer))),
         };
         Ok((prompt, unfinished, working_json))
     }
@@ -359,5 +363,25 @@ fn finish_backend_span(
 fn finish_span(span: Option<ChildSpan>, failure: Option<&'static str>) {
     if let Some(span) = span {
         span.finish(failure);
+    }
+}
+
+/// Who is calling, as the assertion the agent behind the door gets states it.
+fn caller_of(peer: &crate::layers::auth::AuthenticatedPeer) -> crate::jose::caller::Caller {
+    use crate::guard::scopes::OperationScope;
+    crate::jose::caller::Caller {
+        peer_id: peer.id().to_string(),
+        peer_name: peer.name().to_owned(),
+        owner: peer.owner_id().to_owned(),
+        scheme: peer.scheme().policy_name(),
+        identity: peer
+            .issuer()
+            .zip(peer.subject())
+            .map(|(issuer, subject)| (issuer.to_owned(), subject.to_owned())),
+        scopes: OperationScope::ALL
+            .into_iter()
+            .filter(|scope| peer.may(*scope))
+            .map(OperationScope::as_str)
+            .collect(),
     }
 }

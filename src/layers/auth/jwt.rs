@@ -542,6 +542,7 @@ impl TokenBindings<AuthenticatedPeer> for PeerBindings {
             valid_until,
         );
         peer.issuer = Some(verified.issuer.into());
+        peer.subject = Some(token.subject.as_str().into());
         if verified.require_scopes {
             peer.granted = Some(GrantedScopes::from_names(
                 token.scopes.iter().map(String::as_str),

@@ -102,6 +102,8 @@ pub struct AuthenticatedPeer {
     granted: Option<GrantedScopes>,
     /// The identity provider whose token admitted the peer, by its policy name.
     issuer: Option<Arc<str>>,
+    /// The subject of that token (its `client_id`, else `sub`), bound to the peer.
+    subject: Option<Arc<str>>,
 }
 
 impl AuthenticatedPeer {
@@ -137,6 +139,10 @@ impl AuthenticatedPeer {
     pub fn issuer(&self) -> Option<&str> {
         self.issuer.as_deref()
     }
+    /// The subject of the identity provider's token that admitted the peer.
+    pub fn subject(&self) -> Option<&str> {
+        self.subject.as_deref()
+    }
     /// Whether the credential lets the peer do an operation that needs `scope`: always, unless
     /// it was a token whose scopes the issuer's policy requires and which lacks it.
     pub fn may(&self, scope: OperationScope) -> bool {
@@ -157,6 +163,7 @@ impl AuthenticatedPeer {
             valid_until: None,
             granted: None,
             issuer: None,
+            subject: None,
         }
     }
 }
@@ -292,6 +299,7 @@ fn peer(
         valid_until,
         granted: None,
         issuer: None,
+        subject: None,
     }
 }
 
