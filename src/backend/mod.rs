@@ -65,6 +65,8 @@ pub struct Prompt {
     /// Who is calling, when the backend hands the agent a signed assertion of it
     /// ([`ModelBackend::asserts_callers`]).
     pub caller: Option<Arc<crate::jose::caller::Caller>>,
+    /// The peer's pseudonym, when the backend names its users ([`ModelBackend::names_users`]).
+    pub user: Option<String>,
 }
 
 /// How a call to a backend is named on a trace: its client span's name and attributes (the
@@ -171,6 +173,11 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
 
     /// Whether a prompt should name its caller ([`Prompt::caller`]).
     fn asserts_callers(&self) -> bool {
+        false
+    }
+
+    /// Whether a prompt should carry the peer's pseudonym ([`Prompt::user`]).
+    fn names_users(&self) -> bool {
         false
     }
 

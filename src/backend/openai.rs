@@ -21,6 +21,8 @@ pub struct OpenAi {
     max_tokens: Option<u32>,
     /// The call's `traceparent` is sent along (`model.openai.trace_context`).
     trace_context: bool,
+    /// The peer's pseudonym goes in `user` (`model.openai.user`).
+    names_users: bool,
 }
 
 impl std::fmt::Debug for OpenAi {
@@ -109,12 +111,17 @@ impl OpenAi {
             api_key,
             max_tokens: policy.max_tokens,
             trace_context: policy.trace_context,
+            names_users: policy.user,
         })
     }
 }
 
 #[async_trait]
 impl ModelBackend for OpenAi {
+    fn names_users(&self) -> bool {
+        self.names_users
+    }
+
     fn traced(&self) -> super::Traced {
         use crate::telemetry::conventions as names;
         let host = reqwest::Url::parse(&self.url)
@@ -239,6 +246,9 @@ impl OpenAi {
         }
         messages.push(json!({"role": "user", "content": prompt.text}));
         let mut body = json!({"model": self.model, "messages": messages, "stream": stream});
+        if let Some(user) = &prompt.user {
+            body["user"] = json!(user);
+        }
         if stream {
             body["stream_options"] = json!({"include_usage": true});
         }

@@ -191,6 +191,10 @@ pub struct OpenAiPolicy {
     /// hosted model's API is a third party).
     #[serde(default)]
     pub trace_context: bool,
+    /// Name the peer in each request's `user` field by a pseudonym (a digest of its id, stable,
+    /// never its name), so the model's operator can tell partners apart for abuse monitoring.
+    #[serde(default = "yes")]
+    pub user: bool,
 }
 
 impl ModelPolicy {

@@ -532,3 +532,39 @@ async fn parts_a_model_does_not_read_are_named_or_refused() {
         "TASK_STATE_COMPLETED"
     );
 }
+
+#[tokio::test]
+async fn the_model_hears_each_peer_by_a_stable_pseudonym_unless_the_policy_says_not() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let gw = TestGateway::start_with(model.policy(10)).await;
+    let (alice, bob) = (gw.add_peer("alice"), gw.add_peer("bob"));
+    for token in [&alice, &alice, &bob] {
+        send_text(&gw.door, token, "hi", None).await;
+    }
+    let users: Vec<String> = model
+        .requests()
+        .iter()
+        .map(|request| request["user"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(users[0], users[1], "stable for one peer");
+    assert_ne!(users[0], users[2], "one per peer");
+    for user in &users {
+        // A digest (32 hex digits), never the peer's name or its id (`peer_…`).
+        let digest = user.strip_prefix("peer-").unwrap();
+        assert!(
+            digest.len() == 32 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{user}"
+        );
+    }
+    gw.stop().await;
+
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let policy = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .insert("model.openai.user", false);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    let token = gw.add_peer("alice");
+    send_text(&gw.door, &token, "hi", None).await;
+    assert!(model.requests()[0].get("user").is_none());
+    gw.stop().await;
+}

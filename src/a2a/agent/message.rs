@@ -244,6 +244,18 @@ pub(super) fn conversation_id(peer_id: &str, context_id: &str) -> String {
         .to_string()
 }
 
+/// A stable pseudonym of a peer for a model's `user` field: a digest of its id, which names
+/// neither the peer nor its owner.
+pub(super) fn peer_pseudonym(peer_id: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update(b"peergate user\0")
+        .chain_update(peer_id.as_bytes())
+        .finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("peer-{hex}")
+}
+
 /// Cuts `text` to at most `max` bytes on a character boundary and says so visibly.
 pub fn truncate_text(mut text: String, max: usize) -> String {
     if text.len() <= max {

@@ -91,6 +91,10 @@ impl Turns {
                 .backend
                 .asserts_callers()
                 .then(|| Arc::new(caller_of(peer))),
+            user: self
+                .backend
+                .names_users()
+                .then(|| super::message::peer_pseudonym(peer.id())),
         };
         Ok((prompt, unfinished, working_json))
     }
