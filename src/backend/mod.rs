@@ -193,9 +193,14 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, BackendError>;
 
     /// Stops the agent's task `agent_task` (an id recorded in [`Prompt::agent_task`]) after the
-    /// peer canceled, or the call timed out. A model has nothing to stop: dropping the call did.
-    async fn cancel(&self, agent_task: &str) -> Result<(), BackendError> {
-        let _ = agent_task;
+    /// peer canceled, or the call timed out, as `caller` (an agent told who calls is told for
+    /// the cancel too). A model has nothing to stop: dropping the call did.
+    async fn cancel(
+        &self,
+        agent_task: &str,
+        caller: Option<&crate::jose::caller::Caller>,
+    ) -> Result<(), BackendError> {
+        let _ = (agent_task, caller);
         Ok(())
     }
 

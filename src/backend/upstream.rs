@@ -443,8 +443,8 @@ impl ModelBackend for UpstreamAgent {
             .map(|c| estimated(prompt, c))
     }
 
-    async fn cancel(&self, agent_task: &str) -> Result<(), BackendError> {
-        self.call("CancelTask", json!({"id": agent_task}), None)
+    async fn cancel(&self, agent_task: &str, caller: Option<&Caller>) -> Result<(), BackendError> {
+        self.call("CancelTask", json!({"id": agent_task}), caller)
             .await
             .map(drop)
     }

@@ -61,7 +61,8 @@ async fn the_agent_verifies_who_calls_and_refuses_a_replayed_expired_or_misaddre
     std::fs::write(&jwks_file, r#"{"keys": []}"#).unwrap();
     let agent = UpstreamAgent::start_verifying_callers(&jwks_file);
     let env = [(UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN)];
-    let served = ServedPolicy::start(&agent.policy(), &["alice"], &env);
+    let policy = agent.policy().set("capabilities.cancel_running", true);
+    let served = ServedPolicy::start(&policy, &["alice"], &env);
     // The agent holds peergate's key set, as an operator would give it (or fetch it).
     let jwks_url = format!("http://{}/.well-known/jwks.json", served.server.addr);
     let jwks: Value = reqwest::get(jwks_url).await.unwrap().json().await.unwrap();
@@ -106,6 +107,25 @@ async fn the_agent_verifies_who_calls_and_refuses_a_replayed_expired_or_misaddre
     assert!(claims["scope"].as_str().unwrap().contains("a2a:message"));
     // The partner's own credential never reaches the agent.
     assert!(!verified.to_string().contains(&served.tokens[0]));
+
+    // A task the agent left waiting for input, canceled by the peer: the agent is told who
+    // cancels too, in an assertion of its own.
+    let waiting = send_text(&served.server.door(), &served.tokens[0], "input", None).await;
+    let task = task_of(&waiting);
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{waiting}"
+    );
+    let cancel =
+        json!({"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": task["id"]}});
+    let canceled = rpc(&served.server.door(), &served.tokens[0], cancel).await;
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    let seen = callers(&agent).await;
+    assert_eq!(seen["refused"], json!([]), "{seen}");
+    assert_eq!(seen["verified"].as_array().unwrap().len(), 3, "{seen}");
 
     // The same assertion again: refused, nothing runs.
     let token = verified["token"].as_str().unwrap();

@@ -156,9 +156,12 @@ impl Cancels {
             .await
             .map_err(internal)?;
         if let Some(agent_task) = agent_task {
-            let canceled =
-                tokio::time::timeout(Duration::from_secs(5), self.backend.cancel(&agent_task))
-                    .await;
+            let caller = self
+                .backend
+                .asserts_callers()
+                .then(|| super::turn_run::caller_of(peer));
+            let cancel = self.backend.cancel(&agent_task, caller.as_ref());
+            let canceled = tokio::time::timeout(Duration::from_secs(5), cancel).await;
             if !matches!(canceled, Ok(Ok(()))) {
                 tracing::warn!(task_id = %task_id, "the agent behind the door did not confirm the cancel");
             }

@@ -250,7 +250,12 @@ impl Turns {
         // Bounded by the backend's timeout too, so the request timeout (more than 2.5 times
         // it) still covers the call, the cancel and storing the answer.
         let wait = Duration::from_secs(5).min(self.settings.backend_timeout);
-        let canceled = tokio::time::timeout(wait, self.backend.cancel(agent_task)).await;
+        let caller = self
+            .backend
+            .asserts_callers()
+            .then(|| caller_of(&turn.peer));
+        let cancel = self.backend.cancel(agent_task, caller.as_ref());
+        let canceled = tokio::time::timeout(wait, cancel).await;
         if !matches!(canceled, Ok(Ok(()))) {
             tracing::warn!(task_id = %turn.task_id, "the agent behind the door did not confirm the cancel");
         }
@@ -371,7 +376,9 @@ fn finish_span(span: Option<ChildSpan>, failure: Option<&'static str>) {
 }
 
 /// Who is calling, as the assertion the agent behind the door gets states it.
-fn caller_of(peer: &crate::layers::auth::AuthenticatedPeer) -> crate::jose::caller::Caller {
+pub(super) fn caller_of(
+    peer: &crate::layers::auth::AuthenticatedPeer,
+) -> crate::jose::caller::Caller {
     use crate::guard::scopes::OperationScope;
     crate::jose::caller::Caller {
         peer_id: peer.id().to_string(),
