@@ -149,3 +149,74 @@ async fn the_agent_verifies_who_calls_and_refuses_a_replayed_expired_or_misaddre
         assert_eq!((status, text.contains(why)), (401, true), "{why}: {text}");
     }
 }
+
+#[tokio::test]
+async fn named_caller_keys_are_published_and_rotated_and_a_shared_secret_or_a_card_kid_is_refused()
+{
+    use peergate::config::{Policy, PolicySource};
+    let dir = tempfile::tempdir().unwrap();
+    let key = |alg: &str, kid: &str| {
+        let out = dir.path().join(format!("{kid}.pem"));
+        let out = out.to_str().unwrap().to_owned();
+        let (code, _, stderr) = cli(&[
+            "keys", "generate", "--alg", alg, "--kid", kid, "--out", &out,
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        out
+    };
+    let (now, old) = (key("ES256", "who-2026"), key("EdDSA", "who-2025"));
+    let caller_key = |kid: &str, alg: &str, file: &str| -> Vec<(&'static str, toml_edit::Value)> {
+        vec![
+            ("kid", kid.into()),
+            ("alg", alg.into()),
+            ("private_key_file", file.into()),
+        ]
+    };
+    let mut retiring = caller_key("who-2025", "EdDSA", &old);
+    retiring.push(("retiring_until", "2999-01-01".into()));
+    let policy = UpstreamAgent::policy_at("http://127.0.0.1:9")
+        .push_table(
+            "signing.caller_keys",
+            &caller_key("who-2026", "ES256", &now),
+        )
+        .push_table("signing.caller_keys", &retiring);
+    let data = tempfile::tempdir().unwrap();
+    let keys = policy
+        .policy()
+        .signing
+        .load_caller_keys(data.path())
+        .unwrap();
+    // The one without a retirement signs; both are published, the retiring one until its day.
+    assert_eq!(keys.signing.len(), 1);
+    assert_eq!(keys.signing[0].kid(), "who-2026");
+    let published: Vec<&str> = keys
+        .published
+        .iter()
+        .map(|key| key.jwk["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(published, ["who-2026", "who-2025"]);
+
+    // A shared secret cannot sign what an agent verifies offline; a kid the card's keys use
+    // would name two keys in one JWKS. Both stop start-up naming the setting.
+    let secret_file = dir.path().join("hs.secret");
+    std::fs::write(&secret_file, "A".repeat(43)).unwrap();
+    let shared = PolicyEdit::default().push_table(
+        "signing.caller_keys",
+        &[
+            ("kid", "who-hs".into()),
+            ("alg", "HS256".into()),
+            ("secret_file", secret_file.to_str().unwrap().into()),
+        ],
+    );
+    let card_kid = PolicyEdit::default()
+        .push_table("signing.keys", &caller_key("same", "ES256", &now))
+        .push_table("signing.caller_keys", &caller_key("same", "ES256", &now));
+    for (edit, why) in [(shared, "EdDSA or ES256"), (card_kid, "also a card key")] {
+        let refused = Policy::parse(&edit.text(), &PolicySource::Embedded).unwrap_err();
+        let refused = refused.to_string();
+        assert!(
+            refused.contains("signing.caller_keys") && refused.contains(why),
+            "{refused}"
+        );
+    }
+}
