@@ -144,6 +144,28 @@ pub enum BackendError {
     Refused(i64),
 }
 
+impl BackendError {
+    /// What went wrong, naming the backend as `what` (`"model"` or `"agent"`): the log line an
+    /// operator reads should say which one failed.
+    pub fn of(&self, what: &'static str) -> String {
+        let server = match what {
+            "agent" => "agent",
+            _ => "model server",
+        };
+        match self {
+            Self::Timeout => format!("the {what} did not answer in time"),
+            Self::Unreachable => format!("the {server} could not be reached"),
+            Self::Certificate(problem) => {
+                format!("the {server}'s TLS certificate was not accepted: {problem}")
+            }
+            Self::Status(status) => format!("the {server} answered with HTTP status {status}"),
+            Self::InvalidResponse(why) => format!("the {server}'s answer was not usable: {why}"),
+            Self::TooLarge => format!("the {server}'s answer was too large"),
+            Self::Refused(_) => self.to_string(),
+        }
+    }
+}
+
 /// A model the agent asks.
 #[async_trait]
 pub trait ModelBackend: Send + Sync + std::fmt::Debug {

@@ -709,6 +709,10 @@ async fn an_agent_not_up_yet_is_waited_for_and_one_that_goes_away_leaves_the_doo
         task["status"]["message"]["parts"][0]["text"],
         "The agent behind this gateway could not be reached. Please retry later."
     );
+    // The operator's log names the agent, not a model server.
+    let log = door.server.log_with("the agent could not be reached");
+    assert!(log.contains("the agent could not be reached"), "{log}");
+    assert!(!log.contains("model server"), "{log}");
 
     // Back on the same port: ready again.
     let _agent = UpstreamAgent::start_on(true, true, port);

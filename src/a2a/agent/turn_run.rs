@@ -228,7 +228,8 @@ impl Turns {
                 }
             }
             Err(error) => {
-                tracing::warn!(task_id = %turn.task_id, peer = %turn.peer.name(), error = %error, "backend gave no answer");
+                let said = error.of(self.backend.what());
+                tracing::warn!(task_id = %turn.task_id, peer = %turn.peer.name(), error = said, "backend gave no answer");
                 Outcome {
                     state: TaskState::Failed,
                     reply: failure_text(self.backend.what(), &error),
