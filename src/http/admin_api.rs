@@ -127,6 +127,7 @@ fn public_routes() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
         .routes(routes!(openapi_document))
         .routes(routes!(readiness))
+        .routes(routes!(health))
 }
 
 /// The OpenAPI document of the admin API, generated from the routes that serve it.
@@ -1180,6 +1181,20 @@ async fn readiness(State(state): State<AdminState>) -> Response {
         Some(readiness) => readiness.answer(true).await,
         None => not_found().await,
     }
+}
+
+/// Whether the process answers at all (a liveness probe), as the door's `/health` says it.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[allow(dead_code)] // documents the answer `health` writes
+struct HealthView {
+    /// Always `healthy`.
+    status: String,
+}
+
+#[utoipa::path(get, path = "/health", tag = "operations", security(()),
+    responses((status = 200, description = "The process answers (liveness); says nothing of its parts", body = HealthView)))]
+async fn health() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"status": "healthy"}))
 }
 
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()),

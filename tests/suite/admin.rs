@@ -943,6 +943,13 @@ async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
         .unwrap();
     let document: Value = serde_json::from_str(&committed).unwrap();
     assert_eq!(served, document);
+    // The admin listener answers a liveness probe as the door does, without credentials.
+    let health = reqwest::get(format!("{}/health", gw.admin)).await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(
+        health.json::<Value>().await.unwrap(),
+        json!({"status": "healthy"})
+    );
 
     // Every documented operation is routed (an unrouted one answers "no such route").
     let (_, unrouted) = ada.get("/v1/nothing-here").await;
@@ -961,7 +968,7 @@ async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 24, "{document:#}");
+    assert_eq!(operations, 25, "{document:#}");
     gw.stop().await;
 }
 
