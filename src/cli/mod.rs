@@ -499,7 +499,32 @@ async fn backup(file: PathBuf, data: PathBuf) -> Result<(), CliError> {
         "wrote a consistent copy of the store to {} ({bytes} bytes)",
         file.display()
     );
-    copy_push_key(&data, &file)
+    copy_push_key(&data, &file)?;
+    remind_of_signing_keys(&data);
+    Ok(())
+}
+
+/// Says which signing keys of the data directory the backup does not hold: they are secrets
+/// an operator keeps apart, and a restore without them signs with new keys, which partners
+/// that pinned the old ones (the card's) or agents that hold the old key set (the callers')
+/// refuse until they fetch the new JWKS.
+fn remind_of_signing_keys(data: &Path) {
+    for (file, what) in [
+        (
+            crate::jose::keys::DEFAULT_KEY_FILE,
+            "the Agent Card's signing key",
+        ),
+        (
+            crate::jose::keys::DEFAULT_CALLER_KEY_FILE,
+            "the key of the callers' assertions",
+        ),
+    ] {
+        if data.join(file).exists() {
+            eprintln!(
+                "not in the backup: {what}, {file} in the data directory; keep a copy apart and restore it with the store, or partners that pinned it refuse what a new key signs"
+            );
+        }
+    }
 }
 
 /// Copies the push-notification key the store's sealed push configs need (generated in the

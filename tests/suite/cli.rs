@@ -967,6 +967,11 @@ async fn a_backup_of_a_live_store_restores_every_answered_task_and_token() {
         data.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
+    // The card's signing key is a secret of the data directory the backup does not hold.
+    assert!(
+        err.contains("not in the backup: the Agent Card's signing key, card-signing-ed25519.pem"),
+        "{err}"
+    );
     writing.await.unwrap();
     {
         use std::os::unix::fs::PermissionsExt as _;
