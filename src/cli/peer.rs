@@ -25,9 +25,13 @@ pub(super) struct AddArgs {
     #[command(flatten)]
     identity: OptionalIdentity,
     /// Issue no bearer token: the peer signs in another way (`peer password`, `peer key`, or
-    /// an identity bound to it).
-    #[arg(long)]
+    /// an identity bound to it). The default when an identity is bound here.
+    #[arg(long, conflicts_with = "token")]
     no_token: bool,
+    /// Issue a bearer token even though an identity is bound here (the peer may sign in
+    /// either way).
+    #[arg(long)]
+    token: bool,
     #[command(flatten)]
     data: DataDir,
 }
@@ -420,6 +424,7 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
         policy,
         identity,
         no_token,
+        token,
         data,
     } = args;
     let identity = match (&identity.issuer, &identity.subject) {
@@ -428,6 +433,9 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
         }
         _ => None,
     };
+    // A peer that signs in with its identity provider's tokens needs no token of ours: one
+    // would be a second way in nobody asked for.
+    let no_token = no_token || (identity.is_some() && !token);
     let (policy, source) = super::policy_for_defaults(policy.as_deref(), &data)?;
     let created = super::on_new_or_existing_store(&data, Some(&policy), async |accounts| {
         let created = accounts
@@ -465,6 +473,9 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
             );
             println!("{token}");
         }
+        None if identity.is_some() => eprintln!(
+            "added peer {name} ({id}, owned by {owner}, {rate}/min; defaults from {source}) with no token of peergate's: it signs in with its identity provider's tokens (add --token to issue one too)."
+        ),
         None => eprintln!(
             "added peer {name} ({id}, owned by {owner}, {rate}/min; defaults from {source}) with no token: give it a password (peer password), an API key (peer key) or an identity (peer bind)."
         ),

@@ -1191,3 +1191,42 @@ async fn a_401_lists_the_accepted_schemes_and_calls_a_malformed_token_malformed(
     }
     gw.stop().await;
 }
+
+/// A peer added with its identity provider's subject signs in with that provider's tokens: it
+/// is given no token of peergate's unless one is asked for, and the summary says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peer_added_with_its_identity_is_given_no_token_unless_asked() {
+    let key = TestKey::new("acme-1", 71);
+    let file = key_file(&[&key]);
+    let policy = policy_with(&[("acme", ACME, Some(file.path()), vec![])]);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    let policy = gw.policy_file();
+    let policy = policy.to_str().unwrap();
+    let add = |name: &str, subject: &str, extra: &[&str]| {
+        let mut args = vec![
+            "peer",
+            "add",
+            name,
+            "--issuer",
+            "acme",
+            "--subject",
+            subject,
+        ];
+        args.extend_from_slice(&["--policy", policy]);
+        args.extend_from_slice(extra);
+        gw.cli(&args)
+    };
+    let (code, stdout, stderr) = add("acme-app", "app-1", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim(), "", "no token of peergate's");
+    assert!(stderr.contains("no token of peergate's"), "{stderr}");
+    assert!(stderr.contains("--token"), "{stderr}");
+    // Its provider's token opens the door.
+    let token = key.access_token(ACME, AUDIENCE, "app-1", "a2a:tasks:read", now_s());
+    assert_eq!(call(&gw.door, &token, get_task("none")).await.0, 200);
+    // Asked for, it gets one too.
+    let (code, stdout, stderr) = add("acme-app-2", "app-2", &["--token"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.trim().starts_with("pgt_"), "{stdout}");
+    gw.stop().await;
+}
