@@ -34,6 +34,11 @@ pub(super) enum PolicyCommand {
         /// in front of an A2A agent you run.
         #[arg(long, value_enum, default_value_t = Profile::Narrow)]
         profile: Profile,
+        /// Add the rest of A2A 1.0 (streaming, subscriptions, non-blocking sends,
+        /// cancellation, push notifications, HTTP+JSON) to the profile, e.g. in front of an
+        /// agent: `--profile agent --full`.
+        #[arg(long)]
+        full: bool,
         /// Write it to FILE (which must not exist yet) instead of standard output.
         #[arg(long = "out", value_name = "FILE")]
         out: Option<PathBuf>,
@@ -49,11 +54,18 @@ pub(super) enum Profile {
 }
 
 impl Profile {
-    fn text(self) -> &'static str {
-        match self {
+    /// The profile's starting policy, with the full surface when `full` (the `full` profile
+    /// always has it).
+    fn text(self, full: bool) -> String {
+        let base = match self {
             Self::Narrow => include_str!("../../policies/starting/narrow.toml"),
             Self::Full => include_str!("../../policies/starting/full.toml"),
             Self::Agent => include_str!("../../policies/starting/agent.toml"),
+        };
+        let surface = include_str!("../../policies/starting/full_surface.toml");
+        match full || matches!(self, Self::Full) {
+            true => format!("{base}{surface}"),
+            false => base.to_owned(),
         }
     }
 }
@@ -79,8 +91,8 @@ pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
             }
             Ok(())
         }
-        PolicyCommand::Init { profile, out } => {
-            let text = profile.text();
+        PolicyCommand::Init { profile, full, out } => {
+            let text = profile.text(full);
             match out {
                 None => print!("{text}"),
                 Some(path) => {

@@ -1554,6 +1554,36 @@ fn policy_init_writes_each_profile_and_policy_check_validates_it_without_diallin
         let streaming = effective["capabilities"]["streaming"].as_bool().unwrap();
         assert_eq!(streaming, profile == "full");
     }
+    // Profiles compose with the full surface: an agent behind the door with all of A2A 1.0.
+    let path = dir.path().join("agent-full.toml");
+    let out = path.to_str().unwrap();
+    let args = [
+        "policy",
+        "init",
+        "--profile",
+        "agent",
+        "--full",
+        "--out",
+        out,
+    ];
+    let (code, _, stderr) = cli(&args);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = cli(&["policy", "check", "--policy", out]);
+    assert_eq!(code, 0, "{stderr}");
+    let effective: toml::Table = toml::from_str(&stdout).unwrap();
+    assert_eq!(effective["model"]["backend"].as_str(), Some("a2a"));
+    for capability in [
+        "streaming",
+        "subscriptions",
+        "push_notifications",
+        "http_json",
+    ] {
+        assert_eq!(
+            effective["capabilities"][capability].as_bool(),
+            Some(true),
+            "{capability}"
+        );
+    }
     // What several instances must share: each missing setting named, and exit 1.
     let full = dir.path().join("full.toml");
     let (code, _, stderr) = cli(&[
