@@ -28,6 +28,9 @@ pub(super) enum PolicyCommand {
         #[arg(long)]
         discover: bool,
     },
+    /// Print the built-in defaults: every key, commented, as the binary holds them (what a
+    /// policy file changes).
+    Defaults,
     /// Write a commented starting policy: only what differs from the built-in defaults.
     Init {
         /// narrow: the narrow door to a model; full: the rest of A2A 1.0 switched on; agent:
@@ -89,6 +92,10 @@ pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
             if cluster {
                 check_cluster(&policy, &source)?;
             }
+            Ok(())
+        }
+        PolicyCommand::Defaults => {
+            print!("{}", crate::config::EMBEDDED_DEFAULT);
             Ok(())
         }
         PolicyCommand::Init { profile, full, out } => {

@@ -1554,6 +1554,14 @@ fn policy_init_writes_each_profile_and_policy_check_validates_it_without_diallin
         let streaming = effective["capabilities"]["streaming"].as_bool().unwrap();
         assert_eq!(streaming, profile == "full");
     }
+    // The commented defaults come from the binary itself, not from a file of the source tree.
+    let (code, defaults, stderr) = cli(&["policy", "defaults"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(defaults, peergate::config::EMBEDDED_DEFAULT);
+    assert!(
+        defaults.contains("[telemetry]") && defaults.contains("# "),
+        "{defaults}"
+    );
     // Profiles compose with the full surface: an agent behind the door with all of A2A 1.0.
     let path = dir.path().join("agent-full.toml");
     let out = path.to_str().unwrap();
