@@ -145,7 +145,10 @@ impl Sending {
     /// Sends what the queue holds, a batch at a time, until told to close (then what is still
     /// queued goes in one last batch).
     async fn run(mut self, closing: Arc<tokio::sync::Notify>) {
-        let mut health = Health::default();
+        let health = Outage::new(
+            "spans cannot be exported to the OTLP endpoint; they are dropped (and counted in /metrics) until it answers again",
+            "spans are exported to the OTLP endpoint again",
+        );
         loop {
             let first = tokio::select! {
                 span = self.waiting.recv() => span,
@@ -153,14 +156,14 @@ impl Sending {
             };
             let Some(first) = first else { break };
             let batch = self.batch(first).await;
-            self.export(batch, &mut health).await;
+            self.export(batch, &health).await;
         }
         let mut rest = Vec::new();
         while let Ok(span) = self.waiting.try_recv() {
             rest.push(span);
         }
         if !rest.is_empty() {
-            self.export(rest, &mut health).await;
+            self.export(rest, &health).await;
         }
     }
 
@@ -186,45 +189,51 @@ impl Sending {
         batch
     }
 
-    async fn export(&self, batch: Vec<SpanData>, health: &mut Health) {
+    async fn export(&self, batch: Vec<SpanData>, health: &Outage) {
         let count = batch.len() as u64;
         let sent = tokio::time::timeout(self.timeout, self.exporter.export(batch)).await;
+        let counter = match health.note(&sent) {
+            true => &self.losses.exported,
+            false => &self.losses.export_failed,
+        };
+        counter.fetch_add(count, Ordering::Relaxed);
+    }
+}
+
+/// Whether a signal's exports fail, so the log says so once per outage (and once when they
+/// work again), whatever the signal; the collector's own answer is never logged: it may echo
+/// what it was sent.
+#[derive(Debug)]
+pub(super) struct Outage {
+    failing: std::sync::atomic::AtomicBool,
+    /// What the log says when exports start failing.
+    failing_says: &'static str,
+    /// What it says when they work again.
+    again_says: &'static str,
+}
+
+impl Outage {
+    pub(super) const fn new(failing_says: &'static str, again_says: &'static str) -> Self {
+        Self {
+            failing: std::sync::atomic::AtomicBool::new(false),
+            failing_says,
+            again_says,
+        }
+    }
+
+    /// Notes how an export bounded by a timeout went; whether it was sent.
+    pub(super) fn note<E>(&self, sent: &Result<OTelSdkResult, E>) -> bool {
         let failure = match sent {
             Ok(Ok(())) => None,
             Ok(Err(OTelSdkError::Timeout(_))) | Err(_) => Some("it did not answer in time"),
             Ok(Err(_)) => Some("it refused the export or could not be reached"),
         };
-        let counter = match failure {
-            None => &self.losses.exported,
-            Some(_) => &self.losses.export_failed,
-        };
-        counter.fetch_add(count, Ordering::Relaxed);
-        health.note(failure);
-    }
-}
-
-/// Whether exports fail, so the log says so once per outage.
-#[derive(Debug, Default)]
-struct Health {
-    failing: bool,
-}
-
-impl Health {
-    fn note(&mut self, failure: Option<&'static str>) {
-        match (failure, self.failing) {
-            (Some(why), false) => {
-                // The collector's own answer is not logged: it may echo what it was sent.
-                tracing::warn!(
-                    why,
-                    "spans cannot be exported to the OTLP endpoint; they are dropped (and counted in /metrics) until it answers again"
-                );
-                self.failing = true;
-            }
-            (None, true) => {
-                tracing::info!("spans are exported to the OTLP endpoint again");
-                self.failing = false;
-            }
+        let was_failing = self.failing.swap(failure.is_some(), Ordering::Relaxed);
+        match (failure, was_failing) {
+            (Some(why), false) => tracing::warn!(why, "{}", self.failing_says),
+            (None, true) => tracing::info!("{}", self.again_says),
             _ => {}
         }
+        failure.is_none()
     }
 }

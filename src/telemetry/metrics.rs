@@ -23,7 +23,6 @@ use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -94,7 +93,10 @@ pub(super) fn start(
         inner: exporter,
         runtime: tokio::runtime::Handle::current(),
         timeout,
-        failing: AtomicBool::new(false),
+        outage: super::export::Outage::new(
+            "metrics cannot be exported to the OTLP endpoint; /metrics still serves them",
+            "metrics are exported to the OTLP endpoint again",
+        ),
     };
     let reader = PeriodicReader::builder(exporter)
         .with_interval(export.interval)
@@ -174,8 +176,8 @@ struct OnRuntime<E> {
     inner: E,
     runtime: tokio::runtime::Handle,
     timeout: Duration,
-    /// Whether the last export failed, so an outage is logged once.
-    failing: AtomicBool,
+    /// Whether exports fail, so an outage is logged once.
+    outage: super::export::Outage,
 }
 
 impl<E: PushMetricExporter> PushMetricExporter for OnRuntime<E> {
@@ -189,12 +191,7 @@ impl<E: PushMetricExporter> PushMetricExporter for OnRuntime<E> {
             future: sending,
         }
         .await;
-        let failure = match &sent {
-            Ok(Ok(())) => None,
-            Ok(Err(OTelSdkError::Timeout(_))) | Err(_) => Some("it did not answer in time"),
-            Ok(Err(_)) => Some("it refused the export or could not be reached"),
-        };
-        self.note(failure);
+        self.outage.note(&sent);
         sent.unwrap_or(Err(OTelSdkError::Timeout(self.timeout)))
     }
 
@@ -208,20 +205,6 @@ impl<E: PushMetricExporter> PushMetricExporter for OnRuntime<E> {
 
     fn temporality(&self) -> Temporality {
         self.inner.temporality()
-    }
-}
-
-impl<E> OnRuntime<E> {
-    fn note(&self, failure: Option<&'static str>) {
-        let was_failing = self.failing.swap(failure.is_some(), Ordering::Relaxed);
-        match (failure, was_failing) {
-            (Some(why), false) => tracing::warn!(
-                why,
-                "metrics cannot be exported to the OTLP endpoint; /metrics still serves them"
-            ),
-            (None, true) => tracing::info!("metrics are exported to the OTLP endpoint again"),
-            _ => {}
-        }
     }
 }
 
