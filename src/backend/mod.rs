@@ -116,31 +116,25 @@ pub struct AgentReply {
 }
 
 /// Why the backend gave no answer. Carries no upstream text, so nothing from an upstream body
-/// can leak into a task or a log line by accident.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// can leak into a task or a log line by accident. Written as a model's ([`Self::of`] names an
+/// agent instead).
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BackendError {
     /// No answer within the configured timeout.
-    #[error("the model did not answer in time")]
     Timeout,
     /// The connection failed or broke.
-    #[error("the model server could not be reached")]
     Unreachable,
     /// The server's TLS certificate did not check out: expired, for another host, from an
     /// issuer neither the system's roots nor the policy's CA file hold.
-    #[error("the model server's TLS certificate was not accepted: {0}")]
     Certificate(crate::net::tls::CertificateProblem),
     /// The server answered with a non-success HTTP status.
-    #[error("the model server answered with HTTP status {0}")]
     Status(u16),
     /// The body was not the expected JSON, or held no answer.
-    #[error("the model server's answer was not usable: {0}")]
     InvalidResponse(&'static str),
     /// The body exceeded [`MAX_RESPONSE_BYTES`].
-    #[error("the model server's answer was too large")]
     TooLarge,
     /// An agent answered with a JSON-RPC error (its message is not kept).
-    #[error("the agent answered with JSON-RPC error {0}")]
     Refused(i64),
 }
 
@@ -161,10 +155,18 @@ impl BackendError {
             Self::Status(status) => format!("the {server} answered with HTTP status {status}"),
             Self::InvalidResponse(why) => format!("the {server}'s answer was not usable: {why}"),
             Self::TooLarge => format!("the {server}'s answer was too large"),
-            Self::Refused(_) => self.to_string(),
+            Self::Refused(code) => format!("the agent answered with JSON-RPC error {code}"),
         }
     }
 }
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.of("model"))
+    }
+}
+
+impl std::error::Error for BackendError {}
 
 /// A model the agent asks.
 #[async_trait]
