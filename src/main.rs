@@ -48,26 +48,42 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
+    // RUST_LOG, when set, decides which lines are written; else `info` until the policy's
+    // `log.level` is applied (at start-up, and by every reload).
+    // An empty RUST_LOG is no RUST_LOG.
+    let from_env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|directives| !directives.trim().is_empty())
+        .and_then(|directives| tracing_subscriber::EnvFilter::try_new(directives).ok());
+    let set_by_env = from_env.is_some();
+    let filter = from_env.unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    let (filter, level) = tracing_subscriber::reload::Layer::new(filter);
     // Every line written while a request is served names it (and its trace).
     use peergate::telemetry::logs::WithRequest;
     use tracing_subscriber::fmt::format;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let logs = tracing_subscriber::registry().with(filter);
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     match cli.log_format() {
         peergate::config::LogFormat::Json => logs
-            .json()
-            .event_format(WithRequest::new(format().json().flatten_event(true), true))
+            .with(
+                lines
+                    .json()
+                    .event_format(WithRequest::new(format().json().flatten_event(true), true)),
+            )
             .init(),
         peergate::config::LogFormat::Text => {
             let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            logs.with_ansi(ansi)
-                .event_format(WithRequest::new(format().with_ansi(ansi), false))
-                .init()
+            logs.with(
+                lines
+                    .with_ansi(ansi)
+                    .event_format(WithRequest::new(format().with_ansi(ansi), false)),
+            )
+            .init()
         }
     }
+    peergate::telemetry::level::install(level, set_by_env);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

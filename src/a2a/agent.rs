@@ -55,6 +55,7 @@ use crate::backend::ModelBackend;
 use crate::clock::{Clock, Timestamp};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::metrics::Metrics;
+use crate::locks::ReadWriteLocked;
 use crate::protocol::error::A2aError;
 use crate::protocol::jsonrpc::Method;
 use crate::protocol::types::{self as a2a, CancelTaskRequest};
@@ -112,8 +113,8 @@ pub struct Agent {
     subscriptions: Arc<subscriptions::Subscriptions>,
     /// The push-notification config methods.
     push_configs: push::PushConfigs,
-    /// The extended cards a caller may be given.
-    cards: ExtendedCards,
+    /// The extended cards a caller may be given; replaced whole by a policy reload.
+    cards: std::sync::RwLock<Arc<ExtendedCards>>,
     recovery: recovery::Recovery,
     /// Turns running without a request waiting on them, so a shutdown can let them store
     /// their answers before the store closes.
@@ -123,9 +124,11 @@ pub struct Agent {
 /// The agent's part that answers `GetExtendedAgentCard`: the signed extended card, and the one
 /// for a peer signed in with a token of an identity provider the public card does not list, by
 /// the provider's name.
-struct ExtendedCards {
-    extended: Box<RawValue>,
-    by_issuer: std::collections::HashMap<String, Box<RawValue>>,
+pub struct ExtendedCards {
+    /// The extended card, signed, as served.
+    pub extended: Box<RawValue>,
+    /// By identity provider name.
+    pub by_issuer: std::collections::HashMap<String, Box<RawValue>>,
 }
 
 impl Default for ExtendedCards {
@@ -195,6 +198,11 @@ impl Agent {
         settings: AgentSettings,
     ) -> AgentBuilder {
         AgentBuilder::new(store, backend, budgets, metrics, clock, settings)
+    }
+
+    /// Answers `GetExtendedAgentCard` with `cards` from the next call on (a policy reload).
+    pub fn replace_extended_cards(&self, cards: ExtendedCards) {
+        *self.cards.write_locked() = Arc::new(cards);
     }
 
     /// The backend it asks (readiness probes it).
@@ -361,7 +369,8 @@ impl A2aService for Arc<Agent> {
     }
 
     async fn get_extended_agent_card(&self, caller: &Caller) -> Result<SignedCard, A2aError> {
-        Ok(SignedCard(self.cards.for_peer(&caller.peer)))
+        let cards = self.cards.read_locked().clone();
+        Ok(SignedCard(cards.for_peer(&caller.peer)))
     }
 }
 

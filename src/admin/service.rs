@@ -20,6 +20,7 @@ use crate::token::{self, CredentialKind};
 
 /// One account change under way.
 type WriteTx = crate::store::AccountChange;
+use crate::locks::ReadWriteLocked;
 use std::sync::Arc;
 
 /// Longest grace period a rotation may give the old token: 30 days.
@@ -208,8 +209,9 @@ pub struct AccountService {
     changes: Option<Arc<dyn ChangeNotifier>>,
     passwords: Option<PasswordChecker>,
     /// The identity providers the policy names (`[[auth.issuers]]`), when known: a token
-    /// identity naming another is refused, since it could never open the door.
-    issuers: Option<Arc<[String]>>,
+    /// identity naming another is refused, since it could never open the door. Shared by
+    /// the service's clones, so a policy reload reaches all of them ([`Self::now_knowing`]).
+    issuers: Option<Arc<std::sync::RwLock<Arc<[String]>>>>,
 }
 
 impl std::fmt::Debug for AccountService {
@@ -348,15 +350,22 @@ impl AccountService {
     /// The same service refusing to bind a token identity of an issuer the policy does not
     /// name (`policy.auth.issuers`).
     pub fn knowing_issuers(mut self, policy: &crate::config::Policy) -> Self {
-        self.issuers = Some(
-            policy
-                .auth
-                .issuers
-                .iter()
-                .map(|issuer| issuer.name.clone())
-                .collect(),
-        );
+        let names: Arc<[String]> = policy
+            .auth
+            .issuers
+            .iter()
+            .map(|issuer| issuer.name.clone())
+            .collect();
+        self.issuers = Some(Arc::new(std::sync::RwLock::new(names)));
         self
+    }
+
+    /// The identity providers a reloaded policy names, for this service and its clones (when
+    /// it was made [`Self::knowing_issuers`]).
+    pub fn now_knowing(&self, names: &[String]) {
+        if let Some(issuers) = &self.issuers {
+            *issuers.write_locked() = names.into();
+        }
     }
 
     /// A token identity names an issuer the policy defines, when the policy is known.
@@ -364,7 +373,7 @@ impl AccountService {
         let (Some(known), IdentityKind::Token) = (&self.issuers, identity.kind) else {
             return Ok(());
         };
-        if known.contains(&identity.issuer) {
+        if known.read_locked().contains(&identity.issuer) {
             return Ok(());
         }
         Err(ServiceError::Invalid {
@@ -842,6 +851,22 @@ impl AccountService {
             known.as_ref().map(|a| a.id.as_str()),
         );
         entry.actor = "anonymous".to_owned();
+        if let Err(e) = self.store.accounts().append_audit(&entry).await {
+            tracing::error!(error = %e, "could not write an audit record");
+        }
+    }
+
+    /// Records a policy reload asked for by `caller` (applied or refused), in the caller's
+    /// own audit trail.
+    pub async fn record_policy_reload(&self, caller: &Caller, outcome: &str, detail: String) {
+        let entry = self.entry(
+            caller,
+            AuditAction::PolicyReloaded,
+            "policy",
+            outcome,
+            detail,
+            caller.actor.admin_id(),
+        );
         if let Err(e) = self.store.accounts().append_audit(&entry).await {
             tracing::error!(error = %e, "could not write an audit record");
         }

@@ -1,24 +1,23 @@
 //! The documents served from memory, built at start-up: the signed cards and the key set.
 
 use super::{GatewayOptions, StartError, config};
+use crate::a2a::agent::ExtendedCards;
 use crate::a2a::card;
 use crate::clock::Timestamp;
 use crate::guard::scheme::Scheme;
 use crate::http::document::{self, CachedDocument};
+use crate::http::door::CardDocuments;
 use crate::jose::{keys, sign};
 use crate::store::{Store, StoreError};
 use axum::body::Bytes;
+use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// The documents served from memory: the signed cards and the key set.
 pub(super) struct Documents {
-    pub(super) card: CachedDocument,
-    pub(super) extended: CachedDocument,
-    /// The extended card, signed, for `GetExtendedAgentCard`.
-    pub(super) extended_json: String,
-    /// The extended card of peers signed in with an identity provider the public card does
-    /// not list, by the provider's name: served, and signed for `GetExtendedAgentCard`.
-    pub(super) issuer_extended: IssuerExtended,
+    pub(super) cards: SignedCards,
+    /// The cards as the door serves them, replaced whole by a reload.
+    pub(super) served: Arc<std::sync::RwLock<Arc<CardDocuments>>>,
     pub(super) jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
     /// The key that signs the callers' assertions (taken by start-up).
     pub(super) caller_key: Option<crate::jose::sign::CardSigningKey>,
@@ -26,25 +25,39 @@ pub(super) struct Documents {
     pub(super) refresh: JwksRefresh,
 }
 
+/// The signed cards, as the door serves them and as `GetExtendedAgentCard` answers.
+pub(super) struct SignedCards {
+    pub(super) card: CachedDocument,
+    pub(super) extended: CachedDocument,
+    /// The extended card, signed, for `GetExtendedAgentCard`.
+    pub(super) extended_json: String,
+    /// The extended card of peers signed in with an identity provider the public card does
+    /// not list, by the provider's name: served, and signed for `GetExtendedAgentCard`.
+    pub(super) issuer_extended: IssuerExtended,
+}
+
+/// What the cards are made of besides the policy: where the door is, who signs in, and what
+/// answers behind it.
+pub(super) struct CardInputs<'a> {
+    pub(super) door_url: &'a str,
+    pub(super) identities: &'a card::CardIdentities,
+    pub(super) agent: Option<&'a crate::backend::AgentDescription>,
+}
+
 impl Documents {
     pub(super) async fn build(
         options: &GatewayOptions,
         store: &Store,
-        door_url: &str,
-        (identities, agent): (
-            &card::CardIdentities,
-            Option<&crate::backend::AgentDescription>,
-        ),
+        inputs: &CardInputs<'_>,
     ) -> Result<Self, StartError> {
-        let issuers = &identities.issuers;
         let policy = &options.policy;
         let now = options.clock.now();
         let today = crate::clock::utc_day(now);
+        let cards = SignedCards::build(policy, &options.data_dir, store, inputs, now).await?;
         let policy_keys = policy
             .signing
             .load_keys(&options.data_dir)
             .map_err(|e| config(&e))?;
-        let signing_keys = policy_keys.signing;
         // The callers' assertions' keys are published beside the card's, when an agent behind
         // the door is sent them.
         let asserts = policy.model.a2a.as_ref().is_some_and(|a2a| {
@@ -60,10 +73,53 @@ impl Documents {
                 published: Vec::new(),
             },
         };
+        let mut published = policy_keys.published;
+        published.extend(caller_keys.published);
+        let published = Arc::new(published);
+        let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
+            build_jwks(store, &published, &today, now).await?,
+        )));
+        for key in &policy_keys.signing {
+            tracing::info!(kid = key.kid(), alg = key.alg(), "the Agent Card is signed");
+        }
+        Ok(Self {
+            served: Arc::new(std::sync::RwLock::new(Arc::new(cards.served()))),
+            cards,
+            jwks: jwks.clone(),
+            caller_key: caller_keys.signing.into_iter().next(),
+            refresh: JwksRefresh {
+                published,
+                document: jwks,
+                day: today,
+            },
+        })
+    }
+}
+
+impl SignedCards {
+    /// The cards `policy` describes, signed with its card keys (read from `data_dir` when
+    /// the policy names none); at start-up, and again when the policy is reloaded.
+    pub(super) async fn build(
+        policy: &crate::config::Policy,
+        data_dir: &std::path::Path,
+        store: &Store,
+        inputs: &CardInputs<'_>,
+        now: Timestamp,
+    ) -> Result<Self, StartError> {
+        let signing_keys = policy
+            .signing
+            .load_keys(data_dir)
+            .map_err(|e| config(&e))?
+            .signing;
         let jku = policy.signing.jwks_url.as_deref();
-        let public_card = card::public_card(policy, door_url, identities, agent);
+        let public_card =
+            card::public_card(policy, inputs.door_url, inputs.identities, inputs.agent);
         // What answers behind the door, as the extended card's own skill names it.
-        let what = if agent.is_some() { "agent" } else { "model" };
+        let what = if inputs.agent.is_some() {
+            "agent"
+        } else {
+            "model"
+        };
         // Fail closed: a card holding values the SDKs drop would verify in some clients only.
         if sign::holds_droppable_values(&public_card) {
             return Err(StartError::Config(
@@ -75,12 +131,10 @@ impl Documents {
         let signed_card =
             sign::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
         let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
-        let signed_extended = sign::sign_card(
-            &card::extended_card(&public_card, None, what),
-            &signing_keys,
-            jku,
-        )
-        .map_err(|e| config(&e))?;
+        let extended = card::extended_card(&public_card, None, what);
+        let signed_extended =
+            sign::sign_card(&extended, &signing_keys, jku).map_err(|e| config(&e))?;
+        let issuers = &inputs.identities.issuers;
         let issuer_extended =
             issuer_extended_cards((&public_card, what), issuers, (&signing_keys, jku), now)?;
         let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
@@ -90,15 +144,6 @@ impl Documents {
         let extended_changed = documents
             .document_modified_at("extended-card", &document::etag_for(&extended_bytes), now)
             .await?;
-        let mut published = policy_keys.published;
-        published.extend(caller_keys.published);
-        let published = Arc::new(published);
-        let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
-            build_jwks(store, &published, &today, now).await?,
-        )));
-        for key in &signing_keys {
-            tracing::info!(kid = key.kid(), alg = key.alg(), "the Agent Card is signed");
-        }
         let card_changed = documents
             .document_modified_at("public-card", &document::etag_for(&card_bytes), now)
             .await?;
@@ -110,13 +155,32 @@ impl Documents {
                 .varying_on(&vary),
             extended_json,
             issuer_extended,
-            jwks: jwks.clone(),
-            caller_key: caller_keys.signing.into_iter().next(),
-            refresh: JwksRefresh {
-                published,
-                document: jwks,
-                day: today,
-            },
+        })
+    }
+
+    /// The cards as the door serves them.
+    pub(super) fn served(&self) -> CardDocuments {
+        CardDocuments {
+            card: self.card.clone(),
+            extended: self.extended.clone(),
+            issuer_extended: self
+                .issuer_extended
+                .iter()
+                .map(|(name, (document, _))| (name.clone(), document.clone()))
+                .collect(),
+        }
+    }
+
+    /// The cards as `GetExtendedAgentCard` answers.
+    pub(super) fn answered(&self) -> Result<ExtendedCards, StartError> {
+        let raw = |json: &String| RawValue::from_string(json.clone()).map_err(|e| config(&e));
+        let mut by_issuer = std::collections::HashMap::new();
+        for (issuer, (_, json)) in &self.issuer_extended {
+            by_issuer.insert(issuer.clone(), raw(json)?);
+        }
+        Ok(ExtendedCards {
+            extended: raw(&self.extended_json)?,
+            by_issuer,
         })
     }
 }
@@ -150,13 +214,13 @@ fn issuer_extended_cards(
         let bytes = Bytes::from(json.clone());
         let document =
             CachedDocument::new(bytes, now, "private, max-age=60").varying_on("Authorization");
-        issuer_extended.insert(issuer.name.clone(), (Arc::new(document), json));
+        issuer_extended.insert(issuer.name.clone(), (document, json));
     }
     Ok(issuer_extended)
 }
 
 /// Each non-public issuer's extended card, as served and as text, by issuer name.
-type IssuerExtended = std::collections::HashMap<String, (Arc<CachedDocument>, String)>;
+type IssuerExtended = std::collections::HashMap<String, (CachedDocument, String)>;
 
 /// What housekeeping needs to rebuild the key set when the day changes.
 pub(super) struct JwksRefresh {

@@ -72,14 +72,18 @@ pub(super) fn identity_providers(
     policy: &Policy,
     clock: &Arc<dyn Clock>,
 ) -> Result<Option<Arc<crate::layers::auth::jwt::IdentityProviders>>, StartError> {
-    let issuers: Vec<(String, &crate::config::IssuerPolicy)> = policy
+    providers_of(&issuer_tables(policy), clock)
+}
+
+/// `[[auth.issuers]]`, each with the table that names it.
+pub(super) fn issuer_tables(policy: &Policy) -> Vec<(String, &crate::config::IssuerPolicy)> {
+    policy
         .auth
         .issuers
         .iter()
         .enumerate()
         .map(|(at, issuer)| (format!("auth.issuers[{at}]"), issuer))
-        .collect();
-    providers_of(&issuers, clock)
+        .collect()
 }
 
 /// The providers of `issuers` (each with the table that names it). A key set named by
@@ -89,10 +93,18 @@ pub(super) fn providers_of(
     issuers: &[(String, &crate::config::IssuerPolicy)],
     clock: &Arc<dyn Clock>,
 ) -> Result<Option<Arc<crate::layers::auth::jwt::IdentityProviders>>, StartError> {
-    use crate::layers::auth::jwt::{IdentityProviders, IssuerSettings, KeySource};
     if issuers.is_empty() {
         return Ok(None);
     }
+    Ok(Some(Arc::new(providers(issuers, clock)?)))
+}
+
+/// The providers of `issuers`, however many (none is a set that refuses every token).
+pub(super) fn providers(
+    issuers: &[(String, &crate::config::IssuerPolicy)],
+    clock: &Arc<dyn Clock>,
+) -> Result<crate::layers::auth::jwt::IdentityProviders, StartError> {
+    use crate::layers::auth::jwt::{IdentityProviders, IssuerSettings, KeySource};
     let mut settings = Vec::new();
     for (table, issuer) in issuers {
         let keys = match (&issuer.jwks_file, &issuer.jwks_uri) {
@@ -118,11 +130,10 @@ pub(super) fn providers_of(
             dangerous_allow_http_loopback: issuer.dangerous_allow_http_loopback,
         });
     }
-    let providers = IdentityProviders::new(
+    IdentityProviders::new(
         settings,
         &crate::jose::fetch::FetchPolicy::default(),
         clock.clone(),
     )
-    .map_err(StartError::Config)?;
-    Ok(Some(Arc::new(providers)))
+    .map_err(StartError::Config)
 }

@@ -6,6 +6,7 @@ mod documents;
 mod housekeeping;
 mod identity;
 mod open_files;
+mod reload;
 mod sharing;
 mod telemetry;
 
@@ -127,6 +128,7 @@ pub struct RunningGateway {
     authenticator: Arc<PeerAuthenticator>,
     /// Spans still queued are sent before the process ends.
     telemetry: Option<crate::telemetry::Telemetry>,
+    reloader: Arc<reload::Reloader>,
 }
 
 impl RunningGateway {
@@ -173,6 +175,11 @@ impl RunningGateway {
         &self.accounts
     }
 
+    /// Reads the policy file again and applies what can change while serving (`SIGHUP`).
+    pub fn policy_reload(&self) -> Arc<dyn crate::admin::reload::PolicyReload> {
+        self.reloader.clone()
+    }
+
     /// Serves until `signal` completes, then shuts down gracefully.
     pub async fn run_until(self, signal: impl std::future::Future<Output = ()>) {
         signal.await;
@@ -200,8 +207,9 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let shared = (&sharing, &documents, push.as_ref());
     let agent = agent(&options, &store, backend, (&budgets, metrics), shared).await?;
     let (guards, known_ids, announcements) =
-        door_guards(&options, &store, &sharing.limits, identity_providers).await?;
+        door_guards(&options, &store, &sharing.limits, &identity_providers).await?;
     let authenticator = guards.authenticator.clone();
+    let reloading = (identity_providers, &guards, &documents, &agent, &listeners);
     let (readiness, router, grpc_router) = a2a_routers(
         &store,
         &sharing,
@@ -211,12 +219,15 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         policy,
     );
 
-    let (accounts, hearing, admin_router) = admin_side(
+    let (accounts, hearing, admin_router, reloader) = admin_side(
         &options,
         &store,
         &sharing,
         (&authenticator, &budgets, metrics),
-        readiness,
+        (
+            readiness,
+            reload_parts(&store, &sharing, &door_url, reloading),
+        ),
         (known_ids, announcements),
     )?;
 
@@ -257,6 +268,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         store,
         authenticator,
         telemetry: Some(telemetry),
+        reloader,
     })
 }
 
@@ -359,7 +371,12 @@ async fn published_documents(
         issuers: issuer_cards(&options.policy, identity_providers.as_deref()).await,
         client_ca_sha256: listeners.client_ca_sha256.clone(),
     };
-    Documents::build(options, store, door_url, (&card_identities, agent)).await
+    let inputs = documents::CardInputs {
+        door_url,
+        identities: &card_identities,
+        agent,
+    };
+    Documents::build(options, store, &inputs).await
 }
 
 /// What start-up opened, once the documents are built.
@@ -376,11 +393,17 @@ async fn door_guards(
     options: &GatewayOptions,
     store: &Store,
     shared: &SharedLimits,
-    identity_providers: Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+    identity_providers: &Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
 ) -> Result<(DoorGuards, Arc<KnownCredentialIds>, Option<Announcements>), StartError> {
     let cache_ttl = Duration::from_secs(options.policy.auth.credential_cache_seconds);
-    let (authenticator, known_ids, announcements) =
-        door_authenticator(options, store, shared, cache_ttl, identity_providers).await?;
+    let (authenticator, known_ids, announcements) = door_authenticator(
+        options,
+        store,
+        shared,
+        cache_ttl,
+        identity_providers.clone(),
+    )
+    .await?;
     let (per_ip, per_peer) = limit_layers(options, shared)?;
     let guards = DoorGuards {
         per_ip,
@@ -428,16 +451,7 @@ async fn agent(
         agent_settings(policy),
     )
     .with_shared_state(sharing.agent.clone())
-    .with_extended_card(
-        serde_json::value::RawValue::from_string(documents.extended_json.clone())
-            .map_err(|e| config(&e))?,
-    );
-    for (issuer, (_, json)) in &documents.issuer_extended {
-        agent = agent.with_issuer_extended_card(
-            issuer,
-            serde_json::value::RawValue::from_string(json.clone()).map_err(|e| config(&e))?,
-        );
-    }
+    .with_extended_cards(documents.cards.answered()?);
     if let Some(push) = push {
         agent = agent.with_push(push.clone());
     }
@@ -503,15 +517,26 @@ fn admin_side(
     store: &Store,
     sharing: &Sharing,
     (authenticator, budgets, metrics): (&Arc<PeerAuthenticator>, &Arc<Budgets>, &Arc<Metrics>),
-    readiness: Arc<crate::http::ready::Readiness>,
+    (readiness, reloading): (Arc<crate::http::ready::Readiness>, ReloadParts),
     (known_ids, announcements): (Arc<KnownCredentialIds>, Option<crate::store::Announcements>),
-) -> Result<(AccountService, tokio::task::JoinHandle<()>, axum::Router), StartError> {
+) -> Result<
+    (
+        AccountService,
+        tokio::task::JoinHandle<()>,
+        axum::Router,
+        Arc<reload::Reloader>,
+    ),
+    StartError,
+> {
     let forget = Arc::new(account_changes::ForgetOnChange {
         authenticator: authenticator.clone(),
         budgets: budgets.clone(),
         reread: Arc::default(),
+        reload: std::sync::OnceLock::new(),
     });
     let accounts = account_service(options, store, sharing.changes.clone(), &forget);
+    let reloader = Arc::new(reloading.reloader(options, &accounts, authenticator));
+    let _ = forget.reload.set(reloader.clone());
     let hearing =
         account_changes::keep_current(store.credentials(), known_ids, announcements, forget);
     let admin_router = admin_router(
@@ -522,10 +547,73 @@ fn admin_side(
             metrics.clone(),
             options.clock.clone(),
         )
-        .with_readiness(readiness),
+        .with_readiness(readiness)
+        .with_reload(reloader.clone()),
         authenticator,
     )?;
-    Ok((accounts, hearing, admin_router))
+    Ok((accounts, hearing, admin_router, reloader))
+}
+
+/// What a policy reload replaces besides the account service and the authenticator.
+struct ReloadParts {
+    identity: Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+    per_ip: PerIpLimitLayer,
+    cards: Arc<std::sync::RwLock<Arc<crate::http::door::CardDocuments>>>,
+    agent: Arc<Agent>,
+    store: Store,
+    door_url: String,
+    client_ca_sha256: Option<String>,
+    changes: Arc<dyn ChangeNotifier>,
+}
+
+/// What a policy reload replaces, gathered once the door is built.
+fn reload_parts(
+    store: &Store,
+    sharing: &Sharing,
+    door_url: &str,
+    (identity, guards, documents, agent, listeners): (
+        Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+        &DoorGuards,
+        &Documents,
+        &Arc<Agent>,
+        &Listeners,
+    ),
+) -> ReloadParts {
+    ReloadParts {
+        identity,
+        per_ip: guards.per_ip.clone(),
+        cards: documents.served.clone(),
+        agent: agent.clone(),
+        store: store.clone(),
+        door_url: door_url.to_owned(),
+        client_ca_sha256: listeners.client_ca_sha256.clone(),
+        changes: sharing.changes.clone(),
+    }
+}
+
+impl ReloadParts {
+    fn reloader(
+        self,
+        options: &GatewayOptions,
+        accounts: &AccountService,
+        authenticator: &Arc<PeerAuthenticator>,
+    ) -> reload::Reloader {
+        let parts = reload::Parts {
+            identity: self.identity,
+            authenticator: authenticator.clone(),
+            accounts: accounts.clone(),
+            per_ip: self.per_ip,
+            cards: self.cards,
+            agent: self.agent,
+            store: self.store,
+            clock: options.clock.clone(),
+            data_dir: options.data_dir.clone(),
+            door_url: self.door_url,
+            client_ca_sha256: self.client_ca_sha256,
+            changes: self.changes,
+        };
+        reload::Reloader::new(options.policy.clone(), options.policy_source.clone(), parts)
+    }
 }
 
 /// What the door's handlers share: the agent, the documents, readiness.
@@ -563,15 +651,7 @@ fn door_state(
     DoorState {
         pipeline,
         bounds: stream_bounds(policy),
-        card: Arc::new(documents.card.clone()),
-        extended: Arc::new(documents.extended.clone()),
-        issuer_extended: Arc::new(
-            documents
-                .issuer_extended
-                .iter()
-                .map(|(name, (document, _))| (name.clone(), document.clone()))
-                .collect(),
-        ),
+        cards: documents.served.clone(),
         jwks: documents.jwks.clone(),
         readiness,
     }

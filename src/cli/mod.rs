@@ -426,6 +426,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             let (mut policy, policy_source) = Policy::load(policy.as_deref())?;
             policy.override_public_base_url(public_base_url, &policy_source)?;
+            // Checked with the policy: cannot fail here.
+            let _ = crate::telemetry::level::set(&policy.log.level);
             let serving_sqlite = data.store.is_none().then(|| data.dir.clone());
             let source_for_cli = policy_source.clone();
             let gateway = start(GatewayOptions {
@@ -447,7 +449,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             if let Some(dir) = serving_sqlite {
                 remember_serving_policy(&dir, &source_for_cli);
             }
+            let reloading = tokio::spawn(reload_on_hangup(gateway.policy_reload()));
             gateway.run_until(shutdown_signal()).await;
+            reloading.abort();
             tracing::info!("peergate stopped");
             Ok(())
         }
@@ -564,6 +568,21 @@ fn read_password(whose: &str) -> Result<String, CliError> {
         line
     };
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Reloads the policy on every `SIGHUP` (the reloader logs what it did, or why not).
+async fn reload_on_hangup(reload: Arc<dyn crate::admin::reload::PolicyReload>) {
+    #[cfg(unix)]
+    if let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    {
+        while hangups.recv().await.is_some() {
+            let _ = reload
+                .reload(crate::admin::reload::ReloadTrigger::Signal)
+                .await;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = reload;
 }
 
 async fn shutdown_signal() {

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 /// `[log]`
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogPolicy {
     /// `text` (one human-readable line per event) or `json` (one JSON object per line, for a
@@ -16,6 +16,36 @@ pub struct LogPolicy {
     /// Never a credential, a body, a prompt or a query string.
     #[serde(default)]
     pub access: bool,
+    /// Which lines are written, as `RUST_LOG` directives (`info`, `warn`,
+    /// `info,peergate=debug`); `RUST_LOG`, when set, decides instead. A reload applies a new
+    /// value at once.
+    #[serde(default = "default_level")]
+    pub level: String,
+}
+
+fn default_level() -> String {
+    "info".to_owned()
+}
+
+impl LogPolicy {
+    pub(super) fn validate(&self) -> Result<(), super::Invalid> {
+        tracing_subscriber::EnvFilter::builder()
+            .parse(&self.level)
+            .map(drop)
+            .map_err(|e| {
+                super::invalid("log.level", format!("not a RUST_LOG directive list ({e})"))
+            })
+    }
+}
+
+impl Default for LogPolicy {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::default(),
+            access: false,
+            level: default_level(),
+        }
+    }
 }
 
 /// How log lines are written.

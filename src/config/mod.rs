@@ -108,6 +108,20 @@ pub enum PolicyError {
     },
 }
 
+impl PolicyError {
+    /// What is wrong, without the file's path: for an answer that leaves the machine (the
+    /// admin API's reload).
+    pub fn without_source(&self) -> String {
+        match self {
+            Self::Unreadable { reason, .. } => format!("cannot read the policy file: {reason}"),
+            Self::Syntax {
+                location, reason, ..
+            } => format!("invalid policy{location}: {reason}"),
+            Self::Invalid { key, reason, .. } => format!("invalid policy: key `{key}`: {reason}"),
+        }
+    }
+}
+
 /// The whole policy.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -198,11 +212,14 @@ impl Policy {
     /// was given and the default file does not exist.
     pub fn load(path: Option<&Path>) -> Result<(Self, PolicySource), PolicyError> {
         let (text, source) = match path {
-            Some(path) => (read(path)?, PolicySource::File(path.to_owned())),
+            Some(path) => (read_policy_file(path)?, PolicySource::File(path.to_owned())),
             None => {
                 let default = Path::new("policies/default.toml");
                 if default.exists() {
-                    (read(default)?, PolicySource::File(default.to_owned()))
+                    (
+                        read_policy_file(default)?,
+                        PolicySource::File(default.to_owned()),
+                    )
                 } else {
                     (EMBEDDED_DEFAULT.to_owned(), PolicySource::Embedded)
                 }
@@ -249,6 +266,57 @@ impl Policy {
         // `default_owner = ""` is how a layered policy says "none".
         policy.peers.default_owner = policy.peers.default_owner.filter(|o| !o.is_empty());
         policy.validate(source)?;
+        Ok(policy)
+    }
+
+    /// The dotted keys whose values differ between this policy in effect and `other`'s (a
+    /// key either lacks counts), in order; an array is one key.
+    pub fn differing_keys(&self, other: &Policy) -> std::collections::BTreeSet<String> {
+        let mut keys = std::collections::BTreeSet::new();
+        changed_keys("", &self.effective, Some(&other.effective), &mut keys);
+        changed_keys("", &other.effective, Some(&self.effective), &mut keys);
+        keys
+    }
+
+    /// This policy with the value at dotted `key` taken from `other` (or removed where
+    /// `other` has none), in effect and as the typed tables are read from it again. For
+    /// a reload, which applies some keys of a new file and keeps the rest.
+    pub fn with_key_of(&self, other: &Policy, key: &str) -> Result<Policy, PolicyError> {
+        let mut effective = self.effective.clone();
+        let path: Vec<&str> = key.split('.').collect();
+        let Some((last, parents)) = path.split_last() else {
+            return Ok(self.clone());
+        };
+        let mut theirs = Some(&other.effective);
+        let mut ours = &mut effective;
+        for parent in parents {
+            theirs = theirs
+                .and_then(|t| t.get(*parent))
+                .and_then(toml::Value::as_table);
+            ours = match ours
+                .entry((*parent).to_owned())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            {
+                toml::Value::Table(table) => table,
+                _ => return Ok(self.clone()),
+            };
+        }
+        match theirs.and_then(|t| t.get(*last)) {
+            Some(value) => ours.insert((*last).to_owned(), value.clone()),
+            None => ours.remove(*last),
+        };
+        let source = PolicySource::Embedded;
+        let mut policy =
+            Policy::deserialize(effective.clone()).map_err(|e| PolicyError::Syntax {
+                source_name: source.clone(),
+                location: String::new(),
+                reason: e.to_string(),
+            })?;
+        policy.operator_set = self.operator_set.clone();
+        policy.effective = effective;
+        policy.peers.default_owner = policy.peers.default_owner.filter(|o| !o.is_empty());
+        // The command line's door URL is the struct's, not the file's: kept.
+        policy.server.public_base_url = self.server.public_base_url.clone();
         Ok(policy)
     }
 
@@ -340,6 +408,7 @@ impl Policy {
         }
         self.push.validate()?;
         self.telemetry.validate()?;
+        self.log.validate()?;
         self.card.validate()?;
         self.signing.validate()?;
         self.model.validate()?;
@@ -528,7 +597,8 @@ pub const MAX_POLICY_BYTES: u64 = 1024 * 1024;
 
 /// The policy file's text, at most [`MAX_POLICY_BYTES`]: a file larger than that (or a device
 /// such as `/dev/zero`, whose size says nothing) is refused after reading one byte past it.
-fn read(path: &Path) -> Result<String, PolicyError> {
+/// The text of the policy file at `path`, bounded in size.
+pub fn read_policy_file(path: &Path) -> Result<String, PolicyError> {
     use std::io::Read;
     let unreadable = |reason: String| PolicyError::Unreadable {
         source_name: PolicySource::File(path.to_owned()),

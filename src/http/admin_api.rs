@@ -8,6 +8,7 @@
 
 use crate::admin::auth::{AdminAuthLayer, AdminAuthenticator, AdminPrincipal, AuthenticatedAdmin};
 use crate::admin::budget::{Budgets, day_and_month};
+use crate::admin::reload::{PolicyReload, ReloadTrigger, Reloaded};
 use crate::admin::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
 use crate::clock::{Clock, Timestamp, rfc3339_millis};
 use crate::guard::refusal::Refusal;
@@ -37,6 +38,7 @@ pub struct AdminState {
     clock: Arc<dyn Clock>,
     openapi_json: Arc<OnceLock<String>>,
     readiness: Option<Arc<crate::http::ready::Readiness>>,
+    reload: Option<Arc<dyn PolicyReload>>,
 }
 
 impl AdminState {
@@ -54,7 +56,14 @@ impl AdminState {
             clock,
             openapi_json: Arc::default(),
             readiness: None,
+            reload: None,
         }
+    }
+
+    /// Answers `POST /v1/policy/reload` by reloading through `reload`.
+    pub fn with_reload(mut self, reload: Arc<dyn PolicyReload>) -> Self {
+        self.reload = Some(reload);
+        self
     }
 
     /// Answers `GET /ready` with the state of each part.
@@ -118,6 +127,7 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(read_conversation, delete_conversation))
         .routes(routes!(usage))
         .routes(routes!(failed_deliveries))
+        .routes(routes!(reload_policy))
         .routes(routes!(audit))
         .routes(routes!(prometheus_metrics))
 }
@@ -174,6 +184,8 @@ pub fn router(
 enum ApiError {
     Service(ServiceError),
     Body(String),
+    /// A policy reload kept the policy in force.
+    Reload(String),
 }
 
 impl From<ServiceError> for ApiError {
@@ -207,6 +219,10 @@ impl IntoResponse for ApiError {
         let refusal = match self {
             Self::Body(message) => Refusal::Invalid {
                 code: "invalid_body",
+                message,
+            },
+            Self::Reload(message) => Refusal::Invalid {
+                code: "policy_refused",
                 message,
             },
             Self::Service(error) => match error {
@@ -838,6 +854,43 @@ async fn reinstate(
         peer: PeerView::at(peer, state.clock.now(), &identities),
         token,
     }))
+}
+
+// ---- the policy ----
+
+#[utoipa::path(post, path = "/v1/policy/reload", tag = "operations",
+    responses(
+        (status = 200, description = "The policy file was read again: the keys applied, the keys whose new values wait for a restart (the old ones stay in force), and notes", body = Reloaded),
+        (status = 400, description = "The file could not be read, did not check, or describes a part that cannot be built: the policy in force is kept, and the message says why", body = ErrorBody)))]
+async fn reload_policy(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+) -> Result<Json<Reloaded>, ApiError> {
+    let caller = caller(&admin);
+    let Some(reload) = &state.reload else {
+        return Err(
+            ServiceError::NotFound("this gateway does not reload its policy".to_owned()).into(),
+        );
+    };
+    let outcome = reload.reload(ReloadTrigger::Admin(caller.clone())).await;
+    let (verdict, detail) = match &outcome {
+        Ok(reloaded) => (
+            "ok",
+            format!(
+                "applied: {}; restart needed: {}",
+                reloaded.applied.join(", "),
+                reloaded.restart_needed.join(", ")
+            ),
+        ),
+        Err(refused) => ("refused", refused.0.clone()),
+    };
+    state
+        .service
+        .record_policy_reload(&caller, verdict, detail)
+        .await;
+    outcome
+        .map(Json)
+        .map_err(|refused| ApiError::Reload(refused.to_string()))
 }
 
 // ---- push notifications ----

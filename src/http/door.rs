@@ -37,15 +37,23 @@ pub(crate) struct DoorState {
     pub(crate) pipeline: Pipeline,
     /// How long a stream, and its connection, may last.
     pub(crate) bounds: crate::http::sse::StreamBounds,
-    pub(crate) card: Arc<CachedDocument>,
-    pub(crate) extended: Arc<CachedDocument>,
-    /// The extended card by the identity provider a peer signed in with, when the public card
-    /// does not list it.
-    pub(crate) issuer_extended: Arc<std::collections::HashMap<String, Arc<CachedDocument>>>,
+    /// The cards, replaced whole when the policy is reloaded.
+    pub(crate) cards: Arc<std::sync::RwLock<Arc<CardDocuments>>>,
     /// Rebuilt when the day changes, so a retiring key leaves on its date.
     pub(crate) jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
     /// What `/ready` asks.
     pub(crate) readiness: Arc<super::ready::Readiness>,
+}
+
+/// The signed cards the door serves, built together so a reload replaces them together.
+pub(crate) struct CardDocuments {
+    /// The public card.
+    pub(crate) card: CachedDocument,
+    /// The extended card, for a request with a valid credential.
+    pub(crate) extended: CachedDocument,
+    /// The extended card by the identity provider a peer signed in with, when the public card
+    /// does not list it.
+    pub(crate) issuer_extended: std::collections::HashMap<String, CachedDocument>,
 }
 
 /// The guard layers the door's routes share with housekeeping.
@@ -278,13 +286,14 @@ async fn agent_card(
     peer: Option<Extension<AuthenticatedPeer>>,
     headers: HeaderMap,
 ) -> Response {
+    let cards = state.cards.read_locked().clone();
     match peer {
         Some(Extension(peer)) => peer
             .issuer()
-            .and_then(|issuer| state.issuer_extended.get(issuer))
-            .unwrap_or(&state.extended)
+            .and_then(|issuer| cards.issuer_extended.get(issuer))
+            .unwrap_or(&cards.extended)
             .respond(&headers),
-        None => state.card.respond(&headers),
+        None => cards.card.respond(&headers),
     }
 }
 

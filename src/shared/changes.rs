@@ -33,6 +33,9 @@ pub enum Change {
     Admin(String),
     /// Anything may have changed (changes may have been missed): forget everything.
     Everyone,
+    /// An instance reloaded its policy: each reads its own file again (and applies it when
+    /// its text changed).
+    Policy,
 }
 
 /// A change on the wire: JSON, naming the process that published it so it can skip its own.
@@ -40,7 +43,7 @@ pub enum Change {
 struct WireChange<'a> {
     #[serde(borrow)]
     from: Cow<'a, str>,
-    /// `peer`, `credential`, `admin` or `everyone`.
+    /// `peer`, `credential`, `admin`, `everyone` or `policy`.
     #[serde(borrow)]
     kind: Cow<'a, str>,
     #[serde(borrow)]
@@ -63,6 +66,7 @@ impl Change {
             }
             Self::Admin(id) => ("admin", id.as_str(), None),
             Self::Everyone => ("everyone", "", None),
+            Self::Policy => ("policy", "", None),
         };
         let wire = WireChange {
             from: Cow::Borrowed(from),
@@ -93,6 +97,7 @@ impl Change {
             },
             ("admin", _) => Self::Admin(wire.id.into_owned()),
             ("everyone", _) => Self::Everyone,
+            ("policy", _) => Self::Policy,
             _ => return None,
         };
         Some((wire.from.into_owned(), change))

@@ -500,10 +500,13 @@ pub enum AuditAction {
     AdminIdentityUnbound,
     /// Whether a peer's own trace context is continued changed.
     PeerTraceTrustChanged,
+    /// The policy file was read again and what can change while serving was applied (or the
+    /// file was refused, and the policy in force kept).
+    PolicyReloaded,
 }
 
 impl AuditAction {
-    const ALL: [Self; 24] = [
+    const ALL: [Self; 25] = [
         Self::AdminCreated,
         Self::AdminDisabled,
         Self::AdminEnabled,
@@ -528,6 +531,7 @@ impl AuditAction {
         Self::AdminIdentityBound,
         Self::AdminIdentityUnbound,
         Self::PeerTraceTrustChanged,
+        Self::PolicyReloaded,
     ];
 
     /// The stored and shown name.
@@ -557,6 +561,7 @@ impl AuditAction {
             Self::AdminIdentityBound => "admin.identity_bound",
             Self::AdminIdentityUnbound => "admin.identity_unbound",
             Self::PeerTraceTrustChanged => "peer.trace_trust_changed",
+            Self::PolicyReloaded => "policy.reloaded",
         }
     }
 

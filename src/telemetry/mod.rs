@@ -10,6 +10,7 @@ pub mod call_span;
 pub mod conventions;
 pub mod edge;
 pub mod export;
+pub mod level;
 pub mod logs;
 pub mod metrics;
 pub mod settings;

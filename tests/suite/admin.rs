@@ -968,7 +968,7 @@ async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 25, "{document:#}");
+    assert_eq!(operations, 26, "{document:#}");
     gw.stop().await;
 }
 

@@ -1274,6 +1274,84 @@ async fn unbinding_through_one_instance_is_refused_on_the_other_within_a_second(
     );
 }
 
+/// A policy reload through one instance's admin API removes an identity provider on the
+/// other within a second: it hears of the reload, reads its own file again, and refuses the
+/// provider's still-valid token it had verified a moment before.
+#[tokio::test]
+async fn a_reload_through_one_instance_removes_a_provider_on_the_other_within_a_second() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let (acme_key, other_key) = (TestKey::new("acme-1", 52), TestKey::new("other-1", 53));
+    let files: Vec<tempfile::NamedTempFile> = [&acme_key, &other_key]
+        .iter()
+        .map(|key| {
+            let file = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(file.path(), jwks(&[key])).unwrap();
+            file
+        })
+        .collect();
+    let audience = "https://door.example/a2a/v1";
+    let issuers = [
+        ("acme", "https://idp.acme.example"),
+        ("other", "https://idp.other.example"),
+    ];
+    let Some(shared) = Shared::start(&model, |mut policy| {
+        policy = policy.set("auth.schemes", ["bearer", "jwt"]);
+        for ((name, issuer), file) in issuers.iter().zip(&files) {
+            policy = policy.push_table(
+                "auth.issuers",
+                &[
+                    ("name", (*name).into()),
+                    ("issuer", (*issuer).into()),
+                    ("audience", audience.into()),
+                    ("jwks_file", file.path().to_str().unwrap().into()),
+                ],
+            );
+        }
+        policy
+    }) else {
+        return;
+    };
+    shared.peer("alice", "600/min");
+    let policy = shared.policy.to_str().unwrap().to_owned();
+    let bind = [
+        "peer",
+        "bind",
+        "alice",
+        "--issuer",
+        "acme",
+        "--subject",
+        "agent-a",
+    ];
+    let (code, _, stderr) = shared.cli(&[&bind[..], &["--policy", &policy]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let (a, b) = (shared.instance(), shared.instance());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let token = acme_key.access_token(issuers[0].1, audience, "agent-a", "a2a:tasks:read", now);
+    let asked = post_raw(&b.door(), Some(&token), get_task_request("none")).await;
+    assert_eq!(asked.0, 200);
+
+    // The shared file loses acme; only instance a is asked to reload.
+    let mut file: toml_edit::DocumentMut = std::fs::read_to_string(&shared.policy)
+        .unwrap()
+        .parse()
+        .unwrap();
+    file["auth"]["issuers"]
+        .as_array_of_tables_mut()
+        .unwrap()
+        .remove(0);
+    std::fs::write(&shared.policy, file.to_string()).unwrap();
+    let (status, body) = admin_post(&a, "/v1/policy/reload", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["applied"], json!(["auth.issuers"]), "{body}");
+    assert!(
+        refused_within_a_second(&b, &token).await,
+        "the other instance still took the removed provider's token after a second"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn haproxy_checking_ready_keeps_both_instances_without_redis_and_drops_them_without_the_store()
  {

@@ -35,6 +35,7 @@ mod openai_backend;
 mod properties;
 mod push;
 mod python_sdk;
+mod reload;
 mod rest;
 mod shared_engines;
 mod store_engines;

@@ -15,7 +15,6 @@ use crate::backend::ModelBackend;
 use crate::clock::Clock;
 use crate::layers::metrics::Metrics;
 use crate::store::TaskStore;
-use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// An agent being put together ([`Agent::builder`]): the shared state, the extended cards and push
@@ -76,15 +75,9 @@ impl AgentBuilder {
         self
     }
 
-    /// The extended Agent Card `GetExtendedAgentCard` answers with (signed, as served).
-    pub fn with_extended_card(mut self, card: Box<RawValue>) -> Self {
-        self.cards.extended = card;
-        self
-    }
-
-    /// The extended card for peers signed in with identity provider `issuer`'s tokens.
-    pub fn with_issuer_extended_card(mut self, issuer: &str, card: Box<RawValue>) -> Self {
-        self.cards.by_issuer.insert(issuer.to_owned(), card);
+    /// The extended Agent Cards `GetExtendedAgentCard` answers with (signed, as served).
+    pub fn with_extended_cards(mut self, cards: ExtendedCards) -> Self {
+        self.cards = cards;
         self
     }
 
@@ -111,7 +104,7 @@ impl AgentBuilder {
             cancels: Cancels::new(&from),
             subscriptions: Arc::new(Subscriptions::new(&from)),
             recovery: Recovery::new(&from),
-            cards: self.cards,
+            cards: std::sync::RwLock::new(Arc::new(self.cards)),
             backend: from.backend,
             news: from.news,
             reads: from.reads,

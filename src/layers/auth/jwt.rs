@@ -32,7 +32,7 @@ use crate::jose::access_token::{self, AccessToken, AccessTokenRules, TokenReject
 use crate::jose::fetch::{FetchPolicy, fetch_text};
 use crate::jose::jwks_cache::{Asking, JwksCache};
 use crate::jose::verify::TrustedKeys;
-use crate::locks::Locked;
+use crate::locks::{Locked, ReadWriteLocked};
 use crate::store::{CredentialStore, IdentityKind, PeerIdentity};
 use async_trait::async_trait;
 use moka::future::Cache;
@@ -100,6 +100,9 @@ struct ParsedSet {
     fresh_until: Timestamp,
 }
 
+/// The issuers by exact `iss`.
+type Issuers = HashMap<String, Arc<Issuer>>;
+
 /// A token whose signature and claims verified, with the key set that held its key.
 struct Verified {
     issuer: Arc<Issuer>,
@@ -109,8 +112,8 @@ struct Verified {
 
 /// The identity providers whose tokens the door accepts: see the [module docs](self).
 pub struct IdentityProviders {
-    /// By exact `iss`.
-    issuers: HashMap<String, Arc<Issuer>>,
+    /// By exact `iss`; replaced whole when the policy is reloaded ([`Self::replace_with`]).
+    issuers: std::sync::RwLock<Arc<Issuers>>,
     clock: Arc<dyn Clock>,
     /// Tokens whose signature and claims verified, by SHA-256, with their issuer and key.
     verified: Cache<[u8; 32], Arc<Verified>>,
@@ -119,7 +122,7 @@ pub struct IdentityProviders {
 impl std::fmt::Debug for IdentityProviders {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdentityProviders")
-            .field("issuers", &self.issuers.keys().collect::<Vec<_>>())
+            .field("issuers", &self.current().keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -158,7 +161,7 @@ impl IdentityProviders {
             issuers.insert(issuer.settings.rules.issuer.clone(), Arc::new(issuer));
         }
         Ok(Self {
-            issuers,
+            issuers: std::sync::RwLock::new(Arc::new(issuers)),
             clock,
             verified: Cache::builder()
                 .max_capacity(100_000)
@@ -167,9 +170,38 @@ impl IdentityProviders {
         })
     }
 
+    /// The issuers in force.
+    fn current(&self) -> Arc<Issuers> {
+        self.issuers.read_locked().clone()
+    }
+
+    /// Takes `other`'s issuers in place of these (a policy reload): from the next token on,
+    /// only they are trusted. Every token verified before is checked again, so a removed
+    /// issuer's tokens are refused at once, not when their memory would have lapsed.
+    pub fn replace_with(&self, other: &Self) {
+        let issuers = other.current();
+        *self.issuers.write_locked() = issuers;
+        self.verified.invalidate_all();
+    }
+
+    /// The names of the issuers in force.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .current()
+            .values()
+            .map(|issuer| issuer.settings.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Discovery for the issuer named `name` (for the card), fetching it if need be.
     pub async fn discovered(&self, name: &str) -> Option<Discovered> {
-        let issuer = self.issuers.values().find(|i| i.settings.name == name)?;
+        let issuer = self
+            .current()
+            .values()
+            .find(|i| i.settings.name == name)?
+            .clone();
         issuer.discover(self.clock.now()).await.ok()
     }
 
@@ -179,12 +211,18 @@ impl IdentityProviders {
     async fn verify(&self, token: &str) -> Result<Arc<Verified>, AuthError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = self.clock.now();
+        let issuers = self.current();
         if let Some(known) = self.verified.get(&key).await {
             // Remembered until it expires, by the gateway's clock, and while the key set that
             // held its key is the issuer's current one; a new set (a key removed, or replaced
             // under the same kid) has it checked again.
+            // Only while its issuer is still the one in force: a reload that removed or
+            // changed it has the token judged by the policy now in force.
             let unexpired = now < later(known.token.expires_at, known.issuer.settings.rules.skew);
-            if unexpired && known.issuer.still_current(&known.keys, now).await? {
+            let in_force = issuers
+                .get(&known.issuer.settings.rules.issuer)
+                .is_some_and(|issuer| Arc::ptr_eq(issuer, &known.issuer));
+            if unexpired && in_force && known.issuer.still_current(&known.keys, now).await? {
                 return Ok(known);
             }
             self.verified.invalidate(&key).await;
@@ -196,7 +234,7 @@ impl IdentityProviders {
         let parsed = access_token::parse(token, true).map_err(refused)?;
         let issuer = access_token::peek_issuer(&parsed)
             .ok()
-            .and_then(|iss| self.issuers.get(iss))
+            .and_then(|iss| issuers.get(iss))
             .ok_or_else(|| refused(TokenRejected::UnknownIssuer))?
             .clone();
         // The plain-JWT switch is the issuer's: parse again by its rule now that it is known.

@@ -42,7 +42,9 @@ use axum::http::Request;
 use axum::response::{IntoResponse, Response};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tower::{Layer, Service};
 
 /// Limits requests per client address.
@@ -54,10 +56,46 @@ pub struct PerIpLimitLayer {
 
 struct PerIpShared {
     limiter: Arc<dyn RateLimiter<IpAddr>>,
-    quota: Quota,
+    quota: LiveQuota,
     /// Across instances: the in-process limiter that checks first, and the engine each
     /// request's [`Admission`] asks.
     admitted: Option<Admitting<IpAddr>>,
+}
+
+/// A quota a policy reload may change while requests read it: two plain loads on the
+/// request's path, no lock. A request that reads between the two stores of a change is
+/// judged by the count of one quota and the period of the other, once.
+struct LiveQuota {
+    /// The count in the high half, the burst in the low.
+    count_and_burst: AtomicU64,
+    period_nanos: AtomicU64,
+}
+
+impl LiveQuota {
+    fn new(quota: Quota) -> Self {
+        let live = Self {
+            count_and_burst: AtomicU64::new(0),
+            period_nanos: AtomicU64::new(0),
+        };
+        live.set(quota);
+        live
+    }
+
+    fn get(&self) -> Quota {
+        let packed = self.count_and_burst.load(Ordering::Relaxed);
+        Quota {
+            count: (packed >> 32) as u32,
+            burst: packed as u32,
+            period: Duration::from_nanos(self.period_nanos.load(Ordering::Relaxed)),
+        }
+    }
+
+    fn set(&self, quota: Quota) {
+        let nanos = u64::try_from(quota.period.as_nanos()).unwrap_or(u64::MAX);
+        self.period_nanos.store(nanos, Ordering::Relaxed);
+        let packed = (u64::from(quota.count) << 32) | u64::from(quota.burst);
+        self.count_and_burst.store(packed, Ordering::Relaxed);
+    }
 }
 
 /// The shared key of an address's budget.
@@ -84,7 +122,7 @@ impl PerIpLimitLayer {
         Self {
             shared: Arc::new(PerIpShared {
                 limiter,
-                quota,
+                quota: LiveQuota::new(quota),
                 admitted: None,
             }),
         }
@@ -104,10 +142,18 @@ impl PerIpLimitLayer {
         Ok(Self {
             shared: Arc::new(PerIpShared {
                 limiter: local.clone(),
-                quota,
+                quota: LiveQuota::new(quota),
                 admitted: Some(Admitting { local, engine }),
             }),
         })
+    }
+
+    /// Counts by `quota` from the next request on (a policy reload); what each address spent
+    /// is kept.
+    pub fn set_quota(&self, quota: Quota) -> Result<(), LimitConfigError> {
+        check_config(quota, 1)?;
+        self.shared.quota.set(quota);
+        Ok(())
     }
 
     /// The limiter, for periodic purging.
@@ -153,7 +199,7 @@ where
             .extensions()
             .get::<ClientAddr>()
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), ClientAddr::limit_key);
-        let quota = self.shared.quota;
+        let quota = self.shared.quota.get();
         let refused = move |retry_after| RateLimited {
             limit: Limit::PerIp,
             retry_after,

@@ -1,0 +1,251 @@
+//! Reloading the policy while serving (`SIGHUP`, or the admin API): the file is read and
+//! checked as at start-up, compared key by key with the policy in force, and what can change
+//! safely is applied — identity providers, the per-address limit, the cards' text, the log
+//! level. Every new part is built before any is put in place, so a file that does not check,
+//! or describes a part that cannot be built, changes nothing and says why. A key that needs a
+//! restart (listeners, the store, the backend, …) is named, and its old value stays in force.
+//!
+//! A reload reaches the other instances through the change notifier: each reads its own file
+//! again and applies it when its text changed, so a removed identity provider's tokens stop
+//! on every instance within the revocation bound.
+
+use super::documents::{CardInputs, SignedCards};
+use super::identity::{issuer_cards, issuer_tables, providers};
+use crate::a2a::agent::Agent;
+use crate::a2a::card;
+use crate::admin::AccountService;
+use crate::admin::reload::{PolicyReload, ReloadRefused, ReloadTrigger, Reloaded};
+use crate::clock::Clock;
+use crate::config::{Policy, PolicySource};
+use crate::http::door::CardDocuments;
+use crate::layers::auth::PeerAuthenticator;
+use crate::layers::auth::jwt::IdentityProviders;
+use crate::layers::limit::{PerIpLimitLayer, Quota};
+use crate::locks::ReadWriteLocked;
+use crate::shared::changes::{Change, ChangeNotifier};
+use crate::store::Store;
+use crate::telemetry::level::{self, LevelSet};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+/// Whether the dotted `key` can change while serving. The card's extensions are also the
+/// protocol gate's, built once; `card.name` also names the service in exported traces, which
+/// keeps its start-up name until a restart.
+fn reloadable(key: &str) -> bool {
+    matches!(
+        key,
+        "auth.issuers" | "limits.per_ip_per_minute" | "log.level"
+    ) || (key.starts_with("card.") && key != "card.extensions")
+}
+
+/// What a reload replaces, and what it rebuilds them from.
+pub(super) struct Parts {
+    /// `None` when the door started without identity providers (no `"jwt"` scheme).
+    pub(super) identity: Option<Arc<IdentityProviders>>,
+    pub(super) authenticator: Arc<PeerAuthenticator>,
+    pub(super) accounts: AccountService,
+    pub(super) per_ip: PerIpLimitLayer,
+    pub(super) cards: Arc<RwLock<Arc<CardDocuments>>>,
+    pub(super) agent: Arc<Agent>,
+    pub(super) store: Store,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) data_dir: PathBuf,
+    pub(super) door_url: String,
+    pub(super) client_ca_sha256: Option<String>,
+    pub(super) changes: Arc<dyn ChangeNotifier>,
+}
+
+/// The policy in force, and the digest of the file text it was last read from.
+struct InForce {
+    policy: Policy,
+    digest: Option<[u8; 32]>,
+}
+
+/// Reloads the policy of a running gateway: see the [module docs](self).
+pub(crate) struct Reloader {
+    source: PolicySource,
+    in_force: tokio::sync::Mutex<InForce>,
+    parts: Parts,
+}
+
+/// The parts a new policy describes, built and not yet in place.
+#[derive(Default)]
+struct Built {
+    identity: Option<IdentityProviders>,
+    cards: Option<SignedCards>,
+    per_ip: Option<Quota>,
+    level: Option<String>,
+}
+
+impl Reloader {
+    pub(super) fn new(policy: Policy, source: PolicySource, parts: Parts) -> Self {
+        Self {
+            source,
+            in_force: tokio::sync::Mutex::new(InForce {
+                policy,
+                digest: None,
+            }),
+            parts,
+        }
+    }
+
+    /// Reads the file again and applies what it changes that can change while serving.
+    async fn reload_file(&self, trigger: &ReloadTrigger) -> Result<Reloaded, ReloadRefused> {
+        let PolicySource::File(path) = &self.source else {
+            return Ok(Reloaded {
+                notes: vec![
+                    "the policy is the one built in: there is no file to read again".into(),
+                ],
+                ..Reloaded::default()
+            });
+        };
+        let refused = |e: crate::config::PolicyError| ReloadRefused(e.without_source());
+        let text = crate::config::read_policy_file(path).map_err(refused)?;
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        // Serialized: two reloads at once would each build from the same policy in force.
+        let mut in_force = self.in_force.lock().await;
+        if matches!(trigger, ReloadTrigger::Heard) && in_force.digest == Some(digest) {
+            return Ok(Reloaded::default());
+        }
+        let new = Policy::parse(&text, &self.source).map_err(refused)?;
+        let (mut applied, mut restart_needed) = (Vec::new(), Vec::new());
+        for key in in_force.policy.differing_keys(&new) {
+            match reloadable(&key) {
+                true if key == "auth.issuers" && self.parts.identity.is_none() => {
+                    restart_needed.push(key);
+                }
+                true => applied.push(key),
+                false => restart_needed.push(key),
+            }
+        }
+        let mut next = in_force.policy.clone();
+        for key in &applied {
+            next = next.with_key_of(&new, key).map_err(refused)?;
+        }
+        let built = self.build(&next, &applied).await?;
+        let notes = self.put_in_place(built);
+        in_force.policy = next;
+        in_force.digest = Some(digest);
+        Ok(Reloaded {
+            applied,
+            restart_needed,
+            notes,
+        })
+    }
+
+    /// The parts `policy` describes for the changed `keys`, or why one cannot be built.
+    async fn build(&self, policy: &Policy, keys: &[String]) -> Result<Built, ReloadRefused> {
+        let refused = |e: super::StartError| ReloadRefused(e.to_string());
+        let changed = |wanted: &dyn Fn(&str) -> bool| keys.iter().any(|key| wanted(key));
+        let mut built = Built::default();
+        if changed(&|key| key == "auth.issuers") {
+            built.identity = Some(self.identity_providers(policy)?);
+        }
+        if changed(&|key| key == "limits.per_ip_per_minute") {
+            let quota = Quota::per_minute(policy.limits.per_ip_per_minute);
+            crate::layers::limit::check_config(quota, 1)
+                .map_err(|e| ReloadRefused(format!("limits.per_ip_per_minute: {e}")))?;
+            built.per_ip = Some(quota);
+        }
+        if changed(&|key| key == "log.level") {
+            built.level = Some(policy.log.level.clone());
+        }
+        if changed(&|key| key == "auth.issuers" || key.starts_with("card.")) {
+            let providers = built.identity.as_ref().or(self.parts.identity.as_deref());
+            let identities = card::CardIdentities {
+                issuers: issuer_cards(policy, providers).await,
+                client_ca_sha256: self.parts.client_ca_sha256.clone(),
+            };
+            let backend = self.parts.agent.backend();
+            let inputs = CardInputs {
+                door_url: &self.parts.door_url,
+                identities: &identities,
+                agent: backend.description(),
+            };
+            let (store, now) = (&self.parts.store, self.parts.clock.now());
+            let cards = SignedCards::build(policy, &self.parts.data_dir, store, &inputs, now)
+                .await
+                .map_err(refused)?;
+            // Checked here, so putting them in place cannot fail.
+            cards.answered().map_err(refused)?;
+            built.cards = Some(cards);
+        }
+        Ok(built)
+    }
+
+    /// The identity providers of `policy` (none left is an empty set: every provider's
+    /// tokens are refused from now on).
+    fn identity_providers(&self, policy: &Policy) -> Result<IdentityProviders, ReloadRefused> {
+        providers(&issuer_tables(policy), &self.parts.clock)
+            .map_err(|e| ReloadRefused(e.to_string()))
+    }
+
+    /// Puts every built part in place; what to know about them.
+    fn put_in_place(&self, built: Built) -> Vec<String> {
+        let mut notes = Vec::new();
+        if let (Some(new), Some(running)) = (built.identity, &self.parts.identity) {
+            running.replace_with(&new);
+            self.parts.accounts.now_knowing(&running.names());
+            // Verdicts remembered for a token of a provider removed or changed go too.
+            self.parts.authenticator.forget_everyone();
+        }
+        if let Some(quota) = built.per_ip {
+            // Checked when built.
+            let _ = self.parts.per_ip.set_quota(quota);
+        }
+        if let Some(cards) = built.cards {
+            if let Ok(answered) = cards.answered() {
+                self.parts.agent.replace_extended_cards(answered);
+            }
+            *self.parts.cards.write_locked() = Arc::new(cards.served());
+        }
+        if let Some(directives) = built.level {
+            match level::set(&directives) {
+                Ok(LevelSet::EnvironmentDecides) => notes.push(
+                    "log.level: RUST_LOG is set and decides which lines are written".to_owned(),
+                ),
+                Ok(_) => {}
+                Err(why) => notes.push(why),
+            }
+        }
+        notes
+    }
+}
+
+#[async_trait::async_trait]
+impl PolicyReload for Reloader {
+    async fn reload(&self, trigger: ReloadTrigger) -> Result<Reloaded, ReloadRefused> {
+        let outcome = self.reload_file(&trigger).await;
+        log(&trigger, &outcome);
+        // The others read their own files again; a reload they hear is not told on.
+        if let (Ok(reloaded), false) = (&outcome, matches!(trigger, ReloadTrigger::Heard))
+            && !reloaded.applied.is_empty()
+        {
+            self.parts.changes.publish(Change::Policy);
+        }
+        outcome
+    }
+}
+
+/// One line for every reload that did something or was refused.
+fn log(trigger: &ReloadTrigger, outcome: &Result<Reloaded, ReloadRefused>) {
+    let by = match trigger {
+        ReloadTrigger::Signal => "SIGHUP",
+        ReloadTrigger::Admin(_) => "the admin API",
+        _ => "another instance's reload",
+    };
+    match outcome {
+        Ok(reloaded) if reloaded == &Reloaded::default() => {
+            tracing::debug!(by, "policy read again: nothing changed");
+        }
+        Ok(reloaded) => tracing::info!(
+            by,
+            applied = %reloaded.applied.join(", "),
+            restart_needed = %reloaded.restart_needed.join(", "),
+            notes = %reloaded.notes.join("; "),
+            "policy reloaded"
+        ),
+        Err(refused) => tracing::warn!(by, "{refused}"),
+    }
+}
