@@ -1211,6 +1211,24 @@ async fn a_peers_stream_cap_holds_across_both_instances() {
     model.release_one();
 }
 
+/// Adds peer alice and binds acme's subject agent-a to it, with the real CLI.
+fn bind_alice_to_acme(shared: &Shared) {
+    shared.peer("alice", "600/min");
+    let policy = shared.policy.to_str().unwrap().to_owned();
+    let (code, _, stderr) = shared.cli(&[
+        "peer",
+        "bind",
+        "alice",
+        "--issuer",
+        "acme",
+        "--subject",
+        "agent-a",
+        "--policy",
+        &policy,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
 /// A binding removed through one instance refuses the identity's still-valid token on the other
 /// within a second, although that instance had verified it and keeps verdicts for five.
 #[tokio::test]
@@ -1235,20 +1253,7 @@ async fn unbinding_through_one_instance_is_refused_on_the_other_within_a_second(
     }) else {
         return;
     };
-    shared.peer("alice", "600/min");
-    let policy = shared.policy.to_str().unwrap().to_owned();
-    let (code, _, stderr) = shared.cli(&[
-        "peer",
-        "bind",
-        "alice",
-        "--issuer",
-        "acme",
-        "--subject",
-        "agent-a",
-        "--policy",
-        &policy,
-    ]);
-    assert_eq!(code, 0, "{stderr}");
+    bind_alice_to_acme(&shared);
     let (a, b) = (shared.instance(), shared.instance());
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1311,19 +1316,7 @@ async fn a_reload_through_one_instance_removes_a_provider_on_the_other_within_a_
     }) else {
         return;
     };
-    shared.peer("alice", "600/min");
-    let policy = shared.policy.to_str().unwrap().to_owned();
-    let bind = [
-        "peer",
-        "bind",
-        "alice",
-        "--issuer",
-        "acme",
-        "--subject",
-        "agent-a",
-    ];
-    let (code, _, stderr) = shared.cli(&[&bind[..], &["--policy", &policy]].concat());
-    assert_eq!(code, 0, "{stderr}");
+    bind_alice_to_acme(&shared);
     let (a, b) = (shared.instance(), shared.instance());
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
