@@ -18,6 +18,7 @@ mod card_signing;
 mod card_verify;
 mod cli;
 mod cluster;
+mod container;
 mod deploy;
 mod docs;
 mod door;
