@@ -183,13 +183,16 @@ fn exchange_writes(c: &mut Criterion) {
             Vec::new()
         } else {
             vec![
+                // Each message with its parts, as a turn keeps them (the text once more).
                 ConversationMessage {
                     role: ConversationRole::Peer,
                     text: "q".repeat(48),
+                    parts: Some(serde_json::json!([{"kind": "text", "text": "q".repeat(48)}])),
                 },
                 ConversationMessage {
                     role: ConversationRole::Agent,
                     text: "a".repeat(330),
+                    parts: Some(serde_json::json!([{"kind": "text", "text": "a".repeat(330)}])),
                 },
             ]
         },

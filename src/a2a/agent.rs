@@ -34,6 +34,7 @@
 
 mod build;
 mod cancel;
+mod kept;
 mod message;
 mod news;
 mod push;

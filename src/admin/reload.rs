@@ -18,6 +18,7 @@ pub enum ReloadTrigger {
 
 /// What a reload did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct Reloaded {
     /// The dotted keys now in force with their new values.
     pub applied: Vec<String>,

@@ -23,6 +23,27 @@ type WriteTx = crate::store::AccountChange;
 use crate::locks::ReadWriteLocked;
 use std::sync::Arc;
 
+/// A usage period is a UTC day (`YYYY-MM-DD`) or month (`YYYY-MM`).
+pub fn check_period(period: &str) -> Result<(), ServiceError> {
+    let digits = |part: &str, n: usize| part.len() == n && part.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = period.split('-').collect();
+    let shaped = match parts.as_slice() {
+        [year, month] => digits(year, 4) && digits(month, 2),
+        [year, month, day] => digits(year, 4) && digits(month, 2) && digits(day, 2),
+        _ => false,
+    };
+    if shaped {
+        return Ok(());
+    }
+    Err(ServiceError::Invalid {
+        field: "period",
+        reason: "a UTC day (YYYY-MM-DD) or month (YYYY-MM)".to_owned(),
+    })
+}
+
+/// The most conversations one page lists.
+pub const MAX_CONVERSATIONS_PAGE: u32 = 500;
+
 /// Longest grace period a rotation may give the old token: 30 days.
 pub const MAX_GRACE_SECONDS: u64 = 30 * 24 * 3600;
 
@@ -551,6 +572,16 @@ impl AccountService {
     /// Every administrator.
     pub async fn list_admins(&self) -> Result<Vec<AdminRecord>, ServiceError> {
         Ok(self.store.accounts().list_admins().await?)
+    }
+
+    /// The id of the administrator named `name`.
+    pub async fn admin_id(&self, name: &str) -> Result<String, ServiceError> {
+        self.list_admins()
+            .await?
+            .into_iter()
+            .find(|admin| admin.name == name)
+            .map(|admin| admin.id)
+            .ok_or_else(|| ServiceError::NotFound(format!("no administrator named \"{name}\"")))
     }
 
     /// Starts a change to an administrator (the operator's alone): the write transaction and
@@ -1496,16 +1527,44 @@ impl AccountService {
             .await?)
     }
 
-    /// The conversations of the caller's peers.
+    /// The conversations `query` asks for among the caller's peers (an administrator's own
+    /// whatever the query says; the operator's, of the owner the query names or everyone's),
+    /// at most [`MAX_CONVERSATIONS_PAGE`].
     pub async fn conversations(
         &self,
         caller: &Caller,
+        mut query: crate::store::ConversationQuery,
     ) -> Result<Vec<ConversationSummary>, ServiceError> {
-        Ok(self
-            .store
-            .conversations()
-            .conversations(Self::account(caller)?)
-            .await?)
+        if let Some(me) = caller.actor.admin_id() {
+            query.owner_id = Some(me.to_owned());
+        }
+        query.limit = query.limit.clamp(1, MAX_CONVERSATIONS_PAGE);
+        Ok(self.store.conversations().conversations(&query).await?)
+    }
+
+    /// A task of one of the caller's peers as `GetTask` answers it, while the gateway keeps
+    /// it. Another's, or one that does not exist, is not found; asking for another's is
+    /// audited.
+    pub async fn task(
+        &self,
+        caller: &Caller,
+        peer: &str,
+        task_id: &str,
+    ) -> Result<serde_json::Value, ServiceError> {
+        let op = Operation::new(caller, AuditAction::TaskRead, format!("peer:{peer}"));
+        self.audited(op, async |_| {
+            let peer = self.readable_peer(caller, peer).await?;
+            let task_id = crate::protocol::ids::TaskId::from(task_id);
+            let found = self
+                .store
+                .tasks()
+                .find_task(&peer.id, &task_id, self.clock.now())
+                .await?;
+            found
+                .and_then(|json| serde_json::from_str(&json).ok())
+                .ok_or_else(|| ServiceError::NotFound("no such task".to_owned()))
+        })
+        .await
     }
 
     /// One conversation of one of the caller's peers. Asking for another's is audited.
@@ -1521,7 +1580,6 @@ impl AccountService {
             format!("peer:{peer}"),
         );
         self.audited(op, async |_| {
-            Self::account(caller)?;
             let peer = self.readable_peer(caller, peer).await?;
             self.store
                 .conversations()

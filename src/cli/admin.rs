@@ -17,6 +17,9 @@ pub(super) enum AdminCommand {
     },
     /// List administrators, their status and budgets. Never a secret.
     List {
+        /// A JSON array, one object per administrator.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         data: DataDir,
     },
@@ -109,8 +112,12 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
     let operator = Caller::operator();
     match command {
         AdminCommand::Add { name, data } => add(&operator, &name, &data).await,
-        AdminCommand::List { data } => {
-            print_admins(on_store(&data, None, admins_with_usage).await?);
+        AdminCommand::List { json, data } => {
+            let listed = on_store(&data, None, admins_with_usage).await?;
+            match json {
+                true => println!("{}", admins_json(&listed)),
+                false => print_admins(listed),
+            }
             Ok(())
         }
         AdminCommand::Disable { name, data } => {
@@ -281,6 +288,22 @@ async fn bind(
 }
 
 /// The administrator table: never a secret.
+/// The administrators as JSON: what the table shows.
+fn admins_json(listed: &[(crate::store::AdminRecord, u64)]) -> serde_json::Value {
+    let listed: Vec<serde_json::Value> = listed
+        .iter()
+        .map(|(admin, today)| {
+            serde_json::json!({
+                "name": admin.name, "status": admin.status.to_string(),
+                "passwordSet": admin.has_password, "modelAllowed": admin.model_allowed,
+                "tokensPerDay": admin.tokens_per_day, "tokensPerMonth": admin.tokens_per_month,
+                "tokensToday": today, "createdAt": rfc3339_millis(admin.created_at),
+            })
+        })
+        .collect();
+    serde_json::Value::Array(listed)
+}
+
 fn print_admins(listed: Vec<(crate::store::AdminRecord, u64)>) {
     println!(
         "{:<24} {:<9} {:<9} {:<9} {:>16} {:>16} {:>12}  {:<24}",

@@ -10,6 +10,7 @@ mod fetching;
 mod keys;
 mod peer;
 mod policy;
+mod records;
 mod store;
 
 use crate::admin::{AccountDefaults, AccountService, Caller};
@@ -103,6 +104,29 @@ enum Command {
         /// date, or an age such as 30m, 24h or 7d.
         #[arg(long, value_name = "WHEN")]
         since: Option<String>,
+        /// One JSON array, one object per record.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Read conversations: every message, with every part it carried.
+    #[command(subcommand)]
+    Conversations(records::ConversationsCommand),
+    /// Read the tasks of a peer.
+    #[command(subcommand)]
+    Task(records::TaskCommand),
+    /// Tokens and answered requests per owner and peer, in a UTC day or month.
+    Usage {
+        /// Only this administrator [default: every one].
+        #[arg(long, value_name = "NAME")]
+        owner: Option<String>,
+        /// A UTC day (YYYY-MM-DD) or month (YYYY-MM) [default: today].
+        #[arg(long, value_name = "PERIOD")]
+        period: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         data: DataDir,
     },
@@ -460,10 +484,22 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Card(command) => card::run(command).await,
         Command::Call(args) => call::run(*args).await,
         Command::Keys(command) => keys::run(command).await,
+        Command::Conversations(command) => records::conversations(command).await,
+        Command::Task(records::TaskCommand::Show {
+            peer,
+            task_id,
+            data,
+        }) => records::show_task(&peer, &task_id, &data).await,
+        Command::Usage {
+            owner,
+            period,
+            json,
+            data,
+        } => records::usage(owner, period, json, &data).await,
         Command::Store(command) => store::run(command).await,
         Command::Policy(command) => policy::run(command).await,
         Command::Backup { file, data } => backup(file, data).await,
-        Command::Audit { since, data } => {
+        Command::Audit { since, json, data } => {
             let since = since
                 .map(|s| parse_when(&s, clock.now(), crate::clock::Relative::Ago))
                 .transpose()?
@@ -472,21 +508,41 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 accounts.audit(&Caller::operator(), since).await
             })
             .await?;
-            for record in records {
-                let e = record.entry;
-                println!(
-                    "{}  {:<20} {:<22} {:<24} {:<40} {:<16} {}",
-                    rfc3339_millis(e.at),
-                    e.actor,
-                    e.action,
-                    e.target,
-                    e.outcome,
-                    e.client,
-                    e.detail
-                );
-            }
+            print_audit(records, json);
             Ok(())
         }
+    }
+}
+
+/// The audit records, a line each, or as one JSON array.
+fn print_audit(records: Vec<crate::store::AuditRecord>, json: bool) {
+    if json {
+        let listed: Vec<serde_json::Value> = records
+            .into_iter()
+            .map(|record| {
+                let e = record.entry;
+                serde_json::json!({
+                    "at": rfc3339_millis(e.at), "actor": e.actor, "action": e.action.as_str(),
+                    "target": e.target, "outcome": e.outcome, "client": e.client,
+                    "detail": e.detail,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(listed));
+        return;
+    }
+    for record in records {
+        let e = record.entry;
+        println!(
+            "{}  {:<20} {:<22} {:<24} {:<40} {:<16} {}",
+            rfc3339_millis(e.at),
+            e.actor,
+            e.action,
+            e.target,
+            e.outcome,
+            e.client,
+            e.detail
+        );
     }
 }
 

@@ -116,6 +116,9 @@ pub(super) enum PeerCommand {
     },
     /// List peers: name, owner, status, limit, created, last used, expiry. Never a secret.
     List {
+        /// A JSON array, one object per peer.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         data: DataDir,
     },
@@ -225,7 +228,7 @@ pub(super) enum PeerCommand {
 pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
     match command {
         PeerCommand::Add(args) => add(args).await,
-        PeerCommand::List { data } => list(&data).await,
+        PeerCommand::List { json, data } => list(&data, json).await,
         PeerCommand::Bind {
             name,
             identity,
@@ -293,7 +296,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
 }
 
 /// `peer list`: every peer with its bindings.
-async fn list(data: &DataDir) -> Result<(), CliError> {
+async fn list(data: &DataDir, json: bool) -> Result<(), CliError> {
     let (peers, identities) = on_store(data, None, async |accounts| {
         let caller = Caller::operator();
         Ok((
@@ -302,8 +305,39 @@ async fn list(data: &DataDir) -> Result<(), CliError> {
         ))
     })
     .await?;
-    print_peers(peers, &identities);
+    match json {
+        true => println!("{}", peers_json(&peers, &identities)),
+        false => print_peers(peers, &identities),
+    }
     Ok(())
+}
+
+/// The peers as JSON: what the table shows, with each identity bound.
+fn peers_json(
+    peers: &[crate::store::PeerRecord],
+    identities: &std::collections::HashMap<String, Vec<crate::store::PeerIdentity>>,
+) -> serde_json::Value {
+    let now = crate::clock::SystemClock.now();
+    let when = |t: Option<crate::clock::Timestamp>| t.map(rfc3339_millis);
+    let listed: Vec<serde_json::Value> = peers
+        .iter()
+        .map(|peer| {
+            let bound: Vec<String> = identities
+                .get(peer.id.as_str())
+                .into_iter()
+                .flatten()
+                .map(crate::store::PeerIdentity::describe)
+                .collect();
+            serde_json::json!({
+                "name": peer.name, "id": peer.id.as_str(), "status": peer.standing(now),
+                "ratePerMinute": peer.rate_per_minute, "maxStreams": peer.max_streams,
+                "tokensPerDay": peer.tokens_per_day, "owner": peer.owner_name,
+                "createdAt": rfc3339_millis(peer.created_at), "lastUsedAt": when(peer.last_used_at),
+                "expiresAt": when(peer.expires_at), "identities": bound,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(listed)
 }
 
 /// `peer bind` (`bind`) and `peer unbind`: one identity to or from the peer.

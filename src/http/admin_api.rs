@@ -111,6 +111,7 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
         .routes(routes!(list_peers, create_peer))
         .routes(routes!(show_peer))
+        .routes(routes!(read_task))
         .routes(routes!(set_limit))
         .routes(routes!(set_streams))
         .routes(routes!(set_trace_trust))
@@ -954,6 +955,18 @@ fn without_query(url: &str) -> String {
     }
 }
 
+#[utoipa::path(get, path = "/v1/peers/{name}/tasks/{task_id}", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name"), ("task_id" = String, Path, description = "The task's id")),
+    responses((status = 200, description = "The task as GetTask answers the peer (status, history, artifacts, metadata), while the gateway keeps it", body = Object), (status = 404, body = ErrorBody)))]
+async fn read_task(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path((name, task_id)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let task = state.service.task(&caller(&admin), &name, &task_id).await?;
+    Ok(Json(task))
+}
+
 // ---- conversations ----
 
 /// A conversation as listed.
@@ -970,16 +983,61 @@ struct ConversationSummaryView {
 #[derive(Serialize, ToSchema)]
 struct ConversationList {
     conversations: Vec<ConversationSummaryView>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ConversationQueryParams {
+    /// Only this peer's.
+    peer: Option<String>,
+    /// Last message at or after (RFC 3339, a date, or a span ago such as `2h`).
+    since: Option<String>,
+    /// Last message before (same forms).
+    until: Option<String>,
+    /// At most this many (1 to 500; 100 when absent).
+    limit: Option<u32>,
+    /// Where the page starts: a previous page's `next`.
+    cursor: Option<String>,
 }
 
 #[utoipa::path(get, path = "/v1/conversations", tag = "conversations",
-    responses((status = 200, description = "Conversations of the caller's peers, latest first", body = ConversationList)))]
+    params(ConversationQueryParams),
+    responses((status = 200, description = "Conversations of the caller's peers, latest first (then by peer and contextId), a page at a time", body = ConversationList), (status = 400, body = ErrorBody)))]
 async fn list_conversations(
     State(state): State<AdminState>,
     admin: AuthenticatedAdmin,
+    Query(params): Query<ConversationQueryParams>,
 ) -> Result<Json<ConversationList>, ApiError> {
-    let list = state.service.conversations(&caller(&admin)).await?;
+    let now = state.clock.now();
+    let when = |field, text: &Option<String>| {
+        text.as_deref()
+            .map(|t| parse_time(field, t, now, crate::clock::Relative::Ago))
+            .transpose()
+    };
+    let limit = params.limit.unwrap_or(100);
+    if !(1..=crate::admin::service::MAX_CONVERSATIONS_PAGE).contains(&limit) {
+        return Err(invalid("limit", "must be 1 to 500"));
+    }
+    let query = crate::store::ConversationQuery {
+        owner_id: None,
+        peer: params.peer,
+        since: when("since", &params.since)?,
+        until: when("until", &params.until)?,
+        after: params.cursor.as_deref().map(parse_cursor).transpose()?,
+        // One more than asked: whether there is a next page.
+        limit: limit + 1,
+    };
+    let mut list = state.service.conversations(&caller(&admin), query).await?;
+    let next = (list.len() > limit as usize).then(|| {
+        list.truncate(limit as usize);
+        list.last()
+            .map(|last| crate::store::ConversationCursor::after(last).to_text())
+    });
     Ok(Json(ConversationList {
+        next: next.flatten(),
         conversations: list
             .into_iter()
             .map(|c| ConversationSummaryView {
@@ -993,13 +1051,37 @@ async fn list_conversations(
     }))
 }
 
+fn invalid(field: &'static str, reason: &str) -> ApiError {
+    ApiError::Service(ServiceError::Invalid {
+        field,
+        reason: reason.to_owned(),
+    })
+}
+
+fn parse_cursor(cursor: &str) -> Result<crate::store::ConversationCursor, ApiError> {
+    crate::store::ConversationCursor::parse(cursor).ok_or_else(|| {
+        invalid(
+            "cursor",
+            "not a cursor this API gave: pass a page's `next` as it is",
+        )
+    })
+}
+
 /// One message of a conversation.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct ConversationMessageView {
     /// `peer` or `agent`.
     role: String,
+    /// The text a model reads (text parts, data as JSON).
     text: String,
+    /// Every part: `{"kind": "text", "text"}`, `{"kind": "data", "data"}`, or `{"kind":
+    /// "file", "filename", "mediaType", "size", "sha256", "raw"}` (bytes up to 64 KiB, else
+    /// `"contentOmitted": true`) or `{"kind": "file", "url"}`; an agent's artifact parts name
+    /// their `artifactId`. Absent for messages kept before parts were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    parts: Option<serde_json::Value>,
     task_id: String,
     at: String,
 }
@@ -1033,6 +1115,7 @@ async fn read_conversation(
             .map(|m| ConversationMessageView {
                 role: m.role,
                 text: m.text,
+                parts: m.parts,
                 task_id: m.task_id,
                 at: rfc3339_millis(m.at),
             })
@@ -1083,23 +1166,51 @@ struct UsageView {
     tokens_per_month: Option<u64>,
     /// Today's spending per peer.
     peers_today: Vec<PeerUsageView>,
+    /// The period asked for (`period`, a UTC day or month; today when not asked).
+    period: String,
+    /// Tokens spent in it by all the caller's peers.
+    tokens_in_period: u64,
+    /// Its spending per peer.
+    peers_in_period: Vec<PeerUsageView>,
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct UsageQuery {
+    /// A UTC day (`YYYY-MM-DD`) or month (`YYYY-MM`); today when absent.
+    period: Option<String>,
 }
 
 #[utoipa::path(get, path = "/v1/usage", tag = "account",
-    responses((status = 200, body = UsageView)))]
+    params(UsageQuery),
+    responses((status = 200, body = UsageView), (status = 400, body = ErrorBody)))]
 async fn usage(
     State(state): State<AdminState>,
     admin: AuthenticatedAdmin,
+    Query(query): Query<UsageQuery>,
 ) -> Result<Json<UsageView>, ApiError> {
     let caller = caller(&admin);
     let (day, month) = day_and_month(state.clock.now());
+    let period = query.period.unwrap_or_else(|| day.clone());
+    crate::admin::service::check_period(&period)?;
     let (tokens_today, peers) = state.service.usage(&caller, admin.id(), &day).await?;
     let (tokens_this_month, _) = state.service.usage(&caller, admin.id(), &month).await?;
+    let (tokens_in_period, in_period) = state.service.usage(&caller, admin.id(), &period).await?;
     let budget = state
         .budgets
         .budget(admin.id())
         .await
         .map_err(ServiceError::from)?;
+    let views = |peers: Vec<crate::store::PeerUsage>| -> Vec<PeerUsageView> {
+        peers
+            .into_iter()
+            .map(|p| PeerUsageView {
+                peer: p.peer_name,
+                tokens: p.tokens,
+                requests: p.requests,
+            })
+            .collect()
+    };
     Ok(Json(UsageView {
         administrator: admin.name().to_owned(),
         model_allowed: budget.model_allowed,
@@ -1109,14 +1220,10 @@ async fn usage(
         month,
         tokens_this_month,
         tokens_per_month: budget.tokens_per_month,
-        peers_today: peers
-            .into_iter()
-            .map(|p| PeerUsageView {
-                peer: p.peer_name,
-                tokens: p.tokens,
-                requests: p.requests,
-            })
-            .collect(),
+        peers_today: views(peers),
+        period,
+        tokens_in_period,
+        peers_in_period: views(in_period),
     }))
 }
 

@@ -82,6 +82,7 @@ mod tests {
             messages: vec![ConversationMessage {
                 role: ConversationRole::Peer,
                 text: "hi".into(),
+                parts: None,
             }],
             usage: tokens.map(|tokens| crate::store::ExchangeUsage {
                 owner_id: "a".into(),

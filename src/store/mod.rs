@@ -27,11 +27,11 @@ pub mod sqlite;
 use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::TaskState;
 pub use records::{
-    AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationEntry,
-    ConversationMessage, ConversationRole, ConversationSummary, CredentialRecord, DeliveryOutcome,
-    Exchange, ExchangeUsage, FailedDelivery, IdentityKind, PeerId, PeerIdentity, PeerLogin,
-    PeerRecord, PeerStatus, PeerUsage, PushConfigRecord, PushDelivery, TaskPage, TaskQuery,
-    WorkingTask,
+    AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationCursor,
+    ConversationEntry, ConversationMessage, ConversationQuery, ConversationRole,
+    ConversationSummary, CredentialRecord, DeliveryOutcome, Exchange, ExchangeUsage,
+    FailedDelivery, IdentityKind, PeerId, PeerIdentity, PeerLogin, PeerRecord, PeerStatus,
+    PeerUsage, PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
 };
 
 use crate::clock::Timestamp;
@@ -297,8 +297,11 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
 /// Conversations as their owning administrator reads them.
 #[async_trait]
 pub trait ConversationStore: Send + Sync + std::fmt::Debug {
-    /// The conversations of an administrator's peers, most recent first.
-    async fn conversations(&self, owner_id: &str) -> Result<Vec<ConversationSummary>, StoreError>;
+    /// The conversations `query` asks for, most recent first (then by peer and context).
+    async fn conversations(
+        &self,
+        query: &ConversationQuery,
+    ) -> Result<Vec<ConversationSummary>, StoreError>;
 
     /// Every message of one conversation, oldest first; `None` when there is no such one.
     async fn conversation(

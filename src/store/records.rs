@@ -234,6 +234,9 @@ pub struct ConversationMessage {
     pub role: ConversationRole,
     /// The text.
     pub text: String,
+    /// Every part, as the conversation keeps it (a JSON array); `None` in the history a model
+    /// reads, which is the text.
+    pub parts: Option<serde_json::Value>,
 }
 
 /// Who wrote a conversation message.
@@ -423,6 +426,74 @@ pub struct ConversationSummary {
     pub messages: i64,
 }
 
+/// Which conversations to list: filters, and where a page starts.
+#[derive(Debug, Clone, Default)]
+pub struct ConversationQuery {
+    /// Only this administrator's peers' (`None`: everyone's, for the operator).
+    pub owner_id: Option<String>,
+    /// Only this peer's (by name).
+    pub peer: Option<String>,
+    /// Last message at or after this time.
+    pub since: Option<Timestamp>,
+    /// Last message before this time.
+    pub until: Option<Timestamp>,
+    /// Only what comes after this row in the listing's order (the last row of a page).
+    pub after: Option<ConversationCursor>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// A row of the conversations' listing, most recent first, then by peer and context: where
+/// the next page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationCursor {
+    /// Its last message.
+    pub updated_at: Timestamp,
+    /// Its peer's name.
+    pub peer_name: String,
+    /// Its `contextId`.
+    pub context_id: String,
+}
+
+impl ConversationCursor {
+    /// Where the page after `last` starts.
+    pub fn after(last: &ConversationSummary) -> Self {
+        Self {
+            updated_at: last.updated_at,
+            peer_name: last.peer_name.clone(),
+            context_id: last.context_id.clone(),
+        }
+    }
+
+    /// The cursor as the admin API and the command line hand it out: opaque, URL-safe.
+    pub fn to_text(&self) -> String {
+        use base64::Engine as _;
+        let text = format!(
+            "{}\n{}\n{}",
+            self.updated_at.as_millisecond(),
+            self.peer_name,
+            self.context_id
+        );
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    }
+
+    /// A cursor [`Self::to_text`] gave; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(text)
+            .ok()?;
+        let text = String::from_utf8(bytes).ok()?;
+        let mut fields = text.splitn(3, '\n');
+        let (at, peer, context) = (fields.next()?, fields.next()?, fields.next()?);
+        Some(Self {
+            updated_at: crate::clock::from_millis(at.parse().ok()?),
+            peer_name: peer.to_owned(),
+            context_id: context.to_owned(),
+        })
+    }
+}
+
 /// One message of a conversation as its owner reads it.
 #[derive(Debug, Clone)]
 pub struct ConversationEntry {
@@ -430,6 +501,8 @@ pub struct ConversationEntry {
     pub role: String,
     /// The text.
     pub text: String,
+    /// Every part (a JSON array); `None` for a message kept before parts were.
+    pub parts: Option<serde_json::Value>,
     /// The task it belongs to.
     pub task_id: String,
     /// When.
@@ -488,6 +561,8 @@ pub enum AuditAction {
     PeerReinstated,
     /// A conversation was read by someone who does not own it (refused).
     ConversationRead,
+    /// A task was read by someone who does not own its peer (refused).
+    TaskRead,
     /// A conversation was deleted.
     ConversationDeleted,
     /// An identity (a provider's subject, a client certificate) was bound to a peer.
@@ -506,7 +581,7 @@ pub enum AuditAction {
 }
 
 impl AuditAction {
-    const ALL: [Self; 25] = [
+    const ALL: [Self; 26] = [
         Self::AdminCreated,
         Self::AdminDisabled,
         Self::AdminEnabled,
@@ -525,6 +600,7 @@ impl AuditAction {
         Self::CredentialRevoked,
         Self::PeerReinstated,
         Self::ConversationRead,
+        Self::TaskRead,
         Self::ConversationDeleted,
         Self::PeerIdentityBound,
         Self::PeerIdentityUnbound,
@@ -555,6 +631,7 @@ impl AuditAction {
             Self::CredentialRevoked => "credential.revoked",
             Self::PeerReinstated => "peer.reinstated",
             Self::ConversationRead => "conversation.read",
+            Self::TaskRead => "task.read",
             Self::ConversationDeleted => "conversation.deleted",
             Self::PeerIdentityBound => "peer.identity_bound",
             Self::PeerIdentityUnbound => "peer.identity_unbound",

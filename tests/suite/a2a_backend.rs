@@ -119,6 +119,25 @@ async fn every_kind_of_answer_comes_back_as_the_agent_gave_it() {
         artifacts[1]["parts"][0],
         json!({"raw": "aGVsbG8gYnl0ZXM=", "filename": "hello.txt", "mediaType": "text/plain"})
     );
+    // The conversation keeps every part of the answer, not its text alone: the data as JSON,
+    // the files by name, type, size and digest with their bytes or URL.
+    let context = task["contextId"].as_str().unwrap();
+    let (code, out, stderr) = cli_on(
+        &door.data,
+        &["conversations", "show", "alice", context, "--json"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let kept: Value = serde_json::from_str(&out).unwrap();
+    let answer = &kept["messages"][1]["parts"];
+    assert_eq!(answer[1]["data"]["nested"], json!({"ok": true}), "{kept:#}");
+    assert_eq!(answer[2]["url"], "https://example.com/report.pdf");
+    assert_eq!(
+        answer[3],
+        json!({"kind": "file", "raw": "aGVsbG8gYnl0ZXM=", "filename": "hello.txt",
+               "mediaType": "text/plain", "size": 11, "artifactId": artifacts[1]["artifactId"],
+               "sha256": "5608b71da2b2228faf1aa9fcfdfca682607045d650b3a984b4c752991f97b86d"}),
+        "{kept:#}"
+    );
 
     // Failed and rejected, with the agent's own words.
     let failed = send_text(&url, token, "fail", None).await;

@@ -408,6 +408,110 @@ async fn the_echo_backend_reports_an_estimate_that_counts_against_the_budget() {
 }
 
 #[tokio::test]
+async fn the_owner_reads_every_part_a_task_a_page_of_conversations_and_usage_by_period() {
+    let (gw, ada, bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    let token = ada.create_peer("ada-agent").await;
+    // Text, data and two files: the echo model reads the text and the data, the conversation
+    // keeps everything.
+    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": {"message": {"messageId": "m-parts", "role": "ROLE_USER", "contextId": "ctx-parts",
+            "parts": [{"text": "see attached"}, {"data": {"order": 7}},
+                      {"raw": "aGVsbG8gYnl0ZXM=", "filename": "hello.txt", "mediaType": "text/plain"},
+                      {"url": "https://files.example/a.pdf", "filename": "a.pdf"}]}}});
+    let answer = rpc(&gw.door, &token, message).await;
+    let task = task_of(&answer).clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    let (status, conversation) = ada.get("/v1/conversations/ada-agent/ctx-parts").await;
+    assert_eq!(status, 200, "{conversation}");
+    let parts = &conversation["messages"][0]["parts"];
+    assert_eq!(parts[0], json!({"kind": "text", "text": "see attached"}));
+    assert_eq!(parts[1], json!({"kind": "data", "data": {"order": 7}}));
+    assert_eq!(parts[2]["size"], 11, "{conversation:#}");
+    assert_eq!(
+        parts[2]["sha256"],
+        "5608b71da2b2228faf1aa9fcfdfca682607045d650b3a984b4c752991f97b86d"
+    );
+    assert_eq!(parts[3]["url"], "https://files.example/a.pdf");
+    assert_eq!(conversation["messages"][1]["parts"][0]["kind"], "text");
+
+    // The task, as GetTask answers its peer; another owner's, or a missing one, is not found.
+    let task_path = format!("/v1/peers/ada-agent/tasks/{}", task["id"].as_str().unwrap());
+    let (status, read) = ada.get(&task_path).await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(read["id"], task["id"]);
+    assert_eq!(read["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(bob.get(&task_path).await.0, 404);
+    assert_eq!(
+        ada.get("/v1/peers/ada-agent/tasks/no-such-task").await.0,
+        404
+    );
+
+    // Two more conversations: pages of two, then one; filters by peer and time.
+    for context in ["ctx-b", "ctx-c"] {
+        send_text(&gw.door, &token, "more", Some(context)).await;
+    }
+    let (status, first) = ada.get("/v1/conversations?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(
+        first["conversations"].as_array().unwrap().len(),
+        2,
+        "{first}"
+    );
+    let cursor = first["next"].as_str().expect("a next page");
+    let (_, second) = ada
+        .get(&format!("/v1/conversations?limit=2&cursor={cursor}"))
+        .await;
+    let rest = second["conversations"].as_array().unwrap();
+    assert_eq!(rest.len(), 1, "{second}");
+    assert!(second.get("next").is_none(), "{second}");
+    // Latest first, then by peer and context (two answered in the same millisecond tie):
+    // every conversation once across the pages.
+    let mut seen: Vec<&str> = first["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(rest)
+        .map(|c| c["contextId"].as_str().unwrap())
+        .collect();
+    assert_eq!(seen.pop(), Some("ctx-parts"));
+    seen.sort_unstable();
+    assert_eq!(seen, ["ctx-b", "ctx-c"]);
+    for (filter, found) in [
+        ("peer=ada-agent", 3),
+        ("peer=bob-agent", 0),
+        ("until=1h", 0),
+        ("since=1h", 3),
+    ] {
+        let (status, list) = ada.get(&format!("/v1/conversations?{filter}")).await;
+        assert_eq!(status, 200, "{list}");
+        assert_eq!(
+            list["conversations"].as_array().unwrap().len(),
+            found,
+            "{filter}"
+        );
+    }
+    for wrong in ["limit=0", "limit=501", "cursor=nonsense", "since=someday"] {
+        let (status, body) = ada.get(&format!("/v1/conversations?{wrong}")).await;
+        assert_eq!(status, 400, "{wrong}: {body}");
+    }
+
+    // Usage in any day or month: this month's, a month long gone, and a period that is none.
+    let (_, now) = ada.get("/v1/usage").await;
+    let month = now["month"].as_str().unwrap().to_owned();
+    let (status, usage) = ada.get(&format!("/v1/usage?period={month}")).await;
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["period"], json!(month));
+    assert_eq!(usage["peersInPeriod"][0]["peer"], "ada-agent", "{usage}");
+    assert_eq!(usage["peersInPeriod"][0]["requests"], 3, "{usage}");
+    assert_eq!(usage["tokensInPeriod"], usage["tokensThisMonth"]);
+    let (_, old) = ada.get("/v1/usage?period=1999-01").await;
+    assert_eq!(old["tokensInPeriod"], 0);
+    assert_eq!(old["peersInPeriod"], json!([]));
+    assert_eq!(ada.get("/v1/usage?period=last-week").await.0, 400);
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn conversations_are_visible_to_their_owner_only_and_can_be_deleted() {
     let (gw, ada, bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
     let token = ada.create_peer("ada-agent").await;
@@ -968,7 +1072,7 @@ async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 26, "{document:#}");
+    assert_eq!(operations, 27, "{document:#}");
     gw.stop().await;
 }
 

@@ -1722,3 +1722,67 @@ async fn a_peer_added_without_a_token_signs_in_only_the_way_it_was_given() {
     assert!(bobs.iter().any(|l| l.contains("password set")), "{audit}");
     assert!(!bobs.iter().any(|l| l.contains("token id")), "{audit}");
 }
+
+/// `peergate` as the operator reads what passed: conversations a page at a time with every
+/// part, a task, usage per owner and peer by period; every listing as JSON too.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_reads_conversations_tasks_and_usage_and_every_listing_as_json() {
+    let served = ServedPolicy::start(&PolicyEdit::default(), &["alice"], &[]);
+    let (door, token) = (served.server.door(), served.tokens[0].clone());
+    let first = send_text(&door, &token, "first", Some("ctx-1")).await;
+    send_text(&door, &token, "second", Some("ctx-2")).await;
+    let task_id = first["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let json_of = |args: &[&str]| -> serde_json::Value {
+        let (code, out, stderr) = cli_on(&served.data, args);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    };
+
+    let page = json_of(&["conversations", "list", "--limit", "1", "--json"]);
+    assert_eq!(page["conversations"].as_array().unwrap().len(), 1, "{page}");
+    let cursor = page["next"].as_str().expect("a next page").to_owned();
+    let rest = json_of(&["conversations", "list", "--cursor", &cursor, "--json"]);
+    assert_eq!(rest["conversations"].as_array().unwrap().len(), 1, "{rest}");
+    assert!(rest.get("next").is_none());
+    let none = json_of(&["conversations", "list", "--peer", "bob", "--json"]);
+    assert_eq!(none["conversations"], serde_json::json!([]));
+
+    let shown = json_of(&["conversations", "show", "alice", "ctx-1", "--json"]);
+    assert_eq!(
+        shown["messages"][0]["parts"],
+        serde_json::json!([{"kind": "text", "text": "first"}])
+    );
+    let (code, table, _) = cli_on(&served.data, &["conversations", "show", "alice", "ctx-1"]);
+    assert_eq!(code, 0);
+    assert!(table.contains("  first"), "{table}");
+
+    let task = json_of(&["task", "show", "alice", &task_id]);
+    assert_eq!(task["id"], serde_json::json!(task_id));
+    let (code, _, stderr) = cli_on(&served.data, &["task", "show", "alice", "no-such-task"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("no such task"), "{stderr}");
+
+    let now = peergate::clock::Clock::now(&peergate::clock::SystemClock);
+    let month = &peergate::clock::utc_day(now)[..7];
+    let usage = json_of(&["usage", "--period", month, "--json"]);
+    assert_eq!(usage["owners"][0]["owner"], "operator", "{usage}");
+    assert_eq!(usage["owners"][0]["peers"][0]["peer"], "alice", "{usage}");
+    assert_eq!(usage["owners"][0]["peers"][0]["requests"], 2, "{usage}");
+    let (code, _, stderr) = cli_on(&served.data, &["usage", "--period", "last-week"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--period"), "{stderr}");
+
+    let peers = json_of(&["peer", "list", "--json"]);
+    assert_eq!(peers[0]["name"], "alice", "{peers}");
+    let admins = json_of(&["admin", "list", "--json"]);
+    assert_eq!(admins[0]["name"], "operator", "{admins}");
+    let audit = json_of(&["audit", "--json"]);
+    assert!(
+        audit
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["action"] == "peer.created"),
+        "{audit}"
+    );
+}

@@ -244,7 +244,7 @@ async fn the_admin_api_reloads_under_load_losing_no_call_and_refuses_a_part_that
         let (status, body) = reload_by_api(&served).await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["applied"], json!(["card.name"]), "{body}");
-        assert_eq!(body["restart_needed"], json!([]), "{body}");
+        assert_eq!(body["restartNeeded"], json!([]), "{body}");
         assert_eq!(card_name(&served).await, name);
     }
     for caller in callers {

@@ -215,10 +215,13 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
                     ConversationMessage {
                         role: ConversationRole::Peer,
                         text: text.into(),
+                        parts: Some(serde_json::json!([{"kind": "text", "text": text},
+                            {"kind": "file", "filename": "a.pdf", "size": 3, "sha256": "00"}])),
                     },
                     ConversationMessage {
                         role: ConversationRole::Agent,
                         text: format!("re: {text}"),
+                        parts: None,
                     },
                 ]
             },
@@ -277,8 +280,41 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             (80, 2),
             "{engine}"
         );
-        let conversations = store.conversations().conversations("adm_1").await.unwrap();
+        let owned = peergate::store::ConversationQuery {
+            owner_id: Some("adm_1".into()),
+            limit: 10,
+            ..Default::default()
+        };
+        let conversations = store.conversations().conversations(&owned).await.unwrap();
         assert_eq!(conversations[0].messages, 4, "{engine}");
+        // Every part of a message is read back as it was kept; a message kept without any is
+        // its text alone.
+        let messages = store
+            .conversations()
+            .conversation(&"peer_1".into(), &"ctx".into())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            messages[0].parts.as_ref().unwrap()[1]["filename"],
+            "a.pdf",
+            "{engine}"
+        );
+        assert_eq!(messages[1].parts, None, "{engine}");
+        // Filtered by another peer's name, or to before its first message: nothing.
+        for query in [
+            peergate::store::ConversationQuery {
+                peer: Some("nobody".into()),
+                ..owned.clone()
+            },
+            peergate::store::ConversationQuery {
+                until: Some(at(50)),
+                ..owned.clone()
+            },
+        ] {
+            let found = store.conversations().conversations(&query).await.unwrap();
+            assert!(found.is_empty(), "{engine}: {query:?}");
+        }
 
         // Another peer reads nothing; a working task is found by the sweep with its instance.
         assert!(

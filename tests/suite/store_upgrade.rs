@@ -62,7 +62,8 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
             (12, true),
             (13, true),
             (14, true),
-            (15, true)
+            (15, true),
+            (16, true)
         ],
         "the old version is adopted, not run again; the newer migrations run"
     );
@@ -110,11 +111,27 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
 
     let conversations = store
         .conversations()
-        .conversations(&alice.owner_id)
+        .conversations(&peergate::store::ConversationQuery {
+            owner_id: Some(alice.owner_id.clone()),
+            limit: 10,
+            ..Default::default()
+        })
         .await
         .unwrap();
     assert_eq!(conversations.len(), 1);
     assert_eq!(conversations[0].messages, 4);
+    // Its messages were kept before their parts were: each reads back as its text alone.
+    let messages = store
+        .conversations()
+        .conversation(&alice.id, &"ctx-1".into())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        messages
+            .iter()
+            .all(|m| m.parts.is_none() && !m.text.is_empty())
+    );
     let spent = store
         .usage()
         .tokens_spent(&alice.owner_id, "2026-11")
@@ -133,7 +150,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let again = Store::open(dir.path()).await.unwrap();
     assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
     again.close().await;
-    assert_eq!(applied_migrations(dir.path()).await.len(), 15);
+    assert_eq!(applied_migrations(dir.path()).await.len(), 16);
 }
 
 #[tokio::test]
@@ -258,7 +275,8 @@ async fn an_adoption_cut_short_is_finished_by_the_next_open() {
             (12, true),
             (13, true),
             (14, true),
-            (15, true)
+            (15, true),
+            (16, true)
         ]
     );
 }

@@ -41,6 +41,8 @@ pub(super) struct ReadMessage {
     pub(super) unread: Vec<UnreadPart>,
     /// Its `contextId` (`None`: a new context).
     pub(super) context_id: Option<ContextId>,
+    /// Every part as the conversation keeps it, whatever the backend reads.
+    pub(super) kept: Value,
 }
 
 /// Checks an incoming message and reads it as `reading` says, its text within `max` bytes.
@@ -107,6 +109,7 @@ pub(super) fn incoming(
         parts,
         unread,
         context_id,
+        kept: super::kept::kept_incoming(&message.parts),
     })
 }
 
@@ -163,9 +166,14 @@ pub(super) fn check_metadata(field: &str, metadata: Option<&Value>) -> Result<()
     }
 }
 
-/// Whether `text` is base64 as ProtoJSON reads bytes: the standard or the URL-safe alphabet
-/// (one of them), padded or not; decoded once.
+/// Whether `text` is base64 as ProtoJSON reads bytes.
 fn is_base64(text: &str) -> bool {
+    decode_base64(text).is_some()
+}
+
+/// The bytes of `text`, base64 as ProtoJSON reads bytes: the standard or the URL-safe alphabet
+/// (one of them), padded or not.
+pub(super) fn decode_base64(text: &str) -> Option<Vec<u8>> {
     use base64::Engine as _;
     use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
     let alphabet = if text.contains(['-', '_']) {
@@ -175,7 +183,7 @@ fn is_base64(text: &str) -> bool {
     };
     let config =
         GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
-    GeneralPurpose::new(alphabet, config).decode(text).is_ok()
+    GeneralPurpose::new(alphabet, config).decode(text).ok()
 }
 
 /// Text parts joined with newlines, data parts as compact JSON; `None` when nothing is left.

@@ -275,7 +275,7 @@ impl Turns {
             .map(|n| checked_history_length(n, "configuration.historyLength"))
             .transpose()?;
         let (read, sent) = self.read(caller, &message, params.metadata)?;
-        let (text, parts, context_id) = (read.text, read.parts, read.context_id);
+        let (text, parts, context_id, kept) = (read.text, read.parts, read.context_id, read.kept);
         if let Some(task_id) = &message.task_id {
             let continued = self
                 .continued_task(peer, task_id, message.context_id.as_ref())
@@ -290,6 +290,7 @@ impl Turns {
                     message_id: message.message_id,
                     text,
                     parts,
+                    kept,
                     sent,
                     continues: Some(continued.continuation),
                     instance: self.ownership.instance().into(),
@@ -322,6 +323,7 @@ impl Turns {
                 message_id: message.message_id,
                 text,
                 parts,
+                kept,
                 sent,
                 continues: None,
                 instance: self.ownership.instance().into(),

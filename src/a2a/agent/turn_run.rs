@@ -211,10 +211,12 @@ impl Turns {
                         ConversationMessage {
                             role: ConversationRole::Peer,
                             text: turn.text.clone(),
+                            parts: Some(turn.kept.clone()),
                         },
                         ConversationMessage {
                             role: ConversationRole::Agent,
                             text: completion.text.clone(),
+                            parts: Some(answer_kept(&completion)),
                         },
                     ],
                     reply: completion.text,
@@ -395,5 +397,13 @@ pub(super) fn caller_of(
             .filter(|scope| peer.may(*scope))
             .map(OperationScope::as_str)
             .collect(),
+    }
+}
+
+/// The answer as the conversation keeps it: an agent's parts and artifacts, or a model's text.
+fn answer_kept(completion: &crate::backend::Completion) -> serde_json::Value {
+    match &completion.reply {
+        Some(reply) => super::kept::kept_answer(&reply.parts, &reply.artifacts),
+        None => super::kept::kept(&[crate::protocol::types::Part::text(completion.text.clone())]),
     }
 }

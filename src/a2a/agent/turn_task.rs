@@ -166,6 +166,8 @@ pub(super) struct TurnPlan {
     /// The peer's message as the backend gets it (every part for an agent, the text for a
     /// model), and as the task's history shows it.
     pub(super) parts: Vec<a2a::Part>,
+    /// Every part of the message as the conversation keeps it ([`super::kept`]).
+    pub(super) kept: serde_json::Value,
     /// What came with the message besides its parts, and what of it the backend does not read.
     pub(super) sent: SentAlong,
     /// The task waiting for the peer that this message answers.

@@ -54,6 +54,7 @@ impl TaskStore for PostgresStore {
                         ConversationRole::Peer
                     },
                     text: row.try_get("body")?,
+                    parts: None,
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -320,7 +321,7 @@ async fn write_conversation(
         .push(" ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at");
     contexts.build().execute(&mut **tx).await?;
     let mut insert = QueryBuilder::<Postgres>::new(
-        "INSERT INTO messages (peer_id, context_id, task_id, role, body, created_at) ",
+        "INSERT INTO messages (peer_id, context_id, task_id, role, body, parts, created_at) ",
     );
     insert.push_values(&batch.messages, |mut row, (e, m)| {
         row.push_bind(e.peer_id.as_str())
@@ -328,6 +329,7 @@ async fn write_conversation(
             .push_bind(e.task_id.as_str())
             .push_bind(m.role.as_str())
             .push_bind(m.text.as_str())
+            .push_bind(m.parts.as_ref().map(serde_json::Value::to_string))
             .push_bind(e.now.as_millisecond());
     });
     insert.build().execute(&mut **tx).await?;

@@ -21,9 +21,9 @@ mod tasks;
 mod writer;
 
 use super::{
-    AdminLogin, ConversationEntry, ConversationStore, ConversationSummary, CredentialRecord,
-    CredentialStore, DocumentStore, PeerLogin, PeerUsage, Serving, StoreEngine, StoreError,
-    UsageStore,
+    AdminLogin, ConversationEntry, ConversationQuery, ConversationStore, ConversationSummary,
+    CredentialRecord, CredentialStore, DocumentStore, PeerLogin, PeerUsage, Serving, StoreEngine,
+    StoreError, UsageStore,
 };
 use crate::clock::{Timestamp, from_millis};
 use crate::locks::Locked;
@@ -562,14 +562,29 @@ impl CredentialStore for SqliteStore {
 
 #[async_trait]
 impl ConversationStore for SqliteStore {
-    async fn conversations(&self, owner_id: &str) -> Result<Vec<ConversationSummary>, StoreError> {
+    async fn conversations(
+        &self,
+        query: &ConversationQuery,
+    ) -> Result<Vec<ConversationSummary>, StoreError> {
+        let after = query.after.as_ref();
         let rows = sqlx::query(
             "SELECT p.name, c.context_id, c.created_at, c.updated_at, \
              (SELECT COUNT(*) FROM messages m WHERE m.peer_id = c.peer_id AND m.context_id = c.context_id) AS messages \
-             FROM contexts c JOIN peers p ON p.id = c.peer_id WHERE p.owner_id = ? \
-             ORDER BY c.updated_at DESC, c.context_id",
+             FROM contexts c JOIN peers p ON p.id = c.peer_id \
+             WHERE (?1 IS NULL OR p.owner_id = ?1) AND (?2 IS NULL OR p.name = ?2) \
+             AND (?3 IS NULL OR c.updated_at >= ?3) AND (?4 IS NULL OR c.updated_at < ?4) \
+             AND (?5 IS NULL OR c.updated_at < ?5 OR (c.updated_at = ?5 \
+               AND (p.name > ?6 OR (p.name = ?6 AND c.context_id > ?7)))) \
+             ORDER BY c.updated_at DESC, p.name, c.context_id LIMIT ?8",
         )
-        .bind(owner_id)
+        .bind(query.owner_id.as_deref())
+        .bind(query.peer.as_deref())
+        .bind(query.since.map(Timestamp::as_millisecond))
+        .bind(query.until.map(Timestamp::as_millisecond))
+        .bind(after.map(|a| a.updated_at.as_millisecond()))
+        .bind(after.map(|a| a.peer_name.as_str()))
+        .bind(after.map(|a| a.context_id.as_str()))
+        .bind(i64::from(query.limit))
         .fetch_all(&self.reader)
         .await?;
         rows.iter()
@@ -599,7 +614,7 @@ impl ConversationStore for SqliteStore {
             return Ok(None);
         }
         let rows = sqlx::query(
-            "SELECT role, body, task_id, created_at FROM messages \
+            "SELECT role, body, parts, task_id, created_at FROM messages \
              WHERE peer_id = ? AND context_id = ? ORDER BY seq",
         )
         .bind(peer_id.as_str())
@@ -608,9 +623,11 @@ impl ConversationStore for SqliteStore {
         .await?;
         rows.iter()
             .map(|row| {
+                let parts: Option<String> = row.try_get("parts")?;
                 Ok(ConversationEntry {
                     role: row.try_get("role")?,
                     text: row.try_get("body")?,
+                    parts: parts.and_then(|parts| serde_json::from_str(&parts).ok()),
                     task_id: row.try_get("task_id")?,
                     at: from_millis(row.try_get("created_at")?),
                 })

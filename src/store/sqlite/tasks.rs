@@ -43,6 +43,7 @@ impl TaskStore for SqliteStore {
                         ConversationRole::Peer
                     },
                     text: row.try_get("body")?,
+                    parts: None,
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;

@@ -234,7 +234,7 @@ const UPSERT_CONTEXT: &str = "INSERT INTO contexts (peer_id, context_id, created
      ON CONFLICT (peer_id, context_id) DO UPDATE SET updated_at = excluded.updated_at";
 
 const INSERT_MESSAGE: &str = "INSERT INTO messages (peer_id, context_id, task_id, role, body, \
-     created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+     parts, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
 const ADD_USAGE: &str = "INSERT INTO usage (admin_id, peer_id, day, tokens, requests) \
      VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (admin_id, day, peer_id) DO UPDATE \
@@ -300,6 +300,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
                 e.task_id.as_str(),
                 m.role.as_str(),
                 m.text,
+                m.parts.as_ref().map(serde_json::Value::to_string),
                 e.now.as_millisecond()
             ])?;
         }
