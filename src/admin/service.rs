@@ -1163,12 +1163,7 @@ impl AccountService {
         &self,
         caller: &Caller,
     ) -> Result<std::collections::HashMap<String, Vec<PeerIdentity>>, ServiceError> {
-        let visible: std::collections::HashSet<PeerId> = self
-            .list_peers(caller)
-            .await?
-            .into_iter()
-            .map(|peer| peer.id)
-            .collect();
+        let visible = self.visible_peer_ids(caller).await?;
         let mut by_peer: std::collections::HashMap<String, Vec<PeerIdentity>> =
             std::collections::HashMap::new();
         for (peer_id, identity) in self.store.accounts().list_identities().await? {
@@ -1177,6 +1172,41 @@ impl AccountService {
             }
         }
         Ok(by_peer)
+    }
+
+    /// The kinds of credential peergate issued that each of the caller's peers still holds
+    /// (`token`, `api_key`, `password`), by peer id.
+    pub async fn credential_kinds(
+        &self,
+        caller: &Caller,
+    ) -> Result<std::collections::HashMap<String, Vec<String>>, ServiceError> {
+        let visible = self.visible_peer_ids(caller).await?;
+        let mut by_peer: std::collections::HashMap<String, Vec<String>> =
+            std::collections::HashMap::new();
+        let held = self
+            .store
+            .accounts()
+            .credential_kinds(self.clock.now())
+            .await?;
+        for (peer_id, kind) in held {
+            if visible.contains(peer_id.as_str()) {
+                by_peer.entry(peer_id).or_default().push(kind);
+            }
+        }
+        Ok(by_peer)
+    }
+
+    /// The ids of the peers the caller may see.
+    async fn visible_peer_ids(
+        &self,
+        caller: &Caller,
+    ) -> Result<std::collections::HashSet<PeerId>, ServiceError> {
+        Ok(self
+            .list_peers(caller)
+            .await?
+            .into_iter()
+            .map(|peer| peer.id)
+            .collect())
     }
 
     /// Sets a peer's quota.

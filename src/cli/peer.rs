@@ -297,25 +297,33 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
 
 /// `peer list`: every peer with its bindings.
 async fn list(data: &DataDir, json: bool) -> Result<(), CliError> {
-    let (peers, identities) = on_store(data, None, async |accounts| {
+    let (peers, identities, credentials) = on_store(data, None, async |accounts| {
         let caller = Caller::operator();
         Ok((
             accounts.list_peers(&caller).await?,
             accounts.identities(&caller).await?,
+            accounts.credential_kinds(&caller).await?,
         ))
     })
     .await?;
+    let holdings = (&identities, &credentials);
     match json {
-        true => println!("{}", peers_json(&peers, &identities)),
-        false => print_peers(peers, &identities),
+        true => println!("{}", peers_json(&peers, holdings)),
+        false => print_peers(peers, holdings),
     }
     Ok(())
 }
 
+/// What the peers hold, by peer id: the identities bound, and the kinds of credential issued.
+type Holdings<'a> = (
+    &'a std::collections::HashMap<String, Vec<crate::store::PeerIdentity>>,
+    &'a std::collections::HashMap<String, Vec<String>>,
+);
+
 /// The peers as JSON: what the table shows, with each identity bound.
 fn peers_json(
     peers: &[crate::store::PeerRecord],
-    identities: &std::collections::HashMap<String, Vec<crate::store::PeerIdentity>>,
+    (identities, credentials): Holdings<'_>,
 ) -> serde_json::Value {
     let now = crate::clock::SystemClock.now();
     let when = |t: Option<crate::clock::Timestamp>| t.map(rfc3339_millis);
@@ -334,6 +342,7 @@ fn peers_json(
                 "tokensPerDay": peer.tokens_per_day, "owner": peer.owner_name,
                 "createdAt": rfc3339_millis(peer.created_at), "lastUsedAt": when(peer.last_used_at),
                 "expiresAt": when(peer.expires_at), "identities": bound,
+                "credentials": credentials.get(peer.id.as_str()).cloned().unwrap_or_default(),
             })
         })
         .collect();
@@ -582,10 +591,7 @@ fn print_rotated(name: &str, rotated: &crate::admin::service::Rotated) {
 }
 
 /// The peer table: never a secret. Each bound identity follows its peer on a line of its own.
-fn print_peers(
-    peers: Vec<crate::store::PeerRecord>,
-    identities: &std::collections::HashMap<String, Vec<crate::store::PeerIdentity>>,
-) {
+fn print_peers(peers: Vec<crate::store::PeerRecord>, (identities, credentials): Holdings<'_>) {
     let now = crate::clock::SystemClock.now();
     println!(
         "{:<24} {:<37} {:<8} {:>10}  {:<24} {:<24} {:<16} {:<24}",
@@ -607,6 +613,9 @@ fn print_peers(
         );
         if let Some(budget) = peer.tokens_per_day {
             println!("  budget: {budget} tokens a day");
+        }
+        if let Some(kinds) = credentials.get(peer.id.as_str()) {
+            println!("  credentials: {}", kinds.join(", "));
         }
         for identity in identities.get(peer.id.as_str()).into_iter().flatten() {
             println!("  bound: {}", identity.describe());

@@ -310,6 +310,9 @@ struct PeerView {
     created_at: String,
     last_used_at: Option<String>,
     expires_at: Option<String>,
+    /// The credentials peergate issued it that still open the door: `token`, `api_key`,
+    /// `password`.
+    credentials: Vec<String>,
     /// The identities bound to it besides the credentials peergate issues.
     identities: Vec<IdentityView>,
 }
@@ -361,13 +364,32 @@ impl IdentityView {
     }
 }
 
-/// The identities of the peers a caller sees, by peer id.
-type Identities = std::collections::HashMap<String, Vec<PeerIdentity>>;
+/// What the peers a caller sees hold, by peer id: the credentials peergate issued (their
+/// kinds), and the identities bound.
+struct Holdings {
+    credentials: std::collections::HashMap<String, Vec<String>>,
+    identities: std::collections::HashMap<String, Vec<PeerIdentity>>,
+}
+
+impl Holdings {
+    async fn of(state: &AdminState, caller: &Caller) -> Result<Self, ApiError> {
+        Ok(Self {
+            credentials: state.service.credential_kinds(caller).await?,
+            identities: state.service.identities(caller).await?,
+        })
+    }
+}
 
 impl PeerView {
-    /// The peer as it stands at `now`, with its identities.
-    fn at(p: PeerRecord, now: Timestamp, identities: &Identities) -> Self {
+    /// The peer as it stands at `now`, with what it holds.
+    fn at(p: PeerRecord, now: Timestamp, holdings: &Holdings) -> Self {
+        let identities = &holdings.identities;
         Self {
+            credentials: holdings
+                .credentials
+                .get(p.id.as_str())
+                .cloned()
+                .unwrap_or_default(),
             identities: identities
                 .get(p.id.as_str())
                 .into_iter()
@@ -444,11 +466,11 @@ async fn list_peers(
 ) -> Result<Json<PeerList>, ApiError> {
     let caller = caller(&admin);
     let peers = state.service.list_peers(&caller).await?;
-    let identities = state.service.identities(&caller).await?;
+    let holdings = Holdings::of(&state, &caller).await?;
     Ok(Json(PeerList {
         peers: peers
             .into_iter()
-            .map(|p| PeerView::at(p, state.clock.now(), &identities))
+            .map(|p| PeerView::at(p, state.clock.now(), &holdings))
             .collect(),
     }))
 }
@@ -470,10 +492,11 @@ async fn create_peer(
         .as_deref()
         .map(|t| parse_time("expiresAt", t, now, crate::clock::Relative::FromNow))
         .transpose()?;
+    let caller = caller(&admin);
     let created = state
         .service
         .create_peer(
-            &caller(&admin),
+            &caller,
             NewPeer {
                 name: request.name,
                 owner: None,
@@ -483,10 +506,11 @@ async fn create_peer(
             },
         )
         .await?;
+    let holdings = Holdings::of(&state, &caller).await?;
     Ok((
         StatusCode::CREATED,
         Json(CreatedPeerView {
-            peer: PeerView::at(created.peer, state.clock.now(), &Identities::new()),
+            peer: PeerView::at(created.peer, state.clock.now(), &holdings),
             token: created.token,
         }),
     ))
@@ -510,8 +534,8 @@ async fn peer_view(
     name: &str,
 ) -> Result<Json<PeerView>, ApiError> {
     let peer = state.service.show_peer(caller, name).await?;
-    let identities = state.service.identities(caller).await?;
-    Ok(Json(PeerView::at(peer, state.clock.now(), &identities)))
+    let holdings = Holdings::of(state, caller).await?;
+    Ok(Json(PeerView::at(peer, state.clock.now(), &holdings)))
 }
 
 #[utoipa::path(post, path = "/v1/peers/{name}/identities", tag = "peers",
@@ -850,9 +874,9 @@ async fn reinstate(
     let caller = caller(&admin);
     let token = state.service.reinstate(&caller, &name).await?;
     let peer = state.service.show_peer(&caller, &name).await?;
-    let identities = state.service.identities(&caller).await?;
+    let holdings = Holdings::of(&state, &caller).await?;
     Ok(Json(ReinstatedPeerView {
-        peer: PeerView::at(peer, state.clock.now(), &identities),
+        peer: PeerView::at(peer, state.clock.now(), &holdings),
         token,
     }))
 }

@@ -357,6 +357,10 @@ pub trait AccountStore: Send + Sync + std::fmt::Debug {
     /// Every identity bound to a peer, with the peer's id, oldest first.
     async fn list_identities(&self) -> Result<Vec<(String, PeerIdentity)>, StoreError>;
 
+    /// The kinds of credential peergate issued that still open the door at `now`, each peer's
+    /// once: (peer id, `token`, `api_key` or `password`), by peer id then kind.
+    async fn credential_kinds(&self, now: Timestamp) -> Result<Vec<(String, String)>, StoreError>;
+
     /// Audit records at or after `since` (of one administrator's account, or all), oldest
     /// first.
     async fn audit_since(

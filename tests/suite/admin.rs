@@ -512,6 +512,43 @@ async fn the_owner_reads_every_part_a_task_a_page_of_conversations_and_usage_by_
 }
 
 #[tokio::test]
+async fn a_peer_view_lists_the_kinds_of_credential_it_holds() {
+    let (gw, ada, _bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    ada.create_peer("kinds").await;
+    let held = async || ada.get("/v1/peers/kinds").await.1["credentials"].clone();
+    assert_eq!(held().await, json!(["token"]));
+    let (status, body) = ada
+        .put(
+            "/v1/peers/kinds/password",
+            json!({"password": "a long enough password"}),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let (status, body) = ada.post("/v1/peers/kinds/api-key", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(held().await, json!(["api_key", "password", "token"]));
+    // Revoked: every credential stops, the password too.
+    let (status, view) = ada.post("/v1/peers/kinds/revoke", json!({})).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["credentials"], json!([]), "{view}");
+    assert_eq!(view["status"], "revoked");
+    let (status, created) = ada
+        .post("/v1/peers", json!({"name": "bare", "issueToken": false}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["peer"]["credentials"], json!([]), "{created}");
+    let (_, list) = ada.get("/v1/peers").await;
+    let names: Vec<(&Value, &Value)> = list["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (&p["name"], &p["credentials"]))
+        .collect();
+    assert!(names.contains(&(&json!("bare"), &json!([]))), "{list}");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn conversations_are_visible_to_their_owner_only_and_can_be_deleted() {
     let (gw, ada, bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
     let token = ada.create_peer("ada-agent").await;

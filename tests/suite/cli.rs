@@ -41,7 +41,9 @@ fn peer_add_prints_the_token_alone_and_list_never_shows_a_secret() {
     let (code, list, _) = cli_on(data, &["peer", "list"]);
     assert_eq!(code, 0);
     let lines: Vec<&str> = list.lines().collect();
-    assert_eq!(lines.len(), 3, "{list}");
+    // A header, then each peer with the kinds of credential it holds beneath.
+    assert_eq!(lines.len(), 5, "{list}");
+    assert_eq!(lines[2], "  credentials: token", "{list}");
     for column in [
         "NAME",
         "ID",
@@ -63,7 +65,7 @@ fn peer_add_prints_the_token_alone_and_list_never_shows_a_secret() {
     assert_eq!(alice[5], "never");
     assert_eq!(alice[6], "operator", "the policy's default owner");
     assert_eq!(alice[7], "never");
-    assert!(lines[2].contains("100/min"));
+    assert!(lines[3].contains("100/min"));
     // Neither the token, its secret part nor its id appear.
     assert!(!list.contains(token));
     assert!(!list.contains(&token[17..49]));
@@ -1774,6 +1776,9 @@ async fn the_operator_reads_conversations_tasks_and_usage_and_every_listing_as_j
 
     let peers = json_of(&["peer", "list", "--json"]);
     assert_eq!(peers[0]["name"], "alice", "{peers}");
+    assert_eq!(peers[0]["credentials"], json!(["token"]), "{peers}");
+    let (_, table, _) = cli_on(&served.data, &["peer", "list"]);
+    assert!(table.contains("  credentials: token"), "{table}");
     let admins = json_of(&["admin", "list", "--json"]);
     assert_eq!(admins[0]["name"], "operator", "{admins}");
     let audit = json_of(&["audit", "--json"]);

@@ -132,6 +132,21 @@ impl AccountStore for PostgresStore {
         row.as_ref().map(peer_record).transpose()
     }
 
+    async fn credential_kinds(&self, now: Timestamp) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT peer_id, kind FROM credentials \
+             WHERE (revoked_at IS NULL OR revoked_at > $1) AND (expires_at IS NULL OR expires_at > $1) \
+             UNION SELECT id AS peer_id, 'password' AS kind FROM peers WHERE password_hash IS NOT NULL \
+             ORDER BY peer_id, kind",
+        )
+        .bind(now.as_millisecond())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("peer_id")?, row.try_get("kind")?)))
+            .collect()
+    }
+
     async fn list_identities(&self) -> Result<Vec<(String, PeerIdentity)>, StoreError> {
         let rows = sqlx::query(
             "SELECT peer_id, kind, issuer, subject FROM peer_identities ORDER BY created_at, kind, issuer, subject",
