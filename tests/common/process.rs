@@ -59,14 +59,35 @@ impl ServeProcess {
         Self::spawn(cwd, "", args, env)
     }
 
+    /// Starts `peergate serve` with the door on `listen` (the admin API on any free port),
+    /// then exactly `args`.
+    pub fn start_listening_on(
+        cwd: &Path,
+        listen: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::spawn_on(cwd, "", listen, args, env)
+    }
+
     fn spawn(cwd: &Path, setup: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_on(cwd, setup, "127.0.0.1:0", extra, env)
+    }
+
+    fn spawn_on(
+        cwd: &Path,
+        setup: &str,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         crate::common::install_test_crypto();
         let mut child = Command::new("bash")
             .arg("-c")
             .arg(format!("{setup} exec \"$0\" \"$@\""))
             .arg(bin())
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args(["--listen", listen, "--admin-listen", "127.0.0.1:0"])
             .args(grpc_listen(cwd, extra))
             .args(extra)
             .current_dir(cwd)

@@ -226,3 +226,71 @@ fn the_readmes_peergate_commands_are_ones_the_binary_takes() {
     }
     assert!(checked >= 8, "{checked}");
 }
+
+/// The README's identity-provider path, copied as it is and run on this machine against a real
+/// OpenID Provider (panva's `oidc-provider`) on loopback: the policy, `peer add`, `serve`, and
+/// `call` with the client's own credentials. Only the ports change (the provider's and the
+/// door's, free ones), and the admin API takes any free port.
+#[test]
+fn the_readme_identity_provider_path_runs_as_written_on_loopback() {
+    let readme = read("README.md");
+    let block = |after: &str, fence: &str| -> String {
+        let from = readme
+            .find(after)
+            .unwrap_or_else(|| panic!("{after:?} missing"))
+            + after.len();
+        let start = readme[from..].find(fence).unwrap() + from + fence.len();
+        let end = readme[start..].find("```").unwrap() + start;
+        readme[start..end].to_owned()
+    };
+    let policy = block("in `idp.toml`:", "```toml\n");
+    let commands = block("it calls with its own token:", "```sh\n");
+
+    let door = format!("127.0.0.1:{}", crate::common::postgres::free_port());
+    let key = TestKey::new("readme-1", 91);
+    let clients = [("acme-agent", "acme-secret", "a2a:message a2a:tasks:read")];
+    let audience = format!("http://{door}/a2a/v1");
+    let Some(idp) = TestIdp::start(&audience, &clients, &[&key], 0) else {
+        return;
+    };
+    let ports = |text: &str| {
+        text.replace("http://127.0.0.1:9000", &idp.issuer)
+            .replace("127.0.0.1:8080", &door)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("idp.toml"), ports(&policy)).unwrap();
+    // One command a line (continuations joined), comments dropped, the binary under test.
+    let lines: Vec<String> = ports(&commands)
+        .replace("\\\n", " ")
+        .lines()
+        .map(|line| line.split(" # ").next().unwrap().trim().to_owned())
+        .map(|line| line.replace("cargo run -q --", bin()))
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let run = |line: &str| {
+        std::process::Command::new("bash")
+            .args(["-c", line])
+            .current_dir(dir.path())
+            .env("ACME_SECRET", "acme-secret")
+            .env("XDG_CACHE_HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let added = run(&lines[0]);
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let serve: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(serve[..2], [bin(), "serve"], "{serve:?}");
+    let _server = ServeProcess::start_listening_on(dir.path(), &door, &serve[2..], &[]);
+    // The server is a process of its own: the test may wait on the call in its thread.
+    let called = run(&lines[2]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&called.stdout),
+        String::from_utf8_lossy(&called.stderr),
+    );
+    assert_eq!(called.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Hello"), "{stdout}");
+}
