@@ -637,6 +637,44 @@ mod tests {
     }
 
     #[test]
+    fn settings_out_of_their_bounds_are_refused_naming_the_key() {
+        let refused = |fragment: &str| {
+            Policy::parse(fragment, &PolicySource::Embedded)
+                .unwrap_err()
+                .to_string()
+        };
+        let series = refused("[telemetry]\npeer_series = 1001\n");
+        assert!(series.contains("telemetry.peer_series"), "{series}");
+        let header = refused(
+            "[model]\nbackend = \"a2a\"\n[model.a2a]\nurl = \"https://agent.example\"\ncaller_header = \"Authorization\"\n",
+        );
+        assert!(header.contains("model.a2a.caller_header"), "{header}");
+        let level = refused("[log]\nlevel = \"info,[\"\n");
+        assert!(level.contains("log.level"), "{level}");
+    }
+
+    #[test]
+    fn a_reload_takes_one_key_of_a_new_policy_and_keeps_the_rest() {
+        let running = Policy::parse(
+            "[card]\nname = \"Before\"\n[limits]\nper_ip_per_minute = 100\n",
+            &PolicySource::Embedded,
+        )
+        .unwrap();
+        let file = Policy::parse(
+            "[card]\nname = \"After\"\n[limits]\nper_ip_per_minute = 5\n",
+            &PolicySource::Embedded,
+        )
+        .unwrap();
+        let keys: Vec<String> = running.differing_keys(&file).into_iter().collect();
+        assert_eq!(keys, ["card.name", "limits.per_ip_per_minute"]);
+        let next = running.with_key_of(&file, "card.name").unwrap();
+        assert_eq!(next.card.name, "After");
+        assert_eq!(next.limits.per_ip_per_minute, 100);
+        let left: Vec<String> = next.differing_keys(&file).into_iter().collect();
+        assert_eq!(left, ["limits.per_ip_per_minute"]);
+    }
+
+    #[test]
     fn embedded_default_is_valid() {
         let policy = Policy::parse(EMBEDDED_DEFAULT, &PolicySource::Embedded).unwrap();
         assert_eq!(policy.model.backend, BackendKind::Echo);
