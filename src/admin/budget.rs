@@ -159,7 +159,8 @@ fn day_index(at: Timestamp) -> i64 {
 pub struct Budgets {
     store: Arc<dyn UsageStore>,
     clock: Arc<dyn Clock>,
-    defaults: BudgetDefaults,
+    /// The policy's; a reload may change them ([`Self::set_defaults`]).
+    defaults: Mutex<BudgetDefaults>,
     ttl: Duration,
     /// Settings by administrator, bounded in number; fresh for `ttl` by the gateway's
     /// clock (so tests move time), and dropped by the cache itself some time after.
@@ -174,7 +175,7 @@ pub struct Budgets {
 impl std::fmt::Debug for Budgets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Budgets")
-            .field("defaults", &self.defaults)
+            .field("defaults", &*self.defaults.locked())
             .finish_non_exhaustive()
     }
 }
@@ -197,7 +198,7 @@ impl Budgets {
         Self {
             store,
             clock,
-            defaults,
+            defaults: Mutex::new(defaults),
             ttl: cache,
             settings: moka::sync::Cache::builder()
                 .max_capacity(100_000)
@@ -381,6 +382,13 @@ impl Budgets {
         self.peer_settings.invalidate_all();
     }
 
+    /// Budgets administrators without their own get from now on (a policy reload); what each
+    /// spent is kept.
+    pub fn set_defaults(&self, defaults: BudgetDefaults) {
+        *self.defaults.locked() = defaults;
+        self.settings.invalidate_all();
+    }
+
     /// Forgets everything cached (call periodically to bound memory).
     pub fn purge(&self) {
         let today = day_index(self.clock.now());
@@ -397,12 +405,13 @@ impl Budgets {
         {
             return Ok(cached.budget);
         }
+        let defaults = *self.defaults.locked();
         let budget = match self.store.find_admin_by_id(owner_id).await? {
             Some(admin) => Budget {
                 owner_active: admin.status == crate::store::AdminStatus::Active,
                 model_allowed: admin.model_allowed,
-                tokens_per_day: admin.tokens_per_day.unwrap_or(self.defaults.tokens_per_day),
-                tokens_per_month: admin.tokens_per_month.or(self.defaults.tokens_per_month),
+                tokens_per_day: admin.tokens_per_day.unwrap_or(defaults.tokens_per_day),
+                tokens_per_month: admin.tokens_per_month.or(defaults.tokens_per_month),
             },
             // A peer whose owner is gone acts for nobody.
             None => Budget {

@@ -226,7 +226,8 @@ pub struct Rotated {
 pub struct AccountService {
     store: Store,
     clock: Arc<dyn Clock>,
-    defaults: AccountDefaults,
+    /// Shared by the service's clones, so a policy reload reaches all of them.
+    defaults: Arc<std::sync::RwLock<AccountDefaults>>,
     changes: Option<Arc<dyn ChangeNotifier>>,
     passwords: Option<PasswordChecker>,
     /// The identity providers the policy names (`[[auth.issuers]]`), when known: a token
@@ -349,7 +350,7 @@ impl AccountService {
         Self {
             store,
             clock,
-            defaults,
+            defaults: Arc::new(std::sync::RwLock::new(defaults)),
             changes: None,
             passwords: None,
             issuers: None,
@@ -379,6 +380,11 @@ impl AccountService {
             .collect();
         self.issuers = Some(Arc::new(std::sync::RwLock::new(names)));
         self
+    }
+
+    /// What new peers get from now on (a policy reload), for this service and its clones.
+    pub fn now_defaulting(&self, defaults: AccountDefaults) {
+        *self.defaults.write_locked() = defaults;
     }
 
     /// The identity providers a reloaded policy names, for this service and its clones (when
@@ -916,7 +922,8 @@ impl AccountService {
             Operation::new(caller, AuditAction::PeerCreated, &target),
             async |op| {
                 check_peer_name(&new.name)?;
-                let rate = new.rate_per_minute.unwrap_or(self.defaults.rate_per_minute);
+                let default_rate = self.defaults.read_locked().rate_per_minute;
+                let rate = new.rate_per_minute.unwrap_or(default_rate);
                 check_rate(rate)?;
                 let now = self.clock.now();
                 check_future(new.expires_at, now)?;
@@ -1017,7 +1024,8 @@ impl AccountService {
         if let Some(name) = named {
             return Ok((tx_admin_id(tx, name).await?, name.to_owned()));
         }
-        let Some(name) = self.defaults.default_owner.as_deref() else {
+        let default_owner = self.defaults.read_locked().default_owner.clone();
+        let Some(name) = default_owner.as_deref() else {
             return Err(ServiceError::Invalid {
                 field: "owner",
                 reason: "name the owning administrator with --owner NAME (or set peers.default_owner in the policy)".to_owned(),
@@ -1163,15 +1171,8 @@ impl AccountService {
         &self,
         caller: &Caller,
     ) -> Result<std::collections::HashMap<String, Vec<PeerIdentity>>, ServiceError> {
-        let visible = self.visible_peer_ids(caller).await?;
-        let mut by_peer: std::collections::HashMap<String, Vec<PeerIdentity>> =
-            std::collections::HashMap::new();
-        for (peer_id, identity) in self.store.accounts().list_identities().await? {
-            if visible.contains(peer_id.as_str()) {
-                by_peer.entry(peer_id).or_default().push(identity);
-            }
-        }
-        Ok(by_peer)
+        let rows = self.store.accounts().list_identities().await?;
+        self.by_visible_peer(caller, rows).await
     }
 
     /// The kinds of credential peergate issued that each of the caller's peers still holds
@@ -1180,33 +1181,34 @@ impl AccountService {
         &self,
         caller: &Caller,
     ) -> Result<std::collections::HashMap<String, Vec<String>>, ServiceError> {
-        let visible = self.visible_peer_ids(caller).await?;
-        let mut by_peer: std::collections::HashMap<String, Vec<String>> =
-            std::collections::HashMap::new();
-        let held = self
+        let rows = self
             .store
             .accounts()
             .credential_kinds(self.clock.now())
             .await?;
-        for (peer_id, kind) in held {
-            if visible.contains(peer_id.as_str()) {
-                by_peer.entry(peer_id).or_default().push(kind);
-            }
-        }
-        Ok(by_peer)
+        self.by_visible_peer(caller, rows).await
     }
 
-    /// The ids of the peers the caller may see.
-    async fn visible_peer_ids(
+    /// `rows` of (peer id, value) grouped by peer, for the peers the caller may see.
+    async fn by_visible_peer<T>(
         &self,
         caller: &Caller,
-    ) -> Result<std::collections::HashSet<PeerId>, ServiceError> {
-        Ok(self
+        rows: Vec<(String, T)>,
+    ) -> Result<std::collections::HashMap<String, Vec<T>>, ServiceError> {
+        let visible: std::collections::HashSet<PeerId> = self
             .list_peers(caller)
             .await?
             .into_iter()
             .map(|peer| peer.id)
-            .collect())
+            .collect();
+        let mut by_peer: std::collections::HashMap<String, Vec<T>> =
+            std::collections::HashMap::new();
+        for (peer_id, value) in rows {
+            if visible.contains(peer_id.as_str()) {
+                by_peer.entry(peer_id).or_default().push(value);
+            }
+        }
+        Ok(by_peer)
     }
 
     /// Sets a peer's quota.

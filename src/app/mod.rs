@@ -413,6 +413,22 @@ async fn door_guards(
     Ok((guards, known_ids, announcements))
 }
 
+/// What new peers get: `[peers]`.
+fn account_defaults(policy: &Policy) -> AccountDefaults {
+    AccountDefaults {
+        default_owner: policy.peers.default_owner.clone(),
+        rate_per_minute: policy.peers.default_rate_per_minute,
+    }
+}
+
+/// The budgets of administrators without their own: `[budgets]`.
+fn budget_defaults(policy: &Policy) -> BudgetDefaults {
+    BudgetDefaults {
+        tokens_per_day: policy.budgets.tokens_per_day,
+        tokens_per_month: policy.budgets.tokens_per_month,
+    }
+}
+
 /// Each owner's model budget, spent through the shared engine when there is one.
 fn budgets(options: &GatewayOptions, store: &Store, sharing: &Sharing) -> Arc<Budgets> {
     let policy = &options.policy;
@@ -420,10 +436,7 @@ fn budgets(options: &GatewayOptions, store: &Store, sharing: &Sharing) -> Arc<Bu
     let mut budgets = Budgets::new(
         store.usage(),
         options.clock.clone(),
-        BudgetDefaults {
-            tokens_per_day: policy.budgets.tokens_per_day,
-            tokens_per_month: policy.budgets.tokens_per_month,
-        },
+        budget_defaults(policy),
         cache_ttl,
     );
     if let Some(spend) = &sharing.spend {
@@ -535,7 +548,7 @@ fn admin_side(
         reload: std::sync::OnceLock::new(),
     });
     let accounts = account_service(options, store, sharing.changes.clone(), &forget);
-    let reloader = Arc::new(reloading.reloader(options, &accounts, authenticator));
+    let reloader = Arc::new(reloading.reloader(options, &accounts, (authenticator, budgets)));
     let _ = forget.reload.set(reloader.clone());
     let hearing =
         account_changes::keep_current(store.credentials(), known_ids, announcements, forget);
@@ -596,12 +609,13 @@ impl ReloadParts {
         self,
         options: &GatewayOptions,
         accounts: &AccountService,
-        authenticator: &Arc<PeerAuthenticator>,
+        (authenticator, budgets): (&Arc<PeerAuthenticator>, &Arc<Budgets>),
     ) -> reload::Reloader {
         let parts = reload::Parts {
             identity: self.identity,
             authenticator: authenticator.clone(),
             accounts: accounts.clone(),
+            budgets: budgets.clone(),
             per_ip: self.per_ip,
             cards: self.cards,
             agent: self.agent,
@@ -929,10 +943,7 @@ fn account_service(
     AccountService::new(
         store.clone(),
         options.clock.clone(),
-        AccountDefaults {
-            default_owner: options.policy.peers.default_owner.clone(),
-            rate_per_minute: options.policy.peers.default_rate_per_minute,
-        },
+        account_defaults(&options.policy),
     )
     .with_changes(changes)
     .knowing_issuers(&options.policy)

@@ -13,8 +13,9 @@ use super::documents::{CardInputs, SignedCards};
 use super::identity::{issuer_cards, issuer_tables, providers};
 use crate::a2a::agent::Agent;
 use crate::a2a::card;
-use crate::admin::AccountService;
+use crate::admin::budget::{BudgetDefaults, Budgets};
 use crate::admin::reload::{PolicyReload, ReloadRefused, ReloadTrigger, Reloaded};
+use crate::admin::{AccountDefaults, AccountService};
 use crate::clock::Clock;
 use crate::config::{Policy, PolicySource};
 use crate::http::door::CardDocuments;
@@ -35,7 +36,13 @@ use std::sync::{Arc, RwLock};
 fn reloadable(key: &str) -> bool {
     matches!(
         key,
-        "auth.issuers" | "limits.per_ip_per_minute" | "log.level"
+        "auth.issuers"
+            | "limits.per_ip_per_minute"
+            | "log.level"
+            | "budgets.tokens_per_day"
+            | "budgets.tokens_per_month"
+            | "peers.default_rate_per_minute"
+            | "peers.default_owner"
     ) || (key.starts_with("card.") && key != "card.extensions")
 }
 
@@ -45,6 +52,7 @@ pub(super) struct Parts {
     pub(super) identity: Option<Arc<IdentityProviders>>,
     pub(super) authenticator: Arc<PeerAuthenticator>,
     pub(super) accounts: AccountService,
+    pub(super) budgets: Arc<Budgets>,
     pub(super) per_ip: PerIpLimitLayer,
     pub(super) cards: Arc<RwLock<Arc<CardDocuments>>>,
     pub(super) agent: Arc<Agent>,
@@ -76,6 +84,8 @@ struct Built {
     cards: Option<SignedCards>,
     per_ip: Option<Quota>,
     level: Option<String>,
+    budgets: Option<BudgetDefaults>,
+    accounts: Option<AccountDefaults>,
 }
 
 impl Reloader {
@@ -151,6 +161,12 @@ impl Reloader {
         if changed(&|key| key == "log.level") {
             built.level = Some(policy.log.level.clone());
         }
+        if changed(&|key| key.starts_with("budgets.")) {
+            built.budgets = Some(super::budget_defaults(policy));
+        }
+        if changed(&|key| key.starts_with("peers.")) {
+            built.accounts = Some(super::account_defaults(policy));
+        }
         if changed(&|key| key == "auth.issuers" || key.starts_with("card.")) {
             let providers = built.identity.as_ref().or(self.parts.identity.as_deref());
             let identities = card::CardIdentities {
@@ -189,6 +205,12 @@ impl Reloader {
             self.parts.accounts.now_knowing(&running.names());
             // Verdicts remembered for a token of a provider removed or changed go too.
             self.parts.authenticator.forget_everyone();
+        }
+        if let Some(defaults) = built.budgets {
+            self.parts.budgets.set_defaults(defaults);
+        }
+        if let Some(defaults) = built.accounts {
+            self.parts.accounts.now_defaulting(defaults);
         }
         if let Some(quota) = built.per_ip {
             // Checked when built.

@@ -252,6 +252,46 @@ async fn the_admin_api_reloads_under_load_losing_no_call_and_refuses_a_part_that
         assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     }
 
+    // What new peers and budget-less owners get: applied to the very next ones.
+    let defaults = policy(&acme, "Round 5")
+        .set("peers.default_rate_per_minute", 77)
+        .set("budgets.tokens_per_day", 4242);
+    rewrite(&served, &defaults);
+    let (status, body) = reload_by_api(&served).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["applied"],
+        json!(["budgets.tokens_per_day", "peers.default_rate_per_minute"]),
+        "{body}"
+    );
+    let admin = |path: &str| {
+        reqwest::Client::new()
+            .request(
+                reqwest::Method::GET,
+                format!("http://{}{path}", served.server.admin_addr),
+            )
+            .basic_auth("ada", Some(ADMIN_PASSWORD))
+    };
+    let usage: Value = admin("/v1/usage")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["tokensPerDay"], 4242, "{usage}");
+    let created: Value = reqwest::Client::new()
+        .post(format!("http://{}/v1/peers", served.server.admin_addr))
+        .basic_auth("ada", Some(ADMIN_PASSWORD))
+        .json(&json!({"name": "late"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["peer"]["ratePerMinute"], 77, "{created}");
+
     // A new card name beside a provider whose key set cannot be read: neither is applied, and
     // the answer names the setting, never the file's path.
     let missing = served.dir.path().join("no-such-keys.json");
@@ -284,7 +324,7 @@ async fn the_admin_api_reloads_under_load_losing_no_call_and_refuses_a_part_that
         .iter()
         .filter(|r| r["action"] == "policy.reloaded")
         .collect();
-    assert_eq!(reloads.len(), 6, "{audit:#}");
+    assert_eq!(reloads.len(), 7, "{audit:#}");
     assert!(
         reloads.iter().any(|r| r["outcome"] == "refused"),
         "{audit:#}"
