@@ -187,12 +187,16 @@ fn exchange_writes(c: &mut Criterion) {
                 ConversationMessage {
                     role: ConversationRole::Peer,
                     text: "q".repeat(48),
-                    parts: Some(serde_json::json!([{"kind": "text", "text": "q".repeat(48)}])),
+                    parts: Some(
+                        serde_json::json!([{"kind": "text", "text": "q".repeat(48)}]).to_string(),
+                    ),
                 },
                 ConversationMessage {
                     role: ConversationRole::Agent,
                     text: "a".repeat(330),
-                    parts: Some(serde_json::json!([{"kind": "text", "text": "a".repeat(330)}])),
+                    parts: Some(
+                        serde_json::json!([{"kind": "text", "text": "a".repeat(330)}]).to_string(),
+                    ),
                 },
             ]
         },

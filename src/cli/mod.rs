@@ -452,6 +452,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             policy.override_public_base_url(public_base_url, &policy_source)?;
             // Checked with the policy: cannot fail here.
             let _ = crate::telemetry::level::set(&policy.log.level);
+            let hangups = Hangups::listen();
             let serving_sqlite = data.store.is_none().then(|| data.dir.clone());
             let source_for_cli = policy_source.clone();
             let gateway = start(GatewayOptions {
@@ -473,7 +474,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             if let Some(dir) = serving_sqlite {
                 remember_serving_policy(&dir, &source_for_cli);
             }
-            let reloading = tokio::spawn(reload_on_hangup(gateway.policy_reload()));
+            let reloading = tokio::spawn(hangups.reload_each(gateway.policy_reload()));
             gateway.run_until(shutdown_signal()).await;
             reloading.abort();
             tracing::info!("peergate stopped");
@@ -626,19 +627,31 @@ fn read_password(whose: &str) -> Result<String, CliError> {
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
 
-/// Reloads the policy on every `SIGHUP` (the reloader logs what it did, or why not).
-async fn reload_on_hangup(reload: Arc<dyn crate::admin::reload::PolicyReload>) {
-    #[cfg(unix)]
-    if let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-    {
-        while hangups.recv().await.is_some() {
-            let _ = reload
-                .reload(crate::admin::reload::ReloadTrigger::Signal)
-                .await;
-        }
+/// `SIGHUP`, heard from before start-up on: one sent while the gateway starts reloads its
+/// policy once it serves, instead of ending the process (the signal's default action).
+struct Hangups(#[cfg(unix)] Option<tokio::signal::unix::Signal>);
+
+impl Hangups {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        return Self(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok());
+        #[cfg(not(unix))]
+        Self()
     }
-    #[cfg(not(unix))]
-    let _ = reload;
+
+    /// Reloads the policy on every `SIGHUP` (the reloader logs what it did, or why not).
+    async fn reload_each(self, reload: Arc<dyn crate::admin::reload::PolicyReload>) {
+        #[cfg(unix)]
+        if let Some(mut hangups) = self.0 {
+            while hangups.recv().await.is_some() {
+                let _ = reload
+                    .reload(crate::admin::reload::ReloadTrigger::Signal)
+                    .await;
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (self, reload);
+    }
 }
 
 async fn shutdown_signal() {

@@ -234,9 +234,9 @@ pub struct ConversationMessage {
     pub role: ConversationRole,
     /// The text.
     pub text: String,
-    /// Every part, as the conversation keeps it (a JSON array); `None` in the history a model
-    /// reads, which is the text.
-    pub parts: Option<serde_json::Value>,
+    /// Every part, as the conversation keeps it: a JSON array, as text (written as it is);
+    /// `None` in the history a model reads, which is the text.
+    pub parts: Option<String>,
 }
 
 /// Who wrote a conversation message.

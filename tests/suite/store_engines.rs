@@ -215,8 +215,11 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
                     ConversationMessage {
                         role: ConversationRole::Peer,
                         text: text.into(),
-                        parts: Some(serde_json::json!([{"kind": "text", "text": text},
-                            {"kind": "file", "filename": "a.pdf", "size": 3, "sha256": "00"}])),
+                        parts: Some(
+                            serde_json::json!([{"kind": "text", "text": text},
+                            {"kind": "file", "filename": "a.pdf", "size": 3, "sha256": "00"}])
+                            .to_string(),
+                        ),
                     },
                     ConversationMessage {
                         role: ConversationRole::Agent,

@@ -1,11 +1,12 @@
-//! What a conversation keeps of a message's parts, so that its owner reads every kind that
+//! What a conversation keeps of a message's parts (a JSON array, one object per part), so that its owner reads every kind that
 //! passed, not only the text a model reads: text; data as JSON; a file as its name, media type,
 //! size and SHA-256, with its bytes when they are at most [`KEPT_FILE_BYTES`], or its URL when
 //! at most [`KEPT_URL_CHARS`] long. A bigger file is described, its content left out (and said
 //! so), so a conversation's row stays bounded whatever a partner sends.
 
 use crate::protocol::types::{self as a2a, PartContent};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The most bytes of a file kept in a conversation.
@@ -13,82 +14,161 @@ pub const KEPT_FILE_BYTES: usize = 64 * 1024;
 /// The longest file URL kept in a conversation.
 pub const KEPT_URL_CHARS: usize = 2048;
 
-/// `parts` as the conversation keeps them: a JSON array, one object per part.
-pub(super) fn kept(parts: &[a2a::Part]) -> Value {
-    Value::Array(parts.iter().map(kept_part).collect())
+/// One part as kept: borrowed from the message, written once as JSON (a turn pays one
+/// serialization per message, no tree of values).
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct KeptPart<'a> {
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    content_omitted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filename: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    media_type: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    artifact_id: Option<&'a str>,
 }
 
-/// A peer's message as sent (a 0.3 file in 1.0's shape).
-pub(super) fn kept_incoming(parts: &[a2a::IncomingPart]) -> Value {
-    let parts: Vec<a2a::Part> = parts
-        .iter()
-        .filter_map(a2a::IncomingPart::as_sent)
-        .collect();
-    kept(&parts)
+impl<'a> KeptPart<'a> {
+    fn text(text: &'a str) -> Self {
+        Self {
+            kind: "text",
+            text: Some(text),
+            ..Self::default()
+        }
+    }
+
+    fn data(data: &'a Value) -> Self {
+        Self {
+            kind: "data",
+            data: Some(data),
+            ..Self::default()
+        }
+    }
+
+    /// A file's bytes (base64): its size and digest, and the bytes within the bound.
+    fn raw(raw: &'a str) -> Self {
+        let bytes = super::message::decode_base64(raw).unwrap_or_default();
+        let within = bytes.len() <= KEPT_FILE_BYTES;
+        Self {
+            kind: "file",
+            size: Some(bytes.len()),
+            sha256: Some(hex(&Sha256::digest(&bytes))),
+            raw: within.then_some(raw),
+            content_omitted: !within,
+            ..Self::default()
+        }
+    }
+
+    /// A file's URL, within the bound.
+    fn url(url: &'a str) -> Self {
+        let within = url.chars().count() <= KEPT_URL_CHARS;
+        Self {
+            kind: "file",
+            url: within.then_some(url),
+            content_omitted: !within,
+            ..Self::default()
+        }
+    }
+
+    fn of(part: &'a a2a::Part) -> Self {
+        let kept = match &part.content {
+            PartContent::Text(text) => Self::text(text),
+            PartContent::Data(data) => Self::data(data),
+            PartContent::Raw(raw) => Self::raw(raw),
+            PartContent::Url(url) => Self::url(url),
+        };
+        kept.named(part.filename.as_deref(), part.media_type.as_deref())
+    }
+
+    /// A peer's part as sent (a 0.3 file as its bytes or URL, with its name and type);
+    /// `None` for a 0.3 file with neither, which the message's checks refuse.
+    fn incoming(part: &'a a2a::IncomingPart) -> Option<Self> {
+        let kept = match part {
+            a2a::IncomingPart {
+                text: Some(text), ..
+            } => Self::text(text),
+            a2a::IncomingPart {
+                data: Some(data), ..
+            } => Self::data(data),
+            a2a::IncomingPart { raw: Some(raw), .. } => Self::raw(raw),
+            a2a::IncomingPart { url: Some(url), .. } => Self::url(url),
+            a2a::IncomingPart {
+                file: Some(file), ..
+            } => {
+                let kept = match (&file.bytes, &file.uri) {
+                    (Some(bytes), _) => Self::raw(bytes),
+                    (None, Some(uri)) => Self::url(uri),
+                    (None, None) => return None,
+                };
+                return Some(kept.named(file.name.as_deref(), file.mime_type.as_deref()));
+            }
+            _ => return None,
+        };
+        Some(kept.named(part.filename.as_deref(), part.media_type.as_deref()))
+    }
+
+    fn named(mut self, filename: Option<&'a str>, media_type: Option<&'a str>) -> Self {
+        self.filename = filename;
+        self.media_type = media_type;
+        self
+    }
+}
+
+/// A model's answer: its text, as one text part.
+pub(super) fn kept_text(text: &str) -> String {
+    json(vec![KeptPart::text(text)])
+}
+
+/// A peer's message as sent.
+pub(super) fn kept_incoming(parts: &[a2a::IncomingPart]) -> String {
+    json(parts.iter().filter_map(KeptPart::incoming).collect())
 }
 
 /// An agent's answer: its message's parts, then its artifacts' parts (each naming its
 /// artifact).
-pub(super) fn kept_answer(parts: &[a2a::Part], artifacts: &[a2a::Artifact]) -> Value {
-    let mut kept: Vec<Value> = parts.iter().map(kept_part).collect();
+pub(super) fn kept_answer(parts: &[a2a::Part], artifacts: &[a2a::Artifact]) -> String {
+    let mut kept: Vec<KeptPart<'_>> = parts.iter().map(KeptPart::of).collect();
     for artifact in artifacts {
-        for part in &artifact.parts {
-            let mut one = kept_part(part);
-            one["artifactId"] = json!(artifact.artifact_id);
-            kept.push(one);
-        }
+        kept.extend(artifact.parts.iter().map(|part| KeptPart {
+            artifact_id: Some(&artifact.artifact_id),
+            ..KeptPart::of(part)
+        }));
     }
-    Value::Array(kept)
+    json(kept)
 }
 
-fn kept_part(part: &a2a::Part) -> Value {
-    let mut kept = Map::new();
-    match &part.content {
-        PartContent::Text(text) => {
-            kept.insert("kind".into(), json!("text"));
-            kept.insert("text".into(), json!(text));
-        }
-        PartContent::Data(data) => {
-            kept.insert("kind".into(), json!("data"));
-            kept.insert("data".into(), data.clone());
-        }
-        PartContent::Raw(raw) => {
-            kept.insert("kind".into(), json!("file"));
-            let bytes = super::message::decode_base64(raw).unwrap_or_default();
-            kept.insert("size".into(), json!(bytes.len()));
-            kept.insert("sha256".into(), json!(hex(&Sha256::digest(&bytes))));
-            if bytes.len() <= KEPT_FILE_BYTES {
-                kept.insert("raw".into(), json!(raw));
-            } else {
-                kept.insert("contentOmitted".into(), json!(true));
-            }
-        }
-        PartContent::Url(url) => {
-            kept.insert("kind".into(), json!("file"));
-            if url.chars().count() <= KEPT_URL_CHARS {
-                kept.insert("url".into(), json!(url));
-            } else {
-                kept.insert("contentOmitted".into(), json!(true));
-            }
-        }
-    }
-    if let Some(name) = &part.filename {
-        kept.insert("filename".into(), json!(name));
-    }
-    if let Some(media_type) = &part.media_type {
-        kept.insert("mediaType".into(), json!(media_type));
-    }
-    Value::Object(kept)
+fn json(kept: Vec<KeptPart<'_>>) -> String {
+    // Strings, numbers and JSON values only: serializing cannot fail.
+    serde_json::to_string(&kept).unwrap_or_else(|_| "[]".to_owned())
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(64), |mut hex, b| {
+        let _ = write!(hex, "{b:02x}");
+        hex
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use base64::Engine as _;
+    use serde_json::json;
 
     #[test]
     fn every_kind_is_kept_and_a_big_file_is_described_without_its_bytes() {
@@ -97,13 +177,17 @@ mod tests {
         let mut file = a2a::Part::of(PartContent::Raw(small.clone()));
         file.filename = Some("hello.txt".into());
         file.media_type = Some("text/plain".into());
-        let kept = kept(&[
-            a2a::Part::text("hi"),
-            a2a::Part::of(PartContent::Data(json!({"order": 7}))),
-            file,
-            a2a::Part::of(PartContent::Raw(big)),
-            a2a::Part::of(PartContent::Url("https://files.example/a.pdf".into())),
-        ]);
+        let kept: Value = serde_json::from_str(&kept_answer(
+            &[
+                a2a::Part::text("hi"),
+                a2a::Part::of(PartContent::Data(json!({"order": 7}))),
+                file,
+                a2a::Part::of(PartContent::Raw(big)),
+                a2a::Part::of(PartContent::Url("https://files.example/a.pdf".into())),
+            ],
+            &[],
+        ))
+        .unwrap();
         assert_eq!(kept[0], json!({"kind": "text", "text": "hi"}));
         assert_eq!(kept[1], json!({"kind": "data", "data": {"order": 7}}));
         assert_eq!(

@@ -42,7 +42,7 @@ pub(super) struct ReadMessage {
     /// Its `contextId` (`None`: a new context).
     pub(super) context_id: Option<ContextId>,
     /// Every part as the conversation keeps it, whatever the backend reads.
-    pub(super) kept: Value,
+    pub(super) kept: String,
 }
 
 /// Checks an incoming message and reads it as `reading` says, its text within `max` bytes.

@@ -401,9 +401,9 @@ pub(super) fn caller_of(
 }
 
 /// The answer as the conversation keeps it: an agent's parts and artifacts, or a model's text.
-fn answer_kept(completion: &crate::backend::Completion) -> serde_json::Value {
+fn answer_kept(completion: &crate::backend::Completion) -> String {
     match &completion.reply {
         Some(reply) => super::kept::kept_answer(&reply.parts, &reply.artifacts),
-        None => super::kept::kept(&[crate::protocol::types::Part::text(completion.text.clone())]),
+        None => super::kept::kept_text(&completion.text),
     }
 }

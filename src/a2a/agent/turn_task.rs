@@ -167,7 +167,7 @@ pub(super) struct TurnPlan {
     /// model), and as the task's history shows it.
     pub(super) parts: Vec<a2a::Part>,
     /// Every part of the message as the conversation keeps it ([`super::kept`]).
-    pub(super) kept: serde_json::Value,
+    pub(super) kept: String,
     /// What came with the message besides its parts, and what of it the backend does not read.
     pub(super) sent: SentAlong,
     /// The task waiting for the peer that this message answers.

@@ -329,7 +329,7 @@ async fn write_conversation(
             .push_bind(e.task_id.as_str())
             .push_bind(m.role.as_str())
             .push_bind(m.text.as_str())
-            .push_bind(m.parts.as_ref().map(serde_json::Value::to_string))
+            .push_bind(m.parts.as_deref())
             .push_bind(e.now.as_millisecond());
     });
     insert.build().execute(&mut **tx).await?;

@@ -300,7 +300,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
                 e.task_id.as_str(),
                 m.role.as_str(),
                 m.text,
-                m.parts.as_ref().map(serde_json::Value::to_string),
+                m.parts.as_deref(),
                 e.now.as_millisecond()
             ])?;
         }
