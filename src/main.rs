@@ -48,13 +48,43 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // RUST_LOG, when set, decides which lines are written; else `info` until the policy's
-    // `log.level` is applied (at start-up, and by every reload).
+    install_logger(cli.log_format());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("peergate: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("peergate: {}", bounded(&e.message));
+            ExitCode::from(e.exit_code)
+        }
+    }
+}
+
+/// The process's logger: stderr lines in `format`, each naming the request it was written
+/// for, at the level `RUST_LOG` sets when it is set, else `info` until the policy's
+/// `log.level` is applied (at start-up, and by every reload).
+fn install_logger(format_of_lines: peergate::config::LogFormat) {
     // An empty RUST_LOG is no RUST_LOG.
     let from_env = std::env::var("RUST_LOG")
         .ok()
         .filter(|directives| !directives.trim().is_empty())
-        .and_then(|directives| tracing_subscriber::EnvFilter::try_new(directives).ok());
+        .and_then(
+            |directives| match tracing_subscriber::EnvFilter::try_new(directives) {
+                Ok(filter) => Some(filter),
+                Err(e) => {
+                    eprintln!("peergate: RUST_LOG is not a directive list ({e}): it is not used");
+                    None
+                }
+            },
+        );
     let set_by_env = from_env.is_some();
     let filter = from_env.unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
     let (filter, level) = tracing_subscriber::reload::Layer::new(filter);
@@ -65,7 +95,7 @@ fn main() -> ExitCode {
     use tracing_subscriber::util::SubscriberInitExt as _;
     let logs = tracing_subscriber::registry().with(filter);
     let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    match cli.log_format() {
+    match format_of_lines {
         peergate::config::LogFormat::Json => logs
             .with(
                 lines
@@ -84,23 +114,6 @@ fn main() -> ExitCode {
         }
     }
     peergate::telemetry::level::install(level, set_by_env);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("peergate: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("peergate: {}", bounded(&e.message));
-            ExitCode::from(e.exit_code)
-        }
-    }
 }
 
 /// The longest failure line printed: a message that quotes what it was given (a card, a key

@@ -38,6 +38,10 @@ pub struct ReloadRefused(pub String);
 /// Reads the policy file again and applies what can change while serving, atomically.
 #[async_trait::async_trait]
 pub trait PolicyReload: Send + Sync {
-    /// Reloads, as `trigger` asks.
+    /// Reloads, as `trigger` asks; one asked for (an administrator, `SIGHUP`) is audited.
     async fn reload(&self, trigger: ReloadTrigger) -> Result<Reloaded, ReloadRefused>;
+
+    /// Whether the administrator named `admin_name` may reload through the admin API: the
+    /// policy in force lists them in `admin.reloaders`.
+    async fn may_reload(&self, admin_name: &str) -> bool;
 }

@@ -25,11 +25,20 @@ use std::sync::Arc;
 
 /// A usage period is a UTC day (`YYYY-MM-DD`) or month (`YYYY-MM`).
 pub fn check_period(period: &str) -> Result<(), ServiceError> {
-    let digits = |part: &str, n: usize| part.len() == n && part.bytes().all(|b| b.is_ascii_digit());
+    let number = |part: &str, n: usize| {
+        (part.len() == n && part.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| part.parse::<u32>().ok())
+            .flatten()
+    };
     let parts: Vec<&str> = period.split('-').collect();
+    let month_ok = |year: &str, month: &str| {
+        number(year, 4).is_some() && number(month, 2).is_some_and(|m| (1..=12).contains(&m))
+    };
     let shaped = match parts.as_slice() {
-        [year, month] => digits(year, 4) && digits(month, 2),
-        [year, month, day] => digits(year, 4) && digits(month, 2) && digits(day, 2),
+        [year, month] => month_ok(year, month),
+        [year, month, day] => {
+            month_ok(year, month) && number(day, 2).is_some_and(|d| (1..=31).contains(&d))
+        }
         _ => false,
     };
     if shaped {
@@ -39,6 +48,15 @@ pub fn check_period(period: &str) -> Result<(), ServiceError> {
         field: "period",
         reason: "a UTC day (YYYY-MM-DD) or month (YYYY-MM)".to_owned(),
     })
+}
+
+/// A page of conversations, and where the next one starts (`None`: the last page).
+#[derive(Debug, Clone)]
+pub struct ConversationPage {
+    /// Most recent first, then by peer and context.
+    pub conversations: Vec<ConversationSummary>,
+    /// Where the next page starts.
+    pub next: Option<crate::store::ConversationCursor>,
 }
 
 /// The most conversations one page lists.
@@ -1559,19 +1577,34 @@ impl AccountService {
             .await?)
     }
 
-    /// The conversations `query` asks for among the caller's peers (an administrator's own
-    /// whatever the query says; the operator's, of the owner the query names or everyone's),
-    /// at most [`MAX_CONVERSATIONS_PAGE`].
+    /// A page of the conversations `query` asks for among the caller's peers (an
+    /// administrator's own whatever the query says; the operator's, of the owner the query
+    /// names or everyone's): at most `query.limit` (1 to [`MAX_CONVERSATIONS_PAGE`]), with
+    /// where the next page starts when there is one.
     pub async fn conversations(
         &self,
         caller: &Caller,
         mut query: crate::store::ConversationQuery,
-    ) -> Result<Vec<ConversationSummary>, ServiceError> {
+    ) -> Result<ConversationPage, ServiceError> {
         if let Some(me) = caller.actor.admin_id() {
             query.owner_id = Some(me.to_owned());
         }
-        query.limit = query.limit.clamp(1, MAX_CONVERSATIONS_PAGE);
-        Ok(self.store.conversations().conversations(&query).await?)
+        let limit = query.limit.clamp(1, MAX_CONVERSATIONS_PAGE);
+        // One more than the page: whether there is a next one.
+        query.limit = limit + 1;
+        let mut conversations = self.store.conversations().conversations(&query).await?;
+        let next = (conversations.len() > limit as usize)
+            .then(|| {
+                conversations.truncate(limit as usize);
+                conversations
+                    .last()
+                    .map(crate::store::ConversationCursor::after)
+            })
+            .flatten();
+        Ok(ConversationPage {
+            conversations,
+            next,
+        })
     }
 
     /// A task of one of the caller's peers as `GetTask` answers it, while the gateway keeps

@@ -10,7 +10,6 @@
 //! notification delays a new credential by that much at most and never admits anyone.
 
 use crate::admin::budget::Budgets;
-use crate::admin::reload::{PolicyReload, ReloadTrigger};
 use crate::layers::auth::PeerAuthenticator;
 use crate::layers::auth::known_ids::{KnownCredentialIds, RECONCILE_EVERY};
 use crate::shared::changes::{Change, ChangeListener};
@@ -29,20 +28,6 @@ pub(super) struct ForgetOnChange {
     pub(super) budgets: Arc<Budgets>,
     /// Wakes the re-read of the known ids.
     pub(super) reread: Arc<Notify>,
-    /// Reads the policy file again when another instance reloaded its own, or changes may
-    /// have been missed (set once the reloader is made).
-    pub(super) reload: std::sync::OnceLock<Arc<dyn PolicyReload>>,
-}
-
-impl ForgetOnChange {
-    /// Reloads the policy if its file changed, off the notifier's thread.
-    fn reload_if_changed(&self) {
-        if let Some(reload) = self.reload.get().cloned() {
-            tokio::spawn(async move {
-                let _ = reload.reload(ReloadTrigger::Heard).await;
-            });
-        }
-    }
 }
 
 impl ChangeListener for ForgetOnChange {
@@ -60,9 +45,9 @@ impl ChangeListener for ForgetOnChange {
                 self.authenticator.forget_everyone();
                 self.budgets.forget_everyone();
                 self.reread.notify_one();
-                self.reload_if_changed();
             }
-            Change::Policy => self.reload_if_changed(),
+            // The policy's own listener reloads ([`super::reload::ReloadOnChange`]).
+            Change::Policy => {}
         }
     }
 }

@@ -16,6 +16,8 @@ use std::sync::Arc;
 /// The documents served from memory: the signed cards and the key set.
 pub(super) struct Documents {
     pub(super) cards: SignedCards,
+    /// The keys that sign the cards, as start-up loaded them (and the key set publishes).
+    pub(super) signing_keys: Vec<sign::CardSigningKey>,
     /// The cards as the door serves them, replaced whole by a reload.
     pub(super) served: Arc<std::sync::RwLock<Arc<CardDocuments>>>,
     pub(super) jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
@@ -53,11 +55,11 @@ impl Documents {
         let policy = &options.policy;
         let now = options.clock.now();
         let today = crate::clock::utc_day(now);
-        let cards = SignedCards::build(policy, &options.data_dir, store, inputs, now).await?;
         let policy_keys = policy
             .signing
             .load_keys(&options.data_dir)
             .map_err(|e| config(&e))?;
+        let cards = SignedCards::build(policy, &policy_keys.signing, store, inputs, now).await?;
         // The callers' assertions' keys are published beside the card's, when an agent behind
         // the door is sent them.
         let asserts = policy.model.a2a.as_ref().is_some_and(|a2a| {
@@ -85,6 +87,7 @@ impl Documents {
         Ok(Self {
             served: Arc::new(std::sync::RwLock::new(Arc::new(cards.served()))),
             cards,
+            signing_keys: policy_keys.signing,
             jwks: jwks.clone(),
             caller_key: caller_keys.signing.into_iter().next(),
             refresh: JwksRefresh {
@@ -97,20 +100,15 @@ impl Documents {
 }
 
 impl SignedCards {
-    /// The cards `policy` describes, signed with its card keys (read from `data_dir` when
-    /// the policy names none); at start-up, and again when the policy is reloaded.
+    /// The cards `policy` describes, signed with `signing_keys`; at start-up, and again when
+    /// the policy is reloaded (with the keys start-up loaded: the key set publishes those).
     pub(super) async fn build(
         policy: &crate::config::Policy,
-        data_dir: &std::path::Path,
+        signing_keys: &[sign::CardSigningKey],
         store: &Store,
         inputs: &CardInputs<'_>,
         now: Timestamp,
     ) -> Result<Self, StartError> {
-        let signing_keys = policy
-            .signing
-            .load_keys(data_dir)
-            .map_err(|e| config(&e))?
-            .signing;
         let jku = policy.signing.jwks_url.as_deref();
         let public_card =
             card::public_card(policy, inputs.door_url, inputs.identities, inputs.agent);
@@ -129,14 +127,14 @@ impl SignedCards {
         }
         let vary = card_vary(policy);
         let signed_card =
-            sign::sign_card(&public_card, &signing_keys, jku).map_err(|e| config(&e))?;
+            sign::sign_card(&public_card, signing_keys, jku).map_err(|e| config(&e))?;
         let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
         let extended = card::extended_card(&public_card, None, what);
         let signed_extended =
-            sign::sign_card(&extended, &signing_keys, jku).map_err(|e| config(&e))?;
+            sign::sign_card(&extended, signing_keys, jku).map_err(|e| config(&e))?;
         let issuers = &inputs.identities.issuers;
         let issuer_extended =
-            issuer_extended_cards((&public_card, what), issuers, (&signing_keys, jku), now)?;
+            issuer_extended_cards((&public_card, what), issuers, (signing_keys, jku), now)?;
         let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
         within_what_clients_read(&card_bytes, extended_json.as_bytes())?;
         let extended_bytes = Bytes::from(extended_json.clone());

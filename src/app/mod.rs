@@ -545,11 +545,12 @@ fn admin_side(
         authenticator: authenticator.clone(),
         budgets: budgets.clone(),
         reread: Arc::default(),
-        reload: std::sync::OnceLock::new(),
     });
     let accounts = account_service(options, store, sharing.changes.clone(), &forget);
     let reloader = Arc::new(reloading.reloader(options, &accounts, (authenticator, budgets)));
-    let _ = forget.reload.set(reloader.clone());
+    sharing
+        .changes
+        .subscribe(Arc::new(reload::ReloadOnChange(reloader.clone())));
     let hearing =
         account_changes::keep_current(store.credentials(), known_ids, announcements, forget);
     let admin_router = admin_router(
@@ -570,6 +571,7 @@ fn admin_side(
 /// What a policy reload replaces besides the account service and the authenticator.
 struct ReloadParts {
     identity: Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+    signing_keys: Vec<crate::jose::sign::CardSigningKey>,
     per_ip: PerIpLimitLayer,
     cards: Arc<std::sync::RwLock<Arc<crate::http::door::CardDocuments>>>,
     agent: Arc<Agent>,
@@ -594,6 +596,7 @@ fn reload_parts(
 ) -> ReloadParts {
     ReloadParts {
         identity,
+        signing_keys: documents.signing_keys.clone(),
         per_ip: guards.per_ip.clone(),
         cards: documents.served.clone(),
         agent: agent.clone(),
@@ -621,7 +624,7 @@ impl ReloadParts {
             agent: self.agent,
             store: self.store,
             clock: options.clock.clone(),
-            data_dir: options.data_dir.clone(),
+            signing_keys: self.signing_keys,
             door_url: self.door_url,
             client_ca_sha256: self.client_ca_sha256,
             changes: self.changes,

@@ -15,7 +15,7 @@ use crate::a2a::agent::Agent;
 use crate::a2a::card;
 use crate::admin::budget::{BudgetDefaults, Budgets};
 use crate::admin::reload::{PolicyReload, ReloadRefused, ReloadTrigger, Reloaded};
-use crate::admin::{AccountDefaults, AccountService};
+use crate::admin::{AccountDefaults, AccountService, Actor, Caller};
 use crate::clock::Clock;
 use crate::config::{Policy, PolicySource};
 use crate::http::door::CardDocuments;
@@ -23,11 +23,10 @@ use crate::layers::auth::PeerAuthenticator;
 use crate::layers::auth::jwt::IdentityProviders;
 use crate::layers::limit::{PerIpLimitLayer, Quota};
 use crate::locks::ReadWriteLocked;
-use crate::shared::changes::{Change, ChangeNotifier};
+use crate::shared::changes::{Change, ChangeListener, ChangeNotifier};
 use crate::store::Store;
 use crate::telemetry::level::{self, LevelSet};
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 /// Whether the dotted `key` can change while serving. The card's extensions are also the
@@ -43,6 +42,7 @@ fn reloadable(key: &str) -> bool {
             | "budgets.tokens_per_month"
             | "peers.default_rate_per_minute"
             | "peers.default_owner"
+            | "admin.reloaders"
     ) || (key.starts_with("card.") && key != "card.extensions")
 }
 
@@ -58,7 +58,8 @@ pub(super) struct Parts {
     pub(super) agent: Arc<Agent>,
     pub(super) store: Store,
     pub(super) clock: Arc<dyn Clock>,
-    pub(super) data_dir: PathBuf,
+    /// The keys that sign the cards, as start-up loaded them: the key set publishes these.
+    pub(super) signing_keys: Vec<crate::jose::sign::CardSigningKey>,
     pub(super) door_url: String,
     pub(super) client_ca_sha256: Option<String>,
     pub(super) changes: Arc<dyn ChangeNotifier>,
@@ -111,10 +112,11 @@ impl Reloader {
             });
         };
         let refused = |e: crate::config::PolicyError| ReloadRefused(e.without_source());
+        // Serialized, and the file read under the lock: two reloads at once would each build
+        // from the same policy in force, and an older text read first could be applied last.
+        let mut in_force = self.in_force.lock().await;
         let text = crate::config::read_policy_file(path).map_err(refused)?;
         let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
-        // Serialized: two reloads at once would each build from the same policy in force.
-        let mut in_force = self.in_force.lock().await;
         if matches!(trigger, ReloadTrigger::Heard) && in_force.digest == Some(digest) {
             return Ok(Reloaded::default());
         }
@@ -129,10 +131,10 @@ impl Reloader {
                 false => restart_needed.push(key),
             }
         }
-        let mut next = in_force.policy.clone();
-        for key in &applied {
-            next = next.with_key_of(&new, key).map_err(refused)?;
-        }
+        let next = in_force
+            .policy
+            .with_keys_of(&new, &applied)
+            .map_err(refused)?;
         let built = self.build(&next, &applied).await?;
         let notes = self.put_in_place(built);
         in_force.policy = next;
@@ -180,7 +182,8 @@ impl Reloader {
                 agent: backend.description(),
             };
             let (store, now) = (&self.parts.store, self.parts.clock.now());
-            let cards = SignedCards::build(policy, &self.parts.data_dir, store, &inputs, now)
+            let keys = &self.parts.signing_keys;
+            let cards = SignedCards::build(policy, keys, store, &inputs, now)
                 .await
                 .map_err(refused)?;
             // Checked here, so putting them in place cannot fail.
@@ -240,6 +243,7 @@ impl PolicyReload for Reloader {
     async fn reload(&self, trigger: ReloadTrigger) -> Result<Reloaded, ReloadRefused> {
         let outcome = self.reload_file(&trigger).await;
         log(&trigger, &outcome);
+        self.audit(&trigger, &outcome).await;
         // The others read their own files again; a reload they hear is not told on.
         if let (Ok(reloaded), false) = (&outcome, matches!(trigger, ReloadTrigger::Heard))
             && !reloaded.applied.is_empty()
@@ -247,6 +251,46 @@ impl PolicyReload for Reloader {
             self.parts.changes.publish(Change::Policy);
         }
         outcome
+    }
+
+    async fn may_reload(&self, admin_name: &str) -> bool {
+        let in_force = self.in_force.lock().await;
+        in_force
+            .policy
+            .admin
+            .reloaders
+            .iter()
+            .any(|name| name == admin_name)
+    }
+}
+
+impl Reloader {
+    /// A reload asked for (by an administrator, or `SIGHUP` as the operator) goes into the
+    /// audit log, applied or refused; one heard from another instance is that one's.
+    async fn audit(&self, trigger: &ReloadTrigger, outcome: &Result<Reloaded, ReloadRefused>) {
+        let caller = match trigger {
+            ReloadTrigger::Admin(caller) => caller.clone(),
+            ReloadTrigger::Signal => Caller {
+                actor: Actor::Operator,
+                client: "SIGHUP".to_owned(),
+            },
+            _ => return,
+        };
+        let (verdict, detail) = match outcome {
+            Ok(reloaded) => (
+                "ok",
+                format!(
+                    "applied: {}; restart needed: {}",
+                    reloaded.applied.join(", "),
+                    reloaded.restart_needed.join(", ")
+                ),
+            ),
+            Err(refused) => ("refused", refused.0.clone()),
+        };
+        self.parts
+            .accounts
+            .record_policy_reload(&caller, verdict, detail)
+            .await;
     }
 }
 
@@ -269,5 +313,34 @@ fn log(trigger: &ReloadTrigger, outcome: &Result<Reloaded, ReloadRefused>) {
             "policy reloaded"
         ),
         Err(refused) => tracing::warn!(by, "{refused}"),
+    }
+}
+
+/// After a reload anywhere, how often this instance reads its own file again, and for how long.
+const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+const RECHECK_FOR: u32 = 24;
+
+/// Hears that another instance reloaded its policy (or that changes may have been missed) and
+/// reads this instance's file again: at once, then every [`RECHECK_EVERY`] for two minutes
+/// while its text has not changed, so a file that reaches this host a little after the other's
+/// (configuration management, a mounted volume) is still applied without a `SIGHUP`.
+pub(super) struct ReloadOnChange(pub(super) Arc<Reloader>);
+
+impl ChangeListener for ReloadOnChange {
+    fn changed(&self, change: &Change) {
+        if !matches!(change, Change::Policy | Change::Everyone) {
+            return;
+        }
+        let reloader = self.0.clone();
+        tokio::spawn(async move {
+            for _ in 0..RECHECK_FOR {
+                match reloader.reload(ReloadTrigger::Heard).await {
+                    Ok(reloaded) if reloaded == Reloaded::default() => {}
+                    // Applied, or a file that does not check: said, and done.
+                    _ => return,
+                }
+                tokio::time::sleep(RECHECK_EVERY).await;
+            }
+        });
     }
 }

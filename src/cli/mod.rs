@@ -448,11 +448,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             redis,
             data,
         } => {
+            let hangups = Hangups::listen();
             let (mut policy, policy_source) = Policy::load(policy.as_deref())?;
             policy.override_public_base_url(public_base_url, &policy_source)?;
             // Checked with the policy: cannot fail here.
             let _ = crate::telemetry::level::set(&policy.log.level);
-            let hangups = Hangups::listen();
             let serving_sqlite = data.store.is_none().then(|| data.dir.clone());
             let source_for_cli = policy_source.clone();
             let gateway = start(GatewayOptions {
@@ -627,8 +627,9 @@ fn read_password(whose: &str) -> Result<String, CliError> {
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
 
-/// `SIGHUP`, heard from before start-up on: one sent while the gateway starts reloads its
-/// policy once it serves, instead of ending the process (the signal's default action).
+/// `SIGHUP`, heard from the first thing `serve` does: one sent while the gateway starts
+/// reloads its policy once it serves, instead of ending the process (the signal's default
+/// action).
 struct Hangups(#[cfg(unix)] Option<tokio::signal::unix::Signal>);
 
 impl Hangups {

@@ -84,7 +84,7 @@ pub(super) async fn conversations(command: ConversationsCommand) -> Result<(), C
                 since: when(since)?,
                 until: when(until)?,
                 after,
-                limit: limit + 1,
+                limit,
             };
             let list = on_store(&data, None, async |accounts| {
                 query.owner_id = match owner {
@@ -94,7 +94,7 @@ pub(super) async fn conversations(command: ConversationsCommand) -> Result<(), C
                 accounts.conversations(&Caller::operator(), query).await
             })
             .await?;
-            print_conversations(list, limit as usize, json);
+            print_conversations(list, json);
             Ok(())
         }
         ConversationsCommand::Show {
@@ -115,13 +115,8 @@ pub(super) async fn conversations(command: ConversationsCommand) -> Result<(), C
     }
 }
 
-fn print_conversations(mut list: Vec<crate::store::ConversationSummary>, limit: usize, json: bool) {
-    let next = (list.len() > limit).then(|| {
-        list.truncate(limit);
-        list.last()
-            .map(|last| ConversationCursor::after(last).to_text())
-    });
-    let next = next.flatten();
+fn print_conversations(page: crate::admin::service::ConversationPage, json: bool) {
+    let (list, next) = (page.conversations, page.next.map(|next| next.to_text()));
     if json {
         let conversations: Vec<Value> = list
             .iter()
@@ -260,6 +255,10 @@ pub(super) async fn usage(
     check_period(&period).map_err(|e| CliError::new(format!("--period: {e}")))?;
     let report = on_store(data, None, async |accounts| {
         let caller = Caller::operator();
+        if let Some(name) = &owner {
+            // An owner that does not exist is named, not reported as spending nothing.
+            accounts.admin_id(name).await?;
+        }
         let mut report = Vec::new();
         for admin in accounts.list_admins().await? {
             if owner.as_ref().is_some_and(|name| *name != admin.name) {

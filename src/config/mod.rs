@@ -191,6 +191,11 @@ pub struct AdminPolicy {
     /// (`peergate admin bind NAME --subject VALUE`).
     #[serde(default)]
     pub issuer: Option<auth::IssuerPolicy>,
+    /// Administrators who may reload the policy through the admin API
+    /// (`POST /v1/policy/reload`); none by default: the file is the operator's, who reloads
+    /// with `SIGHUP`.
+    #[serde(default)]
+    pub reloaders: Vec<String>,
 }
 
 /// The largest quota accepted anywhere, in requests per minute.
@@ -278,33 +283,19 @@ impl Policy {
         keys
     }
 
-    /// This policy with the value at dotted `key` taken from `other` (or removed where
-    /// `other` has none), in effect and as the typed tables are read from it again. For
-    /// a reload, which applies some keys of a new file and keeps the rest.
-    pub fn with_key_of(&self, other: &Policy, key: &str) -> Result<Policy, PolicyError> {
+    /// This policy with the values at the dotted `keys` taken from `other` (or removed where
+    /// `other` has none), in effect and as the typed tables are read from it again, all at
+    /// once (a table that appears or goes, such as `[card.provider]`, is several keys that
+    /// only make sense together). For a reload, which applies some keys of a new file and
+    /// keeps the rest. `other` was checked whole when it was read; the merge is not checked
+    /// again as a file would be, since it joins values no one wrote together (a door started
+    /// with `"jwt"` keeps it until a restart, even when the file's last provider is gone:
+    /// then every provider's token is refused): the parts built from it are what must work.
+    pub fn with_keys_of(&self, other: &Policy, keys: &[String]) -> Result<Policy, PolicyError> {
         let mut effective = self.effective.clone();
-        let path: Vec<&str> = key.split('.').collect();
-        let Some((last, parents)) = path.split_last() else {
-            return Ok(self.clone());
-        };
-        let mut theirs = Some(&other.effective);
-        let mut ours = &mut effective;
-        for parent in parents {
-            theirs = theirs
-                .and_then(|t| t.get(*parent))
-                .and_then(toml::Value::as_table);
-            ours = match ours
-                .entry((*parent).to_owned())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-            {
-                toml::Value::Table(table) => table,
-                _ => return Ok(self.clone()),
-            };
+        for key in keys {
+            take_key(&mut effective, &other.effective, key);
         }
-        match theirs.and_then(|t| t.get(*last)) {
-            Some(value) => ours.insert((*last).to_owned(), value.clone()),
-            None => ours.remove(*last),
-        };
         let source = PolicySource::Embedded;
         let mut policy =
             Policy::deserialize(effective.clone()).map_err(|e| PolicyError::Syntax {
@@ -472,6 +463,33 @@ fn layer(base: &mut toml::Table, over: toml::Table) {
 }
 
 /// The dotted keys `over` sets to something other than `base` does (a table's keys one by one).
+/// Puts the value at dotted `key` of `from` into `into` (or removes it there when `from` has
+/// none), creating the tables on the way.
+fn take_key(into: &mut toml::Table, from: &toml::Table, key: &str) {
+    let path: Vec<&str> = key.split('.').collect();
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut theirs = Some(from);
+    let mut ours = into;
+    for parent in parents {
+        theirs = theirs
+            .and_then(|t| t.get(*parent))
+            .and_then(toml::Value::as_table);
+        ours = match ours
+            .entry((*parent).to_owned())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        {
+            toml::Value::Table(table) => table,
+            _ => return,
+        };
+    }
+    match theirs.and_then(|t| t.get(*last)) {
+        Some(value) => ours.insert((*last).to_owned(), value.clone()),
+        None => ours.remove(*last),
+    };
+}
+
 fn changed_keys(
     prefix: &str,
     over: &toml::Table,
@@ -597,7 +615,7 @@ pub const MAX_POLICY_BYTES: u64 = 1024 * 1024;
 
 /// The policy file's text, at most [`MAX_POLICY_BYTES`]: a file larger than that (or a device
 /// such as `/dev/zero`, whose size says nothing) is refused after reading one byte past it.
-/// The text of the policy file at `path`, bounded in size.
+/// The text of the policy file at `path`, at most [`MAX_POLICY_BYTES`].
 pub fn read_policy_file(path: &Path) -> Result<String, PolicyError> {
     use std::io::Read;
     let unreadable = |reason: String| PolicyError::Unreadable {
@@ -667,11 +685,27 @@ mod tests {
         .unwrap();
         let keys: Vec<String> = running.differing_keys(&file).into_iter().collect();
         assert_eq!(keys, ["card.name", "limits.per_ip_per_minute"]);
-        let next = running.with_key_of(&file, "card.name").unwrap();
+        let next = running
+            .with_keys_of(&file, &["card.name".to_owned()])
+            .unwrap();
         assert_eq!(next.card.name, "After");
         assert_eq!(next.limits.per_ip_per_minute, 100);
         let left: Vec<String> = next.differing_keys(&file).into_iter().collect();
         assert_eq!(left, ["limits.per_ip_per_minute"]);
+    }
+
+    #[test]
+    fn a_table_that_appears_is_taken_whole() {
+        let running = Policy::parse("", &PolicySource::Embedded).unwrap();
+        let file = Policy::parse(
+            "[card.provider]\norganization = \"Example\"\nurl = \"https://example.com\"\n",
+            &PolicySource::Embedded,
+        )
+        .unwrap();
+        let keys: Vec<String> = running.differing_keys(&file).into_iter().collect();
+        assert_eq!(keys, ["card.provider.organization", "card.provider.url"]);
+        let next = running.with_keys_of(&file, &keys).unwrap();
+        assert_eq!(next.card.provider.unwrap().organization, "Example");
     }
 
     #[test]

@@ -886,7 +886,8 @@ async fn reinstate(
 #[utoipa::path(post, path = "/v1/policy/reload", tag = "operations",
     responses(
         (status = 200, description = "The policy file was read again: the keys applied, the keys whose new values wait for a restart (the old ones stay in force), and notes", body = Reloaded),
-        (status = 400, description = "The file could not be read, did not check, or describes a part that cannot be built: the policy in force is kept, and the message says why", body = ErrorBody)))]
+        (status = 400, description = "The file could not be read, did not check, or describes a part that cannot be built: the policy in force is kept, and the message says why", body = ErrorBody),
+        (status = 403, description = "The policy in force does not list this administrator in `admin.reloaders`", body = ErrorBody)))]
 async fn reload_policy(
     State(state): State<AdminState>,
     admin: AuthenticatedAdmin,
@@ -897,22 +898,16 @@ async fn reload_policy(
             ServiceError::NotFound("this gateway does not reload its policy".to_owned()).into(),
         );
     };
-    let outcome = reload.reload(ReloadTrigger::Admin(caller.clone())).await;
-    let (verdict, detail) = match &outcome {
-        Ok(reloaded) => (
-            "ok",
-            format!(
-                "applied: {}; restart needed: {}",
-                reloaded.applied.join(", "),
-                reloaded.restart_needed.join(", ")
-            ),
-        ),
-        Err(refused) => ("refused", refused.0.clone()),
-    };
-    state
-        .service
-        .record_policy_reload(&caller, verdict, detail)
-        .await;
+    // The file is the operator's; an administrator applies it only when the policy says so.
+    if !reload.may_reload(admin.name()).await {
+        let why = "this administrator may not reload the policy (admin.reloaders)";
+        state
+            .service
+            .record_policy_reload(&caller, "denied", why.to_owned())
+            .await;
+        return Err(ServiceError::Forbidden(why).into());
+    }
+    let outcome = reload.reload(ReloadTrigger::Admin(caller)).await;
     outcome
         .map(Json)
         .map_err(|refused| ApiError::Reload(refused.to_string()))
@@ -1051,18 +1046,13 @@ async fn list_conversations(
         since: when("since", &params.since)?,
         until: when("until", &params.until)?,
         after: params.cursor.as_deref().map(parse_cursor).transpose()?,
-        // One more than asked: whether there is a next page.
-        limit: limit + 1,
+        limit,
     };
-    let mut list = state.service.conversations(&caller(&admin), query).await?;
-    let next = (list.len() > limit as usize).then(|| {
-        list.truncate(limit as usize);
-        list.last()
-            .map(|last| crate::store::ConversationCursor::after(last).to_text())
-    });
+    let page = state.service.conversations(&caller(&admin), query).await?;
     Ok(Json(ConversationList {
-        next: next.flatten(),
-        conversations: list
+        next: page.next.map(|next| next.to_text()),
+        conversations: page
+            .conversations
             .into_iter()
             .map(|c| ConversationSummaryView {
                 peer: c.peer_name,

@@ -75,8 +75,10 @@ pub trait CardSigner: Send + Sync {
     fn public_jwk(&self) -> Option<Value>;
 }
 
-/// A card-signing key (any [`CardSigner`]).
-pub struct CardSigningKey(Box<dyn CardSigner>);
+/// A card-signing key (any [`CardSigner`]); clones share the key (a reload signs the cards
+/// again with the keys start-up loaded, the ones the key set publishes).
+#[derive(Clone)]
+pub struct CardSigningKey(std::sync::Arc<dyn CardSigner>);
 
 impl std::fmt::Debug for CardSigningKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,7 +93,7 @@ impl std::fmt::Debug for CardSigningKey {
 impl CardSigningKey {
     /// A key from any signer.
     pub fn new(signer: impl CardSigner + 'static) -> Self {
-        Self(Box::new(signer))
+        Self(std::sync::Arc::new(signer))
     }
 
     /// HMAC-SHA-256 with a shared secret (the loader refuses fewer than 32 bytes).

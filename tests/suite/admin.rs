@@ -507,7 +507,10 @@ async fn the_owner_reads_every_part_a_task_a_page_of_conversations_and_usage_by_
     let (_, old) = ada.get("/v1/usage?period=1999-01").await;
     assert_eq!(old["tokensInPeriod"], 0);
     assert_eq!(old["peersInPeriod"], json!([]));
-    assert_eq!(ada.get("/v1/usage?period=last-week").await.0, 400);
+    for wrong in ["last-week", "2026-13", "2026-12-32", "2026-1-05"] {
+        let (status, body) = ada.get(&format!("/v1/usage?period={wrong}")).await;
+        assert_eq!(status, 400, "{wrong}: {body}");
+    }
     gw.stop().await;
 }
 

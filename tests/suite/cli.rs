@@ -1773,6 +1773,9 @@ async fn the_operator_reads_conversations_tasks_and_usage_and_every_listing_as_j
     let (code, _, stderr) = cli_on(&served.data, &["usage", "--period", "last-week"]);
     assert_ne!(code, 0);
     assert!(stderr.contains("--period"), "{stderr}");
+    let (code, _, stderr) = cli_on(&served.data, &["usage", "--owner", "nobody"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("nobody"), "{stderr}");
 
     let peers = json_of(&["peer", "list", "--json"]);
     assert_eq!(peers[0]["name"], "alice", "{peers}");

@@ -72,11 +72,16 @@ impl Shared {
 
     /// `peergate serve` on the shared store and Redis.
     fn instance(&self) -> ServeProcess {
+        self.instance_with(&self.policy)
+    }
+
+    /// An instance serving the same store with Redis, on the policy file `policy`.
+    fn instance_with(&self, policy: &std::path::Path) -> ServeProcess {
         ServeProcess::start_args(
             self.dir.path(),
             &[
                 "--policy",
-                self.policy.to_str().unwrap(),
+                policy.to_str().unwrap(),
                 "--store",
                 &self.store_url,
                 "--redis",
@@ -1300,7 +1305,9 @@ async fn a_reload_through_one_instance_removes_a_provider_on_the_other_within_a_
         ("other", "https://idp.other.example"),
     ];
     let Some(shared) = Shared::start(&model, |mut policy| {
-        policy = policy.set("auth.schemes", ["bearer", "jwt"]);
+        policy = policy
+            .set("auth.schemes", ["bearer", "jwt"])
+            .set("admin.reloaders", ["ada"]);
         for ((name, issuer), file) in issuers.iter().zip(&files) {
             policy = policy.push_table(
                 "auth.issuers",
@@ -1317,16 +1324,36 @@ async fn a_reload_through_one_instance_removes_a_provider_on_the_other_within_a_
         return;
     };
     bind_alice_to_acme(&shared);
-    let (a, b) = (shared.instance(), shared.instance());
+    let policy_path = shared.policy.to_str().unwrap().to_owned();
+    let (code, _, stderr) = shared.cli(&[
+        "peer",
+        "add",
+        "bob",
+        "--issuer",
+        "other",
+        "--subject",
+        "agent-b",
+        "--policy",
+        &policy_path,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // Each instance reads its own file, as on two hosts.
+    let b_policy = shared.dir.path().join("b-policy.toml");
+    std::fs::copy(&shared.policy, &b_policy).unwrap();
+    let (a, b) = (shared.instance(), shared.instance_with(&b_policy));
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64;
     let token = acme_key.access_token(issuers[0].1, audience, "agent-a", "a2a:tasks:read", now);
-    let asked = post_raw(&b.door(), Some(&token), get_task_request("none")).await;
-    assert_eq!(asked.0, 200);
+    let other = other_key.access_token(issuers[1].1, audience, "agent-b", "a2a:tasks:read", now);
+    for token in [&token, &other] {
+        let asked = post_raw(&b.door(), Some(token), get_task_request("none")).await;
+        assert_eq!(asked.0, 200);
+    }
 
-    // The shared file loses acme; only instance a is asked to reload.
+    // Both files lose acme (configuration management reached both hosts); only instance a is
+    // asked to reload, and b follows within a second.
     let mut file: toml_edit::DocumentMut = std::fs::read_to_string(&shared.policy)
         .unwrap()
         .parse()
@@ -1336,6 +1363,7 @@ async fn a_reload_through_one_instance_removes_a_provider_on_the_other_within_a_
         .unwrap()
         .remove(0);
     std::fs::write(&shared.policy, file.to_string()).unwrap();
+    std::fs::write(&b_policy, file.to_string()).unwrap();
     let (status, body) = admin_post(&a, "/v1/policy/reload", json!({})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["applied"], json!(["auth.issuers"]), "{body}");
@@ -1343,6 +1371,38 @@ async fn a_reload_through_one_instance_removes_a_provider_on_the_other_within_a_
         refused_within_a_second(&b, &token).await,
         "the other instance still took the removed provider's token after a second"
     );
+
+    // Now the other provider goes, and b's file arrives later than a's: b, told of a's reload
+    // while its file was still the old one, keeps reading it and applies it when it comes.
+    file["auth"]["issuers"]
+        .as_array_of_tables_mut()
+        .unwrap()
+        .remove(0);
+    file["auth"]["schemes"] = toml_edit::value(toml_edit::Array::from_iter(["bearer"]));
+    std::fs::write(&shared.policy, file.to_string()).unwrap();
+    let (status, body) = admin_post(&a, "/v1/policy/reload", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        post_raw(&b.door(), Some(&other), get_task_request("none"))
+            .await
+            .0,
+        200,
+        "b applied a file it did not have yet"
+    );
+    std::fs::write(&b_policy, file.to_string()).unwrap();
+    let since = Instant::now();
+    while post_raw(&b.door(), Some(&other), get_task_request("none"))
+        .await
+        .0
+        != 401
+    {
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the other instance never read its changed file again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -24,7 +24,8 @@ fn now_s() -> i64 {
 fn policy(issuers: &[(&str, &str, &std::path::Path)], card_name: &str) -> PolicyEdit {
     let mut edit = PolicyEdit::default()
         .set("auth.schemes", ["bearer", "jwt"])
-        .set("card.name", card_name);
+        .set("card.name", card_name)
+        .set("admin.reloaders", ["ada"]);
     for (name, issuer, file) in issuers {
         edit = edit.push_table(
             "auth.issuers",
@@ -186,6 +187,19 @@ async fn sighup_applies_what_can_change_names_what_cannot_and_keeps_the_policy_o
     assert!(refused.contains("limits.per_ip_per_minute"), "{refused}");
     assert_eq!(card_name(&served).await, "After");
 
+    // Each SIGHUP is in the audit log as the operator's, the refused one too.
+    let (code, audit, stderr) = cli_on(&data, &["audit", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let audit: Value = serde_json::from_str(&audit).unwrap();
+    let by_signal: Vec<&Value> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["action"] == "policy.reloaded" && r["client"] == "SIGHUP")
+        .collect();
+    assert_eq!(by_signal.len(), 3, "{audit:#}");
+    assert_eq!(by_signal[2]["outcome"], "refused", "{audit:#}");
+
     // The lowered limit counts what this address spent: a few more calls meet it.
     let mut statuses = Vec::new();
     for _ in 0..6 {
@@ -196,12 +210,17 @@ async fn sighup_applies_what_can_change_names_what_cannot_and_keeps_the_policy_o
 
 /// Posts `/v1/policy/reload` as the administrator.
 async fn reload_by_api(served: &ServedPolicy) -> (u16, Value) {
+    reload_as(served, "ada").await
+}
+
+/// Posts `/v1/policy/reload` as the administrator `name`.
+async fn reload_as(served: &ServedPolicy, name: &str) -> (u16, Value) {
     let response = reqwest::Client::new()
         .post(format!(
             "http://{}/v1/policy/reload",
             served.server.admin_addr
         ))
-        .basic_auth("ada", Some(ADMIN_PASSWORD))
+        .basic_auth(name, Some(ADMIN_PASSWORD))
         .json(&json!({}))
         .send()
         .await
@@ -216,12 +235,24 @@ async fn the_admin_api_reloads_under_load_losing_no_call_and_refuses_a_part_that
     let keys = key_file(&key);
     let acme = [("acme", ACME, keys.path())];
     let served = ServedPolicy::start(&policy(&acme, "Zero"), &["alice"], &[]);
-    let (code, _, stderr) = cli_with_stdin_on(
-        &served.data,
-        &["admin", "add", "ada"],
-        &format!("{ADMIN_PASSWORD}\n"),
+    for name in ["ada", "bob"] {
+        let (code, _, stderr) = cli_with_stdin_on(
+            &served.data,
+            &["admin", "add", name],
+            &format!("{ADMIN_PASSWORD}\n"),
+        );
+        assert_eq!(code, 0, "{stderr}");
+    }
+    // The file is the operator's: only an administrator the policy names may apply it.
+    let (status, body) = reload_as(&served, "bob").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("admin.reloaders"),
+        "{body}"
     );
-    assert_eq!(code, 0, "{stderr}");
     let (door, token) = (served.server.door(), served.tokens[0].clone());
 
     // Calls keep coming while the card changes five times: every one is answered (24 calls,

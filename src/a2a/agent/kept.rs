@@ -26,14 +26,21 @@ struct KeptPart<'a> {
     data: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     raw: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    url: Option<&'a str>,
+    /// The URL as kept (see [`KeptPart::url`]).
+    #[serde(rename = "url", skip_serializing_if = "Option::is_none")]
+    kept_url: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    query_omitted: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     size: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sha256: Option<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     content_omitted: bool,
+    /// Bytes that are not base64 (an agent's answer may carry anything): neither kept nor
+    /// described by a size and digest of nothing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    undecodable: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     filename: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -61,7 +68,14 @@ impl<'a> KeptPart<'a> {
 
     /// A file's bytes (base64): its size and digest, and the bytes within the bound.
     fn raw(raw: &'a str) -> Self {
-        let bytes = super::message::decode_base64(raw).unwrap_or_default();
+        let Some(bytes) = super::message::decode_base64(raw) else {
+            return Self {
+                kind: "file",
+                content_omitted: true,
+                undecodable: true,
+                ..Self::default()
+            };
+        };
         let within = bytes.len() <= KEPT_FILE_BYTES;
         Self {
             kind: "file",
@@ -73,13 +87,31 @@ impl<'a> KeptPart<'a> {
         }
     }
 
-    /// A file's URL, within the bound.
+    /// A file's URL within the bound, without its query, fragment or credentials (a signed
+    /// download link carries its grant there, which the conversation does not keep).
     fn url(url: &'a str) -> Self {
-        let within = url.chars().count() <= KEPT_URL_CHARS;
+        let kept = reqwest::Url::parse(url).ok().map(|mut parsed| {
+            let had_more = parsed.query().is_some()
+                || parsed.fragment().is_some()
+                || !parsed.username().is_empty()
+                || parsed.password().is_some();
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            (parsed.to_string(), had_more)
+        });
+        let (kept, query_omitted) = match kept {
+            Some((kept, had_more)) if kept.chars().count() <= KEPT_URL_CHARS => {
+                (Some(kept), had_more)
+            }
+            _ => (None, false),
+        };
         Self {
             kind: "file",
-            url: within.then_some(url),
-            content_omitted: !within,
+            content_omitted: kept.is_none(),
+            kept_url: kept,
+            query_omitted,
             ..Self::default()
         }
     }
@@ -171,7 +203,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn every_kind_is_kept_and_a_big_file_is_described_without_its_bytes() {
+    fn every_kind_is_kept_a_big_file_described_and_a_links_grant_left_out() {
         let small = base64::engine::general_purpose::STANDARD.encode(b"hello");
         let big = base64::engine::general_purpose::STANDARD.encode(vec![7u8; KEPT_FILE_BYTES + 1]);
         let mut file = a2a::Part::of(PartContent::Raw(small.clone()));
@@ -184,6 +216,10 @@ mod tests {
                 file,
                 a2a::Part::of(PartContent::Raw(big)),
                 a2a::Part::of(PartContent::Url("https://files.example/a.pdf".into())),
+                a2a::Part::of(PartContent::Url(
+                    "https://u:p@files.example/b.pdf?sig=secret#x".into(),
+                )),
+                a2a::Part::of(PartContent::Raw("not base64 at all!".into())),
             ],
             &[],
         ))
@@ -199,5 +235,13 @@ mod tests {
         assert_eq!(kept[3]["contentOmitted"], json!(true));
         assert!(kept[3].get("raw").is_none());
         assert_eq!(kept[4]["url"], json!("https://files.example/a.pdf"));
+        assert!(kept[4].get("queryOmitted").is_none());
+        // A signed link's grant is not kept.
+        assert_eq!(kept[5]["url"], json!("https://files.example/b.pdf"));
+        assert_eq!(kept[5]["queryOmitted"], json!(true));
+        assert_eq!(
+            kept[6],
+            json!({"kind": "file", "contentOmitted": true, "undecodable": true})
+        );
     }
 }
