@@ -208,20 +208,32 @@ async fn sighup_applies_what_can_change_names_what_cannot_and_keeps_the_policy_o
     assert!(statuses.contains(&429), "{statuses:?}");
 }
 
-/// Posts `/v1/policy/reload` as the administrator.
+/// Posts `/v1/policy/reload` as the administrator ada.
 async fn reload_by_api(served: &ServedPolicy) -> (u16, Value) {
     reload_as(served, "ada").await
 }
 
 /// Posts `/v1/policy/reload` as the administrator `name`.
 async fn reload_as(served: &ServedPolicy, name: &str) -> (u16, Value) {
-    let response = reqwest::Client::new()
-        .post(format!(
-            "http://{}/v1/policy/reload",
-            served.server.admin_addr
-        ))
+    as_admin(served, name, "/v1/policy/reload", Some(json!({}))).await
+}
+
+/// A request to the admin API as the administrator `name`: a POST of `body`, else a GET;
+/// (status, JSON answer).
+async fn as_admin(
+    served: &ServedPolicy,
+    name: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let url = format!("http://{}{path}", served.server.admin_addr);
+    let client = reqwest::Client::new();
+    let request = match body {
+        Some(body) => client.post(url).json(&body),
+        None => client.get(url),
+    };
+    let response = request
         .basic_auth(name, Some(ADMIN_PASSWORD))
-        .json(&json!({}))
         .send()
         .await
         .unwrap();
@@ -295,32 +307,10 @@ async fn the_admin_api_reloads_under_load_losing_no_call_and_refuses_a_part_that
         json!(["budgets.tokens_per_day", "peers.default_rate_per_minute"]),
         "{body}"
     );
-    let admin = |path: &str| {
-        reqwest::Client::new()
-            .request(
-                reqwest::Method::GET,
-                format!("http://{}{path}", served.server.admin_addr),
-            )
-            .basic_auth("ada", Some(ADMIN_PASSWORD))
-    };
-    let usage: Value = admin("/v1/usage")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, usage) = as_admin(&served, "ada", "/v1/usage", None).await;
     assert_eq!(usage["tokensPerDay"], 4242, "{usage}");
-    let created: Value = reqwest::Client::new()
-        .post(format!("http://{}/v1/peers", served.server.admin_addr))
-        .basic_auth("ada", Some(ADMIN_PASSWORD))
-        .json(&json!({"name": "late"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let late = json!({"name": "late"});
+    let (_, created) = as_admin(&served, "ada", "/v1/peers", Some(late)).await;
     assert_eq!(created["peer"]["ratePerMinute"], 77, "{created}");
 
     // A new card name beside a provider whose key set cannot be read: neither is applied, and
@@ -340,15 +330,7 @@ async fn the_admin_api_reloads_under_load_losing_no_call_and_refuses_a_part_that
     assert_eq!(card_name(&served).await, "Round 5");
 
     // Each reload is in the administrator's audit trail, the refusal too.
-    let audit: Value = reqwest::Client::new()
-        .get(format!("http://{}/v1/audit", served.server.admin_addr))
-        .basic_auth("ada", Some(ADMIN_PASSWORD))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, audit) = as_admin(&served, "ada", "/v1/audit", None).await;
     let reloads: Vec<&Value> = audit["records"]
         .as_array()
         .unwrap()
