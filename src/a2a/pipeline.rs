@@ -222,8 +222,8 @@ impl Pipeline {
         })
     }
 
-    /// The protocol version and required extensions, the token's scope, the operation
-    /// offered, the request read; then the shared admission, for a refusal too, so a caller
+    /// The protocol version and required extensions, the token's scope and the operations the
+    /// peer was given, the operation offered, the request read; then the shared admission, for a refusal too, so a caller
     /// past its limit hears 429 whatever else was wrong (a turn settles it itself, with its
     /// lock and spend, in the same one call).
     async fn admit(&self, caller: &Caller, asked: Asked) -> Result<A2aRequest, CallRefused> {
@@ -243,6 +243,12 @@ impl Pipeline {
             && !caller.peer.may(scope)
         {
             return Err(CallRefused::Guard(Refusal::InsufficientScope { scope }));
+        }
+        // What its administrator gave the peer, like its token's scopes: decided before the
+        // operation reads anything, so another peer's task cannot be told from none.
+        if !caller.peer.may_call(asked.method) {
+            let method = asked.method.name();
+            return Err(CallRefused::Guard(Refusal::OperationNotAllowed { method }));
         }
         self.service.offered(asked.method)?;
         Ok(asked.request?)

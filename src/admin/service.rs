@@ -967,6 +967,7 @@ impl AccountService {
                     owner_name: owner.1,
                     expires_at: new.expires_at,
                     trusts_trace: false,
+                    operations: None,
                 };
                 tx.insert_peer(&peer).await.map_err(store_conflict)?;
                 tx.audit(&self.entry(
@@ -1352,6 +1353,37 @@ impl AccountService {
                     "trace context {} -> {}",
                     show(peer.trusts_trace),
                     show(trusted)
+                );
+                self.finish_change(tx, op, &peer, detail).await
+            },
+        )
+        .await
+    }
+
+    /// Limits the operations a peer may call (`None`: every one the policy offers again). A
+    /// running gateway hears of it like a revocation.
+    pub async fn set_operations(
+        &self,
+        caller: &Caller,
+        name: &str,
+        operations: Option<crate::protocol::operations::OperationSet>,
+    ) -> Result<(), ServiceError> {
+        self.audited(
+            Operation::new(
+                caller,
+                AuditAction::PeerOperationsChanged,
+                format!("peer:{name}"),
+            ),
+            async |op| {
+                let (mut tx, peer) = self.begin_change(caller, name).await?;
+                tx.set_peer_operations(&peer.id, operations).await?;
+                let show = |set: Option<crate::protocol::operations::OperationSet>| {
+                    set.map_or_else(|| "all".to_owned(), |set| set.to_text())
+                };
+                let detail = format!(
+                    "operations {} -> {}",
+                    show(peer.operations),
+                    show(operations)
                 );
                 self.finish_change(tx, op, &peer, detail).await
             },

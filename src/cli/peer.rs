@@ -179,6 +179,18 @@ pub(super) enum PeerCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Limit the A2A operations a peer may call, on every binding: `read-only` (GetTask,
+    /// ListTasks, SubscribeToTask, GetExtendedAgentCard), a list such as
+    /// `GetTask,ListTasks`, or `all` again, e.g. `peergate peer operations NAME read-only`.
+    Operations {
+        /// The peer's name.
+        name: String,
+        /// `read-only`, `all`, or operations' names separated by commas.
+        #[arg(value_name = "read-only|all|LIST")]
+        operations: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Give a peer a daily token budget of its own, besides its owner's, e.g. `peergate peer
     /// budget NAME --tokens-per-day 50000`; `none` leaves it only its owner's.
     Budget {
@@ -257,6 +269,11 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             data,
         } => set_streams(&name, &streams, &data).await,
         PeerCommand::Trace { name, trust, data } => set_trace_trust(&name, &trust, &data).await,
+        PeerCommand::Operations {
+            name,
+            operations,
+            data,
+        } => set_operations(&name, &operations, &data).await,
         PeerCommand::Expire { name, when, data } => expire(&name, &when, &data).await,
         PeerCommand::Budget {
             name,
@@ -343,6 +360,7 @@ fn peers_json(
                 "createdAt": rfc3339_millis(peer.created_at), "lastUsedAt": when(peer.last_used_at),
                 "expiresAt": when(peer.expires_at), "identities": bound,
                 "credentials": credentials.get(peer.id.as_str()).cloned().unwrap_or_default(),
+                "operations": peer.operations.map(|set| set.names()),
             })
         })
         .collect();
@@ -378,6 +396,30 @@ async fn bind(
 }
 
 /// `peer trace`: whether the peer's own trace context is continued.
+/// `peer operations NAME read-only|all|LIST`.
+async fn set_operations(name: &str, operations: &str, data: &DataDir) -> Result<(), CliError> {
+    use crate::protocol::operations::OperationSet;
+    let set = match operations.trim() {
+        "all" => None,
+        text => Some(
+            OperationSet::parse(text)
+                .map_err(|why| CliError::new(format!("cannot read {operations:?}: {why}")))?,
+        ),
+    };
+    on_store(data, None, async |accounts| {
+        accounts
+            .set_operations(&Caller::operator(), name, set)
+            .await
+    })
+    .await?;
+    let shown = set.map_or_else(
+        || "every operation the policy offers".to_owned(),
+        |set| set.names().join(", "),
+    );
+    eprintln!("peer {name} may now call {shown}. {CACHE_NOTE}");
+    Ok(())
+}
+
 async fn set_trace_trust(name: &str, trust: &str, data: &DataDir) -> Result<(), CliError> {
     let trusted = match trust {
         "trusted" => true,
@@ -616,6 +658,9 @@ fn print_peers(peers: Vec<crate::store::PeerRecord>, (identities, credentials): 
         }
         if let Some(kinds) = credentials.get(peer.id.as_str()) {
             println!("  credentials: {}", kinds.join(", "));
+        }
+        if let Some(operations) = peer.operations {
+            println!("  operations: {}", operations.names().join(", "));
         }
         for identity in identities.get(peer.id.as_str()).into_iter().flatten() {
             println!("  bound: {}", identity.describe());

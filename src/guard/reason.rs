@@ -31,11 +31,13 @@ pub enum RefusalReason {
     InsufficientScope,
     /// An HTTP/2 connection whose client has not taken the answers it holds.
     NotReading,
+    /// A peer calling an operation its administrator did not give it.
+    OperationNotAllowed,
 }
 
 impl RefusalReason {
     /// Every reason, in declaration order: `ALL[r as usize] == r`.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::Unauthenticated,
         Self::PerIp,
         Self::FailedAuth,
@@ -49,6 +51,7 @@ impl RefusalReason {
         Self::CrossSiteRequest,
         Self::InsufficientScope,
         Self::NotReading,
+        Self::OperationNotAllowed,
     ];
 
     /// The label metrics and the access log show.
@@ -67,9 +70,10 @@ impl RefusalReason {
             Self::CrossSiteRequest => "cross_site_request",
             Self::InsufficientScope => "insufficient_scope",
             Self::NotReading => "not_reading",
+            Self::OperationNotAllowed => "operation_not_allowed",
         }
     }
 }
 
 // A reason added after the last one in `ALL` fails to compile here until `ALL` lists it.
-const _: () = assert!(RefusalReason::NotReading as usize + 1 == RefusalReason::ALL.len());
+const _: () = assert!(RefusalReason::OperationNotAllowed as usize + 1 == RefusalReason::ALL.len());

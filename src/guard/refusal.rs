@@ -61,6 +61,15 @@ pub enum Refusal {
         /// The scope needed.
         scope: OperationScope,
     },
+    /// The peer's administrator did not give it this operation (403); what it may do is the
+    /// administrator's to say, so the message names the operation and nothing more.
+    #[error(
+        "this peer may not call {method}: its administrator limited the operations it may call"
+    )]
+    OperationNotAllowed {
+        /// The operation's 1.0 name.
+        method: &'static str,
+    },
     /// The peer holds as many open streams as it may (429, with `Retry-After`).
     #[error(
         "this peer already holds {cap} open streams, as many as it may (limits.streams_per_peer, or its own cap): close one, or follow tasks with GetTask"
@@ -151,9 +160,10 @@ impl Refusal {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
             Self::Conflict(_) => StatusCode::CONFLICT,
-            Self::Forbidden(_) | Self::CrossSite(_) | Self::InsufficientScope { .. } => {
-                StatusCode::FORBIDDEN
-            }
+            Self::Forbidden(_)
+            | Self::CrossSite(_)
+            | Self::InsufficientScope { .. }
+            | Self::OperationNotAllowed { .. } => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -176,6 +186,7 @@ impl Refusal {
             Self::Forbidden(_) => "forbidden",
             Self::CrossSite(_) => "cross_site_request",
             Self::InsufficientScope { .. } => "insufficient_scope",
+            Self::OperationNotAllowed { .. } => "operation_not_allowed",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::Unavailable(_) => "unavailable",
             Self::Internal { .. } => "internal",
@@ -201,6 +212,7 @@ impl Refusal {
             Self::TooManyStreams { .. } => Some(RefusalReason::TooManyStreams),
             Self::NotReading { .. } => Some(RefusalReason::NotReading),
             Self::InsufficientScope { .. } => Some(RefusalReason::InsufficientScope),
+            Self::OperationNotAllowed { .. } => Some(RefusalReason::OperationNotAllowed),
             _ => None,
         }
     }

@@ -115,6 +115,7 @@ fn guarded_routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(set_limit))
         .routes(routes!(set_streams))
         .routes(routes!(set_trace_trust))
+        .routes(routes!(set_operations))
         .routes(routes!(set_peer_budget))
         .routes(routes!(bind_identity))
         .routes(routes!(unbind_identity))
@@ -313,6 +314,8 @@ struct PeerView {
     /// The credentials peergate issued it that still open the door: `token`, `api_key`,
     /// `password`.
     credentials: Vec<String>,
+    /// The A2A operations it may call, by their 1.0 names; `null`: every one offered.
+    operations: Option<Vec<&'static str>>,
     /// The identities bound to it besides the credentials peergate issues.
     identities: Vec<IdentityView>,
 }
@@ -397,6 +400,7 @@ impl PeerView {
                 .map(IdentityView::of)
                 .collect(),
             status: p.standing(now).to_owned(),
+            operations: p.operations.map(|set| set.names()),
             name: p.name,
             id: p.id.to_string(),
             owner: p.owner_name,
@@ -686,6 +690,43 @@ struct PeerBudgetRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u64>, required = true)]
     tokens_per_day: Option<Option<u64>>,
+}
+
+/// The operations a peer may call.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OperationsRequest {
+    /// The A2A operations' names (1.0, e.g. `GetTask`, or 0.3), or `["read-only"]`
+    /// (GetTask, ListTasks, SubscribeToTask, GetExtendedAgentCard); `null` for every one the
+    /// policy offers. Required.
+    #[serde(default, deserialize_with = "present")]
+    operations: Option<Option<Vec<String>>>,
+}
+
+#[utoipa::path(put, path = "/v1/peers/{name}/operations", tag = "peers",
+    params(("name" = String, Path, description = "The peer's name")),
+    request_body = OperationsRequest,
+    responses((status = 200, body = PeerView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn set_operations(
+    State(state): State<AdminState>,
+    admin: AuthenticatedAdmin,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<PeerView>, ApiError> {
+    use crate::protocol::operations::OperationSet;
+    let request: OperationsRequest = parse_body(&body)?;
+    let Some(asked) = request.operations else {
+        return Err(ApiError::Body(
+            "operations is required (null for every one)".to_owned(),
+        ));
+    };
+    let set = asked
+        .map(|names| OperationSet::parse(&names.join(",")))
+        .transpose()
+        .map_err(|why| invalid_owned("operations", why))?;
+    let caller = caller(&admin);
+    state.service.set_operations(&caller, &name, set).await?;
+    peer_view(&state, &caller, &name).await
 }
 
 #[utoipa::path(put, path = "/v1/peers/{name}/budget", tag = "peers",
@@ -1063,6 +1104,10 @@ async fn list_conversations(
             })
             .collect(),
     }))
+}
+
+fn invalid_owned(field: &'static str, reason: String) -> ApiError {
+    ApiError::Service(ServiceError::Invalid { field, reason })
 }
 
 fn invalid(field: &'static str, reason: &str) -> ApiError {

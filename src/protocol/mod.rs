@@ -10,6 +10,7 @@ pub mod grpc_generated;
 pub mod ids;
 pub mod json;
 pub mod jsonrpc;
+pub mod operations;
 pub mod request_id;
 pub mod shown_text;
 pub mod types;

@@ -69,6 +69,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("max_streams", Kind::OptInt),
             ("tokens_per_day", Kind::OptInt),
             ("trusts_trace", Kind::Bool),
+            ("operations", Kind::OptText),
         ],
     ),
     (

@@ -471,6 +471,12 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         peer_id: &PeerId,
         trusted: bool,
     ) -> Result<(), StoreError>;
+    /// Sets the operations a peer may call (`None`: every one the policy offers).
+    async fn set_peer_operations(
+        &mut self,
+        peer_id: &PeerId,
+        operations: Option<crate::protocol::operations::OperationSet>,
+    ) -> Result<(), StoreError>;
     /// Sets or clears a peer's expiry.
     async fn set_peer_expiry(
         &mut self,
@@ -560,6 +566,21 @@ pub trait StoreEngine: Send + Sync + std::fmt::Debug {
     /// Starts hearing what [`StoreEngine::announce`] sends, for the gateway serving this store
     /// (after [`StoreEngine::claim_for_serving`]). Ends when the receiver is dropped.
     async fn hear_announcements(&self) -> Result<Announcements, StoreError>;
+}
+
+/// A peer's `operations` column as a set: `None` (every operation) when empty. A value this
+/// release cannot read whole (a newer release's operation) keeps only what it can name, and
+/// nothing when it names none: it narrows, never widens.
+pub(crate) fn operations_column(
+    text: Option<String>,
+) -> Option<crate::protocol::operations::OperationSet> {
+    use crate::protocol::operations::OperationSet;
+    let text = text?;
+    let known: Vec<crate::protocol::jsonrpc::Method> = text
+        .split(',')
+        .filter_map(|name| crate::protocol::jsonrpc::Method::from_name(name.trim()))
+        .collect();
+    Some(OperationSet::of(&known))
 }
 
 /// The longest note [`StoreEngine::announce`] carries; longer ones are not sent.

@@ -166,6 +166,8 @@ pub struct PeerRecord {
     pub expires_at: Option<Timestamp>,
     /// Its own trace context is continued, not only linked to (`peergate peer trace`).
     pub trusts_trace: bool,
+    /// The operations it may call; `None`: every one the policy offers.
+    pub operations: Option<crate::protocol::operations::OperationSet>,
 }
 
 impl PeerRecord {
@@ -197,6 +199,8 @@ pub struct CredentialRecord {
     pub max_streams: Option<u32>,
     /// The peer's own trace context is continued.
     pub trusts_trace: bool,
+    /// The operations it may call; `None`: every one the policy offers.
+    pub operations: Option<crate::protocol::operations::OperationSet>,
     /// The administrator the peer acts for.
     pub owner_id: String,
     /// When the credential stops working (a rotation's grace period or the peer's expiry,
@@ -221,6 +225,8 @@ pub struct PeerLogin {
     pub max_streams: Option<u32>,
     /// The peer's own trace context is continued.
     pub trusts_trace: bool,
+    /// The operations it may call; `None`: every one the policy offers.
+    pub operations: Option<crate::protocol::operations::OperationSet>,
     /// The administrator the peer acts for.
     pub owner_id: String,
     /// When the peer expires.
@@ -575,13 +581,15 @@ pub enum AuditAction {
     AdminIdentityUnbound,
     /// Whether a peer's own trace context is continued changed.
     PeerTraceTrustChanged,
+    /// The operations a peer may call changed.
+    PeerOperationsChanged,
     /// The policy file was read again and what can change while serving was applied (or the
     /// file was refused, and the policy in force kept).
     PolicyReloaded,
 }
 
 impl AuditAction {
-    const ALL: [Self; 26] = [
+    const ALL: [Self; 27] = [
         Self::AdminCreated,
         Self::AdminDisabled,
         Self::AdminEnabled,
@@ -607,6 +615,7 @@ impl AuditAction {
         Self::AdminIdentityBound,
         Self::AdminIdentityUnbound,
         Self::PeerTraceTrustChanged,
+        Self::PeerOperationsChanged,
         Self::PolicyReloaded,
     ];
 
@@ -638,6 +647,7 @@ impl AuditAction {
             Self::AdminIdentityBound => "admin.identity_bound",
             Self::AdminIdentityUnbound => "admin.identity_unbound",
             Self::PeerTraceTrustChanged => "peer.trace_trust_changed",
+            Self::PeerOperationsChanged => "peer.operations_changed",
             Self::PolicyReloaded => "policy.reloaded",
         }
     }

@@ -5,8 +5,9 @@ refused PERMISSION_DENIED for it and admitted for what it covers, and a request 
 door's body limit is refused RESOURCE_EXHAUSTED without reaching the service.
 
 Usage: a2a_python_grpc_tls.py --grpc HOST:PORT --ca FILE --token T --read-only-token R
-       --too-large BYTES
-(T is a peer token; R an access token bound to a peer with the scope a2a:tasks:read only.)
+       --too-large BYTES [--limited-token L]
+(T is a peer token; R an access token bound to a peer with the scope a2a:tasks:read only; L the
+token of a peer its administrator limited to read-only operations.)
 Prints one JSON summary on stdout; exits 1 with a one-line reason on stderr if a call did
 something no check expects.
 """
@@ -51,7 +52,28 @@ async def refused(call):
     raise RuntimeError("a call that must be refused was answered")
 
 
-async def run(address, ca, token, read_only, too_large):
+async def refused_stream(call):
+    """The status a streaming call ends with before its first event: it must not stream."""
+    try:
+        await call.read()
+    except grpc.aio.AioRpcError as e:
+        return {"code": e.code().name, "message": e.details(), "reasons": reasons_of(e)}
+    raise RuntimeError("a stream that must be refused was answered")
+
+
+async def limited(stub, request, token):
+    """What a peer limited to read-only operations gets: changes refused, reads answered."""
+    out = {"send": await refused(stub.SendMessage(request, metadata=bearer(token))),
+           "stream": await refused_stream(
+               stub.SendStreamingMessage(request, metadata=bearer(token))),
+           "cancel": await refused(stub.CancelTask(
+               a2a_pb2.CancelTaskRequest(id="no-such-task"), metadata=bearer(token)))}
+    listed = await stub.ListTasks(a2a_pb2.ListTasksRequest(), metadata=bearer(token))
+    out["listed"] = len(listed.tasks)
+    return out
+
+
+async def run(address, ca, token, read_only, too_large, limited_token=None):
     out = {}
     with open(ca, "rb") as f:
         credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
@@ -70,6 +92,8 @@ async def run(address, ca, token, read_only, too_large):
             stub.GetTask(a2a_pb2.GetTaskRequest(id="no-such-task"), metadata=bearer(read_only)))
         listed = await stub.ListTasks(a2a_pb2.ListTasksRequest(), metadata=bearer(read_only))
         out["read_only_listed"] = len(listed.tasks)
+        if limited_token:
+            out["limited"] = await limited(stub, request, limited_token)
 
         # A message past the body limit.
         large = a2a_pb2.SendMessageRequest(
@@ -94,10 +118,11 @@ def main():
     ap.add_argument("--token", required=True)
     ap.add_argument("--read-only-token", required=True)
     ap.add_argument("--too-large", type=int, required=True)
+    ap.add_argument("--limited-token")
     args = ap.parse_args()
     try:
         summary = asyncio.run(run(args.grpc, args.ca, args.token, args.read_only_token,
-                                  args.too_large))
+                                  args.too_large, args.limited_token))
     except Exception as e:
         reason = " ".join(str(e).split())
         print(f"FAIL: {type(e).__name__}: {reason}", file=sys.stderr)

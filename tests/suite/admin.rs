@@ -515,6 +515,66 @@ async fn the_owner_reads_every_part_a_task_a_page_of_conversations_and_usage_by_
 }
 
 #[tokio::test]
+async fn an_owner_limits_a_peers_operations_and_the_next_call_is_held_to_them() {
+    let (gw, ada, bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    let token = ada.create_peer("ops").await;
+    let path = "/v1/peers/ops/operations";
+    let (status, view) = ada.put(path, json!({"operations": ["read-only"]})).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(
+        view["operations"],
+        json!([
+            "GetTask",
+            "ListTasks",
+            "SubscribeToTask",
+            "GetExtendedAgentCard"
+        ])
+    );
+    // At once: the server's own change drops what it remembered of the peer.
+    let (status, refused) = post_raw(
+        &gw.door,
+        Some(&token),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message":
+            {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+    assert_eq!(refused["error"]["code"], "operation_not_allowed");
+    // Another owner's peer is not found; a name that is no operation, or no member, is 400.
+    assert_eq!(bob.put(path, json!({"operations": null})).await.0, 404);
+    for wrong in [
+        json!({"operations": ["Teleport"]}),
+        json!({}),
+        json!({"operations": []}),
+    ] {
+        let (status, body) = ada.put(path, wrong.clone()).await;
+        assert_eq!(status, 400, "{wrong}: {body}");
+    }
+    let (status, view) = ada.put(path, json!({"operations": null})).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["operations"], Value::Null);
+    let sent = send_text(&gw.door, &token, "all again", None).await;
+    assert_eq!(task_state(&sent), "TASK_STATE_COMPLETED");
+    let records = ada.audit().await;
+    let details: Vec<&str> = records
+        .iter()
+        .filter(|r| r["action"] == "peer.operations_changed" && r["target"] == "peer:ops")
+        .map(|r| r["detail"].as_str().unwrap())
+        .collect();
+    let read_only = "GetTask,ListTasks,SubscribeToTask,GetExtendedAgentCard";
+    assert_eq!(
+        details,
+        [
+            format!("operations all -> {read_only}"),
+            format!("operations {read_only} -> all")
+        ],
+        "{records:?}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn a_peer_view_lists_the_kinds_of_credential_it_holds() {
     let (gw, ada, _bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
     ada.create_peer("kinds").await;
@@ -1112,7 +1172,7 @@ async fn the_openapi_document_is_generated_committed_and_matches_the_routes() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 27, "{document:#}");
+    assert_eq!(operations, 28, "{document:#}");
     gw.stop().await;
 }
 

@@ -435,6 +435,48 @@ async fn a_revocation_through_one_instance_is_refused_on_the_other_within_a_seco
     );
 }
 
+/// A peer made read-only through one instance's admin API is refused a message on the other
+/// within a second, although that instance had admitted it and keeps verdicts for five; what
+/// it may still do, it does.
+#[tokio::test]
+async fn operations_limited_through_one_instance_hold_on_the_other_within_a_second() {
+    let Some(Pair {
+        model: _model,
+        shared: _shared,
+        token,
+        a,
+        b,
+    }) = pair(ModelBehaviour::Answer, "600/min").await
+    else {
+        return;
+    };
+    let send = || {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message":
+            {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER",
+             "parts": [{"text": "hello"}]}}})
+        .to_string()
+    };
+    assert_eq!(post_raw(&a.door(), Some(&token), send()).await.0, 200);
+    let response = reqwest::Client::new()
+        .put(format!("http://{}/v1/peers/alice/operations", b.admin_addr))
+        .basic_auth("ada", Some(PASSWORD))
+        .json(&json!({"operations": ["read-only"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let since = Instant::now();
+    while post_raw(&a.door(), Some(&token), send()).await.0 != 403 {
+        assert!(
+            since.elapsed() < Duration::from_secs(1),
+            "the other instance still let a read-only peer send after a second"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let read = post_raw(&a.door(), Some(&token), get_task_request("none")).await;
+    assert_eq!(read.0, 200, "{:?}", read.1);
+}
+
 /// Whether `instance` refuses `token` (401) within a second of now.
 async fn refused_within_a_second(instance: &ServeProcess, token: &str) -> bool {
     let since = Instant::now();

@@ -186,6 +186,9 @@ async fn over_tls_scopes_and_the_body_limit_hold_on_the_grpc_binding() {
     let token = gw.add_peer("alice");
     gw.add_peer("reader");
     gw.bind("reader", &["--issuer", "acme", "--subject", "reader-app"]);
+    let limited = gw.add_peer("limited");
+    let (code, _, stderr) = gw.cli(&["peer", "operations", "limited", "read-only"]);
+    assert_eq!(code, 0, "{stderr}");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -198,6 +201,7 @@ async fn over_tls_scopes_and_the_body_limit_hold_on_the_grpc_binding() {
         &["--grpc", &grpc, "--ca", &ca, "--token", &token]
             .into_iter()
             .chain(["--read-only-token", &read_only, "--too-large", &limit])
+            .chain(["--limited-token", &limited])
             .map(str::to_owned)
             .collect::<Vec<_>>(),
     )
@@ -226,6 +230,23 @@ async fn over_tls_scopes_and_the_body_limit_hold_on_the_grpc_binding() {
     );
     assert_eq!(summary["read_only_get"]["code"], "NOT_FOUND");
     assert_eq!(summary["read_only_listed"], 0);
+
+    // A peer its administrator made read-only: every change PERMISSION_DENIED, streaming and
+    // a cancel of a task that does not exist too (nothing is read before the refusal); reads
+    // answered.
+    let limited = &summary["limited"];
+    for change in ["send", "stream", "cancel"] {
+        assert_eq!(
+            limited[change]["code"], "PERMISSION_DENIED",
+            "{change}: {summary}"
+        );
+        assert_eq!(
+            limited[change]["reasons"],
+            json!([["OPERATION_NOT_ALLOWED", "peergate"]]),
+            "{change}: {summary}"
+        );
+    }
+    assert_eq!(limited["listed"], 0, "{summary}");
 
     // Past the body limit: RESOURCE_EXHAUSTED in the door's words, and the connection serves on.
     assert_eq!(

@@ -515,3 +515,92 @@ async fn a_body_nesting_past_the_json_rpc_depth_is_refused_alike() {
     assert_eq!(status, 200, "{served}");
     gw.stop().await;
 }
+
+/// A peer its administrator made read-only reads its tasks and is refused every change, on
+/// the JSON-RPC door and the HTTP+JSON binding alike (the gRPC binding in `grpc.rs`), before
+/// anything is read: a task it may not cancel answers as "not allowed" whether it exists or not.
+#[tokio::test]
+async fn a_read_only_peer_reads_and_is_refused_every_change_on_json_rpc_and_http_json() {
+    use reqwest::Method;
+    let gw = TestGateway::start_with(full()).await;
+    let alice = gw.add_peer("alice");
+    let reader = gw.add_peer("reader");
+    let (code, _, stderr) = gw.cli(&["peer", "operations", "reader", "read-only"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, list, _) = gw.cli(&["peer", "list", "--json"]);
+    assert_eq!(code, 0);
+    assert!(
+        list.contains(
+            r#""operations":["GetTask","ListTasks","SubscribeToTask","GetExtendedAgentCard"]"#
+        ),
+        "{list}"
+    );
+    let alices = task_of(&send_text(&gw.door, &alice, "mine", None).await)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // JSON-RPC: every change refused with 403, in the same words; reads answered.
+    let refused = |method: &str, params: Value| json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let changes = [
+        refused("SendMessage", message("hello")),
+        refused("SendStreamingMessage", message("hello")),
+        refused("CancelTask", json!({"id": alices})),
+        refused("CancelTask", json!({"id": "no-such-task"})),
+        refused(
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": alices, "url": "https://hooks.example/a2a"}),
+        ),
+    ];
+    for change in changes {
+        let (status, body) = post_raw(&gw.door, Some(&reader), change.to_string()).await;
+        assert_eq!(status, 403, "{change}: {body}");
+        assert_eq!(body["error"]["code"], "operation_not_allowed", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(change["method"].as_str().unwrap()),
+            "{message}"
+        );
+    }
+    let listed = rpc(
+        &gw.door,
+        &reader,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}}),
+    )
+    .await;
+    assert_eq!(listed["result"]["tasks"], json!([]), "{listed}");
+    let other = get_task(&gw.door, &reader, &alices, None).await;
+    assert_eq!(
+        error_code(&other),
+        -32001,
+        "another peer's task is no task: {other}"
+    );
+
+    // HTTP+JSON: the same refusal, in the guard's words as every guard refusal is.
+    let (status, body) = call(
+        &gw,
+        Method::POST,
+        "/message:send",
+        Some(&reader),
+        Some(message("hi")),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "operation_not_allowed", "{body}");
+    let cancel = format!("/tasks/{alices}:cancel");
+    let (status, body) = call(&gw, Method::POST, &cancel, Some(&reader), Some(json!({}))).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = call(&gw, Method::GET, "/tasks", Some(&reader), None).await;
+    assert_eq!(status, 200, "{body}");
+
+    // All again: it sends.
+    let (code, _, stderr) = gw.cli(&["peer", "operations", "reader", "all"]);
+    assert_eq!(code, 0, "{stderr}");
+    let sent = send_text(&gw.door, &reader, "now I may", None).await;
+    assert_eq!(
+        task_of(&sent)["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{sent}"
+    );
+    gw.stop().await;
+}

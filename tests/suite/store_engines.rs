@@ -74,6 +74,7 @@ fn peer(id: &str, name: &str, owner: &str) -> PeerRecord {
         owner_name: String::new(),
         expires_at: Some(at(10_000)),
         trusts_trace: false,
+        operations: None,
     }
 }
 

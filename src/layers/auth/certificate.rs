@@ -113,6 +113,7 @@ impl CredentialScheme<AuthenticatedPeer> for ClientCertificates {
                 rate_per_minute: login.rate_per_minute,
                 max_streams: login.max_streams,
                 trusts_trace: login.trusts_trace,
+                operations: login.operations,
             },
             login.valid_until,
         ))

@@ -576,6 +576,7 @@ impl TokenBindings<AuthenticatedPeer> for PeerBindings {
                 rate_per_minute: login.rate_per_minute,
                 max_streams: login.max_streams,
                 trusts_trace: login.trusts_trace,
+                operations: login.operations,
             },
             valid_until,
         );

@@ -67,6 +67,7 @@ use crate::guard::refusal::RefusalReason;
 pub use crate::guard::scheme::Scheme;
 use crate::guard::scopes::{GrantedScopes, OperationScope};
 use crate::layers::limit::Quota;
+use crate::protocol::operations::OperationSet;
 use crate::shared::rate_limit::RateLimiter;
 use crate::store::{CredentialStore, PeerId, StoreError};
 use crate::token::CredentialKind;
@@ -93,6 +94,8 @@ pub struct AuthenticatedPeer {
     max_streams: Option<u32>,
     /// Its own trace context is continued, not only linked to.
     trusts_trace: bool,
+    /// The operations its administrator limited it to (`None`: every one offered).
+    operations: Option<OperationSet>,
     scheme: Scheme,
     /// When the credential stops working (expiry, or the end of a rotation's grace);
     /// checked on every request, cached verdicts included.
@@ -131,6 +134,15 @@ impl AuthenticatedPeer {
     pub fn trusts_trace(&self) -> bool {
         self.trusts_trace
     }
+    /// Whether its administrator lets it call `method` (`peergate peer operations`); what the
+    /// policy offers and its token's scopes are checked besides.
+    pub fn may_call(&self, method: crate::protocol::jsonrpc::Method) -> bool {
+        self.operations.is_none_or(|set| set.contains(method))
+    }
+    /// The operations it is limited to, if it is.
+    pub fn operations(&self) -> Option<OperationSet> {
+        self.operations
+    }
     /// How the peer authenticated.
     pub fn scheme(&self) -> Scheme {
         self.scheme
@@ -159,6 +171,7 @@ impl AuthenticatedPeer {
             rate_per_minute: 60,
             max_streams: None,
             trusts_trace: false,
+            operations: None,
             scheme: Scheme::Bearer,
             valid_until: None,
             granted: None,
@@ -279,6 +292,7 @@ struct PeerTerms {
     rate_per_minute: u32,
     max_streams: Option<u32>,
     trusts_trace: bool,
+    operations: Option<OperationSet>,
 }
 
 /// A peer as a scheme of `scheme` verified it.
@@ -295,6 +309,7 @@ fn peer(
         rate_per_minute: terms.rate_per_minute,
         max_streams: terms.max_streams,
         trusts_trace: terms.trusts_trace,
+        operations: terms.operations,
         scheme,
         valid_until,
         granted: None,
@@ -328,6 +343,7 @@ impl TokenRecords<AuthenticatedPeer> for PeerTokens {
                     rate_per_minute: record.rate_per_minute,
                     max_streams: record.max_streams,
                     trusts_trace: record.trusts_trace,
+                    operations: record.operations,
                 },
                 record.valid_until,
             ),
@@ -353,6 +369,7 @@ impl Logins<AuthenticatedPeer> for PeerLogins {
                     rate_per_minute: login.rate_per_minute,
                     max_streams: login.max_streams,
                     trusts_trace: login.trusts_trace,
+                    operations: login.operations,
                 },
                 login.valid_until,
             ),

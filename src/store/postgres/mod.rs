@@ -367,7 +367,7 @@ impl CredentialStore for PostgresStore {
         token_id: &str,
     ) -> Result<Option<CredentialRecord>, StoreError> {
         let row = sqlx::query(
-            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, \
+            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, p.operations, \
              p.owner_id, LEAST(c.expires_at, p.expires_at) AS valid_until \
              FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = $1 AND c.kind = $2",
         )
@@ -389,6 +389,7 @@ impl CredentialStore for PostgresStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             trusts_trace: row.try_get("trusts_trace")?,
+            operations: crate::store::operations_column(row.try_get("operations")?),
             owner_id: row.try_get("owner_id")?,
             valid_until: row
                 .try_get::<Option<i64>, _>("valid_until")?
@@ -398,7 +399,7 @@ impl CredentialStore for PostgresStore {
 
     async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
         let row = sqlx::query(
-            "SELECT id, name, password_hash, status, rate_per_minute, max_streams, trusts_trace, owner_id, expires_at FROM peers WHERE name = $1",
+            "SELECT id, name, password_hash, status, rate_per_minute, max_streams, trusts_trace, operations, owner_id, expires_at FROM peers WHERE name = $1",
         )
         .bind(name)
         .fetch_optional(&self.pool)
@@ -413,6 +414,7 @@ impl CredentialStore for PostgresStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             trusts_trace: row.try_get("trusts_trace")?,
+            operations: crate::store::operations_column(row.try_get("operations")?),
             owner_id: row.try_get("owner_id")?,
             valid_until: row
                 .try_get::<Option<i64>, _>("expires_at")?
@@ -425,7 +427,7 @@ impl CredentialStore for PostgresStore {
         identity: &PeerIdentity,
     ) -> Result<Option<PeerLogin>, StoreError> {
         let row = sqlx::query(
-            "SELECT p.id, p.name, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, p.owner_id, p.expires_at \
+            "SELECT p.id, p.name, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, p.operations, p.owner_id, p.expires_at \
              FROM peer_identities i JOIN peers p ON p.id = i.peer_id \
              WHERE i.kind = $1 AND i.issuer = $2 AND i.subject = $3",
         )
@@ -444,6 +446,7 @@ impl CredentialStore for PostgresStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             trusts_trace: row.try_get("trusts_trace")?,
+            operations: crate::store::operations_column(row.try_get("operations")?),
             owner_id: row.try_get("owner_id")?,
             valid_until: row
                 .try_get::<Option<i64>, _>("expires_at")?

@@ -62,7 +62,7 @@ fn signed(n: u64) -> i64 {
 
 /// The columns of a [`PeerRecord`], from `peers p` joined with its owner `a`.
 pub(super) const PEER_COLUMNS: &str = "SELECT p.id, p.name, p.status, p.rate_per_minute, p.created_at, \
-     p.last_used_at, p.owner_id, a.name AS owner_name, p.expires_at, p.max_streams, p.trusts_trace, \
+     p.last_used_at, p.owner_id, a.name AS owner_name, p.expires_at, p.max_streams, p.trusts_trace, p.operations, \
      p.tokens_per_day FROM peers p JOIN admins a ON a.id = p.owner_id";
 
 fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> {
@@ -82,6 +82,7 @@ fn peer_record(row: &sqlx::sqlite::SqliteRow) -> Result<PeerRecord, StoreError> 
             .map(from_millis),
         max_streams: super::max_streams(row)?,
         trusts_trace: row.try_get("trusts_trace")?,
+        operations: crate::store::operations_column(row.try_get("operations")?),
         tokens_per_day: row
             .try_get::<Option<i64>, _>("tokens_per_day")?
             .map(|n| u64::try_from(n).unwrap_or(0)),
@@ -495,6 +496,19 @@ impl AccountChanges for SqliteAccountChange {
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE peers SET trusts_trace = ? WHERE id = ?")
             .bind(trusted)
+            .bind(peer_id.as_str())
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_peer_operations(
+        &mut self,
+        peer_id: &PeerId,
+        operations: Option<crate::protocol::operations::OperationSet>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE peers SET operations = ? WHERE id = ?")
+            .bind(operations.map(crate::protocol::operations::OperationSet::to_text))
             .bind(peer_id.as_str())
             .execute(&mut *self.tx)
             .await?;

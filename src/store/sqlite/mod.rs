@@ -403,7 +403,7 @@ impl CredentialStore for SqliteStore {
         token_id: &str,
     ) -> Result<Option<CredentialRecord>, StoreError> {
         let row = sqlx::query(
-            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, \
+            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, p.operations, \
              p.owner_id, min(coalesce(c.expires_at, p.expires_at), coalesce(p.expires_at, c.expires_at)) AS valid_until \
              FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = ? AND c.kind = ?",
         )
@@ -425,6 +425,7 @@ impl CredentialStore for SqliteStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             trusts_trace: row.try_get("trusts_trace")?,
+            operations: crate::store::operations_column(row.try_get("operations")?),
             owner_id: row.try_get("owner_id")?,
             valid_until: row
                 .try_get::<Option<i64>, _>("valid_until")?
@@ -434,7 +435,7 @@ impl CredentialStore for SqliteStore {
 
     async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
         let row = sqlx::query(
-            "SELECT id, name, password_hash, status, rate_per_minute, max_streams, trusts_trace, owner_id, expires_at FROM peers WHERE name = ?",
+            "SELECT id, name, password_hash, status, rate_per_minute, max_streams, trusts_trace, operations, owner_id, expires_at FROM peers WHERE name = ?",
         )
         .bind(name)
         .fetch_optional(&self.reader)
@@ -449,6 +450,7 @@ impl CredentialStore for SqliteStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             trusts_trace: row.try_get("trusts_trace")?,
+            operations: crate::store::operations_column(row.try_get("operations")?),
             owner_id: row.try_get("owner_id")?,
             valid_until: row
                 .try_get::<Option<i64>, _>("expires_at")?
@@ -461,7 +463,7 @@ impl CredentialStore for SqliteStore {
         identity: &PeerIdentity,
     ) -> Result<Option<PeerLogin>, StoreError> {
         let row = sqlx::query(
-            "SELECT p.id, p.name, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, p.owner_id, p.expires_at \
+            "SELECT p.id, p.name, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, p.operations, p.owner_id, p.expires_at \
              FROM peer_identities i JOIN peers p ON p.id = i.peer_id \
              WHERE i.kind = ? AND i.issuer = ? AND i.subject = ?",
         )
@@ -480,6 +482,7 @@ impl CredentialStore for SqliteStore {
             rate_per_minute: rate(&row)?,
             max_streams: max_streams(&row)?,
             trusts_trace: row.try_get("trusts_trace")?,
+            operations: crate::store::operations_column(row.try_get("operations")?),
             owner_id: row.try_get("owner_id")?,
             valid_until: row
                 .try_get::<Option<i64>, _>("expires_at")?
