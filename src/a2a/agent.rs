@@ -130,6 +130,8 @@ pub struct ExtendedCards {
     pub extended: Box<RawValue>,
     /// By identity provider name.
     pub by_issuer: std::collections::HashMap<String, Box<RawValue>>,
+    /// Narrowed to a limited peer's operations, made when asked.
+    pub peer_cards: Arc<crate::a2a::peer_card::PeerCards>,
 }
 
 impl Default for ExtendedCards {
@@ -137,13 +139,25 @@ impl Default for ExtendedCards {
         Self {
             extended: RawValue::from_string("{}".to_owned()).unwrap_or_default(),
             by_issuer: std::collections::HashMap::new(),
+            peer_cards: Arc::new(crate::a2a::peer_card::PeerCards::new(
+                serde_json::json!({}),
+                std::collections::HashMap::new(),
+                Vec::new(),
+                None,
+            )),
         }
     }
 }
 
 impl ExtendedCards {
-    /// The card `peer` gets.
+    /// The card `peer` gets: narrowed to its operations when its administrator limited them.
     fn for_peer(&self, peer: &AuthenticatedPeer) -> Box<RawValue> {
+        if let Some(operations) = peer.operations()
+            && let Some(narrowed) = self.peer_cards.for_peer(peer.issuer(), operations)
+            && let Ok(raw) = RawValue::from_string(narrowed.to_string())
+        {
+            return raw;
+        }
         peer.issuer()
             .and_then(|issuer| self.by_issuer.get(issuer))
             .unwrap_or(&self.extended)

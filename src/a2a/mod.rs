@@ -6,6 +6,7 @@ pub mod card;
 pub mod events;
 pub mod jsonrpc_binding;
 pub mod operation;
+pub mod peer_card;
 pub mod pipeline;
 pub mod service;
 pub mod stages;

@@ -36,6 +36,8 @@ pub(super) struct SignedCards {
     /// The extended card of peers signed in with an identity provider the public card does
     /// not list, by the provider's name: served, and signed for `GetExtendedAgentCard`.
     pub(super) issuer_extended: IssuerExtended,
+    /// The extended cards narrowed to a limited peer's operations, made when asked.
+    pub(super) peer_cards: Arc<crate::a2a::peer_card::PeerCards>,
 }
 
 /// What the cards are made of besides the policy: where the door is, who signs in, and what
@@ -133,7 +135,7 @@ impl SignedCards {
         let signed_extended =
             sign::sign_card(&extended, signing_keys, jku).map_err(|e| config(&e))?;
         let issuers = &inputs.identities.issuers;
-        let issuer_extended =
+        let (issuer_extended, unsigned_by_issuer) =
             issuer_extended_cards((&public_card, what), issuers, (signing_keys, jku), now)?;
         let extended_json = serde_json::to_string(&signed_extended).unwrap_or_default();
         within_what_clients_read(&card_bytes, extended_json.as_bytes())?;
@@ -145,7 +147,14 @@ impl SignedCards {
         let card_changed = documents
             .document_modified_at("public-card", &document::etag_for(&card_bytes), now)
             .await?;
+        let peer_cards = Arc::new(crate::a2a::peer_card::PeerCards::new(
+            extended,
+            unsigned_by_issuer,
+            signing_keys.to_vec(),
+            jku.map(str::to_owned),
+        ));
         Ok(Self {
+            peer_cards,
             // The same URL serves the extended card to authenticated peers.
             card: CachedDocument::new(card_bytes, card_changed, "public, max-age=60")
                 .varying_on(&vary),
@@ -159,6 +168,7 @@ impl SignedCards {
     /// The cards as the door serves them.
     pub(super) fn served(&self) -> CardDocuments {
         CardDocuments {
+            peer_cards: self.peer_cards.clone(),
             card: self.card.clone(),
             extended: self.extended.clone(),
             issuer_extended: self
@@ -179,6 +189,7 @@ impl SignedCards {
         Ok(ExtendedCards {
             extended: raw(&self.extended_json)?,
             by_issuer,
+            peer_cards: self.peer_cards.clone(),
         })
     }
 }
@@ -193,28 +204,33 @@ fn card_vary(policy: &crate::config::Policy) -> String {
     }
 }
 
-/// The extended card each non-public issuer's peers read, signed, by issuer name.
+/// The extended card each non-public issuer's peers read, signed, by issuer name; and the
+/// same cards unsigned, for narrowing to a peer's operations.
 fn issuer_extended_cards(
     (public_card, what): (&serde_json::Value, &str),
     issuers: &[card::IssuerCard],
     (signing_keys, jku): (&[sign::CardSigningKey], Option<&str>),
     now: Timestamp,
-) -> Result<IssuerExtended, StartError> {
+) -> Result<
+    (
+        IssuerExtended,
+        std::collections::HashMap<String, serde_json::Value>,
+    ),
+    StartError,
+> {
     let mut issuer_extended = std::collections::HashMap::new();
+    let mut unsigned = std::collections::HashMap::new();
     for issuer in issuers.iter().filter(|i| !i.public) {
-        let signed = sign::sign_card(
-            &card::extended_card(public_card, Some(issuer), what),
-            signing_keys,
-            jku,
-        )
-        .map_err(|e| config(&e))?;
+        let extended = card::extended_card(public_card, Some(issuer), what);
+        let signed = sign::sign_card(&extended, signing_keys, jku).map_err(|e| config(&e))?;
         let json = serde_json::to_string(&signed).unwrap_or_default();
         let bytes = Bytes::from(json.clone());
         let document =
             CachedDocument::new(bytes, now, "private, max-age=60").varying_on("Authorization");
         issuer_extended.insert(issuer.name.clone(), (document, json));
+        unsigned.insert(issuer.name.clone(), extended);
     }
-    Ok(issuer_extended)
+    Ok((issuer_extended, unsigned))
 }
 
 /// Each non-public issuer's extended card, as served and as text, by issuer name.

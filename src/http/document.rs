@@ -50,6 +50,17 @@ impl CachedDocument {
         self
     }
 
+    /// Other bytes served as this document is (its time, cache control and `Vary`), with
+    /// their own entity tag.
+    pub fn with_bytes(&self, bytes: Bytes) -> Self {
+        Self {
+            etag: HeaderValue::from_str(&etag_for(&bytes))
+                .unwrap_or(HeaderValue::from_static("\"0\"")),
+            bytes,
+            ..self.clone()
+        }
+    }
+
     /// The strong entity tag, quoted.
     pub fn etag(&self) -> &str {
         self.etag.to_str().unwrap_or_default()

@@ -54,6 +54,8 @@ pub(crate) struct CardDocuments {
     /// The extended card by the identity provider a peer signed in with, when the public card
     /// does not list it.
     pub(crate) issuer_extended: std::collections::HashMap<String, CachedDocument>,
+    /// The extended card narrowed to a limited peer's operations.
+    pub(crate) peer_cards: Arc<crate::a2a::peer_card::PeerCards>,
 }
 
 /// The guard layers the door's routes share with housekeeping.
@@ -287,6 +289,14 @@ async fn agent_card(
     headers: HeaderMap,
 ) -> Response {
     let cards = state.cards.read_locked().clone();
+    if let Some(Extension(peer)) = &peer
+        && let Some(operations) = peer.operations()
+        && let Some(narrowed) = cards.peer_cards.for_peer(peer.issuer(), operations)
+    {
+        // Made for this peer's operations: served as the extended card is (private).
+        let bytes = axum::body::Bytes::from(narrowed.to_string());
+        return cards.extended.with_bytes(bytes).respond(&headers);
+    }
     match peer {
         Some(Extension(peer)) => peer
             .issuer()

@@ -5,7 +5,7 @@
 use crate::protocol::jsonrpc::Method;
 
 /// A set of A2A operations (one bit per [`Method`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct OperationSet(u16);
 
 impl OperationSet {

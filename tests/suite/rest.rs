@@ -576,6 +576,45 @@ async fn a_read_only_peer_reads_and_is_refused_every_change_on_json_rpc_and_http
         "another peer's task is no task: {other}"
     );
 
+    // A peer's extended card shows what it may do: one that may neither stream a message nor
+    // follow a task reads no streaming (where alice reads it), signed like every card; the
+    // same card over HTTP with its credential.
+    let lister = gw.add_peer("lister");
+    let (code, _, stderr) = gw.cli(&[
+        "peer",
+        "operations",
+        "lister",
+        "GetTask,ListTasks,GetExtendedAgentCard",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let extended = json!({"jsonrpc": "2.0", "id": 3, "method": "GetExtendedAgentCard"});
+    let narrowed = rpc(&gw.door, &lister, extended.clone()).await["result"].clone();
+    assert_eq!(narrowed["capabilities"]["streaming"], false, "{narrowed}");
+    let alices_card = rpc(&gw.door, &alice, extended).await["result"].clone();
+    assert_eq!(alices_card["capabilities"]["streaming"], true);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), narrowed.to_string()).unwrap();
+    let jwks = gw.url("/.well-known/jwks.json");
+    let (code, _, stderr) = cli(&[
+        "card",
+        "verify",
+        file.path().to_str().unwrap(),
+        "--jwks",
+        &jwks,
+        "--dangerous-allow-http-loopback",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let served: Value = reqwest::Client::new()
+        .get(gw.url("/.well-known/agent-card.json"))
+        .bearer_auth(&lister)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(served, narrowed);
+
     // HTTP+JSON: the same refusal, in the guard's words as every guard refusal is.
     let (status, body) = call(
         &gw,
