@@ -76,6 +76,8 @@ pub enum AdminPrincipal {
         id: Arc<str>,
         /// Their name.
         name: Arc<str>,
+        /// An auditor: reads, and changes nothing.
+        auditor: bool,
     },
     /// The holder of the scrape token: `GET /metrics` and nothing else.
     Scraper,
@@ -146,7 +148,7 @@ impl<S: Send + Sync> FromRequestParts<S> for AuthenticatedAdmin {
         // Absent only when a route was mounted without the layer, and the scraper is no
         // administrator: fail closed.
         match parts.extensions.get::<AdminPrincipal>() {
-            Some(AdminPrincipal::Administrator { id, name }) => Ok(Self {
+            Some(AdminPrincipal::Administrator { id, name, .. }) => Ok(Self {
                 id: id.clone(),
                 name: name.clone(),
                 client: budget_key_of(parts),
@@ -264,26 +266,27 @@ impl TokenBindings<AdminPrincipal> for AdminBindings {
             })?
             .filter(|admin| admin.active)
             .ok_or_else(|| verified.unbound())?;
-        Ok(administrator(admin.id, admin.name))
+        Ok(administrator(admin))
     }
 }
 
 struct AdminLogins(Arc<dyn CredentialStore>);
 
-fn administrator(id: String, name: String) -> AdminPrincipal {
+fn administrator(login: crate::store::AdminLogin) -> AdminPrincipal {
     AdminPrincipal::Administrator {
-        id: id.into(),
-        name: name.into(),
+        id: login.id.into(),
+        name: login.name.into(),
+        auditor: login.auditor,
     }
 }
 
 #[async_trait]
 impl Logins<AdminPrincipal> for AdminLogins {
     async fn login(&self, name: &str) -> Result<Option<Login<AdminPrincipal>>, StoreError> {
-        Ok(self.0.find_admin_login(name).await?.map(|login| Login {
-            password_hash: login.password_hash,
+        Ok(self.0.find_admin_login(name).await?.map(|mut login| Login {
+            password_hash: login.password_hash.take(),
             active: login.active,
-            who: administrator(login.id, login.name),
+            who: administrator(login),
         }))
     }
 }
@@ -304,7 +307,7 @@ impl TokenRecords<AdminPrincipal> for AdminTokens {
                 name: admin.name.clone(),
                 secret_hash,
                 active: admin.active,
-                who: administrator(admin.id, admin.name),
+                who: administrator(admin),
             }))
     }
 }

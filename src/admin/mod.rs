@@ -5,11 +5,13 @@
 //! * [`budget`]: each administrator's model budget, checked before the model is asked;
 //! * [`auth`]: who may use the admin API;
 //! * [`reload`]: reloading the policy while serving, as the admin API asks;
+//! * [`roles`]: what an auditor may not do;
 //! * The admin API's routes and its OpenAPI document are HTTP, in `crate::http::admin_api`.
 
 pub mod auth;
 pub mod budget;
 pub mod reload;
+pub mod roles;
 pub mod service;
 
 pub use auth::{

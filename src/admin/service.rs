@@ -575,6 +575,7 @@ impl AccountService {
                     tokens_per_day: None,
                     tokens_per_month: None,
                     created_at: self.clock.now(),
+                    auditor: false,
                 };
                 let mut tx = self.store.accounts().begin_change().await?;
                 tx.insert_admin(&admin, phc.as_deref())
@@ -652,6 +653,28 @@ impl AccountService {
                 tx.disable_admin(&admin.id, self.clock.now()).await?;
                 self.finish_admin_change(tx, op, String::new(), &admin.id)
                     .await
+            },
+        )
+        .await
+    }
+
+    /// Makes an administrator an auditor (reads peers, usage, audit and conversations on the
+    /// admin API, changes nothing) or a full administrator again; the operator's alone.
+    pub async fn set_admin_role(
+        &self,
+        caller: &Caller,
+        name: &str,
+        auditor: bool,
+    ) -> Result<(), ServiceError> {
+        let target = format!("admin:{name}");
+        self.audited(
+            Operation::new(caller, AuditAction::AdminRoleChanged, &target),
+            async |op| {
+                let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
+                tx.set_admin_role(&admin.id, auditor).await?;
+                let role = |auditor: bool| if auditor { "auditor" } else { "admin" };
+                let detail = format!("role {} -> {}", role(admin.auditor), role(auditor));
+                self.finish_admin_change(tx, op, detail, &admin.id).await
             },
         )
         .await
@@ -1063,6 +1086,7 @@ impl AccountService {
             tokens_per_day: None,
             tokens_per_month: None,
             created_at: self.clock.now(),
+            auditor: false,
         };
         tx.insert_admin(&admin, None)
             .await

@@ -38,6 +38,17 @@ pub(super) enum AdminCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Make an administrator an auditor (`auditor`: reads peers, usage, audit and
+    /// conversations on the admin API, changes nothing) or a full administrator (`admin`).
+    Role {
+        /// The administrator's name.
+        name: String,
+        /// `auditor` or `admin`.
+        #[arg(value_name = "auditor|admin")]
+        role: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Revoke every admin API token of an administrator (after a leak); their password and
     /// peers stay.
     RevokeTokens {
@@ -136,6 +147,23 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             })
             .await?;
             eprintln!("enabled administrator {name}. {CACHE_NOTE}");
+            Ok(())
+        }
+        AdminCommand::Role { name, role, data } => {
+            let auditor = match role.as_str() {
+                "auditor" => true,
+                "admin" => false,
+                _ => {
+                    return Err(CliError::new(format!(
+                        "cannot read {role:?}: give auditor (reads, changes nothing) or admin"
+                    )));
+                }
+            };
+            on_store(&data, None, async |accounts| {
+                accounts.set_admin_role(&operator, &name, auditor).await
+            })
+            .await?;
+            eprintln!("administrator {name} is now {role}. {CACHE_NOTE}");
             Ok(())
         }
         AdminCommand::RevokeTokens { name, data } => {
@@ -295,6 +323,7 @@ fn admins_json(listed: &[(crate::store::AdminRecord, u64)]) -> serde_json::Value
         .map(|(admin, today)| {
             serde_json::json!({
                 "name": admin.name, "status": admin.status.to_string(),
+                "role": if admin.auditor { "auditor" } else { "admin" },
                 "passwordSet": admin.has_password, "modelAllowed": admin.model_allowed,
                 "tokensPerDay": admin.tokens_per_day, "tokensPerMonth": admin.tokens_per_month,
                 "tokensToday": today, "createdAt": rfc3339_millis(admin.created_at),

@@ -167,7 +167,13 @@ pub fn router(
         .set(openapi().to_pretty_json().unwrap_or_default());
     let metrics = state.metrics.clone();
     let (router, _) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .merge(guarded_routes().layer(AdminAuthLayer::shared(authenticator)))
+        .merge(
+            guarded_routes()
+                .layer(axum::middleware::from_fn(
+                    crate::admin::roles::auditors_only_read,
+                ))
+                .layer(AdminAuthLayer::shared(authenticator)),
+        )
         .merge(public_routes())
         .split_for_parts();
     router

@@ -42,6 +42,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("tokens_per_day", Kind::OptInt),
             ("tokens_per_month", Kind::OptInt),
             ("created_at", Kind::Int),
+            ("role", Kind::Text),
         ],
     ),
     (

@@ -397,6 +397,8 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         admin_id: &str,
         status: AdminStatus,
     ) -> Result<(), StoreError>;
+    /// Makes an administrator an auditor (reads only) or a full administrator again.
+    async fn set_admin_role(&mut self, admin_id: &str, auditor: bool) -> Result<(), StoreError>;
     /// Revokes every live administrator token of an administrator.
     async fn revoke_admin_tokens(
         &mut self,

@@ -371,6 +371,8 @@ pub struct AdminRecord {
     pub tokens_per_month: Option<u64>,
     /// Creation time.
     pub created_at: Timestamp,
+    /// An auditor: reads on the admin API, changes nothing.
+    pub auditor: bool,
 }
 
 /// What signing in to the admin API needs about a name.
@@ -384,6 +386,8 @@ pub struct AdminLogin {
     pub password_hash: Option<String>,
     /// False once disabled.
     pub active: bool,
+    /// An auditor: reads on the admin API, changes nothing.
+    pub auditor: bool,
 }
 
 /// One record for the audit log. Holds no secret by construction: the service layer builds
@@ -541,6 +545,8 @@ pub enum AuditAction {
     AdminTokensRevoked,
     /// An administrator's password was set.
     AdminPasswordSet,
+    /// An administrator was made an auditor, or a full administrator again.
+    AdminRoleChanged,
     /// An administrator token was issued.
     AdminTokenIssued,
     /// An administrator's model switch or budgets changed.
@@ -589,12 +595,13 @@ pub enum AuditAction {
 }
 
 impl AuditAction {
-    const ALL: [Self; 27] = [
+    const ALL: [Self; 28] = [
         Self::AdminCreated,
         Self::AdminDisabled,
         Self::AdminEnabled,
         Self::AdminTokensRevoked,
         Self::AdminPasswordSet,
+        Self::AdminRoleChanged,
         Self::AdminTokenIssued,
         Self::AdminBudgetChanged,
         Self::AdminLoginFailed,
@@ -627,6 +634,7 @@ impl AuditAction {
             Self::AdminEnabled => "admin.enabled",
             Self::AdminTokensRevoked => "admin.tokens_revoked",
             Self::AdminPasswordSet => "admin.password_set",
+            Self::AdminRoleChanged => "admin.role_changed",
             Self::AdminTokenIssued => "admin.token_issued",
             Self::AdminBudgetChanged => "admin.budget_changed",
             Self::AdminLoginFailed => "admin.login_failed",

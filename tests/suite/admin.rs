@@ -575,6 +575,56 @@ async fn an_owner_limits_a_peers_operations_and_the_next_call_is_held_to_them() 
 }
 
 #[tokio::test]
+async fn an_auditor_reads_what_its_peers_did_and_every_changing_route_refuses_it() {
+    let (gw, ada, _bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
+    let token = ada.create_peer("watched").await;
+    send_text(&gw.door, &token, "hello", Some("ctx-a")).await;
+    let (code, _, stderr) = gw.cli(&["admin", "role", "ada", "auditor"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, listed, _) = gw.cli(&["admin", "list", "--json"]);
+    assert_eq!(code, 0);
+    assert!(listed.contains(r#""role":"auditor""#), "{listed}");
+    // Past the credential cache, the running server reads the new role.
+    gw.clock.advance(Duration::from_secs(3));
+
+    for path in [
+        "/v1/peers",
+        "/v1/peers/watched",
+        "/v1/usage",
+        "/v1/audit",
+        "/v1/conversations",
+        "/v1/conversations/watched/ctx-a",
+    ] {
+        let (status, body) = ada.get(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    // Every documented route that is not a read refuses it, before its handler runs.
+    let committed = std::fs::read_to_string(repo_root().join("openapi.json")).unwrap();
+    let document: Value = serde_json::from_str(&committed).unwrap();
+    let mut refused = Vec::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        let concrete = path
+            .replace("{name}", "watched")
+            .replace("{peer}", "watched")
+            .replace("{context_id}", "ctx-a");
+        for method in item.as_object().unwrap().keys().filter(|m| *m != "get") {
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let (status, body) = ada.call(method.clone(), &concrete, Some(json!({}))).await;
+            assert_eq!(status, 403, "{method} {path}: {body}");
+            assert_eq!(body["error"]["code"], "forbidden", "{body}");
+            refused.push(format!("{method} {path}"));
+        }
+    }
+    assert!(refused.len() >= 15, "{refused:?}");
+    // And nothing changed: the peer still answers, its conversation is still there.
+    let sent = send_text(&gw.door, &token, "still here", Some("ctx-a")).await;
+    assert_eq!(task_state(&sent), "TASK_STATE_COMPLETED");
+    let (status, _) = ada.get("/v1/conversations/watched/ctx-a").await;
+    assert_eq!(status, 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn a_peer_view_lists_the_kinds_of_credential_it_holds() {
     let (gw, ada, _bob) = gateway_with_admins(PolicyEdit::default().policy()).await;
     ada.create_peer("kinds").await;

@@ -57,6 +57,7 @@ fn admin(id: &str, name: &str) -> AdminRecord {
         tokens_per_day: Some(500),
         tokens_per_month: None,
         created_at: at(1),
+        auditor: false,
     }
 }
 

@@ -63,7 +63,9 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
             (13, true),
             (14, true),
             (15, true),
-            (16, true)
+            (16, true),
+            (17, true),
+            (18, true)
         ],
         "the old version is adopted, not run again; the newer migrations run"
     );
@@ -150,7 +152,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let again = Store::open(dir.path()).await.unwrap();
     assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
     again.close().await;
-    assert_eq!(applied_migrations(dir.path()).await.len(), 16);
+    assert_eq!(applied_migrations(dir.path()).await.len(), 18);
 }
 
 #[tokio::test]
@@ -276,7 +278,9 @@ async fn an_adoption_cut_short_is_finished_by_the_next_open() {
             (13, true),
             (14, true),
             (15, true),
-            (16, true)
+            (16, true),
+            (17, true),
+            (18, true)
         ]
     );
 }

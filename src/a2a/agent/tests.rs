@@ -209,6 +209,7 @@ async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
         tokens_per_day: None,
         tokens_per_month: None,
         created_at: at(1),
+        auditor: false,
     };
     change.insert_admin(&owner, None).await.unwrap();
     change.commit().await.unwrap();

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 
 pub(super) const ADMIN_COLUMNS: &str = "SELECT id, name, status, password_hash IS NOT NULL AS has_password, \
-     model_allowed, tokens_per_day, tokens_per_month, created_at FROM admins";
+     model_allowed, tokens_per_day, tokens_per_month, created_at, role FROM admins";
 
 pub(super) fn admin_record(row: &sqlx::postgres::PgRow) -> Result<AdminRecord, StoreError> {
     let count = |column: &str| -> Result<Option<u64>, StoreError> {
@@ -37,6 +37,7 @@ pub(super) fn admin_record(row: &sqlx::postgres::PgRow) -> Result<AdminRecord, S
         tokens_per_day: count("tokens_per_day")?,
         tokens_per_month: count("tokens_per_month")?,
         created_at: from_millis(row.try_get("created_at")?),
+        auditor: row.try_get::<String, _>("role")? == "auditor",
     })
 }
 
@@ -269,6 +270,15 @@ impl AccountChanges for PostgresAccountChange {
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE admins SET status = $1 WHERE id = $2")
             .bind(status.as_str())
+            .bind(admin_id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_admin_role(&mut self, admin_id: &str, auditor: bool) -> Result<(), StoreError> {
+        sqlx::query("UPDATE admins SET role = $1 WHERE id = $2")
+            .bind(if auditor { "auditor" } else { "admin" })
             .bind(admin_id)
             .execute(&mut *self.tx)
             .await?;

@@ -460,7 +460,7 @@ impl CredentialStore for PostgresStore {
         subject: &str,
     ) -> Result<Option<AdminLogin>, StoreError> {
         let row = sqlx::query(
-            "SELECT a.id, a.name, a.password_hash, a.status FROM admin_identities i \
+            "SELECT a.id, a.name, a.password_hash, a.status, a.role FROM admin_identities i \
              JOIN admins a ON a.id = i.admin_id WHERE i.issuer = $1 AND i.subject = $2",
         )
         .bind(issuer)
@@ -473,20 +473,23 @@ impl CredentialStore for PostgresStore {
             name: row.try_get("name")?,
             password_hash: None,
             active: row.try_get::<String, _>("status")? == "active",
+            auditor: row.try_get::<String, _>("role")? == "auditor",
         }))
     }
 
     async fn find_admin_login(&self, name: &str) -> Result<Option<AdminLogin>, StoreError> {
-        let row = sqlx::query("SELECT id, name, password_hash, status FROM admins WHERE name = $1")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row =
+            sqlx::query("SELECT id, name, password_hash, status, role FROM admins WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
         let Some(row) = row else { return Ok(None) };
         Ok(Some(AdminLogin {
             id: row.try_get("id")?,
             name: row.try_get("name")?,
             password_hash: row.try_get("password_hash")?,
             active: row.try_get::<String, _>("status")? == "active",
+            auditor: row.try_get::<String, _>("role")? == "auditor",
         }))
     }
 
@@ -495,7 +498,7 @@ impl CredentialStore for PostgresStore {
         token_id: &str,
     ) -> Result<Option<(AdminLogin, TokenSecretHash)>, StoreError> {
         let row = sqlx::query(
-            "SELECT a.id, a.name, a.status, t.secret_hash, t.revoked_at FROM admin_tokens t \
+            "SELECT a.id, a.name, a.status, a.role, t.secret_hash, t.revoked_at FROM admin_tokens t \
              JOIN admins a ON a.id = t.admin_id WHERE t.token_id = $1",
         )
         .bind(token_id)
@@ -512,6 +515,7 @@ impl CredentialStore for PostgresStore {
                 name: row.try_get("name")?,
                 password_hash: None,
                 active: revoked.is_none() && row.try_get::<String, _>("status")? == "active",
+                auditor: row.try_get::<String, _>("role")? == "auditor",
             },
             hash,
         )))
