@@ -149,23 +149,7 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             eprintln!("enabled administrator {name}. {CACHE_NOTE}");
             Ok(())
         }
-        AdminCommand::Role { name, role, data } => {
-            let auditor = match role.as_str() {
-                "auditor" => true,
-                "admin" => false,
-                _ => {
-                    return Err(CliError::new(format!(
-                        "cannot read {role:?}: give auditor (reads, changes nothing) or admin"
-                    )));
-                }
-            };
-            on_store(&data, None, async |accounts| {
-                accounts.set_admin_role(&operator, &name, auditor).await
-            })
-            .await?;
-            eprintln!("administrator {name} is now {role}. {CACHE_NOTE}");
-            Ok(())
-        }
+        AdminCommand::Role { name, role, data } => set_role(&name, &role, &data).await,
         AdminCommand::RevokeTokens { name, data } => {
             on_store(&data, None, async |accounts| {
                 accounts.revoke_admin_tokens(&operator, &name).await
@@ -316,6 +300,27 @@ async fn bind(
 }
 
 /// The administrator table: never a secret.
+/// `admin role NAME auditor|admin`.
+async fn set_role(name: &str, role: &str, data: &DataDir) -> Result<(), CliError> {
+    let auditor = match role {
+        "auditor" => true,
+        "admin" => false,
+        _ => {
+            return Err(CliError::new(format!(
+                "cannot read {role:?}: give auditor (reads, changes nothing) or admin"
+            )));
+        }
+    };
+    on_store(data, None, async |accounts| {
+        accounts
+            .set_admin_role(&Caller::operator(), name, auditor)
+            .await
+    })
+    .await?;
+    eprintln!("administrator {name} is now {role}. {CACHE_NOTE}");
+    Ok(())
+}
+
 /// The administrators as JSON: what the table shows.
 fn admins_json(listed: &[(crate::store::AdminRecord, u64)]) -> serde_json::Value {
     let listed: Vec<serde_json::Value> = listed
