@@ -997,7 +997,8 @@ async fn failed_deliveries(
                 peer: d.peer_name,
                 task_id: d.task_id,
                 config_id: d.config_id,
-                url: without_query(&d.url),
+                url: crate::net::url::without_secrets(&d.url)
+                    .map_or_else(|| "(not a URL)".to_owned(), |(url, _)| url),
                 attempts: d.attempts,
                 last_error: d.last_error,
                 queued_at: rfc3339_millis(d.created_at),
@@ -1005,20 +1006,6 @@ async fn failed_deliveries(
             })
             .collect(),
     }))
-}
-
-/// A URL without its query, fragment or credentials.
-fn without_query(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) => {
-            parsed.set_query(None);
-            parsed.set_fragment(None);
-            let _ = parsed.set_username("");
-            let _ = parsed.set_password(None);
-            parsed.to_string()
-        }
-        Err(_) => "(not a URL)".to_owned(),
-    }
 }
 
 #[utoipa::path(get, path = "/v1/peers/{name}/tasks/{task_id}", tag = "peers",

@@ -791,6 +791,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_operations_column_narrows_and_never_widens() {
+        use crate::protocol::jsonrpc::Method;
+        assert_eq!(operations_column(None), None);
+        // A newer release's operation this one cannot name is left out, not read as "all".
+        let some = operations_column(Some("GetTask,TeleportTask".to_owned())).unwrap();
+        assert!(some.contains(Method::GetTask) && !some.contains(Method::SendMessage));
+        let none = operations_column(Some("TeleportTask".to_owned())).unwrap();
+        assert!(Method::ALL.iter().all(|m| !none.contains(*m)));
+    }
+
+    #[test]
     fn a_store_location_never_shows_its_url() {
         let location = StoreLocation::Postgres("postgres://app:s3cret@db:5432/peergate".into());
         assert!(!format!("{location:?}").contains("s3cret"));

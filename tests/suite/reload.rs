@@ -343,3 +343,16 @@ async fn the_admin_api_reloads_under_load_losing_no_call_and_refuses_a_part_that
         "{audit:#}"
     );
 }
+
+/// A `RUST_LOG` that is no directive list is said on stderr and not used: the policy's
+/// `log.level` decides, and a reload can change it.
+#[test]
+fn a_rust_log_that_is_no_directive_list_is_said_and_left_to_the_policy() {
+    let debug = PolicyEdit::default().set("log.level", "info,peergate=debug");
+    let served = ServedPolicy::start(&debug, &[], &[("RUST_LOG", "info,[")]);
+    let said = nth_line_with(&served, "RUST_LOG is not a directive list", 1);
+    assert!(said.contains("it is not used"), "{said}");
+    // The policy's debug level is in force: a reload that finds nothing new says so.
+    hang_up(&served);
+    nth_line_with(&served, "nothing changed", 1);
+}

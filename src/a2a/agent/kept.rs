@@ -90,17 +90,7 @@ impl<'a> KeptPart<'a> {
     /// A file's URL within the bound, without its query, fragment or credentials (a signed
     /// download link carries its grant there, which the conversation does not keep).
     fn url(url: &'a str) -> Self {
-        let kept = reqwest::Url::parse(url).ok().map(|mut parsed| {
-            let had_more = parsed.query().is_some()
-                || parsed.fragment().is_some()
-                || !parsed.username().is_empty()
-                || parsed.password().is_some();
-            parsed.set_query(None);
-            parsed.set_fragment(None);
-            let _ = parsed.set_username("");
-            let _ = parsed.set_password(None);
-            (parsed.to_string(), had_more)
-        });
+        let kept = crate::net::url::without_secrets(url);
         let (kept, query_omitted) = match kept {
             Some((kept, had_more)) if kept.chars().count() <= KEPT_URL_CHARS => {
                 (Some(kept), had_more)
