@@ -1,13 +1,15 @@
 //! Reloading the policy while serving (`SIGHUP`, or the admin API): the file is read and
 //! checked as at start-up, compared key by key with the policy in force, and what can change
-//! safely is applied — identity providers, the per-address limit, the cards' text, the log
-//! level. Every new part is built before any is put in place, so a file that does not check,
-//! or describes a part that cannot be built, changes nothing and says why. A key that needs a
+//! safely is applied — identity providers, the cards' text, the per-address limit, the budgets
+//! and new peers' defaults, who may reload through the API, the log level ([`reloadable`]).
+//! Every new part is built before any is put in place, so a file that does not check, or
+//! describes a part that cannot be built, changes nothing and says why. A key that needs a
 //! restart (listeners, the store, the backend, …) is named, and its old value stays in force.
 //!
-//! A reload reaches the other instances through the change notifier: each reads its own file
-//! again and applies it when its text changed, so a removed identity provider's tokens stop
-//! on every instance within the revocation bound.
+//! A reload reaches the other instances through the change notifier ([`ReloadOnChange`]): each
+//! reads its own file again, at once and for two minutes after while its text has not changed,
+//! so a removed identity provider's tokens stop on every instance within the revocation bound
+//! when the files change together, and soon after a late file arrives.
 
 use super::documents::{CardInputs, SignedCards};
 use super::identity::{issuer_cards, issuer_tables, providers};
