@@ -224,6 +224,7 @@ fn issuer_rules(i: usize, plain_jwt: bool) -> crate::jose::access_token::AccessT
         skew: std::time::Duration::from_secs(60),
         max_lifetime: std::time::Duration::from_secs(24 * 3600),
         client_id_required: false,
+        claims: Vec::new(),
     }
 }
 

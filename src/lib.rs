@@ -4,6 +4,7 @@
 pub mod a2a;
 pub mod admin;
 pub mod app;
+pub mod authz;
 pub mod backend;
 pub mod cli;
 pub mod clock;

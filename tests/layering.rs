@@ -14,6 +14,7 @@ const ORDER: &[&str] = &[
     "backend",
     "push",
     "admin",
+    "authz",
     "layers",
     "config",
     "telemetry",

@@ -2,6 +2,7 @@
 //! (`crate::protocol`).
 
 pub mod agent;
+pub mod authorize;
 pub mod card;
 pub mod events;
 pub mod jsonrpc_binding;

@@ -186,6 +186,18 @@ impl A2aRequest {
         })
     }
 
+    /// The conversation it names, when it names one: a message's `contextId`, or the one
+    /// ListTasks filters on.
+    pub fn context_id(&self) -> Option<&str> {
+        match self {
+            Self::SendMessage(request) | Self::SendStreamingMessage(request) => {
+                request.message.context_id.as_ref().map(|id| id.as_str())
+            }
+            Self::ListTasks(request) => request.context_id.as_ref().map(|id| id.as_str()),
+            _ => None,
+        }
+    }
+
     /// Asks `service` the operation, for `caller`.
     pub async fn run(
         self,

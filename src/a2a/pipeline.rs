@@ -181,6 +181,9 @@ impl Pipeline {
         let view = CallView {
             call,
             peer: caller.peer.clone(),
+            client: caller.client,
+            extensions: caller.protocol.activated.clone(),
+            note: caller.note.clone(),
         };
         let answered = self.answer(stages, caller, &view, asked).await;
         let outcome = match &answered {
@@ -203,7 +206,14 @@ impl Pipeline {
         let started = std::time::Instant::now();
         let mut request = self.admit(&caller, asked).await.map_err(refused)?;
         let watched = self.watched(started, caller.trace.clone());
-        stages.authorize(view, &request).await.map_err(refused)?;
+        if let Err(denied) = stages.authorize(view, &request).await {
+            // A message's admission is its turn's to settle, and a denial never reaches the
+            // turn: settled here, so a caller past its limit hears 429 as for any refusal.
+            if request.message().is_some() {
+                self.settled(&caller).await.map_err(refused)?;
+            }
+            return Err(refused(denied));
+        }
         let inspected = stages.inspect_request(view, &mut request).await;
         inspected.map_err(refused)?;
         let mut response = self.run(caller, request).await?;

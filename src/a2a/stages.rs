@@ -20,13 +20,20 @@ use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::call::A2aCall;
 use serde_json::value::RawValue;
 
-/// What a stage knows of the call it sees: the binding and operation, and who asks.
+/// What a stage knows of the call it sees: the binding and operation, who asks, from where,
+/// with which extensions.
 #[derive(Debug, Clone)]
 pub struct CallView {
     /// The binding and the operation.
     pub call: A2aCall,
     /// The authenticated peer.
     pub peer: AuthenticatedPeer,
+    /// Its address, when the listener knows it.
+    pub client: Option<std::net::IpAddr>,
+    /// The extensions the request activated.
+    pub extensions: Vec<String>,
+    /// What the access log writes of the request, when it is on.
+    pub note: Option<std::sync::Arc<crate::layers::access_log::AccessNote>>,
 }
 
 /// How a call ended, as *observe* sees it.

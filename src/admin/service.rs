@@ -950,6 +950,22 @@ impl AccountService {
         }
     }
 
+    /// Records that the authorization policies denied `caller` the admin API's `operation`,
+    /// and which policies did.
+    pub async fn record_denied(&self, caller: &Caller, operation: &str, policies: &str) {
+        let entry = self.entry(
+            caller,
+            AuditAction::AdminDeniedByPolicy,
+            &format!("admin-api:{operation}"),
+            &format!("denied: {operation}"),
+            format!("policies: {policies}"),
+            caller.actor.admin_id(),
+        );
+        if let Err(e) = self.store.accounts().append_audit(&entry).await {
+            tracing::error!(error = %e, "could not write an audit record");
+        }
+    }
+
     // ---- peers ----
 
     /// Creates a peer and its first token.

@@ -124,6 +124,7 @@ pub(super) fn providers(
                 skew: Duration::from_secs(issuer.clock_skew_seconds),
                 max_lifetime: Duration::from_secs(issuer.max_token_lifetime_seconds),
                 client_id_required: issuer.client_id_required,
+                claims: issuer.claims.clone(),
             },
             keys,
             require_scopes: issuer.require_scopes,

@@ -216,7 +216,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         (&agent, &documents),
         &guards,
         &observers,
-        policy,
+        &options,
     );
 
     let (accounts, hearing, admin_router, reloader) = admin_side(
@@ -409,8 +409,34 @@ async fn door_guards(
         per_ip,
         per_peer,
         authenticator,
+        authorization: authorization(&options.policy)?,
     };
     Ok((guards, known_ids, announcements))
+}
+
+/// The Cedar policies `[authorization]` names, read and checked (start-up stops naming the
+/// key, the policy and the problem).
+fn authorization(policy: &Policy) -> Result<Option<Arc<crate::authz::Authorization>>, StartError> {
+    let Some(section) = &policy.authorization else {
+        return Ok(None);
+    };
+    let authorization = crate::authz::Authorization::load(&policy_files(section))
+        .map_err(|e| StartError::Config(e.to_string()))?;
+    tracing::info!(
+        policies = authorization.current().policy_count(),
+        "authorization: Cedar policies decide every call"
+    );
+    Ok(Some(Arc::new(authorization)))
+}
+
+/// The files `[authorization]` names.
+pub(crate) fn policy_files(
+    section: &crate::config::authorization::AuthorizationPolicy,
+) -> crate::authz::PolicyFiles {
+    crate::authz::PolicyFiles {
+        policies: section.policies.clone(),
+        schema: section.schema.clone(),
+    }
 }
 
 /// What new peers get: `[peers]`.
@@ -547,24 +573,25 @@ fn admin_side(
         reread: Arc::default(),
     });
     let accounts = account_service(options, store, sharing.changes.clone(), &forget);
+    let authorization = reloading.authorization.clone();
     let reloader = Arc::new(reloading.reloader(options, &accounts, (authenticator, budgets)));
     sharing
         .changes
         .subscribe(Arc::new(reload::ReloadOnChange(reloader.clone())));
     let hearing =
         account_changes::keep_current(store.credentials(), known_ids, announcements, forget);
-    let admin_router = admin_router(
-        options,
-        AdminState::new(
-            accounts.clone(),
-            budgets.clone(),
-            metrics.clone(),
-            options.clock.clone(),
-        )
-        .with_readiness(readiness)
-        .with_reload(reloader.clone()),
-        authenticator,
-    )?;
+    let mut state = AdminState::new(
+        accounts.clone(),
+        budgets.clone(),
+        metrics.clone(),
+        options.clock.clone(),
+    )
+    .with_readiness(readiness)
+    .with_reload(reloader.clone());
+    if let Some(authorization) = authorization {
+        state = state.with_authorization(authorization);
+    }
+    let admin_router = admin_router(options, state, authenticator)?;
     Ok((accounts, hearing, admin_router, reloader))
 }
 
@@ -579,6 +606,7 @@ struct ReloadParts {
     door_url: String,
     client_ca_sha256: Option<String>,
     changes: Arc<dyn ChangeNotifier>,
+    authorization: Option<Arc<crate::authz::Authorization>>,
 }
 
 /// What a policy reload replaces, gathered once the door is built.
@@ -604,6 +632,7 @@ fn reload_parts(
         door_url: door_url.to_owned(),
         client_ca_sha256: listeners.client_ca_sha256.clone(),
         changes: sharing.changes.clone(),
+        authorization: guards.authorization.clone(),
     }
 }
 
@@ -628,6 +657,7 @@ impl ReloadParts {
             door_url: self.door_url,
             client_ca_sha256: self.client_ca_sha256,
             changes: self.changes,
+            authorization: self.authorization,
         };
         reload::Reloader::new(options.policy.clone(), options.policy_source.clone(), parts)
     }
@@ -642,8 +672,9 @@ fn a2a_routers(
     (agent, documents): (&Arc<Agent>, &Documents),
     guards: &DoorGuards,
     observers: &Observers,
-    policy: &Policy,
+    options: &GatewayOptions,
 ) -> (Arc<Readiness>, Router, Option<Router>) {
+    let policy = &options.policy;
     let readiness = Arc::new(Readiness::new(
         store.clone(),
         sharing.redis.clone(),
@@ -652,7 +683,16 @@ fn a2a_routers(
     ));
     readiness.probe_in_background();
     // Every binding calls the agent through the one pipeline.
-    let pipeline = Pipeline::new(Arc::new(agent.clone())).with_metrics(observers.metrics.clone());
+    let mut pipeline =
+        Pipeline::new(Arc::new(agent.clone())).with_metrics(observers.metrics.clone());
+    if let Some(authorization) = &guards.authorization {
+        pipeline = pipeline.with_stages(Arc::new(crate::a2a::authorize::PolicyStage::new(
+            authorization.clone(),
+            options.clock.clone(),
+            observers.metrics.clone(),
+            store.clone(),
+        )));
+    }
     let state = door_state(policy, pipeline.clone(), documents, readiness.clone());
     let router = door_router(policy, state, guards, observers.clone());
     let grpc = grpc_router(policy, pipeline, &readiness, guards, observers);

@@ -45,6 +45,8 @@ fn reloadable(key: &str) -> bool {
             | "peers.default_rate_per_minute"
             | "peers.default_owner"
             | "admin.reloaders"
+            | "authorization.policies"
+            | "authorization.schema"
     ) || (key.starts_with("card.") && key != "card.extensions")
 }
 
@@ -65,6 +67,8 @@ pub(super) struct Parts {
     pub(super) door_url: String,
     pub(super) client_ca_sha256: Option<String>,
     pub(super) changes: Arc<dyn ChangeNotifier>,
+    /// `None` when the door started without `[authorization]`.
+    pub(super) authorization: Option<Arc<crate::authz::Authorization>>,
 }
 
 /// The policy in force, and the digest of the file text it was last read from.
@@ -89,6 +93,7 @@ struct Built {
     level: Option<String>,
     budgets: Option<BudgetDefaults>,
     accounts: Option<AccountDefaults>,
+    authorization: Option<crate::authz::Loaded>,
 }
 
 impl Reloader {
@@ -120,15 +125,20 @@ impl Reloader {
         let text = crate::config::read_policy_file(path).map_err(refused)?;
         let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
         if matches!(trigger, ReloadTrigger::Heard) && in_force.digest == Some(digest) {
-            return Ok(Reloaded::default());
+            // The policy file is the same; its Cedar files may not be.
+            return self.reload_authorization(&in_force.policy);
         }
         let new = Policy::parse(&text, &self.source).map_err(refused)?;
         let (mut applied, mut restart_needed) = (Vec::new(), Vec::new());
         for key in in_force.policy.differing_keys(&new) {
-            match reloadable(&key) {
-                true if key == "auth.issuers" && self.parts.identity.is_none() => {
-                    restart_needed.push(key);
+            let started_without = match key.split('.').next() {
+                Some("auth") => self.parts.identity.is_none(),
+                Some("authorization") => {
+                    self.parts.authorization.is_none() || new.authorization.is_none()
                 }
+                _ => false,
+            };
+            match reloadable(&key) && !started_without {
                 true => applied.push(key),
                 false => restart_needed.push(key),
             }
@@ -137,7 +147,12 @@ impl Reloader {
             .policy
             .with_keys_of(&new, &applied)
             .map_err(refused)?;
-        let built = self.build(&next, &applied).await?;
+        let mut built = self.build(&next, &applied).await?;
+        built.authorization = self.changed_authorization(&next)?;
+        if built.authorization.is_some() && !applied.iter().any(|k| k.starts_with("authorization"))
+        {
+            applied.push("authorization.policies".to_owned());
+        }
         let notes = self.put_in_place(built);
         in_force.policy = next;
         in_force.digest = Some(digest);
@@ -195,6 +210,38 @@ impl Reloader {
         Ok(built)
     }
 
+    /// The Cedar files `policy` names, read and checked again, when their text differs from
+    /// the policies' in force (a file that does not check refuses the whole reload).
+    fn changed_authorization(
+        &self,
+        policy: &Policy,
+    ) -> Result<Option<crate::authz::Loaded>, ReloadRefused> {
+        let (Some(running), Some(section)) = (&self.parts.authorization, &policy.authorization)
+        else {
+            return Ok(None);
+        };
+        let loaded = crate::authz::Loaded::read(&super::policy_files(section))
+            .map_err(|e| ReloadRefused(e.to_string()))?;
+        Ok((loaded.digest() != running.current().digest()).then_some(loaded))
+    }
+
+    /// A reload heard from another instance when this instance's policy file has not
+    /// changed: its Cedar files alone, when they did.
+    fn reload_authorization(&self, policy: &Policy) -> Result<Reloaded, ReloadRefused> {
+        let Some(loaded) = self.changed_authorization(policy)? else {
+            return Ok(Reloaded::default());
+        };
+        let notes = self.put_in_place(Built {
+            authorization: Some(loaded),
+            ..Built::default()
+        });
+        Ok(Reloaded {
+            applied: vec!["authorization.policies".to_owned()],
+            restart_needed: Vec::new(),
+            notes,
+        })
+    }
+
     /// The identity providers of `policy` (none left is an empty set: every provider's
     /// tokens are refused from now on).
     fn identity_providers(&self, policy: &Policy) -> Result<IdentityProviders, ReloadRefused> {
@@ -226,6 +273,13 @@ impl Reloader {
                 self.parts.agent.replace_extended_cards(answered);
             }
             *self.parts.cards.write_locked() = Arc::new(cards.served());
+        }
+        if let (Some(loaded), Some(running)) = (built.authorization, &self.parts.authorization) {
+            notes.push(format!(
+                "authorization: {} Cedar policies in force",
+                loaded.policy_count()
+            ));
+            running.replace(loaded);
         }
         if let Some(directives) = built.level {
             match level::set(&directives) {

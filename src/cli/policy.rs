@@ -31,6 +31,9 @@ pub(super) enum PolicyCommand {
     /// Print the built-in defaults: every key, commented, as the binary holds them (what a
     /// policy file changes).
     Defaults,
+    /// Print the Cedar schema the authorization policies are validated against
+    /// (`[authorization]`, docs/authorization.md): peergate's entities, actions and context.
+    Schema,
     /// Write a commented starting policy: only what differs from the built-in defaults.
     Init {
         /// narrow: the narrow door to a model; full: the rest of A2A 1.0 switched on; agent:
@@ -46,6 +49,20 @@ pub(super) enum PolicyCommand {
         #[arg(long = "out", value_name = "FILE")]
         out: Option<PathBuf>,
     },
+}
+
+/// The Cedar policies `[authorization]` names, read and validated as `serve` would.
+fn check_authorization(policy: &Policy) -> Result<(), CliError> {
+    let Some(section) = &policy.authorization else {
+        return Ok(());
+    };
+    let loaded = crate::authz::Loaded::read(&crate::app::policy_files(section))
+        .map_err(|e| CliError::new(e.to_string()))?;
+    eprintln!(
+        "authorization: {} Cedar policies valid against the schema",
+        loaded.policy_count()
+    );
+    Ok(())
 }
 
 /// A starting policy's shape.
@@ -85,6 +102,7 @@ pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
             // What `serve` would run with: the command line's (or the environment's) URL.
             policy.override_public_base_url(public_base_url, &source)?;
             print!("{}", policy.effective_text());
+            check_authorization(&policy)?;
             eprintln!("policy {source}: valid");
             if discover {
                 discover_issuers(&policy, &source).await?;
@@ -96,6 +114,10 @@ pub(super) async fn run(command: PolicyCommand) -> Result<(), CliError> {
         }
         PolicyCommand::Defaults => {
             print!("{}", crate::config::EMBEDDED_DEFAULT);
+            Ok(())
+        }
+        PolicyCommand::Schema => {
+            print!("{}", crate::authz::schema::BUILT_IN);
             Ok(())
         }
         PolicyCommand::Init { profile, full, out } => {

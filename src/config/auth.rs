@@ -81,11 +81,19 @@ pub struct IssuerPolicy {
     /// refused either way.
     #[serde(default)]
     pub client_id_required: bool,
+    /// The token claims the authorization policies read (`groups`, `roles`): each becomes a tag
+    /// of the peer in Cedar, a set of strings (a string claim is a set of one; other values
+    /// are not read). At most 16 names, each at most 64 characters.
+    #[serde(default)]
+    pub claims: Vec<String>,
     /// Allows an `http://` issuer, key set or discovery on a loopback address: for tests and
     /// local development only.
     #[serde(default)]
     pub dangerous_allow_http_loopback: bool,
 }
+
+/// The most token claims one provider's tokens hand the authorization policies.
+pub const MAX_CLAIMS: usize = 16;
 
 fn yes() -> bool {
     true
@@ -112,6 +120,20 @@ pub fn is_valid_issuer_name(name: &str) -> bool {
 }
 
 impl IssuerPolicy {
+    /// At most [`MAX_CLAIMS`] names, each 1-64 characters without control characters.
+    fn validate_claims(&self, key: &str) -> Result<(), Invalid> {
+        let bad = |claim: &String| {
+            claim.is_empty() || claim.len() > 64 || claim.contains(char::is_control)
+        };
+        if self.claims.len() > MAX_CLAIMS || self.claims.iter().any(bad) {
+            return Err(invalid(
+                key.to_owned(),
+                "must name at most 16 claims, each 1-64 characters",
+            ));
+        }
+        Ok(())
+    }
+
     fn validate(&self, at: usize) -> Result<(), Invalid> {
         self.validate_as(&format!("auth.issuers[{at}]"))
     }
@@ -180,6 +202,7 @@ impl IssuerPolicy {
                 "must list some of \"RS256\", \"PS256\", \"ES256\", \"EdDSA\" (never none or HMAC)",
             ));
         }
+        self.validate_claims(&key("claims"))?;
         if self.clock_skew_seconds > 300 {
             return Err(invalid(key("clock_skew_seconds"), "must be at most 300"));
         }

@@ -6,6 +6,7 @@
 
 mod accounts;
 mod auth;
+pub mod authorization;
 mod capabilities;
 mod card;
 mod cluster;
@@ -174,6 +175,9 @@ pub struct Policy {
     /// `[admin]`
     #[serde(default)]
     pub admin: AdminPolicy,
+    /// `[authorization]`: Cedar policies, when present.
+    #[serde(default)]
+    pub authorization: Option<authorization::AuthorizationPolicy>,
     /// The dotted keys the operator's file set to something other than the embedded default.
     #[serde(skip)]
     operator_set: std::collections::BTreeSet<String>,

@@ -33,11 +33,13 @@ pub enum RefusalReason {
     NotReading,
     /// A peer calling an operation its administrator did not give it.
     OperationNotAllowed,
+    /// A call the authorization policies do not permit.
+    PolicyDenied,
 }
 
 impl RefusalReason {
     /// Every reason, in declaration order: `ALL[r as usize] == r`.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Unauthenticated,
         Self::PerIp,
         Self::FailedAuth,
@@ -52,6 +54,7 @@ impl RefusalReason {
         Self::InsufficientScope,
         Self::NotReading,
         Self::OperationNotAllowed,
+        Self::PolicyDenied,
     ];
 
     /// The label metrics and the access log show.
@@ -71,9 +74,10 @@ impl RefusalReason {
             Self::InsufficientScope => "insufficient_scope",
             Self::NotReading => "not_reading",
             Self::OperationNotAllowed => "operation_not_allowed",
+            Self::PolicyDenied => "policy_denied",
         }
     }
 }
 
 // A reason added after the last one in `ALL` fails to compile here until `ALL` lists it.
-const _: () = assert!(RefusalReason::OperationNotAllowed as usize + 1 == RefusalReason::ALL.len());
+const _: () = assert!(RefusalReason::PolicyDenied as usize + 1 == RefusalReason::ALL.len());

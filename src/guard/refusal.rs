@@ -70,6 +70,13 @@ pub enum Refusal {
         /// The operation's 1.0 name.
         method: &'static str,
     },
+    /// The authorization policies do not permit this call (403): the message names the
+    /// operation, never a policy (their ids go to the log, the metrics and the audit).
+    #[error("the authorization policies do not permit this call of {method}")]
+    PolicyDenied {
+        /// The operation's 1.0 name, or the admin API's operation id.
+        method: &'static str,
+    },
     /// The peer holds as many open streams as it may (429, with `Retry-After`).
     #[error(
         "this peer already holds {cap} open streams, as many as it may (limits.streams_per_peer, or its own cap): close one, or follow tasks with GetTask"
@@ -163,7 +170,8 @@ impl Refusal {
             Self::Forbidden(_)
             | Self::CrossSite(_)
             | Self::InsufficientScope { .. }
-            | Self::OperationNotAllowed { .. } => StatusCode::FORBIDDEN,
+            | Self::OperationNotAllowed { .. }
+            | Self::PolicyDenied { .. } => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -187,6 +195,7 @@ impl Refusal {
             Self::CrossSite(_) => "cross_site_request",
             Self::InsufficientScope { .. } => "insufficient_scope",
             Self::OperationNotAllowed { .. } => "operation_not_allowed",
+            Self::PolicyDenied { .. } => "permission_denied",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::Unavailable(_) => "unavailable",
             Self::Internal { .. } => "internal",
@@ -213,6 +222,7 @@ impl Refusal {
             Self::NotReading { .. } => Some(RefusalReason::NotReading),
             Self::InsufficientScope { .. } => Some(RefusalReason::InsufficientScope),
             Self::OperationNotAllowed { .. } => Some(RefusalReason::OperationNotAllowed),
+            Self::PolicyDenied { .. } => Some(RefusalReason::PolicyDenied),
             _ => None,
         }
     }

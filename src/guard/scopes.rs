@@ -70,6 +70,15 @@ impl GrantedScopes {
         Self(granted)
     }
 
+    /// The names of the scopes granted, in the card's order.
+    pub fn names(self) -> Vec<&'static str> {
+        OperationScope::ALL
+            .iter()
+            .filter(|scope| self.allows(**scope))
+            .map(|scope| scope.as_str())
+            .collect()
+    }
+
     /// Whether `scope` was granted.
     pub fn allows(self, scope: OperationScope) -> bool {
         self.0 & scope.bit() != 0

@@ -39,6 +39,8 @@ pub struct AdminState {
     openapi_json: Arc<OnceLock<String>>,
     readiness: Option<Arc<crate::http::ready::Readiness>>,
     reload: Option<Arc<dyn PolicyReload>>,
+    /// The authorization policies every administrator's request is put to, when configured.
+    policies: Option<Arc<super::admin_policies::AdminPolicies>>,
 }
 
 impl AdminState {
@@ -57,12 +59,24 @@ impl AdminState {
             openapi_json: Arc::default(),
             readiness: None,
             reload: None,
+            policies: None,
         }
     }
 
     /// Answers `POST /v1/policy/reload` by reloading through `reload`.
     pub fn with_reload(mut self, reload: Arc<dyn PolicyReload>) -> Self {
         self.reload = Some(reload);
+        self
+    }
+
+    /// Puts every administrator's request to `authorization`'s policies.
+    pub fn with_authorization(mut self, authorization: Arc<crate::authz::Authorization>) -> Self {
+        self.policies = Some(Arc::new(super::admin_policies::AdminPolicies::new(
+            authorization,
+            self.clock.clone(),
+            self.metrics.clone(),
+            self.service.clone(),
+        )));
         self
     }
 
@@ -166,9 +180,16 @@ pub fn router(
         .openapi_json
         .set(openapi().to_pretty_json().unwrap_or_default());
     let metrics = state.metrics.clone();
+    let mut guarded = guarded_routes();
+    if let Some(policies) = state.policies.clone() {
+        guarded = guarded.layer(axum::middleware::from_fn_with_state(
+            policies,
+            super::admin_policies::decide,
+        ));
+    }
     let (router, _) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(
-            guarded_routes()
+            guarded
                 .layer(axum::middleware::from_fn(
                     crate::admin::roles::auditors_only_read,
                 ))

@@ -63,6 +63,8 @@ pub(crate) struct DoorGuards {
     pub(crate) per_ip: PerIpLimitLayer,
     pub(crate) per_peer: PerPeerLimitLayer,
     pub(crate) authenticator: Arc<PeerAuthenticator>,
+    /// The Cedar policies every call is put to, with `[authorization]`.
+    pub(crate) authorization: Option<Arc<crate::authz::Authorization>>,
 }
 
 /// The door's listener: the card routes, the A2A door and `/health`, behind their layers.

@@ -3,6 +3,7 @@
 
 pub mod accept;
 pub mod admin_api;
+mod admin_policies;
 #[cfg(test)]
 mod binding_tests;
 pub mod content_type;

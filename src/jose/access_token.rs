@@ -50,6 +50,8 @@ pub struct AccessTokenRules {
     /// Whether a token must name its client in `client_id`; otherwise one without it is read
     /// by its `sub`.
     pub client_id_required: bool,
+    /// The claims kept for the authorization policies, by name.
+    pub claims: Vec<String>,
 }
 
 /// A token whose signature and claims verified.
@@ -64,7 +66,20 @@ pub struct AccessToken {
     /// The SHA-256 thumbprint of the client certificate it is bound to (RFC 8705
     /// `cnf.x5t#S256`, base64url), if it is bound to one.
     pub certificate_thumbprint: Option<String>,
+    /// The claims the rules keep, each as a set of strings (absent claims are left out).
+    pub claims: Claims,
 }
+
+/// One kept claim: its name and its values.
+pub type Claim = (Box<str>, Box<[Box<str>]>);
+
+/// Kept claims, as the authorization policies read them.
+pub type Claims = std::sync::Arc<[Claim]>;
+
+/// The most values one kept claim may hold, and the longest value: a token beyond them is
+/// refused rather than read in part (a policy could forbid the part left out).
+pub const MAX_CLAIM_VALUES: usize = 256;
+const MAX_CLAIM_VALUE_BYTES: usize = 256;
 
 /// Why a token was refused: for the log and the tests; the client only hears "invalid token".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -249,7 +264,31 @@ fn claims(
         scopes: scopes(payload)?,
         expires_at: crate::clock::from_millis(exp.saturating_mul(1000)),
         certificate_thumbprint: certificate_thumbprint(payload)?,
+        claims: kept_claims(payload, &rules.claims)?,
     })
+}
+
+/// The claims `names` keeps: a string as a set of one, an array's strings (other values are
+/// not read); refused when one holds more than [`MAX_CLAIM_VALUES`] or a longer string.
+fn kept_claims(payload: &Map<String, Value>, names: &[String]) -> Result<Claims, TokenRejected> {
+    let mut kept = Vec::with_capacity(names.len());
+    for name in names {
+        let values: Vec<&str> = match payload.get(name) {
+            None => continue,
+            Some(Value::String(one)) => vec![one.as_str()],
+            Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
+            Some(_) => Vec::new(),
+        };
+        if values.len() > MAX_CLAIM_VALUES || values.iter().any(|v| v.len() > MAX_CLAIM_VALUE_BYTES)
+        {
+            return Err(TokenRejected::Claim(
+                "a claim the policies read holds more than 256 values, or one longer than 256 bytes",
+            ));
+        }
+        let values = values.into_iter().map(Box::from).collect();
+        kept.push((name.as_str().into(), values));
+    }
+    Ok(kept.into())
 }
 
 /// Who the token names: its `client_id`, a non-empty string when present (anything else is
@@ -422,6 +461,7 @@ mod tests {
             skew: Duration::from_secs(60),
             max_lifetime: Duration::from_secs(24 * 3600),
             client_id_required: false,
+            claims: Vec::new(),
         }
     }
 

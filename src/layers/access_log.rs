@@ -8,7 +8,9 @@
 //! call named (or `-`), the status, the JSON-RPC error code of an error answered with 200 (or
 //! `-`), the refusal reason when there is one (`unauthenticated`, `per_ip`, `body_too_large`,
 //! …), the parts of a message a model did not read (`unread_parts`, as `kind@index`, or `-`),
-//! and the latency in milliseconds with at most three decimals. Never a credential, a
+//! the authorization policies' decision and the ids of the policies that made it (`authz`,
+//! `allow:ID,…` or `deny:ID,…`, `deny:default` when none permitted it, or `-` without
+//! policies), and the latency in milliseconds with at most three decimals. Never a credential, a
 //! header, a body or a prompt. With `--log-format json` each is one JSON object.
 //!
 //! The layer is outermost; the layers inside it write what they decide into the request's
@@ -51,6 +53,7 @@ pub struct AccessNote {
     peer_name: OnceLock<Box<str>>,
     unread_parts: OnceLock<Box<str>>,
     agent_task: OnceLock<Box<str>>,
+    authz: OnceLock<Box<str>>,
 }
 
 impl AccessNote {
@@ -71,6 +74,13 @@ impl AccessNote {
     /// Notes the agent's own id of the task, in front of an agent.
     pub fn agent_task(&self, id: &str) {
         let _ = self.agent_task.set(id.into());
+    }
+
+    /// Notes the authorization policies' decision and the policies that made it
+    /// (`allow:partners-read`, `deny:default`).
+    pub fn authz(&self, allowed: bool, policies: &str) {
+        let decision = if allowed { "allow" } else { "deny" };
+        let _ = self.authz.set(format!("{decision}:{policies}").into());
     }
 }
 
@@ -215,6 +225,7 @@ impl Seen {
                 .map_or_else(|| "-".to_owned(), |code| code.0.to_string()),
             reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.label()),
             unread_parts = self.note.unread_parts.get().map_or("-", |parts| &**parts),
+            authz = self.note.authz.get().map_or("-", |decided| &**decided),
             // Milliseconds to the microsecond: three decimals at most.
             latency_ms = self.started.elapsed().as_micros() as f64 / 1000.0,
             "request"

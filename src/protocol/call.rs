@@ -28,6 +28,16 @@ impl Binding {
             Self::Grpc => "grpc",
         }
     }
+
+    /// The binding's name in the specification (`protocolBinding`): `JSONRPC`, `HTTP+JSON`,
+    /// `GRPC`.
+    pub fn protocol_name(self) -> &'static str {
+        match self {
+            Self::JsonRpc => "JSONRPC",
+            Self::HttpJson => "HTTP+JSON",
+            Self::Grpc => "GRPC",
+        }
+    }
 }
 
 /// One A2A operation asked, over one binding.

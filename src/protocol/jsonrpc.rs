@@ -47,7 +47,7 @@ impl RpcId {
 }
 
 /// The A2A methods, by their 1.0 names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Method {
     /// `SendMessage` / `message/send`

@@ -534,6 +534,10 @@ impl Serialize for StoredTask {
 }
 
 /// `SendMessageResponse`: the task, or the agent's direct message.
+// One is built per answer and moved, not kept: boxing the task would add an allocation to
+// every answer to save a few hundred bytes on the stack (serde_json's insertion-ordered maps,
+// which Cedar turns on, made `Task` larger).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SendMessageResponse {

@@ -592,10 +592,15 @@ pub enum AuditAction {
     /// The policy file was read again and what can change while serving was applied (or the
     /// file was refused, and the policy in force kept).
     PolicyReloaded,
+    /// The authorization policies denied a peer's call (the first a minute, per peer and
+    /// operation).
+    PeerDeniedByPolicy,
+    /// The authorization policies denied an administrator's request.
+    AdminDeniedByPolicy,
 }
 
 impl AuditAction {
-    const ALL: [Self; 28] = [
+    const ALL: [Self; 30] = [
         Self::AdminCreated,
         Self::AdminDisabled,
         Self::AdminEnabled,
@@ -624,6 +629,8 @@ impl AuditAction {
         Self::PeerTraceTrustChanged,
         Self::PeerOperationsChanged,
         Self::PolicyReloaded,
+        Self::PeerDeniedByPolicy,
+        Self::AdminDeniedByPolicy,
     ];
 
     /// The stored and shown name.
@@ -657,6 +664,8 @@ impl AuditAction {
             Self::PeerTraceTrustChanged => "peer.trace_trust_changed",
             Self::PeerOperationsChanged => "peer.operations_changed",
             Self::PolicyReloaded => "policy.reloaded",
+            Self::PeerDeniedByPolicy => "peer.denied_by_policy",
+            Self::AdminDeniedByPolicy => "admin.denied_by_policy",
         }
     }
 

@@ -97,14 +97,20 @@ const RESOURCE_SCOPE = 'a2a:message a2a:tasks:read a2a:tasks:cancel a2a:push';
 // (requesting a scope outside it gives invalid_scope).
 const scopes = new Set(['openid', 'offline_access', ...RESOURCE_SCOPE.split(' ')]);
 
+// A client's "groups" (not client metadata) become a `groups` claim of its access tokens,
+// as a directory-backed provider would add them.
+const groupsByClient = new Map();
+
 const clientMetadata = clients.map((c, i) => {
   if (!c || typeof c.client_id !== 'string' || typeof c.client_secret !== 'string') {
     fail(`IDP_CLIENTS[${i}] needs string client_id and client_secret`);
   }
+  const { groups, ...metadata } = c;
+  if (groups !== undefined) groupsByClient.set(c.client_id, groups);
   for (const s of (c.scope || '').split(' ').filter(Boolean)) scopes.add(s);
   return {
     token_endpoint_auth_method: 'client_secret_basic',
-    ...c, // anything else is passed through as client metadata
+    ...metadata, // anything else is passed through as client metadata
     grant_types: ['client_credentials'],
     redirect_uris: [],
     response_types: [],
@@ -151,6 +157,10 @@ try {
     // the keystore has no RSA key; no ID tokens are issued here anyway.
     clientDefaults: { id_token_signed_response_alg: alg },
     cookies: { keys: [crypto.randomBytes(32).toString('base64url')] },
+    extraTokenClaims: async (_ctx, token) => {
+      const groups = groupsByClient.get(token.clientId);
+      return groups === undefined ? undefined : { groups };
+    },
     features: {
       devInteractions: { enabled: false },
       clientCredentials: { enabled: true },

@@ -20,13 +20,13 @@ enum Credentials {
 }
 
 #[derive(Clone)]
-struct AdminClient {
+pub(crate) struct AdminClient {
     base: String,
     credentials: Credentials,
 }
 
 impl AdminClient {
-    fn basic(gw: &TestGateway, name: &str, password: &str) -> Self {
+    pub(crate) fn basic(gw: &TestGateway, name: &str, password: &str) -> Self {
         Self {
             base: gw.admin.clone(),
             credentials: Credentials::Basic(name.to_owned(), password.to_owned()),
@@ -64,13 +64,13 @@ impl AdminClient {
         )
     }
 
-    async fn get(&self, path: &str) -> (u16, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, Value) {
         self.call(Method::GET, path, None).await
     }
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.call(Method::POST, path, Some(body)).await
     }
-    async fn put(&self, path: &str, body: Value) -> (u16, Value) {
+    pub(crate) async fn put(&self, path: &str, body: Value) -> (u16, Value) {
         self.call(Method::PUT, path, Some(body)).await
     }
     async fn delete(&self, path: &str) -> (u16, Value) {
@@ -85,7 +85,7 @@ impl AdminClient {
     }
 
     /// The audit records of the caller's account.
-    async fn audit(&self) -> Vec<Value> {
+    pub(crate) async fn audit(&self) -> Vec<Value> {
         let (status, body) = self.get("/v1/audit").await;
         assert_eq!(status, 200, "{body}");
         body["records"].as_array().unwrap().clone()
@@ -93,7 +93,7 @@ impl AdminClient {
 }
 
 /// `peergate admin add NAME` with the password on standard input.
-fn add_admin(data: &Path, name: &str, password: &str) {
+pub(crate) fn add_admin(data: &Path, name: &str, password: &str) {
     let (code, _, stderr) =
         cli_with_stdin_on(data, &["admin", "add", name], &format!("{password}\n"));
     assert_eq!(code, 0, "admin add failed: {stderr}");

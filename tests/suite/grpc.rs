@@ -8,7 +8,7 @@ use crate::common::*;
 use serde_json::{Value, json};
 
 /// Runs `tests/interop/SCRIPT` with the official SDK's Python and `args`; its JSON summary.
-async fn run_grpc_script(script: &str, args: &[String]) -> Value {
+pub(crate) async fn run_grpc_script(script: &str, args: &[String]) -> Value {
     let python = python_with_sdk();
     let script = repo_root().join("tests/interop").join(script);
     let args = args.to_vec();

@@ -456,6 +456,7 @@ fn access_tokens_jsonwebtoken_signs_verify_under_peergates_verifier() {
         skew: std::time::Duration::from_secs(60),
         max_lifetime: std::time::Duration::from_secs(3600),
         client_id_required: false,
+        claims: Vec::new(),
     };
     let now = 1_800_000_000i64;
     let claims = json!({"iss": rules.issuer, "aud": rules.audience, "client_id": "partner",

@@ -582,6 +582,9 @@ impl TokenBindings<AuthenticatedPeer> for PeerBindings {
         );
         peer.issuer = Some(verified.issuer.into());
         peer.subject = Some(token.subject.as_str().into());
+        if !token.claims.is_empty() {
+            peer.claims = Some(token.claims.clone());
+        }
         if verified.require_scopes {
             peer.granted = Some(GrantedScopes::from_names(
                 token.scopes.iter().map(String::as_str),

@@ -107,6 +107,8 @@ pub struct AuthenticatedPeer {
     issuer: Option<Arc<str>>,
     /// The subject of that token (its `client_id`, else `sub`), bound to the peer.
     subject: Option<Arc<str>>,
+    /// The claims of that token the authorization policies read.
+    claims: Option<crate::jose::access_token::Claims>,
 }
 
 impl AuthenticatedPeer {
@@ -161,6 +163,16 @@ impl AuthenticatedPeer {
         self.granted.is_none_or(|granted| granted.allows(scope))
     }
 
+    /// The scopes its token granted, when its provider requires scopes.
+    pub fn granted_scopes(&self) -> Option<Vec<&'static str>> {
+        self.granted.map(GrantedScopes::names)
+    }
+
+    /// The claims of its token the authorization policies read (none without a token).
+    pub fn claims(&self) -> &[crate::jose::access_token::Claim] {
+        self.claims.as_deref().unwrap_or_default()
+    }
+
     /// A peer for the crate's own unit tests, which have no layer in front.
     #[cfg(test)]
     pub(crate) fn for_tests(id: &str, owner_id: &str) -> Self {
@@ -177,6 +189,7 @@ impl AuthenticatedPeer {
             granted: None,
             issuer: None,
             subject: None,
+            claims: None,
         }
     }
 }
@@ -315,6 +328,7 @@ fn peer(
         granted: None,
         issuer: None,
         subject: None,
+        claims: None,
     }
 }
 

@@ -26,6 +26,7 @@
 //! ```
 
 mod calls;
+pub mod decisions;
 mod histogram;
 mod peers;
 
@@ -126,6 +127,8 @@ pub struct Metrics {
     spans: std::sync::OnceLock<Arc<crate::telemetry::export::SpanLosses>>,
     /// The series the semantic conventions name.
     calls: CallMetrics,
+    /// The authorization policies' decisions.
+    decisions: decisions::Decisions,
 }
 
 impl Default for Metrics {
@@ -142,6 +145,7 @@ impl Default for Metrics {
             connections_refused: AtomicU64::new(0),
             spans: std::sync::OnceLock::new(),
             calls: CallMetrics::default(),
+            decisions: decisions::Decisions::default(),
             parts: std::array::from_fn(|_| std::sync::atomic::AtomicU8::new(PART_UNSEEN)),
         }
     }
@@ -272,7 +276,13 @@ impl Metrics {
         );
         self.write_spans(&mut out);
         self.calls.write(&mut out);
+        self.decisions.write(&mut out);
         out
+    }
+
+    /// The authorization policies' decisions.
+    pub fn decisions(&self) -> &decisions::Decisions {
+        &self.decisions
     }
 
     /// The series the semantic conventions name.

@@ -1,0 +1,219 @@
+//! The *authorize* stage with the operator's Cedar policies (docs/authorization.md): each call
+//! is put to them once, after authentication and before the operation reads anything, as the
+//! peer, the operation, the task or conversation it names and what it carries. A denial is the
+//! guard's 403 (`permission_denied`; gRPC `PERMISSION_DENIED`), naming the operation and never
+//! a policy; the decision and the policies that made it go to the access log, the metrics and,
+//! for the first denial a minute of one peer's operation, the audit log.
+//!
+//! A denial counts toward nothing but the request rate every request counts toward: no failed
+//! sign-in (the peer signed in), no budget (no turn ran), no breaker.
+
+use crate::a2a::operation::{A2aRequest, CallRefused};
+use crate::a2a::stages::{CallStages, CallView};
+use crate::authz::{Authorization, CallAsk, Decision, PeerFacts};
+use crate::clock::Clock;
+use crate::guard::refusal::Refusal;
+use crate::layers::metrics::Metrics;
+use crate::protocol::jsonrpc::Method;
+use crate::protocol::types::IncomingPart;
+use crate::store::{AuditAction, AuditEntry, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The authorize stage over the policies in force.
+pub struct PolicyStage {
+    authorization: Arc<Authorization>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    audit: DenialAudit,
+}
+
+impl PolicyStage {
+    /// Decides with `authorization`'s policies in force, counts in `metrics`, audits denials
+    /// in `store`.
+    pub fn new(
+        authorization: Arc<Authorization>,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+        store: Store,
+    ) -> Self {
+        Self {
+            authorization,
+            clock,
+            metrics,
+            audit: DenialAudit::new(store),
+        }
+    }
+
+    /// The policies' decision about `call` asking `request`.
+    fn decide(&self, call: &CallView, request: &A2aRequest) -> Decision {
+        let peer = &call.peer;
+        let scopes = peer.granted_scopes();
+        let message = MessageFacts::of(request);
+        let ask = CallAsk {
+            peer: PeerFacts {
+                id: peer.id().as_str(),
+                name: peer.name(),
+                owner_id: peer.owner_id(),
+                scheme: peer.scheme().policy_name(),
+                issuer: peer.issuer(),
+                subject: peer.subject(),
+                scopes: scopes.as_deref(),
+                claims: peer.claims(),
+            },
+            operation: call.call.method.name(),
+            binding: call.call.binding.protocol_name(),
+            client: call.client,
+            now: self.clock.now(),
+            task: request.task_id(),
+            context: request.context_id(),
+            message_size: message.size,
+            part_kinds: message.kinds,
+            media_types: message.media_types,
+            extensions: &call.extensions,
+        };
+        self.authorization.current().decide_call(&ask)
+    }
+}
+
+#[async_trait::async_trait]
+impl CallStages for PolicyStage {
+    async fn authorize(&self, call: &CallView, request: &A2aRequest) -> Result<(), CallRefused> {
+        let decision = self.decide(call, request);
+        let policies = decision.policy_list();
+        if let Some(note) = &call.note {
+            note.authz(decision.allowed, &policies);
+        }
+        self.metrics
+            .decisions()
+            .decided(false, decision.allowed, &decision.policies);
+        if decision.allowed {
+            return Ok(());
+        }
+        let method = call.call.method;
+        self.audit.denied(call, method, &policies, self.clock.now());
+        Err(CallRefused::Guard(Refusal::PolicyDenied {
+            method: method.name(),
+        }))
+    }
+}
+
+/// What the policies read of a request's message: its size, part kinds and media types.
+struct MessageFacts<'a> {
+    size: u64,
+    kinds: Vec<&'static str>,
+    media_types: Vec<&'a str>,
+}
+
+impl<'a> MessageFacts<'a> {
+    fn of(request: &'a A2aRequest) -> Self {
+        let mut facts = Self {
+            size: 0,
+            kinds: Vec::new(),
+            media_types: Vec::new(),
+        };
+        let Some(sent) = request.message() else {
+            return facts;
+        };
+        for part in &sent.message.parts {
+            let (kind, size) = part_facts(part);
+            facts.size = facts.size.saturating_add(size);
+            if !facts.kinds.contains(&kind) {
+                facts.kinds.push(kind);
+            }
+            let media_type = part.media_type.as_deref().or_else(|| {
+                part.file
+                    .as_ref()
+                    .and_then(|file| file.mime_type.as_deref())
+            });
+            if kind == "file"
+                && let Some(media_type) = media_type
+                && !facts.media_types.contains(&media_type)
+            {
+                facts.media_types.push(media_type);
+            }
+        }
+        facts
+    }
+}
+
+/// A part's kind (`text`, `data`, `file`) and its content's size in bytes (a file's decoded
+/// bytes, or its URL's length; data as compact JSON).
+fn part_facts(part: &IncomingPart) -> (&'static str, u64) {
+    let len = |text: &Option<String>| text.as_ref().map_or(0, |t| t.len() as u64);
+    if let Some(text) = &part.text {
+        return ("text", text.len() as u64);
+    }
+    if let Some(data) = &part.data {
+        let mut counted = Counted(0);
+        let _ = serde_json::to_writer(&mut counted, data);
+        return ("data", counted.0);
+    }
+    let (raw, url) = match &part.file {
+        Some(file) => (len(&file.bytes), len(&file.uri)),
+        None => (len(&part.raw), len(&part.url)),
+    };
+    ("file", raw / 4 * 3 + url)
+}
+
+/// Counts the bytes written.
+struct Counted(u64);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The audit of denials: the first of each peer's operation a minute is written (off the
+/// call's path), the rest are counted in the metrics only, so a peer that keeps asking cannot
+/// flood the audit log.
+struct DenialAudit {
+    store: Store,
+    written: moka::sync::Cache<(Arc<str>, Method), ()>,
+}
+
+impl DenialAudit {
+    fn new(store: Store) -> Self {
+        Self {
+            store,
+            written: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(Duration::from_secs(60))
+                .build(),
+        }
+    }
+
+    fn denied(&self, call: &CallView, method: Method, policies: &str, at: crate::clock::Timestamp) {
+        let peer = &call.peer;
+        let key = (Arc::from(peer.id().as_str()), method);
+        if !self.written.entry(key).or_insert(()).is_fresh() {
+            return;
+        }
+        let entry = AuditEntry {
+            at,
+            actor: format!("peer:{}", peer.name()),
+            action: AuditAction::PeerDeniedByPolicy,
+            target: format!("peer:{}", peer.name()),
+            outcome: format!("denied: {}", method.name()),
+            client: call
+                .client
+                .map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
+            detail: format!(
+                "policies: {policies}; binding {}; later denials of this operation within a minute are counted in metrics only",
+                call.call.binding.protocol_name()
+            ),
+            owner_id: Some(peer.owner_id().to_owned()),
+        };
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.accounts().append_audit(&entry).await {
+                tracing::warn!(error = %e, "a policy denial could not be audited");
+            }
+        });
+    }
+}
