@@ -10,6 +10,8 @@
 #
 #   bench/instructions.sh [SECONDS]            (default 15)
 #
+# BENCH_AUTHORIZATION=FILE adds `[authorization] policies = FILE` and a flood of calls the
+# policies deny (403).
 # BENCH_PEERGATE=FILE counts another build (run once per build; the scenarios are the same).
 # Needs valgrind and wrk (Debian: apt-get install valgrind wrk).
 set -euo pipefail
@@ -29,8 +31,14 @@ with_workdir
 data="$work/data"
 token=$("$peergate" peer add bench --rate 1000000000/min --data "$data" 2>/dev/null)
 limited=$("$peergate" peer add limited --rate 1/min --data "$data" 2>/dev/null)
+outsider=$("$peergate" peer add outsider --rate 1000000000/min --data "$data" 2>/dev/null)
+policy="$work/policy.toml"
+cp policies/bench.toml "$policy"
+if [ -n "${BENCH_AUTHORIZATION:-}" ]; then
+  printf '\n[authorization]\npolicies = "%s"\n' "$BENCH_AUTHORIZATION" >>"$policy"
+fi
 valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" --dump-instr=no \
-  "$peergate" serve --policy policies/bench.toml --listen "127.0.0.1:$port" \
+  "$peergate" serve --policy "$policy" --listen "127.0.0.1:$port" \
   --admin-listen "127.0.0.1:$((port + 1))" --data "$data" 2>"$work/peergate.log" &
 pids+=($!)
 server=$!
@@ -55,5 +63,8 @@ echo "peergate: $peergate"
 curl -s -o /dev/null -H "Authorization: Bearer $limited" -H 'Content-Type: application/json' --data "$get_body" "$door"
 count "429 flood: peer over its limit" "$door" "Bearer $limited" "$get_body"
 count "401 flood: token failing checksum" "$door" "Bearer ${token%??????}AAAAAA" "$get_body"
+if [ -n "${BENCH_AUTHORIZATION:-}" ]; then
+  count "403 flood: denied by policy" "$door" "Bearer $outsider" "$get_body"
+fi
 count "GetTask, peer token" "$door" "Bearer $token" "$get_body"
 count "SendMessage, echo, task persisted" "$door" "Bearer $token" "$send_body"

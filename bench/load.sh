@@ -11,6 +11,8 @@
 #   bench/load.sh [SECONDS_PER_RUN] [CONNECTIONS]     (defaults: 10 and 50)
 #
 # BENCH_POLICY=FILE serves peergate with another policy (an A/B of a policy switch).
+# BENCH_AUTHORIZATION=FILE adds `[authorization] policies = FILE` (Cedar policies deciding every
+# call) and a flood of calls they deny (403) by a peer no policy permits.
 # BENCH_PEERGATE=FILE measures another build of peergate (an A/B of two commits in the same
 # minutes: build the other commit, copy its binary aside, and run the script once with each).
 #
@@ -108,6 +110,9 @@ revoked=$("$peergate" peer add revoked --data "$data" 2>/dev/null)
 openssl pkey -in "$work/idp.pem" -pubout -outform DER -out "$work/idp.pub.der"
 policy="$work/policy.toml"
 sed 's/^schemes = \["bearer"\]/schemes = ["bearer", "jwt"]/' "${BENCH_POLICY:-policies/bench.toml}" >"$policy"
+if [ -n "${BENCH_AUTHORIZATION:-}" ]; then
+  printf '\n[authorization]\npolicies = "%s"\n' "$BENCH_AUTHORIZATION" >>"$policy"
+fi
 printf '\n[[auth.issuers]]\nname = "bench"\nissuer = "https://idp.bench.example"\naudience = "https://gw.bench.example/a2a/v1"\njwks_file = "%s"\n' "$work/jwks.json" >>"$policy"
 python3 - "$work" <<'PY'
 import base64, json, os, secrets, subprocess, sys, time
@@ -167,6 +172,10 @@ distinct_script=bench/wrk/distinct_tokens.lua
 run "401 flood: distinct unknown tokens" 401 "$door" "Bearer $(head -1 "$work/tokens")"
 status "$door" "Bearer $limited" >/dev/null
 run "429 flood: peer over its limit" 429 "$door" "Bearer $limited"
+if [ -n "${BENCH_AUTHORIZATION:-}" ]; then
+  outsider=$("$peergate" peer add outsider --rate 1000000000/min --data "$data" 2>/dev/null)
+  run "403 flood: denied by policy" 403 "$door" "Bearer $outsider"
+fi
 get_body='{"jsonrpc":"2.0","id":2,"method":"GetTask","params":{"id":"0190a0a0-0000-7000-8000-000000000000"}}'
 BODY_SAVED=$send_body
 send_body=$get_body

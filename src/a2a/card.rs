@@ -161,6 +161,17 @@ pub fn public_card(
         "skills": skills,
     });
     add_sign_in(&mut value, policy, identities);
+    if policy
+        .auth_schemes()
+        .contains(&crate::guard::scheme::Scheme::Jwt)
+        && let Some(extension) = super::resource_metadata::extension(door_url)
+    {
+        let capabilities = &mut value["capabilities"];
+        match capabilities["extensions"].as_array_mut() {
+            Some(extensions) => extensions.push(extension),
+            None => capabilities["extensions"] = json!([extension]),
+        }
+    }
     match (
         &card.provider,
         agents("card.provider").and_then(|a| a.provider.as_ref()),

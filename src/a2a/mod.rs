@@ -9,6 +9,7 @@ pub mod jsonrpc_binding;
 pub mod operation;
 pub mod peer_card;
 pub mod pipeline;
+pub mod resource_metadata;
 pub mod service;
 pub mod stages;
 /// The protocol's objects, which live below everything that speaks them.

@@ -407,6 +407,7 @@ pub fn admin_authenticator(
         }),
         counted_as: RefusalReason::AdminUnauthenticated,
         takes_certificates: false,
+        resource_metadata: None,
     };
     Ok(Authenticator::with_schemes(
         schemes, listener, passwords, clock,

@@ -38,6 +38,8 @@ pub(super) struct SignedCards {
     pub(super) issuer_extended: IssuerExtended,
     /// The extended cards narrowed to a limited peer's operations, made when asked.
     pub(super) peer_cards: Arc<crate::a2a::peer_card::PeerCards>,
+    /// The door's RFC 9728 metadata, built with the cards from the same providers.
+    pub(super) resource_metadata: Option<CachedDocument>,
 }
 
 /// What the cards are made of besides the policy: where the door is, who signs in, and what
@@ -153,7 +155,14 @@ impl SignedCards {
             signing_keys.to_vec(),
             jku.map(str::to_owned),
         ));
+        let resource_metadata = match policy.auth_schemes().contains(&Scheme::Jwt) {
+            true => {
+                Some(resource_metadata(inputs.door_url, &public_card, issuers, store, now).await?)
+            }
+            false => None,
+        };
         Ok(Self {
+            resource_metadata,
             peer_cards,
             // The same URL serves the extended card to authenticated peers.
             card: CachedDocument::new(card_bytes, card_changed, "public, max-age=60")
@@ -168,6 +177,7 @@ impl SignedCards {
     /// The cards as the door serves them.
     pub(super) fn served(&self) -> CardDocuments {
         CardDocuments {
+            resource_metadata: self.resource_metadata.clone(),
             peer_cards: self.peer_cards.clone(),
             card: self.card.clone(),
             extended: self.extended.clone(),
@@ -254,6 +264,23 @@ pub(super) async fn build_jwks(
     let changed = store
         .documents()
         .document_modified_at("jwks", &document::etag_for(&bytes), now)
+        .await?;
+    Ok(CachedDocument::new(bytes, changed, "public, max-age=300"))
+}
+
+/// The door's RFC 9728 metadata document.
+async fn resource_metadata(
+    door_url: &str,
+    card: &serde_json::Value,
+    issuers: &[card::IssuerCard],
+    store: &Store,
+    now: Timestamp,
+) -> Result<CachedDocument, StartError> {
+    let document = crate::a2a::resource_metadata::document(door_url, card, issuers);
+    let bytes = Bytes::from(document.to_string());
+    let changed = store
+        .documents()
+        .document_modified_at("resource-metadata", &document::etag_for(&bytes), now)
         .await?;
     Ok(CachedDocument::new(bytes, changed, "public, max-age=300"))
 }

@@ -28,6 +28,7 @@ pub(super) fn auth_settings(
         admitted_attempts,
         known_ids: None,
         identity_providers: None,
+        resource_metadata: None,
     })
 }
 

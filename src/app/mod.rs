@@ -206,8 +206,9 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let push = push_notifications(&options, &store, sharing.serving, &observers)?;
     let shared = (&sharing, &documents, push.as_ref());
     let agent = agent(&options, &store, backend, (&budgets, metrics), shared).await?;
+    let providers = (&identity_providers, door_url.as_str());
     let (guards, known_ids, announcements) =
-        door_guards(&options, &store, &sharing.limits, &identity_providers).await?;
+        door_guards(&options, &store, &sharing.limits, providers).await?;
     let authenticator = guards.authenticator.clone();
     let reloading = (identity_providers, &guards, &documents, &agent, &listeners);
     let (readiness, router, grpc_router) = a2a_routers(
@@ -393,7 +394,10 @@ async fn door_guards(
     options: &GatewayOptions,
     store: &Store,
     shared: &SharedLimits,
-    identity_providers: &Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+    (identity_providers, door_url): (
+        &Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+        &str,
+    ),
 ) -> Result<(DoorGuards, Arc<KnownCredentialIds>, Option<Announcements>), StartError> {
     let cache_ttl = Duration::from_secs(options.policy.auth.credential_cache_seconds);
     let (authenticator, known_ids, announcements) = door_authenticator(
@@ -401,7 +405,7 @@ async fn door_guards(
         store,
         shared,
         cache_ttl,
-        identity_providers.clone(),
+        (identity_providers.clone(), door_url),
     )
     .await?;
     let (per_ip, per_peer) = limit_layers(options, shared)?;
@@ -412,6 +416,22 @@ async fn door_guards(
         authorization: authorization(&options.policy)?,
     };
     Ok((guards, known_ids, announcements))
+}
+
+/// A client that discovers a public provider from the door's metadata asks it for a token for
+/// the door's URL (RFC 8707): an audience other than that URL refuses such tokens.
+fn warn_of_other_audiences(policy: &Policy, door_url: &str) {
+    let door = door_url.trim_end_matches('/');
+    for issuer in policy.auth.issuers.iter().filter(|issuer| issuer.public) {
+        if issuer.audience.trim_end_matches('/') != door {
+            tracing::warn!(
+                issuer = %issuer.name,
+                audience = %issuer.audience,
+                door = %door,
+                "a public identity provider's audience is not the door's URL: tokens clients ask for this resource (RFC 9728, RFC 8707) will not name it"
+            );
+        }
+    }
 }
 
 /// The Cedar policies `[authorization]` names, read and checked (start-up stops naming the
@@ -521,10 +541,20 @@ async fn door_authenticator(
     store: &Store,
     shared: &SharedLimits,
     cache_ttl: Duration,
-    identity_providers: Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+    (identity_providers, door_url): (
+        Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
+        &str,
+    ),
 ) -> Result<DoorAuthenticator, StartError> {
     let policy = &options.policy;
     let mut settings = auth_settings(policy, cache_ttl, shared.failed_auth.clone())?;
+    if policy
+        .auth_schemes()
+        .contains(&crate::guard::scheme::Scheme::Jwt)
+    {
+        settings.resource_metadata = crate::a2a::resource_metadata::url(door_url);
+        warn_of_other_audiences(policy, door_url);
+    }
     // Unknown credential ids are refused from memory: a flood of made-up tokens never reaches
     // the store. The command line's announcements are heard before the ids are read, so a
     // credential it issues meanwhile is in one or the other.

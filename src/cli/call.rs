@@ -120,8 +120,25 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
         )
     })?;
     let credential = credential(&args, &interface.card, &fetcher, verified).await?;
-
     let request = request_body(&args);
+    let mut response = send(client, &endpoint, (&args, &request), &credential).await?;
+    // Only client credentials and no token URL: the 401 says where a token comes from, once.
+    if response.status() == 401 && matches!(credential, Credential::Discover) {
+        let token = discovered_token(&fetcher, &args, &response, &endpoint).await?;
+        let credential = Credential::Bearer(token);
+        response = send(client, &endpoint, (&args, &request), &credential).await?;
+    }
+    refused(&response)?;
+    answer(response, &args).await
+}
+
+/// The call sent once, with `credential`.
+async fn send(
+    client: &reqwest::Client,
+    endpoint: &reqwest::Url,
+    (args, request): (&CallArgs, &Value),
+    credential: &Credential,
+) -> Result<reqwest::Response, CliError> {
     let mut call = client
         .post(endpoint.clone())
         .header("A2A-Version", "1.0")
@@ -135,19 +152,51 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
         Credential::Bearer(token) => call.bearer_auth(token),
         Credential::Basic(user, password) => call.basic_auth(user, Some(password)),
         Credential::ApiKey(header, key) => call.header(header, key),
-        Credential::None => call,
+        Credential::None | Credential::Discover => call,
     };
-    let response = call.send().await.map_err(|e| {
+    call.send().await.map_err(|e| {
         exit(
             EXIT_OTHER,
             format!(
                 "cannot reach {}: {}",
-                crate::jose::fetch::shown_url(&endpoint),
+                crate::jose::fetch::shown_url(endpoint),
                 reason(&e)
             ),
         )
-    })?;
-    refused(&response)?;
+    })
+}
+
+/// A token for the client credentials from where the 401 points (RFC 9728, RFC 8414), asked
+/// for the resource called (RFC 8707).
+async fn discovered_token(
+    fetcher: &Fetcher,
+    args: &CallArgs,
+    response: &reqwest::Response,
+    endpoint: &reqwest::Url,
+) -> Result<String, CliError> {
+    let challenges: Vec<String> = response
+        .headers()
+        .get_all("www-authenticate")
+        .iter()
+        .filter_map(|value| value.to_str().ok().map(str::to_owned))
+        .collect();
+    let discovered = super::discovery::from_challenge(fetcher, &challenges, endpoint).await?;
+    super::client_credentials::access_token(
+        fetcher,
+        super::client_credentials::Request {
+            client_id: args.client_id.as_deref().unwrap_or_default(),
+            secret_env: args.client_secret_env.as_deref(),
+            scope: args.scope.as_deref().unwrap_or(DEFAULT_SCOPE),
+            token_url: Some(&discovered.token_url),
+            card: None,
+            resource: Some(&discovered.resource),
+        },
+    )
+    .await
+}
+
+/// The answer printed: the text (or the JSON result), streamed or whole.
+async fn answer(response: reqwest::Response, args: &CallArgs) -> Result<(), CliError> {
     let result = if args.stream {
         streamed(response, args.json).await?
     } else {
@@ -321,7 +370,12 @@ enum Credential {
     Basic(String, String),
     ApiKey(String, String),
     None,
+    /// Client credentials with no token URL known: the agent's 401 will say where.
+    Discover,
 }
+
+/// The scopes asked for when `--scope` names none.
+const DEFAULT_SCOPE: &str = "a2a:message a2a:tasks:read";
 
 async fn credential(
     args: &CallArgs,
@@ -330,17 +384,18 @@ async fn credential(
     verified: bool,
 ) -> Result<Credential, CliError> {
     if let Some(client_id) = &args.client_id {
+        if args.token_url.is_none() && !super::client_credentials::names_token_url(card, verified) {
+            return Ok(Credential::Discover);
+        }
         let token = super::client_credentials::access_token(
             fetcher,
             super::client_credentials::Request {
                 client_id,
                 secret_env: args.client_secret_env.as_deref(),
-                scope: args
-                    .scope
-                    .as_deref()
-                    .unwrap_or("a2a:message a2a:tasks:read"),
+                scope: args.scope.as_deref().unwrap_or(DEFAULT_SCOPE),
                 token_url: args.token_url.as_deref(),
                 card: verified.then_some(card),
+                resource: None,
             },
         )
         .await?;

@@ -27,6 +27,8 @@ pub(super) struct Request<'a> {
     pub token_url: Option<&'a str>,
     /// The card, when its signature verified.
     pub card: Option<&'a Value>,
+    /// The protected resource the token is for (RFC 8707), when discovery named it.
+    pub resource: Option<&'a str>,
 }
 
 /// How long before its end a kept token is no longer used.
@@ -46,7 +48,12 @@ pub(super) async fn access_token(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let kept = cache_path(&token_url, request.client_id, request.scope);
+    let kept = cache_path(
+        &token_url,
+        request.client_id,
+        request.scope,
+        request.resource.unwrap_or_default(),
+    );
     if let Some(token) = kept.as_ref().and_then(|path| read_kept(path, now)) {
         return Ok(token);
     }
@@ -84,10 +91,13 @@ async fn ask_token_endpoint(
     request: &Request<'_>,
     secret: &str,
 ) -> Result<(String, u64), CliError> {
-    let form = format!(
+    let mut form = format!(
         "grant_type=client_credentials&scope={}",
         form_encode(request.scope)
     );
+    if let Some(resource) = request.resource {
+        form.push_str(&format!("&resource={}", form_encode(resource)));
+    }
     let response = client
         .post(token_url)
         // RFC 6749 §2.3.1: the id and secret are form-encoded before Basic.
@@ -146,17 +156,27 @@ async fn ask_token_endpoint(
     Ok((token, lifetime))
 }
 
+/// Whether the card, verified, names a client-credentials token URL.
+pub(super) fn names_token_url(card: &Value, verified: bool) -> bool {
+    verified && card_token_url(card).is_some()
+}
+
+/// The token URL of the card's client-credentials flow.
+fn card_token_url(card: &Value) -> Option<&str> {
+    card["securitySchemes"]
+        .as_object()
+        .into_iter()
+        .flat_map(|schemes| schemes.values())
+        .find_map(|scheme| {
+            scheme["oauth2SecurityScheme"]["flows"]["clientCredentials"]["tokenUrl"].as_str()
+        })
+}
+
 /// The endpoint: the caller's, else the verified card's client-credentials flow's.
 fn token_url(request: &Request<'_>) -> Result<reqwest::Url, CliError> {
     let url = match (request.token_url, request.card) {
         (Some(url), _) => url.to_owned(),
-        (None, Some(card)) => card["securitySchemes"]
-            .as_object()
-            .into_iter()
-            .flat_map(|schemes| schemes.values())
-            .find_map(|scheme| {
-                scheme["oauth2SecurityScheme"]["flows"]["clientCredentials"]["tokenUrl"].as_str()
-            })
+        (None, Some(card)) => card_token_url(card)
             .ok_or_else(|| {
                 exit(
                     EXIT_OTHER,
@@ -189,13 +209,15 @@ fn form_encode(value: &str) -> String {
         .collect()
 }
 
-/// Where the token for (endpoint, client, scopes) is kept; `None` without a home directory.
-fn cache_path(token_url: &str, client_id: &str, scope: &str) -> Option<PathBuf> {
-    let name = crate::jose::fetch::file_name_digest(&[
-        token_url.as_bytes(),
-        client_id.as_bytes(),
-        scope.as_bytes(),
-    ]);
+/// Where the token for (endpoint, client, scopes, resource) is kept; `None` without a home
+/// directory.
+fn cache_path(token_url: &str, client_id: &str, scope: &str, resource: &str) -> Option<PathBuf> {
+    let mut parts = vec![token_url.as_bytes(), client_id.as_bytes(), scope.as_bytes()];
+    // Tokens asked without a resource keep the name they were kept under before.
+    if !resource.is_empty() {
+        parts.push(resource.as_bytes());
+    }
+    let name = crate::jose::fetch::file_name_digest(&parts);
     Some(super::fetching::cache_directory()?.join(format!("token-{name}.json")))
 }
 

@@ -5,6 +5,7 @@ mod admin;
 pub mod call;
 mod card;
 mod client_credentials;
+mod discovery;
 pub mod exit_status;
 mod fetching;
 mod keys;

@@ -56,6 +56,8 @@ pub(crate) struct CardDocuments {
     pub(crate) issuer_extended: std::collections::HashMap<String, CachedDocument>,
     /// The extended card narrowed to a limited peer's operations.
     pub(crate) peer_cards: Arc<crate::a2a::peer_card::PeerCards>,
+    /// The door's RFC 9728 protected-resource metadata, when a public provider issues tokens.
+    pub(crate) resource_metadata: Option<CachedDocument>,
 }
 
 /// The guard layers the door's routes share with housekeeping.
@@ -97,6 +99,10 @@ pub(crate) fn door_router(
         .layer(AuthLayer::shared(guards.authenticator.clone()).mode(AuthMode::Optional));
     let guarded = Router::new()
         .route("/.well-known/jwks.json", get(jwks_document))
+        .route(
+            &crate::a2a::resource_metadata::path(&a2a_path),
+            get(resource_metadata),
+        )
         .layer(SettleLayer)
         .merge(card_routes)
         .merge(behind_peer_guard(bindings, policy, guards));
@@ -307,6 +313,21 @@ async fn agent_card(
             .respond(&headers),
         None => cards.card.respond(&headers),
     }
+}
+
+/// RFC 9728 metadata, readable by any page (no credentials are involved), or 404 when no
+/// public provider issues tokens for the door.
+async fn resource_metadata(State(state): State<DoorState>, headers: HeaderMap) -> Response {
+    let cards = state.cards.read_locked().clone();
+    let Some(document) = &cards.resource_metadata else {
+        return not_found().await;
+    };
+    let mut response = document.respond(&headers);
+    response.headers_mut().insert(
+        axum::http::header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        axum::http::HeaderValue::from_static("*"),
+    );
+    response
 }
 
 async fn jwks_document(State(state): State<DoorState>, headers: HeaderMap) -> Response {

@@ -365,11 +365,14 @@ fn drop_proto_defaults(card: &mut Value) {
 /// The protected header peergate writes: `alg`, `kid`, `typ: "JOSE"`, and `jku` when given,
 /// serialized with sorted keys.
 pub fn protected_header(key: &CardSigningKey, jku: Option<&str>) -> String {
-    let mut header = json!({"alg": key.alg(), "kid": key.kid(), "typ": "JOSE"});
+    // Sorted by a map that sorts, not by serde_json's, whose order a dependency may make the
+    // order of insertion (Cedar does): the published vectors hold these exact bytes.
+    let mut header =
+        std::collections::BTreeMap::from([("alg", key.alg()), ("kid", key.kid()), ("typ", "JOSE")]);
     if let Some(jku) = jku {
-        header["jku"] = json!(jku);
+        header.insert("jku", jku);
     }
-    header.to_string()
+    serde_json::to_string(&header).unwrap_or_default()
 }
 
 /// One `AgentCardSignature` over `payload` with an already encoded protected header.

@@ -134,6 +134,16 @@ pub struct TestIdp {
 /// A client of the provider: (client_id, client_secret, allowed scopes).
 pub type IdpClient<'a> = (&'a str, &'a str, &'a str);
 
+/// The clients as the provider's metadata.
+fn client_metadata(clients: &[IdpClient<'_>]) -> Vec<Value> {
+    clients
+        .iter()
+        .map(
+            |(id, secret, scope)| json!({"client_id": id, "client_secret": secret, "scope": scope}),
+        )
+        .collect()
+}
+
 impl TestIdp {
     /// Starts the provider for `audience` with `clients`, signing with `keys[0]` (all of them
     /// published), on `port` (0: any). `None` when it cannot run here (see the module docs).
@@ -143,13 +153,7 @@ impl TestIdp {
         keys: &[&TestKey],
         port: u16,
     ) -> Option<Self> {
-        let clients: Vec<Value> = clients
-            .iter()
-            .map(|(id, secret, scope)| {
-                json!({"client_id": id, "client_secret": secret, "scope": scope})
-            })
-            .collect();
-        Self::start_with_clients(audience, clients, keys, port)
+        Self::start_with_clients(audience, client_metadata(clients), keys, port)
     }
 
     /// As [`TestIdp::start`], with the clients' metadata as JSON (e.g.
@@ -159,6 +163,34 @@ impl TestIdp {
         clients: Vec<Value>,
         keys: &[&TestKey],
         port: u16,
+    ) -> Option<Self> {
+        Self::start_with_env(audience, clients, keys, port, &[])
+    }
+
+    /// As [`TestIdp::start`], giving tokens for the audience only to requests that name it as
+    /// their `resource` (RFC 8707).
+    pub fn start_requiring_resource(
+        audience: &str,
+        clients: &[IdpClient<'_>],
+        keys: &[&TestKey],
+        port: u16,
+    ) -> Option<Self> {
+        let clients = client_metadata(clients);
+        Self::start_with_env(
+            audience,
+            clients,
+            keys,
+            port,
+            &[("IDP_REQUIRE_RESOURCE", "1")],
+        )
+    }
+
+    fn start_with_env(
+        audience: &str,
+        clients: Vec<Value>,
+        keys: &[&TestKey],
+        port: u16,
+        env: &[(&str, &str)],
     ) -> Option<Self> {
         let work = installed_idp()?;
         let mut file = tempfile::NamedTempFile::new().unwrap();
@@ -171,6 +203,7 @@ impl TestIdp {
             .env("IDP_CLIENTS", Value::Array(clients).to_string())
             .env("IDP_JWKS_FILE", file.path())
             .env("IDP_ALG", "ES256")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -52,6 +52,8 @@ const audience = env('IDP_AUDIENCE');
 if (!audience) fail('IDP_AUDIENCE is required (the resource indicator / aud of access tokens)');
 if (!URL.canParse(audience)) fail(`IDP_AUDIENCE must be an absolute URI, got ${audience}`);
 
+const requireResource = ['1', 'true', 'yes'].includes((env('IDP_REQUIRE_RESOURCE', '')).toLowerCase());
+
 const ttlText = env('IDP_TOKEN_TTL', '300');
 const tokenTTL = Number(ttlText);
 if (!Number.isInteger(tokenTTL) || tokenTTL <= 0) fail(`IDP_TOKEN_TTL must be a positive integer, got ${ttlText}`);
@@ -166,7 +168,9 @@ try {
       clientCredentials: { enabled: true },
       resourceIndicators: {
         enabled: true,
-        defaultResource: async (_ctx, _client, oneOf) => oneOf || audience,
+        // With IDP_REQUIRE_RESOURCE, a request that names no resource (RFC 8707) gets no token
+        // for it: an opaque token the door refuses.
+        defaultResource: async (_ctx, _client, oneOf) => oneOf || (requireResource ? undefined : audience),
         useGrantedResource: async () => true,
         getResourceServerInfo: async (_ctx, resourceIndicator) => {
           if (resourceIndicator !== audience) throw new errors.InvalidTarget();

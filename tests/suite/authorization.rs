@@ -443,3 +443,23 @@ fn serve_and_policy_check_refuse_bad_policy_files_naming_what_is_wrong() {
         assert!(stderr.contains(expected), "serve: {expected}: {stderr}");
     }
 }
+
+/// The worked policies of docs/authorization.md are Cedar that validates against the schema.
+#[test]
+fn every_worked_policy_in_the_docs_validates() {
+    let docs = std::fs::read_to_string(repo_root().join("docs/authorization.md")).unwrap();
+    let blocks: Vec<&str> = docs
+        .split("```cedar\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .collect();
+    assert!(blocks.len() >= 6, "{blocks:?}");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), blocks.concat()).unwrap();
+    let files = peergate::authz::PolicyFiles {
+        policies: file.path().to_owned(),
+        schema: None,
+    };
+    let loaded = peergate::authz::Loaded::read(&files).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.policy_count(), 9);
+}

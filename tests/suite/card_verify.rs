@@ -784,11 +784,7 @@ fn ambiguous_cards_header_variants_and_the_raw_jcs_path() {
     };
     // Duplicate members anywhere in the card: two readers could see two different cards.
     let text = card.to_string();
-    let duplicated = text.replacen(
-        "{\"capabilities\"",
-        "{\"name\":\"Evil\",\"capabilities\"",
-        1,
-    );
+    let duplicated = text.replacen('{', "{\"name\":\"Evil\",", 1);
     assert!(duplicated.contains("\"name\":\"Evil\"") && duplicated.contains("\"name\":\"Agent\""));
     refused(duplicated, "duplicate member");
     // Integers canonicalization would round.

@@ -610,9 +610,10 @@ async fn completed_task_has_the_spec_shape() {
     assert_eq!(reply["taskId"], task_id);
     assert!(reply["messageId"].as_str().is_some_and(|m| !m.is_empty()));
     let text = reply_text(task);
-    // Text parts joined by newlines, data as compact JSON, url/raw ignored.
+    // Text parts joined by newlines, data as compact JSON in the partner's member order,
+    // url/raw ignored.
     assert!(
-        text.starts_with("echo: first line\n{\"a\":\"x\",\"b\":[1,2]}\nlast line\n---"),
+        text.starts_with("echo: first line\n{\"b\":[1,2],\"a\":\"x\"}\nlast line\n---"),
         "{text}"
     );
     assert!(!text.contains("ignored"));

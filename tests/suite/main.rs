@@ -38,6 +38,7 @@ mod properties;
 mod push;
 mod python_sdk;
 mod reload;
+mod resource_metadata;
 mod rest;
 mod shared_engines;
 mod store_engines;

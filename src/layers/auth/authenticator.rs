@@ -145,6 +145,8 @@ pub struct Listener<Who> {
     pub counted_as: RefusalReason,
     /// Whether a client certificate is a credential here (a scheme takes certificates).
     pub takes_certificates: bool,
+    /// The URL of the listener's RFC 9728 metadata, named by its Bearer challenges.
+    pub resource_metadata: Option<String>,
 }
 
 /// A verdict and when (by the gateway's clock) it was reached.
@@ -244,6 +246,11 @@ impl<Who: Principal> Authenticator<Who> {
         for text in schemes.iter().map(|s| s.challenge()) {
             if !text.is_empty() && !texts.contains(&text) {
                 texts.push(text);
+            }
+        }
+        if let Some(url) = &listener.resource_metadata {
+            for text in texts.iter_mut().filter(|text| text.starts_with("Bearer ")) {
+                text.push_str(&format!(r#", resource_metadata="{url}""#));
             }
         }
         let names = schemes.iter().map(|s| s.name()).collect();

@@ -381,7 +381,7 @@ pub async fn discover(issuer: &str, policy: &FetchPolicy) -> Result<Discovered, 
 /// Where an issuer's metadata may be: OpenID Connect's `<issuer>/.well-known/openid-configuration`
 /// and RFC 8414's `<scheme://authority>/.well-known/oauth-authorization-server<path>`, which
 /// differ in where an issuer's path goes.
-fn metadata_urls(issuer: &str) -> Result<[String; 2], String> {
+pub(crate) fn metadata_urls(issuer: &str) -> Result<[String; 2], String> {
     let url = reqwest::Url::parse(issuer).map_err(|_| "the issuer is not a URL".to_owned())?;
     let path = url.path().trim_end_matches('/');
     let origin = url.origin().ascii_serialization();

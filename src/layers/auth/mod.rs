@@ -253,6 +253,9 @@ pub struct AuthSettings {
     pub known_ids: Option<Arc<known_ids::KnownCredentialIds>>,
     /// The identity providers whose tokens the `"jwt"` scheme accepts.
     pub identity_providers: Option<Arc<jwt::IdentityProviders>>,
+    /// The URL of the door's RFC 9728 metadata, named by its Bearer challenges (when a public
+    /// provider issues tokens for it).
+    pub resource_metadata: Option<String>,
 }
 
 impl Default for AuthSettings {
@@ -269,6 +272,7 @@ impl Default for AuthSettings {
             admitted_attempts: None,
             known_ids: None,
             identity_providers: None,
+            resource_metadata: None,
         }
     }
 }
@@ -516,6 +520,7 @@ impl Authenticator<AuthenticatedPeer> {
             }),
             counted_as: RefusalReason::Unauthenticated,
             takes_certificates: settings.schemes.contains(&Scheme::Mtls),
+            resource_metadata: settings.resource_metadata.clone(),
         };
         Ok(Self::with_schemes(schemes, listener, passwords, clock))
     }

@@ -1,0 +1,121 @@
+//! `peergate call --client-id` without a token URL: from the agent's 401 to a token, the way
+//! RFC 9728 lays out. The challenge's `resource_metadata` (else the well-known URL of the
+//! endpoint called) names the protected-resource metadata, which must be on the endpoint's own
+//! origin and name exactly the endpoint as its `resource` (§3.3); its first authorization server's
+//! metadata (RFC 8414, else OpenID Connect's) must name that issuer exactly; its token endpoint
+//! is asked for a client-credentials token for the resource (RFC 8707 `resource`). The call is
+//! then sent once more.
+
+use super::CliError;
+use super::exit_status::{EXIT_AUTH_REFUSED, EXIT_OTHER, exit};
+use crate::jose::fetch::Fetcher;
+use serde_json::Value;
+
+/// Where the token for `called` comes from: the token endpoint and the resource to name.
+pub(super) struct Discovered {
+    /// The authorization server's token endpoint.
+    pub token_url: String,
+    /// The protected resource, for RFC 8707's `resource`.
+    pub resource: String,
+}
+
+/// Follows a 401's `WWW-Authenticate` values for the endpoint `called`.
+pub(super) async fn from_challenge(
+    fetcher: &Fetcher,
+    challenges: &[String],
+    called: &reqwest::Url,
+) -> Result<Discovered, CliError> {
+    let pointed = challenges.iter().find_map(|value| resource_metadata(value));
+    let metadata_url = match pointed {
+        Some(url) => url,
+        None => crate::a2a::resource_metadata::url(called.as_str())
+            .ok_or_else(|| exit(EXIT_OTHER, "the endpoint called is not a URL"))?,
+    };
+    let metadata = reqwest::Url::parse(&metadata_url)
+        .map_err(|_| exit(EXIT_OTHER, "the agent's resource_metadata is not a URL"))?;
+    if metadata.origin() != called.origin() {
+        return Err(exit(
+            EXIT_OTHER,
+            "the agent's resource_metadata is on another origin than the agent: not followed",
+        ));
+    }
+    let document = json(fetcher, &metadata_url, "its protected-resource metadata").await?;
+    let resource = document["resource"].as_str().unwrap_or_default();
+    if resource.trim_end_matches('/') != called.as_str().trim_end_matches('/') {
+        return Err(exit(
+            EXIT_OTHER,
+            "the protected-resource metadata describes another resource than the one called (RFC 9728 §3.3)",
+        ));
+    }
+    let issuer = document["authorization_servers"][0]
+        .as_str()
+        .ok_or_else(|| {
+            exit(
+                EXIT_AUTH_REFUSED,
+                "the protected-resource metadata names no authorization server; give --token-url",
+            )
+        })?;
+    let token_url = token_endpoint(fetcher, issuer).await?;
+    Ok(Discovered {
+        token_url,
+        resource: resource.to_owned(),
+    })
+}
+
+/// The `resource_metadata` auth-param of a Bearer challenge.
+fn resource_metadata(challenge: &str) -> Option<String> {
+    let (_, rest) = challenge.split_once("resource_metadata=\"")?;
+    let (url, _) = rest.split_once('"')?;
+    Some(url.to_owned())
+}
+
+/// The token endpoint of the authorization server `issuer`, from its metadata whose `issuer`
+/// is exactly `issuer`: RFC 8414's URL first, then OpenID Connect's.
+async fn token_endpoint(fetcher: &Fetcher, issuer: &str) -> Result<String, CliError> {
+    let urls = crate::layers::auth::jwt::metadata_urls(issuer)
+        .map_err(|why| exit(EXIT_OTHER, format!("the authorization server: {why}")))?;
+    let mut reasons = Vec::new();
+    for url in urls.iter().rev() {
+        match json(fetcher, url, "its authorization server's metadata").await {
+            Ok(document) if document["issuer"].as_str() == Some(issuer) => {
+                if let Some(endpoint) = document["token_endpoint"].as_str() {
+                    return Ok(endpoint.to_owned());
+                }
+                reasons.push("no token_endpoint".to_owned());
+            }
+            Ok(_) => reasons.push("names another issuer (RFC 8414 §3.3)".to_owned()),
+            Err(why) => reasons.push(why.message),
+        }
+    }
+    Err(exit(
+        EXIT_OTHER,
+        format!(
+            "the authorization server's metadata: {}",
+            reasons.join("; ")
+        ),
+    ))
+}
+
+/// A JSON document fetched under the command's reach rules.
+async fn json(fetcher: &Fetcher, url: &str, what: &str) -> Result<Value, CliError> {
+    let text = fetcher
+        .text(url)
+        .await
+        .map_err(|e| exit(EXIT_OTHER, format!("cannot read {what}: {e}")))?;
+    serde_json::from_str(&text).map_err(|_| exit(EXIT_OTHER, format!("{what} is not JSON")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pointer_is_read_from_a_bearer_challenge() {
+        let challenge = r#"Bearer realm="peergate", error="invalid_token", resource_metadata="https://gw.example/.well-known/oauth-protected-resource/a2a/v1""#;
+        assert_eq!(
+            resource_metadata(challenge).as_deref(),
+            Some("https://gw.example/.well-known/oauth-protected-resource/a2a/v1")
+        );
+        assert_eq!(resource_metadata(r#"Bearer realm="peergate""#), None);
+    }
+}
