@@ -25,6 +25,27 @@ pub(super) async fn from_challenge(
     challenges: &[String],
     called: &reqwest::Url,
 ) -> Result<Discovered, CliError> {
+    let metadata_url = followed(challenges, called)?;
+    let document = json(fetcher, &metadata_url, "its protected-resource metadata").await?;
+    let resource = resource_of(&document, called)?;
+    let issuer = document["authorization_servers"][0]
+        .as_str()
+        .ok_or_else(|| {
+            exit(
+                EXIT_AUTH_REFUSED,
+                "the protected-resource metadata names no authorization server; give --token-url",
+            )
+        })?;
+    let token_url = token_endpoint(fetcher, issuer).await?;
+    Ok(Discovered {
+        token_url,
+        resource: resource.to_owned(),
+    })
+}
+
+/// The metadata's URL: the challenges' pointer, else the endpoint's well-known URL; refused on
+/// another origin than the endpoint's (a forged 401 could otherwise steer the secret away).
+fn followed(challenges: &[String], called: &reqwest::Url) -> Result<String, CliError> {
     let pointed = challenges.iter().find_map(|value| resource_metadata(value));
     let metadata_url = match pointed {
         Some(url) => url,
@@ -39,7 +60,11 @@ pub(super) async fn from_challenge(
             "the agent's resource_metadata is on another origin than the agent: not followed",
         ));
     }
-    let document = json(fetcher, &metadata_url, "its protected-resource metadata").await?;
+    Ok(metadata_url)
+}
+
+/// The metadata's `resource`, when it is the endpoint called (RFC 9728 §3.3).
+fn resource_of<'d>(document: &'d Value, called: &reqwest::Url) -> Result<&'d str, CliError> {
     let resource = document["resource"].as_str().unwrap_or_default();
     if resource.trim_end_matches('/') != called.as_str().trim_end_matches('/') {
         return Err(exit(
@@ -47,19 +72,7 @@ pub(super) async fn from_challenge(
             "the protected-resource metadata describes another resource than the one called (RFC 9728 §3.3)",
         ));
     }
-    let issuer = document["authorization_servers"][0]
-        .as_str()
-        .ok_or_else(|| {
-            exit(
-                EXIT_AUTH_REFUSED,
-                "the protected-resource metadata names no authorization server; give --token-url",
-            )
-        })?;
-    let token_url = token_endpoint(fetcher, issuer).await?;
-    Ok(Discovered {
-        token_url,
-        resource: resource.to_owned(),
-    })
+    Ok(resource)
 }
 
 /// The `resource_metadata` auth-param of a Bearer challenge.
@@ -117,5 +130,28 @@ mod tests {
             Some("https://gw.example/.well-known/oauth-protected-resource/a2a/v1")
         );
         assert_eq!(resource_metadata(r#"Bearer realm="peergate""#), None);
+    }
+
+    #[test]
+    fn only_metadata_on_the_agents_origin_for_the_resource_called_is_followed() {
+        let called = reqwest::Url::parse("https://gw.example/a2a/v1").unwrap();
+        let pointing = |url: &str| vec![format!(r#"Bearer realm="x", resource_metadata="{url}""#)];
+        let own = "https://gw.example/.well-known/oauth-protected-resource/a2a/v1";
+        assert_eq!(followed(&pointing(own), &called).unwrap(), own);
+        assert_eq!(followed(&[], &called).unwrap(), own);
+        let away = pointing("https://evil.example/.well-known/oauth-protected-resource/a2a/v1");
+        assert!(
+            followed(&away, &called)
+                .unwrap_err()
+                .message
+                .contains("another origin")
+        );
+        let elsewhere = serde_json::json!({"resource": "https://gw.example/other"});
+        assert!(resource_of(&elsewhere, &called).is_err());
+        let same = serde_json::json!({"resource": "https://gw.example/a2a/v1"});
+        assert_eq!(
+            resource_of(&same, &called).unwrap(),
+            "https://gw.example/a2a/v1"
+        );
     }
 }
