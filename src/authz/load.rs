@@ -3,6 +3,7 @@
 //! that a call evaluates only the policies whose scope can name its action.
 
 use super::ask::{self, AdminAsk, CallAsk};
+use super::remembered::{Reads, Remembered};
 use super::{Decision, schema};
 use cedar_policy::{
     ActionConstraint, Authorizer, Entities, Entity, EntityUid, PolicyId, PolicySet, Request,
@@ -114,6 +115,9 @@ pub struct Loaded {
     authorizer: Authorizer,
     /// SHA-256 over the schema's and the policies' text: whether a reload changes anything.
     digest: [u8; 32],
+    /// Which facts of a call the policies read, and the decisions made on them.
+    reads: Reads,
+    remembered: Remembered,
 }
 
 impl Loaded {
@@ -160,6 +164,8 @@ impl Loaded {
             policies: policies.policies().count(),
             authorizer: Authorizer::new(),
             digest: [0; 32],
+            reads: Reads::of(&policies),
+            remembered: Remembered::new(),
         })
     }
 
@@ -173,9 +179,16 @@ impl Loaded {
         self.policies
     }
 
-    /// The decision about one A2A call.
+    /// The decision about one A2A call: remembered, when the facts the policies read were
+    /// decided before.
     pub fn decide_call(&self, ask: &CallAsk<'_>) -> Decision {
-        self.decide(ask.operation, ask.to_cedar())
+        let key = self.reads.key(ask);
+        if let Some(decision) = self.remembered.get(&key) {
+            return decision;
+        }
+        let decision = self.decide(ask.operation, ask.to_cedar());
+        self.remembered.keep(key, decision.clone());
+        decision
     }
 
     /// The decision about one admin API request.
@@ -188,7 +201,7 @@ impl Loaded {
     fn decide(&self, action: &str, asked: Result<(Request, Vec<Entity>), String>) -> Decision {
         let denied = Decision {
             allowed: false,
-            policies: Vec::new(),
+            policies: Arc::from([]),
         };
         let Some(slice) = self.by_action.get(action) else {
             tracing::warn!(action, "no policies were read for this action: denied");

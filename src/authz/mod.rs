@@ -10,11 +10,13 @@
 //! |---|---|
 //! | the schema peergate's requests follow | `peergate.cedarschema`, [`schema`] |
 //! | reading, checking and slicing the files | [`load`] |
+//! | decisions remembered by the facts the policies read | `remembered.rs` |
 //! | a call or a request as Cedar sees it | [`ask`] |
 //! | the policies in force, swapped whole on reload | [`Authorization`] |
 
 pub mod ask;
 pub mod load;
+mod remembered;
 pub mod schema;
 #[cfg(test)]
 mod tests;
@@ -64,7 +66,7 @@ pub struct Decision {
     pub allowed: bool,
     /// The ids of the policies that decided it: the permits that allowed it, or the forbids
     /// that denied it (none when nothing permitted it: Cedar's default is to deny).
-    pub policies: Vec<Arc<str>>,
+    pub policies: Arc<[Arc<str>]>,
 }
 
 impl Decision {
