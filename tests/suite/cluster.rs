@@ -1679,3 +1679,53 @@ async fn a_killed_instances_stream_places_lapse_with_its_lease() {
     model.set(ModelBehaviour::Answer);
     model.release_one();
 }
+
+/// The Cedar policies change on every host; one instance is asked to reload, and the other,
+/// whose policy file did not change, reads its Cedar files again and holds to the new set
+/// within a second.
+#[tokio::test(flavor = "multi_thread")]
+async fn authorization_policies_reloaded_through_one_instance_hold_on_the_other_within_a_second() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let cedar = tempfile::NamedTempFile::new().unwrap();
+    let everyone = "@id(\"everyone\") permit (principal, action, resource);\n";
+    std::fs::write(cedar.path(), everyone).unwrap();
+    let path = cedar.path().to_str().unwrap().to_owned();
+    let Some(shared) = Shared::start(&model, |policy| {
+        policy
+            .set("admin.reloaders", ["ada"])
+            .insert("authorization.policies", path.as_str())
+    }) else {
+        return;
+    };
+    let alice = shared.peer("alice", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    let status = |instance: &ServeProcess| {
+        let door = instance.door();
+        let alice = alice.clone();
+        async move {
+            post_raw(&door, Some(&alice), get_task_request("none"))
+                .await
+                .0
+        }
+    };
+    assert_eq!(status(&b).await, 200);
+
+    let reads_nothing = format!(
+        "{everyone}@id(\"no-reads\") forbid (principal is Peergate::Peer, action == Peergate::Action::\"GetTask\", resource);\n"
+    );
+    std::fs::write(cedar.path(), reads_nothing).unwrap();
+    let (code, body) = admin_post(&a, "/v1/policy/reload", json!({})).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["applied"], json!(["authorization.policies"]), "{body}");
+    assert_eq!(status(&a).await, 403);
+    let since = Instant::now();
+    let mut held = false;
+    while since.elapsed() < Duration::from_secs(1) && !held {
+        held = status(&b).await == 403;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        held,
+        "the other instance still answered GetTask after a second"
+    );
+}
