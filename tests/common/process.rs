@@ -198,6 +198,15 @@ pub struct ServedPolicy {
 }
 
 impl ServedPolicy {
+    /// Sends the server `SIGHUP` (a policy reload).
+    pub fn hang_up(&self) {
+        let status = Command::new("kill")
+            .args(["-HUP", &self.server.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     /// Serves `policy` with `peers` added and `env` in the server's environment.
     pub fn start(policy: &super::policy::PolicyEdit, peers: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();

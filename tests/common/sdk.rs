@@ -134,3 +134,26 @@ pub fn python_with_sdk() -> PathBuf {
     std::fs::write(&marker, requirements).unwrap();
     python
 }
+
+/// Runs `tests/interop/SCRIPT` with the official SDK's Python and `args`; its JSON summary.
+pub async fn run_interop_script(script: &str, args: &[String]) -> Value {
+    let python = python_with_sdk();
+    let script = super::cli::repo_root().join("tests/interop").join(script);
+    let args = args.to_vec();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}

@@ -150,7 +150,7 @@ async fn cedar_policies_read_group_claims_and_decide_every_binding_before_anythi
 
     // … and gRPC, through the official stubs.
     let grpc = gw.grpc.expect("full.toml serves gRPC").to_string();
-    let summary = crate::grpc::run_grpc_script(
+    let summary = run_interop_script(
         "a2a_python_grpc_policies.py",
         &[
             "--grpc",
@@ -276,14 +276,6 @@ fn everyone(version: usize) -> String {
     )
 }
 
-fn hang_up(served: &ServedPolicy) {
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &served.server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// The status of a SendMessage.
 async fn send_status(door: &str, token: &str) -> u16 {
     let body = request("SendMessage", message(json!([{"text": "hello"}])));
@@ -321,7 +313,7 @@ async fn policies_reload_under_load_losing_no_request_and_a_bad_file_keeps_those
         .collect();
     for version in 1..=20 {
         std::fs::write(&cedar, everyone(version)).unwrap();
-        hang_up(&served);
+        served.hang_up();
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -347,11 +339,12 @@ async fn policies_reload_under_load_losing_no_request_and_a_bad_file_keeps_those
         "@id(\"broken\")\npermit (principal, action, resource\n",
     )
     .unwrap();
-    hang_up(&served);
-    let refused = wait_for_line(&served, "was not reloaded");
+    served.hang_up();
+    let log = served.server.log_with("was not reloaded");
+    let refused = log.lines().find(|line| line.contains("was not reloaded"));
     assert!(
-        refused.contains("authorization.policies: line"),
-        "{refused}"
+        refused.is_some_and(|line| line.contains("authorization.policies: line")),
+        "{log}"
     );
     assert_eq!(send_status(&door, &token).await, 200);
 
@@ -362,7 +355,7 @@ async fn policies_reload_under_load_losing_no_request_and_a_bad_file_keeps_those
         everyone(21)
     );
     std::fs::write(&cedar, forbid).unwrap();
-    hang_up(&served);
+    served.hang_up();
     let mut status = 200;
     for _ in 0..100 {
         status = send_status(&door, &token).await;
@@ -372,23 +365,8 @@ async fn policies_reload_under_load_losing_no_request_and_a_bad_file_keeps_those
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(status, 403);
-    wait_for_line(&served, "authz=\"deny:no-sends\"");
-}
-
-/// The first log line holding `needle`, waiting for it.
-fn wait_for_line(served: &ServedPolicy, needle: &str) -> String {
-    for _ in 0..200 {
-        if let Some(line) = served
-            .server
-            .log_text()
-            .lines()
-            .find(|line| line.contains(needle))
-        {
-            return line.to_owned();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("no line with {needle:?}:\n{}", served.server.log_text());
+    let log = served.server.log_with("authz=\"deny:no-sends\"");
+    assert!(log.contains("authz=\"deny:no-sends\""), "{log}");
 }
 
 #[test]

@@ -5,30 +5,7 @@
 //! `tests/python_sdk.rs`.
 
 use crate::common::*;
-use serde_json::{Value, json};
-
-/// Runs `tests/interop/SCRIPT` with the official SDK's Python and `args`; its JSON summary.
-pub(crate) async fn run_grpc_script(script: &str, args: &[String]) -> Value {
-    let python = python_with_sdk();
-    let script = repo_root().join("tests/interop").join(script);
-    let args = args.to_vec();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .args(args)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap()
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn the_grpc_binding_stands_behind_the_same_guard_and_answers_in_grpc_statuses() {
@@ -43,7 +20,7 @@ async fn the_grpc_binding_stands_behind_the_same_guard_and_answers_in_grpc_statu
     let (code, limited, stderr) = gw.cli(&["peer", "add", "carol", "--rate", "3/min"]);
     assert_eq!(code, 0, "{stderr}");
     let grpc = gw.grpc.expect("full.toml serves gRPC").to_string();
-    let summary = run_grpc_script(
+    let summary = run_interop_script(
         "a2a_python_grpc_guard.py",
         &["--grpc", &grpc, "--token", &alice, "--other-token", &bob]
             .into_iter()
@@ -196,7 +173,7 @@ async fn over_tls_scopes_and_the_body_limit_hold_on_the_grpc_binding() {
     let read_only = key.access_token(ISSUER, AUDIENCE, "reader-app", "a2a:tasks:read", now);
     let grpc = gw.grpc.expect("full.toml serves gRPC").to_string();
     let (ca, limit) = (tls("ca.pem"), LIMIT.to_string());
-    let summary = run_grpc_script(
+    let summary = run_interop_script(
         "a2a_python_grpc_tls.py",
         &["--grpc", &grpc, "--ca", &ca, "--token", &token]
             .into_iter()

@@ -627,33 +627,16 @@ async fn tokens_from_a_real_openid_provider_open_the_door_through_key_rotation()
     );
 
     // The official Python SDK client, with a token it asked the provider for itself.
-    let python = python_with_sdk();
-    let script = repo_root().join("tests/interop/a2a_python_oauth.py");
-    let sdk = tokio::task::spawn_blocking({
-        let base = base.clone();
-        move || {
-            std::process::Command::new(python)
-                .arg(script)
-                .args([
-                    "--base-url",
-                    &base,
-                    "--client-id",
-                    "agent-a",
-                    "--client-secret",
-                    "secret-a",
-                ])
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    assert!(
-        sdk.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sdk.stderr)
-    );
-    let summary: Value = serde_json::from_slice(&sdk.stdout).unwrap();
+    let args = [
+        "--base-url",
+        &base,
+        "--client-id",
+        "agent-a",
+        "--client-secret",
+        "secret-a",
+    ]
+    .map(str::to_owned);
+    let summary = run_interop_script("a2a_python_oauth.py", &args).await;
     assert_eq!(summary["scheme"], "oauth2-acme", "{summary}");
     assert_eq!(summary["state"], "TASK_STATE_COMPLETED", "{summary}");
 

@@ -78,14 +78,6 @@ fn rewrite(served: &ServedPolicy, edit: &PolicyEdit) {
     std::fs::write(served.dir.path().join("policy.toml"), edit.text()).unwrap();
 }
 
-fn hang_up(served: &ServedPolicy) {
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &served.server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// The `n`th log line holding `needle` (1-based), waiting for it.
 fn nth_line_with(served: &ServedPolicy, needle: &str, n: usize) -> String {
     for _ in 0..200 {
@@ -151,7 +143,7 @@ async fn sighup_applies_what_can_change_names_what_cannot_and_keeps_the_policy_o
         .set("log.level", "info,peergate=debug")
         .set("server.request_timeout_seconds", 300);
     rewrite(&served, &only_other);
-    hang_up(&served);
+    served.hang_up();
     let line = nth_line_with(&served, "policy reloaded", 1);
     for key in [
         "auth.issuers",
@@ -171,7 +163,7 @@ async fn sighup_applies_what_can_change_names_what_cannot_and_keeps_the_policy_o
     assert_eq!(card_name(&served).await, "After");
 
     // The new level is in force: a reload that finds nothing new says so at debug.
-    hang_up(&served);
+    served.hang_up();
     nth_line_with(&served, "nothing changed", 1);
 
     // A file that does not check changes nothing, and says why.
@@ -182,7 +174,7 @@ async fn sighup_applies_what_can_change_names_what_cannot_and_keeps_the_policy_o
             .set("card.name", "Broken")
             .set("limits.per_ip_per_minute", 0),
     );
-    hang_up(&served);
+    served.hang_up();
     let refused = nth_line_with(&served, "was not reloaded", 1);
     assert!(refused.contains("limits.per_ip_per_minute"), "{refused}");
     assert_eq!(card_name(&served).await, "After");
@@ -353,6 +345,6 @@ fn a_rust_log_that_is_no_directive_list_is_said_and_left_to_the_policy() {
     let said = nth_line_with(&served, "RUST_LOG is not a directive list", 1);
     assert!(said.contains("it is not used"), "{said}");
     // The policy's debug level is in force: a reload that finds nothing new says so.
-    hang_up(&served);
+    served.hang_up();
     nth_line_with(&served, "nothing changed", 1);
 }

@@ -167,24 +167,12 @@ async fn a_partner_with_only_client_credentials_goes_from_a_401_to_a_token() {
     assert!(String::from_utf8_lossy(&called.stdout).contains("found by discovery"));
 
     // The official Python SDK client, from the metadata alone.
-    let python = python_with_sdk();
-    let script = repo_root().join("tests/interop/a2a_python_oauth.py");
-    let sdk = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .args(["--base-url", &origin, "--discover"])
-            .args(["--client-id", "agent-a", "--client-secret", "secret-a"])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        sdk.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sdk.stderr)
-    );
-    let summary: Value = serde_json::from_slice(&sdk.stdout).unwrap();
+    let args = ["--base-url", &origin, "--discover"]
+        .into_iter()
+        .chain(["--client-id", "agent-a", "--client-secret", "secret-a"])
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    let summary = run_interop_script("a2a_python_oauth.py", &args).await;
     assert_eq!(summary["state"], "TASK_STATE_COMPLETED", "{summary}");
     assert_eq!(summary["resource"], door.as_str(), "{summary}");
     assert_eq!(
