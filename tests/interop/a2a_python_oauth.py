@@ -12,17 +12,16 @@ Prints one JSON summary on stdout; exits 0 only if every expectation held,
 otherwise prints a one-line reason on stderr and exits 1.
 """
 import argparse
-import asyncio
-import json
-import sys
-
 import re
+import sys
 from urllib.parse import urlsplit
 
 import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.helpers import get_message_text, new_text_message
 from a2a.types.a2a_pb2 import Role, SendMessageRequest, TaskState
+
+from summary import report
 
 
 class Failed(Exception):
@@ -121,19 +120,8 @@ def main():
     ap.add_argument("--client-secret", required=True)
     ap.add_argument("--discover", action="store_true")
     args = ap.parse_args()
-    try:
-        summary = asyncio.run(run(args.base_url.rstrip("/"), args.client_id, args.client_secret,
-                                  args.discover))
-    except Failed as e:
-        print(f"FAIL: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # transport / SDK errors are failures too
-        reason = " ".join(str(e).split())
-        print(f"FAIL: {type(e).__name__}: {reason}", file=sys.stderr)
-        return 1
-    print(json.dumps(summary, sort_keys=True))
-    return 0
-
+    return report(run(args.base_url.rstrip("/"), args.client_id, args.client_secret,
+                      args.discover))
 
 if __name__ == "__main__":
     sys.exit(main())
