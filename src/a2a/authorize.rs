@@ -6,7 +6,8 @@
 //! for the first denial a minute of one peer's operation, the audit log.
 //!
 //! A denial counts toward nothing but the request rate every request counts toward: no failed
-//! sign-in (the peer signed in), no budget (no turn ran), no breaker.
+//! sign-in (the peer signed in), no budget (no turn ran), no breaker. The card URL asks the same
+//! decision for an authenticated peer's extended card (`GetExtendedAgentCard`).
 
 use crate::a2a::operation::{A2aRequest, CallRefused};
 use crate::a2a::stages::{CallStages, CallView};
@@ -63,7 +64,8 @@ impl PolicyStage {
             },
             operation: call.call.method.name(),
             binding: call.call.binding.protocol_name(),
-            client: call.client,
+            // An IPv4 client on a dual-stack listener is an IPv4 address to the policies.
+            client: call.client.map(|ip| ip.to_canonical()),
             now: self.clock.now(),
             task: request.task_id(),
             context: request.context_id(),
@@ -79,6 +81,15 @@ impl PolicyStage {
 #[async_trait::async_trait]
 impl CallStages for PolicyStage {
     async fn authorize(&self, call: &CallView, request: &A2aRequest) -> Result<(), CallRefused> {
+        self.decided(call, request)
+    }
+}
+
+impl PolicyStage {
+    /// The policies' decision about `call`, recorded (access log, metrics, audit) and as the
+    /// guard's refusal when it denies: the stage's, and the card URL's for an authenticated
+    /// peer (its extended card is `GetExtendedAgentCard`).
+    pub fn decided(&self, call: &CallView, request: &A2aRequest) -> Result<(), CallRefused> {
         let decision = self.decide(call, request);
         let policies = decision.policy_list();
         if let Some(note) = &call.note {

@@ -715,15 +715,19 @@ fn a2a_routers(
     // Every binding calls the agent through the one pipeline.
     let mut pipeline =
         Pipeline::new(Arc::new(agent.clone())).with_metrics(observers.metrics.clone());
-    if let Some(authorization) = &guards.authorization {
-        pipeline = pipeline.with_stages(Arc::new(crate::a2a::authorize::PolicyStage::new(
+    let policies = guards.authorization.as_ref().map(|authorization| {
+        Arc::new(crate::a2a::authorize::PolicyStage::new(
             authorization.clone(),
             options.clock.clone(),
             observers.metrics.clone(),
             store.clone(),
-        )));
+        ))
+    });
+    if let Some(policies) = &policies {
+        pipeline = pipeline.with_stages(policies.clone());
     }
-    let state = door_state(policy, pipeline.clone(), documents, readiness.clone());
+    let mut state = door_state(policy, pipeline.clone(), documents, readiness.clone());
+    state.policies = policies;
     let router = door_router(policy, state, guards, observers.clone());
     let grpc = grpc_router(policy, pipeline, &readiness, guards, observers);
     (readiness, router, grpc)
@@ -741,6 +745,7 @@ fn door_state(
         cards: documents.served.clone(),
         jwks: documents.jwks.clone(),
         readiness,
+        policies: None,
     }
 }
 

@@ -183,29 +183,37 @@ impl Loaded {
     /// decided before.
     pub fn decide_call(&self, ask: &CallAsk<'_>) -> Decision {
         let key = self.reads.key(ask);
-        if let Some(decision) = self.remembered.get(&key) {
+        if let Some(decision) = key.as_ref().and_then(|key| self.remembered.get(key)) {
             return decision;
         }
-        let decision = self.decide(ask.operation, ask.to_cedar());
-        self.remembered.keep(key, decision.clone());
+        let (decision, made) = self.decide(ask.operation, ask.to_cedar());
+        // A call that could not be put to the policies is denied, and not remembered: the
+        // next call with the same facts tries again.
+        if let (Some(key), true) = (key, made) {
+            self.remembered.keep(key, decision.clone());
+        }
         decision
     }
 
     /// The decision about one admin API request.
     pub fn decide_admin(&self, ask: &AdminAsk<'_>) -> Decision {
-        self.decide(ask.operation, ask.to_cedar())
+        self.decide(ask.operation, ask.to_cedar()).0
     }
 
-    /// Cedar's decision; an action the policies were not sliced for, or a request that cannot
-    /// be built, is denied (fail closed) and logged.
-    fn decide(&self, action: &str, asked: Result<(Request, Vec<Entity>), String>) -> Decision {
+    /// Cedar's decision, and whether Cedar made it; an action the policies were not sliced
+    /// for, or a request that cannot be built, is denied (fail closed) and logged.
+    fn decide(
+        &self,
+        action: &str,
+        asked: Result<(Request, Vec<Entity>), String>,
+    ) -> (Decision, bool) {
         let denied = Decision {
             allowed: false,
             policies: Arc::from([]),
         };
         let Some(slice) = self.by_action.get(action) else {
             tracing::warn!(action, "no policies were read for this action: denied");
-            return denied;
+            return (denied, false);
         };
         let built = asked.and_then(|(request, entities)| {
             let entities = entities.into_iter().chain(slice.actions.iter().cloned());
@@ -217,7 +225,7 @@ impl Loaded {
             Ok(built) => built,
             Err(why) => {
                 tracing::warn!(action, %why, "the call could not be put to the policies: denied");
-                return denied;
+                return (denied, false);
             }
         };
         let response = self
@@ -226,14 +234,15 @@ impl Loaded {
         for error in response.diagnostics().errors() {
             tracing::warn!(action, %error, "a policy failed to evaluate and was skipped");
         }
-        Decision {
+        let decision = Decision {
             allowed: response.decision() == cedar_policy::Decision::Allow,
             policies: response
                 .diagnostics()
                 .reason()
                 .map(|id| Arc::from(id.as_ref()))
                 .collect(),
-        }
+        };
+        (decision, true)
     }
 }
 

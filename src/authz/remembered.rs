@@ -8,15 +8,19 @@
 //!
 //! What a policy names is read from its text, conservatively: a context member counts as read
 //! when its name appears anywhere in a policy (a comment or an id too), the whole context when
-//! `context` is used other than by `.`, `[` or `has`, the resource when a policy constrains it
-//! in its scope or names it in a condition.
+//! `context` is used other than by `.`, `[` or `has` or when the policy holds an escape (a name
+//! could hide in `"\u{68}our"`), the resource when a policy constrains it in its scope or names
+//! it in a condition. A key longer than [`MAX_KEY_BYTES`] (the partner chooses task ids and media
+//! types) is decided without being remembered, and the cache is bounded in bytes.
 
 use super::Decision;
 use super::ask::CallAsk;
 use cedar_policy::{PolicySet, ResourceConstraint};
 
-/// The most decisions remembered per policy set.
-const REMEMBERED: u64 = 100_000;
+/// The most bytes of keys remembered per policy set.
+const REMEMBERED_BYTES: u64 = 32 * 1024 * 1024;
+/// The longest key remembered.
+const MAX_KEY_BYTES: usize = 4096;
 
 /// The context's members, as the schema names them.
 const MEMBERS: [&str; 9] = [
@@ -45,9 +49,10 @@ impl Reads {
         let mut reads = Self::default();
         for policy in policies.policies() {
             let text = policy.to_string();
-            let whole_context = words(&text, "context").any(|after| {
-                !(after.starts_with('.') || after.starts_with('[') || after.starts_with("has"))
-            });
+            let whole_context = text.contains('\\')
+                || words(&text, "context").any(|after| {
+                    !(after.starts_with('.') || after.starts_with('[') || after.starts_with("has"))
+                });
             for (read, member) in reads.members.iter_mut().zip(MEMBERS) {
                 *read |= whole_context || words(&text, member).next().is_some();
             }
@@ -72,8 +77,10 @@ impl Reads {
         self.resource
     }
 
-    /// The key of `ask`'s decision: every fact read, each length-prefixed.
-    pub(crate) fn key(&self, ask: &CallAsk<'_>) -> Vec<u8> {
+    /// The key of `ask`'s decision: every fact read, each length-prefixed, each optional one
+    /// behind a tag and each list behind its count, so two different calls never share a key;
+    /// `None` when it would be longer than [`MAX_KEY_BYTES`].
+    pub(crate) fn key(&self, ask: &CallAsk<'_>) -> Option<Vec<u8>> {
         let mut key = Key(Vec::with_capacity(256));
         let peer = &ask.peer;
         for text in [
@@ -86,19 +93,23 @@ impl Reads {
             key.text(text);
         }
         for text in [peer.issuer, peer.subject] {
-            key.text(text.unwrap_or("\u{0}"));
+            key.optional(text);
         }
-        key.list(peer.scopes.unwrap_or(&["\u{0}"]).iter().copied());
+        match peer.scopes {
+            Some(scopes) => key.list(1, scopes.iter().copied()),
+            None => key.0.push(0),
+        }
+        key.count(peer.claims.len());
         for (claim, values) in peer.claims {
             key.text(claim);
-            key.list(values.iter().map(|v| &**v));
+            key.list(1, values.iter().map(|v| &**v));
         }
         if self.resource {
-            key.text(ask.task.unwrap_or("\u{0}"));
-            key.text(ask.context.unwrap_or("\u{0}"));
+            key.optional(ask.task);
+            key.optional(ask.context);
         }
         self.context_key(ask, &mut key);
-        key.0
+        (key.0.len() <= MAX_KEY_BYTES).then_some(key.0)
     }
 
     fn context_key(&self, ask: &CallAsk<'_>, key: &mut Key) {
@@ -122,7 +133,7 @@ impl Reads {
                 .extend([utc.hour() as u8, utc.weekday().to_monday_one_offset() as u8]);
         }
         if client {
-            key.text(&ask.client.map_or_else(String::new, |ip| ip.to_string()));
+            key.optional(ask.client.map(|ip| ip.to_string()).as_deref());
         }
         if binding {
             key.text(ask.binding);
@@ -131,13 +142,13 @@ impl Reads {
             key.0.extend(ask.message_size.to_le_bytes());
         }
         if kinds {
-            key.list(ask.part_kinds.iter().copied());
+            key.list(2, ask.part_kinds.iter().copied());
         }
         if media {
-            key.list(ask.media_types.iter().copied());
+            key.list(3, ask.media_types.iter().copied());
         }
         if extensions {
-            key.list(ask.extensions.iter().map(String::as_str));
+            key.list(4, ask.extensions.iter().map(String::as_str));
         }
     }
 }
@@ -147,17 +158,32 @@ struct Key(Vec<u8>);
 
 impl Key {
     fn text(&mut self, text: &str) {
-        self.0.extend((text.len() as u32).to_le_bytes());
+        self.count(text.len());
         self.0.extend(text.as_bytes());
     }
 
-    fn list<'a>(&mut self, items: impl Iterator<Item = &'a str>) {
-        let mut count = 0u32;
+    fn count(&mut self, count: usize) {
+        self.0.extend((count as u64).to_le_bytes());
+    }
+
+    /// A tag (0 absent, 1 present), then the text when present.
+    fn optional(&mut self, text: Option<&str>) {
+        match text {
+            Some(text) => {
+                self.0.push(1);
+                self.text(text);
+            }
+            None => self.0.push(0),
+        }
+    }
+
+    /// A tag naming which list, its count, then its items.
+    fn list<'a>(&mut self, tag: u8, items: impl ExactSizeIterator<Item = &'a str>) {
+        self.0.push(tag);
+        self.count(items.len());
         for item in items {
             self.text(item);
-            count += 1;
         }
-        self.0.extend(count.to_le_bytes());
     }
 }
 
@@ -181,7 +207,13 @@ pub(crate) struct Remembered {
 impl Remembered {
     pub(crate) fn new() -> Self {
         Self {
-            decisions: moka::sync::Cache::new(REMEMBERED),
+            decisions: moka::sync::Cache::builder()
+                .weigher(|key: &Vec<u8>, decision: &Decision| {
+                    u32::try_from(key.len() + 64 * (1 + decision.policies.len()))
+                        .unwrap_or(u32::MAX)
+                })
+                .max_capacity(REMEMBERED_BYTES)
+                .build(),
         }
     }
 
@@ -225,6 +257,59 @@ mod tests {
         // `hourly` is not `hour`.
         let longer = reads(r#"@id("hourly") permit (principal, action, resource);"#);
         assert!(!longer.member("hour"));
+    }
+
+    #[test]
+    fn an_escaped_name_reads_every_member() {
+        let escaped =
+            reads(r#"permit (principal, action, resource) when { context["\u{68}our"] < 9 };"#);
+        assert!(MEMBERS.iter().all(|member| escaped.member(member)));
+    }
+
+    #[test]
+    fn no_two_different_calls_share_a_key() {
+        let read_all = reads(
+            r#"permit (principal, action, resource in Peergate::Agent::"agent") when { context == {} };"#,
+        );
+        let peer = crate::authz::PeerFacts {
+            id: "p",
+            name: "n",
+            owner_id: "o",
+            scheme: "bearer",
+            issuer: None,
+            subject: None,
+            scopes: None,
+            claims: &[],
+        };
+        let ask = CallAsk {
+            peer,
+            operation: "SendMessage",
+            binding: "JSONRPC",
+            client: None,
+            now: crate::clock::Timestamp::UNIX_EPOCH,
+            task: None,
+            context: None,
+            message_size: 0,
+            part_kinds: vec![],
+            media_types: vec![],
+            extensions: &[],
+        };
+        let mut nul_task = ask.clone();
+        nul_task.task = Some("\u{0}");
+        let mut kinds = ask.clone();
+        kinds.part_kinds = vec!["text"];
+        let mut media = ask.clone();
+        media.media_types = vec!["text"];
+        let keys = [&ask, &nul_task, &kinds, &media].map(|a| read_all.key(a).unwrap());
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        let long = "t".repeat(MAX_KEY_BYTES);
+        let mut huge = ask.clone();
+        huge.task = Some(&long);
+        assert_eq!(read_all.key(&huge), None);
     }
 
     #[test]

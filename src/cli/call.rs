@@ -124,7 +124,8 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
     let mut response = send(client, &endpoint, (&args, &request), &credential).await?;
     // Only client credentials and no token URL: the 401 says where a token comes from, once.
     if response.status() == 401 && matches!(credential, Credential::Discover) {
-        let token = discovered_token(&fetcher, &args, &response, &endpoint).await?;
+        let token =
+            discovered_token(&fetcher, (&args, &interface.card), &response, &endpoint).await?;
         let credential = Credential::Bearer(token);
         response = send(client, &endpoint, (&args, &request), &credential).await?;
     }
@@ -170,7 +171,7 @@ async fn send(
 /// for the resource called (RFC 8707).
 async fn discovered_token(
     fetcher: &Fetcher,
-    args: &CallArgs,
+    (args, card): (&CallArgs, &Value),
     response: &reqwest::Response,
     endpoint: &reqwest::Url,
 ) -> Result<String, CliError> {
@@ -180,7 +181,7 @@ async fn discovered_token(
         .iter()
         .filter_map(|value| value.to_str().ok().map(str::to_owned))
         .collect();
-    let discovered = super::discovery::from_challenge(fetcher, &challenges, endpoint).await?;
+    let discovered = super::discovery::from_challenge(fetcher, &challenges, endpoint, card).await?;
     super::client_credentials::access_token(
         fetcher,
         super::client_credentials::Request {
@@ -385,6 +386,13 @@ async fn credential(
 ) -> Result<Credential, CliError> {
     if let Some(client_id) = &args.client_id {
         if args.token_url.is_none() && !super::client_credentials::names_token_url(card, verified) {
+            // The secret goes only where a signed card leads: an unsigned one could lead anywhere.
+            if !verified {
+                return Err(exit(
+                    EXIT_OTHER,
+                    "the card is not verified, so neither its token URL nor discovery is used: give --token-url",
+                ));
+            }
             return Ok(Credential::Discover);
         }
         let token = super::client_credentials::access_token(

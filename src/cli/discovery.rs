@@ -1,10 +1,12 @@
 //! `peergate call --client-id` without a token URL: from the agent's 401 to a token, the way
 //! RFC 9728 lays out. The challenge's `resource_metadata` (else the well-known URL of the
 //! endpoint called) names the protected-resource metadata, which must be on the endpoint's own
-//! origin and name exactly the endpoint as its `resource` (§3.3); its first authorization server's
-//! metadata (RFC 8414, else OpenID Connect's) must name that issuer exactly; its token endpoint
-//! is asked for a client-credentials token for the resource (RFC 8707 `resource`). The call is
-//! then sent once more.
+//! origin and name exactly the endpoint as its `resource` (§3.3); of its authorization servers
+//! only one the verified card also names is taken (RFC 9728 §7.6: a metadata document naming a
+//! server is no reason to trust it), and that server's metadata (RFC 8414, else OpenID
+//! Connect's) must name its issuer exactly; its token endpoint is asked for a
+//! client-credentials token for the resource (RFC 8707 `resource`). The call is then sent once
+//! more.
 
 use super::CliError;
 use super::exit_status::{EXIT_AUTH_REFUSED, EXIT_OTHER, exit};
@@ -24,16 +26,21 @@ pub(super) async fn from_challenge(
     fetcher: &Fetcher,
     challenges: &[String],
     called: &reqwest::Url,
+    card: &Value,
 ) -> Result<Discovered, CliError> {
     let metadata_url = followed(challenges, called)?;
     let document = json(fetcher, &metadata_url, "its protected-resource metadata").await?;
     let resource = resource_of(&document, called)?;
-    let issuer = document["authorization_servers"][0]
-        .as_str()
+    let issuer = document["authorization_servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|issuer| card_names(card, issuer))
         .ok_or_else(|| {
             exit(
                 EXIT_AUTH_REFUSED,
-                "the protected-resource metadata names no authorization server; give --token-url",
+                "the protected-resource metadata names no authorization server the signed card names; give --token-url",
             )
         })?;
     let token_url = token_endpoint(fetcher, issuer).await?;
@@ -73,6 +80,28 @@ fn resource_of<'d>(document: &'d Value, called: &reqwest::Url) -> Result<&'d str
         ));
     }
     Ok(resource)
+}
+
+/// Whether one of the card's security schemes leads to the authorization server `issuer`: a
+/// URL it names (token, metadata or discovery) at the issuer or under its path.
+fn card_names(card: &Value, issuer: &str) -> bool {
+    let issuer = issuer.trim_end_matches('/');
+    let under = |url: &str| {
+        url.strip_prefix(issuer)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    let schemes = card["securitySchemes"].as_object().into_iter().flatten();
+    schemes.map(|(_, scheme)| scheme).any(|scheme| {
+        let oauth = &scheme["oauth2SecurityScheme"];
+        [
+            &oauth["oauth2MetadataUrl"],
+            &oauth["flows"]["clientCredentials"]["tokenUrl"],
+            &scheme["openIdConnectSecurityScheme"]["openIdConnectUrl"],
+        ]
+        .into_iter()
+        .filter_map(Value::as_str)
+        .any(under)
+    })
 }
 
 /// The `resource_metadata` auth-param of a Bearer challenge.
@@ -153,5 +182,17 @@ mod tests {
             resource_of(&same, &called).unwrap(),
             "https://gw.example/a2a/v1"
         );
+    }
+
+    #[test]
+    fn only_a_server_the_signed_card_names_is_trusted() {
+        let card = serde_json::json!({"securitySchemes": {
+            "oauth2-corp": {"openIdConnectSecurityScheme": {
+                "openIdConnectUrl": "https://login.corp.example/tenant/.well-known/openid-configuration"}},
+        }});
+        assert!(card_names(&card, "https://login.corp.example/tenant"));
+        assert!(card_names(&card, "https://login.corp.example/tenant/"));
+        assert!(!card_names(&card, "https://login.corp.example/ten"));
+        assert!(!card_names(&card, "https://evil.example"));
     }
 }

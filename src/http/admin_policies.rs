@@ -102,13 +102,25 @@ pub(crate) async fn decide(
                 .find(|(key, _)| matches!(*key, "name" | "peer"))
         })
         .map(|(_, value)| value);
+    // The address itself (not the /64 rate limits count by), unknown when it is.
+    let client = parts
+        .extensions
+        .get::<crate::layers::client_addr::ClientAddr>()
+        .map(|client| client.ip())
+        .or_else(|| {
+            let connected = parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>();
+            connected.map(|info| info.0.ip())
+        })
+        .map(|ip| ip.to_canonical());
     let ask = AdminAsk {
         name: admin.name(),
         auditor,
         operation,
         method: &method,
         peer,
-        client: Some(admin.client()),
+        client,
         now: policies.clock.now(),
     };
     let decision = policies.authorization.current().decide_admin(&ask);

@@ -43,6 +43,9 @@ pub(crate) struct DoorState {
     pub(crate) jwks: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
     /// What `/ready` asks.
     pub(crate) readiness: Arc<super::ready::Readiness>,
+    /// The authorization policies, which decide an authenticated peer's extended card at the
+    /// card URL as they decide `GetExtendedAgentCard`.
+    pub(crate) policies: Option<Arc<crate::a2a::authorize::PolicyStage>>,
 }
 
 /// The signed cards the door serves, built together so a reload replaces them together.
@@ -56,7 +59,7 @@ pub(crate) struct CardDocuments {
     pub(crate) issuer_extended: std::collections::HashMap<String, CachedDocument>,
     /// The extended card narrowed to a limited peer's operations.
     pub(crate) peer_cards: Arc<crate::a2a::peer_card::PeerCards>,
-    /// The door's RFC 9728 protected-resource metadata, when a public provider issues tokens.
+    /// The door's RFC 9728 protected-resource metadata, with the `"jwt"` scheme.
     pub(crate) resource_metadata: Option<CachedDocument>,
 }
 
@@ -99,10 +102,7 @@ pub(crate) fn door_router(
         .layer(AuthLayer::shared(guards.authenticator.clone()).mode(AuthMode::Optional));
     let guarded = Router::new()
         .route("/.well-known/jwks.json", get(jwks_document))
-        .route(
-            &crate::a2a::resource_metadata::path(&a2a_path),
-            get(resource_metadata),
-        )
+        .route(&resource_metadata_path(policy), get(resource_metadata))
         .layer(SettleLayer)
         .merge(card_routes)
         .merge(behind_peer_guard(bindings, policy, guards));
@@ -294,9 +294,12 @@ fn json_rpc_body(body: String) -> Response {
 async fn agent_card(
     State(state): State<DoorState>,
     peer: Option<Extension<AuthenticatedPeer>>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
 ) -> Response {
     let cards = state.cards.read_locked().clone();
+    // A peer the policies do not let read its extended card reads the public one.
+    let peer = peer.filter(|Extension(peer)| may_read_extended(&state, peer, &extensions));
     if let Some(Extension(peer)) = &peer
         && let Some(operations) = peer.operations()
         && let Some(narrowed) = cards.peer_cards.for_peer(peer.issuer(), operations)
@@ -315,8 +318,44 @@ async fn agent_card(
     }
 }
 
-/// RFC 9728 metadata, readable by any page (no credentials are involved), or 404 when no
-/// public provider issues tokens for the door.
+/// Whether the policies, when there are any, let `peer` read its extended card, as they decide
+/// `GetExtendedAgentCard` (over HTTP+JSON: a GET with its credential).
+fn may_read_extended(
+    state: &DoorState,
+    peer: &AuthenticatedPeer,
+    extensions: &axum::http::Extensions,
+) -> bool {
+    let Some(policies) = &state.policies else {
+        return true;
+    };
+    let view = crate::a2a::stages::CallView {
+        call: crate::protocol::call::A2aCall {
+            binding: crate::protocol::call::Binding::HttpJson,
+            method: crate::protocol::jsonrpc::Method::GetExtendedAgentCard,
+        },
+        peer: peer.clone(),
+        client: extensions
+            .get::<crate::layers::client_addr::ClientAddr>()
+            .map(|client| client.ip()),
+        extensions: Vec::new(),
+        note: extensions.get().cloned(),
+    };
+    let request = crate::a2a::operation::A2aRequest::GetExtendedAgentCard;
+    policies.decided(&view, &request).is_ok()
+}
+
+/// Where the door serves its RFC 9728 metadata: the well-known name before the path of the
+/// door's public URL (which a `public_base_url` with a path lengthens), as its challenges say.
+fn resource_metadata_path(policy: &Policy) -> String {
+    let door = card::door_url(policy, std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    let door_path = reqwest::Url::parse(&door)
+        .map(|url| url.path().to_owned())
+        .unwrap_or_else(|_| policy.server.a2a_path.clone());
+    crate::a2a::resource_metadata::path(&door_path)
+}
+
+/// RFC 9728 metadata, readable by any page (no credentials are involved), or 404 without the
+/// `"jwt"` scheme (no token of a provider opens the door).
 async fn resource_metadata(State(state): State<DoorState>, headers: HeaderMap) -> Response {
     let cards = state.cards.read_locked().clone();
     let Some(document) = &cards.resource_metadata else {
@@ -355,4 +394,32 @@ pub(crate) async fn method_not_allowed() -> Response {
 
 pub(crate) fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     Refusal::internal(&"a panic", "a request handler panicked").into_response()
+}
+
+#[cfg(test)]
+mod resource_metadata_tests {
+    use super::*;
+
+    /// The route is where the challenges point: before the public URL's whole path.
+    #[test]
+    fn the_metadata_is_served_where_the_challenges_point() {
+        let parse =
+            |text: &str| Policy::parse(text, &crate::config::PolicySource::Embedded).unwrap();
+        let plain = parse("");
+        assert_eq!(
+            resource_metadata_path(&plain),
+            "/.well-known/oauth-protected-resource/a2a/v1"
+        );
+        let behind = parse("[server]\npublic_base_url = \"https://gw.example/agents\"\n");
+        assert_eq!(
+            resource_metadata_path(&behind),
+            "/.well-known/oauth-protected-resource/agents/a2a/v1"
+        );
+        let door =
+            crate::a2a::card::door_url(&behind, std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        assert_eq!(
+            crate::a2a::resource_metadata::url(&door).unwrap(),
+            format!("https://gw.example{}", resource_metadata_path(&behind))
+        );
+    }
 }

@@ -268,16 +268,27 @@ fn claims(
     })
 }
 
-/// The claims `names` keeps: a string as a set of one, an array's strings (other values are
-/// not read); refused when one holds more than [`MAX_CLAIM_VALUES`] or a longer string.
+/// The claims `names` keeps: a string as a set of one, an array of strings; refused when one is
+/// anything else (a policy could read it as present and empty), holds more than
+/// [`MAX_CLAIM_VALUES`] or a longer string.
 fn kept_claims(payload: &Map<String, Value>, names: &[String]) -> Result<Claims, TokenRejected> {
     let mut kept = Vec::with_capacity(names.len());
     for name in names {
         let values: Vec<&str> = match payload.get(name) {
             None => continue,
             Some(Value::String(one)) => vec![one.as_str()],
-            Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
-            Some(_) => Vec::new(),
+            Some(Value::Array(many)) => many
+                .iter()
+                .map(Value::as_str)
+                .collect::<Option<_>>()
+                .ok_or(TokenRejected::Claim(
+                    "a claim the policies read holds something other than strings",
+                ))?,
+            Some(_) => {
+                return Err(TokenRejected::Claim(
+                    "a claim the policies read is neither a string nor a list of strings",
+                ));
+            }
         };
         if values.len() > MAX_CLAIM_VALUES || values.iter().any(|v| v.len() > MAX_CLAIM_VALUE_BYTES)
         {
@@ -522,6 +533,40 @@ mod tests {
                 .subject,
             "svc"
         );
+    }
+
+    #[test]
+    fn kept_claims_are_strings_or_lists_of_strings_and_nothing_is_read_in_part() {
+        let keys = keys();
+        let rules = AccessTokenRules {
+            claims: vec!["groups".into(), "dept".into(), "absent".into()],
+            ..rules()
+        };
+        let with = |groups: Value| {
+            let mut payload = claims();
+            payload["groups"] = groups;
+            payload["dept"] = json!("sales");
+            check(&token(&keys, &header(), &payload), &rules)
+        };
+        let kept = with(json!(["a", "b"])).unwrap().claims;
+        let expected: Vec<Claim> = vec![
+            ("groups".into(), vec!["a".into(), "b".into()].into()),
+            ("dept".into(), vec!["sales".into()].into()),
+        ];
+        assert_eq!(&*kept, &expected[..]);
+        for refused in [
+            json!(["a", 1]),
+            json!(false),
+            json!(null),
+            json!({"a": "b"}),
+        ] {
+            assert!(
+                matches!(with(refused.clone()), Err(TokenRejected::Claim(_))),
+                "{refused}"
+            );
+        }
+        let many: Vec<String> = (0..=MAX_CLAIM_VALUES).map(|i| i.to_string()).collect();
+        assert!(with(json!(many)).is_err());
     }
 
     #[test]

@@ -188,6 +188,22 @@ async fn cedar_policies_read_group_claims_and_decide_every_binding_before_anythi
     let wrong = post_raw(&gw.door, Some("pg_not_a_token"), get(&task)).await;
     assert_eq!(wrong.0, 401, "{wrong:?}");
 
+    // The card URL decides an authenticated peer's extended card as GetExtendedAgentCard: the
+    // stranger reads the public card, the partner its extended one.
+    let card = |token: Option<String>| {
+        let url = gw.url("/.well-known/agent-card.json");
+        async move {
+            let mut request = reqwest::Client::new().get(url);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            request.send().await.unwrap().text().await.unwrap()
+        }
+    };
+    let public = card(None).await;
+    assert_eq!(card(Some(stranger.clone())).await, public);
+    assert_ne!(card(Some(writer.clone())).await, public);
+
     // The admin API: an administrator may, an auditor may not (no policy permits auditors).
     add_admin(gw.data.path(), "ada", PASSWORD_A);
     add_admin(gw.data.path(), "bob", PASSWORD_B);

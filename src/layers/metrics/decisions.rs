@@ -8,6 +8,14 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+/// A label value as the text exposition writes it: `\`, `"` and newlines escaped.
+fn escaped(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// The most policy ids with series of their own.
 pub const MAX_POLICIES: usize = 1024;
 
@@ -71,11 +79,26 @@ impl Decisions {
                         let _ = writeln!(
                             out,
                             "peergate_authorization_decisions_total{{listener=\"{listener}\",decision=\"{decision}\",policy=\"{}\"}} {count}",
-                            id.replace(['\\', '"', '\n'], "_")
+                            escaped(id)
                         );
                     }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_policy_ids_never_share_a_series() {
+        let decisions = Decisions::default();
+        decisions.decided(false, true, &[Arc::from("a\"b"), Arc::from("a\\b")]);
+        let mut out = String::new();
+        decisions.write(&mut out);
+        assert!(out.contains(r#"policy="a\"b""#), "{out}");
+        assert!(out.contains(r#"policy="a\\b""#), "{out}");
     }
 }
