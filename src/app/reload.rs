@@ -298,8 +298,9 @@ impl Reloader {
 impl PolicyReload for Reloader {
     async fn reload(&self, trigger: ReloadTrigger) -> Result<Reloaded, ReloadRefused> {
         let outcome = self.reload_file(&trigger).await;
-        log(&trigger, &outcome);
+        // Audited before it is logged: whoever reads the line finds the record.
         self.audit(&trigger, &outcome).await;
+        log(&trigger, &outcome);
         // The others read their own files again; a reload they hear is not told on.
         if let (Ok(reloaded), false) = (&outcome, matches!(trigger, ReloadTrigger::Heard))
             && !reloaded.applied.is_empty()
