@@ -254,17 +254,24 @@ impl Refusal {
     pub fn body(&self) -> String {
         match self {
             Self::RateLimited(limited) => rate_limited_body(limited),
-            Self::Internal { request_id } => {
-                error_body(self.code(), "internal error", &[("requestId", request_id)])
-            }
-            Self::Unauthenticated { challenges, .. } if !challenges.accepted.is_empty() => {
-                let mut body: serde_json::Value =
-                    serde_json::from_str(&error_body(self.code(), &self.to_string(), &[]))
-                        .unwrap_or_default();
-                body["error"]["acceptedSchemes"] = serde_json::json!(*challenges.accepted);
-                body.to_string()
-            }
-            other => error_body(other.code(), &other.to_string(), &[]),
+            Self::Internal { request_id } => error_body(ErrorDetail {
+                code: self.code(),
+                message: "internal error",
+                request_id: Some(request_id),
+                accepted_schemes: None,
+            }),
+            Self::Unauthenticated { challenges, .. } => error_body(ErrorDetail {
+                code: self.code(),
+                message: &self.to_string(),
+                request_id: None,
+                accepted_schemes: Some(&*challenges.accepted).filter(|names| !names.is_empty()),
+            }),
+            other => error_body(ErrorDetail {
+                code: other.code(),
+                message: &other.to_string(),
+                request_id: None,
+                accepted_schemes: None,
+            }),
         }
     }
 
@@ -334,15 +341,26 @@ fn append_challenges(headers: &mut HeaderMap, challenges: &[HeaderValue]) {
     }
 }
 
-/// `{"error":{"code":…,"message":…, extra…}}`.
-fn error_body(code: &str, message: &str, extra: &[(&str, &str)]) -> String {
-    let mut detail = serde_json::Map::with_capacity(2 + extra.len());
-    detail.insert("code".into(), code.into());
-    detail.insert("message".into(), message.into());
-    for (name, value) in extra {
-        detail.insert((*name).into(), (*value).into());
+/// A refusal's `error` member.
+#[derive(serde::Serialize)]
+struct ErrorDetail<'a> {
+    code: &'a str,
+    message: &'a str,
+    #[serde(rename = "requestId", skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a str>,
+    #[serde(rename = "acceptedSchemes", skip_serializing_if = "Option::is_none")]
+    accepted_schemes: Option<&'a [&'static str]>,
+}
+
+/// `{"error":{"code":…,"message":…, …}}`, written from a struct: a refusal builds no map
+/// (floods of refusals are an abusive client's hot path, and serde_json's maps hash their keys
+/// since Cedar came).
+fn error_body(detail: ErrorDetail<'_>) -> String {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        error: ErrorDetail<'a>,
     }
-    serde_json::json!({ "error": detail }).to_string()
+    serde_json::to_string(&Body { error: detail }).unwrap_or_default()
 }
 
 /// The 429's message, as its body says it.
