@@ -5,6 +5,10 @@
 //! a policy; the decision and the policies that made it go to the access log, the metrics and,
 //! for the first denial a minute of one peer's operation, the audit log.
 //!
+//! Cost (BENCHMARKS, "Authorization policies: A/B"): with fifty policies GetTask +4.4 % and
+//! SendMessage +1.0 % in instructions, a decision remembered in some 450 ns and made afresh in
+//! some 106 µs; a denial costs 86,224 instructions, of which the decision is 7 %.
+//!
 //! A denial counts toward nothing but the request rate every request counts toward: no failed
 //! sign-in (the peer signed in), no budget (no turn ran), no breaker. The card URL asks the same
 //! decision for an authenticated peer's extended card (`GetExtendedAgentCard`).
