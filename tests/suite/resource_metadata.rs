@@ -159,6 +159,27 @@ async fn a_partner_with_only_client_credentials_goes_from_a_401_to_a_token() {
                 .unwrap()
         })
     };
+    // An unsigned card leads the secret nowhere: no discovery without a verified card.
+    let unverified = {
+        let origin = origin.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(bin())
+                .args(["call", &origin, "unverified", "--insecure-unsigned"])
+                .args(["--dangerous-allow-http-loopback", "--client-id", "agent-a"])
+                .args(["--client-secret-env", "TEST_IDP_SECRET"])
+                .env("TEST_IDP_SECRET", "secret-a")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    let said = String::from_utf8_lossy(&unverified.stderr);
+    assert_eq!(unverified.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("neither its token URL nor discovery"),
+        "{said}"
+    );
     let wrong = call("not the secret").await.unwrap();
     assert_eq!(wrong.status.code(), Some(4), "{wrong:?}");
     let called = call("secret-a").await.unwrap();
