@@ -124,9 +124,15 @@ impl Reloader {
         let mut in_force = self.in_force.lock().await;
         let text = crate::config::read_policy_file(path).map_err(refused)?;
         let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
-        if matches!(trigger, ReloadTrigger::Heard) && in_force.digest == Some(digest) {
-            // The policy file is the same; its Cedar files may not be.
-            return self.reload_authorization(&in_force.policy);
+        if matches!(trigger, ReloadTrigger::Heard) {
+            if in_force.digest == Some(digest) {
+                // The policy file is the same; its Cedar files may not be.
+                return self.reload_authorization(&in_force.policy);
+            }
+            if !settled(path, &digest).await {
+                // Being written as it was read: the next check reads it whole.
+                return Ok(Reloaded::default());
+            }
         }
         let new = Policy::parse(&text, &self.source).map_err(refused)?;
         let (mut applied, mut restart_needed) = (Vec::new(), Vec::new());
@@ -301,11 +307,12 @@ impl PolicyReload for Reloader {
         // Audited before it is logged: whoever reads the line finds the record.
         self.audit(&trigger, &outcome).await;
         log(&trigger, &outcome);
-        // The others read their own files again; a reload they hear is not told on.
+        // The others read their own files again; a reload they hear is not told on, and this
+        // instance does not hear its own (it would read its file again for two minutes).
         if let (Ok(reloaded), false) = (&outcome, matches!(trigger, ReloadTrigger::Heard))
             && !reloaded.applied.is_empty()
         {
-            self.parts.changes.publish(Change::Policy);
+            self.parts.changes.tell_others(Change::Policy);
         }
         outcome
     }
@@ -362,6 +369,13 @@ fn log(trigger: &ReloadTrigger, outcome: &Result<Reloaded, ReloadRefused>) {
         Ok(reloaded) if reloaded == &Reloaded::default() => {
             tracing::debug!(by, "policy read again: nothing changed");
         }
+        Ok(reloaded) if reloaded.applied.is_empty() && reloaded.notes.is_empty() => {
+            tracing::info!(
+                by,
+                restart_needed = %reloaded.restart_needed.join(", "),
+                "policy read again: nothing applied, and what changed needs a restart"
+            );
+        }
         Ok(reloaded) => tracing::info!(
             by,
             applied = %reloaded.applied.join(", "),
@@ -371,6 +385,19 @@ fn log(trigger: &ReloadTrigger, outcome: &Result<Reloaded, ReloadRefused>) {
         ),
         Err(refused) => tracing::warn!(by, "{refused}"),
     }
+}
+
+/// How long a file read for a reload heard from another instance must keep its text.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether the file at `path` still has the text of `digest` a moment later. No operator
+/// stands behind a reload heard from another instance, and a file rewritten in place (not
+/// replaced whole) can be read half-written — possibly still a valid policy, as an empty file
+/// is; a `SIGHUP` or the admin API come after the operator's write and read at once.
+async fn settled(path: &std::path::Path, digest: &[u8; 32]) -> bool {
+    tokio::time::sleep(SETTLE).await;
+    crate::config::read_policy_file(path)
+        .is_ok_and(|text| <[u8; 32]>::from(Sha256::digest(text.as_bytes())) == *digest)
 }
 
 /// After a reload anywhere, how often this instance reads its own file again, and for how long.
@@ -399,5 +426,38 @@ impl ChangeListener for ReloadOnChange {
                 tokio::time::sleep(RECHECK_EVERY).await;
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest_of(text: &str) -> [u8; 32] {
+        Sha256::digest(text.as_bytes()).into()
+    }
+
+    #[tokio::test]
+    async fn a_file_read_for_a_heard_reload_is_applied_only_once_its_text_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.toml");
+        std::fs::write(&path, "[card]\nname = \"whole\"\n").unwrap();
+        assert!(settled(&path, &digest_of("[card]\nname = \"whole\"\n")).await);
+
+        // Read half-written (here: empty, a valid policy), then written on.
+        std::fs::write(&path, "").unwrap();
+        let writer = {
+            let path = path.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(SETTLE / 4).await;
+                std::fs::write(&path, "[card]\nname = \"later\"\n").unwrap();
+            })
+        };
+        assert!(!settled(&path, &digest_of("")).await);
+        writer.await.unwrap();
+
+        // Gone meanwhile: not settled either.
+        std::fs::remove_file(&path).unwrap();
+        assert!(!settled(&path, &digest_of("")).await);
     }
 }

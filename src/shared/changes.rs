@@ -114,6 +114,9 @@ pub trait ChangeListener: Send + Sync {
 pub trait ChangeNotifier: Send + Sync + std::fmt::Debug {
     /// Tells every subscriber about `change`.
     fn publish(&self, change: Change);
+    /// Tells the other processes only, not this one's subscribers: for a change this process
+    /// has already acted on (its own reload must not come back to it as another's).
+    fn tell_others(&self, change: Change);
     /// Adds a subscriber.
     fn subscribe(&self, listener: Arc<dyn ChangeListener>);
 }
@@ -138,6 +141,9 @@ impl ChangeNotifier for LocalChanges {
         }
     }
 
+    /// One process: there is no other to tell.
+    fn tell_others(&self, _change: Change) {}
+
     fn subscribe(&self, listener: Arc<dyn ChangeListener>) {
         self.listeners.write_locked().push(listener);
     }
@@ -158,6 +164,10 @@ impl CollectedChanges {
 impl ChangeNotifier for CollectedChanges {
     fn publish(&self, change: Change) {
         self.0.locked().push(change);
+    }
+
+    fn tell_others(&self, change: Change) {
+        self.publish(change);
     }
 
     fn subscribe(&self, _listener: Arc<dyn ChangeListener>) {}

@@ -162,9 +162,26 @@ async fn sighup_applies_what_can_change_names_what_cannot_and_keeps_the_policy_o
     assert_eq!(status_of(&door, &other_token).await, 200);
     assert_eq!(card_name(&served).await, "After");
 
+    // A key that needs a restart is named again while it differs, and nothing is applied.
+    served.hang_up();
+    let again = nth_line_with(&served, "nothing applied", 1);
+    assert!(
+        again.contains("restart_needed=server.request_timeout_seconds"),
+        "{again}"
+    );
+
     // The new level is in force: a reload that finds nothing new says so at debug.
+    let only_other = only_other.remove("server.request_timeout_seconds");
+    rewrite(&served, &only_other);
     served.hang_up();
     nth_line_with(&served, "nothing changed", 1);
+
+    // Only a SIGHUP or the admin API read the file: an instance does not hear its own reload
+    // as another's, which would read its file again every 5 s for two minutes (and could
+    // read it half-written).
+    rewrite(&served, &only_other.clone().set("card.name", "Unannounced"));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(card_name(&served).await, "After");
 
     // A file that does not check changes nothing, and says why.
     rewrite(
@@ -187,7 +204,7 @@ async fn sighup_applies_what_can_change_names_what_cannot_and_keeps_the_policy_o
         assert_eq!(code, 0, "{stderr}");
         audit = serde_json::from_str(&text).unwrap();
         let signals = audit.as_array().unwrap().iter();
-        if signals.filter(|r| r["client"] == "SIGHUP").count() >= 3 {
+        if signals.filter(|r| r["client"] == "SIGHUP").count() >= 4 {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -198,8 +215,8 @@ async fn sighup_applies_what_can_change_names_what_cannot_and_keeps_the_policy_o
         .iter()
         .filter(|r| r["action"] == "policy.reloaded" && r["client"] == "SIGHUP")
         .collect();
-    assert_eq!(by_signal.len(), 3, "{audit:#}");
-    assert_eq!(by_signal[2]["outcome"], "refused", "{audit:#}");
+    assert_eq!(by_signal.len(), 4, "{audit:#}");
+    assert_eq!(by_signal[3]["outcome"], "refused", "{audit:#}");
 
     // The lowered limit counts what this address spent: a few more calls meet it.
     let mut statuses = Vec::new();

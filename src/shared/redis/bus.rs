@@ -343,6 +343,10 @@ impl ChangeNotifier for BusChanges {
         self.0.changes.publish(change);
     }
 
+    fn tell_others(&self, change: Change) {
+        self.0.publish(CHANGES, change.to_wire(&self.0.instance));
+    }
+
     fn subscribe(&self, listener: Arc<dyn ChangeListener>) {
         self.0.changes.subscribe(listener);
     }
