@@ -20,8 +20,8 @@
 pub(crate) mod batch;
 pub mod copy;
 pub mod postgres;
-mod push_rows;
 pub mod records;
+pub(crate) mod sql;
 pub mod sqlite;
 
 use crate::protocol::ids::{ContextId, TaskId};

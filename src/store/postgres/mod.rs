@@ -2,29 +2,19 @@
 //!
 //! One pool serves reads and writes. The schema is this engine's own `.sql` migrations, run by
 //! `sqlx::migrate!` under PostgreSQL's advisory lock, so instances starting together migrate
-//! once. Account changes lock the rows they read (`FOR UPDATE`); exchanges share one
-//! transaction per batch in the same shape as SQLite's ([`crate::store::batch`]).
+//! once. The statements and rows are the shared core's ([`crate::store::sql`]), whose account
+//! changes lock the rows they read (`FOR UPDATE`); exchanges share one transaction per batch
+//! in the same shape as SQLite's ([`exchanges`]).
 
-mod accounts;
-mod push;
-mod tasks;
+mod exchanges;
 
-use super::InstanceRegistry;
-use super::{
-    AdminLogin, ConversationEntry, ConversationQuery, ConversationStore, ConversationSummary,
-    CredentialRecord, CredentialStore, DocumentStore, PeerLogin, PeerUsage, Serving, StoreEngine,
-    StoreError, UsageStore,
-};
-use crate::clock::{Timestamp, from_millis};
+use super::sql::{On, SqlEngine, WriteTx, Writer};
+use super::{Exchange, InstanceRegistry, PeerId, Serving, StoreEngine, StoreError};
+use crate::clock::Timestamp;
 use crate::locks::Locked;
-use crate::protocol::ids::ContextId;
-use crate::store::PeerId;
-use crate::store::PeerIdentity;
-use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
-use sqlx::Row;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -39,7 +29,7 @@ pub struct PostgresStore {
     pool: PgPool,
     /// Host, port and database, for the log; never the password.
     location: String,
-    exchanges: tokio::sync::mpsc::Sender<tasks::PendingExchange>,
+    exchanges: tokio::sync::mpsc::Sender<exchanges::PendingExchange>,
     uses: std::sync::Mutex<Option<LastUses>>,
     uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The connection holding the serving lock, while a gateway serves this database.
@@ -54,7 +44,7 @@ const SERVING_LOCK: i64 = 0x7065_6572_6761_7465; // "peergate"
 /// The advisory lock of the instance that runs the cluster's housekeeping.
 const HOUSEKEEPING_LOCK: i64 = SERVING_LOCK + 1;
 /// The transaction lock peer creations take in turn (names are unique regardless of case).
-const PEER_NAMES_LOCK: i64 = SERVING_LOCK + 2;
+pub(crate) const PEER_NAMES_LOCK: i64 = SERVING_LOCK + 2;
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -108,8 +98,8 @@ impl PostgresStore {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Schema(e.to_string()))?;
-        let (exchanges, pending) = tokio::sync::mpsc::channel(4 * tasks::MAX_BATCH);
-        tokio::spawn(tasks::group_commit(pool.clone(), pending));
+        let (exchanges, pending) = tokio::sync::mpsc::channel(4 * exchanges::MAX_BATCH);
+        tokio::spawn(exchanges::group_commit(pool.clone(), pending));
         let (uses, seen) = tokio::sync::mpsc::channel(LAST_USE_BACKLOG);
         let uses_writer = tokio::spawn(write_last_uses(pool.clone(), seen));
         Ok(Self {
@@ -351,174 +341,28 @@ impl InstanceRegistry for PostgresStore {
 }
 
 #[async_trait]
-impl CredentialStore for PostgresStore {
-    async fn credential_ids(&self) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query("SELECT token_id FROM credentials")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|row| Ok(row.try_get("token_id")?))
-            .collect()
+impl SqlEngine for PostgresStore {
+    fn reads(&self) -> On<'_> {
+        On::Postgres(&self.pool)
     }
 
-    async fn find_credential(
-        &self,
-        kind: CredentialKind,
-        token_id: &str,
-    ) -> Result<Option<CredentialRecord>, StoreError> {
-        let row = sqlx::query(
-            "SELECT c.peer_id, p.name, c.secret_hash, c.revoked_at, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, p.operations, \
-             p.owner_id, LEAST(c.expires_at, p.expires_at) AS valid_until \
-             FROM credentials c JOIN peers p ON p.id = c.peer_id WHERE c.token_id = $1 AND c.kind = $2",
-        )
-        .bind(token_id)
-        .bind(kind.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let Some(hash) = secret_hash(&row)? else {
-            return Ok(None);
-        };
-        let revoked_at: Option<i64> = row.try_get("revoked_at")?;
-        let status: String = row.try_get("status")?;
-        Ok(Some(CredentialRecord {
-            peer_id: row.try_get::<String, _>("peer_id")?.into(),
-            peer_name: row.try_get("name")?,
-            secret_hash: hash,
-            active: revoked_at.is_none() && status == "active",
-            rate_per_minute: rate(&row)?,
-            max_streams: max_streams(&row)?,
-            trusts_trace: row.try_get("trusts_trace")?,
-            operations: crate::store::operations_column(row.try_get("operations")?),
-            owner_id: row.try_get("owner_id")?,
-            valid_until: row
-                .try_get::<Option<i64>, _>("valid_until")?
-                .map(from_millis),
-        }))
+    async fn writer(&self) -> Writer<'_> {
+        Writer::postgres(&self.pool)
     }
 
-    async fn find_peer_login(&self, name: &str) -> Result<Option<PeerLogin>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, name, password_hash, status, rate_per_minute, max_streams, trusts_trace, operations, owner_id, expires_at FROM peers WHERE name = $1",
-        )
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let status: String = row.try_get("status")?;
-        Ok(Some(PeerLogin {
-            peer_id: row.try_get::<String, _>("id")?.into(),
-            peer_name: row.try_get("name")?,
-            password_hash: row.try_get("password_hash")?,
-            active: status == "active",
-            rate_per_minute: rate(&row)?,
-            max_streams: max_streams(&row)?,
-            trusts_trace: row.try_get("trusts_trace")?,
-            operations: crate::store::operations_column(row.try_get("operations")?),
-            owner_id: row.try_get("owner_id")?,
-            valid_until: row
-                .try_get::<Option<i64>, _>("expires_at")?
-                .map(from_millis),
-        }))
+    async fn begin_write(&self, _essential: bool) -> Result<WriteTx, StoreError> {
+        Ok(WriteTx::postgres(self.pool.begin().await?))
     }
 
-    async fn find_bound_peer(
-        &self,
-        identity: &PeerIdentity,
-    ) -> Result<Option<PeerLogin>, StoreError> {
-        let row = sqlx::query(
-            "SELECT p.id, p.name, p.status, p.rate_per_minute, p.max_streams, p.trusts_trace, p.operations, p.owner_id, p.expires_at \
-             FROM peer_identities i JOIN peers p ON p.id = i.peer_id \
-             WHERE i.kind = $1 AND i.issuer = $2 AND i.subject = $3",
-        )
-        .bind(identity.kind.as_str())
-        .bind(&identity.issuer)
-        .bind(&identity.subject)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let status: String = row.try_get("status")?;
-        Ok(Some(PeerLogin {
-            peer_id: row.try_get::<String, _>("id")?.into(),
-            peer_name: row.try_get("name")?,
-            password_hash: None,
-            active: status == "active",
-            rate_per_minute: rate(&row)?,
-            max_streams: max_streams(&row)?,
-            trusts_trace: row.try_get("trusts_trace")?,
-            operations: crate::store::operations_column(row.try_get("operations")?),
-            owner_id: row.try_get("owner_id")?,
-            valid_until: row
-                .try_get::<Option<i64>, _>("expires_at")?
-                .map(from_millis),
-        }))
-    }
-
-    async fn find_bound_admin(
-        &self,
-        issuer: &str,
-        subject: &str,
-    ) -> Result<Option<AdminLogin>, StoreError> {
-        let row = sqlx::query(
-            "SELECT a.id, a.name, a.password_hash, a.status, a.role FROM admin_identities i \
-             JOIN admins a ON a.id = i.admin_id WHERE i.issuer = $1 AND i.subject = $2",
-        )
-        .bind(issuer)
-        .bind(subject)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        Ok(Some(AdminLogin {
-            id: row.try_get("id")?,
-            name: row.try_get("name")?,
-            password_hash: None,
-            active: row.try_get::<String, _>("status")? == "active",
-            auditor: row.try_get::<String, _>("role")? == "auditor",
-        }))
-    }
-
-    async fn find_admin_login(&self, name: &str) -> Result<Option<AdminLogin>, StoreError> {
-        let row =
-            sqlx::query("SELECT id, name, password_hash, status, role FROM admins WHERE name = $1")
-                .bind(name)
-                .fetch_optional(&self.pool)
-                .await?;
-        let Some(row) = row else { return Ok(None) };
-        Ok(Some(AdminLogin {
-            id: row.try_get("id")?,
-            name: row.try_get("name")?,
-            password_hash: row.try_get("password_hash")?,
-            active: row.try_get::<String, _>("status")? == "active",
-            auditor: row.try_get::<String, _>("role")? == "auditor",
-        }))
-    }
-
-    async fn find_admin_token(
-        &self,
-        token_id: &str,
-    ) -> Result<Option<(AdminLogin, TokenSecretHash)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT a.id, a.name, a.status, a.role, t.secret_hash, t.revoked_at FROM admin_tokens t \
-             JOIN admins a ON a.id = t.admin_id WHERE t.token_id = $1",
-        )
-        .bind(token_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let Some(hash) = secret_hash(&row)? else {
-            return Ok(None);
-        };
-        let revoked: Option<i64> = row.try_get("revoked_at")?;
-        Ok(Some((
-            AdminLogin {
-                id: row.try_get("id")?,
-                name: row.try_get("name")?,
-                password_hash: None,
-                active: revoked.is_none() && row.try_get::<String, _>("status")? == "active",
-                auditor: row.try_get::<String, _>("role")? == "auditor",
-            },
-            hash,
-        )))
+    /// Concurrent calls share one transaction (group commit), so one writer keeps up with many
+    /// requests.
+    async fn save_exchange(&self, exchange: Exchange) -> Result<(), StoreError> {
+        let (done, committed) = tokio::sync::oneshot::channel();
+        self.exchanges
+            .send(exchanges::PendingExchange { exchange, done })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        committed.await.map_err(|_| StoreError::Closed)?
     }
 
     fn record_peer_use(&self, peer_id: &PeerId, now: Timestamp) {
@@ -529,212 +373,4 @@ impl CredentialStore for PostgresStore {
             let _ = uses.try_send((peer_id.as_str().into(), now));
         }
     }
-}
-
-#[async_trait]
-impl ConversationStore for PostgresStore {
-    async fn conversations(
-        &self,
-        query: &ConversationQuery,
-    ) -> Result<Vec<ConversationSummary>, StoreError> {
-        let after = query.after.as_ref();
-        let rows = sqlx::query(
-            "SELECT p.name, c.context_id, c.created_at, c.updated_at, \
-             (SELECT COUNT(*) FROM messages m WHERE m.peer_id = c.peer_id AND m.context_id = c.context_id) AS messages \
-             FROM contexts c JOIN peers p ON p.id = c.peer_id \
-             WHERE ($1::text IS NULL OR p.owner_id = $1) AND ($2::text IS NULL OR p.name = $2) \
-             AND ($3::bigint IS NULL OR c.updated_at >= $3) AND ($4::bigint IS NULL OR c.updated_at < $4) \
-             AND ($5::bigint IS NULL OR c.updated_at < $5 OR (c.updated_at = $5 \
-               AND (p.name > $6 OR (p.name = $6 AND c.context_id > $7)))) \
-             ORDER BY c.updated_at DESC, p.name, c.context_id LIMIT $8",
-        )
-        .bind(query.owner_id.as_deref())
-        .bind(query.peer.as_deref())
-        .bind(query.since.map(Timestamp::as_millisecond))
-        .bind(query.until.map(Timestamp::as_millisecond))
-        .bind(after.map(|a| a.updated_at.as_millisecond()))
-        .bind(after.map(|a| a.peer_name.as_str()))
-        .bind(after.map(|a| a.context_id.as_str()))
-        .bind(i64::from(query.limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ConversationSummary {
-                    peer_name: row.try_get("name")?,
-                    context_id: row.try_get("context_id")?,
-                    created_at: from_millis(row.try_get("created_at")?),
-                    updated_at: from_millis(row.try_get("updated_at")?),
-                    messages: row.try_get("messages")?,
-                })
-            })
-            .collect()
-    }
-
-    async fn conversation(
-        &self,
-        peer_id: &PeerId,
-        context_id: &ContextId,
-    ) -> Result<Option<Vec<ConversationEntry>>, StoreError> {
-        let exists = sqlx::query("SELECT 1 FROM contexts WHERE peer_id = $1 AND context_id = $2")
-            .bind(peer_id.as_str())
-            .bind(context_id.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-        if exists.is_none() {
-            return Ok(None);
-        }
-        let rows = sqlx::query(
-            "SELECT role, body, parts, task_id, created_at FROM messages \
-             WHERE peer_id = $1 AND context_id = $2 ORDER BY seq",
-        )
-        .bind(peer_id.as_str())
-        .bind(context_id.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let parts: Option<String> = row.try_get("parts")?;
-                Ok(ConversationEntry {
-                    role: row.try_get("role")?,
-                    text: row.try_get("body")?,
-                    parts: parts.and_then(|parts| serde_json::from_str(&parts).ok()),
-                    task_id: row.try_get("task_id")?,
-                    at: from_millis(row.try_get("created_at")?),
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()
-            .map(Some)
-    }
-}
-
-#[async_trait]
-impl UsageStore for PostgresStore {
-    async fn find_admin_by_id(&self, id: &str) -> Result<Option<super::AdminRecord>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{} WHERE id = $1",
-            accounts::ADMIN_COLUMNS
-        )))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(accounts::admin_record).transpose()
-    }
-
-    async fn tokens_spent(&self, admin_id: &str, period: &str) -> Result<u64, StoreError> {
-        let total: Option<i64> = sqlx::query_scalar(
-            "SELECT SUM(tokens)::BIGINT FROM usage WHERE admin_id = $1 AND left(day, length($2)) = $3",
-        )
-        .bind(admin_id)
-        .bind(period)
-        .bind(period)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(u64::try_from(total.unwrap_or(0)).unwrap_or(0))
-    }
-
-    async fn peer_tokens_spent(&self, peer_id: &PeerId, period: &str) -> Result<u64, StoreError> {
-        let total: Option<i64> = sqlx::query_scalar(
-            "SELECT SUM(tokens)::BIGINT FROM usage WHERE peer_id = $1 AND left(day, length($2)) = $3",
-        )
-        .bind(peer_id.as_str())
-        .bind(period)
-        .bind(period)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(u64::try_from(total.unwrap_or(0)).unwrap_or(0))
-    }
-
-    async fn peer_tokens_per_day(&self, peer_id: &PeerId) -> Result<Option<u64>, StoreError> {
-        let budget: Option<Option<i64>> =
-            sqlx::query_scalar("SELECT tokens_per_day FROM peers WHERE id = $1")
-                .bind(peer_id.as_str())
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(budget.flatten().map(|n| u64::try_from(n).unwrap_or(0)))
-    }
-
-    async fn usage_by_peer(
-        &self,
-        admin_id: &str,
-        period: &str,
-    ) -> Result<Vec<PeerUsage>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT p.name, SUM(u.tokens)::BIGINT AS tokens, SUM(u.requests)::BIGINT AS requests FROM usage u \
-             JOIN peers p ON p.id = u.peer_id \
-             WHERE u.admin_id = $1 AND left(u.day, length($2)) = $3 GROUP BY p.name ORDER BY p.name",
-        )
-        .bind(admin_id)
-        .bind(period)
-        .bind(period)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(PeerUsage {
-                    peer_name: row.try_get("name")?,
-                    tokens: u64::try_from(row.try_get::<i64, _>("tokens")?).unwrap_or(0),
-                    requests: u64::try_from(row.try_get::<i64, _>("requests")?).unwrap_or(0),
-                })
-            })
-            .collect()
-    }
-}
-
-#[async_trait]
-impl DocumentStore for PostgresStore {
-    async fn document_modified_at(
-        &self,
-        name: &str,
-        etag: &str,
-        now: Timestamp,
-    ) -> Result<Timestamp, StoreError> {
-        let now = now.as_millisecond();
-        let mut tx = self.pool.begin().await?;
-        let row = sqlx::query("SELECT etag, modified_at FROM documents WHERE name = $1 FOR UPDATE")
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if let Some(row) = row
-            && row.try_get::<String, _>("etag")? == etag
-        {
-            return Ok(from_millis(row.try_get("modified_at")?));
-        }
-        sqlx::query(
-            "INSERT INTO documents (name, etag, modified_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (name) DO UPDATE SET etag = excluded.etag, modified_at = excluded.modified_at",
-        )
-        .bind(name)
-        .bind(etag)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(from_millis(now))
-    }
-}
-
-/// A stored secret hash; `None` for a row whose hash has the wrong length (never matches).
-fn secret_hash(row: &PgRow) -> Result<Option<TokenSecretHash>, StoreError> {
-    let hash: Vec<u8> = row.try_get("secret_hash")?;
-    Ok(<[u8; 32]>::try_from(hash.as_slice())
-        .ok()
-        .map(TokenSecretHash))
-}
-
-/// A column holding one of a type's names (a status, an audit action); anything else is a
-/// store this release cannot read.
-fn named<T>(row: &PgRow, column: &str, parse: fn(&str) -> Option<T>) -> Result<T, StoreError> {
-    let text: String = row.try_get(column)?;
-    parse(&text).ok_or_else(|| StoreError::Schema(format!("unknown {column} {text:?}")))
-}
-
-fn rate(row: &PgRow) -> Result<u32, StoreError> {
-    Ok(u32::try_from(row.try_get::<i64, _>("rate_per_minute")?).unwrap_or(u32::MAX))
-}
-
-/// A peer's own cap on open streams (`None`: the policy's).
-fn max_streams(row: &PgRow) -> Result<Option<u32>, StoreError> {
-    let cap: Option<i64> = row.try_get("max_streams")?;
-    Ok(cap.map(|n| u32::try_from(n).unwrap_or(u32::MAX)))
 }

@@ -19,10 +19,14 @@
 
 use super::reserve::Reserve;
 use crate::store::batch::Batch;
+use crate::store::sql::{self, Dialect};
 use crate::store::{Exchange, StoreError};
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
 use std::path::Path;
 use std::time::Duration;
+
+/// The core's statements, as SQLite reads them.
+const SQLITE: Dialect = Dialect::Sqlite;
 
 /// Most exchanges committed in one transaction.
 pub(super) const MAX_BATCH: usize = 256;
@@ -325,7 +329,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
 /// The push configs sent with the messages, each retargeting its queued deliveries.
 fn write_push_configs(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
     for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
-        tx.prepare_cached(super::push::UPSERT_CONFIG)?
+        tx.prepare_cached(SQLITE.form(sql::UPSERT_CONFIG))?
             .execute(params![
                 config.task_id,
                 config.id,
@@ -334,7 +338,7 @@ fn write_push_configs(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite
                 config.sealed,
                 config.created_at.as_millisecond(),
             ])?;
-        tx.prepare_cached(super::push::RETARGET_DELIVERIES)?
+        tx.prepare_cached(SQLITE.form(sql::RETARGET_DELIVERIES))?
             .execute(params![
                 config.url,
                 config.sealed,
@@ -348,7 +352,7 @@ fn write_push_configs(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite
 /// The audit entries the exchanges carry.
 fn write_audit(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
     for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
-        tx.prepare_cached(super::accounts::INSERT_AUDIT)?
+        tx.prepare_cached(SQLITE.form(sql::INSERT_AUDIT))?
             .execute(params![
                 entry.at.as_millisecond(),
                 entry.actor,
@@ -367,7 +371,7 @@ fn write_audit(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resul
 /// task without any: the statement's look-up finds nothing).
 fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
     for e in exchanges.iter().filter(|e| e.notify) {
-        tx.prepare_cached(super::push::QUEUE_STATE)?
+        tx.prepare_cached(SQLITE.form(sql::QUEUE_STATE))?
             .execute(params![
                 crate::store::records::task_notification(&e.task_json),
                 e.now.as_millisecond(),

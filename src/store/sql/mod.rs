@@ -1,0 +1,515 @@
+//! The SQL core both engines share: every statement written once, every row read into a record
+//! in one place ([`rows`]), and the store seams implemented once for any [`SqlEngine`].
+//!
+//! An engine keeps only what really differs: how it opens and migrates, where reads go and how
+//! a write takes its turn (SQLite: one writer in this process, `BEGIN IMMEDIATE`, the disk
+//! reserve; PostgreSQL: a pooled transaction), and its own fast paths (the exchange writers,
+//! last-use batches, leases).
+//!
+//! Statements are written in one form, PostgreSQL's, and rewritten once for SQLite by
+//! [`Dialect::form`]: numbered placeholders `$1` become `?1`; `LEAST(`/`GREATEST(` become
+//! SQLite's scalar `min(`/`max(` (callers coalesce their arguments, so the two agree on NULL);
+//! row locks (`FOR UPDATE`, `FOR UPDATE OF p`, `FOR UPDATE SKIP LOCKED`) are dropped, since a
+//! SQLite write transaction already holds the whole file. Casts that PostgreSQL needs to type
+//! a bare parameter are written `CAST($1 AS TEXT)`, which both read alike.
+
+mod accounts;
+mod logins;
+mod push;
+mod reads;
+mod rows;
+mod tasks;
+
+pub(crate) use accounts::{INSERT_AUDIT, insert_audit_statement};
+pub(crate) use push::{
+    QUEUE_STATE, RETARGET_DELIVERIES, UPSERT_CONFIG, queue_state, upsert_config_statements,
+};
+
+use super::{Exchange, PeerId, StoreError};
+use crate::clock::Timestamp;
+use crate::locks::ReadWriteLocked;
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnection, PgPool, PgRow};
+use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
+use sqlx::{Arguments, FromRow, Postgres, Sqlite, Transaction};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, RwLock};
+
+/// What an engine gives the shared core.
+#[async_trait]
+pub(crate) trait SqlEngine: Send + Sync + std::fmt::Debug + 'static {
+    /// Where reads go (SQLite: its read-only connections).
+    fn reads(&self) -> On<'_>;
+    /// Waits for this process's turn to write one statement outside a transaction.
+    async fn writer(&self) -> Writer<'_>;
+    /// Starts a write transaction in this process's turn. An `essential` one (an account
+    /// change) may use the room SQLite keeps for when the disk fills.
+    async fn begin_write(&self, essential: bool) -> Result<WriteTx, StoreError>;
+    /// Persists an exchange with the engine's group commit.
+    async fn save_exchange(&self, exchange: Exchange) -> Result<(), StoreError>;
+    /// Queues a last-use note for the engine's batch writer.
+    fn record_peer_use(&self, peer_id: &PeerId, now: Timestamp);
+}
+
+/// The engines, for what their SQL says differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    /// SQLite 3.35 or later.
+    Sqlite,
+    /// PostgreSQL 13 or later.
+    Postgres,
+}
+
+/// Statements already rewritten for SQLite, by the address of their one written form.
+static SQLITE_FORMS: LazyLock<RwLock<HashMap<usize, &'static str>>> =
+    LazyLock::new(RwLock::default);
+
+impl Dialect {
+    /// `statement` as this engine reads it (see the [module docs](self)); SQLite's forms are
+    /// made once a statement and kept for the life of the process.
+    pub(crate) fn form(self, statement: &'static str) -> &'static str {
+        if self == Self::Postgres {
+            return statement;
+        }
+        let key = statement.as_ptr() as usize;
+        if let Some(form) = SQLITE_FORMS.read_locked().get(&key) {
+            return form;
+        }
+        // Leaked once per statement: the statements are a fixed set of literals.
+        let form: &'static str = Box::leak(sqlite_form(statement).into_boxed_str());
+        SQLITE_FORMS.write_locked().insert(key, form);
+        form
+    }
+}
+
+/// `statement` rewritten for SQLite.
+fn sqlite_form(statement: &str) -> String {
+    let mut text = statement.to_owned();
+    for (from, to) in [
+        (" FOR UPDATE SKIP LOCKED", ""),
+        (" FOR UPDATE OF p", ""),
+        (" FOR UPDATE", ""),
+        ("LEAST(", "min("),
+        ("GREATEST(", "max("),
+    ] {
+        text = text.replace(from, to);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let numbered = c == '$' && chars.peek().is_some_and(char::is_ascii_digit);
+        out.push(if numbered { '?' } else { c });
+    }
+    out
+}
+
+/// A value bound to a statement: the few kinds peergate's tables hold. A NULL keeps its kind,
+/// which PostgreSQL needs to type the parameter.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg<'a> {
+    Int(Option<i64>),
+    Text(Option<std::borrow::Cow<'a, str>>),
+    Bytes(&'a [u8]),
+    Bool(bool),
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(value: i64) -> Self {
+        Self::Int(Some(value))
+    }
+}
+impl From<Option<i64>> for Arg<'_> {
+    fn from(value: Option<i64>) -> Self {
+        Self::Int(value)
+    }
+}
+impl From<u32> for Arg<'_> {
+    fn from(value: u32) -> Self {
+        Self::Int(Some(i64::from(value)))
+    }
+}
+impl From<Option<u32>> for Arg<'_> {
+    fn from(value: Option<u32>) -> Self {
+        Self::Int(value.map(i64::from))
+    }
+}
+/// A count past `i64::MAX` is stored as `i64::MAX` (no budget is that large).
+impl From<Option<u64>> for Arg<'_> {
+    fn from(value: Option<u64>) -> Self {
+        Self::Int(value.map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
+    }
+}
+/// A time is stored as milliseconds since the epoch.
+impl From<Timestamp> for Arg<'_> {
+    fn from(value: Timestamp) -> Self {
+        Self::Int(Some(value.as_millisecond()))
+    }
+}
+impl From<Option<Timestamp>> for Arg<'_> {
+    fn from(value: Option<Timestamp>) -> Self {
+        Self::Int(value.map(Timestamp::as_millisecond))
+    }
+}
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(value: &'a str) -> Self {
+        Self::Text(Some(value.into()))
+    }
+}
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(value: Option<&'a str>) -> Self {
+        Self::Text(value.map(Into::into))
+    }
+}
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(value: &'a String) -> Self {
+        Self::Text(Some(value.into()))
+    }
+}
+impl From<String> for Arg<'_> {
+    fn from(value: String) -> Self {
+        Self::Text(Some(value.into()))
+    }
+}
+impl<'a> From<&'a Option<String>> for Arg<'a> {
+    fn from(value: &'a Option<String>) -> Self {
+        Self::Text(value.as_deref().map(Into::into))
+    }
+}
+impl<'a> From<&'a PeerId> for Arg<'a> {
+    fn from(value: &'a PeerId) -> Self {
+        Self::Text(Some(value.as_str().into()))
+    }
+}
+impl<'a> From<&'a [u8]> for Arg<'a> {
+    fn from(value: &'a [u8]) -> Self {
+        Self::Bytes(value)
+    }
+}
+impl<'a> From<&'a Vec<u8>> for Arg<'a> {
+    fn from(value: &'a Vec<u8>) -> Self {
+        Self::Bytes(value)
+    }
+}
+impl From<bool> for Arg<'_> {
+    fn from(value: bool) -> Self {
+        Self::Bool(value)
+    }
+}
+
+/// A statement in its one written form, with its values.
+#[must_use = "a statement does nothing until it runs"]
+pub(crate) struct Sql<'a> {
+    text: &'static str,
+    args: Vec<Arg<'a>>,
+}
+
+/// The statement `text` (PostgreSQL's form: see the [module docs](self)).
+pub(crate) fn sql<'a>(text: &'static str) -> Sql<'a> {
+    Sql {
+        text,
+        args: Vec::new(),
+    }
+}
+
+/// A row type both engines decode (derive [`sqlx::FromRow`]).
+pub(crate) trait Decoded:
+    for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
+impl<T> Decoded for T where
+    T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
+
+/// Where a statement runs: a pool, or a transaction's connection, of either engine.
+pub(crate) enum On<'c> {
+    Sqlite(&'c SqlitePool),
+    SqliteTx(&'c mut SqliteConnection),
+    Postgres(&'c PgPool),
+    PostgresTx(&'c mut PgConnection),
+}
+
+/// Runs `$run` with the statement made for the engine `$on` names, bound as `$sqlx` (a query
+/// or a typed query of that engine) to the executor `$exec`.
+macro_rules! on_engine {
+    ($self:ident, $on:expr, |$query:ident, $exec:ident| $run:expr, $make:ident) => {
+        match $on {
+            On::Sqlite($exec) => {
+                let $query = $self.$make::<Sqlite>(Dialect::Sqlite)?;
+                $run
+            }
+            On::SqliteTx($exec) => {
+                let $query = $self.$make::<Sqlite>(Dialect::Sqlite)?;
+                $run
+            }
+            On::Postgres($exec) => {
+                let $query = $self.$make::<Postgres>(Dialect::Postgres)?;
+                $run
+            }
+            On::PostgresTx($exec) => {
+                let $query = $self.$make::<Postgres>(Dialect::Postgres)?;
+                $run
+            }
+        }
+    };
+}
+
+impl<'a> Sql<'a> {
+    /// Adds the next value (`$1`, then `$2`, …).
+    pub(crate) fn bind(mut self, value: impl Into<Arg<'a>>) -> Self {
+        self.args.push(value.into());
+        self
+    }
+
+    /// The values as the engine's arguments, and the text in its form.
+    fn parts<DB>(&self, dialect: Dialect) -> Result<(&'static str, DB::Arguments), StoreError>
+    where
+        DB: sqlx::Database,
+        for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> &'q [u8]: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    {
+        let mut args = DB::Arguments::default();
+        for arg in &self.args {
+            let added = match arg {
+                Arg::Int(v) => args.add(*v),
+                Arg::Text(v) => args.add(v.as_deref()),
+                Arg::Bytes(v) => args.add(*v),
+                Arg::Bool(v) => args.add(*v),
+            };
+            added.map_err(StoreError::Engine)?;
+        }
+        Ok((dialect.form(self.text), args))
+    }
+
+    fn query<DB>(
+        &self,
+        dialect: Dialect,
+    ) -> Result<sqlx::query::Query<'static, DB, DB::Arguments>, StoreError>
+    where
+        DB: sqlx::Database,
+        DB::Arguments: sqlx::IntoArguments<DB>,
+        for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> &'q [u8]: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    {
+        let (text, args) = self.parts::<DB>(dialect)?;
+        Ok(sqlx::query_with(text, args))
+    }
+
+    /// Runs the statement; how many rows it changed.
+    pub(crate) async fn execute(self, on: On<'_>) -> Result<u64, StoreError> {
+        Ok(on_engine!(
+            self,
+            on,
+            |q, exec| q.execute(exec).await?.rows_affected(),
+            query
+        ))
+    }
+
+    /// Every row, decoded.
+    pub(crate) async fn fetch_all<R: Decoded>(self, on: On<'_>) -> Result<Vec<R>, StoreError> {
+        on_engine!(
+            self,
+            on,
+            |q, exec| q
+                .fetch_all(exec)
+                .await?
+                .iter()
+                .map(|row| R::from_row(row).map_err(StoreError::from))
+                .collect(),
+            query
+        )
+    }
+
+    /// The first row, decoded, if there is one.
+    pub(crate) async fn fetch_optional<R: Decoded>(
+        self,
+        on: On<'_>,
+    ) -> Result<Option<R>, StoreError> {
+        on_engine!(
+            self,
+            on,
+            |q, exec| match q.fetch_optional(exec).await? {
+                Some(row) => Ok(Some(R::from_row(&row)?)),
+                None => Ok(None),
+            },
+            query
+        )
+    }
+
+    /// The one row, decoded.
+    pub(crate) async fn fetch_one<R: Decoded>(self, on: On<'_>) -> Result<R, StoreError> {
+        on_engine!(
+            self,
+            on,
+            |q, exec| Ok(R::from_row(&q.fetch_one(exec).await?)?),
+            query
+        )
+    }
+}
+
+/// A turn to write one statement outside a transaction (SQLite: this process's write turn,
+/// held until dropped).
+pub(crate) struct Writer<'e> {
+    pool: Pools<'e>,
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+/// An engine's writing pool.
+#[derive(Clone, Copy)]
+enum Pools<'e> {
+    Sqlite(&'e SqlitePool),
+    Postgres(&'e PgPool),
+}
+
+impl<'e> Writer<'e> {
+    /// SQLite's writer pool, in `turn`.
+    pub(crate) fn sqlite(pool: &'e SqlitePool, turn: tokio::sync::OwnedMutexGuard<()>) -> Self {
+        Self {
+            pool: Pools::Sqlite(pool),
+            _turn: Some(turn),
+        }
+    }
+
+    /// PostgreSQL's pool.
+    pub(crate) fn postgres(pool: &'e PgPool) -> Self {
+        Self {
+            pool: Pools::Postgres(pool),
+            _turn: None,
+        }
+    }
+
+    /// Where the statement runs.
+    pub(crate) fn on(&self) -> On<'e> {
+        match self.pool {
+            Pools::Sqlite(pool) => On::Sqlite(pool),
+            Pools::Postgres(pool) => On::Postgres(pool),
+        }
+    }
+}
+
+/// One write transaction of either engine. Dropped without [`WriteTx::commit`], it rolls back.
+pub(crate) struct WriteTx {
+    tx: Tx,
+    /// SQLite: this process's write turn, held until the transaction commits or drops.
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// Told when the commit finds the disk full (SQLite gives back its reserve).
+    on_full: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+enum Tx {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+impl std::fmt::Debug for WriteTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.tx {
+            Tx::Sqlite(_) => "WriteTx(sqlite)",
+            Tx::Postgres(_) => "WriteTx(postgres)",
+        })
+    }
+}
+
+impl WriteTx {
+    /// A SQLite transaction begun in `turn`; `on_full` is told when its commit finds the disk
+    /// full.
+    pub(crate) fn sqlite(
+        tx: Transaction<'static, Sqlite>,
+        turn: tokio::sync::OwnedMutexGuard<()>,
+        on_full: Arc<dyn Fn() + Send + Sync>,
+    ) -> Self {
+        Self {
+            tx: Tx::Sqlite(tx),
+            _turn: Some(turn),
+            on_full: Some(on_full),
+        }
+    }
+
+    /// A PostgreSQL transaction.
+    pub(crate) fn postgres(tx: Transaction<'static, Postgres>) -> Self {
+        Self {
+            tx: Tx::Postgres(tx),
+            _turn: None,
+            on_full: None,
+        }
+    }
+
+    /// Where the transaction's statements run.
+    pub(crate) fn on(&mut self) -> On<'_> {
+        match &mut self.tx {
+            Tx::Sqlite(tx) => On::SqliteTx(tx),
+            Tx::Postgres(tx) => On::PostgresTx(tx),
+        }
+    }
+
+    /// The engine's dialect.
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self.tx {
+            Tx::Sqlite(_) => Dialect::Sqlite,
+            Tx::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Commits.
+    pub(crate) async fn commit(self) -> Result<(), StoreError> {
+        let committed = match self.tx {
+            Tx::Sqlite(tx) => tx.commit().await,
+            Tx::Postgres(tx) => tx.commit().await,
+        };
+        match committed.map_err(StoreError::from) {
+            Err(StoreError::DiskFull) => {
+                if let Some(on_full) = &self.on_full {
+                    on_full();
+                }
+                Err(StoreError::DiskFull)
+            }
+            other => other,
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        match error {
+            sqlx::Error::PoolClosed => Self::Closed,
+            // SQLITE_FULL (PostgreSQL's codes are five-character SQLSTATEs).
+            sqlx::Error::Database(e) if e.code().as_deref() == Some("13") => Self::DiskFull,
+            other => Self::Engine(Box::new(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_reads_the_one_form_with_its_own_placeholders_functions_and_no_row_locks() {
+        assert_eq!(
+            sqlite_form(
+                "SELECT LEAST(coalesce(a, $1), $2) FROM t WHERE id = $10 AND b = '$x' FOR UPDATE OF p"
+            ),
+            "SELECT min(coalesce(a, ?1), ?2) FROM t WHERE id = ?10 AND b = '$x'"
+        );
+        assert_eq!(
+            sqlite_form("SELECT id FROM d ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)"),
+            "SELECT id FROM d ORDER BY id LIMIT ?4)"
+        );
+        let statement: &'static str = "SELECT GREATEST(a, $1) FROM t FOR UPDATE";
+        assert_eq!(Dialect::Postgres.form(statement), statement);
+        let once = Dialect::Sqlite.form(statement);
+        assert_eq!(once, "SELECT max(a, ?1) FROM t");
+        assert!(
+            std::ptr::eq(once, Dialect::Sqlite.form(statement)),
+            "made once"
+        );
+    }
+}
