@@ -41,6 +41,7 @@ mod reload;
 mod resource_metadata;
 mod rest;
 mod shared_engines;
+mod store_agree;
 mod store_engines;
 mod store_upgrade;
 mod support;
