@@ -67,7 +67,7 @@ rm -f "$key"
 "$bin" keys push --out "$key" >/dev/null 2>&1
 
 # The policy served: push on (the test gateway reads the same: tests/suite/store_upgrade.rs,
-# `fixture_policy`), tasks kept a year, API keys accepted.
+# `release_policy`), tasks kept a year, API keys accepted.
 cat >"$work/policy.toml" <<EOF
 [tasks]
 retention_hours = 8760
