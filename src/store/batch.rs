@@ -25,6 +25,18 @@ pub(crate) struct Batch<'a> {
     pub(crate) usage: HashMap<(&'a str, &'a str, &'a str), (u64, u64)>,
 }
 
+/// A conversation message's text as its `body` column holds it: U+0000 as U+2400 (␀).
+/// PostgreSQL's text cannot hold U+0000 (the whole exchange would fail, and the partner's task
+/// with it), so neither engine stores it; the exact text stays in the task and in the
+/// message's `parts`, whose JSON escapes it.
+pub(crate) fn storable_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{2400}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 impl<'a> Batch<'a> {
     /// The rows a batch of exchanges writes.
     pub(crate) fn of(exchanges: &[&'a Exchange]) -> Self {
@@ -96,6 +108,15 @@ mod tests {
             upstream_task_id: None,
             call_trace: None,
         }
+    }
+
+    #[test]
+    fn a_conversation_text_is_stored_without_u0000() {
+        assert_eq!(storable_text("nul \0 here"), "nul \u{2400} here");
+        assert!(matches!(
+            storable_text("plain"),
+            std::borrow::Cow::Borrowed("plain")
+        ));
     }
 
     #[test]

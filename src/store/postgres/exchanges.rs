@@ -4,7 +4,7 @@
 //! enough for (push configs and queued states, audit records).
 
 use crate::store::batch::Batch;
-use crate::store::sql::{self, On};
+use crate::store::sql::{self, Failed, On};
 use crate::store::{Exchange, StoreError};
 use sqlx::postgres::PgPool;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
@@ -82,7 +82,9 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
     // Configs sent with a message first, so they hear its task's first state.
     for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
         for statement in sql::upsert_config_statements(config) {
-            statement.execute(On::PostgresTx(&mut tx)).await?;
+            statement
+                .execute(On::PostgresTx(&mut tx, Failed::unmarked()))
+                .await?;
         }
     }
     queue_states(&mut tx, exchanges).await?;
@@ -90,7 +92,7 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
     add_usage(&mut tx, &batch).await?;
     for entry in exchanges.iter().filter_map(|e| e.audit.as_ref()) {
         sql::insert_audit_statement(entry)
-            .execute(On::PostgresTx(&mut tx))
+            .execute(On::PostgresTx(&mut tx, Failed::unmarked()))
             .await?;
     }
     tx.commit().await?;
@@ -128,7 +130,7 @@ async fn write_conversation(
             .push_bind(e.context_id.as_str())
             .push_bind(e.task_id.as_str())
             .push_bind(m.role.as_str())
-            .push_bind(m.text.as_str())
+            .push_bind(crate::store::batch::storable_text(&m.text).into_owned())
             .push_bind(m.parts.as_deref())
             .push_bind(e.now.as_millisecond());
     });
@@ -193,7 +195,7 @@ async fn queue_states(tx: &mut PgConnection, exchanges: &[&Exchange]) -> Result<
     {
         let when = (e.now, e.call_trace.as_deref());
         sql::queue_state(&e.task_id, e.state.as_str(), &e.task_json, when)
-            .execute(On::PostgresTx(&mut *tx))
+            .execute(On::PostgresTx(&mut *tx, Failed::unmarked()))
             .await?;
     }
     Ok(())

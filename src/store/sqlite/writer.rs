@@ -303,7 +303,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
                 e.context_id.as_str(),
                 e.task_id.as_str(),
                 m.role.as_str(),
-                m.text,
+                &*crate::store::batch::storable_text(&m.text),
                 m.parts.as_deref(),
                 e.now.as_millisecond()
             ])?;
