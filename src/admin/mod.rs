@@ -19,5 +19,6 @@ pub use auth::{
     admin_authenticator,
 };
 pub use service::{
-    AccountDefaults, AccountService, Actor, BudgetChange, Caller, NewPeer, ServiceError,
+    AccountDefaults, AccountService, Actor, AdminChange, BudgetChange, Caller, NewPeer, PeerChange,
+    ServiceError,
 };

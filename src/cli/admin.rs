@@ -1,7 +1,7 @@
 //! `peergate admin …`: administrators, their budgets and their admin API access.
 
 use super::{CACHE_NOTE, CliError, DataDir, admins_with_usage, on_store, read_password};
-use crate::admin::{BudgetChange, Caller};
+use crate::admin::{AdminChange, BudgetChange, Caller};
 use crate::clock::rfc3339_millis;
 use clap::Subcommand;
 
@@ -133,7 +133,9 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
         }
         AdminCommand::Disable { name, data } => {
             on_store(&data, None, async |accounts| {
-                accounts.disable_admin(&operator, &name).await
+                accounts
+                    .change_admin(&operator, &name, AdminChange::Disable)
+                    .await
             })
             .await?;
             eprintln!(
@@ -143,7 +145,9 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
         }
         AdminCommand::Enable { name, data } => {
             on_store(&data, None, async |accounts| {
-                accounts.enable_admin(&operator, &name).await
+                accounts
+                    .change_admin(&operator, &name, AdminChange::Enable)
+                    .await
             })
             .await?;
             eprintln!("enabled administrator {name}. {CACHE_NOTE}");
@@ -152,7 +156,9 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
         AdminCommand::Role { name, role, data } => set_role(&name, &role, &data).await,
         AdminCommand::RevokeTokens { name, data } => {
             on_store(&data, None, async |accounts| {
-                accounts.revoke_admin_tokens(&operator, &name).await
+                accounts
+                    .change_admin(&operator, &name, AdminChange::RevokeTokens)
+                    .await
             })
             .await?;
             eprintln!(
@@ -218,7 +224,9 @@ async fn add(operator: &Caller, name: &str, data: &DataDir) -> Result<(), CliErr
 async fn set_password(operator: &Caller, name: &str, data: &DataDir) -> Result<(), CliError> {
     let password = read_password(&format!("administrator {name}"))?;
     on_store(data, None, async |accounts| {
-        accounts.set_admin_password(operator, name, password).await
+        accounts
+            .change_admin(operator, name, AdminChange::Password(password))
+            .await
     })
     .await?;
     eprintln!("password set for administrator {name} (stored as an Argon2id hash).");
@@ -260,7 +268,9 @@ async fn set_budget(
         tokens_per_month,
     };
     let admin = on_store(data, None, async |accounts| {
-        accounts.set_budget(&operator, name, change).await
+        accounts
+            .change_admin(&operator, name, AdminChange::Budget(change))
+            .await
     })
     .await?;
     eprintln!(
@@ -313,7 +323,7 @@ async fn set_role(name: &str, role: &str, data: &DataDir) -> Result<(), CliError
     };
     on_store(data, None, async |accounts| {
         accounts
-            .set_admin_role(&Caller::operator(), name, auditor)
+            .change_admin(&Caller::operator(), name, AdminChange::Auditor(auditor))
             .await
     })
     .await?;

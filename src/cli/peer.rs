@@ -1,7 +1,7 @@
 //! `peergate peer …`: partner agents, their credentials and limits.
 
 use super::{CACHE_NOTE, CliError, DataDir, on_store, parse_rate, read_password};
-use crate::admin::{Caller, NewPeer};
+use crate::admin::{Caller, NewPeer, PeerChange};
 use crate::clock::{Clock as _, rfc3339_millis};
 use crate::config::Policy;
 use clap::Subcommand;
@@ -256,10 +256,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
             data,
         } => bind(&name, &identity.identity()?, &data, None).await,
         PeerCommand::Limit { name, rate, data } => {
-            on_store(&data, None, async |accounts| {
-                accounts.set_limit(&Caller::operator(), &name, rate).await
-            })
-            .await?;
+            change(&name, &data, PeerChange::Limit(rate)).await?;
             eprintln!("peer {name} may now make {rate} requests a minute. {CACHE_NOTE}");
             Ok(())
         }
@@ -282,12 +279,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
         } => set_budget(&name, &tokens_per_day, &data).await,
         PeerCommand::Password { name, data } => {
             let password = read_password(&format!("peer {name}"))?;
-            on_store(&data, None, async |accounts| {
-                accounts
-                    .set_peer_password(&Caller::operator(), &name, password)
-                    .await
-            })
-            .await?;
+            change(&name, &data, PeerChange::Password(password)).await?;
             eprintln!("password set for peer {name} (stored as an Argon2id hash).");
             Ok(())
         }
@@ -395,6 +387,16 @@ async fn bind(
     Ok(())
 }
 
+/// Applies one change to the peer `name`, as the operator.
+async fn change(name: &str, data: &DataDir, change: PeerChange) -> Result<(), CliError> {
+    on_store(data, None, async |accounts| {
+        accounts
+            .change_peer(&Caller::operator(), name, change)
+            .await
+    })
+    .await
+}
+
 /// `peer trace`: whether the peer's own trace context is continued.
 /// `peer operations NAME read-only|all|LIST`.
 async fn set_operations(name: &str, operations: &str, data: &DataDir) -> Result<(), CliError> {
@@ -406,12 +408,7 @@ async fn set_operations(name: &str, operations: &str, data: &DataDir) -> Result<
                 .map_err(|why| CliError::new(format!("cannot read {operations:?}: {why}")))?,
         ),
     };
-    on_store(data, None, async |accounts| {
-        accounts
-            .set_operations(&Caller::operator(), name, set)
-            .await
-    })
-    .await?;
+    change(name, data, PeerChange::Operations(set)).await?;
     let shown = set.map_or_else(
         || "every operation the policy offers".to_owned(),
         |set| set.names().join(", "),
@@ -430,12 +427,7 @@ async fn set_trace_trust(name: &str, trust: &str, data: &DataDir) -> Result<(), 
             )));
         }
     };
-    on_store(data, None, async |accounts| {
-        accounts
-            .set_trace_trust(&Caller::operator(), name, trusted)
-            .await
-    })
-    .await?;
+    change(name, data, PeerChange::TraceTrust(trusted)).await?;
     let shown = match trusted {
         true => "continue the trace its traceparent names",
         false => "start traces of their own, linked to the one its traceparent names",
@@ -447,10 +439,7 @@ async fn set_trace_trust(name: &str, trust: &str, data: &DataDir) -> Result<(), 
 /// `peer streams`: the peer's own cap on open streams, or the policy's.
 async fn set_streams(name: &str, streams: &str, data: &DataDir) -> Result<(), CliError> {
     let cap = stream_cap(streams)?;
-    on_store(data, None, async |accounts| {
-        accounts.set_streams(&Caller::operator(), name, cap).await
-    })
-    .await?;
+    change(name, data, PeerChange::Streams(cap)).await?;
     let shown = cap.map_or_else(|| "the policy's number of".to_owned(), |n| n.to_string());
     eprintln!("peer {name} may now hold {shown} streams open at once. {CACHE_NOTE}");
     Ok(())
@@ -459,10 +448,7 @@ async fn set_streams(name: &str, streams: &str, data: &DataDir) -> Result<(), Cl
 /// `peer expire`: when the peer's credentials stop working, or never.
 async fn expire(name: &str, when: &str, data: &DataDir) -> Result<(), CliError> {
     let at = expiry(when)?;
-    on_store(data, None, async |accounts| {
-        accounts.set_expiry(&Caller::operator(), name, at).await
-    })
-    .await?;
+    change(name, data, PeerChange::Expiry(at)).await?;
     match at {
         Some(at) => eprintln!(
             "peer {name} expires at {}. {CACHE_NOTE}",
@@ -578,12 +564,7 @@ async fn set_budget(name: &str, tokens_per_day: &str, data: &DataDir) -> Result<
             ))
         })?),
     };
-    on_store(data, None, async |accounts| {
-        accounts
-            .set_peer_budget(&Caller::operator(), name, budget)
-            .await
-    })
-    .await?;
+    change(name, data, PeerChange::Budget(budget)).await?;
     match budget {
         Some(n) => eprintln!(
             "peer {name} may now spend {n} tokens a day (and no more than its owner's budget allows). {CACHE_NOTE}"

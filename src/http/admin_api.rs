@@ -9,7 +9,7 @@
 use crate::admin::auth::{AdminAuthLayer, AdminAuthenticator, AdminPrincipal, AuthenticatedAdmin};
 use crate::admin::budget::{Budgets, day_and_month};
 use crate::admin::reload::{PolicyReload, ReloadTrigger, Reloaded};
-use crate::admin::service::{AccountService, Actor, Caller, NewPeer, ServiceError};
+use crate::admin::service::{AccountService, Actor, Caller, NewPeer, PeerChange, ServiceError};
 use crate::clock::{Clock, Timestamp, rfc3339_millis};
 use crate::guard::refusal::Refusal;
 use crate::layers::cross_site::CrossSiteLayer;
@@ -610,6 +610,84 @@ async fn unbind_identity(
     peer_view(&state, &caller, &name).await
 }
 
+/// A `PUT /v1/peers/{name}/…` body: the one change to the peer it asks for.
+trait PeerChangeRequest: DeserializeOwned + Default {
+    /// The change, or what is wrong with the body (`now` for times given relative to it).
+    fn change(self, now: crate::clock::Timestamp) -> Result<PeerChange, ApiError>;
+}
+
+/// The one shape of the `PUT` family on a peer: the body read as `R`, the change applied by
+/// the one audited method, and the peer as it is now.
+async fn change_peer<R: PeerChangeRequest>(
+    state: AdminState,
+    admin: AuthenticatedAdmin,
+    name: String,
+    body: Bytes,
+) -> Result<Json<PeerView>, ApiError> {
+    let change = parse_body::<R>(&body)?.change(state.clock.now())?;
+    let caller = caller(&admin);
+    state.service.change_peer(&caller, &name, change).await?;
+    peer_view(&state, &caller, &name).await
+}
+
+/// A member that must be present, `null` allowed: `missing` says what to send instead.
+fn required<T>(member: Option<T>, missing: &str) -> Result<T, ApiError> {
+    member.ok_or_else(|| ApiError::Body(missing.to_owned()))
+}
+
+impl PeerChangeRequest for LimitRequest {
+    fn change(self, _: crate::clock::Timestamp) -> Result<PeerChange, ApiError> {
+        Ok(PeerChange::Limit(self.rate_per_minute))
+    }
+}
+
+impl PeerChangeRequest for StreamsRequest {
+    fn change(self, _: crate::clock::Timestamp) -> Result<PeerChange, ApiError> {
+        let missing = "maxStreams is required: a number, or null for the policy's default";
+        Ok(PeerChange::Streams(required(self.max_streams, missing)?))
+    }
+}
+
+impl PeerChangeRequest for TraceTrustRequest {
+    fn change(self, _: crate::clock::Timestamp) -> Result<PeerChange, ApiError> {
+        let missing = "trusted is required: true or false";
+        Ok(PeerChange::TraceTrust(required(self.trusted, missing)?))
+    }
+}
+
+impl PeerChangeRequest for PeerBudgetRequest {
+    fn change(self, _: crate::clock::Timestamp) -> Result<PeerChange, ApiError> {
+        let missing = "tokensPerDay is required: a number, or null for none of its own";
+        Ok(PeerChange::Budget(required(self.tokens_per_day, missing)?))
+    }
+}
+
+impl PeerChangeRequest for OperationsRequest {
+    fn change(self, _: crate::clock::Timestamp) -> Result<PeerChange, ApiError> {
+        use crate::protocol::operations::OperationSet;
+        let asked = required(
+            self.operations,
+            "operations is required (null for every one)",
+        )?;
+        let set = asked
+            .map(|names| OperationSet::parse(&names.join(",")))
+            .transpose()
+            .map_err(|why| invalid_owned("operations", why))?;
+        Ok(PeerChange::Operations(set))
+    }
+}
+
+impl PeerChangeRequest for ExpiryRequest {
+    fn change(self, now: crate::clock::Timestamp) -> Result<PeerChange, ApiError> {
+        let missing = "missing field `expiresAt` (use null for never)";
+        let at = required(self.expires_at, missing)?
+            .as_deref()
+            .map(|t| parse_time("expiresAt", t, now, crate::clock::Relative::FromNow))
+            .transpose()?;
+        Ok(PeerChange::Expiry(at))
+    }
+}
+
 /// A new quota.
 #[derive(Deserialize, Default, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -628,13 +706,7 @@ async fn set_limit(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<PeerView>, ApiError> {
-    let request: LimitRequest = parse_body(&body)?;
-    let caller = caller(&admin);
-    state
-        .service
-        .set_limit(&caller, &name, request.rate_per_minute)
-        .await?;
-    peer_view(&state, &caller, &name).await
+    change_peer::<LimitRequest>(state, admin, name, body).await
 }
 
 /// A peer's own cap on open streams.
@@ -658,18 +730,7 @@ async fn set_streams(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<PeerView>, ApiError> {
-    let request: StreamsRequest = parse_body(&body)?;
-    let Some(max_streams) = request.max_streams else {
-        return Err(ApiError::Body(
-            "maxStreams is required: a number, or null for the policy's default".to_owned(),
-        ));
-    };
-    let caller = caller(&admin);
-    state
-        .service
-        .set_streams(&caller, &name, max_streams)
-        .await?;
-    peer_view(&state, &caller, &name).await
+    change_peer::<StreamsRequest>(state, admin, name, body).await
 }
 
 /// Whether a peer's own trace context is continued.
@@ -694,18 +755,7 @@ async fn set_trace_trust(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<PeerView>, ApiError> {
-    let request: TraceTrustRequest = parse_body(&body)?;
-    let Some(trusted) = request.trusted else {
-        return Err(ApiError::Body(
-            "trusted is required: true or false".to_owned(),
-        ));
-    };
-    let caller = caller(&admin);
-    state
-        .service
-        .set_trace_trust(&caller, &name, trusted)
-        .await?;
-    peer_view(&state, &caller, &name).await
+    change_peer::<TraceTrustRequest>(state, admin, name, body).await
 }
 
 /// A peer's own daily token budget.
@@ -740,20 +790,7 @@ async fn set_operations(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<PeerView>, ApiError> {
-    use crate::protocol::operations::OperationSet;
-    let request: OperationsRequest = parse_body(&body)?;
-    let Some(asked) = request.operations else {
-        return Err(ApiError::Body(
-            "operations is required (null for every one)".to_owned(),
-        ));
-    };
-    let set = asked
-        .map(|names| OperationSet::parse(&names.join(",")))
-        .transpose()
-        .map_err(|why| invalid_owned("operations", why))?;
-    let caller = caller(&admin);
-    state.service.set_operations(&caller, &name, set).await?;
-    peer_view(&state, &caller, &name).await
+    change_peer::<OperationsRequest>(state, admin, name, body).await
 }
 
 #[utoipa::path(put, path = "/v1/peers/{name}/budget", tag = "peers",
@@ -766,18 +803,7 @@ async fn set_peer_budget(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<PeerView>, ApiError> {
-    let request: PeerBudgetRequest = parse_body(&body)?;
-    let Some(tokens_per_day) = request.tokens_per_day else {
-        return Err(ApiError::Body(
-            "tokensPerDay is required: a number, or null for none of its own".to_owned(),
-        ));
-    };
-    let caller = caller(&admin);
-    state
-        .service
-        .set_peer_budget(&caller, &name, tokens_per_day)
-        .await?;
-    peer_view(&state, &caller, &name).await
+    change_peer::<PeerBudgetRequest>(state, admin, name, body).await
 }
 
 /// A new expiry.
@@ -809,20 +835,7 @@ async fn set_expiry(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<PeerView>, ApiError> {
-    let request: ExpiryRequest = parse_body(&body)?;
-    let Some(expires_at) = request.expires_at else {
-        return Err(ApiError::Body(
-            "missing field `expiresAt` (use null for never)".to_owned(),
-        ));
-    };
-    let now = state.clock.now();
-    let at = expires_at
-        .as_deref()
-        .map(|t| parse_time("expiresAt", t, now, crate::clock::Relative::FromNow))
-        .transpose()?;
-    let caller = caller(&admin);
-    state.service.set_expiry(&caller, &name, at).await?;
-    peer_view(&state, &caller, &name).await
+    change_peer::<ExpiryRequest>(state, admin, name, body).await
 }
 
 /// A Basic password for the peer.
@@ -844,9 +857,10 @@ async fn set_password(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     let request: PasswordRequest = parse_body(&body)?;
+    let change = PeerChange::Password(request.password);
     state
         .service
-        .set_peer_password(&caller(&admin), &name, request.password)
+        .change_peer(&caller(&admin), &name, change)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

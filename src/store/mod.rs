@@ -27,11 +27,12 @@ pub mod sqlite;
 use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::TaskState;
 pub use records::{
-    AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationCursor,
-    ConversationEntry, ConversationMessage, ConversationQuery, ConversationRole,
-    ConversationSummary, CredentialRecord, DeliveryOutcome, Exchange, ExchangeUsage,
-    FailedDelivery, IdentityKind, PeerId, PeerIdentity, PeerLogin, PeerRecord, PeerStatus,
-    PeerUsage, PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
+    AdminLogin, AdminRecord, AdminSetting, AdminStatus, AuditAction, AuditEntry, AuditRecord,
+    ConversationCursor, ConversationEntry, ConversationMessage, ConversationQuery,
+    ConversationRole, ConversationSummary, CredentialRecord, DeliveryOutcome, Exchange,
+    ExchangeUsage, FailedDelivery, IdentityKind, ListedTask, PeerId, PeerIdentity, PeerLogin,
+    PeerRecord, PeerSetting, PeerStatus, PeerUsage, PushConfigRecord, PushDelivery, TaskPage,
+    TaskQuery, WorkingTask,
 };
 
 use crate::clock::Timestamp;
@@ -115,6 +116,10 @@ pub enum StoreError {
         "the embedded SQLite store is served by one process; several instances need a PostgreSQL store (--store postgres://… or PEERGATE_STORE_URL)"
     )]
     Unshareable,
+    /// A statement of a change failed earlier, so the change was rolled back whole: nothing of
+    /// it is written, and it takes no more statements.
+    #[error("the change was rolled back: one of its statements failed")]
+    RolledBack,
     /// The task already has as many push-notification configs as the policy allows.
     #[error("the task already has {0} push notification configs (push.max_configs_per_task)")]
     TooManyPushConfigs(u32),
@@ -391,30 +396,15 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         admin: &AdminRecord,
         password_hash: Option<&str>,
     ) -> Result<(), StoreError>;
-    /// Sets an administrator's status (`active` or `disabled`).
-    async fn set_admin_status(
-        &mut self,
-        admin_id: &str,
-        status: AdminStatus,
-    ) -> Result<(), StoreError>;
-    /// Makes an administrator an auditor (reads only) or a full administrator again.
-    async fn set_admin_role(&mut self, admin_id: &str, auditor: bool) -> Result<(), StoreError>;
+    /// Writes one setting of an administrator.
+    async fn set_admin(&mut self, admin_id: &str, setting: &AdminSetting)
+    -> Result<(), StoreError>;
     /// Revokes every live administrator token of an administrator.
     async fn revoke_admin_tokens(
         &mut self,
         admin_id: &str,
         now: Timestamp,
     ) -> Result<(), StoreError>;
-    /// Sets an administrator's model switch and budgets.
-    async fn set_admin_budget(
-        &mut self,
-        admin_id: &str,
-        model_allowed: bool,
-        tokens_per_day: Option<u64>,
-        tokens_per_month: Option<u64>,
-    ) -> Result<(), StoreError>;
-    /// Sets an administrator's password (an Argon2id PHC string).
-    async fn set_admin_password(&mut self, admin_id: &str, phc: &str) -> Result<(), StoreError>;
     /// Adds an administrator token.
     async fn insert_admin_token(
         &mut self,
@@ -453,40 +443,9 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     async fn revoke_peer(&mut self, peer_id: &PeerId, now: Timestamp) -> Result<(), StoreError>;
     /// Marks a revoked peer active again. Its old credentials stay revoked.
     async fn reinstate_peer(&mut self, peer_id: &PeerId) -> Result<(), StoreError>;
-    /// Sets a peer's quota.
-    async fn set_peer_rate(&mut self, peer_id: &PeerId, rate: u32) -> Result<(), StoreError>;
-    /// Sets a peer's own daily token budget (`None`: none of its own).
-    async fn set_peer_budget(
-        &mut self,
-        peer_id: &PeerId,
-        tokens_per_day: Option<u64>,
-    ) -> Result<(), StoreError>;
-    /// Sets a peer's own cap on open streams (`None`: the policy's).
-    async fn set_peer_streams(
-        &mut self,
-        peer_id: &PeerId,
-        max_streams: Option<u32>,
-    ) -> Result<(), StoreError>;
-    /// Sets whether a peer's own trace context is continued (`true`) or only linked to.
-    async fn set_peer_trace_trust(
-        &mut self,
-        peer_id: &PeerId,
-        trusted: bool,
-    ) -> Result<(), StoreError>;
-    /// Sets the operations a peer may call (`None`: every one the policy offers).
-    async fn set_peer_operations(
-        &mut self,
-        peer_id: &PeerId,
-        operations: Option<crate::protocol::operations::OperationSet>,
-    ) -> Result<(), StoreError>;
-    /// Sets or clears a peer's expiry.
-    async fn set_peer_expiry(
-        &mut self,
-        peer_id: &PeerId,
-        expires_at: Option<Timestamp>,
-    ) -> Result<(), StoreError>;
-    /// Sets a peer's Basic password (an Argon2id PHC string).
-    async fn set_peer_password(&mut self, peer_id: &PeerId, phc: &str) -> Result<(), StoreError>;
+    /// Writes one setting of a peer.
+    async fn set_peer(&mut self, peer_id: &PeerId, setting: &PeerSetting)
+    -> Result<(), StoreError>;
     /// Binds an identity to a peer; one bound to any peer already is
     /// [`StoreError::IdentityTaken`].
     async fn bind_identity(
@@ -525,7 +484,7 @@ pub trait AccountChanges: Send + std::fmt::Debug {
 
     /// Disables an administrator and revokes their administrator tokens.
     async fn disable_admin(&mut self, admin_id: &str, now: Timestamp) -> Result<(), StoreError> {
-        self.set_admin_status(admin_id, AdminStatus::Disabled)
+        self.set_admin(admin_id, &AdminSetting::Status(AdminStatus::Disabled))
             .await?;
         self.revoke_admin_tokens(admin_id, now).await
     }

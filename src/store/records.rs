@@ -322,10 +322,21 @@ pub struct TaskQuery<'a> {
 /// One page of listed tasks.
 #[derive(Debug, Clone, Default)]
 pub struct TaskPage {
-    /// The tasks, in order: (status time, id, the task as stored, JSON).
-    pub tasks: Vec<(Timestamp, String, String)>,
+    /// The tasks, in order.
+    pub tasks: Vec<ListedTask>,
     /// How many tasks match the filters, on every page.
     pub total: u64,
+}
+
+/// A task as a page of `ListTasks` holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedTask {
+    /// When its status last changed (the page's order, and its cursor).
+    pub status_at: Timestamp,
+    /// Its id.
+    pub id: TaskId,
+    /// The task as stored, JSON.
+    pub body: String,
 }
 
 /// A task still marked working.
@@ -728,6 +739,47 @@ macro_rules! status_names {
 
 status_names!(PeerStatus { Active => "active", Revoked => "revoked" });
 status_names!(AdminStatus { Active => "active", Disabled => "disabled" });
+
+/// One setting of a peer, as an account change writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PeerSetting {
+    /// Requests per minute.
+    Rate(u32),
+    /// Its own daily token budget (`None`: none of its own).
+    TokensPerDay(Option<u64>),
+    /// Its own cap on open streams (`None`: the policy's).
+    MaxStreams(Option<u32>),
+    /// Whether its own trace context is continued (`true`) or only linked to.
+    TrustsTrace(bool),
+    /// The operations it may call (`None`: every one the policy offers).
+    Operations(Option<crate::protocol::operations::OperationSet>),
+    /// When it stops (`None`: never).
+    ExpiresAt(Option<Timestamp>),
+    /// Its Basic password, an Argon2id PHC string.
+    PasswordHash(String),
+}
+
+/// One setting of an administrator, as an account change writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AdminSetting {
+    /// Whether they may sign in and their peers be answered.
+    Status(AdminStatus),
+    /// An auditor (reads only) or a full administrator.
+    Auditor(bool),
+    /// Their model switch and budgets, together.
+    Budget {
+        /// Whether their peers may reach the model.
+        model_allowed: bool,
+        /// Tokens per UTC day (`None`: none).
+        tokens_per_day: Option<u64>,
+        /// Tokens per UTC month (`None`: the policy's).
+        tokens_per_month: Option<u64>,
+    },
+    /// Their password, an Argon2id PHC string.
+    PasswordHash(String),
+}
 
 /// A push-notification configuration of a task, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -140,13 +140,13 @@ impl TaskReads {
         let more = page.tasks.len() > page_size as usize;
         page.tasks.truncate(page_size as usize);
         let next_page_token = match page.tasks.last() {
-            Some((at, id, _)) if more => page_token(*at, id),
+            Some(last) if more => page_token(last.status_at, last.id.as_str()),
             _ => String::new(),
         };
         let include_artifacts = params.include_artifacts.unwrap_or(false);
         let mut tasks = Vec::with_capacity(page.tasks.len());
-        for (_, _, body) in &page.tasks {
-            let mut task: Task = serde_json::from_str(body).map_err(internal)?;
+        for listed in &page.tasks {
+            let mut task: Task = serde_json::from_str(&listed.body).map_err(internal)?;
             if !include_artifacts {
                 task.artifacts.clear();
             }

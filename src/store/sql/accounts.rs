@@ -13,9 +13,10 @@ use crate::clock::Timestamp;
 use crate::protocol::ids::ContextId;
 use crate::protocol::operations::OperationSet;
 use crate::store::{
-    AccountChange, AccountChanges, AccountStore, AdminRecord, AdminStatus, AuditEntry, AuditRecord,
-    PeerId, PeerIdentity, PeerRecord, StoreError,
+    AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerId,
+    PeerIdentity, PeerRecord, StoreError,
 };
+use crate::store::{AdminSetting, PeerSetting};
 use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
 
@@ -167,7 +168,9 @@ impl SqlChange {
                 .await?;
         }
         let similar: Option<(String,)> =
-            sql("SELECT name FROM peers WHERE lower(name) = lower($1) LIMIT 1")
+            // Case folded for ASCII only on both engines (SQLite's `lower` folds no more):
+            // under `COLLATE "C"` PostgreSQL's does the same.
+            sql("SELECT name FROM peers WHERE lower(name COLLATE \"C\") = lower($1 COLLATE \"C\") LIMIT 1")
                 .bind(name)
                 .fetch_optional(self.tx.on())
                 .await?;
@@ -229,19 +232,43 @@ impl AccountChanges for SqlChange {
         Ok(())
     }
 
-    async fn set_admin_status(
+    async fn set_admin(
         &mut self,
         admin_id: &str,
-        status: AdminStatus,
+        setting: &AdminSetting,
     ) -> Result<(), StoreError> {
-        let statement = "UPDATE admins SET status = $1 WHERE id = $2";
-        self.set(statement, status.as_str().into(), admin_id).await
-    }
-
-    async fn set_admin_role(&mut self, admin_id: &str, auditor: bool) -> Result<(), StoreError> {
-        let role = if auditor { "auditor" } else { "admin" };
-        let statement = "UPDATE admins SET role = $1 WHERE id = $2";
-        self.set(statement, role.into(), admin_id).await
+        let (statement, value): (&'static str, Arg<'_>) = match setting {
+            AdminSetting::Status(status) => (
+                "UPDATE admins SET status = $1 WHERE id = $2",
+                status.as_str().into(),
+            ),
+            AdminSetting::Auditor(auditor) => (
+                "UPDATE admins SET role = $1 WHERE id = $2",
+                if *auditor { "auditor" } else { "admin" }.into(),
+            ),
+            AdminSetting::PasswordHash(phc) => (
+                "UPDATE admins SET password_hash = $1 WHERE id = $2",
+                phc.into(),
+            ),
+            AdminSetting::Budget {
+                model_allowed,
+                tokens_per_day,
+                tokens_per_month,
+            } => {
+                sql(
+                    "UPDATE admins SET model_allowed = $1, tokens_per_day = $2, \
+                     tokens_per_month = $3 WHERE id = $4",
+                )
+                .bind(*model_allowed)
+                .bind(*tokens_per_day)
+                .bind(*tokens_per_month)
+                .bind(admin_id)
+                .execute(self.tx.on())
+                .await?;
+                return Ok(());
+            }
+        };
+        self.set(statement, value, admin_id).await
     }
 
     async fn revoke_admin_tokens(
@@ -252,31 +279,6 @@ impl AccountChanges for SqlChange {
         let statement =
             "UPDATE admin_tokens SET revoked_at = $1 WHERE admin_id = $2 AND revoked_at IS NULL";
         self.set(statement, now.into(), admin_id).await
-    }
-
-    async fn set_admin_budget(
-        &mut self,
-        admin_id: &str,
-        model_allowed: bool,
-        tokens_per_day: Option<u64>,
-        tokens_per_month: Option<u64>,
-    ) -> Result<(), StoreError> {
-        sql(
-            "UPDATE admins SET model_allowed = $1, tokens_per_day = $2, tokens_per_month = $3 \
-             WHERE id = $4",
-        )
-        .bind(model_allowed)
-        .bind(tokens_per_day)
-        .bind(tokens_per_month)
-        .bind(admin_id)
-        .execute(self.tx.on())
-        .await?;
-        Ok(())
-    }
-
-    async fn set_admin_password(&mut self, admin_id: &str, phc: &str) -> Result<(), StoreError> {
-        let statement = "UPDATE admins SET password_hash = $1 WHERE id = $2";
-        self.set(statement, phc.into(), admin_id).await
     }
 
     async fn insert_admin_token(
@@ -392,63 +394,42 @@ impl AccountChanges for SqlChange {
         Ok(())
     }
 
-    async fn set_peer_rate(&mut self, peer_id: &PeerId, rate: u32) -> Result<(), StoreError> {
-        let statement = "UPDATE peers SET rate_per_minute = $1 WHERE id = $2";
-        self.set(statement, rate.into(), peer_id.as_str()).await
-    }
-
-    async fn set_peer_budget(
+    async fn set_peer(
         &mut self,
         peer_id: &PeerId,
-        tokens_per_day: Option<u64>,
+        setting: &PeerSetting,
     ) -> Result<(), StoreError> {
-        let statement = "UPDATE peers SET tokens_per_day = $1 WHERE id = $2";
-        self.set(statement, tokens_per_day.into(), peer_id.as_str())
-            .await
-    }
-
-    async fn set_peer_streams(
-        &mut self,
-        peer_id: &PeerId,
-        max_streams: Option<u32>,
-    ) -> Result<(), StoreError> {
-        let statement = "UPDATE peers SET max_streams = $1 WHERE id = $2";
-        self.set(statement, max_streams.into(), peer_id.as_str())
-            .await
-    }
-
-    async fn set_peer_trace_trust(
-        &mut self,
-        peer_id: &PeerId,
-        trusted: bool,
-    ) -> Result<(), StoreError> {
-        let statement = "UPDATE peers SET trusts_trace = $1 WHERE id = $2";
-        self.set(statement, trusted.into(), peer_id.as_str()).await
-    }
-
-    async fn set_peer_operations(
-        &mut self,
-        peer_id: &PeerId,
-        operations: Option<OperationSet>,
-    ) -> Result<(), StoreError> {
-        let text = operations.map(OperationSet::to_text);
-        let statement = "UPDATE peers SET operations = $1 WHERE id = $2";
-        self.set(statement, (&text).into(), peer_id.as_str()).await
-    }
-
-    async fn set_peer_expiry(
-        &mut self,
-        peer_id: &PeerId,
-        expires_at: Option<Timestamp>,
-    ) -> Result<(), StoreError> {
-        let statement = "UPDATE peers SET expires_at = $1 WHERE id = $2";
-        self.set(statement, expires_at.into(), peer_id.as_str())
-            .await
-    }
-
-    async fn set_peer_password(&mut self, peer_id: &PeerId, phc: &str) -> Result<(), StoreError> {
-        let statement = "UPDATE peers SET password_hash = $1 WHERE id = $2";
-        self.set(statement, phc.into(), peer_id.as_str()).await
+        let (statement, value): (&'static str, Arg<'_>) = match setting {
+            PeerSetting::Rate(rate) => (
+                "UPDATE peers SET rate_per_minute = $1 WHERE id = $2",
+                (*rate).into(),
+            ),
+            PeerSetting::TokensPerDay(tokens) => (
+                "UPDATE peers SET tokens_per_day = $1 WHERE id = $2",
+                (*tokens).into(),
+            ),
+            PeerSetting::MaxStreams(cap) => (
+                "UPDATE peers SET max_streams = $1 WHERE id = $2",
+                (*cap).into(),
+            ),
+            PeerSetting::TrustsTrace(trusted) => (
+                "UPDATE peers SET trusts_trace = $1 WHERE id = $2",
+                (*trusted).into(),
+            ),
+            PeerSetting::Operations(set) => (
+                "UPDATE peers SET operations = $1 WHERE id = $2",
+                (*set).map(OperationSet::to_text).into(),
+            ),
+            PeerSetting::ExpiresAt(at) => (
+                "UPDATE peers SET expires_at = $1 WHERE id = $2",
+                (*at).into(),
+            ),
+            PeerSetting::PasswordHash(phc) => (
+                "UPDATE peers SET password_hash = $1 WHERE id = $2",
+                phc.into(),
+            ),
+        };
+        self.set(statement, value, peer_id.as_str()).await
     }
 
     async fn bind_identity(

@@ -11,7 +11,8 @@
 //! SQLite's scalar `min(`/`max(` (callers coalesce their arguments, so the two agree on NULL);
 //! row locks (`FOR UPDATE`, `FOR UPDATE OF p`, `FOR UPDATE SKIP LOCKED`) are dropped, since a
 //! SQLite write transaction already holds the whole file. Casts that PostgreSQL needs to type
-//! a bare parameter are written `CAST($1 AS TEXT)`, which both read alike.
+//! a bare parameter are written `CAST($1 AS TEXT)`, which both read alike; `COLLATE "C"`
+//! (PostgreSQL's bytewise order and ASCII-only case, which are SQLite's own) is dropped.
 
 mod accounts;
 mod logins;
@@ -89,6 +90,7 @@ fn sqlite_form(statement: &str) -> String {
         (" FOR UPDATE SKIP LOCKED", ""),
         (" FOR UPDATE OF p", ""),
         (" FOR UPDATE", ""),
+        (" COLLATE \"C\"", ""),
         ("LEAST(", "min("),
         ("GREATEST(", "max("),
     ] {
@@ -170,6 +172,11 @@ impl From<String> for Arg<'_> {
         Self::Text(Some(value.into()))
     }
 }
+impl From<Option<String>> for Arg<'_> {
+    fn from(value: Option<String>) -> Self {
+        Self::Text(value.map(Into::into))
+    }
+}
 impl<'a> From<&'a Option<String>> for Arg<'a> {
     fn from(value: &'a Option<String>) -> Self {
         Self::Text(value.as_deref().map(Into::into))
@@ -221,34 +228,68 @@ impl<T> Decoded for T where
 {
 }
 
-/// Where a statement runs: a pool, or a transaction's connection, of either engine.
+/// Where a statement runs: a pool, or a transaction's connection, of either engine. A
+/// transaction's connection comes with its [`Failed`] mark.
 pub(crate) enum On<'c> {
     Sqlite(&'c SqlitePool),
-    SqliteTx(&'c mut SqliteConnection),
+    SqliteTx(&'c mut SqliteConnection, Failed<'c>),
     Postgres(&'c PgPool),
-    PostgresTx(&'c mut PgConnection),
+    PostgresTx(&'c mut PgConnection, Failed<'c>),
 }
 
-/// Runs `$run` with the statement made for the engine `$on` names, bound as `$sqlx` (a query
-/// or a typed query of that engine) to the executor `$exec`.
+/// Whether a statement of a transaction failed. The engines differ in what is left of a
+/// transaction then (PostgreSQL refuses every later statement and answers `COMMIT` with a
+/// rollback, SQLite goes on), so both are made to do the same: once a statement failed, every
+/// later one and the commit are refused ([`StoreError::RolledBack`]), and nothing is written.
+pub(crate) struct Failed<'c>(Option<&'c mut bool>);
+
+impl Failed<'_> {
+    /// No mark: a transaction whose owner handles a failure itself (a group commit drops it).
+    pub(crate) fn unmarked() -> Self {
+        Self(None)
+    }
+
+    fn already(&self) -> bool {
+        self.0.as_deref().copied().unwrap_or(false)
+    }
+
+    fn note<T>(&mut self, outcome: Result<T, StoreError>) -> Result<T, StoreError> {
+        if outcome.is_err()
+            && let Some(failed) = self.0.as_deref_mut()
+        {
+            *failed = true;
+        }
+        outcome
+    }
+}
+
+/// Runs `$run` (a `Result`) with the statement made for the engine `$on` names, bound as
+/// `$query` to the executor `$exec`; in a transaction, refused after a failed statement and
+/// marking one that fails.
 macro_rules! on_engine {
-    ($self:ident, $on:expr, |$query:ident, $exec:ident| $run:expr, $make:ident) => {
+    ($self:ident, $on:expr, |$query:ident, $exec:ident| $run:expr) => {
         match $on {
             On::Sqlite($exec) => {
-                let $query = $self.$make::<Sqlite>(Dialect::Sqlite)?;
-                $run
-            }
-            On::SqliteTx($exec) => {
-                let $query = $self.$make::<Sqlite>(Dialect::Sqlite)?;
+                let $query = $self.query::<Sqlite>(Dialect::Sqlite)?;
                 $run
             }
             On::Postgres($exec) => {
-                let $query = $self.$make::<Postgres>(Dialect::Postgres)?;
+                let $query = $self.query::<Postgres>(Dialect::Postgres)?;
                 $run
             }
-            On::PostgresTx($exec) => {
-                let $query = $self.$make::<Postgres>(Dialect::Postgres)?;
-                $run
+            On::SqliteTx($exec, mut failed) => {
+                if failed.already() {
+                    return Err(StoreError::RolledBack);
+                }
+                let $query = $self.query::<Sqlite>(Dialect::Sqlite)?;
+                failed.note($run)
+            }
+            On::PostgresTx($exec, mut failed) => {
+                if failed.already() {
+                    return Err(StoreError::RolledBack);
+                }
+                let $query = $self.query::<Postgres>(Dialect::Postgres)?;
+                failed.note($run)
             }
         }
     };
@@ -305,27 +346,19 @@ impl<'a> Sql<'a> {
 
     /// Runs the statement; how many rows it changed.
     pub(crate) async fn execute(self, on: On<'_>) -> Result<u64, StoreError> {
-        Ok(on_engine!(
-            self,
-            on,
-            |q, exec| q.execute(exec).await?.rows_affected(),
-            query
-        ))
+        on_engine!(self, on, |q, exec| q
+            .execute(exec)
+            .await
+            .map(|done| done.rows_affected())
+            .map_err(StoreError::from))
     }
 
     /// Every row, decoded.
     pub(crate) async fn fetch_all<R: Decoded>(self, on: On<'_>) -> Result<Vec<R>, StoreError> {
-        on_engine!(
-            self,
-            on,
-            |q, exec| q
-                .fetch_all(exec)
-                .await?
-                .iter()
-                .map(|row| R::from_row(row).map_err(StoreError::from))
-                .collect(),
-            query
-        )
+        on_engine!(self, on, |q, exec| match q.fetch_all(exec).await {
+            Ok(rows) => rows.iter().map(|row| Ok(R::from_row(row)?)).collect(),
+            Err(e) => Err(e.into()),
+        })
     }
 
     /// The first row, decoded, if there is one.
@@ -333,25 +366,19 @@ impl<'a> Sql<'a> {
         self,
         on: On<'_>,
     ) -> Result<Option<R>, StoreError> {
-        on_engine!(
-            self,
-            on,
-            |q, exec| match q.fetch_optional(exec).await? {
-                Some(row) => Ok(Some(R::from_row(&row)?)),
-                None => Ok(None),
-            },
-            query
-        )
+        on_engine!(self, on, |q, exec| match q.fetch_optional(exec).await {
+            Ok(Some(row)) => Ok(Some(R::from_row(&row)?)),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.into()),
+        })
     }
 
     /// The one row, decoded.
     pub(crate) async fn fetch_one<R: Decoded>(self, on: On<'_>) -> Result<R, StoreError> {
-        on_engine!(
-            self,
-            on,
-            |q, exec| Ok(R::from_row(&q.fetch_one(exec).await?)?),
-            query
-        )
+        on_engine!(self, on, |q, exec| match q.fetch_one(exec).await {
+            Ok(row) => Ok(R::from_row(&row)?),
+            Err(e) => Err(e.into()),
+        })
     }
 }
 
@@ -398,6 +425,8 @@ impl<'e> Writer<'e> {
 /// One write transaction of either engine. Dropped without [`WriteTx::commit`], it rolls back.
 pub(crate) struct WriteTx {
     tx: Tx,
+    /// A statement failed: see [`Failed`].
+    failed: bool,
     /// SQLite: this process's write turn, held until the transaction commits or drops.
     _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// Told when the commit finds the disk full (SQLite gives back its reserve).
@@ -428,6 +457,7 @@ impl WriteTx {
     ) -> Self {
         Self {
             tx: Tx::Sqlite(tx),
+            failed: false,
             _turn: Some(turn),
             on_full: Some(on_full),
         }
@@ -437,6 +467,7 @@ impl WriteTx {
     pub(crate) fn postgres(tx: Transaction<'static, Postgres>) -> Self {
         Self {
             tx: Tx::Postgres(tx),
+            failed: false,
             _turn: None,
             on_full: None,
         }
@@ -444,9 +475,10 @@ impl WriteTx {
 
     /// Where the transaction's statements run.
     pub(crate) fn on(&mut self) -> On<'_> {
+        let failed = Failed(Some(&mut self.failed));
         match &mut self.tx {
-            Tx::Sqlite(tx) => On::SqliteTx(tx),
-            Tx::Postgres(tx) => On::PostgresTx(tx),
+            Tx::Sqlite(tx) => On::SqliteTx(tx, failed),
+            Tx::Postgres(tx) => On::PostgresTx(tx, failed),
         }
     }
 
@@ -460,6 +492,10 @@ impl WriteTx {
 
     /// Commits.
     pub(crate) async fn commit(self) -> Result<(), StoreError> {
+        if self.failed {
+            // Dropped: rolled back, on either engine.
+            return Err(StoreError::RolledBack);
+        }
         let committed = match self.tx {
             Tx::Sqlite(tx) => tx.commit().await,
             Tx::Postgres(tx) => tx.commit().await,

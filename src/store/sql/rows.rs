@@ -8,7 +8,7 @@ use crate::store::records::{
     ConversationSummary, CredentialRecord, FailedDelivery, IdentityKind, PeerIdentity, PeerLogin,
     PeerRecord, PeerStatus, PeerUsage, PushConfigRecord, PushDelivery, WorkingTask,
 };
-use crate::store::{StoreError, operations_column};
+use crate::store::{ListedTask, StoreError, operations_column};
 use crate::token::TokenSecretHash;
 
 /// A column holding one of a type's names (a status, an audit action); anything else is a
@@ -345,7 +345,7 @@ impl WorkingRow {
     }
 }
 
-/// A task as a page of `ListTasks` holds it: (status time, id, body).
+/// A task as a page of `ListTasks` holds it.
 #[derive(sqlx::FromRow)]
 pub(super) struct ListedRow {
     status_at: i64,
@@ -354,8 +354,12 @@ pub(super) struct ListedRow {
 }
 
 impl ListedRow {
-    pub(super) fn listed(self) -> (Timestamp, String, String) {
-        (from_millis(self.status_at), self.id, self.body)
+    pub(super) fn listed(self) -> ListedTask {
+        ListedTask {
+            status_at: from_millis(self.status_at),
+            id: self.id.into(),
+            body: self.body,
+        }
     }
 }
 
