@@ -8,10 +8,9 @@
 
 mod exchanges;
 
-use super::sql::{On, SqlEngine, WriteTx, Writer};
+use super::sql::{LastUses, On, SqlEngine, WritePool, WriteTx, Writer};
 use super::{Exchange, InstanceRegistry, PeerId, Serving, StoreEngine, StoreError};
 use crate::clock::Timestamp;
-use crate::locks::Locked;
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -21,17 +20,14 @@ use std::time::Duration;
 /// The schema, versioned.
 static MIGRATOR: Migrator = sqlx::migrate!("src/store/postgres/migrations");
 
-/// Where last-use notes (peer id, epoch ms) go.
-type LastUses = tokio::sync::mpsc::Sender<(Box<str>, i64)>;
-
 /// The PostgreSQL engine.
 pub struct PostgresStore {
     pool: PgPool,
     /// Host, port and database, for the log; never the password.
     location: String,
     exchanges: tokio::sync::mpsc::Sender<exchanges::PendingExchange>,
-    uses: std::sync::Mutex<Option<LastUses>>,
-    uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// When each peer was last seen, for their batch writer.
+    uses: LastUses,
     /// The connection holding the serving lock, while a gateway serves this database.
     serving: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
     /// The connection holding the housekeeping lock, while this process leads housekeeping.
@@ -100,43 +96,15 @@ impl PostgresStore {
             .map_err(|e| StoreError::Schema(e.to_string()))?;
         let (exchanges, pending) = tokio::sync::mpsc::channel(4 * exchanges::MAX_BATCH);
         tokio::spawn(exchanges::group_commit(pool.clone(), pending));
-        let (uses, seen) = tokio::sync::mpsc::channel(LAST_USE_BACKLOG);
-        let uses_writer = tokio::spawn(write_last_uses(pool.clone(), seen));
+        let uses = LastUses::start(WritePool::Postgres(pool.clone()));
         Ok(Self {
             pool,
             location,
             exchanges,
-            uses: std::sync::Mutex::new(Some(uses)),
-            uses_writer: std::sync::Mutex::new(Some(uses_writer)),
+            uses,
             serving: tokio::sync::Mutex::new(None),
             housekeeping: tokio::sync::Mutex::new(None),
         })
-    }
-}
-
-/// Most last-use notes waiting for the writer; past that, notes are dropped (they cost only a
-/// timestamp, and the next minute brings another).
-const LAST_USE_BACKLOG: usize = 1024;
-
-/// Writes last-use notes in batches, off every request's path: one statement a batch, so the
-/// rows are locked only while PostgreSQL runs it.
-async fn write_last_uses(pool: PgPool, mut seen: tokio::sync::mpsc::Receiver<(Box<str>, i64)>) {
-    let mut batch = Vec::with_capacity(64);
-    while seen.recv_many(&mut batch, 64).await > 0 {
-        // One row a peer, its latest time: an UPDATE … FROM uses one match a row.
-        batch.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        batch.dedup_by(|later, kept| later.0 == kept.0);
-        let mut update = sqlx::QueryBuilder::<sqlx::Postgres>::new(
-            "UPDATE peers AS p SET last_used_at = GREATEST(p.last_used_at, v.at) FROM (",
-        );
-        update.push_values(batch.iter(), |mut row, (peer_id, now)| {
-            row.push_bind(peer_id.to_string()).push_bind(*now);
-        });
-        update.push(") AS v(id, at) WHERE p.id = v.id");
-        if let Err(e) = update.build().execute(&pool).await {
-            tracing::warn!(error = %e, "could not record last use of peers");
-        }
-        batch.clear();
     }
 }
 
@@ -188,12 +156,8 @@ impl StoreEngine for PostgresStore {
                 let _ = sqlx::Connection::close(conn).await;
             }
         }
-        // The last-use notes still queued are written first (bounded: a note is a timestamp).
-        drop(self.uses.locked().take());
-        let writer = self.uses_writer.locked().take();
-        if let Some(writer) = writer {
-            let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
-        }
+        // The last-use notes still queued are written first.
+        self.uses.close().await;
         self.pool.close().await;
     }
 
@@ -366,11 +330,6 @@ impl SqlEngine for PostgresStore {
     }
 
     fn record_peer_use(&self, peer_id: &PeerId, now: Timestamp) {
-        let now = now.as_millisecond();
-        let uses = self.uses.locked();
-        if let Some(uses) = uses.as_ref() {
-            // Full or closed: the timestamp waits for the next note.
-            let _ = uses.try_send((peer_id.as_str().into(), now));
-        }
+        self.uses.note(peer_id, now);
     }
 }

@@ -15,6 +15,7 @@
 //! (PostgreSQL's bytewise order and ASCII-only case, which are SQLite's own) is dropped.
 
 mod accounts;
+mod last_uses;
 mod logins;
 mod push;
 mod reads;
@@ -22,6 +23,7 @@ mod rows;
 mod tasks;
 
 pub(crate) use accounts::{INSERT_AUDIT, insert_audit_statement};
+pub(crate) use last_uses::{LastUses, WritePool};
 pub(crate) use push::{
     QUEUE_STATE, RETARGET_DELIVERIES, UPSERT_CONFIG, queue_state, upsert_config_statements,
 };
@@ -115,92 +117,37 @@ pub(crate) enum Arg<'a> {
     Bool(bool),
 }
 
-impl From<i64> for Arg<'_> {
-    fn from(value: i64) -> Self {
-        Self::Int(Some(value))
-    }
+/// `Arg::from` for each kind of value a statement binds.
+macro_rules! args_from {
+    ($($ty:ty => |$v:ident| $arg:expr;)+) => {
+        $(impl<'a> From<$ty> for Arg<'a> {
+            fn from($v: $ty) -> Self {
+                $arg
+            }
+        })+
+    };
 }
-impl From<Option<i64>> for Arg<'_> {
-    fn from(value: Option<i64>) -> Self {
-        Self::Int(value)
-    }
-}
-impl From<u32> for Arg<'_> {
-    fn from(value: u32) -> Self {
-        Self::Int(Some(i64::from(value)))
-    }
-}
-impl From<Option<u32>> for Arg<'_> {
-    fn from(value: Option<u32>) -> Self {
-        Self::Int(value.map(i64::from))
-    }
-}
-/// A count past `i64::MAX` is stored as `i64::MAX` (no budget is that large).
-impl From<Option<u64>> for Arg<'_> {
-    fn from(value: Option<u64>) -> Self {
-        Self::Int(value.map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
-    }
-}
-/// A time is stored as milliseconds since the epoch.
-impl From<Timestamp> for Arg<'_> {
-    fn from(value: Timestamp) -> Self {
-        Self::Int(Some(value.as_millisecond()))
-    }
-}
-impl From<Option<Timestamp>> for Arg<'_> {
-    fn from(value: Option<Timestamp>) -> Self {
-        Self::Int(value.map(Timestamp::as_millisecond))
-    }
-}
-impl<'a> From<&'a str> for Arg<'a> {
-    fn from(value: &'a str) -> Self {
-        Self::Text(Some(value.into()))
-    }
-}
-impl<'a> From<Option<&'a str>> for Arg<'a> {
-    fn from(value: Option<&'a str>) -> Self {
-        Self::Text(value.map(Into::into))
-    }
-}
-impl<'a> From<&'a String> for Arg<'a> {
-    fn from(value: &'a String) -> Self {
-        Self::Text(Some(value.into()))
-    }
-}
-impl From<String> for Arg<'_> {
-    fn from(value: String) -> Self {
-        Self::Text(Some(value.into()))
-    }
-}
-impl From<Option<String>> for Arg<'_> {
-    fn from(value: Option<String>) -> Self {
-        Self::Text(value.map(Into::into))
-    }
-}
-impl<'a> From<&'a Option<String>> for Arg<'a> {
-    fn from(value: &'a Option<String>) -> Self {
-        Self::Text(value.as_deref().map(Into::into))
-    }
-}
-impl<'a> From<&'a PeerId> for Arg<'a> {
-    fn from(value: &'a PeerId) -> Self {
-        Self::Text(Some(value.as_str().into()))
-    }
-}
-impl<'a> From<&'a [u8]> for Arg<'a> {
-    fn from(value: &'a [u8]) -> Self {
-        Self::Bytes(value)
-    }
-}
-impl<'a> From<&'a Vec<u8>> for Arg<'a> {
-    fn from(value: &'a Vec<u8>) -> Self {
-        Self::Bytes(value)
-    }
-}
-impl From<bool> for Arg<'_> {
-    fn from(value: bool) -> Self {
-        Self::Bool(value)
-    }
+
+args_from! {
+    i64 => |v| Self::Int(Some(v));
+    Option<i64> => |v| Self::Int(v);
+    u32 => |v| Self::Int(Some(i64::from(v)));
+    Option<u32> => |v| Self::Int(v.map(i64::from));
+    // A count past `i64::MAX` is stored as `i64::MAX` (no budget is that large).
+    Option<u64> => |v| Self::Int(v.map(|n| i64::try_from(n).unwrap_or(i64::MAX)));
+    // A time is stored as milliseconds since the epoch.
+    Timestamp => |v| Self::Int(Some(v.as_millisecond()));
+    Option<Timestamp> => |v| Self::Int(v.map(Timestamp::as_millisecond));
+    &'a str => |v| Self::Text(Some(v.into()));
+    Option<&'a str> => |v| Self::Text(v.map(Into::into));
+    &'a String => |v| Self::Text(Some(v.into()));
+    String => |v| Self::Text(Some(v.into()));
+    Option<String> => |v| Self::Text(v.map(Into::into));
+    &'a Option<String> => |v| Self::Text(v.as_deref().map(Into::into));
+    &'a PeerId => |v| Self::Text(Some(v.as_str().into()));
+    &'a [u8] => |v| Self::Bytes(v);
+    &'a Vec<u8> => |v| Self::Bytes(v);
+    bool => |v| Self::Bool(v);
 }
 
 /// A statement in its one written form, with its values.

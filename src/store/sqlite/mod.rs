@@ -18,7 +18,7 @@ pub mod announce;
 mod reserve;
 mod writer;
 
-use super::sql::{On, SqlEngine, WriteTx, Writer};
+use super::sql::{LastUses, On, SqlEngine, WritePool, WriteTx, Writer};
 use super::{Exchange, PeerId, Serving, StoreEngine, StoreError};
 use crate::clock::Timestamp;
 use crate::locks::Locked;
@@ -46,9 +46,6 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// server) commits in between.
 const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
-/// Where last-use notes (peer id, epoch ms) go.
-type LastUses = tokio::sync::mpsc::Sender<(Box<str>, i64)>;
-
 /// The SQLite engine.
 pub struct SqliteStore {
     writer: SqlitePool,
@@ -60,8 +57,8 @@ pub struct SqliteStore {
     /// Room kept for account changes when the disk fills.
     reserve: Arc<reserve::Reserve>,
     /// Last-use notes for their writer; taken (closing the channel) when the store closes.
-    uses: std::sync::Mutex<Option<LastUses>>,
-    uses_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// When each peer was last seen, for their batch writer.
+    uses: LastUses,
     /// Held while a gateway serves this file: SQLite's working-task sweep and the in-memory
     /// limits and budgets assume one serving process.
     serving: std::sync::Mutex<Option<std::fs::File>>,
@@ -113,8 +110,7 @@ impl SqliteStore {
         let turn = writer::WriteTurn::default();
         let reserve = Arc::new(reserve::Reserve::open(data_dir));
         let exchanges = writer::start(&path, BUSY_TIMEOUT, turn.clone(), reserve.clone())?;
-        let (uses, seen) = tokio::sync::mpsc::channel(LAST_USE_BACKLOG);
-        let uses_writer = tokio::spawn(write_last_uses(writer.clone(), turn.clone(), seen));
+        let uses = LastUses::start(WritePool::Sqlite(writer.clone(), turn.clone()));
         Ok(Self {
             writer,
             reader,
@@ -122,8 +118,7 @@ impl SqliteStore {
             exchanges,
             turn,
             reserve,
-            uses: std::sync::Mutex::new(Some(uses)),
-            uses_writer: std::sync::Mutex::new(Some(uses_writer)),
+            uses,
             serving: std::sync::Mutex::new(None),
         })
     }
@@ -247,41 +242,6 @@ fn schema_error(error: sqlx::migrate::MigrateError) -> StoreError {
     StoreError::Schema(error.to_string())
 }
 
-/// Most last-use notes waiting for the writer; past that, notes are dropped (they cost only a
-/// timestamp, and the next minute brings another).
-const LAST_USE_BACKLOG: usize = 1024;
-
-/// Writes last-use notes in batches, off every request's path: one statement a batch, so the
-/// write lock is held only while SQLite runs it (never across an await, where a busy runtime
-/// would keep it from the command line).
-async fn write_last_uses(
-    pool: SqlitePool,
-    turn: writer::WriteTurn,
-    mut seen: tokio::sync::mpsc::Receiver<(Box<str>, i64)>,
-) {
-    let mut batch = Vec::with_capacity(64);
-    while seen.recv_many(&mut batch, 64).await > 0 {
-        // One row a peer, its latest time: an UPDATE … FROM uses one match a row.
-        batch.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        batch.dedup_by(|later, kept| later.0 == kept.0);
-        let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "UPDATE peers SET last_used_at = max(coalesce(last_used_at, 0), v.column2) FROM (",
-        );
-        update.push_values(batch.iter(), |mut row, (peer_id, now)| {
-            row.push_bind(&**peer_id).push_bind(*now);
-        });
-        update.push(") AS v WHERE peers.id = v.column1");
-        let written = {
-            let _turn = turn.lock().await;
-            update.build().execute(&pool).await
-        };
-        if let Err(e) = written {
-            tracing::warn!(error = %e, "could not record last use of peers");
-        }
-        batch.clear();
-    }
-}
-
 #[async_trait]
 impl StoreEngine for SqliteStore {
     fn describe(&self) -> String {
@@ -345,12 +305,8 @@ impl StoreEngine for SqliteStore {
             let _ = tokio::time::timeout(Duration::from_secs(10), stopped).await;
         }
         drop(self.serving.locked().take());
-        // The last-use notes still queued are written first (bounded: a note is a timestamp).
-        drop(self.uses.locked().take());
-        let writer = self.uses_writer.locked().take();
-        if let Some(writer) = writer {
-            let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
-        }
+        // The last-use notes still queued are written first.
+        self.uses.close().await;
         // Readers first: the last connection to close checkpoints the log into the file and
         // removes it, which a read-only one cannot do.
         self.reader.close().await;
@@ -405,12 +361,7 @@ impl SqlEngine for SqliteStore {
     }
 
     fn record_peer_use(&self, peer_id: &PeerId, now: Timestamp) {
-        let now = now.as_millisecond();
-        let uses = self.uses.locked();
-        if let Some(uses) = uses.as_ref() {
-            // Full or closed: the timestamp waits for the next note.
-            let _ = uses.try_send((peer_id.as_str().into(), now));
-        }
+        self.uses.note(peer_id, now);
     }
 }
 
