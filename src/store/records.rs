@@ -15,37 +15,55 @@ crate::protocol::ids::text_id! {
     PeerId(std::sync::Arc<str>)
 }
 
-/// How a peer identity is proven (a binding's kind).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum IdentityKind {
-    /// An identity provider's access token: `issuer` is the policy's issuer name, `subject` the
-    /// token's `client_id` (else `sub`).
-    Token,
-    /// A client certificate's URI or DNS subject alternative name (`issuer` is empty).
-    CertificateSan,
-    /// A client certificate's SHA-256, lowercase hex (`issuer` is empty).
-    CertificateSha256,
+/// An enum whose values are stored and shown by name: each variant with its name, once; the
+/// type gets `as_str`, `from_name` (`None` for a name this release does not know) and
+/// `Display`.
+macro_rules! stored_names {
+    ($(#[$meta:meta])* pub enum $ty:ident {
+        $($(#[$vmeta:meta])* $variant:ident => $name:literal,)+
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $ty {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $ty {
+            /// The stored and shown name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name,)+
+                }
+            }
+
+            /// The value with this name, if this release knows it.
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name {
+                    $($name => Some(Self::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+    };
 }
 
-impl IdentityKind {
-    /// The stored form.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Token => "token",
-            Self::CertificateSan => "certificate_san",
-            Self::CertificateSha256 => "certificate_sha256",
-        }
-    }
-
-    /// The kind a stored form names.
-    pub fn parse(stored: &str) -> Option<Self> {
-        match stored {
-            "token" => Some(Self::Token),
-            "certificate_san" => Some(Self::CertificateSan),
-            "certificate_sha256" => Some(Self::CertificateSha256),
-            _ => None,
-        }
+stored_names! {
+    /// How a peer identity is proven (a binding's kind).
+    #[non_exhaustive]
+    pub enum IdentityKind {
+        /// An identity provider's access token: `issuer` is the policy's issuer name, `subject` the
+        /// token's `client_id` (else `sub`).
+        Token => "token",
+        /// A client certificate's URI or DNS subject alternative name (`issuer` is empty).
+        CertificateSan => "certificate_san",
+        /// A client certificate's SHA-256, lowercase hex (`issuer` is empty).
+        CertificateSha256 => "certificate_sha256",
     }
 }
 
@@ -245,22 +263,13 @@ pub struct ConversationMessage {
     pub parts: Option<String>,
 }
 
-/// Who wrote a conversation message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConversationRole {
-    /// The partner agent.
-    Peer,
-    /// The model behind peergate.
-    Agent,
-}
-
-impl ConversationRole {
-    /// The name the store uses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Peer => "peer",
-            Self::Agent => "agent",
-        }
+stored_names! {
+    /// Who wrote a conversation message.
+    pub enum ConversationRole {
+        /// The partner agent.
+        Peer => "peer",
+        /// The model behind peergate.
+        Agent => "agent",
     }
 }
 
@@ -541,204 +550,95 @@ pub struct PeerUsage {
     pub requests: u64,
 }
 
-/// What an audit record says happened. Its name (`peer.created`, …) is what the log, the
-/// command line and the API show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AuditAction {
-    /// An administrator was added.
-    AdminCreated,
-    /// An administrator was disabled.
-    AdminDisabled,
-    /// An administrator was enabled again.
-    AdminEnabled,
-    /// An administrator's API tokens were revoked.
-    AdminTokensRevoked,
-    /// An administrator's password was set.
-    AdminPasswordSet,
-    /// An administrator was made an auditor, or a full administrator again.
-    AdminRoleChanged,
-    /// An administrator token was issued.
-    AdminTokenIssued,
-    /// An administrator's model switch or budgets changed.
-    AdminBudgetChanged,
-    /// A sign-in to the admin API failed.
-    AdminLoginFailed,
-    /// A peer was created.
-    PeerCreated,
-    /// A peer was read by someone who does not own it (refused).
-    PeerRead,
-    /// A peer's quota changed.
-    PeerLimitChanged,
-    /// A peer's expiry changed.
-    PeerExpiryChanged,
-    /// A peer's message was refused by its owner's budget.
-    PeerRefusedByQuota,
-    /// A credential (token, key or password) was issued.
-    CredentialIssued,
-    /// A peer's token was rotated.
-    CredentialRotated,
-    /// A peer's credentials were revoked.
-    CredentialRevoked,
-    /// A revoked peer was let in again, with a new token.
-    PeerReinstated,
-    /// A conversation was read by someone who does not own it (refused).
-    ConversationRead,
-    /// A task was read by someone who does not own its peer (refused).
-    TaskRead,
-    /// A conversation was deleted.
-    ConversationDeleted,
-    /// An identity (a provider's subject, a client certificate) was bound to a peer.
-    PeerIdentityBound,
-    /// An identity was unbound from a peer.
-    PeerIdentityUnbound,
-    /// An identity provider's subject was bound to an administrator.
-    AdminIdentityBound,
-    /// It was unbound.
-    AdminIdentityUnbound,
-    /// Whether a peer's own trace context is continued changed.
-    PeerTraceTrustChanged,
-    /// The operations a peer may call changed.
-    PeerOperationsChanged,
-    /// The policy file was read again and what can change while serving was applied (or the
-    /// file was refused, and the policy in force kept).
-    PolicyReloaded,
-    /// The authorization policies denied a peer's call (the first a minute, per peer and
-    /// operation).
-    PeerDeniedByPolicy,
-    /// The authorization policies denied an administrator's request.
-    AdminDeniedByPolicy,
-}
-
-impl AuditAction {
-    const ALL: [Self; 30] = [
-        Self::AdminCreated,
-        Self::AdminDisabled,
-        Self::AdminEnabled,
-        Self::AdminTokensRevoked,
-        Self::AdminPasswordSet,
-        Self::AdminRoleChanged,
-        Self::AdminTokenIssued,
-        Self::AdminBudgetChanged,
-        Self::AdminLoginFailed,
-        Self::PeerCreated,
-        Self::PeerRead,
-        Self::PeerLimitChanged,
-        Self::PeerExpiryChanged,
-        Self::PeerRefusedByQuota,
-        Self::CredentialIssued,
-        Self::CredentialRotated,
-        Self::CredentialRevoked,
-        Self::PeerReinstated,
-        Self::ConversationRead,
-        Self::TaskRead,
-        Self::ConversationDeleted,
-        Self::PeerIdentityBound,
-        Self::PeerIdentityUnbound,
-        Self::AdminIdentityBound,
-        Self::AdminIdentityUnbound,
-        Self::PeerTraceTrustChanged,
-        Self::PeerOperationsChanged,
-        Self::PolicyReloaded,
-        Self::PeerDeniedByPolicy,
-        Self::AdminDeniedByPolicy,
-    ];
-
-    /// The stored and shown name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::AdminCreated => "admin.created",
-            Self::AdminDisabled => "admin.disabled",
-            Self::AdminEnabled => "admin.enabled",
-            Self::AdminTokensRevoked => "admin.tokens_revoked",
-            Self::AdminPasswordSet => "admin.password_set",
-            Self::AdminRoleChanged => "admin.role_changed",
-            Self::AdminTokenIssued => "admin.token_issued",
-            Self::AdminBudgetChanged => "admin.budget_changed",
-            Self::AdminLoginFailed => "admin.login_failed",
-            Self::PeerCreated => "peer.created",
-            Self::PeerRead => "peer.read",
-            Self::PeerLimitChanged => "peer.limit_changed",
-            Self::PeerExpiryChanged => "peer.expiry_changed",
-            Self::PeerRefusedByQuota => "peer.refused_by_quota",
-            Self::CredentialIssued => "credential.issued",
-            Self::CredentialRotated => "credential.rotated",
-            Self::CredentialRevoked => "credential.revoked",
-            Self::PeerReinstated => "peer.reinstated",
-            Self::ConversationRead => "conversation.read",
-            Self::TaskRead => "task.read",
-            Self::ConversationDeleted => "conversation.deleted",
-            Self::PeerIdentityBound => "peer.identity_bound",
-            Self::PeerIdentityUnbound => "peer.identity_unbound",
-            Self::AdminIdentityBound => "admin.identity_bound",
-            Self::AdminIdentityUnbound => "admin.identity_unbound",
-            Self::PeerTraceTrustChanged => "peer.trace_trust_changed",
-            Self::PeerOperationsChanged => "peer.operations_changed",
-            Self::PolicyReloaded => "policy.reloaded",
-            Self::PeerDeniedByPolicy => "peer.denied_by_policy",
-            Self::AdminDeniedByPolicy => "admin.denied_by_policy",
-        }
-    }
-
-    /// The action with this name.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|a| a.as_str() == name)
+stored_names! {
+    /// What an audit record says happened. Its name (`peer.created`, …) is what the log, the
+    /// command line and the API show.
+    #[non_exhaustive]
+    pub enum AuditAction {
+        /// An administrator was added.
+        AdminCreated => "admin.created",
+        /// An administrator was disabled.
+        AdminDisabled => "admin.disabled",
+        /// An administrator was enabled again.
+        AdminEnabled => "admin.enabled",
+        /// An administrator's API tokens were revoked.
+        AdminTokensRevoked => "admin.tokens_revoked",
+        /// An administrator's password was set.
+        AdminPasswordSet => "admin.password_set",
+        /// An administrator was made an auditor, or a full administrator again.
+        AdminRoleChanged => "admin.role_changed",
+        /// An administrator token was issued.
+        AdminTokenIssued => "admin.token_issued",
+        /// An administrator's model switch or budgets changed.
+        AdminBudgetChanged => "admin.budget_changed",
+        /// A sign-in to the admin API failed.
+        AdminLoginFailed => "admin.login_failed",
+        /// A peer was created.
+        PeerCreated => "peer.created",
+        /// A peer was read by someone who does not own it (refused).
+        PeerRead => "peer.read",
+        /// A peer's quota changed.
+        PeerLimitChanged => "peer.limit_changed",
+        /// A peer's expiry changed.
+        PeerExpiryChanged => "peer.expiry_changed",
+        /// A peer's message was refused by its owner's budget.
+        PeerRefusedByQuota => "peer.refused_by_quota",
+        /// A credential (token, key or password) was issued.
+        CredentialIssued => "credential.issued",
+        /// A peer's token was rotated.
+        CredentialRotated => "credential.rotated",
+        /// A peer's credentials were revoked.
+        CredentialRevoked => "credential.revoked",
+        /// A revoked peer was let in again, with a new token.
+        PeerReinstated => "peer.reinstated",
+        /// A conversation was read by someone who does not own it (refused).
+        ConversationRead => "conversation.read",
+        /// A task was read by someone who does not own its peer (refused).
+        TaskRead => "task.read",
+        /// A conversation was deleted.
+        ConversationDeleted => "conversation.deleted",
+        /// An identity (a provider's subject, a client certificate) was bound to a peer.
+        PeerIdentityBound => "peer.identity_bound",
+        /// An identity was unbound from a peer.
+        PeerIdentityUnbound => "peer.identity_unbound",
+        /// An identity provider's subject was bound to an administrator.
+        AdminIdentityBound => "admin.identity_bound",
+        /// It was unbound.
+        AdminIdentityUnbound => "admin.identity_unbound",
+        /// Whether a peer's own trace context is continued changed.
+        PeerTraceTrustChanged => "peer.trace_trust_changed",
+        /// The operations a peer may call changed.
+        PeerOperationsChanged => "peer.operations_changed",
+        /// The policy file was read again and what can change while serving was applied (or the
+        /// file was refused, and the policy in force kept).
+        PolicyReloaded => "policy.reloaded",
+        /// The authorization policies denied a peer's call (the first a minute, per peer and
+        /// operation).
+        PeerDeniedByPolicy => "peer.denied_by_policy",
+        /// The authorization policies denied an administrator's request.
+        AdminDeniedByPolicy => "admin.denied_by_policy",
     }
 }
 
-impl std::fmt::Display for AuditAction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
+stored_names! {
+    /// Whether a peer is let in.
+    pub enum PeerStatus {
+        /// Its credentials work (until they expire).
+        Active => "active",
+        /// Revoked for good: no credential works and none can be issued.
+        Revoked => "revoked",
     }
 }
 
-/// Whether a peer is let in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PeerStatus {
-    /// Its credentials work (until they expire).
-    Active,
-    /// Revoked for good: no credential works and none can be issued.
-    Revoked,
+stored_names! {
+    /// Whether an administrator may sign in and their peers be answered.
+    pub enum AdminStatus {
+        /// Signs in; their peers are answered within budget.
+        Active => "active",
+        /// No sign-in, tokens revoked, their peers' messages rejected.
+        Disabled => "disabled",
+    }
 }
-
-/// Whether an administrator may sign in and their peers be answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AdminStatus {
-    /// Signs in; their peers are answered within budget.
-    Active,
-    /// No sign-in, tokens revoked, their peers' messages rejected.
-    Disabled,
-}
-
-macro_rules! status_names {
-    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            /// The stored and shown name.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Self::$variant => $name),+
-                }
-            }
-
-            /// The status with this name.
-            pub fn from_name(name: &str) -> Option<Self> {
-                match name {
-                    $($name => Some(Self::$variant),)+
-                    _ => None,
-                }
-            }
-        }
-
-        impl std::fmt::Display for $ty {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.pad(self.as_str())
-            }
-        }
-    };
-}
-
-status_names!(PeerStatus { Active => "active", Revoked => "revoked" });
-status_names!(AdminStatus { Active => "active", Disabled => "disabled" });
 
 /// One setting of a peer, as an account change writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

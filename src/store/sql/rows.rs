@@ -253,7 +253,7 @@ pub(super) struct IdentityRow {
 impl IdentityRow {
     /// `None` for a kind a newer release wrote: not this release's to show.
     pub(super) fn identity(self) -> Option<(String, PeerIdentity)> {
-        let kind = IdentityKind::parse(&self.kind)?;
+        let kind = IdentityKind::from_name(&self.kind)?;
         Some((
             self.peer_id,
             PeerIdentity {
