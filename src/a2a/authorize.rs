@@ -21,7 +21,7 @@ use crate::guard::refusal::Refusal;
 use crate::layers::metrics::Metrics;
 use crate::protocol::jsonrpc::Method;
 use crate::protocol::types::IncomingPart;
-use crate::store::{AuditAction, AuditEntry, Store};
+use crate::store::{AuditAction, AuditActor, AuditEntry, AuditOutcome, AuditTarget, Store};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -211,10 +211,10 @@ impl DenialAudit {
         }
         let entry = AuditEntry {
             at,
-            actor: format!("peer:{}", peer.name()),
+            actor: AuditActor::Peer(peer.name().to_owned()),
             action: AuditAction::PeerDeniedByPolicy,
-            target: format!("peer:{}", peer.name()),
-            outcome: format!("denied: {}", method.name()),
+            target: AuditTarget::Peer(peer.name().to_owned()),
+            outcome: AuditOutcome::Denied(method.name().to_owned()),
             client: call
                 .client
                 .map_or_else(|| "unknown".to_owned(), |c| c.to_string()),

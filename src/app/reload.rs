@@ -342,14 +342,17 @@ impl Reloader {
         };
         let (verdict, detail) = match outcome {
             Ok(reloaded) => (
-                "ok",
+                crate::store::AuditOutcome::Ok,
                 format!(
                     "applied: {}; restart needed: {}",
                     reloaded.applied.join(", "),
                     reloaded.restart_needed.join(", ")
                 ),
             ),
-            Err(refused) => ("refused", refused.0.clone()),
+            Err(refused) => (
+                crate::store::AuditOutcome::Refused(String::new()),
+                refused.0.clone(),
+            ),
         };
         self.parts
             .accounts

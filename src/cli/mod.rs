@@ -524,8 +524,9 @@ fn print_audit(records: Vec<crate::store::AuditRecord>, json: bool) {
             .map(|record| {
                 let e = record.entry;
                 serde_json::json!({
-                    "at": rfc3339_millis(e.at), "actor": e.actor, "action": e.action.as_str(),
-                    "target": e.target, "outcome": e.outcome, "client": e.client,
+                    "at": rfc3339_millis(e.at), "actor": e.actor.to_string(),
+                    "action": e.action.as_str(), "target": e.target.to_string(),
+                    "outcome": e.outcome.to_string(), "client": e.client,
                     "detail": e.detail,
                 })
             })
@@ -538,10 +539,10 @@ fn print_audit(records: Vec<crate::store::AuditRecord>, json: bool) {
         println!(
             "{}  {:<20} {:<22} {:<24} {:<40} {:<16} {}",
             rfc3339_millis(e.at),
-            e.actor,
+            e.actor.to_string(),
             e.action,
-            e.target,
-            e.outcome,
+            e.target.to_string(),
+            e.outcome.to_string(),
             e.client,
             e.detail
         );

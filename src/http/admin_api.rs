@@ -14,6 +14,7 @@ use crate::clock::{Clock, Timestamp, rfc3339_millis};
 use crate::guard::refusal::Refusal;
 use crate::layers::cross_site::CrossSiteLayer;
 use crate::layers::metrics::{Metrics, MetricsLayer};
+use crate::store::AuditOutcome;
 use crate::store::{AuditRecord, IdentityKind, PeerIdentity, PeerRecord, StoreError};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -985,7 +986,7 @@ async fn reload_policy(
         let why = "this administrator may not reload the policy (admin.reloaders)";
         state
             .service
-            .record_policy_reload(&caller, "denied", why.to_owned())
+            .record_policy_reload(&caller, AuditOutcome::Denied(String::new()), why.to_owned())
             .await;
         return Err(ServiceError::Forbidden(why).into());
     }
@@ -1333,10 +1334,10 @@ impl From<AuditRecord> for AuditView {
         Self {
             seq: r.seq,
             at: rfc3339_millis(r.entry.at),
-            actor: r.entry.actor,
+            actor: r.entry.actor.to_string(),
             action: r.entry.action.to_string(),
-            target: r.entry.target,
-            outcome: r.entry.outcome,
+            target: r.entry.target.to_string(),
+            outcome: r.entry.outcome.to_string(),
             client: r.entry.client,
             detail: r.entry.detail,
         }

@@ -27,12 +27,12 @@ pub mod sqlite;
 use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::TaskState;
 pub use records::{
-    AdminLogin, AdminRecord, AdminSetting, AdminStatus, AuditAction, AuditEntry, AuditRecord,
-    ConversationCursor, ConversationEntry, ConversationMessage, ConversationQuery,
-    ConversationRole, ConversationSummary, CredentialRecord, DeliveryOutcome, Exchange,
-    ExchangeUsage, FailedDelivery, IdentityKind, ListedTask, PeerId, PeerIdentity, PeerLogin,
-    PeerRecord, PeerSetting, PeerStatus, PeerUsage, PushConfigRecord, PushDelivery, TaskPage,
-    TaskQuery, WorkingTask,
+    AdminLogin, AdminRecord, AdminSetting, AdminStatus, AuditAction, AuditActor, AuditEntry,
+    AuditOutcome, AuditRecord, AuditTarget, ConversationCursor, ConversationEntry,
+    ConversationMessage, ConversationQuery, ConversationRole, ConversationSummary,
+    CredentialRecord, DeliveryOutcome, Exchange, ExchangeUsage, FailedDelivery, IdentityKind,
+    ListedTask, PeerId, PeerIdentity, PeerLogin, PeerRecord, PeerSetting, PeerStatus, PeerUsage,
+    PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
 };
 
 use crate::clock::Timestamp;

@@ -416,20 +416,148 @@ pub struct AdminLogin {
 pub struct AuditEntry {
     /// When.
     pub at: Timestamp,
-    /// Who: `admin:NAME`, `operator` (the command line) or `peer:NAME`.
-    pub actor: String,
+    /// Who.
+    pub actor: AuditActor,
     /// What happened.
     pub action: AuditAction,
-    /// On what, e.g. `peer:alice` or `admin:ops`.
-    pub target: String,
-    /// `ok`, or `denied: …` / `refused: …` / `failed: …`.
-    pub outcome: String,
+    /// On what.
+    pub target: AuditTarget,
+    /// How it ended.
+    pub outcome: AuditOutcome,
     /// The client address, or `local` for the command line.
     pub client: String,
     /// Non-secret particulars (a new quota, a grace period).
     pub detail: String,
     /// The administrator whose account the record belongs to, so each sees their own.
     pub owner_id: Option<String>,
+}
+
+/// Who did what an audit record says; stored as `operator`, `admin:NAME`, `peer:NAME` or
+/// `anonymous`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuditActor {
+    /// The operator: the command line, or a signal.
+    Operator,
+    /// An administrator, by name.
+    Admin(String),
+    /// A peer, by name.
+    Peer(String),
+    /// Nobody known (a failed sign-in).
+    Anonymous,
+    /// A form this release does not know (a newer release wrote it), shown as stored.
+    Other(String),
+}
+
+/// What an audit record is about; stored as `peer:NAME`, `admin:NAME`, `admin:(unknown)`,
+/// `policy` or `admin-api:OPERATION`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuditTarget {
+    /// A peer, by name.
+    Peer(String),
+    /// An administrator, by name (`None`: a name no administrator has, not written down).
+    Admin(Option<String>),
+    /// The policy.
+    Policy,
+    /// An admin API operation, by its OpenAPI id.
+    AdminApi(String),
+    /// A form this release does not know, shown as stored.
+    Other(String),
+}
+
+/// How what an audit record says ended; stored as `ok`, `denied[: WHY]` or `refused[: WHY]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuditOutcome {
+    /// Done.
+    Ok,
+    /// Not allowed (empty: said no more).
+    Denied(String),
+    /// Refused as asked (a bad value, a conflict; empty: said no more).
+    Refused(String),
+    /// A form this release does not know, shown as stored.
+    Other(String),
+}
+
+impl std::fmt::Display for AuditActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Operator => f.write_str("operator"),
+            Self::Admin(name) => write!(f, "admin:{name}"),
+            Self::Peer(name) => write!(f, "peer:{name}"),
+            Self::Anonymous => f.write_str("anonymous"),
+            Self::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+impl AuditActor {
+    /// The actor a stored form names (the form itself when this release does not know it).
+    pub fn from_stored(text: &str) -> Self {
+        match text.split_once(':') {
+            _ if text == "operator" => Self::Operator,
+            _ if text == "anonymous" => Self::Anonymous,
+            Some(("admin", name)) => Self::Admin(name.to_owned()),
+            Some(("peer", name)) => Self::Peer(name.to_owned()),
+            _ => Self::Other(text.to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for AuditTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Peer(name) => write!(f, "peer:{name}"),
+            Self::Admin(Some(name)) => write!(f, "admin:{name}"),
+            Self::Admin(None) => f.write_str("admin:(unknown)"),
+            Self::Policy => f.write_str("policy"),
+            Self::AdminApi(operation) => write!(f, "admin-api:{operation}"),
+            Self::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+impl AuditTarget {
+    /// The target a stored form names (the form itself when this release does not know it).
+    pub fn from_stored(text: &str) -> Self {
+        match text.split_once(':') {
+            _ if text == "policy" => Self::Policy,
+            Some(("admin", "(unknown)")) => Self::Admin(None),
+            Some(("admin", name)) => Self::Admin(Some(name.to_owned())),
+            Some(("peer", name)) => Self::Peer(name.to_owned()),
+            Some(("admin-api", operation)) => Self::AdminApi(operation.to_owned()),
+            _ => Self::Other(text.to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for AuditOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (word, why) = match self {
+            Self::Ok => return f.write_str("ok"),
+            Self::Other(text) => return f.write_str(text),
+            Self::Denied(why) => ("denied", why),
+            Self::Refused(why) => ("refused", why),
+        };
+        match why.is_empty() {
+            true => f.write_str(word),
+            false => write!(f, "{word}: {why}"),
+        }
+    }
+}
+
+impl AuditOutcome {
+    /// The outcome a stored form names (the form itself when this release does not know it).
+    pub fn from_stored(text: &str) -> Self {
+        let (word, why) = text.split_once(": ").unwrap_or((text, ""));
+        match word {
+            "ok" if why.is_empty() => Self::Ok,
+            "denied" => Self::Denied(why.to_owned()),
+            "refused" => Self::Refused(why.to_owned()),
+            _ => Self::Other(text.to_owned()),
+        }
+    }
 }
 
 /// A stored audit record.
@@ -769,6 +897,39 @@ pub(crate) fn task_notification(task_json: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn audit_actors_targets_and_outcomes_read_back_as_written_and_unknown_forms_stay_whole() {
+        for actor in [
+            AuditActor::Operator,
+            AuditActor::Admin("ada".into()),
+            AuditActor::Peer("alice".into()),
+            AuditActor::Anonymous,
+            AuditActor::Other("robot:x".into()),
+        ] {
+            assert_eq!(AuditActor::from_stored(&actor.to_string()), actor);
+        }
+        for target in [
+            AuditTarget::Peer("alice".into()),
+            AuditTarget::Admin(Some("ops".into())),
+            AuditTarget::Admin(None),
+            AuditTarget::Policy,
+            AuditTarget::AdminApi("set_limit".into()),
+            AuditTarget::Other("fleet:7".into()),
+        ] {
+            assert_eq!(AuditTarget::from_stored(&target.to_string()), target);
+        }
+        for outcome in [
+            AuditOutcome::Ok,
+            AuditOutcome::Denied("no peer named \"x\"".into()),
+            AuditOutcome::Refused(String::new()),
+            AuditOutcome::Refused("rate: must be from 1".into()),
+            AuditOutcome::Other("failed: disk".into()),
+        ] {
+            assert_eq!(AuditOutcome::from_stored(&outcome.to_string()), outcome);
+        }
+        assert_eq!(AuditOutcome::Refused(String::new()).to_string(), "refused");
+    }
 
     #[test]
     fn an_identity_is_named_by_exactly_one_of_its_forms() {

@@ -224,10 +224,10 @@ fn peer(id: &str, name: &str, owner: &str, created: i64) -> PeerRecord {
 fn entry(action: AuditAction, offset: i64, owner: Option<&str>) -> AuditEntry {
     AuditEntry {
         at: at(offset),
-        actor: "operator".into(),
+        actor: peergate::store::AuditActor::Operator,
         action,
-        target: "peer:alice".into(),
-        outcome: "ok".into(),
+        target: peergate::store::AuditTarget::Peer("alice".into()),
+        outcome: peergate::store::AuditOutcome::Ok,
         client: "local".into(),
         detail: format!("step at {offset}"),
         owner_id: owner.map(str::to_owned),

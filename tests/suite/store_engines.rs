@@ -82,10 +82,10 @@ fn peer(id: &str, name: &str, owner: &str) -> PeerRecord {
 fn entry(action: AuditAction) -> AuditEntry {
     AuditEntry {
         at: at(5),
-        actor: "operator".into(),
+        actor: peergate::store::AuditActor::Operator,
         action,
-        target: "peer:alice".into(),
-        outcome: "ok".into(),
+        target: peergate::store::AuditTarget::Peer("alice".into()),
+        outcome: peergate::store::AuditOutcome::Ok,
         client: "local".into(),
         detail: String::new(),
         owner_id: Some("adm_1".into()),

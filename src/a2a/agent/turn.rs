@@ -417,10 +417,10 @@ impl Turns {
             usage: None,
             audit: Some(AuditEntry {
                 at: self.clock.now(),
-                actor: format!("peer:{}", peer.name()),
+                actor: crate::store::AuditActor::Peer(peer.name().to_owned()),
                 action: crate::store::AuditAction::PeerRefusedByQuota,
-                target: format!("peer:{}", peer.name()),
-                outcome: format!("refused: {}", refusal.reason()),
+                target: crate::store::AuditTarget::Peer(peer.name().to_owned()),
+                outcome: crate::store::AuditOutcome::Refused(refusal.reason().to_string()),
                 client: client.map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
                 detail: refusal.to_string(),
                 owner_id: Some(peer.owner_id().to_owned()),

@@ -103,9 +103,9 @@ impl AccountService {
         name: &str,
         password: Option<String>,
     ) -> Result<AdminRecord, ServiceError> {
-        let target = format!("admin:{name}");
+        let target = AuditTarget::Admin(Some(name.to_owned()));
         self.audited(
-            Operation::new(caller, AuditAction::AdminCreated, &target),
+            Operation::new(caller, AuditAction::AdminCreated, target.clone()),
             async |op| {
                 Self::operator_only(caller)?;
                 check_name("administrator name", name)?;
@@ -202,7 +202,11 @@ impl AccountService {
         name: &str,
         change: AdminChange,
     ) -> Result<AdminRecord, ServiceError> {
-        let op = Operation::new(caller, change.action(), format!("admin:{name}"));
+        let op = Operation::new(
+            caller,
+            change.action(),
+            AuditTarget::Admin(Some(name.to_owned())),
+        );
         self.audited(op, async |op| {
             Self::operator_only(caller)?;
             change.check()?;
@@ -268,9 +272,9 @@ impl AccountService {
         caller: &Caller,
         name: &str,
     ) -> Result<String, ServiceError> {
-        let target = format!("admin:{name}");
+        let target = AuditTarget::Admin(Some(name.to_owned()));
         self.audited(
-            Operation::new(caller, AuditAction::AdminTokenIssued, &target),
+            Operation::new(caller, AuditAction::AdminTokenIssued, target.clone()),
             async |op| {
                 Self::operator_only(caller)?;
                 let issued = issue(CredentialKind::AdminToken)?;
@@ -328,15 +332,12 @@ impl AccountService {
         let mut entry = self.entry(
             &caller,
             AuditAction::AdminLoginFailed,
-            &known.as_ref().map_or_else(
-                || "admin:(unknown)".to_owned(),
-                |a| format!("admin:{}", a.name),
-            ),
-            &format!("denied: {why}"),
+            &AuditTarget::Admin(known.as_ref().map(|a| a.name.clone())),
+            AuditOutcome::Denied(why.to_owned()),
             subject.map_or_else(String::new, |subject| format!("token subject {subject}")),
             known.as_ref().map(|a| a.id.as_str()),
         );
-        entry.actor = "anonymous".to_owned();
+        entry.actor = AuditActor::Anonymous;
         if let Err(e) = self.store.accounts().append_audit(&entry).await {
             tracing::error!(error = %e, "could not write an audit record");
         }
@@ -344,11 +345,16 @@ impl AccountService {
 
     /// Records a policy reload asked for by `caller` (applied or refused), in the caller's
     /// own audit trail.
-    pub async fn record_policy_reload(&self, caller: &Caller, outcome: &str, detail: String) {
+    pub async fn record_policy_reload(
+        &self,
+        caller: &Caller,
+        outcome: AuditOutcome,
+        detail: String,
+    ) {
         let entry = self.entry(
             caller,
             AuditAction::PolicyReloaded,
-            "policy",
+            &AuditTarget::Policy,
             outcome,
             detail,
             caller.actor.admin_id(),
@@ -364,8 +370,8 @@ impl AccountService {
         let entry = self.entry(
             caller,
             AuditAction::AdminDeniedByPolicy,
-            &format!("admin-api:{operation}"),
-            &format!("denied: {operation}"),
+            &AuditTarget::AdminApi(operation.to_owned()),
+            AuditOutcome::Denied(operation.to_owned()),
             format!("policies: {policies}"),
             caller.actor.admin_id(),
         );

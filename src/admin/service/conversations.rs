@@ -101,7 +101,11 @@ impl AccountService {
         peer: &str,
         task_id: &str,
     ) -> Result<serde_json::Value, ServiceError> {
-        let op = Operation::new(caller, AuditAction::TaskRead, format!("peer:{peer}"));
+        let op = Operation::new(
+            caller,
+            AuditAction::TaskRead,
+            AuditTarget::Peer(peer.to_owned()),
+        );
         self.audited(op, async |_| {
             let peer = self.readable_peer(caller, peer).await?;
             let task_id = crate::protocol::ids::TaskId::from(task_id);
@@ -127,7 +131,7 @@ impl AccountService {
         let op = Operation::new(
             caller,
             AuditAction::ConversationRead,
-            format!("peer:{peer}"),
+            AuditTarget::Peer(peer.to_owned()),
         );
         self.audited(op, async |_| {
             let peer = self.readable_peer(caller, peer).await?;
@@ -151,7 +155,7 @@ impl AccountService {
             Operation::new(
                 caller,
                 AuditAction::ConversationDeleted,
-                format!("peer:{peer}"),
+                AuditTarget::Peer(peer.to_owned()),
             ),
             async |op| {
                 Self::account(caller)?;

@@ -24,7 +24,7 @@ impl AccountService {
             Operation::new(
                 caller,
                 AuditAction::CredentialIssued,
-                format!("peer:{name}"),
+                AuditTarget::Peer(name.to_owned()),
             ),
             async |op| {
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
@@ -62,7 +62,7 @@ impl AccountService {
             Operation::new(
                 caller,
                 AuditAction::CredentialRotated,
-                format!("peer:{name}"),
+                AuditTarget::Peer(name.to_owned()),
             ),
             async |op| {
                 if grace_seconds > MAX_GRACE_SECONDS {

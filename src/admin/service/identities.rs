@@ -29,9 +29,9 @@ impl AccountService {
         name: &str,
         (issuer, subject): (&str, &str),
     ) -> Result<(), ServiceError> {
-        let target = format!("admin:{name}");
+        let target = AuditTarget::Admin(Some(name.to_owned()));
         self.audited(
-            Operation::new(caller, AuditAction::AdminIdentityBound, &target),
+            Operation::new(caller, AuditAction::AdminIdentityBound, target.clone()),
             async |op| {
                 Self::operator_only(caller)?;
                 let identity = PeerIdentity::token(issuer, subject).map_err(|reason| {
@@ -65,9 +65,9 @@ impl AccountService {
         name: &str,
         (issuer, subject): (&str, &str),
     ) -> Result<(), ServiceError> {
-        let target = format!("admin:{name}");
+        let target = AuditTarget::Admin(Some(name.to_owned()));
         self.audited(
-            Operation::new(caller, AuditAction::AdminIdentityUnbound, &target),
+            Operation::new(caller, AuditAction::AdminIdentityUnbound, target.clone()),
             async |op| {
                 Self::operator_only(caller)?;
                 let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
@@ -105,7 +105,7 @@ impl AccountService {
             Operation::new(
                 caller,
                 AuditAction::PeerIdentityBound,
-                format!("peer:{name}"),
+                AuditTarget::Peer(name.to_owned()),
             ),
             async |op| {
                 self.check_issuer(identity)?;
@@ -136,7 +136,7 @@ impl AccountService {
             Operation::new(
                 caller,
                 AuditAction::PeerIdentityUnbound,
-                format!("peer:{name}"),
+                AuditTarget::Peer(name.to_owned()),
             ),
             async |op| {
                 let (mut tx, peer) = self.begin_change(caller, name).await?;

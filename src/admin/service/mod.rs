@@ -28,6 +28,7 @@ use crate::store::{
     AdminRecord, AdminSetting, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary,
     PeerId, PeerIdentity, PeerRecord, PeerSetting, PeerUsage, Store, StoreError,
 };
+use crate::store::{AuditActor, AuditOutcome, AuditTarget};
 use crate::token::{self, CredentialKind};
 
 /// One account change under way.
@@ -71,10 +72,11 @@ pub enum Actor {
 }
 
 impl Actor {
-    fn label(&self) -> String {
+    /// As the audit log names them.
+    fn audited(&self) -> AuditActor {
         match self {
-            Self::Operator => "operator".to_owned(),
-            Self::Admin { name, .. } => format!("admin:{name}"),
+            Self::Operator => AuditActor::Operator,
+            Self::Admin { name, .. } => AuditActor::Admin(name.clone()),
         }
     }
 
@@ -117,10 +119,10 @@ pub enum ServiceError {
 }
 
 impl ServiceError {
-    fn outcome(&self) -> String {
+    fn outcome(&self) -> AuditOutcome {
         match self {
-            Self::NotFound(_) | Self::Forbidden(_) => format!("denied: {self}"),
-            _ => format!("refused: {self}"),
+            Self::NotFound(_) | Self::Forbidden(_) => AuditOutcome::Denied(self.to_string()),
+            _ => AuditOutcome::Refused(self.to_string()),
         }
     }
 }
@@ -149,15 +151,15 @@ pub struct AccountDefaults {
 struct Operation<'c> {
     caller: &'c Caller,
     action: AuditAction,
-    target: String,
+    target: AuditTarget,
 }
 
 impl<'c> Operation<'c> {
-    fn new(caller: &'c Caller, action: AuditAction, target: impl Into<String>) -> Self {
+    fn new(caller: &'c Caller, action: AuditAction, target: AuditTarget) -> Self {
         Self {
             caller,
             action,
-            target: target.into(),
+            target,
         }
     }
 }
@@ -295,17 +297,17 @@ impl AccountService {
         &self,
         caller: &Caller,
         action: AuditAction,
-        target: &str,
-        outcome: &str,
+        target: &AuditTarget,
+        outcome: AuditOutcome,
         detail: String,
         owner_id: Option<&str>,
     ) -> AuditEntry {
         AuditEntry {
             at: self.clock.now(),
-            actor: caller.actor.label(),
+            actor: caller.actor.audited(),
             action,
-            target: target.to_owned(),
-            outcome: outcome.to_owned(),
+            target: target.clone(),
+            outcome,
             client: caller.client.clone(),
             detail,
             owner_id: owner_id.map(str::to_owned),
@@ -321,8 +323,15 @@ impl AccountService {
         detail: String,
         owner_id: Option<&str>,
     ) -> Result<(), ServiceError> {
-        tx.audit(&self.entry(op.caller, op.action, &op.target, "ok", detail, owner_id))
-            .await?;
+        tx.audit(&self.entry(
+            op.caller,
+            op.action,
+            &op.target,
+            AuditOutcome::Ok,
+            detail,
+            owner_id,
+        ))
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -343,7 +352,7 @@ impl AccountService {
                 op.caller,
                 op.action,
                 &op.target,
-                &error.outcome(),
+                error.outcome(),
                 String::new(),
                 op.caller.actor.admin_id(),
             );

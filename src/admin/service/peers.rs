@@ -207,9 +207,9 @@ impl AccountService {
         caller: &Caller,
         new: NewPeer,
     ) -> Result<CreatedPeer, ServiceError> {
-        let target = format!("peer:{}", new.name);
+        let target = AuditTarget::Peer(new.name.clone());
         self.audited(
-            Operation::new(caller, AuditAction::PeerCreated, &target),
+            Operation::new(caller, AuditAction::PeerCreated, target.clone()),
             async |op| {
                 check_peer_name(&new.name)?;
                 let default_rate = self.defaults.read_locked().rate_per_minute;
@@ -246,7 +246,7 @@ impl AccountService {
                     op.caller,
                     op.action,
                     &op.target,
-                    "ok",
+                    AuditOutcome::Ok,
                     format!("owner {}, rate {rate}/min", peer.owner_name),
                     Some(&peer.owner_id),
                 ))
@@ -264,7 +264,7 @@ impl AccountService {
                         caller,
                         AuditAction::CredentialIssued,
                         &target,
-                        "ok",
+                        AuditOutcome::Ok,
                         format!("token id {}", issued.token_id),
                         Some(&peer.owner_id),
                     ))
@@ -343,8 +343,8 @@ impl AccountService {
         tx.audit(&self.entry(
             caller,
             AuditAction::AdminCreated,
-            &format!("admin:{name}"),
-            "ok",
+            &AuditTarget::Admin(Some(name.to_owned())),
+            AuditOutcome::Ok,
             "the policy's default owner, without a password".to_owned(),
             Some(&admin.id),
         ))
@@ -363,7 +363,11 @@ impl AccountService {
 
     /// One of the caller's peers. Asking for another administrator's peer is audited.
     pub async fn show_peer(&self, caller: &Caller, name: &str) -> Result<PeerRecord, ServiceError> {
-        let op = Operation::new(caller, AuditAction::PeerRead, format!("peer:{name}"));
+        let op = Operation::new(
+            caller,
+            AuditAction::PeerRead,
+            AuditTarget::Peer(name.to_owned()),
+        );
         self.audited(op, async |_| self.readable_peer(caller, name).await)
             .await
     }
@@ -412,7 +416,7 @@ impl AccountService {
         name: &str,
         change: PeerChange,
     ) -> Result<(), ServiceError> {
-        let op = Operation::new(caller, change.action(), format!("peer:{name}"));
+        let op = Operation::new(caller, change.action(), AuditTarget::Peer(name.to_owned()));
         self.audited(op, async |op| {
             change.check(self.clock.now())?;
             let setting = match change {
@@ -440,7 +444,7 @@ impl AccountService {
             Operation::new(
                 caller,
                 AuditAction::CredentialRevoked,
-                format!("peer:{name}"),
+                AuditTarget::Peer(name.to_owned()),
             ),
             async |op| {
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
@@ -458,7 +462,11 @@ impl AccountService {
     /// partner whose records would mix with the old one's.
     pub async fn reinstate(&self, caller: &Caller, name: &str) -> Result<String, ServiceError> {
         self.audited(
-            Operation::new(caller, AuditAction::PeerReinstated, format!("peer:{name}")),
+            Operation::new(
+                caller,
+                AuditAction::PeerReinstated,
+                AuditTarget::Peer(name.to_owned()),
+            ),
             async |op| {
                 let (mut tx, peer) = self.begin_change(caller, name).await?;
                 if peer.status != PeerStatus::Revoked {

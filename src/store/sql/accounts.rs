@@ -29,10 +29,10 @@ pub(crate) const INSERT_AUDIT: &str = "INSERT INTO audit (at, actor, action, tar
 pub(crate) fn insert_audit_statement(entry: &AuditEntry) -> Sql<'_> {
     sql(INSERT_AUDIT)
         .bind(entry.at)
-        .bind(&entry.actor)
+        .bind(entry.actor.to_string())
         .bind(entry.action.as_str())
-        .bind(&entry.target)
-        .bind(&entry.outcome)
+        .bind(entry.target.to_string())
+        .bind(entry.outcome.to_string())
         .bind(&entry.client)
         .bind(&entry.detail)
         .bind(&entry.owner_id)

@@ -4,9 +4,10 @@
 
 use crate::clock::{Timestamp, from_millis};
 use crate::store::records::{
-    AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditEntry, AuditRecord, ConversationEntry,
-    ConversationSummary, CredentialRecord, FailedDelivery, IdentityKind, PeerIdentity, PeerLogin,
-    PeerRecord, PeerStatus, PeerUsage, PushConfigRecord, PushDelivery, WorkingTask,
+    AdminLogin, AdminRecord, AdminStatus, AuditAction, AuditActor, AuditEntry, AuditOutcome,
+    AuditRecord, AuditTarget, ConversationEntry, ConversationSummary, CredentialRecord,
+    FailedDelivery, IdentityKind, PeerIdentity, PeerLogin, PeerRecord, PeerStatus, PeerUsage,
+    PushConfigRecord, PushDelivery, WorkingTask,
 };
 use crate::store::{ListedTask, StoreError, operations_column};
 use crate::token::TokenSecretHash;
@@ -141,9 +142,9 @@ impl AuditRow {
             entry: AuditEntry {
                 action: named("action", &self.action, AuditAction::from_name)?,
                 at: from_millis(self.at),
-                actor: self.actor,
-                target: self.target,
-                outcome: self.outcome,
+                actor: AuditActor::from_stored(&self.actor),
+                target: AuditTarget::from_stored(&self.target),
+                outcome: AuditOutcome::from_stored(&self.outcome),
                 client: self.client,
                 detail: self.detail,
                 owner_id: self.owner_id,

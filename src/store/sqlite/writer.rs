@@ -355,10 +355,10 @@ fn write_audit(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resul
         tx.prepare_cached(SQLITE.form(sql::INSERT_AUDIT))?
             .execute(params![
                 entry.at.as_millisecond(),
-                entry.actor,
+                entry.actor.to_string(),
                 entry.action.as_str(),
-                entry.target,
-                entry.outcome,
+                entry.target.to_string(),
+                entry.outcome.to_string(),
                 entry.client,
                 entry.detail,
                 entry.owner_id,
