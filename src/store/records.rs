@@ -203,27 +203,12 @@ impl PeerRecord {
 /// What the authentication layer needs to decide about a token id.
 #[derive(Debug, Clone)]
 pub struct CredentialRecord {
-    /// The peer the credential belongs to.
-    pub peer_id: PeerId,
-    /// That peer's name.
-    pub peer_name: String,
+    /// The peer as it signs in with this credential: `active` false once the credential or
+    /// its peer is revoked; `valid_until` the credential's end (a rotation's grace period or
+    /// the peer's expiry, whichever comes first); no password.
+    pub login: PeerLogin,
     /// Hash of the secret.
     pub secret_hash: TokenSecretHash,
-    /// False once the credential or its peer is revoked.
-    pub active: bool,
-    /// The peer's quota.
-    pub rate_per_minute: u32,
-    /// The peer's own cap on open streams, if it has one.
-    pub max_streams: Option<u32>,
-    /// The peer's own trace context is continued.
-    pub trusts_trace: bool,
-    /// The operations it may call; `None`: every one the policy offers.
-    pub operations: Option<crate::protocol::operations::OperationSet>,
-    /// The administrator the peer acts for.
-    pub owner_id: String,
-    /// When the credential stops working (a rotation's grace period or the peer's expiry,
-    /// whichever comes first).
-    pub valid_until: Option<Timestamp>,
 }
 
 /// What Basic authentication needs to know about a peer name.

@@ -153,11 +153,11 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
             .unwrap()
             .unwrap();
         assert!(
-            found.active && parsed.matches(&found.secret_hash),
+            found.login.active && parsed.matches(&found.secret_hash),
             "{engine}"
         );
         assert_eq!(
-            found.valid_until,
+            found.login.valid_until,
             Some(at(10_000)),
             "{engine}: the peer's expiry"
         );
@@ -175,7 +175,7 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(found.valid_until, Some(at(7_000)), "{engine}");
+        assert_eq!(found.login.valid_until, Some(at(7_000)), "{engine}");
         let mut change = store.accounts().begin_change().await.unwrap();
         change.revoke_peer(&"peer_1".into(), at(8)).await.unwrap();
         change.commit().await.unwrap();
@@ -185,7 +185,7 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
             .await
             .unwrap()
             .unwrap();
-        assert!(!found.active, "{engine}");
+        assert!(!found.login.active, "{engine}");
 
         let audit = store.accounts().audit_since(at(0), None).await.unwrap();
         let actions: Vec<AuditAction> = audit.iter().map(|r| r.entry.action).collect();

@@ -93,7 +93,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
         .await
         .unwrap()
         .expect("alice's token is still there");
-    assert!(credential.active && parsed.matches(&credential.secret_hash));
+    assert!(credential.login.active && parsed.matches(&credential.secret_hash));
     let login = store.credentials().find_peer_login("alice").await.unwrap();
     assert!(login.unwrap().password_hash.is_some());
     let ops = store.credentials().find_admin_login("ops").await.unwrap();

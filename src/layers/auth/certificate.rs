@@ -12,7 +12,7 @@
 //!   one certificate names one peer.
 
 use super::scheme::{Context, CredentialScheme, Failure, Presented};
-use super::{AuthError, AuthenticatedPeer, PeerTerms, Scheme, peer};
+use super::{AuthError, AuthenticatedPeer, Scheme, peer};
 use crate::guard::certificate::ClientCertificate;
 use crate::store::{CredentialStore, PeerIdentity, PeerLogin};
 use async_trait::async_trait;
@@ -106,16 +106,7 @@ impl CredentialScheme<AuthenticatedPeer> for ClientCertificates {
         let login = found
             .filter(|login| login.active)
             .ok_or(AuthError::InvalidCredentials)?;
-        Ok(peer(
-            Scheme::Mtls,
-            (login.peer_id, login.peer_name, login.owner_id),
-            PeerTerms {
-                rate_per_minute: login.rate_per_minute,
-                max_streams: login.max_streams,
-                trusts_trace: login.trusts_trace,
-                operations: login.operations,
-            },
-            login.valid_until,
-        ))
+        let valid_until = login.valid_until;
+        Ok(peer(Scheme::Mtls, login, valid_until))
     }
 }

@@ -24,7 +24,7 @@
 //!   connection that presented that certificate.
 
 use super::scheme::{Context, CredentialScheme, Failure, Presented};
-use super::{AuthError, AuthenticatedPeer, PeerTerms, Scheme, peer};
+use super::{AuthError, AuthenticatedPeer, Scheme, peer};
 use crate::clock::{Clock, Timestamp, elapsed, later};
 use crate::guard::certificate::ClientCertificate;
 use crate::guard::scopes::GrantedScopes;
@@ -569,17 +569,7 @@ impl TokenBindings<AuthenticatedPeer> for PeerBindings {
                 .valid_until
                 .map_or(taken_until, |until| until.min(taken_until)),
         );
-        let mut peer = peer(
-            Scheme::Jwt,
-            (login.peer_id, login.peer_name, login.owner_id),
-            PeerTerms {
-                rate_per_minute: login.rate_per_minute,
-                max_streams: login.max_streams,
-                trusts_trace: login.trusts_trace,
-                operations: login.operations,
-            },
-            valid_until,
-        );
+        let mut peer = peer(Scheme::Jwt, login, valid_until);
         peer.issuer = Some(verified.issuer.into());
         peer.subject = Some(token.subject.as_str().into());
         if !token.claims.is_empty() {

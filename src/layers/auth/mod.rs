@@ -304,29 +304,20 @@ pub type PeerAuthenticator = Authenticator<AuthenticatedPeer>;
 /// The realm of the door's challenges.
 const REALM: &str = "peergate";
 
-/// What a peer's record says of how it is served, as every scheme reads it.
-struct PeerTerms {
-    rate_per_minute: u32,
-    max_streams: Option<u32>,
-    trusts_trace: bool,
-    operations: Option<OperationSet>,
-}
-
-/// A peer as a scheme of `scheme` verified it.
+/// A peer as a scheme of `scheme` verified it, from its record, let in until `valid_until`.
 fn peer(
     scheme: Scheme,
-    (id, name, owner_id): (PeerId, String, String),
-    terms: PeerTerms,
+    login: crate::store::PeerLogin,
     valid_until: Option<Timestamp>,
 ) -> AuthenticatedPeer {
     AuthenticatedPeer {
-        id,
-        name: name.into(),
-        owner_id: owner_id.into(),
-        rate_per_minute: terms.rate_per_minute,
-        max_streams: terms.max_streams,
-        trusts_trace: terms.trusts_trace,
-        operations: terms.operations,
+        id: login.peer_id,
+        name: login.peer_name.into(),
+        owner_id: login.owner_id.into(),
+        rate_per_minute: login.rate_per_minute,
+        max_streams: login.max_streams,
+        trusts_trace: login.trusts_trace,
+        operations: login.operations,
         scheme,
         valid_until,
         granted: None,
@@ -351,20 +342,13 @@ impl TokenRecords<AuthenticatedPeer> for PeerTokens {
     ) -> Result<Option<TokenRecord<AuthenticatedPeer>>, StoreError> {
         let record = self.store.find_credential(self.kind, token_id).await?;
         Ok(record.map(|record| TokenRecord {
-            name: record.peer_name.clone(),
+            name: record.login.peer_name.clone(),
             secret_hash: record.secret_hash,
-            active: record.active,
-            who: peer(
-                self.scheme,
-                (record.peer_id, record.peer_name, record.owner_id),
-                PeerTerms {
-                    rate_per_minute: record.rate_per_minute,
-                    max_streams: record.max_streams,
-                    trusts_trace: record.trusts_trace,
-                    operations: record.operations,
-                },
-                record.valid_until,
-            ),
+            active: record.login.active,
+            who: {
+                let valid_until = record.login.valid_until;
+                peer(self.scheme, record.login, valid_until)
+            },
         }))
     }
 }
@@ -377,21 +361,18 @@ struct PeerLogins {
 #[async_trait]
 impl Logins<AuthenticatedPeer> for PeerLogins {
     async fn login(&self, name: &str) -> Result<Option<Login<AuthenticatedPeer>>, StoreError> {
-        Ok(self.store.find_peer_login(name).await?.map(|login| Login {
-            password_hash: login.password_hash,
-            active: login.active,
-            who: peer(
-                Scheme::Basic,
-                (login.peer_id, login.peer_name, login.owner_id),
-                PeerTerms {
-                    rate_per_minute: login.rate_per_minute,
-                    max_streams: login.max_streams,
-                    trusts_trace: login.trusts_trace,
-                    operations: login.operations,
+        Ok(self
+            .store
+            .find_peer_login(name)
+            .await?
+            .map(|mut login| Login {
+                password_hash: login.password_hash.take(),
+                active: login.active,
+                who: {
+                    let valid_until = login.valid_until;
+                    peer(Scheme::Basic, login, valid_until)
                 },
-                login.valid_until,
-            ),
-        }))
+            }))
     }
 }
 

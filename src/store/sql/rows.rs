@@ -192,20 +192,12 @@ impl LoginRow {
     }
 
     /// The credential; `None` when its stored hash cannot match.
-    pub(super) fn credential(self) -> Option<CredentialRecord> {
-        let secret_hash = secret_hash(self.secret_hash.as_deref()?)?;
-        Some(CredentialRecord {
-            active: self.revoked_at.is_none() && self.status == "active",
-            peer_id: self.peer_id.into(),
-            peer_name: self.name,
-            secret_hash,
-            rate_per_minute: small(self.rate_per_minute),
-            max_streams: self.max_streams.map(small),
-            trusts_trace: self.trusts_trace,
-            operations: operations_column(self.operations),
-            owner_id: self.owner_id,
-            valid_until: millis(self.valid_until),
-        })
+    pub(super) fn credential(mut self) -> Option<CredentialRecord> {
+        let secret_hash = secret_hash(self.secret_hash.take()?.as_slice())?;
+        let revoked = self.revoked_at.is_some();
+        let mut login = self.login();
+        login.active &= !revoked;
+        Some(CredentialRecord { login, secret_hash })
     }
 }
 
