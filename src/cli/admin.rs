@@ -289,16 +289,19 @@ async fn bind(
     data: &DataDir,
 ) -> Result<(), CliError> {
     let operator = Caller::operator();
+    let (issuer_name, subject_name) = (issuer.to_owned(), subject.to_owned());
+    let change = match bound {
+        true => AdminChange::BindIdentity {
+            issuer: issuer_name,
+            subject: subject_name,
+        },
+        false => AdminChange::UnbindIdentity {
+            issuer: issuer_name,
+            subject: subject_name,
+        },
+    };
     on_store(data, None, async |accounts| {
-        if bound {
-            accounts
-                .bind_admin_identity(&operator, name, (issuer, subject))
-                .await
-        } else {
-            accounts
-                .unbind_admin_identity(&operator, name, (issuer, subject))
-                .await
-        }
+        accounts.change_admin(&operator, name, change).await
     })
     .await?;
     if bound {

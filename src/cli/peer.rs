@@ -370,11 +370,13 @@ async fn bind(
 ) -> Result<(), CliError> {
     let bind = policy.is_some();
     on_store(data, policy, async |accounts| {
-        let caller = Caller::operator();
-        match bind {
-            true => accounts.bind_identity(&caller, name, identity).await,
-            false => accounts.unbind_identity(&caller, name, identity).await,
-        }
+        let change = match bind {
+            true => PeerChange::BindIdentity(identity.clone()),
+            false => PeerChange::UnbindIdentity(identity.clone()),
+        };
+        accounts
+            .change_peer(&Caller::operator(), name, change)
+            .await
     })
     .await?;
     match bind {
@@ -522,8 +524,9 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
             )
             .await?;
         if let Some(identity) = &identity {
+            let change = PeerChange::BindIdentity(identity.clone());
             accounts
-                .bind_identity(&Caller::operator(), &name, identity)
+                .change_peer(&Caller::operator(), &name, change)
                 .await?;
         }
         Ok(created)

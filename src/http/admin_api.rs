@@ -584,10 +584,8 @@ async fn bind_identity(
 ) -> Result<Json<PeerView>, ApiError> {
     let identity = parse_body::<IdentityView>(&body)?.identity()?;
     let caller = caller(&admin);
-    state
-        .service
-        .bind_identity(&caller, &name, &identity)
-        .await?;
+    let change = PeerChange::BindIdentity(identity);
+    state.service.change_peer(&caller, &name, change).await?;
     peer_view(&state, &caller, &name).await
 }
 
@@ -604,10 +602,8 @@ async fn unbind_identity(
 ) -> Result<Json<PeerView>, ApiError> {
     let identity = parse_body::<IdentityView>(&body)?.identity()?;
     let caller = caller(&admin);
-    state
-        .service
-        .unbind_identity(&caller, &name, &identity)
-        .await?;
+    let change = PeerChange::UnbindIdentity(identity);
+    state.service.change_peer(&caller, &name, change).await?;
     peer_view(&state, &caller, &name).await
 }
 

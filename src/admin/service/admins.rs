@@ -47,6 +47,21 @@ pub enum AdminChange {
     Password(String),
     /// Their model switch or budgets.
     Budget(BudgetChange),
+    /// `subject` at the identity provider `issuer` (`[admin.issuer]`'s name) bound to them:
+    /// the provider's tokens for that subject sign them in to the admin API.
+    BindIdentity {
+        /// The identity provider's name.
+        issuer: String,
+        /// The subject.
+        subject: String,
+    },
+    /// Such a subject unbound from them.
+    UnbindIdentity {
+        /// The identity provider's name.
+        issuer: String,
+        /// The subject.
+        subject: String,
+    },
 }
 
 impl AdminChange {
@@ -58,6 +73,8 @@ impl AdminChange {
             Self::Auditor(_) => AuditAction::AdminRoleChanged,
             Self::Password(_) => AuditAction::AdminPasswordSet,
             Self::Budget(_) => AuditAction::AdminBudgetChanged,
+            Self::BindIdentity { .. } => AuditAction::AdminIdentityBound,
+            Self::UnbindIdentity { .. } => AuditAction::AdminIdentityUnbound,
         }
     }
 
@@ -210,60 +227,93 @@ impl AccountService {
         self.audited(op, async |op| {
             Self::operator_only(caller)?;
             change.check()?;
-            if let AdminChange::Password(password) = change {
-                let phc = hashed_password(self.passwords.as_ref(), password).await?;
-                let (mut tx, admin) = self.begin_admin_change(caller, name).await?;
-                tx.set_admin(&admin.id, &AdminSetting::PasswordHash(phc))
-                    .await?;
-                self.finish_admin_change(tx, op, String::new(), &admin.id)
-                    .await?;
-                return Ok(admin);
-            }
-            let (mut tx, mut admin) = self.begin_admin_change(caller, name).await?;
-            let now = self.clock.now();
-            let detail = match change {
-                AdminChange::Disable => {
-                    tx.disable_admin(&admin.id, now).await?;
-                    admin.status = AdminStatus::Disabled;
-                    String::new()
+            // A password is hashed before the change begins: never while holding its turn.
+            let phc = match &change {
+                AdminChange::Password(password) => {
+                    Some(hashed_password(self.passwords.as_ref(), password.clone()).await?)
                 }
-                AdminChange::Enable => {
-                    tx.set_admin(&admin.id, &AdminSetting::Status(AdminStatus::Active))
-                        .await?;
-                    admin.status = AdminStatus::Active;
-                    String::new()
-                }
-                AdminChange::RevokeTokens => {
-                    tx.revoke_admin_tokens(&admin.id, now).await?;
-                    String::new()
-                }
-                AdminChange::Auditor(auditor) => {
-                    tx.set_admin(&admin.id, &AdminSetting::Auditor(auditor))
-                        .await?;
-                    let role = |auditor: bool| if auditor { "auditor" } else { "admin" };
-                    let detail = format!("role {} -> {}", role(admin.auditor), role(auditor));
-                    admin.auditor = auditor;
-                    detail
-                }
-                AdminChange::Budget(budget) => {
-                    budget.apply_to(&mut admin);
-                    tx.set_admin(
-                        &admin.id,
-                        &AdminSetting::Budget {
-                            model_allowed: admin.model_allowed,
-                            tokens_per_day: admin.tokens_per_day,
-                            tokens_per_month: admin.tokens_per_month,
-                        },
-                    )
-                    .await?;
-                    describe_budget(&admin)
-                }
-                AdminChange::Password(_) => String::new(),
+                _ => None,
             };
+            let (mut tx, mut admin) = self.begin_admin_change(caller, name).await?;
+            let detail = self.write_admin(&mut tx, &mut admin, change, phc).await?;
             self.finish_admin_change(tx, op, detail, &admin.id).await?;
             Ok(admin)
         })
         .await
+    }
+
+    /// Writes one change to `admin` in `tx` (`phc`: a new password's hash), and keeps `admin`
+    /// as changed; what its audit record says.
+    async fn write_admin(
+        &self,
+        tx: &mut WriteTx,
+        admin: &mut AdminRecord,
+        change: AdminChange,
+        phc: Option<String>,
+    ) -> Result<String, ServiceError> {
+        let now = self.clock.now();
+        let (setting, detail) = match change {
+            AdminChange::Disable => {
+                tx.disable_admin(&admin.id, now).await?;
+                admin.status = AdminStatus::Disabled;
+                return Ok(String::new());
+            }
+            AdminChange::RevokeTokens => {
+                tx.revoke_admin_tokens(&admin.id, now).await?;
+                return Ok(String::new());
+            }
+            AdminChange::BindIdentity { issuer, subject } => {
+                let identity = PeerIdentity::token(&issuer, &subject).map_err(|reason| {
+                    ServiceError::Invalid {
+                        field: "identity",
+                        reason,
+                    }
+                })?;
+                tx.bind_admin_identity(&admin.id, (&issuer, &identity.subject), now)
+                    .await
+                    .map_err(store_conflict)?;
+                return Ok(format!("token {issuer}:{subject}"));
+            }
+            AdminChange::UnbindIdentity { issuer, subject } => {
+                if !tx
+                    .unbind_admin_identity(&admin.id, (&issuer, &subject))
+                    .await?
+                {
+                    return Err(ServiceError::NotFound(format!(
+                        "administrator \"{}\" has no such identity bound",
+                        admin.name
+                    )));
+                }
+                return Ok(format!("token {issuer}:{subject}"));
+            }
+            AdminChange::Enable => {
+                admin.status = AdminStatus::Active;
+                (AdminSetting::Status(AdminStatus::Active), String::new())
+            }
+            AdminChange::Auditor(auditor) => {
+                let role = |auditor: bool| if auditor { "auditor" } else { "admin" };
+                let detail = format!("role {} -> {}", role(admin.auditor), role(auditor));
+                admin.auditor = auditor;
+                (AdminSetting::Auditor(auditor), detail)
+            }
+            AdminChange::Budget(budget) => {
+                budget.apply_to(admin);
+                let setting = AdminSetting::Budget {
+                    model_allowed: admin.model_allowed,
+                    tokens_per_day: admin.tokens_per_day,
+                    tokens_per_month: admin.tokens_per_month,
+                };
+                (setting, describe_budget(admin))
+            }
+            AdminChange::Password(_) => {
+                let phc = phc.ok_or_else(|| {
+                    ServiceError::Internal("a password without its hash".to_owned())
+                })?;
+                (AdminSetting::PasswordHash(phc), String::new())
+            }
+        };
+        tx.set_admin(&admin.id, &setting).await?;
+        Ok(detail)
     }
 
     /// Issues an administrator token (for the admin API); returns it, once.

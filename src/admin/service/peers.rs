@@ -49,6 +49,19 @@ pub enum PeerChange {
     Expiry(Option<Timestamp>),
     /// The password it uses with Basic authentication.
     Password(String),
+    /// An identity bound to it: from now on it opens the door as this peer. One bound to any
+    /// peer already is a conflict (one identity names one peer).
+    BindIdentity(PeerIdentity),
+    /// An identity unbound from it: its tokens or certificate stop opening the door at once
+    /// here, and within a second on other instances.
+    UnbindIdentity(PeerIdentity),
+}
+
+/// A peer change as it is written: a setting, or an identity bound or unbound.
+enum PeerWrite {
+    Setting(PeerSetting),
+    Bind(PeerIdentity),
+    Unbind(PeerIdentity),
 }
 
 impl PeerChange {
@@ -59,6 +72,8 @@ impl PeerChange {
             Self::Operations(_) => AuditAction::PeerOperationsChanged,
             Self::Expiry(_) => AuditAction::PeerExpiryChanged,
             Self::Password(_) => AuditAction::CredentialIssued,
+            Self::BindIdentity(_) => AuditAction::PeerIdentityBound,
+            Self::UnbindIdentity(_) => AuditAction::PeerIdentityUnbound,
         }
     }
 
@@ -419,23 +434,68 @@ impl AccountService {
         let op = Operation::new(caller, change.action(), AuditTarget::Peer(name.to_owned()));
         self.audited(op, async |op| {
             change.check(self.clock.now())?;
-            let setting = match change {
-                PeerChange::Limit(rate) => PeerSetting::Rate(rate),
-                PeerChange::Budget(tokens) => PeerSetting::TokensPerDay(tokens),
-                PeerChange::Streams(cap) => PeerSetting::MaxStreams(cap),
-                PeerChange::TraceTrust(trusted) => PeerSetting::TrustsTrace(trusted),
-                PeerChange::Operations(set) => PeerSetting::Operations(set),
-                PeerChange::Expiry(at) => PeerSetting::ExpiresAt(at),
-                PeerChange::Password(password) => PeerSetting::PasswordHash(
-                    hashed_password(self.passwords.as_ref(), password).await?,
-                ),
-            };
+            if let PeerChange::BindIdentity(identity) = &change {
+                self.check_issuer(identity)?;
+            }
+            let written = self.peer_write(change).await?;
             let (mut tx, peer) = self.begin_change(caller, name).await?;
-            tx.set_peer(&peer.id, &setting).await?;
-            let detail = described(&peer, &setting);
+            let detail = self.write_peer(&mut tx, &peer, written).await?;
             self.finish_change(tx, op, &peer, detail).await
         })
         .await
+    }
+
+    /// `change` as it is written: a password hashed first, never while holding the change's
+    /// turn to write.
+    async fn peer_write(&self, change: PeerChange) -> Result<PeerWrite, ServiceError> {
+        Ok(PeerWrite::Setting(match change {
+            PeerChange::Limit(rate) => PeerSetting::Rate(rate),
+            PeerChange::Budget(tokens) => PeerSetting::TokensPerDay(tokens),
+            PeerChange::Streams(cap) => PeerSetting::MaxStreams(cap),
+            PeerChange::TraceTrust(trusted) => PeerSetting::TrustsTrace(trusted),
+            PeerChange::Operations(set) => PeerSetting::Operations(set),
+            PeerChange::Expiry(at) => PeerSetting::ExpiresAt(at),
+            PeerChange::Password(password) => {
+                PeerSetting::PasswordHash(hashed_password(self.passwords.as_ref(), password).await?)
+            }
+            PeerChange::BindIdentity(identity) => return Ok(PeerWrite::Bind(identity)),
+            PeerChange::UnbindIdentity(identity) => return Ok(PeerWrite::Unbind(identity)),
+        }))
+    }
+
+    /// Writes one change to `peer` in `tx`; what its audit record says.
+    async fn write_peer(
+        &self,
+        tx: &mut WriteTx,
+        peer: &PeerRecord,
+        written: PeerWrite,
+    ) -> Result<String, ServiceError> {
+        let name = &peer.name;
+        match written {
+            PeerWrite::Setting(setting) => {
+                tx.set_peer(&peer.id, &setting).await?;
+                Ok(described(peer, &setting))
+            }
+            PeerWrite::Bind(identity) => {
+                if peer.status == PeerStatus::Revoked {
+                    return Err(ServiceError::Conflict(format!(
+                        "peer \"{name}\" is revoked; reinstate it first"
+                    )));
+                }
+                tx.bind_identity(&peer.id, &identity, self.clock.now())
+                    .await
+                    .map_err(store_conflict)?;
+                Ok(identity.describe())
+            }
+            PeerWrite::Unbind(identity) => {
+                if !tx.unbind_identity(&peer.id, &identity).await? {
+                    return Err(ServiceError::NotFound(format!(
+                        "peer \"{name}\" has no such identity bound"
+                    )));
+                }
+                Ok(identity.describe())
+            }
+        }
     }
 
     /// Revokes a peer: every credential it holds stops working.
