@@ -132,35 +132,20 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             Ok(())
         }
         AdminCommand::Disable { name, data } => {
-            on_store(&data, None, async |accounts| {
-                accounts
-                    .change_admin(&operator, &name, AdminChange::Disable)
-                    .await
-            })
-            .await?;
+            change(&name, &data, AdminChange::Disable).await?;
             eprintln!(
                 "disabled administrator {name}: no more sign-ins, their tokens stopped, their peers' messages are refused. {CACHE_NOTE}"
             );
             Ok(())
         }
         AdminCommand::Enable { name, data } => {
-            on_store(&data, None, async |accounts| {
-                accounts
-                    .change_admin(&operator, &name, AdminChange::Enable)
-                    .await
-            })
-            .await?;
+            change(&name, &data, AdminChange::Enable).await?;
             eprintln!("enabled administrator {name}. {CACHE_NOTE}");
             Ok(())
         }
         AdminCommand::Role { name, role, data } => set_role(&name, &role, &data).await,
         AdminCommand::RevokeTokens { name, data } => {
-            on_store(&data, None, async |accounts| {
-                accounts
-                    .change_admin(&operator, &name, AdminChange::RevokeTokens)
-                    .await
-            })
-            .await?;
+            change(&name, &data, AdminChange::RevokeTokens).await?;
             eprintln!(
                 "revoked every admin API token of {name}; the next request with one is refused."
             );
@@ -204,6 +189,20 @@ pub(super) async fn run(command: AdminCommand) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// Applies one change to the administrator `name`, as the operator.
+async fn change(
+    name: &str,
+    data: &DataDir,
+    change: AdminChange,
+) -> Result<crate::store::AdminRecord, CliError> {
+    on_store(data, None, async |accounts| {
+        accounts
+            .change_admin(&Caller::operator(), name, change)
+            .await
+    })
+    .await
 }
 
 /// `admin add`: an administrator with a password read from the terminal or stdin.
