@@ -19,6 +19,6 @@ pub use auth::{
     admin_authenticator,
 };
 pub use service::{
-    AccountDefaults, AccountService, Actor, AdminChange, BudgetChange, Caller, NewPeer, PeerChange,
-    ServiceError,
+    AccountDefaults, AccountService, Actor, AdminChange, BudgetChange, Caller, NewPassword,
+    NewPeer, PeerChange, ServiceError,
 };

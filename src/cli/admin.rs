@@ -1,7 +1,7 @@
 //! `peergate admin …`: administrators, their budgets and their admin API access.
 
 use super::{CACHE_NOTE, CliError, DataDir, admins_with_usage, on_store, read_password};
-use crate::admin::{AdminChange, BudgetChange, Caller};
+use crate::admin::{AdminChange, BudgetChange, Caller, NewPassword};
 use crate::clock::rfc3339_millis;
 use clap::Subcommand;
 
@@ -224,7 +224,7 @@ async fn set_password(operator: &Caller, name: &str, data: &DataDir) -> Result<(
     let password = read_password(&format!("administrator {name}"))?;
     on_store(data, None, async |accounts| {
         accounts
-            .change_admin(operator, name, AdminChange::Password(password))
+            .change_admin(operator, name, AdminChange::Password(NewPassword(password)))
             .await
     })
     .await?;

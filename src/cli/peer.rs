@@ -1,7 +1,7 @@
 //! `peergate peer …`: partner agents, their credentials and limits.
 
 use super::{CACHE_NOTE, CliError, DataDir, on_store, parse_rate, read_password};
-use crate::admin::{Caller, NewPeer, PeerChange};
+use crate::admin::{Caller, NewPassword, NewPeer, PeerChange};
 use crate::clock::{Clock as _, rfc3339_millis};
 use crate::config::Policy;
 use clap::Subcommand;
@@ -279,7 +279,7 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
         } => set_budget(&name, &tokens_per_day, &data).await,
         PeerCommand::Password { name, data } => {
             let password = read_password(&format!("peer {name}"))?;
-            change(&name, &data, PeerChange::Password(password)).await?;
+            change(&name, &data, PeerChange::Password(NewPassword(password))).await?;
             eprintln!("password set for peer {name} (stored as an Argon2id hash).");
             Ok(())
         }

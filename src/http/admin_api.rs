@@ -9,7 +9,9 @@
 use crate::admin::auth::{AdminAuthLayer, AdminAuthenticator, AdminPrincipal, AuthenticatedAdmin};
 use crate::admin::budget::{Budgets, day_and_month};
 use crate::admin::reload::{PolicyReload, ReloadTrigger, Reloaded};
-use crate::admin::service::{AccountService, Actor, Caller, NewPeer, PeerChange, ServiceError};
+use crate::admin::service::{
+    AccountService, Actor, Caller, NewPassword, NewPeer, PeerChange, ServiceError,
+};
 use crate::clock::{Clock, Timestamp, rfc3339_millis};
 use crate::guard::refusal::Refusal;
 use crate::layers::cross_site::CrossSiteLayer;
@@ -854,7 +856,7 @@ async fn set_password(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     let request: PasswordRequest = parse_body(&body)?;
-    let change = PeerChange::Password(request.password);
+    let change = PeerChange::Password(NewPassword(request.password));
     state
         .service
         .change_peer(&caller(&admin), &name, change)

@@ -44,7 +44,7 @@ pub enum AdminChange {
     /// nothing), or a full administrator again.
     Auditor(bool),
     /// Their password.
-    Password(String),
+    Password(NewPassword),
     /// Their model switch or budgets.
     Budget(BudgetChange),
     /// `subject` at the identity provider `issuer` (`[admin.issuer]`'s name) bound to them:
@@ -90,6 +90,12 @@ impl AdminChange {
                         .to_owned(),
                 })
             }
+            Self::BindIdentity { issuer, subject } => PeerIdentity::token(issuer, subject)
+                .map(drop)
+                .map_err(|reason| ServiceError::Invalid {
+                    field: "identity",
+                    reason,
+                }),
             _ => Ok(()),
         }
     }
@@ -230,7 +236,7 @@ impl AccountService {
             // A password is hashed before the change begins: never while holding its turn.
             let phc = match &change {
                 AdminChange::Password(password) => {
-                    Some(hashed_password(self.passwords.as_ref(), password.clone()).await?)
+                    Some(hashed_password(self.passwords.as_ref(), password.0.clone()).await?)
                 }
                 _ => None,
             };

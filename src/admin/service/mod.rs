@@ -36,6 +36,17 @@ type WriteTx = crate::store::AccountChange;
 use crate::locks::ReadWriteLocked;
 use std::sync::Arc;
 
+/// A password as given, before it is hashed: never shown (its `Debug` hides it), so a change
+/// that carries one can be logged whole.
+#[derive(Clone)]
+pub struct NewPassword(pub String);
+
+impl std::fmt::Debug for NewPassword {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NewPassword(…)")
+    }
+}
+
 /// Who asks, and from where.
 #[derive(Debug, Clone)]
 pub struct Caller {

@@ -48,7 +48,7 @@ pub enum PeerChange {
     /// When it expires (`None`: never).
     Expiry(Option<Timestamp>),
     /// The password it uses with Basic authentication.
-    Password(String),
+    Password(NewPassword),
     /// An identity bound to it: from now on it opens the door as this peer. One bound to any
     /// peer already is a conflict (one identity names one peer).
     BindIdentity(PeerIdentity),
@@ -455,9 +455,9 @@ impl AccountService {
             PeerChange::TraceTrust(trusted) => PeerSetting::TrustsTrace(trusted),
             PeerChange::Operations(set) => PeerSetting::Operations(set),
             PeerChange::Expiry(at) => PeerSetting::ExpiresAt(at),
-            PeerChange::Password(password) => {
-                PeerSetting::PasswordHash(hashed_password(self.passwords.as_ref(), password).await?)
-            }
+            PeerChange::Password(password) => PeerSetting::PasswordHash(
+                hashed_password(self.passwords.as_ref(), password.0).await?,
+            ),
             PeerChange::BindIdentity(identity) => return Ok(PeerWrite::Bind(identity)),
             PeerChange::UnbindIdentity(identity) => return Ok(PeerWrite::Unbind(identity)),
         }))

@@ -63,8 +63,9 @@ pub(crate) enum Dialect {
     Postgres,
 }
 
-/// Statements already rewritten for SQLite, by the address of their one written form.
-static SQLITE_FORMS: LazyLock<RwLock<HashMap<usize, &'static str>>> =
+/// Statements already rewritten for SQLite, by the address and length of their one written
+/// form.
+static SQLITE_FORMS: LazyLock<RwLock<HashMap<(usize, usize), &'static str>>> =
     LazyLock::new(RwLock::default);
 
 impl Dialect {
@@ -74,7 +75,7 @@ impl Dialect {
         if self == Self::Postgres {
             return statement;
         }
-        let key = statement.as_ptr() as usize;
+        let key = (statement.as_ptr() as usize, statement.len());
         if let Some(form) = SQLITE_FORMS.read_locked().get(&key) {
             return form;
         }
