@@ -265,7 +265,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
         deliveries,
         kept: Some(kept),
         agent,
-        shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
+        shutdown_grace: policy.server.shutdown_grace_seconds.duration(),
         store,
         authenticator,
         telemetry: Some(telemetry),
@@ -399,7 +399,7 @@ async fn door_guards(
         &str,
     ),
 ) -> Result<(DoorGuards, Arc<KnownCredentialIds>, Option<Announcements>), StartError> {
-    let cache_ttl = Duration::from_secs(options.policy.auth.credential_cache_seconds);
+    let cache_ttl = options.policy.auth.credential_cache_seconds.duration();
     let (authenticator, known_ids, announcements) = door_authenticator(
         options,
         store,
@@ -478,7 +478,7 @@ fn budget_defaults(policy: &Policy) -> BudgetDefaults {
 /// Each owner's model budget, spent through the shared engine when there is one.
 fn budgets(options: &GatewayOptions, store: &Store, sharing: &Sharing) -> Arc<Budgets> {
     let policy = &options.policy;
-    let cache_ttl = Duration::from_secs(policy.auth.credential_cache_seconds);
+    let cache_ttl = policy.auth.credential_cache_seconds.duration();
     let mut budgets = Budgets::new(
         store.usage(),
         options.clock.clone(),
@@ -763,7 +763,7 @@ fn spawn_housekeeping(
         options.clock.clone(),
         caches,
         agent.clone(),
-        Duration::from_secs(options.policy.server.request_timeout_seconds),
+        options.policy.server.request_timeout_seconds.duration(),
         refresh,
     ))
 }
@@ -937,12 +937,12 @@ impl Listeners {
     ) {
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         let limits = ConnectionLimits {
-            header_read_timeout: Duration::from_secs(policy.server.header_read_timeout_seconds),
+            header_read_timeout: policy.server.header_read_timeout_seconds.duration(),
             max_connections: policy.server.max_connections,
             max_per_address: policy.server.max_connections_per_address,
             exempt: policy.server.trusted_proxies.clone().into(),
-            write_stall: Duration::from_secs(policy.server.write_stall_seconds),
-            shutdown_grace: Duration::from_secs(policy.server.shutdown_grace_seconds),
+            write_stall: policy.server.write_stall_seconds.duration(),
+            shutdown_grace: policy.server.shutdown_grace_seconds.duration(),
         };
         let serving = tokio::spawn(crate::http::accept::serve(
             self.door,
@@ -956,7 +956,7 @@ impl Listeners {
             (Some((listener, _)), Some(router), Some(grpc)) => {
                 let protocol = Protocol::Http2(Http2Limits {
                     max_concurrent_streams: grpc.max_concurrent_streams,
-                    idle_timeout: Duration::from_secs(grpc.idle_timeout_seconds),
+                    idle_timeout: grpc.idle_timeout_seconds.duration(),
                 });
                 Some(tokio::spawn(crate::http::accept::serve(
                     listener,
@@ -1077,12 +1077,12 @@ fn agent_settings(policy: &Policy) -> AgentSettings {
         context_messages: policy.tasks.context_messages,
         max_text_bytes: policy.tasks.max_text_bytes,
         refuse_unread_parts: policy.tasks.unread_parts == crate::config::UnreadParts::Refuse,
-        backend_timeout: Duration::from_secs(policy.model.timeout_seconds),
+        backend_timeout: policy.model.timeout_seconds.duration(),
         non_blocking: policy.capabilities.non_blocking,
         cancel_running: policy.capabilities.cancel_running,
         streaming: policy.capabilities.streaming,
         subscriptions: policy.capabilities.subscriptions,
-        longest_stream: Duration::from_secs(policy.server.request_timeout_seconds),
+        longest_stream: policy.server.request_timeout_seconds.duration(),
         streams_per_peer: policy.limits.streams_per_peer,
     }
 }
@@ -1090,8 +1090,8 @@ fn agent_settings(policy: &Policy) -> AgentSettings {
 /// How long a stream may last, and its connection after it.
 fn stream_bounds(policy: &Policy) -> crate::http::sse::StreamBounds {
     crate::http::sse::StreamBounds {
-        longest: Duration::from_secs(policy.server.request_timeout_seconds),
-        grace: Duration::from_secs(policy.server.write_stall_seconds),
+        longest: policy.server.request_timeout_seconds.duration(),
+        grace: policy.server.write_stall_seconds.duration(),
     }
 }
 
@@ -1160,7 +1160,7 @@ fn admin_router(
     .layer(CatchPanicLayer::custom(panic_response))
     .layer(TimeoutLayer::with_status_code(
         StatusCode::REQUEST_TIMEOUT,
-        Duration::from_secs(policy.server.request_timeout_seconds),
+        policy.server.request_timeout_seconds.duration(),
     ))
     .layer(axum::middleware::map_response(
         refusal::explain_layer_refusals,

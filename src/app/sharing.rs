@@ -98,7 +98,7 @@ impl Sharing {
         // A turn is bounded by the backend's timeout; its lock outlives it with room to
         // store the answer, and lapses by itself if its instance dies.
         let timeout = options.policy.model.timeout_seconds;
-        let hold = Duration::from_secs(timeout.saturating_mul(2) + 10);
+        let hold = Duration::from_secs(timeout.get().saturating_mul(2) + 10);
         let spend = Arc::new(RedisSpend::new(&redis));
         let agent = SharedState {
             // A turn's spending goes to the counters with its release, in one call.

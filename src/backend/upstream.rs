@@ -176,8 +176,7 @@ impl UpstreamAgent {
     /// [`Self::connect`], retried with backoff (1 s, doubling up to 10 s) while the agent is
     /// not up yet, for at most `model.a2a.startup_wait_seconds`; each wait is logged.
     pub async fn connect_waiting(policy: &A2aPolicy) -> Result<Self, BackendSetupError> {
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_secs(policy.startup_wait_seconds);
+        let deadline = tokio::time::Instant::now() + policy.startup_wait_seconds.duration();
         let mut pause = Duration::from_secs(1);
         loop {
             match Self::connect(policy).await {
@@ -186,7 +185,7 @@ impl UpstreamAgent {
                     if left.is_zero() {
                         return Err(BackendSetupError::NotUp(format!(
                             "{reason}; waited {} s, model.a2a.startup_wait_seconds",
-                            policy.startup_wait_seconds
+                            policy.startup_wait_seconds.get()
                         )));
                     }
                     let wait = pause.min(left);

@@ -1,5 +1,6 @@
 //! `[auth]`: which credentials open the door, and how long a verdict is trusted.
 
+use super::units::Seconds;
 use super::{Invalid, invalid};
 use crate::guard::scheme::Scheme;
 use serde::Deserialize;
@@ -17,7 +18,7 @@ pub struct AuthPolicy {
     /// How long a verified credential is trusted without asking the store again. A revocation
     /// made with the command line while the server runs takes effect within this time.
     #[serde(default = "default_credential_cache_seconds")]
-    pub credential_cache_seconds: u64,
+    pub credential_cache_seconds: Seconds<0, 5>,
     /// Argon2 password verifications allowed at once.
     #[serde(default = "default_password_checks_at_once")]
     pub password_checks_at_once: usize,
@@ -72,10 +73,10 @@ pub struct IssuerPolicy {
     pub plain_jwt: bool,
     /// How far the provider's clock may be from ours.
     #[serde(default = "default_skew")]
-    pub clock_skew_seconds: u64,
+    pub clock_skew_seconds: Seconds<0, 300>,
     /// The longest token lifetime accepted.
     #[serde(default = "default_max_lifetime")]
-    pub max_token_lifetime_seconds: u64,
+    pub max_token_lifetime_seconds: Seconds<60, 604_800>,
     /// Whether a token must name its client in `client_id`; when false (the default), a token
     /// without `client_id` is bound by its `sub`. A `client_id` that is empty or not a string is
     /// refused either way.
@@ -104,11 +105,11 @@ fn default_algorithms() -> Vec<String> {
         .map(|alg| (*alg).to_owned())
         .collect()
 }
-fn default_skew() -> u64 {
-    60
+fn default_skew() -> Seconds<0, 300> {
+    const { Seconds::of(60) }
 }
-fn default_max_lifetime() -> u64 {
-    24 * 3600
+fn default_max_lifetime() -> Seconds<60, 604_800> {
+    const { Seconds::of(24 * 3600) }
 }
 
 /// Whether `name` is a valid issuer (or peer-binding) name: 1-64 of letters, digits and `._-`.
@@ -203,15 +204,6 @@ impl IssuerPolicy {
             ));
         }
         self.validate_claims(&key("claims"))?;
-        if self.clock_skew_seconds > 300 {
-            return Err(invalid(key("clock_skew_seconds"), "must be at most 300"));
-        }
-        if !(60..=7 * 24 * 3600).contains(&self.max_token_lifetime_seconds) {
-            return Err(invalid(
-                key("max_token_lifetime_seconds"),
-                "must be from 60 to 604800 (a week)",
-            ));
-        }
         Ok(())
     }
 }
@@ -235,8 +227,8 @@ fn default_schemes() -> Vec<Scheme> {
 fn default_api_key_header() -> String {
     "X-API-Key".to_owned()
 }
-fn default_credential_cache_seconds() -> u64 {
-    2
+fn default_credential_cache_seconds() -> Seconds<0, 5> {
+    const { Seconds::of(2) }
 }
 fn default_password_checks_at_once() -> usize {
     2
@@ -305,12 +297,6 @@ impl AuthPolicy {
                     "is given twice",
                 ));
             }
-        }
-        if self.credential_cache_seconds > 5 {
-            return Err(invalid(
-                "auth.credential_cache_seconds",
-                "must be at most 5, so that a revocation takes effect within seconds",
-            ));
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! `[grpc]`: the gRPC binding (A2A 1.0's `a2a.proto` over HTTP/2) on a listener of its own,
 //! behind the same guard as the door. Off when the section is absent.
 
+use super::units::Seconds;
 use super::{Invalid, invalid};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -20,11 +21,11 @@ pub struct GrpcPolicy {
     /// Seconds a connection may have no call open before it is sent GOAWAY (a client opens a
     /// new one when it next calls).
     #[serde(default = "default_idle_timeout_seconds")]
-    pub idle_timeout_seconds: u64,
+    pub idle_timeout_seconds: Seconds<1, 3600>,
 }
 
-fn default_idle_timeout_seconds() -> u64 {
-    60
+fn default_idle_timeout_seconds() -> Seconds<1, 3600> {
+    const { Seconds::of(60) }
 }
 
 fn default_max_concurrent_streams() -> u32 {
@@ -58,12 +59,6 @@ impl GrpcPolicy {
                 ));
             }
         }
-        if !(1..=3600).contains(&self.idle_timeout_seconds) {
-            return Err(invalid(
-                "grpc.idle_timeout_seconds",
-                "must be between 1 and 3600",
-            ));
-        }
         if !(1..=1000).contains(&self.max_concurrent_streams) {
             return Err(invalid(
                 "grpc.max_concurrent_streams",
@@ -83,7 +78,7 @@ mod tests {
             listen: listen.parse().unwrap(),
             public_address: public_address.map(str::to_owned),
             max_concurrent_streams: streams,
-            idle_timeout_seconds: 60,
+            idle_timeout_seconds: default_idle_timeout_seconds(),
         }
     }
 

@@ -20,6 +20,7 @@ mod server;
 mod signing;
 mod tasks;
 mod telemetry;
+pub mod units;
 
 pub use accounts::{BudgetsPolicy, PeersPolicy};
 pub use auth::{AuthPolicy, IssuerPolicy};
@@ -385,13 +386,12 @@ impl Policy {
         // A message may wait for the one ahead in its context (1.5 × the model's timeout) and
         // then take the model's whole timeout itself: the request timeout must leave room for
         // both.
-        if self.server.request_timeout_seconds.saturating_mul(2)
-            <= self.model.timeout_seconds.saturating_mul(5)
-            || self.server.request_timeout_seconds > 3600
+        if self.server.request_timeout_seconds.get().saturating_mul(2)
+            <= self.model.timeout_seconds.get().saturating_mul(5)
         {
             return Err(invalid(
                 "server.request_timeout_seconds",
-                "must be more than 2.5 × model.timeout_seconds (a message may wait for the one ahead of it, then for the model) and at most 3600",
+                "must be more than 2.5 × model.timeout_seconds (a message may wait for the one ahead of it, then for the model)",
             ));
         }
         self.peers.validate()?;
@@ -834,6 +834,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("model.timeout_seconds"), "{err}");
+        // Read into its type: refused while the file is read, with the line it is on.
+        let line = text
+            .lines()
+            .position(|l| l.starts_with("timeout_seconds = 0"))
+            .map(|i| i + 1);
+        assert!(err.contains(&format!("line {}", line.unwrap())), "{err}");
+        assert!(err.contains("0 seconds: must be from 1 to 600"), "{err}");
+        for (key, from, to) in [
+            (
+                "server.write_stall_seconds",
+                "write_stall_seconds = 30",
+                "write_stall_seconds = 601",
+            ),
+            (
+                "auth.credential_cache_seconds",
+                "credential_cache_seconds = 2",
+                "credential_cache_seconds = 6",
+            ),
+            (
+                "server.shutdown_grace_seconds",
+                "shutdown_grace_seconds = 30",
+                "shutdown_grace_seconds = 3601",
+            ),
+        ] {
+            assert!(EMBEDDED_DEFAULT.contains(from), "{from}");
+            let text = EMBEDDED_DEFAULT.replace(from, to);
+            let err = Policy::parse(&text, &PolicySource::File("p.toml".into()))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains("(line "), "{err}");
+        }
     }
 
     #[test]

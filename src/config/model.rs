@@ -1,5 +1,6 @@
 //! `[model]`: the backend that answers.
 
+use super::units::Seconds;
 use super::{Invalid, invalid};
 use serde::Deserialize;
 
@@ -13,7 +14,7 @@ pub struct ModelPolicy {
     pub instructions: String,
     /// How long one backend call may take, in seconds.
     #[serde(default = "default_timeout_seconds")]
-    pub timeout_seconds: u64,
+    pub timeout_seconds: Seconds<1, 600>,
     /// `[model.openai]`, required when `backend = "openai"`.
     #[serde(default)]
     pub openai: Option<OpenAiPolicy>,
@@ -22,8 +23,8 @@ pub struct ModelPolicy {
     pub a2a: Option<A2aPolicy>,
 }
 
-fn default_timeout_seconds() -> u64 {
-    60
+fn default_timeout_seconds() -> Seconds<1, 600> {
+    const { Seconds::of(60) }
 }
 
 /// The backends peergate can ask.
@@ -82,7 +83,7 @@ pub struct A2aPolicy {
     /// answered with a 5xx status), retrying with backoff; 0 does not wait. A card that
     /// answers but does not verify stops start-up at once.
     #[serde(default = "default_startup_wait_seconds")]
-    pub startup_wait_seconds: u64,
+    pub startup_wait_seconds: Seconds<0, 3600>,
     /// Send the call's `traceparent` to the agent when traces are exported, so its spans join
     /// the call's trace.
     #[serde(default = "yes")]
@@ -106,8 +107,8 @@ fn yes() -> bool {
 }
 
 /// An agent started beside peergate (the same unit, the same compose file) is given a minute.
-fn default_startup_wait_seconds() -> u64 {
-    60
+fn default_startup_wait_seconds() -> Seconds<0, 3600> {
+    const { Seconds::of(60) }
 }
 
 impl A2aPolicy {
@@ -122,12 +123,6 @@ impl A2aPolicy {
             return Err(invalid(
                 "model.a2a.caller_header",
                 "must be a header name other than Authorization and the agent's own credential header",
-            ));
-        }
-        if self.startup_wait_seconds > 3600 {
-            return Err(invalid(
-                "model.a2a.startup_wait_seconds",
-                "must be at most 3600 (an hour)",
             ));
         }
         if let Some(rpc_url) = &self.rpc_url {
@@ -199,12 +194,6 @@ pub struct OpenAiPolicy {
 
 impl ModelPolicy {
     pub(super) fn validate(&self) -> Result<(), Invalid> {
-        if !(1..=600).contains(&self.timeout_seconds) {
-            return Err(invalid(
-                "model.timeout_seconds",
-                "must be between 1 and 600",
-            ));
-        }
         match self.backend {
             BackendKind::Openai => match &self.openai {
                 None => Err(invalid(

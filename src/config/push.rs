@@ -1,5 +1,6 @@
 //! `[push]`: how push notifications are kept and delivered (`capabilities.push_notifications`).
 
+use super::units::Seconds;
 use super::{Invalid, invalid};
 use serde::Deserialize;
 
@@ -30,7 +31,7 @@ pub struct PushPolicy {
     pub deliveries_per_peer: u32,
     /// How long one delivery may take, in seconds.
     #[serde(default = "default_timeout_seconds")]
-    pub timeout_seconds: u64,
+    pub timeout_seconds: Seconds<1, 120>,
     /// DANGEROUS: callbacks to loopback addresses, over http too (tests and local development
     /// only; it lets any peer make peergate POST to services on this host).
     #[serde(default)]
@@ -64,8 +65,8 @@ fn default_deliveries_at_once() -> u32 {
 fn default_deliveries_per_peer() -> u32 {
     2
 }
-fn default_timeout_seconds() -> u64 {
-    10
+fn default_timeout_seconds() -> Seconds<1, 120> {
+    const { Seconds::of(10) }
 }
 
 impl PushPolicy {
@@ -90,9 +91,6 @@ impl PushPolicy {
                 "push.deliveries_per_peer",
                 "must be between 1 and push.deliveries_at_once",
             ));
-        }
-        if !(1..=120).contains(&self.timeout_seconds) {
-            return Err(invalid("push.timeout_seconds", "must be between 1 and 120"));
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! `[server]`: where the gateway listens and how long it waits.
 
+use super::units::Seconds;
 use super::{Invalid, invalid};
 use crate::guard::cidr::Cidr;
 use serde::Deserialize;
@@ -28,7 +29,7 @@ pub struct ServerPolicy {
     pub admin_listen: SocketAddr,
     /// Seconds a client may take to send a request's head.
     #[serde(default = "default_header_read_timeout_seconds")]
-    pub header_read_timeout_seconds: u64,
+    pub header_read_timeout_seconds: Seconds<1, 300>,
     /// Connections open at once, per listener.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
@@ -38,13 +39,13 @@ pub struct ServerPolicy {
     pub max_connections_per_address: usize,
     /// Seconds a write may wait for the client to read before the connection is closed.
     #[serde(default = "default_write_stall_seconds")]
-    pub write_stall_seconds: u64,
+    pub write_stall_seconds: Seconds<1, 600>,
     /// Seconds one request may take, start to answer.
     #[serde(default = "default_request_timeout_seconds")]
-    pub request_timeout_seconds: u64,
+    pub request_timeout_seconds: Seconds<1, 3600>,
     /// Seconds requests in flight get to finish after SIGTERM.
     #[serde(default = "default_shutdown_grace_seconds")]
-    pub shutdown_grace_seconds: u64,
+    pub shutdown_grace_seconds: Seconds<0, 3600>,
     /// The environment variable holding the scrape token: a Bearer secret that opens the admin
     /// listener's `GET /metrics` and nothing else.
     #[serde(default)]
@@ -140,8 +141,8 @@ impl ServerTlsPolicy {
     }
 }
 
-fn default_header_read_timeout_seconds() -> u64 {
-    10
+fn default_header_read_timeout_seconds() -> Seconds<1, 300> {
+    const { Seconds::of(10) }
 }
 fn default_max_connections() -> usize {
     1024
@@ -149,14 +150,14 @@ fn default_max_connections() -> usize {
 fn default_max_connections_per_address() -> usize {
     64
 }
-fn default_write_stall_seconds() -> u64 {
-    30
+fn default_write_stall_seconds() -> Seconds<1, 600> {
+    const { Seconds::of(30) }
 }
-fn default_request_timeout_seconds() -> u64 {
-    200
+fn default_request_timeout_seconds() -> Seconds<1, 3600> {
+    const { Seconds::of(200) }
 }
-fn default_shutdown_grace_seconds() -> u64 {
-    30
+fn default_shutdown_grace_seconds() -> Seconds<0, 3600> {
+    const { Seconds::of(30) }
 }
 
 /// The admin API's address must be loopback and not the door's: it takes passwords and has no
@@ -237,12 +238,6 @@ impl ServerPolicy {
 
     /// The connection and body limits: each within its range.
     fn validate_limits(&self) -> Result<(), Invalid> {
-        if !(1..=300).contains(&self.header_read_timeout_seconds) {
-            return Err(invalid(
-                "server.header_read_timeout_seconds",
-                "must be between 1 and 300",
-            ));
-        }
         if !(1..=1_000_000).contains(&self.max_connections) {
             return Err(invalid(
                 "server.max_connections",
@@ -253,18 +248,6 @@ impl ServerPolicy {
             return Err(invalid(
                 "server.max_connections_per_address",
                 "must be between 1 and 1000000 (more than server.max_connections is the same as it)",
-            ));
-        }
-        if !(1..=600).contains(&self.write_stall_seconds) {
-            return Err(invalid(
-                "server.write_stall_seconds",
-                "must be between 1 and 600",
-            ));
-        }
-        if self.shutdown_grace_seconds > 3600 {
-            return Err(invalid(
-                "server.shutdown_grace_seconds",
-                "must be at most 3600",
             ));
         }
         if !(1024..=64 * 1024 * 1024).contains(&self.max_body_bytes) {

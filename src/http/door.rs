@@ -24,7 +24,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Duration;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -139,7 +138,7 @@ pub(crate) fn behind_peer_guard<S>(
 where
     S: Clone + Send + Sync + 'static,
 {
-    let request_timeout = Duration::from_secs(policy.server.request_timeout_seconds);
+    let request_timeout = policy.server.request_timeout_seconds.duration();
     // Each `Router::layer` call boxes every route once more, and each box is cloned for every
     // request: layers are stacked with `ServiceBuilder` (outer first) where their types allow,
     // so a request clones one box per stack instead of one per layer. The body limit changes

@@ -46,7 +46,7 @@ impl PushSettings {
             max_attempts: policy.max_attempts,
             deliveries_at_once: policy.deliveries_at_once,
             deliveries_per_peer: policy.deliveries_per_peer,
-            timeout: Duration::from_secs(policy.timeout_seconds),
+            timeout: policy.timeout_seconds.duration(),
         }
     }
 }

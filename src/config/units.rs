@@ -1,0 +1,78 @@
+//! Bounded numbers of the policy, read into their types: a value out of range is refused while
+//! the file is read, naming the key and its line, and the code below is handed a `Duration`,
+//! never a count of seconds to convert and check again.
+
+use serde::{Deserialize, Deserializer};
+use std::time::Duration;
+
+/// A number of seconds from `MIN` to `MAX` (both allowed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Seconds<const MIN: u64, const MAX: u64>(u64);
+
+impl<const MIN: u64, const MAX: u64> Seconds<MIN, MAX> {
+    /// `n` seconds, checked where it is written (a default: in a `const` block, so a default
+    /// out of its own range does not compile).
+    pub const fn of(n: u64) -> Self {
+        assert!(n >= MIN && n <= MAX, "a default outside its range");
+        Self(n)
+    }
+
+    /// `n` seconds, if within the bounds.
+    pub fn checked(n: u64) -> Option<Self> {
+        (MIN..=MAX).contains(&n).then_some(Self(n))
+    }
+
+    /// How many.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// As a duration.
+    pub const fn duration(self) -> Duration {
+        Duration::from_secs(self.0)
+    }
+}
+
+impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for Seconds<MIN, MAX> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let n = u64::deserialize(deserializer)?;
+        Self::checked(n).ok_or_else(|| {
+            serde::de::Error::custom(match MIN {
+                0 => format!("{n} seconds: must be at most {MAX}"),
+                _ => format!("{n} seconds: must be from {MIN} to {MAX}"),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Keys {
+        grace: Seconds<0, 3600>,
+        read: Seconds<1, 300>,
+    }
+
+    fn read(text: &str) -> Result<Keys, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn seconds_within_their_bounds_read_and_others_are_refused_naming_the_range() {
+        let keys = read("grace = 0\nread = 300").unwrap();
+        assert_eq!(keys.grace.duration(), Duration::ZERO);
+        assert_eq!(keys.read.get(), 300);
+        let too_long = read("grace = 3601\nread = 1").unwrap_err();
+        assert!(
+            too_long.contains("3601 seconds: must be at most 3600"),
+            "{too_long}"
+        );
+        let none = read("grace = 1\nread = 0").unwrap_err();
+        assert!(none.contains("0 seconds: must be from 1 to 300"), "{none}");
+        assert!(read("grace = -1\nread = 1").is_err());
+        assert_eq!(Seconds::<1, 300>::checked(0), None);
+        assert_eq!(const { Seconds::<1, 300>::of(10) }.get(), 10);
+    }
+}
