@@ -1024,7 +1024,7 @@ fn account_service(
         account_defaults(&options.policy),
     )
     .with_changes(changes)
-    .knowing_issuers(&options.policy)
+    .knowing_issuers(&options.policy.auth.issuer_names())
     .with_password_pool(forget.authenticator.passwords().clone())
 }
 

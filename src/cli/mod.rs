@@ -399,7 +399,7 @@ async fn accounts(
     };
     let service = AccountService::new(store, Arc::new(SystemClock), defaults);
     Ok(match policy {
-        Some(policy) => service.knowing_issuers(policy),
+        Some(policy) => service.knowing_issuers(&policy.auth.issuer_names()),
         None => service,
     })
 }

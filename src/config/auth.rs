@@ -235,6 +235,14 @@ fn default_password_checks_at_once() -> usize {
 }
 
 impl AuthPolicy {
+    /// The names of its identity providers (`[[auth.issuers]] name`).
+    pub fn issuer_names(&self) -> Vec<String> {
+        self.issuers
+            .iter()
+            .map(|issuer| issuer.name.clone())
+            .collect()
+    }
+
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         if self.schemes.is_empty() {
             return Err(invalid(

@@ -273,16 +273,10 @@ impl AccountService {
         self
     }
 
-    /// The same service refusing to bind a token identity of an issuer the policy does not
-    /// name (`policy.auth.issuers`).
-    pub fn knowing_issuers(mut self, policy: &crate::config::Policy) -> Self {
-        let names: Arc<[String]> = policy
-            .auth
-            .issuers
-            .iter()
-            .map(|issuer| issuer.name.clone())
-            .collect();
-        self.issuers = Some(Arc::new(std::sync::RwLock::new(names)));
+    /// The same service refusing to bind a token identity of an issuer not in `names` (the
+    /// policy's `auth.issuers`).
+    pub fn knowing_issuers(mut self, names: &[String]) -> Self {
+        self.issuers = Some(Arc::new(std::sync::RwLock::new(names.into())));
         self
     }
 
