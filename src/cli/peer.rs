@@ -1,6 +1,7 @@
 //! `peergate peer …`: partner agents, their credentials and limits.
 
 use super::{CACHE_NOTE, CliError, DataDir, on_store, parse_rate, read_password};
+use crate::admin::service::PeerChanged;
 use crate::admin::{Caller, NewPassword, NewPeer, PeerChange};
 use crate::clock::{Clock as _, rfc3339_millis};
 use crate::config::Policy;
@@ -285,18 +286,13 @@ pub(super) async fn run(command: PeerCommand) -> Result<(), CliError> {
         }
         PeerCommand::Key { name, data } => issue_key(&name, &data).await,
         PeerCommand::Rotate { name, grace, data } => {
-            let rotated = on_store(&data, None, async |accounts| {
-                accounts.rotate(&Caller::operator(), &name, grace).await
-            })
-            .await?;
+            let grace = std::time::Duration::from_secs(grace);
+            let rotated = change(&name, &data, PeerChange::Rotate(grace)).await?;
             print_rotated(&name, &rotated);
             Ok(())
         }
         PeerCommand::Revoke { name, data } => {
-            on_store(&data, None, async |accounts| {
-                accounts.revoke(&Caller::operator(), &name).await
-            })
-            .await?;
+            change(&name, &data, PeerChange::Revoke).await?;
             eprintln!("revoked peer {name}. {CACHE_NOTE}");
             Ok(())
         }
@@ -389,8 +385,8 @@ async fn bind(
     Ok(())
 }
 
-/// Applies one change to the peer `name`, as the operator.
-async fn change(name: &str, data: &DataDir, change: PeerChange) -> Result<(), CliError> {
+/// Applies one change to the peer `name`, as the operator; what it gave back.
+async fn change(name: &str, data: &DataDir, change: PeerChange) -> Result<PeerChanged, CliError> {
     on_store(data, None, async |accounts| {
         accounts
             .change_peer(&Caller::operator(), name, change)
@@ -463,27 +459,21 @@ async fn expire(name: &str, when: &str, data: &DataDir) -> Result<(), CliError> 
 
 /// `peer key`: a new API key, printed once.
 async fn issue_key(name: &str, data: &DataDir) -> Result<(), CliError> {
-    let key = on_store(data, None, async |accounts| {
-        accounts.issue_api_key(&Caller::operator(), name).await
-    })
-    .await?;
+    let key = change(name, data, PeerChange::ApiKey).await?.secret;
     eprintln!(
         "issued an API key for peer {name}; any earlier key stopped working. It is on stdout and is not shown again."
     );
-    println!("{key}");
+    println!("{}", key.unwrap_or_default());
     Ok(())
 }
 
 /// `peer reinstate`: a revoked peer back, with a new token printed once.
 async fn reinstate(name: &str, data: &DataDir) -> Result<(), CliError> {
-    let token = on_store(data, None, async |accounts| {
-        accounts.reinstate(&Caller::operator(), name).await
-    })
-    .await?;
+    let token = change(name, data, PeerChange::Reinstate).await?.secret;
     eprintln!(
         "reinstated peer {name}: its new token is on stdout and is not shown again; its old credentials stay revoked."
     );
-    println!("{token}");
+    println!("{}", token.unwrap_or_default());
     Ok(())
 }
 
@@ -603,7 +593,7 @@ fn expiry(when: &str) -> Result<Option<crate::clock::Timestamp>, CliError> {
 }
 
 /// What `peer rotate` says, and the new token on stdout.
-fn print_rotated(name: &str, rotated: &crate::admin::service::Rotated) {
+fn print_rotated(name: &str, rotated: &PeerChanged) {
     match rotated.previous_valid_until {
         Some(until) => eprintln!(
             "issued a new token for peer {name}; the old one works until {}. The new token is on stdout and is not shown again.",
@@ -613,7 +603,7 @@ fn print_rotated(name: &str, rotated: &crate::admin::service::Rotated) {
             "issued a new token for peer {name}; the old one stopped. {CACHE_NOTE} The new token is on stdout and is not shown again."
         ),
     }
-    println!("{}", rotated.token);
+    println!("{}", rotated.secret.as_deref().unwrap_or_default());
 }
 
 /// The peer table: never a secret. Each bound identity follows its peer on a line of its own.

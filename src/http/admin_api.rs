@@ -879,8 +879,13 @@ async fn issue_api_key(
     admin: AuthenticatedAdmin,
     Path(name): Path<String>,
 ) -> Result<Json<ApiKeyView>, ApiError> {
-    let api_key = state.service.issue_api_key(&caller(&admin), &name).await?;
-    Ok(Json(ApiKeyView { api_key }))
+    let changed = state
+        .service
+        .change_peer(&caller(&admin), &name, PeerChange::ApiKey)
+        .await?;
+    Ok(Json(ApiKeyView {
+        api_key: changed.secret.unwrap_or_default(),
+    }))
 }
 
 /// How to rotate.
@@ -914,12 +919,13 @@ async fn rotate(
     body: Bytes,
 ) -> Result<Json<RotatedView>, ApiError> {
     let request: RotateRequest = parse_body(&body)?;
+    let grace = std::time::Duration::from_secs(request.grace_seconds);
     let rotated = state
         .service
-        .rotate(&caller(&admin), &name, request.grace_seconds)
+        .change_peer(&caller(&admin), &name, PeerChange::Rotate(grace))
         .await?;
     Ok(Json(RotatedView {
-        token: rotated.token,
+        token: rotated.secret.unwrap_or_default(),
         previous_token_valid_until: rotated.previous_valid_until.map(rfc3339_millis),
     }))
 }
@@ -933,7 +939,10 @@ async fn revoke(
     Path(name): Path<String>,
 ) -> Result<Json<PeerView>, ApiError> {
     let caller = caller(&admin);
-    state.service.revoke(&caller, &name).await?;
+    state
+        .service
+        .change_peer(&caller, &name, PeerChange::Revoke)
+        .await?;
     peer_view(&state, &caller, &name).await
 }
 
@@ -953,7 +962,12 @@ async fn reinstate(
     Path(name): Path<String>,
 ) -> Result<Json<ReinstatedPeerView>, ApiError> {
     let caller = caller(&admin);
-    let token = state.service.reinstate(&caller, &name).await?;
+    let token = state
+        .service
+        .change_peer(&caller, &name, PeerChange::Reinstate)
+        .await?
+        .secret
+        .unwrap_or_default();
     let peer = state.service.show_peer(&caller, &name).await?;
     let holdings = Holdings::of(&state, &caller).await?;
     Ok(Json(ReinstatedPeerView {

@@ -165,7 +165,11 @@ impl TestGateway {
             .unwrap()
             .spawn(async move {
                 accounts
-                    .revoke(&peergate::admin::Caller::operator(), &name)
+                    .change_peer(
+                        &peergate::admin::Caller::operator(),
+                        &name,
+                        peergate::admin::PeerChange::Revoke,
+                    )
                     .await
             })
             .await

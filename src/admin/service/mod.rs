@@ -13,7 +13,7 @@ mod peers;
 
 pub use admins::{AdminChange, BudgetChange, describe_budget};
 pub use conversations::{ConversationPage, MAX_CONVERSATIONS_PAGE, check_period};
-pub use credentials::{MAX_GRACE_SECONDS, Rotated};
+pub use credentials::{MAX_GRACE_SECONDS, PeerChanged};
 pub use peers::{CreatedPeer, NewPeer, PeerChange};
 
 use crate::clock::{Clock, Timestamp, rfc3339_millis};

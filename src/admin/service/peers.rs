@@ -1,6 +1,7 @@
 //! Peers: created with their owner, read by those who may see them, and changed by one
 //! audited method ([`PeerChange`]), revoked and reinstated.
 
+use super::credentials::{CredentialWrite, MAX_GRACE_SECONDS, PeerChanged};
 use super::*;
 
 /// A peer as created: its record and its token, which exists nowhere else.
@@ -55,6 +56,18 @@ pub enum PeerChange {
     /// An identity unbound from it: its tokens or certificate stop opening the door at once
     /// here, and within a second on other instances.
     UnbindIdentity(PeerIdentity),
+    /// A new API key (any earlier key stops), given back once.
+    ApiKey,
+    /// A new token, given back once; the old ones stop at once (a zero grace period) or when
+    /// the grace period ends (at most [`MAX_GRACE_SECONDS`]).
+    Rotate(std::time::Duration),
+    /// Every credential it holds stops working.
+    Revoke,
+    /// A revoked peer let in again under its name, with a new token given back once; its old
+    /// credentials stay revoked, its audit records and conversations stay its own. Peers are
+    /// reinstated rather than deleted, so a name is never reused by a different partner whose
+    /// records would mix with the old one's.
+    Reinstate,
 }
 
 /// A peer change as it is written: a setting, or an identity bound or unbound.
@@ -62,6 +75,7 @@ enum PeerWrite {
     Setting(PeerSetting),
     Bind(PeerIdentity),
     Unbind(PeerIdentity),
+    Credential(CredentialWrite),
 }
 
 impl PeerChange {
@@ -74,6 +88,10 @@ impl PeerChange {
             Self::Password(_) => AuditAction::CredentialIssued,
             Self::BindIdentity(_) => AuditAction::PeerIdentityBound,
             Self::UnbindIdentity(_) => AuditAction::PeerIdentityUnbound,
+            Self::ApiKey => AuditAction::CredentialIssued,
+            Self::Rotate(_) => AuditAction::CredentialRotated,
+            Self::Revoke => AuditAction::CredentialRevoked,
+            Self::Reinstate => AuditAction::PeerReinstated,
         }
     }
 
@@ -94,6 +112,12 @@ impl PeerChange {
                 })
             }
             Self::Expiry(at) => check_future(*at, now),
+            Self::Rotate(grace) if grace.as_secs() > MAX_GRACE_SECONDS => {
+                Err(ServiceError::Invalid {
+                    field: "grace",
+                    reason: format!("at most {MAX_GRACE_SECONDS} seconds (30 days)"),
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -430,7 +454,7 @@ impl AccountService {
         caller: &Caller,
         name: &str,
         change: PeerChange,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<PeerChanged, ServiceError> {
         let op = Operation::new(caller, change.action(), AuditTarget::Peer(name.to_owned()));
         self.audited(op, async |op| {
             change.check(self.clock.now())?;
@@ -439,8 +463,13 @@ impl AccountService {
             }
             let written = self.peer_write(change).await?;
             let (mut tx, peer) = self.begin_change(caller, name).await?;
-            let detail = self.write_peer(&mut tx, &peer, written).await?;
-            self.finish_change(tx, op, &peer, detail).await
+            let (detail, changed) = self.write_peer(&mut tx, &peer, written).await?;
+            self.finish_change(tx, op, &peer, detail).await?;
+            // Every instance's set of known credential ids holds it before it is handed out.
+            if let Some(token_id) = &changed.token_id {
+                self.credential_issued(&peer.id, token_id);
+            }
+            Ok(changed)
         })
         .await
     }
@@ -448,19 +477,32 @@ impl AccountService {
     /// `change` as it is written: a password hashed first, never while holding the change's
     /// turn to write.
     async fn peer_write(&self, change: PeerChange) -> Result<PeerWrite, ServiceError> {
-        Ok(PeerWrite::Setting(match change {
-            PeerChange::Limit(rate) => PeerSetting::Rate(rate),
-            PeerChange::Budget(tokens) => PeerSetting::TokensPerDay(tokens),
-            PeerChange::Streams(cap) => PeerSetting::MaxStreams(cap),
-            PeerChange::TraceTrust(trusted) => PeerSetting::TrustsTrace(trusted),
-            PeerChange::Operations(set) => PeerSetting::Operations(set),
-            PeerChange::Expiry(at) => PeerSetting::ExpiresAt(at),
-            PeerChange::Password(password) => PeerSetting::PasswordHash(
+        let setting = |setting| Ok(PeerWrite::Setting(setting));
+        let credential = |write| Ok(PeerWrite::Credential(write));
+        match change {
+            PeerChange::Limit(rate) => setting(PeerSetting::Rate(rate)),
+            PeerChange::Budget(tokens) => setting(PeerSetting::TokensPerDay(tokens)),
+            PeerChange::Streams(cap) => setting(PeerSetting::MaxStreams(cap)),
+            PeerChange::TraceTrust(trusted) => setting(PeerSetting::TrustsTrace(trusted)),
+            PeerChange::Operations(set) => setting(PeerSetting::Operations(set)),
+            PeerChange::Expiry(at) => setting(PeerSetting::ExpiresAt(at)),
+            PeerChange::Password(password) => setting(PeerSetting::PasswordHash(
                 hashed_password(self.passwords.as_ref(), password.0).await?,
-            ),
-            PeerChange::BindIdentity(identity) => return Ok(PeerWrite::Bind(identity)),
-            PeerChange::UnbindIdentity(identity) => return Ok(PeerWrite::Unbind(identity)),
-        }))
+            )),
+            PeerChange::BindIdentity(identity) => Ok(PeerWrite::Bind(identity)),
+            PeerChange::UnbindIdentity(identity) => Ok(PeerWrite::Unbind(identity)),
+            PeerChange::ApiKey => {
+                credential(CredentialWrite::ApiKey(issue(CredentialKind::ApiKey)?))
+            }
+            PeerChange::Rotate(grace) => credential(CredentialWrite::Rotate(
+                issue(CredentialKind::PeerToken)?,
+                grace,
+            )),
+            PeerChange::Revoke => credential(CredentialWrite::Revoke),
+            PeerChange::Reinstate => credential(CredentialWrite::Reinstate(issue(
+                CredentialKind::PeerToken,
+            )?)),
+        }
     }
 
     /// Writes one change to `peer` in `tx`; what its audit record says.
@@ -469,12 +511,13 @@ impl AccountService {
         tx: &mut WriteTx,
         peer: &PeerRecord,
         written: PeerWrite,
-    ) -> Result<String, ServiceError> {
+    ) -> Result<(String, PeerChanged), ServiceError> {
         let name = &peer.name;
-        match written {
+        let detail = match written {
+            PeerWrite::Credential(write) => return self.write_credential(tx, peer, write).await,
             PeerWrite::Setting(setting) => {
                 tx.set_peer(&peer.id, &setting).await?;
-                Ok(described(peer, &setting))
+                described(peer, &setting)
             }
             PeerWrite::Bind(identity) => {
                 if peer.status == PeerStatus::Revoked {
@@ -485,7 +528,7 @@ impl AccountService {
                 tx.bind_identity(&peer.id, &identity, self.clock.now())
                     .await
                     .map_err(store_conflict)?;
-                Ok(identity.describe())
+                identity.describe()
             }
             PeerWrite::Unbind(identity) => {
                 if !tx.unbind_identity(&peer.id, &identity).await? {
@@ -493,63 +536,9 @@ impl AccountService {
                         "peer \"{name}\" has no such identity bound"
                     )));
                 }
-                Ok(identity.describe())
+                identity.describe()
             }
-        }
-    }
-
-    /// Revokes a peer: every credential it holds stops working.
-    pub async fn revoke(&self, caller: &Caller, name: &str) -> Result<(), ServiceError> {
-        self.audited(
-            Operation::new(
-                caller,
-                AuditAction::CredentialRevoked,
-                AuditTarget::Peer(name.to_owned()),
-            ),
-            async |op| {
-                let (mut tx, peer) = self.begin_change(caller, name).await?;
-                tx.revoke_peer(&peer.id, self.clock.now()).await?;
-                let detail = "peer revoked with all its credentials".to_owned();
-                self.finish_change(tx, op, &peer, detail).await
-            },
-        )
-        .await
-    }
-
-    /// Lets a revoked peer in again under its name, with a new token (returned, shown once);
-    /// its old credentials stay revoked, and its audit records and conversations stay its own.
-    /// Peers are reinstated rather than deleted, so a name is never reused by a different
-    /// partner whose records would mix with the old one's.
-    pub async fn reinstate(&self, caller: &Caller, name: &str) -> Result<String, ServiceError> {
-        self.audited(
-            Operation::new(
-                caller,
-                AuditAction::PeerReinstated,
-                AuditTarget::Peer(name.to_owned()),
-            ),
-            async |op| {
-                let (mut tx, peer) = self.begin_change(caller, name).await?;
-                if peer.status != PeerStatus::Revoked {
-                    return Err(ServiceError::Conflict(format!(
-                        "peer \"{name}\" is not revoked; rotate its token instead"
-                    )));
-                }
-                tx.reinstate_peer(&peer.id).await?;
-                let issued = issue(CredentialKind::PeerToken)?;
-                tx.insert_credential(
-                    &peer.id,
-                    CredentialKind::PeerToken,
-                    &issued.token_id,
-                    &issued.secret_hash,
-                    self.clock.now(),
-                )
-                .await?;
-                let detail = format!("reinstated with new token id {}", issued.token_id);
-                self.finish_change(tx, op, &peer, detail).await?;
-                self.credential_issued(&peer.id, &issued.token_id);
-                Ok(issued.token)
-            },
-        )
-        .await
+        };
+        Ok((detail, PeerChanged::default()))
     }
 }
