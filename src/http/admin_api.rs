@@ -1044,7 +1044,7 @@ async fn failed_deliveries(
             .map(|d| FailedDeliveryView {
                 peer: d.peer_name,
                 task_id: d.task_id,
-                config_id: d.config_id,
+                config_id: d.config_id.to_string(),
                 url: crate::net::url::without_secrets(&d.url)
                     .map_or_else(|| "(not a URL)".to_owned(), |(url, _)| url),
                 attempts: d.attempts,

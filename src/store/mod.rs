@@ -32,7 +32,7 @@ pub use records::{
     ConversationMessage, ConversationQuery, ConversationRole, ConversationSummary,
     CredentialRecord, DeliveryOutcome, Exchange, ExchangeUsage, FailedDelivery, IdentityKind,
     ListedTask, PeerId, PeerIdentity, PeerLogin, PeerRecord, PeerSetting, PeerStatus, PeerUsage,
-    PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
+    PushConfigId, PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
 };
 
 use crate::clock::Timestamp;
@@ -251,7 +251,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
         &self,
         peer_id: &PeerId,
         task_id: &TaskId,
-        id: &str,
+        id: &PushConfigId,
     ) -> Result<Option<PushConfigRecord>, StoreError>;
 
     /// A page of a peer's task's configs, by id, after `after`.
@@ -259,7 +259,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
         &self,
         peer_id: &PeerId,
         task_id: &TaskId,
-        after: Option<&str>,
+        after: Option<&PushConfigId>,
         limit: u32,
     ) -> Result<Vec<PushConfigRecord>, StoreError>;
 
@@ -268,7 +268,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
         &self,
         peer_id: &PeerId,
         task_id: &TaskId,
-        id: &str,
+        id: &PushConfigId,
     ) -> Result<(), StoreError>;
 
     /// Claims at most `limit` due deliveries until `claim_until`: each the oldest

@@ -15,6 +15,11 @@ crate::protocol::ids::text_id! {
     PeerId(std::sync::Arc<str>)
 }
 
+crate::protocol::ids::text_id! {
+    /// A push-notification config's id within its task (the peer's, or one the gateway chose).
+    PushConfigId(String)
+}
+
 /// An enum whose values are stored and shown by name: each variant with its name, once; the
 /// type gets `as_str`, `from_name` (`None` for a name this release does not know) and
 /// `Display`.
@@ -800,7 +805,7 @@ pub struct PushConfigRecord {
     /// The task it belongs to.
     pub task_id: String,
     /// Its id, unique within the task.
-    pub id: String,
+    pub id: PushConfigId,
     /// The peer that owns the task; no other peer's call ever reads the row.
     pub peer_id: PeerId,
     /// Where deliveries go (checked when stored and again before each delivery).
@@ -819,7 +824,7 @@ pub struct PushDelivery {
     /// The task whose state changed.
     pub task_id: String,
     /// The configuration it is delivered under.
-    pub config_id: String,
+    pub config_id: PushConfigId,
     /// The peer whose task it is (deliveries in flight are capped per peer).
     pub peer_id: PeerId,
     /// Where it goes.
@@ -847,7 +852,7 @@ pub struct FailedDelivery {
     /// The task.
     pub task_id: String,
     /// The configuration.
-    pub config_id: String,
+    pub config_id: PushConfigId,
     /// Where it was going.
     pub url: String,
     /// Attempts made.

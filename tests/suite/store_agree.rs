@@ -1501,17 +1501,17 @@ fn push_config_steps() -> Vec<Step> {
         ),
         step!("PushStore::push_config: a", |s| shown(
             s.push()
-                .push_config(&"peer_1".into(), &"t-push".into(), "a")
+                .push_config(&"peer_1".into(), &"t-push".into(), &"a".into())
                 .await,
         )),
         step!("PushStore::push_config: another peer's is None", |s| shown(
             s.push()
-                .push_config(&"peer_2".into(), &"t-push".into(), "a")
+                .push_config(&"peer_2".into(), &"t-push".into(), &"a".into())
                 .await,
         )),
         step!("PushStore::push_config: unknown is None", |s| shown(
             s.push()
-                .push_config(&"peer_1".into(), &"t-push".into(), "z")
+                .push_config(&"peer_1".into(), &"t-push".into(), &"z".into())
                 .await,
         )),
         step!("PushStore::push_configs: all", |s| shown(
@@ -1521,7 +1521,7 @@ fn push_config_steps() -> Vec<Step> {
         )),
         step!("PushStore::push_configs: after a, one", |s| shown(
             s.push()
-                .push_configs(&"peer_1".into(), &"t-push".into(), Some("a"), 1)
+                .push_configs(&"peer_1".into(), &"t-push".into(), Some(&"a".into()), 1)
                 .await,
         )),
         step!("PushStore::push_configs: another peer's are none", |s| {
@@ -1651,19 +1651,19 @@ fn dead_letter_steps() -> Vec<Step> {
             "PushStore::delete_push_config: another peer's does nothing",
             |s| shown(
                 s.push()
-                    .delete_push_config(&"peer_2".into(), &"t-push".into(), "b")
+                    .delete_push_config(&"peer_2".into(), &"t-push".into(), &"b".into())
                     .await,
             )
         ),
         step!("PushStore::delete_push_config: b", |s| shown(
             s.push()
-                .delete_push_config(&"peer_1".into(), &"t-push".into(), "b")
+                .delete_push_config(&"peer_1".into(), &"t-push".into(), &"b".into())
                 .await,
         )),
         step!("PushStore::delete_push_config: unknown does nothing", |s| {
             shown(
                 s.push()
-                    .delete_push_config(&"peer_1".into(), &"t-push".into(), "z")
+                    .delete_push_config(&"peer_1".into(), &"t-push".into(), &"z".into())
                     .await,
             )
         }),

@@ -477,7 +477,7 @@ async fn the_push_notification_queue_on_every_engine() {
                 .is_empty()
         );
         assert!(
-            push.push_config(&"peer_2".into(), &"t1".into(), "a")
+            push.push_config(&"peer_2".into(), &"t1".into(), &"a".into())
                 .await
                 .unwrap()
                 .is_none()
@@ -494,7 +494,7 @@ async fn the_push_notification_queue_on_every_engine() {
             }
         };
         let first = claimed(300, 10_300).await;
-        let shape = |d: &PushDelivery| (d.config_id.clone(), d.body.contains("WORKING"));
+        let shape = |d: &PushDelivery| (d.config_id.to_string(), d.body.contains("WORKING"));
         assert_eq!(
             first.iter().map(shape).collect::<Vec<_>>(),
             [("a".to_owned(), true), ("b".to_owned(), false)],
@@ -590,7 +590,7 @@ async fn the_push_notification_queue_on_every_engine() {
                 .is_empty()
         );
         // Deleting the config keeps its dead letter.
-        push.delete_push_config(&"peer_1".into(), &"t1".into(), "b")
+        push.delete_push_config(&"peer_1".into(), &"t1".into(), &"b".into())
             .await
             .unwrap();
         assert_eq!(
@@ -652,10 +652,10 @@ async fn the_push_notification_queue_on_every_engine() {
         )
         .await
         .unwrap();
-        push.delete_push_config(&"peer_1".into(), &"t2".into(), "z")
+        push.delete_push_config(&"peer_1".into(), &"t2".into(), &"z".into())
             .await
             .unwrap();
-        push.delete_push_config(&"peer_1".into(), &"t2".into(), "z")
+        push.delete_push_config(&"peer_1".into(), &"t2".into(), &"z".into())
             .await
             .unwrap();
         assert!(

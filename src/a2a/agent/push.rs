@@ -17,7 +17,7 @@ use crate::protocol::types::{
 };
 use crate::push::Push;
 use crate::push::seal::PushSecrets;
-use crate::store::{PushConfigRecord, StoreError};
+use crate::store::{PushConfigId, PushConfigRecord, StoreError};
 use base64::Engine;
 use std::sync::Arc;
 
@@ -89,7 +89,7 @@ impl PushConfigs {
         let (task_id, config_id) = self.own_config(peer, &params).await?;
         let record = push
             .store
-            .push_config(peer.id(), &task_id, config_id)
+            .push_config(peer.id(), &task_id, &config_id)
             .await
             .map_err(internal)?
             .ok_or(A2aError::PushConfigNotFound)?;
@@ -118,13 +118,14 @@ impl PushConfigs {
                     .decode(token)
                     .ok()
                     .and_then(|b| String::from_utf8(b).ok())
+                    .map(PushConfigId::from)
                     .ok_or_else(|| invalid("pageToken", "is not a token this server made"))?,
             ),
         };
         let limit = u32::try_from(size).unwrap_or(50);
         let mut records = push
             .store
-            .push_configs(peer.id(), &task_id, after.as_deref(), limit + 1)
+            .push_configs(peer.id(), &task_id, after.as_ref(), limit + 1)
             .await
             .map_err(internal)?;
         let more = records.len() > limit as usize;
@@ -154,25 +155,23 @@ impl PushConfigs {
         let push = self.push()?;
         let (task_id, config_id) = self.own_config(peer, &params).await?;
         push.store
-            .delete_push_config(peer.id(), &task_id, config_id)
+            .delete_push_config(peer.id(), &task_id, &config_id)
             .await
             .map_err(internal)
     }
 
     /// The task and config a get or delete names, once the task is known to be the caller's.
-    async fn own_config<'p>(
+    async fn own_config(
         &self,
         peer: &AuthenticatedPeer,
-        params: &'p PushConfigRef,
-    ) -> Result<(TaskId, &'p str), A2aError> {
+        params: &PushConfigRef,
+    ) -> Result<(TaskId, PushConfigId), A2aError> {
         let (task_id, config_id) = named(params)?;
-        // The 0.3 shape may name the task `id`: the name is read as text, then typed here.
+        // The 0.3 shape may name the task `id`: the names are read as text, then typed here.
         let task_id = TaskId::from(task_id);
         self.reads.load_task(peer, &task_id).await?;
-        Ok((
-            task_id,
-            config_id.ok_or_else(|| invalid("id", "is required"))?,
-        ))
+        let config_id = config_id.ok_or_else(|| invalid("id", "is required"))?;
+        Ok((task_id, PushConfigId::from(config_id)))
     }
 
     /// A config for a message's new task (`configuration.taskPushNotificationConfig`).
@@ -267,7 +266,7 @@ impl PushConfigs {
         Ok(PushConfigRecord {
             sealed: push.key.seal(task_id, &id, &secrets),
             task_id: task_id.to_owned(),
-            id,
+            id: id.into(),
             peer_id: peer.id().clone(),
             url,
             created_at: self.clock.now(),
@@ -286,7 +285,7 @@ impl PushConfigs {
             .map_err(internal)?;
         Ok(TaskPushNotificationConfig {
             task_id: TaskId::from(record.task_id.clone()),
-            id: record.id.clone(),
+            id: record.id.to_string(),
             url: record.url.clone(),
             token: secrets.token,
             authentication: secrets.scheme.map(|scheme| AuthenticationScheme { scheme }),

@@ -5,7 +5,8 @@ use super::{Sql, SqlEngine, sql};
 use crate::clock::Timestamp;
 use crate::protocol::ids::TaskId;
 use crate::store::{
-    DeliveryOutcome, FailedDelivery, PeerId, PushConfigRecord, PushDelivery, PushStore, StoreError,
+    DeliveryOutcome, FailedDelivery, PeerId, PushConfigId, PushConfigRecord, PushDelivery,
+    PushStore, StoreError,
 };
 use async_trait::async_trait;
 
@@ -78,7 +79,7 @@ impl<E: SqlEngine> PushStore for E {
         &self,
         peer_id: &PeerId,
         task_id: &TaskId,
-        id: &str,
+        id: &PushConfigId,
     ) -> Result<Option<PushConfigRecord>, StoreError> {
         let row: Option<PushConfigRow> = sql(
             "SELECT task_id, id, peer_id, url, sealed, created_at FROM push_configs \
@@ -96,7 +97,7 @@ impl<E: SqlEngine> PushStore for E {
         &self,
         peer_id: &PeerId,
         task_id: &TaskId,
-        after: Option<&str>,
+        after: Option<&PushConfigId>,
         limit: u32,
     ) -> Result<Vec<PushConfigRecord>, StoreError> {
         let rows: Vec<PushConfigRow> = sql(
@@ -117,7 +118,7 @@ impl<E: SqlEngine> PushStore for E {
         &self,
         peer_id: &PeerId,
         task_id: &TaskId,
-        id: &str,
+        id: &PushConfigId,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write(false).await?;
         let deleted =

@@ -370,7 +370,7 @@ impl PushConfigRow {
     pub(super) fn config(self) -> PushConfigRecord {
         PushConfigRecord {
             task_id: self.task_id,
-            id: self.id,
+            id: self.id.into(),
             peer_id: self.peer_id.into(),
             url: self.url,
             sealed: self.sealed,
@@ -398,7 +398,7 @@ impl DeliveryRow {
         PushDelivery {
             id: self.id,
             task_id: self.task_id,
-            config_id: self.config_id,
+            config_id: self.config_id.into(),
             peer_id: self.peer_id.into(),
             url: self.url,
             sealed: self.sealed,
@@ -429,7 +429,7 @@ impl FailedRow {
             id: self.id,
             peer_name: self.name,
             task_id: self.task_id,
-            config_id: self.config_id,
+            config_id: self.config_id.into(),
             url: self.url,
             attempts: u32::try_from(self.attempts).unwrap_or(0),
             last_error: self.last_error.unwrap_or_default(),

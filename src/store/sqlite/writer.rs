@@ -332,7 +332,7 @@ fn write_push_configs(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite
         tx.prepare_cached(SQLITE.form(sql::UPSERT_CONFIG))?
             .execute(params![
                 config.task_id,
-                config.id,
+                config.id.as_str(),
                 config.peer_id.as_str(),
                 config.url,
                 config.sealed,
@@ -343,7 +343,7 @@ fn write_push_configs(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite
                 config.url,
                 config.sealed,
                 config.task_id,
-                config.id
+                config.id.as_str()
             ])?;
     }
     Ok(())
