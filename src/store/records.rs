@@ -485,11 +485,11 @@ impl std::fmt::Display for AuditActor {
 impl AuditActor {
     /// The actor a stored form names (the form itself when this release does not know it).
     pub fn from_stored(text: &str) -> Self {
-        match text.split_once(':') {
-            _ if text == "operator" => Self::Operator,
-            _ if text == "anonymous" => Self::Anonymous,
-            Some(("admin", name)) => Self::Admin(name.to_owned()),
-            Some(("peer", name)) => Self::Peer(name.to_owned()),
+        match (text, text.split_once(':')) {
+            ("operator", _) => Self::Operator,
+            ("anonymous", _) => Self::Anonymous,
+            (_, Some(("admin", name))) => Self::Admin(name.to_owned()),
+            (_, Some(("peer", name))) => Self::Peer(name.to_owned()),
             _ => Self::Other(text.to_owned()),
         }
     }
@@ -511,12 +511,12 @@ impl std::fmt::Display for AuditTarget {
 impl AuditTarget {
     /// The target a stored form names (the form itself when this release does not know it).
     pub fn from_stored(text: &str) -> Self {
-        match text.split_once(':') {
-            _ if text == "policy" => Self::Policy,
-            Some(("admin", "(unknown)")) => Self::Admin(None),
-            Some(("admin", name)) => Self::Admin(Some(name.to_owned())),
-            Some(("peer", name)) => Self::Peer(name.to_owned()),
-            Some(("admin-api", operation)) => Self::AdminApi(operation.to_owned()),
+        match (text, text.split_once(':')) {
+            ("policy", _) => Self::Policy,
+            (_, Some(("admin", "(unknown)"))) => Self::Admin(None),
+            (_, Some(("admin", name))) => Self::Admin(Some(name.to_owned())),
+            (_, Some(("peer", name))) => Self::Peer(name.to_owned()),
+            (_, Some(("admin-api", operation))) => Self::AdminApi(operation.to_owned()),
             _ => Self::Other(text.to_owned()),
         }
     }

@@ -114,3 +114,21 @@ impl AccountService {
         Ok(Some(until))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_in_a_change_and_a_secret_it_gives_back_are_never_in_debug() {
+        let change = PeerChange::Password(NewPassword("correct horse battery".into()));
+        assert!(!format!("{change:?}").contains("horse"));
+        let admin = AdminChange::Password(NewPassword("correct horse battery".into()));
+        assert!(!format!("{admin:?}").contains("horse"));
+        let changed = PeerChanged {
+            secret: Some("pgt_secret_token".into()),
+            ..PeerChanged::default()
+        };
+        assert!(!format!("{changed:?}").contains("pgt_secret"));
+    }
+}
