@@ -23,3 +23,4 @@ pub mod shared;
 pub mod store;
 pub mod telemetry;
 pub mod token;
+pub mod units;

@@ -9,6 +9,7 @@ use std::path::Path;
 const ORDER: &[&str] = &[
     "cli",
     "app",
+    "config",
     "http",
     "a2a",
     "backend",
@@ -16,13 +17,13 @@ const ORDER: &[&str] = &[
     "admin",
     "authz",
     "layers",
-    "config",
     "telemetry",
     "guard",
     "shared",
     "store",
     "jose",
     "net",
+    "units",
     "clock",
     "protocol",
     "token",
@@ -195,5 +196,17 @@ fn architecture_md_draws_the_order_this_test_holds() {
     assert_eq!(
         drawn, held,
         "ARCHITECTURE.md's folders, top to bottom, are ORDER's"
+    );
+}
+
+/// The policy is read by the composition root and the command line only: every part below is
+/// handed its own settings (`src/app/settings.rs`), so `config` stands right under `app` and
+/// the order above refuses any other folder that imports it.
+#[test]
+fn only_the_composition_root_and_the_cli_import_the_policy() {
+    assert_eq!(
+        ORDER[..3],
+        ["cli", "app", "config"],
+        "config is imported by app and cli only"
     );
 }

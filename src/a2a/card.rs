@@ -1,33 +1,17 @@
-//! The public Agent Card, built once from the policy and served as fixed bytes.
+//! The public Agent Card, built once from its settings and served as fixed bytes.
 //!
 //! The door's URL comes from `server.public_base_url`, or from the address peergate actually
 //! listens on; never from a request's `Host` header, so a client cannot make the card point
 //! somewhere else.
 
+use super::card_settings::{CardSettings, CardSkill};
 use crate::backend::AgentDescription;
-use crate::config::Policy;
 use crate::guard::scheme::Scheme;
 use crate::guard::scopes::OperationScope;
 use serde_json::{Value, json};
 
 /// The A2A protocol version this door speaks.
 pub const PROTOCOL_VERSION: &str = "1.0";
-
-/// The URL partner agents post JSON-RPC to.
-pub fn door_url(policy: &Policy, listen: std::net::SocketAddr) -> String {
-    let base = match &policy.server.public_base_url {
-        Some(base) => base.clone(),
-        // The door's own TLS makes its own address an https one.
-        None if policy.server.tls.is_some() => format!("https://{listen}"),
-        None => format!("http://{listen}"),
-    };
-    format!("{base}{}", policy.server.a2a_path)
-}
-
-/// The path of the HTTP+JSON binding: the JSON-RPC door's, then `/rest`.
-pub fn http_json_path(policy: &Policy) -> String {
-    format!("{}/rest", policy.server.a2a_path)
-}
 
 /// How the card describes one identity provider (`[[auth.issuers]]`).
 #[derive(Debug, Clone)]
@@ -119,14 +103,14 @@ pub struct CardIdentities {
 /// policy's `[card]` does not set it; the interfaces, security schemes, capabilities and the
 /// signature are always the gateway's.
 pub fn public_card(
-    policy: &Policy,
+    settings: &CardSettings,
     door_url: &str,
     identities: &CardIdentities,
     agent: Option<&AgentDescription>,
 ) -> Value {
-    let card = &policy.card;
+    let card = &settings.section;
     // The agent's word for `key`, unless the operator's policy sets it.
-    let agents = |key: &str| agent.filter(|_| !policy.sets(key));
+    let agents = |key: &str| agent.filter(|_| !settings.sets(key));
     let word = |key: &str, own: &String, agent_word: fn(&AgentDescription) -> &Option<String>| {
         agents(key)
             .and_then(|agent| agent_word(agent).clone())
@@ -144,12 +128,12 @@ pub fn public_card(
         "name": word("card.name", &card.name, |a| &a.name),
         "description": word("card.description", &card.description, |a| &a.description),
         "version": word("card.version", &card.version, |a| &a.version),
-        "supportedInterfaces": interfaces(policy, door_url),
-        "capabilities": capabilities(policy),
-        "securitySchemes": security_schemes(policy),
+        "supportedInterfaces": interfaces(settings, door_url),
+        "capabilities": capabilities(settings),
+        "securitySchemes": security_schemes(settings),
         // Alternatives, one per enabled scheme. SDK clients attach credentials only for schemes
         // listed here.
-        "securityRequirements": security_requirements(policy),
+        "securityRequirements": security_requirements(settings),
         "defaultInputModes": modes(
             agent.and_then(|a| a.default_input_modes.as_ref()),
             &["text/plain", "application/json"],
@@ -160,10 +144,8 @@ pub fn public_card(
         ),
         "skills": skills,
     });
-    add_sign_in(&mut value, policy, identities);
-    if policy
-        .auth_schemes()
-        .contains(&crate::guard::scheme::Scheme::Jwt)
+    add_sign_in(&mut value, settings, identities);
+    if settings.schemes.contains(&Scheme::Jwt)
         && let Some(extension) = super::resource_metadata::extension(door_url)
     {
         let capabilities = &mut value["capabilities"];
@@ -205,7 +187,7 @@ pub fn public_card(
 }
 
 /// The skills of the policy's `[[card.skills]]`.
-fn policy_skills(skills: &[crate::config::SkillPolicy]) -> Vec<Value> {
+fn policy_skills(skills: &[CardSkill]) -> Vec<Value> {
     skills
         .iter()
         .map(|skill| {
@@ -225,13 +207,13 @@ fn policy_skills(skills: &[crate::config::SkillPolicy]) -> Vec<Value> {
 
 /// The ways of signing in besides peergate's own credentials: the public identity providers,
 /// client certificates, and partners' own providers.
-fn add_sign_in(value: &mut Value, policy: &Policy, identities: &CardIdentities) {
+fn add_sign_in(value: &mut Value, settings: &CardSettings, identities: &CardIdentities) {
     let issuers = &identities.issuers;
     for issuer in issuers.iter().filter(|i| i.public) {
         add_issuer(value, issuer);
     }
     if let (true, Some(ca)) = (
-        policy.auth_schemes().contains(&Scheme::Mtls),
+        settings.schemes.contains(&Scheme::Mtls),
         &identities.client_ca_sha256,
     ) {
         value["securitySchemes"][scheme_key(Scheme::Mtls)] = json!({"mtlsSecurityScheme": {
@@ -243,7 +225,7 @@ fn add_sign_in(value: &mut Value, policy: &Policy, identities: &CardIdentities) 
             requirements.push(json!({"schemes": {scheme_key(Scheme::Mtls): {}}}));
         }
     }
-    if policy.auth_schemes().contains(&Scheme::Jwt) && !issuers.iter().any(|i| i.public) {
+    if settings.schemes.contains(&Scheme::Jwt) && !issuers.iter().any(|i| i.public) {
         // The providers are partners' own and are not listed here; the card still says a
         // provider's token is taken (each peer's extended card names its provider).
         value["securitySchemes"][PARTNER_TOKENS] = json!({"httpAuthSecurityScheme": {
@@ -259,9 +241,9 @@ fn add_sign_in(value: &mut Value, policy: &Policy, identities: &CardIdentities) 
 
 /// The schemes the card describes as one entry each; identity providers are described per
 /// issuer (see `issuer_schemes`).
-fn enabled_schemes(policy: &Policy) -> Vec<Scheme> {
-    policy
-        .auth_schemes()
+fn enabled_schemes(settings: &CardSettings) -> Vec<Scheme> {
+    settings
+        .schemes
         .iter()
         .copied()
         .filter(|scheme| !matches!(scheme, Scheme::Jwt | Scheme::Mtls))
@@ -279,9 +261,9 @@ pub fn scheme_key(scheme: Scheme) -> &'static str {
     }
 }
 
-fn security_schemes(policy: &Policy) -> Value {
+fn security_schemes(settings: &CardSettings) -> Value {
     let mut schemes = serde_json::Map::new();
-    for scheme in enabled_schemes(policy) {
+    for scheme in enabled_schemes(settings) {
         let value = match scheme {
             Scheme::Bearer => json!({"httpAuthSecurityScheme": {
                 "scheme": "Bearer",
@@ -293,7 +275,7 @@ fn security_schemes(policy: &Policy) -> Value {
             }}),
             Scheme::ApiKey => json!({"apiKeySecurityScheme": {
                 "location": "header",
-                "name": policy.auth.api_key_header,
+                "name": settings.api_key_header,
                 "description": "An API key issued by this gateway's administrator",
             }}),
             Scheme::Jwt | Scheme::Mtls => continue,
@@ -303,8 +285,8 @@ fn security_schemes(policy: &Policy) -> Value {
     Value::Object(schemes)
 }
 
-fn security_requirements(policy: &Policy) -> Value {
-    enabled_schemes(policy)
+fn security_requirements(settings: &CardSettings) -> Value {
+    enabled_schemes(settings)
         .into_iter()
         // These schemes have no scopes: an empty scope list, which ProtoJSON writes `{}`. The
         // SDKs drop it before canonicalizing, raw-JCS verifiers do not, so the card is signed
@@ -314,23 +296,23 @@ fn security_requirements(policy: &Policy) -> Value {
 }
 
 /// The bindings the policy serves: JSON-RPC always, HTTP+JSON and gRPC when switched on.
-fn interfaces(policy: &Policy, door_url: &str) -> Value {
+fn interfaces(settings: &CardSettings, door_url: &str) -> Value {
     let mut interfaces = vec![json!({
         "url": door_url,
         "protocolBinding": "JSONRPC",
         "protocolVersion": PROTOCOL_VERSION,
     })];
-    if policy.capabilities.http_json {
+    if settings.http_json {
         interfaces.push(json!({
             "url": format!("{door_url}/rest"),
             "protocolBinding": "HTTP+JSON",
             "protocolVersion": PROTOCOL_VERSION,
         }));
     }
-    if let Some(grpc) = &policy.grpc {
+    if let Some(grpc) = &settings.grpc_address {
         // A gRPC interface's URL is the address a client dials: `host:port`.
         interfaces.push(json!({
-            "url": grpc.advertised(),
+            "url": grpc,
             "protocolBinding": "GRPC",
             "protocolVersion": PROTOCOL_VERSION,
         }));
@@ -338,15 +320,15 @@ fn interfaces(policy: &Policy, door_url: &str) -> Value {
     Value::Array(interfaces)
 }
 
-fn capabilities(policy: &Policy) -> Value {
+fn capabilities(settings: &CardSettings) -> Value {
     // Exactly what the policy switched on (`[capabilities]`).
     let mut capabilities = json!({
-        "streaming": policy.capabilities.streaming,
-        "pushNotifications": policy.capabilities.push_notifications,
+        "streaming": settings.streaming,
+        "pushNotifications": settings.push_notifications,
         "extendedAgentCard": true,
     });
-    let extensions: Vec<Value> = policy
-        .card
+    let extensions: Vec<Value> = settings
+        .section
         .extensions
         .iter()
         .map(|extension| {

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod authorize;
 pub mod card;
+pub mod card_settings;
 pub mod events;
 pub mod jsonrpc_binding;
 pub mod operation;

@@ -14,6 +14,20 @@ pub mod reload;
 pub mod roles;
 pub mod service;
 
+/// The largest quota accepted anywhere, in requests per minute.
+pub const MAX_RATE_PER_MINUTE: u32 = 1_000_000_000;
+
+/// The most streams one peer may be allowed to hold open at once.
+pub const MAX_STREAMS_PER_PEER: u32 = 10_000;
+
+/// Whether `name` can name a peer or an administrator: 1 to 64 of letters, digits and `._-`.
+pub fn is_account_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 pub use auth::{
     AdminAuthLayer, AdminAuthenticator, AdminPrincipal, AuthenticatedAdmin, ScrapeToken,
     admin_authenticator,

@@ -67,7 +67,8 @@ impl Documents {
         // The callers' assertions' keys are published beside the card's, when an agent behind
         // the door is sent them.
         let asserts = policy.model.a2a.as_ref().is_some_and(|a2a| {
-            policy.model.backend == crate::config::BackendKind::A2a && a2a.caller_assertion
+            policy.model.backend == crate::backend::settings::BackendKind::A2a
+                && a2a.caller_assertion
         });
         let caller_keys = match asserts {
             true => policy
@@ -114,8 +115,12 @@ impl SignedCards {
         now: Timestamp,
     ) -> Result<Self, StartError> {
         let jku = policy.signing.jwks_url.as_deref();
-        let public_card =
-            card::public_card(policy, inputs.door_url, inputs.identities, inputs.agent);
+        let public_card = card::public_card(
+            &super::settings::card(policy),
+            inputs.door_url,
+            inputs.identities,
+            inputs.agent,
+        );
         // What answers behind the door, as the extended card's own skill names it.
         let what = if inputs.agent.is_some() {
             "agent"

@@ -7,6 +7,7 @@ mod housekeeping;
 mod identity;
 mod open_files;
 mod reload;
+mod settings;
 mod sharing;
 mod telemetry;
 
@@ -191,7 +192,7 @@ impl RunningGateway {
 pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartError> {
     let grpc_bound = grpc_listener(&mut options).await?;
     let policy = &options.policy;
-    let backend = crate::backend::from_policy(&policy.model).await?;
+    let backend = crate::backend::from_settings(&policy.model).await?;
     let store = Store::open_at(&options.store_location()).await?;
     let sharing = Sharing::connect(&options, &store).await?;
     store.claim_for_serving(sharing.serving).await?;
@@ -318,7 +319,7 @@ async fn documents(
     ),
     StartError,
 > {
-    let door_url = card::door_url(&options.policy, listeners.local_addr);
+    let door_url = settings::door_url(&options.policy, listeners.local_addr);
     let identity_providers = identity_providers(&options.policy, &options.clock)?;
     let mut documents = published_documents(
         options,
@@ -728,8 +729,9 @@ fn a2a_routers(
     }
     let mut state = door_state(policy, pipeline.clone(), documents, readiness.clone());
     state.policies = policies;
-    let router = door_router(policy, state, guards, observers.clone());
-    let grpc = grpc_router(policy, pipeline, &readiness, guards, observers);
+    let door = settings::door(policy);
+    let router = door_router(&door, state, guards, observers.clone());
+    let grpc = grpc_router((policy, &door), pipeline, &readiness, guards, observers);
     (readiness, router, grpc)
 }
 
@@ -819,7 +821,7 @@ async fn grpc_listener(
 
 /// The gRPC listener's routes, with `[grpc]`: the same agent behind the same guards.
 fn grpc_router(
-    policy: &Policy,
+    (policy, door): (&Policy, &crate::http::door::DoorSettings),
     pipeline: Pipeline,
     readiness: &Arc<crate::http::ready::Readiness>,
     guards: &DoorGuards,
@@ -832,7 +834,7 @@ fn grpc_router(
         max_message_bytes: policy.server.max_body_bytes,
     };
     Some(crate::http::grpc::grpc_router(
-        policy,
+        door,
         (state, readiness.clone()),
         guards,
         observers.clone(),
@@ -1051,9 +1053,15 @@ fn push_notifications(
         return Ok(None);
     }
     let alone = matches!(serving, crate::store::Serving::Alone);
-    let key = crate::push::seal::SealingKey::load(&policy.push, &options.data_dir, alone)
+    let named = crate::push::seal::KeySource {
+        env: policy.push.key_env.as_deref(),
+        file: policy.push.key_file.as_deref(),
+    };
+    let key = crate::push::seal::SealingKey::load(named, &options.data_dir, alone)
         .map_err(|e| config(&e))?;
-    let callbacks = crate::push::callback::CallbackPolicy::from_policy(&policy.push);
+    let callbacks = crate::push::callback::CallbackPolicy::resolving(
+        policy.push.dangerous_allow_loopback_callbacks,
+    );
     if callbacks.dangerous_allow_loopback {
         tracing::warn!(
             "push.dangerous_allow_loopback_callbacks is on: any peer can make this gateway POST to services on this host"
@@ -1063,7 +1071,7 @@ fn push_notifications(
         store.push(),
         key,
         callbacks,
-        crate::push::PushSettings::from_policy(&policy.push),
+        settings::push(&policy.push),
         options.clock.clone(),
         observers.metrics.clone(),
     );

@@ -14,12 +14,13 @@
 pub mod agent_card;
 pub mod echo;
 pub mod openai;
+pub mod settings;
 pub mod upstream;
 
-use crate::config::{BackendKind, ModelPolicy};
 use crate::store::ConversationMessage;
 pub use agent_card::AgentDescription;
 use async_trait::async_trait;
+use settings::{BackendKind, ModelSettings};
 use std::sync::Arc;
 
 /// Largest response body read from a model server; anything longer fails the task.
@@ -359,26 +360,28 @@ pub(crate) fn classify(error: &reqwest::Error) -> BackendError {
     BackendError::Unreachable
 }
 
-/// Builds the backend the policy names: the one place backends are registered. An upstream
+/// Builds the backend the settings name: the one place backends are registered. An upstream
 /// agent's card is read and verified here, so a card that does not verify stops start-up.
-pub async fn from_policy(model: &ModelPolicy) -> Result<Arc<dyn ModelBackend>, BackendSetupError> {
+pub async fn from_settings(
+    model: &ModelSettings,
+) -> Result<Arc<dyn ModelBackend>, BackendSetupError> {
     match model.backend {
         BackendKind::A2a => {
-            let policy = model
+            let settings = model
                 .a2a
                 .as_ref()
                 .ok_or(BackendSetupError::MissingSection("model.a2a"))?;
             Ok(Arc::new(
-                upstream::UpstreamAgent::connect_waiting(policy).await?,
+                upstream::UpstreamAgent::connect_waiting(settings).await?,
             ))
         }
         BackendKind::Echo => Ok(Arc::new(echo::Echo)),
         BackendKind::Openai => {
-            let policy = model
+            let settings = model
                 .openai
                 .as_ref()
                 .ok_or(BackendSetupError::MissingSection("model.openai"))?;
-            Ok(Arc::new(openai::OpenAi::new(policy)?))
+            Ok(Arc::new(openai::OpenAi::new(settings)?))
         }
     }
 }

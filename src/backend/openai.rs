@@ -1,10 +1,10 @@
 //! An OpenAI-compatible `/chat/completions` client (vLLM, llama.cpp server, Ollama, …).
 
+use super::settings::OpenAiSettings;
 use super::{
     BackendError, BackendSetupError, Completion, MAX_RESPONSE_BYTES, ModelBackend, Pieces, Prompt,
     Usage,
 };
-use crate::config::OpenAiPolicy;
 use crate::net::event_stream::ServerSentEvents;
 use crate::store::ConversationRole;
 use async_trait::async_trait;
@@ -87,10 +87,10 @@ struct ChatUsage {
 }
 
 impl OpenAi {
-    /// A client for the server `policy` names. The agent's timeout bounds each call; the
+    /// A client for the server `settings` names. The agent's timeout bounds each call; the
     /// client bounds only the connection attempt.
-    pub fn new(policy: &OpenAiPolicy) -> Result<Self, BackendSetupError> {
-        let api_key = match &policy.api_key_env {
+    pub fn new(settings: &OpenAiSettings) -> Result<Self, BackendSetupError> {
+        let api_key = match &settings.api_key_env {
             Some(var) => Some(
                 std::env::var(var)
                     .ok()
@@ -100,18 +100,18 @@ impl OpenAi {
             None => None,
         };
         let client = super::upstream_client(
-            &policy.base_url,
-            policy.ca_file.as_deref(),
+            &settings.base_url,
+            settings.ca_file.as_deref(),
             "model.openai.ca_file",
         )?;
         Ok(Self {
             client,
-            url: format!("{}/chat/completions", policy.base_url),
-            model: policy.model.clone(),
+            url: format!("{}/chat/completions", settings.base_url),
+            model: settings.model.clone(),
             api_key,
-            max_tokens: policy.max_tokens,
-            trace_context: policy.trace_context,
-            names_users: policy.user,
+            max_tokens: settings.max_tokens,
+            trace_context: settings.trace_context,
+            names_users: settings.user,
         })
     }
 }

@@ -17,12 +17,12 @@
 //! A JSON-RPC error becomes [`BackendError::Refused`] with its code only, and an HTTP error its
 //! status only: nothing an agent says in an error reaches a peer or the log.
 
+use super::settings::UpstreamSettings;
 use super::{
     AgentReply, BackendError, BackendSetupError, Completion, MAX_RESPONSE_BYTES, ModelBackend,
     Pieces, Prompt, Usage, classify,
 };
 use crate::clock::Clock as _;
-use crate::config::A2aPolicy;
 use crate::jose::caller::{Caller, CallerAssertions};
 use crate::net::event_stream::ServerSentEvents;
 use crate::protocol::types::{Artifact, Part, TaskState, parts_text};
@@ -103,8 +103,8 @@ struct UpstreamMessage {
 impl UpstreamAgent {
     /// Reads and verifies the agent's card and settles where messages go. Fails, naming the
     /// setting, when the card cannot be read, does not verify, or points elsewhere.
-    pub async fn connect(policy: &A2aPolicy) -> Result<Self, BackendSetupError> {
-        let credential = match &policy.token_env {
+    pub async fn connect(settings: &UpstreamSettings) -> Result<Self, BackendSetupError> {
+        let credential = match &settings.token_env {
             None => None,
             Some(var) => {
                 let value = std::env::var(var)
@@ -114,7 +114,7 @@ impl UpstreamAgent {
                         var: var.clone(),
                         setting: "model.a2a.token_env",
                     })?;
-                let (name, value) = match &policy.api_key_header {
+                let (name, value) = match &settings.api_key_header {
                     Some(header) => (header.clone(), value),
                     None => ("authorization".to_owned(), format!("Bearer {value}")),
                 };
@@ -131,19 +131,22 @@ impl UpstreamAgent {
                 Some((name, value))
             }
         };
-        let client =
-            super::upstream_client(&policy.url, policy.ca_file.as_deref(), "model.a2a.ca_file")?;
+        let client = super::upstream_client(
+            &settings.url,
+            settings.ca_file.as_deref(),
+            "model.a2a.ca_file",
+        )?;
         let card_url = format!(
             "{}/.well-known/agent-card.json",
-            policy.url.trim_end_matches('/')
+            settings.url.trim_end_matches('/')
         );
         let card_text = read_card(&client, &card_url).await?;
-        verify(policy, &card_text)?;
+        verify(settings, &card_text)?;
         let card: Value = serde_json::from_str(&card_text)
             .map_err(|_| upstream("model.a2a.url", "the agent's card is not JSON"))?;
-        let rpc_url = match &policy.rpc_url {
+        let rpc_url = match &settings.rpc_url {
             Some(url) => url.clone(),
-            None => card_rpc_url(&card, &policy.url)?,
+            None => card_rpc_url(&card, &settings.url)?,
         };
         // Logged once: connecting is retried only while the agent is not up, before its card.
         let described = super::AgentDescription::of_card(&card);
@@ -164,10 +167,10 @@ impl UpstreamAgent {
                 .clone()
                 .unwrap_or_else(|| "an A2A agent".to_owned()),
             described,
-            trace_context: policy.trace_context,
-            caller_header: policy
+            trace_context: settings.trace_context,
+            caller_header: settings
                 .caller_assertion
-                .then(|| HeaderName::from_bytes(policy.caller_header.as_bytes()).ok())
+                .then(|| HeaderName::from_bytes(settings.caller_header.as_bytes()).ok())
                 .flatten(),
             assertions: std::sync::OnceLock::new(),
         })
@@ -175,17 +178,17 @@ impl UpstreamAgent {
 
     /// [`Self::connect`], retried with backoff (1 s, doubling up to 10 s) while the agent is
     /// not up yet, for at most `model.a2a.startup_wait_seconds`; each wait is logged.
-    pub async fn connect_waiting(policy: &A2aPolicy) -> Result<Self, BackendSetupError> {
-        let deadline = tokio::time::Instant::now() + policy.startup_wait_seconds.duration();
+    pub async fn connect_waiting(settings: &UpstreamSettings) -> Result<Self, BackendSetupError> {
+        let deadline = tokio::time::Instant::now() + settings.startup_wait_seconds.duration();
         let mut pause = Duration::from_secs(1);
         loop {
-            match Self::connect(policy).await {
+            match Self::connect(settings).await {
                 Err(BackendSetupError::NotUp(reason)) => {
                     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                     if left.is_zero() {
                         return Err(BackendSetupError::NotUp(format!(
                             "{reason}; waited {} s, model.a2a.startup_wait_seconds",
-                            policy.startup_wait_seconds.get()
+                            settings.startup_wait_seconds.get()
                         )));
                     }
                     let wait = pause.min(left);
@@ -802,9 +805,9 @@ async fn read_card(client: &reqwest::Client, url: &str) -> Result<String, Backen
 
 /// Verifies the card with the policy's keys, unless the policy dangerously accepts it
 /// unsigned. A signature that fails against the keys given is refused in every case.
-fn verify(policy: &A2aPolicy, card_text: &str) -> Result<(), BackendSetupError> {
+fn verify(settings: &UpstreamSettings, card_text: &str) -> Result<(), BackendSetupError> {
     let mut keys = crate::jose::verify::TrustedKeys::new();
-    if let Some(path) = &policy.card_jwks_file {
+    if let Some(path) = &settings.card_jwks_file {
         let text = std::fs::read_to_string(path).map_err(|e| {
             upstream(
                 "model.a2a.card_jwks_file",
@@ -814,7 +817,7 @@ fn verify(policy: &A2aPolicy, card_text: &str) -> Result<(), BackendSetupError> 
         keys.add_jwks(&text)
             .map_err(|e| upstream("model.a2a.card_jwks_file", e.to_string()))?;
     }
-    if let Some(var) = &policy.card_secret_env {
+    if let Some(var) = &settings.card_secret_env {
         let secret = std::env::var(var)
             .ok()
             .filter(|v| !v.is_empty())
@@ -830,7 +833,7 @@ fn verify(policy: &A2aPolicy, card_text: &str) -> Result<(), BackendSetupError> 
         })?;
     }
     if keys.is_empty() {
-        if !policy.dangerous_accept_unsigned_card {
+        if !settings.dangerous_accept_unsigned_card {
             return Err(upstream(
                 "model.a2a.card_jwks_file",
                 "the keys named hold no usable key, so the agent's card cannot be verified",
@@ -847,7 +850,7 @@ fn verify(policy: &A2aPolicy, card_text: &str) -> Result<(), BackendSetupError> 
             Ok(())
         }
         Err(crate::jose::verify::VerifyError::NoSignature)
-            if policy.dangerous_accept_unsigned_card =>
+            if settings.dangerous_accept_unsigned_card =>
         {
             tracing::warn!(
                 "the upstream agent's card carries no signature; used unverified (model.a2a.dangerous_accept_unsigned_card)"

@@ -14,10 +14,10 @@ mod policy;
 mod records;
 mod store;
 
+use crate::admin::MAX_RATE_PER_MINUTE;
 use crate::admin::{AccountDefaults, AccountService, Caller};
 use crate::app::{GatewayOptions, start};
 use crate::clock::{Clock, SystemClock, Timestamp, rfc3339_millis};
-use crate::config::MAX_RATE_PER_MINUTE;
 use crate::config::Policy;
 use crate::store::Store;
 use admin::AdminCommand;

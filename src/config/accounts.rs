@@ -1,6 +1,7 @@
 //! `[peers]` and `[budgets]`: defaults for new peers and for administrators' model budgets.
 
-use super::{Invalid, MAX_RATE_PER_MINUTE, invalid};
+use super::{Invalid, invalid};
+use crate::admin::MAX_RATE_PER_MINUTE;
 use serde::Deserialize;
 
 /// `[peers]`
@@ -56,7 +57,7 @@ fn default_rate_per_minute() -> u32 {
 impl PeersPolicy {
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         if let Some(owner) = &self.default_owner
-            && !super::is_account_name(owner)
+            && !crate::admin::is_account_name(owner)
         {
             return Err(invalid(
                 "peers.default_owner",

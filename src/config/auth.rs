@@ -1,8 +1,8 @@
 //! `[auth]`: which credentials open the door, and how long a verdict is trusted.
 
-use super::units::Seconds;
 use super::{Invalid, invalid};
 use crate::guard::scheme::Scheme;
+use crate::units::Seconds;
 use serde::Deserialize;
 
 /// `[auth]`

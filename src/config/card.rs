@@ -1,76 +1,9 @@
-//! `[card]`: what the Agent Card says about this gateway.
+//! `[card]`: the checks of what the Agent Card says ([`crate::a2a::card_settings`]) once read.
 
 use super::{Invalid, invalid};
-use serde::Deserialize;
+use crate::a2a::card_settings::CardSection;
 
-/// `[card]`: what the Agent Card says about this gateway.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CardPolicy {
-    /// Agent name.
-    pub name: String,
-    /// Agent description.
-    pub description: String,
-    /// The agent's own version.
-    pub version: String,
-    /// Documentation URL.
-    #[serde(default)]
-    pub documentation_url: Option<String>,
-    /// Icon URL.
-    #[serde(default)]
-    pub icon_url: Option<String>,
-    /// `[card.provider]`
-    #[serde(default)]
-    pub provider: Option<ProviderPolicy>,
-    /// `[[card.skills]]`
-    pub skills: Vec<SkillPolicy>,
-    /// `[[card.extensions]]`
-    #[serde(default)]
-    pub extensions: Vec<ExtensionPolicy>,
-}
-
-/// `[[card.extensions]]`: an A2A extension this agent supports.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExtensionPolicy {
-    /// The extension's URI, matched exactly.
-    pub uri: String,
-    /// What it does.
-    #[serde(default)]
-    pub description: Option<String>,
-    /// Whether every request must activate it (`A2A-Extensions`).
-    #[serde(default)]
-    pub required: bool,
-}
-
-/// `[card.provider]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderPolicy {
-    /// Organisation name.
-    pub organization: String,
-    /// Organisation URL.
-    pub url: String,
-}
-
-/// `[[card.skills]]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SkillPolicy {
-    /// Skill id.
-    pub id: String,
-    /// Skill name.
-    pub name: String,
-    /// Skill description.
-    pub description: String,
-    /// Tags.
-    pub tags: Vec<String>,
-    /// Example prompts.
-    #[serde(default)]
-    pub examples: Vec<String>,
-}
-
-impl CardPolicy {
+impl CardSection {
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         for (key, value) in [
             ("card.name", &self.name),

@@ -1,8 +1,8 @@
 //! `[grpc]`: the gRPC binding (A2A 1.0's `a2a.proto` over HTTP/2) on a listener of its own,
 //! behind the same guard as the door. Off when the section is absent.
 
-use super::units::Seconds;
 use super::{Invalid, invalid};
+use crate::units::Seconds;
 use serde::Deserialize;
 use std::net::SocketAddr;
 

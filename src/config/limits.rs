@@ -1,7 +1,8 @@
 //! `[limits]`: requests per client address, failed authentications, and how many addresses
 //! the limiters track.
 
-use super::{Invalid, MAX_RATE_PER_MINUTE, invalid};
+use super::{Invalid, invalid};
+use crate::admin::MAX_RATE_PER_MINUTE;
 use serde::Deserialize;
 
 /// `[limits]`
@@ -65,7 +66,7 @@ impl LimitsPolicy {
                 "must be between 16 and 10000000",
             ));
         }
-        if !(1..=super::MAX_STREAMS_PER_PEER).contains(&self.streams_per_peer) {
+        if !(1..=crate::admin::MAX_STREAMS_PER_PEER).contains(&self.streams_per_peer) {
             return Err(invalid(
                 "limits.streams_per_peer",
                 "must be between 1 and 10000",

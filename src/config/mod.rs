@@ -20,19 +20,17 @@ mod server;
 mod signing;
 mod tasks;
 mod telemetry;
-pub mod units;
 
 pub use accounts::{BudgetsPolicy, PeersPolicy};
 pub use auth::{AuthPolicy, IssuerPolicy};
 pub use capabilities::CapabilitiesPolicy;
-pub use card::{CardPolicy, ExtensionPolicy, ProviderPolicy, SkillPolicy};
 pub use cluster::ClusterPolicy;
 pub use gate::GatePolicy;
 pub use limits::LimitsPolicy;
 pub use log::{LogFormat, LogPolicy};
-pub use model::{A2aPolicy, BackendKind, ModelPolicy, OpenAiPolicy};
+
 pub use push::PushPolicy;
-pub use server::{ExpiredClientTrust, ServerPolicy, ServerTlsPolicy, check_admin_listen};
+pub use server::{ServerPolicy, check_admin_listen};
 pub use signing::{SigningKeyPolicy, SigningPolicy};
 pub use tasks::{TasksPolicy, UnreadParts};
 pub use telemetry::{PartnerContextPolicy, TelemetryPolicy};
@@ -131,9 +129,9 @@ pub struct Policy {
     /// `[server]`
     pub server: ServerPolicy,
     /// `[card]`
-    pub card: CardPolicy,
+    pub card: crate::a2a::card_settings::CardSection,
     /// `[model]`
-    pub model: ModelPolicy,
+    pub model: crate::backend::settings::ModelSettings,
     /// `[peers]`
     #[serde(default)]
     pub peers: PeersPolicy,
@@ -201,20 +199,6 @@ pub struct AdminPolicy {
     /// with `SIGHUP`.
     #[serde(default)]
     pub reloaders: Vec<String>,
-}
-
-/// The largest quota accepted anywhere, in requests per minute.
-pub const MAX_RATE_PER_MINUTE: u32 = 1_000_000_000;
-
-/// The most streams one peer may be allowed to hold open at once.
-pub const MAX_STREAMS_PER_PEER: u32 = 10_000;
-
-/// Whether `name` can name a peer or an administrator: 1 to 64 of letters, digits and `._-`.
-pub fn is_account_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 impl Policy {
@@ -715,7 +699,10 @@ mod tests {
     #[test]
     fn embedded_default_is_valid() {
         let policy = Policy::parse(EMBEDDED_DEFAULT, &PolicySource::Embedded).unwrap();
-        assert_eq!(policy.model.backend, BackendKind::Echo);
+        assert_eq!(
+            policy.model.backend,
+            crate::backend::settings::BackendKind::Echo
+        );
         assert_eq!(policy.server.a2a_path, "/a2a/v1");
         assert_eq!(policy.tasks.retention_hours, 24);
         assert_eq!(policy.tasks.context_messages, 20);

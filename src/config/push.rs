@@ -1,7 +1,7 @@
 //! `[push]`: how push notifications are kept and delivered (`capabilities.push_notifications`).
 
-use super::units::Seconds;
 use super::{Invalid, invalid};
+use crate::units::Seconds;
 use serde::Deserialize;
 
 /// `[push]`

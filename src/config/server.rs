@@ -1,8 +1,8 @@
 //! `[server]`: where the gateway listens and how long it waits.
 
-use super::units::Seconds;
 use super::{Invalid, invalid};
 use crate::guard::cidr::Cidr;
+use crate::units::Seconds;
 use serde::Deserialize;
 use std::net::SocketAddr;
 
@@ -67,43 +67,7 @@ pub struct ServerPolicy {
     pub admin_hosts: Vec<String>,
     /// `[server.tls]`: the door serves TLS itself, and may ask for client certificates.
     #[serde(default)]
-    pub tls: Option<ServerTlsPolicy>,
-}
-
-/// `[server.tls]`: the door's certificate, and the CA its clients' certificates chain to.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerTlsPolicy {
-    /// The door's certificate chain (PEM), leaf first.
-    pub cert_file: std::path::PathBuf,
-    /// Its private key (PEM).
-    pub key_file: std::path::PathBuf,
-    /// The CA (PEM) client certificates must chain to; with it the door asks for one.
-    #[serde(default)]
-    pub client_ca_file: Option<std::path::PathBuf>,
-    /// Certificate revocation lists (PEM or DER) of that CA and its intermediates.
-    #[serde(default)]
-    pub client_crl_files: Vec<std::path::PathBuf>,
-    /// Whether a connection without a client certificate is refused in the handshake (else a
-    /// client may still use the other schemes).
-    #[serde(default)]
-    pub require_client_certificate: bool,
-    /// What an expired client CA, or a revocation list past its `nextUpdate`, does: `warn`
-    /// (the default: logged at start-up) or `refuse` (start-up stops naming the file, and a
-    /// list that goes out of date while serving fails the handshakes it would have judged).
-    #[serde(default)]
-    pub expired_client_trust: ExpiredClientTrust,
-}
-
-/// `server.tls.expired_client_trust`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExpiredClientTrust {
-    /// Logged at start-up; served as it is.
-    #[default]
-    Warn,
-    /// Start-up stops; a list that goes out of date while serving fails handshakes.
-    Refuse,
+    pub tls: Option<crate::http::server_tls::ServerTlsSettings>,
 }
 
 /// `server.admin_hosts`: host names or IP addresses, nothing more.
@@ -127,7 +91,7 @@ fn check_admin_hosts(hosts: &[String]) -> Result<(), Invalid> {
     ))
 }
 
-impl ServerTlsPolicy {
+impl crate::http::server_tls::ServerTlsSettings {
     fn validate(&self) -> Result<(), Invalid> {
         if self.client_ca_file.is_none()
             && (self.require_client_certificate || !self.client_crl_files.is_empty())

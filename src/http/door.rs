@@ -2,10 +2,8 @@
 //! behind the guard layers in their order.
 
 use super::content_type::is_json;
-use crate::a2a::card;
 use crate::a2a::jsonrpc_binding::{self, Answer};
 use crate::a2a::pipeline::Pipeline;
-use crate::config::Policy;
 use crate::guard::refusal::{self, Refusal};
 use crate::http::document::CachedDocument;
 use crate::layers::auth::{AuthLayer, AuthMode, AuthenticatedPeer, PeerAuthenticator};
@@ -71,24 +69,49 @@ pub(crate) struct DoorGuards {
     pub(crate) authorization: Option<Arc<crate::authz::Authorization>>,
 }
 
+/// What the door's routes and guard are told by the policy; the composition root builds it,
+/// so nothing here reads the policy itself.
+#[derive(Debug, Clone)]
+pub struct DoorSettings {
+    /// The JSON-RPC door's path (`server.a2a_path`).
+    pub a2a_path: String,
+    /// The HTTP+JSON binding's path, when `capabilities.http_json` is on.
+    pub http_json_path: Option<String>,
+    /// Where the RFC 9728 metadata is served: before the path of the door's public URL.
+    pub resource_metadata_path: String,
+    /// Whether a call must name `A2A-Version` (`gate.require_version_header`).
+    pub require_version_header: bool,
+    /// The card's extensions, each with whether a call must name it.
+    pub extensions: Vec<(String, bool)>,
+    /// How long a request may take (`server.request_timeout_seconds`).
+    pub request_timeout: std::time::Duration,
+    /// The largest body read (`server.max_body_bytes`).
+    pub max_body_bytes: usize,
+    /// Proxies whose `X-Forwarded-For` is believed (`server.trusted_proxies`).
+    pub trusted_proxies: Vec<crate::guard::cidr::Cidr>,
+    /// The header a trusted proxy forwards client certificates in, when it does.
+    pub forwarded_certificates: Option<axum::http::HeaderName>,
+    /// Whether each request is logged (`log.access`).
+    pub access_log: bool,
+}
+
 /// The door's listener: the card routes, the A2A door and `/health`, behind their layers.
 pub(crate) fn door_router(
-    policy: &Policy,
+    settings: &DoorSettings,
     state: DoorState,
     guards: &DoorGuards,
     observers: Observers,
 ) -> Router {
-    let a2a_path = policy.server.a2a_path.clone();
+    let a2a_path = &settings.a2a_path;
     let json_rpc = Router::new()
-        .route(&a2a_path, post(door))
+        .route(a2a_path, post(door))
         .route(&format!("{a2a_path}/"), post(door));
     // The HTTP+JSON binding, when on, under the same layers.
-    let bindings = if policy.capabilities.http_json {
-        json_rpc.merge(crate::http::rest::routes(&card::http_json_path(policy)))
-    } else {
-        json_rpc
+    let bindings = match &settings.http_json_path {
+        Some(path) => json_rpc.merge(crate::http::rest::routes(path)),
+        None => json_rpc,
     }
-    .layer(gate(policy));
+    .layer(gate(settings));
     // A credential on the card URL is checked by the same layer as on the door: a valid peer
     // gets the extended card, an invalid credential a 401.
     // The routes that are not A2A calls settle the request's shared admission innermost (an
@@ -101,44 +124,36 @@ pub(crate) fn door_router(
         .layer(AuthLayer::shared(guards.authenticator.clone()).mode(AuthMode::Optional));
     let guarded = Router::new()
         .route("/.well-known/jwks.json", get(jwks_document))
-        .route(&resource_metadata_path(policy), get(resource_metadata))
+        .route(&settings.resource_metadata_path, get(resource_metadata))
         .layer(SettleLayer)
         .merge(card_routes)
-        .merge(behind_peer_guard(bindings, policy, guards));
+        .merge(behind_peer_guard(bindings, settings, guards));
     let routes = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
-        .merge(behind_address_guard(guarded, policy, guards))
+        .merge(behind_address_guard(guarded, settings, guards))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);
-    observed(routes, policy, observers, &a2a_path)
+    observed(routes, settings, observers, a2a_path)
 }
 
 /// The protocol gate of the A2A bindings.
-pub(crate) fn gate(policy: &Policy) -> GateLayer {
-    GateLayer::new(
-        policy.gate.require_version_header,
-        policy
-            .card
-            .extensions
-            .iter()
-            .map(|e| (e.uri.clone(), e.required))
-            .collect(),
-    )
+pub(crate) fn gate(settings: &DoorSettings) -> GateLayer {
+    GateLayer::new(settings.require_version_header, settings.extensions.clone())
 }
 
 /// The guard's inner layers in front of every A2A binding, outer to inner (the layer added last
 /// runs first): authentication, per-peer limit, request timeout, body limit.
 pub(crate) fn behind_peer_guard<S>(
     routes: Router<S>,
-    policy: &Policy,
+    settings: &DoorSettings,
     guards: &DoorGuards,
 ) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
 {
-    let request_timeout = policy.server.request_timeout_seconds.duration();
+    let request_timeout = settings.request_timeout;
     // Each `Router::layer` call boxes every route once more, and each box is cloned for every
     // request: layers are stacked with `ServiceBuilder` (outer first) where their types allow,
     // so a request clones one box per stack instead of one per layer. The body limit changes
@@ -153,7 +168,7 @@ where
                     StatusCode::REQUEST_TIMEOUT,
                     request_timeout,
                 ))
-                .layer(RequestBodyLimitLayer::new(policy.server.max_body_bytes))
+                .layer(RequestBodyLimitLayer::new(settings.max_body_bytes))
                 .layer(DefaultBodyLimit::disable()),
         )
         .layer(
@@ -170,22 +185,17 @@ where
 /// per-address limit.
 pub(crate) fn behind_address_guard<S>(
     routes: Router<S>,
-    policy: &Policy,
+    settings: &DoorSettings,
     guards: &DoorGuards,
 ) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
 {
-    let forwarded_certificates = policy
-        .auth
-        .forwarded_client_certificate_header
-        .as_deref()
-        .and_then(|h| axum::http::HeaderName::from_bytes(h.as_bytes()).ok());
     routes.layer(
         ServiceBuilder::new()
             .layer(
-                ClientAddrLayer::new(policy.trusted_proxies().to_vec())
-                    .forwarding_certificates_in(forwarded_certificates),
+                ClientAddrLayer::new(settings.trusted_proxies.clone())
+                    .forwarding_certificates_in(settings.forwarded_certificates.clone()),
             )
             .layer(guards.per_ip.clone()),
     )
@@ -203,7 +213,7 @@ pub(crate) struct Observers {
 /// exported (so it covers the whole answer, refusals included), and outermost its id.
 pub(crate) fn observed(
     routes: Router,
-    policy: &Policy,
+    settings: &DoorSettings,
     observers: Observers,
     a2a_path: &str,
 ) -> Router {
@@ -218,9 +228,8 @@ pub(crate) fn observed(
             .layer(crate::layers::request_id::RequestIdLayer)
             .option_layer(traced)
             .option_layer(
-                policy
-                    .log
-                    .access
+                settings
+                    .access_log
                     .then(|| crate::layers::access_log::AccessLogLayer::new(a2a_path)),
             )
             .layer(MetricsLayer::new(observers.metrics, a2a_path))
@@ -343,16 +352,6 @@ fn may_read_extended(
     policies.decided(&view, &request).is_ok()
 }
 
-/// Where the door serves its RFC 9728 metadata: the well-known name before the path of the
-/// door's public URL (which a `public_base_url` with a path lengthens), as its challenges say.
-fn resource_metadata_path(policy: &Policy) -> String {
-    let door = card::door_url(policy, std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    let door_path = reqwest::Url::parse(&door)
-        .map(|url| url.path().to_owned())
-        .unwrap_or_else(|_| policy.server.a2a_path.clone());
-    crate::a2a::resource_metadata::path(&door_path)
-}
-
 /// RFC 9728 metadata, readable by any page (no credentials are involved), or 404 without the
 /// `"jwt"` scheme (no token of a provider opens the door).
 async fn resource_metadata(State(state): State<DoorState>, headers: HeaderMap) -> Response {
@@ -393,32 +392,4 @@ pub(crate) async fn method_not_allowed() -> Response {
 
 pub(crate) fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     Refusal::internal(&"a panic", "a request handler panicked").into_response()
-}
-
-#[cfg(test)]
-mod resource_metadata_tests {
-    use super::*;
-
-    /// The route is where the challenges point: before the public URL's whole path.
-    #[test]
-    fn the_metadata_is_served_where_the_challenges_point() {
-        let parse =
-            |text: &str| Policy::parse(text, &crate::config::PolicySource::Embedded).unwrap();
-        let plain = parse("");
-        assert_eq!(
-            resource_metadata_path(&plain),
-            "/.well-known/oauth-protected-resource/a2a/v1"
-        );
-        let behind = parse("[server]\npublic_base_url = \"https://gw.example/agents\"\n");
-        assert_eq!(
-            resource_metadata_path(&behind),
-            "/.well-known/oauth-protected-resource/agents/a2a/v1"
-        );
-        let door =
-            crate::a2a::card::door_url(&behind, std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-        assert_eq!(
-            crate::a2a::resource_metadata::url(&door).unwrap(),
-            format!("https://gw.example{}", resource_metadata_path(&behind))
-        );
-    }
 }

@@ -17,7 +17,6 @@ use crate::a2a::events::EventStream;
 use crate::a2a::operation::{A2aRequest, A2aResponse, CallRefused};
 use crate::a2a::pipeline::{Asked as PipelineAsked, Pipeline};
 use crate::a2a::service::Caller;
-use crate::config::Policy;
 use crate::guard::admission::Admission;
 use crate::guard::refusal::{Refusal, RefusalReason};
 use crate::http::door::{self, DoorGuards};
@@ -132,14 +131,17 @@ const OPERATIONS: [(&str, Method, &str, &str); 11] = [
 /// shape [`as_grpc_status`] reads), the health check in front of it as `/ready` is, and
 /// `UNIMPLEMENTED` for anything else.
 pub(crate) fn grpc_router(
-    policy: &Policy,
+    settings: &door::DoorSettings,
     (state, readiness): (GrpcState, Arc<Readiness>),
     guards: &DoorGuards,
     observers: door::Observers,
 ) -> Router {
-    let a2a = a2a_routes().layer(door::gate(policy));
-    let guarded =
-        door::behind_address_guard(door::behind_peer_guard(a2a, policy, guards), policy, guards);
+    let a2a = a2a_routes().layer(door::gate(settings));
+    let guarded = door::behind_address_guard(
+        door::behind_peer_guard(a2a, settings, guards),
+        settings,
+        guards,
+    );
     let health = post(health_check).with_state(readiness);
     let routes = Router::new()
         .route(&format!("/{HEALTH_SERVICE}/Check"), health)
@@ -148,7 +150,7 @@ pub(crate) fn grpc_router(
         .with_state(state)
         .layer(axum::middleware::from_fn(taking_answers))
         .layer(axum::middleware::map_response(as_grpc_status));
-    door::observed(routes, policy, observers, &format!("/{A2A_SERVICE}"))
+    door::observed(routes, settings, observers, &format!("/{A2A_SERVICE}"))
 }
 
 /// The A2A service's methods, the binding alone (decode, call the pipeline, encode).

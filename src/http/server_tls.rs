@@ -13,18 +13,54 @@
 //! `expired_client_trust = "refuse"`, which also makes the handshake refuse what a list gone
 //! out of date while serving would have judged.
 
-use crate::config::{ExpiredClientTrust, ServerTlsPolicy};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+
+/// `[server.tls]`: the door's certificate, and the CA its clients' certificates chain to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTlsSettings {
+    /// The door's certificate chain (PEM), leaf first.
+    pub cert_file: std::path::PathBuf,
+    /// Its private key (PEM).
+    pub key_file: std::path::PathBuf,
+    /// The CA (PEM) client certificates must chain to; with it the door asks for one.
+    #[serde(default)]
+    pub client_ca_file: Option<std::path::PathBuf>,
+    /// Certificate revocation lists (PEM or DER) of that CA and its intermediates.
+    #[serde(default)]
+    pub client_crl_files: Vec<std::path::PathBuf>,
+    /// Whether a connection without a client certificate is refused in the handshake (else a
+    /// client may still use the other schemes).
+    #[serde(default)]
+    pub require_client_certificate: bool,
+    /// What an expired client CA, or a revocation list past its `nextUpdate`, does: `warn`
+    /// (the default: logged at start-up) or `refuse` (start-up stops naming the file, and a
+    /// list that goes out of date while serving fails the handshakes it would have judged).
+    #[serde(default)]
+    pub expired_client_trust: ExpiredClientTrust,
+}
+
+/// `server.tls.expired_client_trust`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpiredClientTrust {
+    /// Logged at start-up; served as it is.
+    #[default]
+    Warn,
+    /// Start-up stops; a list that goes out of date while serving fails handshakes.
+    Refuse,
+}
 
 /// The door's TLS acceptor offering `alpn` (`http/1.1` for the door, `h2` for the gRPC
 /// listener), and the SHA-256 (hex) of the client CA's certificate when client certificates
 /// are asked for. Names the setting whose file is wrong.
 pub fn acceptor(
-    policy: &ServerTlsPolicy,
+    policy: &ServerTlsSettings,
     alpn: &[u8],
 ) -> Result<(tokio_rustls::TlsAcceptor, Option<String>), String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -93,7 +129,7 @@ pub fn acceptor(
 /// with its setting and date, logged as warnings; under `expired_client_trust = "refuse"` the
 /// first of them as the error that stops start-up.
 pub fn check_client_trust(
-    policy: &ServerTlsPolicy,
+    policy: &ServerTlsSettings,
     now: crate::clock::Timestamp,
 ) -> Result<(), String> {
     let mut stale = Vec::new();

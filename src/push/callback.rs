@@ -47,10 +47,11 @@ impl std::fmt::Debug for CallbackPolicy {
 }
 
 impl CallbackPolicy {
-    /// The policy of `[push]`, resolving through the operating system.
-    pub fn from_policy(policy: &crate::config::PushPolicy) -> Self {
+    /// Callbacks checked against names the operating system resolves; loopback addresses
+    /// too when `dangerous_allow_loopback` (`push.dangerous_allow_loopback_callbacks`).
+    pub fn resolving(dangerous_allow_loopback: bool) -> Self {
         Self {
-            dangerous_allow_loopback: policy.dangerous_allow_loopback_callbacks,
+            dangerous_allow_loopback,
             lookup: Arc::new(SystemLookup),
         }
     }

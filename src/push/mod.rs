@@ -38,19 +38,6 @@ pub struct PushSettings {
     pub timeout: Duration,
 }
 
-impl PushSettings {
-    /// The settings of `[push]`.
-    pub fn from_policy(policy: &crate::config::PushPolicy) -> Self {
-        Self {
-            max_configs_per_task: policy.max_configs_per_task,
-            max_attempts: policy.max_attempts,
-            deliveries_at_once: policy.deliveries_at_once,
-            deliveries_per_peer: policy.deliveries_per_peer,
-            timeout: policy.timeout_seconds.duration(),
-        }
-    }
-}
-
 /// Push notifications as the agent and the delivery loop share them.
 pub struct Push {
     /// Configs and the queue.

@@ -14,6 +14,15 @@ use std::path::Path;
 /// Length of the key, in bytes.
 pub const KEY_BYTES: usize = 32;
 
+/// Where the policy says the key is (`push.key_env`, `push.key_file`); neither names none.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeySource<'a> {
+    /// The environment variable holding it.
+    pub env: Option<&'a str>,
+    /// The file holding it.
+    pub file: Option<&'a str>,
+}
+
 /// File name of the key generated in the data directory when the policy names none.
 pub const GENERATED_KEY_FILE: &str = "push-notification.key";
 
@@ -82,16 +91,16 @@ impl SealingKey {
         })
     }
 
-    /// The key the policy names, or (`allow_generated`) the one in `data_dir`, created on
-    /// first use. Instances serving together must name a shared key, so they pass `false`.
+    /// The key `named` names, or (`allow_generated`) the one in `data_dir`, created on first
+    /// use. Instances serving together must name a shared key, so they pass `false`.
     pub fn load(
-        policy: &crate::config::PushPolicy,
+        named: KeySource<'_>,
         data_dir: &Path,
         allow_generated: bool,
     ) -> Result<Self, SealError> {
         let named = crate::jose::keys::read_secret(
-            policy.key_env.as_deref(),
-            policy.key_file.as_deref(),
+            named.env,
+            named.file,
             ("push.key_env", "push.key_file"),
         )
         .map_err(|reason| SealError::Key {
@@ -221,31 +230,36 @@ mod tests {
     #[test]
     fn the_key_is_named_by_the_policy_or_generated_once_for_a_lone_instance() {
         let dir = tempfile::tempdir().unwrap();
-        let mut policy = crate::config::PushPolicy::default();
-        let refused = SealingKey::load(&policy, dir.path(), false)
+        let refused = SealingKey::load(KeySource::default(), dir.path(), false)
             .unwrap_err()
             .to_string();
         assert!(
             refused.contains("push.key_env") && refused.contains("share"),
             "{refused}"
         );
-        let first = SealingKey::load(&policy, dir.path(), true).unwrap();
+        let first = SealingKey::load(KeySource::default(), dir.path(), true).unwrap();
         let sealed = first.seal("t", "c", &PushSecrets::default());
-        let again = SealingKey::load(&policy, dir.path(), true).unwrap();
+        let again = SealingKey::load(KeySource::default(), dir.path(), true).unwrap();
         assert!(
             again.open("t", "c", &sealed).is_ok(),
             "the generated key is kept"
         );
         let short = dir.path().join("short.key");
         std::fs::write(&short, "AAAAAAAAAAAAAAAAAAAAAA").unwrap();
-        policy.key_file = Some(short.display().to_string());
-        let refused = SealingKey::load(&policy, dir.path(), true)
+        let file = short.display().to_string();
+        let named = KeySource {
+            env: None,
+            file: Some(&file),
+        };
+        let refused = SealingKey::load(named, dir.path(), true)
             .unwrap_err()
             .to_string();
         assert!(refused.contains("16 bytes"), "{refused}");
-        policy.key_file = None;
-        policy.key_env = Some("PEERGATE_TEST_NO_SUCH_PUSH_KEY".to_owned());
-        let refused = SealingKey::load(&policy, dir.path(), true)
+        let named = KeySource {
+            env: Some("PEERGATE_TEST_NO_SUCH_PUSH_KEY"),
+            file: None,
+        };
+        let refused = SealingKey::load(named, dir.path(), true)
             .unwrap_err()
             .to_string();
         assert!(

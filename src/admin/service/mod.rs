@@ -16,8 +16,8 @@ pub use conversations::{ConversationPage, MAX_CONVERSATIONS_PAGE, check_period};
 pub use credentials::{MAX_GRACE_SECONDS, PeerChanged};
 pub use peers::{CreatedPeer, NewPeer, PeerChange};
 
+use crate::admin::{MAX_RATE_PER_MINUTE, MAX_STREAMS_PER_PEER};
 use crate::clock::{Clock, Timestamp, rfc3339_millis};
-use crate::config::{MAX_RATE_PER_MINUTE, MAX_STREAMS_PER_PEER};
 use crate::layers::auth::password::{MIN_PASSWORD_CHARS, PasswordChecker, hash_password};
 use crate::protocol::ids::ContextId;
 use crate::protocol::operations::OperationSet;
@@ -200,7 +200,7 @@ impl std::fmt::Debug for AccountService {
 
 /// Checks a name for a peer or an administrator: 1 to 64 of letters, digits and `._-`.
 pub fn check_name(field: &'static str, name: &str) -> Result<(), ServiceError> {
-    if crate::config::is_account_name(name) {
+    if crate::admin::is_account_name(name) {
         Ok(())
     } else {
         Err(ServiceError::Invalid {
