@@ -1,4 +1,4 @@
-//! Bounded numbers of the policy, read into their types: a value out of range is refused while
+//! Bounded numbers of the policy (durations and counts), read into their types: a value out of range is refused while
 //! the file is read, naming the key and its line, and the code below is handed a `Duration`,
 //! never a count of seconds to convert and check again.
 
@@ -45,6 +45,50 @@ impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for Seconds<MIN, MAX>
     }
 }
 
+/// A count from `MIN` to `MAX` (both allowed): connections, attempts, bytes, entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Bounded<const MIN: u64, const MAX: u64>(u64);
+
+impl<const MIN: u64, const MAX: u64> Bounded<MIN, MAX> {
+    /// `n`, checked where it is written (a default: in a `const` block, so a default out of
+    /// its own range does not compile).
+    pub const fn of(n: u64) -> Self {
+        assert!(n >= MIN && n <= MAX, "a default outside its range");
+        Self(n)
+    }
+
+    /// `n`, if within the bounds.
+    pub fn checked(n: u64) -> Option<Self> {
+        (MIN..=MAX).contains(&n).then_some(Self(n))
+    }
+
+    /// How many.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// How many, as a `u32` (a range past `u32::MAX` does not compile).
+    pub const fn u32(self) -> u32 {
+        const { assert!(MAX <= u32::MAX as u64, "a range past u32") };
+        self.0 as u32
+    }
+
+    /// How many, as a `usize` (a range past 32 bits does not compile).
+    pub const fn usize(self) -> usize {
+        const { assert!(MAX <= u32::MAX as u64, "a range past 32 bits") };
+        self.0 as usize
+    }
+}
+
+impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for Bounded<MIN, MAX> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let n = u64::deserialize(deserializer)?;
+        Self::checked(n).ok_or_else(|| {
+            serde::de::Error::custom(format!("{n}: must be between {MIN} and {MAX}"))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +118,20 @@ mod tests {
         assert!(read("grace = -1\nread = 1").is_err());
         assert_eq!(Seconds::<1, 300>::checked(0), None);
         assert_eq!(const { Seconds::<1, 300>::of(10) }.get(), 10);
+    }
+
+    #[test]
+    fn counts_within_their_bounds_read_and_others_are_refused_naming_the_range() {
+        #[derive(Debug, Deserialize)]
+        struct Counts {
+            attempts: Bounded<1, 50>,
+        }
+        let read = |text: &str| toml::from_str::<Counts>(text).map_err(|e| e.to_string());
+        assert_eq!(read("attempts = 50").unwrap().attempts.u32(), 50);
+        let over = read("attempts = 51").unwrap_err();
+        assert!(over.contains("51: must be between 1 and 50"), "{over}");
+        assert!(over.contains("attempts"), "{over}");
+        assert!(read("attempts = 0").is_err() && read("attempts = -1").is_err());
+        assert_eq!(const { Bounded::<1, 50>::of(8) }.usize(), 8);
     }
 }

@@ -464,7 +464,7 @@ pub(crate) fn policy_files(
 fn account_defaults(policy: &Policy) -> AccountDefaults {
     AccountDefaults {
         default_owner: policy.peers.default_owner.clone(),
-        rate_per_minute: policy.peers.default_rate_per_minute,
+        rate_per_minute: policy.peers.default_rate_per_minute.u32(),
     }
 }
 
@@ -831,7 +831,7 @@ fn grpc_router(
     let state = crate::http::grpc::GrpcState {
         pipeline,
         longest_stream: stream_bounds(policy).longest,
-        max_message_bytes: policy.server.max_body_bytes,
+        max_message_bytes: policy.server.max_body_bytes.usize(),
     };
     Some(crate::http::grpc::grpc_router(
         door,
@@ -940,8 +940,8 @@ impl Listeners {
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         let limits = ConnectionLimits {
             header_read_timeout: policy.server.header_read_timeout_seconds.duration(),
-            max_connections: policy.server.max_connections,
-            max_per_address: policy.server.max_connections_per_address,
+            max_connections: policy.server.max_connections.usize(),
+            max_per_address: policy.server.max_connections_per_address.usize(),
             exempt: policy.server.trusted_proxies.clone().into(),
             write_stall: policy.server.write_stall_seconds.duration(),
             shutdown_grace: policy.server.shutdown_grace_seconds.duration(),
@@ -957,7 +957,7 @@ impl Listeners {
         let grpc_serving = match (self.grpc, grpc_router, &policy.grpc) {
             (Some((listener, _)), Some(router), Some(grpc)) => {
                 let protocol = Protocol::Http2(Http2Limits {
-                    max_concurrent_streams: grpc.max_concurrent_streams,
+                    max_concurrent_streams: grpc.max_concurrent_streams.u32(),
                     idle_timeout: grpc.idle_timeout_seconds.duration(),
                 });
                 Some(tokio::spawn(crate::http::accept::serve(
@@ -1081,9 +1081,9 @@ fn push_notifications(
 fn agent_settings(policy: &Policy) -> AgentSettings {
     AgentSettings {
         instructions: policy.model.instructions.clone(),
-        task_retention: Duration::from_secs(u64::from(policy.tasks.retention_hours) * 3600),
-        context_messages: policy.tasks.context_messages,
-        max_text_bytes: policy.tasks.max_text_bytes,
+        task_retention: Duration::from_secs(policy.tasks.retention_hours.get() * 3600),
+        context_messages: policy.tasks.context_messages.u32(),
+        max_text_bytes: policy.tasks.max_text_bytes.usize(),
         refuse_unread_parts: policy.tasks.unread_parts == crate::config::UnreadParts::Refuse,
         backend_timeout: policy.model.timeout_seconds.duration(),
         non_blocking: policy.capabilities.non_blocking,
@@ -1091,7 +1091,7 @@ fn agent_settings(policy: &Policy) -> AgentSettings {
         streaming: policy.capabilities.streaming,
         subscriptions: policy.capabilities.subscriptions,
         longest_stream: policy.server.request_timeout_seconds.duration(),
-        streams_per_peer: policy.limits.streams_per_peer,
+        streams_per_peer: policy.limits.streams_per_peer.u32(),
     }
 }
 
@@ -1109,8 +1109,8 @@ fn limit_layers(
     shared: &SharedLimits,
 ) -> Result<(PerIpLimitLayer, PerPeerLimitLayer), StartError> {
     let limits = &options.policy.limits;
-    let per_ip_quota = Quota::per_minute(limits.per_ip_per_minute);
-    let capacity = limits.tracked_addresses;
+    let per_ip_quota = Quota::per_minute(limits.per_ip_per_minute.u32());
+    let capacity = limits.tracked_addresses.usize();
     let clock = options.clock.clone();
     let (per_ip, per_peer) = match &shared.admission {
         Some(engine) => (
@@ -1142,8 +1142,8 @@ fn admin_router(
             state.accounts().clone(),
             options.clock.clone(),
             (
-                policy.limits.failed_auth_per_ip_per_minute,
-                policy.limits.tracked_addresses,
+                policy.limits.failed_auth_per_ip_per_minute.u32(),
+                policy.limits.tracked_addresses.usize(),
             ),
             authenticator.passwords().clone(),
             (

@@ -18,8 +18,7 @@ const BESIDES_CONNECTIONS: u64 = 256;
 /// What the policy's connections need.
 fn needed(policy: &Policy) -> u64 {
     let listeners = 1 + u64::from(policy.grpc.is_some());
-    u64::try_from(policy.server.max_connections)
-        .unwrap_or(u64::MAX)
+    (policy.server.max_connections.get())
         .saturating_mul(listeners)
         .saturating_add(BESIDES_CONNECTIONS)
 }

@@ -178,7 +178,7 @@ impl Reloader {
             built.identity = Some(self.identity_providers(policy)?);
         }
         if changed(&|key| key == "limits.per_ip_per_minute") {
-            let quota = Quota::per_minute(policy.limits.per_ip_per_minute);
+            let quota = Quota::per_minute(policy.limits.per_ip_per_minute.u32());
             crate::layers::limit::check_config(quota, 1)
                 .map_err(|e| ReloadRefused(format!("limits.per_ip_per_minute: {e}")))?;
             built.per_ip = Some(quota);

@@ -33,7 +33,7 @@ pub(super) fn door(policy: &Policy) -> DoorSettings {
             .map(|e| (e.uri.clone(), e.required))
             .collect(),
         request_timeout: policy.server.request_timeout_seconds.duration(),
-        max_body_bytes: policy.server.max_body_bytes,
+        max_body_bytes: policy.server.max_body_bytes.usize(),
         trusted_proxies: policy.trusted_proxies().to_vec(),
         forwarded_certificates: (policy.auth.forwarded_client_certificate_header.as_deref())
             .and_then(|h| axum::http::HeaderName::from_bytes(h.as_bytes()).ok()),
@@ -71,10 +71,10 @@ pub(super) fn card(policy: &Policy) -> CardSettings {
 /// How push notifications are kept and delivered (`[push]`).
 pub(super) fn push(push: &crate::config::PushPolicy) -> crate::push::PushSettings {
     crate::push::PushSettings {
-        max_configs_per_task: push.max_configs_per_task,
-        max_attempts: push.max_attempts,
-        deliveries_at_once: push.deliveries_at_once,
-        deliveries_per_peer: push.deliveries_per_peer,
+        max_configs_per_task: push.max_configs_per_task.u32(),
+        max_attempts: push.max_attempts.u32(),
+        deliveries_at_once: push.deliveries_at_once.u32(),
+        deliveries_per_peer: push.deliveries_per_peer.u32(),
         timeout: push.timeout_seconds.duration(),
     }
 }

@@ -209,7 +209,7 @@ fn shared_limits(options: &GatewayOptions, redis: &Redis) -> SharedLimits {
     let failed_auth = RedisLimiter::<IpAddr>::new(
         redis,
         "peergate:failed-auth",
-        options.policy.limits.tracked_addresses,
+        options.policy.limits.tracked_addresses.usize(),
         options.clock.clone(),
     );
     let local = failed_auth.fallback();
@@ -220,7 +220,7 @@ fn shared_limits(options: &GatewayOptions, redis: &Redis) -> SharedLimits {
 }
 
 fn lease(options: &GatewayOptions) -> Duration {
-    Duration::from_secs(u64::from(options.policy.cluster.lease_seconds))
+    options.policy.cluster.lease_seconds.duration()
 }
 
 fn refused(e: RedisSetupError) -> StartError {
@@ -242,8 +242,8 @@ async fn connect(options: &GatewayOptions, url: &str) -> Result<Redis, StartErro
     let cluster = &options.policy.cluster;
     Redis::connect_with(
         url,
-        Duration::from_millis(cluster.redis_timeout_ms),
-        cluster.redis_breaker_timeouts,
+        Duration::from_millis(cluster.redis_timeout_ms.get()),
+        cluster.redis_breaker_timeouts.u32(),
     )
     .await
     .map_err(refused)

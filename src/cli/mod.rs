@@ -393,8 +393,12 @@ async fn accounts(
     let defaults = AccountDefaults {
         default_owner: policy.and_then(|p| p.peers.default_owner.clone()),
         rate_per_minute: policy.map_or_else(
-            || crate::config::PeersPolicy::default().default_rate_per_minute,
-            |p| p.peers.default_rate_per_minute,
+            || {
+                crate::config::PeersPolicy::default()
+                    .default_rate_per_minute
+                    .u32()
+            },
+            |p| p.peers.default_rate_per_minute.u32(),
         ),
     };
     let service = AccountService::new(store, Arc::new(SystemClock), defaults);

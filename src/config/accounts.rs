@@ -1,7 +1,8 @@
 //! `[peers]` and `[budgets]`: defaults for new peers and for administrators' model budgets.
 
 use super::{Invalid, invalid};
-use crate::admin::MAX_RATE_PER_MINUTE;
+
+use crate::units::Bounded;
 use serde::Deserialize;
 
 /// `[peers]`
@@ -10,7 +11,7 @@ use serde::Deserialize;
 pub struct PeersPolicy {
     /// Requests per minute for a peer added without `--rate`.
     #[serde(default = "default_rate_per_minute")]
-    pub default_rate_per_minute: u32,
+    pub default_rate_per_minute: Bounded<1, { crate::admin::MAX_RATE_PER_MINUTE as u64 }>,
     /// Owner of peers added on the command line without `--owner`.
     #[serde(default)]
     pub default_owner: Option<String>,
@@ -50,8 +51,8 @@ fn default_tokens_per_day() -> u64 {
     1_000_000
 }
 
-fn default_rate_per_minute() -> u32 {
-    30
+fn default_rate_per_minute() -> Bounded<1, { crate::admin::MAX_RATE_PER_MINUTE as u64 }> {
+    const { Bounded::of(30) }
 }
 
 impl PeersPolicy {
@@ -62,12 +63,6 @@ impl PeersPolicy {
             return Err(invalid(
                 "peers.default_owner",
                 "must be 1 to 64 of letters, digits and ._-",
-            ));
-        }
-        if !(1..=MAX_RATE_PER_MINUTE).contains(&self.default_rate_per_minute) {
-            return Err(invalid(
-                "peers.default_rate_per_minute",
-                "must be between 1 and 1000000000",
             ));
         }
         Ok(())

@@ -2,7 +2,7 @@
 
 use super::{Invalid, invalid};
 use crate::guard::scheme::Scheme;
-use crate::units::Seconds;
+use crate::units::{Bounded, Seconds};
 use serde::Deserialize;
 
 /// `[auth]`
@@ -21,7 +21,7 @@ pub struct AuthPolicy {
     pub credential_cache_seconds: Seconds<0, 5>,
     /// Argon2 password verifications allowed at once.
     #[serde(default = "default_password_checks_at_once")]
-    pub password_checks_at_once: usize,
+    pub password_checks_at_once: Bounded<1, 64>,
     /// `[[auth.issuers]]`: the identity providers whose access tokens the door accepts (with
     /// `"jwt"` in `schemes`).
     #[serde(default)]
@@ -230,8 +230,8 @@ fn default_api_key_header() -> String {
 fn default_credential_cache_seconds() -> Seconds<0, 5> {
     const { Seconds::of(2) }
 }
-fn default_password_checks_at_once() -> usize {
-    2
+fn default_password_checks_at_once() -> Bounded<1, 64> {
+    const { Bounded::of(2) }
 }
 
 impl AuthPolicy {
@@ -266,12 +266,6 @@ impl AuthPolicy {
                     "must be a valid header name other than Authorization",
                 ));
             }
-        }
-        if !(1..=64).contains(&self.password_checks_at_once) {
-            return Err(invalid(
-                "auth.password_checks_at_once",
-                "must be between 1 and 64",
-            ));
         }
         // Both ways, so neither an enabled scheme with nobody to trust nor a list of issuers
         // nobody asked for passes unnoticed (a check skipped when a list is empty).

@@ -1,7 +1,7 @@
 //! `[cluster]`: how instances serving one store together tell the live from the gone. Read
 //! only when a gateway serves a PostgreSQL store with Redis (several instances).
 
-use super::{Invalid, invalid};
+use crate::units::{Bounded, Seconds};
 use serde::Deserialize;
 
 /// `[cluster]`
@@ -10,15 +10,16 @@ use serde::Deserialize;
 pub struct ClusterPolicy {
     /// How long an instance's lease lasts; it is renewed every third of that. An instance
     /// whose lease lapsed a whole lease ago is gone: a survivor fails its working tasks as
-    /// interrupted within about `lease_seconds` × 7/3 of its death.
+    /// interrupted within about `lease_seconds` × 7/3 of its death. Shorter leases lapse on a
+    /// busy store's hiccup; longer ones leave a dead instance's peers waiting.
     #[serde(default = "default_lease_seconds")]
-    pub lease_seconds: u32,
+    pub lease_seconds: Seconds<2, 300>,
     /// How long a call to Redis waits for its answer, in milliseconds.
     #[serde(default = "default_redis_timeout_ms")]
-    pub redis_timeout_ms: u64,
+    pub redis_timeout_ms: Bounded<50, 10_000>,
     /// Timeouts within a second that open the breaker in front of Redis.
     #[serde(default = "default_redis_breaker_timeouts")]
-    pub redis_breaker_timeouts: u32,
+    pub redis_breaker_timeouts: Bounded<1, 100>,
 }
 
 impl Default for ClusterPolicy {
@@ -31,40 +32,14 @@ impl Default for ClusterPolicy {
     }
 }
 
-fn default_lease_seconds() -> u32 {
-    15
+fn default_lease_seconds() -> Seconds<2, 300> {
+    const { Seconds::of(15) }
 }
 
-fn default_redis_timeout_ms() -> u64 {
-    u64::try_from(crate::shared::redis::DEFAULT_TIMEOUT.as_millis()).unwrap_or(500)
+fn default_redis_timeout_ms() -> Bounded<50, 10_000> {
+    const { Bounded::of(crate::shared::redis::DEFAULT_TIMEOUT.as_millis() as u64) }
 }
 
-fn default_redis_breaker_timeouts() -> u32 {
-    crate::shared::redis::DEFAULT_BREAKER_TIMEOUTS
-}
-
-impl ClusterPolicy {
-    pub(super) fn validate(&self) -> Result<(), Invalid> {
-        // Shorter leases lapse on a busy store's hiccup; longer ones leave a dead instance's
-        // peers waiting.
-        if !(2..=300).contains(&self.lease_seconds) {
-            return Err(invalid(
-                "cluster.lease_seconds",
-                "must be between 2 and 300",
-            ));
-        }
-        if !(50..=10_000).contains(&self.redis_timeout_ms) {
-            return Err(invalid(
-                "cluster.redis_timeout_ms",
-                "must be between 50 and 10000",
-            ));
-        }
-        if !(1..=100).contains(&self.redis_breaker_timeouts) {
-            return Err(invalid(
-                "cluster.redis_breaker_timeouts",
-                "must be between 1 and 100",
-            ));
-        }
-        Ok(())
-    }
+fn default_redis_breaker_timeouts() -> Bounded<1, 100> {
+    const { Bounded::of(crate::shared::redis::DEFAULT_BREAKER_TIMEOUTS as u64) }
 }

@@ -2,7 +2,7 @@
 //! behind the same guard as the door. Off when the section is absent.
 
 use super::{Invalid, invalid};
-use crate::units::Seconds;
+use crate::units::{Bounded, Seconds};
 use serde::Deserialize;
 use std::net::SocketAddr;
 
@@ -17,7 +17,7 @@ pub struct GrpcPolicy {
     pub public_address: Option<String>,
     /// Requests one HTTP/2 connection may have in flight at once.
     #[serde(default = "default_max_concurrent_streams")]
-    pub max_concurrent_streams: u32,
+    pub max_concurrent_streams: Bounded<1, 1000>,
     /// Seconds a connection may have no call open before it is sent GOAWAY (a client opens a
     /// new one when it next calls).
     #[serde(default = "default_idle_timeout_seconds")]
@@ -28,8 +28,8 @@ fn default_idle_timeout_seconds() -> Seconds<1, 3600> {
     const { Seconds::of(60) }
 }
 
-fn default_max_concurrent_streams() -> u32 {
-    100
+fn default_max_concurrent_streams() -> Bounded<1, 1000> {
+    const { Bounded::of(100) }
 }
 
 impl GrpcPolicy {
@@ -59,12 +59,6 @@ impl GrpcPolicy {
                 ));
             }
         }
-        if !(1..=1000).contains(&self.max_concurrent_streams) {
-            return Err(invalid(
-                "grpc.max_concurrent_streams",
-                "must be between 1 and 1000",
-            ));
-        }
         Ok(())
     }
 }
@@ -73,11 +67,11 @@ impl GrpcPolicy {
 mod tests {
     use super::*;
 
-    fn policy(listen: &str, public_address: Option<&str>, streams: u32) -> GrpcPolicy {
+    fn policy(listen: &str, public_address: Option<&str>, streams: u64) -> GrpcPolicy {
         GrpcPolicy {
             listen: listen.parse().unwrap(),
             public_address: public_address.map(str::to_owned),
-            max_concurrent_streams: streams,
+            max_concurrent_streams: Bounded::checked(streams).unwrap(),
             idle_timeout_seconds: default_idle_timeout_seconds(),
         }
     }
@@ -108,8 +102,6 @@ mod tests {
                 "grpc.public_address",
             ),
             ("127.0.0.1:8082", Some(":443"), 100, "grpc.public_address"),
-            ("127.0.0.1:8082", None, 0, "grpc.max_concurrent_streams"),
-            ("127.0.0.1:8082", None, 1001, "grpc.max_concurrent_streams"),
         ] {
             let refused = policy(listen, public, streams).validate().unwrap_err();
             assert_eq!(refused.key, key, "{listen} {public:?} {streams}");

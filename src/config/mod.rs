@@ -380,7 +380,6 @@ impl Policy {
         }
         self.peers.validate()?;
         self.budgets.validate()?;
-        self.cluster.validate()?;
         self.capabilities.validate()?;
         if let Some(grpc) = &self.grpc {
             grpc.validate()?;
@@ -425,8 +424,7 @@ impl Policy {
                 "\"mtls\" needs [server.tls] with client_ca_file, or a trusted proxy forwarding the certificate (auth.forwarded_client_certificate_header)",
             ));
         }
-        self.limits.validate()?;
-        self.tasks.validate()
+        Ok(())
     }
 }
 
@@ -677,7 +675,7 @@ mod tests {
             .with_keys_of(&file, &["card.name".to_owned()])
             .unwrap();
         assert_eq!(next.card.name, "After");
-        assert_eq!(next.limits.per_ip_per_minute, 100);
+        assert_eq!(next.limits.per_ip_per_minute.get(), 100);
         let left: Vec<String> = next.differing_keys(&file).into_iter().collect();
         assert_eq!(left, ["limits.per_ip_per_minute"]);
     }
@@ -704,8 +702,8 @@ mod tests {
             crate::backend::settings::BackendKind::Echo
         );
         assert_eq!(policy.server.a2a_path, "/a2a/v1");
-        assert_eq!(policy.tasks.retention_hours, 24);
-        assert_eq!(policy.tasks.context_messages, 20);
+        assert_eq!(policy.tasks.retention_hours.get(), 24);
+        assert_eq!(policy.tasks.context_messages.get(), 20);
     }
 
     #[test]
@@ -714,8 +712,8 @@ mod tests {
         let policy = Policy::parse(fragment, &PolicySource::File("p.toml".into())).unwrap();
         assert_eq!(policy.server.listen.to_string(), "127.0.0.1:9000");
         // Everything else is the default's, and an array replaces the default's whole.
-        assert_eq!(policy.server.max_body_bytes, 1_048_576);
-        assert_eq!(policy.tasks.retention_hours, 24);
+        assert_eq!(policy.server.max_body_bytes.get(), 1_048_576);
+        assert_eq!(policy.tasks.retention_hours.get(), 24);
         assert_eq!(policy.card.name, "peergate");
         assert_eq!(policy.card.skills.len(), 1);
         assert_eq!(policy.card.skills[0].id, "x");
@@ -854,36 +852,67 @@ mod tests {
         }
     }
 
+    /// Every bounded count is read into its type: a value past either end is refused while
+    /// the file is read, naming the key, its line and the range; one within reads.
     #[test]
-    fn the_redis_timeout_and_breaker_settings_are_kept_in_range_naming_their_key() {
-        for (fragment, key) in [
+    fn every_bounded_count_is_refused_out_of_range_naming_its_key_and_line() {
+        for (section, key, low, high, fine) in [
+            ("limits", "per_ip_per_minute", 0, 1_000_000_001, 60),
             (
-                "[cluster]\nredis_timeout_ms = 10\n",
-                "cluster.redis_timeout_ms",
+                "limits",
+                "failed_auth_per_ip_per_minute",
+                0,
+                1_000_000_001,
+                5,
             ),
-            (
-                "[cluster]\nredis_timeout_ms = 60000\n",
-                "cluster.redis_timeout_ms",
-            ),
-            (
-                "[cluster]\nredis_breaker_timeouts = 0\n",
-                "cluster.redis_breaker_timeouts",
-            ),
+            ("limits", "tracked_addresses", 15, 10_000_001, 16),
+            ("limits", "streams_per_peer", 0, 10_001, 4),
+            ("cluster", "redis_timeout_ms", 49, 10_001, 250),
+            ("cluster", "redis_breaker_timeouts", 0, 101, 5),
+            ("cluster", "lease_seconds", 1, 301, 2),
+            ("server", "max_connections", 0, 1_000_001, 10),
+            ("server", "max_connections_per_address", 0, 1_000_001, 10),
+            ("server", "max_body_bytes", 1023, 67_108_865, 1024),
+            ("auth", "password_checks_at_once", 0, 65, 64),
+            ("tasks", "retention_hours", 0, 8761, 1),
+            ("tasks", "context_messages", -1, 201, 0),
+            ("tasks", "max_text_bytes", 1023, 1_048_577, 1024),
+            ("push", "max_configs_per_task", 0, 101, 1),
+            ("push", "max_attempts", 0, 51, 50),
+            ("push", "deliveries_at_once", 0, 1025, 2),
+            ("peers", "default_rate_per_minute", 0, 1_000_000_001, 1),
         ] {
-            let err = Policy::parse(fragment, &PolicySource::File("p.toml".into()))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.contains(key) && err.contains("must be between"),
-                "{err}"
-            );
+            let parse = |value: i64| {
+                let text = format!("# first\n[{section}]\n{key} = {value}\n");
+                Policy::parse(&text, &PolicySource::File("p.toml".into()))
+                    .map_err(|e| e.to_string())
+            };
+            for value in [low, high] {
+                let err = parse(value).unwrap_err();
+                assert!(
+                    err.contains(&format!("{section}.{key}")) && err.contains("(line 3"),
+                    "{section}.{key} = {value}: {err}"
+                );
+            }
+            assert!(parse(fine).is_ok(), "{section}.{key} = {fine}");
         }
-        let ok = "[cluster]\nredis_timeout_ms = 250\nredis_breaker_timeouts = 5\n";
-        let policy = Policy::parse(ok, &PolicySource::File("p.toml".into())).unwrap();
+        let err = Policy::parse(
+            "[grpc]\nmax_concurrent_streams = 1001\n",
+            &PolicySource::Embedded,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("1001: must be between 1 and 1000"), "{err}");
+        let policy = Policy::parse(
+            "[cluster]\nredis_timeout_ms = 250\nredis_breaker_timeouts = 5\n",
+            &PolicySource::File("p.toml".into()),
+        )
+        .unwrap();
+        let cluster = &policy.cluster;
         assert_eq!(
             (
-                policy.cluster.redis_timeout_ms,
-                policy.cluster.redis_breaker_timeouts
+                cluster.redis_timeout_ms.get(),
+                cluster.redis_breaker_timeouts.get()
             ),
             (250, 5)
         );

@@ -1,7 +1,7 @@
 //! `[push]`: how push notifications are kept and delivered (`capabilities.push_notifications`).
 
 use super::{Invalid, invalid};
-use crate::units::Seconds;
+use crate::units::{Bounded, Seconds};
 use serde::Deserialize;
 
 /// `[push]`
@@ -18,17 +18,17 @@ pub struct PushPolicy {
     pub key_file: Option<String>,
     /// Configs one task may have.
     #[serde(default = "default_max_configs_per_task")]
-    pub max_configs_per_task: u32,
+    pub max_configs_per_task: Bounded<1, 100>,
     /// Attempts per notification before it becomes a dead letter.
     #[serde(default = "default_max_attempts")]
-    pub max_attempts: u32,
+    pub max_attempts: Bounded<1, 50>,
     /// Deliveries in flight at once, per instance.
     #[serde(default = "default_deliveries_at_once")]
-    pub deliveries_at_once: u32,
+    pub deliveries_at_once: Bounded<1, 1024>,
     /// Deliveries of one peer's tasks in flight at once, per instance, so a peer whose
     /// callbacks hang cannot hold every slot.
     #[serde(default = "default_deliveries_per_peer")]
-    pub deliveries_per_peer: u32,
+    pub deliveries_per_peer: Bounded<1, 1024>,
     /// How long one delivery may take, in seconds.
     #[serde(default = "default_timeout_seconds")]
     pub timeout_seconds: Seconds<1, 120>,
@@ -53,17 +53,17 @@ impl Default for PushPolicy {
     }
 }
 
-fn default_max_configs_per_task() -> u32 {
-    10
+fn default_max_configs_per_task() -> Bounded<1, 100> {
+    const { Bounded::of(10) }
 }
-fn default_max_attempts() -> u32 {
-    8
+fn default_max_attempts() -> Bounded<1, 50> {
+    const { Bounded::of(8) }
 }
-fn default_deliveries_at_once() -> u32 {
-    8
+fn default_deliveries_at_once() -> Bounded<1, 1024> {
+    const { Bounded::of(8) }
 }
-fn default_deliveries_per_peer() -> u32 {
-    2
+fn default_deliveries_per_peer() -> Bounded<1, 1024> {
+    const { Bounded::of(2) }
 }
 fn default_timeout_seconds() -> Seconds<1, 120> {
     const { Seconds::of(10) }
@@ -77,19 +77,10 @@ impl PushPolicy {
                 "set one of push.key_env or push.key_file, not both",
             ));
         }
-        for (value, most, key) in [
-            (self.max_configs_per_task, 100, "push.max_configs_per_task"),
-            (self.max_attempts, 50, "push.max_attempts"),
-            (self.deliveries_at_once, 1024, "push.deliveries_at_once"),
-        ] {
-            if !(1..=most).contains(&value) {
-                return Err(invalid(key, format!("must be between 1 and {most}")));
-            }
-        }
-        if !(1..=self.deliveries_at_once).contains(&self.deliveries_per_peer) {
+        if self.deliveries_per_peer > self.deliveries_at_once {
             return Err(invalid(
                 "push.deliveries_per_peer",
-                "must be between 1 and push.deliveries_at_once",
+                "must be at most push.deliveries_at_once",
             ));
         }
         Ok(())

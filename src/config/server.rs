@@ -2,7 +2,7 @@
 
 use super::{Invalid, invalid};
 use crate::guard::cidr::Cidr;
-use crate::units::Seconds;
+use crate::units::{Bounded, Seconds};
 use serde::Deserialize;
 use std::net::SocketAddr;
 
@@ -20,7 +20,7 @@ pub struct ServerPolicy {
     pub a2a_path: String,
     /// Largest request body accepted, in bytes.
     #[serde(default = "default_max_body_bytes")]
-    pub max_body_bytes: usize,
+    pub max_body_bytes: Bounded<1024, 67_108_864>,
     /// Proxies whose `X-Forwarded-For` is believed.
     #[serde(default)]
     pub trusted_proxies: Vec<Cidr>,
@@ -32,11 +32,11 @@ pub struct ServerPolicy {
     pub header_read_timeout_seconds: Seconds<1, 300>,
     /// Connections open at once, per listener.
     #[serde(default = "default_max_connections")]
-    pub max_connections: usize,
+    pub max_connections: Bounded<1, 1_000_000>,
     /// Connections open at once from one client address (IPv6 by /64), per listener; trusted
     /// proxies are exempt.
     #[serde(default = "default_max_connections_per_address")]
-    pub max_connections_per_address: usize,
+    pub max_connections_per_address: Bounded<1, 1_000_000>,
     /// Seconds a write may wait for the client to read before the connection is closed.
     #[serde(default = "default_write_stall_seconds")]
     pub write_stall_seconds: Seconds<1, 600>,
@@ -108,11 +108,11 @@ impl crate::http::server_tls::ServerTlsSettings {
 fn default_header_read_timeout_seconds() -> Seconds<1, 300> {
     const { Seconds::of(10) }
 }
-fn default_max_connections() -> usize {
-    1024
+fn default_max_connections() -> Bounded<1, 1_000_000> {
+    const { Bounded::of(1024) }
 }
-fn default_max_connections_per_address() -> usize {
-    64
+fn default_max_connections_per_address() -> Bounded<1, 1_000_000> {
+    const { Bounded::of(64) }
 }
 fn default_write_stall_seconds() -> Seconds<1, 600> {
     const { Seconds::of(30) }
@@ -166,8 +166,8 @@ fn default_admin_listen() -> SocketAddr {
 fn default_a2a_path() -> String {
     "/a2a/v1".to_owned()
 }
-fn default_max_body_bytes() -> usize {
-    1024 * 1024
+fn default_max_body_bytes() -> Bounded<1024, 67_108_864> {
+    const { Bounded::of(1024 * 1024) }
 }
 
 impl ServerPolicy {
@@ -187,7 +187,6 @@ impl ServerPolicy {
                 "must be an http(s) URL without a trailing `/` or a user, e.g. https://gateway.example.com",
             ));
         }
-        self.validate_limits()?;
         if let Err(reason) = check_admin_listen(self.admin_listen, self.listen) {
             return Err(invalid("server.admin_listen", reason));
         }
@@ -197,29 +196,6 @@ impl ServerPolicy {
                 .map_err(|reason| invalid("server.admin_allowed_origins", reason))?;
         }
         check_admin_hosts(&self.admin_hosts)?;
-        Ok(())
-    }
-
-    /// The connection and body limits: each within its range.
-    fn validate_limits(&self) -> Result<(), Invalid> {
-        if !(1..=1_000_000).contains(&self.max_connections) {
-            return Err(invalid(
-                "server.max_connections",
-                "must be between 1 and 1000000",
-            ));
-        }
-        if !(1..=1_000_000).contains(&self.max_connections_per_address) {
-            return Err(invalid(
-                "server.max_connections_per_address",
-                "must be between 1 and 1000000 (more than server.max_connections is the same as it)",
-            ));
-        }
-        if !(1024..=64 * 1024 * 1024).contains(&self.max_body_bytes) {
-            return Err(invalid(
-                "server.max_body_bytes",
-                "must be between 1024 and 67108864",
-            ));
-        }
         Ok(())
     }
 

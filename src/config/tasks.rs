@@ -1,6 +1,6 @@
 //! `[tasks]`: how long tasks are kept and how much of a context the model sees.
 
-use super::{Invalid, invalid};
+use crate::units::Bounded;
 use serde::Deserialize;
 
 /// `[tasks]`
@@ -9,13 +9,13 @@ use serde::Deserialize;
 pub struct TasksPolicy {
     /// How long a task stays readable with `GetTask`.
     #[serde(default = "default_retention_hours")]
-    pub retention_hours: u32,
+    pub retention_hours: Bounded<1, 8760>,
     /// How many earlier messages of a context go to the model.
     #[serde(default = "default_context_messages")]
-    pub context_messages: u32,
+    pub context_messages: Bounded<0, 200>,
     /// Longest message text passed on; longer text is cut and marked.
     #[serde(default = "default_max_text_bytes")]
-    pub max_text_bytes: usize,
+    pub max_text_bytes: Bounded<1024, 1_048_576>,
     /// What a model backend does with file and URL parts, which it does not read.
     #[serde(default)]
     pub unread_parts: UnreadParts,
@@ -45,33 +45,12 @@ impl Default for TasksPolicy {
     }
 }
 
-fn default_retention_hours() -> u32 {
-    24
+fn default_retention_hours() -> Bounded<1, 8760> {
+    const { Bounded::of(24) }
 }
-fn default_context_messages() -> u32 {
-    20
+fn default_context_messages() -> Bounded<0, 200> {
+    const { Bounded::of(20) }
 }
-fn default_max_text_bytes() -> usize {
-    65_536
-}
-
-impl TasksPolicy {
-    pub(super) fn validate(&self) -> Result<(), Invalid> {
-        if !(1..=24 * 365).contains(&self.retention_hours) {
-            return Err(invalid(
-                "tasks.retention_hours",
-                "must be between 1 and 8760",
-            ));
-        }
-        if self.context_messages > 200 {
-            return Err(invalid("tasks.context_messages", "must be at most 200"));
-        }
-        if !(1024..=1024 * 1024).contains(&self.max_text_bytes) {
-            return Err(invalid(
-                "tasks.max_text_bytes",
-                "must be between 1024 and 1048576",
-            ));
-        }
-        Ok(())
-    }
+fn default_max_text_bytes() -> Bounded<1024, 1_048_576> {
+    const { Bounded::of(65_536) }
 }
