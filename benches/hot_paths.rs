@@ -150,7 +150,6 @@ fn known_ids(c: &mut Criterion) {
 fn exchange_writes(c: &mut Criterion) {
     use peergate::admin::{Caller, NewPeer};
     use peergate::store::{ConversationMessage, ConversationRole, Exchange, ExchangeUsage};
-    use std::sync::Arc;
     const REQUESTS: [usize; 2] = [16, 64];
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -166,7 +165,7 @@ fn exchange_writes(c: &mut Criterion) {
             .unwrap();
         (store.tasks(), created.peer.id)
     });
-    let day: Arc<str> = Arc::from("2026-12-01");
+    let day = peergate::clock::UtcDay::parse("2026-12-01").unwrap();
     let exchange = |task: &str, working: bool| Exchange {
         task_id: task.into(),
         peer_id: peer_id.clone(),
@@ -202,7 +201,7 @@ fn exchange_writes(c: &mut Criterion) {
         },
         usage: (!working).then(|| ExchangeUsage {
             owner_id: "operator".to_owned(),
-            day: day.clone(),
+            day,
             tokens: 100,
         }),
         audit: None,

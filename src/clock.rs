@@ -100,9 +100,108 @@ pub fn rfc3339_millis(at: Timestamp) -> String {
     at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
-/// The UTC day of an instant, `YYYY-MM-DD`.
-pub fn utc_day(at: Timestamp) -> String {
-    at.strftime("%Y-%m-%d").to_string()
+/// A UTC calendar day: what budgets count by and a retiring key is published until. Shown
+/// and stored as `YYYY-MM-DD`, the form whose text order is its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UtcDay(jiff::civil::Date);
+
+impl UtcDay {
+    /// The day `at` falls on, in UTC.
+    pub fn of(at: Timestamp) -> Self {
+        Self(jiff::tz::TimeZone::UTC.to_datetime(at).date())
+    }
+
+    /// Reads `YYYY-MM-DD`, a real day and nothing else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let shaped = text.len() == 10 && text.as_bytes()[4] == b'-' && text.as_bytes()[7] == b'-';
+        shaped.then(|| text.parse().ok().map(Self)).flatten()
+    }
+
+    /// The month it is in.
+    pub fn month(self) -> UtcMonth {
+        UtcMonth(self.0.first_of_month())
+    }
+}
+
+impl std::fmt::Display for UtcDay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:04}-{:02}-{:02}",
+            self.0.year(),
+            self.0.month(),
+            self.0.day()
+        )
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for UtcDay {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom("must be a date such as 2027-01-31"))
+    }
+}
+
+/// A UTC calendar month, shown and stored as `YYYY-MM` (the prefix of its days' form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UtcMonth(jiff::civil::Date);
+
+impl UtcMonth {
+    /// Reads `YYYY-MM`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let day = UtcDay::parse(&format!(
+            "{}-01",
+            text.get(..7).filter(|_| text.len() == 7)?
+        ))?;
+        Some(day.month())
+    }
+}
+
+impl std::fmt::Display for UtcMonth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:04}-{:02}", self.0.year(), self.0.month())
+    }
+}
+
+/// A day or a month, as the usage a report or a budget asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UtcPeriod {
+    /// One day.
+    Day(UtcDay),
+    /// One month.
+    Month(UtcMonth),
+}
+
+impl UtcPeriod {
+    /// Reads `YYYY-MM-DD` or `YYYY-MM`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.len() {
+            10 => UtcDay::parse(text).map(Self::Day),
+            _ => UtcMonth::parse(text).map(Self::Month),
+        }
+    }
+}
+
+impl std::fmt::Display for UtcPeriod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Day(day) => day.fmt(f),
+            Self::Month(month) => month.fmt(f),
+        }
+    }
+}
+
+impl From<UtcDay> for UtcPeriod {
+    fn from(day: UtcDay) -> Self {
+        Self::Day(day)
+    }
+}
+
+impl From<UtcMonth> for UtcPeriod {
+    fn from(month: UtcMonth) -> Self {
+        Self::Month(month)
+    }
 }
 
 /// Parses `YYYY-MM-DD` (midnight UTC) or RFC 3339 (`YYYY-MM-DDTHH:MM:SS[.fff]` with `Z` or an
@@ -182,7 +281,36 @@ mod tests {
             rfc3339_millis(at(1_798_761_599_999)),
             "2026-12-31T23:59:59.999Z"
         );
-        assert_eq!(utc_day(at(1_798_761_599_999)), "2026-12-31");
+        let day = UtcDay::of(at(1_798_761_599_999));
+        assert_eq!(day.to_string(), "2026-12-31");
+        assert_eq!(day.month().to_string(), "2026-12");
+        assert_eq!(UtcDay::of(at(-1)).to_string(), "1969-12-31");
+    }
+
+    #[test]
+    fn days_and_months_read_back_what_they_show_and_nothing_looser() {
+        for text in ["2026-12-31", "2024-02-29", "0001-01-01"] {
+            assert_eq!(UtcDay::parse(text).unwrap().to_string(), text);
+            assert_eq!(UtcPeriod::parse(text).unwrap().to_string(), text);
+        }
+        assert_eq!(UtcPeriod::parse("2026-02").unwrap().to_string(), "2026-02");
+        for bad in [
+            "2026-02-30",
+            "2026-2-03",
+            "20260203",
+            "2026-13",
+            "2026-1",
+            "2026-02-",
+            "",
+        ] {
+            assert_eq!(UtcPeriod::parse(bad), None, "{bad}");
+        }
+        let (day, month) = (
+            UtcDay::parse("2026-12-05").unwrap(),
+            UtcMonth::parse("2026-12"),
+        );
+        assert_eq!(Some(day.month()), month);
+        assert!(UtcDay::parse("2026-12-04").unwrap() < day);
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! budget is not overshot once per instance; while the shared counters cannot be read, each
 //! instance counts on its own as above.
 
-use crate::clock::{Clock, Timestamp, elapsed};
+use crate::clock::{Clock, Timestamp, UtcDay, UtcMonth, UtcPeriod, elapsed};
 use crate::locks::Locked;
 use crate::shared::admission::SpendAsk;
 use crate::shared::spend::{SharedSpend, SpendUnavailable};
@@ -117,7 +117,7 @@ pub enum SharedReading {
         /// The counters.
         counters: [Option<u64>; 4],
         /// The UTC day they were read for (a reading from before midnight is not today's).
-        day: String,
+        day: UtcDay,
     },
     /// Redis did not answer: counted here.
     Unavailable,
@@ -145,7 +145,7 @@ struct CachedBudget {
 struct Spent {
     /// Days since the epoch (UTC), compared on the hot path instead of formatted dates.
     day_index: i64,
-    day: Arc<str>,
+    day: UtcDay,
     day_tokens: u64,
     month_tokens: u64,
 }
@@ -180,11 +180,10 @@ impl std::fmt::Debug for Budgets {
     }
 }
 
-/// The UTC day (`YYYY-MM-DD`) and month (`YYYY-MM`) of an instant.
-pub fn day_and_month(at: Timestamp) -> (String, String) {
-    let day = crate::clock::utc_day(at);
-    let month = day[..7].to_owned();
-    (day, month)
+/// The UTC day and month of an instant.
+pub fn day_and_month(at: Timestamp) -> (UtcDay, UtcMonth) {
+    let day = UtcDay::of(at);
+    (day, day.month())
 }
 
 impl Budgets {
@@ -335,10 +334,10 @@ impl Budgets {
             (Some(_), _) if tokens == 0 => {}
             (Some(_), Some(after)) => after.add(TurnSpent {
                 spenders: vec![owner_id.to_owned(), peer_key.into_owned()],
-                day: day.clone(),
+                day,
                 tokens,
             }),
-            (Some(shared), None) => shared.add(&[owner_id, &peer_key], &day, &day[..7], tokens),
+            (Some(shared), None) => shared.add(&[owner_id, &peer_key], day, day.month(), tokens),
             (None, _) => {}
         }
         ExchangeUsage {
@@ -349,7 +348,7 @@ impl Budgets {
     }
 
     /// Adds `tokens` to what `key` spent today here; returns the day they count for.
-    fn count(&self, key: &str, tokens: u64) -> Arc<str> {
+    fn count(&self, key: &str, tokens: u64) -> UtcDay {
         let now = self.clock.now();
         let today = day_index(now);
         let mut spent = self.spent.locked();
@@ -357,10 +356,10 @@ impl Budgets {
             Some(entry) if entry.day_index == today => {
                 entry.day_tokens = entry.day_tokens.saturating_add(tokens);
                 entry.month_tokens = entry.month_tokens.saturating_add(tokens);
-                entry.day.clone()
+                entry.day
             }
             // Midnight passed during the turn: the next check reloads from the store.
-            _ => Arc::from(day_and_month(now).0),
+            _ => UtcDay::of(now),
         };
         drop(spent);
         day
@@ -431,7 +430,7 @@ impl Budgets {
     fn remember_shared_reading(
         &self,
         owner_id: &str,
-        day: &str,
+        day: UtcDay,
         (day_tokens, month_tokens): (u64, u64),
     ) {
         let day_index = day_index(self.clock.now());
@@ -444,7 +443,7 @@ impl Budgets {
             _ => {
                 let fresh = Spent {
                     day_index,
-                    day: Arc::from(day),
+                    day,
                     day_tokens,
                     month_tokens,
                 };
@@ -454,7 +453,11 @@ impl Budgets {
     }
 
     /// What `spender` spent in `period`, by the store.
-    async fn stored_spending(&self, spender: Spender<'_>, period: &str) -> Result<u64, StoreError> {
+    async fn stored_spending(
+        &self,
+        spender: Spender<'_>,
+        period: UtcPeriod,
+    ) -> Result<u64, StoreError> {
         match spender {
             Spender::Owner(owner_id) => self.store.tokens_spent(owner_id, period).await,
             Spender::Peer(peer_id) => self.store.peer_tokens_spent(peer_id, period).await,
@@ -474,20 +477,20 @@ impl Budgets {
             let (day, month) = day_and_month(self.clock.now());
             let read = match read {
                 Some(read) => read,
-                None => shared.spent(owner_id, &day, &month).await,
+                None => shared.spent(owner_id, day, month).await,
             };
             match read {
                 Ok(Some(spent)) => {
-                    self.remember_shared_reading(owner_id, &day, spent);
+                    self.remember_shared_reading(owner_id, day, spent);
                     return Ok(spent);
                 }
                 Ok(None) => {
                     let spent = (
-                        self.stored_spending(spender, &day).await?,
-                        self.stored_spending(spender, &month).await?,
+                        self.stored_spending(spender, day.into()).await?,
+                        self.stored_spending(spender, month.into()).await?,
                     );
-                    shared.seed(owner_id, &day, &month, spent).await;
-                    self.remember_shared_reading(owner_id, &day, spent);
+                    shared.seed(owner_id, day, month, spent).await;
+                    self.remember_shared_reading(owner_id, day, spent);
                     return Ok(spent);
                 }
                 // Counted here until the shared counters answer again.
@@ -508,9 +511,9 @@ impl Budgets {
         let (day, month) = day_and_month(now);
         let fresh = Spent {
             day_index: today,
-            day_tokens: self.stored_spending(spender, &day).await?,
-            month_tokens: self.stored_spending(spender, &month).await?,
-            day: Arc::from(day),
+            day_tokens: self.stored_spending(spender, day.into()).await?,
+            month_tokens: self.stored_spending(spender, month.into()).await?,
+            day,
         };
         let mut spent = self.spent.locked();
         // A concurrent first request may have seeded today's entry (and counted into it) while

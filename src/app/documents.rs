@@ -58,7 +58,7 @@ impl Documents {
     ) -> Result<Self, StartError> {
         let policy = &options.policy;
         let now = options.clock.now();
-        let today = crate::clock::utc_day(now);
+        let today = crate::clock::UtcDay::of(now);
         let policy_keys = policy
             .signing
             .load_keys(&options.data_dir)
@@ -84,7 +84,7 @@ impl Documents {
         published.extend(caller_keys.published);
         let published = Arc::new(published);
         let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
-            build_jwks(store, &published, &today, now).await?,
+            build_jwks(store, &published, today, now).await?,
         )));
         for key in &policy_keys.signing {
             tracing::info!(kid = key.kid(), alg = key.alg(), "the Agent Card is signed");
@@ -255,14 +255,14 @@ type IssuerExtended = std::collections::HashMap<String, (CachedDocument, String)
 pub(super) struct JwksRefresh {
     pub(super) published: Arc<Vec<keys::PublishedKey>>,
     pub(super) document: Arc<std::sync::RwLock<Arc<CachedDocument>>>,
-    pub(super) day: String,
+    pub(super) day: crate::clock::UtcDay,
 }
 
 /// The JWKS of `published` on `today`, with its validators.
 pub(super) async fn build_jwks(
     store: &Store,
     published: &[keys::PublishedKey],
-    today: &str,
+    today: crate::clock::UtcDay,
     now: Timestamp,
 ) -> Result<CachedDocument, StoreError> {
     let bytes = Bytes::from(keys::jwks_on(published, today).to_string());

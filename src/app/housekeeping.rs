@@ -54,9 +54,9 @@ pub(super) async fn housekeeping(
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
-        let today = crate::clock::utc_day(clock.now());
+        let today = crate::clock::UtcDay::of(clock.now());
         if today != jwks.day {
-            match build_jwks(&store, &jwks.published, &today, clock.now()).await {
+            match build_jwks(&store, &jwks.published, today, clock.now()).await {
                 Ok(document) => {
                     *jwks.document.write_locked() = Arc::new(document);
                     jwks.day = today;

@@ -431,7 +431,7 @@ async fn admins_with_usage(
     let mut listed = Vec::new();
     for admin in accounts.list_admins().await? {
         let (spent, _) = accounts
-            .usage(&Caller::operator(), &admin.id, &today)
+            .usage(&Caller::operator(), &admin.id, today)
             .await?;
         listed.push((admin, spent));
     }

@@ -4,7 +4,7 @@
 
 use super::{CliError, DataDir, on_store, parse_when};
 use crate::admin::Caller;
-use crate::admin::service::check_period;
+use crate::admin::service::read_period;
 use crate::clock::{Clock, SystemClock, rfc3339_millis};
 use crate::store::{ConversationCursor, ConversationQuery};
 use clap::Subcommand;
@@ -251,8 +251,12 @@ pub(super) async fn usage(
     json: bool,
     data: &DataDir,
 ) -> Result<(), CliError> {
-    let period = period.unwrap_or_else(|| crate::clock::utc_day(SystemClock.now()));
-    check_period(&period).map_err(|e| CliError::new(format!("--period: {e}")))?;
+    let period = match period {
+        Some(period) => {
+            read_period(&period).map_err(|e| CliError::new(format!("--period: {e}")))?
+        }
+        None => crate::clock::UtcDay::of(SystemClock.now()).into(),
+    };
     let report = on_store(data, None, async |accounts| {
         let caller = Caller::operator();
         if let Some(name) = &owner {
@@ -264,7 +268,7 @@ pub(super) async fn usage(
             if owner.as_ref().is_some_and(|name| *name != admin.name) {
                 continue;
             }
-            let (tokens, peers) = accounts.usage(&caller, &admin.id, &period).await?;
+            let (tokens, peers) = accounts.usage(&caller, &admin.id, period).await?;
             report.push((admin.name, tokens, peers));
         }
         Ok(report)
@@ -281,7 +285,10 @@ pub(super) async fn usage(
                 json!({"owner": name, "tokens": tokens, "peers": peers})
             })
             .collect();
-        println!("{}", json!({"period": period, "owners": owners}));
+        println!(
+            "{}",
+            json!({"period": period.to_string(), "owners": owners})
+        );
         return Ok(());
     }
     println!(

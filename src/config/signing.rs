@@ -45,7 +45,7 @@ pub struct SigningKeyPolicy {
     pub secret_file: Option<String>,
     /// `YYYY-MM-DD`: the key no longer signs and stays in the JWKS until that day.
     #[serde(default)]
-    pub retiring_until: Option<String>,
+    pub retiring_until: Option<crate::clock::UtcDay>,
 }
 
 impl SigningPolicy {
@@ -93,14 +93,6 @@ fn validate_keys(setting: &'static str, keys: &[SigningKeyPolicy]) -> Result<(),
         if keys[..i].iter().any(|k| k.kid == key.kid) {
             return Err(invalid(setting, "a kid is listed twice"));
         }
-        if let Some(until) = &key.retiring_until
-            && (until.len() != 10 || until.parse::<jiff::civil::Date>().is_err())
-        {
-            return Err(invalid(
-                setting,
-                "retiring_until must be a date such as 2027-01-31",
-            ));
-        }
     }
     Ok(())
 }
@@ -147,7 +139,7 @@ fn load_listed(setting: &str, keys: &[SigningKeyPolicy]) -> Result<PolicyKeys, S
         if let Some(jwk) = key.public_jwk() {
             published.push(PublishedKey {
                 jwk,
-                until: entry.retiring_until.clone(),
+                until: entry.retiring_until,
             });
         }
         if entry.retiring_until.is_none() {

@@ -1291,11 +1291,13 @@ async fn usage(
 ) -> Result<Json<UsageView>, ApiError> {
     let caller = caller(&admin);
     let (day, month) = day_and_month(state.clock.now());
-    let period = query.period.unwrap_or_else(|| day.clone());
-    crate::admin::service::check_period(&period)?;
-    let (tokens_today, peers) = state.service.usage(&caller, admin.id(), &day).await?;
-    let (tokens_this_month, _) = state.service.usage(&caller, admin.id(), &month).await?;
-    let (tokens_in_period, in_period) = state.service.usage(&caller, admin.id(), &period).await?;
+    let period = match &query.period {
+        Some(period) => crate::admin::service::read_period(period)?,
+        None => day.into(),
+    };
+    let (tokens_today, peers) = state.service.usage(&caller, admin.id(), day).await?;
+    let (tokens_this_month, _) = state.service.usage(&caller, admin.id(), month).await?;
+    let (tokens_in_period, in_period) = state.service.usage(&caller, admin.id(), period).await?;
     let budget = state
         .budgets
         .budget(admin.id())
@@ -1314,14 +1316,14 @@ async fn usage(
     Ok(Json(UsageView {
         administrator: admin.name().to_owned(),
         model_allowed: budget.model_allowed,
-        day,
+        day: day.to_string(),
         tokens_today,
         tokens_per_day: budget.tokens_per_day,
-        month,
+        month: month.to_string(),
         tokens_this_month,
         tokens_per_month: budget.tokens_per_month,
         peers_today: views(peers),
-        period,
+        period: period.to_string(),
         tokens_in_period,
         peers_in_period: views(in_period),
     }))

@@ -4,6 +4,7 @@
 //! directory (PKCS#8 PEM, mode 0600) and every later start reuses it, so the default card is
 //! signed, and verifiable against `/.well-known/jwks.json`, from the first run.
 
+use crate::clock::UtcDay;
 use crate::jose::sign::CardSigningKey;
 use base64::Engine as _;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
@@ -104,16 +105,15 @@ pub struct PolicyKeys {
 pub struct PublishedKey {
     /// The public JWK.
     pub jwk: Value,
-    /// The last day it is published, `YYYY-MM-DD`.
-    pub until: Option<String>,
+    /// The last day it is published.
+    pub until: Option<UtcDay>,
 }
 
-/// The JWKS on `today` (`YYYY-MM-DD`): every published key whose day has not passed.
-pub fn jwks_on(published: &[PublishedKey], today: &str) -> Value {
+/// The JWKS on `today`: every published key whose day has not passed.
+pub fn jwks_on(published: &[PublishedKey], today: UtcDay) -> Value {
     let keys: Vec<Value> = published
         .iter()
-        // ISO dates compare correctly as text.
-        .filter(|key| key.until.as_deref().is_none_or(|until| until >= today))
+        .filter(|key| key.until.is_none_or(|until| until >= today))
         .map(|key| key.jwk.clone())
         .collect();
     json!({ "keys": keys })
@@ -257,18 +257,18 @@ mod tests {
             },
             PublishedKey {
                 jwk,
-                until: Some("2027-01-31".to_owned()),
+                until: UtcDay::parse("2027-01-31"),
             },
         ];
         assert_eq!(
-            jwks_on(&published, "2027-01-31")["keys"]
+            jwks_on(&published, UtcDay::parse("2027-01-31").unwrap())["keys"]
                 .as_array()
                 .unwrap()
                 .len(),
             2
         );
         assert_eq!(
-            jwks_on(&published, "2027-02-01")["keys"]
+            jwks_on(&published, UtcDay::parse("2027-02-01").unwrap())["keys"]
                 .as_array()
                 .unwrap()
                 .len(),

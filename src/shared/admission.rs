@@ -29,10 +29,10 @@ pub struct LimitAsk {
 pub struct SpendAsk {
     /// Whose counters: the administrator, then the peer (`peer:ID`).
     pub spenders: [String; 2],
-    /// The UTC day (`YYYY-MM-DD`).
-    pub day: String,
-    /// The UTC month (`YYYY-MM`).
-    pub month: String,
+    /// The UTC day.
+    pub day: crate::clock::UtcDay,
+    /// The UTC month.
+    pub month: crate::clock::UtcMonth,
     /// The caps of the counters in the order read (owner's day, owner's month, peer's day,
     /// peer's month); `None` is no cap.
     pub caps: [Option<u64>; 4],

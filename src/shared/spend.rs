@@ -5,6 +5,7 @@
 //! exist yet is seeded from the store by the first instance that needs it; spending adds only
 //! to counters that exist, so a counter is never started from zero while the store holds more.
 
+use crate::clock::{UtcDay, UtcMonth};
 use async_trait::async_trait;
 
 /// The shared counters could not be read: the caller counts on its own.
@@ -18,15 +19,15 @@ pub trait SharedSpend: Send + Sync + std::fmt::Debug {
     async fn spent(
         &self,
         owner_id: &str,
-        day: &str,
-        month: &str,
+        day: UtcDay,
+        month: UtcMonth,
     ) -> Result<Option<(u64, u64)>, SpendUnavailable>;
     /// Starts the counters of `owner_id` at what the store holds, unless another instance
     /// already did.
-    async fn seed(&self, owner_id: &str, day: &str, month: &str, spent: (u64, u64));
+    async fn seed(&self, owner_id: &str, day: UtcDay, month: UtcMonth, spent: (u64, u64));
     /// Adds `tokens` to the counters of each of `spenders` (an administrator, a peer) that
     /// exist, in one call, without waiting.
-    fn add(&self, spenders: &[&str], day: &str, month: &str, tokens: u64);
+    fn add(&self, spenders: &[&str], day: UtcDay, month: UtcMonth, tokens: u64);
     /// Whether some counters fell short (an increment Redis did not confirm) and wait to be
     /// dropped by the next [`SharedSpend::spent`]: until then they are not read elsewhere.
     fn has_short_counters(&self) -> bool {

@@ -98,8 +98,8 @@ pub struct SpendingAfter(Arc<Mutex<Option<Spent>>>);
 pub struct Spent {
     /// The administrator, then the peer (`peer:ID`).
     pub spenders: Vec<String>,
-    /// The UTC day (`YYYY-MM-DD`).
-    pub day: Arc<str>,
+    /// The UTC day.
+    pub day: crate::clock::UtcDay,
     /// The tokens.
     pub tokens: u64,
 }

@@ -22,7 +22,7 @@ pub(crate) struct Batch<'a> {
     /// Every conversation message the batch adds, with its exchange.
     pub(crate) messages: Vec<(&'a Exchange, &'a ConversationMessage)>,
     /// Tokens and requests per (owner, peer, day).
-    pub(crate) usage: HashMap<(&'a str, &'a str, &'a str), (u64, u64)>,
+    pub(crate) usage: HashMap<(&'a str, &'a str, crate::clock::UtcDay), (u64, u64)>,
 }
 
 /// A conversation message's text as its `body` column holds it: U+0000 as U+2400 (␀).
@@ -62,7 +62,7 @@ impl<'a> Batch<'a> {
             if let Some(spent) = &e.usage {
                 let entry = batch
                     .usage
-                    .entry((&spent.owner_id, &e.peer_id, &spent.day))
+                    .entry((&spent.owner_id, &e.peer_id, spent.day))
                     .or_default();
                 entry.0 = entry.0.saturating_add(spent.tokens);
                 entry.1 += 1;
@@ -98,7 +98,7 @@ mod tests {
             }],
             usage: tokens.map(|tokens| crate::store::ExchangeUsage {
                 owner_id: "a".into(),
-                day: "2026-11-30".into(),
+                day: crate::clock::UtcDay::parse("2026-11-30").unwrap(),
                 tokens,
             }),
             audit: None,
@@ -132,6 +132,7 @@ mod tests {
         assert_eq!(batch.contexts[&("p", "c")], (at(10), at(30)));
         assert_eq!(batch.messages.len(), 3);
         assert_eq!(batch.usage.len(), 1);
-        assert_eq!(batch.usage[&("a", "p", "2026-11-30")], (7, 2));
+        let day = crate::clock::UtcDay::parse("2026-11-30").unwrap();
+        assert_eq!(batch.usage[&("a", "p", day)], (7, 2));
     }
 }

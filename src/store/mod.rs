@@ -35,7 +35,7 @@ pub use records::{
     PushConfigId, PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
 };
 
-use crate::clock::Timestamp;
+use crate::clock::{Timestamp, UtcPeriod};
 use crate::token::{CredentialKind, TokenSecretHash};
 use async_trait::async_trait;
 use std::path::Path;
@@ -322,12 +322,15 @@ pub trait UsageStore: Send + Sync + std::fmt::Debug {
     /// The administrator with this id (their switch and budgets).
     async fn find_admin_by_id(&self, id: &str) -> Result<Option<AdminRecord>, StoreError>;
 
-    /// Tokens an administrator spent on days starting with `period` (`YYYY-MM-DD` for a day,
-    /// `YYYY-MM` for a month).
-    async fn tokens_spent(&self, admin_id: &str, period: &str) -> Result<u64, StoreError>;
+    /// Tokens an administrator spent in `period`.
+    async fn tokens_spent(&self, admin_id: &str, period: UtcPeriod) -> Result<u64, StoreError>;
 
-    /// Tokens one peer spent on days starting with `period`, whoever owned it.
-    async fn peer_tokens_spent(&self, peer_id: &PeerId, period: &str) -> Result<u64, StoreError>;
+    /// Tokens one peer spent in `period`, whoever owned it.
+    async fn peer_tokens_spent(
+        &self,
+        peer_id: &PeerId,
+        period: UtcPeriod,
+    ) -> Result<u64, StoreError>;
 
     /// A peer's own daily token budget; `None` when it has none or is gone.
     async fn peer_tokens_per_day(&self, peer_id: &PeerId) -> Result<Option<u64>, StoreError>;
@@ -336,7 +339,7 @@ pub trait UsageStore: Send + Sync + std::fmt::Debug {
     async fn usage_by_peer(
         &self,
         admin_id: &str,
-        period: &str,
+        period: UtcPeriod,
     ) -> Result<Vec<PeerUsage>, StoreError>;
 }
 

@@ -356,8 +356,8 @@ pub struct WorkingTask {
 pub struct ExchangeUsage {
     /// The administrator charged.
     pub owner_id: String,
-    /// The UTC day, `YYYY-MM-DD`.
-    pub day: std::sync::Arc<str>,
+    /// The UTC day it counts for.
+    pub day: crate::clock::UtcDay,
     /// Tokens read and written.
     pub tokens: u64,
 }

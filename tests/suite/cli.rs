@@ -1765,7 +1765,7 @@ async fn the_operator_reads_conversations_tasks_and_usage_and_every_listing_as_j
     assert!(stderr.contains("no such task"), "{stderr}");
 
     let now = peergate::clock::Clock::now(&peergate::clock::SystemClock);
-    let month = &peergate::clock::utc_day(now)[..7];
+    let month = &peergate::clock::UtcDay::of(now).month().to_string();
     let usage = json_of(&["usage", "--period", month, "--json"]);
     assert_eq!(usage["owners"][0]["owner"], "operator", "{usage}");
     assert_eq!(usage["owners"][0]["peers"][0]["peer"], "alice", "{usage}");

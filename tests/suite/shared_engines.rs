@@ -380,7 +380,8 @@ async fn spending_on_one_instance_is_counted_on_the_other() {
     };
     let redis = Redis::connect(&server.url()).await.unwrap();
     let (a, b) = (RedisSpend::new(&redis), RedisSpend::new(&redis));
-    let (day, month) = ("2026-11-30", "2026-11");
+    let day = peergate::clock::UtcDay::parse("2026-11-30").unwrap();
+    let month = day.month();
     assert_eq!(
         a.spent("adm_1", day, month).await,
         Ok(None),

@@ -3,6 +3,7 @@
 //! PostgreSQL is not installed, failing under CI).
 
 use crate::common::*;
+use peergate::clock::{UtcDay, UtcPeriod};
 use peergate::store::{
     AdminRecord, AdminStatus, AuditAction, AuditEntry, ConversationMessage, ConversationRole,
     DeliveryOutcome, Exchange, ExchangeUsage, PeerRecord, PeerStatus, PushConfigRecord,
@@ -232,7 +233,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             },
             usage: (!text.is_empty()).then(|| ExchangeUsage {
                 owner_id: "adm_1".into(),
-                day: Arc::from("2026-11-30"),
+                day: UtcDay::parse("2026-11-30").unwrap(),
                 tokens: 40,
             }),
             audit: None,
@@ -261,7 +262,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         assert_eq!(
             store
                 .usage()
-                .tokens_spent("adm_1", "2026-11")
+                .tokens_spent("adm_1", UtcPeriod::parse("2026-11").unwrap())
                 .await
                 .unwrap(),
             80,
@@ -270,14 +271,14 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         for (peer, spent) in [("peer_1", 80), ("peer_2", 0)] {
             let tokens = store
                 .usage()
-                .peer_tokens_spent(&peer.into(), "2026-11-30")
+                .peer_tokens_spent(&peer.into(), UtcPeriod::parse("2026-11-30").unwrap())
                 .await
                 .unwrap();
             assert_eq!(tokens, spent, "{engine}: {peer}");
         }
         let by_peer = store
             .usage()
-            .usage_by_peer("adm_1", "2026-11-30")
+            .usage_by_peer("adm_1", UtcPeriod::parse("2026-11-30").unwrap())
             .await
             .unwrap();
         assert_eq!(

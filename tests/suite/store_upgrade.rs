@@ -16,6 +16,7 @@
 //! ones: a store a release wrote must read back exactly as it did.
 
 use crate::common::*;
+use peergate::clock::UtcPeriod;
 use peergate::store::Store;
 use peergate::store::sqlite::DATABASE_FILE;
 use peergate::token::{self, CredentialKind};
@@ -144,7 +145,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     );
     let spent = store
         .usage()
-        .tokens_spent(&alice.owner_id, "2026-11")
+        .tokens_spent(&alice.owner_id, UtcPeriod::parse("2026-11").unwrap())
         .await
         .unwrap();
     assert_eq!(spent, 380);

@@ -185,7 +185,7 @@ impl Turns {
             .ask(peer.owner_id(), peer.id())
             .await
             .map_err(internal)?;
-        let read_day = spend.as_ref().map(|spend| spend.day.clone());
+        let read_day = spend.as_ref().map(|spend| spend.day);
         let lock_asked = prepared.ask.is_some();
         let settled = match caller.admit(spend, prepared.ask.clone()).await {
             Ok(settled) => settled,

@@ -2,29 +2,11 @@
 //! audit log.
 
 use super::*;
+use crate::clock::UtcPeriod;
 
-/// A usage period is a UTC day (`YYYY-MM-DD`) or month (`YYYY-MM`).
-pub fn check_period(period: &str) -> Result<(), ServiceError> {
-    let number = |part: &str, n: usize| {
-        (part.len() == n && part.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| part.parse::<u32>().ok())
-            .flatten()
-    };
-    let parts: Vec<&str> = period.split('-').collect();
-    let month_ok = |year: &str, month: &str| {
-        number(year, 4).is_some() && number(month, 2).is_some_and(|m| (1..=12).contains(&m))
-    };
-    let shaped = match parts.as_slice() {
-        [year, month] => month_ok(year, month),
-        [year, month, day] => {
-            month_ok(year, month) && number(day, 2).is_some_and(|d| (1..=31).contains(&d))
-        }
-        _ => false,
-    };
-    if shaped {
-        return Ok(());
-    }
-    Err(ServiceError::Invalid {
+/// A usage period: a UTC day (`YYYY-MM-DD`) or month (`YYYY-MM`).
+pub fn read_period(period: &str) -> Result<UtcPeriod, ServiceError> {
+    UtcPeriod::parse(period).ok_or_else(|| ServiceError::Invalid {
         field: "period",
         reason: "a UTC day (YYYY-MM-DD) or month (YYYY-MM)".to_owned(),
     })
@@ -178,8 +160,9 @@ impl AccountService {
         &self,
         caller: &Caller,
         admin_id: &str,
-        period: &str,
+        period: impl Into<UtcPeriod>,
     ) -> Result<(u64, Vec<PeerUsage>), ServiceError> {
+        let period = period.into();
         if caller.actor.admin_id().is_some_and(|me| me != admin_id) {
             return Err(ServiceError::Forbidden("usage of another administrator"));
         }

@@ -12,7 +12,7 @@ mod identities;
 mod peers;
 
 pub use admins::{AdminChange, BudgetChange, describe_budget};
-pub use conversations::{ConversationPage, MAX_CONVERSATIONS_PAGE, check_period};
+pub use conversations::{ConversationPage, MAX_CONVERSATIONS_PAGE, read_period};
 pub use credentials::{MAX_GRACE_SECONDS, PeerChanged};
 pub use peers::{CreatedPeer, NewPeer, PeerChange};
 

@@ -164,8 +164,8 @@ impl SharedAdmission for RedisAdmission {
         }
         if let Some(spend) = &ask.spend {
             for spender in &spend.spenders {
-                invocation.key(super::spend::key(spender, &spend.day));
-                invocation.key(super::spend::key(spender, &spend.month));
+                invocation.key(super::spend::key(spender, spend.day));
+                invocation.key(super::spend::key(spender, spend.month));
             }
         }
         if let Some(lock) = &ask.lock {
@@ -229,8 +229,8 @@ mod tests {
             ],
             spend: Some(SpendAsk {
                 spenders: ["o".into(), "peer:p".into()],
-                day: "2026-12-03".into(),
-                month: "2026-12".into(),
+                day: crate::clock::UtcDay::parse("2026-12-03").unwrap(),
+                month: crate::clock::UtcMonth::parse("2026-12").unwrap(),
                 caps: [Some(10), None, None, None],
             }),
             lock: Some(LockAsk {

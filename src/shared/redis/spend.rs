@@ -13,6 +13,7 @@
 //! happen only as a counter starts: once a period, or after Redis lost it.
 
 use super::{Degradation, Redis};
+use crate::clock::{UtcDay, UtcMonth};
 use crate::locks::Locked;
 use crate::shared::spend::{SharedSpend, SpendUnavailable};
 use async_trait::async_trait;
@@ -77,7 +78,7 @@ impl RedisSpend {
 }
 
 /// The counter of `owner_id` (an administrator, or `peer:ID`) for `period`.
-pub(super) fn key(owner_id: &str, period: &str) -> String {
+pub(super) fn key(owner_id: &str, period: impl std::fmt::Display) -> String {
     format!("peergate:spent:{owner_id}:{period}")
 }
 
@@ -86,8 +87,8 @@ impl SharedSpend for RedisSpend {
     async fn spent(
         &self,
         owner_id: &str,
-        day: &str,
-        month: &str,
+        day: UtcDay,
+        month: UtcMonth,
     ) -> Result<Option<(u64, u64)>, SpendUnavailable> {
         if self.health.bypassed() {
             return Err(SpendUnavailable);
@@ -112,7 +113,7 @@ impl SharedSpend for RedisSpend {
         }
     }
 
-    async fn seed(&self, owner_id: &str, day: &str, month: &str, spent: (u64, u64)) {
+    async fn seed(&self, owner_id: &str, day: UtcDay, month: UtcMonth, spent: (u64, u64)) {
         if self.health.bypassed() {
             return;
         }
@@ -143,7 +144,7 @@ impl SharedSpend for RedisSpend {
         !self.short.locked().is_empty()
     }
 
-    fn add(&self, spenders: &[&str], day: &str, month: &str, tokens: u64) {
+    fn add(&self, spenders: &[&str], day: UtcDay, month: UtcMonth, tokens: u64) {
         let mut connection = self.connection.clone();
         let (add, health, short) = (self.add.clone(), self.health.clone(), self.short.clone());
         let keys: Vec<String> = spenders

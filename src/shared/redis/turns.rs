@@ -190,14 +190,13 @@ impl Drop for RedisTurn {
                 let counters: Vec<String> = spent
                     .as_ref()
                     .map(|spent| {
-                        let month = spent.day.get(..7).unwrap_or(&spent.day);
                         spent
                             .spenders
                             .iter()
                             .flat_map(|s| {
                                 [
-                                    super::spend::key(s, &spent.day),
-                                    super::spend::key(s, month),
+                                    super::spend::key(s, spent.day),
+                                    super::spend::key(s, spent.day.month()),
                                 ]
                             })
                             .collect()

@@ -154,7 +154,7 @@ async fn add_usage(
         |mut row, ((owner, peer, day), (tokens, requests))| {
             row.push_bind(*owner)
                 .push_bind(*peer)
-                .push_bind(*day)
+                .push_bind(day.to_string())
                 .push_bind(i64::try_from(*tokens).unwrap_or(i64::MAX))
                 .push_bind(i64::try_from(*requests).unwrap_or(i64::MAX));
         },

@@ -2,7 +2,7 @@
 
 use super::rows::{AdminRow, EntryRow, SummaryRow, UsageRow, admin_columns};
 use super::{SqlEngine, sql};
-use crate::clock::{Timestamp, from_millis};
+use crate::clock::{Timestamp, UtcPeriod, from_millis};
 use crate::protocol::ids::ContextId;
 use crate::store::{
     AdminRecord, ConversationEntry, ConversationQuery, ConversationStore, ConversationSummary,
@@ -77,21 +77,25 @@ impl<E: SqlEngine> UsageStore for E {
         row.map(AdminRow::record).transpose()
     }
 
-    async fn tokens_spent(&self, admin_id: &str, period: &str) -> Result<u64, StoreError> {
+    async fn tokens_spent(&self, admin_id: &str, period: UtcPeriod) -> Result<u64, StoreError> {
         let (total,): (Option<i64>,) = sql("SELECT CAST(SUM(tokens) AS BIGINT) FROM usage \
              WHERE admin_id = $1 AND substr(day, 1, length($2)) = $2")
         .bind(admin_id)
-        .bind(period)
+        .bind(period.to_string())
         .fetch_one(self.reads())
         .await?;
         Ok(u64::try_from(total.unwrap_or(0)).unwrap_or(0))
     }
 
-    async fn peer_tokens_spent(&self, peer_id: &PeerId, period: &str) -> Result<u64, StoreError> {
+    async fn peer_tokens_spent(
+        &self,
+        peer_id: &PeerId,
+        period: UtcPeriod,
+    ) -> Result<u64, StoreError> {
         let (total,): (Option<i64>,) = sql("SELECT CAST(SUM(tokens) AS BIGINT) FROM usage \
              WHERE peer_id = $1 AND substr(day, 1, length($2)) = $2")
         .bind(peer_id)
-        .bind(period)
+        .bind(period.to_string())
         .fetch_one(self.reads())
         .await?;
         Ok(u64::try_from(total.unwrap_or(0)).unwrap_or(0))
@@ -110,7 +114,7 @@ impl<E: SqlEngine> UsageStore for E {
     async fn usage_by_peer(
         &self,
         admin_id: &str,
-        period: &str,
+        period: UtcPeriod,
     ) -> Result<Vec<PeerUsage>, StoreError> {
         let rows: Vec<UsageRow> = sql(
             "SELECT p.name, CAST(SUM(u.tokens) AS BIGINT) AS tokens, \
@@ -119,7 +123,7 @@ impl<E: SqlEngine> UsageStore for E {
              GROUP BY p.name ORDER BY p.name",
         )
         .bind(admin_id)
-        .bind(period)
+        .bind(period.to_string())
         .fetch_all(self.reads())
         .await?;
         Ok(rows.into_iter().map(UsageRow::usage).collect())

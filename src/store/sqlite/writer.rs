@@ -315,7 +315,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
             add.execute(params![
                 owner,
                 peer,
-                day,
+                day.to_string(),
                 i64::try_from(*tokens).unwrap_or(i64::MAX),
                 i64::try_from(*requests).unwrap_or(i64::MAX),
             ])?;
