@@ -200,7 +200,7 @@ fn exchange_writes(c: &mut Criterion) {
             ]
         },
         usage: (!working).then(|| ExchangeUsage {
-            owner_id: "operator".to_owned(),
+            owner_id: "operator".into(),
             day,
             tokens: 100,
         }),

@@ -57,7 +57,7 @@ use crate::layers::auth::{
 };
 use crate::layers::limit::Quota;
 use crate::shared::rate_limit::{LocalLimiter, RateLimiter};
-use crate::store::{CredentialStore, StoreError};
+use crate::store::{AdminId, CredentialStore, StoreError};
 use crate::token::CredentialKind;
 use async_trait::async_trait;
 use axum::extract::FromRequestParts;
@@ -73,7 +73,7 @@ pub enum AdminPrincipal {
     /// An administrator.
     Administrator {
         /// Their id.
-        id: Arc<str>,
+        id: AdminId,
         /// Their name.
         name: Arc<str>,
         /// An auditor: reads, and changes nothing.
@@ -108,14 +108,14 @@ pub type AdminAuthLayer = AuthLayer<AdminPrincipal>;
 /// constructs it, from what the layer verified; the scrape token never becomes one.
 #[derive(Debug, Clone)]
 pub struct AuthenticatedAdmin {
-    id: Arc<str>,
+    id: AdminId,
     name: Arc<str>,
     client: IpAddr,
 }
 
 impl AuthenticatedAdmin {
     /// The administrator's id.
-    pub fn id(&self) -> &str {
+    pub fn id(&self) -> &AdminId {
         &self.id
     }
     /// Their name.
@@ -274,7 +274,7 @@ struct AdminLogins(Arc<dyn CredentialStore>);
 
 fn administrator(login: crate::store::AdminLogin) -> AdminPrincipal {
     AdminPrincipal::Administrator {
-        id: login.id.into(),
+        id: login.id,
         name: login.name.into(),
         auditor: login.auditor,
     }

@@ -25,7 +25,7 @@ use crate::locks::Locked;
 use crate::shared::admission::SpendAsk;
 use crate::shared::spend::{SharedSpend, SpendUnavailable};
 use crate::shared::turns::{SpendingAfter, Spent as TurnSpent};
-use crate::store::{ExchangeUsage, PeerId, StoreError, UsageStore};
+use crate::store::{AdminId, ExchangeUsage, PeerId, StoreError, UsageStore};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -93,7 +93,7 @@ impl BudgetRefusal {
 /// Whose spending is counted: an administrator's, or a peer's own.
 #[derive(Debug, Clone, Copy)]
 enum Spender<'a> {
-    Owner(&'a str),
+    Owner(&'a AdminId),
     Peer(&'a PeerId),
 }
 
@@ -101,7 +101,7 @@ impl Spender<'_> {
     /// The key its spending is counted under, here and in the shared counters.
     fn key(self) -> std::borrow::Cow<'static, str> {
         match self {
-            Self::Owner(id) => std::borrow::Cow::Owned(id.to_owned()),
+            Self::Owner(id) => std::borrow::Cow::Owned(id.as_str().to_owned()),
             Self::Peer(id) => std::borrow::Cow::Owned(format!("peer:{}", id.as_str())),
         }
     }
@@ -221,7 +221,7 @@ impl Budgets {
     /// Whether `peer_id`, acting for `owner_id`, may use the model now.
     pub async fn check(
         &self,
-        owner_id: &str,
+        owner_id: &AdminId,
         peer_id: &PeerId,
     ) -> Result<Result<(), BudgetRefusal>, StoreError> {
         self.check_read(owner_id, peer_id, SharedReading::NotRead)
@@ -232,7 +232,7 @@ impl Budgets {
     /// to be read in the request's admission call (`None` with no shared counters).
     pub async fn ask(
         &self,
-        owner_id: &str,
+        owner_id: &AdminId,
         peer_id: &PeerId,
     ) -> Result<Option<SpendAsk>, StoreError> {
         // Counters left short by an unconfirmed increment are dropped (and seeded again) by the
@@ -245,7 +245,7 @@ impl Budgets {
         let (day, month) = day_and_month(self.clock.now());
         Ok(Some(SpendAsk {
             spenders: [
-                owner_id.to_owned(),
+                owner_id.as_str().to_owned(),
                 Spender::Peer(peer_id).key().into_owned(),
             ],
             day,
@@ -262,7 +262,7 @@ impl Budgets {
     /// [`Budgets::check`], with the shared counters as the admission call read them.
     pub async fn check_read(
         &self,
-        owner_id: &str,
+        owner_id: &AdminId,
         peer_id: &PeerId,
         reading: SharedReading,
     ) -> Result<Result<(), BudgetRefusal>, StoreError> {
@@ -317,12 +317,12 @@ impl Budgets {
     /// call after the answer), else at once.
     pub fn record(
         &self,
-        owner_id: &str,
+        owner_id: &AdminId,
         peer_id: &PeerId,
         tokens: u64,
         after: Option<&SpendingAfter>,
     ) -> ExchangeUsage {
-        let day = self.count(owner_id, tokens);
+        let day = self.count(owner_id.as_str(), tokens);
         // Every peer is counted, budget or not: whether it has one may have changed, or left
         // the cache, while the turn ran. The count moves only once a check has seeded it here
         // (or in the shared counters); until then the store, which records every exchange's
@@ -333,15 +333,17 @@ impl Budgets {
         match (&self.shared, after) {
             (Some(_), _) if tokens == 0 => {}
             (Some(_), Some(after)) => after.add(TurnSpent {
-                spenders: vec![owner_id.to_owned(), peer_key.into_owned()],
+                spenders: vec![owner_id.as_str().to_owned(), peer_key.into_owned()],
                 day,
                 tokens,
             }),
-            (Some(shared), None) => shared.add(&[owner_id, &peer_key], day, day.month(), tokens),
+            (Some(shared), None) => {
+                shared.add(&[owner_id.as_str(), &peer_key], day, day.month(), tokens);
+            }
             (None, _) => {}
         }
         ExchangeUsage {
-            owner_id: owner_id.to_owned(),
+            owner_id: owner_id.clone(),
             day,
             tokens,
         }
@@ -366,8 +368,8 @@ impl Budgets {
     }
 
     /// Drops the cached settings of an administrator, so a change applies to the next request.
-    pub fn forget(&self, owner_id: &str) {
-        self.settings.invalidate(owner_id);
+    pub fn forget(&self, owner_id: &AdminId) {
+        self.settings.invalidate(owner_id.as_str());
     }
 
     /// Drops the cached budget of a peer, so a change applies to the next request.
@@ -397,9 +399,9 @@ impl Budgets {
     }
 
     /// The effective budget of `owner_id` (cached).
-    pub async fn budget(&self, owner_id: &str) -> Result<Budget, StoreError> {
+    pub async fn budget(&self, owner_id: &AdminId) -> Result<Budget, StoreError> {
         let now = self.clock.now();
-        if let Some(cached) = self.settings.get(owner_id)
+        if let Some(cached) = self.settings.get(owner_id.as_str())
             && elapsed(cached.at, now) < self.ttl
         {
             return Ok(cached.budget);
@@ -420,8 +422,10 @@ impl Budgets {
                 tokens_per_month: None,
             },
         };
-        self.settings
-            .insert(owner_id.to_owned(), CachedBudget { budget, at: now });
+        self.settings.insert(
+            owner_id.as_str().to_owned(),
+            CachedBudget { budget, at: now },
+        );
         Ok(budget)
     }
 

@@ -10,7 +10,7 @@
 //! [`Change::to_wire`].
 
 use crate::locks::{Locked, ReadWriteLocked};
-use crate::store::PeerId;
+use crate::store::{AdminId, PeerId};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
@@ -30,7 +30,7 @@ pub enum Change {
         token_id: String,
     },
     /// An administrator's budget or status changed (by their id).
-    Admin(String),
+    Admin(AdminId),
     /// Anything may have changed (changes may have been missed): forget everything.
     Everyone,
     /// An instance reloaded its policy: each reads its own file again (and applies it when
@@ -95,7 +95,7 @@ impl Change {
                 peer_id: wire.id.as_ref().into(),
                 token_id: token.into_owned(),
             },
-            ("admin", _) => Self::Admin(wire.id.into_owned()),
+            ("admin", _) => Self::Admin(wire.id.as_ref().into()),
             ("everyone", _) => Self::Everyone,
             ("policy", _) => Self::Policy,
             _ => return None,

@@ -27,8 +27,8 @@ pub mod sqlite;
 use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::TaskState;
 pub use records::{
-    AdminLogin, AdminRecord, AdminSetting, AdminStatus, AuditAction, AuditActor, AuditEntry,
-    AuditOutcome, AuditRecord, AuditTarget, ConversationCursor, ConversationEntry,
+    AdminId, AdminLogin, AdminRecord, AdminSetting, AdminStatus, AuditAction, AuditActor,
+    AuditEntry, AuditOutcome, AuditRecord, AuditTarget, ConversationCursor, ConversationEntry,
     ConversationMessage, ConversationQuery, ConversationRole, ConversationSummary,
     CredentialRecord, DeliveryOutcome, Exchange, ExchangeUsage, FailedDelivery, IdentityKind,
     ListedTask, PeerId, PeerIdentity, PeerLogin, PeerRecord, PeerSetting, PeerStatus, PeerUsage,
@@ -294,7 +294,7 @@ pub trait PushStore: Send + Sync + std::fmt::Debug {
     /// Deliveries given up, newest first, of the peers of `owner_id` (every peer's for `None`).
     async fn failed_deliveries(
         &self,
-        owner_id: Option<&str>,
+        owner_id: Option<&AdminId>,
         limit: u32,
     ) -> Result<Vec<FailedDelivery>, StoreError>;
 }
@@ -320,10 +320,10 @@ pub trait ConversationStore: Send + Sync + std::fmt::Debug {
 #[async_trait]
 pub trait UsageStore: Send + Sync + std::fmt::Debug {
     /// The administrator with this id (their switch and budgets).
-    async fn find_admin_by_id(&self, id: &str) -> Result<Option<AdminRecord>, StoreError>;
+    async fn find_admin_by_id(&self, id: &AdminId) -> Result<Option<AdminRecord>, StoreError>;
 
     /// Tokens an administrator spent in `period`.
-    async fn tokens_spent(&self, admin_id: &str, period: UtcPeriod) -> Result<u64, StoreError>;
+    async fn tokens_spent(&self, admin_id: &AdminId, period: UtcPeriod) -> Result<u64, StoreError>;
 
     /// Tokens one peer spent in `period`, whoever owned it.
     async fn peer_tokens_spent(
@@ -338,7 +338,7 @@ pub trait UsageStore: Send + Sync + std::fmt::Debug {
     /// Tokens and requests per peer of an administrator in `period`.
     async fn usage_by_peer(
         &self,
-        admin_id: &str,
+        admin_id: &AdminId,
         period: UtcPeriod,
     ) -> Result<Vec<PeerUsage>, StoreError>;
 }
@@ -357,7 +357,7 @@ pub trait AccountStore: Send + Sync + std::fmt::Debug {
     async fn list_admins(&self) -> Result<Vec<AdminRecord>, StoreError>;
 
     /// Every peer (of one administrator, or all), oldest first.
-    async fn list_peers(&self, owner_id: Option<&str>) -> Result<Vec<PeerRecord>, StoreError>;
+    async fn list_peers(&self, owner_id: Option<&AdminId>) -> Result<Vec<PeerRecord>, StoreError>;
 
     /// The peer named `name`.
     async fn find_peer(&self, name: &str) -> Result<Option<PeerRecord>, StoreError>;
@@ -374,7 +374,7 @@ pub trait AccountStore: Send + Sync + std::fmt::Debug {
     async fn audit_since(
         &self,
         since: Timestamp,
-        owner_id: Option<&str>,
+        owner_id: Option<&AdminId>,
     ) -> Result<Vec<AuditRecord>, StoreError>;
 }
 
@@ -400,18 +400,21 @@ pub trait AccountChanges: Send + std::fmt::Debug {
         password_hash: Option<&str>,
     ) -> Result<(), StoreError>;
     /// Writes one setting of an administrator.
-    async fn set_admin(&mut self, admin_id: &str, setting: &AdminSetting)
-    -> Result<(), StoreError>;
+    async fn set_admin(
+        &mut self,
+        admin_id: &AdminId,
+        setting: &AdminSetting,
+    ) -> Result<(), StoreError>;
     /// Revokes every live administrator token of an administrator.
     async fn revoke_admin_tokens(
         &mut self,
-        admin_id: &str,
+        admin_id: &AdminId,
         now: Timestamp,
     ) -> Result<(), StoreError>;
     /// Adds an administrator token.
     async fn insert_admin_token(
         &mut self,
-        admin_id: &str,
+        admin_id: &AdminId,
         token_id: &str,
         secret_hash: &TokenSecretHash,
         now: Timestamp,
@@ -461,14 +464,14 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     /// to anyone already is [`StoreError::IdentityTaken`].
     async fn bind_admin_identity(
         &mut self,
-        admin_id: &str,
+        admin_id: &AdminId,
         (issuer, subject): (&str, &str),
         now: Timestamp,
     ) -> Result<(), StoreError>;
     /// Unbinds it; returns whether it was bound to this administrator.
     async fn unbind_admin_identity(
         &mut self,
-        admin_id: &str,
+        admin_id: &AdminId,
         (issuer, subject): (&str, &str),
     ) -> Result<bool, StoreError>;
     /// Unbinds an identity from a peer; returns whether it was bound to it.
@@ -486,7 +489,11 @@ pub trait AccountChanges: Send + std::fmt::Debug {
     ) -> Result<bool, StoreError>;
 
     /// Disables an administrator and revokes their administrator tokens.
-    async fn disable_admin(&mut self, admin_id: &str, now: Timestamp) -> Result<(), StoreError> {
+    async fn disable_admin(
+        &mut self,
+        admin_id: &AdminId,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
         self.set_admin(admin_id, &AdminSetting::Status(AdminStatus::Disabled))
             .await?;
         self.revoke_admin_tokens(admin_id, now).await

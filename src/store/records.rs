@@ -16,6 +16,13 @@ crate::protocol::ids::text_id! {
 }
 
 crate::protocol::ids::text_id! {
+    /// An administrator's stable id (`adm_…`): what peers, budgets, usage and audit records
+    /// belong to; never a name (which may be reused) nor a peer's id. Shared (`Arc<str>`),
+    /// because every authenticated request carries its peer's owner through the layers.
+    AdminId(std::sync::Arc<str>)
+}
+
+crate::protocol::ids::text_id! {
     /// A push-notification config's id within its task (the peer's, or one the gateway chose).
     PushConfigId(String)
 }
@@ -182,7 +189,7 @@ pub struct PeerRecord {
     /// Last authenticated request (updated at most once a minute).
     pub last_used_at: Option<Timestamp>,
     /// The administrator the peer acts for.
-    pub owner_id: String,
+    pub owner_id: AdminId,
     /// That administrator's name.
     pub owner_name: String,
     /// When the peer stops being let in; `None` for never.
@@ -236,7 +243,7 @@ pub struct PeerLogin {
     /// The operations it may call; `None`: every one the policy offers.
     pub operations: Option<crate::protocol::operations::OperationSet>,
     /// The administrator the peer acts for.
-    pub owner_id: String,
+    pub owner_id: AdminId,
     /// When the peer expires.
     pub valid_until: Option<Timestamp>,
 }
@@ -355,7 +362,7 @@ pub struct WorkingTask {
 #[derive(Debug, Clone)]
 pub struct ExchangeUsage {
     /// The administrator charged.
-    pub owner_id: String,
+    pub owner_id: AdminId,
     /// The UTC day it counts for.
     pub day: crate::clock::UtcDay,
     /// Tokens read and written.
@@ -366,7 +373,7 @@ pub struct ExchangeUsage {
 #[derive(Debug, Clone)]
 pub struct AdminRecord {
     /// Stable id.
-    pub id: String,
+    pub id: AdminId,
     /// Unique name, also the Basic login.
     pub name: String,
     /// Whether they may sign in.
@@ -389,7 +396,7 @@ pub struct AdminRecord {
 #[derive(Debug, Clone)]
 pub struct AdminLogin {
     /// The administrator.
-    pub id: String,
+    pub id: AdminId,
     /// Its name.
     pub name: String,
     /// Argon2id PHC string, if a password was set.
@@ -419,7 +426,7 @@ pub struct AuditEntry {
     /// Non-secret particulars (a new quota, a grace period).
     pub detail: String,
     /// The administrator whose account the record belongs to, so each sees their own.
-    pub owner_id: Option<String>,
+    pub owner_id: Option<AdminId>,
 }
 
 /// Who did what an audit record says; stored as `operator`, `admin:NAME`, `peer:NAME` or
@@ -578,7 +585,7 @@ pub struct ConversationSummary {
 #[derive(Debug, Clone, Default)]
 pub struct ConversationQuery {
     /// Only this administrator's peers' (`None`: everyone's, for the operator).
-    pub owner_id: Option<String>,
+    pub owner_id: Option<AdminId>,
     /// Only this peer's (by name).
     pub peer: Option<String>,
     /// Last message at or after this time.

@@ -233,7 +233,7 @@ fn entry(action: AuditAction, offset: i64, owner: Option<&str>) -> AuditEntry {
         outcome: peergate::store::AuditOutcome::Ok,
         client: "local".into(),
         detail: format!("step at {offset}"),
-        owner_id: owner.map(str::to_owned),
+        owner_id: owner.map(Into::into),
     }
 }
 
@@ -358,20 +358,20 @@ fn admin_change_steps() -> Vec<Step> {
     vec![
         step!("AccountChanges::set_admin: status: active", |s| in_change!(
             s,
-            |c| c.set_admin("adm_2", &AdminSetting::Status(AdminStatus::Active))
+            |c| c.set_admin(&"adm_2".into(), &AdminSetting::Status(AdminStatus::Active))
         )),
         step!("AccountChanges::set_admin: role: admin", |s| in_change!(
             s,
-            |c| c.set_admin("adm_2", &AdminSetting::Auditor(false))
+            |c| c.set_admin(&"adm_2".into(), &AdminSetting::Auditor(false))
         )),
         step!("AccountChanges::set_admin: role: auditor", |s| in_change!(
             s,
-            |c| c.set_admin("adm_2", &AdminSetting::Auditor(true))
+            |c| c.set_admin(&"adm_2".into(), &AdminSetting::Auditor(true))
         )),
         step!(
             "AccountChanges::set_admin: budget: a month past i64",
             |s| in_change!(s, |c| c.set_admin(
-                "adm_2",
+                &"adm_2".into(),
                 &AdminSetting::Budget {
                     model_allowed: true,
                     tokens_per_day: Some(100),
@@ -381,18 +381,23 @@ fn admin_change_steps() -> Vec<Step> {
         ),
         step!("AccountChanges::set_admin: password", |s| in_change!(
             s,
-            |c| c.set_admin("adm_2", &AdminSetting::PasswordHash("$argon2id$ops".into()))
+            |c| c.set_admin(
+                &"adm_2".into(),
+                &AdminSetting::PasswordHash("$argon2id$ops".into())
+            )
         )),
         step!(
             "AccountChanges::set_admin: status: of an unknown administrator",
-            |s| in_change!(s, |c| c
-                .set_admin("adm_x", &AdminSetting::Status(AdminStatus::Disabled)))
+            |s| in_change!(s, |c| c.set_admin(
+                &"adm_x".into(),
+                &AdminSetting::Status(AdminStatus::Disabled)
+            ))
         ),
         step!("UsageStore::find_admin_by_id: ops", |s| shown(
-            s.usage().find_admin_by_id("adm_2").await
+            s.usage().find_admin_by_id(&"adm_2".into()).await
         )),
         step!("UsageStore::find_admin_by_id: unknown is None", |s| shown(
-            s.usage().find_admin_by_id("adm_x").await
+            s.usage().find_admin_by_id(&"adm_x".into()).await
         )),
     ]
 }
@@ -403,7 +408,7 @@ fn admin_token_steps() -> Vec<Step> {
         step!(
             "AccountChanges::insert_admin_token: for ada",
             |s| in_change!(s, |c| c.insert_admin_token(
-                "adm_1",
+                &"adm_1".into(),
                 "atok_ada",
                 &hash(7),
                 at(60)
@@ -412,7 +417,7 @@ fn admin_token_steps() -> Vec<Step> {
         step!(
             "AccountChanges::insert_admin_token: for ops",
             |s| in_change!(s, |c| c.insert_admin_token(
-                "adm_2",
+                &"adm_2".into(),
                 "atok_ops",
                 &hash(8),
                 at(61)
@@ -421,7 +426,7 @@ fn admin_token_steps() -> Vec<Step> {
         step!(
             "AccountChanges::insert_admin_token: a taken token id",
             |s| in_change!(s, |c| c.insert_admin_token(
-                "adm_2",
+                &"adm_2".into(),
                 "atok_ada",
                 &hash(9),
                 at(62)
@@ -430,7 +435,7 @@ fn admin_token_steps() -> Vec<Step> {
         step!(
             "AccountChanges::insert_admin_token: an unknown administrator",
             |s| in_change!(s, |c| c.insert_admin_token(
-                "adm_x",
+                &"adm_x".into(),
                 "atok_x",
                 &hash(9),
                 at(62)
@@ -467,14 +472,14 @@ fn admin_revocation_steps() -> Vec<Step> {
     vec![
         step!(
             "AccountChanges::revoke_admin_tokens: of ada",
-            |s| in_change!(s, |c| c.revoke_admin_tokens("adm_1", at(70)))
+            |s| in_change!(s, |c| c.revoke_admin_tokens(&"adm_1".into(), at(70)))
         ),
         step!("CredentialStore::find_admin_token: revoked", |s| {
             admin_token(s, "atok_ada").await
         }),
         step!("AccountChanges::disable_admin: ops", |s| in_change!(
             s,
-            |c| c.disable_admin("adm_2", at(80))
+            |c| c.disable_admin(&"adm_2".into(), at(80))
         )),
         step!("CredentialStore::find_admin_login: disabled", |s| shown(
             s.credentials().find_admin_login("ops").await
@@ -486,7 +491,7 @@ fn admin_revocation_steps() -> Vec<Step> {
         step!(
             "AccountChanges::set_admin: status: enabled again",
             |s| in_change!(s, |c| c
-                .set_admin("adm_2", &AdminSetting::Status(AdminStatus::Active)))
+                .set_admin(&"adm_2".into(), &AdminSetting::Status(AdminStatus::Active)))
         ),
         step!("AccountStore::list_admins: after the changes", |s| shown(
             s.accounts().list_admins().await
@@ -550,11 +555,11 @@ fn peer_read_steps() -> Vec<Step> {
             s.accounts().list_peers(None).await
         )),
         step!("AccountStore::list_peers: of ada", |s| shown(
-            s.accounts().list_peers(Some("adm_1")).await
+            s.accounts().list_peers(Some(&"adm_1".into())).await
         )),
         step!(
             "AccountStore::list_peers: of an unknown administrator",
-            |s| shown(s.accounts().list_peers(Some("adm_x")).await)
+            |s| shown(s.accounts().list_peers(Some(&"adm_x".into())).await)
         ),
         step!("AccountStore::find_peer: Carol", |s| shown(
             s.accounts().find_peer("Carol").await
@@ -914,12 +919,12 @@ fn admin_identity_steps() -> Vec<Step> {
     vec![
         step!("AccountChanges::bind_admin_identity: ada", |s| in_change!(
             s,
-            |c| c.bind_admin_identity("adm_1", ("corp", "ada-sub"), at(95))
+            |c| c.bind_admin_identity(&"adm_1".into(), ("corp", "ada-sub"), at(95))
         )),
         step!(
             "AccountChanges::bind_admin_identity: taken is IdentityTaken",
             |s| in_change!(s, |c| c.bind_admin_identity(
-                "adm_2",
+                &"adm_2".into(),
                 ("corp", "ada-sub"),
                 at(96)
             ))
@@ -927,7 +932,7 @@ fn admin_identity_steps() -> Vec<Step> {
         step!(
             "AccountChanges::bind_admin_identity: an unknown administrator",
             |s| in_change!(s, |c| c.bind_admin_identity(
-                "adm_x",
+                &"adm_x".into(),
                 ("corp", "x-sub"),
                 at(96)
             ))
@@ -941,11 +946,13 @@ fn admin_identity_steps() -> Vec<Step> {
         ),
         step!(
             "AccountChanges::unbind_admin_identity: another administrator's is false",
-            |s| in_change!(s, |c| c.unbind_admin_identity("adm_2", ("corp", "ada-sub")))
+            |s| in_change!(s, |c| c
+                .unbind_admin_identity(&"adm_2".into(), ("corp", "ada-sub")))
         ),
         step!(
             "AccountChanges::unbind_admin_identity: ada's",
-            |s| in_change!(s, |c| c.unbind_admin_identity("adm_1", ("corp", "ada-sub")))
+            |s| in_change!(s, |c| c
+                .unbind_admin_identity(&"adm_1".into(), ("corp", "ada-sub")))
         ),
         step!("CredentialStore::find_bound_admin: unbound", |s| shown(
             s.credentials().find_bound_admin("corp", "ada-sub").await
@@ -987,7 +994,7 @@ fn audit_steps() -> Vec<Step> {
             in_order(s.accounts().audit_since(at(101), None).await)
         }),
         step!("AccountStore::audit_since: of ada's account", |s| in_order(
-            s.accounts().audit_since(at(0), Some("adm_1")).await
+            s.accounts().audit_since(at(0), Some(&"adm_1".into())).await
         )),
     ]
 }
@@ -1402,17 +1409,17 @@ fn usage_steps() -> Vec<Step> {
     vec![
         step!("UsageStore::tokens_spent: by ada in November", |s| shown(
             s.usage()
-                .tokens_spent("adm_1", UtcPeriod::parse("2026-11").unwrap())
+                .tokens_spent(&"adm_1".into(), UtcPeriod::parse("2026-11").unwrap())
                 .await
         )),
         step!("UsageStore::tokens_spent: by ada on a day", |s| shown(
             s.usage()
-                .tokens_spent("adm_1", UtcPeriod::parse("2026-12-01").unwrap())
+                .tokens_spent(&"adm_1".into(), UtcPeriod::parse("2026-12-01").unwrap())
                 .await
         )),
         step!("UsageStore::tokens_spent: nothing spent is 0", |s| shown(
             s.usage()
-                .tokens_spent("adm_x", UtcPeriod::parse("2026-11").unwrap())
+                .tokens_spent(&"adm_x".into(), UtcPeriod::parse("2026-11").unwrap())
                 .await
         )),
         step!("UsageStore::peer_tokens_spent: alice in November", |s| {
@@ -1424,13 +1431,13 @@ fn usage_steps() -> Vec<Step> {
         }),
         step!("UsageStore::usage_by_peer: of ada on a day", |s| shown(
             s.usage()
-                .usage_by_peer("adm_1", UtcPeriod::parse("2026-11-30").unwrap())
+                .usage_by_peer(&"adm_1".into(), UtcPeriod::parse("2026-11-30").unwrap())
                 .await
         )),
         step!("UsageStore::usage_by_peer: of ops", |s| {
             shown(
                 s.usage()
-                    .usage_by_peer("adm_2", UtcPeriod::parse("2026-11").unwrap())
+                    .usage_by_peer(&"adm_2".into(), UtcPeriod::parse("2026-11").unwrap())
                     .await,
             )
         }),
@@ -1467,7 +1474,7 @@ fn deletion_steps() -> Vec<Step> {
         step!("UsageStore::usage_by_peer: kept after the deletion", |s| {
             shown(
                 s.usage()
-                    .usage_by_peer("adm_1", UtcPeriod::parse("2026-11").unwrap())
+                    .usage_by_peer(&"adm_1".into(), UtcPeriod::parse("2026-11").unwrap())
                     .await,
             )
         }),
@@ -1651,13 +1658,13 @@ fn delivery_steps() -> Vec<Step> {
 fn dead_letter_steps() -> Vec<Step> {
     vec![
         step!("PushStore::failed_deliveries: of ada's peers", |s| shown(
-            s.push().failed_deliveries(Some("adm_1"), 10).await
+            s.push().failed_deliveries(Some(&"adm_1".into()), 10).await
         )),
         step!("PushStore::failed_deliveries: of everyone's", |s| shown(
             s.push().failed_deliveries(None, 10).await
         )),
         step!("PushStore::failed_deliveries: of ops' peers: none", |s| {
-            shown(s.push().failed_deliveries(Some("adm_2"), 10).await)
+            shown(s.push().failed_deliveries(Some(&"adm_2".into()), 10).await)
         }),
         step!("PushStore::claim_deliveries: the retry, counted", |s| {
             claimed(s, 20_000, 30_000).await

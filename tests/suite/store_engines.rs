@@ -137,7 +137,11 @@ async fn accounts_credentials_and_the_audit_log_on_every_engine() {
         change.audit(&entry(AuditAction::PeerRead)).await.unwrap();
         drop(change);
 
-        let peers = store.accounts().list_peers(Some("adm_1")).await.unwrap();
+        let peers = store
+            .accounts()
+            .list_peers(Some(&"adm_1".into()))
+            .await
+            .unwrap();
         assert_eq!(peers.len(), 1, "{engine}");
         assert_eq!(
             (peers[0].owner_name.as_str(), peers[0].status),
@@ -262,7 +266,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         assert_eq!(
             store
                 .usage()
-                .tokens_spent("adm_1", UtcPeriod::parse("2026-11").unwrap())
+                .tokens_spent(&"adm_1".into(), UtcPeriod::parse("2026-11").unwrap())
                 .await
                 .unwrap(),
             80,
@@ -278,7 +282,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         }
         let by_peer = store
             .usage()
-            .usage_by_peer("adm_1", UtcPeriod::parse("2026-11-30").unwrap())
+            .usage_by_peer(&"adm_1".into(), UtcPeriod::parse("2026-11-30").unwrap())
             .await
             .unwrap();
         assert_eq!(
@@ -572,7 +576,10 @@ async fn the_push_notification_queue_on_every_engine() {
         )
         .await
         .unwrap();
-        let dead = push.failed_deliveries(Some("adm_1"), 10).await.unwrap();
+        let dead = push
+            .failed_deliveries(Some(&"adm_1".into()), 10)
+            .await
+            .unwrap();
         assert_eq!(dead.len(), 1, "{engine}");
         assert_eq!(
             (
@@ -585,7 +592,7 @@ async fn the_push_notification_queue_on_every_engine() {
         );
         assert_eq!(dead[0].failed_at, at(30_001));
         assert!(
-            push.failed_deliveries(Some("adm_2"), 10)
+            push.failed_deliveries(Some(&"adm_2".into()), 10)
                 .await
                 .unwrap()
                 .is_empty()
@@ -595,7 +602,7 @@ async fn the_push_notification_queue_on_every_engine() {
             .await
             .unwrap();
         assert_eq!(
-            push.failed_deliveries(Some("adm_1"), 10)
+            push.failed_deliveries(Some(&"adm_1".into()), 10)
                 .await
                 .unwrap()
                 .len(),

@@ -386,7 +386,7 @@ pub(super) fn caller_of(
     crate::jose::caller::Caller {
         peer_id: peer.id().to_string(),
         peer_name: peer.name().to_owned(),
-        owner: peer.owner_id().to_owned(),
+        owner: peer.owner_id().to_string(),
         scheme: peer.scheme().policy_name(),
         identity: peer
             .issuer()

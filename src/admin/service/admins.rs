@@ -139,7 +139,7 @@ impl AccountService {
                     None => None,
                 };
                 let admin = AdminRecord {
-                    id: new_id("adm"),
+                    id: new_id("adm").into(),
                     name: name.to_owned(),
                     status: AdminStatus::Active,
                     has_password: phc.is_some(),
@@ -172,7 +172,7 @@ impl AccountService {
     }
 
     /// The id of the administrator named `name`.
-    pub async fn admin_id(&self, name: &str) -> Result<String, ServiceError> {
+    pub async fn admin_id(&self, name: &str) -> Result<AdminId, ServiceError> {
         self.list_admins()
             .await?
             .into_iter()
@@ -200,7 +200,7 @@ impl AccountService {
         tx: WriteTx,
         op: &Operation<'_>,
         detail: String,
-        admin_id: &str,
+        admin_id: &AdminId,
     ) -> Result<(), ServiceError> {
         self.commit_with_audit(tx, op, detail, Some(admin_id))
             .await?;
@@ -391,7 +391,7 @@ impl AccountService {
             &AuditTarget::Admin(known.as_ref().map(|a| a.name.clone())),
             AuditOutcome::Denied(why.to_owned()),
             subject.map_or_else(String::new, |subject| format!("token subject {subject}")),
-            known.as_ref().map(|a| a.id.as_str()),
+            known.as_ref().map(|a| &a.id),
         );
         entry.actor = AuditActor::Anonymous;
         if let Err(e) = self.store.accounts().append_audit(&entry).await {

@@ -25,7 +25,7 @@ pub struct ConversationPage {
 pub const MAX_CONVERSATIONS_PAGE: u32 = 500;
 
 impl AccountService {
-    pub(super) fn account(caller: &Caller) -> Result<&str, ServiceError> {
+    pub(super) fn account(caller: &Caller) -> Result<&AdminId, ServiceError> {
         caller.actor.admin_id().ok_or(ServiceError::Forbidden(
             "conversations belong to an administrator's account; sign in as one",
         ))
@@ -54,7 +54,7 @@ impl AccountService {
         mut query: crate::store::ConversationQuery,
     ) -> Result<ConversationPage, ServiceError> {
         if let Some(me) = caller.actor.admin_id() {
-            query.owner_id = Some(me.to_owned());
+            query.owner_id = Some(me.clone());
         }
         let limit = query.limit.clamp(1, MAX_CONVERSATIONS_PAGE);
         // One more than the page: whether there is a next one.
@@ -159,7 +159,7 @@ impl AccountService {
     pub async fn usage(
         &self,
         caller: &Caller,
-        admin_id: &str,
+        admin_id: &AdminId,
         period: impl Into<UtcPeriod>,
     ) -> Result<(u64, Vec<PeerUsage>), ServiceError> {
         let period = period.into();

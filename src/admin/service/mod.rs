@@ -24,11 +24,11 @@ use crate::protocol::operations::OperationSet;
 use crate::shared::changes::{Change, ChangeNotifier};
 use crate::store::IdentityKind;
 use crate::store::records::{AdminStatus, AuditAction, PeerStatus};
+use crate::store::{AdminId, AuditActor, AuditOutcome, AuditTarget};
 use crate::store::{
     AdminRecord, AdminSetting, AuditEntry, AuditRecord, ConversationEntry, ConversationSummary,
     PeerId, PeerIdentity, PeerRecord, PeerSetting, PeerUsage, Store, StoreError,
 };
-use crate::store::{AuditActor, AuditOutcome, AuditTarget};
 use crate::token::{self, CredentialKind};
 
 /// One account change under way.
@@ -76,7 +76,7 @@ pub enum Actor {
     /// A signed-in administrator, who may act on their own peers only.
     Admin {
         /// The administrator's id.
-        id: String,
+        id: AdminId,
         /// Their name.
         name: String,
     },
@@ -91,7 +91,7 @@ impl Actor {
         }
     }
 
-    fn admin_id(&self) -> Option<&str> {
+    fn admin_id(&self) -> Option<&AdminId> {
         match self {
             Self::Operator => None,
             Self::Admin { id, .. } => Some(id),
@@ -237,7 +237,7 @@ fn issue(kind: CredentialKind) -> Result<token::IssuedToken, ServiceError> {
 
 /// Whether `caller` may act on a peer owned by `owner_id`: the operator on every peer, an
 /// administrator on their own. The one ownership rule; every peer operation asks it.
-fn may_act_on(caller: &Caller, owner_id: &str) -> bool {
+fn may_act_on(caller: &Caller, owner_id: &AdminId) -> bool {
     caller
         .actor
         .admin_id()
@@ -305,7 +305,7 @@ impl AccountService {
         target: &AuditTarget,
         outcome: AuditOutcome,
         detail: String,
-        owner_id: Option<&str>,
+        owner_id: Option<&AdminId>,
     ) -> AuditEntry {
         AuditEntry {
             at: self.clock.now(),
@@ -315,7 +315,7 @@ impl AccountService {
             outcome,
             client: caller.client.clone(),
             detail,
-            owner_id: owner_id.map(str::to_owned),
+            owner_id: owner_id.cloned(),
         }
     }
 
@@ -326,7 +326,7 @@ impl AccountService {
         mut tx: WriteTx,
         op: &Operation<'_>,
         detail: String,
-        owner_id: Option<&str>,
+        owner_id: Option<&AdminId>,
     ) -> Result<(), ServiceError> {
         tx.audit(&self.entry(
             op.caller,
@@ -399,9 +399,9 @@ impl AccountService {
         }
     }
 
-    fn admin_changed(&self, admin_id: &str) {
+    fn admin_changed(&self, admin_id: &AdminId) {
         if let Some(changes) = &self.changes {
-            changes.publish(Change::Admin(admin_id.to_owned()));
+            changes.publish(Change::Admin(admin_id.clone()));
         }
     }
 

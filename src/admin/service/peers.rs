@@ -226,7 +226,7 @@ pub(super) fn active(peer: PeerRecord) -> Result<PeerRecord, ServiceError> {
     }
 }
 
-pub(super) async fn tx_admin_id(tx: &mut WriteTx, name: &str) -> Result<String, ServiceError> {
+pub(super) async fn tx_admin_id(tx: &mut WriteTx, name: &str) -> Result<AdminId, ServiceError> {
     match tx.admin(name).await? {
         Some(admin) if admin.status == AdminStatus::Active => Ok(admin.id),
         Some(_) => Err(ServiceError::Invalid {
@@ -330,7 +330,7 @@ impl AccountService {
         tx: &mut WriteTx,
         caller: &Caller,
         named: Option<&str>,
-    ) -> Result<(String, String), ServiceError> {
+    ) -> Result<(AdminId, String), ServiceError> {
         match (&caller.actor, named) {
             (Actor::Admin { id, name }, None) => Ok((id.clone(), name.clone())),
             (Actor::Admin { name, .. }, Some(owner)) if owner == name => {
@@ -350,7 +350,7 @@ impl AccountService {
         tx: &mut WriteTx,
         caller: &Caller,
         named: Option<&str>,
-    ) -> Result<(String, String), ServiceError> {
+    ) -> Result<(AdminId, String), ServiceError> {
         if let Some(name) = named {
             return Ok((tx_admin_id(tx, name).await?, name.to_owned()));
         }
@@ -366,7 +366,7 @@ impl AccountService {
             return Ok((tx_admin_id(tx, name).await?, name.to_owned()));
         }
         let admin = AdminRecord {
-            id: new_id("adm"),
+            id: new_id("adm").into(),
             name: name.to_owned(),
             status: AdminStatus::Active,
             has_password: false,

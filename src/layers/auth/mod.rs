@@ -89,7 +89,7 @@ use std::time::Duration;
 pub struct AuthenticatedPeer {
     id: PeerId,
     name: Arc<str>,
-    owner_id: Arc<str>,
+    owner_id: crate::store::AdminId,
     rate_per_minute: u32,
     max_streams: Option<u32>,
     /// Its own trace context is continued, not only linked to.
@@ -121,7 +121,7 @@ impl AuthenticatedPeer {
         &self.name
     }
     /// The administrator the peer acts for: its turns count against their budget.
-    pub fn owner_id(&self) -> &str {
+    pub fn owner_id(&self) -> &crate::store::AdminId {
         &self.owner_id
     }
     /// The peer's quota in requests per minute.
@@ -313,7 +313,7 @@ fn peer(
     AuthenticatedPeer {
         id: login.peer_id,
         name: login.peer_name.into(),
-        owner_id: login.owner_id.into(),
+        owner_id: login.owner_id,
         rate_per_minute: login.rate_per_minute,
         max_streams: login.max_streams,
         trusts_trace: login.trusts_trace,

@@ -13,8 +13,8 @@ use crate::clock::Timestamp;
 use crate::protocol::ids::ContextId;
 use crate::protocol::operations::OperationSet;
 use crate::store::{
-    AccountChange, AccountChanges, AccountStore, AdminRecord, AuditEntry, AuditRecord, PeerId,
-    PeerIdentity, PeerRecord, StoreError,
+    AccountChange, AccountChanges, AccountStore, AdminId, AdminRecord, AuditEntry, AuditRecord,
+    PeerId, PeerIdentity, PeerRecord, StoreError,
 };
 use crate::store::{AdminSetting, PeerSetting};
 use crate::token::{CredentialKind, TokenSecretHash};
@@ -59,7 +59,7 @@ impl<E: SqlEngine> AccountStore for E {
         rows.into_iter().map(AdminRow::record).collect()
     }
 
-    async fn list_peers(&self, owner_id: Option<&str>) -> Result<Vec<PeerRecord>, StoreError> {
+    async fn list_peers(&self, owner_id: Option<&AdminId>) -> Result<Vec<PeerRecord>, StoreError> {
         let rows: Vec<PeerRow> = sql(concat!(
             peer_columns!(),
             " WHERE (CAST($1 AS TEXT) IS NULL OR p.owner_id = $1) ORDER BY p.created_at, p.name"
@@ -99,7 +99,7 @@ impl<E: SqlEngine> AccountStore for E {
     async fn audit_since(
         &self,
         since: Timestamp,
-        owner_id: Option<&str>,
+        owner_id: Option<&AdminId>,
     ) -> Result<Vec<AuditRecord>, StoreError> {
         let rows: Vec<AuditRow> = sql(
             "SELECT seq, at, actor, action, target, outcome, client, detail, owner_id FROM audit \
@@ -234,7 +234,7 @@ impl AccountChanges for SqlChange {
 
     async fn set_admin(
         &mut self,
-        admin_id: &str,
+        admin_id: &AdminId,
         setting: &AdminSetting,
     ) -> Result<(), StoreError> {
         let (statement, value): (&'static str, Arg<'_>) = match setting {
@@ -273,7 +273,7 @@ impl AccountChanges for SqlChange {
 
     async fn revoke_admin_tokens(
         &mut self,
-        admin_id: &str,
+        admin_id: &AdminId,
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let statement =
@@ -283,7 +283,7 @@ impl AccountChanges for SqlChange {
 
     async fn insert_admin_token(
         &mut self,
-        admin_id: &str,
+        admin_id: &AdminId,
         token_id: &str,
         secret_hash: &TokenSecretHash,
         now: Timestamp,
@@ -466,7 +466,7 @@ impl AccountChanges for SqlChange {
 
     async fn bind_admin_identity(
         &mut self,
-        admin_id: &str,
+        admin_id: &AdminId,
         (issuer, subject): (&str, &str),
         now: Timestamp,
     ) -> Result<(), StoreError> {
@@ -496,7 +496,7 @@ impl AccountChanges for SqlChange {
 
     async fn unbind_admin_identity(
         &mut self,
-        admin_id: &str,
+        admin_id: &AdminId,
         (issuer, subject): (&str, &str),
     ) -> Result<bool, StoreError> {
         let deleted = sql(

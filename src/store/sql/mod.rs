@@ -28,7 +28,7 @@ pub(crate) use push::{
     QUEUE_STATE, RETARGET_DELIVERIES, UPSERT_CONFIG, queue_state, upsert_config_statements,
 };
 
-use super::{Exchange, PeerId, PushConfigId, StoreError};
+use super::{AdminId, Exchange, PeerId, PushConfigId, StoreError};
 use crate::clock::Timestamp;
 use crate::locks::ReadWriteLocked;
 use async_trait::async_trait;
@@ -146,6 +146,9 @@ args_from! {
     Option<String> => |v| Self::Text(v.map(Into::into));
     &'a Option<String> => |v| Self::Text(v.as_deref().map(Into::into));
     &'a PeerId => |v| Self::Text(Some(v.as_str().into()));
+    &'a AdminId => |v| Self::Text(Some(v.as_str().into()));
+    Option<&'a AdminId> => |v| Self::Text(v.map(|id| id.as_str().into()));
+    &'a Option<AdminId> => |v| Self::Text(v.as_ref().map(|id| id.as_str().into()));
     &'a PushConfigId => |v| Self::Text(Some(v.as_str().into()));
     Option<&'a PushConfigId> => |v| Self::Text(v.map(|id| id.as_str().into()));
     &'a [u8] => |v| Self::Bytes(v);

@@ -5,7 +5,7 @@ use super::{Sql, SqlEngine, sql};
 use crate::clock::Timestamp;
 use crate::protocol::ids::TaskId;
 use crate::store::{
-    DeliveryOutcome, FailedDelivery, PeerId, PushConfigId, PushConfigRecord, PushDelivery,
+    AdminId, DeliveryOutcome, FailedDelivery, PeerId, PushConfigId, PushConfigRecord, PushDelivery,
     PushStore, StoreError,
 };
 use async_trait::async_trait;
@@ -220,7 +220,7 @@ impl<E: SqlEngine> PushStore for E {
 
     async fn failed_deliveries(
         &self,
-        owner_id: Option<&str>,
+        owner_id: Option<&AdminId>,
         limit: u32,
     ) -> Result<Vec<FailedDelivery>, StoreError> {
         let rows: Vec<FailedRow> = sql(

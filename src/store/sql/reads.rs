@@ -5,8 +5,8 @@ use super::{SqlEngine, sql};
 use crate::clock::{Timestamp, UtcPeriod, from_millis};
 use crate::protocol::ids::ContextId;
 use crate::store::{
-    AdminRecord, ConversationEntry, ConversationQuery, ConversationStore, ConversationSummary,
-    DocumentStore, PeerId, PeerUsage, StoreError, UsageStore,
+    AdminId, AdminRecord, ConversationEntry, ConversationQuery, ConversationStore,
+    ConversationSummary, DocumentStore, PeerId, PeerUsage, StoreError, UsageStore,
 };
 use async_trait::async_trait;
 
@@ -69,7 +69,7 @@ impl<E: SqlEngine> ConversationStore for E {
 
 #[async_trait]
 impl<E: SqlEngine> UsageStore for E {
-    async fn find_admin_by_id(&self, id: &str) -> Result<Option<AdminRecord>, StoreError> {
+    async fn find_admin_by_id(&self, id: &AdminId) -> Result<Option<AdminRecord>, StoreError> {
         let row: Option<AdminRow> = sql(concat!(admin_columns!(), " WHERE id = $1"))
             .bind(id)
             .fetch_optional(self.reads())
@@ -77,7 +77,7 @@ impl<E: SqlEngine> UsageStore for E {
         row.map(AdminRow::record).transpose()
     }
 
-    async fn tokens_spent(&self, admin_id: &str, period: UtcPeriod) -> Result<u64, StoreError> {
+    async fn tokens_spent(&self, admin_id: &AdminId, period: UtcPeriod) -> Result<u64, StoreError> {
         let (total,): (Option<i64>,) = sql("SELECT CAST(SUM(tokens) AS BIGINT) FROM usage \
              WHERE admin_id = $1 AND substr(day, 1, length($2)) = $2")
         .bind(admin_id)
@@ -113,7 +113,7 @@ impl<E: SqlEngine> UsageStore for E {
 
     async fn usage_by_peer(
         &self,
-        admin_id: &str,
+        admin_id: &AdminId,
         period: UtcPeriod,
     ) -> Result<Vec<PeerUsage>, StoreError> {
         let rows: Vec<UsageRow> = sql(

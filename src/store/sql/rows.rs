@@ -63,7 +63,7 @@ impl AdminRow {
     pub(super) fn record(self) -> Result<AdminRecord, StoreError> {
         Ok(AdminRecord {
             status: named("status", &self.status, AdminStatus::from_name)?,
-            id: self.id,
+            id: self.id.into(),
             name: self.name,
             has_password: self.has_password,
             model_allowed: self.model_allowed,
@@ -111,7 +111,7 @@ impl PeerRow {
             rate_per_minute: small(self.rate_per_minute),
             created_at: from_millis(self.created_at),
             last_used_at: millis(self.last_used_at),
-            owner_id: self.owner_id,
+            owner_id: self.owner_id.into(),
             owner_name: self.owner_name,
             expires_at: millis(self.expires_at),
             max_streams: self.max_streams.map(small),
@@ -147,7 +147,7 @@ impl AuditRow {
                 outcome: AuditOutcome::from_stored(&self.outcome),
                 client: self.client,
                 detail: self.detail,
-                owner_id: self.owner_id,
+                owner_id: self.owner_id.map(Into::into),
             },
         })
     }
@@ -186,7 +186,7 @@ impl LoginRow {
             max_streams: self.max_streams.map(small),
             trusts_trace: self.trusts_trace,
             operations: operations_column(self.operations),
-            owner_id: self.owner_id,
+            owner_id: self.owner_id.into(),
             valid_until: millis(self.valid_until),
         }
     }
@@ -222,7 +222,7 @@ impl AdminLoginRow {
         AdminLogin {
             active: self.revoked_at.is_none() && self.status == "active",
             auditor: self.role == "auditor",
-            id: self.id,
+            id: self.id.into(),
             name: self.name,
             password_hash: self.password_hash,
         }

@@ -361,7 +361,7 @@ fn write_audit(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resul
                 entry.outcome.to_string(),
                 entry.client,
                 entry.detail,
-                entry.owner_id,
+                entry.owner_id.as_deref(),
             ])?;
     }
     Ok(())
