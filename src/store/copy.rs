@@ -11,13 +11,11 @@ use super::sqlite::SqliteStore;
 use sqlx::{Postgres, QueryBuilder, Row};
 use std::path::Path;
 
-/// How a column is read from SQLite and written to PostgreSQL.
+/// How a column is read from SQLite and written to PostgreSQL, by PostgreSQL's type for it.
 #[derive(Clone, Copy)]
 enum Kind {
     Int,
-    OptInt,
     Text,
-    OptText,
     Blob,
     Bool,
 }
@@ -25,178 +23,23 @@ enum Kind {
 enum Cell {
     Int(Option<i64>),
     Text(Option<String>),
-    Blob(Vec<u8>),
-    Bool(bool),
+    Blob(Option<Vec<u8>>),
+    Bool(Option<bool>),
 }
 
-/// Every table, parents first, with its columns.
-const TABLES: &[(&str, &[(&str, Kind)])] = &[
-    (
-        "admins",
-        &[
-            ("id", Kind::Text),
-            ("name", Kind::Text),
-            ("password_hash", Kind::OptText),
-            ("status", Kind::Text),
-            ("model_allowed", Kind::Bool),
-            ("tokens_per_day", Kind::OptInt),
-            ("tokens_per_month", Kind::OptInt),
-            ("created_at", Kind::Int),
-            ("role", Kind::Text),
-        ],
-    ),
-    (
-        "admin_tokens",
-        &[
-            ("token_id", Kind::Text),
-            ("admin_id", Kind::Text),
-            ("secret_hash", Kind::Blob),
-            ("created_at", Kind::Int),
-            ("revoked_at", Kind::OptInt),
-        ],
-    ),
-    (
-        "peers",
-        &[
-            ("id", Kind::Text),
-            ("name", Kind::Text),
-            ("status", Kind::Text),
-            ("rate_per_minute", Kind::Int),
-            ("created_at", Kind::Int),
-            ("last_used_at", Kind::OptInt),
-            ("password_hash", Kind::OptText),
-            ("owner_id", Kind::Text),
-            ("expires_at", Kind::OptInt),
-            ("max_streams", Kind::OptInt),
-            ("tokens_per_day", Kind::OptInt),
-            ("trusts_trace", Kind::Bool),
-            ("operations", Kind::OptText),
-        ],
-    ),
-    (
-        "credentials",
-        &[
-            ("token_id", Kind::Text),
-            ("peer_id", Kind::Text),
-            ("secret_hash", Kind::Blob),
-            ("created_at", Kind::Int),
-            ("revoked_at", Kind::OptInt),
-            ("kind", Kind::Text),
-            ("expires_at", Kind::OptInt),
-        ],
-    ),
-    (
-        "tasks",
-        &[
-            ("id", Kind::Text),
-            ("peer_id", Kind::Text),
-            ("context_id", Kind::Text),
-            ("state", Kind::Text),
-            ("body", Kind::Text),
-            ("created_at", Kind::Int),
-            ("expires_at", Kind::Int),
-            ("instance", Kind::OptText),
-            ("status_at", Kind::OptInt),
-            ("upstream_task_id", Kind::OptText),
-        ],
-    ),
-    (
-        "contexts",
-        &[
-            ("peer_id", Kind::Text),
-            ("context_id", Kind::Text),
-            ("created_at", Kind::Int),
-            ("updated_at", Kind::Int),
-        ],
-    ),
-    (
-        "messages",
-        &[
-            ("seq", Kind::Int),
-            ("peer_id", Kind::Text),
-            ("context_id", Kind::Text),
-            ("task_id", Kind::Text),
-            ("role", Kind::Text),
-            ("body", Kind::Text),
-            ("created_at", Kind::Int),
-        ],
-    ),
-    (
-        "documents",
-        &[
-            ("name", Kind::Text),
-            ("etag", Kind::Text),
-            ("modified_at", Kind::Int),
-        ],
-    ),
-    (
-        "usage",
-        &[
-            ("admin_id", Kind::Text),
-            ("peer_id", Kind::Text),
-            ("day", Kind::Text),
-            ("tokens", Kind::Int),
-            ("requests", Kind::Int),
-        ],
-    ),
-    (
-        "audit",
-        &[
-            ("seq", Kind::Int),
-            ("at", Kind::Int),
-            ("actor", Kind::Text),
-            ("action", Kind::Text),
-            ("target", Kind::Text),
-            ("outcome", Kind::Text),
-            ("client", Kind::Text),
-            ("detail", Kind::Text),
-            ("owner_id", Kind::OptText),
-        ],
-    ),
-    (
-        "push_configs",
-        &[
-            ("task_id", Kind::Text),
-            ("id", Kind::Text),
-            ("peer_id", Kind::Text),
-            ("url", Kind::Text),
-            ("sealed", Kind::Text),
-            ("created_at", Kind::Int),
-        ],
-    ),
-    (
-        "push_deliveries",
-        &[
-            ("id", Kind::Int),
-            ("task_id", Kind::Text),
-            ("config_id", Kind::Text),
-            ("peer_id", Kind::Text),
-            ("url", Kind::Text),
-            ("sealed", Kind::Text),
-            ("body", Kind::Text),
-            ("state", Kind::Text),
-            ("attempts", Kind::Int),
-            ("next_attempt_at", Kind::Int),
-            ("claimed_until", Kind::OptInt),
-            ("last_error", Kind::OptText),
-            ("created_at", Kind::Int),
-            ("updated_at", Kind::Int),
-        ],
-    ),
-];
-
-/// Tables whose column PostgreSQL generates: copied as they are, then the generator moved past.
-const SEQUENCED: &[(&str, &str)] = &[
-    ("messages", "seq"),
-    ("audit", "seq"),
-    ("push_deliveries", "id"),
-];
+/// One table as copied: its columns (the embedded store's, each with PostgreSQL's type) and
+/// the column PostgreSQL generates, if any (copied as it is, then the generator moved past).
+struct Table {
+    name: String,
+    columns: Vec<(String, Kind)>,
+    generated: Option<String>,
+}
 
 /// Rows a batch inserts at most (PostgreSQL takes at most 65,535 bound values a statement).
 const ROWS_PER_INSERT: usize = 500;
 
 /// Rows copied, per table.
-pub type CopyReport = Vec<(&'static str, u64)>;
+pub type CopyReport = Vec<(String, u64)>;
 
 /// Copies the embedded store in `data_dir` into the PostgreSQL store at `url`, which must hold
 /// nothing yet. All or nothing: the PostgreSQL side commits once, at the end.
@@ -218,74 +61,184 @@ pub async fn sqlite_to_postgres(data_dir: &Path, url: &str) -> Result<CopyReport
 }
 
 async fn copy(source: &SqliteStore, target: &PostgresStore) -> Result<CopyReport, StoreError> {
+    // One read transaction: every table as of the same moment.
+    let mut snapshot = source.reader().begin().await?;
     let mut tx = target.pool().begin().await?;
-    for (table, _) in TABLES {
-        let held: i64 =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-                .fetch_one(&mut *tx)
-                .await?;
+    let tables = tables(&mut snapshot, &mut tx).await?;
+    for table in &tables {
+        let held: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {}",
+            table.name
+        )))
+        .fetch_one(&mut *tx)
+        .await?;
         if held > 0 {
             return Err(StoreError::Schema(format!(
-                "the target store is not empty ({table} holds {held} rows); copy into a new database"
+                "the target store is not empty ({} holds {held} rows); copy into a new database",
+                table.name
             )));
         }
     }
-    // One read transaction: every table as of the same moment.
-    let mut snapshot = source.reader().begin().await?;
     let mut report = Vec::new();
-    for (table, columns) in TABLES {
-        let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
-        let select = format!("SELECT {} FROM {table}", names.join(", "));
-        let rows = sqlx::query(sqlx::AssertSqlSafe(select))
-            .fetch_all(&mut *snapshot)
-            .await?;
-        let mut cells = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut values = Vec::with_capacity(columns.len());
-            for (name, kind) in *columns {
-                values.push(match kind {
-                    Kind::Int => Cell::Int(Some(row.try_get::<i64, _>(*name)?)),
-                    Kind::OptInt => Cell::Int(row.try_get::<Option<i64>, _>(*name)?),
-                    Kind::Text => Cell::Text(Some(row.try_get::<String, _>(*name)?)),
-                    Kind::OptText => Cell::Text(row.try_get::<Option<String>, _>(*name)?),
-                    Kind::Blob => Cell::Blob(row.try_get::<Vec<u8>, _>(*name)?),
-                    Kind::Bool => Cell::Bool(row.try_get::<bool, _>(*name)?),
-                });
-            }
-            cells.push(values);
-        }
-        let overriding = if SEQUENCED.iter().any(|(t, _)| t == table) {
-            " OVERRIDING SYSTEM VALUE "
-        } else {
-            " "
-        };
-        for chunk in cells.chunks(ROWS_PER_INSERT) {
-            let mut insert = QueryBuilder::<Postgres>::new(format!(
-                "INSERT INTO {table} ({}){overriding}",
-                names.join(", ")
-            ));
-            insert.push_values(chunk, |mut row, values| {
-                for value in values {
-                    match value {
-                        Cell::Int(v) => row.push_bind(*v),
-                        Cell::Text(v) => row.push_bind(v.clone()),
-                        Cell::Blob(v) => row.push_bind(v.clone()),
-                        Cell::Bool(v) => row.push_bind(*v),
-                    };
-                }
-            });
-            insert.build().execute(&mut *tx).await?;
-        }
-        if let Some((_, column)) = SEQUENCED.iter().find(|(t, _)| t == table) {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT setval(pg_get_serial_sequence('{table}', '{column}'), \
-                 greatest((SELECT max({column}) FROM {table}), 1))"
-            )))
-            .execute(&mut *tx)
-            .await?;
-        }
-        report.push((*table, u64::try_from(rows.len()).unwrap_or(u64::MAX)));
+    for table in &tables {
+        let copied = copy_table(table, &mut snapshot, &mut tx).await?;
+        report.push((table.name.clone(), copied));
     }
     tx.commit().await?;
     Ok(report)
+}
+
+/// Every table of the embedded store, parents before the tables whose foreign keys name them,
+/// each with its columns as PostgreSQL types them. A table or a column the target does not
+/// have stops the copy (its rows would be lost): a new one is copied without an edit here.
+async fn tables(
+    source: &mut sqlx::SqliteConnection,
+    target: &mut sqlx::PgConnection,
+) -> Result<Vec<Table>, StoreError> {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' \
+         AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_sqlx_%' ORDER BY name",
+    )
+    .fetch_all(&mut *source)
+    .await?;
+    let mut parents = Vec::with_capacity(names.len());
+    for name in &names {
+        let named: Vec<String> =
+            sqlx::query_scalar("SELECT DISTINCT \"table\" FROM pragma_foreign_key_list(?1)")
+                .bind(name)
+                .fetch_all(&mut *source)
+                .await?;
+        parents.push((name.clone(), named));
+    }
+    let mut tables = Vec::with_capacity(names.len());
+    for name in parents_first(parents)? {
+        tables.push(table(name, source, target).await?);
+    }
+    Ok(tables)
+}
+
+/// The names in an order where each comes after the tables it names.
+fn parents_first(mut waiting: Vec<(String, Vec<String>)>) -> Result<Vec<String>, StoreError> {
+    let mut ordered: Vec<String> = Vec::with_capacity(waiting.len());
+    while !waiting.is_empty() {
+        let ready = waiting
+            .iter()
+            .position(|(name, parents)| parents.iter().all(|p| p == name || ordered.contains(p)));
+        let Some(ready) = ready else {
+            return Err(StoreError::Schema(
+                "the embedded store's foreign keys form a cycle".to_owned(),
+            ));
+        };
+        ordered.push(waiting.remove(ready).0);
+    }
+    Ok(ordered)
+}
+
+/// One table's columns: the embedded store's, each typed as the target types it.
+async fn table(
+    name: String,
+    source: &mut sqlx::SqliteConnection,
+    target: &mut sqlx::PgConnection,
+) -> Result<Table, StoreError> {
+    let held: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM pragma_table_info(?1) ORDER BY cid")
+            .bind(&name)
+            .fetch_all(&mut *source)
+            .await?;
+    let typed: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT column_name::text, data_type::text, is_identity::text \
+         FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name = $1",
+    )
+    .bind(&name)
+    .fetch_all(&mut *target)
+    .await?;
+    let missing = |what: String| StoreError::Schema(format!("the target store has no {what}"));
+    if typed.is_empty() {
+        return Err(missing(format!("table {name}")));
+    }
+    let mut columns = Vec::with_capacity(held.len());
+    let mut generated = None;
+    for column in held {
+        let Some((_, data_type, identity)) = typed.iter().find(|(c, ..)| *c == column) else {
+            return Err(missing(format!("column {name}.{column}")));
+        };
+        let kind = match data_type.as_str() {
+            "bigint" | "integer" | "smallint" => Kind::Int,
+            "boolean" => Kind::Bool,
+            "bytea" => Kind::Blob,
+            _ => Kind::Text,
+        };
+        if identity == "YES" {
+            generated = Some(column.clone());
+        }
+        columns.push((column, kind));
+    }
+    Ok(Table {
+        name,
+        columns,
+        generated,
+    })
+}
+
+/// Copies one table's rows; returns how many.
+async fn copy_table(
+    table: &Table,
+    source: &mut sqlx::SqliteConnection,
+    target: &mut sqlx::PgConnection,
+) -> Result<u64, StoreError> {
+    let names: Vec<&str> = table
+        .columns
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let select = format!("SELECT {} FROM {}", names.join(", "), table.name);
+    let rows = sqlx::query(sqlx::AssertSqlSafe(select))
+        .fetch_all(&mut *source)
+        .await?;
+    let mut cells = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let mut values = Vec::with_capacity(table.columns.len());
+        for (i, (_, kind)) in table.columns.iter().enumerate() {
+            values.push(match kind {
+                Kind::Int => Cell::Int(row.try_get(i)?),
+                Kind::Text => Cell::Text(row.try_get(i)?),
+                Kind::Blob => Cell::Blob(row.try_get(i)?),
+                Kind::Bool => Cell::Bool(row.try_get(i)?),
+            });
+        }
+        cells.push(values);
+    }
+    let overriding = match table.generated {
+        Some(_) => " OVERRIDING SYSTEM VALUE ",
+        None => " ",
+    };
+    for chunk in cells.chunks(ROWS_PER_INSERT) {
+        let mut insert = QueryBuilder::<Postgres>::new(format!(
+            "INSERT INTO {} ({}){overriding}",
+            table.name,
+            names.join(", ")
+        ));
+        insert.push_values(chunk, |mut row, values| {
+            for value in values {
+                match value {
+                    Cell::Int(v) => row.push_bind(*v),
+                    Cell::Text(v) => row.push_bind(v.clone()),
+                    Cell::Blob(v) => row.push_bind(v.clone()),
+                    Cell::Bool(v) => row.push_bind(*v),
+                };
+            }
+        });
+        insert.build().execute(&mut *target).await?;
+    }
+    if let Some(column) = &table.generated {
+        let name = &table.name;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT setval(pg_get_serial_sequence('{name}', '{column}'), \
+             greatest((SELECT max({column}) FROM {name}), 1))"
+        )))
+        .execute(&mut *target)
+        .await?;
+    }
+    Ok(u64::try_from(rows.len()).unwrap_or(u64::MAX))
 }

@@ -734,6 +734,21 @@ async fn an_embedded_store_copies_into_postgresql_and_serves_from_there() {
     assert_eq!(task_of(&first)["status"]["state"], "TASK_STATE_COMPLETED");
     let url = cluster.database_for(&dir.path().join("postgres"));
     let data_arg = data.to_str().unwrap();
+    // Identities bound to a peer and to an administrator come along too.
+    let certificate = "ab".repeat(32);
+    for bind in [
+        &[
+            "peer",
+            "bind",
+            "alice",
+            "--certificate-sha256",
+            &certificate,
+        ][..],
+        &["admin", "bind", "operator", "--subject", "ops@corp"],
+    ] {
+        let (code, _, stderr) = cli_on(&data, bind);
+        assert_eq!(code, 0, "{stderr}");
+    }
 
     // A store being served is not copied half-way through its turns.
     let (code, _, stderr) = cli(&["store", "copy", "--data", data_arg, "--to", &url]);
@@ -751,6 +766,15 @@ async fn an_embedded_store_copies_into_postgresql_and_serves_from_there() {
         stderr.contains("peers 1") && stderr.contains("messages 2"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("peer_identities 1") && stderr.contains("admin_identities 1"),
+        "every table is copied: {stderr}"
+    );
+    let (code, shown, _) = cli(&[
+        "peer", "list", "--json", "--data", data_arg, "--store", &url,
+    ]);
+    assert_eq!(code, 0);
+    assert!(shown.contains(&certificate), "{shown}");
 
     // Served from PostgreSQL: the same token opens the door, the conversation goes on, and the
     // audit log came along.
