@@ -11,7 +11,7 @@ use crate::guard::scopes::OperationScope;
 use serde_json::{Value, json};
 
 /// The A2A protocol version this door speaks.
-pub const PROTOCOL_VERSION: &str = "1.0";
+pub const PROTOCOL_VERSION: &str = crate::protocol::VERSION;
 
 /// How the card describes one identity provider (`[[auth.issuers]]`).
 #[derive(Debug, Clone)]

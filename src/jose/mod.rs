@@ -6,5 +6,6 @@ pub mod caller;
 pub mod fetch;
 pub mod jwks_cache;
 pub mod keys;
+pub mod receipt;
 pub mod sign;
 pub mod verify;

@@ -356,6 +356,18 @@ impl TrustedKeys {
         Ok(())
     }
 
+    /// The JWS algorithm the key with `kid` verifies, if there is one: a signature is checked
+    /// only under the algorithm its key was given for.
+    pub fn algorithm(&self, kid: &str) -> Option<&'static str> {
+        Some(match self.by_kid(kid)? {
+            TrustedKey::Hs256(_) => "HS256",
+            TrustedKey::EdDsa(_) => "EdDSA",
+            TrustedKey::Es256(_) => "ES256",
+            TrustedKey::Rs256(_) => "RS256",
+            TrustedKey::Ps256(_) => "PS256",
+        })
+    }
+
     fn by_kid(&self, kid: &str) -> Option<&TrustedKey> {
         self.keys.iter().find(|(k, _)| k == kid).map(|(_, key)| key)
     }

@@ -14,3 +14,6 @@ pub mod operations;
 pub mod request_id;
 pub mod shown_text;
 pub mod types;
+
+/// The A2A protocol version this gateway speaks.
+pub const VERSION: &str = "1.0";
