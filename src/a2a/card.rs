@@ -343,6 +343,8 @@ fn capabilities(settings: &CardSettings) -> Value {
             value
         })
         .collect();
+    let mut extensions = extensions;
+    extensions.extend(settings.own_extensions.iter().cloned());
     if !extensions.is_empty() {
         capabilities["extensions"] = Value::Array(extensions);
     }

@@ -25,6 +25,8 @@ pub struct CardSettings {
     pub streaming: bool,
     /// `capabilities.push_notifications`.
     pub push_notifications: bool,
+    /// The extensions the gateway itself declares (receipts), after the policy's.
+    pub own_extensions: Vec<serde_json::Value>,
 }
 
 impl CardSettings {

@@ -10,6 +10,7 @@ pub mod jsonrpc_binding;
 pub mod operation;
 pub mod peer_card;
 pub mod pipeline;
+pub mod receipts;
 pub mod resource_metadata;
 pub mod service;
 pub mod stages;

@@ -82,11 +82,12 @@ impl Pipeline {
     }
 
     /// Answers one call from `caller`, with the record of it the binding puts on its response.
-    pub async fn call(&self, caller: Caller, asked: Asked) -> Called {
+    pub async fn call(&self, mut caller: Caller, asked: Asked) -> Called {
         let call = A2aCall {
             binding: asked.binding,
             method: asked.method,
         };
+        caller.call = Some(call);
         let request = asked.request.as_ref().ok();
         let named = request.and_then(A2aRequest::task_id).map(Box::from);
         let mut seen = request

@@ -40,6 +40,8 @@ pub struct Caller {
     pub protocol: ProtocolAsked,
     /// The request's span, when traces are exported: what the call waits on are its children.
     pub trace: Option<std::sync::Arc<crate::telemetry::CallSpan>>,
+    /// The binding and operation, once the pipeline has read them (a receipt names both).
+    pub call: Option<crate::protocol::call::A2aCall>,
 }
 
 impl Caller {
@@ -61,6 +63,7 @@ impl Caller {
             trace: extensions
                 .get::<std::sync::Arc<crate::telemetry::CallSpan>>()
                 .cloned(),
+            call: None,
         }
     }
 

@@ -3,6 +3,7 @@
 use super::{GatewayOptions, StartError, config};
 use crate::a2a::agent::ExtendedCards;
 use crate::a2a::card;
+use crate::a2a::receipts::Receipts;
 use crate::clock::Timestamp;
 use crate::guard::scheme::Scheme;
 use crate::http::document::{self, CachedDocument};
@@ -25,6 +26,8 @@ pub(super) struct Documents {
     pub(super) caller_key: Option<crate::jose::sign::CardSigningKey>,
     /// What housekeeping needs to rebuild the key set when a day passes.
     pub(super) refresh: JwksRefresh,
+    /// The receipts finished tasks are sealed with, when they are on.
+    pub(super) receipts: Option<Arc<Receipts>>,
 }
 
 /// The signed cards, as the door serves them and as `GetExtendedAgentCard` answers.
@@ -48,6 +51,55 @@ pub(super) struct CardInputs<'a> {
     pub(super) door_url: &'a str,
     pub(super) identities: &'a card::CardIdentities,
     pub(super) agent: Option<&'a crate::backend::AgentDescription>,
+    /// The receipts the card declares, when they are on (told each card it signs).
+    pub(super) receipts: Option<&'a Arc<Receipts>>,
+}
+
+/// The receipts, and the keys the key set publishes for them.
+pub(super) type SealingKeys = (Arc<Receipts>, Vec<keys::PublishedKey>);
+
+/// The gateway's receipts when `receipts.mode` is not off: signed with the first signing
+/// receipt key (a shared secret refused), issued as the door's origin; with the keys the key
+/// set publishes for them (retiring ones too, while receipts they signed are kept).
+pub(super) fn receipts(
+    options: &GatewayOptions,
+    door_url: &str,
+) -> Result<Option<SealingKeys>, StartError> {
+    let policy = &options.policy;
+    if !super::settings::receipts_on(policy) {
+        return Ok(None);
+    }
+    let keys = (policy.signing)
+        .load_receipt_keys(&options.data_dir)
+        .map_err(|e| config(&e))?;
+    let refused =
+        |e: &dyn std::fmt::Display| StartError::Config(format!("signing.receipt_keys: {e}"));
+    let key = keys
+        .signing
+        .into_iter()
+        .next()
+        .ok_or_else(|| refused(&"no key signs"))?;
+    let published = (keys.published.iter())
+        .filter_map(|key| {
+            let kid = key.jwk["kid"].as_str()?.to_owned();
+            let alg = crate::jose::receipt::ALGORITHMS
+                .into_iter()
+                .find(|alg| key.jwk["alg"].as_str() == Some(*alg))?;
+            Some((kid, alg))
+        })
+        .collect();
+    tracing::info!(kid = key.kid(), alg = key.alg(), mode = ?policy.receipts.mode, "finished tasks are sealed with receipts");
+    let signer =
+        crate::jose::receipt::ReceiptSigner::new(key, origin(door_url)).map_err(|e| refused(&e))?;
+    let receipts = Receipts::new(signer, policy.receipts.mode, published);
+    Ok(Some((Arc::new(receipts), keys.published)))
+}
+
+/// The origin of `url` (scheme, host and port), as receipts and assertions name the gateway.
+pub(super) fn origin(url: &str) -> String {
+    reqwest::Url::parse(url)
+        .map(|url| url.origin().ascii_serialization())
+        .unwrap_or_else(|_| url.to_owned())
 }
 
 impl Documents {
@@ -55,6 +107,7 @@ impl Documents {
         options: &GatewayOptions,
         store: &Store,
         inputs: &CardInputs<'_>,
+        receipt_keys: Vec<keys::PublishedKey>,
     ) -> Result<Self, StartError> {
         let policy = &options.policy;
         let now = options.clock.now();
@@ -82,6 +135,7 @@ impl Documents {
         };
         let mut published = policy_keys.published;
         published.extend(caller_keys.published);
+        published.extend(receipt_keys);
         let published = Arc::new(published);
         let jwks = Arc::new(std::sync::RwLock::new(Arc::new(
             build_jwks(store, &published, today, now).await?,
@@ -95,6 +149,7 @@ impl Documents {
             signing_keys: policy_keys.signing,
             jwks: jwks.clone(),
             caller_key: caller_keys.signing.into_iter().next(),
+            receipts: inputs.receipts.cloned(),
             refresh: JwksRefresh {
                 published,
                 document: jwks,
@@ -115,12 +170,18 @@ impl SignedCards {
         now: Timestamp,
     ) -> Result<Self, StartError> {
         let jku = policy.signing.jwks_url.as_deref();
-        let public_card = card::public_card(
-            &super::settings::card(policy),
-            inputs.door_url,
-            inputs.identities,
-            inputs.agent,
-        );
+        let mut settings = super::settings::card(policy);
+        if let Some(receipts) = inputs.receipts {
+            let jwks_uri = jku.map_or_else(
+                || format!("{}/.well-known/jwks.json", origin(inputs.door_url)),
+                str::to_owned,
+            );
+            settings
+                .own_extensions
+                .push(receipts.card_extension(&jwks_uri));
+        }
+        let public_card =
+            card::public_card(&settings, inputs.door_url, inputs.identities, inputs.agent);
         // What answers behind the door, as the extended card's own skill names it.
         let what = if inputs.agent.is_some() {
             "agent"
@@ -138,6 +199,9 @@ impl SignedCards {
         let signed_card =
             sign::sign_card(&public_card, signing_keys, jku).map_err(|e| config(&e))?;
         let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
+        if let Some(receipts) = inputs.receipts {
+            receipts.card_served(&card_bytes);
+        }
         let extended = card::extended_card(&public_card, None, what);
         let signed_extended =
             sign::sign_card(&extended, signing_keys, jku).map_err(|e| config(&e))?;

@@ -373,12 +373,14 @@ async fn published_documents(
         issuers: issuer_cards(&options.policy, identity_providers.as_deref()).await,
         client_ca_sha256: listeners.client_ca_sha256.clone(),
     };
+    let (receipts, receipt_keys) = documents::receipts(options, door_url)?.unzip();
     let inputs = documents::CardInputs {
         door_url,
         identities: &card_identities,
         agent,
+        receipts: receipts.as_ref(),
     };
-    Documents::build(options, store, &inputs).await
+    Documents::build(options, store, &inputs, receipt_keys.unwrap_or_default()).await
 }
 
 /// What start-up opened, once the documents are built.
@@ -512,6 +514,9 @@ async fn agent(
     )
     .with_shared_state(sharing.agent.clone())
     .with_extended_cards(documents.cards.answered()?);
+    if let Some(receipts) = &documents.receipts {
+        agent = agent.with_receipts(receipts.clone());
+    }
     if let Some(push) = push {
         agent = agent.with_push(push.clone());
     }
@@ -638,6 +643,7 @@ struct ReloadParts {
     client_ca_sha256: Option<String>,
     changes: Arc<dyn ChangeNotifier>,
     authorization: Option<Arc<crate::authz::Authorization>>,
+    receipts: Option<Arc<crate::a2a::receipts::Receipts>>,
 }
 
 /// What a policy reload replaces, gathered once the door is built.
@@ -664,6 +670,7 @@ fn reload_parts(
         client_ca_sha256: listeners.client_ca_sha256.clone(),
         changes: sharing.changes.clone(),
         authorization: guards.authorization.clone(),
+        receipts: documents.receipts.clone(),
     }
 }
 
@@ -689,6 +696,7 @@ impl ReloadParts {
             client_ca_sha256: self.client_ca_sha256,
             changes: self.changes,
             authorization: self.authorization,
+            receipts: self.receipts,
         };
         reload::Reloader::new(options.policy.clone(), options.policy_source.clone(), parts)
     }

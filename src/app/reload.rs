@@ -69,6 +69,8 @@ pub(super) struct Parts {
     pub(super) changes: Arc<dyn ChangeNotifier>,
     /// `None` when the door started without `[authorization]`.
     pub(super) authorization: Option<Arc<crate::authz::Authorization>>,
+    /// The receipts the cards declare, when they are on (restart to change).
+    pub(super) receipts: Option<Arc<crate::a2a::receipts::Receipts>>,
 }
 
 /// The policy in force, and the digest of the file text it was last read from.
@@ -203,6 +205,7 @@ impl Reloader {
                 door_url: &self.parts.door_url,
                 identities: &identities,
                 agent: backend.description(),
+                receipts: self.parts.receipts.as_ref(),
             };
             let (store, now) = (&self.parts.store, self.parts.clock.now());
             let keys = &self.parts.signing_keys;

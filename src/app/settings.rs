@@ -2,6 +2,7 @@
 //! guard, the card, push deliveries. A part is handed what it needs, never the whole policy.
 
 use crate::a2a::card_settings::{AGENT_WORDS, CardSettings};
+use crate::a2a::receipts::{EXTENSION, ReceiptMode};
 use crate::config::Policy;
 use crate::http::door::DoorSettings;
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ pub(super) fn door(policy: &Policy) -> DoorSettings {
         require_version_header: policy.gate.require_version_header,
         extensions: (policy.card.extensions.iter())
             .map(|e| (e.uri.clone(), e.required))
+            .chain(receipts_on(policy).then(|| (EXTENSION.to_owned(), false)))
             .collect(),
         request_timeout: policy.server.request_timeout_seconds.duration(),
         max_body_bytes: policy.server.max_body_bytes.usize(),
@@ -39,6 +41,11 @@ pub(super) fn door(policy: &Policy) -> DoorSettings {
             .and_then(|h| axum::http::HeaderName::from_bytes(h.as_bytes()).ok()),
         access_log: policy.log.access,
     }
+}
+
+/// Whether finished tasks get receipts (`receipts.mode`).
+pub(super) fn receipts_on(policy: &Policy) -> bool {
+    policy.receipts.mode != ReceiptMode::Off
 }
 
 /// Where the door serves its RFC 9728 metadata: the well-known name before the path of the
@@ -65,6 +72,7 @@ pub(super) fn card(policy: &Policy) -> CardSettings {
         grpc_address: policy.grpc.as_ref().map(|grpc| grpc.advertised()),
         streaming: policy.capabilities.streaming,
         push_notifications: policy.capabilities.push_notifications,
+        own_extensions: Vec::new(),
     }
 }
 

@@ -165,6 +165,9 @@ pub struct Policy {
     /// `[log]`
     #[serde(default)]
     pub log: LogPolicy,
+    /// `[receipts]`: signed receipts of finished tasks.
+    #[serde(default)]
+    pub receipts: crate::a2a::receipts::ReceiptSettings,
     /// `[grpc]`: the gRPC binding, when present.
     #[serde(default)]
     pub grpc: Option<grpc::GrpcPolicy>,
@@ -961,5 +964,45 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("alg") && err.contains("RS256"), "{err}");
+    }
+
+    /// Receipts are signed with a public-key algorithm only, under a kid no other list has.
+    #[test]
+    fn a_receipt_key_is_asymmetric_and_its_kid_its_own() {
+        let key = |kid: &str, alg: &str| {
+            format!(
+                "[[signing.receipt_keys]]\nkid = \"{kid}\"\nalg = \"{alg}\"\nsecret_env = \"S\"\n"
+            )
+        };
+        let err = Policy::parse(&key("r1", "HS256"), &PolicySource::Embedded)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("signing.receipt_keys") && err.contains("EdDSA or ES256"),
+            "{err}"
+        );
+        let card =
+            "[[signing.keys]]\nkid = \"same\"\nalg = \"EdDSA\"\nprivate_key_file = \"k.pem\"\n";
+        let twice = format!("{card}{}", key("same", "EdDSA"));
+        let err = Policy::parse(&twice, &PolicySource::Embedded)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("signing.receipt_keys") && err.contains("also a card key"),
+            "{err}"
+        );
+        let on =
+            Policy::parse("[receipts]\nmode = \"required\"\n", &PolicySource::Embedded).unwrap();
+        assert_eq!(
+            on.receipts.mode,
+            crate::a2a::receipts::ReceiptMode::Required
+        );
+        assert!(
+            Policy::parse(
+                "[receipts]\nmode = \"sometimes\"\n",
+                &PolicySource::Embedded
+            )
+            .is_err()
+        );
     }
 }

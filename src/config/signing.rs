@@ -3,7 +3,8 @@
 
 use super::{Invalid, invalid};
 use crate::jose::keys::{
-    PolicyKeys, PublishedKey, default_caller_key, default_card_key, read_secret,
+    PolicyKeys, PublishedKey, default_caller_key, default_card_key, default_receipt_key,
+    read_secret,
 };
 use crate::jose::sign::{CardSigningKey, JwsAlgorithm, MIN_HMAC_SECRET_BYTES};
 use ed25519_dalek::pkcs8::DecodePrivateKey;
@@ -24,6 +25,11 @@ pub struct SigningPolicy {
     /// as the card's are; none means a key generated in the data directory.
     #[serde(default)]
     pub caller_keys: Vec<SigningKeyPolicy>,
+    /// `[[signing.receipt_keys]]`: the keys of the answer receipts (EdDSA or ES256), rotated as
+    /// the card's are (a retiring key stays published for as long as receipts it signed are
+    /// kept); none means a key generated in the data directory.
+    #[serde(default)]
+    pub receipt_keys: Vec<SigningKeyPolicy>,
 }
 
 /// `[[signing.keys]]`
@@ -51,26 +57,36 @@ pub struct SigningKeyPolicy {
 impl SigningPolicy {
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         validate_keys("signing.keys", &self.keys)?;
-        validate_keys("signing.caller_keys", &self.caller_keys)?;
-        if self
-            .caller_keys
-            .iter()
-            .any(|key| key.alg == JwsAlgorithm::Hs256)
-        {
-            return Err(invalid(
+        for (setting, keys, why) in [
+            (
                 "signing.caller_keys",
+                &self.caller_keys,
                 "must be EdDSA or ES256: the agent verifies the assertions with a public key",
-            ));
+            ),
+            (
+                "signing.receipt_keys",
+                &self.receipt_keys,
+                "must be EdDSA or ES256: a receipt signed with a shared secret could be forged by whoever verifies it",
+            ),
+        ] {
+            validate_keys(setting, keys)?;
+            if keys.iter().any(|key| key.alg == JwsAlgorithm::Hs256) {
+                return Err(invalid(setting, why));
+            }
         }
-        if self
-            .caller_keys
-            .iter()
-            .any(|key| self.keys.iter().any(|card| card.kid == key.kid))
-        {
-            return Err(invalid(
-                "signing.caller_keys",
-                "a kid is also a card key's: the JWKS names each key once",
-            ));
+        // The JWKS names each key once: a kid of one list is no other list's.
+        let mut earlier: Vec<&str> = self.keys.iter().map(|key| key.kid.as_str()).collect();
+        for (setting, keys) in [
+            ("signing.caller_keys", &self.caller_keys),
+            ("signing.receipt_keys", &self.receipt_keys),
+        ] {
+            if keys.iter().any(|key| earlier.contains(&key.kid.as_str())) {
+                return Err(invalid(
+                    setting,
+                    "a kid is also a card key's (or another list's): the JWKS names each key once",
+                ));
+            }
+            earlier.extend(keys.iter().map(|key| key.kid.as_str()));
         }
         if let Some(url) = &self.jwks_url
             && !url.starts_with("https://")
@@ -106,6 +122,15 @@ impl SigningPolicy {
             return Ok(alone(key));
         }
         load_listed("signing.keys", &self.keys)
+    }
+
+    /// Loads the keys of the answer receipts; with none named, the data directory's.
+    pub fn load_receipt_keys(&self, data_dir: &Path) -> Result<PolicyKeys, String> {
+        if self.receipt_keys.is_empty() {
+            let key = default_receipt_key(data_dir).map_err(|e| e.to_string())?;
+            return Ok(alone(key));
+        }
+        load_listed("signing.receipt_keys", &self.receipt_keys)
     }
 
     /// Loads the keys of the callers' assertions; with none named, the data directory's.

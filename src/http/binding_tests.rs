@@ -200,6 +200,7 @@ fn caller() -> Caller {
         note: None,
         protocol: Default::default(),
         trace: None,
+        call: None,
     }
 }
 

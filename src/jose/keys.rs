@@ -40,6 +40,9 @@ pub enum KeyError {
 /// The default key of callers' assertions, in the data directory of a lone instance.
 pub const DEFAULT_CALLER_KEY_FILE: &str = "caller-assertion-ed25519.pem";
 
+/// The file in the data directory holding the generated receipt key.
+pub const DEFAULT_RECEIPT_KEY_FILE: &str = "receipt-ed25519.pem";
+
 /// Loads the default Ed25519 key from `data_dir`, generating it on first use.
 pub fn default_card_key(data_dir: &Path) -> Result<CardSigningKey, KeyError> {
     default_key(data_dir, DEFAULT_KEY_FILE, "")
@@ -49,6 +52,12 @@ pub fn default_card_key(data_dir: &Path) -> Result<CardSigningKey, KeyError> {
 /// first use; its `kid` starts `caller-`, so it never collides with a card key's.
 pub fn default_caller_key(data_dir: &Path) -> Result<CardSigningKey, KeyError> {
     default_key(data_dir, DEFAULT_CALLER_KEY_FILE, "caller-")
+}
+
+/// Loads the default Ed25519 key of answer receipts from `data_dir`, generating it on first
+/// use; its `kid` starts `receipt-`.
+pub fn default_receipt_key(data_dir: &Path) -> Result<CardSigningKey, KeyError> {
+    default_key(data_dir, DEFAULT_RECEIPT_KEY_FILE, "receipt-")
 }
 
 /// The Ed25519 key in `file` of `data_dir` (made on first use), its kid `prefix` and the

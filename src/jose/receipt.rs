@@ -270,6 +270,11 @@ fn decode(part: &str) -> Result<Vec<u8>, ReceiptError> {
         .map_err(|_| ReceiptError::Malformed("a part is not base64url"))
 }
 
+/// The base64url SHA-256 of `bytes` (an access token's `ath`).
+pub fn sha256_b64url(bytes: &[u8]) -> String {
+    b64url(&Sha256::digest(bytes))
+}
+
 fn b64url(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }

@@ -37,6 +37,7 @@ mod openai_backend;
 mod properties;
 mod push;
 mod python_sdk;
+mod receipts;
 mod reload;
 mod resource_metadata;
 mod rest;

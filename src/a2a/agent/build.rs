@@ -29,6 +29,7 @@ pub struct AgentBuilder {
     shared: SharedState,
     cards: ExtendedCards,
     push: Option<Arc<crate::push::Push>>,
+    receipts: Option<Arc<crate::a2a::receipts::Receipts>>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -58,7 +59,14 @@ impl AgentBuilder {
             shared: SharedState::default(),
             cards: ExtendedCards::default(),
             push: None,
+            receipts: None,
         }
+    }
+
+    /// Seals finished tasks with `receipts`.
+    pub fn with_receipts(mut self, receipts: Arc<crate::a2a::receipts::Receipts>) -> Self {
+        self.receipts = Some(receipts);
+        self
     }
 
     /// Serves the push-notification methods through `push` and queues every stored state for
@@ -98,6 +106,7 @@ impl AgentBuilder {
             clock: self.clock,
             settings: self.settings,
             shared: self.shared,
+            receipts: self.receipts,
         };
         Agent {
             turns: Arc::new(Turns::new(&from)),
@@ -131,4 +140,5 @@ pub(super) struct Ingredients {
     pub(super) running: RunningTurns,
     pub(super) background: Background,
     pub(super) places: StreamPlaces,
+    pub(super) receipts: Option<Arc<crate::a2a::receipts::Receipts>>,
 }

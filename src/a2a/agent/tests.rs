@@ -222,6 +222,7 @@ async fn a_task_is_heard_working_then_completed_once_each_is_stored() {
         note: None,
         protocol: Default::default(),
         trace: None,
+        call: None,
     };
     let pipeline = crate::a2a::pipeline::Pipeline::new(Arc::new(agent.clone()));
     let (_, answer) = crate::a2a::jsonrpc_binding::handle(

@@ -63,6 +63,8 @@ pub(super) struct Turns {
     running: RunningTurns,
     pub(super) background: Background,
     pub(super) places: StreamPlaces,
+    /// Seals finished tasks, when receipts are on.
+    pub(super) receipts: Option<Arc<crate::a2a::receipts::Receipts>>,
 }
 
 impl Turns {
@@ -92,6 +94,7 @@ impl Turns {
             running: from.running.clone(),
             background: from.background.clone(),
             places: from.places.clone(),
+            receipts: from.receipts.clone(),
         }
     }
 
@@ -276,6 +279,7 @@ impl Turns {
             .transpose()?;
         let (read, sent) = self.read(caller, &message, params.metadata)?;
         let (text, parts, context_id, kept) = (read.text, read.parts, read.context_id, read.kept);
+        let sealing = self.sealing(caller, &message)?;
         if let Some(task_id) = &message.task_id {
             let continued = self
                 .continued_task(peer, task_id, message.context_id.as_ref())
@@ -297,6 +301,7 @@ impl Turns {
                     spending: None,
                     trace: caller.trace.clone(),
                     note: caller.note.clone(),
+                    sealing,
                 },
                 history_length,
                 return_immediately: configuration.return_immediately.unwrap_or(false),
@@ -330,10 +335,32 @@ impl Turns {
                 spending: None,
                 trace: caller.trace.clone(),
                 note: caller.note.clone(),
+                sealing,
             },
             history_length,
             return_immediately: configuration.return_immediately.unwrap_or(false),
         })
+    }
+
+    /// How this call's task is sealed once finished, when it gets a receipt.
+    fn sealing(
+        &self,
+        caller: &Caller,
+        message: &a2a::IncomingMessage,
+    ) -> Result<Option<crate::a2a::receipts::Sealing>, A2aError> {
+        let Some(receipts) = &self.receipts else {
+            return Ok(None);
+        };
+        let call = caller.call.unwrap_or(crate::protocol::call::A2aCall {
+            binding: crate::protocol::call::Binding::JsonRpc,
+            method: crate::protocol::jsonrpc::Method::SendMessage,
+        });
+        receipts.for_call(
+            (call.binding, call.method.name()),
+            &caller.protocol.activated,
+            message,
+            self.clock.now(),
+        )
     }
 
     /// Reads `message` as the backend reads it (the caller's note names the parts it does not)

@@ -293,6 +293,13 @@ impl Turns {
             }
             None => turn.task(state, &outcome.reply, now),
         };
+        let mut task = task;
+        if let (Some(receipts), Some(sealing)) = (&self.receipts, &turn.sealing)
+            && state.is_final()
+        {
+            // Sealed before it is written: the receipt is stored with the state it proves.
+            receipts.seal(sealing, &turn.peer, &mut task, now)?;
+        }
         // Encoded once: the stored copy is also the answer.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
         let answer = a2a::StoredTask::new(task, task_json.clone()).map_err(internal)?;

@@ -181,6 +181,8 @@ pub(super) struct TurnPlan {
     pub(super) trace: Option<Arc<crate::telemetry::CallSpan>>,
     /// What the access log writes of the request, when it is on.
     pub(super) note: Option<Arc<crate::layers::access_log::AccessNote>>,
+    /// How the task is sealed once finished, when it gets a receipt.
+    pub(super) sealing: Option<crate::a2a::receipts::Sealing>,
 }
 
 /// What came with a peer's message besides its parts: relayed to an agent as sent; for a

@@ -12,7 +12,7 @@
 //!   one certificate names one peer.
 
 use super::scheme::{Context, CredentialScheme, Failure, Presented};
-use super::{AuthError, AuthenticatedPeer, Scheme, peer};
+use super::{AuthError, AuthenticatedPeer, Scheme, SignedInWith, peer};
 use crate::guard::certificate::ClientCertificate;
 use crate::store::{CredentialStore, PeerIdentity, PeerLogin};
 use async_trait::async_trait;
@@ -107,6 +107,10 @@ impl CredentialScheme<AuthenticatedPeer> for ClientCertificates {
             .filter(|login| login.active)
             .ok_or(AuthError::InvalidCredentials)?;
         let valid_until = login.valid_until;
-        Ok(peer(Scheme::Mtls, login, valid_until))
+        let mut peer = peer(Scheme::Mtls, login, valid_until);
+        peer.signed_in_with = SignedInWith::Certificate {
+            thumbprint: certificate.x5t_s256().into(),
+        };
+        Ok(peer)
     }
 }

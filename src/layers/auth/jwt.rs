@@ -24,7 +24,7 @@
 //!   connection that presented that certificate.
 
 use super::scheme::{Context, CredentialScheme, Failure, Presented};
-use super::{AuthError, AuthenticatedPeer, Scheme, peer};
+use super::{AuthError, AuthenticatedPeer, Scheme, SignedInWith, peer};
 use crate::clock::{Clock, Timestamp, elapsed, later};
 use crate::guard::certificate::ClientCertificate;
 use crate::guard::scopes::GrantedScopes;
@@ -428,6 +428,10 @@ pub struct VerifiedToken<'a> {
     pub token: &'a AccessToken,
     /// Until when the token is taken: its `exp` and the issuer's clock skew.
     pub taken_until: Timestamp,
+    /// The provider's `iss`.
+    pub issuer_url: &'a str,
+    /// The token as presented, whose SHA-256 a receipt names (never the token itself).
+    pub presented: &'a str,
 }
 
 impl VerifiedToken<'_> {
@@ -525,6 +529,8 @@ impl<Who: Send + Sync + 'static> CredentialScheme<Who> for IdentityProviderToken
                 require_scopes: issuer.settings.require_scopes,
                 token,
                 taken_until: later(token.expires_at, issuer.settings.rules.skew),
+                issuer_url: &issuer.settings.rules.issuer,
+                presented: credentials,
             })
             .await
     }
@@ -570,6 +576,10 @@ impl TokenBindings<AuthenticatedPeer> for PeerBindings {
                 .map_or(taken_until, |until| until.min(taken_until)),
         );
         let mut peer = peer(Scheme::Jwt, login, valid_until);
+        peer.signed_in_with = SignedInWith::AccessToken {
+            issuer: verified.issuer_url.into(),
+            ath: crate::jose::receipt::sha256_b64url(verified.presented.as_bytes()).into(),
+        };
         peer.issuer = Some(verified.issuer.into());
         peer.subject = Some(token.subject.as_str().into());
         if !token.claims.is_empty() {

@@ -109,6 +109,52 @@ pub struct AuthenticatedPeer {
     subject: Option<Arc<str>>,
     /// The claims of that token the authorization policies read.
     claims: Option<crate::jose::access_token::Claims>,
+    /// The credential it signed in with, as a receipt names it.
+    signed_in_with: SignedInWith,
+}
+
+/// What a receipt says of the credential a peer signed in with: enough for anyone to tell
+/// which credential it was, never enough to use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignedInWith {
+    /// A token or API key peergate issued, by its public id.
+    Issued {
+        /// The public part of the credential (never its secret).
+        token_id: Arc<str>,
+    },
+    /// Its name and password.
+    Password,
+    /// An identity provider's access token: the provider's `iss` and the token's SHA-256
+    /// (`ath`, base64url, as RFC 9449 names it).
+    AccessToken {
+        /// The provider's `iss`.
+        issuer: Arc<str>,
+        /// The token's SHA-256.
+        ath: Arc<str>,
+    },
+    /// A client certificate, by the SHA-256 of its DER (`x5t#S256`, base64url).
+    Certificate {
+        /// The thumbprint.
+        thumbprint: Arc<str>,
+    },
+}
+
+impl SignedInWith {
+    /// The receipt's `cred` claim: the scheme, and what tells its credential apart.
+    pub fn claim(&self, scheme: Scheme) -> serde_json::Value {
+        let mut claim = serde_json::json!({"scheme": scheme.policy_name()});
+        match self {
+            Self::Issued { token_id } => claim["id"] = token_id.as_ref().into(),
+            Self::Password => {}
+            Self::AccessToken { issuer, ath } => {
+                claim["iss"] = issuer.as_ref().into();
+                claim["ath"] = ath.as_ref().into();
+            }
+            Self::Certificate { thumbprint } => claim["x5t#S256"] = thumbprint.as_ref().into(),
+        }
+        claim
+    }
 }
 
 impl AuthenticatedPeer {
@@ -168,6 +214,11 @@ impl AuthenticatedPeer {
         self.granted.map(GrantedScopes::names)
     }
 
+    /// The credential it signed in with, as a receipt names it.
+    pub fn signed_in_with(&self) -> &SignedInWith {
+        &self.signed_in_with
+    }
+
     /// The claims of its token the authorization policies read (none without a token).
     pub fn claims(&self) -> &[crate::jose::access_token::Claim] {
         self.claims.as_deref().unwrap_or_default()
@@ -190,6 +241,7 @@ impl AuthenticatedPeer {
             issuer: None,
             subject: None,
             claims: None,
+            signed_in_with: SignedInWith::Password,
         }
     }
 }
@@ -324,6 +376,7 @@ fn peer(
         issuer: None,
         subject: None,
         claims: None,
+        signed_in_with: SignedInWith::Password,
     }
 }
 
@@ -347,7 +400,11 @@ impl TokenRecords<AuthenticatedPeer> for PeerTokens {
             active: record.login.active,
             who: {
                 let valid_until = record.login.valid_until;
-                peer(self.scheme, record.login, valid_until)
+                let mut peer = peer(self.scheme, record.login, valid_until);
+                peer.signed_in_with = SignedInWith::Issued {
+                    token_id: token_id.into(),
+                };
+                peer
             },
         }))
     }

@@ -1,0 +1,258 @@
+//! The *seal* of a finished task: its receipt ([`crate::jose::receipt`]), put in the task's
+//! `metadata` under [`EXTENSION`] before the task's final state is written, so the receipt is
+//! stored in the same transaction as the state it proves and leaves only with it. `GetTask`
+//! answers the stored task, so a finished task's receipt is the same on every read.
+
+use crate::clock::Timestamp;
+use crate::jose::receipt::{ReceiptSigner, Statement, answer_projection, digest};
+use crate::layers::auth::AuthenticatedPeer;
+use crate::protocol::call::Binding;
+use crate::protocol::error::A2aError;
+use crate::protocol::types::{IncomingMessage, IncomingPart, Task};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::sync::{Arc, RwLock};
+
+pub use crate::jose::receipt::EXTENSION;
+
+/// `receipts.mode`: which finished tasks get a receipt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReceiptMode {
+    /// None.
+    #[default]
+    Off,
+    /// Those of calls that activate [`EXTENSION`] (`A2A-Extensions`).
+    OnRequest,
+    /// Every one; a task whose receipt cannot be made is still answered.
+    Always,
+    /// Every one, and no answer without its receipt: a task whose receipt cannot be made or
+    /// stored is not answered.
+    Required,
+}
+
+/// `[receipts]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptSettings {
+    /// Which finished tasks get a receipt.
+    #[serde(default)]
+    pub mode: ReceiptMode,
+}
+
+/// The gateway's receipts: the signer, the mode, and the digest of the signed card in force.
+#[derive(Debug)]
+pub struct Receipts {
+    signer: ReceiptSigner,
+    mode: ReceiptMode,
+    card: RwLock<Arc<str>>,
+    /// Every key a kept receipt may be signed with (the signing one and the retiring ones),
+    /// as (kid, alg): what the card names.
+    published: Vec<(String, &'static str)>,
+}
+
+/// What a call's turn carries to seal its task once finished.
+#[derive(Debug, Clone)]
+pub struct Sealing {
+    binding: Binding,
+    method: &'static str,
+    message: String,
+    request: String,
+    received: Timestamp,
+    required: bool,
+}
+
+impl Receipts {
+    /// Receipts signed by `signer` in `mode` (not [`ReceiptMode::Off`]), verifiable with the
+    /// `published` keys (kid, alg), the signer's among them.
+    pub fn new(
+        signer: ReceiptSigner,
+        mode: ReceiptMode,
+        published: Vec<(String, &'static str)>,
+    ) -> Self {
+        Self {
+            signer,
+            mode,
+            card: RwLock::new(Arc::from("")),
+            published,
+        }
+    }
+
+    /// The card's declaration of the extension: optional for a partner, with what verifies
+    /// its receipts (the key set, algorithms and key ids), which the card's signature covers.
+    pub fn card_extension(&self, jwks_uri: &str) -> Value {
+        let mut algs: Vec<&str> = self.published.iter().map(|(_, alg)| *alg).collect();
+        algs.sort_unstable();
+        algs.dedup();
+        let kids: Vec<&str> = self.published.iter().map(|(kid, _)| kid.as_str()).collect();
+        json!({
+            "uri": EXTENSION,
+            "description": "A signed receipt (a2a-receipt+jwt) in the metadata of every finished task: who asked, what was asked and answered (SHA-256 digests), when, under which card",
+            "params": {"jwksUri": jwks_uri, "algs": algs, "kids": kids, "typ": crate::jose::receipt::TYP},
+        })
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> ReceiptMode {
+        self.mode
+    }
+
+    /// The card now served, signed, as its bytes: receipts name its digest from now on.
+    pub fn card_served(&self, signed_card: &[u8]) {
+        let digest = crate::jose::receipt::sha256_b64url(signed_card);
+        *crate::locks::ReadWriteLocked::write_locked(&self.card) = Arc::from(digest);
+    }
+
+    /// How a call of `method` over `binding` with `message`, received at `received`, is
+    /// sealed once its task is finished; `None` when it gets no receipt.
+    pub fn for_call(
+        &self,
+        (binding, method): (Binding, &'static str),
+        activated: &[String],
+        message: &IncomingMessage,
+        received: Timestamp,
+    ) -> Result<Option<Sealing>, A2aError> {
+        let asked = activated.iter().any(|uri| uri == EXTENSION);
+        if self.mode == ReceiptMode::Off || (self.mode == ReceiptMode::OnRequest && !asked) {
+            return Ok(None);
+        }
+        let request = digest(&message_form(message)).map_err(internal)?;
+        Ok(Some(Sealing {
+            binding,
+            method,
+            message: message.message_id.to_string(),
+            request,
+            received,
+            required: self.mode == ReceiptMode::Required,
+        }))
+    }
+
+    /// Puts the receipt of `task`, finished at `now` for `peer`, in its metadata. A receipt
+    /// that cannot be made is an error under [`ReceiptMode::Required`], else logged.
+    pub fn seal(
+        &self,
+        sealing: &Sealing,
+        peer: &AuthenticatedPeer,
+        task: &mut Task,
+        now: Timestamp,
+    ) -> Result<(), A2aError> {
+        match self.receipt(sealing, peer, task, now) {
+            Ok(receipt) => {
+                let mut metadata = match task.metadata.take() {
+                    Some(Value::Object(map)) => map,
+                    _ => Map::new(),
+                };
+                metadata.insert(EXTENSION.to_owned(), Value::String(receipt));
+                task.metadata = Some(Value::Object(metadata));
+                Ok(())
+            }
+            Err(e) if sealing.required => Err(internal(e)),
+            Err(e) => {
+                tracing::error!(error = %e, task = %task.id, "a finished task went without its receipt");
+                Ok(())
+            }
+        }
+    }
+
+    fn receipt(
+        &self,
+        sealing: &Sealing,
+        peer: &AuthenticatedPeer,
+        task: &Task,
+        now: Timestamp,
+    ) -> Result<String, crate::jose::receipt::ReceiptError> {
+        let answer = serde_json::to_value(task)
+            .map_err(|e| crate::jose::receipt::ReceiptError::Canonical(e.to_string()))?;
+        let statement = Statement {
+            binding: binding_name(sealing.binding),
+            method: sealing.method,
+            task: task.id.to_string(),
+            context: task.context_id.to_string(),
+            message: sealing.message.clone(),
+            state: task.status.state.as_str(),
+            received: sealing.received,
+            answered: now,
+            credential: peer.signed_in_with().claim(peer.scheme()),
+            card: crate::locks::ReadWriteLocked::read_locked(&self.card).to_string(),
+            request: sealing.request.clone(),
+            answer: digest(&answer_projection(&answer))?,
+            upstream: None,
+        };
+        Ok(self.signer.sign(peer.id().as_str(), &statement, now))
+    }
+}
+
+/// The card's name for a binding (`AgentInterface.protocolBinding`).
+fn binding_name(binding: Binding) -> &'static str {
+    match binding {
+        Binding::JsonRpc => "JSONRPC",
+        Binding::HttpJson => "HTTP+JSON",
+        Binding::Grpc => "GRPC",
+    }
+}
+
+/// The partner's message in A2A 1.0's ProtoJSON form, whichever binding and version of the
+/// protocol it came in: what `dig.req` digests.
+pub fn message_form(message: &IncomingMessage) -> Value {
+    let mut form = json!({
+        "messageId": message.message_id.as_str(),
+        "role": message.role,
+        "parts": message.parts.iter().map(part_form).collect::<Vec<_>>(),
+    });
+    if let Some(context) = &message.context_id {
+        form["contextId"] = json!(context.as_str());
+    }
+    if let Some(task) = &message.task_id {
+        form["taskId"] = json!(task.as_str());
+    }
+    if let Some(metadata) = &message.metadata {
+        form["metadata"] = metadata.clone();
+    }
+    if !message.extensions.is_empty() {
+        form["extensions"] = json!(message.extensions);
+    }
+    form
+}
+
+/// A part in 1.0's form (0.3's file part as 1.0's `raw` or `url`).
+fn part_form(part: &IncomingPart) -> Value {
+    let mut form = Map::new();
+    let mut put = |name: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            form.insert(name.to_owned(), value);
+        }
+    };
+    let legacy = part.file.as_ref();
+    put("text", part.text.clone().map(Value::String));
+    put(
+        "raw",
+        (part.raw.clone())
+            .or_else(|| legacy.and_then(|f| f.bytes.clone()))
+            .map(Value::String),
+    );
+    put(
+        "url",
+        (part.url.clone())
+            .or_else(|| legacy.and_then(|f| f.uri.clone()))
+            .map(Value::String),
+    );
+    put("data", part.data.clone());
+    put(
+        "filename",
+        (part.filename.clone())
+            .or_else(|| legacy.and_then(|f| f.name.clone()))
+            .map(Value::String),
+    );
+    put(
+        "mediaType",
+        (part.media_type.clone())
+            .or_else(|| legacy.and_then(|f| f.mime_type.clone()))
+            .map(Value::String),
+    );
+    put("metadata", part.metadata.clone());
+    Value::Object(form)
+}
+
+fn internal(e: impl std::fmt::Display) -> A2aError {
+    A2aError::internal(&e, "the task's receipt could not be made")
+}

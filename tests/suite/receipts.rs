@@ -1,0 +1,177 @@
+//! Answer receipts over real HTTP: a finished task carries a receipt that verifies against the
+//! keys the signed card names, whose digests are those of the message as sent and of the task
+//! as `GetTask` returns it, the same on every read, and on every binding for what it was sent.
+
+use crate::common::*;
+use peergate::jose::receipt::{self, EXTENSION, Expected};
+use peergate::jose::verify::TrustedKeys;
+use serde_json::{Value, json};
+
+fn with_receipts(mode: &str) -> peergate::config::Policy {
+    PolicyEdit::default()
+        .set("capabilities.http_json", true)
+        .set("receipts.mode", mode)
+        .policy()
+}
+
+/// A message with a text part, a data part and metadata, in A2A 1.0's ProtoJSON form.
+fn message(id: &str) -> Value {
+    json!({
+        "messageId": id,
+        "role": "ROLE_USER",
+        "parts": [{"text": "what is the price?"}, {"data": {"sku": "A-1", "qty": 2}}],
+        "metadata": {"order": "o-77"},
+    })
+}
+
+/// The gateway's published keys, as a partner reads them.
+async fn keys_of(gw: &TestGateway) -> TrustedKeys {
+    let jwks = reqwest::get(gw.url("/.well-known/jwks.json"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut keys = TrustedKeys::new();
+    keys.add_jwks(&jwks).unwrap();
+    keys
+}
+
+fn receipt_of(task: &Value) -> &str {
+    task["metadata"][EXTENSION]
+        .as_str()
+        .unwrap_or_else(|| panic!("no receipt in {task}"))
+}
+
+async fn sent_over_rest(gw: &TestGateway, token: &str, message: Value) -> Value {
+    let response = reqwest::Client::new()
+        .post(gw.url("/a2a/v1/rest/message:send"))
+        .header("a2a-version", "1.0")
+        .bearer_auth(token)
+        .json(&json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json::<Value>().await.unwrap()["task"].clone()
+}
+
+#[tokio::test]
+async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_asked_and_answered() {
+    let gw = TestGateway::start_with(with_receipts("always")).await;
+    let token = gw.add_peer("alice");
+    // The card declares the extension and the keys that verify receipts.
+    let card = gw.card().await;
+    let declared = card["capabilities"]["extensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["uri"] == EXTENSION)
+        .unwrap_or_else(|| panic!("the card declares no receipts: {card}"))
+        .clone();
+    let kid = declared["params"]["kids"][0].as_str().unwrap().to_owned();
+    assert_eq!(declared["params"]["typ"], receipt::TYP);
+    assert_ne!(declared["required"], true, "{declared}");
+
+    let sent = message("m-receipt-1");
+    let request =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": sent}});
+    let task = task_of(&rpc(&gw.door, &token, request).await).clone();
+    let keys = keys_of(&gw).await;
+    let origin = format!("http://{}", gw.addr);
+    let now = peergate::clock::Clock::now(&gw.clock);
+    let expected = Expected {
+        issuer: &origin,
+        audience: None,
+        now,
+    };
+    let claims = receipt::verify(receipt_of(&task), &keys, expected).unwrap();
+    let header = receipt_of(&task).split('.').next().unwrap();
+    assert!(
+        String::from_utf8(base64_url(header))
+            .unwrap()
+            .contains(&kid),
+        "signed with the key the card names"
+    );
+    // What it states: the call, who asked (the token's public id, never the token), when.
+    assert_eq!(claims["a2a"]["binding"], "JSONRPC");
+    assert_eq!(claims["a2a"]["method"], "SendMessage");
+    assert_eq!(claims["a2a"]["task"], task["id"]);
+    assert_eq!(claims["a2a"]["context"], task["contextId"]);
+    assert_eq!(claims["a2a"]["message"], "m-receipt-1");
+    assert_eq!(claims["a2a"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(claims["cred"]["scheme"], "bearer");
+    let credential = claims["cred"]["id"].as_str().unwrap();
+    assert!(token.contains(credential) && token != credential);
+    assert_eq!(claims["aud"], claims["sub"]);
+    // The digests: the message as sent, the task as read back, the card as served.
+    assert_eq!(claims["dig"]["req"], receipt::digest(&sent).unwrap());
+    let answer = receipt::digest(&receipt::answer_projection(&task)).unwrap();
+    assert_eq!(claims["dig"]["ans"], answer);
+    let card_bytes = reqwest::get(gw.url("/.well-known/agent-card.json"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(claims["card"], receipt::sha256_b64url(&card_bytes));
+
+    // GetTask answers the same receipt, and the same answer.
+    let id = task["id"].as_str().unwrap();
+    let read = get_task(&gw.door, &token, id, None).await["result"].clone();
+    assert_eq!(receipt_of(&read), receipt_of(&task));
+    let read_answer = receipt::digest(&receipt::answer_projection(&read)).unwrap();
+    assert_eq!(read_answer, answer);
+    // An answer changed after the fact no longer matches what the receipt states.
+    let mut changed = task.clone();
+    changed["status"]["message"]["parts"][0]["text"] = json!("a different answer");
+    let tampered = receipt::digest(&receipt::answer_projection(&changed)).unwrap();
+    assert_ne!(tampered, answer);
+
+    // The HTTP+JSON binding: its receipt states its binding and digests what it was sent.
+    let sent = message("m-receipt-2");
+    let task = sent_over_rest(&gw, &token, sent.clone()).await;
+    let claims = receipt::verify(receipt_of(&task), &keys, expected).unwrap();
+    assert_eq!(claims["a2a"]["binding"], "HTTP+JSON");
+    assert_eq!(claims["dig"]["req"], receipt::digest(&sent).unwrap());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn on_request_a_receipt_comes_only_to_a_call_that_activates_the_extension() {
+    let gw = TestGateway::start_with(with_receipts("on_request")).await;
+    let token = gw.add_peer("alice");
+    let plain = task_of(&send_text(&gw.door, &token, "no receipt", None).await).clone();
+    assert!(plain["metadata"][EXTENSION].is_null(), "{plain}");
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": {"message": message("m-asked")}});
+    let response = reqwest::Client::new()
+        .post(&gw.door)
+        .header("a2a-version", "1.0")
+        .header("a2a-extensions", EXTENSION)
+        .bearer_auth(&token)
+        .json(&request)
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let task = task_of(&response);
+    let keys = keys_of(&gw).await;
+    let origin = format!("http://{}", gw.addr);
+    let expected = Expected {
+        issuer: &origin,
+        audience: None,
+        now: peergate::clock::Clock::now(&gw.clock),
+    };
+    receipt::verify(receipt_of(task), &keys, expected).unwrap();
+    gw.stop().await;
+}
+
+fn base64_url(text: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .unwrap()
+}
