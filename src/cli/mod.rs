@@ -11,6 +11,7 @@ mod fetching;
 mod keys;
 mod peer;
 mod policy;
+mod receipt;
 mod records;
 mod store;
 
@@ -25,6 +26,7 @@ use card::CardCommand;
 use clap::{Args, Parser, Subcommand};
 use keys::KeysCommand;
 use peer::PeerCommand;
+use receipt::ReceiptCommand;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -137,6 +139,9 @@ enum Command {
     /// Check Agent Cards.
     #[command(subcommand)]
     Card(CardCommand),
+    /// Check an agent's answer receipts.
+    #[command(subcommand)]
+    Receipt(ReceiptCommand),
     /// Call an agent: verify its card, send one message, print the answer. Exits 0 when
     /// answered, 3 when the card is not verified, 4 when the credential is refused, 5 when rate
     /// limited, 6 when the task failed or was rejected, 1 otherwise.
@@ -488,6 +493,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Peer(command) => peer::run(command).await,
         Command::Admin(command) => admin::run(command).await,
         Command::Card(command) => card::run(command).await,
+        Command::Receipt(command) => receipt::run(command).await,
         Command::Call(args) => call::run(*args).await,
         Command::Keys(command) => keys::run(command).await,
         Command::Conversations(command) => records::conversations(command).await,

@@ -76,7 +76,7 @@ async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_as
     let sent = message("m-receipt-1");
     let request =
         json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": sent}});
-    let task = task_of(&rpc(&gw.door, &token, request).await).clone();
+    let task = task_of(&rpc(&gw.door, &token, request.clone()).await).clone();
     let keys = keys_of(&gw).await;
     let origin = format!("http://{}", gw.addr);
     let now = peergate::clock::Clock::now(&gw.clock);
@@ -127,6 +127,66 @@ async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_as
     changed["status"]["message"]["parts"][0]["text"] = json!("a different answer");
     let tampered = receipt::digest(&receipt::answer_projection(&changed)).unwrap();
     assert_ne!(tampered, answer);
+
+    // A partner checks it all offline with the command line: the card, the receipt, both
+    // digests; and a changed answer, a changed request or another peer's id is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, value: &Value| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, value.to_string()).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (task_file, request_file) = (file("task.json", &task), file("request.json", &request));
+    let (changed_file, other_request) = (
+        file("changed.json", &changed),
+        file("other.json", &message("m-other")),
+    );
+    let card_url = gw.url("/.well-known/agent-card.json");
+    let jwks_url = gw.url("/.well-known/jwks.json");
+    let verify = |task: &str, request: &str, peer: Option<&str>| {
+        let mut args = vec![
+            "receipt",
+            "verify",
+            "--task",
+            task,
+            "--request",
+            request,
+            "--card",
+            &card_url,
+            "--jwks",
+            &jwks_url,
+            "--dangerous-allow-http-loopback",
+        ];
+        if let Some(peer) = peer {
+            args.extend(["--peer-id", peer]);
+        }
+        cli(&args)
+    };
+    let (code, out, err) = verify(&task_file, &request_file, None);
+    assert_eq!(code, 0, "{out}{err}");
+    for line in [
+        "card: verified",
+        "receipt: verified",
+        "request: digest matches",
+        "answer: digest matches",
+    ] {
+        assert!(out.contains(line), "{out}");
+    }
+    let (code, _, err) = verify(&changed_file, &request_file, None);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("answer: the receipt states another digest"),
+        "{err}"
+    );
+    let (code, _, err) = verify(&task_file, &other_request, None);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("request: the receipt states another digest"),
+        "{err}"
+    );
+    let (code, _, err) = verify(&task_file, &request_file, Some("peer_someone_else"));
+    assert_ne!(code, 0);
+    assert!(err.contains("aud"), "{err}");
 
     // The HTTP+JSON binding: its receipt states its binding and digests what it was sent.
     let sent = message("m-receipt-2");
