@@ -2,6 +2,7 @@
 //! and what a binding's response reads ([`EventStream`]), with the bounds a slow reader meets.
 //! The agent fills streams; the bindings frame their events; neither imports the other.
 
+use crate::jose::receipt::EventChain;
 use crate::protocol::error::A2aError;
 use crate::protocol::types::{
     StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent,
@@ -147,6 +148,7 @@ pub(crate) fn stream_pair(place: StreamPermit) -> (Stream, EventStream) {
         Stream {
             events: Some(events),
             buffered: buffered.clone(),
+            chain: None,
         },
         EventStream {
             events: receiver,
@@ -178,6 +180,8 @@ pub(crate) struct Stream {
     events: Option<mpsc::Sender<StreamEvent>>,
     /// Bytes sent and not yet read by the response.
     buffered: Arc<AtomicUsize>,
+    /// The running digest of the events sent, when the task's receipt covers them.
+    chain: Option<Arc<std::sync::Mutex<EventChain>>>,
 }
 
 impl Stream {
@@ -209,6 +213,18 @@ impl Stream {
     }
 
     pub(crate) fn send(&mut self, response: &StreamResponse) {
+        if let Some(chain) = &self.chain {
+            let added = serde_json::to_value(response)
+                .map_err(|e| e.to_string())
+                .and_then(|event| {
+                    crate::locks::Locked::locked(&**chain)
+                        .add(&event)
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(e) = added {
+                tracing::error!(error = %e, "a streamed event could not be digested for its receipt");
+            }
+        }
         let finishes = match response {
             StreamResponse::StatusUpdate(update) => update.status.state.is_final(),
             StreamResponse::Task(task) => task.status.state.is_final(),
@@ -228,22 +244,45 @@ impl Stream {
         self.push(StreamEvent::error(error));
     }
 
-    /// The events a finished task ends a stream with: its answer, then its status.
+    /// The events a finished task ends a stream with ([`final_events`]).
     pub(crate) fn send_final(&mut self, task: Task) {
-        for artifact in task.artifacts {
-            self.send(&StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+        // The final events are digested in the receipt already; not again.
+        self.chain = None;
+        for event in final_events(task) {
+            self.send(&event);
+        }
+    }
+
+    /// Digests every event sent from now on into `chain`.
+    pub(crate) fn chained(&mut self, chain: Arc<std::sync::Mutex<EventChain>>) {
+        self.chain = Some(chain);
+    }
+}
+
+/// The events a finished task ends a stream with: its answer, then its status, which carries
+/// the task's receipt when it has one.
+pub(crate) fn final_events(task: Task) -> Vec<StreamResponse> {
+    let receipt = (task.metadata.as_ref())
+        .and_then(|metadata| metadata.get(crate::jose::receipt::EXTENSION))
+        .cloned();
+    let mut events: Vec<StreamResponse> = (task.artifacts.into_iter())
+        .map(|artifact| {
+            StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
                 task_id: task.id.clone(),
                 context_id: task.context_id.clone(),
                 artifact,
                 last_chunk: true,
-            }));
-        }
-        self.send(&StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-            task_id: task.id,
-            context_id: task.context_id,
-            status: task.status,
-        }));
-    }
+            })
+        })
+        .collect();
+    events.push(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+        task_id: task.id,
+        context_id: task.context_id,
+        status: task.status,
+        metadata: receipt
+            .map(|receipt| serde_json::json!({crate::jose::receipt::EXTENSION: receipt})),
+    }));
+    events
 }
 
 impl Stream {

@@ -4,7 +4,7 @@
 //! answers the stored task, so a finished task's receipt is the same on every read.
 
 use crate::clock::Timestamp;
-use crate::jose::receipt::{ReceiptSigner, Statement, answer_projection, digest};
+use crate::jose::receipt::{EventChain, ReceiptSigner, Statement, answer_projection, digest};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::call::Binding;
 use crate::protocol::error::A2aError;
@@ -60,6 +60,32 @@ pub struct Sealing {
     request: String,
     received: Timestamp,
     required: bool,
+    /// The stream's events so far, when the task's events are streamed.
+    events: Option<Arc<std::sync::Mutex<EventChain>>>,
+}
+
+impl Sealing {
+    /// Digests the events `stream` sends from now on, so the receipt covers them.
+    pub(crate) fn chain_events(&mut self, stream: &mut crate::a2a::events::Stream) {
+        let chain = Arc::new(std::sync::Mutex::new(EventChain::default()));
+        stream.chained(chain.clone());
+        self.events = Some(chain);
+    }
+}
+
+/// The `dig.evt` of a stream that ends with `task`: the events sent so far, then the final
+/// events the stream sends for it (the receipt taken out of the last).
+fn streamed(
+    chain: &std::sync::Mutex<EventChain>,
+    task: &Task,
+) -> Result<Value, crate::jose::receipt::ReceiptError> {
+    let mut chain = crate::locks::Locked::locked(chain).clone();
+    for event in crate::a2a::events::final_events(task.clone()) {
+        let event = serde_json::to_value(&event)
+            .map_err(|e| crate::jose::receipt::ReceiptError::Canonical(e.to_string()))?;
+        chain.add(&event)?;
+    }
+    Ok(chain.claim())
 }
 
 impl Receipts {
@@ -124,6 +150,7 @@ impl Receipts {
             request,
             received,
             required: self.mode == ReceiptMode::Required,
+            events: None,
         }))
     }
 
@@ -177,6 +204,10 @@ impl Receipts {
             request: sealing.request.clone(),
             answer: digest(&answer_projection(&answer))?,
             upstream: None,
+            events: match &sealing.events {
+                Some(chain) => Some(streamed(chain, task)?),
+                None => None,
+            },
         };
         Ok(self.signer.sign(peer.id().as_str(), &statement, now))
     }

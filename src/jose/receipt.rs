@@ -126,6 +126,8 @@ pub struct Statement {
     pub answer: String,
     /// In front of an agent: `{task, ans, rcpt?}` of its answer.
     pub upstream: Option<Value>,
+    /// A stream's events, as [`EventChain::claim`] states them.
+    pub events: Option<Value>,
 }
 
 /// Signs receipts with one key, as one gateway.
@@ -181,6 +183,9 @@ impl ReceiptSigner {
         });
         if let Some(upstream) = &statement.upstream {
             claims["up"] = upstream.clone();
+        }
+        if let Some(events) = &statement.events {
+            claims["dig"]["evt"] = events.clone();
         }
         self.key.sign_compact(&header, &claims)
     }
@@ -268,6 +273,56 @@ fn decode(part: &str) -> Result<Vec<u8>, ReceiptError> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(part)
         .map_err(|_| ReceiptError::Malformed("a part is not base64url"))
+}
+
+/// A running digest over a stream's events, so one receipt covers them all: a dropped,
+/// repeated or reordered event changes it. `h0` is 32 zero bytes; each event `e` makes
+/// `h = SHA-256(h || SHA-256(RFC 8785 of e))`; the final event is taken without the receipt in
+/// its `metadata` ([`answer_projection`]'s rule). The claim is `{"n": events, "chain": h}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventChain {
+    n: u64,
+    hash: [u8; 32],
+}
+
+impl EventChain {
+    /// Adds one event (a `StreamResponse` in ProtoJSON form).
+    pub fn add(&mut self, event: &Value) -> Result<(), ReceiptError> {
+        let mut event = event.clone();
+        if let Some(object) = event.as_object_mut() {
+            for inner in object.values_mut() {
+                strip_receipt(inner);
+            }
+        }
+        let text = serde_json_canonicalizer::to_string(&event)
+            .map_err(|e| ReceiptError::Canonical(e.to_string()))?;
+        let one: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        let mut next = Sha256::new();
+        next.update(self.hash);
+        next.update(one);
+        self.hash = next.finalize().into();
+        self.n += 1;
+        Ok(())
+    }
+
+    /// The `dig.evt` claim.
+    pub fn claim(&self) -> Value {
+        json!({"n": self.n, "chain": b64url(&self.hash)})
+    }
+}
+
+/// Drops the receipt from an event's `metadata` (and the `metadata` it leaves empty).
+fn strip_receipt(event: &mut Value) {
+    let Some(object) = event.as_object_mut() else {
+        return;
+    };
+    let emptied = (object.get_mut("metadata").and_then(Value::as_object_mut)).map(|metadata| {
+        metadata.remove(EXTENSION);
+        metadata.is_empty()
+    });
+    if emptied == Some(true) {
+        object.remove("metadata");
+    }
 }
 
 /// The base64url SHA-256 of `bytes` (an access token's `ath`).

@@ -620,6 +620,9 @@ pub struct TaskStatusUpdateEvent {
     pub context_id: ContextId,
     /// The new status.
     pub status: TaskStatus,
+    /// The event's metadata (the final one's: the task's receipt, when it has one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
 }
 
 /// `TaskArtifactUpdateEvent`.

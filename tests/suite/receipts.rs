@@ -235,3 +235,82 @@ fn base64_url(text: &str) -> Vec<u8> {
         .decode(text)
         .unwrap()
 }
+
+/// Posts a streaming request and reads every event's `result`.
+async fn streamed(door: &str, token: &str, message: Value) -> Vec<Value> {
+    let request = json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage",
+        "params": {"message": message}});
+    let text = reqwest::Client::new()
+        .post(door)
+        .bearer_auth(token)
+        .header("a2a-version", "1.0")
+        .json(&request)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(|data| serde_json::from_str::<Value>(data).unwrap()["result"].clone())
+        .collect()
+}
+
+fn chain_of(events: &[Value]) -> Value {
+    let mut chain = receipt::EventChain::default();
+    for event in events {
+        chain.add(event).unwrap();
+    }
+    chain.claim()
+}
+
+#[tokio::test]
+async fn a_stream_ends_with_one_receipt_that_covers_every_event_in_order() {
+    let policy = PolicyEdit::default()
+        .set("capabilities.streaming", true)
+        .set("receipts.mode", "always")
+        .policy();
+    let gw = TestGateway::start_with(policy).await;
+    let token = gw.add_peer("alice");
+    let sent = message("m-stream");
+    let events = streamed(&gw.door, &token, sent.clone()).await;
+    assert!(events.len() > 3, "{events:?}");
+    // Only the final event carries the receipt.
+    let last = &events.last().unwrap()["statusUpdate"];
+    assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED");
+    let jws = last["metadata"][EXTENSION].as_str().unwrap();
+    let carrying = events
+        .iter()
+        .filter(|e| e.to_string().contains(jws))
+        .count();
+    assert_eq!(carrying, 1);
+    let origin = format!("http://{}", gw.addr);
+    let expected = Expected {
+        issuer: &origin,
+        audience: None,
+        now: peergate::clock::Clock::now(&gw.clock),
+    };
+    let claims = receipt::verify(jws, &keys_of(&gw).await, expected).unwrap();
+    assert_eq!(claims["a2a"]["method"], "SendStreamingMessage");
+    assert_eq!(claims["dig"]["req"], receipt::digest(&sent).unwrap());
+    // The events as received give the receipt's chain; one dropped, repeated or swapped does
+    // not.
+    assert_eq!(claims["dig"]["evt"], chain_of(&events), "{events:?}");
+    let mut dropped = events.clone();
+    dropped.remove(1);
+    assert_ne!(claims["dig"]["evt"], chain_of(&dropped));
+    let mut repeated = events.clone();
+    repeated.insert(1, events[1].clone());
+    assert_ne!(claims["dig"]["evt"], chain_of(&repeated));
+    let mut swapped = events.clone();
+    swapped.swap(1, 2);
+    assert_ne!(claims["dig"]["evt"], chain_of(&swapped));
+    // GetTask afterwards: the same receipt, and the answer it states.
+    let id = claims["a2a"]["task"].as_str().unwrap();
+    let read = get_task(&gw.door, &token, id, None).await["result"].clone();
+    assert_eq!(receipt_of(&read), jws);
+    let answer = receipt::digest(&receipt::answer_projection(&read)).unwrap();
+    assert_eq!(claims["dig"]["ans"], answer);
+    gw.stop().await;
+}

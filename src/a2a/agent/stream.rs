@@ -120,6 +120,10 @@ impl Turns {
         let Ok(working) = serde_json::from_str::<Task>(&working_json) else {
             return stream.fail(internal("a stored task could not be read"));
         };
+        // Every event from here on is covered by the task's receipt.
+        if let Some(sealing) = &mut turn.sealing {
+            sealing.chain_events(&mut stream);
+        }
         stream.send(&StreamResponse::Task(working.clone()));
         let (cancel, cancelable) = self.running_turn(&turn);
         // Unbounded, but filled only while the model call is polled: bounded by the backend's
@@ -181,5 +185,6 @@ fn piece_update(working: &Task, piece: &str, now: Timestamp) -> StreamResponse {
             },
             timestamp: rfc3339_millis(now),
         },
+        metadata: None,
     })
 }

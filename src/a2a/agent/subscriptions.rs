@@ -94,6 +94,7 @@ impl Subscriptions {
                                     task_id: stored.id,
                                     context_id: stored.context_id,
                                     status: stored.status,
+                                    metadata: None,
                                 }));
                             }
                         }
