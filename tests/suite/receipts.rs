@@ -314,3 +314,47 @@ async fn a_stream_ends_with_one_receipt_that_covers_every_event_in_order() {
     assert_eq!(claims["dig"]["ans"], answer);
     gw.stop().await;
 }
+
+/// The published vectors (`tests/data/receipts/vectors.json`, computed by an independent
+/// script): the digests peergate computes are theirs, and the message read as any binding
+/// reads it digests the same.
+#[test]
+fn the_published_vectors_hold() {
+    let text =
+        std::fs::read_to_string(repo_root().join("tests/data/receipts/vectors.json")).unwrap();
+    let vectors: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        receipt::digest(&vectors["message"]).unwrap(),
+        vectors["req"]
+    );
+    let read: peergate::protocol::types::IncomingMessage =
+        serde_json::from_value(vectors["message"].clone()).unwrap();
+    let form = peergate::a2a::receipts::message_form(&read);
+    assert_eq!(receipt::digest(&form).unwrap(), vectors["req"]);
+    let projection = receipt::answer_projection(&vectors["task"]);
+    assert_eq!(projection, vectors["answer_projection"]);
+    assert_eq!(receipt::digest(&projection).unwrap(), vectors["ans"]);
+    let events = vectors["events"].as_array().unwrap();
+    assert_eq!(chain_of(events), vectors["evt"]);
+}
+
+#[tokio::test]
+async fn a_task_refused_by_its_owners_budget_is_proven_too() {
+    let gw = TestGateway::start_with(with_receipts("always")).await;
+    let token = gw.add_peer("alice");
+    let (code, _, err) = gw.cli(&["admin", "budget", "operator", "--model", "forbid"]);
+    assert_eq!(code, 0, "{err}");
+    let task = task_of(&send_text(&gw.door, &token, "refused?", None).await).clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_REJECTED", "{task}");
+    let origin = format!("http://{}", gw.addr);
+    let expected = Expected {
+        issuer: &origin,
+        audience: None,
+        now: peergate::clock::Clock::now(&gw.clock),
+    };
+    let claims = receipt::verify(receipt_of(&task), &keys_of(&gw).await, expected).unwrap();
+    assert_eq!(claims["a2a"]["state"], "TASK_STATE_REJECTED");
+    let answer = receipt::digest(&receipt::answer_projection(&task)).unwrap();
+    assert_eq!(claims["dig"]["ans"], answer);
+    gw.stop().await;
+}
