@@ -12,6 +12,7 @@
 #
 # BENCH_AUTHORIZATION=FILE adds `[authorization] policies = FILE` and a flood of calls the
 # policies deny (403).
+# BENCH_RECEIPTS=MODE adds `[receipts] mode = MODE` (signed receipts of finished tasks).
 # BENCH_PEERGATE=FILE counts another build (run once per build; the scenarios are the same).
 # Needs valgrind and wrk (Debian: apt-get install valgrind wrk).
 set -euo pipefail
@@ -36,6 +37,9 @@ policy="$work/policy.toml"
 cp policies/bench.toml "$policy"
 if [ -n "${BENCH_AUTHORIZATION:-}" ]; then
   printf '\n[authorization]\npolicies = "%s"\n' "$BENCH_AUTHORIZATION" >>"$policy"
+fi
+if [ -n "${BENCH_RECEIPTS:-}" ]; then
+  printf '\n[receipts]\nmode = "%s"\n' "$BENCH_RECEIPTS" >>"$policy"
 fi
 valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" --dump-instr=no \
   "$peergate" serve --policy "$policy" --listen "127.0.0.1:$port" \

@@ -13,6 +13,7 @@
 # BENCH_POLICY=FILE serves peergate with another policy (an A/B of a policy switch).
 # BENCH_AUTHORIZATION=FILE adds `[authorization] policies = FILE` (Cedar policies deciding every
 # call) and a flood of calls they deny (403) by a peer no policy permits.
+# BENCH_RECEIPTS=MODE adds `[receipts] mode = MODE` (signed receipts of finished tasks).
 # BENCH_PEERGATE=FILE measures another build of peergate (an A/B of two commits in the same
 # minutes: build the other commit, copy its binary aside, and run the script once with each).
 #
@@ -112,6 +113,9 @@ policy="$work/policy.toml"
 sed 's/^schemes = \["bearer"\]/schemes = ["bearer", "jwt"]/' "${BENCH_POLICY:-policies/bench.toml}" >"$policy"
 if [ -n "${BENCH_AUTHORIZATION:-}" ]; then
   printf '\n[authorization]\npolicies = "%s"\n' "$BENCH_AUTHORIZATION" >>"$policy"
+fi
+if [ -n "${BENCH_RECEIPTS:-}" ]; then
+  printf '\n[receipts]\nmode = "%s"\n' "$BENCH_RECEIPTS" >>"$policy"
 fi
 printf '\n[[auth.issuers]]\nname = "bench"\nissuer = "https://idp.bench.example"\naudience = "https://gw.bench.example/a2a/v1"\njwks_file = "%s"\n' "$work/jwks.json" >>"$policy"
 python3 - "$work" <<'PY'

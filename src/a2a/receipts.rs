@@ -4,7 +4,7 @@
 //! answers the stored task, so a finished task's receipt is the same on every read.
 
 use crate::clock::Timestamp;
-use crate::jose::receipt::{EventChain, ReceiptSigner, Statement, answer_projection, digest};
+use crate::jose::receipt::{EventChain, ReceiptSigner, Statement, answer_digest, message_digest};
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::call::Binding;
 use crate::protocol::error::A2aError;
@@ -142,7 +142,7 @@ impl Receipts {
         if self.mode == ReceiptMode::Off || (self.mode == ReceiptMode::OnRequest && !asked) {
             return Ok(None);
         }
-        let request = digest(&message_form(message)).map_err(internal)?;
+        let request = message_digest(&message_form(message)).map_err(internal)?;
         Ok(Some(Sealing {
             binding,
             method,
@@ -202,7 +202,7 @@ impl Receipts {
             credential: peer.signed_in_with().claim(peer.scheme()),
             card: crate::locks::ReadWriteLocked::read_locked(&self.card).to_string(),
             request: sealing.request.clone(),
-            answer: digest(&answer_projection(&answer))?,
+            answer: answer_digest(&answer)?,
             upstream: None,
             events: match &sealing.events {
                 Some(chain) => Some(streamed(chain, task)?),

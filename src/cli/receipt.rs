@@ -77,8 +77,12 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
         .map_err(|e| failed(&format!("receipt not verified: {e}")))?;
     println!("receipt: verified (issuer {issuer}, jti {})", claims["jti"]);
     let sent = sent_message(&read_json(&request)?)?;
-    compare("request", &claims["dig"]["req"], &receipt::digest(&sent))?;
-    let answer = receipt::digest(&receipt::answer_projection(&task));
+    compare(
+        "request",
+        &claims["dig"]["req"],
+        &receipt::message_digest(&sent),
+    )?;
+    let answer = receipt::answer_digest(&task);
     compare("answer", &claims["dig"]["ans"], &answer)?;
     println!(
         "states: {} {} task {} {} at {}",

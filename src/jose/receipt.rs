@@ -7,11 +7,13 @@
 //! (`JOSE`), an access token (`at+jwt`) or a caller's assertion, nor any of those as a receipt;
 //! signed with an asymmetric key only (a shared secret would let the verifier forge one).
 //!
-//! **Which bytes are digested** (`dig`, each the base64url SHA-256 of RFC 8785 JSON):
-//! * `req`: the partner's `Message` in its ProtoJSON form as the gateway read it, whatever the
-//!   binding (JSON-RPC, HTTP+JSON and gRPC give the same bytes for the same message);
+//! **Which bytes are digested** (`dig`, each the base64url SHA-256 of the RFC 8785 form of a
+//! value's canonical ProtoJSON, [`protojson`]: what any protobuf library prints for the message,
+//! so a partner on gRPC, which receives no JSON, and one on JSON-RPC digest alike):
+//! * `req`: the partner's `Message` as the gateway read it ([`message_digest`]);
 //! * `ans`: the task as `GetTask` returns it once terminal, without `history` (the request is
-//!   covered by `req`) and without this receipt in its `metadata` ([`answer_projection`]).
+//!   covered by `req`) and without this receipt in its `metadata` ([`answer_digest`]);
+//! * `evt`: a stream's `StreamResponse` events in order ([`EventChain`]).
 
 use super::sign::{CardSigningKey, JwsAlgorithm};
 use super::verify::TrustedKeys;
@@ -68,6 +70,28 @@ pub enum ReceiptError {
         "a shared-secret key cannot sign receipts: whoever verifies would hold the key that forges them (use EdDSA or ES256)"
     )]
     SharedSecret,
+}
+
+/// `value` as protobuf message `name` (`lf.a2a.v1.…`) prints in the proto3 JSON mapping:
+/// camelCase names, enums by name, defaults left out, 64-bit integers as strings, timestamps
+/// with 0, 3, 6 or 9 fractional digits. Members the message does not have are dropped.
+pub fn protojson(value: &Value, name: &str) -> Result<Value, ReceiptError> {
+    let canonical = |why: String| ReceiptError::Canonical(format!("{name}: {why}"));
+    let descriptor = crate::protocol::grpc::descriptor(name)
+        .ok_or_else(|| canonical("unknown message".to_owned()))?;
+    let message = crate::protocol::grpc::write(&descriptor, &value.to_string())
+        .map_err(|_| canonical("does not fit the message".to_owned()))?;
+    serde_json::to_value(&message).map_err(|e| canonical(e.to_string()))
+}
+
+/// `dig.req`: the digest of a partner's `Message`.
+pub fn message_digest(message: &Value) -> Result<String, ReceiptError> {
+    digest(&protojson(message, "lf.a2a.v1.Message")?)
+}
+
+/// `dig.ans`: the digest of a finished task as `GetTask` returns it ([`answer_projection`]).
+pub fn answer_digest(task: &Value) -> Result<String, ReceiptError> {
+    digest(&protojson(&answer_projection(task), "lf.a2a.v1.Task")?)
 }
 
 /// The base64url SHA-256 of `value` in RFC 8785 form.
@@ -294,6 +318,7 @@ impl EventChain {
                 strip_receipt(inner);
             }
         }
+        let event = protojson(&event, "lf.a2a.v1.StreamResponse")?;
         let text = serde_json_canonicalizer::to_string(&event)
             .map_err(|e| ReceiptError::Canonical(e.to_string()))?;
         let one: [u8; 32] = Sha256::digest(text.as_bytes()).into();

@@ -105,8 +105,11 @@ async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_as
     assert!(token.contains(credential) && token != credential);
     assert_eq!(claims["aud"], claims["sub"]);
     // The digests: the message as sent, the task as read back, the card as served.
-    assert_eq!(claims["dig"]["req"], receipt::digest(&sent).unwrap());
-    let answer = receipt::digest(&receipt::answer_projection(&task)).unwrap();
+    assert_eq!(
+        claims["dig"]["req"],
+        receipt::message_digest(&sent).unwrap()
+    );
+    let answer = receipt::answer_digest(&task).unwrap();
     assert_eq!(claims["dig"]["ans"], answer);
     let card_bytes = reqwest::get(gw.url("/.well-known/agent-card.json"))
         .await
@@ -120,12 +123,12 @@ async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_as
     let id = task["id"].as_str().unwrap();
     let read = get_task(&gw.door, &token, id, None).await["result"].clone();
     assert_eq!(receipt_of(&read), receipt_of(&task));
-    let read_answer = receipt::digest(&receipt::answer_projection(&read)).unwrap();
+    let read_answer = receipt::answer_digest(&read).unwrap();
     assert_eq!(read_answer, answer);
     // An answer changed after the fact no longer matches what the receipt states.
     let mut changed = task.clone();
     changed["status"]["message"]["parts"][0]["text"] = json!("a different answer");
-    let tampered = receipt::digest(&receipt::answer_projection(&changed)).unwrap();
+    let tampered = receipt::answer_digest(&changed).unwrap();
     assert_ne!(tampered, answer);
 
     // A partner checks it all offline with the command line: the card, the receipt, both
@@ -193,7 +196,10 @@ async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_as
     let task = sent_over_rest(&gw, &token, sent.clone()).await;
     let claims = receipt::verify(receipt_of(&task), &keys, expected).unwrap();
     assert_eq!(claims["a2a"]["binding"], "HTTP+JSON");
-    assert_eq!(claims["dig"]["req"], receipt::digest(&sent).unwrap());
+    assert_eq!(
+        claims["dig"]["req"],
+        receipt::message_digest(&sent).unwrap()
+    );
     gw.stop().await;
 }
 
@@ -293,7 +299,10 @@ async fn a_stream_ends_with_one_receipt_that_covers_every_event_in_order() {
     };
     let claims = receipt::verify(jws, &keys_of(&gw).await, expected).unwrap();
     assert_eq!(claims["a2a"]["method"], "SendStreamingMessage");
-    assert_eq!(claims["dig"]["req"], receipt::digest(&sent).unwrap());
+    assert_eq!(
+        claims["dig"]["req"],
+        receipt::message_digest(&sent).unwrap()
+    );
     // The events as received give the receipt's chain; one dropped, repeated or swapped does
     // not.
     assert_eq!(claims["dig"]["evt"], chain_of(&events), "{events:?}");
@@ -310,30 +319,33 @@ async fn a_stream_ends_with_one_receipt_that_covers_every_event_in_order() {
     let id = claims["a2a"]["task"].as_str().unwrap();
     let read = get_task(&gw.door, &token, id, None).await["result"].clone();
     assert_eq!(receipt_of(&read), jws);
-    let answer = receipt::digest(&receipt::answer_projection(&read)).unwrap();
+    let answer = receipt::answer_digest(&read).unwrap();
     assert_eq!(claims["dig"]["ans"], answer);
     gw.stop().await;
 }
 
-/// The published vectors (`tests/data/receipts/vectors.json`, computed by an independent
-/// script): the digests peergate computes are theirs, and the message read as any binding
-/// reads it digests the same.
+/// The published vectors (`tests/data/receipts/vectors.json`, computed by `make-vectors.py`
+/// with the official Python SDK's protobuf types): the digests peergate computes are theirs,
+/// and the message read as any binding reads it digests the same.
 #[test]
 fn the_published_vectors_hold() {
     let text =
         std::fs::read_to_string(repo_root().join("tests/data/receipts/vectors.json")).unwrap();
     let vectors: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
-        receipt::digest(&vectors["message"]).unwrap(),
+        receipt::message_digest(&vectors["message"]).unwrap(),
         vectors["req"]
     );
     let read: peergate::protocol::types::IncomingMessage =
         serde_json::from_value(vectors["message"].clone()).unwrap();
     let form = peergate::a2a::receipts::message_form(&read);
-    assert_eq!(receipt::digest(&form).unwrap(), vectors["req"]);
+    assert_eq!(receipt::message_digest(&form).unwrap(), vectors["req"]);
     let projection = receipt::answer_projection(&vectors["task"]);
     assert_eq!(projection, vectors["answer_projection"]);
-    assert_eq!(receipt::digest(&projection).unwrap(), vectors["ans"]);
+    assert_eq!(
+        receipt::answer_digest(&vectors["task"]).unwrap(),
+        vectors["ans"]
+    );
     let events = vectors["events"].as_array().unwrap();
     assert_eq!(chain_of(events), vectors["evt"]);
 }
@@ -354,7 +366,59 @@ async fn a_task_refused_by_its_owners_budget_is_proven_too() {
     };
     let claims = receipt::verify(receipt_of(&task), &keys_of(&gw).await, expected).unwrap();
     assert_eq!(claims["a2a"]["state"], "TASK_STATE_REJECTED");
-    let answer = receipt::digest(&receipt::answer_projection(&task)).unwrap();
+    let answer = receipt::answer_digest(&task).unwrap();
     assert_eq!(claims["dig"]["ans"], answer);
     gw.stop().await;
+}
+
+/// The official Python SDK client, over JSON-RPC and gRPC, blocking and streaming: the receipt
+/// it receives verifies against the key set, and its digests are those of the message as the
+/// SDK sent it and the task and events as the SDK received them, each as the SDK's own
+/// protobuf prints them.
+#[test]
+fn the_official_python_client_receives_receipts_it_can_check_on_every_binding() {
+    let python = python_with_sdk();
+    let dir = tempfile::tempdir().unwrap();
+    let full = std::fs::read_to_string(repo_root().join("policies/full.toml")).unwrap();
+    let policy = dir.path().join("receipts.toml");
+    let on = full.replacen("[receipts]\n", "[receipts]\nmode = \"always\"\n", 1);
+    std::fs::write(&policy, on.replacen("mode = \"off\"\n", "", 1)).unwrap();
+    let script = repo_root().join("tests/interop/a2a_python_receipt.py");
+    for binding in ["JSONRPC", "GRPC"] {
+        let serve = ["--policy", policy.to_str().unwrap()];
+        let (summary, door) = run_sdk_client_serving(
+            &python,
+            &script,
+            "python-sdk",
+            (&serve, &["--binding", binding]),
+        );
+        let mut keys = TrustedKeys::new();
+        keys.add_jwks(&summary["jwks"].to_string()).unwrap();
+        let origin = reqwest::Url::parse(&door)
+            .unwrap()
+            .origin()
+            .ascii_serialization();
+        let expected = Expected {
+            issuer: &origin,
+            audience: None,
+            now: peergate::clock::Clock::now(&peergate::clock::SystemClock),
+        };
+        let jws = summary["receipt"].as_str().unwrap();
+        let claims = receipt::verify(jws, &keys, expected).unwrap();
+        assert_eq!(claims["a2a"]["binding"], binding, "{claims}");
+        let sent = receipt::message_digest(&summary["message"]).unwrap();
+        assert_eq!(claims["dig"]["req"], sent, "{binding}: {summary}");
+        let answer = receipt::answer_digest(&summary["task"]).unwrap();
+        assert_eq!(claims["dig"]["ans"], answer, "{binding}: {summary}");
+        let jws = summary["stream_receipt"].as_str().unwrap();
+        let claims = receipt::verify(jws, &keys, expected).unwrap();
+        let events = summary["stream_events"].as_array().unwrap();
+        assert_eq!(
+            claims["dig"]["evt"],
+            chain_of(events),
+            "{binding}: {summary}"
+        );
+        let sent = receipt::message_digest(&summary["stream_message"]).unwrap();
+        assert_eq!(claims["dig"]["req"], sent, "{binding}");
+    }
 }
