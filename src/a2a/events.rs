@@ -214,15 +214,12 @@ impl Stream {
 
     pub(crate) fn send(&mut self, response: &StreamResponse) {
         if let Some(chain) = &self.chain {
-            let added = serde_json::to_value(response)
-                .map_err(|e| e.to_string())
-                .and_then(|event| {
-                    crate::locks::Locked::locked(&**chain)
-                        .add(&event)
-                        .map_err(|e| e.to_string())
-                });
-            if let Err(e) = added {
-                tracing::error!(error = %e, "a streamed event could not be digested for its receipt");
+            let mut chain = crate::locks::Locked::locked(&**chain);
+            // A chain that misses an event spoils the receipt's dig.evt (refused under
+            // `required`), never states a stream it did not see.
+            match serde_json::to_value(response) {
+                Ok(event) => drop(chain.add(&event)),
+                Err(_) => chain.spoil(),
             }
         }
         let finishes = match response {

@@ -85,7 +85,7 @@ fn streamed(
             .map_err(|e| crate::jose::receipt::ReceiptError::Canonical(e.to_string()))?;
         chain.add(&event)?;
     }
-    Ok(chain.claim())
+    chain.claim()
 }
 
 impl Receipts {
@@ -142,7 +142,15 @@ impl Receipts {
         if self.mode == ReceiptMode::Off || (self.mode == ReceiptMode::OnRequest && !asked) {
             return Ok(None);
         }
-        let request = message_digest(&message_form(message)).map_err(internal)?;
+        let request = match message_digest(&message_form(message)) {
+            Ok(request) => request,
+            Err(e) if self.mode == ReceiptMode::Required => return Err(internal(e)),
+            // The message is answered without a receipt rather than refused.
+            Err(e) => {
+                tracing::error!(error = %e, "a message could not be digested for its receipt");
+                return Ok(None);
+            }
+        };
         Ok(Some(Sealing {
             binding,
             method,
@@ -203,7 +211,6 @@ impl Receipts {
             card: crate::locks::ReadWriteLocked::read_locked(&self.card).to_string(),
             request: sealing.request.clone(),
             answer: answer_digest(&answer)?,
-            upstream: None,
             events: match &sealing.events {
                 Some(chain) => Some(streamed(chain, task)?),
                 None => None,
@@ -241,6 +248,9 @@ pub fn message_form(message: &IncomingMessage) -> Value {
     }
     if !message.extensions.is_empty() {
         form["extensions"] = json!(message.extensions);
+    }
+    if !message.reference_task_ids.is_empty() {
+        form["referenceTaskIds"] = json!(message.reference_task_ids);
     }
     form
 }

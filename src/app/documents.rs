@@ -117,6 +117,9 @@ impl Documents {
             .load_keys(&options.data_dir)
             .map_err(|e| config(&e))?;
         let cards = SignedCards::build(policy, &policy_keys.signing, store, inputs, now).await?;
+        if let Some(receipts) = inputs.receipts {
+            receipts.card_served(cards.card.bytes());
+        }
         // The callers' assertions' keys are published beside the card's, when an agent behind
         // the door is sent them.
         let asserts = policy.model.a2a.as_ref().is_some_and(|a2a| {
@@ -199,9 +202,6 @@ impl SignedCards {
         let signed_card =
             sign::sign_card(&public_card, signing_keys, jku).map_err(|e| config(&e))?;
         let card_bytes = Bytes::from(serde_json::to_vec(&signed_card).unwrap_or_default());
-        if let Some(receipts) = inputs.receipts {
-            receipts.card_served(&card_bytes);
-        }
         let extended = card::extended_card(&public_card, None, what);
         let signed_extended =
             sign::sign_card(&extended, signing_keys, jku).map_err(|e| config(&e))?;

@@ -282,6 +282,10 @@ impl Reloader {
                 self.parts.agent.replace_extended_cards(answered);
             }
             *self.parts.cards.write_locked() = Arc::new(cards.served());
+            // Receipts name the card served from now on, and only once it is.
+            if let Some(receipts) = &self.parts.receipts {
+                receipts.card_served(cards.card.bytes());
+            }
         }
         if let (Some(loaded), Some(running)) = (built.authorization, &self.parts.authorization) {
             notes.push(format!(

@@ -165,6 +165,11 @@ impl CardKeys {
         Ok(keys)
     }
 
+    /// The keys named, as one set (a URL's from the cache when it is fresh).
+    pub async fn trusted(&self) -> Result<TrustedKeys, CliError> {
+        self.load(false).await
+    }
+
     /// Verifies `card_text`: the outer error is a key that could not be read, the inner one
     /// the verification's. When the card fails against key sets from the cache, they are
     /// fetched again (at most once per [`JwksCache::COOLDOWN`]) and the card checked once

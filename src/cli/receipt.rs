@@ -4,16 +4,16 @@
 use super::CliError;
 use super::fetching::{CardKeyArgs, CardKeys, ReachArgs, document};
 use crate::jose::receipt::{self, EXTENSION, Expected};
-use crate::jose::verify::TrustedKeys;
 use clap::Subcommand;
 use serde_json::Value;
 
 #[derive(Debug, Subcommand)]
 pub(super) enum ReceiptCommand {
-    /// Verify a finished task's receipt: the agent's card (with the keys you give, as `card
-    /// verify`), then the receipt with the receipt keys that card names (type, algorithm, key,
-    /// signature, issuer, audience, time), then its digests against the message you sent and
-    /// the task you received. Exits 0 only when every check holds, naming each.
+    /// Verify a finished task's receipt, offline: the agent's card (with the keys you give, as
+    /// `card verify`), then the receipt with those keys, only one whose kid the card names for
+    /// receipts (type, algorithm, key, signature, issuer, audience, time), then its digests
+    /// against the message you sent and the task you received. Exits 0 only when every check
+    /// holds, naming each.
     Verify {
         /// The task as received: a Task, a SendMessage or GetTask answer (JSON-RPC or
         /// HTTP+JSON). Its metadata holds the receipt unless `--receipt` gives it.
@@ -60,7 +60,7 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
         .map_err(|e| failed(&format!("card not verified: {e}")))?;
     println!("card: verified (kid {})", verified.kid);
     let card: Value = serde_json::from_str(&card_text).map_err(|_| failed("card: not JSON"))?;
-    let (issuer, trusted) = receipt_keys(&card, &fetcher).await?;
+    let (issuer, kids) = receipt_terms(&card)?;
     let task = answered_task(&read_json(&task)?)?;
     let jws = match receipt {
         Some(file) => read_text(&file)?.trim().to_owned(),
@@ -68,6 +68,13 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
             .ok_or_else(|| failed("the task holds no receipt (give --receipt)"))?
             .to_owned(),
     };
+    // Offline: the keys you gave for the card, and of them only one the card names for receipts.
+    if !header_kid(&jws).is_some_and(|kid| kids.contains(&kid)) {
+        return Err(failed(
+            "receipt not verified: signed with a key the card does not name for receipts",
+        ));
+    }
+    let trusted = card_keys.trusted().await?;
     let expected = Expected {
         issuer: &issuer,
         audience: peer_id.as_deref(),
@@ -76,6 +83,18 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
     let claims = receipt::verify(&jws, &trusted, expected)
         .map_err(|e| failed(&format!("receipt not verified: {e}")))?;
     println!("receipt: verified (issuer {issuer}, jti {})", claims["jti"]);
+    match &peer_id {
+        Some(peer) => println!("audience: {peer}"),
+        None => println!(
+            "audience: not checked (made for peer {}; give --peer-id to check it is yours)",
+            claims["aud"]
+        ),
+    }
+    let served = crate::jose::receipt::sha256_b64url(card_text.as_bytes());
+    match claims["card"].as_str() == Some(served.as_str()) {
+        true => println!("card: the one in force when the task finished"),
+        false => println!("card: another than this one was in force when the task finished"),
+    }
     let sent = sent_message(&read_json(&request)?)?;
     compare(
         "request",
@@ -95,37 +114,38 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The issuer the card's receipts name (its door's origin) and the keys its receipts
-/// extension names, taken from the key set it points at: only kids the signed card lists.
-async fn receipt_keys(
-    card: &Value,
-    fetcher: &crate::jose::fetch::Fetcher,
-) -> Result<(String, TrustedKeys), CliError> {
+/// The issuer the card's receipts name (its door's origin) and the key ids its receipts
+/// extension lists: a receipt is checked only with a key the signed card names.
+fn receipt_terms(card: &Value) -> Result<(String, Vec<String>), CliError> {
     let extension = (card["capabilities"]["extensions"].as_array())
         .and_then(|all| all.iter().find(|e| e["uri"] == EXTENSION))
         .ok_or_else(|| failed("the card declares no receipts"))?;
-    let params = &extension["params"];
-    let jwks_uri =
-        (params["jwksUri"].as_str()).ok_or_else(|| failed("the card names no jwksUri"))?;
-    let kids: Vec<&str> = (params["kids"].as_array())
-        .map(|kids| kids.iter().filter_map(Value::as_str).collect())
+    let kids: Vec<String> = (extension["params"]["kids"].as_array())
+        .map(|kids| {
+            kids.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default();
-    let jwks: Value = serde_json::from_str(&document(fetcher, jwks_uri).await?)
-        .map_err(|_| failed("the receipt key set is not JSON"))?;
-    let named: Vec<&Value> = (jwks["keys"].as_array().into_iter().flatten())
-        .filter(|key| key["kid"].as_str().is_some_and(|kid| kids.contains(&kid)))
-        .collect();
-    let mut trusted = TrustedKeys::new();
-    trusted
-        .add_jwks(&serde_json::json!({"keys": named}).to_string())
-        .map_err(|e| failed(&format!("the receipt keys: {e}")))?;
     let door = card["supportedInterfaces"][0]["url"]
         .as_str()
         .unwrap_or_default();
     let issuer = reqwest::Url::parse(door)
         .map(|url| url.origin().ascii_serialization())
         .map_err(|_| failed("the card names no door URL"))?;
-    Ok((issuer, trusted))
+    Ok((issuer, kids))
+}
+
+/// The `kid` in a receipt's header, read before anything is trusted of it.
+fn header_kid(jws: &str) -> Option<String> {
+    use base64::Engine as _;
+    let header = jws.split('.').next()?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()?;
+    let header: Value = serde_json::from_slice(&bytes).ok()?;
+    header["kid"].as_str().map(str::to_owned)
 }
 
 /// The task in an answer as a partner keeps it: a Task, `{"task": …}`, or a JSON-RPC response

@@ -72,55 +72,6 @@ pub enum ReceiptError {
     SharedSecret,
 }
 
-/// `value` as protobuf message `name` (`lf.a2a.v1.…`) prints in the proto3 JSON mapping:
-/// camelCase names, enums by name, defaults left out, 64-bit integers as strings, timestamps
-/// with 0, 3, 6 or 9 fractional digits. Members the message does not have are dropped.
-pub fn protojson(value: &Value, name: &str) -> Result<Value, ReceiptError> {
-    let canonical = |why: String| ReceiptError::Canonical(format!("{name}: {why}"));
-    let descriptor = crate::protocol::grpc::descriptor(name)
-        .ok_or_else(|| canonical("unknown message".to_owned()))?;
-    let message = crate::protocol::grpc::write(&descriptor, &value.to_string())
-        .map_err(|_| canonical("does not fit the message".to_owned()))?;
-    serde_json::to_value(&message).map_err(|e| canonical(e.to_string()))
-}
-
-/// `dig.req`: the digest of a partner's `Message`.
-pub fn message_digest(message: &Value) -> Result<String, ReceiptError> {
-    digest(&protojson(message, "lf.a2a.v1.Message")?)
-}
-
-/// `dig.ans`: the digest of a finished task as `GetTask` returns it ([`answer_projection`]).
-pub fn answer_digest(task: &Value) -> Result<String, ReceiptError> {
-    digest(&protojson(&answer_projection(task), "lf.a2a.v1.Task")?)
-}
-
-/// The base64url SHA-256 of `value` in RFC 8785 form.
-pub fn digest(value: &Value) -> Result<String, ReceiptError> {
-    let text = serde_json_canonicalizer::to_string(value)
-        .map_err(|e| ReceiptError::Canonical(e.to_string()))?;
-    Ok(b64url(&Sha256::digest(text.as_bytes())))
-}
-
-/// The part of a finished task `dig.ans` covers: the task as `GetTask` returns it without its
-/// `history` and without the receipt in its `metadata` (a `metadata` left empty is dropped).
-pub fn answer_projection(task: &Value) -> Value {
-    let mut projection = task.clone();
-    if let Some(object) = projection.as_object_mut() {
-        object.remove("history");
-        let emptied = object
-            .get_mut("metadata")
-            .and_then(Value::as_object_mut)
-            .map(|metadata| {
-                metadata.remove(EXTENSION);
-                metadata.is_empty()
-            });
-        if emptied == Some(true) {
-            object.remove("metadata");
-        }
-    }
-    projection
-}
-
 /// What one receipt states about a finished task (besides who signs it, for whom and when).
 #[derive(Debug, Clone)]
 pub struct Statement {
@@ -148,8 +99,6 @@ pub struct Statement {
     pub request: String,
     /// `dig.ans`.
     pub answer: String,
-    /// In front of an agent: `{task, ans, rcpt?}` of its answer.
-    pub upstream: Option<Value>,
     /// A stream's events, as [`EventChain::claim`] states them.
     pub events: Option<Value>,
 }
@@ -205,9 +154,6 @@ impl ReceiptSigner {
             "cred": statement.credential,
             "card": statement.card,
         });
-        if let Some(upstream) = &statement.upstream {
-            claims["up"] = upstream.clone();
-        }
         if let Some(events) = &statement.events {
             claims["dig"]["evt"] = events.clone();
         }
@@ -299,57 +245,6 @@ fn decode(part: &str) -> Result<Vec<u8>, ReceiptError> {
         .map_err(|_| ReceiptError::Malformed("a part is not base64url"))
 }
 
-/// A running digest over a stream's events, so one receipt covers them all: a dropped,
-/// repeated or reordered event changes it. `h0` is 32 zero bytes; each event `e` makes
-/// `h = SHA-256(h || SHA-256(RFC 8785 of e))`; the final event is taken without the receipt in
-/// its `metadata` ([`answer_projection`]'s rule). The claim is `{"n": events, "chain": h}`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EventChain {
-    n: u64,
-    hash: [u8; 32],
-}
-
-impl EventChain {
-    /// Adds one event (a `StreamResponse` in ProtoJSON form).
-    pub fn add(&mut self, event: &Value) -> Result<(), ReceiptError> {
-        let mut event = event.clone();
-        if let Some(object) = event.as_object_mut() {
-            for inner in object.values_mut() {
-                strip_receipt(inner);
-            }
-        }
-        let event = protojson(&event, "lf.a2a.v1.StreamResponse")?;
-        let text = serde_json_canonicalizer::to_string(&event)
-            .map_err(|e| ReceiptError::Canonical(e.to_string()))?;
-        let one: [u8; 32] = Sha256::digest(text.as_bytes()).into();
-        let mut next = Sha256::new();
-        next.update(self.hash);
-        next.update(one);
-        self.hash = next.finalize().into();
-        self.n += 1;
-        Ok(())
-    }
-
-    /// The `dig.evt` claim.
-    pub fn claim(&self) -> Value {
-        json!({"n": self.n, "chain": b64url(&self.hash)})
-    }
-}
-
-/// Drops the receipt from an event's `metadata` (and the `metadata` it leaves empty).
-fn strip_receipt(event: &mut Value) {
-    let Some(object) = event.as_object_mut() else {
-        return;
-    };
-    let emptied = (object.get_mut("metadata").and_then(Value::as_object_mut)).map(|metadata| {
-        metadata.remove(EXTENSION);
-        metadata.is_empty()
-    });
-    if emptied == Some(true) {
-        object.remove("metadata");
-    }
-}
-
 /// The base64url SHA-256 of `bytes` (an access token's `ath`).
 pub fn sha256_b64url(bytes: &[u8]) -> String {
     b64url(&Sha256::digest(bytes))
@@ -358,6 +253,9 @@ pub fn sha256_b64url(bytes: &[u8]) -> String {
 fn b64url(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
+
+mod digest;
+pub use digest::{EventChain, answer_digest, answer_projection, digest, message_digest, protojson};
 
 #[cfg(test)]
 mod tests;

@@ -68,6 +68,7 @@ fn incoming(message: proto::Message) -> Result<IncomingMessage, A2aError> {
             .collect::<Result<_, _>>()?,
         metadata: message.metadata.map(object).transpose()?,
         extensions: message.extensions,
+        reference_task_ids: message.reference_task_ids,
     })
 }
 

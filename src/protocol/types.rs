@@ -313,6 +313,9 @@ pub struct IncomingMessage {
     /// `extensions`: the extension URIs the message uses, relayed to an agent as sent.
     #[serde(default)]
     pub extensions: Vec<String>,
+    /// `referenceTaskIds`: the tasks the message refers to (kept for its receipt's digest).
+    #[serde(default, rename = "referenceTaskIds", alias = "reference_task_ids")]
+    pub reference_task_ids: Vec<String>,
 }
 
 /// A `Part` sent by a peer: exactly one content member, and the optional ones.

@@ -37,6 +37,19 @@ async fn keys_of(gw: &TestGateway) -> TrustedKeys {
     keys
 }
 
+/// What a partner expects of a receipt from `issuer`, by `gw`'s clock.
+fn expected_of<'a>(gw: &TestGateway, issuer: &'a str) -> Expected<'a> {
+    Expected {
+        issuer,
+        audience: None,
+        now: peergate::clock::Clock::now(&gw.clock),
+    }
+}
+
+async fn text_of(url: &str) -> String {
+    reqwest::get(url).await.unwrap().text().await.unwrap()
+}
+
 fn receipt_of(task: &Value) -> &str {
     task["metadata"][EXTENSION]
         .as_str()
@@ -131,21 +144,41 @@ async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_as
     let tampered = receipt::answer_digest(&changed).unwrap();
     assert_ne!(tampered, answer);
 
-    // A partner checks it all offline with the command line: the card, the receipt, both
-    // digests; and a changed answer, a changed request or another peer's id is refused.
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_command_line_verifies_a_receipt_offline_and_refuses_a_changed_answer_request_or_peer()
+{
+    let gw = TestGateway::start_with(with_receipts("always")).await;
+    let token = gw.add_peer("alice");
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": {"message": message("m-cli")}});
+    let task = task_of(&rpc(&gw.door, &token, request.clone()).await).clone();
+    let mut changed = task.clone();
+    changed["status"]["message"]["parts"][0]["text"] = json!("a different answer");
+    // Offline: the card and the key set saved, as a partner keeps them.
+    let card_text = text_of(&gw.url("/.well-known/agent-card.json")).await;
+    let jwks_text = text_of(&gw.url("/.well-known/jwks.json")).await;
+    gw.stop().await;
     let dir = tempfile::tempdir().unwrap();
-    let file = |name: &str, value: &Value| {
+    let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
-        std::fs::write(&path, value.to_string()).unwrap();
+        std::fs::write(&path, text).unwrap();
         path.to_str().unwrap().to_owned()
     };
+    let (card_file, jwks_file) = (
+        write("card.json", &card_text),
+        write("jwks.json", &jwks_text),
+    );
+    let file = |name: &str, value: &Value| write(name, &value.to_string());
+    // A partner checks it all offline with the command line: the card, the receipt, both
+    // digests; and a changed answer, a changed request or another peer's id is refused.
     let (task_file, request_file) = (file("task.json", &task), file("request.json", &request));
     let (changed_file, other_request) = (
         file("changed.json", &changed),
         file("other.json", &message("m-other")),
     );
-    let card_url = gw.url("/.well-known/agent-card.json");
-    let jwks_url = gw.url("/.well-known/jwks.json");
     let verify = |task: &str, request: &str, peer: Option<&str>| {
         let mut args = vec![
             "receipt",
@@ -155,10 +188,9 @@ async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_as
             "--request",
             request,
             "--card",
-            &card_url,
+            &card_file,
             "--jwks",
-            &jwks_url,
-            "--dangerous-allow-http-loopback",
+            &jwks_file,
         ];
         if let Some(peer) = peer {
             args.extend(["--peer-id", peer]);
@@ -172,6 +204,8 @@ async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_as
         "receipt: verified",
         "request: digest matches",
         "answer: digest matches",
+        "card: the one in force",
+        "audience: not checked",
     ] {
         assert!(out.contains(line), "{out}");
     }
@@ -190,11 +224,18 @@ async fn a_finished_task_carries_a_receipt_that_verifies_and_digests_what_was_as
     let (code, _, err) = verify(&task_file, &request_file, Some("peer_someone_else"));
     assert_ne!(code, 0);
     assert!(err.contains("aud"), "{err}");
+}
 
+#[tokio::test]
+async fn each_binding_states_itself_and_digests_what_it_was_sent() {
+    let gw = TestGateway::start_with(with_receipts("always")).await;
+    let token = gw.add_peer("alice");
+    let keys = keys_of(&gw).await;
+    let origin = format!("http://{}", gw.addr);
     // The HTTP+JSON binding: its receipt states its binding and digests what it was sent.
     let sent = message("m-receipt-2");
     let task = sent_over_rest(&gw, &token, sent.clone()).await;
-    let claims = receipt::verify(receipt_of(&task), &keys, expected).unwrap();
+    let claims = receipt::verify(receipt_of(&task), &keys, expected_of(&gw, &origin)).unwrap();
     assert_eq!(claims["a2a"]["binding"], "HTTP+JSON");
     assert_eq!(
         claims["dig"]["req"],
@@ -268,7 +309,7 @@ fn chain_of(events: &[Value]) -> Value {
     for event in events {
         chain.add(event).unwrap();
     }
-    chain.claim()
+    chain.claim().unwrap()
 }
 
 #[tokio::test]
@@ -421,4 +462,78 @@ fn the_official_python_client_receives_receipts_it_can_check_on_every_binding() 
         let sent = receipt::message_digest(&summary["stream_message"]).unwrap();
         assert_eq!(claims["dig"]["req"], sent, "{binding}");
     }
+}
+
+#[tokio::test]
+async fn a_rotated_receipt_key_stays_published_and_old_receipts_verify_until_it_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = |alg: &str, kid: &str| {
+        let out = dir.path().join(format!("{kid}.pem"));
+        let out = out.to_str().unwrap().to_owned();
+        let (code, _, err) = cli(&[
+            "keys", "generate", "--alg", alg, "--kid", kid, "--out", &out,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let (old, new) = (key("EdDSA", "receipts-2026"), key("ES256", "receipts-2027"));
+    let entry = |kid: &str, alg: &str, file: &str| -> Vec<(&'static str, toml_edit::Value)> {
+        vec![
+            ("kid", kid.into()),
+            ("alg", alg.into()),
+            ("private_key_file", file.into()),
+        ]
+    };
+    let served = |keys: Vec<Vec<(&'static str, toml_edit::Value)>>| {
+        let mut policy = PolicyEdit::default().set("receipts.mode", "always");
+        for key in &keys {
+            policy = policy.push_table("signing.receipt_keys", key);
+        }
+        TestGateway::start_with(policy.policy())
+    };
+    // Signed with the 2026 key.
+    let first = served(vec![entry("receipts-2026", "EdDSA", &old)]).await;
+    let token = first.add_peer("alice");
+    let task = task_of(&send_text(&first.door, &token, "before", None).await).clone();
+    let before = receipt_of(&task).to_owned();
+    let first_origin = format!("http://{}", first.addr);
+    first.stop().await;
+
+    // Rotated: 2027 signs, 2026 retires but stays published; the card names both.
+    let mut retiring = entry("receipts-2026", "EdDSA", &old);
+    retiring.push(("retiring_until", "2999-01-01".into()));
+    let rotated = served(vec![entry("receipts-2027", "ES256", &new), retiring]).await;
+    let declared = rotated.card().await["capabilities"]["extensions"].clone();
+    let declared = declared
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["uri"] == EXTENSION)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        declared["params"]["kids"],
+        json!(["receipts-2027", "receipts-2026"])
+    );
+    let keys = keys_of(&rotated).await;
+    let claims = receipt::verify(&before, &keys, expected_of(&rotated, &first_origin)).unwrap();
+    assert_eq!(claims["a2a"]["state"], "TASK_STATE_COMPLETED");
+    let token = rotated.add_peer("alice");
+    let task = task_of(&send_text(&rotated.door, &token, "after", None).await).clone();
+    let header = receipt_of(&task).split('.').next().unwrap().to_owned();
+    let header: Value = serde_json::from_slice(&base64_url(&header)).unwrap();
+    assert_eq!(
+        (header["kid"].as_str(), header["alg"].as_str()),
+        (Some("receipts-2027"), Some("ES256"))
+    );
+    rotated.stop().await;
+
+    // Dropped from the list: receipts it signed no longer verify (keep it while they are kept).
+    let dropped = served(vec![entry("receipts-2027", "ES256", &new)]).await;
+    let keys = keys_of(&dropped).await;
+    assert_eq!(
+        receipt::verify(&before, &keys, expected_of(&dropped, &first_origin)),
+        Err(receipt::ReceiptError::UnknownKey("receipts-2026".into()))
+    );
+    dropped.stop().await;
 }

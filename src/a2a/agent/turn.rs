@@ -127,10 +127,10 @@ impl Turns {
         let (cancel, cancelable) = self.running_turn(&turn);
         if !return_immediately {
             let outcome = self.run_model(&turn, &prompt, cancel, None).await;
-            let as_message = outcome
-                .agent_reply
-                .as_ref()
-                .is_some_and(|reply| reply.as_message);
+            // A receipt rides on a task: a sealed turn answers the task even when the agent
+            // answered with a message.
+            let as_message = turn.sealing.is_none()
+                && (outcome.agent_reply.as_ref()).is_some_and(|reply| reply.as_message);
             let answer = self.finish(&turn, outcome, Some(unfinished)).await;
             drop(cancelable);
             drop(held);
@@ -351,10 +351,10 @@ impl Turns {
         let Some(receipts) = &self.receipts else {
             return Ok(None);
         };
-        let call = caller.call.unwrap_or(crate::protocol::call::A2aCall {
-            binding: crate::protocol::call::Binding::JsonRpc,
-            method: crate::protocol::jsonrpc::Method::SendMessage,
-        });
+        // A receipt states the binding and method as facts: never a guess.
+        let Some(call) = caller.call else {
+            return Err(internal("a call reached its turn without its binding"));
+        };
         receipts.for_call(
             (call.binding, call.method.name()),
             &caller.protocol.activated,

@@ -29,7 +29,6 @@ fn statement() -> Statement {
         card: "card-digest".into(),
         request: "req-digest".into(),
         answer: "ans-digest".into(),
-        upstream: None,
         events: None,
     }
 }

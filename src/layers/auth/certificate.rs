@@ -107,10 +107,9 @@ impl CredentialScheme<AuthenticatedPeer> for ClientCertificates {
             .filter(|login| login.active)
             .ok_or(AuthError::InvalidCredentials)?;
         let valid_until = login.valid_until;
-        let mut peer = peer(Scheme::Mtls, login, valid_until);
-        peer.signed_in_with = SignedInWith::Certificate {
+        let thumbprint = SignedInWith::Certificate {
             thumbprint: certificate.x5t_s256().into(),
         };
-        Ok(peer)
+        Ok(peer(Scheme::Mtls, login, valid_until, thumbprint))
     }
 }

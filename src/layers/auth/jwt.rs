@@ -575,11 +575,11 @@ impl TokenBindings<AuthenticatedPeer> for PeerBindings {
                 .valid_until
                 .map_or(taken_until, |until| until.min(taken_until)),
         );
-        let mut peer = peer(Scheme::Jwt, login, valid_until);
-        peer.signed_in_with = SignedInWith::AccessToken {
+        let token_used = SignedInWith::AccessToken {
             issuer: verified.issuer_url.into(),
             ath: crate::jose::receipt::sha256_b64url(verified.presented.as_bytes()).into(),
         };
+        let mut peer = peer(Scheme::Jwt, login, valid_until, token_used);
         peer.issuer = Some(verified.issuer.into());
         peer.subject = Some(token.subject.as_str().into());
         if !token.claims.is_empty() {

@@ -356,11 +356,13 @@ pub type PeerAuthenticator = Authenticator<AuthenticatedPeer>;
 /// The realm of the door's challenges.
 const REALM: &str = "peergate";
 
-/// A peer as a scheme of `scheme` verified it, from its record, let in until `valid_until`.
+/// A peer as a scheme of `scheme` verified it, from its record, let in until `valid_until`,
+/// signed in with `signed_in_with` (every scheme names its credential: a receipt states it).
 fn peer(
     scheme: Scheme,
     login: crate::store::PeerLogin,
     valid_until: Option<Timestamp>,
+    signed_in_with: SignedInWith,
 ) -> AuthenticatedPeer {
     AuthenticatedPeer {
         id: login.peer_id,
@@ -376,7 +378,7 @@ fn peer(
         issuer: None,
         subject: None,
         claims: None,
-        signed_in_with: SignedInWith::Password,
+        signed_in_with,
     }
 }
 
@@ -400,11 +402,10 @@ impl TokenRecords<AuthenticatedPeer> for PeerTokens {
             active: record.login.active,
             who: {
                 let valid_until = record.login.valid_until;
-                let mut peer = peer(self.scheme, record.login, valid_until);
-                peer.signed_in_with = SignedInWith::Issued {
+                let issued = SignedInWith::Issued {
                     token_id: token_id.into(),
                 };
-                peer
+                peer(self.scheme, record.login, valid_until, issued)
             },
         }))
     }
@@ -427,7 +428,7 @@ impl Logins<AuthenticatedPeer> for PeerLogins {
                 active: login.active,
                 who: {
                     let valid_until = login.valid_until;
-                    peer(Scheme::Basic, login, valid_until)
+                    peer(Scheme::Basic, login, valid_until, SignedInWith::Password)
                 },
             }))
     }
