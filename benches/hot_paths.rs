@@ -282,6 +282,54 @@ fn sqlite_floor(c: &mut Criterion) {
     }
 }
 
+/// A receipt's parts: the two digests (canonical ProtoJSON, RFC 8785, SHA-256) and the
+/// signature, each on its own, for a message and an answer of a few hundred bytes.
+fn receipts(c: &mut Criterion) {
+    use peergate::jose::receipt::{self, ReceiptSigner, Statement};
+    let message = serde_json::json!({"messageId": "m-1", "role": "ROLE_USER", "contextId": "c-1",
+        "parts": [{"text": "What is the price of A-1? ".repeat(8)}, {"data": {"sku": "A-1", "qty": 2}}],
+        "metadata": {"order": "o-77"}});
+    let task = serde_json::json!({"id": "t-1", "contextId": "c-1",
+        "status": {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-12-05T10:00:00.250Z",
+            "message": {"messageId": "a-1", "contextId": "c-1", "taskId": "t-1", "role": "ROLE_AGENT",
+                "parts": [{"text": "A-1 costs 12.50 EUR. ".repeat(16)}]}},
+        "artifacts": [{"artifactId": "r-1", "parts": [{"text": "A-1 costs 12.50 EUR. ".repeat(16)}]}],
+        "history": [message.clone()]});
+    c.bench_function("receipt: message digest", |b| {
+        b.iter(|| receipt::message_digest(&message).unwrap())
+    });
+    c.bench_function("receipt: answer digest", |b| {
+        b.iter(|| receipt::answer_digest(&task).unwrap())
+    });
+    c.bench_function("receipt: RFC 8785 + SHA-256 of the answer alone", |b| {
+        b.iter(|| receipt::digest(&task).unwrap())
+    });
+    let key = peergate::jose::sign::CardSigningKey::ed25519(
+        "r1",
+        ed25519_dalek::SigningKey::from_bytes(&[7; 32]),
+    );
+    let signer = ReceiptSigner::new(key, "https://gw.example".to_owned()).unwrap();
+    let now = peergate::clock::Timestamp::from_millisecond(1_795_996_800_000).unwrap();
+    let statement = Statement {
+        binding: "JSONRPC",
+        method: "SendMessage",
+        task: "t-1".into(),
+        context: "c-1".into(),
+        message: "m-1".into(),
+        state: "TASK_STATE_COMPLETED",
+        received: now,
+        answered: now,
+        credential: serde_json::json!({"scheme": "bearer", "id": "tok"}),
+        card: "c".into(),
+        request: "r".into(),
+        answer: "a".into(),
+        events: None,
+    };
+    c.bench_function("receipt: sign (EdDSA)", |b| {
+        b.iter(|| signer.sign("peer_1", &statement, now))
+    });
+}
+
 criterion_group!(
     benches,
     tokens,
@@ -290,6 +338,7 @@ criterion_group!(
     seams,
     known_ids,
     exchange_writes,
-    sqlite_floor
+    sqlite_floor,
+    receipts
 );
 criterion_main!(benches);
