@@ -1,72 +1,70 @@
-//! Bounded numbers of the policy (durations and counts), read into their types: a value out of range is refused while
-//! the file is read, naming the key and its line, and the code below is handed a `Duration`,
+//! Bounded numbers of the policy (durations and counts), read into their types: a value out of
+//! range is refused while the file is read, naming the key and its line, and the code below is handed a `Duration`,
 //! never a count of seconds to convert and check again.
 
 use serde::{Deserialize, Deserializer};
 use std::time::Duration;
 
-/// A number of seconds from `MIN` to `MAX` (both allowed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Seconds<const MIN: u64, const MAX: u64>(u64);
+/// A number from `MIN` to `MAX` (both allowed) read into its own type, with what a value out
+/// of range is told (`{n}` and the bounds are filled in).
+macro_rules! bounded_number {
+    ($(#[$doc:meta])* $name:ident, $out_of_range:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name<const MIN: u64, const MAX: u64>(u64);
+
+        impl<const MIN: u64, const MAX: u64> $name<MIN, MAX> {
+            /// `n`, checked where it is written (a default: in a `const` block, so a default
+            /// out of its own range does not compile).
+            pub const fn of(n: u64) -> Self {
+                assert!(n >= MIN && n <= MAX, "a default outside its range");
+                Self(n)
+            }
+
+            /// `n`, if within the bounds.
+            pub fn checked(n: u64) -> Option<Self> {
+                (MIN..=MAX).contains(&n).then_some(Self(n))
+            }
+
+            /// How many.
+            pub const fn get(self) -> u64 {
+                self.0
+            }
+        }
+
+        impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for $name<MIN, MAX> {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let n = u64::deserialize(deserializer)?;
+                let refused: fn(u64, u64, u64) -> String = $out_of_range;
+                Self::checked(n).ok_or_else(|| serde::de::Error::custom(refused(n, MIN, MAX)))
+            }
+        }
+    };
+}
+
+bounded_number!(
+    /// A number of seconds from `MIN` to `MAX` (both allowed).
+    Seconds,
+    |n, min, max| match min {
+        0 => format!("{n} seconds: must be at most {max}"),
+        _ => format!("{n} seconds: must be from {min} to {max}"),
+    }
+);
+
+bounded_number!(
+    /// A count from `MIN` to `MAX` (both allowed): connections, attempts, bytes, entries.
+    Bounded,
+    |n, min, max| format!("{n}: must be between {min} and {max}")
+);
 
 impl<const MIN: u64, const MAX: u64> Seconds<MIN, MAX> {
-    /// `n` seconds, checked where it is written (a default: in a `const` block, so a default
-    /// out of its own range does not compile).
-    pub const fn of(n: u64) -> Self {
-        assert!(n >= MIN && n <= MAX, "a default outside its range");
-        Self(n)
-    }
-
-    /// `n` seconds, if within the bounds.
-    pub fn checked(n: u64) -> Option<Self> {
-        (MIN..=MAX).contains(&n).then_some(Self(n))
-    }
-
-    /// How many.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-
     /// As a duration.
     pub const fn duration(self) -> Duration {
         Duration::from_secs(self.0)
     }
 }
 
-impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for Seconds<MIN, MAX> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let n = u64::deserialize(deserializer)?;
-        Self::checked(n).ok_or_else(|| {
-            serde::de::Error::custom(match MIN {
-                0 => format!("{n} seconds: must be at most {MAX}"),
-                _ => format!("{n} seconds: must be from {MIN} to {MAX}"),
-            })
-        })
-    }
-}
-
-/// A count from `MIN` to `MAX` (both allowed): connections, attempts, bytes, entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Bounded<const MIN: u64, const MAX: u64>(u64);
-
 impl<const MIN: u64, const MAX: u64> Bounded<MIN, MAX> {
-    /// `n`, checked where it is written (a default: in a `const` block, so a default out of
-    /// its own range does not compile).
-    pub const fn of(n: u64) -> Self {
-        assert!(n >= MIN && n <= MAX, "a default outside its range");
-        Self(n)
-    }
-
-    /// `n`, if within the bounds.
-    pub fn checked(n: u64) -> Option<Self> {
-        (MIN..=MAX).contains(&n).then_some(Self(n))
-    }
-
-    /// How many.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-
     /// How many, as a `u32` (a range past `u32::MAX` does not compile).
     pub const fn u32(self) -> u32 {
         const { assert!(MAX <= u32::MAX as u64, "a range past u32") };
@@ -77,15 +75,6 @@ impl<const MIN: u64, const MAX: u64> Bounded<MIN, MAX> {
     pub const fn usize(self) -> usize {
         const { assert!(MAX <= u32::MAX as u64, "a range past 32 bits") };
         self.0 as usize
-    }
-}
-
-impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for Bounded<MIN, MAX> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let n = u64::deserialize(deserializer)?;
-        Self::checked(n).ok_or_else(|| {
-            serde::de::Error::custom(format!("{n}: must be between {MIN} and {MAX}"))
-        })
     }
 }
 

@@ -163,8 +163,9 @@ async def run(base_url, token, binding):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(run=run, doc=__doc__):
+    """Runs `run(base_url, token, binding)` from the command line and prints its summary."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--token", required=True)
     ap.add_argument("--binding", default="JSONRPC", choices=["JSONRPC", "HTTP+JSON", "GRPC"])

@@ -8,13 +8,10 @@ received it, each as the SDK's protobuf prints in ProtoJSON, the receipt from th
 metadata and from the stream's last event, the stream's events as printed, and the gateway's
 key set. Exits 1 with a one-line reason on stderr when no receipt came.
 """
-import argparse
-import asyncio
-import json
 import sys
 
 import httpx
-from a2a_python_full import client
+from a2a_python_full import client, main
 from a2a.helpers import new_text_message
 from a2a.types.a2a_pb2 import Role, SendMessageRequest
 from google.protobuf.json_format import MessageToDict
@@ -49,20 +46,5 @@ async def run(base_url, token, binding):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base-url", required=True)
-    ap.add_argument("--token", required=True)
-    ap.add_argument("--binding", default="JSONRPC", choices=["JSONRPC", "HTTP+JSON", "GRPC"])
-    args = ap.parse_args()
-    try:
-        summary = asyncio.run(run(args.base_url.rstrip("/"), args.token, args.binding))
-    except Exception as e:
-        print(f"FAIL: {type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
-        return 1
-    print(json.dumps(summary, sort_keys=True))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(run, __doc__))
