@@ -96,7 +96,8 @@ pub enum PolicyError {
         /// What is wrong.
         reason: String,
     },
-    /// A key holds a value outside its allowed range.
+    /// A key's value fails a check made once the whole policy is read (one that spans keys
+    /// or sections; a value out of its own range is refused while it is read, as `Syntax`).
     #[error("invalid policy {source_name}: key `{key}`: {reason}")]
     Invalid {
         /// The file.

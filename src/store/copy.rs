@@ -101,13 +101,24 @@ async fn tables(
     )
     .fetch_all(&mut *source)
     .await?;
+    // The order both schemas need: each engine's foreign keys (SQLite cannot add one to a
+    // table it already has, so the two may differ).
     let mut parents = Vec::with_capacity(names.len());
     for name in &names {
-        let named: Vec<String> =
+        let mut named: Vec<String> =
             sqlx::query_scalar("SELECT DISTINCT \"table\" FROM pragma_foreign_key_list(?1)")
                 .bind(name)
                 .fetch_all(&mut *source)
                 .await?;
+        let enforced: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT confrelid::regclass::text FROM pg_constraint \
+             WHERE contype = 'f' AND conrelid = to_regclass($1)",
+        )
+        .bind(name)
+        .fetch_all(&mut *target)
+        .await?;
+        named.extend(enforced);
+        named.retain(|parent| names.contains(parent));
         parents.push((name.clone(), named));
     }
     let mut tables = Vec::with_capacity(names.len());
@@ -167,7 +178,13 @@ async fn table(
             "bigint" | "integer" | "smallint" => Kind::Int,
             "boolean" => Kind::Bool,
             "bytea" => Kind::Blob,
-            _ => Kind::Text,
+            "text" | "character varying" => Kind::Text,
+            // Copied as text it would fail at the insert, after the other tables' work.
+            other => {
+                return Err(StoreError::Schema(format!(
+                    "the copy does not know how to carry {name}.{column} ({other})"
+                )));
+            }
         };
         if identity == "YES" {
             generated = Some(column.clone());
