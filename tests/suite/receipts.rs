@@ -537,3 +537,36 @@ async fn a_rotated_receipt_key_stays_published_and_old_receipts_verify_until_it_
     );
     dropped.stop().await;
 }
+
+#[tokio::test]
+async fn a_task_answered_before_it_finished_gets_its_receipt_when_it_does() {
+    let policy = PolicyEdit::default()
+        .set("capabilities.non_blocking", true)
+        .set("receipts.mode", "always")
+        .policy();
+    let gw = TestGateway::start_with(policy).await;
+    let token = gw.add_peer("alice");
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": message("m-later"), "configuration": {"returnImmediately": true}}});
+    let working = task_of(&rpc(&gw.door, &token, request).await).clone();
+    assert_eq!(working["status"]["state"], "TASK_STATE_WORKING");
+    assert!(working["metadata"][EXTENSION].is_null(), "{working}");
+    let id = working["id"].as_str().unwrap().to_owned();
+    let mut finished = Value::Null;
+    for _ in 0..100 {
+        finished = get_task(&gw.door, &token, &id, None).await["result"].clone();
+        if finished["status"]["state"] == "TASK_STATE_COMPLETED" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let origin = format!("http://{}", gw.addr);
+    let keys = keys_of(&gw).await;
+    let claims = receipt::verify(receipt_of(&finished), &keys, expected_of(&gw, &origin)).unwrap();
+    assert_eq!(claims["a2a"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(
+        claims["dig"]["ans"],
+        receipt::answer_digest(&finished).unwrap()
+    );
+    gw.stop().await;
+}
