@@ -24,6 +24,17 @@ pub fn cli_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
     cli_with_env(cwd, args, &[])
 }
 
+/// A private key made by `peergate keys generate` in `dir` (`KID.pem`); its path.
+pub fn generated_key(dir: &Path, alg: &str, kid: &str) -> String {
+    let out = dir.join(format!("{kid}.pem"));
+    let out = out.to_str().unwrap().to_owned();
+    let (code, _, stderr) = cli(&[
+        "keys", "generate", "--alg", alg, "--kid", kid, "--out", &out,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    out
+}
+
 /// Runs the CLI in `cwd` with `env` in its environment.
 pub fn cli_with_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     // Nothing kept by one run (a key set, a token) is read by another test's.

@@ -155,15 +155,7 @@ async fn named_caller_keys_are_published_and_rotated_and_a_shared_secret_or_a_ca
 {
     use peergate::config::{Policy, PolicySource};
     let dir = tempfile::tempdir().unwrap();
-    let key = |alg: &str, kid: &str| {
-        let out = dir.path().join(format!("{kid}.pem"));
-        let out = out.to_str().unwrap().to_owned();
-        let (code, _, stderr) = cli(&[
-            "keys", "generate", "--alg", alg, "--kid", kid, "--out", &out,
-        ]);
-        assert_eq!(code, 0, "{stderr}");
-        out
-    };
+    let key = |alg: &str, kid: &str| generated_key(dir.path(), alg, kid);
     let (now, old) = (key("ES256", "who-2026"), key("EdDSA", "who-2025"));
     let caller_key = |kid: &str, alg: &str, file: &str| -> Vec<(&'static str, toml_edit::Value)> {
         vec![

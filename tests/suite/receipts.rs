@@ -287,14 +287,8 @@ fn base64_url(text: &str) -> Vec<u8> {
 async fn streamed(door: &str, token: &str, message: Value) -> Vec<Value> {
     let request = json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage",
         "params": {"message": message}});
-    let text = reqwest::Client::new()
-        .post(door)
-        .bearer_auth(token)
-        .header("a2a-version", "1.0")
-        .json(&request)
-        .send()
+    let text = open_stream(door, token, &request)
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -467,15 +461,7 @@ fn the_official_python_client_receives_receipts_it_can_check_on_every_binding() 
 #[tokio::test]
 async fn a_rotated_receipt_key_stays_published_and_old_receipts_verify_until_it_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
-    let key = |alg: &str, kid: &str| {
-        let out = dir.path().join(format!("{kid}.pem"));
-        let out = out.to_str().unwrap().to_owned();
-        let (code, _, err) = cli(&[
-            "keys", "generate", "--alg", alg, "--kid", kid, "--out", &out,
-        ]);
-        assert_eq!(code, 0, "{err}");
-        out
-    };
+    let key = |alg: &str, kid: &str| generated_key(dir.path(), alg, kid);
     let (old, new) = (key("EdDSA", "receipts-2026"), key("ES256", "receipts-2027"));
     let entry = |kid: &str, alg: &str, file: &str| -> Vec<(&'static str, toml_edit::Value)> {
         vec![
