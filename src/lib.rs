@@ -22,5 +22,6 @@ pub mod push;
 pub mod shared;
 pub mod store;
 pub mod telemetry;
+pub mod tlog;
 pub mod token;
 pub mod units;

@@ -22,6 +22,7 @@ const ORDER: &[&str] = &[
     "shared",
     "store",
     "jose",
+    "tlog",
     "net",
     "units",
     "clock",
