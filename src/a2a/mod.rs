@@ -2,6 +2,7 @@
 //! (`crate::protocol`).
 
 pub mod agent;
+pub mod answer_log;
 pub mod authorize;
 pub mod card;
 pub mod card_settings;

@@ -14,8 +14,10 @@ use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::call::Binding;
 use crate::protocol::error::A2aError;
 use crate::protocol::types::{IncomingMessage, IncomingPart, Task};
+use crate::store::IssuedReceipt;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use sha2::Digest;
 use std::sync::{Arc, RwLock};
 
 pub use crate::jose::receipt::EXTENSION;
@@ -43,6 +45,24 @@ pub struct ReceiptSettings {
     /// Which finished tasks get a receipt.
     #[serde(default)]
     pub mode: ReceiptMode,
+    /// The Ed25519 key (PKCS#8 PEM) that signs the answer log's checkpoints: never a receipt
+    /// key. Without it, one is generated in the data directory.
+    #[serde(default)]
+    pub log_key_file: Option<std::path::PathBuf>,
+}
+
+impl ReceiptSettings {
+    /// The key that signs the log's checkpoints: the named file's, or the data directory's.
+    pub fn load_log_key(
+        &self,
+        data_dir: &std::path::Path,
+    ) -> Result<ed25519_dalek::SigningKey, String> {
+        let read = match &self.log_key_file {
+            Some(path) => crate::jose::keys::read_ed25519(path),
+            None => crate::jose::keys::default_log_key(data_dir),
+        };
+        read.map_err(|e| format!("receipts.log_key_file: {e}"))
+    }
 }
 
 /// The gateway's receipts: the signer, the mode, and the digest of the signed card in force.
@@ -54,6 +74,8 @@ pub struct Receipts {
     /// Every key a kept receipt may be signed with (the signing one and the retiring ones),
     /// as (kid, alg): what the card names.
     published: Vec<(String, &'static str)>,
+    /// The answer log the receipts are appended to.
+    log: Option<crate::a2a::answer_log::AnswerLog>,
 }
 
 /// What a call's turn carries to seal its task once finished.
@@ -106,7 +128,21 @@ impl Receipts {
             mode,
             card: RwLock::new(Arc::from("")),
             published,
+            log: None,
         }
+    }
+
+    /// Receipts appended to `log`: each promises its inclusion, and the card names the log.
+    #[must_use]
+    pub fn with_log(mut self, log: crate::a2a::answer_log::AnswerLog) -> Self {
+        self.signer = self.signer.with_log(log.promise());
+        self.log = Some(log);
+        self
+    }
+
+    /// The answer log, when receipts are logged.
+    pub fn log(&self) -> Option<&crate::a2a::answer_log::AnswerLog> {
+        self.log.as_ref()
     }
 
     /// The card's declaration of the extension: optional for a partner, with what verifies
@@ -116,10 +152,14 @@ impl Receipts {
         algs.sort_unstable();
         algs.dedup();
         let kids: Vec<&str> = self.published.iter().map(|(kid, _)| kid.as_str()).collect();
+        let mut params = json!({"jwksUri": jwks_uri, "algs": algs, "kids": kids, "typ": crate::jose::receipt::TYP});
+        if let Some(log) = &self.log {
+            params["log"] = log.card_params();
+        }
         json!({
             "uri": EXTENSION,
             "description": "A signed receipt (a2a-receipt+jwt) in the metadata of every finished task: who asked, what was asked and answered (SHA-256 digests), when, under which card",
-            "params": {"jwksUri": jwks_uri, "algs": algs, "kids": kids, "typ": crate::jose::receipt::TYP},
+            "params": params,
         })
     }
 
@@ -175,21 +215,26 @@ impl Receipts {
         peer: &AuthenticatedPeer,
         task: &mut Task,
         now: Timestamp,
-    ) -> Result<(), A2aError> {
+    ) -> Result<Option<IssuedReceipt>, A2aError> {
         match self.receipt(sealing, peer, task, now) {
-            Ok(receipt) => {
+            Ok((jti, receipt)) => {
                 let mut metadata = match task.metadata.take() {
                     Some(Value::Object(map)) => map,
                     _ => Map::new(),
                 };
-                metadata.insert(EXTENSION.to_owned(), Value::String(receipt));
+                let entry = sha2::Sha256::digest(receipt.as_bytes()).into();
+                metadata.insert(EXTENSION.to_owned(), Value::String(receipt.clone()));
                 task.metadata = Some(Value::Object(metadata));
-                Ok(())
+                Ok(Some(IssuedReceipt {
+                    jti,
+                    jws: receipt,
+                    entry,
+                }))
             }
             Err(e) if sealing.required => Err(internal(e)),
             Err(e) => {
                 tracing::error!(error = %e, task = %task.id, "a finished task went without its receipt");
-                Ok(())
+                Ok(None)
             }
         }
     }
@@ -200,7 +245,7 @@ impl Receipts {
         peer: &AuthenticatedPeer,
         task: &Task,
         now: Timestamp,
-    ) -> Result<String, crate::jose::receipt::ReceiptError> {
+    ) -> Result<(String, String), crate::jose::receipt::ReceiptError> {
         let answer = serde_json::to_value(task)
             .map_err(|e| crate::jose::receipt::ReceiptError::Canonical(e.to_string()))?;
         let statement = Statement {
@@ -221,7 +266,7 @@ impl Receipts {
                 None => None,
             },
         };
-        Ok(self.signer.sign(peer.id().as_str(), &statement, now))
+        Ok(self.signer.issue(peer.id().as_str(), &statement, now))
     }
 }
 

@@ -64,6 +64,7 @@ pub(super) type SealingKeys = (Arc<Receipts>, Vec<keys::PublishedKey>);
 pub(super) fn receipts(
     options: &GatewayOptions,
     door_url: &str,
+    store: &Store,
 ) -> Result<Option<SealingKeys>, StartError> {
     let policy = &options.policy;
     if !super::settings::receipts_on(policy) {
@@ -91,7 +92,16 @@ pub(super) fn receipts(
     tracing::info!(kid = key.kid(), alg = key.alg(), mode = ?policy.receipts.mode, "finished tasks are sealed with receipts");
     let signer =
         crate::jose::receipt::ReceiptSigner::new(key, origin(door_url)).map_err(|e| refused(&e))?;
-    let receipts = Receipts::new(signer, policy.receipts.mode, published);
+    let log_key = (policy.receipts)
+        .load_log_key(&options.data_dir)
+        .map_err(|e| config(&e))?;
+    let log = crate::a2a::answer_log::AnswerLog::new(store.log(), door_url, log_key)
+        .map_err(|e| StartError::Config(format!("receipts.log_key_file: {e}")))?;
+    tracing::info!(
+        origin = log.origin(),
+        "receipts are appended to the answer log"
+    );
+    let receipts = Receipts::new(signer, policy.receipts.mode, published).with_log(log);
     Ok(Some((Arc::new(receipts), keys.published)))
 }
 

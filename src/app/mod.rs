@@ -243,7 +243,14 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let housekeeping = (&store, sharing.registry());
     let kept = sharing.keep(&options, agent.clone());
     let caches = Caches::of(guards, budgets);
-    let sweeper = spawn_housekeeping(&options, housekeeping, caches, &agent, documents.refresh);
+    let log = (documents.receipts.as_ref()).and_then(|receipts| receipts.log().cloned());
+    let sweeper = spawn_housekeeping(
+        &options,
+        housekeeping,
+        caches,
+        &agent,
+        (documents.refresh, log),
+    );
     // Started once the interrupted tasks are failed, so their last states are queued too.
     let deliveries = push.map(deliver_pushes).transpose()?;
     announce_listeners(
@@ -373,7 +380,7 @@ async fn published_documents(
         issuers: issuer_cards(&options.policy, identity_providers.as_deref()).await,
         client_ca_sha256: listeners.client_ca_sha256.clone(),
     };
-    let (receipts, receipt_keys) = documents::receipts(options, door_url)?.unzip();
+    let (receipts, receipt_keys) = documents::receipts(options, door_url, store)?.unzip();
     let inputs = documents::CardInputs {
         door_url,
         identities: &card_identities,
@@ -756,18 +763,23 @@ fn door_state(
         jwks: documents.jwks.clone(),
         readiness,
         policies: None,
+        log: (documents.receipts.as_ref()).and_then(|receipts| receipts.log().cloned()),
     }
 }
 
-/// The housekeeping loop over this gateway's store and caches.
+/// The housekeeping loop over this gateway's store and caches, and the answer log's
+/// integrator beside it when receipts are on (stopped together).
 fn spawn_housekeeping(
     options: &GatewayOptions,
     (store, registry): (&Store, Option<Arc<dyn crate::store::InstanceRegistry>>),
     caches: Caches,
     agent: &Arc<Agent>,
-    refresh: documents::JwksRefresh,
+    (refresh, log): (
+        documents::JwksRefresh,
+        Option<crate::a2a::answer_log::AnswerLog>,
+    ),
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(housekeeping(
+    let sweeping = housekeeping(
         store.clone(),
         registry,
         options.clock.clone(),
@@ -775,7 +787,17 @@ fn spawn_housekeeping(
         agent.clone(),
         options.policy.server.request_timeout_seconds.duration(),
         refresh,
-    ))
+    );
+    let clock = options.clock.clone();
+    tokio::spawn(async move {
+        match log {
+            Some(log) => {
+                let integrating = crate::a2a::answer_log::run_integrator(log, clock);
+                tokio::join!(sweeping, integrating);
+            }
+            None => sweeping.await,
+        }
+    })
 }
 
 /// Where each listener is: the tests read these lines for the bound addresses.

@@ -43,6 +43,8 @@ pub(crate) struct DoorState {
     /// The authorization policies, which decide an authenticated peer's extended card at the
     /// card URL as they decide `GetExtendedAgentCard`.
     pub(crate) policies: Option<Arc<crate::a2a::authorize::PolicyStage>>,
+    /// The answer log, read under `/a2a-receipts/` when receipts are on.
+    pub(crate) log: Option<crate::a2a::answer_log::AnswerLog>,
 }
 
 /// The signed cards the door serves, built together so a reload replaces them together.
@@ -125,6 +127,7 @@ pub(crate) fn door_router(
     let guarded = Router::new()
         .route("/.well-known/jwks.json", get(jwks_document))
         .route(&settings.resource_metadata_path, get(resource_metadata))
+        .merge(crate::http::answer_log::routes())
         .layer(SettleLayer)
         .merge(card_routes)
         .merge(behind_peer_guard(bindings, settings, guards));

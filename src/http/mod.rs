@@ -4,6 +4,7 @@
 pub mod accept;
 pub mod admin_api;
 mod admin_policies;
+mod answer_log;
 #[cfg(test)]
 mod binding_tests;
 pub mod content_type;

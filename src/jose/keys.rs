@@ -60,9 +60,36 @@ pub fn default_receipt_key(data_dir: &Path) -> Result<CardSigningKey, KeyError> 
     default_key(data_dir, DEFAULT_RECEIPT_KEY_FILE, "receipt-")
 }
 
+/// The file in the data directory holding the generated key of the answer log's checkpoints.
+pub const DEFAULT_LOG_KEY_FILE: &str = "receipt-log-ed25519.pem";
+
+/// Loads the default Ed25519 key of the answer log's checkpoints from `data_dir`, generating
+/// it on first use.
+pub fn default_log_key(data_dir: &Path) -> Result<ed25519_dalek::SigningKey, KeyError> {
+    ed25519_in(data_dir, DEFAULT_LOG_KEY_FILE)
+}
+
+/// The Ed25519 key (PKCS#8 PEM) in the file at `path`.
+pub fn read_ed25519(path: &Path) -> Result<ed25519_dalek::SigningKey, KeyError> {
+    let fail = |reason: String| KeyError::File {
+        file: path.display().to_string(),
+        reason,
+    };
+    let pem = std::fs::read_to_string(path).map_err(|e| fail(e.kind().to_string()))?;
+    ed25519_dalek::SigningKey::from_pkcs8_pem(&pem)
+        .map_err(|_| fail("not an Ed25519 PKCS#8 PEM private key".to_owned()))
+}
+
 /// The Ed25519 key in `file` of `data_dir` (made on first use), its kid `prefix` and the
 /// start of its thumbprint.
 fn default_key(data_dir: &Path, file: &str, prefix: &str) -> Result<CardSigningKey, KeyError> {
+    let key = ed25519_in(data_dir, file)?;
+    let kid = format!("{prefix}{}", thumbprint_kid(&key.verifying_key()));
+    Ok(CardSigningKey::ed25519(kid, key))
+}
+
+/// The Ed25519 key in `file` of `data_dir`, made on first use.
+fn ed25519_in(data_dir: &Path, file: &str) -> Result<ed25519_dalek::SigningKey, KeyError> {
     let path = data_dir.join(file);
     let fail = |reason: String| KeyError::File {
         file: file.to_owned(),
@@ -82,8 +109,7 @@ fn default_key(data_dir: &Path, file: &str, prefix: &str) -> Result<CardSigningK
         write_private(&path, pem.as_bytes()).map_err(|e| fail(e.kind().to_string()))?;
         key
     };
-    let kid = format!("{prefix}{}", thumbprint_kid(&key.verifying_key()));
-    Ok(CardSigningKey::ed25519(kid, key))
+    Ok(key)
 }
 
 /// A `kid` derived from the key itself: `ed-` and the start of its RFC 7638 thumbprint.

@@ -108,6 +108,8 @@ pub struct Statement {
 pub struct ReceiptSigner {
     key: CardSigningKey,
     issuer: String,
+    /// What the receipts promise of the answer log (`log`), when there is one.
+    log: Option<Value>,
 }
 
 impl ReceiptSigner {
@@ -117,7 +119,18 @@ impl ReceiptSigner {
         if key.algorithm() == JwsAlgorithm::Hs256 {
             return Err(ReceiptError::SharedSecret);
         }
-        Ok(Self { key, issuer })
+        Ok(Self {
+            key,
+            issuer,
+            log: None,
+        })
+    }
+
+    /// Receipts that also promise inclusion in the answer log (`log: {origin, mmd}`).
+    #[must_use]
+    pub fn with_log(mut self, promise: Value) -> Self {
+        self.log = Some(promise);
+        self
     }
 
     /// The key's id, as the JWKS lists it.
@@ -132,12 +145,18 @@ impl ReceiptSigner {
 
     /// A receipt of `statement` for the peer `peer_id`, signed at `now`.
     pub fn sign(&self, peer_id: &str, statement: &Statement, now: Timestamp) -> String {
+        self.issue(peer_id, statement, now).1
+    }
+
+    /// [`Self::sign`], with the receipt's new `jti`: `(jti, receipt)`.
+    pub fn issue(&self, peer_id: &str, statement: &Statement, now: Timestamp) -> (String, String) {
         let header = json!({"alg": self.key.alg(), "kid": self.key.kid(), "typ": TYP});
+        let jti = uuid::Uuid::now_v7().to_string();
         let mut claims = json!({
             "iss": self.issuer,
             "sub": peer_id,
             "aud": peer_id,
-            "jti": uuid::Uuid::now_v7().to_string(),
+            "jti": jti,
             "iat": now.as_second(),
             "a2a": {
                 "v": crate::protocol::VERSION,
@@ -157,7 +176,10 @@ impl ReceiptSigner {
         if let Some(events) = &statement.events {
             claims["dig"]["evt"] = events.clone();
         }
-        self.key.sign_compact(&header, &claims)
+        if let Some(log) = &self.log {
+            claims["log"] = log.clone();
+        }
+        (jti, self.key.sign_compact(&header, &claims))
     }
 }
 

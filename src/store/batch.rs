@@ -106,6 +106,7 @@ mod tests {
             notify: false,
             push_config: None,
             upstream_task_id: None,
+            receipt: None,
             call_trace: None,
         }
     }

@@ -11,6 +11,7 @@
 //! | [`AccountStore`] | the account service: every change with its audit record, in one transaction |
 //! | [`DocumentStore`] | the served documents' `Last-Modified` across restarts |
 //! | [`PushStore`] | push-notification configs and the durable delivery queue |
+//! | [`LogStore`] | the answer log: receipts waiting, the tree's stored hashes, checkpoints |
 //!
 //! The records they exchange ([`records`]) are plain data, the same for every engine. The one
 //! engine today is SQLite ([`sqlite`]); nothing outside this module names the database crate,
@@ -31,8 +32,9 @@ pub use records::{
     AuditEntry, AuditOutcome, AuditRecord, AuditTarget, ConversationCursor, ConversationEntry,
     ConversationMessage, ConversationQuery, ConversationRole, ConversationSummary,
     CredentialRecord, DeliveryOutcome, Exchange, ExchangeUsage, FailedDelivery, IdentityKind,
-    ListedTask, PeerId, PeerIdentity, PeerLogin, PeerRecord, PeerSetting, PeerStatus, PeerUsage,
-    PushConfigId, PushConfigRecord, PushDelivery, TaskPage, TaskQuery, WorkingTask,
+    IssuedReceipt, ListedTask, LoggedReceipt, PeerId, PeerIdentity, PeerLogin, PeerRecord,
+    PeerSetting, PeerStatus, PeerUsage, PushConfigId, PushConfigRecord, PushDelivery, TaskPage,
+    TaskQuery, WorkingTask,
 };
 
 use crate::clock::{Timestamp, UtcPeriod};
@@ -554,6 +556,75 @@ pub(crate) fn operations_column(
     Some(OperationSet::of(&known))
 }
 
+/// A receipt waiting for the answer log: its id and entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEntry {
+    /// The receipt's `jti`.
+    pub jti: String,
+    /// The log's entry (SHA-256 of the receipt), as stored.
+    pub entry: Vec<u8>,
+}
+
+/// The answer log's rows (see [`crate::tlog`] for the tree they hold). Receipts come in with
+/// their exchanges; one integrator at a time appends them.
+#[async_trait]
+pub trait LogStore: Send + Sync + std::fmt::Debug {
+    /// The integrator's turn, in one transaction; `None` while another process holds it. A
+    /// turn dropped without its commit changes nothing, and the turn passes on.
+    async fn begin_integration(&self) -> Result<Option<Box<dyn LogIntegration>>, StoreError>;
+    /// The latest signed checkpoint: the tree size it commits to and its note.
+    async fn latest_checkpoint(&self) -> Result<Option<(u64, String)>, StoreError>;
+    /// Every signed checkpoint, by size.
+    async fn checkpoints(&self) -> Result<Vec<(u64, String)>, StoreError>;
+    /// The stored hashes of `nodes`, in order; `None` when one is not stored.
+    async fn log_hashes(
+        &self,
+        nodes: &[crate::tlog::Node],
+    ) -> Result<Option<Vec<crate::tlog::Hash>>, StoreError>;
+    /// The stored hashes of `level`'s nodes from `start` up to `end`, as far as stored.
+    async fn log_level(
+        &self,
+        level: u8,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<crate::tlog::Hash>, StoreError>;
+    /// A receipt by its `jti`.
+    async fn logged_receipt(&self, jti: &str) -> Result<Option<LoggedReceipt>, StoreError>;
+    /// Appended receipts from index `start`, in log order, at most `most`.
+    async fn logged_receipts(
+        &self,
+        start: u64,
+        most: u32,
+    ) -> Result<Vec<LoggedReceipt>, StoreError>;
+    /// How many receipts wait for the integrator.
+    async fn pending_receipts(&self) -> Result<u64, StoreError>;
+}
+
+/// One turn of the answer log's integrator (see [`LogStore::begin_integration`]).
+#[async_trait]
+pub trait LogIntegration: Send {
+    /// The latest signed checkpoint, as this turn sees it.
+    async fn latest_checkpoint(&mut self) -> Result<Option<(u64, String)>, StoreError>;
+    /// The stored hashes of `nodes`, in order; `None` when one is not stored.
+    async fn log_hashes(
+        &mut self,
+        nodes: &[crate::tlog::Node],
+    ) -> Result<Option<Vec<crate::tlog::Hash>>, StoreError>;
+    /// Up to `most` waiting receipts, oldest first.
+    async fn pending(&mut self, most: u32) -> Result<Vec<PendingEntry>, StoreError>;
+    /// Gives `entries` the indices from `first`, writes the hashes the appends made and the
+    /// checkpoint (`size`, signed note, now).
+    async fn append(
+        &mut self,
+        first: u64,
+        entries: &[PendingEntry],
+        written: &[(crate::tlog::Node, crate::tlog::Hash)],
+        checkpoint: (u64, &str, Timestamp),
+    ) -> Result<(), StoreError>;
+    /// Commits the turn.
+    async fn commit(self: Box<Self>) -> Result<(), StoreError>;
+}
+
 /// The longest note [`StoreEngine::announce`] carries; longer ones are not sent.
 pub const LONGEST_NOTE: usize = 1024;
 
@@ -618,6 +689,7 @@ pub struct Store {
     accounts: Arc<dyn AccountStore>,
     documents: Arc<dyn DocumentStore>,
     push: Arc<dyn PushStore>,
+    log: Arc<dyn LogStore>,
     engine: Arc<dyn StoreEngine>,
     instances: Option<Arc<dyn InstanceRegistry>>,
 }
@@ -671,6 +743,7 @@ impl Store {
             + AccountStore
             + DocumentStore
             + PushStore
+            + LogStore
             + StoreEngine
             + 'static,
     {
@@ -682,6 +755,7 @@ impl Store {
             accounts: engine.clone(),
             documents: engine.clone(),
             push: engine.clone(),
+            log: engine.clone(),
             engine,
             instances: None,
         }
@@ -704,6 +778,10 @@ impl Store {
     /// Push-notification configs and deliveries.
     pub fn push(&self) -> Arc<dyn PushStore> {
         self.push.clone()
+    }
+    /// The answer log.
+    pub fn log(&self) -> Arc<dyn LogStore> {
+        self.log.clone()
     }
     /// Conversations for their owners.
     pub fn conversations(&self) -> &dyn ConversationStore {

@@ -303,9 +303,38 @@ pub struct Exchange {
     pub push_config: Option<PushConfigRecord>,
     /// The id an agent behind the door gave the task, once it answered.
     pub upstream_task_id: Option<String>,
+    /// The receipt of the final state, stored with it and queued for the answer log.
+    pub receipt: Option<IssuedReceipt>,
     /// The call's span as a W3C `traceparent`, when it was traced: a push delivery of this
     /// state links its own span to it.
     pub call_trace: Option<String>,
+}
+
+/// A receipt as issued: its id, the compact JWS, and the log's entry for it (SHA-256 of the
+/// JWS, so the log reveals neither peer nor content).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedReceipt {
+    /// The receipt's `jti`.
+    pub jti: String,
+    /// The compact JWS.
+    pub jws: String,
+    /// The log's entry.
+    pub entry: [u8; 32],
+}
+
+/// A receipt as the answer log holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedReceipt {
+    /// The receipt's `jti`.
+    pub jti: String,
+    /// Its place in the log; `None` until the integrator appended it.
+    pub index: Option<u64>,
+    /// The compact JWS.
+    pub jws: String,
+    /// The log's entry as stored.
+    pub entry: Vec<u8>,
+    /// When it was stored.
+    pub created_at: Timestamp,
 }
 
 /// Which of a peer's tasks to list (`ListTasks`).

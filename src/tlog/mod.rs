@@ -97,6 +97,19 @@ pub fn fold(hashes: &[Hash]) -> Option<Hash> {
     )
 }
 
+/// RFC 6962's `MTH` over leaf hashes held in memory (a tile's, an auditor's): the hash of
+/// the tree they make, [`empty_tree_hash`] for none.
+pub fn tree_hash(leaves: &[Hash]) -> Hash {
+    match leaves {
+        [] => empty_tree_hash(),
+        [leaf] => *leaf,
+        _ => {
+            let k = 1usize << (usize::BITS - 1 - (leaves.len() - 1).leading_zeros());
+            node_hash(&tree_hash(&leaves[..k]), &tree_hash(&leaves[k..]))
+        }
+    }
+}
+
 /// The right edge of a tree of `size` leaves: the nodes whose hashes are all an append needs,
 /// and whose fold is the tree's hash.
 pub fn right_edge(size: u64) -> Vec<Node> {

@@ -55,6 +55,8 @@ fn tree_hashes_and_inclusion_proofs_match_an_independent_rfc6962_tree() {
             theirs.root().as_bytes().as_slice(),
             "size {size}"
         );
+        let leaves: Vec<Hash> = (0..size).map(|i| leaf_hash(&entry(i))).collect();
+        assert_eq!(tree_hash(&leaves), root, "MTH over the leaves in memory");
         let edge: Vec<Hash> = right_edge(size).iter().map(|n| stored[n]).collect();
         assert_eq!(
             fold(&edge).unwrap(),

@@ -9,6 +9,7 @@ mod common;
 
 mod a2a_backend;
 mod admin;
+mod answer_log;
 mod authorization;
 mod call;
 mod caller_assertion;

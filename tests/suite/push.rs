@@ -816,6 +816,7 @@ async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String
                 notify: true,
                 push_config: with,
                 upstream_task_id: None,
+                receipt: None,
                 call_trace: None,
             })
             .await

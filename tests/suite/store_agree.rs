@@ -257,6 +257,7 @@ fn exchange(task: &str, peer: &str, context: &str, state: TaskState, now: i64) -
         notify: false,
         push_config: None,
         upstream_task_id: None,
+        receipt: None,
         call_trace: None,
     }
 }

@@ -245,6 +245,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             notify: false,
             push_config: None,
             upstream_task_id: None,
+            receipt: None,
             call_trace: None,
         };
         let tasks = store.tasks();
@@ -443,6 +444,7 @@ async fn the_push_notification_queue_on_every_engine() {
                 notify: true,
                 push_config: with,
                 upstream_task_id: None,
+                receipt: None,
                 // The final state's call was traced; the first's was not.
                 call_trace: (state == "TASK_STATE_COMPLETED").then(|| TRACED.to_owned()),
             };
@@ -905,6 +907,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
                 notify: false,
                 push_config: None,
                 upstream_task_id: agent.map(str::to_owned),
+                receipt: None,
                 call_trace: None,
             };
         let tasks = store.tasks();

@@ -199,6 +199,7 @@ impl Cancels {
                 notify: self.news.notifies(),
                 push_config: None,
                 upstream_task_id: None,
+                receipt: None,
                 call_trace: None,
             })
             .await

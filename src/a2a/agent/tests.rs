@@ -68,6 +68,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
             notify: false,
             push_config: None,
             upstream_task_id: None,
+            receipt: None,
             call_trace: None,
         })
         .await
@@ -297,6 +298,7 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
                 notify: false,
                 push_config: None,
                 upstream_task_id: None,
+                receipt: None,
                 call_trace: None,
             })
             .await

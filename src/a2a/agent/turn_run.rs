@@ -294,11 +294,12 @@ impl Turns {
             None => turn.task(state, &outcome.reply, now),
         };
         let mut task = task;
+        let mut receipt = None;
         if let (Some(receipts), Some(sealing)) = (&self.receipts, &turn.sealing)
             && state.is_final()
         {
             // Sealed before it is written: the receipt is stored with the state it proves.
-            receipts.seal(sealing, &turn.peer, &mut task, now)?;
+            receipt = receipts.seal(sealing, &turn.peer, &mut task, now)?;
         }
         // Encoded once: the stored copy is also the answer.
         let task_json = serde_json::to_string(&task).map_err(internal)?;
@@ -310,6 +311,7 @@ impl Turns {
         finished.messages = outcome.messages;
         finished.usage = outcome.usage;
         finished.audit = outcome.audit;
+        finished.receipt = receipt;
         finished.upstream_task_id = outcome.agent_reply.and_then(|reply| reply.task_id);
         if let Some(agent_task) = &finished.upstream_task_id {
             turn.note_agent_task(agent_task);

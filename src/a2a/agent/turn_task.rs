@@ -339,6 +339,7 @@ impl TurnPlan {
             notify: turns.news.notifies(),
             push_config: None,
             upstream_task_id: None,
+            receipt: None,
             call_trace: self.trace.as_ref().and_then(|trace| trace.traceparent()),
         }
     }

@@ -95,6 +95,14 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
             .execute(On::PostgresTx(&mut tx, Failed::unmarked()))
             .await?;
     }
+    for receipt in exchanges
+        .iter()
+        .filter_map(|e| sql::insert_receipt_statement(e))
+    {
+        receipt
+            .execute(On::PostgresTx(&mut tx, Failed::unmarked()))
+            .await?;
+    }
     tx.commit().await?;
     Ok(())
 }

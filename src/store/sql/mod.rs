@@ -16,6 +16,7 @@
 
 mod accounts;
 mod last_uses;
+mod log;
 mod logins;
 mod push;
 mod reads;
@@ -24,6 +25,7 @@ mod tasks;
 
 pub(crate) use accounts::{INSERT_AUDIT, insert_audit_statement};
 pub(crate) use last_uses::{LastUses, WritePool};
+pub(crate) use log::{INSERT_RECEIPT, insert_receipt_statement};
 pub(crate) use push::{
     QUEUE_STATE, RETARGET_DELIVERIES, UPSERT_CONFIG, queue_state, upsert_config_statements,
 };

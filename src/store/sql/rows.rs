@@ -438,3 +438,51 @@ impl FailedRow {
         }
     }
 }
+
+/// A stored hash of the answer log's tree.
+#[derive(sqlx::FromRow)]
+pub(super) struct HashRow {
+    hash: Vec<u8>,
+}
+
+impl HashRow {
+    /// `None` for a hash of the wrong length (never written).
+    pub(super) fn hash(self) -> Option<crate::tlog::Hash> {
+        self.hash.try_into().ok()
+    }
+}
+
+/// A signed checkpoint of the answer log.
+#[derive(sqlx::FromRow)]
+pub(super) struct CheckpointRow {
+    size: i64,
+    note: String,
+}
+
+impl CheckpointRow {
+    pub(super) fn checkpoint(self) -> (u64, String) {
+        (count(self.size), self.note)
+    }
+}
+
+/// The columns of a receipt in the answer log.
+#[derive(sqlx::FromRow)]
+pub(super) struct ReceiptRow {
+    jti: String,
+    log_index: Option<i64>,
+    jws: String,
+    entry: Vec<u8>,
+    created_at: i64,
+}
+
+impl ReceiptRow {
+    pub(super) fn receipt(self) -> crate::store::records::LoggedReceipt {
+        crate::store::records::LoggedReceipt {
+            jti: self.jti,
+            index: self.log_index.map(count),
+            jws: self.jws,
+            entry: self.entry,
+            created_at: from_millis(self.created_at),
+        }
+    }
+}

@@ -322,6 +322,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
         }
     }
     write_audit(&tx, exchanges)?;
+    write_receipts(&tx, exchanges)?;
     tx.commit()?;
     Ok(())
 }
@@ -367,6 +368,24 @@ fn write_audit(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resul
     Ok(())
 }
 
+/// The receipts of the final states, queued for the answer log.
+fn write_receipts(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
+    for e in exchanges {
+        if let Some(receipt) = &e.receipt {
+            tx.prepare_cached(SQLITE.form(sql::INSERT_RECEIPT))?
+                .execute(params![
+                    receipt.jti,
+                    e.peer_id.as_str(),
+                    e.task_id.as_str(),
+                    receipt.jws,
+                    receipt.entry.as_slice(),
+                    e.now.as_millisecond(),
+                ])?;
+        }
+    }
+    Ok(())
+}
+
 /// Queues each state marked [`Exchange::notify`] for its task's push configs (none, for a
 /// task without any: the statement's look-up finds nothing).
 fn queue_states(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
@@ -405,6 +424,7 @@ mod tests {
             notify: false,
             push_config: None,
             upstream_task_id: None,
+            receipt: None,
             call_trace: None,
         }
     }

