@@ -36,6 +36,7 @@ use peergate::store::{
     Exchange, ExchangeUsage, PeerIdentity, PeerRecord, PeerSetting, PeerStatus, PushConfigRecord,
     Store, StoreError, StoreLocation, TaskQuery,
 };
+use peergate::tlog::Node;
 use peergate::token::{CredentialKind, TokenSecretHash};
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -124,6 +125,8 @@ const SEAMS: &[&str] = &[
     "DocumentStore",
     "StoreEngine",
     "InstanceRegistry",
+    "LogStore",
+    "LogIntegration",
 ];
 
 /// Noon, 2026-11-30 UTC: every time in the table is an offset from it.
@@ -1705,6 +1708,122 @@ fn dead_letter_steps() -> Vec<Step> {
 }
 
 /// Documents' times, and whether the store can serve.
+/// A receipt issued with a finished task, its entry all `byte`.
+fn issued(jti: &str, byte: u8) -> Option<peergate::store::IssuedReceipt> {
+    Some(peergate::store::IssuedReceipt {
+        jti: jti.into(),
+        jws: format!("header.{jti}.signature"),
+        entry: [byte; 32],
+    })
+}
+
+/// One integrator's turn: what it reads, then the appends and checkpoint it writes.
+async fn integrate(s: &Store, first: u64, written: &[(Node, [u8; 32])], size: u64) -> String {
+    let Some(mut turn) = s.log().begin_integration().await.unwrap() else {
+        return "another holds the turn".into();
+    };
+    let latest = shown(turn.latest_checkpoint().await);
+    let edge = shown(turn.log_hashes(&[Node::new(0, 0)]).await);
+    let pending = turn.pending(10).await;
+    let (listed, pending) = match pending {
+        Ok(pending) => {
+            let jtis: Vec<&str> = pending.iter().map(|e| e.jti.as_str()).collect();
+            (format!("Ok({jtis:?})"), pending)
+        }
+        Err(e) => (format!("Err({})", failure(&e)), Vec::new()),
+    };
+    if pending.is_empty() && first > 0 {
+        // As the integrator does: nothing to append, the turn rolls back.
+        return format!("latest {latest}; edge {edge}; pending {listed}; dropped");
+    }
+    let note = format!("checkpoint {size}\n");
+    let appended = shown(
+        turn.append(first, &pending, written, (size, &note, at(5_000)))
+            .await,
+    );
+    let committed = shown(turn.commit().await);
+    format!("latest {latest}; edge {edge}; pending {listed}; append {appended}; commit {committed}")
+}
+
+fn log_steps() -> Vec<Step> {
+    vec![
+        step!(
+            "TaskStore::save_exchange: two finished tasks with receipts",
+            |s| {
+                let one = Exchange {
+                    receipt: issued("r-1", 1),
+                    ..exchange("t-log-1", "peer_1", "ctx-log", TaskState::Completed, 4_000)
+                };
+                let two = Exchange {
+                    receipt: issued("r-2", 2),
+                    ..exchange("t-log-2", "peer_1", "ctx-log", TaskState::Rejected, 4_001)
+                };
+                format!(
+                    "{} {}",
+                    shown(s.tasks().save_exchange(one).await),
+                    shown(s.tasks().save_exchange(two).await)
+                )
+            }
+        ),
+        step!("LogStore::pending_receipts: both wait", |s| shown(
+            s.log().pending_receipts().await
+        )),
+        step!("LogStore::logged_receipt: waiting, no index", |s| shown(
+            s.log().logged_receipt("r-1").await
+        )),
+        step!(
+            "LogStore::begin_integration + LogIntegration::latest_checkpoint + LogIntegration::log_hashes + LogIntegration::pending + LogIntegration::append + LogIntegration::commit: the first turn appends both",
+            |s| integrate(
+                s,
+                0,
+                &[
+                    (Node::new(0, 0), [10; 32]),
+                    (Node::new(0, 1), [11; 32]),
+                    (Node::new(1, 0), [12; 32])
+                ],
+                2
+            )
+            .await
+        ),
+        step!(
+            "LogStore::begin_integration: a turn with nothing waiting sees the last checkpoint",
+            |s| integrate(s, 2, &[], 2).await
+        ),
+        step!("LogStore::latest_checkpoint: the newest", |s| shown(
+            s.log().latest_checkpoint().await
+        )),
+        step!("LogStore::checkpoints: by size", |s| shown(
+            s.log().checkpoints().await
+        )),
+        step!("LogStore::log_hashes: stored, in the order asked", |s| {
+            shown(
+                s.log()
+                    .log_hashes(&[Node::new(1, 0), Node::new(0, 1)])
+                    .await,
+            )
+        }),
+        step!("LogStore::log_hashes: one missing is none", |s| shown(
+            s.log()
+                .log_hashes(&[Node::new(0, 0), Node::new(0, 2)])
+                .await
+        )),
+        step!(
+            "LogStore::log_level: a level's range, as far as stored",
+            |s| shown(s.log().log_level(0, 0, 5).await)
+        ),
+        step!(
+            "LogStore::logged_receipts: in log order from an index",
+            |s| shown(s.log().logged_receipts(1, 10).await)
+        ),
+        step!("LogStore::logged_receipt: appended, with its index", |s| {
+            shown(s.log().logged_receipt("r-2").await)
+        }),
+        step!("LogStore::pending_receipts: none left", |s| shown(
+            s.log().pending_receipts().await
+        )),
+    ]
+}
+
 fn document_steps() -> Vec<Step> {
     vec![
         step!(
@@ -1859,6 +1978,7 @@ fn steps() -> Vec<Step> {
         delivery_steps(),
         dead_letter_steps(),
         document_steps(),
+        log_steps(),
         edge_steps(),
         closing_steps(),
     ]
