@@ -8,6 +8,7 @@ pub mod card;
 pub mod card_settings;
 pub mod events;
 pub mod jsonrpc_binding;
+pub mod log_audit;
 pub mod operation;
 pub mod peer_card;
 pub mod pipeline;

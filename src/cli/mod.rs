@@ -9,9 +9,11 @@ mod discovery;
 pub mod exit_status;
 mod fetching;
 mod keys;
+mod log;
 mod peer;
 mod policy;
 mod receipt;
+mod receipt_log;
 mod records;
 mod store;
 
@@ -142,6 +144,9 @@ enum Command {
     /// Check an agent's answer receipts.
     #[command(subcommand)]
     Receipt(ReceiptCommand),
+    /// Audit the answer log this gateway keeps of its receipts.
+    #[command(subcommand)]
+    Log(log::LogCommand),
     /// Call an agent: verify its card, send one message, print the answer. Exits 0 when
     /// answered, 3 when the card is not verified, 4 when the credential is refused, 5 when rate
     /// limited, 6 when the task failed or was rejected, 1 otherwise.
@@ -494,6 +499,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Admin(command) => admin::run(command).await,
         Command::Card(command) => card::run(command).await,
         Command::Receipt(command) => receipt::run(command).await,
+        Command::Log(command) => log::run(command).await,
         Command::Call(args) => call::run(*args).await,
         Command::Keys(command) => keys::run(command).await,
         Command::Conversations(command) => records::conversations(command).await,

@@ -3,6 +3,7 @@
 
 use super::CliError;
 use super::fetching::{CardKeyArgs, CardKeys, ReachArgs, document};
+use super::receipt_log::DeclaredLog;
 use crate::jose::receipt::{self, EXTENSION, Expected};
 use clap::Subcommand;
 use serde_json::Value;
@@ -31,6 +32,15 @@ pub(super) enum ReceiptCommand {
         /// Your peer id, which the receipt must be made for (`aud`).
         #[arg(long, value_name = "ID")]
         peer_id: Option<String>,
+        /// The receipt's inclusion proof in the agent's answer log (a `c2sp.org/tlog-proof@v1`
+        /// file, or its URL, which the output names): checked against a checkpoint signed with
+        /// the log key the card names.
+        #[arg(long, value_name = "FILE|URL")]
+        proof: Option<String>,
+        /// Keep the last checkpoint of each log here, and refuse a checkpoint not consistent
+        /// with it (proven from the log's tiles; both are then kept here as evidence).
+        #[arg(long, value_name = "DIR", requires = "proof")]
+        checkpoints: Option<std::path::PathBuf>,
         #[command(flatten)]
         keys: CardKeyArgs,
         #[command(flatten)]
@@ -45,6 +55,8 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
         receipt,
         card,
         peer_id,
+        proof,
+        checkpoints,
         keys,
         reach,
     } = command;
@@ -60,7 +72,7 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
         .map_err(|e| failed(&format!("card not verified: {e}")))?;
     println!("card: verified (kid {})", verified.kid);
     let card: Value = serde_json::from_str(&card_text).map_err(|_| failed("card: not JSON"))?;
-    let (issuer, kids) = receipt_terms(&card)?;
+    let (issuer, kids, params) = receipt_terms(&card)?;
     let task = answered_task(&read_json(&task)?)?;
     let jws = match receipt {
         Some(file) => read_text(&file)?.trim().to_owned(),
@@ -111,12 +123,25 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
         claims["a2a"]["state"].as_str().unwrap_or("?"),
         claims["a2a"]["answered"].as_str().unwrap_or("?"),
     );
+    match (DeclaredLog::of(&params)?, proof) {
+        (Some(log), Some(proof)) => {
+            log.check(&fetcher, (&jws, &proof), checkpoints.as_deref())
+                .await?;
+        }
+        (Some(log), None) => println!(
+            "log: not checked (its proof: {}; give --proof)",
+            log.proof_url(claims["jti"].as_str().unwrap_or_default())
+        ),
+        (None, Some(_)) => return Err(failed("--proof: the card declares no answer log")),
+        (None, None) => {}
+    }
     Ok(())
 }
 
-/// The issuer the card's receipts name (its door's origin) and the key ids its receipts
-/// extension lists: a receipt is checked only with a key the signed card names.
-fn receipt_terms(card: &Value) -> Result<(String, Vec<String>), CliError> {
+/// The issuer the card's receipts name (its door's origin), the key ids its receipts
+/// extension lists (a receipt is checked only with a key the signed card names), and the
+/// extension's parameters.
+fn receipt_terms(card: &Value) -> Result<(String, Vec<String>, Value), CliError> {
     let extension = (card["capabilities"]["extensions"].as_array())
         .and_then(|all| all.iter().find(|e| e["uri"] == EXTENSION))
         .ok_or_else(|| failed("the card declares no receipts"))?;
@@ -134,7 +159,7 @@ fn receipt_terms(card: &Value) -> Result<(String, Vec<String>), CliError> {
     let issuer = reqwest::Url::parse(door)
         .map(|url| url.origin().ascii_serialization())
         .map_err(|_| failed("the card names no door URL"))?;
-    Ok((issuer, kids))
+    Ok((issuer, kids, extension["params"].clone()))
 }
 
 /// The `kid` in a receipt's header, read before anything is trusted of it.

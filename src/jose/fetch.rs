@@ -405,12 +405,27 @@ impl Fetcher {
     /// A small text document, as [`Fetcher::text`], with how long its server says it stays
     /// fresh.
     pub async fn document(&self, url: &str) -> Result<Document, FetchError> {
+        let (body, fresh_for, fail) = self.fetched(url).await?;
+        let text = String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))?;
+        Ok(Document { text, fresh_for })
+    }
+
+    /// A small document's bytes (status 200, at most [`MAX_DOCUMENT_BYTES`]).
+    pub async fn bytes(&self, url: &str) -> Result<Vec<u8>, FetchError> {
+        Ok(self.fetched(url).await?.0)
+    }
+
+    /// The body, its freshness, and how to fail naming the URL shown.
+    async fn fetched(
+        &self,
+        url: &str,
+    ) -> Result<(Vec<u8>, Option<Duration>, impl Fn(String) -> FetchError), FetchError> {
         let parsed = reqwest::Url::parse(url).map_err(|_| FetchError {
             url: "<not a URL>".to_owned(),
             reason: "not a URL".to_owned(),
         })?;
         let shown = shown_url(&parsed);
-        let fail = |reason: String| FetchError {
+        let fail = move |reason: String| FetchError {
             url: shown.clone(),
             reason,
         };
@@ -435,8 +450,7 @@ impl Fetcher {
                     fail(crate::net::client::innermost_reason(&e))
                 }
             })?;
-        let text = String::from_utf8(body).map_err(|_| fail("not UTF-8".to_owned()))?;
-        Ok(Document { text, fresh_for })
+        Ok((body, fresh_for, fail))
     }
 }
 

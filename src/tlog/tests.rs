@@ -284,3 +284,46 @@ fn tile_paths_are_read_and_written_as_tlog_tiles_names_them() {
     assert_eq!(tile::unbundle(&bundle).unwrap(), entries);
     assert_eq!(tile::unbundle(&bundle[..bundle.len() - 1]), None);
 }
+
+#[test]
+fn any_node_is_found_in_the_tiles_of_a_tree_that_holds_it() {
+    let size = 70_000;
+    let (_, stored) = stored(size);
+    let tile_hashes = |tile: TilePath| -> Vec<Hash> { tile.nodes().map(|n| stored[&n]).collect() };
+    for node in [
+        Node::new(0, 0),
+        Node::new(0, 69_999),
+        Node::new(3, 17),
+        Node::new(7, 300),
+        Node::new(8, 1),
+        Node::new(8, 272),
+        Node::new(11, 33),
+        Node::new(15, 1),
+        Node::new(16, 0),
+    ] {
+        let Some((tile, offset, count)) = tile::tile_of(node, size) else {
+            assert!(node.leaves().1 > size, "{node:?}");
+            continue;
+        };
+        assert!(
+            tile.within(size),
+            "{node:?}: {tile:?} is served for this tree"
+        );
+        let hashes = tile_hashes(tile);
+        assert_eq!(
+            tree_hash(&hashes[offset..offset + count]),
+            stored[&node],
+            "{node:?}"
+        );
+    }
+    assert_eq!(tile::tile_of(Node::new(17, 0), size), None);
+    assert_eq!(
+        TilePath::Hashes {
+            level: 1,
+            index: 1_234_067,
+            width: 9
+        }
+        .path(),
+        "tile/1/x001/x234/067.p/9"
+    );
+}

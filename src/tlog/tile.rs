@@ -69,12 +69,45 @@ impl TilePath {
         (0..width).map(move |i| Node::new(level, index * WIDTH + i))
     }
 
+    /// The path of this tile, after the log's prefix.
+    pub fn path(self) -> String {
+        match self {
+            Self::Hashes {
+                level,
+                index,
+                width,
+            } => path(&level.to_string(), index, width),
+            Self::Entries { index, width } => path("entries", index, width),
+        }
+    }
+
     /// Whether a tree of `size` leaves holds the whole tile.
     pub fn within(self, size: u64) -> bool {
         self.nodes()
             .last()
             .is_some_and(|node| node.leaves().1 <= size)
     }
+}
+
+/// Where a reader of tiles finds `node` of a tree of `size` leaves: the tile (as wide as that
+/// tree has it), and the run of its hashes whose [`super::tree_hash`] is the node's hash (the
+/// node's own hash when it sits on a tile level, else the subtree of tile hashes under it).
+/// `None` when the tree does not hold the node.
+pub fn tile_of(node: Node, size: u64) -> Option<(TilePath, usize, usize)> {
+    if node.leaves().1 > size {
+        return None;
+    }
+    let level = node.level / HEIGHT;
+    let under = node.level % HEIGHT;
+    let first = node.index << under;
+    let index = first / WIDTH;
+    let width = ((size >> (u32::from(level) * u32::from(HEIGHT))) - index * WIDTH).min(WIDTH);
+    let tile = TilePath::Hashes {
+        level,
+        index,
+        width,
+    };
+    Some((tile, (first % WIDTH) as usize, 1 << under))
 }
 
 /// `<W>` of `.p/<W>`: 1 to 255, no leading zero.

@@ -182,6 +182,15 @@ impl TestGateway {
             runtime.spawn(running.shutdown()).await.unwrap();
         }
     }
+
+    /// Stops, keeping the data directory for what the test does next.
+    pub async fn stop_keeping_data(mut self) -> TempDir {
+        if let (Some(running), Some(runtime)) = (self.running.take(), self.runtime.as_ref()) {
+            runtime.spawn(running.shutdown()).await.unwrap();
+        }
+        let data = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.data, data)
+    }
 }
 
 impl Drop for TestGateway {

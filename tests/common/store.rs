@@ -102,6 +102,30 @@ impl TestStore {
     }
 }
 
+impl TestStore {
+    /// Runs `statement` on the store under `data` behind peergate's back, as someone with
+    /// access to the database would (a test of tampering).
+    pub async fn tamper(self, data: &Path, statement: &'static str) -> u64 {
+        match self {
+            Self::Sqlite => rusqlite::Connection::open(data.join("peergate.sqlite3"))
+                .unwrap()
+                .execute(statement, [])
+                .unwrap() as u64,
+            Self::Postgres => {
+                use sqlx::Executor;
+                let pool = sqlx::PgPool::connect(&postgres_url(data)).await.unwrap();
+                let done = pool
+                    .execute(sqlx::raw_sql(statement))
+                    .await
+                    .unwrap()
+                    .rows_affected();
+                pool.close().await;
+                done
+            }
+        }
+    }
+}
+
 /// The command-line arguments for the store under `data`, in the suite's engine.
 pub fn store_args(data: &Path) -> Vec<String> {
     TestStore::from_env().args(data)

@@ -193,3 +193,231 @@ async fn every_receipt_is_proven_in_a_signed_log_whose_tiles_and_checkpoints_agr
     .unwrap();
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn the_command_line_checks_a_receipts_place_in_the_log_and_refuses_a_forked_log() {
+    let gw = TestGateway::start_with(policy()).await;
+    let token = gw.add_peer("alice");
+    let (declared, _) = declared_log(&gw).await;
+    let base = declared["url"].as_str().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let card = write(
+        "card.json",
+        &reqwest::get(gw.url("/.well-known/agent-card.json"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    let jwks = write(
+        "jwks.json",
+        &reqwest::get(gw.url("/.well-known/jwks.json"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    let remembered = dir.path().join("checkpoints");
+    let ask = async |id: &str| {
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+            "params": {"message": {"messageId": id, "role": "ROLE_USER", "parts": [{"text": id}]}}});
+        let task = task_of(&rpc(&gw.door, &token, request.clone()).await).clone();
+        let receipt = task["metadata"][EXTENSION].as_str().unwrap().to_owned();
+        (
+            write(&format!("{id}-task.json"), &task.to_string()),
+            write(&format!("{id}-request.json"), &request.to_string()),
+            receipt,
+        )
+    };
+    let verify = |task: &str, request: &str, proof: &str| {
+        cli(&[
+            "receipt",
+            "verify",
+            "--task",
+            task,
+            "--request",
+            request,
+            "--card",
+            &card,
+            "--jwks",
+            &jwks,
+            "--proof",
+            proof,
+            "--checkpoints",
+            remembered.to_str().unwrap(),
+            "--dangerous-allow-http-loopback",
+        ])
+    };
+    let (task, request, receipt) = ask("m-cli-log-1").await;
+    // Without a proof, the output says where to fetch it.
+    let (code, out, err) = cli(&[
+        "receipt",
+        "verify",
+        "--task",
+        &task,
+        "--request",
+        &request,
+        "--card",
+        &card,
+        "--jwks",
+        &jwks,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let jti = claims(&receipt)["jti"].as_str().unwrap().to_owned();
+    assert!(
+        out.contains(&format!("log: not checked (its proof: {base}proof/{jti}")),
+        "{out}"
+    );
+    proof_of(&base, &receipt).await;
+    let url = format!("{base}proof/{jti}");
+    let (code, out, err) = verify(&task, &request, &url);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("log: receipt included at index 0 of"), "{out}");
+    // The next receipt's checkpoint is proven consistent with the one remembered (from tiles).
+    let (task2, request2, receipt2) = ask("m-cli-log-2").await;
+    proof_of(&base, &receipt2).await;
+    let url2 = format!("{base}proof/{}", claims(&receipt2)["jti"].as_str().unwrap());
+    let (code, out, err) = verify(&task2, &request2, &url2);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("log: consistent with the remembered checkpoint of 1 entries"),
+        "{out}"
+    );
+    // A proof whose hashes or index were changed does not hold.
+    let proof_text = reqwest::get(&url2).await.unwrap().text().await.unwrap();
+    let bent = write(
+        "bent.tlog-proof",
+        &proof_text.replacen("index 1", "index 0", 1),
+    );
+    let (code, _, err) = verify(&task2, &request2, &bent);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("log: the receipt is not in the checkpoint"),
+        "{err}"
+    );
+    // A log that shows this partner another history (a checkpoint signed by the log's own key
+    // over other entries) is refused, and both checkpoints are kept as evidence.
+    let key = peergate::jose::keys::read_ed25519(
+        &gw.data
+            .path()
+            .join(peergate::jose::keys::DEFAULT_LOG_KEY_FILE),
+    )
+    .unwrap();
+    let signer =
+        peergate::tlog::note::NoteSigner::new(declared["origin"].as_str().unwrap(), key).unwrap();
+    let forked = Checkpoint {
+        origin: declared["origin"].as_str().unwrap().to_owned(),
+        size: 2,
+        root: tlog::tree_hash(&[leaf_of("another"), leaf_of("history")]),
+    };
+    let kept = std::fs::read_dir(&remembered)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::write(&kept, signer.sign(&forked.text()).unwrap()).unwrap();
+    let (code, _, err) = verify(&task2, &request2, &url2);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("is not consistent with the one remembered"),
+        "{err}"
+    );
+    let evidence = std::fs::read_dir(&remembered)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains("inconsistent")
+        })
+        .count();
+    assert_eq!(evidence, 1, "both checkpoints kept as evidence");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_tampered_store_is_named_by_the_audit_and_never_signed_over_by_the_integrator() {
+    let gw = TestGateway::start_with(policy()).await;
+    let token = gw.add_peer("alice");
+    let (declared, log) = declared_log(&gw).await;
+    let base = declared["url"].as_str().unwrap().to_owned();
+    let mut last = String::new();
+    for i in 0..4 {
+        last = answered(&gw, &token, &format!("m-audit-{i}")).await;
+    }
+    let checkpoint = verified(&proof_of(&base, &last).await, &last, &log);
+    while Checkpoint::open(
+        &String::from_utf8(fetch(&format!("{base}checkpoint")).await.1).unwrap(),
+        &log,
+    )
+    .unwrap()
+    .size
+        < 4
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let door_url = format!("http://{}/a2a/v1", gw.addr);
+    let engine = TestStore::from_env();
+    let mut args = vec!["log".to_owned(), "audit".to_owned()];
+    args.extend(engine.args(gw.data.path()));
+    let audit = || cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (code, out, err) = audit();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("answer log: consistent (4 receipts"), "{out}");
+    assert!(checkpoint.size >= 1);
+    let kept = gw.stop_keeping_data().await;
+    let data = kept.path();
+
+    // A stored receipt changed: the audit names its index.
+    engine
+        .tamper(
+            &data,
+            "UPDATE receipts SET jws = jws || 'x' WHERE log_index = 2",
+        )
+        .await;
+    let (code, _, err) = audit();
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("from index 2: the stored receipt is not the one its entry commits to"),
+        "{err}"
+    );
+    engine
+        .tamper(
+            &data,
+            "UPDATE receipts SET jws = substr(jws, 1, length(jws) - 1) WHERE log_index = 2",
+        )
+        .await;
+    assert_eq!(audit().0, 0, "restored");
+
+    // A stored tree hash changed: the audit names the first leaf under it, and the integrator
+    // refuses to sign a new checkpoint over it.
+    engine.tamper(data, "UPDATE log_hashes SET hash = (SELECT hash FROM log_hashes WHERE level = 0 AND n = 0) WHERE level = 2 AND n = 0").await;
+    let (code, _, err) = audit();
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("from index 0: the stored tree hash at level 2, node 0"),
+        "{err}"
+    );
+    let store = engine.open(data).await;
+    let key = peergate::jose::keys::default_log_key(data).unwrap();
+    let answer_log =
+        peergate::a2a::answer_log::AnswerLog::new(store.log(), &door_url, key).unwrap();
+    let now = peergate::clock::Clock::now(&peergate::clock::SystemClock);
+    let refused = answer_log.integrate(now).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("does not hash to its checkpoint"),
+        "{refused}"
+    );
+    store.close().await;
+}
