@@ -1729,3 +1729,141 @@ async fn authorization_policies_reloaded_through_one_instance_hold_on_the_other_
         "the other instance still answered GetTask after a second"
     );
 }
+
+/// An Ed25519 key made by `peergate keys generate` in `dir`, its path.
+fn generated_key(dir: &Path, kid: &str) -> String {
+    let path = dir.join(format!("{kid}.pem"));
+    let (code, _, stderr) = cli(&[
+        "keys",
+        "generate",
+        "--alg",
+        "EdDSA",
+        "--kid",
+        kid,
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    path.to_str().unwrap().to_owned()
+}
+
+/// The receipt in a SendMessage answer.
+fn receipt_in(response: &Value) -> String {
+    task_of(response)["metadata"][peergate::jose::receipt::EXTENSION]
+        .as_str()
+        .unwrap_or_else(|| panic!("no receipt in {response}"))
+        .to_owned()
+}
+
+/// `receipt`'s proof from the log that `instance` serves, once appended.
+async fn logged_proof(instance: &ServeProcess, receipt: &str) -> peergate::tlog::note::TlogProof {
+    use base64::Engine;
+    let payload = receipt.split('.').nth(1).unwrap();
+    let claims: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    let url = instance.door().replace(
+        "/a2a/v1",
+        &format!("/a2a-receipts/proof/{}", claims["jti"].as_str().unwrap()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let response = reqwest::get(&url).await.unwrap();
+        if response.status() == 200 {
+            let text = response.text().await.unwrap();
+            return peergate::tlog::note::TlogProof::parse(&text).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no proof within 30 s from {url}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn both_instances_append_their_receipts_to_one_dense_log_and_the_survivor_goes_on_alone() {
+    use peergate::tlog::note::{Checkpoint, NoteVerifier};
+    use sha2::{Digest, Sha256};
+    let keys = tempfile::tempdir().unwrap();
+    let (receipt_key, log_key) = (
+        generated_key(keys.path(), "receipt-1"),
+        generated_key(keys.path(), "log-1"),
+    );
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, |p| {
+        p.set("receipts.mode", "always")
+            .insert("receipts.log_key_file", log_key.as_str())
+            .push_table(
+                "signing.receipt_keys",
+                &[
+                    ("kid", "receipt-1".into()),
+                    ("alg", "EdDSA".into()),
+                    ("private_key_file", receipt_key.as_str().into()),
+                ],
+            )
+    }) else {
+        return;
+    };
+    let token = shared.peer("alice", "6000/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    // Both cards name the one log key.
+    let vkey = |card: &Value| {
+        let extension = card["capabilities"]["extensions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["uri"] == peergate::jose::receipt::EXTENSION)
+            .unwrap()
+            .clone();
+        extension["params"]["log"]["vkey"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let vkey_a = vkey(&a.card().await);
+    assert_eq!(vkey_a, vkey(&b.card().await));
+    let log = NoteVerifier::parse(&vkey_a).unwrap();
+    // Receipts issued at once through both instances.
+    let mut calls = Vec::new();
+    for i in 0..24 {
+        let (door, token) = (if i % 2 == 0 { a.door() } else { b.door() }, token.clone());
+        calls.push(tokio::spawn(async move {
+            rpc(&door, &token, send_request(&format!("q{i}"), None)).await
+        }));
+    }
+    let mut receipts = Vec::new();
+    for call in calls {
+        receipts.push(receipt_in(&call.await.unwrap()));
+    }
+    let mut indices = Vec::new();
+    for (i, receipt) in receipts.iter().enumerate() {
+        let proof = logged_proof(if i % 2 == 0 { &b } else { &a }, receipt).await;
+        let checkpoint = Checkpoint::open(&proof.checkpoint, &log).unwrap();
+        let leaf = peergate::tlog::leaf_hash(&Sha256::digest(receipt.as_bytes()));
+        peergate::tlog::proof::verify_inclusion(
+            proof.index,
+            checkpoint.size,
+            &leaf,
+            &proof.hashes,
+            &checkpoint.root,
+        )
+        .unwrap();
+        indices.push(proof.index);
+    }
+    indices.sort_unstable();
+    assert_eq!(
+        indices,
+        (0..24).collect::<Vec<u64>>(),
+        "one dense log: no index twice, none skipped"
+    );
+    // One instance dies; the survivor integrates alone.
+    a.kill();
+    let receipt = receipt_in(&rpc(&b.door(), &token, send_request("after", None)).await);
+    assert_eq!(logged_proof(&b, &receipt).await.index, 24);
+    // The operator's audit agrees with every checkpoint either instance signed.
+    let (code, out, err) =
+        shared.cli(&["log", "audit", "--policy", shared.policy.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("answer log: consistent (25 receipts"), "{out}");
+}
