@@ -22,7 +22,7 @@ pub const INTEGRATE_EVERY: Duration = Duration::from_secs(1);
 /// The delay within which a receipt promises to be in a signed checkpoint (`log.mmd`).
 pub const MAX_MERGE_DELAY: Duration = Duration::from_secs(10);
 /// Most receipts appended in one turn: a turn's transaction stays short.
-pub const MOST_PER_TURN: u32 = 4096;
+pub const MOST_PER_TURN: u32 = 1024;
 /// Where the log is read, under the door's origin.
 pub const PREFIX: &str = "/a2a-receipts";
 

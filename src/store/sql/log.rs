@@ -33,6 +33,80 @@ pub(crate) fn insert_receipt_statement(e: &Exchange) -> Option<Sql<'_>> {
 /// bytes of `tlog` and a version).
 const INTEGRATOR_LOCK: i64 = 0x746c_6f67_0000_0001;
 
+/// Rows a turn writes per statement, at most: the appends of a turn take a few dozen
+/// statements, not three per receipt (the turn holds SQLite's write turn meanwhile).
+const ROWS: usize = 64;
+
+/// `rows` in runs of [`ROWS`], then of 8, then one at a time, each run a statement whose form
+/// is made once.
+fn chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        let take = [ROWS, 8, 1].into_iter().find(|&n| rest.len() >= n)?;
+        let (run, left) = rest.split_at(take);
+        rest = left;
+        Some(run)
+    })
+}
+
+/// `head` followed by `rows` tuples of `width` numbered parameters, each written by `row`
+/// from its first parameter's number; made once, kept for the life of the process.
+fn rows_statement(
+    head: &str,
+    rows: usize,
+    width: usize,
+    row: fn(usize) -> String,
+    tail: &str,
+) -> &'static str {
+    let tuples: Vec<String> = (0..rows).map(|r| row(r * width + 1)).collect();
+    Box::leak(format!("{head}{}{tail}", tuples.join(", ")).into_boxed_str())
+}
+
+/// The forms of a statement by its number of rows (1, 8 and [`ROWS`]).
+struct ByRows([&'static str; 3]);
+
+impl std::ops::Index<usize> for ByRows {
+    type Output = &'static str;
+    fn index(&self, rows: usize) -> &&'static str {
+        match rows {
+            1 => &self.0[0],
+            8 => &self.0[1],
+            _ => &self.0[2],
+        }
+    }
+}
+
+fn by_rows(make: fn(usize) -> &'static str) -> ByRows {
+    ByRows([make(1), make(8), make(ROWS)])
+}
+
+/// Writes stored hashes: `(level, n, hash)` per row.
+static INSERT_HASHES: std::sync::LazyLock<ByRows> = std::sync::LazyLock::new(|| {
+    by_rows(|rows| {
+        rows_statement(
+            "INSERT INTO log_hashes (level, n, hash) VALUES ",
+            rows,
+            3,
+            |p| format!("(${p}, ${}, ${})", p + 1, p + 2),
+            "",
+        )
+    })
+});
+
+/// Gives waiting receipts their indices: `(jti, index)` per row (the turn read them waiting,
+/// under its lock; the join goes by the receipts' key, so its cost does not grow with the log).
+static SET_INDICES: std::sync::LazyLock<ByRows> = std::sync::LazyLock::new(|| {
+    by_rows(|rows| {
+        rows_statement(
+            "UPDATE receipts SET log_index = v.column2 FROM (VALUES ",
+            rows,
+            2,
+            |p| format!("(CAST(${p} AS TEXT), CAST(${} AS BIGINT))", p + 1),
+            ") AS v WHERE receipts.jti = v.column1",
+        )
+    })
+});
+
 const SELECT_HASH: &str = "SELECT hash FROM log_hashes WHERE level = $1 AND n = $2";
 const LATEST_CHECKPOINT: &str = "SELECT size, note FROM log_checkpoints ORDER BY size DESC LIMIT 1";
 
@@ -192,20 +266,23 @@ impl LogIntegration for Integration {
         written: &[(Node, Hash)],
         (size, note, now): (u64, &str, Timestamp),
     ) -> Result<(), StoreError> {
-        for (i, entry) in (first..).zip(entries) {
-            sql("UPDATE receipts SET log_index = $1 WHERE jti = $2 AND log_index IS NULL")
-                .bind(index(i))
-                .bind(entry.jti.as_str())
-                .execute(self.tx.on())
-                .await?;
+        let indexed: Vec<(&PendingEntry, u64)> = entries.iter().zip(first..).collect();
+        for chunk in chunks(&indexed) {
+            let mut statement = sql(SET_INDICES[chunk.len()]);
+            for (entry, i) in chunk {
+                statement = statement.bind(entry.jti.as_str()).bind(index(*i));
+            }
+            statement.execute(self.tx.on()).await?;
         }
-        for (node, hash) in written {
-            sql("INSERT INTO log_hashes (level, n, hash) VALUES ($1, $2, $3)")
-                .bind(i64::from(node.level))
-                .bind(index(node.index))
-                .bind(hash.as_slice())
-                .execute(self.tx.on())
-                .await?;
+        for chunk in chunks(written) {
+            let mut statement = sql(INSERT_HASHES[chunk.len()]);
+            for (node, hash) in chunk {
+                statement = statement
+                    .bind(i64::from(node.level))
+                    .bind(index(node.index))
+                    .bind(hash.as_slice());
+            }
+            statement.execute(self.tx.on()).await?;
         }
         sql("INSERT INTO log_checkpoints (size, note, created_at) VALUES ($1, $2, $3)")
             .bind(index(size))

@@ -8,9 +8,11 @@ CREATE TABLE receipts (
     jws TEXT NOT NULL,
     entry BYTEA NOT NULL,
     created_at BIGINT NOT NULL,
-    log_index BIGINT UNIQUE
+    log_index BIGINT
 );
+-- Waiting receipts in the order the integrator takes them; an index once given is unique.
 CREATE INDEX receipts_pending ON receipts (created_at, jti) WHERE log_index IS NULL;
+CREATE UNIQUE INDEX receipts_log_index ON receipts (log_index) WHERE log_index IS NOT NULL;
 -- The tree's stored hashes (RFC 6962, written once): the node of `level` at `n` covers leaves
 -- n·2^level up to (n+1)·2^level.
 CREATE TABLE log_hashes (
