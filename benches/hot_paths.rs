@@ -324,6 +324,7 @@ fn receipts(c: &mut Criterion) {
         request: "r".into(),
         answer: "a".into(),
         events: None,
+        upstream: None,
     };
     c.bench_function("receipt: sign (EdDSA)", |b| {
         b.iter(|| signer.sign("peer_1", &statement, now))

@@ -78,6 +78,13 @@ pub struct Receipts {
     log: Option<crate::a2a::answer_log::AnswerLog>,
 }
 
+/// In front of an agent: its task's id (none for an answer given as a message), and what
+/// peergate read of its answer (none when the answer was not in A2A 1.0's form).
+pub type Upstream<'a> = Option<(
+    Option<&'a str>,
+    Option<&'a crate::backend::UpstreamEvidence>,
+)>;
+
 /// What a call's turn carries to seal its task once finished.
 #[derive(Debug, Clone)]
 pub struct Sealing {
@@ -212,11 +219,11 @@ impl Receipts {
     pub fn seal(
         &self,
         sealing: &Sealing,
-        peer: &AuthenticatedPeer,
+        (peer, upstream): (&AuthenticatedPeer, Upstream<'_>),
         task: &mut Task,
         now: Timestamp,
     ) -> Result<Option<IssuedReceipt>, A2aError> {
-        match self.receipt(sealing, peer, task, now) {
+        match self.receipt(sealing, (peer, upstream), task, now) {
             Ok((jti, receipt)) => {
                 let mut metadata = match task.metadata.take() {
                     Some(Value::Object(map)) => map,
@@ -242,7 +249,7 @@ impl Receipts {
     fn receipt(
         &self,
         sealing: &Sealing,
-        peer: &AuthenticatedPeer,
+        (peer, upstream): (&AuthenticatedPeer, Upstream<'_>),
         task: &Task,
         now: Timestamp,
     ) -> Result<(String, String), crate::jose::receipt::ReceiptError> {
@@ -265,6 +272,19 @@ impl Receipts {
                 Some(chain) => Some(streamed(chain, task)?),
                 None => None,
             },
+            upstream: upstream.map(|(task, evidence)| {
+                let mut up = json!({});
+                if let Some(task) = task {
+                    up["task"] = json!(task);
+                }
+                if let Some(evidence) = evidence {
+                    up["ans"] = json!(evidence.answer);
+                    if let Some(receipt) = &evidence.receipt {
+                        up["rcpt"] = json!(receipt);
+                    }
+                }
+                up
+            }),
         };
         Ok(self.signer.issue(peer.id().as_str(), &statement, now))
     }

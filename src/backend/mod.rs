@@ -114,6 +114,18 @@ pub struct AgentReply {
     pub as_message: bool,
     /// The agent's own id of its task, to continue or cancel it.
     pub task_id: Option<String>,
+    /// What a receipt states of the answer as peergate read it.
+    pub evidence: Option<UpstreamEvidence>,
+}
+
+/// The agent's answer as a receipt states it (`up`): digests, never content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamEvidence {
+    /// The digest of its answer as read: a task's as a receipt digests an answer (`ans`), a
+    /// message's as a receipt digests a message (`req`).
+    pub answer: String,
+    /// SHA-256 of the agent's own receipt, if its answer carried one.
+    pub receipt: Option<String>,
 }
 
 /// Why the backend gave no answer. Carries no upstream text, so nothing from an upstream body

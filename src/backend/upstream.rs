@@ -85,6 +85,9 @@ struct UpstreamTask {
     status: UpstreamStatus,
     #[serde(default)]
     artifacts: Vec<Artifact>,
+    /// The task as peergate read it, for the receipt's `up` (the stream's task as assembled).
+    #[serde(skip)]
+    read: Value,
 }
 
 #[derive(Deserialize)]
@@ -98,6 +101,9 @@ struct UpstreamStatus {
 struct UpstreamMessage {
     #[serde(default)]
     parts: Vec<Part>,
+    /// The message as peergate read it, for the receipt's `up`.
+    #[serde(skip)]
+    read: Value,
 }
 
 impl UpstreamAgent {
@@ -338,8 +344,7 @@ impl UpstreamAgent {
         ) {
             tokio::time::sleep(FOLLOW_EVERY).await;
             let result = self.call("GetTask", json!({"id": task.id}), caller).await?;
-            task = serde_json::from_value(result)
-                .map_err(|_| BackendError::InvalidResponse("GetTask did not answer a task"))?;
+            task = read_task(result)?;
         }
         Ok(task)
     }
@@ -494,14 +499,18 @@ impl UpstreamAgent {
     /// The completion a `SendMessage` result makes: a message as it is, a task once it is
     /// final or waits for the peer.
     async fn settle(&self, prompt: &Prompt, result: Value) -> Result<Completion, BackendError> {
-        let result: SendResult = serde_json::from_value(result)
+        let parsed: SendResult = serde_json::from_value(result.clone())
             .map_err(|_| BackendError::InvalidResponse("not a task or a message"))?;
-        match (result.task, result.message) {
-            (Some(task), _) => {
+        match (parsed.task, parsed.message) {
+            (Some(mut task), _) => {
+                task.read = result["task"].clone();
                 let _ = prompt.agent_task.set(task.id.clone());
                 completion_of_task(self.follow(task, prompt.caller.as_deref()).await?)
             }
-            (None, Some(message)) => completion_of_message(message),
+            (None, Some(mut message)) => {
+                message.read = result["message"].clone();
+                completion_of_message(message)
+            }
             (None, None) => Err(BackendError::InvalidResponse(
                 "neither a task nor a message",
             )),
@@ -566,9 +575,7 @@ impl UpstreamAgent {
         ))?;
         let caller = prompt.caller.as_deref();
         let result = self.call("GetTask", json!({"id": task_id}), caller).await?;
-        let task: UpstreamTask = serde_json::from_value(result)
-            .map_err(|_| BackendError::InvalidResponse("GetTask did not answer a task"))?;
-        completion_of_task(self.follow(task, caller).await?)
+        completion_of_task(self.follow(read_task(result)?, caller).await?)
     }
 }
 
@@ -587,14 +594,16 @@ impl FollowedTask {
         let answer = strict_json(data, "a streamed event is not JSON")?;
         let result = result_of(answer)?;
         if let Some(message) = result.get("message") {
-            let message: UpstreamMessage = serde_json::from_value(message.clone())
+            let mut message: UpstreamMessage = serde_json::from_value(message.clone())
                 .map_err(|_| BackendError::InvalidResponse("a streamed message is malformed"))?;
+            message.read = result["message"].clone();
             let _ = pieces.send(parts_text(&message.parts));
             return completion_of_message(message).map(Some);
         }
         if let Some(task) = result.get("task") {
-            let task: UpstreamTask = serde_json::from_value(task.clone())
+            let mut task: UpstreamTask = serde_json::from_value(task.clone())
                 .map_err(|_| BackendError::InvalidResponse("a streamed task is malformed"))?;
+            task.read = result["task"].clone();
             self.task_id = Some(task.id.clone());
             let _ = self.agent_task.set(task.id.clone());
             self.artifacts = task.artifacts.clone();
@@ -640,10 +649,16 @@ impl FollowedTask {
             let id = self.task_id.clone().filter(|id| !id.is_empty()).ok_or(
                 BackendError::InvalidResponse("the stream never named its task"),
             )?;
+            let artifacts = std::mem::take(&mut self.artifacts);
+            let mut read = json!({"id": id, "status": update["status"], "artifacts": artifacts});
+            if let Some(context) = update.get("contextId") {
+                read["contextId"] = context.clone();
+            }
             let task = UpstreamTask {
                 id,
                 status,
-                artifacts: std::mem::take(&mut self.artifacts),
+                artifacts,
+                read,
             };
             return completion_of_task(task).map(Some);
         }
@@ -654,6 +669,32 @@ impl FollowedTask {
 /// Whether a task in `state` (as the agent names it) needs no more following.
 fn settled(state: &str) -> bool {
     TaskState::from_name(state).is_some_and(|s| s.is_final() || s.is_interrupted())
+}
+
+/// A task as `GetTask` answered it, kept as read.
+fn read_task(result: Value) -> Result<UpstreamTask, BackendError> {
+    let mut task: UpstreamTask = serde_json::from_value(result.clone())
+        .map_err(|_| BackendError::InvalidResponse("GetTask did not answer a task"))?;
+    task.read = result;
+    Ok(task)
+}
+
+/// What a receipt states of the agent's answer: the digest of what peergate read (as a
+/// receipt digests an answer, or a message), and of the agent's own receipt if it sent one.
+/// `None` when the answer is not in A2A 1.0's form, so it cannot be digested as one.
+fn evidence(read: &Value, task: bool) -> Option<super::UpstreamEvidence> {
+    use crate::jose::receipt::{EXTENSION, answer_digest, message_digest, sha256_b64url};
+    let answer = if task {
+        answer_digest(read)
+    } else {
+        message_digest(read)
+    };
+    Some(super::UpstreamEvidence {
+        answer: answer.ok()?,
+        receipt: read["metadata"][EXTENSION]
+            .as_str()
+            .map(|r| sha256_b64url(r.as_bytes())),
+    })
 }
 
 fn completion_of_task(task: UpstreamTask) -> Result<Completion, BackendError> {
@@ -683,6 +724,7 @@ fn completion_of_task(task: UpstreamTask) -> Result<Completion, BackendError> {
         reply: Some(AgentReply {
             state,
             parts,
+            evidence: evidence(&task.read, true),
             artifacts: task.artifacts,
             as_message: false,
             task_id: Some(task.id),
@@ -701,6 +743,7 @@ fn completion_of_message(message: UpstreamMessage) -> Result<Completion, Backend
         usage: Usage::default(),
         reply: Some(AgentReply {
             state: TaskState::Completed,
+            evidence: evidence(&message.read, false),
             parts: message.parts,
             artifacts: Vec::new(),
             as_message: true,

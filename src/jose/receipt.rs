@@ -101,6 +101,8 @@ pub struct Statement {
     pub answer: String,
     /// A stream's events, as [`EventChain::claim`] states them.
     pub events: Option<Value>,
+    /// In front of an agent: its task, and digests of its answer and receipt (`up`).
+    pub upstream: Option<Value>,
 }
 
 /// Signs receipts with one key, as one gateway.
@@ -175,6 +177,9 @@ impl ReceiptSigner {
         });
         if let Some(events) = &statement.events {
             claims["dig"]["evt"] = events.clone();
+        }
+        if let Some(upstream) = &statement.upstream {
+            claims["up"] = upstream.clone();
         }
         if let Some(log) = &self.log {
             claims["log"] = log.clone();

@@ -1088,3 +1088,51 @@ async fn the_agent_is_asked_as_the_partner_asked() {
         "SendMessage=2 SendStreamingMessage=2"
     );
 }
+
+/// The claims of a receipt (the signature is checked in `receipts.rs`; here, what it states).
+fn receipt_claims(task: &Value) -> Value {
+    use base64::Engine;
+    let receipt = task["metadata"][peergate::jose::receipt::EXTENSION]
+        .as_str()
+        .unwrap_or_else(|| panic!("no receipt in {task}"));
+    let payload = receipt.split('.').nth(1).unwrap();
+    serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_receipt_in_front_of_an_agent_names_its_task_and_digests_its_answer_as_read() {
+    use peergate::jose::receipt::answer_digest;
+    let upstream = UpstreamAgent::start(true);
+    let door = door(upstream.policy().set("receipts.mode", "always"), &["alice"]);
+    let (token, url) = (&door.tokens[0], door.server.door());
+    let answer = send_text(&url, token, "hello", None).await;
+    let claims = receipt_claims(task_of(&answer));
+    let up = &claims["up"];
+    let agent_task = up["task"].as_str().unwrap_or_else(|| panic!("{claims}"));
+    assert_ne!(agent_task, claims["a2a"]["task"], "the agent's own task id");
+    // The agent's task as the agent itself serves it has the digest the receipt states.
+    let theirs = rpc(
+        &format!("{}/", upstream.url),
+        UPSTREAM_TOKEN,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": agent_task}}),
+    )
+    .await;
+    assert_eq!(
+        up["ans"],
+        answer_digest(&theirs["result"]).unwrap(),
+        "{theirs}"
+    );
+    assert!(up.get("rcpt").is_none(), "this agent sends no receipt");
+    // An answer given as a message: no agent task, the message's digest.
+    let answer = send(&url, token, text_message("message")).await;
+    let task = answer["result"]["task"].clone();
+    let up = &receipt_claims(&task)["up"];
+    assert!(up.get("task").is_none(), "{up}");
+    // (The agent's message id is its own, so the test cannot recompute it: a digest is there.)
+    assert_eq!(up["ans"].as_str().map(str::len), Some(43), "{up}");
+}

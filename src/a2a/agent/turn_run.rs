@@ -299,7 +299,9 @@ impl Turns {
             && state.is_final()
         {
             // Sealed before it is written: the receipt is stored with the state it proves.
-            receipt = receipts.seal(sealing, &turn.peer, &mut task, now)?;
+            let upstream = (outcome.agent_reply.as_ref())
+                .map(|reply| (reply.task_id.as_deref(), reply.evidence.as_ref()));
+            receipt = receipts.seal(sealing, (&turn.peer, upstream), &mut task, now)?;
         }
         // Encoded once: the stored copy is also the answer.
         let task_json = serde_json::to_string(&task).map_err(internal)?;

@@ -30,6 +30,7 @@ fn statement() -> Statement {
         request: "req-digest".into(),
         answer: "ans-digest".into(),
         events: None,
+        upstream: None,
     }
 }
 
