@@ -330,7 +330,7 @@ impl A2aService for Arc<Agent> {
         caller: &Caller,
         request: CancelTaskRequest,
     ) -> Result<a2a::StoredTask, A2aError> {
-        self.cancels.cancel_task(&caller.peer, request).await
+        self.cancels.cancel_task(caller, request).await
     }
 
     async fn subscribe_to_task(

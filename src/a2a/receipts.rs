@@ -190,23 +190,63 @@ impl Receipts {
         message: &IncomingMessage,
         received: Timestamp,
     ) -> Result<Option<Sealing>, A2aError> {
+        self.sealing(
+            (binding, method, activated),
+            message.message_id.to_string(),
+            || message_digest(&message_form(message)),
+            received,
+        )
+    }
+
+    /// How a `CancelTask` of `task` that ends the task (one waiting for input) is sealed: its
+    /// `req` digests the `CancelTaskRequest` (`lf.a2a.v1.CancelTaskRequest`), and it names no
+    /// message.
+    pub fn for_cancel(
+        &self,
+        (binding, activated): (Binding, &[String]),
+        task: &str,
+        received: Timestamp,
+    ) -> Result<Option<Sealing>, A2aError> {
+        let request = || {
+            let form = crate::jose::receipt::protojson(
+                &json!({"id": task}),
+                "lf.a2a.v1.CancelTaskRequest",
+            )?;
+            crate::jose::receipt::digest(&form)
+        };
+        self.sealing(
+            (binding, "CancelTask", activated),
+            String::new(),
+            request,
+            received,
+        )
+    }
+
+    /// A call's sealing, when its mode gives it a receipt: `request` digests what it sent.
+    fn sealing(
+        &self,
+        (binding, method, activated): (Binding, &'static str, &[String]),
+        message: String,
+        request: impl FnOnce() -> Result<String, crate::jose::receipt::ReceiptError>,
+        received: Timestamp,
+    ) -> Result<Option<Sealing>, A2aError> {
         let asked = activated.iter().any(|uri| uri == EXTENSION);
         if self.mode == ReceiptMode::Off || (self.mode == ReceiptMode::OnRequest && !asked) {
             return Ok(None);
         }
-        let request = match message_digest(&message_form(message)) {
+        let request = match request() {
             Ok(request) => request,
             Err(e) if self.mode == ReceiptMode::Required => return Err(internal(e)),
-            // The message is answered without a receipt rather than refused.
+            // The call is answered without a receipt rather than refused.
             Err(e) => {
-                tracing::error!(error = %e, "a message could not be digested for its receipt");
+                tracing::error!(error = %e, "a request could not be digested for its receipt");
                 return Ok(None);
             }
         };
         Ok(Some(Sealing {
             binding,
             method,
-            message: message.message_id.to_string(),
+            message,
             request,
             received,
             required: self.mode == ReceiptMode::Required,

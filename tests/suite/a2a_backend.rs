@@ -1136,3 +1136,38 @@ async fn a_receipt_in_front_of_an_agent_names_its_task_and_digests_its_answer_as
     // (The agent's message id is its own, so the test cannot recompute it: a digest is there.)
     assert_eq!(up["ans"].as_str().map(str::len), Some(43), "{up}");
 }
+
+#[tokio::test]
+async fn a_task_waiting_for_input_that_the_peer_cancels_gets_its_receipt() {
+    use peergate::jose::receipt::{EXTENSION, answer_digest, digest, protojson};
+    let upstream = UpstreamAgent::start(true);
+    let door = door(
+        upstream
+            .policy()
+            .set("receipts.mode", "always")
+            .set("capabilities.cancel_running", true),
+        &["alice"],
+    );
+    let (token, url) = (&door.tokens[0], door.server.door());
+    let waiting = task_of(&send_text(&url, token, "input", None).await).clone();
+    assert_eq!(waiting["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    assert!(waiting["metadata"].get(EXTENSION).is_none(), "not final: no receipt yet");
+    let id = waiting["id"].as_str().unwrap();
+    let canceled = rpc(
+        &url,
+        token,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "CancelTask", "params": {"id": id}}),
+    )
+    .await;
+    let task = &canceled["result"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
+    let claims = receipt_claims(task);
+    assert_eq!(claims["a2a"]["method"], "CancelTask");
+    assert_eq!(claims["a2a"]["state"], "TASK_STATE_CANCELED");
+    let request = protojson(&json!({"id": id}), "lf.a2a.v1.CancelTaskRequest").unwrap();
+    assert_eq!(claims["dig"]["req"], digest(&request).unwrap());
+    assert_eq!(claims["dig"]["ans"], answer_digest(task).unwrap());
+    // The same receipt on every read.
+    let read = get_task(&url, token, id, None).await;
+    assert_eq!(read["result"]["metadata"][EXTENSION], task["metadata"][EXTENSION]);
+}

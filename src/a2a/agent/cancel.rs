@@ -5,6 +5,8 @@ use super::build::Ingredients;
 use super::internal;
 use super::news::TaskNews;
 use super::reads::TaskReads;
+use crate::a2a::receipts::Sealing;
+use crate::a2a::service::Caller;
 use crate::backend::ModelBackend;
 use crate::clock::{Clock, later, rfc3339_millis};
 use crate::layers::auth::AuthenticatedPeer;
@@ -49,6 +51,8 @@ pub(super) struct Cancels {
     ownership: Arc<dyn TaskOwnership>,
     requests: Arc<dyn CancelRequests>,
     settings: CancelSettings,
+    /// Seals a waiting task the cancel ends, when receipts are on.
+    receipts: Option<Arc<crate::a2a::receipts::Receipts>>,
 }
 
 impl Cancels {
@@ -69,6 +73,7 @@ impl Cancels {
                 backend_timeout: from.settings.backend_timeout,
                 task_retention: from.settings.task_retention,
             },
+            receipts: from.receipts.clone(),
         }
     }
 
@@ -76,12 +81,14 @@ impl Cancels {
     /// answering is stopped, stored CANCELED, and answered as stored.
     pub(super) async fn cancel_task(
         &self,
-        peer: &AuthenticatedPeer,
+        caller: &Caller,
         params: CancelTaskRequest,
     ) -> Result<a2a::StoredTask, A2aError> {
+        let peer = &caller.peer;
         let task = self.reads.load_task(peer, &params.id).await?;
         if task.status.state.is_interrupted() {
-            return self.cancel_waiting(peer, &params.id).await;
+            let sealing = self.sealing(caller, &params.id)?;
+            return self.cancel_waiting(peer, &params.id, sealing).await;
         }
         if task.status.state != TaskState::Working {
             return Err(A2aError::TaskNotCancelable(
@@ -124,12 +131,25 @@ impl Cancels {
         Ok(canceled)
     }
 
+    /// How the cancel of a waiting task is sealed, when receipts are on.
+    fn sealing(&self, caller: &Caller, task_id: &TaskId) -> Result<Option<Sealing>, A2aError> {
+        let (Some(receipts), Some(call)) = (&self.receipts, caller.call) else {
+            return Ok(None);
+        };
+        receipts.for_cancel(
+            (call.binding, &caller.protocol.activated),
+            task_id.as_str(),
+            self.clock.now(),
+        )
+    }
+
     /// A task waiting for the peer (an agent behind the door asked for input): the agent's task
-    /// is canceled too, and the task stored CANCELED.
+    /// is canceled too, and the task stored CANCELED (with its receipt, when `sealing` says).
     async fn cancel_waiting(
         &self,
         peer: &AuthenticatedPeer,
         task_id: &TaskId,
+        sealing: Option<Sealing>,
     ) -> Result<a2a::StoredTask, A2aError> {
         if !self.settings.cancel_running {
             return Err(A2aError::TaskNotCancelable(
@@ -179,6 +199,13 @@ impl Cancels {
             timestamp: rfc3339_millis(now),
         };
         task.history.push(task.status.message.clone());
+        let receipt = match (&self.receipts, &sealing) {
+            // Sealed before it is written: the receipt is stored with the state it proves.
+            (Some(receipts), Some(sealing)) => {
+                receipts.seal(sealing, (peer, None), &mut task, now)?
+            }
+            _ => None,
+        };
         let task_json = serde_json::to_string(&task).map_err(internal)?;
         let heard = self
             .news
@@ -199,7 +226,7 @@ impl Cancels {
                 notify: self.news.notifies(),
                 push_config: None,
                 upstream_task_id: None,
-                receipt: None,
+                receipt,
                 call_trace: None,
             })
             .await
