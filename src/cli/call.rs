@@ -92,6 +92,11 @@ pub(super) struct CallArgs {
     /// How long to wait for the answer, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     timeout: u64,
+    /// Ask for the agent's answer receipt (the call names its extension) and keep it in DIR
+    /// with what `peergate receipt verify` checks it against: DIR/<task>.receipt,
+    /// <task>.request.json and <task>.task.json.
+    #[arg(long, value_name = "DIR", conflicts_with = "stream")]
+    keep_receipt: Option<PathBuf>,
     #[command(flatten)]
     reach: ReachArgs,
 }
@@ -130,7 +135,7 @@ pub(super) async fn run(args: CallArgs) -> Result<(), CliError> {
         response = send(client, &endpoint, (&args, &request), &credential).await?;
     }
     refused(&response)?;
-    answer(response, &args).await
+    answer(response, (&args, &request)).await
 }
 
 /// The call sent once, with `credential`.
@@ -148,6 +153,9 @@ async fn send(
         .body(request.to_string());
     if args.stream {
         call = call.header("Accept", "text/event-stream");
+    }
+    if args.keep_receipt.is_some() {
+        call = call.header("A2A-Extensions", crate::jose::receipt::EXTENSION);
     }
     call = match credential {
         Credential::Bearer(token) => call.bearer_auth(token),
@@ -196,8 +204,12 @@ async fn discovered_token(
     .await
 }
 
-/// The answer printed: the text (or the JSON result), streamed or whole.
-async fn answer(response: reqwest::Response, args: &CallArgs) -> Result<(), CliError> {
+/// The answer printed: the text (or the JSON result), streamed or whole; its receipt kept
+/// with what it was for, when asked.
+async fn answer(
+    response: reqwest::Response,
+    (args, request): (&CallArgs, &Value),
+) -> Result<(), CliError> {
     let result = if args.stream {
         streamed(response, args.json).await?
     } else {
@@ -215,7 +227,48 @@ async fn answer(response: reqwest::Response, args: &CallArgs) -> Result<(), CliE
         }
         result
     };
+    if let Some(dir) = &args.keep_receipt {
+        keep_receipt(dir, request, &result)?;
+    }
     report(&result)
+}
+
+/// Keeps the receipt of the task in `result`, with the request and the task, in `dir`.
+fn keep_receipt(dir: &std::path::Path, request: &Value, result: &Value) -> Result<(), CliError> {
+    let (task, is_task) = unwrap_result(result);
+    let receipt = (task["metadata"][crate::jose::receipt::EXTENSION].as_str()).filter(|_| is_task);
+    let (Some(receipt), Some(id)) = (receipt, task["id"].as_str()) else {
+        eprintln!("receipt: none came with the answer");
+        return Ok(());
+    };
+    // The task id names the files: only what a file name may hold.
+    let name: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let write = |suffix: &str, text: &str| {
+        let path = dir.join(format!("{name}.{suffix}"));
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&path, text))
+            .map_err(|e| {
+                exit(
+                    EXIT_OTHER,
+                    format!("cannot keep the receipt in {}: {}", dir.display(), e.kind()),
+                )
+            })
+            .map(|()| path)
+    };
+    write("request.json", &request.to_string())?;
+    write("task.json", &task.to_string())?;
+    let kept = write("receipt", receipt)?;
+    eprintln!("receipt: kept in {}", kept.display());
+    Ok(())
 }
 
 /// The JSON-RPC request: the text as a new message, in the context or task named, sent or

@@ -1151,7 +1151,10 @@ async fn a_task_waiting_for_input_that_the_peer_cancels_gets_its_receipt() {
     let (token, url) = (&door.tokens[0], door.server.door());
     let waiting = task_of(&send_text(&url, token, "input", None).await).clone();
     assert_eq!(waiting["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
-    assert!(waiting["metadata"].get(EXTENSION).is_none(), "not final: no receipt yet");
+    assert!(
+        waiting["metadata"].get(EXTENSION).is_none(),
+        "not final: no receipt yet"
+    );
     let id = waiting["id"].as_str().unwrap();
     let canceled = rpc(
         &url,
@@ -1169,5 +1172,8 @@ async fn a_task_waiting_for_input_that_the_peer_cancels_gets_its_receipt() {
     assert_eq!(claims["dig"]["ans"], answer_digest(task).unwrap());
     // The same receipt on every read.
     let read = get_task(&url, token, id, None).await;
-    assert_eq!(read["result"]["metadata"][EXTENSION], task["metadata"][EXTENSION]);
+    assert_eq!(
+        read["result"]["metadata"][EXTENSION],
+        task["metadata"][EXTENSION]
+    );
 }

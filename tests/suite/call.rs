@@ -549,3 +549,57 @@ async fn key_set(served: &Served) -> String {
         .await
         .unwrap()
 }
+
+#[test]
+fn a_call_keeps_the_receipt_it_asked_for_with_what_verifies_it() {
+    // on_request: only a call that names the extension gets one.
+    let served = serve(PolicyEdit::default().set("receipts.mode", "on_request"));
+    let dir = tempfile::tempdir().unwrap();
+    let kept = dir.path().join("receipts");
+    let (code, _, stderr) = served.call("keep this", &["--keep-receipt", kept.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("receipt: kept in"), "{stderr}");
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&kept)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let named = |suffix: &str| {
+        files
+            .iter()
+            .find(|f| f.to_string_lossy().ends_with(suffix))
+            .unwrap_or_else(|| panic!("no *{suffix} in {files:?}"))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (task, request, receipt) = (
+        named(".task.json"),
+        named(".request.json"),
+        named(".receipt"),
+    );
+    let card = format!("{}/.well-known/agent-card.json", served.base());
+    let (code, out, err) = cli(&[
+        "receipt",
+        "verify",
+        "--task",
+        &task,
+        "--request",
+        &request,
+        "--receipt",
+        &receipt,
+        "--card",
+        &card,
+        "--jwks",
+        &served.jwks(),
+        "--dangerous-allow-http-loopback",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("request: digest matches") && out.contains("answer: digest matches"),
+        "{out}"
+    );
+    // Without --keep-receipt the call does not ask, and gets none.
+    let (code, out, stderr) = served.call("no receipt", &["--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!out.contains("urn:peergate:ext:receipts:v1"), "{out}");
+}
