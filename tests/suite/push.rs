@@ -971,3 +971,43 @@ async fn the_0_3_method_names_and_shapes_reach_the_same_configs() {
     assert!(deleted.get("error").is_none(), "{deleted}");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_pushed_final_state_carries_the_receipt_get_task_returns() {
+    use peergate::jose::receipt::{EXTENSION, answer_digest};
+    let receiver = PushReceiver::start().await;
+    let gw = TestGateway::start_with(push_policy().set("receipts.mode", "always").policy()).await;
+    let alice = gw.add_peer("alice");
+    let task = send_with_config(
+        &gw,
+        &alice,
+        "sealed",
+        json!({"url": receiver.url, "token": "notification-token-2"}),
+    )
+    .await;
+    let received = receiver.wait_for(2).await;
+    let pushed = &received[1].body["task"];
+    assert_eq!(pushed["status"]["state"], "TASK_STATE_COMPLETED");
+    assert!(
+        received[0].body["task"]["metadata"]
+            .get(EXTENSION)
+            .is_none(),
+        "working: none"
+    );
+    let receipt = pushed["metadata"][EXTENSION]
+        .as_str()
+        .unwrap_or_else(|| panic!("{pushed}"));
+    assert_eq!(receipt, task["metadata"][EXTENSION].as_str().unwrap());
+    let read = call(&gw, &alice, "GetTask", json!({"id": task["id"]})).await;
+    assert_eq!(read["result"]["metadata"][EXTENSION], receipt);
+    // What the receiver got is what the receipt digests.
+    use base64::Engine;
+    let claims: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(receipt.split('.').nth(1).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["dig"]["ans"], answer_digest(pushed).unwrap());
+    gw.stop().await;
+}
