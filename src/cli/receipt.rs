@@ -32,6 +32,10 @@ pub(super) enum ReceiptCommand {
         /// Your peer id, which the receipt must be made for (`aud`).
         #[arg(long, value_name = "ID")]
         peer_id: Option<String>,
+        /// A stream's events as received (the stream's text as served, or a JSON array of the
+        /// events or their JSON-RPC responses), checked against the receipt's `evt` chain.
+        #[arg(long, value_name = "FILE")]
+        events: Option<String>,
         /// The receipt's inclusion proof in the agent's answer log (a `c2sp.org/tlog-proof@v1`
         /// file, or its URL, which the output names): checked against a checkpoint signed with
         /// the log key the card names.
@@ -55,6 +59,7 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
         receipt,
         card,
         peer_id,
+        events,
         proof,
         checkpoints,
         keys,
@@ -115,6 +120,23 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
     )?;
     let answer = receipt::answer_digest(&task);
     compare("answer", &claims["dig"]["ans"], &answer)?;
+    match (&claims["dig"]["evt"], events) {
+        (Value::Null, None) => {}
+        (Value::Null, Some(_)) => return Err(failed("events: the receipt covers no stream")),
+        (_, None) => println!("events: not checked (the receipt covers a stream; give --events)"),
+        (stated, Some(file)) => {
+            let chain = stream_events(&read_text(&file)?)?;
+            if *stated != chain {
+                return Err(failed(
+                    "events: the receipt states another chain: an event was dropped, repeated, reordered or changed",
+                ));
+            }
+            println!(
+                "events: the {} events chain as the receipt states",
+                stated["n"]
+            );
+        }
+    }
     println!(
         "states: {} {} task {} {} at {}",
         claims["a2a"]["binding"].as_str().unwrap_or("?"),
@@ -160,6 +182,28 @@ fn receipt_terms(card: &Value) -> Result<(String, Vec<String>, Value), CliError>
         .map(|url| url.origin().ascii_serialization())
         .map_err(|_| failed("the card names no door URL"))?;
     Ok((issuer, kids, extension["params"].clone()))
+}
+
+/// The `evt` chain of a stream as received: its text as served (`data:` lines), or a JSON array
+/// of the events (each a `StreamResponse` or the JSON-RPC response holding one).
+fn stream_events(text: &str) -> Result<Value, CliError> {
+    let events: Vec<Value> = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Array(events)) => events,
+        _ => text
+            .split("\n\n")
+            .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data:")))
+            .map(|data| serde_json::from_str(data.trim()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| failed("--events: an event is not JSON"))?,
+    };
+    let mut chain = receipt::EventChain::default();
+    for event in events {
+        let event = event.get("result").cloned().unwrap_or(event);
+        chain
+            .add(&event)
+            .map_err(|e| failed(&format!("--events: {e}")))?;
+    }
+    chain.claim().map_err(|e| failed(&format!("--events: {e}")))
 }
 
 /// The `kid` in a receipt's header, read before anything is trusted of it.

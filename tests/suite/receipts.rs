@@ -356,7 +356,52 @@ async fn a_stream_ends_with_one_receipt_that_covers_every_event_in_order() {
     assert_eq!(receipt_of(&read), jws);
     let answer = receipt::answer_digest(&read).unwrap();
     assert_eq!(claims["dig"]["ans"], answer);
+    // The command line checks the chain from the events as kept; a dropped one is refused.
+    let card = text_of(&gw.url("/.well-known/agent-card.json")).await;
+    let jwks = text_of(&gw.url("/.well-known/jwks.json")).await;
     gw.stop().await;
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (card, jwks) = (write("card.json", card), write("jwks.json", jwks));
+    let (task, request) = (
+        write("task.json", read.to_string()),
+        write("request.json", sent.to_string()),
+    );
+    let verify = |events: &str| {
+        cli(&[
+            "receipt",
+            "verify",
+            "--task",
+            &task,
+            "--request",
+            &request,
+            "--card",
+            &card,
+            "--jwks",
+            &jwks,
+            "--events",
+            events,
+        ])
+    };
+    let (code, out, err) = verify(&write(
+        "events.json",
+        Value::from(events.clone()).to_string(),
+    ));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("events: the {} events chain", events.len())),
+        "{out}"
+    );
+    let (code, _, err) = verify(&write("dropped.json", Value::from(dropped).to_string()));
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("events: the receipt states another chain"),
+        "{err}"
+    );
 }
 
 /// The published vectors (`tests/data/receipts/vectors.json`, computed by `make-vectors.py`
