@@ -209,6 +209,7 @@ fn exchange_writes(c: &mut Criterion) {
         notify: false,
         push_config: None,
         upstream_task_id: None,
+        receipt: None,
         call_trace: None,
     };
     let mut round = 0u64;

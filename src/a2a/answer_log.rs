@@ -21,8 +21,11 @@ use std::time::Duration;
 pub const INTEGRATE_EVERY: Duration = Duration::from_secs(1);
 /// The delay within which a receipt promises to be in a signed checkpoint (`log.mmd`).
 pub const MAX_MERGE_DELAY: Duration = Duration::from_secs(10);
-/// Most receipts appended in one turn: a turn's transaction stays short.
-pub const MOST_PER_TURN: u32 = 1024;
+/// Most receipts appended in one turn: a turn's transaction stays short (it holds SQLite's
+/// write turn, which every answer's exchange also needs).
+pub const MOST_PER_TURN: u32 = 256;
+/// The pause between two full turns, so the answers waiting to be written go first.
+pub const BETWEEN_TURNS: Duration = Duration::from_millis(20);
 /// Where the log is read, under the door's origin.
 pub const PREFIX: &str = "/a2a-receipts";
 
@@ -102,6 +105,13 @@ impl AnswerLog {
     /// One integrator's turn: appends what waits and signs the new checkpoint. How many were
     /// appended (0 when another process holds the turn, or nothing waits).
     pub async fn integrate(&self, now: Timestamp) -> Result<u64, LogError> {
+        // Idle: nothing waits and the log has its first checkpoint. Asked of a reader, so an
+        // idle gateway does not take the write turn every second.
+        if self.store.pending_receipts(1).await? == 0
+            && self.store.latest_checkpoint().await?.is_some()
+        {
+            return Ok(0);
+        }
         let Some(mut turn) = self.store.begin_integration().await? else {
             return Ok(0);
         };
@@ -262,7 +272,9 @@ pub async fn run_integrator(log: AnswerLog, clock: Arc<dyn crate::clock::Clock>)
         every.tick().await;
         loop {
             match log.integrate(clock.now()).await {
-                Ok(n) if u64::from(MOST_PER_TURN) == n => continue,
+                Ok(n) if u64::from(MOST_PER_TURN) == n => {
+                    tokio::time::sleep(BETWEEN_TURNS).await;
+                }
                 Ok(_) => break,
                 Err(error) => {
                     tracing::error!(%error, "the answer log's integrator could not append");

@@ -596,8 +596,9 @@ pub trait LogStore: Send + Sync + std::fmt::Debug {
         start: u64,
         most: u32,
     ) -> Result<Vec<LoggedReceipt>, StoreError>;
-    /// How many receipts wait for the integrator.
-    async fn pending_receipts(&self) -> Result<u64, StoreError>;
+    /// How many receipts wait for the integrator, counted up to `most` (a long queue is not
+    /// counted whole).
+    async fn pending_receipts(&self, most: u32) -> Result<u64, StoreError>;
 }
 
 /// One turn of the answer log's integrator (see [`LogStore::begin_integration`]).

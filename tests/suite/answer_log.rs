@@ -407,6 +407,14 @@ async fn a_tampered_store_is_named_by_the_audit_and_never_signed_over_by_the_int
         err.contains("from index 0: the stored tree hash at level 2, node 0"),
         "{err}"
     );
+    // The integrator checks before it signs a new checkpoint, when a receipt waits.
+    engine
+        .tamper(
+            data,
+            "INSERT INTO receipts (jti, peer_id, task_id, jws, entry, created_at) \
+             SELECT 'late', peer_id, task_id, jws, entry, created_at + 1 FROM receipts WHERE log_index = 0",
+        )
+        .await;
     let store = engine.open(data).await;
     let key = peergate::jose::keys::default_log_key(data).unwrap();
     let answer_log =

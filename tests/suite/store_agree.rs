@@ -1765,9 +1765,14 @@ fn log_steps() -> Vec<Step> {
                 )
             }
         ),
-        step!("LogStore::pending_receipts: both wait", |s| shown(
-            s.log().pending_receipts().await
-        )),
+        step!(
+            "LogStore::pending_receipts: both wait, counted up to 10 or 1",
+            |s| format!(
+                "{} {}",
+                shown(s.log().pending_receipts(10).await),
+                shown(s.log().pending_receipts(1).await)
+            )
+        ),
         step!("LogStore::logged_receipt: waiting, no index", |s| shown(
             s.log().logged_receipt("r-1").await
         )),
@@ -1819,7 +1824,7 @@ fn log_steps() -> Vec<Step> {
             shown(s.log().logged_receipt("r-2").await)
         }),
         step!("LogStore::pending_receipts: none left", |s| shown(
-            s.log().pending_receipts().await
+            s.log().pending_receipts(10).await
         )),
     ]
 }

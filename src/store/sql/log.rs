@@ -2,7 +2,7 @@
 //! state), the tree's stored hashes, and the signed checkpoints. The tree itself is
 //! [`crate::tlog`]'s; this file only reads and writes what it names.
 
-use super::rows::{CheckpointRow, HashRow, ReceiptRow};
+use super::rows::{CheckpointRow, HashRow, PendingRow, ReceiptRow};
 use super::{Dialect, Sql, SqlEngine, WriteTx, sql};
 use crate::clock::Timestamp;
 use crate::store::records::{Exchange, LoggedReceipt};
@@ -202,10 +202,13 @@ impl<E: SqlEngine> LogStore for E {
         Ok(rows.into_iter().map(ReceiptRow::receipt).collect())
     }
 
-    async fn pending_receipts(&self) -> Result<u64, StoreError> {
-        let (n,): (i64,) = sql("SELECT COUNT(*) FROM receipts WHERE log_index IS NULL")
-            .fetch_one(self.reads())
-            .await?;
+    async fn pending_receipts(&self, most: u32) -> Result<u64, StoreError> {
+        let (n,): (i64,) = sql(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM receipts WHERE log_index IS NULL LIMIT $1) AS w",
+        )
+        .bind(most)
+        .fetch_one(self.reads())
+        .await?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 }
@@ -240,23 +243,13 @@ impl LogIntegration for Integration {
     }
 
     async fn pending(&mut self, most: u32) -> Result<Vec<PendingEntry>, StoreError> {
-        let rows: Vec<ReceiptRow> = sql(
-            "SELECT jti, log_index, jws, entry, created_at FROM receipts WHERE log_index IS NULL \
-             ORDER BY created_at, jti LIMIT $1 FOR UPDATE",
-        )
+        // The entries only: the receipts themselves stay unread.
+        let rows: Vec<PendingRow> = sql("SELECT jti, entry FROM receipts WHERE log_index IS NULL \
+             ORDER BY created_at, jti LIMIT $1 FOR UPDATE")
         .bind(most)
         .fetch_all(self.tx.on())
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|row| {
-                let receipt = row.receipt();
-                PendingEntry {
-                    jti: receipt.jti,
-                    entry: receipt.entry,
-                }
-            })
-            .collect())
+        Ok(rows.into_iter().map(PendingRow::entry).collect())
     }
 
     async fn append(

@@ -486,3 +486,19 @@ impl ReceiptRow {
         }
     }
 }
+
+/// A receipt waiting for the answer log: its id and entry.
+#[derive(sqlx::FromRow)]
+pub(super) struct PendingRow {
+    jti: String,
+    entry: Vec<u8>,
+}
+
+impl PendingRow {
+    pub(super) fn entry(self) -> crate::store::PendingEntry {
+        crate::store::PendingEntry {
+            jti: self.jti,
+            entry: self.entry,
+        }
+    }
+}
