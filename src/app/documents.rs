@@ -113,6 +113,13 @@ pub(super) fn origin(url: &str) -> String {
 }
 
 impl Documents {
+    /// What the background work keeps once start-up is done: the key set's refresh, and the
+    /// answer log its integrator appends to (when receipts are on).
+    pub(super) fn kept(self) -> (JwksRefresh, Option<crate::a2a::answer_log::AnswerLog>) {
+        let log = (self.receipts.as_ref()).and_then(|receipts| receipts.log().cloned());
+        (self.refresh, log)
+    }
+
     pub(super) async fn build(
         options: &GatewayOptions,
         store: &Store,

@@ -243,14 +243,7 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let housekeeping = (&store, sharing.registry());
     let kept = sharing.keep(&options, agent.clone());
     let caches = Caches::of(guards, budgets);
-    let log = (documents.receipts.as_ref()).and_then(|receipts| receipts.log().cloned());
-    let sweeper = spawn_housekeeping(
-        &options,
-        housekeeping,
-        caches,
-        &agent,
-        (documents.refresh, log),
-    );
+    let sweeper = spawn_housekeeping(&options, housekeeping, caches, &agent, documents.kept());
     // Started once the interrupted tasks are failed, so their last states are queued too.
     let deliveries = push.map(deliver_pushes).transpose()?;
     announce_listeners(

@@ -112,20 +112,43 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
         true => println!("card: the one in force when the task finished"),
         false => println!("card: another than this one was in force when the task finished"),
     }
-    let sent = sent_message(&read_json(&request)?)?;
+    digests(&claims, (&request, &task), events.as_deref())?;
+    match (DeclaredLog::of(&params)?, proof) {
+        (Some(log), Some(proof)) => {
+            log.check(&fetcher, (&jws, &proof), checkpoints.as_deref())
+                .await?;
+        }
+        (Some(log), None) => println!(
+            "log: not checked (its proof: {}; give --proof)",
+            log.proof_url(claims["jti"].as_str().unwrap_or_default())
+        ),
+        (None, Some(_)) => return Err(failed("--proof: the card declares no answer log")),
+        (None, None) => {}
+    }
+    Ok(())
+}
+
+/// Checks the receipt's digests against the request sent, the task received and, for a
+/// stream, the events received; names each that holds.
+fn digests(
+    claims: &Value,
+    (request, task): (&str, &Value),
+    events: Option<&str>,
+) -> Result<(), CliError> {
+    let sent = sent_message(&read_json(request)?)?;
     compare(
         "request",
         &claims["dig"]["req"],
         &receipt::message_digest(&sent),
     )?;
-    let answer = receipt::answer_digest(&task);
+    let answer = receipt::answer_digest(task);
     compare("answer", &claims["dig"]["ans"], &answer)?;
     match (&claims["dig"]["evt"], events) {
         (Value::Null, None) => {}
         (Value::Null, Some(_)) => return Err(failed("events: the receipt covers no stream")),
         (_, None) => println!("events: not checked (the receipt covers a stream; give --events)"),
         (stated, Some(file)) => {
-            let chain = stream_events(&read_text(&file)?)?;
+            let chain = stream_events(&read_text(file)?)?;
             if *stated != chain {
                 return Err(failed(
                     "events: the receipt states another chain: an event was dropped, repeated, reordered or changed",
@@ -145,18 +168,6 @@ pub(super) async fn run(command: ReceiptCommand) -> Result<(), CliError> {
         claims["a2a"]["state"].as_str().unwrap_or("?"),
         claims["a2a"]["answered"].as_str().unwrap_or("?"),
     );
-    match (DeclaredLog::of(&params)?, proof) {
-        (Some(log), Some(proof)) => {
-            log.check(&fetcher, (&jws, &proof), checkpoints.as_deref())
-                .await?;
-        }
-        (Some(log), None) => println!(
-            "log: not checked (its proof: {}; give --proof)",
-            log.proof_url(claims["jti"].as_str().unwrap_or_default())
-        ),
-        (None, Some(_)) => return Err(failed("--proof: the card declares no answer log")),
-        (None, None) => {}
-    }
     Ok(())
 }
 

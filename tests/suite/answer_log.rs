@@ -380,7 +380,7 @@ async fn a_tampered_store_is_named_by_the_audit_and_never_signed_over_by_the_int
     // A stored receipt changed: the audit names its index.
     engine
         .tamper(
-            &data,
+            data,
             "UPDATE receipts SET jws = jws || 'x' WHERE log_index = 2",
         )
         .await;
@@ -392,7 +392,7 @@ async fn a_tampered_store_is_named_by_the_audit_and_never_signed_over_by_the_int
     );
     engine
         .tamper(
-            &data,
+            data,
             "UPDATE receipts SET jws = substr(jws, 1, length(jws) - 1) WHERE log_index = 2",
         )
         .await;

@@ -170,22 +170,7 @@ impl Cancels {
                 "a message answered it first; read it with GetTask",
             ));
         }
-        let agent_task = self
-            .store
-            .upstream_task(peer.id(), task_id)
-            .await
-            .map_err(internal)?;
-        if let Some(agent_task) = agent_task {
-            let caller = self
-                .backend
-                .asserts_callers()
-                .then(|| super::turn_run::caller_of(peer));
-            let cancel = self.backend.cancel(&agent_task, caller.as_ref());
-            let canceled = tokio::time::timeout(Duration::from_secs(5), cancel).await;
-            if !matches!(canceled, Ok(Ok(()))) {
-                tracing::warn!(task_id = %task_id, "the agent behind the door did not confirm the cancel");
-            }
-        }
+        self.cancel_agents_task(peer, task_id).await?;
         let now = self.clock.now();
         task.status = TaskStatus {
             state: TaskState::Canceled,
@@ -234,6 +219,32 @@ impl Cancels {
         self.news.announce(heard);
         self.metrics.task_finished(FinalState::Canceled);
         a2a::StoredTask::new(task, task_json).map_err(internal)
+    }
+
+    /// Cancels the agent's own task behind `task_id`, if an agent behind the door has one
+    /// (waiting up to 5 s for it to confirm; logged when it does not).
+    async fn cancel_agents_task(
+        &self,
+        peer: &AuthenticatedPeer,
+        task_id: &TaskId,
+    ) -> Result<(), A2aError> {
+        let agent_task = self
+            .store
+            .upstream_task(peer.id(), task_id)
+            .await
+            .map_err(internal)?;
+        if let Some(agent_task) = agent_task {
+            let caller = self
+                .backend
+                .asserts_callers()
+                .then(|| super::turn_run::caller_of(peer));
+            let cancel = self.backend.cancel(&agent_task, caller.as_ref());
+            let canceled = tokio::time::timeout(Duration::from_secs(5), cancel).await;
+            if !matches!(canceled, Ok(Ok(()))) {
+                tracing::warn!(task_id = %task_id, "the agent behind the door did not confirm the cancel");
+            }
+        }
+        Ok(())
     }
 
     /// A working task this instance is not answering: asks the other instances, then follows
