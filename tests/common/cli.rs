@@ -35,6 +35,29 @@ pub fn generated_key(dir: &Path, alg: &str, kid: &str) -> String {
     out
 }
 
+/// `peergate receipt verify` of the `task` and `request` files against `card` and the key set
+/// `jwks` (files or URLs), with `extra` arguments.
+pub fn verify_receipt(
+    (task, request): (&str, &str),
+    (card, jwks): (&str, &str),
+    extra: &[&str],
+) -> (i32, String, String) {
+    let mut args = vec![
+        "receipt",
+        "verify",
+        "--task",
+        task,
+        "--request",
+        request,
+        "--card",
+        card,
+        "--jwks",
+        jwks,
+    ];
+    args.extend_from_slice(extra);
+    cli(&args)
+}
+
 /// Runs the CLI in `cwd` with `env` in its environment.
 pub fn cli_with_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     // Nothing kept by one run (a key set, a token) is read by another test's.

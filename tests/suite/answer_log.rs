@@ -237,38 +237,19 @@ async fn the_command_line_checks_a_receipts_place_in_the_log_and_refuses_a_forke
         )
     };
     let verify = |task: &str, request: &str, proof: &str| {
-        cli(&[
-            "receipt",
-            "verify",
-            "--task",
-            task,
-            "--request",
-            request,
-            "--card",
-            &card,
-            "--jwks",
-            &jwks,
+        let kept = remembered.to_str().unwrap();
+        let extra = [
             "--proof",
             proof,
             "--checkpoints",
-            remembered.to_str().unwrap(),
+            kept,
             "--dangerous-allow-http-loopback",
-        ])
+        ];
+        verify_receipt((task, request), (&card, &jwks), &extra)
     };
     let (task, request, receipt) = ask("m-cli-log-1").await;
     // Without a proof, the output says where to fetch it.
-    let (code, out, err) = cli(&[
-        "receipt",
-        "verify",
-        "--task",
-        &task,
-        "--request",
-        &request,
-        "--card",
-        &card,
-        "--jwks",
-        &jwks,
-    ]);
+    let (code, out, err) = verify_receipt((&task, &request), (&card, &jwks), &[]);
     assert_eq!(code, 0, "{out}{err}");
     let jti = claims(&receipt)["jti"].as_str().unwrap().to_owned();
     assert!(

@@ -578,21 +578,12 @@ fn a_call_keeps_the_receipt_it_asked_for_with_what_verifies_it() {
         named(".receipt"),
     );
     let card = format!("{}/.well-known/agent-card.json", served.base());
-    let (code, out, err) = cli(&[
-        "receipt",
-        "verify",
-        "--task",
-        &task,
-        "--request",
-        &request,
+    let extra = [
         "--receipt",
-        &receipt,
-        "--card",
-        &card,
-        "--jwks",
-        &served.jwks(),
+        receipt.as_str(),
         "--dangerous-allow-http-loopback",
-    ]);
+    ];
+    let (code, out, err) = verify_receipt((&task, &request), (&card, &served.jwks()), &extra);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("request: digest matches") && out.contains("answer: digest matches"),

@@ -1730,23 +1730,6 @@ async fn authorization_policies_reloaded_through_one_instance_hold_on_the_other_
     );
 }
 
-/// An Ed25519 key made by `peergate keys generate` in `dir`, its path.
-fn generated_key(dir: &Path, kid: &str) -> String {
-    let path = dir.join(format!("{kid}.pem"));
-    let (code, _, stderr) = cli(&[
-        "keys",
-        "generate",
-        "--alg",
-        "EdDSA",
-        "--kid",
-        kid,
-        "--out",
-        path.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    path.to_str().unwrap().to_owned()
-}
-
 /// The receipt in a SendMessage answer.
 fn receipt_in(response: &Value) -> String {
     task_of(response)["metadata"][peergate::jose::receipt::EXTENSION]
@@ -1787,8 +1770,8 @@ async fn both_instances_append_their_receipts_to_one_dense_log_and_the_survivor_
     use sha2::{Digest, Sha256};
     let keys = tempfile::tempdir().unwrap();
     let (receipt_key, log_key) = (
-        generated_key(keys.path(), "receipt-1"),
-        generated_key(keys.path(), "log-1"),
+        generated_key(keys.path(), "EdDSA", "receipt-1"),
+        generated_key(keys.path(), "EdDSA", "log-1"),
     );
     let model = FakeModel::start(ModelBehaviour::Answer).await;
     let Some(shared) = Shared::start(&model, |p| {

@@ -371,22 +371,8 @@ async fn a_stream_ends_with_one_receipt_that_covers_every_event_in_order() {
         write("task.json", read.to_string()),
         write("request.json", sent.to_string()),
     );
-    let verify = |events: &str| {
-        cli(&[
-            "receipt",
-            "verify",
-            "--task",
-            &task,
-            "--request",
-            &request,
-            "--card",
-            &card,
-            "--jwks",
-            &jwks,
-            "--events",
-            events,
-        ])
-    };
+    let verify =
+        |events: &str| verify_receipt((&task, &request), (&card, &jwks), &["--events", events]);
     let (code, out, err) = verify(&write(
         "events.json",
         Value::from(events.clone()).to_string(),
