@@ -180,22 +180,9 @@ async fn the_command_line_verifies_a_receipt_offline_and_refuses_a_changed_answe
         file("other.json", &message("m-other")),
     );
     let verify = |task: &str, request: &str, peer: Option<&str>| {
-        let mut args = vec![
-            "receipt",
-            "verify",
-            "--task",
-            task,
-            "--request",
-            request,
-            "--card",
-            &card_file,
-            "--jwks",
-            &jwks_file,
-        ];
-        if let Some(peer) = peer {
-            args.extend(["--peer-id", peer]);
-        }
-        cli(&args)
+        let extra = peer.map(|peer| ["--peer-id", peer]);
+        let extra: &[&str] = extra.as_ref().map_or(&[], |e| e.as_slice());
+        verify_receipt((task, request), (&card_file, &jwks_file), extra)
     };
     let (code, out, err) = verify(&task_file, &request_file, None);
     assert_eq!(code, 0, "{out}{err}");
