@@ -60,7 +60,9 @@ impl From<NoteError> for LogError {
 pub struct AnswerLog {
     store: Arc<dyn LogStore>,
     signer: NoteSigner,
-    verifier: NoteVerifier,
+    /// The signing key's verifier first, then the retired keys': a checkpoint signed by any of
+    /// them is the log's.
+    verifiers: Vec<NoteVerifier>,
     url: String,
 }
 
@@ -75,15 +77,27 @@ impl AnswerLog {
         let signer = NoteSigner::new(&origin, key)?;
         Ok(Self {
             store,
-            verifier: signer.verifier(),
+            verifiers: vec![signer.verifier()],
             signer,
             url,
         })
     }
 
+    /// The log also takes checkpoints signed by the `retired` keys (verify-only, published in
+    /// the card while receipts whose checkpoints they signed are kept).
+    pub fn retiring(mut self, retired: &[ed25519_dalek::VerifyingKey]) -> Result<Self, NoteError> {
+        for key in retired {
+            let verifier = NoteVerifier::new(self.origin(), *key)?;
+            if !self.verifiers.contains(&verifier) {
+                self.verifiers.push(verifier);
+            }
+        }
+        Ok(self)
+    }
+
     /// The log's origin (its checkpoints' first line, and its key's name).
     pub fn origin(&self) -> &str {
-        self.verifier.name()
+        self.signer.name()
     }
 
     /// What a receipt promises (`log`): the origin and the delay, in seconds.
@@ -91,15 +105,45 @@ impl AnswerLog {
         json!({"origin": self.origin(), "mmd": MAX_MERGE_DELAY.as_secs()})
     }
 
-    /// What the card declares of the log: its origin, verifier key, where it is read, and the
-    /// delay.
+    /// What the card declares of the log: its origin, verifier key (and the retired ones'),
+    /// where it is read, and the delay.
     pub fn card_params(&self) -> Value {
-        json!({
+        let mut params = json!({
             "origin": self.origin(),
-            "vkey": self.verifier.to_string(),
+            "vkey": self.verifiers[0].to_string(),
             "url": self.url,
             "mmd": MAX_MERGE_DELAY.as_secs(),
-        })
+        });
+        if self.verifiers.len() > 1 {
+            let retired: Vec<String> = self.verifiers[1..]
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            params["retiredVkeys"] = json!(retired);
+        }
+        params
+    }
+
+    /// Refuses a store whose log has another origin (the door's host or port changed): its
+    /// checkpoints name the log they belong to, and this gateway would sign under another
+    /// name. What the refusal says names the origins, never a secret.
+    pub async fn check_origin(&self) -> Result<(), String> {
+        let Some((_, note)) = self
+            .store
+            .latest_checkpoint()
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(());
+        };
+        let stored = note.split('\n').next().unwrap_or_default();
+        if stored == self.origin() {
+            return Ok(());
+        }
+        Err(format!(
+            "the answer log in this store is {stored:?}, and this door would sign it as {:?}: serve it at the same host and port (server.public_base_url)",
+            self.origin()
+        ))
     }
 
     /// One integrator's turn: appends what waits and signs the new checkpoint. How many were
@@ -117,7 +161,7 @@ impl AnswerLog {
         };
         let size = match turn.latest_checkpoint().await? {
             Some((size, note)) => {
-                let signed = Checkpoint::open(&note, &self.verifier)?;
+                let signed = Checkpoint::open_any(&note, &self.verifiers)?;
                 if signed.size != size {
                     return Err(LogError::Broken(format!(
                         "checkpoint row {size} says {}",

@@ -31,14 +31,15 @@ pub enum AuditOutcome {
     },
 }
 
-/// Audits the log in `store` against checkpoints signed by `log`.
+/// Audits the log in `store` against checkpoints signed by `keys` (the log's key and the ones
+/// it retired).
 pub async fn audit(
     store: &dyn LogStore,
-    log: &NoteVerifier,
+    keys: &[NoteVerifier],
 ) -> Result<AuditOutcome, crate::store::StoreError> {
     let mut signed = BTreeMap::new();
     for (size, note) in store.checkpoints().await? {
-        match Checkpoint::open(&note, log) {
+        match Checkpoint::open_any(&note, keys) {
             Ok(checkpoint) if checkpoint.size == size => {
                 signed.insert(size, checkpoint.root);
             }

@@ -49,6 +49,11 @@ pub struct ReceiptSettings {
     /// key. Without it, one is generated in the data directory.
     #[serde(default)]
     pub log_key_file: Option<std::path::PathBuf>,
+    /// Log keys that no longer sign (PKCS#8 PEM files, read for their public half): the
+    /// checkpoints they signed stay the log's, and the card keeps naming them, for as long as
+    /// receipts under those checkpoints are kept.
+    #[serde(default)]
+    pub retired_log_key_files: Vec<std::path::PathBuf>,
 }
 
 impl ReceiptSettings {
@@ -62,6 +67,17 @@ impl ReceiptSettings {
             None => crate::jose::keys::default_log_key(data_dir),
         };
         read.map_err(|e| format!("receipts.log_key_file: {e}"))
+    }
+
+    /// The public halves of the retired log keys.
+    pub fn retired_log_keys(&self) -> Result<Vec<ed25519_dalek::VerifyingKey>, String> {
+        (self.retired_log_key_files.iter())
+            .map(|path| {
+                crate::jose::keys::read_ed25519(path)
+                    .map(|key| key.verifying_key())
+                    .map_err(|e| format!("receipts.retired_log_key_files: {e}"))
+            })
+            .collect()
     }
 }
 

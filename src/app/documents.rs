@@ -95,7 +95,11 @@ pub(super) fn receipts(
     let log_key = (policy.receipts)
         .load_log_key(&options.data_dir)
         .map_err(|e| config(&e))?;
+    let retired = (policy.receipts)
+        .retired_log_keys()
+        .map_err(|e| config(&e))?;
     let log = crate::a2a::answer_log::AnswerLog::new(store.log(), door_url, log_key)
+        .and_then(|log| log.retiring(&retired))
         .map_err(|e| StartError::Config(format!("receipts.log_key_file: {e}")))?;
     tracing::info!(
         origin = log.origin(),

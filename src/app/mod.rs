@@ -374,6 +374,9 @@ async fn published_documents(
         client_ca_sha256: listeners.client_ca_sha256.clone(),
     };
     let (receipts, receipt_keys) = documents::receipts(options, door_url, store)?.unzip();
+    if let Some(log) = receipts.as_ref().and_then(|receipts| receipts.log()) {
+        log.check_origin().await.map_err(StartError::Config)?;
+    }
     let inputs = documents::CardInputs {
         door_url,
         identities: &card_identities,

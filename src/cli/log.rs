@@ -3,7 +3,7 @@
 use super::{CliError, DataDir};
 use crate::a2a::log_audit::{AuditOutcome, audit};
 use crate::store::Store;
-use crate::tlog::note::{Checkpoint, NoteSigner};
+use crate::tlog::note::{Checkpoint, NoteVerifier};
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -11,7 +11,8 @@ use std::path::PathBuf;
 pub(super) enum LogCommand {
     /// Recompute the answer log from the stored receipts and compare it with every stored hash
     /// and every signed checkpoint; exits 0 when all hold, else 1 naming the first index that
-    /// does not. Needs the log key (`receipts.log_key_file`, or the data directory's).
+    /// does not. Needs the log key (`receipts.log_key_file`, or the data directory's), and
+    /// takes checkpoints signed by the keys in `receipts.retired_log_key_files` too.
     Audit {
         /// The policy naming the log key; without it, the one the gateway serving this store
         /// last started with, or the default.
@@ -39,6 +40,9 @@ pub(super) async fn run(command: LogCommand) -> Result<(), CliError> {
         }
     }
     .map_err(|e| CliError::new(format!("receipts.log_key_file: {e}")))?;
+    let retired = (policy.receipts)
+        .retired_log_keys()
+        .map_err(CliError::new)?;
     if data.store.is_none() {
         super::check_data_dir(&data.dir, false)?;
     }
@@ -55,9 +59,15 @@ pub(super) async fn run(command: LogCommand) -> Result<(), CliError> {
             let origin = Checkpoint::parse(&format!("{text}\n"))
                 .map_err(|e| CliError::new(format!("the latest checkpoint: {e}")))?
                 .origin;
-            let signer = NoteSigner::new(&origin, key)
-                .map_err(|e| CliError::new(format!("the log's origin: {e}")))?;
-            audit(&*log, &signer.verifier()).await
+            let named = |key| {
+                NoteVerifier::new(&origin, key)
+                    .map_err(|e| CliError::new(format!("the log's origin: {e}")))
+            };
+            let mut keys = vec![named(key.verifying_key())?];
+            for retired in retired {
+                keys.push(named(retired)?);
+            }
+            audit(&*log, &keys).await
         }
     };
     store.close().await;

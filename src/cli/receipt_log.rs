@@ -16,7 +16,8 @@ use std::path::Path;
 /// The log a card declares for its receipts: the key that signs its checkpoints, and where it
 /// is read.
 pub(super) struct DeclaredLog {
-    verifier: NoteVerifier,
+    /// The log's key first, then the keys it retired (the card names them all).
+    verifiers: Vec<NoteVerifier>,
     url: String,
 }
 
@@ -32,8 +33,12 @@ impl DeclaredLog {
             .ok_or_else(|| {
                 CliError::new("the card's answer log names no valid key for its origin".to_owned())
             })?;
+        let retired = (log["retiredVkeys"].as_array().into_iter().flatten())
+            .filter_map(|vkey| NoteVerifier::parse(vkey.as_str()?).ok())
+            .filter(|v| v.name() == verifier.name());
+        let verifiers = std::iter::once(verifier.clone()).chain(retired).collect();
         let url = log["url"].as_str().unwrap_or_default().to_owned();
-        Ok(Some(Self { verifier, url }))
+        Ok(Some(Self { verifiers, url }))
     }
 
     /// Where the receipt `jti`'s proof is read.
@@ -52,7 +57,7 @@ impl DeclaredLog {
         let failed = |why: String| CliError::new(format!("log: {why}"));
         let proof = TlogProof::parse(&document(fetcher, source).await?)
             .map_err(|e| failed(e.to_string()))?;
-        let checkpoint = Checkpoint::open(&proof.checkpoint, &self.verifier).map_err(|e| {
+        let checkpoint = Checkpoint::open_any(&proof.checkpoint, &self.verifiers).map_err(|e| {
             failed(format!(
                 "checkpoint not verified with the card's log key: {e}"
             ))
@@ -70,7 +75,7 @@ impl DeclaredLog {
             "log: receipt included at index {} of {} (checkpoint signed by {})",
             proof.index,
             checkpoint.size,
-            self.verifier.name()
+            self.verifiers[0].name()
         );
         if let Some(dir) = remembered {
             self.against_remembered(fetcher, dir, (&checkpoint, &proof.checkpoint))
@@ -87,19 +92,27 @@ impl DeclaredLog {
         dir: &Path,
         (checkpoint, note): (&Checkpoint, &str),
     ) -> Result<(), CliError> {
-        let name: String = (self.verifier.name().chars())
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
+        // Named by a hash of the log's origin, exactly: no two origins share a file, and a
+        // rotated key keeps it (another key claiming the origin finds a checkpoint it cannot
+        // verify, and is refused).
+        let name: String = Sha256::digest(self.verifiers[0].name().as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
             .collect();
         let kept_path = dir.join(format!("{name}.checkpoint"));
-        let kept_note = std::fs::read_to_string(&kept_path).ok();
+        let kept_note = match std::fs::read_to_string(&kept_path) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(CliError::new(format!(
+                    "log: cannot read the remembered checkpoint {}: {}",
+                    kept_path.display(),
+                    e.kind()
+                )));
+            }
+        };
         let kept = match &kept_note {
-            Some(text) => Some(Checkpoint::open(text, &self.verifier).map_err(|e| {
+            Some(text) => Some(Checkpoint::open_any(text, &self.verifiers).map_err(|e| {
                 CliError::new(format!(
                     "log: the remembered checkpoint does not verify: {e}"
                 ))

@@ -361,6 +361,29 @@ impl Policy {
         missing
     }
 
+    /// The log key is never a receipt key, nor one of the log's retired keys (by file).
+    fn receipts_keys_apart(&self) -> Result<(), Invalid> {
+        let Some(log) = &self.receipts.log_key_file else {
+            return Ok(());
+        };
+        let receipt_key = (self.signing.receipt_keys.iter()).any(|key| {
+            key.private_key_file.as_deref().map(std::path::Path::new) == Some(log.as_path())
+        });
+        if receipt_key {
+            return Err(invalid(
+                "receipts.log_key_file",
+                "is also a receipt key's file (signing.receipt_keys): the log's checkpoints need a key of their own",
+            ));
+        }
+        if self.receipts.retired_log_key_files.contains(log) {
+            return Err(invalid(
+                "receipts.log_key_file",
+                "is also in receipts.retired_log_key_files",
+            ));
+        }
+        Ok(())
+    }
+
     /// Puts the command line's (or `PEERGATE_PUBLIC_BASE_URL`'s) door URL in place of the
     /// policy's, with the same checks as the policy's own value.
     pub fn override_public_base_url(
@@ -409,6 +432,7 @@ impl Policy {
         self.log.validate()?;
         self.card.validate()?;
         self.signing.validate()?;
+        self.receipts_keys_apart()?;
         self.model.validate()?;
         self.auth.validate()?;
         if let Some(issuer) = &self.admin.issuer {
@@ -1021,5 +1045,34 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// The log's key is its own: not a receipt key's file, not among its retired keys.
+    #[test]
+    fn the_log_key_is_never_a_receipt_key_nor_a_retired_one() {
+        let receipt = "[[signing.receipt_keys]]\nkid = \"r1\"\nalg = \"EdDSA\"\nprivate_key_file = \"r.pem\"\n";
+        for (policy, why) in [
+            (
+                format!("{receipt}[receipts]\nlog_key_file = \"r.pem\"\n"),
+                "receipt key",
+            ),
+            (
+                "[receipts]\nlog_key_file = \"l.pem\"\nretired_log_key_files = [\"l.pem\"]\n"
+                    .to_owned(),
+                "retired_log_key_files",
+            ),
+        ] {
+            let err = Policy::parse(&policy, &PolicySource::Embedded)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("receipts.log_key_file") && err.contains(why),
+                "{err}"
+            );
+        }
+        let apart = format!(
+            "{receipt}[receipts]\nlog_key_file = \"l.pem\"\nretired_log_key_files = [\"old.pem\"]\n"
+        );
+        assert!(Policy::parse(&apart, &PolicySource::Embedded).is_ok());
     }
 }

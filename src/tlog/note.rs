@@ -83,6 +83,11 @@ impl NoteSigner {
         })
     }
 
+    /// The key's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The verifier key, to publish.
     pub fn verifier(&self) -> NoteVerifier {
         let key = self.key.verifying_key();
@@ -110,6 +115,18 @@ impl NoteSigner {
 }
 
 impl NoteVerifier {
+    /// The verifier of `key` under `name`.
+    pub fn new(name: &str, key: ed25519_dalek::VerifyingKey) -> Result<Self, NoteError> {
+        if !is_key_name(name) {
+            return Err(NoteError::Malformed("key name"));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            id: key_id(name, &key),
+            key,
+        })
+    }
+
     /// Reads a published verifier key (`name+hexid+base64`), checking its id.
     pub fn parse(vkey: &str) -> Result<Self, NoteError> {
         let bad = || NoteError::Malformed("verifier key");
@@ -183,6 +200,13 @@ impl std::fmt::Display for NoteVerifier {
     }
 }
 
+/// A decimal as C2SP writes one: ASCII digits, no sign, no leading zero (but `0` itself).
+fn canonical_number(text: &str) -> bool {
+    !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'))
+}
+
 /// A log's checkpoint: its origin, size and tree hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -216,13 +240,26 @@ impl Checkpoint {
         Ok(checkpoint)
     }
 
+    /// [`Self::open`] with any of `keys` (a log's current key and the ones it retired), all
+    /// under the log's one name.
+    pub fn open_any(note: &str, keys: &[NoteVerifier]) -> Result<Self, NoteError> {
+        let mut last = NoteError::Unsigned(String::new());
+        for key in keys {
+            match Self::open(note, key) {
+                Ok(checkpoint) => return Ok(checkpoint),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
     /// Reads a checkpoint's text (extension lines after the hash are allowed and ignored).
     pub fn parse(text: &str) -> Result<Self, NoteError> {
         let bad = || NoteError::Malformed("checkpoint");
         let mut lines = text.split('\n');
         let origin = lines.next().filter(|o| !o.is_empty()).ok_or_else(bad)?;
         let size = lines.next().ok_or_else(bad)?;
-        if size.is_empty() || (size.len() > 1 && size.starts_with('0')) {
+        if !canonical_number(size) {
             return Err(bad());
         }
         let size = size.parse().map_err(|_| bad())?;
@@ -277,7 +314,7 @@ impl TlogProof {
             line = lines.next().ok_or_else(bad)?;
         }
         let index = line.strip_prefix("index ").ok_or_else(bad)?;
-        if index.len() > 1 && index.starts_with('0') {
+        if !canonical_number(index) {
             return Err(bad());
         }
         let index = index.parse().map_err(|_| bad())?;

@@ -230,6 +230,8 @@ fn checkpoints_and_proofs_read_back_what_they_wrote() {
     assert!(text.starts_with("c2sp.org/tlog-proof@v1\nindex 6\n"));
     assert_eq!(TlogProof::parse(&text).unwrap(), document);
     assert!(TlogProof::parse(&text.replace("index 6", "index 06")).is_err());
+    assert!(TlogProof::parse(&text.replace("index 6", "index +6")).is_err());
+    assert!(Checkpoint::parse("example.com/a2a-receipts\n+21\nAAAA\n").is_err());
 }
 
 #[test]
@@ -275,6 +277,14 @@ fn tile_paths_are_read_and_written_as_tlog_tiles_names_them() {
     ] {
         assert_eq!(TilePath::parse(bad), None, "{bad}");
     }
+    assert!(
+        TilePath::parse("6/127").is_some() && TilePath::parse("6/128").is_none(),
+        "the last tile of level 6"
+    );
+    assert!(
+        TilePath::parse("0/x036/x028/x797/x018/x963/967").is_some(),
+        "2^55 - 1"
+    );
     let partial = TilePath::parse("1/000.p/3").unwrap();
     assert!(partial.within(3 * 256) && !partial.within(3 * 256 - 1));
     assert_eq!(partial.nodes().collect::<Vec<_>>()[2], Node::new(8, 2));

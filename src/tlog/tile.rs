@@ -41,19 +41,29 @@ impl TilePath {
             None => (rest, WIDTH),
         };
         let index = tile_index(rest)?;
-        if level == "entries" {
-            return Some(Self::Entries { index, width });
-        }
-        if level.len() != 1 && level.starts_with('0') {
-            return None;
-        }
-        let level: u8 = level.parse().ok()?;
-        // Level 7 covers 2^64 leaves: enough.
-        (level < 8).then_some(Self::Hashes {
-            level,
-            index,
-            width,
-        })
+        let tile = if level == "entries" {
+            Self::Entries { index, width }
+        } else {
+            let one_digit = level.len() == 1 && level.bytes().all(|b| b.is_ascii_digit());
+            let level: u8 = level.parse().ok().filter(|_| one_digit)?;
+            Self::Hashes {
+                level,
+                index,
+                width,
+            }
+        };
+        tile.addressable().then_some(tile)
+    }
+
+    /// Whether every leaf under the tile has an index below 2^63: no tree gets that far, and
+    /// nothing computed of a tile overflows. Level 6 is the highest with a tile.
+    fn addressable(self) -> bool {
+        let (level, index) = match self {
+            Self::Hashes { level, index, .. } => (level, index),
+            Self::Entries { index, .. } => (0, index),
+        };
+        let bits = 55u32.checked_sub(u32::from(level) * u32::from(HEIGHT));
+        bits.is_some_and(|bits| index < 1 << bits)
     }
 
     /// The tree nodes whose hashes a tile of hashes holds; for a bundle, its level-0 nodes.
@@ -112,7 +122,8 @@ pub fn tile_of(node: Node, size: u64) -> Option<(TilePath, usize, usize)> {
 
 /// `<W>` of `.p/<W>`: 1 to 255, no leading zero.
 fn partial_width(text: &str) -> Option<u64> {
-    if text.starts_with('0') || text.is_empty() || text.len() > 3 {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits || text.starts_with('0') || text.len() > 3 {
         return None;
     }
     let width: u64 = text.parse().ok()?;

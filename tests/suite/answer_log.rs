@@ -410,3 +410,113 @@ async fn a_tampered_store_is_named_by_the_audit_and_never_signed_over_by_the_int
     );
     store.close().await;
 }
+
+#[tokio::test]
+async fn a_rotated_log_key_goes_on_from_the_last_checkpoint_and_the_retired_one_stays_named() {
+    let keys = tempfile::tempdir().unwrap();
+    let old = generated_key(keys.path(), "EdDSA", "log-old");
+    let new = generated_key(keys.path(), "EdDSA", "log-new");
+    let policy = |current: &str, retired: &[&str]| {
+        let retired = toml_edit::Value::from(toml_edit::Array::from_iter(retired.iter().copied()));
+        PolicyEdit::default()
+            .set("receipts.mode", "always")
+            .insert("receipts.log_key_file", current)
+            .insert("receipts.retired_log_key_files", retired)
+    };
+    let gw = TestGateway::start_with(policy(&old, &[]).policy()).await;
+    let token = gw.add_peer("alice");
+    let (declared, old_log) = declared_log(&gw).await;
+    let base = declared["url"].as_str().unwrap().to_owned();
+    let first = answered(&gw, &token, "m-rotation-1").await;
+    let first_proof = proof_of(&base, &first).await;
+    let door_url = format!("http://{}/a2a/v1", gw.addr);
+    let peer = claims(&first)["sub"].as_str().unwrap().to_owned();
+    let engine = TestStore::from_env();
+    let kept = gw.stop_keeping_data().await;
+    let data = kept.path();
+
+    // A receipt issued after the rotation, queued as an exchange queues it.
+    let store = engine.open(data).await;
+    let jws = "header.after-rotation.signature".to_owned();
+    let now = peergate::clock::Clock::now(&peergate::clock::SystemClock);
+    let exchange = peergate::store::Exchange {
+        task_id: "t-after-rotation".into(),
+        peer_id: peer.as_str().into(),
+        context_id: "ctx-rotation".into(),
+        state: peergate::protocol::types::TaskState::Completed,
+        task_json: r#"{"id":"t-after-rotation","contextId":"ctx-rotation","status":{"state":"TASK_STATE_COMPLETED"}}"#.into(),
+        now,
+        expires_at: now,
+        messages: Vec::new(),
+        usage: None,
+        audit: None,
+        instance: None,
+        notify: false,
+        push_config: None,
+        upstream_task_id: None,
+        receipt: Some(peergate::store::IssuedReceipt {
+            jti: "after-rotation".into(),
+            entry: Sha256::digest(jws.as_bytes()).into(),
+            jws,
+        }),
+        call_trace: None,
+    };
+    store.tasks().save_exchange(exchange).await.unwrap();
+    let read = |path: &str| peergate::jose::keys::read_ed25519(std::path::Path::new(path)).unwrap();
+    let answer_log = |retired: &[&str]| {
+        let retired: Vec<_> = retired.iter().map(|p| read(p).verifying_key()).collect();
+        peergate::a2a::answer_log::AnswerLog::new(store.log(), &door_url, read(&new))
+            .unwrap()
+            .retiring(&retired)
+            .unwrap()
+    };
+    // The new key alone does not take the old key's checkpoint: it appends nothing.
+    assert!(answer_log(&[]).integrate(now).await.is_err());
+    // With the old key retired, the log goes on under the new key.
+    let rotated = answer_log(&[&old]);
+    assert_eq!(rotated.integrate(now).await.unwrap(), 1);
+    let params = rotated.card_params();
+    assert_eq!(params["retiredVkeys"], json!([declared["vkey"]]));
+    let new_log = NoteVerifier::parse(params["vkey"].as_str().unwrap()).unwrap();
+    let proof = TlogProof::parse(&rotated.proof("after-rotation").await.unwrap()).unwrap();
+    let checkpoint = Checkpoint::open(&proof.checkpoint, &new_log).unwrap();
+    assert!(Checkpoint::open(&proof.checkpoint, &old_log).is_err());
+    assert_eq!((proof.index, checkpoint.size), (1, 2));
+    // A proof from before the rotation still verifies with the key the card keeps naming.
+    verified(&first_proof, &first, &old_log);
+    // The same store served at another host or port would sign its log under another name:
+    // start-up refuses it.
+    rotated.check_origin().await.unwrap();
+    let elsewhere = peergate::a2a::answer_log::AnswerLog::new(
+        store.log(),
+        "http://192.0.2.7:9/a2a/v1",
+        read(&new),
+    )
+    .unwrap();
+    let refused = elsewhere.check_origin().await.unwrap_err();
+    assert!(
+        refused.contains("server.public_base_url") && refused.contains("192.0.2.7:9"),
+        "{refused}"
+    );
+    store.close().await;
+
+    // The operator's audit takes the retired key from the policy; without it, the old
+    // checkpoints are not the log's.
+    let audit = |policy: PolicyEdit| {
+        let file = keys.path().join("policy.toml");
+        std::fs::write(&file, policy.text()).unwrap();
+        let mut args = vec!["log".to_owned(), "audit".to_owned(), "--policy".to_owned()];
+        args.push(file.to_str().unwrap().to_owned());
+        args.extend(engine.args(data));
+        cli(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (code, out, err) = audit(policy(&new, &[&old]));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("answer log: consistent (2 receipts"), "{out}");
+    let (code, _, err) = audit(policy(&new, &[]));
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("its checkpoint is not signed by the log key"),
+        "{err}"
+    );
+}

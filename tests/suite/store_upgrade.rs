@@ -74,7 +74,8 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
             (15, true),
             (16, true),
             (17, true),
-            (18, true)
+            (18, true),
+            (19, true)
         ],
         "the old version is adopted, not run again; the newer migrations run"
     );
@@ -161,7 +162,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let again = Store::open(dir.path()).await.unwrap();
     assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
     again.close().await;
-    assert_eq!(applied_migrations(dir.path()).await.len(), 18);
+    assert_eq!(applied_migrations(dir.path()).await.len(), 19);
 }
 
 #[tokio::test]
@@ -289,7 +290,8 @@ async fn an_adoption_cut_short_is_finished_by_the_next_open() {
             (15, true),
             (16, true),
             (17, true),
-            (18, true)
+            (18, true),
+            (19, true)
         ]
     );
 }
