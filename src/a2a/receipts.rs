@@ -5,8 +5,10 @@
 //!
 //! Why here and not in the pipeline's *seal* stage ([`crate::a2a::stages`]): that stage sees
 //! the answer after it is stored, and a receipt must be written with the state it proves.
-//! What it costs a sealed SendMessage: two digests (about 32 µs) and one EdDSA signature
-//! (about 26 µs); nothing when receipts are off (BENCHMARKS, "Answer receipts").
+//! What it costs a sealed SendMessage: two digests (about 32 µs), one EdDSA signature (about
+//! 26 µs), and the answer log's row in the exchange's transaction (with its integrator, about
+//! 15 % of the echo backend's throughput); nothing when receipts are off (BENCHMARKS, "Answer
+//! receipts", and decision 0015).
 
 use crate::clock::Timestamp;
 use crate::jose::receipt::{EventChain, ReceiptSigner, Statement, answer_digest, message_digest};

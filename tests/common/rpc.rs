@@ -126,3 +126,25 @@ pub async fn read_until(response: &mut reqwest::Response, needle: &str) -> Strin
     }
     seen
 }
+
+/// The claims of a compact JWS (a receipt, a token), read without checking its signature: what
+/// it states, for tests that check the signature elsewhere.
+pub fn jws_claims(jws: &str) -> Value {
+    use base64::Engine;
+    let payload = jws
+        .split('.')
+        .nth(1)
+        .unwrap_or_else(|| panic!("not a JWS: {jws}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// The JSON of each `data:` event of a server-sent event stream's text.
+pub fn sse_events(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(|data| serde_json::from_str::<Value>(data).unwrap())
+        .collect()
+}

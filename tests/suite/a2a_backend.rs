@@ -979,9 +979,8 @@ async fn received_by_the_agent(url: &str, token: &str, params: Value, streaming:
         .text()
         .await
         .unwrap();
-    text.split("\n\n")
-        .filter_map(|event| event.strip_prefix("data: "))
-        .map(|data| serde_json::from_str::<Value>(data).unwrap())
+    sse_events(&text)
+        .into_iter()
         .find_map(|e| {
             let data = &e["result"]["artifactUpdate"]["artifact"]["parts"][0]["data"];
             (!data.is_null()).then(|| data.clone())
@@ -1091,17 +1090,10 @@ async fn the_agent_is_asked_as_the_partner_asked() {
 
 /// The claims of a receipt (the signature is checked in `receipts.rs`; here, what it states).
 fn receipt_claims(task: &Value) -> Value {
-    use base64::Engine;
     let receipt = task["metadata"][peergate::jose::receipt::EXTENSION]
         .as_str()
         .unwrap_or_else(|| panic!("no receipt in {task}"));
-    let payload = receipt.split('.').nth(1).unwrap();
-    serde_json::from_slice(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(payload)
-            .unwrap(),
-    )
-    .unwrap()
+    jws_claims(receipt)
 }
 
 #[tokio::test]

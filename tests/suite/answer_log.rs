@@ -43,15 +43,6 @@ async fn answered(gw: &TestGateway, token: &str, id: &str) -> String {
         .to_owned()
 }
 
-fn claims(receipt: &str) -> Value {
-    use base64::Engine;
-    let payload = receipt.split('.').nth(1).unwrap();
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload)
-        .unwrap();
-    serde_json::from_slice(&bytes).unwrap()
-}
-
 /// GETs `url`: the status and the body.
 async fn fetch(url: &str) -> (u16, Vec<u8>) {
     let response = reqwest::get(url).await.unwrap();
@@ -61,7 +52,7 @@ async fn fetch(url: &str) -> (u16, Vec<u8>) {
 
 /// The receipt's `tlog-proof`, once the integrator has appended it (it promises 10 s).
 async fn proof_of(base: &str, receipt: &str) -> TlogProof {
-    let jti = claims(receipt)["jti"].as_str().unwrap().to_owned();
+    let jti = jws_claims(receipt)["jti"].as_str().unwrap().to_owned();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, body) = fetch(&format!("{base}proof/{jti}")).await;
@@ -109,7 +100,7 @@ async fn every_receipt_is_proven_in_a_signed_log_whose_tiles_and_checkpoints_agr
     for i in 0..3 {
         let receipt = answered(&gw, &token, &format!("m-log-{i}")).await;
         assert_eq!(
-            claims(&receipt)["log"],
+            jws_claims(&receipt)["log"],
             json!({"origin": origin, "mmd": 10})
         );
         receipts.push(receipt);
@@ -251,7 +242,7 @@ async fn the_command_line_checks_a_receipts_place_in_the_log_and_refuses_a_forke
     // Without a proof, the output says where to fetch it.
     let (code, out, err) = verify_receipt((&task, &request), (&card, &jwks), &[]);
     assert_eq!(code, 0, "{out}{err}");
-    let jti = claims(&receipt)["jti"].as_str().unwrap().to_owned();
+    let jti = jws_claims(&receipt)["jti"].as_str().unwrap().to_owned();
     assert!(
         out.contains(&format!("log: not checked (its proof: {base}proof/{jti}")),
         "{out}"
@@ -264,7 +255,10 @@ async fn the_command_line_checks_a_receipts_place_in_the_log_and_refuses_a_forke
     // The next receipt's checkpoint is proven consistent with the one remembered (from tiles).
     let (task2, request2, receipt2) = ask("m-cli-log-2").await;
     proof_of(&base, &receipt2).await;
-    let url2 = format!("{base}proof/{}", claims(&receipt2)["jti"].as_str().unwrap());
+    let url2 = format!(
+        "{base}proof/{}",
+        jws_claims(&receipt2)["jti"].as_str().unwrap()
+    );
     let (code, out, err) = verify(&task2, &request2, &url2);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
@@ -430,7 +424,7 @@ async fn a_rotated_log_key_goes_on_from_the_last_checkpoint_and_the_retired_one_
     let first = answered(&gw, &token, "m-rotation-1").await;
     let first_proof = proof_of(&base, &first).await;
     let door_url = format!("http://{}/a2a/v1", gw.addr);
-    let peer = claims(&first)["sub"].as_str().unwrap().to_owned();
+    let peer = jws_claims(&first)["sub"].as_str().unwrap().to_owned();
     let engine = TestStore::from_env();
     let kept = gw.stop_keeping_data().await;
     let data = kept.path();
@@ -519,4 +513,13 @@ async fn a_rotated_log_key_goes_on_from_the_last_checkpoint_and_the_retired_one_
         err.contains("its checkpoint is not signed by the log key"),
         "{err}"
     );
+
+    // Served with the policy that rotates: the card names the new key and the retired one.
+    let rotated_gw = TestGateway::start_with(policy(&new, &[&old]).policy()).await;
+    let (declared, log) = declared_log(&rotated_gw).await;
+    let origin = declared["origin"].as_str().unwrap();
+    let named = |path: &str| NoteVerifier::new(origin, read(path).verifying_key()).unwrap();
+    assert_eq!(log, named(&new));
+    assert_eq!(declared["retiredVkeys"], json!([named(&old).to_string()]));
+    rotated_gw.stop().await;
 }

@@ -1740,14 +1740,7 @@ fn receipt_in(response: &Value) -> String {
 
 /// `receipt`'s proof from the log that `instance` serves, once appended.
 async fn logged_proof(instance: &ServeProcess, receipt: &str) -> peergate::tlog::note::TlogProof {
-    use base64::Engine;
-    let payload = receipt.split('.').nth(1).unwrap();
-    let claims: Value = serde_json::from_slice(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(payload)
-            .unwrap(),
-    )
-    .unwrap();
+    let claims = jws_claims(receipt);
     let url = instance.door().replace(
         "/a2a/v1",
         &format!("/a2a-receipts/proof/{}", claims["jti"].as_str().unwrap()),

@@ -1001,13 +1001,7 @@ async fn a_pushed_final_state_carries_the_receipt_get_task_returns() {
     let read = call(&gw, &alice, "GetTask", json!({"id": task["id"]})).await;
     assert_eq!(read["result"]["metadata"][EXTENSION], receipt);
     // What the receiver got is what the receipt digests.
-    use base64::Engine;
-    let claims: Value = serde_json::from_slice(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(receipt.split('.').nth(1).unwrap())
-            .unwrap(),
-    )
-    .unwrap();
+    let claims = jws_claims(receipt);
     assert_eq!(claims["dig"]["ans"], answer_digest(pushed).unwrap());
     gw.stop().await;
 }

@@ -279,9 +279,9 @@ async fn streamed(door: &str, token: &str, message: Value) -> Vec<Value> {
         .text()
         .await
         .unwrap();
-    text.split("\n\n")
-        .filter_map(|event| event.strip_prefix("data: "))
-        .map(|data| serde_json::from_str::<Value>(data).unwrap()["result"].clone())
+    sse_events(&text)
+        .into_iter()
+        .map(|event| event["result"].clone())
         .collect()
 }
 
