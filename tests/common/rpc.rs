@@ -141,6 +141,12 @@ pub fn jws_claims(jws: &str) -> Value {
     serde_json::from_slice(&bytes).unwrap()
 }
 
+/// Opens a stream with `request` and reads it to its end: the JSON of each event.
+pub async fn stream_events(url: &str, token: &str, request: &Value) -> Vec<Value> {
+    let text = open_stream(url, token, request).await.text().await.unwrap();
+    sse_events(&text)
+}
+
 /// The JSON of each `data:` event of a server-sent event stream's text.
 pub fn sse_events(text: &str) -> Vec<Value> {
     text.split("\n\n")

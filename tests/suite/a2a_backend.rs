@@ -974,18 +974,14 @@ async fn received_by_the_agent(url: &str, token: &str, params: Value, streaming:
         assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
         return task["artifacts"][0]["parts"][0]["data"].clone();
     }
-    let text = open_stream(url, token, &request)
-        .await
-        .text()
-        .await
-        .unwrap();
-    sse_events(&text)
-        .into_iter()
+    let events = stream_events(url, token, &request).await;
+    events
+        .iter()
         .find_map(|e| {
             let data = &e["result"]["artifactUpdate"]["artifact"]["parts"][0]["data"];
             (!data.is_null()).then(|| data.clone())
         })
-        .unwrap_or_else(|| panic!("no data part in {text}"))
+        .unwrap_or_else(|| panic!("no data part in {events:?}"))
 }
 
 /// The agent's card is cleaned before peergate signs it: what a browser, a terminal or a log

@@ -274,12 +274,8 @@ fn base64_url(text: &str) -> Vec<u8> {
 async fn streamed(door: &str, token: &str, message: Value) -> Vec<Value> {
     let request = json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage",
         "params": {"message": message}});
-    let text = open_stream(door, token, &request)
+    stream_events(door, token, &request)
         .await
-        .text()
-        .await
-        .unwrap();
-    sse_events(&text)
         .into_iter()
         .map(|event| event["result"].clone())
         .collect()
