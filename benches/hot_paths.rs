@@ -211,6 +211,7 @@ fn exchange_writes(c: &mut Criterion) {
         upstream_task_id: None,
         receipt: None,
         call_trace: None,
+        sealing: None,
     };
     let mut round = 0u64;
     for requests in REQUESTS {
@@ -312,8 +313,8 @@ fn receipts(c: &mut Criterion) {
     let signer = ReceiptSigner::new(key, "https://gw.example".to_owned()).unwrap();
     let now = peergate::clock::Timestamp::from_millisecond(1_795_996_800_000).unwrap();
     let statement = Statement {
-        binding: "JSONRPC",
-        method: "SendMessage",
+        binding: "JSONRPC".into(),
+        method: "SendMessage".into(),
         task: "t-1".into(),
         context: "c-1".into(),
         message: "m-1".into(),

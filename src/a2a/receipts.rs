@@ -17,9 +17,10 @@ use crate::protocol::call::Binding;
 use crate::protocol::error::A2aError;
 use crate::protocol::types::{IncomingMessage, IncomingPart, Task};
 use crate::store::IssuedReceipt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::Digest;
+use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
 
 pub use crate::jose::receipt::EXTENSION;
@@ -281,21 +282,17 @@ impl Receipts {
         task: &mut Task,
         now: Timestamp,
     ) -> Result<Option<IssuedReceipt>, A2aError> {
-        match self.receipt(sealing, (peer, upstream), task, now) {
-            Ok((jti, receipt)) => {
-                let mut metadata = match task.metadata.take() {
-                    Some(Value::Object(map)) => map,
-                    _ => Map::new(),
-                };
-                let entry = sha2::Sha256::digest(receipt.as_bytes()).into();
-                metadata.insert(EXTENSION.to_owned(), Value::String(receipt.clone()));
-                task.metadata = Some(Value::Object(metadata));
-                Ok(Some(IssuedReceipt {
-                    jti,
-                    jws: receipt,
-                    entry,
-                }))
-            }
+        let made = (|| {
+            let events = match &sealing.events {
+                Some(chain) => Some(streamed(chain, task)?),
+                None => None,
+            };
+            let up = upstream.map(|(task, evidence)| upstream_claim(task, evidence));
+            let facts = self.facts(sealing, peer);
+            self.sign(facts, peer.id().as_str(), task, now, (events, up))
+        })();
+        match made {
+            Ok(signed) => Ok(Some(attach(task, signed))),
             Err(e) if sealing.required => Err(internal(e)),
             Err(e) => {
                 tracing::error!(error = %e, task = %task.id, "a finished task went without its receipt");
@@ -304,48 +301,130 @@ impl Receipts {
         }
     }
 
-    fn receipt(
+    /// What a call sealed by `sealing` states of itself, as JSON: kept with its task's working
+    /// state, so a task failed without its turn (a crash, an instance gone, a turn dropped) is
+    /// sealed too ([`Receipts::seal_kept`]).
+    pub fn kept(&self, sealing: &Sealing, peer: &AuthenticatedPeer) -> Option<String> {
+        serde_json::to_string(&self.facts(sealing, peer)).ok()
+    }
+
+    /// Puts in `task`'s metadata the receipt of a task failed without its turn (interrupted),
+    /// at `now`, from what its working state kept ([`Receipts::kept`]): without `evt` (its
+    /// stream, if it had one, never reached its end) and without `up` (no agent answered).
+    /// A receipt that cannot be made is logged: the task is failed all the same, since a task
+    /// left working would never end.
+    pub fn seal_kept(
         &self,
-        sealing: &Sealing,
-        (peer, upstream): (&AuthenticatedPeer, Upstream<'_>),
-        task: &Task,
+        kept: &str,
+        peer_id: &str,
+        task: &mut Task,
         now: Timestamp,
-    ) -> Result<(String, String), crate::jose::receipt::ReceiptError> {
-        let answer = serde_json::to_value(task)
-            .map_err(|e| crate::jose::receipt::ReceiptError::Canonical(e.to_string()))?;
-        let statement = Statement {
-            binding: binding_name(sealing.binding),
-            method: sealing.method,
-            task: task.id.to_string(),
-            context: task.context_id.to_string(),
+    ) -> Option<IssuedReceipt> {
+        let made = serde_json::from_str::<CallFacts>(kept)
+            .map_err(|e| crate::jose::receipt::ReceiptError::Canonical(e.to_string()))
+            .and_then(|facts| self.sign(facts, peer_id, task, now, (None, None)));
+        match made {
+            Ok(signed) => Some(attach(task, signed)),
+            Err(e) => {
+                tracing::error!(error = %e, task = %task.id, "an interrupted task went without its receipt");
+                None
+            }
+        }
+    }
+
+    /// What the call states of itself, for `peer`, under the card in force now.
+    fn facts(&self, sealing: &Sealing, peer: &AuthenticatedPeer) -> CallFacts {
+        CallFacts {
+            binding: Cow::Borrowed(binding_name(sealing.binding)),
+            method: Cow::Borrowed(sealing.method),
             message: sealing.message.clone(),
-            state: task.status.state.as_str(),
-            received: sealing.received,
-            answered: now,
+            request: sealing.request.clone(),
+            received: sealing.received.as_millisecond(),
             credential: peer.signed_in_with().claim(peer.scheme()),
             card: crate::locks::ReadWriteLocked::read_locked(&self.card).to_string(),
-            request: sealing.request.clone(),
-            answer: answer_digest(&answer)?,
-            events: match &sealing.events {
-                Some(chain) => Some(streamed(chain, task)?),
-                None => None,
-            },
-            upstream: upstream.map(|(task, evidence)| {
-                let mut up = json!({});
-                if let Some(task) = task {
-                    up["task"] = json!(task);
-                }
-                if let Some(evidence) = evidence {
-                    up["ans"] = json!(evidence.answer);
-                    if let Some(receipt) = &evidence.receipt {
-                        up["rcpt"] = json!(receipt);
-                    }
-                }
-                up
-            }),
-        };
-        Ok(self.signer.issue(peer.id().as_str(), &statement, now))
+        }
     }
+
+    /// Signs `task`'s receipt for `peer_id` at `now`: what the call stated, the task, and a
+    /// stream's events and an agent's evidence, when there are.
+    fn sign(
+        &self,
+        facts: CallFacts,
+        peer_id: &str,
+        task: &Task,
+        now: Timestamp,
+        (events, upstream): (Option<Value>, Option<Value>),
+    ) -> Result<(String, String), crate::jose::receipt::ReceiptError> {
+        let canonical = |e: &dyn std::fmt::Display| {
+            crate::jose::receipt::ReceiptError::Canonical(e.to_string())
+        };
+        let answer = serde_json::to_value(task).map_err(|e| canonical(&e))?;
+        let statement = Statement {
+            binding: facts.binding,
+            method: facts.method,
+            task: task.id.to_string(),
+            context: task.context_id.to_string(),
+            message: facts.message,
+            state: task.status.state.as_str(),
+            received: Timestamp::from_millisecond(facts.received).map_err(|e| canonical(&e))?,
+            answered: now,
+            credential: facts.credential,
+            card: facts.card,
+            request: facts.request,
+            answer: answer_digest(&answer)?,
+            events,
+            upstream,
+        };
+        Ok(self.signer.issue(peer_id, &statement, now))
+    }
+}
+
+/// What a call states of itself in its receipt, besides the task: kept, as JSON, with the
+/// task's working state. `card` is the digest of the card in force when the call came.
+#[derive(Debug, Serialize, Deserialize)]
+struct CallFacts {
+    binding: Cow<'static, str>,
+    method: Cow<'static, str>,
+    message: String,
+    request: String,
+    /// When the request arrived, in milliseconds since the epoch.
+    received: i64,
+    credential: Value,
+    card: String,
+}
+
+/// Puts `receipt` (its `jti` and JWS) in `task`'s metadata; what the store keeps of it.
+fn attach(task: &mut Task, (jti, receipt): (String, String)) -> IssuedReceipt {
+    let mut metadata = match task.metadata.take() {
+        Some(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    let entry = sha2::Sha256::digest(receipt.as_bytes()).into();
+    metadata.insert(EXTENSION.to_owned(), Value::String(receipt.clone()));
+    task.metadata = Some(Value::Object(metadata));
+    IssuedReceipt {
+        jti,
+        jws: receipt,
+        entry,
+    }
+}
+
+/// `up`: the agent's task, and digests of its answer and of its own receipt, when known.
+fn upstream_claim(
+    task: Option<&str>,
+    evidence: Option<&crate::backend::UpstreamEvidence>,
+) -> Value {
+    let mut up = json!({});
+    if let Some(task) = task {
+        up["task"] = json!(task);
+    }
+    if let Some(evidence) = evidence {
+        up["ans"] = json!(evidence.answer);
+        if let Some(receipt) = &evidence.receipt {
+            up["rcpt"] = json!(receipt);
+        }
+    }
+    up
 }
 
 /// The card's name for a binding (`AgentInterface.protocolBinding`).

@@ -76,9 +76,9 @@ pub enum ReceiptError {
 #[derive(Debug, Clone)]
 pub struct Statement {
     /// `JSONRPC`, `HTTP+JSON` or `GRPC`.
-    pub binding: &'static str,
+    pub binding: std::borrow::Cow<'static, str>,
     /// The A2A method that was called (`SendMessage`, `CancelTask`, …).
-    pub method: &'static str,
+    pub method: std::borrow::Cow<'static, str>,
     /// The task.
     pub task: String,
     /// Its context.

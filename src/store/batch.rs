@@ -108,6 +108,7 @@ mod tests {
             upstream_task_id: None,
             receipt: None,
             call_trace: None,
+            sealing: None,
         }
     }
 

@@ -211,11 +211,13 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<WorkingTask>, StoreError>;
 
     /// Replaces a working task with its final state, if it is still working; whether it was.
+    /// The state's receipt, if it has one, is stored with it (for the task's peer) and queued
+    /// for the answer log; not when the task was no longer working.
     async fn finish_working_task(
         &self,
         id: &TaskId,
-        state: TaskState,
-        body: &str,
+        (state, body): (TaskState, &str),
+        receipt: Option<(&PeerId, &IssuedReceipt)>,
         now: Timestamp,
     ) -> Result<bool, StoreError>;
 

@@ -303,8 +303,12 @@ pub struct Exchange {
     pub push_config: Option<PushConfigRecord>,
     /// The id an agent behind the door gave the task, once it answered.
     pub upstream_task_id: Option<String>,
-    /// The receipt of the final state, stored with it and queued for the answer log.
+    /// The receipt of the final state, stored with it and queued for the answer log (only
+    /// if the state is: a task a sweep already failed keeps that state, and no receipt).
     pub receipt: Option<IssuedReceipt>,
+    /// With a working state: what the task's receipt will state of its call (JSON), kept so a
+    /// task failed without its turn is sealed too. Cleared by any other state.
+    pub sealing: Option<String>,
     /// The call's span as a W3C `traceparent`, when it was traced: a push delivery of this
     /// state links its own span to it.
     pub call_trace: Option<String>,
@@ -385,6 +389,8 @@ pub struct WorkingTask {
     pub body: String,
     /// The instance that was answering it (`None` before instances were recorded).
     pub instance: Option<String>,
+    /// What its receipt states of its call ([`Exchange::sealing`]), when it gets one.
+    pub sealing: Option<String>,
 }
 
 /// Tokens an exchange spent on the model, for the owner's usage.

@@ -58,6 +58,29 @@ pub fn verify_receipt(
     cli(&args)
 }
 
+/// `peergate receipt verify` of the receipt in `task` (as received) for `request` (as sent),
+/// against the card and key set served at `base` over loopback HTTP.
+pub fn verify_served_receipt(
+    base: &str,
+    (task, request): (&serde_json::Value, &serde_json::Value),
+    extra: &[&str],
+) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, value: &serde_json::Value| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, value.to_string()).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (task, request) = (write("task.json", task), write("request.json", request));
+    let (card, jwks) = (
+        format!("{base}/.well-known/agent-card.json"),
+        format!("{base}/.well-known/jwks.json"),
+    );
+    let mut extra = extra.to_vec();
+    extra.push("--dangerous-allow-http-loopback");
+    verify_receipt((&task, &request), (&card, &jwks), &extra)
+}
+
 /// Runs the CLI in `cwd` with `env` in its environment.
 pub fn cli_with_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     // Nothing kept by one run (a key set, a token) is read by another test's.

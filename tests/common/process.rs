@@ -150,6 +150,11 @@ impl ServeProcess {
         format!("http://{}/a2a/v1", self.addr)
     }
 
+    /// Where its public documents are served: `http://<door's address>`.
+    pub fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
     /// The public Agent Card it serves.
     pub async fn card(&self) -> serde_json::Value {
         let url = format!("http://{}/.well-known/agent-card.json", self.addr);

@@ -454,6 +454,7 @@ async fn a_rotated_log_key_goes_on_from_the_last_checkpoint_and_the_retired_one_
             jws,
         }),
         call_trace: None,
+        sealing: None,
     };
     store.tasks().save_exchange(exchange).await.unwrap();
     let read = |path: &str| peergate::jose::keys::read_ed25519(std::path::Path::new(path)).unwrap();

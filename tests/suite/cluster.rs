@@ -1757,17 +1757,14 @@ async fn logged_proof(instance: &ServeProcess, receipt: &str) -> peergate::tlog:
     }
 }
 
-#[tokio::test]
-async fn both_instances_append_their_receipts_to_one_dense_log_and_the_survivor_goes_on_alone() {
-    use peergate::tlog::note::{Checkpoint, NoteVerifier};
-    use sha2::{Digest, Sha256};
-    let keys = tempfile::tempdir().unwrap();
+/// Receipts on every finished task, signed with a receipt key and logged under a log key both
+/// generated in `keys`, as a shared store requires.
+fn logged_receipts(keys: &Path) -> impl FnOnce(PolicyEdit) -> PolicyEdit {
     let (receipt_key, log_key) = (
-        generated_key(keys.path(), "EdDSA", "receipt-1"),
-        generated_key(keys.path(), "EdDSA", "log-1"),
+        generated_key(keys, "EdDSA", "receipt-1"),
+        generated_key(keys, "EdDSA", "log-1"),
     );
-    let model = FakeModel::start(ModelBehaviour::Answer).await;
-    let Some(shared) = Shared::start(&model, |p| {
+    move |p| {
         p.set("receipts.mode", "always")
             .insert("receipts.log_key_file", log_key.as_str())
             .push_table(
@@ -1778,7 +1775,16 @@ async fn both_instances_append_their_receipts_to_one_dense_log_and_the_survivor_
                     ("private_key_file", receipt_key.as_str().into()),
                 ],
             )
-    }) else {
+    }
+}
+
+#[tokio::test]
+async fn both_instances_append_their_receipts_to_one_dense_log_and_the_survivor_goes_on_alone() {
+    use peergate::tlog::note::{Checkpoint, NoteVerifier};
+    use sha2::{Digest, Sha256};
+    let keys = tempfile::tempdir().unwrap();
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let Some(shared) = Shared::start(&model, logged_receipts(keys.path())) else {
         return;
     };
     let token = shared.peer("alice", "6000/min");
@@ -1842,4 +1848,62 @@ async fn both_instances_append_their_receipts_to_one_dense_log_and_the_survivor_
         shared.cli(&["log", "audit", "--policy", shared.policy.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("answer log: consistent (25 receipts"), "{out}");
+}
+
+#[tokio::test]
+async fn a_killed_instances_task_failed_by_the_survivor_is_sealed_from_what_its_working_state_kept()
+{
+    let keys = tempfile::tempdir().unwrap();
+    let model = FakeModel::start(ModelBehaviour::Gated).await;
+    let Some(shared) = Shared::start(&model, logged_receipts(keys.path())) else {
+        return;
+    };
+    let token = shared.peer("alice", "600/min");
+    let (a, b) = (shared.instance(), shared.instance());
+    let request = send_request("never answered", None);
+    let (door_a, token_a, sent) = (a.door(), token.clone(), request.to_string());
+    let _orphaned = tokio::spawn(async move { post_raw(&door_a, Some(&token_a), sent).await });
+    model.wait_for_arrival().await;
+    let store = shared.store().await;
+    let [(orphan_id, _)]: [(String, Option<String>); 1] = working(&store).await.try_into().unwrap();
+    a.kill();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !working(&store).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the survivor never failed the task"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    store.close().await;
+    let task = get_task(&b.door(), &token, &orphan_id, None).await["result"].clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{task}");
+    // Sealed by the survivor, from what the killed instance kept with the working state.
+    let receipt = task["metadata"][peergate::jose::receipt::EXTENSION]
+        .as_str()
+        .unwrap_or_else(|| panic!("no receipt in {task}"));
+    let claims = jws_claims(receipt);
+    let a2a = &claims["a2a"];
+    assert_eq!(
+        (&a2a["state"], &a2a["method"], &a2a["binding"], &a2a["task"]),
+        (
+            &json!("TASK_STATE_FAILED"),
+            &json!("SendMessage"),
+            &json!("JSONRPC"),
+            &json!(orphan_id)
+        ),
+        "{claims}"
+    );
+    assert_eq!(a2a["message"], request["params"]["message"]["messageId"]);
+    assert_eq!(claims["cred"]["scheme"], "bearer", "{claims}");
+    assert!(claims["dig"].get("evt").is_none(), "{claims}");
+    // It verifies like any other: the card, the signature, the request as sent, the task as read.
+    let (code, out, err) = verify_served_receipt(&b.base(), (&task, &request), &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("request: digest matches") && out.contains("answer: digest matches"),
+        "{out}"
+    );
+    // And it is in the log.
+    logged_proof(&b, receipt).await;
 }

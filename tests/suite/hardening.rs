@@ -602,12 +602,16 @@ async fn a_full_disk_refuses_messages_before_the_model_and_keeps_what_was_stored
 }
 
 #[tokio::test]
-async fn a_turn_whose_answer_cannot_be_stored_leaves_its_task_failed_not_working() {
+async fn a_turn_whose_answer_cannot_be_stored_leaves_its_task_failed_sealed_not_working() {
     if skip_unless_sqlite("the store is broken through its SQLite file") {
         return;
     }
     let model = FakeModel::start(ModelBehaviour::Gated).await;
-    let gw = TestGateway::start_with(model.policy(30)).await;
+    let policy = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .set("model.timeout_seconds", 30)
+        .set("receipts.mode", "always");
+    let gw = TestGateway::start_with(policy.policy()).await;
     let token = gw.add_peer("alice");
     let door = gw.door.clone();
     let turn = {
@@ -632,6 +636,19 @@ async fn a_turn_whose_answer_cannot_be_stored_leaves_its_task_failed_not_working
             .unwrap();
         if state == "TASK_STATE_FAILED" {
             assert!(body.contains("could not finish this task"), "{body}");
+            // Sealed as it failed, from what the turn kept; the answer's own receipt, made
+            // and never stored, is not in the log.
+            let task: Value = serde_json::from_str(&body).unwrap();
+            let receipt = task["metadata"][peergate::jose::receipt::EXTENSION]
+                .as_str()
+                .unwrap_or_else(|| panic!("no receipt in {body}"));
+            let claims = jws_claims(receipt);
+            assert_eq!(claims["a2a"]["state"], "TASK_STATE_FAILED", "{claims}");
+            let logged: Vec<String> = sqlx::query_scalar("SELECT jws FROM receipts")
+                .fetch_all(&mut db)
+                .await
+                .unwrap();
+            assert_eq!(logged, [receipt], "one receipt, the failure's");
             break;
         }
         assert!(Instant::now() < deadline, "the task stayed {state}");

@@ -818,6 +818,7 @@ async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String
                 upstream_task_id: None,
                 receipt: None,
                 call_trace: None,
+                sealing: None,
             })
             .await
             .unwrap();

@@ -262,6 +262,7 @@ fn exchange(task: &str, peer: &str, context: &str, state: TaskState, now: i64) -
         upstream_task_id: None,
         receipt: None,
         call_trace: None,
+        sealing: None,
     }
 }
 
@@ -1123,9 +1124,9 @@ fn task_change_steps() -> Vec<Step> {
             s.tasks()
                 .finish_working_task(
                     &"t-2".into(),
-                    TaskState::Failed,
-                    "{\"swept\":true}",
-                    at(1_600),
+                    (TaskState::Failed, "{\"swept\":true}"),
+                    None,
+                    at(1_600)
                 )
                 .await,
         )),
@@ -1133,14 +1134,19 @@ fn task_change_steps() -> Vec<Step> {
             "TaskStore::finish_working_task: no longer working is false",
             |s| shown(
                 s.tasks()
-                    .finish_working_task(&"t-2".into(), TaskState::Failed, "{}", at(1_650))
+                    .finish_working_task(&"t-2".into(), (TaskState::Failed, "{}"), None, at(1_650))
                     .await,
             )
         ),
         step!("TaskStore::finish_working_task: unknown is false", |s| {
             shown(
                 s.tasks()
-                    .finish_working_task(&"t-none".into(), TaskState::Failed, "{}", at(1_650))
+                    .finish_working_task(
+                        &"t-none".into(),
+                        (TaskState::Failed, "{}"),
+                        None,
+                        at(1_650),
+                    )
                     .await,
             )
         }),
@@ -1595,6 +1601,7 @@ fn delivery_steps() -> Vec<Step> {
                 let turn = Exchange {
                     notify: true,
                     call_trace: Some(TRACED.into()),
+                    sealing: None,
                     ..exchange("t-push", "peer_1", "ctx-p", TaskState::Completed, 3_100)
                 };
                 shown(s.tasks().save_exchange(turn).await)
@@ -1826,6 +1833,68 @@ fn log_steps() -> Vec<Step> {
         step!("LogStore::pending_receipts: none left", |s| shown(
             s.log().pending_receipts(10).await
         )),
+        step!(
+            "TaskStore::save_exchange + TaskStore::working_tasks: a working state keeps what its receipt will state",
+            |s| {
+                let working = Exchange {
+                    sealing: Some("{\"method\":\"SendMessage\"}".into()),
+                    ..exchange("t-seal", "peer_1", "ctx-log", TaskState::Working, 4_100)
+                };
+                let saved = shown(s.tasks().save_exchange(working).await);
+                let sealing: Vec<_> = (s.tasks().working_tasks(None).await.unwrap())
+                    .into_iter()
+                    .filter(|t| t.id.as_str() == "t-seal")
+                    .map(|t| t.sealing)
+                    .collect();
+                format!("{saved} {sealing:?}")
+            }
+        ),
+        step!(
+            "TaskStore::finish_working_task: swept with its receipt, then again with another",
+            |s| {
+                let (peer, one, two) =
+                    ("peer_1".into(), issued("r-swept", 3), issued("r-again", 4));
+                let first = s
+                    .tasks()
+                    .finish_working_task(
+                        &"t-seal".into(),
+                        (TaskState::Failed, "{}"),
+                        one.as_ref().map(|r| (&peer, r)),
+                        at(4_200),
+                    )
+                    .await;
+                let second = s
+                    .tasks()
+                    .finish_working_task(
+                        &"t-seal".into(),
+                        (TaskState::Failed, "{}"),
+                        two.as_ref().map(|r| (&peer, r)),
+                        at(4_300),
+                    )
+                    .await;
+                format!("{} {}", shown(first), shown(second))
+            }
+        ),
+        step!(
+            "TaskStore::save_exchange: a late final copy of a swept task logs no receipt",
+            |s| {
+                let late = Exchange {
+                    receipt: issued("r-late", 5),
+                    ..exchange("t-seal", "peer_1", "ctx-log", TaskState::Completed, 4_400)
+                };
+                shown(s.tasks().save_exchange(late).await)
+            }
+        ),
+        step!(
+            "LogStore::logged_receipt: the sweep's is waiting, the second sweep's and the late copy's are not",
+            |s| {
+                let mut found = Vec::new();
+                for jti in ["r-swept", "r-again", "r-late"] {
+                    found.push(shown(s.log().logged_receipt(jti).await));
+                }
+                found.join(" ")
+            }
+        ),
     ]
 }
 

@@ -247,13 +247,17 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             upstream_task_id: None,
             receipt: None,
             call_trace: None,
+            sealing: None,
         };
         let tasks = store.tasks();
         // Concurrent turns share one batch: two contexts' worth of rows, one usage row.
         let (a, b, c) = tokio::join!(
             tasks.save_exchange(exchange("t1", "TASK_STATE_COMPLETED", 100, "one")),
             tasks.save_exchange(exchange("t2", "TASK_STATE_COMPLETED", 101, "two")),
-            tasks.save_exchange(exchange("t3", "TASK_STATE_WORKING", 102, "")),
+            tasks.save_exchange(Exchange {
+                sealing: Some("{\"kept\":1}".into()),
+                ..exchange("t3", "TASK_STATE_WORKING", 102, "")
+            }),
         );
         a.unwrap();
         b.unwrap();
@@ -347,11 +351,19 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
         let working = tasks.working_tasks(None).await.unwrap();
         assert_eq!(working.len(), 1, "{engine}");
         assert_eq!(working[0].instance.as_deref(), Some("ins_a"), "{engine}");
+        // The sweep reads what the receipt states of the call, and stores the receipt it
+        // makes with the failed state.
+        assert_eq!(working[0].sealing.as_deref(), Some("{\"kept\":1}"));
+        let swept = peergate::store::IssuedReceipt {
+            jti: "r-swept".into(),
+            jws: "h.swept.s".into(),
+            entry: [3; 32],
+        };
         tasks
             .finish_working_task(
                 &"t3".into(),
-                peergate::protocol::types::TaskState::Failed,
-                "{}",
+                (peergate::protocol::types::TaskState::Failed, "{}"),
+                Some((&"peer_1".into(), &swept)),
                 at(103),
             )
             .await
@@ -360,11 +372,28 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
             tasks.working_tasks(None).await.unwrap().is_empty(),
             "{engine}"
         );
-        // A final copy never turns a swept task back.
+        // A final copy never turns a swept task back, and its receipt is not logged: the
+        // state it proves is not the one kept.
+        let late = peergate::store::IssuedReceipt {
+            jti: "r-late".into(),
+            jws: "h.late.s".into(),
+            entry: [4; 32],
+        };
         tasks
-            .save_exchange(exchange("t3", "TASK_STATE_COMPLETED", 103, ""))
+            .save_exchange(Exchange {
+                receipt: Some(late),
+                ..exchange("t3", "TASK_STATE_COMPLETED", 103, "")
+            })
             .await
             .unwrap();
+        let log = store.log();
+        let logged = log.logged_receipt("r-swept").await.unwrap().unwrap();
+        assert_eq!((logged.jws.as_str(), logged.index), ("h.swept.s", None));
+        assert_eq!(
+            log.logged_receipt("r-late").await.unwrap(),
+            None,
+            "{engine}"
+        );
         let t3 = tasks
             .find_task(&"peer_1".into(), &"t3".into(), at(103))
             .await
@@ -447,6 +476,7 @@ async fn the_push_notification_queue_on_every_engine() {
                 receipt: None,
                 // The final state's call was traced; the first's was not.
                 call_trace: (state == "TASK_STATE_COMPLETED").then(|| TRACED.to_owned()),
+                sealing: None,
             };
         let (tasks, push) = (store.tasks(), store.push());
         // A config sent with the message hears the task's first state.
@@ -636,8 +666,11 @@ async fn the_push_notification_queue_on_every_engine() {
         tasks
             .finish_working_task(
                 &"t2".into(),
-                peergate::protocol::types::TaskState::Failed,
-                "{\"failed\":1}",
+                (
+                    peergate::protocol::types::TaskState::Failed,
+                    "{\"failed\":1}",
+                ),
+                None,
                 at(800),
             )
             .await
@@ -909,6 +942,7 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
                 upstream_task_id: agent.map(str::to_owned),
                 receipt: None,
                 call_trace: None,
+                sealing: None,
             };
         let tasks = store.tasks();
         tasks

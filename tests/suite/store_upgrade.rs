@@ -75,7 +75,8 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
             (16, true),
             (17, true),
             (18, true),
-            (19, true)
+            (19, true),
+            (20, true)
         ],
         "the old version is adopted, not run again; the newer migrations run"
     );
@@ -162,7 +163,7 @@ async fn a_store_from_release_0_1_opens_with_everything_it_held() {
     let again = Store::open(dir.path()).await.unwrap();
     assert_eq!(again.accounts().list_peers(None).await.unwrap().len(), 2);
     again.close().await;
-    assert_eq!(applied_migrations(dir.path()).await.len(), 19);
+    assert_eq!(applied_migrations(dir.path()).await.len(), 20);
 }
 
 #[tokio::test]
@@ -291,7 +292,8 @@ async fn an_adoption_cut_short_is_finished_by_the_next_open() {
             (16, true),
             (17, true),
             (18, true),
-            (19, true)
+            (19, true),
+            (20, true)
         ]
     );
 }

@@ -213,6 +213,7 @@ impl Cancels {
                 upstream_task_id: None,
                 receipt,
                 call_trace: None,
+                sealing: None,
             })
             .await
             .map_err(internal)?;

@@ -2,12 +2,13 @@
 //! working by a crash, a lost turn or an instance that is gone, failed as interrupted.
 
 use super::build::Ingredients;
+use crate::a2a::receipts::Receipts;
 use crate::clock::{Clock, Timestamp, rfc3339_millis};
 use crate::protocol::ids::TaskId;
 use crate::protocol::types::{self as a2a, Role, Task, TaskState};
 use crate::shared::events::{TaskEvent, TaskEvents};
 use crate::shared::ownership::TaskOwnership;
-use crate::store::{TaskStore, WorkingTask};
+use crate::store::{IssuedReceipt, TaskStore, WorkingTask};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,6 +61,9 @@ pub(super) struct Recovery {
     events: Arc<dyn TaskEvents>,
     ownership: Arc<dyn TaskOwnership>,
     what: &'static str,
+    /// Seals the tasks it fails, when receipts are on and their working state kept what to
+    /// state.
+    receipts: Option<Arc<Receipts>>,
 }
 
 impl Recovery {
@@ -70,6 +74,7 @@ impl Recovery {
             events: from.shared.events.clone(),
             ownership: from.shared.ownership.clone(),
             what: from.backend.what(),
+            receipts: from.receipts.clone(),
         }
     }
 
@@ -128,27 +133,42 @@ impl Recovery {
         Ok(failed)
     }
 
-    /// Stores a working task as failed (interrupted), unless it finished meanwhile.
+    /// Stores a working task as failed (interrupted), sealed when its working state kept what
+    /// its receipt states, unless it finished meanwhile.
     async fn fail_interrupted(&self, task: &WorkingTask) -> Result<(), crate::store::StoreError> {
         let WorkingTask {
-            id, peer_id, body, ..
+            id,
+            peer_id,
+            body,
+            sealing,
+            ..
         } = task;
         let Ok(mut task) = serde_json::from_str::<Task>(body) else {
             tracing::error!(task_id = %id, "an interrupted task could not be read");
             return Ok(());
         };
+        let now = self.clock.now();
         task.status.state = TaskState::Failed;
-        task.status.timestamp = rfc3339_millis(self.clock.now());
+        task.status.timestamp = rfc3339_millis(now);
         task.status.message.parts = vec![a2a::Part::text(interrupted_text(self.what))];
         if let Some(last) = task.history.last_mut()
             && last.role == Role::Agent
         {
             *last = task.status.message.clone();
         }
+        let sealed = (self.receipts.as_deref()).zip(sealing.as_deref());
+        let receipt = sealed.and_then(|(receipts, kept)| {
+            receipts.seal_kept(kept, peer_id.as_str(), &mut task, now)
+        });
         let body = serde_json::to_string(&task).unwrap_or_else(|_| body.clone());
         let finished = self
             .store
-            .finish_working_task(id, TaskState::Failed, &body, self.clock.now())
+            .finish_working_task(
+                id,
+                (TaskState::Failed, &body),
+                receipt.as_ref().map(|r| (peer_id, r)),
+                now,
+            )
             .await?;
         // Announced like every other final state, so a subscription ends on the event and
         // need not look at the store for it.
@@ -187,6 +207,39 @@ pub(super) struct UnfinishedTask {
     /// Where its failure is announced, and whose task it is.
     pub(super) events: Arc<dyn crate::shared::events::TaskEvents>,
     pub(super) peer_id: crate::store::PeerId,
+    /// What seals its failure, when it gets a receipt.
+    pub(super) sealed: Option<Sealed>,
+}
+
+/// What seals a task failed without its turn: the receipts, and what its call states of
+/// itself, as kept with its working state ([`Receipts::kept`]).
+pub(super) struct Sealed {
+    receipts: Arc<Receipts>,
+    pub(super) kept: String,
+}
+
+impl Sealed {
+    pub(super) fn new(receipts: Arc<Receipts>, kept: String) -> Self {
+        Self { receipts, kept }
+    }
+
+    /// `failed` (a task's JSON) sealed for `peer_id` at `now`: its JSON and its receipt
+    /// (`None`, and `failed` as it was, when either cannot be made).
+    fn seal(
+        &self,
+        peer_id: &str,
+        failed: String,
+        now: Timestamp,
+    ) -> (String, Option<IssuedReceipt>) {
+        let Ok(mut task) = serde_json::from_str::<Task>(&failed) else {
+            return (failed, None);
+        };
+        let receipt = self.receipts.seal_kept(&self.kept, peer_id, &mut task, now);
+        match serde_json::to_string(&task) {
+            Ok(sealed) if receipt.is_some() => (sealed, receipt),
+            _ => (failed, None),
+        }
+    }
 }
 
 impl UnfinishedTask {
@@ -204,16 +257,21 @@ impl Drop for UnfinishedTask {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (store, id, body) = (
+        let (store, id) = (
             self.store.clone(),
             TaskId::from(std::mem::take(&mut self.task_id)),
-            std::mem::take(&mut self.failed_json),
         );
         let (events, peer_id) = (self.events.clone(), self.peer_id.clone());
         let now = self.clock.now();
+        let failed = std::mem::take(&mut self.failed_json);
+        let (body, receipt) = match &self.sealed {
+            Some(sealed) => sealed.seal(peer_id.as_str(), failed, now),
+            None => (failed, None),
+        };
         runtime.spawn(async move {
+            let receipt = receipt.as_ref().map(|r| (&peer_id, r));
             match store
-                .finish_working_task(&id, TaskState::Failed, &body, now)
+                .finish_working_task(&id, (TaskState::Failed, &body), receipt, now)
                 .await
             {
                 Ok(true) => announce_failed(events.as_ref(), peer_id, &id, body),

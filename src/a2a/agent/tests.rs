@@ -70,6 +70,7 @@ async fn working_tasks_are_failed_as_interrupted_once_past_the_cutoff() {
             upstream_task_id: None,
             receipt: None,
             call_trace: None,
+            sealing: None,
         })
         .await
         .unwrap();
@@ -300,6 +301,7 @@ async fn the_sweep_fails_leftovers_of_gone_instances_but_not_a_live_ones_turns()
                 upstream_task_id: None,
                 receipt: None,
                 call_trace: None,
+                sealing: None,
             })
             .await
             .unwrap();

@@ -3,7 +3,7 @@
 
 use super::cancel::canceled_text;
 use super::message::{conversation_id, failure_text, preface};
-use super::recovery::{UNFINISHED_TEXT, UnfinishedTask};
+use super::recovery::{Sealed, UNFINISHED_TEXT, UnfinishedTask};
 use super::turn::Turns;
 use super::turn_task::{Outcome, TurnPlan};
 use super::{internal, store_unavailable};
@@ -46,6 +46,15 @@ impl Turns {
             .event(peer, &turn.task_id, TaskState::Working, &working_json);
         let mut exchange = turn.exchange(self, TaskState::Working, working_json.clone(), now);
         exchange.push_config = turn.push_config.clone();
+        // What the receipt will state of the call, kept with the working state: a task failed
+        // without this turn (a crash, this instance gone) is sealed from it.
+        let sealed = match (&self.receipts, &turn.sealing) {
+            (Some(receipts), Some(sealing)) => receipts
+                .kept(sealing, peer)
+                .map(|kept| Sealed::new(receipts.clone(), kept)),
+            _ => None,
+        };
+        exchange.sealing = sealed.as_ref().map(|s| s.kept.clone());
         let writing = turn.child_span(names::STORE_WRITE, SpanKind::Internal, Vec::new());
         let saved = self.store.save_exchange(exchange).await;
         finish_span(writing, saved.is_err().then_some("store_unavailable"));
@@ -59,6 +68,7 @@ impl Turns {
             failed_json,
             events: self.news.events().clone(),
             peer_id: turn.peer.id().clone(),
+            sealed,
         };
         // A context peergate just named has no history yet: skip the read.
         let history = if fresh_context {

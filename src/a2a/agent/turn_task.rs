@@ -341,6 +341,7 @@ impl TurnPlan {
             upstream_task_id: None,
             receipt: None,
             call_trace: self.trace.as_ref().and_then(|trace| trace.traceparent()),
+            sealing: None,
         }
     }
 }

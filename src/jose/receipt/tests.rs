@@ -17,8 +17,8 @@ fn trusted(keys: &[&CardSigningKey]) -> TrustedKeys {
 
 fn statement() -> Statement {
     Statement {
-        binding: "JSONRPC",
-        method: "SendMessage",
+        binding: "JSONRPC".into(),
+        method: "SendMessage".into(),
         task: "t1".into(),
         context: "c1".into(),
         message: "m1".into(),

@@ -54,7 +54,7 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
     let batch = Batch::of(exchanges);
     let mut tx = pool.begin().await?;
     let mut tasks = QueryBuilder::<Postgres>::new(
-        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance, status_at, upstream_task_id) ",
+        "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, expires_at, instance, status_at, upstream_task_id, sealing) ",
     );
     tasks.push_values(&batch.tasks, |mut row, (e, created_at)| {
         row.push_bind(e.task_id.as_str())
@@ -66,7 +66,8 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
             .push_bind(e.expires_at.as_millisecond())
             .push_bind(e.instance.as_deref())
             .push_bind(e.now.as_millisecond())
-            .push_bind(e.upstream_task_id.as_deref());
+            .push_bind(e.upstream_task_id.as_deref())
+            .push_bind(e.sealing.as_deref());
     });
     // A finished task replaces the working copy stored before the model was asked, unless a
     // sweep already called that copy failed (a peer may have read it so). A task waiting for
@@ -74,11 +75,19 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
     tasks.push(
         " ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
          expires_at = excluded.expires_at, status_at = excluded.status_at, \
-         instance = excluded.instance, \
+         instance = excluded.instance, sealing = excluded.sealing, \
          upstream_task_id = COALESCE(excluded.upstream_task_id, tasks.upstream_task_id) \
-         WHERE tasks.state IN ('TASK_STATE_WORKING', 'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')",
+         WHERE tasks.state IN ('TASK_STATE_WORKING', 'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED') \
+         RETURNING id",
     );
-    tasks.build().execute(&mut *tx).await?;
+    // The tasks whose state was written: a task a sweep failed first keeps that state, and
+    // the receipt of the state it did not take is not logged (no one can read what it proves).
+    let written: std::collections::HashSet<String> = tasks
+        .build_query_scalar()
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
     // Configs sent with a message first, so they hear its task's first state.
     for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
         for statement in sql::upsert_config_statements(config) {
@@ -97,6 +106,7 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
     }
     for receipt in exchanges
         .iter()
+        .filter(|e| written.contains(e.task_id.as_str()))
         .filter_map(|e| sql::insert_receipt_statement(e))
     {
         receipt

@@ -5,7 +5,9 @@
 use super::rows::{CheckpointRow, HashRow, PendingRow, ReceiptRow};
 use super::{Dialect, Sql, SqlEngine, WriteTx, sql};
 use crate::clock::Timestamp;
-use crate::store::records::{Exchange, LoggedReceipt};
+use crate::protocol::ids::TaskId;
+use crate::store::PeerId;
+use crate::store::records::{Exchange, IssuedReceipt, LoggedReceipt};
 use crate::store::{LogIntegration, LogStore, PendingEntry, StoreError};
 use crate::tlog::{Hash, Node};
 use async_trait::async_trait;
@@ -18,15 +20,23 @@ pub(crate) const INSERT_RECEIPT: &str = "INSERT INTO receipts (jti, peer_id, tas
 /// [`INSERT_RECEIPT`] for the exchange's receipt, if it has one.
 pub(crate) fn insert_receipt_statement(e: &Exchange) -> Option<Sql<'_>> {
     let receipt = e.receipt.as_ref()?;
-    Some(
-        sql(INSERT_RECEIPT)
-            .bind(receipt.jti.as_str())
-            .bind(&e.peer_id)
-            .bind(e.task_id.as_str())
-            .bind(receipt.jws.as_str())
-            .bind(receipt.entry.as_slice())
-            .bind(e.now),
-    )
+    Some(receipt_statement(receipt, &e.peer_id, &e.task_id, e.now))
+}
+
+/// [`INSERT_RECEIPT`] for `receipt`, of `peer`'s task `task`, issued at `now`.
+pub(crate) fn receipt_statement<'a>(
+    receipt: &'a IssuedReceipt,
+    peer: &'a PeerId,
+    task: &'a TaskId,
+    now: Timestamp,
+) -> Sql<'a> {
+    sql(INSERT_RECEIPT)
+        .bind(receipt.jti.as_str())
+        .bind(peer)
+        .bind(task.as_str())
+        .bind(receipt.jws.as_str())
+        .bind(receipt.entry.as_slice())
+        .bind(now)
 }
 
 /// The key of PostgreSQL's transaction-scoped advisory lock that elects the integrator (the

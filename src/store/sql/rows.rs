@@ -325,6 +325,7 @@ pub(super) struct WorkingRow {
     peer_id: String,
     body: String,
     instance: Option<String>,
+    sealing: Option<String>,
 }
 
 impl WorkingRow {
@@ -334,6 +335,7 @@ impl WorkingRow {
             peer_id: self.peer_id.into(),
             body: self.body,
             instance: self.instance,
+            sealing: self.sealing,
         }
     }
 }

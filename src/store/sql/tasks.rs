@@ -1,13 +1,13 @@
 //! Tasks and context histories. Exchanges are written by each engine's group commit.
 
 use super::rows::{ListedRow, WorkingRow};
-use super::{SqlEngine, push, sql};
+use super::{SqlEngine, log, push, sql};
 use crate::clock::Timestamp;
 use crate::protocol::ids::{ContextId, TaskId};
 use crate::protocol::types::TaskState;
 use crate::store::{
-    ConversationMessage, ConversationRole, Exchange, PeerId, StoreError, TaskPage, TaskQuery,
-    TaskStore, WorkingTask,
+    ConversationMessage, ConversationRole, Exchange, IssuedReceipt, PeerId, StoreError, TaskPage,
+    TaskQuery, TaskStore, WorkingTask,
 };
 use async_trait::async_trait;
 
@@ -93,10 +93,9 @@ impl<E: SqlEngine> TaskStore for E {
     ) -> Result<Vec<WorkingTask>, StoreError> {
         // Read where writes go: a sweep must see every state written before it.
         let writer = self.writer().await;
-        let rows: Vec<WorkingRow> = sql(
-            "SELECT id, peer_id, body, instance FROM tasks WHERE state = 'TASK_STATE_WORKING' \
-             AND (CAST($1 AS BIGINT) IS NULL OR COALESCE(status_at, created_at) < $1)",
-        )
+        let rows: Vec<WorkingRow> = sql("SELECT id, peer_id, body, instance, sealing FROM tasks \
+             WHERE state = 'TASK_STATE_WORKING' \
+             AND (CAST($1 AS BIGINT) IS NULL OR COALESCE(status_at, created_at) < $1)")
         .bind(created_before)
         .fetch_all(writer.on())
         .await?;
@@ -106,13 +105,13 @@ impl<E: SqlEngine> TaskStore for E {
     async fn finish_working_task(
         &self,
         id: &TaskId,
-        state: TaskState,
-        body: &str,
+        (state, body): (TaskState, &str),
+        receipt: Option<(&PeerId, &IssuedReceipt)>,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin_write(false).await?;
-        let finished = sql("UPDATE tasks SET state = $1, body = $2, status_at = $3 \
-             WHERE id = $4 AND state = 'TASK_STATE_WORKING'")
+        let finished = sql("UPDATE tasks SET state = $1, body = $2, status_at = $3, \
+             sealing = NULL WHERE id = $4 AND state = 'TASK_STATE_WORKING'")
         .bind(state.as_str())
         .bind(body)
         .bind(now)
@@ -123,6 +122,11 @@ impl<E: SqlEngine> TaskStore for E {
             push::queue_state(id.as_str(), state.as_str(), body, (now, None))
                 .execute(tx.on())
                 .await?;
+            if let Some((peer_id, receipt)) = receipt {
+                log::receipt_statement(receipt, peer_id, id, now)
+                    .execute(tx.on())
+                    .await?;
+            }
         }
         tx.commit().await?;
         Ok(finished > 0)

@@ -226,10 +226,11 @@ fn drain(
 /// sweep already called that copy failed (a peer may have read it so). A task waiting for the
 /// peer goes on when the peer answers it.
 const UPSERT_TASK: &str = "INSERT INTO tasks (id, peer_id, context_id, state, body, created_at, \
-     expires_at, instance, status_at, upstream_task_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+     expires_at, instance, status_at, upstream_task_id, sealing) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
      ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body, \
      expires_at = excluded.expires_at, status_at = excluded.status_at, \
-     instance = excluded.instance, \
+     instance = excluded.instance, sealing = excluded.sealing, \
      upstream_task_id = COALESCE(excluded.upstream_task_id, tasks.upstream_task_id) \
      WHERE tasks.state IN ('TASK_STATE_WORKING', 'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')";
 
@@ -266,10 +267,13 @@ fn one_exchange_can_cause(error: &rusqlite::Error) -> bool {
 fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
     let batch = Batch::of(exchanges);
     let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // The tasks whose state was not written (a sweep failed them first): their receipts are
+    // not logged, since no one can read the state they prove.
+    let mut kept_as_they_were = std::collections::HashSet::new();
     {
         let mut upsert = tx.prepare_cached(UPSERT_TASK)?;
         for (e, created_at) in &batch.tasks {
-            upsert.execute(params![
+            let written = upsert.execute(params![
                 e.task_id.as_str(),
                 e.peer_id.as_str(),
                 e.context_id.as_str(),
@@ -280,7 +284,11 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
                 e.instance.as_deref(),
                 e.now.as_millisecond(),
                 e.upstream_task_id,
+                e.sealing,
             ])?;
+            if written == 0 {
+                kept_as_they_were.insert(e.task_id.as_str());
+            }
         }
     }
     // Configs sent with a message first, so they hear its task's first state.
@@ -322,7 +330,10 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
         }
     }
     write_audit(&tx, exchanges)?;
-    write_receipts(&tx, exchanges)?;
+    let written = exchanges
+        .iter()
+        .filter(|e| !kept_as_they_were.contains(e.task_id.as_str()));
+    write_receipts(&tx, written)?;
     tx.commit()?;
     Ok(())
 }
@@ -369,7 +380,10 @@ fn write_audit(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resul
 }
 
 /// The receipts of the final states, queued for the answer log.
-fn write_receipts(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
+fn write_receipts<'a>(
+    tx: &Transaction<'_>,
+    exchanges: impl Iterator<Item = &'a &'a Exchange>,
+) -> rusqlite::Result<()> {
     for e in exchanges {
         if let Some(receipt) = &e.receipt {
             tx.prepare_cached(SQLITE.form(sql::INSERT_RECEIPT))?
@@ -426,6 +440,7 @@ mod tests {
             upstream_task_id: None,
             receipt: None,
             call_trace: None,
+            sealing: None,
         }
     }
 
