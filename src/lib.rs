@@ -9,6 +9,7 @@ pub mod backend;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod content;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod guard;

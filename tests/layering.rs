@@ -23,6 +23,7 @@ const ORDER: &[&str] = &[
     "store",
     "jose",
     "tlog",
+    "content",
     "net",
     "units",
     "clock",

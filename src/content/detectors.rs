@@ -1,0 +1,158 @@
+//! Detectors: a pattern that finds candidates and, where a pattern alone is weak, a check
+//! that confirms them (a payment card's Luhn digit, an IBAN's ISO 7064 mod 97-10, a peergate
+//! credential's CRC). Every pattern uses ASCII word boundaries, so the lazy DFA runs it.
+
+use serde::Deserialize;
+
+/// A checksummed or well-known format, as a rule's `detector`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Detector {
+    /// A payment card number (13 to 19 digits, spaces or dashes between) whose Luhn check
+    /// digit holds.
+    PaymentCard,
+    /// An IBAN whose mod 97-10 check holds.
+    Iban,
+    /// An e-mail address.
+    Email,
+    /// An AWS access key id (`AKIA…`, `ASIA…`).
+    AwsAccessKey,
+    /// A GitHub token (`ghp_…`, `gho_…`, `ghu_…`, `ghs_…`, `ghr_…`, `github_pat_…`).
+    GithubToken,
+    /// A Slack token (`xoxb-…`, `xoxp-…`, …).
+    SlackToken,
+    /// An OpenAI API key (`sk-proj-…`, `sk-svcacct-…`, `sk-admin-…`, or the older form).
+    OpenaiKey,
+    /// A Stripe live secret or restricted key.
+    StripeKey,
+    /// A Google API key (`AIza…`).
+    GoogleApiKey,
+    /// A PEM private key block.
+    PrivateKey,
+    /// A JSON Web Token (three base64url segments, the first two JSON objects).
+    Jwt,
+    /// A peergate credential (`pgt_`, `pgk_`, `pga_`) whose CRC holds.
+    PeergateToken,
+}
+
+impl Detector {
+    /// Its name in the policy and in the starting pack's rule ids.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PaymentCard => "payment-card",
+            Self::Iban => "iban",
+            Self::Email => "email",
+            Self::AwsAccessKey => "aws-access-key",
+            Self::GithubToken => "github-token",
+            Self::SlackToken => "slack-token",
+            Self::OpenaiKey => "openai-key",
+            Self::StripeKey => "stripe-key",
+            Self::GoogleApiKey => "google-api-key",
+            Self::PrivateKey => "private-key",
+            Self::Jwt => "jwt",
+            Self::PeergateToken => "peergate-token",
+        }
+    }
+
+    /// The pattern that finds its candidates.
+    pub(super) fn pattern(self) -> &'static str {
+        match self {
+            Self::PaymentCard => r"(?-u:\b)[0-9](?:[ -]?[0-9]){12,18}(?-u:\b)",
+            Self::Iban => r"(?-u:\b)[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}(?-u:\b)",
+            Self::Email => {
+                r"(?-u:\b)[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}(?-u:\b)"
+            }
+            Self::AwsAccessKey => r"(?-u:\b)(?:AKIA|ASIA)[A-Z0-9]{16}(?-u:\b)",
+            Self::GithubToken => {
+                r"(?-u:\b)(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})(?-u:\b)"
+            }
+            Self::SlackToken => r"(?-u:\b)xox[abposr]-[A-Za-z0-9-]{10,}(?-u:\b)",
+            Self::OpenaiKey => {
+                r"(?-u:\b)sk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20})(?-u:\b)"
+            }
+            Self::StripeKey => r"(?-u:\b)[rs]k_live_[A-Za-z0-9]{20,}(?-u:\b)",
+            Self::GoogleApiKey => r"(?-u:\b)AIza[0-9A-Za-z_-]{35}(?-u:\b)",
+            Self::PrivateKey => {
+                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?s:.*?)-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+            }
+            Self::Jwt => {
+                r"(?-u:\b)eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}(?-u:\b)"
+            }
+            Self::PeergateToken => r"(?-u:\b)pg[tka]_[0-9A-Za-z]{12}_[0-9A-Za-z]{38}(?-u:\b)",
+        }
+    }
+
+    /// How much of a candidate the pattern found is one (its first bytes), if any: a card
+    /// number's candidate may run into the digits after it, so shorter runs are tried too.
+    pub(super) fn confirms(self, candidate: &str) -> Option<usize> {
+        match self {
+            Self::PaymentCard => card_prefix(candidate),
+            Self::Iban => iban(candidate).then_some(candidate.len()),
+            Self::PeergateToken => peergate_credential(candidate).then_some(candidate.len()),
+            _ => Some(candidate.len()),
+        }
+    }
+}
+
+/// The longest run of 13 to 19 digits at the start of `candidate` (spaces and dashes
+/// between) whose Luhn digit holds, as its length in bytes.
+fn card_prefix(candidate: &str) -> Option<usize> {
+    let ends: Vec<usize> = (candidate.char_indices())
+        .filter(|(_, c)| c.is_ascii_digit())
+        .map(|(at, _)| at + 1)
+        .collect();
+    (13..=ends.len().min(19))
+        .rev()
+        .map(|digits| ends[digits - 1])
+        .find(|&end| luhn(&candidate[..end]))
+}
+
+/// The Luhn check over the digits of `candidate` (13 to 19 of them).
+pub fn luhn(candidate: &str) -> bool {
+    let digits: Vec<u32> = candidate.chars().filter_map(|c| c.to_digit(10)).collect();
+    if !(13..=19).contains(&digits.len()) {
+        return false;
+    }
+    let sum: u32 = (digits.iter().rev().enumerate())
+        .map(|(i, &d)| match i % 2 {
+            0 => d,
+            _ if d * 2 > 9 => d * 2 - 9,
+            _ => d * 2,
+        })
+        .sum();
+    sum.is_multiple_of(10)
+}
+
+/// ISO 13616's check of `candidate` (spaces allowed): 15 to 34 characters, mod 97 = 1.
+pub fn iban(candidate: &str) -> bool {
+    let compact: Vec<u8> = candidate.bytes().filter(|b| *b != b' ').collect();
+    if !(15..=34).contains(&compact.len()) {
+        return false;
+    }
+    let (head, tail) = compact.split_at(4);
+    let mut remainder: u32 = 0;
+    for &byte in tail.iter().chain(head) {
+        let value = match byte {
+            b'0'..=b'9' => u32::from(byte - b'0'),
+            b'A'..=b'Z' => u32::from(byte - b'A') + 10,
+            _ => return false,
+        };
+        // A letter is two digits.
+        let width = if value > 9 { 100 } else { 10 };
+        remainder = (remainder * width + value) % 97;
+    }
+    remainder == 1
+}
+
+/// Whether `candidate` is a well-formed peergate credential of any kind (its CRC holds).
+fn peergate_credential(candidate: &str) -> bool {
+    use crate::token::CredentialKind;
+    [
+        CredentialKind::PeerToken,
+        CredentialKind::ApiKey,
+        CredentialKind::AdminToken,
+    ]
+    .into_iter()
+    .any(|kind| crate::token::parse(kind, candidate).is_ok())
+}

@@ -1,0 +1,243 @@
+//! One inspection: the texts, data and parts of one message or answer, for one peer in one
+//! direction, against the rules in force; masking in place, and the verdict at the end.
+
+use super::compile::{ContentRules, DirectionRules, Matcher, Rule};
+use super::settings::{Action, Direction, PartKind};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What one rule did, how many times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// `<pack>/<rule>`.
+    pub rule: Arc<str>,
+    /// Its action.
+    pub action: Action,
+    /// How many matches.
+    pub count: u32,
+}
+
+/// What an inspection found: every rule that matched, and the first that denies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// By rule, then action.
+    pub findings: Vec<Finding>,
+    /// The first denying rule, when one matched.
+    pub denied: Option<Arc<str>>,
+}
+
+impl Verdict {
+    /// Whether something was masked.
+    pub fn masked(&self) -> bool {
+        self.findings.iter().any(|f| f.action == Action::Mask)
+    }
+
+    /// `rule:action` of each finding, comma-separated, as the access log and the span name
+    /// them (never what matched).
+    pub fn summary(&self) -> String {
+        (self.findings.iter())
+            .map(|f| format!("{}:{}", f.rule, f.action.as_str()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// The marker that replaces text a rule masks.
+pub fn marker(rule: &str) -> String {
+    format!("[masked:{rule}]")
+}
+
+/// An inspection under way.
+pub struct Inspection<'r> {
+    rules: &'r ContentRules,
+    direction: &'r DirectionRules,
+    peer: &'r str,
+    found: BTreeMap<(usize, Action), u32>,
+    denied: Option<usize>,
+}
+
+impl ContentRules {
+    /// An inspection of what `peer` (by name) sends, or is answered, in `direction`.
+    pub fn inspect<'r>(&'r self, direction: Direction, peer: &'r str) -> Inspection<'r> {
+        Inspection {
+            rules: self,
+            direction: self.direction(direction),
+            peer,
+            found: BTreeMap::new(),
+            denied: None,
+        }
+    }
+
+    /// A file's bytes are read up to this size.
+    pub fn inspect_file_bytes(&self) -> u64 {
+        self.inspect_file_bytes
+    }
+}
+
+impl Inspection<'_> {
+    /// Whether this inspection has any rule to apply.
+    pub fn has_rules(&self) -> bool {
+        !self.direction.rules.is_empty()
+    }
+
+    /// Whether a denying rule matched already (the rest need not be read).
+    pub fn is_denied(&self) -> bool {
+        self.denied.is_some()
+    }
+
+    fn applies(&self, rule: &Rule) -> bool {
+        self.rules.packs[rule.pack].scope.applies(self.peer)
+    }
+
+    fn record(&mut self, index: usize, count: u32) {
+        let action = self.direction.rules[index].action;
+        *self.found.entry((index, action)).or_default() += count;
+        if action == Action::Deny && self.denied.is_none() {
+            self.denied = Some(index);
+        }
+    }
+
+    /// Inspects `text`, masking what a masking rule matched; returns whether it changed.
+    pub fn text(&mut self, text: &mut String) -> bool {
+        let spans = self.matches(text);
+        let mut masks: Vec<(usize, usize, usize)> = Vec::new();
+        for &(start, end, rule) in &spans {
+            self.record(rule, 1);
+            if self.direction.rules[rule].action == Action::Mask {
+                masks.push((start, end, rule));
+            }
+        }
+        if masks.is_empty() {
+            return false;
+        }
+        *text = self.masked(text, masks);
+        true
+    }
+
+    /// Every (start, end, rule) that matches `text` and applies to the peer.
+    fn matches(&self, text: &str) -> Vec<(usize, usize, usize)> {
+        let mut spans = Vec::new();
+        if let Some(set) = &self.direction.set {
+            for at in set.matches(text).iter() {
+                let index = self.direction.set_owner[at];
+                let rule = &self.direction.rules[index];
+                if !self.applies(rule) {
+                    continue;
+                }
+                match &rule.matcher {
+                    Matcher::Pattern(regex) => {
+                        spans.extend(regex.find_iter(text).map(|m| (m.start(), m.end(), index)));
+                    }
+                    Matcher::Detector(detector, regex) => {
+                        for m in regex.find_iter(text) {
+                            if let Some(len) = detector.confirms(m.as_str()) {
+                                spans.push((m.start(), m.start() + len, index));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for set in &self.direction.literals {
+            for m in set.automaton.find_iter(text) {
+                let index = set.owner[m.pattern().as_usize()];
+                if self.applies(&self.direction.rules[index]) {
+                    spans.push((m.start(), m.end(), index));
+                }
+            }
+        }
+        spans
+    }
+
+    /// `text` with each span replaced by its rule's marker; overlapping spans become one,
+    /// named by the first.
+    fn masked(&self, text: &str, mut masks: Vec<(usize, usize, usize)>) -> String {
+        masks.sort_unstable();
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        for (start, end, rule) in masks {
+            if start < at {
+                // Inside the previous span: it grows to cover this one.
+                if end > at {
+                    at = end;
+                }
+                continue;
+            }
+            out.push_str(&text[at..start]);
+            out.push_str(&marker(&self.direction.rules[rule].id));
+            at = end;
+        }
+        out.push_str(&text[at..]);
+        out
+    }
+
+    /// Inspects every string in `value` (not the keys), masking in place; returns whether
+    /// anything changed.
+    pub fn json(&mut self, value: &mut Value) -> bool {
+        match value {
+            Value::String(text) => self.text(text),
+            Value::Array(items) => items
+                .iter_mut()
+                .fold(false, |changed, v| self.json(v) | changed),
+            Value::Object(members) => {
+                (members.values_mut()).fold(false, |changed, v| self.json(v) | changed)
+            }
+            _ => false,
+        }
+    }
+
+    /// Applies the part rules to a part of `kind` (a file's `media_type`) holding `size`
+    /// bytes.
+    pub fn part(&mut self, kind: PartKind, media_type: Option<&str>, size: u64) {
+        for &index in &self.direction.parts {
+            let rule = &self.direction.rules[index];
+            let Matcher::Part {
+                kinds,
+                media_types,
+                max_bytes,
+            } = &rule.matcher
+            else {
+                continue;
+            };
+            let matched = (kinds.is_empty() || kinds.contains(&kind))
+                && (media_types.is_empty()
+                    || (kind == PartKind::File
+                        && media_type
+                            .is_some_and(|m| media_types.iter().any(|w| media_matches(w, m)))))
+                && max_bytes.is_none_or(|max| size > max);
+            if matched && self.applies(rule) {
+                self.record(index, 1);
+            }
+        }
+    }
+
+    /// What was found.
+    pub fn verdict(self) -> Verdict {
+        let rules = &self.direction.rules;
+        Verdict {
+            findings: (self.found.into_iter())
+                .map(|((index, action), count)| Finding {
+                    rule: rules[index].id.clone(),
+                    action,
+                    count,
+                })
+                .collect(),
+            denied: self.denied.map(|index| rules[index].id.clone()),
+        }
+    }
+}
+
+/// Whether media type `actual` is `wanted` (`image/*` names a family); parameters and case
+/// are ignored.
+fn media_matches(wanted: &str, actual: &str) -> bool {
+    let actual = actual.split(';').next().unwrap_or("").trim();
+    match wanted.strip_suffix("/*") {
+        Some(family) => actual
+            .split('/')
+            .next()
+            .is_some_and(|f| f.eq_ignore_ascii_case(family)),
+        None => actual.eq_ignore_ascii_case(wanted),
+    }
+}
