@@ -13,17 +13,16 @@
 //! sign-in (the peer signed in), no budget (no turn ran), no breaker. The card URL asks the same
 //! decision for an authenticated peer's extended card (`GetExtendedAgentCard`).
 
+use crate::a2a::denial_audit::{DenialAudit, client_of};
 use crate::a2a::operation::{A2aRequest, CallRefused};
 use crate::a2a::stages::{CallStages, CallView};
 use crate::authz::{Authorization, CallAsk, Decision, PeerFacts};
 use crate::clock::Clock;
 use crate::guard::refusal::Refusal;
 use crate::layers::metrics::Metrics;
-use crate::protocol::jsonrpc::Method;
 use crate::protocol::types::IncomingPart;
 use crate::store::{AuditAction, AuditActor, AuditEntry, AuditOutcome, AuditTarget, Store};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The authorize stage over the policies in force.
 pub struct PolicyStage {
@@ -106,7 +105,21 @@ impl PolicyStage {
             return Ok(());
         }
         let method = call.call.method;
-        self.audit.denied(call, method, &policies, self.clock.now());
+        let peer = &call.peer;
+        let key = format!("policy\0{}\0{}", peer.id().as_str(), method.name());
+        self.audit.first_a_minute(key, || AuditEntry {
+            at: self.clock.now(),
+            actor: AuditActor::Peer(peer.name().to_owned()),
+            action: AuditAction::PeerDeniedByPolicy,
+            target: AuditTarget::Peer(peer.name().to_owned()),
+            outcome: AuditOutcome::Denied(method.name().to_owned()),
+            client: client_of(call),
+            detail: format!(
+                "policies: {policies}; binding {}; later denials of this operation within a minute are counted in metrics only",
+                call.call.binding.protocol_name()
+            ),
+            owner_id: Some(peer.owner_id().to_owned()),
+        });
         Err(CallRefused::Guard(Refusal::PolicyDenied {
             method: method.name(),
         }))
@@ -181,54 +194,5 @@ impl std::io::Write for Counted {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
-    }
-}
-
-/// The audit of denials: the first of each peer's operation a minute is written (off the
-/// call's path), the rest are counted in the metrics only, so a peer that keeps asking cannot
-/// flood the audit log.
-struct DenialAudit {
-    store: Store,
-    written: moka::sync::Cache<(Arc<str>, Method), ()>,
-}
-
-impl DenialAudit {
-    fn new(store: Store) -> Self {
-        Self {
-            store,
-            written: moka::sync::Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(Duration::from_secs(60))
-                .build(),
-        }
-    }
-
-    fn denied(&self, call: &CallView, method: Method, policies: &str, at: crate::clock::Timestamp) {
-        let peer = &call.peer;
-        let key = (Arc::from(peer.id().as_str()), method);
-        if !self.written.entry(key).or_insert(()).is_fresh() {
-            return;
-        }
-        let entry = AuditEntry {
-            at,
-            actor: AuditActor::Peer(peer.name().to_owned()),
-            action: AuditAction::PeerDeniedByPolicy,
-            target: AuditTarget::Peer(peer.name().to_owned()),
-            outcome: AuditOutcome::Denied(method.name().to_owned()),
-            client: call
-                .client
-                .map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
-            detail: format!(
-                "policies: {policies}; binding {}; later denials of this operation within a minute are counted in metrics only",
-                call.call.binding.protocol_name()
-            ),
-            owner_id: Some(peer.owner_id().to_owned()),
-        };
-        let store = self.store.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.accounts().append_audit(&entry).await {
-                tracing::warn!(error = %e, "a policy denial could not be audited");
-            }
-        });
     }
 }

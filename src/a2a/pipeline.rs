@@ -185,6 +185,7 @@ impl Pipeline {
             client: caller.client,
             extensions: caller.protocol.activated.clone(),
             note: caller.note.clone(),
+            trace: caller.trace.clone(),
         };
         let answered = self.answer(stages, caller, &view, asked).await;
         let outcome = match &answered {

@@ -201,18 +201,22 @@ impl Receipts {
     }
 
     /// How a call of `method` over `binding` with `message`, received at `received`, is
-    /// sealed once its task is finished; `None` when it gets no receipt.
+    /// sealed once its task is finished; `None` when it gets no receipt. `as_received` is the
+    /// message as sent when the gateway changed it (masked): the receipt digests that.
     pub fn for_call(
         &self,
         (binding, method): (Binding, &'static str),
         activated: &[String],
-        message: &IncomingMessage,
+        (message, as_received): (&IncomingMessage, Option<&Value>),
         received: Timestamp,
     ) -> Result<Option<Sealing>, A2aError> {
         self.sealing(
             (binding, method, activated),
             message.message_id.to_string(),
-            || message_digest(&message_form(message)),
+            || match as_received {
+                Some(form) => message_digest(form),
+                None => message_digest(&message_form(message)),
+            },
             received,
         )
     }

@@ -37,10 +37,12 @@ pub struct CallView {
     pub extensions: Vec<String>,
     /// What the access log writes of the request, when it is on.
     pub note: Option<std::sync::Arc<crate::layers::access_log::AccessNote>>,
+    /// The request's span, when traces are exported.
+    pub trace: Option<std::sync::Arc<crate::telemetry::CallSpan>>,
 }
 
 /// How a call ended, as *observe* sees it.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Outcome<'a> {
     /// Answered in one piece.
@@ -96,3 +98,55 @@ pub trait CallStages: Send + Sync + 'static {
 pub struct NoStages;
 
 impl CallStages for NoStages {}
+
+/// Several capabilities' stages, each stage run in the order they are listed (authorization's
+/// before the content guard's, so a denied call is never inspected).
+pub struct Stacked(pub Vec<std::sync::Arc<dyn CallStages>>);
+
+#[async_trait::async_trait]
+impl CallStages for Stacked {
+    async fn authorize(&self, call: &CallView, request: &A2aRequest) -> Result<(), CallRefused> {
+        for stages in &self.0 {
+            stages.authorize(call, request).await?;
+        }
+        Ok(())
+    }
+
+    async fn inspect_request(
+        &self,
+        call: &CallView,
+        request: &mut A2aRequest,
+    ) -> Result<(), CallRefused> {
+        for stages in &self.0 {
+            stages.inspect_request(call, request).await?;
+        }
+        Ok(())
+    }
+
+    async fn inspect_response(
+        &self,
+        call: &CallView,
+        response: &mut A2aResponse,
+    ) -> Result<(), CallRefused> {
+        for stages in &self.0 {
+            stages.inspect_response(call, response).await?;
+        }
+        Ok(())
+    }
+
+    fn inspect_event(&self, call: &CallView, event: StreamEvent) -> StreamEvent {
+        (self.0.iter()).fold(event, |event, stages| stages.inspect_event(call, event))
+    }
+
+    fn seal(&self, call: &CallView, delivered: &RawValue) {
+        for stages in &self.0 {
+            stages.seal(call, delivered);
+        }
+    }
+
+    fn observe(&self, call: &CallView, outcome: Outcome<'_>) {
+        for stages in &self.0 {
+            stages.observe(call, outcome);
+        }
+    }
+}

@@ -205,11 +205,11 @@ pub async fn start(mut options: GatewayOptions) -> Result<RunningGateway, StartE
     let metrics = &observers.metrics;
     let budgets = budgets(&options, &store, &sharing);
     let push = push_notifications(&options, &store, sharing.serving, &observers)?;
-    let shared = (&sharing, &documents, push.as_ref());
-    let agent = agent(&options, &store, backend, (&budgets, metrics), shared).await?;
-    let providers = (&identity_providers, door_url.as_str());
+    let providers = (&identity_providers, door_url.as_str(), metrics);
     let (guards, known_ids, announcements) =
         door_guards(&options, &store, &sharing.limits, providers).await?;
+    let shared = (&sharing, &documents, push.as_ref(), guards.content.as_ref());
+    let agent = agent(&options, &store, backend, (&budgets, metrics), shared).await?;
     let authenticator = guards.authenticator.clone();
     let reloading = (identity_providers, &guards, &documents, &agent, &listeners);
     let (readiness, router, grpc_router) = a2a_routers(
@@ -394,15 +394,17 @@ fn log_opened(options: &GatewayOptions, store: &Store, backend: &dyn crate::back
     tracing::info!("model backend: {}", backend.describe());
 }
 
-/// The door's guards (authentication and both limits), with the credential ids the
-/// authenticator refuses unknown ones by and the announcements that keep them current.
+/// The door's guards (authentication, both limits, the policies and the content guard), with
+/// the credential ids the authenticator refuses unknown ones by and the announcements that
+/// keep them current.
 async fn door_guards(
     options: &GatewayOptions,
     store: &Store,
     shared: &SharedLimits,
-    (identity_providers, door_url): (
+    (identity_providers, door_url, metrics): (
         &Option<Arc<crate::layers::auth::jwt::IdentityProviders>>,
         &str,
+        &Arc<Metrics>,
     ),
 ) -> Result<(DoorGuards, Arc<KnownCredentialIds>, Option<Announcements>), StartError> {
     let cache_ttl = options.policy.auth.credential_cache_seconds.duration();
@@ -420,8 +422,34 @@ async fn door_guards(
         per_peer,
         authenticator,
         authorization: authorization(&options.policy)?,
+        content: content_guard(options, store, metrics)?,
     };
     Ok((guards, known_ids, announcements))
+}
+
+/// The content guard `[content_guard]` describes, when it has a rule (start-up stops naming
+/// a rule that cannot be used).
+fn content_guard(
+    options: &GatewayOptions,
+    store: &Store,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<crate::a2a::inspect::ContentGuard>>, StartError> {
+    let settings = &options.policy.content_guard;
+    if !settings.any_rule() {
+        return Ok(None);
+    }
+    let rules = crate::content::ContentRules::compile(settings)
+        .map_err(|e| StartError::Config(format!("{}: {e}", e.key())))?;
+    tracing::info!(packs = %rules.versions().join(", "), "content guard: rules in force");
+    let params = crate::a2a::inspect::GuardParams {
+        keep_denied_answers: settings.keep_denied_answers,
+    };
+    Ok(Some(Arc::new(crate::a2a::inspect::ContentGuard::new(
+        Arc::new(rules),
+        params,
+        (metrics.clone(), options.clock.clone()),
+        store.clone(),
+    ))))
 }
 
 /// A client that discovers a public provider from the door's metadata asks it for a token for
@@ -504,7 +532,12 @@ async fn agent(
     store: &Store,
     backend: Arc<dyn crate::backend::ModelBackend>,
     (budgets, metrics): (&Arc<Budgets>, &Arc<Metrics>),
-    (sharing, documents, push): (&Sharing, &Documents, Option<&Arc<crate::push::Push>>),
+    (sharing, documents, push, content): (
+        &Sharing,
+        &Documents,
+        Option<&Arc<crate::push::Push>>,
+        Option<&Arc<crate::a2a::inspect::ContentGuard>>,
+    ),
 ) -> Result<Arc<Agent>, StartError> {
     let policy = &options.policy;
     let mut agent = Agent::builder(
@@ -522,6 +555,9 @@ async fn agent(
     }
     if let Some(push) = push {
         agent = agent.with_push(push.clone());
+    }
+    if let Some(content) = content {
+        agent = agent.with_content_guard(content.clone());
     }
     let agent = Arc::new(agent.build());
     agent.hear_cancels();
@@ -735,9 +771,20 @@ fn a2a_routers(
             store.clone(),
         ))
     });
+    let mut stages: Vec<Arc<dyn crate::a2a::stages::CallStages>> = Vec::new();
     if let Some(policies) = &policies {
-        pipeline = pipeline.with_stages(policies.clone());
+        stages.push(policies.clone());
     }
+    if let Some(content) = &guards.content {
+        stages.push(Arc::new(crate::a2a::inspect::ContentStage::new(
+            content.clone(),
+        )));
+    }
+    pipeline = match stages.len() {
+        0 => pipeline,
+        1 => pipeline.with_stages(stages.remove(0)),
+        _ => pipeline.with_stages(Arc::new(crate::a2a::stages::Stacked(stages))),
+    };
     let mut state = door_state(policy, pipeline.clone(), documents, readiness.clone());
     state.policies = policies;
     let door = settings::door(policy);

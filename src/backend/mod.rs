@@ -101,6 +101,24 @@ pub struct Completion {
     pub reply: Option<AgentReply>,
 }
 
+/// The readable text of an agent's answer: its artifacts' text when they have any, else its
+/// message's.
+pub fn reply_text(
+    parts: &[crate::protocol::types::Part],
+    artifacts: &[crate::protocol::types::Artifact],
+) -> String {
+    use crate::protocol::types::parts_text;
+    let from_artifacts: Vec<String> = (artifacts.iter())
+        .map(|a| parts_text(&a.parts))
+        .filter(|t| !t.is_empty())
+        .collect();
+    if from_artifacts.is_empty() {
+        parts_text(parts)
+    } else {
+        from_artifacts.join("\n")
+    }
+}
+
 /// What an agent behind the door answered, beyond its text.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentReply {

@@ -705,19 +705,7 @@ fn completion_of_task(task: UpstreamTask) -> Result<Completion, BackendError> {
         ))?;
     // Each part holds exactly one kind of content: the typed part cannot be read otherwise.
     let parts = task.status.message.map(|m| m.parts).unwrap_or_default();
-    let text = {
-        let from_artifacts: Vec<String> = task
-            .artifacts
-            .iter()
-            .map(|a| parts_text(&a.parts))
-            .filter(|t| !t.is_empty())
-            .collect();
-        if from_artifacts.is_empty() {
-            parts_text(&parts)
-        } else {
-            from_artifacts.join("\n")
-        }
-    };
+    let text = super::reply_text(&parts, &task.artifacts);
     Ok(Completion {
         text,
         usage: Usage::default(),

@@ -178,6 +178,9 @@ pub struct Policy {
     /// `[admin]`
     #[serde(default)]
     pub admin: AdminPolicy,
+    /// `[content_guard]`: what is inspected of what passes through the door.
+    #[serde(default)]
+    pub content_guard: crate::content::ContentGuardSettings,
     /// `[authorization]`: Cedar policies, when present.
     #[serde(default)]
     pub authorization: Option<authorization::AuthorizationPolicy>,
@@ -433,6 +436,10 @@ impl Policy {
         self.card.validate()?;
         self.signing.validate()?;
         self.receipts_keys_apart()?;
+        // Compiled once here to refuse a rule by name; the door compiles it again to use.
+        if let Err(e) = crate::content::ContentRules::compile(&self.content_guard) {
+            return Err(invalid(e.key(), e.to_string()));
+        }
         self.model.validate()?;
         self.auth.validate()?;
         if let Some(issuer) = &self.admin.issuer {

@@ -28,9 +28,7 @@ pub const MAX_LITERAL_TOTAL: usize = 1 << 20;
 #[non_exhaustive]
 pub enum RuleError {
     /// A pack's name or a rule's id is not one.
-    #[error(
-        "content_guard: {what} {name:?} is not a name (letters, digits, '-', '_', '.', 1 to 64)"
-    )]
+    #[error("{what} {name:?} is not a name (letters, digits, '-', '_', '.', 1 to 64)")]
     BadName {
         /// "pack" or "rule".
         what: &'static str,
@@ -38,26 +36,24 @@ pub enum RuleError {
         name: String,
     },
     /// Two packs, or two rules of a pack, share a name.
-    #[error("content_guard: {0} is defined twice")]
+    #[error("{0} is defined twice")]
     Duplicate(String),
     /// A pack takes the starting pack's name.
-    #[error("content_guard.packs: \"starter\" is the built-in pack's name")]
+    #[error("\"starter\" is the built-in pack's name")]
     Reserved,
     /// A pack without a version.
-    #[error("content_guard.packs: pack {0} names no version")]
+    #[error("pack {0} names no version")]
     NoVersion(String),
     /// A rule matches by none, or by more than one, of its ways.
     #[error(
-        "content_guard: rule {0} must have exactly one of pattern, literals, detector, or part rules (part_kinds, media_types, max_bytes)"
+        "rule {0} must have exactly one of pattern, literals, detector, or part rules (part_kinds, media_types, max_bytes)"
     )]
     Matcher(String),
     /// A part rule cannot mask: it matches a whole part.
-    #[error(
-        "content_guard: rule {0} matches whole parts: its action is deny, record or pass, not mask"
-    )]
+    #[error("rule {0} matches whole parts: its action is deny, record or pass, not mask")]
     MaskedPart(String),
     /// A pattern that cannot be used.
-    #[error("content_guard: rule {rule}: pattern refused: {why}")]
+    #[error("rule {rule}: pattern refused: {why}")]
     Pattern {
         /// The rule.
         rule: String,
@@ -65,7 +61,7 @@ pub enum RuleError {
         why: String,
     },
     /// A literal set past its limits.
-    #[error("content_guard: rule {rule}: literals refused: {why}")]
+    #[error("rule {rule}: literals refused: {why}")]
     Literals {
         /// The rule.
         rule: String,
@@ -74,9 +70,19 @@ pub enum RuleError {
     },
     /// A direction's rules together past the set limit.
     #[error(
-        "content_guard: the {0} rules together compile past {MAX_SET_BYTES} bytes: use fewer or simpler patterns"
+        "the {0} rules together compile past {MAX_SET_BYTES} bytes: use fewer or simpler patterns"
     )]
     TooLarge(&'static str),
+}
+
+impl RuleError {
+    /// The policy key it is about.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Self::TooLarge(_) => "content_guard",
+            _ => "content_guard.packs",
+        }
+    }
 }
 
 /// Which peers a pack applies to.

@@ -12,6 +12,7 @@ pub mod detectors;
 mod scan;
 pub mod settings;
 mod starter;
+pub mod stream;
 #[cfg(test)]
 mod tests;
 

@@ -55,6 +55,8 @@ pub struct Inspection<'r> {
     peer: &'r str,
     found: BTreeMap<(usize, Action), u32>,
     denied: Option<usize>,
+    /// Whether a masking rule changes the text, or only counts (a first look).
+    masking: bool,
 }
 
 impl ContentRules {
@@ -66,6 +68,16 @@ impl ContentRules {
             peer,
             found: BTreeMap::new(),
             denied: None,
+            masking: true,
+        }
+    }
+
+    /// A first look: the same verdict as [`ContentRules::inspect`]'s, with nothing changed
+    /// (for when what was sent must be kept before it is masked).
+    pub fn look<'r>(&'r self, direction: Direction, peer: &'r str) -> Inspection<'r> {
+        Inspection {
+            masking: false,
+            ..self.inspect(direction, peer)
         }
     }
 
@@ -86,11 +98,16 @@ impl Inspection<'_> {
         self.denied.is_some()
     }
 
+    /// The action of rule `index`.
+    pub(super) fn action(&self, index: usize) -> Action {
+        self.direction.rules[index].action
+    }
+
     fn applies(&self, rule: &Rule) -> bool {
         self.rules.packs[rule.pack].scope.applies(self.peer)
     }
 
-    fn record(&mut self, index: usize, count: u32) {
+    pub(super) fn record(&mut self, index: usize, count: u32) {
         let action = self.direction.rules[index].action;
         *self.found.entry((index, action)).or_default() += count;
         if action == Action::Deny && self.denied.is_none() {
@@ -108,7 +125,7 @@ impl Inspection<'_> {
                 masks.push((start, end, rule));
             }
         }
-        if masks.is_empty() {
+        if masks.is_empty() || !self.masking {
             return false;
         }
         *text = self.masked(text, masks);
@@ -116,7 +133,7 @@ impl Inspection<'_> {
     }
 
     /// Every (start, end, rule) that matches `text` and applies to the peer.
-    fn matches(&self, text: &str) -> Vec<(usize, usize, usize)> {
+    pub(super) fn matches(&self, text: &str) -> Vec<(usize, usize, usize)> {
         let mut spans = Vec::new();
         if let Some(set) = &self.direction.set {
             for at in set.matches(text).iter() {
@@ -153,7 +170,7 @@ impl Inspection<'_> {
 
     /// `text` with each span replaced by its rule's marker; overlapping spans become one,
     /// named by the first.
-    fn masked(&self, text: &str, mut masks: Vec<(usize, usize, usize)>) -> String {
+    pub(super) fn masked(&self, text: &str, mut masks: Vec<(usize, usize, usize)>) -> String {
         masks.sort_unstable();
         let mut out = String::with_capacity(text.len());
         let mut at = 0;

@@ -240,3 +240,39 @@ fn hostile_or_useless_rules_are_refused_at_start_up_by_name() {
         RuleError::BadName { .. }
     ));
 }
+
+#[test]
+fn a_secret_split_across_streamed_pieces_is_masked_before_any_of_it_is_sent() {
+    let rules = starter(&[], &[StarterGroup::Secrets]);
+    let mut streamed =
+        super::stream::StreamedText::new(rules.look(Direction::Outbound, "alice"), 16);
+    let mut sent = String::new();
+    for piece in ["Your key is AKIAIOSF", "ODNN7EXAMPLE and ", "that is all."] {
+        let released = streamed.piece(piece);
+        assert!(!released.contains("AKIA"), "{released}");
+        sent.push_str(&released);
+    }
+    sent.push_str(&streamed.finish());
+    assert_eq!(
+        sent,
+        "Your key is [masked:starter/aws-access-key] and that is all."
+    );
+}
+
+#[test]
+fn a_denied_stream_sends_nothing_from_the_match_on() {
+    let rules = ContentRules::compile(&pack(vec![RuleSettings {
+        literals: vec!["launch codes".into()],
+        ..rule("codes", Action::Deny)
+    }]))
+    .unwrap();
+    let mut streamed =
+        super::stream::StreamedText::new(rules.look(Direction::Outbound, "alice"), 8);
+    let mut sent = String::new();
+    for piece in ["Here are the launch", " codes: 1234", " and more"] {
+        sent.push_str(&streamed.piece(piece));
+    }
+    sent.push_str(&streamed.finish());
+    assert!(streamed.denied());
+    assert!(!sent.contains("codes") && !sent.contains("1234"), "{sent}");
+}

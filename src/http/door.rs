@@ -69,6 +69,8 @@ pub(crate) struct DoorGuards {
     pub(crate) authenticator: Arc<PeerAuthenticator>,
     /// The Cedar policies every call is put to, with `[authorization]`.
     pub(crate) authorization: Option<Arc<crate::authz::Authorization>>,
+    /// The content guard a partner's message passes, with `[content_guard]` rules.
+    pub(crate) content: Option<Arc<crate::a2a::inspect::ContentGuard>>,
 }
 
 /// What the door's routes and guard are told by the policy; the composition root builds it,
@@ -350,6 +352,7 @@ fn may_read_extended(
             .map(|client| client.ip()),
         extensions: Vec::new(),
         note: extensions.get().cloned(),
+        trace: extensions.get().cloned(),
     };
     let request = crate::a2a::operation::A2aRequest::GetExtendedAgentCard;
     policies.decided(&view, &request).is_ok()

@@ -10,7 +10,8 @@
 //! …), the parts of a message a model did not read (`unread_parts`, as `kind@index`, or `-`),
 //! the authorization policies' decision and the ids of the policies that made it (`authz`,
 //! `allow:ID,…` or `deny:ID,…`, `deny:default` when none permitted it, or `-` without
-//! policies), and the latency in milliseconds with at most three decimals. Never a credential, a
+//! policies), the content guard's verdicts inbound and outbound (`content_in`, `content_out`:
+//! `rule:action,…`, or `-`), and the latency in milliseconds with at most three decimals. Never a credential, a
 //! header, a body or a prompt. With `--log-format json` each is one JSON object.
 //!
 //! The layer is outermost; the layers inside it write what they decide into the request's
@@ -54,6 +55,8 @@ pub struct AccessNote {
     unread_parts: OnceLock<Box<str>>,
     agent_task: OnceLock<Box<str>>,
     authz: OnceLock<Box<str>>,
+    /// The content guard's verdicts, inbound and outbound.
+    content: [OnceLock<Box<str>>; 2],
 }
 
 impl AccessNote {
@@ -81,6 +84,12 @@ impl AccessNote {
     pub fn authz(&self, allowed: bool, policies: &str) {
         let decision = if allowed { "allow" } else { "deny" };
         let _ = self.authz.set(format!("{decision}:{policies}").into());
+    }
+
+    /// Notes the content guard's verdict in one direction (`inbound` first, then
+    /// `outbound`), as `rule:action,…`: never what matched.
+    pub fn content(&self, outbound: bool, verdict: &str) {
+        let _ = self.content[usize::from(outbound)].set(verdict.into());
     }
 }
 
@@ -226,6 +235,8 @@ impl Seen {
             reason = response.extensions().get::<RefusalReason>().map_or("-", |r| r.label()),
             unread_parts = self.note.unread_parts.get().map_or("-", |parts| &**parts),
             authz = self.note.authz.get().map_or("-", |decided| &**decided),
+            content_in = self.note.content[0].get().map_or("-", |v| &**v),
+            content_out = self.note.content[1].get().map_or("-", |v| &**v),
             // Milliseconds to the microsecond: three decimals at most.
             latency_ms = self.started.elapsed().as_micros() as f64 / 1000.0,
             "request"

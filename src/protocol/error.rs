@@ -56,6 +56,14 @@ pub enum A2aError {
     /// `-32000` (implementation-defined): another message of the same context is still being
     /// answered and did not finish in time.
     ContextBusy,
+    /// `-32000` (implementation-defined): the content guard refused the message; names the
+    /// rule (`<pack>/<rule>`), never what it matched.
+    ContentDenied {
+        /// The rule that denied it.
+        rule: String,
+    },
+    /// The content guard could not inspect the message, and its failure mode is closed.
+    ContentUninspected,
     /// A rate limit refused the request after it reached the service (its shared count was
     /// asked with the operation's own checks). The guard layer in front answers HTTP 429 with
     /// `Retry-After` in its place; this form is for a caller without that layer.
@@ -108,6 +116,8 @@ impl A2aError {
             // Another message of the context is still being answered: retry later.
             Self::ContextBusy => (-32000, "CONTEXT_BUSY", 409, Aborted),
             Self::RateLimited { .. } => (-32000, "RATE_LIMITED", 429, ResourceExhausted),
+            Self::ContentDenied { .. } => (-32000, "CONTENT_DENIED", 400, InvalidArgument),
+            Self::ContentUninspected => (-32000, "CONTENT_UNINSPECTED", 503, Unavailable),
         };
         Entry {
             code,
@@ -194,6 +204,12 @@ impl A2aError {
             Self::RateLimited {
                 retry_after_seconds,
             } => format!("Too many requests: retry after {retry_after_seconds} s"),
+            Self::ContentDenied { rule } => {
+                format!("The message was refused by the gateway's content rules (rule {rule})")
+            }
+            Self::ContentUninspected => {
+                "The message could not be inspected by the gateway's content rules, so it was not passed on; retry later".to_owned()
+            }
         }
     }
 
@@ -216,6 +232,9 @@ impl A2aError {
                     "supportedVersions".to_owned(),
                     Value::String("1.0".to_owned()),
                 );
+            }
+            Self::ContentDenied { rule } => {
+                metadata.insert("rule".to_owned(), Value::String(rule.clone()));
             }
             _ => {}
         }

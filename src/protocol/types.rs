@@ -168,6 +168,11 @@ pub struct SendMessageRequest {
     misplaced_context_id: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "taskId")]
     misplaced_task_id: Option<serde::de::IgnoredAny>,
+    /// The message as the partner sent it (A2A 1.0's ProtoJSON form), kept when the gateway
+    /// changed it before the operation read it (the content guard masked some of it): what a
+    /// receipt digests as the request.
+    #[serde(skip)]
+    pub as_received: Option<Value>,
 }
 
 impl SendMessageRequest {
@@ -181,6 +186,7 @@ impl SendMessageRequest {
             message,
             configuration,
             metadata,
+            as_received: None,
             misplaced_context_id: None,
             misplaced_task_id: None,
         }

@@ -775,6 +775,9 @@ stored_names! {
         /// The authorization policies denied a peer's call (the first a minute, per peer and
         /// operation).
         PeerDeniedByPolicy => "peer.denied_by_policy",
+        /// The content guard denied a peer's message, or an answer to it (the first a minute,
+        /// per peer, rule and direction).
+        PeerContentDenied => "peer.content_denied",
         /// The authorization policies denied an administrator's request.
         AdminDeniedByPolicy => "admin.denied_by_policy",
     }

@@ -96,6 +96,10 @@ pub const FIRST_EVENT: &str = "peergate.stream.first_event";
 pub const PARTNER_CONTEXT: &str = "peergate.partner_context";
 /// The agent's own task id behind the door.
 pub const UPSTREAM_TASK_ID: &str = "peergate.upstream.task.id";
+/// The content guard's verdict on what the partner sent (`rule:action,…`, never what matched).
+pub const CONTENT_INBOUND: &str = "peergate.content.inbound";
+/// The content guard's verdict on the answer (`rule:action,…`).
+pub const CONTENT_OUTBOUND: &str = "peergate.content.outbound";
 
 // Span names other than the call's (which is the A2A method's name).
 /// A push notification's delivery.

@@ -25,14 +25,21 @@ pub fn run_sdk_client_serving(
     let data = dir.path().join("data");
     let token = add_peer(&data, peer);
     let server = ServeProcess::start_with(dir.path(), &data, serve_args, &[]);
+    let summary = run_sdk_client_against(program, script, (&server, &token), client_args);
+    (summary, server.door())
+}
+
+/// Runs an official SDK client `script` with `program` against `server` as the peer holding
+/// `token`, with `client_args`; its JSON summary (the server's log in the failure when it fails).
+pub fn run_sdk_client_against(
+    program: &Path,
+    script: &Path,
+    (server, token): (&ServeProcess, &str),
+    client_args: &[&str],
+) -> Value {
     let output = Command::new(program)
         .arg(script)
-        .args([
-            "--base-url",
-            &format!("http://{}", server.addr),
-            "--token",
-            &token,
-        ])
+        .args(["--base-url", &server.base(), "--token", token])
         .args(client_args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
@@ -44,8 +51,7 @@ pub fn run_sdk_client_serving(
         String::from_utf8_lossy(&output.stderr),
         server.log_text()
     );
-    let summary = serde_json::from_str(stdout.trim()).expect("JSON summary");
-    (summary, server.door())
+    serde_json::from_str(stdout.trim()).expect("JSON summary")
 }
 
 /// Runs an official SDK client against `policies/full.toml` and checks what every such client

@@ -13,6 +13,8 @@ What it answers, chosen by the text of the message:
     "fail"     a failed task;  "reject"  a rejected task
     "parts"    a completed task with text, data, url and raw parts in two artifacts
     "slow"     working, three "step N" updates 0.5 s apart, then completed
+    "secret-chunks"  working, a test card number split across three status updates, then a
+               completed task whose artifact holds it whole
     "context"  a completed task whose answer is the contextId the agent saw
     "cancels"  a completed task whose answer counts the cancels the agent received
     "connections"  a completed task whose answer counts the connections the agent was asked
@@ -182,6 +184,17 @@ class ScriptedExecutor(AgentExecutor):
                 [new_raw_part(b'hello bytes', media_type='text/plain', filename='hello.txt')],
                 name='raw-file',
             )
+            await updater.complete()
+        elif text == 'secret-chunks':
+            # A card number split across three status updates, then whole in the artifact.
+            await updater.start_work()
+            for chunk in ('the card is 4111 11', '11 1111 ', '1111, keep it'):
+                await updater.update_status(
+                    TaskState.TASK_STATE_WORKING,
+                    updater.new_agent_message([new_text_part(chunk)]),
+                )
+            await updater.add_artifact(
+                [new_text_part('the card is 4111 1111 1111 1111, keep it')], name='answer')
             await updater.complete()
         elif text == 'slow':
             await updater.start_work()

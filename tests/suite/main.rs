@@ -21,6 +21,7 @@ mod card_verify;
 mod cli;
 mod cluster;
 mod container;
+mod content_guard;
 mod deploy;
 mod docs;
 mod door;

@@ -30,6 +30,7 @@ pub struct AgentBuilder {
     cards: ExtendedCards,
     push: Option<Arc<crate::push::Push>>,
     receipts: Option<Arc<crate::a2a::receipts::Receipts>>,
+    content: Option<Arc<crate::a2a::inspect::ContentGuard>>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -60,7 +61,14 @@ impl AgentBuilder {
             cards: ExtendedCards::default(),
             push: None,
             receipts: None,
+            content: None,
         }
+    }
+
+    /// Inspects every answer with `content`'s outbound rules before it is sealed and stored.
+    pub fn with_content_guard(mut self, content: Arc<crate::a2a::inspect::ContentGuard>) -> Self {
+        self.content = Some(content);
+        self
     }
 
     /// Seals finished tasks with `receipts`.
@@ -107,6 +115,7 @@ impl AgentBuilder {
             settings: self.settings,
             shared: self.shared,
             receipts: self.receipts,
+            content: self.content,
         };
         Agent {
             turns: Arc::new(Turns::new(&from)),
@@ -141,4 +150,6 @@ pub(super) struct Ingredients {
     pub(super) background: Background,
     pub(super) places: StreamPlaces,
     pub(super) receipts: Option<Arc<crate::a2a::receipts::Receipts>>,
+    /// The content guard every answer passes, with outbound rules.
+    pub(super) content: Option<Arc<crate::a2a::inspect::ContentGuard>>,
 }

@@ -14,6 +14,7 @@ use crate::a2a::events::{EventStream, Stream, StreamRefused, stream_pair};
 use crate::a2a::service::Caller;
 use crate::admin::budget::SharedReading;
 use crate::clock::{Timestamp, rfc3339_millis};
+use crate::content::stream::StreamedText;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::protocol::types::{
     Message, Part, Role, SendMessageRequest, StreamResponse, Task, TaskState, TaskStatus,
@@ -130,6 +131,10 @@ impl Turns {
         // response limit.
         let (pieces, mut arriving) = mpsc::unbounded_channel::<String>();
         let mut streamed = 0usize;
+        // With outbound content rules, a piece is sent once the rules read it with what
+        // follows (the whole answer is inspected again before it is stored).
+        let mut guarded =
+            (self.content.as_ref()).map(|guard| guard.streamed_text(turn.peer.name()));
         let mut outcome = {
             let asked = self.run_model(&turn, &prompt, cancel, Some(&pieces));
             tokio::pin!(asked);
@@ -138,7 +143,8 @@ impl Turns {
                     outcome = &mut asked => break outcome,
                     Some(piece) = arriving.recv() => {
                         streamed += piece.len();
-                        stream.send(&piece_update(&working, &piece, self.clock.now()));
+                        let now = self.clock.now();
+                        send_piece(&mut stream, guarded.as_mut(), (&working, &piece), now);
                     }
                 }
             }
@@ -146,7 +152,13 @@ impl Turns {
         drop(pieces);
         while let Ok(piece) = arriving.try_recv() {
             streamed += piece.len();
-            stream.send(&piece_update(&working, &piece, self.clock.now()));
+            let now = self.clock.now();
+            send_piece(&mut stream, guarded.as_mut(), (&working, &piece), now);
+        }
+        if let Some(rest) = guarded.as_mut().map(StreamedText::finish)
+            && !rest.is_empty()
+        {
+            stream.send(&piece_update(&working, &rest, self.clock.now()));
         }
         // The peer read text whose cost the model did not report (a turn canceled or cut short,
         // or a server that ignores `include_usage`): it counts, at about four bytes a token.
@@ -166,6 +178,26 @@ impl Turns {
             Ok(stored) => stream.send_final(stored.task),
             Err(error) => stream.fail(error),
         }
+    }
+}
+
+/// Sends `piece` of the answer to the stream, or what the content rules let out of it so far.
+fn send_piece(
+    stream: &mut Stream,
+    guarded: Option<&mut StreamedText<'_>>,
+    (working, piece): (&Task, &str),
+    now: Timestamp,
+) {
+    let released;
+    let piece = match guarded {
+        Some(guarded) => {
+            released = guarded.piece(piece);
+            released.as_str()
+        }
+        None => piece,
+    };
+    if !piece.is_empty() {
+        stream.send(&piece_update(working, piece, now));
     }
 }
 

@@ -65,6 +65,8 @@ pub(super) struct Turns {
     pub(super) places: StreamPlaces,
     /// Seals finished tasks, when receipts are on.
     pub(super) receipts: Option<Arc<crate::a2a::receipts::Receipts>>,
+    /// Inspects answers, when the content guard has outbound rules.
+    pub(super) content: Option<Arc<crate::a2a::inspect::ContentGuard>>,
 }
 
 impl Turns {
@@ -95,6 +97,8 @@ impl Turns {
             background: from.background.clone(),
             places: from.places.clone(),
             receipts: from.receipts.clone(),
+            content: (from.content.clone())
+                .filter(|c| c.inspects(crate::content::Direction::Outbound)),
         }
     }
 
@@ -271,7 +275,7 @@ impl Turns {
                 &format!("belongs inside the message: send it as params.message.{id}"),
             ));
         }
-        let message = params.message;
+        let (message, as_received) = (params.message, params.as_received);
         let configuration = params.configuration.unwrap_or_default();
         let history_length = configuration
             .history_length
@@ -279,7 +283,7 @@ impl Turns {
             .transpose()?;
         let (read, sent) = self.read(caller, &message, params.metadata)?;
         let (text, parts, context_id, kept) = (read.text, read.parts, read.context_id, read.kept);
-        let sealing = self.sealing(caller, &message)?;
+        let sealing = self.sealing(caller, (&message, as_received.as_ref()))?;
         if let Some(task_id) = &message.task_id {
             let continued = self
                 .continued_task(peer, task_id, message.context_id.as_ref())
@@ -346,7 +350,7 @@ impl Turns {
     fn sealing(
         &self,
         caller: &Caller,
-        message: &a2a::IncomingMessage,
+        message: (&a2a::IncomingMessage, Option<&serde_json::Value>),
     ) -> Result<Option<crate::a2a::receipts::Sealing>, A2aError> {
         let Some(receipts) = &self.receipts else {
             return Ok(None);

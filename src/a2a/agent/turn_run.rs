@@ -206,11 +206,14 @@ impl Turns {
         answer: Result<crate::backend::Completion, BackendError>,
     ) -> Outcome {
         match answer {
-            Ok(completion) => {
+            Ok(mut completion) => {
                 let tokens = completion
                     .usage
                     .prompt_tokens
                     .saturating_add(completion.usage.completion_tokens);
+                if self.inspected(turn, &mut completion) {
+                    return self.withheld(turn, completion, tokens);
+                }
                 Outcome {
                     state: completion
                         .reply
@@ -251,6 +254,71 @@ impl Turns {
                     agent_reply: None,
                 }
             }
+        }
+    }
+
+    /// The answer through the content guard's outbound rules, masked in place (an agent's
+    /// text read again from what its parts became); whether a rule denies it.
+    fn inspected(&self, turn: &TurnPlan, completion: &mut crate::backend::Completion) -> bool {
+        let Some(guard) = &self.content else {
+            return false;
+        };
+        let noted = crate::a2a::inspect::Noted {
+            peer: &turn.peer,
+            note: turn.note.as_deref(),
+            trace: turn.trace.as_deref(),
+            client: "unknown",
+        };
+        let verdict = match &mut completion.reply {
+            Some(reply) => {
+                let answer = (None, &mut reply.parts[..], &mut reply.artifacts[..]);
+                let verdict = guard.outbound(noted, answer);
+                if verdict.masked() {
+                    completion.text = crate::backend::reply_text(&reply.parts, &reply.artifacts);
+                }
+                verdict
+            }
+            None => guard.outbound(noted, (Some(&mut completion.text), &mut [], &mut [])),
+        };
+        verdict.denied.is_some()
+    }
+
+    /// A turn whose answer the content rules deny: FAILED with a neutral message, its tokens
+    /// counted, and the answer kept out of the conversation unless the operator keeps evidence.
+    fn withheld(
+        &self,
+        turn: &TurnPlan,
+        completion: crate::backend::Completion,
+        tokens: u64,
+    ) -> Outcome {
+        let mut messages = vec![ConversationMessage {
+            role: ConversationRole::Peer,
+            text: turn.text.clone(),
+            parts: Some(turn.kept.clone()),
+        }];
+        if self
+            .content
+            .as_ref()
+            .is_some_and(|guard| guard.keeps_denied_answers())
+        {
+            messages.push(ConversationMessage {
+                role: ConversationRole::Agent,
+                text: completion.text.clone(),
+                parts: Some(answer_kept(&completion)),
+            });
+        }
+        Outcome {
+            state: TaskState::Failed,
+            reply: WITHHELD_TEXT.to_owned(),
+            messages,
+            usage: Some(self.budgets.record(
+                turn.peer.owner_id(),
+                turn.peer.id(),
+                tokens,
+                turn.spending.as_ref(),
+            )),
+            audit: None,
+            agent_reply: None,
         }
     }
 
@@ -428,3 +496,8 @@ fn answer_kept(completion: &crate::backend::Completion) -> String {
         None => super::kept::kept_text(&completion.text),
     }
 }
+
+/// The agent's message of a task whose answer the content rules withheld: neutral, naming no
+/// rule (the partner did not write the answer, and the rules are the operator's).
+pub(super) const WITHHELD_TEXT: &str =
+    "The answer could not be delivered: it did not pass the gateway's content rules.";

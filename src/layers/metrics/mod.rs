@@ -29,6 +29,7 @@ mod calls;
 pub mod decisions;
 mod histogram;
 mod peers;
+pub mod verdicts;
 
 pub use calls::{CallMetrics, GenAiOperation};
 
@@ -129,6 +130,8 @@ pub struct Metrics {
     calls: CallMetrics,
     /// The authorization policies' decisions.
     decisions: decisions::Decisions,
+    /// The content guard's verdicts.
+    verdicts: verdicts::Verdicts,
 }
 
 impl Default for Metrics {
@@ -146,6 +149,7 @@ impl Default for Metrics {
             spans: std::sync::OnceLock::new(),
             calls: CallMetrics::default(),
             decisions: decisions::Decisions::default(),
+            verdicts: verdicts::Verdicts::default(),
             parts: std::array::from_fn(|_| std::sync::atomic::AtomicU8::new(PART_UNSEEN)),
         }
     }
@@ -277,12 +281,18 @@ impl Metrics {
         self.write_spans(&mut out);
         self.calls.write(&mut out);
         self.decisions.write(&mut out);
+        self.verdicts.write(&mut out);
         out
     }
 
     /// The authorization policies' decisions.
     pub fn decisions(&self) -> &decisions::Decisions {
         &self.decisions
+    }
+
+    /// The content guard's verdicts.
+    pub fn verdicts(&self) -> &verdicts::Verdicts {
+        &self.verdicts
     }
 
     /// The series the semantic conventions name.

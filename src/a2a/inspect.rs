@@ -1,0 +1,227 @@
+//! The *inspect* stages with the content guard (docs/content-guard.md): a partner's message
+//! before its operation runs, and the agent's answer before it is sealed and stored (the
+//! agent calls [`ContentGuard::outbound`], so what is masked is exactly what is delivered,
+//! stored and digested). A denied message is refused with the rule's id and no task is run;
+//! every verdict is counted by rule and action, noted in the access log and on the call's
+//! span, and a denial is audited (the first of a peer's rule a minute) — never what matched.
+
+use crate::a2a::denial_audit::{DenialAudit, client_of};
+use crate::a2a::operation::{A2aRequest, CallRefused};
+use crate::a2a::stages::{CallStages, CallView};
+use crate::clock::Clock;
+use crate::content::{ContentRules, Direction, Verdict};
+use crate::layers::access_log::AccessNote;
+use crate::layers::auth::AuthenticatedPeer;
+use crate::layers::metrics::Metrics;
+use crate::protocol::error::A2aError;
+use crate::protocol::types::{Artifact, Part, SendMessageRequest};
+use crate::store::{AuditAction, AuditActor, AuditEntry, AuditOutcome, AuditTarget, Store};
+use crate::telemetry::CallSpan;
+use std::sync::Arc;
+
+/// The content guard's settings besides its rules.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GuardParams {
+    /// Keep a denied answer in the stored conversation, as the operator's evidence.
+    pub keep_denied_answers: bool,
+}
+
+/// The rules in force and where their verdicts go.
+pub struct ContentGuard {
+    rules: Arc<ContentRules>,
+    params: GuardParams,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    audit: DenialAudit,
+}
+
+/// Where one call's verdicts are noted besides the metrics.
+#[derive(Clone, Copy)]
+pub struct Noted<'a> {
+    /// The peer whose call it is.
+    pub peer: &'a AuthenticatedPeer,
+    /// Its access line, when the log is on.
+    pub note: Option<&'a AccessNote>,
+    /// Its span, when traced.
+    pub trace: Option<&'a CallSpan>,
+    /// Its client's address, for the audit log.
+    pub client: &'a str,
+}
+
+impl ContentGuard {
+    /// The guard over `rules`, counting in `metrics`, auditing denials in `store`.
+    pub fn new(
+        rules: Arc<ContentRules>,
+        params: GuardParams,
+        (metrics, clock): (Arc<Metrics>, Arc<dyn Clock>),
+        store: Store,
+    ) -> Self {
+        Self {
+            rules,
+            params,
+            metrics,
+            clock,
+            audit: DenialAudit::new(store),
+        }
+    }
+
+    /// Whether any rule inspects `direction`.
+    pub fn inspects(&self, direction: Direction) -> bool {
+        self.rules.inspects(direction)
+    }
+
+    /// Whether a denied answer stays in the stored conversation.
+    pub fn keeps_denied_answers(&self) -> bool {
+        self.params.keep_denied_answers
+    }
+
+    /// A partner's message and its request's metadata, masked in place (the message as sent
+    /// kept in [`SendMessageRequest::as_received`] for its receipt); refused when a rule
+    /// denies it.
+    pub fn inbound(
+        &self,
+        noted: Noted<'_>,
+        request: &mut SendMessageRequest,
+    ) -> Result<(), A2aError> {
+        let peer = noted.peer.name();
+        // A first look changes nothing: most messages are clean, and one that is not keeps
+        // its form as sent before anything is masked.
+        let mut look = self.rules.look(Direction::Inbound, peer);
+        look.message(&self.rules, &mut request.message, request.metadata.as_mut());
+        let mut verdict = look.verdict();
+        if verdict.denied.is_none() && verdict.masked() {
+            request.as_received = Some(crate::a2a::receipts::message_form(&request.message));
+            let mut inspection = self.rules.inspect(Direction::Inbound, peer);
+            inspection.message(&self.rules, &mut request.message, request.metadata.as_mut());
+            verdict = inspection.verdict();
+        }
+        self.recorded(Direction::Inbound, &verdict, noted);
+        match verdict.denied {
+            Some(rule) => Err(A2aError::ContentDenied {
+                rule: rule.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// An answer's text, parts and artifacts for `noted`'s peer, masked in place; the
+    /// verdict says whether a rule denies it.
+    pub fn outbound(
+        &self,
+        noted: Noted<'_>,
+        (text, parts, artifacts): (Option<&mut String>, &mut [Part], &mut [Artifact]),
+    ) -> Verdict {
+        let mut inspection = self.rules.inspect(Direction::Outbound, noted.peer.name());
+        if let Some(text) = text {
+            inspection.text(text);
+        }
+        inspection.parts(&self.rules, parts);
+        inspection.artifacts(&self.rules, artifacts);
+        let verdict = inspection.verdict();
+        self.recorded(Direction::Outbound, &verdict, noted);
+        verdict
+    }
+
+    /// A stream's text under the outbound rules for `peer` (by name), piece by piece.
+    pub fn streamed_text<'a>(&'a self, peer: &'a str) -> crate::content::stream::StreamedText<'a> {
+        let inspection = self.rules.look(Direction::Outbound, peer);
+        crate::content::stream::StreamedText::new(
+            inspection,
+            crate::content::stream::DEFAULT_OVERLAP,
+        )
+    }
+
+    /// Counts, notes and (a denial) audits `verdict`.
+    fn recorded(&self, direction: Direction, verdict: &Verdict, noted: Noted<'_>) {
+        if verdict.findings.is_empty() {
+            return;
+        }
+        let counted = self.metrics.verdicts();
+        for finding in &verdict.findings {
+            let action = finding.action.as_str();
+            counted.matched(
+                direction.as_str(),
+                &finding.rule,
+                action,
+                finding.count.into(),
+            );
+        }
+        let summary = verdict.summary();
+        if let Some(note) = noted.note {
+            note.content(direction == Direction::Outbound, &summary);
+        }
+        if let Some(trace) = noted.trace {
+            let key = match direction {
+                Direction::Inbound => crate::telemetry::conventions::CONTENT_INBOUND,
+                Direction::Outbound => crate::telemetry::conventions::CONTENT_OUTBOUND,
+            };
+            trace.note([opentelemetry::KeyValue::new(key, summary.clone())]);
+        }
+        if let Some(rule) = &verdict.denied {
+            self.audit_denial(direction, rule, noted);
+        }
+    }
+
+    fn audit_denial(&self, direction: Direction, rule: &str, noted: Noted<'_>) {
+        let peer = noted.peer;
+        let key = format!(
+            "content\0{}\0{rule}\0{}",
+            peer.id().as_str(),
+            direction.as_str()
+        );
+        self.audit.first_a_minute(key, || AuditEntry {
+            at: self.clock.now(),
+            actor: AuditActor::Peer(peer.name().to_owned()),
+            action: AuditAction::PeerContentDenied,
+            target: AuditTarget::Peer(peer.name().to_owned()),
+            outcome: AuditOutcome::Denied(rule.to_owned()),
+            client: noted.client.to_owned(),
+            detail: format!(
+                "{} content denied by rule {rule} ({}); later denials by this rule within a minute are counted in metrics only",
+                direction.as_str(),
+                self.rules.versions().join(", ")
+            ),
+            owner_id: Some(peer.owner_id().to_owned()),
+        });
+    }
+}
+
+/// The *inspect* stage over a [`ContentGuard`]: a partner's message, before its operation.
+pub struct ContentStage {
+    guard: Arc<ContentGuard>,
+}
+
+impl ContentStage {
+    /// The stage over `guard`.
+    pub fn new(guard: Arc<ContentGuard>) -> Self {
+        Self { guard }
+    }
+}
+
+#[async_trait::async_trait]
+impl CallStages for ContentStage {
+    async fn inspect_request(
+        &self,
+        call: &CallView,
+        request: &mut A2aRequest,
+    ) -> Result<(), CallRefused> {
+        let (A2aRequest::SendMessage(message) | A2aRequest::SendStreamingMessage(message)) =
+            request
+        else {
+            return Ok(());
+        };
+        if !self.guard.inspects(Direction::Inbound) {
+            return Ok(());
+        }
+        let client = client_of(call);
+        let noted = Noted {
+            peer: &call.peer,
+            note: call.note.as_deref(),
+            trace: call.trace.as_deref(),
+            client: &client,
+        };
+        self.guard
+            .inbound(noted, message)
+            .map_err(CallRefused::Protocol)
+    }
+}
