@@ -13,6 +13,7 @@
 # BENCH_AUTHORIZATION=FILE adds `[authorization] policies = FILE` and a flood of calls the
 # policies deny (403).
 # BENCH_RECEIPTS=MODE adds `[receipts] mode = MODE` (signed receipts of finished tasks).
+# BENCH_CONTENT=1 adds the content guard's starting pack, every group, both directions.
 # BENCH_PEERGATE=FILE counts another build (run once per build; the scenarios are the same).
 # Needs valgrind and wrk (Debian: apt-get install valgrind wrk).
 set -euo pipefail
@@ -37,6 +38,10 @@ policy="$work/policy.toml"
 cp policies/bench.toml "$policy"
 if [ -n "${BENCH_AUTHORIZATION:-}" ]; then
   printf '\n[authorization]\npolicies = "%s"\n' "$BENCH_AUTHORIZATION" >>"$policy"
+fi
+if [ -n "${BENCH_CONTENT:-}" ]; then
+  groups='["secrets", "personal_data", "instruction_override"]'
+  printf '\n[content_guard.starter]\ninbound = %s\noutbound = %s\n' "$groups" "$groups" >>"$policy"
 fi
 if [ -n "${BENCH_RECEIPTS:-}" ]; then
   printf '\n[receipts]\nmode = "%s"\n' "$BENCH_RECEIPTS" >>"$policy"

@@ -14,6 +14,7 @@
 # BENCH_AUTHORIZATION=FILE adds `[authorization] policies = FILE` (Cedar policies deciding every
 # call) and a flood of calls they deny (403) by a peer no policy permits.
 # BENCH_RECEIPTS=MODE adds `[receipts] mode = MODE` (signed receipts of finished tasks).
+# BENCH_CONTENT=1 adds the content guard's starting pack, every group, both directions.
 # BENCH_PEERGATE=FILE measures another build of peergate (an A/B of two commits in the same
 # minutes: build the other commit, copy its binary aside, and run the script once with each).
 #
@@ -113,6 +114,10 @@ policy="$work/policy.toml"
 sed 's/^schemes = \["bearer"\]/schemes = ["bearer", "jwt"]/' "${BENCH_POLICY:-policies/bench.toml}" >"$policy"
 if [ -n "${BENCH_AUTHORIZATION:-}" ]; then
   printf '\n[authorization]\npolicies = "%s"\n' "$BENCH_AUTHORIZATION" >>"$policy"
+fi
+if [ -n "${BENCH_CONTENT:-}" ]; then
+  groups='["secrets", "personal_data", "instruction_override"]'
+  printf '\n[content_guard.starter]\ninbound = %s\noutbound = %s\n' "$groups" "$groups" >>"$policy"
 fi
 if [ -n "${BENCH_RECEIPTS:-}" ]; then
   printf '\n[receipts]\nmode = "%s"\n' "$BENCH_RECEIPTS" >>"$policy"

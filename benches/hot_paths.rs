@@ -333,8 +333,54 @@ fn receipts(c: &mut Criterion) {
     });
 }
 
+/// The content guard's starting pack, every group, on a short message, on 64 KiB of prose
+/// with nothing to find, and on 64 KiB that holds a card number every kilobyte.
+fn content_guard(c: &mut Criterion) {
+    use peergate::content::settings::{StarterGroup, StarterSettings};
+    use peergate::content::{ContentGuardSettings, ContentRules, Direction};
+    let all = vec![
+        StarterGroup::Secrets,
+        StarterGroup::PersonalData,
+        StarterGroup::InstructionOverride,
+    ];
+    let rules = ContentRules::compile(&ContentGuardSettings {
+        starter: StarterSettings {
+            inbound: all.clone(),
+            outbound: all,
+            ..StarterSettings::default()
+        },
+        ..ContentGuardSettings::default()
+    })
+    .unwrap();
+    let inspect = |text: &str| {
+        let mut text = text.to_owned();
+        let mut inspection = rules.inspect(Direction::Inbound, "alice");
+        inspection.text(&mut text);
+        black_box((text, inspection.verdict()))
+    };
+    let short = "What is the delivery date for order 4471, and can it ship to the Lyon warehouse?";
+    c.bench_function("content: starter pack, a 79-byte message", |b| {
+        b.iter(|| inspect(short))
+    });
+    let prose = "The quarterly report covers revenue, shipping times and the new warehouse. ";
+    let clean: String = prose.repeat(64 * 1024 / prose.len() + 1)[..64 * 1024].to_owned();
+    c.bench_function("content: starter pack, 64 KiB, nothing found", |b| {
+        b.iter(|| inspect(&clean))
+    });
+    let mut dirty = String::new();
+    while dirty.len() < 64 * 1024 {
+        dirty.push_str(&prose.repeat(13));
+        dirty.push_str("card 4111 1111 1111 1111. ");
+    }
+    c.bench_function(
+        "content: starter pack, 64 KiB, a card every kilobyte masked",
+        |b| b.iter(|| inspect(&dirty)),
+    );
+}
+
 criterion_group!(
     benches,
+    content_guard,
     tokens,
     limiter,
     limiter_refusing,

@@ -6,10 +6,13 @@
 //! span, and a denial is audited (the first of a peer's rule a minute) — never what matched.
 
 use crate::a2a::denial_audit::{DenialAudit, client_of};
+use crate::a2a::inspector::{Decision, Inspector};
 use crate::a2a::operation::{A2aRequest, CallRefused};
 use crate::a2a::stages::{CallStages, CallView};
 use crate::clock::Clock;
-use crate::content::{ContentRules, Direction, Verdict};
+use crate::content::{
+    Action, ContentRules, Direction, FailureMode, Finding, Replacements, Verdict,
+};
 use crate::layers::access_log::AccessNote;
 use crate::layers::auth::AuthenticatedPeer;
 use crate::layers::metrics::Metrics;
@@ -24,15 +27,28 @@ use std::sync::Arc;
 pub struct GuardParams {
     /// Keep a denied answer in the stored conversation, as the operator's evidence.
     pub keep_denied_answers: bool,
+    /// What a call gets when the outside inspector gives no decision.
+    pub failure_mode: FailureMode,
 }
 
-/// The rules in force and where their verdicts go.
+/// The rules in force, the outside inspector, and where their verdicts go.
 pub struct ContentGuard {
     rules: Arc<ContentRules>,
     params: GuardParams,
+    inspector: Option<Inspector>,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     audit: DenialAudit,
+}
+
+/// An answer's verdict: the rules' and the inspector's, and whether it is withheld (denied,
+/// or not inspected under the closed failure mode).
+#[derive(Debug, Default)]
+pub struct Inspected {
+    /// What matched.
+    pub verdict: Verdict,
+    /// Whether the answer may not be delivered.
+    pub withheld: bool,
 }
 
 /// Where one call's verdicts are noted besides the metrics.
@@ -49,9 +65,10 @@ pub struct Noted<'a> {
 }
 
 impl ContentGuard {
-    /// The guard over `rules`, counting in `metrics`, auditing denials in `store`.
+    /// The guard over `rules` and `inspector`, counting in `metrics`, auditing denials in
+    /// `store`.
     pub fn new(
-        rules: Arc<ContentRules>,
+        (rules, inspector): (Arc<ContentRules>, Option<Inspector>),
         params: GuardParams,
         (metrics, clock): (Arc<Metrics>, Arc<dyn Clock>),
         store: Store,
@@ -59,15 +76,21 @@ impl ContentGuard {
         Self {
             rules,
             params,
+            inspector,
             metrics,
             clock,
             audit: DenialAudit::new(store),
         }
     }
 
-    /// Whether any rule inspects `direction`.
+    /// Whether any rule, or the inspector, inspects `direction`.
     pub fn inspects(&self, direction: Direction) -> bool {
-        self.rules.inspects(direction)
+        self.rules.inspects(direction) || self.outside(direction).is_some()
+    }
+
+    /// The outside inspector, when it inspects `direction`.
+    fn outside(&self, direction: Direction) -> Option<&Inspector> {
+        self.inspector.as_ref().filter(|i| i.inspects(direction))
     }
 
     /// Whether a denied answer stays in the stored conversation.
@@ -76,50 +99,142 @@ impl ContentGuard {
     }
 
     /// A partner's message and its request's metadata, masked in place (the message as sent
-    /// kept in [`SendMessageRequest::as_received`] for its receipt); refused when a rule
-    /// denies it.
-    pub fn inbound(
+    /// kept in [`SendMessageRequest::as_received`] for its receipt); refused when a rule or
+    /// the inspector denies it, or the inspector gives no decision under the closed mode.
+    pub async fn inbound(
         &self,
         noted: Noted<'_>,
         request: &mut SendMessageRequest,
     ) -> Result<(), A2aError> {
         let peer = noted.peer.name();
+        let outside = self.outside(Direction::Inbound);
         // A first look changes nothing: most messages are clean, and one that is not keeps
         // its form as sent before anything is masked.
         let mut look = self.rules.look(Direction::Inbound, peer);
         look.message(&self.rules, &mut request.message, request.metadata.as_mut());
-        let mut verdict = look.verdict();
-        if verdict.denied.is_none() && verdict.masked() {
-            request.as_received = Some(crate::a2a::receipts::message_form(&request.message));
-            let mut inspection = self.rules.inspect(Direction::Inbound, peer);
+        let mut inspected = Inspected {
+            verdict: look.verdict(),
+            withheld: false,
+        };
+        if inspected.verdict.denied.is_none() && (inspected.verdict.masked() || outside.is_some()) {
+            let sent = crate::a2a::receipts::message_form(&request.message);
+            let mut inspection = self.rules.inspect_collecting(Direction::Inbound, peer);
             inspection.message(&self.rules, &mut request.message, request.metadata.as_mut());
-            verdict = inspection.verdict();
+            let texts = inspection.collected();
+            inspected.verdict = inspection.verdict();
+            if let Some(outside) = outside {
+                let replace = self
+                    .asked(outside, Direction::Inbound, noted, &texts, &mut inspected)
+                    .await;
+                if let Some(replacements) = replace {
+                    let mut pass = self.rules.replace(Direction::Inbound, replacements);
+                    pass.message(&self.rules, &mut request.message, request.metadata.as_mut());
+                }
+            }
+            if inspected.verdict.masked() {
+                request.as_received = Some(sent);
+            }
         }
-        self.recorded(Direction::Inbound, &verdict, noted);
-        match verdict.denied {
-            Some(rule) => Err(A2aError::ContentDenied {
+        self.recorded(Direction::Inbound, &inspected.verdict, noted);
+        match (&inspected.verdict.denied, inspected.withheld) {
+            (Some(rule), _) => Err(A2aError::ContentDenied {
                 rule: rule.to_string(),
             }),
-            None => Ok(()),
+            (None, true) => Err(A2aError::ContentUninspected),
+            (None, false) => Ok(()),
         }
     }
 
-    /// An answer's text, parts and artifacts for `noted`'s peer, masked in place; the
-    /// verdict says whether a rule denies it.
-    pub fn outbound(
+    /// An answer's text, parts and artifacts for `noted`'s peer, masked in place; whether
+    /// the rules or the inspector withhold it.
+    pub async fn outbound(
         &self,
         noted: Noted<'_>,
-        (text, parts, artifacts): (Option<&mut String>, &mut [Part], &mut [Artifact]),
-    ) -> Verdict {
-        let mut inspection = self.rules.inspect(Direction::Outbound, noted.peer.name());
-        if let Some(text) = text {
+        (mut text, parts, artifacts): (Option<&mut String>, &mut [Part], &mut [Artifact]),
+    ) -> Inspected {
+        let outside = self.outside(Direction::Outbound);
+        let peer = noted.peer.name();
+        let mut inspection = match outside {
+            Some(_) => self.rules.inspect_collecting(Direction::Outbound, peer),
+            None => self.rules.inspect(Direction::Outbound, peer),
+        };
+        if let Some(text) = text.as_deref_mut() {
             inspection.text(text);
         }
         inspection.parts(&self.rules, parts);
         inspection.artifacts(&self.rules, artifacts);
-        let verdict = inspection.verdict();
-        self.recorded(Direction::Outbound, &verdict, noted);
-        verdict
+        let texts = inspection.collected();
+        let mut inspected = Inspected {
+            verdict: inspection.verdict(),
+            withheld: false,
+        };
+        if let Some(outside) = outside.filter(|_| inspected.verdict.denied.is_none()) {
+            let replace = self
+                .asked(outside, Direction::Outbound, noted, &texts, &mut inspected)
+                .await;
+            if let Some(replacements) = replace {
+                let mut pass = self.rules.replace(Direction::Outbound, replacements);
+                if let Some(text) = text {
+                    pass.text(text);
+                }
+                pass.parts(&self.rules, parts);
+                pass.artifacts(&self.rules, artifacts);
+            }
+        }
+        inspected.withheld |= inspected.verdict.denied.is_some();
+        self.recorded(Direction::Outbound, &inspected.verdict, noted);
+        inspected
+    }
+
+    /// The inspector's decision on `texts`, added to `inspected`: its replacements when it
+    /// masks; a failure counted and decided by the failure mode.
+    async fn asked(
+        &self,
+        outside: &Inspector,
+        direction: Direction,
+        noted: Noted<'_>,
+        texts: &[String],
+        inspected: &mut Inspected,
+    ) -> Option<Replacements> {
+        let finding = |rule: &Arc<str>, action, count| Finding {
+            rule: rule.clone(),
+            action,
+            count,
+        };
+        match outside
+            .ask(direction, noted.peer.id().as_str(), texts)
+            .await
+        {
+            Ok(Decision::Pass) => None,
+            Ok(Decision::Deny { rule }) => {
+                inspected
+                    .verdict
+                    .findings
+                    .push(finding(&rule, Action::Deny, 1));
+                inspected.verdict.denied = Some(rule);
+                None
+            }
+            Ok(Decision::Mask { rule, replacements }) => {
+                let count = u32::try_from(replacements.len()).unwrap_or(u32::MAX);
+                inspected
+                    .verdict
+                    .findings
+                    .push(finding(&rule, Action::Mask, count));
+                let replacements = (replacements.into_iter())
+                    .map(|(index, text)| (index, (texts[index].clone(), text)))
+                    .collect();
+                Some(replacements)
+            }
+            Err(error) => {
+                let mode = self.params.failure_mode;
+                let closed = mode == FailureMode::Closed;
+                tracing::warn!(direction = direction.as_str(), error = %error, closed, "the content inspector gave no decision");
+                let label = if closed { "closed" } else { "open" };
+                self.metrics.verdicts().failed(direction.as_str(), label);
+                inspected.withheld |= closed;
+                None
+            }
+        }
     }
 
     /// A stream's text under the outbound rules for `peer` (by name), piece by piece.
@@ -222,6 +337,7 @@ impl CallStages for ContentStage {
         };
         self.guard
             .inbound(noted, message)
+            .await
             .map_err(CallRefused::Protocol)
     }
 }

@@ -9,6 +9,7 @@ pub mod card_settings;
 pub mod denial_audit;
 pub mod events;
 pub mod inspect;
+pub mod inspector;
 pub mod jsonrpc_binding;
 pub mod log_audit;
 pub mod operation;

@@ -440,12 +440,17 @@ fn content_guard(
     }
     let rules = crate::content::ContentRules::compile(settings)
         .map_err(|e| StartError::Config(format!("{}: {e}", e.key())))?;
-    tracing::info!(packs = %rules.versions().join(", "), "content guard: rules in force");
+    let inspector = (settings.inspector.as_ref())
+        .map(crate::a2a::inspector::Inspector::new)
+        .transpose()
+        .map_err(StartError::Config)?;
+    tracing::info!(packs = %rules.versions().join(", "), inspector = inspector.is_some(), "content guard: rules in force");
     let params = crate::a2a::inspect::GuardParams {
         keep_denied_answers: settings.keep_denied_answers,
+        failure_mode: settings.failure_mode,
     };
     Ok(Some(Arc::new(crate::a2a::inspect::ContentGuard::new(
-        Arc::new(rules),
+        (Arc::new(rules), inspector),
         params,
         (metrics.clone(), options.clock.clone()),
         store.clone(),

@@ -440,6 +440,10 @@ impl Policy {
         if let Err(e) = crate::content::ContentRules::compile(&self.content_guard) {
             return Err(invalid(e.key(), e.to_string()));
         }
+        let inspector = self.content_guard.inspector.as_ref();
+        if let Some((key, why)) = inspector.and_then(|i| i.problem()) {
+            return Err(invalid(key, why));
+        }
         self.model.validate()?;
         self.auth.validate()?;
         if let Some(issuer) = &self.admin.issuer {

@@ -43,6 +43,10 @@ impl Verdict {
     }
 }
 
+/// An outside inspector's replacements, by the order texts are read: the text it was sent and
+/// what replaces it.
+pub type Replacements = std::collections::HashMap<usize, (String, String)>;
+
 /// The marker that replaces text a rule masks.
 pub fn marker(rule: &str) -> String {
     format!("[masked:{rule}]")
@@ -57,6 +61,12 @@ pub struct Inspection<'r> {
     denied: Option<usize>,
     /// Whether a masking rule changes the text, or only counts (a first look).
     masking: bool,
+    /// Every text read, as the rules left it, in the order read: what an outside inspector
+    /// is sent.
+    collected: Option<Vec<String>>,
+    /// Replacements by the order texts are read (an outside inspector's: the text it was sent,
+    /// and what replaces it), applied instead of the rules; and how many texts were read.
+    replacing: Option<(Replacements, usize)>,
 }
 
 impl ContentRules {
@@ -69,6 +79,31 @@ impl ContentRules {
             found: BTreeMap::new(),
             denied: None,
             masking: true,
+            collected: None,
+            replacing: None,
+        }
+    }
+
+    /// An inspection that also keeps every text it reads (as masked), for an outside
+    /// inspector ([`Inspection::collected`]).
+    pub fn inspect_collecting<'r>(&'r self, direction: Direction, peer: &'r str) -> Inspection<'r> {
+        Inspection {
+            collected: Some(Vec::new()),
+            ..self.inspect(direction, peer)
+        }
+    }
+
+    /// A pass that applies `replacements` (by the order texts are read, as
+    /// [`Inspection::collected`] listed them) and nothing else. A text that is not the one the
+    /// inspector was sent is left as it is.
+    pub fn replace<'r>(
+        &'r self,
+        direction: Direction,
+        replacements: Replacements,
+    ) -> Inspection<'r> {
+        Inspection {
+            replacing: Some((replacements, 0)),
+            ..self.inspect(direction, "")
         }
     }
 
@@ -117,6 +152,30 @@ impl Inspection<'_> {
 
     /// Inspects `text`, masking what a masking rule matched; returns whether it changed.
     pub fn text(&mut self, text: &mut String) -> bool {
+        if let Some((replacements, read)) = &mut self.replacing {
+            let replaced = replacements.remove(read);
+            *read += 1;
+            return match replaced {
+                Some((sent, replacement)) if sent == *text && replacement != sent => {
+                    *text = replacement;
+                    true
+                }
+                _ => false,
+            };
+        }
+        let changed = self.ruled(text);
+        if let Some(collected) = &mut self.collected {
+            collected.push(text.clone());
+        }
+        changed
+    }
+
+    /// The texts read so far, as the rules left them (empty unless collecting).
+    pub fn collected(&mut self) -> Vec<String> {
+        self.collected.take().unwrap_or_default()
+    }
+
+    fn ruled(&mut self, text: &mut String) -> bool {
         let spans = self.matches(text);
         let mut masks: Vec<(usize, usize, usize)> = Vec::new();
         for &(start, end, rule) in &spans {
@@ -208,6 +267,9 @@ impl Inspection<'_> {
     /// Applies the part rules to a part of `kind` (a file's `media_type`) holding `size`
     /// bytes.
     pub fn part(&mut self, kind: PartKind, media_type: Option<&str>, size: u64) {
+        if self.replacing.is_some() {
+            return;
+        }
         for &index in &self.direction.parts {
             let rule = &self.direction.rules[index];
             let Matcher::Part {

@@ -25,6 +25,94 @@ pub struct ContentGuardSettings {
     /// `[[content_guard.packs]]`: the operator's rule packs.
     #[serde(default)]
     pub packs: Vec<PackSettings>,
+    /// `[content_guard.inspector]`: an outside inspector, asked after the local rules.
+    #[serde(default)]
+    pub inspector: Option<InspectorSettings>,
+}
+
+/// `[content_guard.inspector]`: a webhook the operator runs (a classifier, a DLP service),
+/// given the texts the local rules read (as they left them) and answering pass, mask with
+/// replacements, or deny.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InspectorSettings {
+    /// Where it is asked: `https://…`, or `http://` on a loopback address.
+    pub url: String,
+    /// The directions it inspects; both when empty.
+    #[serde(default)]
+    pub directions: Vec<Direction>,
+    /// How long an answer is waited for, a slot included (milliseconds, 1 to 30,000).
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Inspections in flight at once, at most (1 to 10,000).
+    #[serde(default = "default_concurrency")]
+    pub max_concurrent: u32,
+    /// Consecutive failures that open the breaker: calls then fail at once, without asking.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before one call tries again (seconds).
+    #[serde(default = "default_breaker_seconds")]
+    pub breaker_seconds: u64,
+    /// The environment variable holding the bearer token it is sent, if it needs one.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// A PEM file of CA certificates trusted for it besides the system's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+}
+
+fn default_timeout_ms() -> u64 {
+    1000
+}
+
+fn default_concurrency() -> u32 {
+    64
+}
+
+fn default_breaker_failures() -> u32 {
+    5
+}
+
+fn default_breaker_seconds() -> u64 {
+    30
+}
+
+impl InspectorSettings {
+    /// Whether it inspects `direction`.
+    pub fn inspects(&self, direction: Direction) -> bool {
+        self.directions.is_empty() || self.directions.contains(&direction)
+    }
+
+    /// Its checks: `(key, why)` of the first setting that cannot be used.
+    pub fn problem(&self) -> Option<(&'static str, &'static str)> {
+        let loopback_http = self.url.strip_prefix("http://").is_some_and(|rest| {
+            let host = rest.split(['/', '?']).next().unwrap_or("");
+            let host = host.rsplit_once(':').map_or(host, |(host, _)| host);
+            matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+        });
+        if !(self.url.starts_with("https://") || loopback_http) {
+            return Some((
+                "content_guard.inspector.url",
+                "must be https://, or http:// on a loopback address (the parts it is sent are partners' content)",
+            ));
+        }
+        if !(1..=30_000).contains(&self.timeout_ms) {
+            return Some(("content_guard.inspector.timeout_ms", "must be 1 to 30000"));
+        }
+        if !(1..=10_000).contains(&self.max_concurrent) {
+            return Some((
+                "content_guard.inspector.max_concurrent",
+                "must be 1 to 10000",
+            ));
+        }
+        if self.breaker_failures == 0 || !(1..=3600).contains(&self.breaker_seconds) {
+            return Some((
+                "content_guard.inspector.breaker_failures",
+                "breaker_failures must be at least 1 and breaker_seconds 1 to 3600",
+            ));
+        }
+        None
+    }
 }
 
 fn default_file_bytes() -> u64 {
@@ -32,11 +120,13 @@ fn default_file_bytes() -> u64 {
 }
 
 impl ContentGuardSettings {
-    /// Whether any rule applies in any direction: without one, no call is inspected.
+    /// Whether any rule (or the outside inspector) applies in any direction: without one, no
+    /// call is inspected.
     pub fn any_rule(&self) -> bool {
         !self.starter.inbound.is_empty()
             || !self.starter.outbound.is_empty()
             || self.packs.iter().any(|pack| !pack.rules.is_empty())
+            || self.inspector.is_some()
     }
 }
 

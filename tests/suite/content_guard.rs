@@ -46,7 +46,7 @@ fn deny_codes(p: PolicyEdit) -> PolicyEdit {
     )
 }
 
-async fn metrics(gw: &TestGateway) -> String {
+async fn metrics_of(gw: &TestGateway) -> String {
     let (code, _, stderr) = gw.cli_with_stdin(&["admin", "add", "ada"], "ada's admin password 1\n");
     assert_eq!(code, 0, "{stderr}");
     gw.metrics_as("ada", "ada's admin password 1").await
@@ -209,7 +209,7 @@ async fn a_masked_answer_is_what_is_streamed_stored_pushed_and_digested() {
     assert_eq!(code, 0, "{stderr}");
     assert!(conversation.contains(masked), "{conversation}");
     // Counted by rule and action, and named in the access line; never the card.
-    let metrics = metrics(&gw).await;
+    let metrics = metrics_of(&gw).await;
     let series = r#"peergate_content_verdicts_total{direction="outbound",rule="starter/payment-card",action="mask"}"#;
     assert!(metrics.contains(series), "{metrics}");
     gw.stop().await;
@@ -353,4 +353,177 @@ async fn a_receipt_digests_the_message_as_the_partner_sent_it_and_the_model_read
         receipt::message_digest(&sent).unwrap()
     );
     gw.stop().await;
+}
+
+/// How the test's outside inspector answers.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Inspecting {
+    /// Replaces "bluebird" in any text, and denies any text holding "forbidden".
+    Rules,
+    /// Answers after five seconds.
+    Slow,
+    /// Answers 200 with a body that is no verdict.
+    Garbage,
+    /// Answers 500.
+    Broken,
+}
+
+/// An outside inspector on loopback, keeping the texts it was sent.
+struct TestInspector {
+    url: String,
+    sent: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl TestInspector {
+    async fn start(mode: Inspecting) -> Self {
+        use axum::{Json, Router, extract::State, routing::post};
+        type Sent = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
+        async fn inspect(
+            State((mode, sent)): State<(Inspecting, Sent)>,
+            Json(asked): Json<Value>,
+        ) -> axum::response::Response {
+            use axum::response::IntoResponse;
+            sent.lock().unwrap().push(asked.clone());
+            let texts: Vec<&str> = (asked["texts"].as_array().unwrap().iter())
+                .map(|t| t.as_str().unwrap())
+                .collect();
+            match mode {
+                Inspecting::Slow => {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    Json(json!({"verdict": "pass"})).into_response()
+                }
+                Inspecting::Garbage => "<html>not a verdict</html>".into_response(),
+                Inspecting::Broken => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                Inspecting::Rules if texts.iter().any(|t| t.contains("forbidden")) => {
+                    Json(json!({"verdict": "deny", "rule": "forbidden"})).into_response()
+                }
+                Inspecting::Rules => {
+                    let replacements: Vec<Value> = (texts.iter().enumerate())
+                        .filter(|(_, t)| t.contains("bluebird"))
+                        .map(|(index, t)| json!({"index": index, "text": t.replace("bluebird", "[dlp]")}))
+                        .collect();
+                    match replacements.is_empty() {
+                        true => Json(json!({"verdict": "pass"})).into_response(),
+                        false => Json(json!({"verdict": "mask", "rule": "codenames",
+                            "replacements": replacements}))
+                        .into_response(),
+                    }
+                }
+            }
+        }
+        let sent: Sent = std::sync::Arc::default();
+        let app = Router::new()
+            .route("/inspect", post(inspect))
+            .with_state((mode, sent.clone()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/inspect", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { url, sent }
+    }
+
+    fn sent(&self) -> Vec<Value> {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+/// A gateway over the echo model whose content guard asks the inspector at `url` (both
+/// directions), besides the starting pack's secrets inbound, failing as `mode` says.
+async fn inspected_gateway(model: &FakeModel, url: &str, mode: &str) -> TestGateway {
+    let policy = PolicyEdit::default()
+        .openai(&model.base_url, "test-model")
+        .set("content_guard.starter.inbound", groups(&["secrets"]))
+        .set("content_guard.failure_mode", mode)
+        .insert("content_guard.inspector.url", url)
+        .insert("content_guard.inspector.timeout_ms", 300)
+        .insert("content_guard.inspector.breaker_failures", 100);
+    TestGateway::start_with(policy.policy()).await
+}
+
+#[tokio::test]
+async fn the_outside_inspector_masks_and_denies_both_ways_after_the_local_rules() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let inspector = TestInspector::start(Inspecting::Rules).await;
+    let gw = inspected_gateway(&model, &inspector.url, "closed").await;
+    let token = gw.add_peer("alice");
+    let task = task_of(
+        &send_text(
+            &gw.door,
+            &token,
+            "bluebird ships with key AKIAIOSFODNN7EXAMPLE",
+            None,
+        )
+        .await,
+    )
+    .clone();
+    // The model read both masks; the inspector was sent the text as the rules left it.
+    let asked = model.requests().last().unwrap().to_string();
+    assert!(
+        asked.contains("[dlp] ships with key [masked:starter/aws-access-key]"),
+        "{asked}"
+    );
+    let sent = inspector.sent();
+    assert_eq!(sent[0]["direction"], "inbound");
+    assert!(!sent[0].to_string().contains("AKIA"), "{sent:?}");
+    // The answer, the echo of the masked message, passed the inspector again, outbound.
+    assert_eq!(sent[1]["direction"], "outbound");
+    assert_eq!(
+        reply_text(&task),
+        "model says: [dlp] ships with key [masked:starter/aws-access-key]"
+    );
+    // Its denial names its rule.
+    let refused = send_text(&gw.door, &token, "the forbidden plan", None).await;
+    assert_eq!(refused["error"]["code"], -32000, "{refused}");
+    assert_eq!(
+        refused["error"]["data"][0]["metadata"]["rule"],
+        "inspector/forbidden"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_inspector_that_is_slow_broken_down_or_answers_garbage_is_decided_by_the_failure_mode() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let down = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/inspect", listener.local_addr().unwrap())
+    };
+    let mut inspectors = Vec::new();
+    for mode in [Inspecting::Slow, Inspecting::Garbage, Inspecting::Broken] {
+        inspectors.push((format!("{mode:?}"), TestInspector::start(mode).await.url));
+    }
+    inspectors.push(("Down".to_owned(), down));
+    for (what, url) in &inspectors {
+        // Closed: nothing passes uninspected, and the refusal says so without the cause.
+        let gw = inspected_gateway(&model, url, "closed").await;
+        let token = gw.add_peer("alice");
+        let refused = send_text(&gw.door, &token, "hello", None).await;
+        assert_eq!(
+            refused["error"]["data"][0]["reason"], "CONTENT_UNINSPECTED",
+            "{what}: {refused}"
+        );
+        assert!(!refused.to_string().contains("html"), "{refused}");
+        let metrics = metrics_of(&gw).await;
+        assert!(
+            metrics.contains(
+                r#"peergate_content_failures_total{direction="inbound",mode="closed"} 1"#
+            ),
+            "{what}: {metrics}"
+        );
+        gw.stop().await;
+        // Open: answered as if clean, and counted.
+        let gw = inspected_gateway(&model, url, "open").await;
+        let token = gw.add_peer("alice");
+        let answered = task_of(&send_text(&gw.door, &token, "hello", None).await).clone();
+        assert_eq!(
+            answered["status"]["state"], "TASK_STATE_COMPLETED",
+            "{what}: {answered}"
+        );
+        let metrics = metrics_of(&gw).await;
+        assert!(
+            metrics
+                .contains(r#"peergate_content_failures_total{direction="outbound",mode="open"} 1"#),
+            "{what}: {metrics}"
+        );
+        gw.stop().await;
+    }
 }

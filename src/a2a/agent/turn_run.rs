@@ -177,6 +177,7 @@ impl Turns {
             };
         };
         self.outcome_of(turn, answer.unwrap_or(Err(BackendError::Timeout)))
+            .await
     }
 
     /// The client span of this turn's call to the backend, when traces are exported (with the
@@ -200,7 +201,7 @@ impl Turns {
     }
 
     /// How a turn ended, from the model's answer or failure.
-    fn outcome_of(
+    async fn outcome_of(
         &self,
         turn: &TurnPlan,
         answer: Result<crate::backend::Completion, BackendError>,
@@ -211,7 +212,7 @@ impl Turns {
                     .usage
                     .prompt_tokens
                     .saturating_add(completion.usage.completion_tokens);
-                if self.inspected(turn, &mut completion) {
+                if self.inspected(turn, &mut completion).await {
                     return self.withheld(turn, completion, tokens);
                 }
                 Outcome {
@@ -258,8 +259,12 @@ impl Turns {
     }
 
     /// The answer through the content guard's outbound rules, masked in place (an agent's
-    /// text read again from what its parts became); whether a rule denies it.
-    fn inspected(&self, turn: &TurnPlan, completion: &mut crate::backend::Completion) -> bool {
+    /// text read again from what its parts became); whether it is withheld.
+    async fn inspected(
+        &self,
+        turn: &TurnPlan,
+        completion: &mut crate::backend::Completion,
+    ) -> bool {
         let Some(guard) = &self.content else {
             return false;
         };
@@ -269,18 +274,21 @@ impl Turns {
             trace: turn.trace.as_deref(),
             client: "unknown",
         };
-        let verdict = match &mut completion.reply {
+        let inspected = match &mut completion.reply {
             Some(reply) => {
                 let answer = (None, &mut reply.parts[..], &mut reply.artifacts[..]);
-                let verdict = guard.outbound(noted, answer);
-                if verdict.masked() {
+                let inspected = guard.outbound(noted, answer).await;
+                if inspected.verdict.masked() {
                     completion.text = crate::backend::reply_text(&reply.parts, &reply.artifacts);
                 }
-                verdict
+                inspected
             }
-            None => guard.outbound(noted, (Some(&mut completion.text), &mut [], &mut [])),
+            None => {
+                let answer = (Some(&mut completion.text), &mut [][..], &mut [][..]);
+                guard.outbound(noted, answer).await
+            }
         };
-        verdict.denied.is_some()
+        inspected.withheld
     }
 
     /// A turn whose answer the content rules deny: FAILED with a neutral message, its tokens
