@@ -120,14 +120,16 @@ impl ContentGuard {
             let sent = crate::a2a::receipts::message_form(&request.message);
             let mut inspection = self.rules.inspect_collecting(Direction::Inbound, peer);
             inspection.message(&self.rules, &mut request.message, request.metadata.as_mut());
-            let texts = inspection.collected();
+            let collected = inspection.collected();
             inspected.verdict = inspection.verdict();
             if let Some(outside) = outside {
+                let texts = &collected.texts;
                 let replace = self
-                    .asked(outside, Direction::Inbound, noted, &texts, &mut inspected)
+                    .asked(outside, Direction::Inbound, noted, texts, &mut inspected)
                     .await;
                 if let Some(replacements) = replace {
-                    let mut pass = self.rules.replace(Direction::Inbound, replacements);
+                    let files = &collected.files;
+                    let mut pass = self.rules.replace(Direction::Inbound, replacements, files);
                     pass.message(&self.rules, &mut request.message, request.metadata.as_mut());
                 }
             }
@@ -163,17 +165,19 @@ impl ContentGuard {
         }
         inspection.parts(&self.rules, parts);
         inspection.artifacts(&self.rules, artifacts);
-        let texts = inspection.collected();
+        let collected = inspection.collected();
+        let texts = &collected.texts;
         let mut inspected = Inspected {
             verdict: inspection.verdict(),
             withheld: false,
         };
         if let Some(outside) = outside.filter(|_| inspected.verdict.denied.is_none()) {
             let replace = self
-                .asked(outside, Direction::Outbound, noted, &texts, &mut inspected)
+                .asked(outside, Direction::Outbound, noted, texts, &mut inspected)
                 .await;
             if let Some(replacements) = replace {
-                let mut pass = self.rules.replace(Direction::Outbound, replacements);
+                let files = &collected.files;
+                let mut pass = self.rules.replace(Direction::Outbound, replacements, files);
                 if let Some(text) = text {
                     pass.text(text);
                 }

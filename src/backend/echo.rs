@@ -48,7 +48,8 @@ fn echo(prompt: &Prompt) -> Completion {
     for message in &prompt.history {
         let who = match message.role {
             ConversationRole::Peer => "peer",
-            ConversationRole::Agent => "agent",
+            // Never in a history (the store leaves it out).
+            ConversationRole::Agent | ConversationRole::Withheld => "agent",
         };
         // Only a bounded excerpt: echoing whole answers would grow every turn.
         let first_line = message.text.lines().next().unwrap_or("");

@@ -240,7 +240,8 @@ impl OpenAi {
         for message in &prompt.history {
             let role = match message.role {
                 ConversationRole::Peer => "user",
-                ConversationRole::Agent => "assistant",
+                // Never in a history (the store leaves it out).
+                ConversationRole::Agent | ConversationRole::Withheld => "assistant",
             };
             messages.push(json!({"role": role, "content": message.text}));
         }

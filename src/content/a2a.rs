@@ -7,7 +7,6 @@ use super::compile::ContentRules;
 use super::scan::Inspection;
 use super::settings::PartKind;
 use crate::protocol::types::{Artifact, IncomingMessage, IncomingPart, Part, PartContent};
-use base64::Engine;
 use serde_json::Value;
 
 impl Inspection<'_> {
@@ -50,7 +49,9 @@ impl Inspection<'_> {
             };
             changed |= self.file((raw, url, name), media_type.as_deref(), rules);
         }
-        if let Some(name) = &mut part.filename {
+        // A 1.0 file's name was read with the file; any other part's, here.
+        let read_with_file = part.text.is_none() && part.data.is_none() && part.file.is_none();
+        if let Some(name) = part.filename.as_mut().filter(|_| !read_with_file) {
             changed |= self.text(name);
         }
         if let Some(metadata) = &mut part.metadata {
@@ -74,7 +75,7 @@ impl Inspection<'_> {
         if let Some(raw) = raw {
             let size = raw.len() as u64 / 4 * 3;
             self.part(PartKind::File, media_type, size);
-            if size <= rules.inspect_file_bytes() {
+            if self.reads_file(size <= rules.inspect_file_bytes()) {
                 changed |= self.file_bytes(raw);
             }
         }
@@ -88,10 +89,10 @@ impl Inspection<'_> {
         changed
     }
 
-    /// A file's base64 bytes, when they decode to UTF-8 text: masked and encoded again.
+    /// A file's base64 bytes (in either alphabet, padded or not, as ProtoJSON reads them),
+    /// when they decode to UTF-8 text: masked and encoded again in the same form.
     fn file_bytes(&mut self, raw: &mut String) -> bool {
-        let engine = base64::engine::general_purpose::STANDARD;
-        let Ok(bytes) = engine.decode(raw.as_bytes()) else {
+        let Some((bytes, form)) = crate::protocol::bytes::decode(raw) else {
             return false;
         };
         let Ok(mut text) = String::from_utf8(bytes) else {
@@ -100,7 +101,7 @@ impl Inspection<'_> {
         if !self.text(&mut text) {
             return false;
         }
-        *raw = engine.encode(text.as_bytes());
+        *raw = form.encode(text.as_bytes());
         true
     }
 

@@ -38,9 +38,9 @@ pub enum RuleError {
     /// Two packs, or two rules of a pack, share a name.
     #[error("{0} is defined twice")]
     Duplicate(String),
-    /// A pack takes the starting pack's name.
-    #[error("\"starter\" is the built-in pack's name")]
-    Reserved,
+    /// A pack takes a name peergate's verdicts use (`starter`, `inspector`).
+    #[error("{0:?} names peergate's own verdicts (the starting pack's, the inspector's)")]
+    Reserved(String),
     /// A pack without a version.
     #[error("pack {0} names no version")]
     NoVersion(String),
@@ -254,8 +254,8 @@ fn directions(rule: &RuleSettings) -> Vec<Direction> {
 
 fn check_pack(pack: &PackSettings) -> Result<(), RuleError> {
     check_name("pack", &pack.name)?;
-    if pack.name == super::starter::NAME {
-        return Err(RuleError::Reserved);
+    if pack.name == super::starter::NAME || pack.name == "inspector" {
+        return Err(RuleError::Reserved(pack.name.clone()));
     }
     if pack.version.trim().is_empty() {
         return Err(RuleError::NoVersion(pack.name.clone()));
@@ -392,7 +392,8 @@ impl Building {
                 continue;
             }
             let automaton = AhoCorasickBuilder::new()
-                .match_kind(MatchKind::LeftmostLongest)
+                // Every rule's match, overlapping: one rule's literal never hides another's.
+                .match_kind(MatchKind::Standard)
                 .ascii_case_insensitive(bucket == 1)
                 .build(entries.iter().map(|(literal, _)| literal.as_bytes()))
                 .map_err(|_| RuleError::TooLarge(direction))?;
@@ -441,9 +442,13 @@ fn compiled(rule: &str, pattern: &str, case_insensitive: bool) -> Result<Regex, 
                     .to_owned(),
             ),
         })?;
-    if regex.is_match("") {
+    // An empty match (`x*`, `\b`, `^`) would mark text everywhere.
+    let empty = ["", "a", " ", "a b", "0", "\n", "é"]
+        .iter()
+        .any(|sample| regex.find_iter(sample).any(|m| m.is_empty()));
+    if empty {
         return Err(refused(
-            "it matches the empty text, so it would match everything".into(),
+            "it can match the empty text, so it would match everywhere".into(),
         ));
     }
     Ok(regex)

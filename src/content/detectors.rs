@@ -72,9 +72,11 @@ impl Detector {
                 r"(?-u:\b)sk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20})(?-u:\b)"
             }
             Self::StripeKey => r"(?-u:\b)[rs]k_live_[A-Za-z0-9]{20,}(?-u:\b)",
-            Self::GoogleApiKey => r"(?-u:\b)AIza[0-9A-Za-z_-]{35}(?-u:\b)",
+            // No closing boundary: a key may end in `-`.
+            Self::GoogleApiKey => r"(?-u:\b)AIza[0-9A-Za-z_-]{35}",
             Self::PrivateKey => {
-                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?s:.*?)-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+                // To its END line, or to the end of the text: a key cut short is masked whole.
+                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?s:.*?)(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\z)"
             }
             Self::Jwt => {
                 r"(?-u:\b)eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}(?-u:\b)"
@@ -83,29 +85,54 @@ impl Detector {
         }
     }
 
-    /// How much of a candidate the pattern found is one (its first bytes), if any: a card
-    /// number's candidate may run into the digits after it, so shorter runs are tried too.
-    pub(super) fn confirms(self, candidate: &str) -> Option<usize> {
+    /// Which part of a candidate the pattern found is one (its byte range), if any: a card
+    /// number's or an IBAN's candidate may run into the digits or words around it, so the
+    /// runs within it are tried.
+    pub(super) fn confirms(self, candidate: &str) -> Option<(usize, usize)> {
         match self {
-            Self::PaymentCard => card_prefix(candidate),
-            Self::Iban => iban(candidate).then_some(candidate.len()),
-            Self::PeergateToken => peergate_credential(candidate).then_some(candidate.len()),
-            _ => Some(candidate.len()),
+            Self::PaymentCard => card_within(candidate),
+            Self::Iban => iban_prefix(candidate).map(|end| (0, end)),
+            Self::PeergateToken => peergate_credential(candidate).then_some((0, candidate.len())),
+            _ => Some((0, candidate.len())),
         }
     }
 }
 
-/// The longest run of 13 to 19 digits at the start of `candidate` (spaces and dashes
-/// between) whose Luhn digit holds, as its length in bytes.
-fn card_prefix(candidate: &str) -> Option<usize> {
-    let ends: Vec<usize> = (candidate.char_indices())
+/// The first run of 13 to 19 digits in `candidate` (spaces and dashes between), from the start
+/// of a group of digits, longest first, whose Luhn digit holds, as its byte range.
+fn card_within(candidate: &str) -> Option<(usize, usize)> {
+    let digits: Vec<usize> = (candidate.char_indices())
         .filter(|(_, c)| c.is_ascii_digit())
+        .map(|(at, _)| at)
+        .collect();
+    let bytes = candidate.as_bytes();
+    let starts_group = |at: usize| at == 0 || !bytes[at - 1].is_ascii_digit();
+    for first in 0..digits.len().saturating_sub(12) {
+        if !starts_group(digits[first]) {
+            continue;
+        }
+        let longest = (digits.len() - first).min(19);
+        for count in (13..=longest).rev() {
+            let (start, end) = (digits[first], digits[first + count - 1] + 1);
+            if luhn(&candidate[start..end]) {
+                return Some((start, end));
+            }
+        }
+    }
+    None
+}
+
+/// The longest start of `candidate` (15 to 34 letters and digits, spaces between) that is an
+/// IBAN, as its length in bytes.
+fn iban_prefix(candidate: &str) -> Option<usize> {
+    let ends: Vec<usize> = (candidate.char_indices())
+        .filter(|(_, c)| c.is_ascii_alphanumeric())
         .map(|(at, _)| at + 1)
         .collect();
-    (13..=ends.len().min(19))
+    (15..=ends.len().min(34))
         .rev()
-        .map(|digits| ends[digits - 1])
-        .find(|&end| luhn(&candidate[..end]))
+        .map(|count| ends[count - 1])
+        .find(|&end| iban(&candidate[..end]))
 }
 
 /// The Luhn check over the digits of `candidate` (13 to 19 of them).

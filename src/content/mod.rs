@@ -17,5 +17,5 @@ pub mod stream;
 mod tests;
 
 pub use compile::{ContentRules, RuleError};
-pub use scan::{Finding, Inspection, Replacements, Verdict, marker};
+pub use scan::{Collected, Finding, Inspection, Replacements, Verdict, marker};
 pub use settings::{Action, ContentGuardSettings, Direction, FailureMode};

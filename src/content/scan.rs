@@ -67,6 +67,30 @@ pub struct Inspection<'r> {
     /// Replacements by the order texts are read (an outside inspector's: the text it was sent,
     /// and what replaces it), applied instead of the rules; and how many texts were read.
     replacing: Option<(Replacements, usize)>,
+    /// Whether each file's bytes were read, in order: decided once by size (a mask can change
+    /// the size), so a replacing pass reads the same files as the pass that collected.
+    files: FileReads,
+}
+
+/// Which files' bytes an inspection reads.
+#[derive(Debug, Default)]
+enum FileReads {
+    /// By their size.
+    #[default]
+    BySize,
+    /// By their size, noting each decision.
+    Noting(Vec<bool>),
+    /// As an earlier pass decided (the decisions left, in reverse order).
+    AsDecided(Vec<bool>),
+}
+
+/// What a collecting inspection read: its texts in order, and which files' bytes it read.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// The texts, as the rules left them.
+    pub texts: Vec<String>,
+    /// Whether each file's bytes were read, in order.
+    pub files: Vec<bool>,
 }
 
 impl ContentRules {
@@ -81,6 +105,7 @@ impl ContentRules {
             masking: true,
             collected: None,
             replacing: None,
+            files: FileReads::BySize,
         }
     }
 
@@ -89,20 +114,23 @@ impl ContentRules {
     pub fn inspect_collecting<'r>(&'r self, direction: Direction, peer: &'r str) -> Inspection<'r> {
         Inspection {
             collected: Some(Vec::new()),
+            files: FileReads::Noting(Vec::new()),
             ..self.inspect(direction, peer)
         }
     }
 
     /// A pass that applies `replacements` (by the order texts are read, as
-    /// [`Inspection::collected`] listed them) and nothing else. A text that is not the one the
-    /// inspector was sent is left as it is.
+    /// [`Inspection::collected`] listed them, reading the files `collected` read) and nothing
+    /// else. A text that is not the one the inspector was sent is left as it is.
     pub fn replace<'r>(
         &'r self,
         direction: Direction,
         replacements: Replacements,
+        files: &[bool],
     ) -> Inspection<'r> {
         Inspection {
             replacing: Some((replacements, 0)),
+            files: FileReads::AsDecided(files.iter().rev().copied().collect()),
             ..self.inspect(direction, "")
         }
     }
@@ -170,9 +198,29 @@ impl Inspection<'_> {
         changed
     }
 
-    /// The texts read so far, as the rules left them (empty unless collecting).
-    pub fn collected(&mut self) -> Vec<String> {
-        self.collected.take().unwrap_or_default()
+    /// The texts read so far, as the rules left them, and the files read (empty unless
+    /// collecting).
+    pub fn collected(&mut self) -> Collected {
+        let files = match std::mem::take(&mut self.files) {
+            FileReads::Noting(files) => files,
+            _ => Vec::new(),
+        };
+        Collected {
+            texts: self.collected.take().unwrap_or_default(),
+            files,
+        }
+    }
+
+    /// Whether a file's bytes are read: `small_enough` decides, unless an earlier pass did.
+    pub(super) fn reads_file(&mut self, small_enough: bool) -> bool {
+        match &mut self.files {
+            FileReads::BySize => small_enough,
+            FileReads::Noting(decided) => {
+                decided.push(small_enough);
+                small_enough
+            }
+            FileReads::AsDecided(left) => left.pop().unwrap_or(false),
+        }
     }
 
     fn ruled(&mut self, text: &mut String) -> bool {
@@ -207,8 +255,8 @@ impl Inspection<'_> {
                     }
                     Matcher::Detector(detector, regex) => {
                         for m in regex.find_iter(text) {
-                            if let Some(len) = detector.confirms(m.as_str()) {
-                                spans.push((m.start(), m.start() + len, index));
+                            if let Some((start, end)) = detector.confirms(m.as_str()) {
+                                spans.push((m.start() + start, m.start() + end, index));
                             }
                         }
                     }
@@ -217,7 +265,7 @@ impl Inspection<'_> {
             }
         }
         for set in &self.direction.literals {
-            for m in set.automaton.find_iter(text) {
+            for m in set.automaton.find_overlapping_iter(text) {
                 let index = set.owner[m.pattern().as_usize()];
                 if self.applies(&self.direction.rules[index]) {
                     spans.push((m.start(), m.end(), index));

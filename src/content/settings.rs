@@ -85,15 +85,17 @@ impl InspectorSettings {
 
     /// Its checks: `(key, why)` of the first setting that cannot be used.
     pub fn problem(&self) -> Option<(&'static str, &'static str)> {
-        let loopback_http = self.url.strip_prefix("http://").is_some_and(|rest| {
-            let host = rest.split(['/', '?']).next().unwrap_or("");
-            let host = host.rsplit_once(':').map_or(host, |(host, _)| host);
-            matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+        let url = reqwest::Url::parse(&self.url).ok();
+        let fits = url.as_ref().is_some_and(|url| {
+            let loopback = matches!(url.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+            // Credentials in the URL would be logged with it, and hide its real host.
+            let bare = url.username().is_empty() && url.password().is_none();
+            bare && (url.scheme() == "https" || (url.scheme() == "http" && loopback))
         });
-        if !(self.url.starts_with("https://") || loopback_http) {
+        if !fits {
             return Some((
                 "content_guard.inspector.url",
-                "must be https://, or http:// on a loopback address (the parts it is sent are partners' content)",
+                "must be an https:// URL, or http:// on a loopback address, without credentials (the texts it is sent are partners' content)",
             ));
         }
         if !(1..=30_000).contains(&self.timeout_ms) {

@@ -15,23 +15,23 @@ pub const VERSION: &str = "1";
 const OVERRIDES: &[(&str, &str)] = &[
     (
         "ignore-previous-instructions",
-        r"(?-u:\b)(?:ignore|skip|bypass)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:the\s+|your\s+|my\s+)?(?:previous|prior|above|earlier|preceding|original)\s+(?:instructions|directions|prompts?|rules|guidelines)",
+        r"(?-u:\b)(?:ignore|skip|bypass)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:the\s+|your\s+|my\s+)?(?:previous|prior|above|earlier|preceding|original)\s+(?:instructions|directions|prompts?|rules|guidelines)(?-u:\b)",
     ),
     (
         "disregard-instructions",
-        r"(?-u:\b)(?:disregard|override)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:the\s+|your\s+)?(?:previous\s+|prior\s+|above\s+)?(?:system\s+)?(?:instructions|prompts?|rules|guidelines)",
+        r"(?-u:\b)(?:disregard|override)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:the\s+|your\s+)?(?:previous|prior|above|earlier|original|system)\s+(?:instructions|prompts?|rules|guidelines)(?-u:\b)",
     ),
     (
         "forget-instructions",
-        r"(?-u:\b)forget\s+(?:all\s+|everything\s+)?(?:you\s+(?:were|have\s+been)\s+told|(?:your|the)\s+(?:instructions|rules|guidelines))",
+        r"(?-u:\b)forget\s+(?:all\s+|everything\s+)?(?:you\s+(?:were|have\s+been)\s+told|(?:your|the)\s+(?:instructions|rules|guidelines))(?-u:\b)",
     ),
     (
         "reveal-system-prompt",
-        r"(?-u:\b)(?:reveal|print|show|repeat|output|leak)\s+(?:me\s+)?(?:your|the)\s+(?:system\s+prompt|hidden\s+instructions|initial\s+instructions|system\s+message)",
+        r"(?-u:\b)(?:reveal|print|show|repeat|output|leak)\s+(?:me\s+)?(?:your|the)\s+(?:system\s+prompt|hidden\s+instructions|initial\s+instructions)(?-u:\b)",
     ),
     (
         "role-override",
-        r"(?-u:\b)you\s+are\s+now\s+(?:DAN(?-u:\b)|in\s+developer\s+mode|jailbroken|unrestricted|no\s+longer\s+bound)",
+        r"(?-u:\b)you\s+are\s+now\s+(?:DAN|in\s+developer\s+mode|jailbroken|unrestricted|no\s+longer\s+bound)(?-u:\b)",
     ),
 ];
 

@@ -1,15 +1,20 @@
 //! A streamed answer's text, piece by piece: each piece is sent only once the rules have read
 //! it with what follows, so a match split across pieces is still found. The last
 //! [`StreamedText::overlap`] bytes are held back until the next piece (or the end); a match
-//! that reaches into them is held whole. A match longer than the overlap that straddles a
-//! piece boundary can be missed (docs/content-guard.md); the answer as stored and as its
-//! final event sends it is inspected whole.
+//! that reaches into them is held whole, up to [`MAX_HELD`]. A match longer than the overlap
+//! that straddles a piece boundary can be missed (docs/content-guard.md); the answer as stored
+//! and as its final event sends it is inspected whole.
 
 use super::scan::Inspection;
 use super::settings::Action;
 
-/// Bytes held back at the end of what arrived, by default.
-pub const DEFAULT_OVERLAP: usize = 256;
+/// Bytes held back at the end of what arrived, by default: more than most secrets' length
+/// (a JWT's included).
+pub const DEFAULT_OVERLAP: usize = 1024;
+
+/// Bytes held at most: a match still open past this much is cut where the overlap begins, and
+/// the part of it released is masked (or denies), so no piece rescans an unbounded text.
+pub const MAX_HELD: usize = 16 * 1024;
 
 /// One stream's text under the outbound rules.
 pub struct StreamedText<'r> {
@@ -60,13 +65,23 @@ impl<'r> StreamedText<'r> {
         self.release(self.held.len())
     }
 
-    /// Sends what lies before `cut` (moved back before any match that crosses it), masked.
-    fn release(&mut self, mut cut: usize) -> String {
+    /// Sends what lies before `wanted` (moved back before any match that crosses it, unless
+    /// that would hold more than [`MAX_HELD`]), masked.
+    fn release(&mut self, wanted: usize) -> String {
         let spans = self.inspection.matches(&self.held);
+        let mut cut = wanted;
         while let Some(&(start, _, _)) = spans.iter().find(|&&(s, e, _)| s < cut && e > cut) {
             cut = start;
         }
-        let before: Vec<_> = spans.into_iter().filter(|&(_, e, _)| e <= cut).collect();
+        if self.held.len() - cut > MAX_HELD {
+            cut = wanted;
+        }
+        // A match that still crosses the cut is one held too long: its part before the cut
+        // counts as a match.
+        let before: Vec<_> = (spans.into_iter())
+            .filter(|&(s, _, _)| s < cut)
+            .map(|(s, e, rule)| (s, e.min(cut), rule))
+            .collect();
         if before
             .iter()
             .any(|&(_, _, rule)| self.inspection.action(rule) == Action::Deny)

@@ -115,19 +115,55 @@ fn instruction_override_phrasing_is_denied_inbound_and_a_plain_question_is_not()
         verdict.denied.as_deref(),
         Some("starter/ignore-previous-instructions")
     );
-    let (_, clean) = inspected(
-        &rules,
-        Direction::Inbound,
+    for plain in [
         "What did the previous invoice say?",
-    );
-    assert_eq!(clean, Verdict::default());
+        "How do I override rules in CSS?",
+        "Which override rulesets apply?",
+        "Show the system message log.",
+    ] {
+        let (_, clean) = inspected(&rules, Direction::Inbound, plain);
+        assert_eq!(clean, Verdict::default(), "{plain}");
+    }
 }
 
 #[test]
-fn a_card_number_followed_by_more_digits_is_still_found() {
+fn a_card_number_or_an_iban_among_more_digits_and_words_is_still_found() {
     let rules = starter(&[StarterGroup::PersonalData], &[]);
-    let (masked, _) = inspected(&rules, Direction::Inbound, "4111 1111 1111 1111 12");
-    assert_eq!(masked, "[masked:starter/payment-card] 12");
+    for (text, masked) in [
+        ("4111 1111 1111 1111 12", "[masked:starter/payment-card] 12"),
+        ("+1 4111 1111 1111 1111", "+1 [masked:starter/payment-card]"),
+        (
+            "DE89 3704 0044 0532 0130 00 EUR",
+            "[masked:starter/iban] EUR",
+        ),
+    ] {
+        assert_eq!(
+            inspected(&rules, Direction::Inbound, text).0,
+            masked,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn one_rules_literal_never_hides_anothers() {
+    let mut settings = pack(vec![RuleSettings {
+        literals: vec!["password".into()],
+        ..rule("deny-password", Action::Deny)
+    }]);
+    settings.packs.push(PackSettings {
+        name: "other".into(),
+        version: "1".into(),
+        peers: vec!["bob".into()],
+        except_peers: Vec::new(),
+        rules: vec![RuleSettings {
+            literals: vec!["password123".into()],
+            ..rule("record", Action::Record)
+        }],
+    });
+    let rules = ContentRules::compile(&settings).unwrap();
+    let (_, verdict) = inspected(&rules, Direction::Inbound, "my password123");
+    assert_eq!(verdict.denied.as_deref(), Some("acme/deny-password"));
 }
 
 #[test]
@@ -209,6 +245,13 @@ fn hostile_or_useless_rules_are_refused_at_start_up_by_name() {
         ..rule("empty", Action::Deny)
     };
     assert!(matches!(refused(empty), RuleError::Pattern { why, .. } if why.contains("empty text")));
+    let boundary = RuleSettings {
+        pattern: Some(r"\b".into()),
+        ..rule("boundary", Action::Deny)
+    };
+    assert!(
+        matches!(refused(boundary), RuleError::Pattern { why, .. } if why.contains("empty text"))
+    );
     let lookaround = RuleSettings {
         pattern: Some("(?=secret)".into()),
         ..rule("look", Action::Deny)
@@ -275,4 +318,80 @@ fn a_denied_stream_sends_nothing_from_the_match_on() {
     sent.push_str(&streamed.finish());
     assert!(streamed.denied());
     assert!(!sent.contains("codes") && !sent.contains("1234"), "{sent}");
+}
+
+#[test]
+fn a_match_held_open_past_the_bound_is_released_masked_not_rescanned_forever() {
+    let rules = starter(&[], &[StarterGroup::Secrets]);
+    let mut streamed =
+        super::stream::StreamedText::new(rules.look(Direction::Outbound, "alice"), 16);
+    let mut sent = streamed.piece("token ghp_");
+    let filler = "a".repeat(1000);
+    for _ in 0..40 {
+        sent.push_str(&streamed.piece(&filler));
+    }
+    sent.push_str(&streamed.finish());
+    assert!(
+        sent.starts_with("token [masked:starter/github-token]"),
+        "{}",
+        &sent[..80]
+    );
+    assert!(!sent.contains("ghp_"));
+}
+
+#[test]
+fn the_inspector_is_reached_over_tls_or_on_loopback_only() {
+    let at = |url: &str| super::settings::InspectorSettings {
+        url: url.into(),
+        directions: Vec::new(),
+        timeout_ms: 1000,
+        max_concurrent: 4,
+        breaker_failures: 5,
+        breaker_seconds: 30,
+        token_env: None,
+        ca_file: None,
+    };
+    for fine in [
+        "https://dlp.example/inspect",
+        "http://127.0.0.1:9000/inspect",
+        "http://localhost/x",
+    ] {
+        assert_eq!(at(fine).problem(), None, "{fine}");
+    }
+    for refused in [
+        "http://dlp.example/inspect",
+        "http://localhost:1@evil.example/",
+        "https://user:pw@dlp.example/",
+        "not a url",
+    ] {
+        assert!(at(refused).problem().is_some(), "{refused}");
+    }
+}
+
+#[test]
+fn an_inspectors_replacements_reach_their_texts_when_a_mask_grew_a_file_past_the_bound() {
+    let rules = ContentRules::compile(&ContentGuardSettings {
+        inspect_file_bytes: 30,
+        starter: StarterSettings {
+            inbound: vec![StarterGroup::Secrets],
+            ..StarterSettings::default()
+        },
+        ..ContentGuardSettings::default()
+    })
+    .unwrap();
+    // A 20-byte file masked into 31 bytes, then a text the inspector replaces.
+    let mut message: crate::protocol::types::IncomingMessage = serde_json::from_value(
+        serde_json::json!({"messageId": "m", "role": "ROLE_USER", "parts": [
+            {"raw": "QUtJQUlPU0ZPRE5ON0VYQU1QTEU=", "mediaType": "text/plain"},
+            {"text": "bluebird"}]}),
+    )
+    .unwrap();
+    let mut collecting = rules.inspect_collecting(Direction::Inbound, "alice");
+    collecting.message(&rules, &mut message, None);
+    let collected = collecting.collected();
+    assert_eq!(collected.texts[1], "bluebird");
+    let replacements = [(1, ("bluebird".to_owned(), "[dlp]".to_owned()))].into();
+    let mut pass = rules.replace(Direction::Inbound, replacements, &collected.files);
+    pass.message(&rules, &mut message, None);
+    assert_eq!(message.parts[1].text.as_deref(), Some("[dlp]"));
 }

@@ -3,6 +3,7 @@
 //! request path, which every part that speaks the protocol (the agent, the backends, the
 //! cluster's event bus) can import without importing each other.
 
+pub mod bytes;
 pub mod call;
 pub mod error;
 pub mod grpc;

@@ -267,6 +267,9 @@ stored_names! {
         Peer => "peer",
         /// The model behind peergate.
         Agent => "agent",
+        /// An answer the content guard withheld, kept as the operator's evidence
+        /// (`content_guard.keep_denied_answers`): never read back into a prompt.
+        Withheld => "withheld",
     }
 }
 
@@ -303,8 +306,9 @@ pub struct Exchange {
     pub push_config: Option<PushConfigRecord>,
     /// The id an agent behind the door gave the task, once it answered.
     pub upstream_task_id: Option<String>,
-    /// The receipt of the final state, stored with it and queued for the answer log (only
-    /// if the state is: a task a sweep already failed keeps that state, and no receipt).
+    /// The receipt of the final state, stored with it and queued for the answer log (also when
+    /// a sweep already failed the task and the state is not kept: the receipt left with the
+    /// answer).
     pub receipt: Option<IssuedReceipt>,
     /// With a working state: what the task's receipt will state of its call (JSON), kept so a
     /// task failed without its turn is sealed too. Cleared by any other state.

@@ -303,7 +303,7 @@ fn a_hostile_rule_is_refused_by_name_before_anything_is_served() {
     let dir = tempfile::tempdir().unwrap();
     for (rule, pattern, why) in [
         ("huge", "(?:a{1000}){1000}", "compiles past"),
-        ("everything", "x*", "matches the empty text"),
+        ("everything", "x*", "can match the empty text"),
     ] {
         let policy = pack(
             PolicyEdit::default(),
@@ -526,4 +526,32 @@ async fn an_inspector_that_is_slow_broken_down_or_answers_garbage_is_decided_by_
         );
         gw.stop().await;
     }
+}
+
+#[tokio::test]
+async fn a_withheld_answer_kept_as_evidence_is_never_read_back_into_a_prompt() {
+    let model = FakeModel::start(ModelBehaviour::Answer).await;
+    let policy = deny_codes(PolicyEdit::default().openai(&model.base_url, "test-model"))
+        .set("content_guard.keep_denied_answers", true);
+    let gw = TestGateway::start_with(policy.policy()).await;
+    let token = gw.add_peer("alice");
+    let task =
+        task_of(&send_text(&gw.door, &token, "the launch codes are 0000", None).await).clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{task}");
+    let context = task["contextId"].as_str().unwrap();
+    let (code, conversation, stderr) =
+        gw.cli(&["conversations", "show", "alice", context, "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        conversation.contains("model says: the launch codes are 0000")
+            && conversation.contains("withheld"),
+        "{conversation}"
+    );
+    send_text(&gw.door, &token, "and now?", Some(context)).await;
+    let asked = model.requests().last().unwrap().to_string();
+    assert!(
+        asked.contains("and now?") && !asked.contains("model says"),
+        "{asked}"
+    );
+    gw.stop().await;
 }

@@ -1876,7 +1876,7 @@ fn log_steps() -> Vec<Step> {
             }
         ),
         step!(
-            "TaskStore::save_exchange: a late final copy of a swept task logs no receipt",
+            "TaskStore::save_exchange: a late final copy of a swept task logs its receipt",
             |s| {
                 let late = Exchange {
                     receipt: issued("r-late", 5),
@@ -1886,7 +1886,7 @@ fn log_steps() -> Vec<Step> {
             }
         ),
         step!(
-            "LogStore::logged_receipt: the sweep's is waiting, the second sweep's and the late copy's are not",
+            "LogStore::logged_receipt: the sweep's and the late copy's are waiting, the second sweep's is not",
             |s| {
                 let mut found = Vec::new();
                 for jti in ["r-swept", "r-again", "r-late"] {

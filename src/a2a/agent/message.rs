@@ -171,19 +171,9 @@ fn is_base64(text: &str) -> bool {
     decode_base64(text).is_some()
 }
 
-/// The bytes of `text`, base64 as ProtoJSON reads bytes: the standard or the URL-safe alphabet
-/// (one of them), padded or not.
+/// The bytes of `text`, base64 as ProtoJSON reads bytes ([`crate::protocol::bytes`]).
 pub(super) fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    use base64::Engine as _;
-    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-    let alphabet = if text.contains(['-', '_']) {
-        &base64::alphabet::URL_SAFE
-    } else {
-        &base64::alphabet::STANDARD
-    };
-    let config =
-        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
-    GeneralPurpose::new(alphabet, config).decode(text).ok()
+    crate::protocol::bytes::decode(text).map(|(bytes, _)| bytes)
 }
 
 /// Text parts joined with newlines, data parts as compact JSON; `None` when nothing is left.

@@ -155,8 +155,10 @@ impl Turns {
             let now = self.clock.now();
             send_piece(&mut stream, guarded.as_mut(), (&working, &piece), now);
         }
+        // What is still held goes only to an answer that may be delivered.
         if let Some(rest) = guarded.as_mut().map(StreamedText::finish)
             && !rest.is_empty()
+            && !outcome.withheld()
         {
             stream.send(&piece_update(&working, &rest, self.clock.now()));
         }

@@ -310,7 +310,7 @@ impl Turns {
             .is_some_and(|guard| guard.keeps_denied_answers())
         {
             messages.push(ConversationMessage {
-                role: ConversationRole::Agent,
+                role: ConversationRole::Withheld,
                 text: completion.text.clone(),
                 parts: Some(answer_kept(&completion)),
             });

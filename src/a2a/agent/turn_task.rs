@@ -365,3 +365,10 @@ pub(super) struct Outcome {
     /// An agent's answer as it gave it.
     pub(super) agent_reply: Option<crate::backend::AgentReply>,
 }
+
+impl Outcome {
+    /// Whether the content guard withheld the answer.
+    pub(super) fn withheld(&self) -> bool {
+        self.state == TaskState::Failed && self.reply == super::turn_run::WITHHELD_TEXT
+    }
+}

@@ -1,13 +1,18 @@
 //! `peergate_content_verdicts_total{direction,rule,action}`: what the content guard's rules
 //! did, by rule and action (never what they matched), and
 //! `peergate_content_failures_total{direction,mode}`: inspections that could not be made,
-//! by the failure mode that decided the call. Rule ids are the policy's, so their number is
-//! bounded by it.
+//! by the failure mode that decided the call. Rule ids are the policy's and the outside
+//! inspector's: past [`MAX_SERIES`] series, new ones share `rule="other"`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+
+/// The most series of verdicts; later rules count under `rule="other"`.
+pub const MAX_SERIES: usize = 1024;
+
+static OTHER: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from("other"));
 
 /// (direction, rule, action)
 type Key = (&'static str, Arc<str>, &'static str);
@@ -36,8 +41,13 @@ impl Verdicts {
             }
         }
         let mut counts = self.counts.write().unwrap_or_else(|e| e.into_inner());
-        (counts.entry((direction, rule.clone(), action)).or_default())
-            .fetch_add(count, Ordering::Relaxed);
+        // The inspector names its own rules: past the bound, new names share one series.
+        let rule = if counts.len() >= MAX_SERIES {
+            std::sync::LazyLock::force(&OTHER).clone()
+        } else {
+            rule.clone()
+        };
+        (counts.entry((direction, rule, action)).or_default()).fetch_add(count, Ordering::Relaxed);
     }
 
     /// Counts an inspection in `direction` that could not be made, decided by `mode`.

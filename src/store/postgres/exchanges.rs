@@ -77,17 +77,9 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
          expires_at = excluded.expires_at, status_at = excluded.status_at, \
          instance = excluded.instance, sealing = excluded.sealing, \
          upstream_task_id = COALESCE(excluded.upstream_task_id, tasks.upstream_task_id) \
-         WHERE tasks.state IN ('TASK_STATE_WORKING', 'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED') \
-         RETURNING id",
+         WHERE tasks.state IN ('TASK_STATE_WORKING', 'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')",
     );
-    // The tasks whose state was written: a task a sweep failed first keeps that state, and
-    // the receipt of the state it did not take is not logged (no one can read what it proves).
-    let written: std::collections::HashSet<String> = tasks
-        .build_query_scalar()
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect();
+    tasks.build().execute(&mut *tx).await?;
     // Configs sent with a message first, so they hear its task's first state.
     for config in exchanges.iter().filter_map(|e| e.push_config.as_ref()) {
         for statement in sql::upsert_config_statements(config) {
@@ -106,7 +98,6 @@ async fn write_exchanges(pool: &PgPool, exchanges: &[&Exchange]) -> Result<(), S
     }
     for receipt in exchanges
         .iter()
-        .filter(|e| written.contains(e.task_id.as_str()))
         .filter_map(|e| sql::insert_receipt_statement(e))
     {
         receipt

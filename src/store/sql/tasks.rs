@@ -31,8 +31,10 @@ impl<E: SqlEngine> TaskStore for E {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        // A withheld answer is the operator's evidence, never the model's history.
         let rows: Vec<(String, String)> = sql("SELECT role, body FROM messages \
-             WHERE peer_id = $1 AND context_id = $2 ORDER BY seq DESC LIMIT $3")
+             WHERE peer_id = $1 AND context_id = $2 AND role <> 'withheld' \
+             ORDER BY seq DESC LIMIT $3")
         .bind(peer_id)
         .bind(context_id.as_str())
         .bind(limit)

@@ -267,13 +267,10 @@ fn one_exchange_can_cause(error: &rusqlite::Error) -> bool {
 fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
     let batch = Batch::of(exchanges);
     let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    // The tasks whose state was not written (a sweep failed them first): their receipts are
-    // not logged, since no one can read the state they prove.
-    let mut kept_as_they_were = std::collections::HashSet::new();
     {
         let mut upsert = tx.prepare_cached(UPSERT_TASK)?;
         for (e, created_at) in &batch.tasks {
-            let written = upsert.execute(params![
+            upsert.execute(params![
                 e.task_id.as_str(),
                 e.peer_id.as_str(),
                 e.context_id.as_str(),
@@ -286,9 +283,6 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
                 e.upstream_task_id,
                 e.sealing,
             ])?;
-            if written == 0 {
-                kept_as_they_were.insert(e.task_id.as_str());
-            }
         }
     }
     // Configs sent with a message first, so they hear its task's first state.
@@ -330,10 +324,7 @@ fn write(connection: &mut Connection, exchanges: &[&Exchange]) -> rusqlite::Resu
         }
     }
     write_audit(&tx, exchanges)?;
-    let written = exchanges
-        .iter()
-        .filter(|e| !kept_as_they_were.contains(e.task_id.as_str()));
-    write_receipts(&tx, written)?;
+    write_receipts(&tx, exchanges)?;
     tx.commit()?;
     Ok(())
 }
@@ -380,10 +371,7 @@ fn write_audit(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Resul
 }
 
 /// The receipts of the final states, queued for the answer log.
-fn write_receipts<'a>(
-    tx: &Transaction<'_>,
-    exchanges: impl Iterator<Item = &'a &'a Exchange>,
-) -> rusqlite::Result<()> {
+fn write_receipts(tx: &Transaction<'_>, exchanges: &[&Exchange]) -> rusqlite::Result<()> {
     for e in exchanges {
         if let Some(receipt) = &e.receipt {
             tx.prepare_cached(SQLITE.form(sql::INSERT_RECEIPT))?
