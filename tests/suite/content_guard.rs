@@ -68,7 +68,12 @@ fn every_kind_of_part_is_masked_before_the_agent_reads_it_and_an_override_is_ref
             groups(&["secrets", "personal_data", "instruction_override"]),
         )
         .set("log.access", true);
-    let served = ServedPolicy::start(&policy, &["alice"], &[(UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN)]);
+    let receiver = OtlpReceiver::start(false);
+    let env = [
+        (UPSTREAM_TOKEN_ENV, UPSTREAM_TOKEN),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
+    ];
+    let served = ServedPolicy::start(&policy, &["alice"], &env);
     let script = repo_root().join("tests/interop/a2a_python_content.py");
     for binding in ["JSONRPC", "HTTP+JSON", "GRPC"] {
         let summary = run_sdk_client_against(
@@ -129,7 +134,24 @@ fn every_kind_of_part_is_masked_before_the_agent_reads_it_and_an_override_is_ref
         ),
         "{refused}"
     );
-    // The access lines name the rules and actions, never what matched.
+    // The spans and the access lines name the rules and actions, never what matched.
+    let verdict = |span: &Value| attribute(span, "peergate.content.inbound").clone();
+    let spans = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(receiver.spans_when(|spans| {
+            spans
+                .iter()
+                .filter(|s| verdict(s) == "starter/ignore-previous-instructions:deny")
+                .count()
+                >= 3
+        }));
+    let masked = "starter/aws-access-key:mask,starter/payment-card:mask,starter/iban:mask";
+    assert_eq!(
+        spans.iter().filter(|s| verdict(s) == masked).count(),
+        3,
+        "{spans:?}"
+    );
+    assert!(!format!("{spans:?}").contains("AKIAIOSFODNN7EXAMPLE"));
     let log = served
         .server
         .log_with("content_in=starter/ignore-previous-instructions:deny");
