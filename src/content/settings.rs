@@ -289,6 +289,24 @@ pub struct RuleSettings {
     pub max_bytes: Option<u64>,
 }
 
+impl RuleSettings {
+    /// A rule `id` doing `action`, matching by nothing yet (a way to match is set after).
+    pub fn new(id: &str, action: Action) -> Self {
+        Self {
+            id: id.to_owned(),
+            action,
+            directions: Vec::new(),
+            pattern: None,
+            literals: Vec::new(),
+            case_insensitive: false,
+            detector: None,
+            part_kinds: Vec::new(),
+            media_types: Vec::new(),
+            max_bytes: None,
+        }
+    }
+}
+
 /// A part's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

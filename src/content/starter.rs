@@ -115,16 +115,5 @@ fn detected(detector: Detector, action: Action) -> RuleSettings {
 }
 
 fn rule(id: &str, action: Action) -> RuleSettings {
-    RuleSettings {
-        id: id.to_owned(),
-        action,
-        directions: Vec::new(),
-        pattern: None,
-        literals: Vec::new(),
-        case_insensitive: false,
-        detector: None,
-        part_kinds: Vec::new(),
-        media_types: Vec::new(),
-        max_bytes: None,
-    }
+    RuleSettings::new(id, action)
 }

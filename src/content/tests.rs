@@ -6,18 +6,7 @@ use super::settings::{
 use super::{ContentRules, RuleError, Verdict};
 
 fn rule(id: &str, action: Action) -> RuleSettings {
-    RuleSettings {
-        id: id.into(),
-        action,
-        directions: Vec::new(),
-        pattern: None,
-        literals: Vec::new(),
-        case_insensitive: false,
-        detector: None,
-        part_kinds: Vec::new(),
-        media_types: Vec::new(),
-        max_bytes: None,
-    }
+    RuleSettings::new(id, action)
 }
 
 fn pack(rules: Vec<RuleSettings>) -> ContentGuardSettings {

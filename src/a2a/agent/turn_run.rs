@@ -118,7 +118,6 @@ impl Turns {
         cancel: Option<tokio::sync::oneshot::Receiver<()>>,
         pieces: Option<&crate::backend::Pieces>,
     ) -> Outcome {
-        let peer = &turn.peer;
         let started = std::time::Instant::now();
         let asked = async {
             match pieces {
@@ -166,12 +165,7 @@ impl Turns {
                 state: TaskState::Canceled,
                 reply: canceled_text(self.backend.what()),
                 messages: Vec::new(),
-                usage: Some(self.budgets.record(
-                    peer.owner_id(),
-                    peer.id(),
-                    0,
-                    turn.spending.as_ref(),
-                )),
+                usage: Some(self.spent(turn, 0)),
                 audit: None,
                 agent_reply: None,
             };
@@ -222,11 +216,7 @@ impl Turns {
                         .map_or(TaskState::Completed, |reply| reply.state),
                     agent_reply: completion.reply.clone(),
                     messages: vec![
-                        ConversationMessage {
-                            role: ConversationRole::Peer,
-                            text: turn.text.clone(),
-                            parts: Some(turn.kept.clone()),
-                        },
+                        peer_message(turn),
                         ConversationMessage {
                             role: ConversationRole::Agent,
                             text: completion.text.clone(),
@@ -234,12 +224,7 @@ impl Turns {
                         },
                     ],
                     reply: completion.text,
-                    usage: Some(self.budgets.record(
-                        turn.peer.owner_id(),
-                        turn.peer.id(),
-                        tokens,
-                        turn.spending.as_ref(),
-                    )),
+                    usage: Some(self.spent(turn, tokens)),
                     audit: None,
                 }
             }
@@ -299,11 +284,7 @@ impl Turns {
         completion: crate::backend::Completion,
         tokens: u64,
     ) -> Outcome {
-        let mut messages = vec![ConversationMessage {
-            role: ConversationRole::Peer,
-            text: turn.text.clone(),
-            parts: Some(turn.kept.clone()),
-        }];
+        let mut messages = vec![peer_message(turn)];
         if self
             .content
             .as_ref()
@@ -319,15 +300,16 @@ impl Turns {
             state: TaskState::Failed,
             reply: WITHHELD_TEXT.to_owned(),
             messages,
-            usage: Some(self.budgets.record(
-                turn.peer.owner_id(),
-                turn.peer.id(),
-                tokens,
-                turn.spending.as_ref(),
-            )),
+            usage: Some(self.spent(turn, tokens)),
             audit: None,
             agent_reply: None,
         }
+    }
+
+    /// `tokens` the turn spent, counted against its owner's and peer's budgets.
+    fn spent(&self, turn: &TurnPlan, tokens: u64) -> crate::store::ExchangeUsage {
+        let peer = &turn.peer;
+        (self.budgets).record(peer.owner_id(), peer.id(), tokens, turn.spending.as_ref())
     }
 
     /// Stops the agent's side of a turn that was canceled or timed out, if the agent behind the
@@ -509,3 +491,12 @@ fn answer_kept(completion: &crate::backend::Completion) -> String {
 /// rule (the partner did not write the answer, and the rules are the operator's).
 pub(super) const WITHHELD_TEXT: &str =
     "The answer could not be delivered: it did not pass the gateway's content rules.";
+
+/// The partner's message as the conversation keeps it (every part, as the backend read it).
+fn peer_message(turn: &TurnPlan) -> ConversationMessage {
+    ConversationMessage {
+        role: ConversationRole::Peer,
+        text: turn.text.clone(),
+        parts: Some(turn.kept.clone()),
+    }
+}
