@@ -376,6 +376,19 @@ fn content_guard(c: &mut Criterion) {
         "content: starter pack, 64 KiB, a card every kilobyte masked",
         |b| b.iter(|| inspect(&dirty)),
     );
+    // A stream of 40-byte pieces, in its steady state: each piece read with the 1 KiB held.
+    let piece = "and the shipment leaves Lyon on Monday. ";
+    let mut streamed = peergate::content::stream::StreamedText::new(
+        rules.look(Direction::Outbound, "alice"),
+        peergate::content::stream::DEFAULT_OVERLAP,
+    );
+    for _ in 0..64 {
+        streamed.piece(piece);
+    }
+    c.bench_function(
+        "content: starter pack, one 40-byte streamed piece, 1 KiB held",
+        |b| b.iter(|| black_box(streamed.piece(piece))),
+    );
 }
 
 criterion_group!(

@@ -120,6 +120,13 @@ fn every_kind_of_part_is_masked_before_the_agent_reads_it_and_an_override_is_ref
             .await
             .unwrap()
     });
+    // No refusal ran a task: the three masked messages are alice's only tasks.
+    let listed = tokio::runtime::Runtime::new().unwrap().block_on(rpc(
+        &served.server.door(),
+        &served.tokens[0],
+        json!({"jsonrpc": "2.0", "id": 9, "method": "ListTasks", "params": {}}),
+    ));
+    assert_eq!(listed["result"]["totalSize"], 3, "{listed}");
     let error = &refused["error"];
     assert_eq!(
         (
