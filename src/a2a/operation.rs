@@ -88,6 +88,8 @@ impl CallRefused {
             Self::Protocol(A2aError::ExtensionSupportRequired { .. }) => {
                 Some(RefusalReason::ExtensionRequired)
             }
+            Self::Protocol(A2aError::ContentDenied { .. }) => Some(RefusalReason::ContentDenied),
+            Self::Protocol(A2aError::ContentUninspected) => Some(RefusalReason::ContentUninspected),
             Self::Protocol(_) => None,
         }
     }

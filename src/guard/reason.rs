@@ -35,11 +35,15 @@ pub enum RefusalReason {
     OperationNotAllowed,
     /// A call the authorization policies do not permit.
     PolicyDenied,
+    /// A message the content guard's rules (or its outside inspector) denied.
+    ContentDenied,
+    /// A message the content guard could not inspect, under the closed failure mode.
+    ContentUninspected,
 }
 
 impl RefusalReason {
     /// Every reason, in declaration order: `ALL[r as usize] == r`.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 17] = [
         Self::Unauthenticated,
         Self::PerIp,
         Self::FailedAuth,
@@ -55,6 +59,8 @@ impl RefusalReason {
         Self::NotReading,
         Self::OperationNotAllowed,
         Self::PolicyDenied,
+        Self::ContentDenied,
+        Self::ContentUninspected,
     ];
 
     /// The label metrics and the access log show.
@@ -75,9 +81,11 @@ impl RefusalReason {
             Self::NotReading => "not_reading",
             Self::OperationNotAllowed => "operation_not_allowed",
             Self::PolicyDenied => "policy_denied",
+            Self::ContentDenied => "content_denied",
+            Self::ContentUninspected => "content_uninspected",
         }
     }
 }
 
 // A reason added after the last one in `ALL` fails to compile here until `ALL` lists it.
-const _: () = assert!(RefusalReason::PolicyDenied as usize + 1 == RefusalReason::ALL.len());
+const _: () = assert!(RefusalReason::ContentUninspected as usize + 1 == RefusalReason::ALL.len());

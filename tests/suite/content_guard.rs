@@ -168,6 +168,7 @@ fn every_kind_of_part_is_masked_before_the_agent_reads_it_and_an_override_is_ref
         ),
         "{log}"
     );
+    assert!(log.contains(r#"reason="content_denied""#), "{log}");
     assert!(
         !log.contains("AKIAIOSFODNN7EXAMPLE") && !log.contains("obey"),
         "{log}"
@@ -288,6 +289,7 @@ async fn a_denied_answer_ends_the_task_failed_and_stays_out_of_the_conversation(
     assert_eq!(audited.len(), 1, "{audited:?}");
     assert_eq!(audited[0]["outcome"], "denied: acme/codes");
     assert!(audited[0]["detail"].as_str().unwrap().contains("acme@3"));
+    assert_eq!(audited[0]["client"], "127.0.0.1", "{audited:?}");
     assert!(!audited[0].to_string().contains("0000"));
     gw.stop().await;
 }
@@ -535,7 +537,7 @@ async fn an_inspector_that_is_slow_broken_down_or_answers_garbage_is_decided_by_
         assert!(
             metrics.contains(
                 r#"peergate_content_failures_total{direction="inbound",mode="closed"} 1"#
-            ),
+            ) && metrics.contains(r#"peergate_rejections_total{reason="content_uninspected"} 1"#),
             "{what}: {metrics}"
         );
         gw.stop().await;

@@ -253,11 +253,12 @@ impl Turns {
         let Some(guard) = &self.content else {
             return false;
         };
+        let client = turn.client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
         let noted = crate::a2a::inspect::Noted {
             peer: &turn.peer,
             note: turn.note.as_deref(),
             trace: turn.trace.as_deref(),
-            client: "unknown",
+            client: &client,
         };
         let inspected = match &mut completion.reply {
             Some(reply) => {

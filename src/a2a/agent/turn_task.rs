@@ -183,6 +183,8 @@ pub(super) struct TurnPlan {
     pub(super) note: Option<Arc<crate::layers::access_log::AccessNote>>,
     /// How the task is sealed once finished, when it gets a receipt.
     pub(super) sealing: Option<crate::a2a::receipts::Sealing>,
+    /// The caller's address, when the listener knows it (the audit log names it).
+    pub(super) client: Option<std::net::IpAddr>,
 }
 
 /// What came with a peer's message besides its parts: relayed to an agent as sent; for a
