@@ -127,11 +127,12 @@ pub(super) struct Rule {
     pub(super) matcher: Matcher,
 }
 
-/// The literal rules of a direction, as one automaton: pattern `i` belongs to rule `owner[i]`.
+/// A literal rule's automaton (leftmost-longest, so its matches never overlap one another); one
+/// per rule, so one rule's literal never hides another's.
 #[derive(Debug)]
 pub(super) struct LiteralSet {
     pub(super) automaton: AhoCorasick,
-    pub(super) owner: Vec<usize>,
+    pub(super) rule: usize,
 }
 
 /// One direction's rules.
@@ -282,8 +283,8 @@ struct Building {
     rules: Vec<Rule>,
     patterns: Vec<String>,
     set_owner: Vec<usize>,
-    /// Literals as written, then ignoring case: (literal, rule).
-    literals: [Vec<(String, usize)>; 2],
+    /// Each literal rule's automaton.
+    literals: Vec<LiteralSet>,
     literal_bytes: usize,
     parts: Vec<usize>,
 }
@@ -366,14 +367,21 @@ impl Building {
                 )));
             }
             self.literal_bytes += literal.len();
-            let bucket = usize::from(rule.case_insensitive);
-            self.literals[bucket].push((literal.clone(), index));
         }
         if self.literal_bytes > MAX_LITERAL_TOTAL {
             return Err(refused(format!(
                 "the literals of one direction hold more than {MAX_LITERAL_TOTAL} bytes"
             )));
         }
+        let automaton = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::LeftmostLongest)
+            .ascii_case_insensitive(rule.case_insensitive)
+            .build(&rule.literals)
+            .map_err(|e| refused(e.to_string()))?;
+        self.literals.push(LiteralSet {
+            automaton,
+            rule: index,
+        });
         Ok(())
     }
 
@@ -386,27 +394,11 @@ impl Building {
                 .build();
             Some(built.map_err(|_| RuleError::TooLarge(direction))?)
         };
-        let mut literals = Vec::new();
-        for (bucket, entries) in self.literals.into_iter().enumerate() {
-            if entries.is_empty() {
-                continue;
-            }
-            let automaton = AhoCorasickBuilder::new()
-                // Every rule's match, overlapping: one rule's literal never hides another's.
-                .match_kind(MatchKind::Standard)
-                .ascii_case_insensitive(bucket == 1)
-                .build(entries.iter().map(|(literal, _)| literal.as_bytes()))
-                .map_err(|_| RuleError::TooLarge(direction))?;
-            literals.push(LiteralSet {
-                automaton,
-                owner: entries.iter().map(|(_, rule)| *rule).collect(),
-            });
-        }
         Ok(DirectionRules {
             rules: self.rules,
             set,
             set_owner: self.set_owner,
-            literals,
+            literals: self.literals,
             parts: self.parts,
         })
     }
@@ -443,7 +435,7 @@ fn compiled(rule: &str, pattern: &str, case_insensitive: bool) -> Result<Regex, 
             ),
         })?;
     // An empty match (`x*`, `\b`, `^`) would mark text everywhere.
-    let empty = ["", "a", " ", "a b", "0", "\n", "é"]
+    let empty = ["", "a", " ", "a b", "0", "\n", "é", "aé", "éa"]
         .iter()
         .any(|sample| regex.find_iter(sample).any(|m| m.is_empty()));
     if empty {

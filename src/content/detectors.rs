@@ -58,7 +58,8 @@ impl Detector {
     /// The pattern that finds its candidates.
     pub(super) fn pattern(self) -> &'static str {
         match self {
-            Self::PaymentCard => r"(?-u:\b)[0-9](?:[ -]?[0-9]){12,18}(?-u:\b)",
+            // Any run of digit groups: the cards within it are found by `card_runs`.
+            Self::PaymentCard => r"(?-u:\b)[0-9](?:[ -]?[0-9]){12,}(?-u:\b)",
             Self::Iban => r"(?-u:\b)[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}(?-u:\b)",
             Self::Email => {
                 r"(?-u:\b)[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}(?-u:\b)"
@@ -85,41 +86,45 @@ impl Detector {
         }
     }
 
-    /// Which part of a candidate the pattern found is one (its byte range), if any: a card
-    /// number's or an IBAN's candidate may run into the digits or words around it, so the
-    /// runs within it are tried.
-    pub(super) fn confirms(self, candidate: &str) -> Option<(usize, usize)> {
+    /// Which parts of a candidate the pattern found are one (their byte ranges): a card
+    /// number's candidate may hold other digits around it (and several cards), an IBAN's may
+    /// run into the words after it, so the runs within it are tried.
+    pub(super) fn confirms(self, candidate: &str) -> Vec<(usize, usize)> {
+        let whole = vec![(0, candidate.len())];
         match self {
-            Self::PaymentCard => card_within(candidate),
-            Self::Iban => iban_prefix(candidate).map(|end| (0, end)),
-            Self::PeergateToken => peergate_credential(candidate).then_some((0, candidate.len())),
-            _ => Some((0, candidate.len())),
+            Self::PaymentCard => card_runs(candidate),
+            Self::Iban => iban_prefix(candidate)
+                .map(|end| vec![(0, end)])
+                .unwrap_or_default(),
+            Self::PeergateToken if !peergate_credential(candidate) => Vec::new(),
+            _ => whole,
         }
     }
 }
 
-/// The first run of 13 to 19 digits in `candidate` (spaces and dashes between), from the start
-/// of a group of digits, longest first, whose Luhn digit holds, as its byte range.
-fn card_within(candidate: &str) -> Option<(usize, usize)> {
-    let digits: Vec<usize> = (candidate.char_indices())
-        .filter(|(_, c)| c.is_ascii_digit())
-        .map(|(at, _)| at)
-        .collect();
+/// Every run of whole digit groups in `candidate` holding 13 to 19 digits whose Luhn digit
+/// holds, as byte ranges (overlapping ones are masked as one): a card is written in whole
+/// groups, so one beside other numbers is found whatever comes before or after it.
+fn card_runs(candidate: &str) -> Vec<(usize, usize)> {
     let bytes = candidate.as_bytes();
+    let digits: Vec<usize> = (0..bytes.len())
+        .filter(|&at| bytes[at].is_ascii_digit())
+        .collect();
     let starts_group = |at: usize| at == 0 || !bytes[at - 1].is_ascii_digit();
-    for first in 0..digits.len().saturating_sub(12) {
-        if !starts_group(digits[first]) {
-            continue;
-        }
-        let longest = (digits.len() - first).min(19);
-        for count in (13..=longest).rev() {
-            let (start, end) = (digits[first], digits[first + count - 1] + 1);
-            if luhn(&candidate[start..end]) {
-                return Some((start, end));
+    let ends_group = |at: usize| at + 1 == bytes.len() || !bytes[at + 1].is_ascii_digit();
+    let mut runs = Vec::new();
+    for first in (0..digits.len()).filter(|&i| starts_group(digits[i])) {
+        for count in 13..=19 {
+            let Some(&last) = digits.get(first + count - 1) else {
+                break;
+            };
+            let (start, end) = (digits[first], last + 1);
+            if ends_group(last) && luhn(&candidate[start..end]) {
+                runs.push((start, end));
             }
         }
     }
-    None
+    runs
 }
 
 /// The longest start of `candidate` (15 to 34 letters and digits, spaces between) that is an

@@ -255,9 +255,11 @@ impl Inspection<'_> {
                     }
                     Matcher::Detector(detector, regex) => {
                         for m in regex.find_iter(text) {
-                            if let Some((start, end)) = detector.confirms(m.as_str()) {
-                                spans.push((m.start() + start, m.start() + end, index));
-                            }
+                            let confirmed = detector.confirms(m.as_str());
+                            let at = m.start();
+                            spans.extend(
+                                confirmed.into_iter().map(|(s, e)| (at + s, at + e, index)),
+                            );
                         }
                     }
                     _ => {}
@@ -265,12 +267,11 @@ impl Inspection<'_> {
             }
         }
         for set in &self.direction.literals {
-            for m in set.automaton.find_overlapping_iter(text) {
-                let index = set.owner[m.pattern().as_usize()];
-                if self.applies(&self.direction.rules[index]) {
-                    spans.push((m.start(), m.end(), index));
-                }
+            if !self.applies(&self.direction.rules[set.rule]) {
+                continue;
             }
+            let found = set.automaton.find_iter(text);
+            spans.extend(found.map(|m| (m.start(), m.end(), set.rule)));
         }
         spans
     }

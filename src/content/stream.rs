@@ -74,7 +74,13 @@ impl<'r> StreamedText<'r> {
             cut = start;
         }
         if self.held.len() - cut > MAX_HELD {
+            // Only the match held too long is cut: a shorter one still moves the cut back.
             cut = wanted;
+            while let Some(&(start, _, _)) =
+                (spans.iter()).find(|&&(s, e, _)| s < cut && e > cut && e - s <= MAX_HELD)
+            {
+                cut = start;
+            }
         }
         // A match that still crosses the cut is one held too long: its part before the cut
         // counts as a match.

@@ -125,6 +125,18 @@ fn a_card_number_or_an_iban_among_more_digits_and_words_is_still_found() {
             "DE89 3704 0044 0532 0130 00 EUR",
             "[masked:starter/iban] EUR",
         ),
+        (
+            "12345 4111 1111 1111 1111",
+            "12345 [masked:starter/payment-card]",
+        ),
+        (
+            "ref 2024 0001 4111 1111 1111 1111",
+            "ref 2024 0001 [masked:starter/payment-card]",
+        ),
+        (
+            "4111 1111 1111 1111 5500 0000 0000 0004",
+            "[masked:starter/payment-card] [masked:starter/payment-card]",
+        ),
     ] {
         assert_eq!(
             inspected(&rules, Direction::Inbound, text).0,

@@ -1171,7 +1171,7 @@ fn parse_cursor(cursor: &str) -> Result<crate::store::ConversationCursor, ApiErr
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct ConversationMessageView {
-    /// `peer` or `agent`.
+    /// `peer`, `agent`, or `withheld` (an answer the content guard withheld, kept as evidence).
     role: String,
     /// The text a model reads (text parts, data as JSON).
     text: String,

@@ -691,7 +691,7 @@ impl ConversationCursor {
 /// One message of a conversation as its owner reads it.
 #[derive(Debug, Clone)]
 pub struct ConversationEntry {
-    /// `peer` or `agent`.
+    /// `peer`, `agent`, or `withheld` (an answer the content guard withheld, kept as evidence).
     pub role: String,
     /// The text.
     pub text: String,

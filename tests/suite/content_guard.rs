@@ -67,6 +67,8 @@ fn every_kind_of_part_is_masked_before_the_agent_reads_it_and_an_override_is_ref
             "content_guard.starter.inbound",
             groups(&["secrets", "personal_data", "instruction_override"]),
         )
+        .set("content_guard.starter.outbound", groups(&["secrets"]))
+        .set("telemetry.content", true)
         .set("log.access", true);
     let receiver = OtlpReceiver::start(false);
     let env = [
@@ -159,6 +161,13 @@ fn every_kind_of_part_is_masked_before_the_agent_reads_it_and_an_override_is_ref
         "{spans:?}"
     );
     assert!(!format!("{spans:?}").contains("AKIAIOSFODNN7EXAMPLE"));
+    // The agent's answer as it wrote it may not leave: with outbound rules on, no span holds
+    // its text, while the prompt (as masked) is there.
+    let traced = |key: &str| spans.iter().any(|s| !attribute(s, key).is_null());
+    assert!(
+        traced("gen_ai.input.messages") && !traced("gen_ai.output.messages"),
+        "{spans:?}"
+    );
     let log = served
         .server
         .log_with("content_in=starter/ignore-previous-instructions:deny");

@@ -149,7 +149,10 @@ impl Turns {
         };
         self.metrics.calls().operation(operation, took, tokens);
         if let Some(span) = &prompt.trace {
-            finish_backend_span(span, turn, answer.as_ref());
+            // With outbound content rules, the answer as the backend wrote it is not what may
+            // leave: the span carries no text of it.
+            let shown = self.content.is_none();
+            finish_backend_span(span, (turn, shown), answer.as_ref());
         }
         // Stopped, timed out or failed: the agent's task (the one it named, or the one this
         // message continued) is canceled, so it does not go on for nobody.
@@ -253,7 +256,9 @@ impl Turns {
         let Some(guard) = &self.content else {
             return false;
         };
-        let client = turn.client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+        let client = turn
+            .client
+            .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
         let noted = crate::a2a::inspect::Noted {
             peer: &turn.peer,
             note: turn.note.as_deref(),
@@ -419,10 +424,11 @@ pub(super) fn working_text(what: &str) -> String {
 }
 
 /// Ends the backend's span with what its call came to: the tokens, the answer's text when the
-/// operator opted in, or why there was none.
+/// operator opted in (and it may be `shown`: no outbound content rule reads it), or why there
+/// was none.
 fn finish_backend_span(
     span: &ChildSpan,
-    turn: &TurnPlan,
+    (turn, shown): (&TurnPlan, bool),
     answer: Option<
         &Result<Result<crate::backend::Completion, BackendError>, tokio::time::error::Elapsed>,
     >,
@@ -437,9 +443,8 @@ fn finish_backend_span(
                 KeyValue::new(names::GEN_AI_INPUT_TOKENS, usage.prompt_tokens as i64),
                 KeyValue::new(names::GEN_AI_OUTPUT_TOKENS, usage.completion_tokens as i64),
             ];
-            let content = turn
-                .trace
-                .as_ref()
+            let content = (turn.trace.as_ref())
+                .filter(|_| shown)
                 .and_then(|t| t.content(&completion.text));
             if let Some(text) = content {
                 attributes.push(KeyValue::new(names::GEN_AI_OUTPUT_MESSAGES, text));

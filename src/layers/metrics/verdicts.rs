@@ -41,6 +41,10 @@ impl Verdicts {
             }
         }
         let mut counts = self.counts.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(counter) = counts.get(&(direction, rule.clone(), action)) {
+            counter.fetch_add(count, Ordering::Relaxed);
+            return;
+        }
         // The inspector names its own rules: past the bound, new names share one series.
         let rule = if counts.len() >= MAX_SERIES {
             std::sync::LazyLock::force(&OTHER).clone()
