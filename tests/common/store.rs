@@ -148,3 +148,34 @@ fn postgres_url(data: &Path) -> String {
         .expect("PEERGATE_TEST_STORE=postgres needs Debian's postgresql package (apt-get install postgresql)")
         .database_for(data)
 }
+
+/// A finished (or working) exchange of `peer`'s task `task` in `context`, in `state` at `now`,
+/// kept a day, with nothing else: what a store test changes with `..`.
+pub fn bare_exchange(
+    (task, peer, context): (&str, &str, &str),
+    state: peergate::protocol::types::TaskState,
+    now: peergate::clock::Timestamp,
+) -> peergate::store::Exchange {
+    peergate::store::Exchange {
+        task_id: task.into(),
+        peer_id: peer.into(),
+        context_id: context.into(),
+        state,
+        task_json: format!(
+            "{{\"id\":\"{task}\",\"contextId\":\"{context}\",\"status\":{{\"state\":\"{}\"}}}}",
+            state.as_str()
+        ),
+        now,
+        expires_at: now + std::time::Duration::from_secs(86_400),
+        messages: Vec::new(),
+        usage: None,
+        audit: None,
+        instance: None,
+        notify: false,
+        push_config: None,
+        upstream_task_id: None,
+        receipt: None,
+        call_trace: None,
+        sealing: None,
+    }
+}

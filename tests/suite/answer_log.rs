@@ -434,27 +434,16 @@ async fn a_rotated_log_key_goes_on_from_the_last_checkpoint_and_the_retired_one_
     let jws = "header.after-rotation.signature".to_owned();
     let now = peergate::clock::Clock::now(&peergate::clock::SystemClock);
     let exchange = peergate::store::Exchange {
-        task_id: "t-after-rotation".into(),
-        peer_id: peer.as_str().into(),
-        context_id: "ctx-rotation".into(),
-        state: peergate::protocol::types::TaskState::Completed,
-        task_json: r#"{"id":"t-after-rotation","contextId":"ctx-rotation","status":{"state":"TASK_STATE_COMPLETED"}}"#.into(),
-        now,
-        expires_at: now,
-        messages: Vec::new(),
-        usage: None,
-        audit: None,
-        instance: None,
-        notify: false,
-        push_config: None,
-        upstream_task_id: None,
         receipt: Some(peergate::store::IssuedReceipt {
             jti: "after-rotation".into(),
             entry: Sha256::digest(jws.as_bytes()).into(),
             jws,
         }),
-        call_trace: None,
-        sealing: None,
+        ..bare_exchange(
+            ("t-after-rotation", peer.as_str(), "ctx-rotation"),
+            peergate::protocol::types::TaskState::Completed,
+            now,
+        )
     };
     store.tasks().save_exchange(exchange).await.unwrap();
     let read = |path: &str| peergate::jose::keys::read_ed25519(std::path::Path::new(path)).unwrap();

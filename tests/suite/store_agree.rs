@@ -242,31 +242,8 @@ fn entry(action: AuditAction, offset: i64, owner: Option<&str>) -> AuditEntry {
 
 /// A task's state, stored at `now` and kept for a day.
 fn exchange(task: &str, peer: &str, context: &str, state: TaskState, now: i64) -> Exchange {
-    Exchange {
-        task_id: task.into(),
-        peer_id: peer.into(),
-        context_id: context.into(),
-        state,
-        task_json: format!(
-            "{{\"id\":\"{task}\",\"contextId\":\"{context}\",\"status\":{{\"state\":\"{}\"}}}}",
-            state.as_str()
-        ),
-        now: at(now),
-        expires_at: at(now + DAY),
-        messages: Vec::new(),
-        usage: None,
-        audit: None,
-        instance: None,
-        notify: false,
-        push_config: None,
-        upstream_task_id: None,
-        receipt: None,
-        call_trace: None,
-        sealing: None,
-    }
+    bare_exchange((task, peer, context), state, at(now))
 }
-
-const DAY: i64 = 86_400_000;
 
 /// A turn's two messages: the peer's (with its parts, as JSON) and the agent's (its text
 /// alone).
