@@ -135,6 +135,10 @@ impl ContentGuard {
             }
             if inspected.verdict.masked() {
                 request.as_received = Some(sent);
+                request.masked_by = (inspected.verdict.findings.iter())
+                    .filter(|f| f.action == Action::Mask)
+                    .map(|f| f.rule.to_string())
+                    .collect();
             }
         }
         self.recorded(Direction::Inbound, &inspected.verdict, noted);

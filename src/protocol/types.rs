@@ -173,6 +173,10 @@ pub struct SendMessageRequest {
     /// receipt digests as the request.
     #[serde(skip)]
     pub as_received: Option<Value>,
+    /// The rules that masked some of the message (the content guard's ids), so the task tells
+    /// the partner its message was changed, and by which rules.
+    #[serde(skip)]
+    pub masked_by: Vec<String>,
 }
 
 impl SendMessageRequest {
@@ -187,6 +191,7 @@ impl SendMessageRequest {
             configuration,
             metadata,
             as_received: None,
+            masked_by: Vec::new(),
             misplaced_context_id: None,
             misplaced_task_id: None,
         }

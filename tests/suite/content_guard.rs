@@ -392,6 +392,12 @@ async fn a_receipt_digests_the_message_as_the_partner_sent_it_and_the_model_read
         claims["dig"]["req"],
         receipt::message_digest(&sent).unwrap()
     );
+    // The partner is told its message was changed, and by which rule.
+    assert_eq!(
+        task["metadata"]["peergate"]["maskedBy"],
+        json!(["starter/aws-access-key"]),
+        "{task}"
+    );
     gw.stop().await;
 }
 

@@ -275,13 +275,15 @@ impl Turns {
                 &format!("belongs inside the message: send it as params.message.{id}"),
             ));
         }
-        let (message, as_received) = (params.message, params.as_received);
+        let (message, as_received, masked_by) =
+            (params.message, params.as_received, params.masked_by);
         let configuration = params.configuration.unwrap_or_default();
         let history_length = configuration
             .history_length
             .map(|n| checked_history_length(n, "configuration.historyLength"))
             .transpose()?;
-        let (read, sent) = self.read(caller, &message, params.metadata)?;
+        let (read, mut sent) = self.read(caller, &message, params.metadata)?;
+        sent.masked_by = masked_by;
         let (text, parts, context_id, kept) = (read.text, read.parts, read.context_id, read.kept);
         let sealing = self.sealing(caller, (&message, as_received.as_ref()))?;
         if let Some(task_id) = &message.task_id {
@@ -395,6 +397,7 @@ impl Turns {
             message_metadata: message.metadata.clone(),
             extensions: message.extensions.clone(),
             unread: std::mem::take(&mut read.unread),
+            masked_by: Vec::new(),
         };
         Ok((read, sent))
     }

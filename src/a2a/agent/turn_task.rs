@@ -199,20 +199,27 @@ pub(super) struct SentAlong {
     pub(super) extensions: Vec<String>,
     /// The parts the backend does not read.
     pub(super) unread: Vec<UnreadPart>,
+    /// The content guard's rules that masked some of the message before the backend read it.
+    pub(super) masked_by: Vec<String>,
 }
 
 impl SentAlong {
-    /// `{"peergate": {"unreadParts": [{"index", "content"}…]}}`, when a part was not read
-    /// (`content` the part's content member: `raw`, `url`, or `file` for 0.3's).
+    /// `{"peergate": {"unreadParts": [{"index", "content"}…], "maskedBy": [rule…]}}`, each
+    /// when there is one: a part not read (`content` the part's content member: `raw`, `url`,
+    /// or `file` for 0.3's), and the content guard's rules that masked some of the message
+    /// (so nothing a partner sent is changed without a word).
     fn task_metadata(&self) -> Option<serde_json::Value> {
-        (!self.unread.is_empty()).then(|| {
-            let unread: Vec<serde_json::Value> = self
-                .unread
-                .iter()
+        let mut said = serde_json::Map::new();
+        if !self.unread.is_empty() {
+            let unread: Vec<serde_json::Value> = (self.unread.iter())
                 .map(|part| serde_json::json!({"index": part.index, "content": part.kind}))
                 .collect();
-            serde_json::json!({"peergate": {"unreadParts": unread}})
-        })
+            said.insert("unreadParts".into(), unread.into());
+        }
+        if !self.masked_by.is_empty() {
+            said.insert("maskedBy".into(), self.masked_by.clone().into());
+        }
+        (!said.is_empty()).then(|| serde_json::json!({"peergate": said}))
     }
 }
 
