@@ -275,15 +275,13 @@ impl Turns {
                 &format!("belongs inside the message: send it as params.message.{id}"),
             ));
         }
-        let (message, as_received, masked_by) =
-            (params.message, params.as_received, params.masked_by);
+        let (message, as_received) = (params.message, params.as_received);
         let configuration = params.configuration.unwrap_or_default();
         let history_length = configuration
             .history_length
             .map(|n| checked_history_length(n, "configuration.historyLength"))
             .transpose()?;
-        let (read, mut sent) = self.read(caller, &message, params.metadata)?;
-        sent.masked_by = masked_by;
+        let (read, sent) = self.read(caller, &message, (params.metadata, params.masked_by))?;
         let (text, parts, context_id, kept) = (read.text, read.parts, read.context_id, read.kept);
         let sealing = self.sealing(caller, (&message, as_received.as_ref()))?;
         if let Some(task_id) = &message.task_id {
@@ -373,12 +371,12 @@ impl Turns {
 
     /// Reads `message` as the backend reads it (the caller's note names the parts it does not)
     /// and keeps what goes along with it: the request's metadata, the message's own and its
-    /// extensions.
+    /// extensions, and the content rules that masked some of it.
     fn read(
         &self,
         caller: &Caller,
         message: &a2a::IncomingMessage,
-        request_metadata: Option<serde_json::Value>,
+        (request_metadata, masked_by): (Option<serde_json::Value>, Vec<String>),
     ) -> Result<(ReadMessage, SentAlong), A2aError> {
         let reading = if self.backend.reads_every_part() {
             PartsRead::Every
@@ -397,7 +395,7 @@ impl Turns {
             message_metadata: message.metadata.clone(),
             extensions: message.extensions.clone(),
             unread: std::mem::take(&mut read.unread),
-            masked_by: Vec::new(),
+            masked_by,
         };
         Ok((read, sent))
     }
