@@ -4,6 +4,11 @@
 //! stored and digested). A denied message is refused with the rule's id and no task is run;
 //! every verdict is counted by rule and action, noted in the access log and on the call's
 //! span, and a denial is audited (the first of a peer's rule a minute) — never what matched.
+//!
+//! Cost (BENCHMARKS, "The content guard"; decision 0016): with the whole starting pack on both
+//! directions, SendMessage +3.3 % instructions and GetTask, which is never read, +1.0 % (any
+//! stage attached); 249 ns for a short message, 127–158 µs for 64 KiB, 2.1 µs a streamed
+//! piece. Without `[content_guard]` rules nothing is attached, and nothing is paid.
 
 use crate::a2a::denial_audit::{DenialAudit, client_of};
 use crate::a2a::inspector::{Decision, Inspector};
