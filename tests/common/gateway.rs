@@ -18,6 +18,7 @@ use tempfile::TempDir;
 pub fn gateway_options(policy: Policy, data: &Path, clock: Arc<dyn Clock>) -> GatewayOptions {
     // The tests' own clients need a provider; peergate's clients bring their own.
     crate::common::install_test_crypto();
+    crate::common::raise_open_files_limit();
     // A policy serving gRPC gets a port of its own too.
     let grpc_listen = policy.grpc.as_ref().map(|_| "127.0.0.1:0".parse().unwrap());
     GatewayOptions {

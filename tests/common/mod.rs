@@ -43,6 +43,28 @@ pub fn skipped(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
 }
 
+/// Raises this process's soft open-files limit to its hard one, once. A test process holds
+/// the gateways it starts and their clients, so both ends of every loopback connection, where
+/// a deployed gateway holds one end and raises its own limit for it (`app::open_files`, to
+/// what the policy's connections need, 1,280 by default). A flood of 1,024 connections, its
+/// answers and a test running beside it can pass that: an `accept` short of a descriptor then
+/// leaves its connection waiting in the backlog while the clients holding the descriptors
+/// wait for answers, and nothing ends.
+pub fn raise_open_files_limit() {
+    static RAISED: std::sync::Once = std::sync::Once::new();
+    RAISED.call_once(|| {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let limit = getrlimit(Resource::Nofile);
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if limit.current != limit.maximum && setrlimit(Resource::Nofile, raised).is_err() {
+            eprintln!("could not raise the open-files limit to its hard limit");
+        }
+    });
+}
+
 /// Installs the process-wide rustls provider for the tests' own HTTP clients
 /// (`reqwest::Client::new()`). peergate never installs one: each of its clients is built on an
 /// explicit configuration.

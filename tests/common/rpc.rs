@@ -113,13 +113,14 @@ pub async fn open_stream_with(
         .ok()
 }
 
-/// Reads a stream until what was read contains `needle`; returns all of it.
+/// Reads a stream until what was read contains `needle`; returns all of it. A stream that
+/// sends nothing for a minute fails the test rather than holding it.
 pub async fn read_until(response: &mut reqwest::Response, needle: &str) -> String {
     let mut seen = String::new();
     while !seen.contains(needle) {
-        let chunk = response
-            .chunk()
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(60), response.chunk())
             .await
+            .unwrap_or_else(|_| panic!("nothing came for a minute before {needle:?}: {seen}"))
             .unwrap()
             .unwrap_or_else(|| panic!("the stream ended before {needle:?}: {seen}"));
         seen.push_str(&String::from_utf8_lossy(&chunk));

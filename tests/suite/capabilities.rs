@@ -588,6 +588,9 @@ async fn streamed_text_the_model_did_not_account_for_still_counts_against_the_bu
     gw.stop().await;
 }
 
+/// How long the flood's attempts wait for an answer or a close before failing the test.
+const UNANSWERED: Duration = Duration::from_secs(60);
+
 /// A client from `address` (a loopback address of its own), one connection per request.
 fn client_from(address: [u8; 4]) -> reqwest::Client {
     reqwest::Client::builder()
@@ -615,7 +618,10 @@ async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending(
     let task = task_of(&sent)["id"].as_str().unwrap().to_owned();
     model.wait_for_arrival().await;
 
-    // Mallory, from one address, opens 1,024 subscriptions at once and keeps what it gets.
+    // Mallory, from one address, opens 1,024 subscriptions at once and keeps what it gets
+    // (unread, so that its connections stay open and meet the cap on them). Each attempt is
+    // bounded: a connection the gateway neither answers nor closes fails the test instead of
+    // holding it forever.
     let subscribe = streaming_request("SubscribeToTask", json!({"id": task}));
     let flood = client_from([127, 0, 0, 2]);
     let attempts: Vec<_> = (0..1024)
@@ -626,17 +632,22 @@ async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending(
                 mallory.clone(),
                 subscribe.clone(),
             );
-            tokio::spawn(async move { open_stream_with(&flood, &door, &token, &subscribe).await })
+            tokio::spawn(async move {
+                let opening = open_stream_with(&flood, &door, &token, &subscribe);
+                tokio::time::timeout(UNANSWERED, opening).await
+            })
         })
         .collect();
     let (mut open, mut capped, mut closed) = (Vec::new(), 0, 0);
     for attempt in attempts {
-        match attempt.await.unwrap() {
+        let answered = attempt.await.unwrap();
+        match answered.expect("a connection neither answered nor closed") {
             Some(response) if response.status() == 200 => open.push(response),
             Some(response) => {
                 assert_eq!(response.status(), 429);
                 assert_eq!(response.headers()["retry-after"], "5");
-                let body: Value = response.json().await.unwrap();
+                let body = tokio::time::timeout(UNANSWERED, response.json::<Value>());
+                let body = body.await.expect("a refusal's body never ended").unwrap();
                 assert_eq!(body["error"]["code"], "too_many_streams", "{body}");
                 capped += 1;
             }
