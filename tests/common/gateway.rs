@@ -49,6 +49,8 @@ pub struct TestGateway {
     running: Option<RunningGateway>,
     /// The runtime the gateway runs on.
     runtime: Option<tokio::runtime::Runtime>,
+    /// Names the test to the watchdog while the gateway runs.
+    _live: super::watchdog::Live,
 }
 
 impl TestGateway {
@@ -86,6 +88,7 @@ impl TestGateway {
             clock,
             running: Some(running),
             runtime: Some(runtime),
+            _live: super::watchdog::Live::new("a gateway in process"),
         }
     }
 

@@ -24,11 +24,12 @@ mod sdk;
 mod store;
 mod tls;
 mod upstream;
+mod watchdog;
 
 #[allow(unused_imports)]
 pub use self::{
     cli::*, flood::*, gateway::*, idp::*, model::*, otlp::*, pki::*, policy::*, process::*,
-    receiver::*, rpc::*, sdk::*, store::*, tls::*, upstream::*,
+    receiver::*, rpc::*, sdk::*, store::*, tls::*, upstream::*, watchdog::*,
 };
 
 /// Says that a test skips what it cannot check here, and why, on a line `cargo test` shows

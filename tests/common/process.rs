@@ -18,6 +18,8 @@ pub struct ServeProcess {
     /// The gRPC listener's address, with `[grpc]`.
     pub grpc_addr: Option<SocketAddr>,
     pub log: Arc<Mutex<Vec<String>>>,
+    /// Names the test to the watchdog while the process runs.
+    _live: super::watchdog::Live,
 }
 
 impl ServeProcess {
@@ -143,6 +145,7 @@ impl ServeProcess {
             admin_addr: admin_addr.parse().expect("admin API address in the log"),
             grpc_addr: grpc_addr.map(|addr| addr.parse().expect("gRPC address in the log")),
             log,
+            _live: super::watchdog::Live::new("peergate serve"),
         }
     }
 
