@@ -591,6 +591,69 @@ async fn streamed_text_the_model_did_not_account_for_still_counts_against_the_bu
 /// How long the flood's attempts wait for an answer or a close before failing the test.
 const UNANSWERED: Duration = Duration::from_secs(60);
 
+/// An HTTP/1.1 POST of `body` to the door as the peer holding `token`, as bytes.
+fn raw_post(gw: &TestGateway, token: &str, body: &Value) -> Vec<u8> {
+    let body = body.to_string();
+    let head = format!(
+        "POST /a2a/v1 HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\n\r\n",
+        gw.addr,
+        body.len()
+    );
+    [head.into_bytes(), body.into_bytes()].concat()
+}
+
+/// What came back on a connection of the flood's.
+enum RawAnswer {
+    /// A 200: the connection, its stream left unread.
+    Stream(tokio::net::TcpStream),
+    /// Any other status: the answer's head and its JSON body.
+    Refused(String, Value),
+}
+
+/// Sends `request` on a new connection from `from` to `door`; what came back, or `None` for a
+/// connection refused or closed before an answer's head.
+async fn raw_attempt(
+    door: std::net::SocketAddr,
+    from: [u8; 4],
+    request: &[u8],
+) -> Option<RawAnswer> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    socket
+        .bind((std::net::Ipv4Addr::from(from), 0).into())
+        .ok()?;
+    let mut connection = socket.connect(door).await.ok()?;
+    connection.write_all(request).await.ok()?;
+    let mut read = Vec::new();
+    let head_end = loop {
+        if let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let mut chunk = [0u8; 4096];
+        match connection.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => read.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&read[..head_end]).to_ascii_lowercase();
+    if head.starts_with("http/1.1 200") {
+        return Some(RawAnswer::Stream(connection));
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length: "))
+        .and_then(|length| length.trim().parse().ok())
+        .expect("a refusal with a length");
+    while read.len() < head_end + length {
+        let mut chunk = [0u8; 4096];
+        let n = connection.read(&mut chunk).await.expect("a refusal's body");
+        assert!(n > 0, "a refusal's body cut short");
+        read.extend_from_slice(&chunk[..n]);
+    }
+    let body = serde_json::from_slice(&read[head_end..head_end + length]).expect("a JSON body");
+    Some(RawAnswer::Refused(head, body))
+}
+
 /// A client from `address` (a loopback address of its own), one connection per request.
 fn client_from(address: [u8; 4]) -> reqwest::Client {
     reqwest::Client::builder()
@@ -619,22 +682,17 @@ async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending(
     model.wait_for_arrival().await;
 
     // Mallory, from one address, opens 1,024 subscriptions at once and keeps what it gets
-    // (unread, so that its connections stay open and meet the cap on them). Each attempt is
-    // bounded: a connection the gateway neither answers nor closes fails the test instead of
-    // holding it forever.
+    // (unread, so that its connections stay open and meet the cap on them). Each attempt is a
+    // connection of its own with no HTTP client's pool between, and is bounded: a connection
+    // the gateway neither answers nor closes fails the test instead of holding it forever.
     let subscribe = streaming_request("SubscribeToTask", json!({"id": task}));
-    let flood = client_from([127, 0, 0, 2]);
+    let request = std::sync::Arc::new(raw_post(&gw, &mallory, &subscribe));
     let attempts: Vec<_> = (0..1024)
         .map(|_| {
-            let (flood, door, token, subscribe) = (
-                flood.clone(),
-                gw.door.clone(),
-                mallory.clone(),
-                subscribe.clone(),
-            );
+            let (door, request) = (gw.addr, request.clone());
             tokio::spawn(async move {
-                let opening = open_stream_with(&flood, &door, &token, &subscribe);
-                tokio::time::timeout(UNANSWERED, opening).await
+                let attempt = raw_attempt(door, [127, 0, 0, 2], &request);
+                tokio::time::timeout(UNANSWERED, attempt).await
             })
         })
         .collect();
@@ -642,12 +700,10 @@ async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending(
     for attempt in attempts {
         let answered = attempt.await.unwrap();
         match answered.expect("a connection neither answered nor closed") {
-            Some(response) if response.status() == 200 => open.push(response),
-            Some(response) => {
-                assert_eq!(response.status(), 429);
-                assert_eq!(response.headers()["retry-after"], "5");
-                let body = tokio::time::timeout(UNANSWERED, response.json::<Value>());
-                let body = body.await.expect("a refusal's body never ended").unwrap();
+            Some(RawAnswer::Stream(connection)) => open.push(connection),
+            Some(RawAnswer::Refused(head, body)) => {
+                assert!(head.starts_with("http/1.1 429"), "{head}");
+                assert!(head.contains("\r\nretry-after: 5\r\n"), "{head}");
                 assert_eq!(body["error"]["code"], "too_many_streams", "{body}");
                 capped += 1;
             }
@@ -696,6 +752,7 @@ async fn one_peer_opening_1024_streams_leaves_other_peers_streaming_and_sending(
 
     // Mallory's places come back when its streams close.
     drop(open);
+    let flood = client_from([127, 0, 0, 2]);
     let again = async {
         loop {
             if let Some(response) = open_stream_with(
