@@ -3,7 +3,8 @@
 //! timeout of its own, and says only once, early in a long output, that a test has run for
 //! over 60 seconds. Once the first gateway of the binary starts, a thread of its own waits
 //! [`SUITE_LIMIT`] (the suite takes about five minutes on two cores), then names the tests
-//! whose gateways are still running and ends the process, failing the run.
+//! whose gateways are still running, ends the processes the tests started, and ends its own,
+//! failing the run. A binary that starts no gateway has no such bound.
 //!
 //! Each gateway the tests start (in process or as a child process) holds a [`Live`] with the
 //! name of the test's thread, which libtest names after the test.
@@ -73,9 +74,39 @@ fn report_and_exit(limit: Duration) -> ! {
         "\nthe test binary ran past {} seconds and is stopped; gateways still running:",
         limit.as_secs()
     );
-    for what in live().values() {
+    let live = live();
+    if live.is_empty() {
+        let _ = writeln!(stderr, "  none: the test that hangs started no gateway");
+    }
+    for what in live.values() {
         let _ = writeln!(stderr, "  {what}");
     }
     let _ = stderr.flush();
+    kill_children();
     std::process::exit(101);
+}
+
+/// Ends every process the tests started (servers, agents, providers), which `exit` would
+/// leave running without their `Drop`, some holding the run's output open: each process whose
+/// parent is this one (`/proc/PID/stat`'s fourth field).
+fn kill_children() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let me = std::process::id().to_string();
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for process in processes.flatten() {
+        let Ok(stat) = std::fs::read_to_string(process.path().join("stat")) else {
+            continue;
+        };
+        // The name in parentheses may hold spaces: the fields after it are counted.
+        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let parent = after_name.split_whitespace().nth(1);
+        let pid = process.file_name().to_string_lossy().parse().ok();
+        if parent == Some(me.as_str())
+            && let Some(pid) = pid.and_then(Pid::from_raw)
+        {
+            let _ = kill_process(pid, Signal::KILL);
+        }
+    }
 }
