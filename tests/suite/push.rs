@@ -802,23 +802,14 @@ async fn deliver_under_dns(script: &[&'static str]) -> (PushReceiver, Vec<String
         store
             .tasks()
             .save_exchange(Exchange {
-                task_id: "t1".into(),
-                peer_id: peer_id.clone(),
-                context_id: "ctx".into(),
-                state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
-                task_json: format!("{{\"id\":\"t1\",\"status\":{{\"state\":\"{state}\"}}}}"),
-                now,
                 expires_at: peergate::clock::later(now, Duration::from_secs(60)),
-                messages: Vec::new(),
-                usage: None,
-                audit: None,
-                instance: None,
                 notify: true,
                 push_config: with,
-                upstream_task_id: None,
-                receipt: None,
-                call_trace: None,
-                sealing: None,
+                ..bare_exchange(
+                    ("t1", &peer_id, "ctx"),
+                    peergate::protocol::types::TaskState::from_name(state).unwrap(),
+                    now,
+                )
             })
             .await
             .unwrap();

@@ -1578,7 +1578,6 @@ fn delivery_steps() -> Vec<Step> {
                 let turn = Exchange {
                     notify: true,
                     call_trace: Some(TRACED.into()),
-                    sealing: None,
                     ..exchange("t-push", "peer_1", "ctx-p", TaskState::Completed, 3_100)
                 };
                 shown(s.tasks().save_exchange(turn).await)

@@ -208,12 +208,7 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
     for (engine, store, dir) in engines().await {
         with_alice(&store).await;
         let exchange = |task: &str, state: &'static str, now: i64, text: &str| Exchange {
-            task_id: task.into(),
-            peer_id: "peer_1".into(),
-            context_id: "ctx".into(),
-            state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
             task_json: format!("{{\"id\":\"{task}\",\"state\":\"{state}\"}}"),
-            now: at(now),
             expires_at: at(now + 1_000),
             messages: if text.is_empty() {
                 Vec::new()
@@ -240,14 +235,12 @@ async fn exchanges_histories_usage_and_the_sweeps_on_every_engine() {
                 day: UtcDay::parse("2026-11-30").unwrap(),
                 tokens: 40,
             }),
-            audit: None,
             instance: Some(Arc::from("ins_a")),
-            notify: false,
-            push_config: None,
-            upstream_task_id: None,
-            receipt: None,
-            call_trace: None,
-            sealing: None,
+            ..bare_exchange(
+                (task, "peer_1", "ctx"),
+                peergate::protocol::types::TaskState::from_name(state).unwrap(),
+                at(now),
+            )
         };
         let tasks = store.tasks();
         // Concurrent turns share one batch: two contexts' worth of rows, one usage row.
@@ -456,24 +449,17 @@ async fn the_push_notification_queue_on_every_engine() {
         };
         let state =
             |task: &str, state: &'static str, now: i64, with: Option<PushConfigRecord>| Exchange {
-                task_id: task.into(),
-                peer_id: "peer_1".into(),
-                context_id: "ctx".into(),
-                state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
                 task_json: format!("{{\"id\":\"{task}\",\"state\":\"{state}\"}}"),
-                now: at(now),
                 expires_at: at(5_000),
-                messages: Vec::new(),
-                usage: None,
-                audit: None,
-                instance: None,
                 notify: true,
                 push_config: with,
-                upstream_task_id: None,
-                receipt: None,
                 // The final state's call was traced; the first's was not.
                 call_trace: (state == "TASK_STATE_COMPLETED").then(|| TRACED.to_owned()),
-                sealing: None,
+                ..bare_exchange(
+                    (task, "peer_1", "ctx"),
+                    peergate::protocol::types::TaskState::from_name(state).unwrap(),
+                    at(now),
+                )
             };
         let (tasks, push) = (store.tasks(), store.push());
         // A config sent with the message hears the task's first state.
@@ -923,23 +909,15 @@ async fn a_task_waiting_for_input_goes_on_and_is_swept_from_its_continuation_on_
         with_alice(&store).await;
         let exchange =
             |state: &'static str, now: i64, instance: &str, agent: Option<&str>| Exchange {
-                task_id: "t1".into(),
-                peer_id: "peer_1".into(),
-                context_id: "ctx".into(),
-                state: peergate::protocol::types::TaskState::from_name(state).unwrap(),
                 task_json: format!("{{\"id\":\"t1\",\"state\":\"{state}\"}}"),
-                now: at(now),
                 expires_at: at(now + 1_000_000),
-                messages: Vec::new(),
-                usage: None,
-                audit: None,
                 instance: Some(Arc::from(instance)),
-                notify: false,
-                push_config: None,
                 upstream_task_id: agent.map(str::to_owned),
-                receipt: None,
-                call_trace: None,
-                sealing: None,
+                ..bare_exchange(
+                    ("t1", "peer_1", "ctx"),
+                    peergate::protocol::types::TaskState::from_name(state).unwrap(),
+                    at(now),
+                )
             };
         let tasks = store.tasks();
         tasks
