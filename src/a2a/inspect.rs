@@ -16,7 +16,8 @@ use crate::a2a::operation::{A2aRequest, CallRefused};
 use crate::a2a::stages::{CallStages, CallView};
 use crate::clock::Clock;
 use crate::content::{
-    Action, ContentRules, Direction, FailureMode, Finding, Replacements, Verdict,
+    Action, Collected, ContentRules, Direction, FailureMode, Finding, Inspection, Replacements,
+    Verdict,
 };
 use crate::layers::access_log::AccessNote;
 use crate::layers::auth::AuthenticatedPeer;
@@ -127,16 +128,18 @@ impl ContentGuard {
             inspection.message(&self.rules, &mut request.message, request.metadata.as_mut());
             let collected = inspection.collected();
             inspected.verdict = inspection.verdict();
-            if let Some(outside) = outside {
-                let texts = &collected.texts;
-                let replace = self
-                    .asked(outside, Direction::Inbound, noted, texts, &mut inspected)
-                    .await;
-                if let Some(replacements) = replace {
-                    let files = &collected.files;
-                    let mut pass = self.rules.replace(Direction::Inbound, replacements, files);
-                    pass.message(&self.rules, &mut request.message, request.metadata.as_mut());
-                }
+            if let Some(outside) = outside
+                && let Some(mut pass) = self
+                    .asked(
+                        outside,
+                        Direction::Inbound,
+                        noted,
+                        &collected,
+                        &mut inspected,
+                    )
+                    .await
+            {
+                pass.message(&self.rules, &mut request.message, request.metadata.as_mut());
             }
             if inspected.verdict.masked() {
                 request.as_received = Some(sent);
@@ -175,40 +178,44 @@ impl ContentGuard {
         inspection.parts(&self.rules, parts);
         inspection.artifacts(&self.rules, artifacts);
         let collected = inspection.collected();
-        let texts = &collected.texts;
         let mut inspected = Inspected {
             verdict: inspection.verdict(),
             withheld: false,
         };
-        if let Some(outside) = outside.filter(|_| inspected.verdict.denied.is_none()) {
-            let replace = self
-                .asked(outside, Direction::Outbound, noted, texts, &mut inspected)
-                .await;
-            if let Some(replacements) = replace {
-                let files = &collected.files;
-                let mut pass = self.rules.replace(Direction::Outbound, replacements, files);
-                if let Some(text) = text {
-                    pass.text(text);
-                }
-                pass.parts(&self.rules, parts);
-                pass.artifacts(&self.rules, artifacts);
+        if let Some(outside) = outside.filter(|_| inspected.verdict.denied.is_none())
+            && let Some(mut pass) = self
+                .asked(
+                    outside,
+                    Direction::Outbound,
+                    noted,
+                    &collected,
+                    &mut inspected,
+                )
+                .await
+        {
+            if let Some(text) = text {
+                pass.text(text);
             }
+            pass.parts(&self.rules, parts);
+            pass.artifacts(&self.rules, artifacts);
         }
         inspected.withheld |= inspected.verdict.denied.is_some();
         self.recorded(Direction::Outbound, &inspected.verdict, noted);
         inspected
     }
 
-    /// The inspector's decision on `texts`, added to `inspected`: its replacements when it
-    /// masks; a failure counted and decided by the failure mode.
+    /// The inspector's decision on the texts `collected` lists, added to `inspected`: when it
+    /// masks, the pass that applies its replacements to what was read (run it over the same
+    /// message or answer); a failure counted and decided by the failure mode.
     async fn asked(
         &self,
         outside: &Inspector,
         direction: Direction,
         noted: Noted<'_>,
-        texts: &[String],
+        collected: &Collected,
         inspected: &mut Inspected,
-    ) -> Option<Replacements> {
+    ) -> Option<Inspection<'_>> {
+        let texts = &collected.texts;
         let finding = |rule: &Arc<str>, action, count| Finding {
             rule: rule.clone(),
             action,
@@ -233,10 +240,10 @@ impl ContentGuard {
                     .verdict
                     .findings
                     .push(finding(&rule, Action::Mask, count));
-                let replacements = (replacements.into_iter())
+                let replacements: Replacements = (replacements.into_iter())
                     .map(|(index, text)| (index, (texts[index].clone(), text)))
                     .collect();
-                Some(replacements)
+                Some((self.rules).replace(direction, replacements, &collected.files))
             }
             Err(error) => {
                 let mode = self.params.failure_mode;
