@@ -107,10 +107,16 @@ impl InspectorSettings {
                 "must be 1 to 10000",
             ));
         }
-        if self.breaker_failures == 0 || !(1..=3600).contains(&self.breaker_seconds) {
+        if self.breaker_failures == 0 {
             return Some((
                 "content_guard.inspector.breaker_failures",
-                "breaker_failures must be at least 1 and breaker_seconds 1 to 3600",
+                "must be at least 1",
+            ));
+        }
+        if !(1..=3600).contains(&self.breaker_seconds) {
+            return Some((
+                "content_guard.inspector.breaker_seconds",
+                "must be 1 to 3600",
             ));
         }
         None

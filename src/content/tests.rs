@@ -367,6 +367,33 @@ fn the_inspector_is_reached_over_tls_or_on_loopback_only() {
     ] {
         assert!(at(refused).problem().is_some(), "{refused}");
     }
+    // Each bound is named by its own key.
+    let with = |change: fn(&mut super::settings::InspectorSettings)| {
+        let mut settings = at("https://dlp.example/inspect");
+        change(&mut settings);
+        settings
+    };
+    let bounds = [
+        (
+            "content_guard.inspector.timeout_ms",
+            with(|s| s.timeout_ms = 0),
+        ),
+        (
+            "content_guard.inspector.max_concurrent",
+            with(|s| s.max_concurrent = 0),
+        ),
+        (
+            "content_guard.inspector.breaker_failures",
+            with(|s| s.breaker_failures = 0),
+        ),
+        (
+            "content_guard.inspector.breaker_seconds",
+            with(|s| s.breaker_seconds = 0),
+        ),
+    ];
+    for (key, settings) in bounds {
+        assert_eq!(settings.problem().map(|(named, _)| named), Some(key));
+    }
 }
 
 #[test]
