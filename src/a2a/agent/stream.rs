@@ -158,7 +158,7 @@ impl Turns {
         // What is still held goes only to an answer that may be delivered.
         if let Some(rest) = guarded.as_mut().map(StreamedText::finish)
             && !rest.is_empty()
-            && !outcome.withheld()
+            && !outcome.withheld
         {
             stream.send(&piece_update(&working, &rest, self.clock.now()));
         }

@@ -460,6 +460,7 @@ impl Turns {
                 owner_id: Some(peer.owner_id().to_owned()),
             }),
             agent_reply: None,
+            withheld: false,
         }
     }
 }

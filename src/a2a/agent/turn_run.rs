@@ -171,6 +171,7 @@ impl Turns {
                 usage: Some(self.spent(turn, 0)),
                 audit: None,
                 agent_reply: None,
+                withheld: false,
             };
         };
         self.outcome_of(turn, answer.unwrap_or(Err(BackendError::Timeout)))
@@ -218,6 +219,7 @@ impl Turns {
                         .as_ref()
                         .map_or(TaskState::Completed, |reply| reply.state),
                     agent_reply: completion.reply.clone(),
+                    withheld: false,
                     messages: vec![
                         peer_message(turn),
                         ConversationMessage {
@@ -241,6 +243,7 @@ impl Turns {
                     usage: None,
                     audit: None,
                     agent_reply: None,
+                    withheld: false,
                 }
             }
         }
@@ -309,6 +312,7 @@ impl Turns {
             usage: Some(self.spent(turn, tokens)),
             audit: None,
             agent_reply: None,
+            withheld: true,
         }
     }
 
@@ -495,7 +499,7 @@ fn answer_kept(completion: &crate::backend::Completion) -> String {
 
 /// The agent's message of a task whose answer the content rules withheld: neutral, naming no
 /// rule (the partner did not write the answer, and the rules are the operator's).
-pub(super) const WITHHELD_TEXT: &str =
+const WITHHELD_TEXT: &str =
     "The answer could not be delivered: it did not pass the gateway's content rules.";
 
 /// The partner's message as the conversation keeps it (every part, as the backend read it).

@@ -373,11 +373,7 @@ pub(super) struct Outcome {
     pub(super) audit: Option<AuditEntry>,
     /// An agent's answer as it gave it.
     pub(super) agent_reply: Option<crate::backend::AgentReply>,
-}
-
-impl Outcome {
-    /// Whether the content guard withheld the answer.
-    pub(super) fn withheld(&self) -> bool {
-        self.state == TaskState::Failed && self.reply == super::turn_run::WITHHELD_TEXT
-    }
+    /// Whether the content guard withheld the answer: nothing of it may leave, not even a
+    /// streamed piece still held back.
+    pub(super) withheld: bool,
 }
