@@ -85,7 +85,10 @@ impl Inspector {
         let ca_file = settings.ca_file.as_deref().map(std::path::Path::new);
         let tls = crate::net::tls::client_config(ca_file, "content_guard.inspector.ca_file", false)
             .map_err(|e| e.to_string())?;
+        // A redirect is an error status: the texts go only where the policy says (an https://
+        // URL, or loopback), never where an answer points.
         let client = crate::net::client::keeping_connections(crate::net::tls::client_builder(&tls))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("content_guard.inspector: cannot build the HTTP client: {e}"))?;
         Ok(Self {

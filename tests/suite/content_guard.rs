@@ -412,6 +412,9 @@ enum Inspecting {
     Garbage,
     /// Answers 500.
     Broken,
+    /// Answers 307 to another of its addresses, which would pass anything (the texts it is
+    /// sent go only where the policy says).
+    Redirect,
 }
 
 /// An outside inspector on loopback, keeping the texts it was sent.
@@ -440,6 +443,10 @@ impl TestInspector {
                 }
                 Inspecting::Garbage => "<html>not a verdict</html>".into_response(),
                 Inspecting::Broken => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                Inspecting::Redirect => {
+                    let elsewhere = [(axum::http::header::LOCATION, "/elsewhere")];
+                    (axum::http::StatusCode::TEMPORARY_REDIRECT, elsewhere).into_response()
+                }
                 Inspecting::Rules if texts.iter().any(|t| t.contains("forbidden")) => {
                     Json(json!({"verdict": "deny", "rule": "forbidden"})).into_response()
                 }
@@ -460,6 +467,10 @@ impl TestInspector {
         let sent: Sent = std::sync::Arc::default();
         let app = Router::new()
             .route("/inspect", post(inspect))
+            .route(
+                "/elsewhere",
+                post(|| async { Json(json!({"verdict": "pass"})) }),
+            )
             .with_state((mode, sent.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/inspect", listener.local_addr().unwrap());
@@ -534,7 +545,12 @@ async fn an_inspector_that_is_slow_broken_down_or_answers_garbage_is_decided_by_
         format!("http://{}/inspect", listener.local_addr().unwrap())
     };
     let mut inspectors = Vec::new();
-    for mode in [Inspecting::Slow, Inspecting::Garbage, Inspecting::Broken] {
+    for mode in [
+        Inspecting::Slow,
+        Inspecting::Garbage,
+        Inspecting::Broken,
+        Inspecting::Redirect,
+    ] {
         inspectors.push((format!("{mode:?}"), TestInspector::start(mode).await.url));
     }
     inspectors.push(("Down".to_owned(), down));
