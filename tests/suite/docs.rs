@@ -53,6 +53,36 @@ fn the_readme_is_short_and_in_the_order_of_a_first_day() {
     assert_eq!(block[1], test_command);
 }
 
+/// What `.ci/run` installs for the tests, the README tells a newcomer to install (a package
+/// another one brings, as python3-venv brings python3, may go unnamed).
+#[test]
+fn the_readme_names_every_package_ci_installs_for_the_tests() {
+    let readme = read("README.md");
+    let named: Vec<&str> = readme
+        .lines()
+        .find(|line| line.starts_with("sudo apt-get install -y "))
+        .expect("the README's package line")
+        .split_whitespace()
+        .skip(4)
+        .collect();
+    let ci = read(".ci/run");
+    let installed = ci
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("apt-get install -y -qq "))
+        .flat_map(|line| {
+            line.split_whitespace()
+                .take_while(|word| *word != ">/dev/null")
+        })
+        .collect::<Vec<_>>();
+    assert!(!installed.is_empty(), "no apt-get line read in .ci/run");
+    for package in installed {
+        assert!(
+            named.iter().any(|name| name.starts_with(package)),
+            ".ci/run installs {package}, which the README does not name"
+        );
+    }
+}
+
 /// A heading's anchor as GitHub makes it: lower case, punctuation dropped except `-` and
 /// `_`, spaces as `-`.
 fn anchor(heading: &str) -> String {
