@@ -359,7 +359,7 @@ fn content_guard(c: &mut Criterion) {
         black_box((text, inspection.verdict()))
     };
     let short = "What is the delivery date for order 4471, and can it ship to the Lyon warehouse?";
-    c.bench_function("content: starter pack, a 79-byte message", |b| {
+    c.bench_function("content: starter pack, an 80-byte message", |b| {
         b.iter(|| inspect(short))
     });
     let prose = "The quarterly report covers revenue, shipping times and the new warehouse. ";
