@@ -39,3 +39,22 @@ impl Base64Form {
         GeneralPurpose::new(alphabet, config).encode(bytes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_are_written_back_in_the_form_they_came_in() {
+        // "?>?" is "Pz4/" in the standard alphabet and "Pz4_" in the URL-safe one; "hi" pads.
+        for text in ["Pz4/", "Pz4_", "aGk=", "aGk", "aGk-Pz4_"] {
+            let (bytes, form) = decode(text).unwrap_or_else(|| panic!("{text}"));
+            assert_eq!(form.encode(&bytes), text);
+        }
+        assert_eq!(decode("Pz4/").unwrap().0, b"?>?");
+        assert_eq!(decode("aGk").unwrap().0, b"hi");
+        for not_base64 in ["a b", "Pz4/_", "%%%%"] {
+            assert!(decode(not_base64).is_none(), "{not_base64}");
+        }
+    }
+}

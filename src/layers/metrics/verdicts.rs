@@ -87,3 +87,25 @@ impl Verdicts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_past_the_bound_share_one_series() {
+        let verdicts = Verdicts::default();
+        for n in 0..MAX_SERIES + 10 {
+            let rule: Arc<str> = Arc::from(format!("inspector/r{n}"));
+            verdicts.matched("inbound", &rule, "mask", 1);
+        }
+        // A rule counted before the bound goes on counting in its own series.
+        verdicts.matched("inbound", &Arc::from("inspector/r0"), "mask", 1);
+        let mut out = String::new();
+        verdicts.write(&mut out);
+        let series = out.lines().filter(|l| l.starts_with("peergate_")).count();
+        assert_eq!(series, MAX_SERIES + 1);
+        assert!(out.contains(r#"rule="other",action="mask"} 10"#), "{out}");
+        assert!(out.contains(r#"rule="inspector/r0",action="mask"} 2"#));
+    }
+}
